@@ -1,0 +1,75 @@
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "rasd/common/result.h"
+
+namespace rasd::common {
+
+// Time as the daemon sees it. Production uses SystemClock; tests use
+// ManualClock to fire timers and age leaky buckets without sleeping.
+// Implementations must be thread-safe.
+class Clock {
+ public:
+  virtual ~Clock() = default;
+  // Monotonic time since an arbitrary epoch: durations and deadlines.
+  virtual std::chrono::nanoseconds Monotonic() const = 0;
+  // Wall-clock time: timestamps stored and shown to people.
+  virtual std::chrono::system_clock::time_point Wall() const = 0;
+};
+
+class SystemClock final : public Clock {
+ public:
+  std::chrono::nanoseconds Monotonic() const override;
+  std::chrono::system_clock::time_point Wall() const override;
+};
+
+// A clock that moves only when told to. Thread-safe.
+class ManualClock final : public Clock {
+ public:
+  explicit ManualClock(std::chrono::system_clock::time_point wall_start =
+                           std::chrono::system_clock::time_point(std::chrono::seconds(1'700'000'000)));
+  std::chrono::nanoseconds Monotonic() const override;
+  std::chrono::system_clock::time_point Wall() const override;
+  void Advance(std::chrono::nanoseconds by);
+
+ private:
+  std::atomic<std::int64_t> elapsed_ns_{0};
+  std::chrono::system_clock::time_point wall_start_;
+};
+
+// Every path on the host (sysfs, procfs, tracefs, /dev/kmsg) goes through a
+// HostEnv, so tests point the daemon at a fixture tree instead of the real
+// machine. HostEnv never caches file contents: sysfs values change under us.
+// Thread-safe; the clock it returns lives as long as the HostEnv.
+class HostEnv {
+ public:
+  // `root` prefixes every host path; "/" is the real machine. `clock` must
+  // not be null.
+  HostEnv(std::filesystem::path root, std::shared_ptr<const Clock> clock);
+
+  const std::filesystem::path& Root() const { return root_; }
+  const Clock& GetClock() const { return *clock_; }
+
+  // Maps an absolute host path ("/sys/devices/system/edac") into the root.
+  // A relative path is taken as relative to the root as well.
+  std::filesystem::path Resolve(std::string_view host_path) const;
+
+  // Reads a whole (small) file such as a sysfs attribute. A vanished file is
+  // kNotFound, not a crash: devices and EDAC controllers come and go.
+  Result<std::string> ReadFile(std::string_view host_path, std::size_t max_bytes = 1 << 20) const;
+
+  bool Exists(std::string_view host_path) const;
+
+ private:
+  std::filesystem::path root_;
+  std::shared_ptr<const Clock> clock_;
+};
+
+}  // namespace rasd::common

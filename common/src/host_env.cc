@@ -1,0 +1,69 @@
+#include "rasd/common/host_env.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "rasd/common/unique_fd.h"
+
+namespace rasd::common {
+
+std::chrono::nanoseconds SystemClock::Monotonic() const {
+  return std::chrono::steady_clock::now().time_since_epoch();
+}
+
+std::chrono::system_clock::time_point SystemClock::Wall() const {
+  return std::chrono::system_clock::now();
+}
+
+ManualClock::ManualClock(std::chrono::system_clock::time_point wall_start)
+    : wall_start_(wall_start) {}
+
+std::chrono::nanoseconds ManualClock::Monotonic() const {
+  return std::chrono::nanoseconds(elapsed_ns_.load(std::memory_order_acquire));
+}
+
+std::chrono::system_clock::time_point ManualClock::Wall() const {
+  return wall_start_ + std::chrono::duration_cast<std::chrono::system_clock::duration>(Monotonic());
+}
+
+void ManualClock::Advance(std::chrono::nanoseconds by) {
+  elapsed_ns_.fetch_add(by.count(), std::memory_order_acq_rel);
+}
+
+HostEnv::HostEnv(std::filesystem::path root, std::shared_ptr<const Clock> clock)
+    : root_(std::move(root)), clock_(std::move(clock)) {}
+
+std::filesystem::path HostEnv::Resolve(std::string_view host_path) const {
+  std::string_view relative = host_path;
+  while (!relative.empty() && relative.front() == '/') relative.remove_prefix(1);
+  if (relative.empty()) return root_;
+  return root_ / std::filesystem::path(relative);
+}
+
+Result<std::string> HostEnv::ReadFile(std::string_view host_path, std::size_t max_bytes) const {
+  const std::filesystem::path path = Resolve(host_path);
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) return Fail(ErrnoError("open " + path.string(), errno));
+  std::string content;
+  char buffer[4096];
+  while (content.size() < max_bytes) {
+    const ssize_t n = ::read(fd.Get(), buffer, sizeof buffer);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return Fail(ErrnoError("read " + path.string(), errno));
+    }
+    if (n == 0) break;
+    content.append(buffer, static_cast<std::size_t>(n));
+  }
+  if (content.size() > max_bytes) content.resize(max_bytes);
+  return content;
+}
+
+bool HostEnv::Exists(std::string_view host_path) const {
+  std::error_code ec;
+  return std::filesystem::exists(Resolve(host_path), ec);
+}
+
+}  // namespace rasd::common

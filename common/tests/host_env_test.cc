@@ -1,0 +1,69 @@
+#include "rasd/common/host_env.h"
+
+#include <unistd.h>
+
+#include <fstream>
+
+#include <gtest/gtest.h>
+
+namespace rasd::common {
+namespace {
+
+class HostEnvTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char pattern[] = "/tmp/rasd-hostenv-XXXXXX";
+    ASSERT_NE(::mkdtemp(pattern), nullptr);
+    root_ = pattern;
+    std::filesystem::create_directories(root_ / "sys/devices/system/edac/mc/mc0");
+    std::ofstream(root_ / "sys/devices/system/edac/mc/mc0/ce_count") << "7\n";
+  }
+  void TearDown() override { std::filesystem::remove_all(root_); }
+
+  std::filesystem::path root_;
+};
+
+TEST_F(HostEnvTest, ResolvesAbsoluteHostPathsUnderTheRoot) {
+  HostEnv env(root_, std::make_shared<SystemClock>());
+  EXPECT_EQ(env.Resolve("/sys/devices"), root_ / "sys/devices");
+  EXPECT_EQ(env.Resolve("proc/self"), root_ / "proc/self");
+  EXPECT_EQ(env.Resolve("/"), root_);
+  HostEnv real("/", std::make_shared<SystemClock>());
+  EXPECT_EQ(real.Resolve("/dev/kmsg"), "/dev/kmsg");
+}
+
+TEST_F(HostEnvTest, ReadsFilesInTheFixtureTree) {
+  HostEnv env(root_, std::make_shared<SystemClock>());
+  auto content = env.ReadFile("/sys/devices/system/edac/mc/mc0/ce_count");
+  ASSERT_TRUE(content.has_value()) << content.error().ToString();
+  EXPECT_EQ(*content, "7\n");
+  EXPECT_TRUE(env.Exists("/sys/devices/system/edac/mc/mc0"));
+}
+
+TEST_F(HostEnvTest, VanishedFileIsNotFound) {
+  HostEnv env(root_, std::make_shared<SystemClock>());
+  auto content = env.ReadFile("/sys/devices/system/edac/mc/mc1/ce_count");
+  ASSERT_FALSE(content.has_value());
+  EXPECT_EQ(content.error().code, ErrorCode::kNotFound);
+  EXPECT_NE(content.error().message.find("mc1/ce_count"), std::string::npos);
+}
+
+TEST_F(HostEnvTest, ReadIsBounded) {
+  std::ofstream(root_ / "big") << std::string(10000, 'x');
+  HostEnv env(root_, std::make_shared<SystemClock>());
+  auto content = env.ReadFile("/big", 100);
+  ASSERT_TRUE(content.has_value());
+  EXPECT_EQ(content->size(), 100u);
+}
+
+TEST(ManualClockTest, MovesOnlyWhenAdvanced) {
+  ManualClock clock;
+  const auto wall = clock.Wall();
+  EXPECT_EQ(clock.Monotonic().count(), 0);
+  clock.Advance(std::chrono::seconds(3));
+  EXPECT_EQ(clock.Monotonic(), std::chrono::seconds(3));
+  EXPECT_EQ(clock.Wall() - wall, std::chrono::seconds(3));
+}
+
+}  // namespace
+}  // namespace rasd::common

@@ -1,0 +1,108 @@
+#include "control_client.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "rasd/common/control_protocol.h"
+
+namespace rasd::ctl {
+namespace {
+
+// Milliseconds left until `deadline`, at least 0, for poll().
+int Remaining(std::chrono::steady_clock::time_point deadline) {
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+      deadline - std::chrono::steady_clock::now());
+  return static_cast<int>(std::max<std::int64_t>(0, left.count()));
+}
+
+}  // namespace
+
+Result<ControlClient> ControlClient::Connect(const std::filesystem::path& socket_path,
+                                             std::chrono::milliseconds timeout) {
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  const std::string path = socket_path.string();
+  if (path.empty() || path.size() >= sizeof address.sun_path) {
+    return Fail(ErrorCode::kInvalidArgument, fmt::format("socket path '{}' is empty or too long", path));
+  }
+  std::memcpy(address.sun_path, path.c_str(), path.size() + 1);
+  common::UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd) return Fail(ErrnoError("socket", errno));
+  if (::connect(fd.Get(), reinterpret_cast<const sockaddr*>(&address), sizeof address) != 0) {
+    const int error = errno;
+    std::string hint;
+    if (error == ENOENT || error == ECONNREFUSED) hint = " (is rasd running? set --socket or RASD_SOCKET)";
+    return Fail(ErrorCode::kUnavailable,
+                fmt::format("cannot connect to rasd at {}: {}{}", path, std::strerror(error), hint));
+  }
+  return ControlClient(std::move(fd), socket_path, timeout);
+}
+
+ControlClient::ControlClient(common::UniqueFd fd, std::filesystem::path path,
+                             std::chrono::milliseconds timeout)
+    : fd_(std::move(fd)), path_(std::move(path)), timeout_(timeout) {}
+
+Result<nlohmann::json> ControlClient::Call(const std::string& command, const nlohmann::json& args) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout_;
+  nlohmann::json request = {{"command", command}};
+  if (!args.empty()) request["args"] = args;
+  const std::string line = common::control::EncodeLine(request);
+
+  std::size_t sent = 0;
+  while (sent < line.size()) {
+    pollfd pfd{fd_.Get(), POLLOUT, 0};
+    if (::poll(&pfd, 1, Remaining(deadline)) == 0) {
+      return Fail(ErrorCode::kTimeout, fmt::format("rasd at {} did not take the request in time", path_.string()));
+    }
+    const ssize_t n = ::send(fd_.Get(), line.data() + sent, line.size() - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0) {
+      if (errno == EINTR || errno == EAGAIN) continue;
+      return Fail(ErrorCode::kUnavailable, fmt::format("send to rasd at {}: {}", path_.string(), std::strerror(errno)));
+    }
+    sent += static_cast<std::size_t>(n);
+  }
+
+  for (;;) {
+    if (const auto newline = pending_.find('\n'); newline != std::string::npos) {
+      const std::string reply_line = pending_.substr(0, newline);
+      pending_.erase(0, newline + 1);
+      auto reply = nlohmann::json::parse(reply_line, nullptr, false);
+      if (reply.is_discarded() || !reply.is_object()) {
+        return Fail(ErrorCode::kCorruptData, "rasd sent a reply that is not a JSON object");
+      }
+      return reply;
+    }
+    pollfd pfd{fd_.Get(), POLLIN, 0};
+    const int ready = ::poll(&pfd, 1, Remaining(deadline));
+    if (ready == 0) {
+      return Fail(ErrorCode::kTimeout,
+                  fmt::format("rasd at {} did not answer within {} ms", path_.string(), timeout_.count()));
+    }
+    if (ready < 0) {
+      if (errno == EINTR) continue;
+      return Fail(ErrnoError("poll", errno));
+    }
+    char buffer[16384];
+    const ssize_t n = ::recv(fd_.Get(), buffer, sizeof buffer, 0);
+    if (n < 0) {
+      if (errno == EINTR || errno == EAGAIN) continue;
+      return Fail(ErrorCode::kUnavailable, fmt::format("read from rasd at {}: {}", path_.string(), std::strerror(errno)));
+    }
+    if (n == 0) {
+      return Fail(ErrorCode::kUnavailable,
+                  fmt::format("rasd at {} closed the connection without a reply", path_.string()));
+    }
+    pending_.append(buffer, static_cast<std::size_t>(n));
+    if (pending_.size() > 64 * 1024 * 1024) {
+      return Fail(ErrorCode::kCorruptData, "reply from rasd is larger than 64 MiB");
+    }
+  }
+}
+
+}  // namespace rasd::ctl

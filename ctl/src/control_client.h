@@ -1,0 +1,36 @@
+#pragma once
+
+#include <chrono>
+#include <filesystem>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "rasd/common/result.h"
+#include "rasd/common/unique_fd.h"
+
+namespace rasd::ctl {
+
+// A blocking client for the control socket: one request, one reply. Errors:
+// kUnavailable when nothing listens at the path (the message names it),
+// kTimeout when the daemon does not answer in time, kCorruptData for a reply
+// that is not JSON. A reply with "ok": false is returned as a value: it is
+// the daemon's answer, not a transport failure. Not thread-safe.
+class ControlClient {
+ public:
+  static Result<ControlClient> Connect(const std::filesystem::path& socket_path,
+                                       std::chrono::milliseconds timeout);
+
+  Result<nlohmann::json> Call(const std::string& command,
+                              const nlohmann::json& args = nlohmann::json::object());
+
+ private:
+  ControlClient(common::UniqueFd fd, std::filesystem::path path, std::chrono::milliseconds timeout);
+
+  common::UniqueFd fd_;
+  std::filesystem::path path_;
+  std::chrono::milliseconds timeout_;
+  std::string pending_;  // bytes after the last reply's newline
+};
+
+}  // namespace rasd::ctl

@@ -1,0 +1,81 @@
+#include "status_text.h"
+
+#include <cmath>
+
+#include <fmt/format.h>
+
+namespace rasd::ctl {
+namespace {
+
+using nlohmann::json;
+
+// The value at a "/"-separated path as text, or "?" when absent.
+std::string Field(const json& root, const char* pointer) {
+  const json::json_pointer path(pointer);
+  if (!root.contains(path)) return "?";
+  const json& value = root.at(path);
+  if (value.is_string()) return value.get<std::string>();
+  if (value.is_null()) return "-";
+  return value.dump();
+}
+
+}  // namespace
+
+std::string FormatDuration(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) return "?";
+  const auto total = static_cast<long long>(seconds);
+  const long long days = total / 86400, hours = total % 86400 / 3600, minutes = total % 3600 / 60,
+                  secs = total % 60;
+  if (days > 0) return fmt::format("{}d {}h", days, hours);
+  if (hours > 0) return fmt::format("{}h {}m", hours, minutes);
+  if (minutes > 0) return fmt::format("{}m {}s", minutes, secs);
+  return fmt::format("{}s", secs);
+}
+
+std::string FormatStatus(const json& status) {
+  std::string out;
+  const json::json_pointer uptime("/uptime_seconds");
+  const std::string up = status.contains(uptime) && status.at(uptime).is_number()
+                             ? FormatDuration(status.at(uptime).get<double>())
+                             : "?";
+  out += fmt::format("rasd {} (pid {}), up {}\n", Field(status, "/version"), Field(status, "/pid"), up);
+
+  const json::json_pointer config_path("/config/path");
+  const std::string config = status.contains(config_path) && status.at(config_path).is_string()
+                                 ? status.at(config_path).get<std::string>()
+                                 : "built-in defaults";
+  out += fmt::format("{:<12}{} (generation {}, log level {})\n", "config", config,
+                     Field(status, "/config/generation"), Field(status, "/config/log_level"));
+  const json::json_pointer reload("/config/last_reload");
+  if (status.contains(reload) && status.at(reload).is_object()) {
+    const json& last = status.at(reload);
+    if (last.value("ok", true)) {
+      out += fmt::format("{:<12}ok at {}\n", "last reload", Field(last, "/time"));
+    } else {
+      std::string first_error = "?";
+      if (last.contains("errors") && last["errors"].is_array() && !last["errors"].empty()) {
+        first_error = last["errors"][0].is_string() ? last["errors"][0].get<std::string>() : "?";
+      }
+      out += fmt::format("{:<12}REJECTED at {}: {}\n", "last reload", Field(last, "/time"), first_error);
+    }
+  }
+  out += fmt::format("{:<12}{}\n", "host root", Field(status, "/host_root"));
+  out += fmt::format("{:<12}{} (schema {})\n", "state dir", Field(status, "/state_dir"),
+                     Field(status, "/database/schema_version"));
+  out += fmt::format("{:<12}{}{}\n", "socket", Field(status, "/socket/path"),
+                     Field(status, "/socket/activated") == "true" ? " (systemd socket activation)" : "");
+  out += fmt::format("{:<12}{} {}: {} healthy, {} degraded, {} draining, {} isolated\n", "devices",
+                     Field(status, "/devices/count"), Field(status, "/devices/driver"),
+                     Field(status, "/devices/by_health/healthy"), Field(status, "/devices/by_health/degraded"),
+                     Field(status, "/devices/by_health/draining"), Field(status, "/devices/by_health/isolated"));
+  out += fmt::format("{:<12}{}\n", "jobs", Field(status, "/jobs/count"));
+  std::string severities;
+  for (const char* severity : {"FATAL", "UCE", "SRAR", "SRAO", "UCNA", "CE", "INFO"}) {
+    severities += fmt::format("{}{} {}", severities.empty() ? "" : ", ", severity,
+                              Field(status, (std::string("/events/by_severity/") + severity).c_str()));
+  }
+  out += fmt::format("{:<12}{} total: {}\n", "events", Field(status, "/events/total"), severities);
+  return out;
+}
+
+}  // namespace rasd::ctl

@@ -1,0 +1,51 @@
+#include "status_text.h"
+
+#include <gtest/gtest.h>
+
+namespace rasd::ctl {
+namespace {
+
+TEST(StatusTextTest, FormatsDurations) {
+  EXPECT_EQ(FormatDuration(0.4), "0s");
+  EXPECT_EQ(FormatDuration(59), "59s");
+  EXPECT_EQ(FormatDuration(61), "1m 1s");
+  EXPECT_EQ(FormatDuration(3 * 3600 + 120), "3h 2m");
+  EXPECT_EQ(FormatDuration(2 * 86400 + 5 * 3600), "2d 5h");
+  EXPECT_EQ(FormatDuration(-1), "?");
+}
+
+TEST(StatusTextTest, RendersTheStatusFields) {
+  const auto status = nlohmann::json::parse(R"({
+    "version": "0.1.0", "pid": 42, "uptime_seconds": 75.5,
+    "config": {"path": null, "generation": 3, "log_level": "info",
+               "last_reload": {"time": "2026-11-29T10:00:00Z", "ok": false,
+                               "errors": ["/etc/rasd.yaml:2:3: unknown key 'x'"]}},
+    "host_root": "/", "state_dir": "/var/lib/rasd",
+    "socket": {"path": "/run/rasd/rasd.sock", "activated": true},
+    "database": {"schema_version": 1},
+    "devices": {"driver": "sim", "count": 4,
+                "by_health": {"healthy": 3, "degraded": 0, "draining": 0, "isolated": 1}},
+    "jobs": {"count": 0},
+    "events": {"total": 5, "by_severity": {"FATAL": 1, "UCE": 0, "SRAR": 0, "SRAO": 0,
+                                             "UCNA": 0, "CE": 4, "INFO": 0}}
+  })");
+  const std::string text = FormatStatus(status);
+  EXPECT_NE(text.find("rasd 0.1.0 (pid 42), up 1m 15s\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("built-in defaults (generation 3, log level info)"), std::string::npos) << text;
+  EXPECT_NE(text.find("REJECTED at 2026-11-29T10:00:00Z: /etc/rasd.yaml:2:3: unknown key 'x'"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("/run/rasd/rasd.sock (systemd socket activation)"), std::string::npos) << text;
+  EXPECT_NE(text.find("4 sim: 3 healthy, 0 degraded, 0 draining, 1 isolated"), std::string::npos) << text;
+  EXPECT_NE(text.find("5 total: FATAL 1, UCE 0, SRAR 0, SRAO 0, UCNA 0, CE 4, INFO 0"), std::string::npos)
+      << text;
+}
+
+TEST(StatusTextTest, MissingFieldsShowAsQuestionMarks) {
+  const std::string text = FormatStatus(nlohmann::json::object());
+  EXPECT_NE(text.find("rasd ? (pid ?), up ?"), std::string::npos) << text;
+  EXPECT_NE(text.find("devices     ? ?:"), std::string::npos) << text;
+}
+
+}  // namespace
+}  // namespace rasd::ctl

@@ -1,0 +1,91 @@
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <spdlog/common.h>
+
+namespace rasd::daemon {
+
+// The daemon's configuration. Every field has a default, so rasd runs with
+// no file at all. packaging/rasd.yaml documents each key; keep them in step.
+struct Config {
+  struct Host {
+    std::filesystem::path root = "/";  // prefixes every host path (fixture trees)
+    bool operator==(const Host&) const = default;
+  } host;
+  struct Daemon {
+    std::filesystem::path state_dir;  // empty: /var/lib/rasd as root, else XDG/HOME based
+    spdlog::level::level_enum log_level = spdlog::level::info;
+    bool operator==(const Daemon&) const = default;
+  } daemon;
+  struct Control {
+    std::filesystem::path socket;      // empty: /run/rasd/rasd.sock as root, else XDG/HOME based
+    mode_t socket_mode = 0666;         // who may connect; SO_PEERCRED decides who may change state
+    std::string admin_group;           // members may run state-changing commands; empty: none
+    std::chrono::milliseconds client_timeout{10000};
+    int max_clients = 64;
+    bool operator==(const Control&) const = default;
+  } control;
+  struct Metrics {
+    std::string listen;  // "ADDR:PORT"; empty: no metrics endpoint
+    bool operator==(const Metrics&) const = default;
+  } metrics;
+  struct Runtime {
+    std::string driver = "sim";
+    bool operator==(const Runtime&) const = default;
+  } runtime;
+  struct Simulator {
+    int devices = 4;
+    std::uint64_t memory_mib = 1024;
+    bool operator==(const Simulator&) const = default;
+  } simulator;
+
+  bool operator==(const Config&) const = default;
+};
+
+// One problem found in a config file, with a 1-based position.
+struct ConfigProblem {
+  std::string file;
+  int line = 1;
+  int column = 1;
+  std::string message;
+
+  // "FILE:LINE:COL: message", the form editors and CI logs understand.
+  std::string ToString() const;
+};
+
+struct ConfigParseResult {
+  Config config;                        // meaningful only when problems is empty
+  std::vector<ConfigProblem> problems;  // every problem found, in file order
+  bool ok() const { return problems.empty(); }
+};
+
+// Parses YAML text. Unknown keys, wrong types, out-of-range values, duplicate
+// keys and broken YAML are all problems; parsing goes on after a problem so
+// that one run reports them all. `file_name` only labels the problems.
+// Never throws.
+ConfigParseResult ParseConfig(std::string_view yaml_text, const std::string& file_name);
+
+// Reads and parses a file; a file that cannot be read is one problem at 1:1.
+ConfigParseResult LoadConfigFile(const std::filesystem::path& path);
+
+// Command-line settings that win over the file, for tests and operators.
+struct ConfigOverrides {
+  std::optional<std::filesystem::path> state_dir;
+  std::optional<std::filesystem::path> socket;
+  std::optional<std::filesystem::path> host_root;
+  std::optional<std::string> metrics_listen;
+  std::optional<spdlog::level::level_enum> log_level;
+
+  void ApplyTo(Config& config) const;
+};
+
+}  // namespace rasd::daemon

@@ -1,0 +1,292 @@
+#include "rasd/daemon/config.h"
+
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <set>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
+
+#include "rasd/common/logging.h"
+#include "rasd/exporters/listen_address.h"
+
+namespace rasd::daemon {
+namespace {
+
+// Walks a parsed YAML tree against the schema, recording every problem with
+// its position. yaml-cpp exceptions stay inside this class.
+class SchemaReader {
+ public:
+  SchemaReader(std::string file, std::vector<ConfigProblem>& problems)
+      : file_(std::move(file)), problems_(problems) {}
+
+  using KeyHandler = std::function<void(const YAML::Node& value, const std::string& path)>;
+  struct Key {
+    std::string_view name;
+    KeyHandler read;
+  };
+
+  void Problem(const YAML::Mark& mark, std::string message) {
+    // yaml-cpp marks are 0-based; a null mark (-1) means "no position".
+    problems_.push_back(ConfigProblem{file_, mark.line >= 0 ? mark.line + 1 : 1,
+                                      mark.column >= 0 ? mark.column + 1 : 1, std::move(message)});
+  }
+
+  // Reads a mapping whose keys must all be in `keys`.
+  void ReadMapping(const YAML::Node& node, const std::string& path, const std::vector<Key>& keys) {
+    if (node.IsNull()) return;  // "section:" with nothing under it: all defaults
+    if (!node.IsMap()) {
+      Problem(node.Mark(), fmt::format("'{}' must be a mapping, not {}", path.empty() ? "the document" : path,
+                                       KindName(node)));
+      return;
+    }
+    std::set<std::string> seen;
+    for (auto it = node.begin(); it != node.end(); ++it) {
+      const YAML::Node key_node = it->first;
+      const YAML::Node value = it->second;
+      if (!key_node.IsScalar()) {
+        Problem(key_node.Mark(), "keys must be plain names");
+        continue;
+      }
+      const std::string name = key_node.Scalar();
+      const std::string key_path = path.empty() ? name : path + "." + name;
+      if (!seen.insert(name).second) {
+        Problem(key_node.Mark(), fmt::format("duplicate key '{}'", key_path));
+        continue;
+      }
+      const Key* key = nullptr;
+      for (const auto& candidate : keys) {
+        if (candidate.name == name) key = &candidate;
+      }
+      if (key == nullptr) {
+        Problem(key_node.Mark(), fmt::format("unknown key '{}'{}", key_path, Suggestion(name, keys)));
+        continue;
+      }
+      // A key with no value keeps its default, like a key that is absent.
+      if (value.IsNull()) continue;
+      key->read(value, key_path);
+    }
+  }
+
+  std::optional<std::string> ReadString(const YAML::Node& node, const std::string& path) {
+    if (!node.IsScalar()) {
+      Problem(node.Mark(), fmt::format("'{}' must be a string, not {}", path, KindName(node)));
+      return std::nullopt;
+    }
+    return node.Scalar();
+  }
+
+  template <typename Int>
+  std::optional<Int> ReadInteger(const YAML::Node& node, const std::string& path, Int min, Int max) {
+    if (!node.IsScalar()) {
+      Problem(node.Mark(), fmt::format("'{}' must be an integer, not {}", path, KindName(node)));
+      return std::nullopt;
+    }
+    const std::string& text = node.Scalar();
+    long long value = 0;
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+    if (text.empty() || ec != std::errc() || end != text.data() + text.size()) {
+      Problem(node.Mark(), fmt::format("'{}' must be an integer, not '{}'", path, text));
+      return std::nullopt;
+    }
+    if (value < static_cast<long long>(min) || value > static_cast<long long>(max)) {
+      Problem(node.Mark(), fmt::format("'{}' must be in {}..{}, not {}", path, min, max, value));
+      return std::nullopt;
+    }
+    return static_cast<Int>(value);
+  }
+
+ private:
+  static std::string KindName(const YAML::Node& node) {
+    switch (node.Type()) {
+      case YAML::NodeType::Map: return "a mapping";
+      case YAML::NodeType::Sequence: return "a list";
+      case YAML::NodeType::Scalar: return "'" + node.Scalar() + "'";
+      case YAML::NodeType::Null: return "empty";
+      default: return "undefined";
+    }
+  }
+
+  // "did you mean" for one-letter slips: same length ±1 and a shared prefix.
+  static std::string Suggestion(const std::string& name, const std::vector<Key>& keys) {
+    for (const auto& key : keys) {
+      const std::string_view known = key.name;
+      std::size_t common = 0;
+      while (common < name.size() && common < known.size() && name[common] == known[common]) ++common;
+      const auto longer = std::max(name.size(), known.size());
+      if (common >= 3 && longer - common <= 2) return fmt::format(" (did you mean '{}'?)", known);
+    }
+    std::string list;
+    for (const auto& key : keys) list += (list.empty() ? "" : ", ") + std::string(key.name);
+    return " (known: " + list + ")";
+  }
+
+  std::string file_;
+  std::vector<ConfigProblem>& problems_;
+};
+
+void ReadDocument(SchemaReader& reader, const YAML::Node& root, Config& config) {
+  using Key = SchemaReader::Key;
+  auto path_key = [&reader](std::filesystem::path& out, bool must_be_absolute) {
+    return [&reader, &out, must_be_absolute](const YAML::Node& value, const std::string& path) {
+      auto text = reader.ReadString(value, path);
+      if (!text) return;
+      if (must_be_absolute && !text->empty() && text->front() != '/') {
+        reader.Problem(value.Mark(), fmt::format("'{}' must be an absolute path, not '{}'", path, *text));
+        return;
+      }
+      out = *text;
+    };
+  };
+
+  const std::vector<Key> host_keys = {{"root", path_key(config.host.root, true)}};
+  const std::vector<Key> daemon_keys = {
+      {"state_dir", path_key(config.daemon.state_dir, true)},
+      {"log_level",
+       [&](const YAML::Node& value, const std::string& path) {
+         auto text = reader.ReadString(value, path);
+         if (!text) return;
+         auto level = common::ParseLogLevel(*text);
+         if (!level) {
+           reader.Problem(value.Mark(), fmt::format("'{}': {}", path, level.error().message));
+           return;
+         }
+         config.daemon.log_level = *level;
+       }},
+  };
+  const std::vector<Key> control_keys = {
+      {"socket", path_key(config.control.socket, true)},
+      {"socket_mode",
+       [&](const YAML::Node& value, const std::string& path) {
+         auto text = reader.ReadString(value, path);
+         if (!text) return;
+         unsigned mode = 0;
+         const auto [end, ec] = std::from_chars(text->data(), text->data() + text->size(), mode, 8);
+         if (text->empty() || ec != std::errc() || end != text->data() + text->size() || mode > 0777) {
+           reader.Problem(value.Mark(),
+                          fmt::format("'{}' must be an octal mode such as \"0660\", not '{}'", path, *text));
+           return;
+         }
+         config.control.socket_mode = static_cast<mode_t>(mode);
+       }},
+      {"admin_group",
+       [&](const YAML::Node& value, const std::string& path) {
+         if (auto text = reader.ReadString(value, path)) config.control.admin_group = *text;
+       }},
+      {"client_timeout_ms",
+       [&](const YAML::Node& value, const std::string& path) {
+         if (auto ms = reader.ReadInteger<int>(value, path, 100, 3'600'000)) {
+           config.control.client_timeout = std::chrono::milliseconds(*ms);
+         }
+       }},
+      {"max_clients",
+       [&](const YAML::Node& value, const std::string& path) {
+         if (auto n = reader.ReadInteger<int>(value, path, 1, 4096)) config.control.max_clients = *n;
+       }},
+  };
+  const std::vector<Key> metrics_keys = {
+      {"listen",
+       [&](const YAML::Node& value, const std::string& path) {
+         auto text = reader.ReadString(value, path);
+         if (!text) return;
+         if (!text->empty()) {
+           if (auto parsed = exporters::ParseListenAddress(*text); !parsed) {
+             reader.Problem(value.Mark(), fmt::format("'{}': {}", path, parsed.error().message));
+             return;
+           }
+         }
+         config.metrics.listen = *text;
+       }},
+  };
+  const std::vector<Key> runtime_keys = {
+      {"driver",
+       [&](const YAML::Node& value, const std::string& path) {
+         auto text = reader.ReadString(value, path);
+         if (!text) return;
+         // The GPU and NPU backends register here as they land.
+         if (*text != "sim") {
+           reader.Problem(value.Mark(), fmt::format("'{}' must be one of: sim; not '{}'", path, *text));
+           return;
+         }
+         config.runtime.driver = *text;
+       }},
+  };
+  const std::vector<Key> simulator_keys = {
+      {"devices",
+       [&](const YAML::Node& value, const std::string& path) {
+         if (auto n = reader.ReadInteger<int>(value, path, 1, 64)) config.simulator.devices = *n;
+       }},
+      {"memory_mib",
+       [&](const YAML::Node& value, const std::string& path) {
+         if (auto n = reader.ReadInteger<std::uint64_t>(value, path, 1, 1 << 20)) config.simulator.memory_mib = *n;
+       }},
+  };
+  auto section = [&reader](const std::vector<Key>& keys) {
+    return [&reader, &keys](const YAML::Node& value, const std::string& path) {
+      reader.ReadMapping(value, path, keys);
+    };
+  };
+  reader.ReadMapping(root, "",
+                     {{"host", section(host_keys)},
+                      {"daemon", section(daemon_keys)},
+                      {"control", section(control_keys)},
+                      {"metrics", section(metrics_keys)},
+                      {"runtime", section(runtime_keys)},
+                      {"simulator", section(simulator_keys)}});
+}
+
+}  // namespace
+
+std::string ConfigProblem::ToString() const {
+  return fmt::format("{}:{}:{}: {}", file, line, column, message);
+}
+
+ConfigParseResult ParseConfig(std::string_view yaml_text, const std::string& file_name) {
+  ConfigParseResult result;
+  SchemaReader reader(file_name, result.problems);
+  YAML::Node root;
+  try {
+    root = YAML::Load(std::string(yaml_text));
+  } catch (const YAML::ParserException& error) {
+    reader.Problem(error.mark, error.msg);
+    return result;
+  } catch (const YAML::Exception& error) {
+    reader.Problem(error.mark, error.msg);
+    return result;
+  }
+  try {
+    ReadDocument(reader, root, result.config);
+  } catch (const YAML::Exception& error) {
+    // Not expected: the reader checks node kinds before converting.
+    reader.Problem(error.mark, std::string("unexpected YAML error: ") + error.msg);
+  }
+  return result;
+}
+
+ConfigParseResult LoadConfigFile(const std::filesystem::path& path) {
+  std::ifstream file(path, std::ios::binary);
+  if (!file) {
+    ConfigParseResult result;
+    result.problems.push_back(
+        ConfigProblem{path.string(), 1, 1, fmt::format("cannot read config file: {}", std::strerror(errno))});
+    return result;
+  }
+  std::ostringstream text;
+  text << file.rdbuf();
+  return ParseConfig(text.str(), path.string());
+}
+
+void ConfigOverrides::ApplyTo(Config& config) const {
+  if (state_dir) config.daemon.state_dir = *state_dir;
+  if (socket) config.control.socket = *socket;
+  if (host_root) config.host.root = *host_root;
+  if (metrics_listen) config.metrics.listen = *metrics_listen;
+  if (log_level) config.daemon.log_level = *log_level;
+}
+
+}  // namespace rasd::daemon

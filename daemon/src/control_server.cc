@@ -1,0 +1,433 @@
+#include "control_server.h"
+
+#include <fcntl.h>
+#include <grp.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <systemd/sd-daemon.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "rasd/common/logging.h"
+
+#ifndef SO_PEERGROUPS
+#define SO_PEERGROUPS 59
+#endif
+
+namespace rasd::daemon {
+namespace control = common::control;
+
+namespace {
+
+constexpr std::size_t kReadChunk = 16 * 1024;
+// Per wake-up, so that one chatty client cannot starve the others.
+constexpr std::size_t kReadBudget = 64 * 1024;
+constexpr auto kAcceptPause = std::chrono::milliseconds(200);
+
+std::uint64_t Microseconds(std::chrono::milliseconds ms) {
+  return static_cast<std::uint64_t>(ms.count()) * 1000;
+}
+
+PeerCredentials ReadPeerCredentials(int fd) {
+  PeerCredentials peer;
+  ucred cred{};
+  socklen_t length = sizeof cred;
+  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &length) == 0) {
+    peer.pid = cred.pid;
+    peer.uid = cred.uid;
+    peer.gid = cred.gid;
+  } else {
+    // Unknown peer: treat as nobody, never as root.
+    peer.uid = static_cast<uid_t>(-1);
+    peer.gid = static_cast<gid_t>(-1);
+  }
+  std::vector<gid_t> groups(64);
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    socklen_t bytes = static_cast<socklen_t>(groups.size() * sizeof(gid_t));
+    if (::getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups.data(), &bytes) == 0) {
+      groups.resize(bytes / sizeof(gid_t));
+      peer.groups = std::move(groups);
+      break;
+    }
+    if (errno != ERANGE) break;
+    groups.resize(bytes / sizeof(gid_t) + 1);
+  }
+  return peer;
+}
+
+bool SetNonBlocking(int fd) {
+  const int flags = ::fcntl(fd, F_GETFL);
+  return flags >= 0 && ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) == 0;
+}
+
+}  // namespace
+
+bool Authorizer::MayChangeState(const PeerCredentials& peer) const {
+  if (peer.uid == 0 || peer.uid == daemon_uid) return true;
+  if (!admin_gid) return false;
+  if (peer.gid == *admin_gid) return true;
+  return std::find(peer.groups.begin(), peer.groups.end(), *admin_gid) != peer.groups.end();
+}
+
+std::string Authorizer::Requirement() const {
+  std::string text = "root";
+  if (daemon_uid != 0) text += fmt::format(", uid {}", daemon_uid);
+  if (admin_gid) text += fmt::format(" or a member of group '{}'", admin_group_name);
+  return text;
+}
+
+// One accepted connection. Owned by the server's client map; its event
+// sources point back at it and are released with it.
+class ControlServer::Client {
+ public:
+  Client(ControlServer& server, std::uint64_t id, common::UniqueFd fd, PeerCredentials peer)
+      : server_(server),
+        id_(id),
+        fd_(std::move(fd)),
+        peer_(std::move(peer)),
+        framer_(server.options_.max_request_bytes) {}
+
+  ~Client() {
+    sd_event_source_disable_unref(io_source_);
+    sd_event_source_disable_unref(timeout_source_);
+  }
+
+  Status Start() {
+    if (int rc = sd_event_add_io(server_.event_, &io_source_, fd_.Get(), EPOLLIN, &Client::OnIo, this);
+        rc < 0) {
+      return Fail(ErrnoError("watch control client", -rc));
+    }
+    if (int rc = sd_event_add_time_relative(server_.event_, &timeout_source_, CLOCK_MONOTONIC,
+                                            Microseconds(server_.options_.client_timeout), 0,
+                                            &Client::OnTimeout, this);
+        rc < 0) {
+      return Fail(ErrnoError("arm control client timeout", -rc));
+    }
+    return {};
+  }
+
+  const PeerCredentials& Peer() const { return peer_; }
+
+ private:
+  static int OnIo(sd_event_source*, int, uint32_t revents, void* userdata) {
+    static_cast<Client*>(userdata)->HandleIo(revents);
+    return 0;  // never tear down the loop because of a client
+  }
+
+  static int OnTimeout(sd_event_source*, uint64_t, void* userdata) {
+    auto* client = static_cast<Client*>(userdata);
+    client->Reply(control::MakeErrorReply(
+        control::wire_error::kTimeout,
+        fmt::format("no complete request within {} ms; closing",
+                    client->server_.options_.client_timeout.count())));
+    // Best effort: one non-blocking attempt, then go.
+    client->Flush();
+    client->server_.Close(client->id_);
+    return 0;
+  }
+
+  void HandleIo(uint32_t revents) {
+    if ((revents & EPOLLOUT) != 0 && !Flush()) return server_.Close(id_);
+    if ((revents & (EPOLLIN | EPOLLHUP | EPOLLERR)) != 0 && !stop_reading_) {
+      if (!ReadAndServe()) return server_.Close(id_);
+    }
+    if (!Flush()) return server_.Close(id_);
+    if (output_.size() > server_.options_.max_pending_output) {
+      spdlog::warn("control client pid {} uid {} does not read its replies; dropping it", peer_.pid,
+                   peer_.uid);
+      return server_.Close(id_);
+    }
+    if (output_.empty() && stop_reading_) return server_.Close(id_);
+    UpdateInterest();
+  }
+
+  // Returns false when the connection is dead.
+  bool ReadAndServe() {
+    std::size_t budget = kReadBudget;
+    char buffer[kReadChunk];
+    while (budget > 0 && !stop_reading_) {
+      const ssize_t n = ::recv(fd_.Get(), buffer, sizeof buffer, MSG_DONTWAIT);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+        return false;  // ECONNRESET and friends: nobody to answer
+      }
+      if (n == 0) {
+        // The client finished sending; answer a last unterminated request.
+        ServeLines();
+        std::string rest = framer_.TakeRemainder();
+        if (!stop_reading_ && !rest.empty()) ServeOne(rest);
+        stop_reading_ = true;
+        break;
+      }
+      framer_.Append(std::string_view(buffer, static_cast<std::size_t>(n)));
+      budget -= std::min(budget, static_cast<std::size_t>(n));
+      ServeLines();
+    }
+    return true;
+  }
+
+  void ServeLines() {
+    std::string line;
+    while (!stop_reading_) {
+      switch (framer_.Next(line)) {
+        case control::LineFramer::Outcome::kNeedMore: return;
+        case control::LineFramer::Outcome::kLine: ServeOne(line); break;
+        case control::LineFramer::Outcome::kTooLarge:
+          ++server_.rejected_requests_;
+          Reply(control::MakeErrorReply(
+              control::wire_error::kRequestTooLarge,
+              fmt::format("request exceeds {} bytes; closing", server_.options_.max_request_bytes)));
+          stop_reading_ = true;
+          return;
+      }
+    }
+  }
+
+  void ServeOne(std::string_view line) {
+    if (line.find_first_not_of(" \t\r") == std::string_view::npos) return;  // blank: keep-alive
+    output_ += server_.HandleLine(peer_, line);
+    sd_event_source_set_time_relative(timeout_source_, Microseconds(server_.options_.client_timeout));
+  }
+
+  void Reply(const nlohmann::json& message) { output_ += control::EncodeLine(message); }
+
+  // Returns false when the peer is gone.
+  bool Flush() {
+    while (!output_.empty()) {
+      const ssize_t n = ::send(fd_.Get(), output_.data(), output_.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
+        return false;
+      }
+      output_.erase(0, static_cast<std::size_t>(n));
+    }
+    return true;
+  }
+
+  void UpdateInterest() {
+    uint32_t events = 0;
+    if (!stop_reading_) events |= EPOLLIN;
+    if (!output_.empty()) events |= EPOLLOUT;
+    sd_event_source_set_io_events(io_source_, events);
+  }
+
+  ControlServer& server_;
+  std::uint64_t id_;
+  common::UniqueFd fd_;
+  PeerCredentials peer_;
+  control::LineFramer framer_;
+  std::string output_;
+  bool stop_reading_ = false;
+  sd_event_source* io_source_ = nullptr;
+  sd_event_source* timeout_source_ = nullptr;
+};
+
+Result<std::unique_ptr<ControlServer>> ControlServer::Create(sd_event* event, common::UniqueFd listen_fd,
+                                                             Options options, Authorizer authorizer,
+                                                             std::map<std::string, Command> commands) {
+  if (!SetNonBlocking(listen_fd.Get())) return Fail(ErrnoError("control socket O_NONBLOCK", errno));
+  std::unique_ptr<ControlServer> server(new ControlServer(event, std::move(listen_fd), options,
+                                                          std::move(authorizer), std::move(commands)));
+  if (int rc = sd_event_add_io(event, &server->listen_source_, server->listen_fd_.Get(), EPOLLIN,
+                               &ControlServer::OnListenReady, server.get());
+      rc < 0) {
+    return Fail(ErrnoError("watch control socket", -rc));
+  }
+  return server;
+}
+
+ControlServer::ControlServer(sd_event* event, common::UniqueFd listen_fd, Options options,
+                             Authorizer authorizer, std::map<std::string, Command> commands)
+    : event_(event),
+      listen_fd_(std::move(listen_fd)),
+      options_(options),
+      authorizer_(std::move(authorizer)),
+      commands_(std::move(commands)) {}
+
+ControlServer::~ControlServer() {
+  clients_.clear();
+  sd_event_source_disable_unref(listen_source_);
+  sd_event_source_disable_unref(accept_resume_);
+}
+
+void ControlServer::Reconfigure(Options options, Authorizer authorizer) {
+  options_ = options;
+  authorizer_ = std::move(authorizer);
+}
+
+int ControlServer::OnListenReady(sd_event_source*, int, uint32_t, void* userdata) {
+  static_cast<ControlServer*>(userdata)->AcceptAll();
+  return 0;
+}
+
+int ControlServer::OnAcceptResume(sd_event_source*, uint64_t, void* userdata) {
+  auto* server = static_cast<ControlServer*>(userdata);
+  sd_event_source_set_enabled(server->listen_source_, SD_EVENT_ON);
+  return 0;
+}
+
+void ControlServer::AcceptAll() {
+  for (;;) {
+    common::UniqueFd fd(::accept4(listen_fd_.Get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
+    if (!fd) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        // The pending connection stays readable; pause instead of spinning.
+        spdlog::warn("control socket: cannot accept ({}); pausing for {} ms", std::strerror(errno),
+                     kAcceptPause.count());
+        sd_event_source_set_enabled(listen_source_, SD_EVENT_OFF);
+        if (accept_resume_ == nullptr) {
+          sd_event_add_time_relative(event_, &accept_resume_, CLOCK_MONOTONIC,
+                                     Microseconds(kAcceptPause), 0, &ControlServer::OnAcceptResume, this);
+        } else {
+          sd_event_source_set_time_relative(accept_resume_, Microseconds(kAcceptPause));
+          sd_event_source_set_enabled(accept_resume_, SD_EVENT_ONESHOT);
+        }
+        return;
+      }
+      spdlog::warn("control socket: accept failed: {}", std::strerror(errno));
+      return;
+    }
+    PeerCredentials peer = ReadPeerCredentials(fd.Get());
+    if (clients_.size() >= static_cast<std::size_t>(options_.max_clients)) {
+      ++rejected_requests_;
+      const std::string line = control::EncodeLine(control::MakeErrorReply(
+          control::wire_error::kTooManyClients,
+          fmt::format("rasd already serves {} control clients; try again later", options_.max_clients)));
+      (void)::send(fd.Get(), line.data(), line.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+      spdlog::warn("control socket: refused pid {} uid {}: {} clients connected", peer.pid, peer.uid,
+                   clients_.size());
+      continue;
+    }
+    const std::uint64_t id = next_client_id_++;
+    auto client = std::make_unique<Client>(*this, id, std::move(fd), std::move(peer));
+    if (auto started = client->Start(); !started) {
+      spdlog::warn("control socket: {}", started.error().message);
+      continue;
+    }
+    clients_.emplace(id, std::move(client));
+  }
+}
+
+void ControlServer::Close(std::uint64_t client_id) {
+  // sd-event defers freeing a source that is being dispatched, so a client
+  // may close itself from inside its own callback.
+  clients_.erase(client_id);
+}
+
+std::string ControlServer::HandleLine(const PeerCredentials& peer, std::string_view line) {
+  auto request = control::ParseRequest(line);
+  if (!request) {
+    ++rejected_requests_;
+    const auto code = request.error().code == ErrorCode::kCorruptData ? control::wire_error::kParseError
+                                                                      : control::wire_error::kInvalidRequest;
+    return control::EncodeLine(control::MakeErrorReply(code, request.error().message));
+  }
+  const auto command = commands_.find(request->command);
+  if (command == commands_.end()) {
+    ++rejected_requests_;
+    std::string known;
+    for (const auto& [name, unused] : commands_) known += (known.empty() ? "" : ", ") + name;
+    return control::EncodeLine(control::MakeErrorReply(
+        control::wire_error::kUnknownCommand,
+        fmt::format("unknown command '{}' (known: {})", request->command, known), request->id));
+  }
+  if (command->second.changes_state) {
+    if (!authorizer_.MayChangeState(peer)) {
+      ++rejected_requests_;
+      spdlog::warn("control: denied '{}' to pid {} uid {}", request->command, peer.pid, peer.uid);
+      return control::EncodeLine(control::MakeErrorReply(
+          control::wire_error::kPermissionDenied,
+          fmt::format("permission denied: '{}' changes state and needs {}", request->command,
+                      authorizer_.Requirement()),
+          request->id));
+    }
+    spdlog::info("control: '{}' by pid {} uid {}", request->command, peer.pid, peer.uid);
+  }
+  Result<nlohmann::json> result = Fail(ErrorCode::kInternal, "command did not run");
+  try {
+    result = command->second.run(*request, peer);
+  } catch (const nlohmann::json::exception& error) {
+    result = Fail(ErrorCode::kInvalidArgument, fmt::format("bad arguments: {}", error.what()));
+  } catch (const std::exception& error) {
+    spdlog::error("control: '{}' failed: {}", request->command, error.what());
+    result = Fail(ErrorCode::kInternal, error.what());
+  }
+  if (!result) {
+    return control::EncodeLine(control::MakeErrorReply(ErrorCodeName(result.error().code),
+                                                       result.error().message, request->id));
+  }
+  return control::EncodeLine(control::MakeOkReply(std::move(*result), request->id));
+}
+
+Result<ControlSocket> OpenControlSocket(const std::filesystem::path& path, mode_t mode) {
+  const int passed = sd_listen_fds(/*unset_environment=*/1);
+  if (passed < 0) return Fail(ErrnoError("sd_listen_fds", -passed));
+  if (passed > 1) {
+    return Fail(ErrorCode::kInvalidArgument,
+                fmt::format("systemd passed {} sockets; rasd.socket should pass exactly one", passed));
+  }
+  if (passed == 1) {
+    const int fd = SD_LISTEN_FDS_START;
+    if (sd_is_socket_unix(fd, SOCK_STREAM, /*listening=*/1, nullptr, 0) <= 0) {
+      return Fail(ErrorCode::kInvalidArgument,
+                  "the socket systemd passed is not a listening Unix stream socket");
+    }
+    ::fcntl(fd, F_SETFD, FD_CLOEXEC);
+    return ControlSocket{common::UniqueFd(fd), true, {}};
+  }
+
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  const std::string path_text = path.string();
+  if (path_text.empty() || path_text.size() >= sizeof address.sun_path) {
+    return Fail(ErrorCode::kInvalidArgument,
+                fmt::format("control socket path '{}' is empty or longer than {} bytes", path_text,
+                            sizeof address.sun_path - 1));
+  }
+  std::memcpy(address.sun_path, path_text.c_str(), path_text.size() + 1);
+
+  std::error_code ec;
+  std::filesystem::create_directories(path.parent_path(), ec);
+  if (ec) {
+    return Fail(ErrorCode::kIoError, fmt::format("cannot create {}: {}", path.parent_path().string(),
+                                                 ec.message()));
+  }
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) == 0) {
+    if (!S_ISSOCK(st.st_mode)) {
+      return Fail(ErrorCode::kAlreadyExists,
+                  fmt::format("{} exists and is not a socket; refusing to replace it", path_text));
+    }
+    common::UniqueFd probe(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (probe && ::connect(probe.Get(), reinterpret_cast<const sockaddr*>(&address), sizeof address) == 0) {
+      return Fail(ErrorCode::kAlreadyExists,
+                  fmt::format("{} is in use: another rasd is running", path_text));
+    }
+    ::unlink(path.c_str());  // stale, left by a daemon that died
+  }
+
+  common::UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  if (!fd) return Fail(ErrnoError("socket", errno));
+  // Bind under a umask that yields `mode` at once: no window in which the
+  // socket is more open than configured.
+  const mode_t old_umask = ::umask(static_cast<mode_t>(~mode & 0777));
+  const int bound = ::bind(fd.Get(), reinterpret_cast<const sockaddr*>(&address), sizeof address);
+  const int bind_errno = errno;
+  ::umask(old_umask);
+  if (bound != 0) return Fail(ErrnoError("bind " + path_text, bind_errno));
+  if (::chmod(path.c_str(), mode) != 0) return Fail(ErrnoError("chmod " + path_text, errno));
+  if (::listen(fd.Get(), 128) != 0) return Fail(ErrnoError("listen " + path_text, errno));
+  return ControlSocket{std::move(fd), false, path};
+}
+
+}  // namespace rasd::daemon

@@ -1,0 +1,120 @@
+#pragma once
+
+#include <sys/types.h>
+#include <systemd/sd-event.h>
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "rasd/common/control_protocol.h"
+#include "rasd/common/result.h"
+#include "rasd/common/unique_fd.h"
+
+namespace rasd::daemon {
+
+// Who is on the other end of a control connection, from SO_PEERCRED and
+// SO_PEERGROUPS at accept time.
+struct PeerCredentials {
+  pid_t pid = 0;
+  uid_t uid = 0;
+  gid_t gid = 0;
+  std::vector<gid_t> groups;  // supplementary groups
+};
+
+// Decides who may run state-changing commands: root, the daemon's own uid,
+// and members of the admin group. Everyone who can reach the socket may read.
+struct Authorizer {
+  uid_t daemon_uid = 0;
+  std::optional<gid_t> admin_gid;
+  std::string admin_group_name;
+
+  bool MayChangeState(const PeerCredentials& peer) const;
+  std::string Requirement() const;  // for the "permission denied" message
+};
+
+// One control command. `changes_state` commands run only for peers the
+// Authorizer admits. Handlers run on the event loop thread; they may throw
+// nlohmann::json exceptions on malformed args, which become invalid_request.
+struct Command {
+  bool changes_state = false;
+  std::function<Result<nlohmann::json>(const common::control::Request&, const PeerCredentials&)> run;
+};
+
+// Serves the control protocol (rasd/common/control_protocol.h) on a
+// listening Unix stream socket, inside an sd-event loop.
+//
+// Robustness against hostile or broken clients: requests are bounded in
+// size; a client that sends no complete request within `client_timeout` is
+// told so and dropped; a client that does not read its replies is dropped
+// once `max_pending_output` bytes wait for it; connections beyond
+// `max_clients` are refused with an error line; descriptor exhaustion pauses
+// accepting instead of spinning. Nothing a client sends ends the daemon.
+//
+// Single-threaded: every method runs on the loop's thread. The server must
+// be destroyed before the sd_event it was created on.
+class ControlServer {
+ public:
+  struct Options {
+    std::size_t max_request_bytes = common::control::kMaxRequestBytes;
+    std::size_t max_pending_output = 4 * 1024 * 1024;
+    std::chrono::milliseconds client_timeout{10000};
+    int max_clients = 64;
+  };
+
+  static Result<std::unique_ptr<ControlServer>> Create(sd_event* event, common::UniqueFd listen_fd,
+                                                       Options options, Authorizer authorizer,
+                                                       std::map<std::string, Command> commands);
+  ~ControlServer();
+  ControlServer(const ControlServer&) = delete;
+  ControlServer& operator=(const ControlServer&) = delete;
+
+  // Takes effect for new requests and new connections (config reload).
+  void Reconfigure(Options options, Authorizer authorizer);
+
+  std::size_t ClientCount() const { return clients_.size(); }
+  std::uint64_t RejectedRequests() const { return rejected_requests_; }
+
+ private:
+  class Client;
+
+  ControlServer(sd_event* event, common::UniqueFd listen_fd, Options options, Authorizer authorizer,
+                std::map<std::string, Command> commands);
+  static int OnListenReady(sd_event_source* source, int fd, uint32_t revents, void* userdata);
+  static int OnAcceptResume(sd_event_source* source, uint64_t usec, void* userdata);
+  void AcceptAll();
+  void Close(std::uint64_t client_id);
+  std::string HandleLine(const PeerCredentials& peer, std::string_view line);
+
+  sd_event* event_;
+  common::UniqueFd listen_fd_;
+  sd_event_source* listen_source_ = nullptr;
+  sd_event_source* accept_resume_ = nullptr;
+  Options options_;
+  Authorizer authorizer_;
+  std::map<std::string, Command> commands_;
+  std::map<std::uint64_t, std::unique_ptr<Client>> clients_;
+  std::uint64_t next_client_id_ = 1;
+  std::uint64_t rejected_requests_ = 0;
+};
+
+// The listening socket: the one systemd passed (LISTEN_FDS), else a fresh
+// one bound at `path` with `mode`. A stale socket file left by a crash is
+// replaced; a socket some live process still answers on is an error, and so
+// is any other file at that path.
+struct ControlSocket {
+  common::UniqueFd fd;
+  bool activated = false;           // from systemd: do not unlink on exit
+  std::filesystem::path bound_path; // empty when activated
+};
+Result<ControlSocket> OpenControlSocket(const std::filesystem::path& path, mode_t mode);
+
+}  // namespace rasd::daemon

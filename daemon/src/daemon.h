@@ -1,0 +1,86 @@
+#pragma once
+
+#include <systemd/sd-event.h>
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "control_server.h"
+#include "rasd/common/host_env.h"
+#include "rasd/daemon/config.h"
+#include "rasd/jobs/job_manager.h"
+#include "rasd/ras/state_store.h"
+#include "rasd/runtime/runtime.h"
+
+namespace rasd::daemon {
+
+// The running daemon: one sd-event loop that owns the control server, the
+// state store and the runtime, and wires signals, the systemd watchdog and
+// reloads into it. Created and run on the main thread; the signals it
+// handles (TERM, INT, HUP) must be blocked in every thread before Start().
+class Daemon {
+ public:
+  struct StartOptions {
+    std::optional<std::filesystem::path> config_path;  // none: built-in defaults
+    ConfigOverrides overrides;
+  };
+
+  // Builds everything and binds the control socket. Every failure is a clear
+  // start-up error naming what is wrong (state directory, socket, host root).
+  static Result<std::unique_ptr<Daemon>> Start(StartOptions options, Config config);
+  ~Daemon();
+  Daemon(const Daemon&) = delete;
+  Daemon& operator=(const Daemon&) = delete;
+
+  // Announces READY=1 and runs the loop until SIGTERM/SIGINT. Returns the
+  // process exit code.
+  int Run();
+
+ private:
+  explicit Daemon(StartOptions options);
+
+  Status Initialize(Config config);
+  std::map<std::string, Command> Commands();
+  Result<nlohmann::json> StatusReport();
+  // Re-reads the config file; keeps the running config when the new one has
+  // problems. Returns what changed, or the problems.
+  Result<nlohmann::json> Reload();
+  void Notify(const std::string& message);
+  void NotifyStatus();
+
+  static int OnTerminate(sd_event_source* source, const struct signalfd_siginfo* info, void* userdata);
+  static int OnHangup(sd_event_source* source, const struct signalfd_siginfo* info, void* userdata);
+  static int OnWatchdog(sd_event_source* source, uint64_t usec, void* userdata);
+
+  StartOptions options_;
+  Config config_;
+  std::filesystem::path state_dir_;
+  std::filesystem::path socket_path_;
+  Authorizer authorizer_;
+  std::shared_ptr<common::SystemClock> clock_;
+  std::unique_ptr<common::HostEnv> host_;
+  std::chrono::nanoseconds started_monotonic_{};
+  std::chrono::system_clock::time_point started_wall_;
+
+  sd_event* event_ = nullptr;
+  std::vector<sd_event_source*> sources_;
+  std::uint64_t watchdog_usec_ = 0;
+
+  std::unique_ptr<ras::StateStore> store_;
+  std::unique_ptr<runtime::Runtime> runtime_;
+  jobs::JobManager jobs_;
+  ControlSocket socket_;
+  std::unique_ptr<ControlServer> control_;
+
+  std::uint64_t config_generation_ = 1;
+  nlohmann::json last_reload_;  // null until the first reload
+};
+
+}  // namespace rasd::daemon

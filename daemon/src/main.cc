@@ -1,0 +1,116 @@
+// rasd: the RAS-aware device runtime and health daemon. This file is the
+// edge: command-line parsing (CLI11, kept to this one file for build time),
+// signal masks, and turning errors into exit codes.
+//
+// Exit codes: 0 clean stop; 1 start-up failure; 2 bad command line or config.
+
+#include <signal.h>
+
+#include <cstdio>
+#include <iostream>
+
+#include <CLI/CLI.hpp>
+
+#include "daemon.h"
+#include "rasd/common/logging.h"
+#include "rasd/common/version.h"
+#include "rasd/daemon/config.h"
+#include "rasd/exporters/listen_address.h"
+
+namespace {
+
+constexpr int kExitStartFailure = 1;
+constexpr int kExitUsage = 2;
+
+int CheckConfig(const std::string& path) {
+  const auto result = rasd::daemon::LoadConfigFile(path);
+  for (const auto& problem : result.problems) std::cerr << problem.ToString() << "\n";
+  if (!result.ok()) return kExitUsage;
+  std::cout << path << ": ok\n";
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"rasd: RAS-aware device runtime and health daemon"};
+  std::string config_path;
+  std::string check_config_path;
+  std::string state_dir, socket, host_root, metrics_listen, log_level;
+  app.add_option("--config", config_path, "YAML config file (default: built-in defaults)");
+  app.add_option("--check-config", check_config_path,
+                 "validate FILE, print FILE:LINE:COL: message per problem, exit 0 or 2");
+  app.add_option("--state-dir", state_dir, "override daemon.state_dir");
+  app.add_option("--socket", socket, "override control.socket");
+  app.add_option("--host-root", host_root, "override host.root (a fixture tree for tests)");
+  app.add_option("--metrics-listen", metrics_listen, "override metrics.listen (ADDR:PORT)");
+  app.add_option("--log-level", log_level, "override daemon.log_level");
+  app.set_version_flag("--version", std::string("rasd ") + rasd::kVersion);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& error) {
+    const int rc = app.exit(error);
+    return rc == 0 ? 0 : kExitUsage;
+  }
+
+  if (!check_config_path.empty()) return CheckConfig(check_config_path);
+
+  rasd::daemon::ConfigOverrides overrides;
+  // Relative paths on the command line are relative to where rasd was started.
+  if (!state_dir.empty()) overrides.state_dir = std::filesystem::absolute(state_dir);
+  if (!socket.empty()) overrides.socket = std::filesystem::absolute(socket);
+  if (!host_root.empty()) overrides.host_root = std::filesystem::absolute(host_root);
+  if (!metrics_listen.empty()) overrides.metrics_listen = metrics_listen;
+  if (!log_level.empty()) {
+    auto level = rasd::common::ParseLogLevel(log_level);
+    if (!level) {
+      std::cerr << "rasd: --log-level: " << level.error().message << "\n";
+      return kExitUsage;
+    }
+    overrides.log_level = *level;
+  }
+
+  rasd::daemon::ConfigParseResult loaded;
+  std::optional<std::filesystem::path> config_file;
+  if (!config_path.empty()) {
+    config_file = config_path;
+    loaded = rasd::daemon::LoadConfigFile(config_path);
+    if (!loaded.ok()) {
+      for (const auto& problem : loaded.problems) std::cerr << problem.ToString() << "\n";
+      return kExitUsage;
+    }
+  }
+  overrides.ApplyTo(loaded.config);
+  // Overrides are checked as strictly as the file.
+  if (!metrics_listen.empty()) {
+    if (auto parsed = rasd::exporters::ParseListenAddress(metrics_listen); !parsed) {
+      std::cerr << "rasd: --metrics-listen: " << parsed.error().message << "\n";
+      return kExitUsage;
+    }
+  }
+
+  rasd::common::InitLogging(loaded.config.daemon.log_level);
+
+  // Signals are taken through sd-event's signalfd; they must be blocked
+  // before any thread exists so that every thread inherits the mask.
+  sigset_t mask;
+  sigemptyset(&mask);
+  sigaddset(&mask, SIGTERM);
+  sigaddset(&mask, SIGINT);
+  sigaddset(&mask, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &mask, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  try {
+    auto daemon = rasd::daemon::Daemon::Start({config_file, overrides}, loaded.config);
+    if (!daemon) {
+      spdlog::critical("cannot start: {}", daemon.error().message);
+      return kExitStartFailure;
+    }
+    return (*daemon)->Run();
+  } catch (const std::exception& error) {
+    // A bug, not input: say so loudly and let systemd restart us.
+    spdlog::critical("unexpected exception: {}", error.what());
+    return kExitStartFailure;
+  }
+}

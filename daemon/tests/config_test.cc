@@ -1,0 +1,171 @@
+#include "rasd/daemon/config.h"
+
+#include <unistd.h>
+
+#include <fstream>
+
+#include <gtest/gtest.h>
+
+namespace rasd::daemon {
+namespace {
+
+std::vector<std::string> Problems(const ConfigParseResult& result) {
+  std::vector<std::string> lines;
+  for (const auto& problem : result.problems) lines.push_back(problem.ToString());
+  return lines;
+}
+
+TEST(ConfigTest, EmptyDocumentGivesDefaults) {
+  const auto result = ParseConfig("", "empty.yaml");
+  ASSERT_TRUE(result.ok()) << testing::PrintToString(Problems(result));
+  EXPECT_EQ(result.config, Config{});
+  EXPECT_EQ(result.config.host.root, "/");
+  EXPECT_EQ(result.config.simulator.devices, 4);
+  EXPECT_EQ(result.config.control.socket_mode, 0666u);
+  EXPECT_EQ(result.config.control.client_timeout, std::chrono::milliseconds(10000));
+}
+
+TEST(ConfigTest, ValidDocumentSetsEveryKey) {
+  const auto result = ParseConfig(R"(
+host:
+  root: /srv/fixture
+daemon:
+  state_dir: /var/lib/rasd-test
+  log_level: debug
+control:
+  socket: /run/rasd-test/rasd.sock
+  socket_mode: "0660"
+  admin_group: rasd
+  client_timeout_ms: 2500
+  max_clients: 8
+metrics:
+  listen: 127.0.0.1:9464
+runtime:
+  driver: sim
+simulator:
+  devices: 8
+  memory_mib: 256
+)",
+                                  "full.yaml");
+  ASSERT_TRUE(result.ok()) << testing::PrintToString(Problems(result));
+  const Config& config = result.config;
+  EXPECT_EQ(config.host.root, "/srv/fixture");
+  EXPECT_EQ(config.daemon.state_dir, "/var/lib/rasd-test");
+  EXPECT_EQ(config.daemon.log_level, spdlog::level::debug);
+  EXPECT_EQ(config.control.socket, "/run/rasd-test/rasd.sock");
+  EXPECT_EQ(config.control.socket_mode, 0660u);
+  EXPECT_EQ(config.control.admin_group, "rasd");
+  EXPECT_EQ(config.control.client_timeout, std::chrono::milliseconds(2500));
+  EXPECT_EQ(config.control.max_clients, 8);
+  EXPECT_EQ(config.metrics.listen, "127.0.0.1:9464");
+  EXPECT_EQ(config.simulator.devices, 8);
+  EXPECT_EQ(config.simulator.memory_mib, 256u);
+}
+
+TEST(ConfigTest, EmptyValuesKeepDefaults) {
+  const auto result = ParseConfig("daemon:\n  state_dir:\ncontrol:\n", "nulls.yaml");
+  ASSERT_TRUE(result.ok()) << testing::PrintToString(Problems(result));
+  EXPECT_EQ(result.config, Config{});
+}
+
+TEST(ConfigTest, UnknownKeysAreErrorsWithPosition) {
+  const auto result = ParseConfig("control:\n  sockett: /x\nbogus: 1\n", "typo.yaml");
+  ASSERT_EQ(result.problems.size(), 2u) << testing::PrintToString(Problems(result));
+  EXPECT_EQ(result.problems[0].ToString(),
+            "typo.yaml:2:3: unknown key 'control.sockett' (did you mean 'socket'?)");
+  EXPECT_EQ(result.problems[1].line, 3);
+  EXPECT_EQ(result.problems[1].column, 1);
+  EXPECT_NE(result.problems[1].message.find("unknown key 'bogus'"), std::string::npos);
+  EXPECT_NE(result.problems[1].message.find("known: host, daemon"), std::string::npos);
+}
+
+TEST(ConfigTest, WrongTypesAreErrorsWithPosition) {
+  const auto result = ParseConfig(R"(simulator:
+  devices: four
+  memory_mib: [1, 2]
+control:
+  max_clients: 0
+  socket_mode: "999"
+  socket: relative/path
+daemon: just-a-string
+)",
+                                  "types.yaml");
+  const auto problems = Problems(result);
+  ASSERT_EQ(problems.size(), 6u) << testing::PrintToString(problems);
+  EXPECT_EQ(problems[0], "types.yaml:2:12: 'simulator.devices' must be an integer, not 'four'");
+  EXPECT_EQ(problems[1], "types.yaml:3:15: 'simulator.memory_mib' must be an integer, not a list");
+  EXPECT_EQ(problems[2], "types.yaml:5:16: 'control.max_clients' must be in 1..4096, not 0");
+  EXPECT_EQ(problems[3],
+            "types.yaml:6:16: 'control.socket_mode' must be an octal mode such as \"0660\", not '999'");
+  EXPECT_EQ(problems[4], "types.yaml:7:11: 'control.socket' must be an absolute path, not 'relative/path'");
+  EXPECT_EQ(problems[5], "types.yaml:8:9: 'daemon' must be a mapping, not 'just-a-string'");
+}
+
+TEST(ConfigTest, SemanticValuesAreChecked) {
+  const auto result = ParseConfig(
+      "daemon:\n  log_level: loud\nmetrics:\n  listen: nowhere\nruntime:\n  driver: quantum\n", "values.yaml");
+  const auto problems = Problems(result);
+  ASSERT_EQ(problems.size(), 3u) << testing::PrintToString(problems);
+  EXPECT_NE(problems[0].find("values.yaml:2:14: 'daemon.log_level': unknown log level 'loud'"),
+            std::string::npos)
+      << problems[0];
+  EXPECT_NE(problems[1].find("values.yaml:4:11: 'metrics.listen'"), std::string::npos) << problems[1];
+  EXPECT_NE(problems[2].find("values.yaml:6:11: 'runtime.driver' must be one of: sim"), std::string::npos)
+      << problems[2];
+}
+
+TEST(ConfigTest, BrokenYamlReportsLineAndColumn) {
+  const auto result = ParseConfig("control:\n  socket: /x\n  max_clients: [1, 2\n", "broken.yaml");
+  ASSERT_EQ(result.problems.size(), 1u);
+  EXPECT_EQ(result.problems[0].file, "broken.yaml");
+  EXPECT_GE(result.problems[0].line, 3);
+  EXPECT_GE(result.problems[0].column, 1);
+  EXPECT_FALSE(result.problems[0].message.empty());
+}
+
+TEST(ConfigTest, TabIndentationIsBrokenYaml) {
+  const auto result = ParseConfig("control:\n\tsocket: /x\n", "tabs.yaml");
+  ASSERT_EQ(result.problems.size(), 1u);
+  EXPECT_EQ(result.problems[0].line, 2);
+}
+
+TEST(ConfigTest, DuplicateKeysAreErrors) {
+  const auto result = ParseConfig("simulator:\n  devices: 2\n  devices: 3\n", "dup.yaml");
+  const auto problems = Problems(result);
+  ASSERT_EQ(problems.size(), 1u) << testing::PrintToString(problems);
+  EXPECT_EQ(problems[0], "dup.yaml:3:3: duplicate key 'simulator.devices'");
+}
+
+TEST(ConfigTest, TopLevelMustBeAMapping) {
+  const auto result = ParseConfig("- a\n- b\n", "list.yaml");
+  ASSERT_EQ(result.problems.size(), 1u);
+  EXPECT_EQ(result.problems[0].ToString(), "list.yaml:1:1: 'the document' must be a mapping, not a list");
+}
+
+TEST(ConfigTest, UnreadableFileIsOneProblem) {
+  const auto result = LoadConfigFile("/nonexistent/rasd.yaml");
+  ASSERT_EQ(result.problems.size(), 1u);
+  EXPECT_EQ(result.problems[0].ToString(),
+            "/nonexistent/rasd.yaml:1:1: cannot read config file: No such file or directory");
+}
+
+TEST(ConfigTest, ThePackagedDefaultConfigIsValidAndEqualsTheBuiltInDefaults) {
+  const auto result = LoadConfigFile(RASD_SOURCE_DIR "/packaging/rasd.yaml");
+  ASSERT_TRUE(result.ok()) << testing::PrintToString(Problems(result));
+  EXPECT_EQ(result.config, Config{});
+}
+
+TEST(ConfigTest, OverridesWinOverTheFile) {
+  auto result = ParseConfig("daemon:\n  state_dir: /a\n", "o.yaml");
+  ASSERT_TRUE(result.ok());
+  ConfigOverrides overrides;
+  overrides.state_dir = "/b";
+  overrides.host_root = "/fixture";
+  overrides.ApplyTo(result.config);
+  EXPECT_EQ(result.config.daemon.state_dir, "/b");
+  EXPECT_EQ(result.config.host.root, "/fixture");
+  EXPECT_EQ(result.config.control.socket, "");
+}
+
+}  // namespace
+}  // namespace rasd::daemon

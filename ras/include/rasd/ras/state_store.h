@@ -1,0 +1,66 @@
+#pragma once
+
+#include <filesystem>
+#include <map>
+#include <memory>
+
+#include "rasd/common/result.h"
+#include "rasd/common/unique_fd.h"
+#include "rasd/ras/ras_event.h"
+#include "rasd/ras/severity.h"
+
+struct sqlite3;
+struct sqlite3_stmt;
+
+namespace rasd::ras {
+
+// The daemon's durable state in one SQLite file (WAL): events, device health
+// states, retired pages and source cursors, so that a restart loses nothing,
+// repeats nothing, and never un-isolates a device.
+//
+// Open() takes an exclusive lock on the state directory: two daemons acting
+// on the same devices would fight. The schema is versioned; Open() applies
+// pending migrations in order, each in its own transaction, and refuses a
+// database written by a newer rasd.
+//
+// Not thread-safe: the daemon's event loop owns it.
+class StateStore {
+ public:
+  static constexpr const char* kDatabaseFile = "rasd.db";
+  static constexpr const char* kLockFile = "rasd.lock";
+
+  // Creates `state_dir` (0750) if missing. Errors name the directory and what
+  // is wrong with it: not a directory, not writable, locked by another rasd,
+  // not a database, newer schema.
+  static Result<std::unique_ptr<StateStore>> Open(const std::filesystem::path& state_dir);
+
+  ~StateStore();
+  StateStore(const StateStore&) = delete;
+  StateStore& operator=(const StateStore&) = delete;
+
+  // The schema version after migrations; equals LatestSchemaVersion().
+  int SchemaVersion() const { return schema_version_; }
+  static int LatestSchemaVersion();
+  const std::filesystem::path& DatabasePath() const { return database_path_; }
+
+  // Appends an event; returns its row id.
+  Result<std::int64_t> RecordEvent(const RasEvent& event);
+
+  // Event counts by severity, with every severity present (0 where none).
+  Result<std::map<Severity, std::uint64_t>> CountEventsBySeverity();
+
+ private:
+  StateStore(std::filesystem::path database_path, common::UniqueFd lock, sqlite3* db);
+  Status Migrate();
+  Status Prepare();
+  Error SqliteError(std::string_view what) const;
+
+  std::filesystem::path database_path_;
+  common::UniqueFd lock_;
+  sqlite3* db_ = nullptr;
+  sqlite3_stmt* insert_event_ = nullptr;
+  sqlite3_stmt* count_events_ = nullptr;
+  int schema_version_ = 0;
+};
+
+}  // namespace rasd::ras

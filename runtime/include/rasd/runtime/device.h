@@ -1,0 +1,51 @@
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+#include "rasd/common/result.h"
+#include "rasd/drivers_shim/driver.h"
+
+namespace rasd::runtime {
+
+// Health of a device as the policy engine decides it. Only an operator
+// returns an Isolated device to service.
+enum class HealthState : std::uint8_t {
+  kHealthy,   // takes any work
+  kDegraded,  // takes any work; errors are elevated and watched
+  kDraining,  // takes work only from jobs already admitted to it
+  kIsolated,  // takes no work
+};
+
+std::string_view HealthStateName(HealthState state);
+std::optional<HealthState> ParseHealthState(std::string_view name);
+
+// Who is asking to put work on a device: a job that is already running there
+// may finish while the device drains; a new one may not.
+enum class Admission : std::uint8_t { kNewWork, kAdmittedJob };
+
+// One device and its health gate. The gate is a single atomic so that every
+// launch, copy and allocation can check it with one load on the hot path.
+// Thread-safe. The Device lives as long as the Runtime that owns it.
+class Device {
+ public:
+  explicit Device(drivers::DeviceProperties properties);
+
+  const drivers::DeviceProperties& Properties() const { return properties_; }
+  int Index() const { return properties_.index; }
+
+  HealthState Health() const { return health_.load(std::memory_order_acquire); }
+  void SetHealth(HealthState state) { health_.store(state, std::memory_order_release); }
+
+  // ok when work of this kind may start; kDeviceIsolated otherwise, with the
+  // device and its state in the message.
+  Status CheckGate(Admission admission) const;
+
+ private:
+  drivers::DeviceProperties properties_;
+  std::atomic<HealthState> health_{HealthState::kHealthy};
+};
+
+}  // namespace rasd::runtime

@@ -1,0 +1,313 @@
+#include "test_support.h"
+
+#include <fcntl.h>
+#include <grp.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+
+extern char** environ;
+
+namespace rasd::testing {
+namespace {
+
+sockaddr_un UnixAddress(const std::filesystem::path& path) {
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  const std::string text = path.string();
+  if (text.size() >= sizeof address.sun_path) throw std::runtime_error("socket path too long: " + text);
+  std::memcpy(address.sun_path, text.c_str(), text.size() + 1);
+  return address;
+}
+
+int Remaining(std::chrono::steady_clock::time_point deadline) {
+  const auto left =
+      std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+  return static_cast<int>(std::max<std::int64_t>(0, left.count()));
+}
+
+}  // namespace
+
+TempDir::TempDir() {
+  char pattern[] = "/tmp/rasd-test-XXXXXX";
+  if (::mkdtemp(pattern) == nullptr) throw std::runtime_error("mkdtemp failed");
+  path_ = pattern;
+  ::chmod(path_.c_str(), 0755);
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
+}
+
+std::string ReadText(const std::filesystem::path& path) {
+  std::ifstream file(path, std::ios::binary);
+  std::ostringstream text;
+  text << file.rdbuf();
+  return text.str();
+}
+
+void WriteText(const std::filesystem::path& path, const std::string& text) {
+  std::ofstream file(path, std::ios::binary | std::ios::trunc);
+  file << text;
+}
+
+bool WaitUntil(const std::function<bool()>& condition, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (true) {
+    if (condition()) return true;
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(10ms);
+  }
+}
+
+Process::Process(const ProcessOptions& options) {
+  // Everything the child needs is prepared before fork: after fork only
+  // async-signal-safe calls are allowed.
+  std::map<std::string, std::string> env;
+  for (char** entry = environ; *entry != nullptr; ++entry) {
+    const std::string text(*entry);
+    const auto eq = text.find('=');
+    if (eq != std::string::npos) env[text.substr(0, eq)] = text.substr(eq + 1);
+  }
+  for (const auto& name : options.unset_env) env.erase(name);
+  env.erase("LISTEN_FDS");
+  env.erase("LISTEN_PID");
+  env.erase("LISTEN_FDNAMES");
+  for (const auto& [name, value] : options.set_env) env[name] = value;
+  std::vector<std::string> env_strings;
+  for (const auto& [name, value] : env) env_strings.push_back(name + "=" + value);
+  if (options.pass_listen_fd >= 0) env_strings.push_back("LISTEN_FDS=1");
+  std::string listen_pid(64, '\0');  // filled in by the child
+  std::vector<char*> envp;
+  for (auto& entry : env_strings) envp.push_back(entry.data());
+  if (options.pass_listen_fd >= 0) envp.push_back(listen_pid.data());
+  envp.push_back(nullptr);
+  std::vector<std::string> argv_strings = options.argv;
+  std::vector<char*> argv;
+  for (auto& arg : argv_strings) argv.push_back(arg.data());
+  argv.push_back(nullptr);
+
+  const int out_fd = ::open(options.stdout_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const int err_fd = ::open(options.stderr_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const int in_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (out_fd < 0 || err_fd < 0 || in_fd < 0) throw std::runtime_error("cannot open child stdio");
+
+  pid_ = ::fork();
+  if (pid_ < 0) throw std::runtime_error("fork failed");
+  if (pid_ == 0) {
+    ::dup2(in_fd, 0);
+    ::dup2(out_fd, 1);
+    ::dup2(err_fd, 2);
+    if (options.pass_listen_fd >= 0) {
+      if (options.pass_listen_fd == 3) {
+        ::fcntl(3, F_SETFD, 0);
+      } else {
+        ::dup2(options.pass_listen_fd, 3);
+      }
+      std::snprintf(listen_pid.data(), listen_pid.size(), "LISTEN_PID=%d", static_cast<int>(::getpid()));
+    }
+    if (options.gid || options.uid) {
+      if (::setgroups(options.groups.size(), options.groups.data()) != 0) ::_exit(125);
+      if (options.gid && ::setgid(*options.gid) != 0) ::_exit(125);
+      if (options.uid && ::setuid(*options.uid) != 0) ::_exit(125);
+    }
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    ::execve(argv[0], argv.data(), envp.data());
+    ::_exit(127);
+  }
+  ::close(out_fd);
+  ::close(err_fd);
+  ::close(in_fd);
+}
+
+Process::~Process() {
+  if (Running()) {
+    ::kill(pid_, SIGKILL);
+    Wait(5s);
+  }
+}
+
+void Process::Signal(int signal) const { ::kill(pid_, signal); }
+
+bool Process::Running() {
+  if (status_) return false;
+  int status = 0;
+  const pid_t done = ::waitpid(pid_, &status, WNOHANG);
+  if (done == pid_) {
+    status_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    return false;
+  }
+  return true;
+}
+
+std::optional<int> Process::Wait(std::chrono::milliseconds timeout) {
+  WaitUntil([this] { return !Running(); }, timeout);
+  return status_;
+}
+
+CommandResult RunToCompletion(ProcessOptions options, std::chrono::milliseconds timeout) {
+  TempDir capture;
+  options.stdout_path = capture / "stdout";
+  options.stderr_path = capture / "stderr";
+  CommandResult result;
+  {
+    Process process(options);
+    const auto code = process.Wait(timeout);
+    result.exit_code = code.value_or(-1);
+  }
+  result.out = ReadText(capture / "stdout");
+  result.err = ReadText(capture / "stderr");
+  return result;
+}
+
+NotifyListener::NotifyListener(std::filesystem::path path) : path_(std::move(path)) {
+  fd_.Reset(::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  const int on = 1;
+  ::setsockopt(fd_.Get(), SOL_SOCKET, SO_PASSCRED, &on, sizeof on);
+  const sockaddr_un address = UnixAddress(path_);
+  if (::bind(fd_.Get(), reinterpret_cast<const sockaddr*>(&address), sizeof address) != 0) {
+    throw std::runtime_error("cannot bind notify socket " + path_.string());
+  }
+}
+
+std::optional<std::string> NotifyListener::Receive(std::chrono::milliseconds timeout) {
+  pollfd pfd{fd_.Get(), POLLIN, 0};
+  if (::poll(&pfd, 1, static_cast<int>(timeout.count())) <= 0) return std::nullopt;
+  char buffer[4096];
+  const ssize_t n = ::recv(fd_.Get(), buffer, sizeof buffer, 0);
+  if (n <= 0) return std::nullopt;
+  return std::string(buffer, static_cast<std::size_t>(n));
+}
+
+bool NotifyListener::WaitFor(const std::string& needle, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (const auto& message : messages_) {
+    if (message.find(needle) != std::string::npos) return true;
+  }
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto message = Receive(std::chrono::milliseconds(Remaining(deadline)));
+    if (!message) return false;
+    messages_.push_back(*message);
+    if (message->find(needle) != std::string::npos) return true;
+  }
+  return false;
+}
+
+RawClient::RawClient(const std::filesystem::path& socket) {
+  common::UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  const sockaddr_un address = UnixAddress(socket);
+  if (::connect(fd.Get(), reinterpret_cast<const sockaddr*>(&address), sizeof address) == 0) {
+    fd_ = std::move(fd);
+  }
+}
+
+bool RawClient::Send(const std::string& bytes) {
+  std::size_t sent = 0;
+  while (sent < bytes.size()) {
+    const ssize_t n = ::send(fd_.Get(), bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    sent += static_cast<std::size_t>(n);
+  }
+  return true;
+}
+
+void RawClient::ShutdownWrite() { ::shutdown(fd_.Get(), SHUT_WR); }
+
+std::optional<std::string> RawClient::ReadLine(std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (true) {
+    if (const auto newline = buffer_.find('\n'); newline != std::string::npos) {
+      std::string line = buffer_.substr(0, newline);
+      buffer_.erase(0, newline + 1);
+      return line;
+    }
+    pollfd pfd{fd_.Get(), POLLIN, 0};
+    if (::poll(&pfd, 1, Remaining(deadline)) <= 0) return std::nullopt;
+    char chunk[65536];
+    const ssize_t n = ::recv(fd_.Get(), chunk, sizeof chunk, 0);
+    if (n <= 0) return std::nullopt;
+    buffer_.append(chunk, static_cast<std::size_t>(n));
+  }
+}
+
+bool RawClient::WaitClosed(std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (true) {
+    pollfd pfd{fd_.Get(), POLLIN, 0};
+    if (::poll(&pfd, 1, Remaining(deadline)) <= 0) return false;
+    char chunk[65536];
+    const ssize_t n = ::recv(fd_.Get(), chunk, sizeof chunk, 0);
+    if (n == 0) return true;
+    if (n < 0) return errno == ECONNRESET;
+  }
+}
+
+RasdInstance::RasdInstance() { notify_ = std::make_unique<NotifyListener>(dir_ / "notify.sock"); }
+
+RasdInstance::~RasdInstance() {
+  if (process_ && process_->Running()) Stop();
+}
+
+void RasdInstance::WriteConfig(const std::string& yaml) {
+  WriteText(ConfigPath(), yaml);
+  has_config_ = true;
+}
+
+bool RasdInstance::Start(std::vector<std::string> extra_args, std::map<std::string, std::string> env,
+                         std::string* why) {
+  ProcessOptions options;
+  options.argv = {RASD_BINARY, "--state-dir", StateDir().string(), "--socket", Socket().string()};
+  if (has_config_) {
+    options.argv.push_back("--config");
+    options.argv.push_back(ConfigPath().string());
+  }
+  for (auto& arg : extra_args) options.argv.push_back(std::move(arg));
+  options.set_env = std::move(env);
+  options.set_env["NOTIFY_SOCKET"] = notify_->Path().string();
+  options.unset_env = {"WATCHDOG_USEC", "WATCHDOG_PID", "JOURNAL_STREAM", "RASD_SOCKET"};
+  options.stderr_path = dir_ / "rasd.stderr";
+  notify_->ClearMessages();
+  process_ = std::make_unique<Process>(options);
+  if (notify_->WaitFor("READY=1", 10s)) return true;
+  if (why != nullptr) {
+    *why = "rasd did not send READY=1 within 10 s; running=" + std::to_string(process_->Running()) +
+           "; stderr:\n" + Stderr();
+  }
+  return false;
+}
+
+std::optional<int> RasdInstance::Stop(std::chrono::milliseconds timeout) {
+  process_->Signal(SIGTERM);
+  return process_->Wait(timeout);
+}
+
+CommandResult RasdInstance::Rasctl(std::vector<std::string> args, std::optional<uid_t> uid,
+                                   std::optional<gid_t> gid, std::vector<gid_t> groups) {
+  ProcessOptions options;
+  options.argv = {RASCTL_BINARY, "--socket", Socket().string()};
+  for (auto& arg : args) options.argv.push_back(std::move(arg));
+  options.uid = uid;
+  options.gid = gid;
+  options.groups = std::move(groups);
+  return RunToCompletion(options);
+}
+
+}  // namespace rasd::testing
