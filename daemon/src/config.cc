@@ -122,7 +122,10 @@ class SchemaReader {
       if (common >= 3 && longer - common <= 2) return fmt::format(" (did you mean '{}'?)", known);
     }
     std::string list;
-    for (const auto& key : keys) list += (list.empty() ? "" : ", ") + std::string(key.name);
+    for (const auto& key : keys) {
+      if (!list.empty()) list += ", ";
+      list += key.name;
+    }
     return " (known: " + list + ")";
   }
 

@@ -336,7 +336,10 @@ std::string ControlServer::HandleLine(const PeerCredentials& peer, std::string_v
   if (command == commands_.end()) {
     ++rejected_requests_;
     std::string known;
-    for (const auto& [name, unused] : commands_) known += (known.empty() ? "" : ", ") + name;
+    for (const auto& [name, unused] : commands_) {
+      if (!known.empty()) known += ", ";
+      known += name;
+    }
     return control::EncodeLine(control::MakeErrorReply(
         control::wire_error::kUnknownCommand,
         fmt::format("unknown command '{}' (known: {})", request->command, known), request->id));

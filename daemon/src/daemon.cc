@@ -233,7 +233,8 @@ Result<nlohmann::json> Daemon::Reload() {
     }
   } else {
     for (const auto& problem : loaded.problems) {
-      failure += (failure.empty() ? "" : "\n") + problem.ToString();
+      if (!failure.empty()) failure += '\n';
+      failure += problem.ToString();
     }
   }
   const std::string when = Iso8601(clock_->Wall());
