@@ -2,13 +2,12 @@
 // rasd binary. After every abuse the daemon must still answer.
 
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <thread>
-
-#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "test_support.h"
 
@@ -83,7 +82,8 @@ TEST_F(ControlApiTest, MalformedJsonGetsAParseErrorAndTheConnectionStaysUsable) 
 TEST_F(ControlApiTest, WellFormedNonRequestsAreInvalidRequests) {
   StartRasd();
   RawClient client(rasd_.Socket());
-  for (const char* line : {"[1,2,3]", "42", R"({"cmd":"ping"})", R"({"command":"ping","args":"x"})"}) {
+  for (const char* line :
+       {"[1,2,3]", "42", R"({"cmd":"ping"})", R"({"command":"ping","args":"x"})"}) {
     const auto reply = Ask(client, line);
     EXPECT_EQ(reply["error"]["code"], "invalid_request") << line << " -> " << reply.dump();
   }
@@ -229,7 +229,8 @@ TEST_F(ControlApiTest, ManyConnectAndDisconnectCyclesLeaveNoClientsBehind) {
         const auto line = observer.ReadLine(1s);
         if (!line) return false;
         const auto reply = nlohmann::json::parse(*line, nullptr, false);
-        return reply.is_object() && reply.value("ok", false) && reply["result"]["control"]["clients"] == 1;
+        return reply.is_object() && reply.value("ok", false) &&
+               reply["result"]["control"]["clients"] == 1;
       },
       5s));
   ExpectServing();
@@ -241,7 +242,8 @@ class ControlAuthorizationTest : public ControlApiTest {
  protected:
   void SetUp() override {
     if (::geteuid() != 0) {
-      GTEST_SKIP() << "needs root: the test connects as other uids (setuid) to check SO_PEERCRED rules";
+      GTEST_SKIP()
+          << "needs root: the test connects as other uids (setuid) to check SO_PEERCRED rules";
     }
   }
   static constexpr uid_t kNobody = 65534;

@@ -1,14 +1,13 @@
 // The real rasd binary: start-up, sd_notify, signals, reload, state
 // directory and socket handling, socket activation, --check-config.
 
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include <cstring>
-
-#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include "test_support.h"
@@ -61,8 +60,9 @@ TEST(DaemonLifecycleTest, SendsReadyStatusAndWatchdogOnARealNotifySocket) {
   EXPECT_TRUE(rasd.Notify().WaitFor("STATUS=serving 4 sim device(s)", 2s));
   // At half of 200 ms, two pings arrive well within a second.
   ASSERT_TRUE(rasd.Notify().WaitFor("WATCHDOG=1", 1s));
-  const auto first_count = std::count_if(rasd.Notify().Messages().begin(), rasd.Notify().Messages().end(),
-                                         [](const std::string& m) { return m.find("WATCHDOG=1") != std::string::npos; });
+  const auto first_count =
+      std::count_if(rasd.Notify().Messages().begin(), rasd.Notify().Messages().end(),
+                    [](const std::string& m) { return m.find("WATCHDOG=1") != std::string::npos; });
   std::size_t pings = static_cast<std::size_t>(first_count);
   const auto deadline = std::chrono::steady_clock::now() + 1s;
   while (pings < 3 && std::chrono::steady_clock::now() < deadline) {
@@ -96,7 +96,8 @@ TEST(DaemonLifecycleTest, SighupWithABrokenConfigKeepsTheOldOne) {
   const std::string first_error = status["config"]["last_reload"]["errors"][0];
   EXPECT_EQ(first_error.rfind(rasd.ConfigPath().string() + ":", 0), 0u) << first_error;
   EXPECT_NE(rasd.Stderr().find(rasd.ConfigPath().string() + ":"), std::string::npos)
-      << "the problem must be logged with FILE:LINE:COL\n" << rasd.Stderr();
+      << "the problem must be logged with FILE:LINE:COL\n"
+      << rasd.Stderr();
   EXPECT_TRUE(rasd.Proc().Running());
 
   // The human status says the reload was rejected.
@@ -122,7 +123,8 @@ TEST(DaemonLifecycleTest, ReloadReportsKeysThatNeedARestartAndKeepsThemRunning) 
   rasd.WriteConfig("simulator:\n  devices: 6\n");
   const auto reload = rasd.Rasctl({"reload"});
   EXPECT_EQ(reload.exit_code, 0) << reload.err;
-  EXPECT_NE(reload.out.find("simulator.devices changed: takes effect when rasd restarts"), std::string::npos)
+  EXPECT_NE(reload.out.find("simulator.devices changed: takes effect when rasd restarts"),
+            std::string::npos)
       << reload.out;
   EXPECT_EQ(StatusJson(rasd)["devices"]["count"], 2);
   EXPECT_EQ(rasd.Stop(), 0);
@@ -131,12 +133,15 @@ TEST(DaemonLifecycleTest, ReloadReportsKeysThatNeedARestartAndKeepsThemRunning) 
 TEST(DaemonLifecycleTest, UnusableStateDirectoryIsAClearStartupError) {
   TempDir dir;
   WriteText(dir / "state", "a file, not a directory");
-  const auto result = RunToCompletion({.argv = {RASD_BINARY, "--state-dir", (dir / "state").string(), "--socket",
-                                    (dir / "rasd.sock").string()}},
-                          10s);
+  const auto result =
+      RunToCompletion({.argv = {RASD_BINARY, "--state-dir", (dir / "state").string(), "--socket",
+                                (dir / "rasd.sock").string()}},
+                      10s);
   EXPECT_EQ(result.exit_code, 1);
-  EXPECT_NE(result.err.find("cannot start: cannot use state directory"), std::string::npos) << result.err;
-  EXPECT_NE(result.err.find((dir / "state").string() + " exists but is not a directory"), std::string::npos)
+  EXPECT_NE(result.err.find("cannot start: cannot use state directory"), std::string::npos)
+      << result.err;
+  EXPECT_NE(result.err.find((dir / "state").string() + " exists but is not a directory"),
+            std::string::npos)
       << result.err;
   EXPECT_FALSE(std::filesystem::exists(dir / "rasd.sock"));
 }
@@ -146,9 +151,10 @@ TEST(DaemonLifecycleTest, SecondDaemonOnTheSameStateDirectoryIsRefused) {
   std::string why;
   ASSERT_TRUE(first.Start({}, {}, &why)) << why;
   TempDir other;
-  const auto second = RunToCompletion({.argv = {RASD_BINARY, "--state-dir", first.StateDir().string(), "--socket",
-                                    (other / "rasd.sock").string()}},
-                          10s);
+  const auto second =
+      RunToCompletion({.argv = {RASD_BINARY, "--state-dir", first.StateDir().string(), "--socket",
+                                (other / "rasd.sock").string()}},
+                      10s);
   EXPECT_EQ(second.exit_code, 1);
   EXPECT_NE(second.err.find("in use by another rasd"), std::string::npos) << second.err;
   EXPECT_EQ(first.Rasctl({"ping"}).exit_code, 0) << "the first daemon must be unaffected";
@@ -159,9 +165,10 @@ TEST(DaemonLifecycleTest, SocketOfALiveDaemonIsNotStolen) {
   std::string why;
   ASSERT_TRUE(first.Start({}, {}, &why)) << why;
   TempDir other;
-  const auto second = RunToCompletion({.argv = {RASD_BINARY, "--state-dir", (other / "state").string(), "--socket",
-                                    first.Socket().string()}},
-                          10s);
+  const auto second =
+      RunToCompletion({.argv = {RASD_BINARY, "--state-dir", (other / "state").string(), "--socket",
+                                first.Socket().string()}},
+                      10s);
   EXPECT_EQ(second.exit_code, 1);
   EXPECT_NE(second.err.find("another rasd is running"), std::string::npos) << second.err;
   EXPECT_EQ(first.Rasctl({"ping"}).exit_code, 0);
@@ -185,9 +192,10 @@ TEST(DaemonLifecycleTest, StaleSocketFromACrashIsReplaced) {
 TEST(DaemonLifecycleTest, NonSocketFileAtTheSocketPathIsNotReplaced) {
   TempDir dir;
   WriteText(dir / "rasd.sock", "precious");
-  const auto result = RunToCompletion({.argv = {RASD_BINARY, "--state-dir", (dir / "state").string(), "--socket",
-                                    (dir / "rasd.sock").string()}},
-                          10s);
+  const auto result =
+      RunToCompletion({.argv = {RASD_BINARY, "--state-dir", (dir / "state").string(), "--socket",
+                                (dir / "rasd.sock").string()}},
+                      10s);
   EXPECT_EQ(result.exit_code, 1);
   EXPECT_NE(result.err.find("is not a socket"), std::string::npos) << result.err;
   EXPECT_EQ(ReadText(dir / "rasd.sock"), "precious");
@@ -195,11 +203,13 @@ TEST(DaemonLifecycleTest, NonSocketFileAtTheSocketPathIsNotReplaced) {
 
 TEST(DaemonLifecycleTest, MissingHostRootIsAClearStartupError) {
   TempDir dir;
-  const auto result = RunToCompletion({.argv = {RASD_BINARY, "--state-dir", (dir / "state").string(), "--socket",
-                                    (dir / "rasd.sock").string(), "--host-root", (dir / "nope").string()}},
-                          10s);
+  const auto result = RunToCompletion(
+      {.argv = {RASD_BINARY, "--state-dir", (dir / "state").string(), "--socket",
+                (dir / "rasd.sock").string(), "--host-root", (dir / "nope").string()}},
+      10s);
   EXPECT_EQ(result.exit_code, 1);
-  EXPECT_NE(result.err.find("host root " + (dir / "nope").string() + " is not a directory"), std::string::npos)
+  EXPECT_NE(result.err.find("host root " + (dir / "nope").string() + " is not a directory"),
+            std::string::npos)
       << result.err;
 }
 
@@ -222,23 +232,27 @@ TEST(DaemonLifecycleTest, UsesTheSocketSystemdPasses) {
   ASSERT_TRUE(notify.WaitFor("READY=1", 10s)) << ReadText(dir / "stderr");
   listener.Reset();  // only the daemon holds it now
 
-  const auto status = RunToCompletion({.argv = {RASCTL_BINARY, "--socket", path.string(), "--json", "status"}});
+  const auto status =
+      RunToCompletion({.argv = {RASCTL_BINARY, "--socket", path.string(), "--json", "status"}});
   ASSERT_EQ(status.exit_code, 0) << status.err;
   const auto json = nlohmann::json::parse(status.out);
   EXPECT_EQ(json["socket"]["activated"], true);
   EXPECT_FALSE(std::filesystem::exists(dir / "unused.sock"));
   rasd.Signal(SIGTERM);
   EXPECT_EQ(rasd.Wait(2s), 0);
-  EXPECT_TRUE(std::filesystem::exists(path)) << "systemd owns an activated socket; rasd must not unlink it";
+  EXPECT_TRUE(std::filesystem::exists(path))
+      << "systemd owns an activated socket; rasd must not unlink it";
 }
 
 TEST(DaemonLifecycleTest, BadConfigAtStartExitsTwoWithEveryProblem) {
   TempDir dir;
   WriteText(dir / "bad.yaml", "control:\n  max_clients: lots\nsimulator:\n  devicez: 3\n");
-  const auto result = RunToCompletion({.argv = {RASD_BINARY, "--config", (dir / "bad.yaml").string(), "--state-dir",
-                                    (dir / "state").string(), "--socket", (dir / "rasd.sock").string()}});
+  const auto result = RunToCompletion(
+      {.argv = {RASD_BINARY, "--config", (dir / "bad.yaml").string(), "--state-dir",
+                (dir / "state").string(), "--socket", (dir / "rasd.sock").string()}});
   EXPECT_EQ(result.exit_code, 2);
-  EXPECT_NE(result.err.find((dir / "bad.yaml").string() + ":2:16: 'control.max_clients' must be an integer"),
+  EXPECT_NE(result.err.find((dir / "bad.yaml").string() +
+                            ":2:16: 'control.max_clients' must be an integer"),
             std::string::npos)
       << result.err;
   EXPECT_NE(result.err.find((dir / "bad.yaml").string() + ":4:3: unknown key 'simulator.devicez'"),
@@ -247,17 +261,20 @@ TEST(DaemonLifecycleTest, BadConfigAtStartExitsTwoWithEveryProblem) {
 }
 
 TEST(DaemonLifecycleTest, CheckConfigExitsZeroOrTwo) {
-  const auto good = RunToCompletion({.argv = {RASD_BINARY, "--check-config", RASD_SOURCE_DIR "/packaging/rasd.yaml"}});
+  const auto good = RunToCompletion(
+      {.argv = {RASD_BINARY, "--check-config", RASD_SOURCE_DIR "/packaging/rasd.yaml"}});
   EXPECT_EQ(good.exit_code, 0) << good.err;
   EXPECT_NE(good.out.find("rasd.yaml: ok"), std::string::npos);
 
   TempDir dir;
   WriteText(dir / "broken.yaml", "host:\n  root: [unterminated\n");
-  const auto broken = RunToCompletion({.argv = {RASD_BINARY, "--check-config", (dir / "broken.yaml").string()}});
+  const auto broken =
+      RunToCompletion({.argv = {RASD_BINARY, "--check-config", (dir / "broken.yaml").string()}});
   EXPECT_EQ(broken.exit_code, 2);
   EXPECT_EQ(broken.err.rfind((dir / "broken.yaml").string() + ":", 0), 0u) << broken.err;
 
-  const auto missing = RunToCompletion({.argv = {RASD_BINARY, "--check-config", (dir / "missing.yaml").string()}});
+  const auto missing =
+      RunToCompletion({.argv = {RASD_BINARY, "--check-config", (dir / "missing.yaml").string()}});
   EXPECT_EQ(missing.exit_code, 2);
   EXPECT_NE(missing.err.find("cannot read config file"), std::string::npos);
 }

@@ -1,6 +1,7 @@
 // rasctl against a real rasd: output forms and exit codes.
 
 #include <gtest/gtest.h>
+
 #include <nlohmann/json.hpp>
 
 #include "test_support.h"
@@ -24,10 +25,12 @@ TEST_F(RasctlTest, StatusIsHumanReadableByDefault) {
   EXPECT_NE(result.out.find("devices     4 sim: 4 healthy, 0 degraded, 0 draining, 0 isolated"),
             std::string::npos)
       << result.out;
-  EXPECT_NE(result.out.find("state dir   " + rasd_.StateDir().string() + " (schema 1)"), std::string::npos)
-      << result.out;
-  EXPECT_NE(result.out.find("events      0 total: FATAL 0, UCE 0, SRAR 0, SRAO 0, UCNA 0, CE 0, INFO 0"),
+  EXPECT_NE(result.out.find("state dir   " + rasd_.StateDir().string() + " (schema 1)"),
             std::string::npos)
+      << result.out;
+  EXPECT_NE(
+      result.out.find("events      0 total: FATAL 0, UCE 0, SRAR 0, SRAO 0, UCNA 0, CE 0, INFO 0"),
+      std::string::npos)
       << result.out;
   EXPECT_NE(result.out.find("built-in defaults"), std::string::npos) << result.out;
 }
@@ -42,16 +45,19 @@ TEST_F(RasctlTest, JsonPrintsTheDaemonsResult) {
 }
 
 TEST_F(RasctlTest, RasdSocketEnvironmentVariableIsTheDefaultSocket) {
-  const auto result = RunToCompletion({.argv = {RASCTL_BINARY, "ping"}, .set_env = {{"RASD_SOCKET", rasd_.Socket().string()}}});
+  const auto result = RunToCompletion(
+      {.argv = {RASCTL_BINARY, "ping"}, .set_env = {{"RASD_SOCKET", rasd_.Socket().string()}}});
   EXPECT_EQ(result.exit_code, 0) << result.err;
   EXPECT_EQ(result.out, "pong\n");
 }
 
 TEST_F(RasctlTest, CannotConnectExitsThreeAndNamesTheSocket) {
   const auto missing = rasd_.Dir() / "nobody-here.sock";
-  const auto result = RunToCompletion({.argv = {RASCTL_BINARY, "--socket", missing.string(), "status"}});
+  const auto result =
+      RunToCompletion({.argv = {RASCTL_BINARY, "--socket", missing.string(), "status"}});
   EXPECT_EQ(result.exit_code, 3);
-  EXPECT_NE(result.err.find("cannot connect to rasd at " + missing.string()), std::string::npos) << result.err;
+  EXPECT_NE(result.err.find("cannot connect to rasd at " + missing.string()), std::string::npos)
+      << result.err;
 }
 
 TEST_F(RasctlTest, UsageErrorsExitTwo) {
@@ -73,7 +79,8 @@ TEST_F(RasctlTest, DaemonErrorExitsOne) {
   const auto result = with_file.Rasctl({"reload"});
   EXPECT_EQ(result.exit_code, 1);
   EXPECT_NE(result.err.find("configuration rejected"), std::string::npos) << result.err;
-  EXPECT_NE(result.err.find(":2:12: 'simulator.devices' must be an integer"), std::string::npos) << result.err;
+  EXPECT_NE(result.err.find(":2:12: 'simulator.devices' must be an integer"), std::string::npos)
+      << result.err;
   const auto json = with_file.Rasctl({"--json", "reload"});
   EXPECT_EQ(json.exit_code, 1);
   EXPECT_EQ(nlohmann::json::parse(json.out)["error"]["code"], "invalid_argument") << json.out;

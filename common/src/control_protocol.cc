@@ -79,8 +79,8 @@ nlohmann::json MakeOkReply(nlohmann::json result, const nlohmann::json& id) {
 
 nlohmann::json MakeErrorReply(std::string_view code, std::string_view message,
                               const nlohmann::json& id) {
-  nlohmann::json reply = {{"ok", false},
-                          {"error", {{"code", std::string(code)}, {"message", std::string(message)}}}};
+  nlohmann::json reply = {
+      {"ok", false}, {"error", {{"code", std::string(code)}, {"message", std::string(message)}}}};
   if (!id.is_null()) reply["id"] = id;
   return reply;
 }

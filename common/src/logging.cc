@@ -1,5 +1,7 @@
 #include "rasd/common/logging.h"
 
+#include <spdlog/sinks/base_sink.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <syslog.h>
@@ -10,9 +12,6 @@
 #include <mutex>
 #include <vector>
 
-#include <spdlog/sinks/base_sink.h>
-#include <spdlog/sinks/stdout_color_sinks.h>
-
 #include "rasd/common/default_paths.h"
 
 namespace rasd::common {
@@ -21,12 +20,18 @@ namespace {
 int SyslogPriority(spdlog::level::level_enum level) {
   switch (level) {
     case spdlog::level::trace:
-    case spdlog::level::debug: return LOG_DEBUG;
-    case spdlog::level::info: return LOG_INFO;
-    case spdlog::level::warn: return LOG_WARNING;
-    case spdlog::level::err: return LOG_ERR;
-    case spdlog::level::critical: return LOG_CRIT;
-    default: return LOG_INFO;
+    case spdlog::level::debug:
+      return LOG_DEBUG;
+    case spdlog::level::info:
+      return LOG_INFO;
+    case spdlog::level::warn:
+      return LOG_WARNING;
+    case spdlog::level::err:
+      return LOG_ERR;
+    case spdlog::level::critical:
+      return LOG_CRIT;
+    default:
+      return LOG_INFO;
   }
 }
 
@@ -41,7 +46,8 @@ class JournalSink final : public spdlog::sinks::base_sink<std::mutex> {
     fields.push_back("MESSAGE=" + std::string(msg.payload.data(), msg.payload.size()));
     fields.push_back("PRIORITY=" + std::to_string(SyslogPriority(msg.level)));
     fields.push_back("SYSLOG_IDENTIFIER=rasd");
-    fields.push_back("RASD_COMPONENT=" + std::string(msg.logger_name.data(), msg.logger_name.size()));
+    fields.push_back("RASD_COMPONENT=" +
+                     std::string(msg.logger_name.data(), msg.logger_name.size()));
     if (!msg.source.empty()) {
       fields.push_back(std::string("CODE_FILE=") + msg.source.filename);
       fields.push_back("CODE_LINE=" + std::to_string(msg.source.line));
@@ -138,13 +144,20 @@ Result<spdlog::level::level_enum> ParseLogLevel(std::string_view name) {
 
 std::string_view LogLevelName(spdlog::level::level_enum level) {
   switch (level) {
-    case spdlog::level::trace: return "trace";
-    case spdlog::level::debug: return "debug";
-    case spdlog::level::info: return "info";
-    case spdlog::level::warn: return "warning";
-    case spdlog::level::err: return "error";
-    case spdlog::level::critical: return "critical";
-    default: return "off";
+    case spdlog::level::trace:
+      return "trace";
+    case spdlog::level::debug:
+      return "debug";
+    case spdlog::level::info:
+      return "info";
+    case spdlog::level::warn:
+      return "warning";
+    case spdlog::level::err:
+      return "error";
+    case spdlog::level::critical:
+      return "critical";
+    default:
+      return "off";
   }
 }
 

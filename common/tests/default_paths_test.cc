@@ -1,8 +1,8 @@
 #include "rasd/common/default_paths.h"
 
-#include <map>
-
 #include <gtest/gtest.h>
+
+#include <map>
 
 namespace rasd::common {
 namespace {
@@ -22,23 +22,24 @@ TEST(DefaultPathsTest, RootUsesSystemDirectories) {
 }
 
 TEST(DefaultPathsTest, RootUnderSystemdUsesItsDirectories) {
-  const auto paths = ComputeDefaultPaths(
-      0, FakeEnv({{"STATE_DIRECTORY", "/var/lib/rasd-x:/var/lib/other"},
-                  {"RUNTIME_DIRECTORY", "/run/rasd-x"}}));
+  const auto paths =
+      ComputeDefaultPaths(0, FakeEnv({{"STATE_DIRECTORY", "/var/lib/rasd-x:/var/lib/other"},
+                                      {"RUNTIME_DIRECTORY", "/run/rasd-x"}}));
   EXPECT_EQ(paths.state_dir, "/var/lib/rasd-x");
   EXPECT_EQ(paths.socket, "/run/rasd-x/rasd.sock");
 }
 
 TEST(DefaultPathsTest, UserPrefersXdgDirectories) {
-  const auto paths = ComputeDefaultPaths(
-      1000, FakeEnv({{"HOME", "/home/u"}, {"XDG_RUNTIME_DIR", "/run/user/1000"},
-                     {"XDG_STATE_HOME", "/home/u/state"}}));
+  const auto paths = ComputeDefaultPaths(1000, FakeEnv({{"HOME", "/home/u"},
+                                                        {"XDG_RUNTIME_DIR", "/run/user/1000"},
+                                                        {"XDG_STATE_HOME", "/home/u/state"}}));
   EXPECT_EQ(paths.state_dir, "/home/u/state/rasd");
   EXPECT_EQ(paths.socket, "/run/user/1000/rasd/rasd.sock");
 }
 
 TEST(DefaultPathsTest, UserFallsBackToHome) {
-  const auto paths = ComputeDefaultPaths(1000, FakeEnv({{"HOME", "/home/u"}, {"XDG_RUNTIME_DIR", ""}}));
+  const auto paths =
+      ComputeDefaultPaths(1000, FakeEnv({{"HOME", "/home/u"}, {"XDG_RUNTIME_DIR", ""}}));
   EXPECT_EQ(paths.state_dir, "/home/u/.local/state/rasd");
   EXPECT_EQ(paths.socket, "/home/u/.cache/rasd/rasd.sock");
 }

@@ -1,10 +1,9 @@
 #include "rasd/common/host_env.h"
 
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <fstream>
-
-#include <gtest/gtest.h>
 
 namespace rasd::common {
 namespace {

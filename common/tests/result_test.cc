@@ -1,15 +1,16 @@
 #include "rasd/common/result.h"
 
+#include <gtest/gtest.h>
+
 #include <cerrno>
 #include <set>
-
-#include <gtest/gtest.h>
 
 namespace rasd {
 namespace {
 
 Result<int> Half(int value) {
-  if (value % 2 != 0) return Fail(ErrorCode::kInvalidArgument, "odd value " + std::to_string(value));
+  if (value % 2 != 0)
+    return Fail(ErrorCode::kInvalidArgument, "odd value " + std::to_string(value));
   return value / 2;
 }
 

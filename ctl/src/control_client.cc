@@ -1,13 +1,12 @@
 #include "control_client.h"
 
+#include <fmt/format.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 
 #include <cerrno>
 #include <cstring>
-
-#include <fmt/format.h>
 
 #include "rasd/common/control_protocol.h"
 
@@ -29,7 +28,8 @@ Result<ControlClient> ControlClient::Connect(const std::filesystem::path& socket
   address.sun_family = AF_UNIX;
   const std::string path = socket_path.string();
   if (path.empty() || path.size() >= sizeof address.sun_path) {
-    return Fail(ErrorCode::kInvalidArgument, fmt::format("socket path '{}' is empty or too long", path));
+    return Fail(ErrorCode::kInvalidArgument,
+                fmt::format("socket path '{}' is empty or too long", path));
   }
   std::memcpy(address.sun_path, path.c_str(), path.size() + 1);
   common::UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
@@ -37,9 +37,10 @@ Result<ControlClient> ControlClient::Connect(const std::filesystem::path& socket
   if (::connect(fd.Get(), reinterpret_cast<const sockaddr*>(&address), sizeof address) != 0) {
     const int error = errno;
     std::string hint;
-    if (error == ENOENT || error == ECONNREFUSED) hint = " (is rasd running? set --socket or RASD_SOCKET)";
-    return Fail(ErrorCode::kUnavailable,
-                fmt::format("cannot connect to rasd at {}: {}{}", path, std::strerror(error), hint));
+    if (error == ENOENT || error == ECONNREFUSED)
+      hint = " (is rasd running? set --socket or RASD_SOCKET)";
+    return Fail(ErrorCode::kUnavailable, fmt::format("cannot connect to rasd at {}: {}{}", path,
+                                                     std::strerror(error), hint));
   }
   return ControlClient(std::move(fd), socket_path, timeout);
 }
@@ -58,12 +59,15 @@ Result<nlohmann::json> ControlClient::Call(const std::string& command, const nlo
   while (sent < line.size()) {
     pollfd pfd{fd_.Get(), POLLOUT, 0};
     if (::poll(&pfd, 1, Remaining(deadline)) == 0) {
-      return Fail(ErrorCode::kTimeout, fmt::format("rasd at {} did not take the request in time", path_.string()));
+      return Fail(ErrorCode::kTimeout,
+                  fmt::format("rasd at {} did not take the request in time", path_.string()));
     }
-    const ssize_t n = ::send(fd_.Get(), line.data() + sent, line.size() - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+    const ssize_t n =
+        ::send(fd_.Get(), line.data() + sent, line.size() - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n < 0) {
       if (errno == EINTR || errno == EAGAIN) continue;
-      return Fail(ErrorCode::kUnavailable, fmt::format("send to rasd at {}: {}", path_.string(), std::strerror(errno)));
+      return Fail(ErrorCode::kUnavailable,
+                  fmt::format("send to rasd at {}: {}", path_.string(), std::strerror(errno)));
     }
     sent += static_cast<std::size_t>(n);
   }
@@ -81,8 +85,8 @@ Result<nlohmann::json> ControlClient::Call(const std::string& command, const nlo
     pollfd pfd{fd_.Get(), POLLIN, 0};
     const int ready = ::poll(&pfd, 1, Remaining(deadline));
     if (ready == 0) {
-      return Fail(ErrorCode::kTimeout,
-                  fmt::format("rasd at {} did not answer within {} ms", path_.string(), timeout_.count()));
+      return Fail(ErrorCode::kTimeout, fmt::format("rasd at {} did not answer within {} ms",
+                                                   path_.string(), timeout_.count()));
     }
     if (ready < 0) {
       if (errno == EINTR) continue;
@@ -92,7 +96,8 @@ Result<nlohmann::json> ControlClient::Call(const std::string& command, const nlo
     const ssize_t n = ::recv(fd_.Get(), buffer, sizeof buffer, 0);
     if (n < 0) {
       if (errno == EINTR || errno == EAGAIN) continue;
-      return Fail(ErrorCode::kUnavailable, fmt::format("read from rasd at {}: {}", path_.string(), std::strerror(errno)));
+      return Fail(ErrorCode::kUnavailable,
+                  fmt::format("read from rasd at {}: {}", path_.string(), std::strerror(errno)));
     }
     if (n == 0) {
       return Fail(ErrorCode::kUnavailable,

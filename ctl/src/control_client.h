@@ -2,9 +2,8 @@
 
 #include <chrono>
 #include <filesystem>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "rasd/common/result.h"
 #include "rasd/common/unique_fd.h"

@@ -4,10 +4,9 @@
 // Exit codes: 0 ok; 1 the daemon answered with an error; 2 usage;
 // 3 cannot reach the daemon (no socket, refused, timed out, garbled reply).
 
+#include <CLI/CLI.hpp>
 #include <chrono>
 #include <iostream>
-
-#include <CLI/CLI.hpp>
 
 #include "control_client.h"
 #include "rasd/common/default_paths.h"
@@ -37,7 +36,8 @@ std::filesystem::path SocketPath(const GlobalOptions& options) {
 // result into text for people; --json prints the daemon's reply as is.
 int RunCommand(const GlobalOptions& options, const std::string& command,
                const std::function<std::string(const nlohmann::json&)>& render) {
-  const auto timeout = std::chrono::milliseconds(static_cast<long long>(options.timeout_seconds * 1000));
+  const auto timeout =
+      std::chrono::milliseconds(static_cast<long long>(options.timeout_seconds * 1000));
   auto client = rasd::ctl::ControlClient::Connect(SocketPath(options), timeout);
   if (!client) {
     std::cerr << "rasctl: " << client.error().message << "\n";
@@ -55,7 +55,8 @@ int RunCommand(const GlobalOptions& options, const std::string& command,
   if (!ok) {
     const auto& error = (*reply)["error"];
     const std::string code = error.is_object() ? error.value("code", "unknown") : "unknown";
-    const std::string message = error.is_object() ? error.value("message", "(no message)") : "(no message)";
+    const std::string message =
+        error.is_object() ? error.value("message", "(no message)") : "(no message)";
     std::cerr << "rasctl: " << command << ": " << message << " [" << code << "]\n";
     return kExitDaemonError;
   }
@@ -64,7 +65,8 @@ int RunCommand(const GlobalOptions& options, const std::string& command,
 }
 
 std::string RenderReload(const nlohmann::json& result) {
-  std::string text = "configuration reloaded (generation " + result.value("generation", nlohmann::json()).dump() + ")\n";
+  std::string text = "configuration reloaded (generation " +
+                     result.value("generation", nlohmann::json()).dump() + ")\n";
   if (result.contains("restart_required") && result["restart_required"].is_array()) {
     for (const auto& key : result["restart_required"]) {
       text += "  " + (key.is_string() ? key.get<std::string>() : key.dump()) +

@@ -1,8 +1,8 @@
 #include "status_text.h"
 
-#include <cmath>
-
 #include <fmt/format.h>
+
+#include <cmath>
 
 namespace rasd::ctl {
 namespace {
@@ -38,7 +38,8 @@ std::string FormatStatus(const json& status) {
   const std::string up = status.contains(uptime) && status.at(uptime).is_number()
                              ? FormatDuration(status.at(uptime).get<double>())
                              : "?";
-  out += fmt::format("rasd {} (pid {}), up {}\n", Field(status, "/version"), Field(status, "/pid"), up);
+  out += fmt::format("rasd {} (pid {}), up {}\n", Field(status, "/version"), Field(status, "/pid"),
+                     up);
 
   const json::json_pointer config_path("/config/path");
   const std::string config = status.contains(config_path) && status.at(config_path).is_string()
@@ -56,23 +57,27 @@ std::string FormatStatus(const json& status) {
       if (last.contains("errors") && last["errors"].is_array() && !last["errors"].empty()) {
         first_error = last["errors"][0].is_string() ? last["errors"][0].get<std::string>() : "?";
       }
-      out += fmt::format("{:<12}REJECTED at {}: {}\n", "last reload", Field(last, "/time"), first_error);
+      out += fmt::format("{:<12}REJECTED at {}: {}\n", "last reload", Field(last, "/time"),
+                         first_error);
     }
   }
   out += fmt::format("{:<12}{}\n", "host root", Field(status, "/host_root"));
   out += fmt::format("{:<12}{} (schema {})\n", "state dir", Field(status, "/state_dir"),
                      Field(status, "/database/schema_version"));
-  out += fmt::format("{:<12}{}{}\n", "socket", Field(status, "/socket/path"),
-                     Field(status, "/socket/activated") == "true" ? " (systemd socket activation)" : "");
-  out += fmt::format("{:<12}{} {}: {} healthy, {} degraded, {} draining, {} isolated\n", "devices",
-                     Field(status, "/devices/count"), Field(status, "/devices/driver"),
-                     Field(status, "/devices/by_health/healthy"), Field(status, "/devices/by_health/degraded"),
-                     Field(status, "/devices/by_health/draining"), Field(status, "/devices/by_health/isolated"));
+  out += fmt::format(
+      "{:<12}{}{}\n", "socket", Field(status, "/socket/path"),
+      Field(status, "/socket/activated") == "true" ? " (systemd socket activation)" : "");
+  out += fmt::format(
+      "{:<12}{} {}: {} healthy, {} degraded, {} draining, {} isolated\n", "devices",
+      Field(status, "/devices/count"), Field(status, "/devices/driver"),
+      Field(status, "/devices/by_health/healthy"), Field(status, "/devices/by_health/degraded"),
+      Field(status, "/devices/by_health/draining"), Field(status, "/devices/by_health/isolated"));
   out += fmt::format("{:<12}{}\n", "jobs", Field(status, "/jobs/count"));
   std::string severities;
   for (const char* severity : {"FATAL", "UCE", "SRAR", "SRAO", "UCNA", "CE", "INFO"}) {
-    severities += fmt::format("{}{} {}", severities.empty() ? "" : ", ", severity,
-                              Field(status, (std::string("/events/by_severity/") + severity).c_str()));
+    severities +=
+        fmt::format("{}{} {}", severities.empty() ? "" : ", ", severity,
+                    Field(status, (std::string("/events/by_severity/") + severity).c_str()));
   }
   out += fmt::format("{:<12}{} total: {}\n", "events", Field(status, "/events/total"), severities);
   return out;

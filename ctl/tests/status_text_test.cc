@@ -31,13 +31,17 @@ TEST(StatusTextTest, RendersTheStatusFields) {
   })");
   const std::string text = FormatStatus(status);
   EXPECT_NE(text.find("rasd 0.1.0 (pid 42), up 1m 15s\n"), std::string::npos) << text;
-  EXPECT_NE(text.find("built-in defaults (generation 3, log level info)"), std::string::npos) << text;
+  EXPECT_NE(text.find("built-in defaults (generation 3, log level info)"), std::string::npos)
+      << text;
   EXPECT_NE(text.find("REJECTED at 2026-11-29T10:00:00Z: /etc/rasd.yaml:2:3: unknown key 'x'"),
             std::string::npos)
       << text;
-  EXPECT_NE(text.find("/run/rasd/rasd.sock (systemd socket activation)"), std::string::npos) << text;
-  EXPECT_NE(text.find("4 sim: 3 healthy, 0 degraded, 0 draining, 1 isolated"), std::string::npos) << text;
-  EXPECT_NE(text.find("5 total: FATAL 1, UCE 0, SRAR 0, SRAO 0, UCNA 0, CE 4, INFO 0"), std::string::npos)
+  EXPECT_NE(text.find("/run/rasd/rasd.sock (systemd socket activation)"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("4 sim: 3 healthy, 0 degraded, 0 draining, 1 isolated"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("5 total: FATAL 1, UCE 0, SRAR 0, SRAO 0, UCNA 0, CE 4, INFO 0"),
+            std::string::npos)
       << text;
 }
 

@@ -1,5 +1,8 @@
 #include "rasd/daemon/config.h"
 
+#include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
+
 #include <cerrno>
 #include <charconv>
 #include <cstring>
@@ -8,9 +11,6 @@
 #include <limits>
 #include <set>
 #include <sstream>
-
-#include <fmt/format.h>
-#include <yaml-cpp/yaml.h>
 
 #include "rasd/common/logging.h"
 #include "rasd/exporters/listen_address.h"
@@ -41,8 +41,8 @@ class SchemaReader {
   void ReadMapping(const YAML::Node& node, const std::string& path, const std::vector<Key>& keys) {
     if (node.IsNull()) return;  // "section:" with nothing under it: all defaults
     if (!node.IsMap()) {
-      Problem(node.Mark(), fmt::format("'{}' must be a mapping, not {}", path.empty() ? "the document" : path,
-                                       KindName(node)));
+      Problem(node.Mark(), fmt::format("'{}' must be a mapping, not {}",
+                                       path.empty() ? "the document" : path, KindName(node)));
       return;
     }
     std::set<std::string> seen;
@@ -64,7 +64,8 @@ class SchemaReader {
         if (candidate.name == name) key = &candidate;
       }
       if (key == nullptr) {
-        Problem(key_node.Mark(), fmt::format("unknown key '{}'{}", key_path, Suggestion(name, keys)));
+        Problem(key_node.Mark(),
+                fmt::format("unknown key '{}'{}", key_path, Suggestion(name, keys)));
         continue;
       }
       // A key with no value keeps its default, like a key that is absent.
@@ -82,7 +83,8 @@ class SchemaReader {
   }
 
   template <typename Int>
-  std::optional<Int> ReadInteger(const YAML::Node& node, const std::string& path, Int min, Int max) {
+  std::optional<Int> ReadInteger(const YAML::Node& node, const std::string& path, Int min,
+                                 Int max) {
     if (!node.IsScalar()) {
       Problem(node.Mark(), fmt::format("'{}' must be an integer, not {}", path, KindName(node)));
       return std::nullopt;
@@ -104,11 +106,16 @@ class SchemaReader {
  private:
   static std::string KindName(const YAML::Node& node) {
     switch (node.Type()) {
-      case YAML::NodeType::Map: return "a mapping";
-      case YAML::NodeType::Sequence: return "a list";
-      case YAML::NodeType::Scalar: return "'" + node.Scalar() + "'";
-      case YAML::NodeType::Null: return "empty";
-      default: return "undefined";
+      case YAML::NodeType::Map:
+        return "a mapping";
+      case YAML::NodeType::Sequence:
+        return "a list";
+      case YAML::NodeType::Scalar:
+        return "'" + node.Scalar() + "'";
+      case YAML::NodeType::Null:
+        return "empty";
+      default:
+        return "undefined";
     }
   }
 
@@ -117,7 +124,8 @@ class SchemaReader {
     for (const auto& key : keys) {
       const std::string_view known = key.name;
       std::size_t common = 0;
-      while (common < name.size() && common < known.size() && name[common] == known[common]) ++common;
+      while (common < name.size() && common < known.size() && name[common] == known[common])
+        ++common;
       const auto longer = std::max(name.size(), known.size());
       if (common >= 3 && longer - common <= 2) return fmt::format(" (did you mean '{}'?)", known);
     }
@@ -140,7 +148,8 @@ void ReadDocument(SchemaReader& reader, const YAML::Node& root, Config& config) 
       auto text = reader.ReadString(value, path);
       if (!text) return;
       if (must_be_absolute && !text->empty() && text->front() != '/') {
-        reader.Problem(value.Mark(), fmt::format("'{}' must be an absolute path, not '{}'", path, *text));
+        reader.Problem(value.Mark(),
+                       fmt::format("'{}' must be an absolute path, not '{}'", path, *text));
         return;
       }
       out = *text;
@@ -170,9 +179,11 @@ void ReadDocument(SchemaReader& reader, const YAML::Node& root, Config& config) 
          if (!text) return;
          unsigned mode = 0;
          const auto [end, ec] = std::from_chars(text->data(), text->data() + text->size(), mode, 8);
-         if (text->empty() || ec != std::errc() || end != text->data() + text->size() || mode > 0777) {
-           reader.Problem(value.Mark(),
-                          fmt::format("'{}' must be an octal mode such as \"0660\", not '{}'", path, *text));
+         if (text->empty() || ec != std::errc() || end != text->data() + text->size() ||
+             mode > 0777) {
+           reader.Problem(
+               value.Mark(),
+               fmt::format("'{}' must be an octal mode such as \"0660\", not '{}'", path, *text));
            return;
          }
          config.control.socket_mode = static_cast<mode_t>(mode);
@@ -189,7 +200,8 @@ void ReadDocument(SchemaReader& reader, const YAML::Node& root, Config& config) 
        }},
       {"max_clients",
        [&](const YAML::Node& value, const std::string& path) {
-         if (auto n = reader.ReadInteger<int>(value, path, 1, 4096)) config.control.max_clients = *n;
+         if (auto n = reader.ReadInteger<int>(value, path, 1, 4096))
+           config.control.max_clients = *n;
        }},
   };
   const std::vector<Key> metrics_keys = {
@@ -213,7 +225,8 @@ void ReadDocument(SchemaReader& reader, const YAML::Node& root, Config& config) 
          if (!text) return;
          // The GPU and NPU backends register here as they land.
          if (*text != "sim") {
-           reader.Problem(value.Mark(), fmt::format("'{}' must be one of: sim; not '{}'", path, *text));
+           reader.Problem(value.Mark(),
+                          fmt::format("'{}' must be one of: sim; not '{}'", path, *text));
            return;
          }
          config.runtime.driver = *text;
@@ -226,7 +239,8 @@ void ReadDocument(SchemaReader& reader, const YAML::Node& root, Config& config) 
        }},
       {"memory_mib",
        [&](const YAML::Node& value, const std::string& path) {
-         if (auto n = reader.ReadInteger<std::uint64_t>(value, path, 1, 1 << 20)) config.simulator.memory_mib = *n;
+         if (auto n = reader.ReadInteger<std::uint64_t>(value, path, 1, 1 << 20))
+           config.simulator.memory_mib = *n;
        }},
   };
   auto section = [&reader](const std::vector<Key>& keys) {
@@ -275,8 +289,8 @@ ConfigParseResult LoadConfigFile(const std::filesystem::path& path) {
   std::ifstream file(path, std::ios::binary);
   if (!file) {
     ConfigParseResult result;
-    result.problems.push_back(
-        ConfigProblem{path.string(), 1, 1, fmt::format("cannot read config file: {}", std::strerror(errno))});
+    result.problems.push_back(ConfigProblem{
+        path.string(), 1, 1, fmt::format("cannot read config file: {}", std::strerror(errno))});
     return result;
   }
   std::ostringstream text;

@@ -1,6 +1,7 @@
 #include "control_server.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <grp.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -11,8 +12,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-
-#include <fmt/format.h>
 
 #include "rasd/common/logging.h"
 
@@ -99,7 +98,8 @@ class ControlServer::Client {
   }
 
   Status Start() {
-    if (int rc = sd_event_add_io(server_.event_, &io_source_, fd_.Get(), EPOLLIN, &Client::OnIo, this);
+    if (int rc =
+            sd_event_add_io(server_.event_, &io_source_, fd_.Get(), EPOLLIN, &Client::OnIo, this);
         rc < 0) {
       return Fail(ErrnoError("watch control client", -rc));
     }
@@ -122,10 +122,10 @@ class ControlServer::Client {
 
   static int OnTimeout(sd_event_source*, uint64_t, void* userdata) {
     auto* client = static_cast<Client*>(userdata);
-    client->Reply(control::MakeErrorReply(
-        control::wire_error::kTimeout,
-        fmt::format("no complete request within {} ms; closing",
-                    client->server_.options_.client_timeout.count())));
+    client->Reply(
+        control::MakeErrorReply(control::wire_error::kTimeout,
+                                fmt::format("no complete request within {} ms; closing",
+                                            client->server_.options_.client_timeout.count())));
     // Best effort: one non-blocking attempt, then go.
     client->Flush();
     client->server_.Close(client->id_);
@@ -177,13 +177,16 @@ class ControlServer::Client {
     std::string line;
     while (!stop_reading_) {
       switch (framer_.Next(line)) {
-        case control::LineFramer::Outcome::kNeedMore: return;
-        case control::LineFramer::Outcome::kLine: ServeOne(line); break;
+        case control::LineFramer::Outcome::kNeedMore:
+          return;
+        case control::LineFramer::Outcome::kLine:
+          ServeOne(line);
+          break;
         case control::LineFramer::Outcome::kTooLarge:
           ++server_.rejected_requests_;
-          Reply(control::MakeErrorReply(
-              control::wire_error::kRequestTooLarge,
-              fmt::format("request exceeds {} bytes; closing", server_.options_.max_request_bytes)));
+          Reply(control::MakeErrorReply(control::wire_error::kRequestTooLarge,
+                                        fmt::format("request exceeds {} bytes; closing",
+                                                    server_.options_.max_request_bytes)));
           stop_reading_ = true;
           return;
       }
@@ -193,7 +196,8 @@ class ControlServer::Client {
   void ServeOne(std::string_view line) {
     if (line.find_first_not_of(" \t\r") == std::string_view::npos) return;  // blank: keep-alive
     output_ += server_.HandleLine(peer_, line);
-    sd_event_source_set_time_relative(timeout_source_, Microseconds(server_.options_.client_timeout));
+    sd_event_source_set_time_relative(timeout_source_,
+                                      Microseconds(server_.options_.client_timeout));
   }
 
   void Reply(const nlohmann::json& message) { output_ += control::EncodeLine(message); }
@@ -201,7 +205,8 @@ class ControlServer::Client {
   // Returns false when the peer is gone.
   bool Flush() {
     while (!output_.empty()) {
-      const ssize_t n = ::send(fd_.Get(), output_.data(), output_.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+      const ssize_t n =
+          ::send(fd_.Get(), output_.data(), output_.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
       if (n < 0) {
         if (errno == EINTR) continue;
         if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
@@ -230,12 +235,12 @@ class ControlServer::Client {
   sd_event_source* timeout_source_ = nullptr;
 };
 
-Result<std::unique_ptr<ControlServer>> ControlServer::Create(sd_event* event, common::UniqueFd listen_fd,
-                                                             Options options, Authorizer authorizer,
-                                                             std::map<std::string, Command> commands) {
+Result<std::unique_ptr<ControlServer>> ControlServer::Create(
+    sd_event* event, common::UniqueFd listen_fd, Options options, Authorizer authorizer,
+    std::map<std::string, Command> commands) {
   if (!SetNonBlocking(listen_fd.Get())) return Fail(ErrnoError("control socket O_NONBLOCK", errno));
-  std::unique_ptr<ControlServer> server(new ControlServer(event, std::move(listen_fd), options,
-                                                          std::move(authorizer), std::move(commands)));
+  std::unique_ptr<ControlServer> server(new ControlServer(
+      event, std::move(listen_fd), options, std::move(authorizer), std::move(commands)));
   if (int rc = sd_event_add_io(event, &server->listen_source_, server->listen_fd_.Get(), EPOLLIN,
                                &ControlServer::OnListenReady, server.get());
       rc < 0) {
@@ -276,7 +281,8 @@ int ControlServer::OnAcceptResume(sd_event_source*, uint64_t, void* userdata) {
 
 void ControlServer::AcceptAll() {
   for (;;) {
-    common::UniqueFd fd(::accept4(listen_fd_.Get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
+    common::UniqueFd fd(
+        ::accept4(listen_fd_.Get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
     if (!fd) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) return;
@@ -287,7 +293,8 @@ void ControlServer::AcceptAll() {
         sd_event_source_set_enabled(listen_source_, SD_EVENT_OFF);
         if (accept_resume_ == nullptr) {
           sd_event_add_time_relative(event_, &accept_resume_, CLOCK_MONOTONIC,
-                                     Microseconds(kAcceptPause), 0, &ControlServer::OnAcceptResume, this);
+                                     Microseconds(kAcceptPause), 0, &ControlServer::OnAcceptResume,
+                                     this);
         } else {
           sd_event_source_set_time_relative(accept_resume_, Microseconds(kAcceptPause));
           sd_event_source_set_enabled(accept_resume_, SD_EVENT_ONESHOT);
@@ -302,10 +309,11 @@ void ControlServer::AcceptAll() {
       ++rejected_requests_;
       const std::string line = control::EncodeLine(control::MakeErrorReply(
           control::wire_error::kTooManyClients,
-          fmt::format("rasd already serves {} control clients; try again later", options_.max_clients)));
+          fmt::format("rasd already serves {} control clients; try again later",
+                      options_.max_clients)));
       (void)::send(fd.Get(), line.data(), line.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
-      spdlog::warn("control socket: refused pid {} uid {}: {} clients connected", peer.pid, peer.uid,
-                   clients_.size());
+      spdlog::warn("control socket: refused pid {} uid {}: {} clients connected", peer.pid,
+                   peer.uid, clients_.size());
       continue;
     }
     const std::uint64_t id = next_client_id_++;
@@ -328,8 +336,9 @@ std::string ControlServer::HandleLine(const PeerCredentials& peer, std::string_v
   auto request = control::ParseRequest(line);
   if (!request) {
     ++rejected_requests_;
-    const auto code = request.error().code == ErrorCode::kCorruptData ? control::wire_error::kParseError
-                                                                      : control::wire_error::kInvalidRequest;
+    const auto code = request.error().code == ErrorCode::kCorruptData
+                          ? control::wire_error::kParseError
+                          : control::wire_error::kInvalidRequest;
     return control::EncodeLine(control::MakeErrorReply(code, request.error().message));
   }
   const auto command = commands_.find(request->command);
@@ -348,11 +357,11 @@ std::string ControlServer::HandleLine(const PeerCredentials& peer, std::string_v
     if (!authorizer_.MayChangeState(peer)) {
       ++rejected_requests_;
       spdlog::warn("control: denied '{}' to pid {} uid {}", request->command, peer.pid, peer.uid);
-      return control::EncodeLine(control::MakeErrorReply(
-          control::wire_error::kPermissionDenied,
-          fmt::format("permission denied: '{}' changes state and needs {}", request->command,
-                      authorizer_.Requirement()),
-          request->id));
+      return control::EncodeLine(
+          control::MakeErrorReply(control::wire_error::kPermissionDenied,
+                                  fmt::format("permission denied: '{}' changes state and needs {}",
+                                              request->command, authorizer_.Requirement()),
+                                  request->id));
     }
     spdlog::info("control: '{}' by pid {} uid {}", request->command, peer.pid, peer.uid);
   }
@@ -376,8 +385,9 @@ Result<ControlSocket> OpenControlSocket(const std::filesystem::path& path, mode_
   const int passed = sd_listen_fds(/*unset_environment=*/1);
   if (passed < 0) return Fail(ErrnoError("sd_listen_fds", -passed));
   if (passed > 1) {
-    return Fail(ErrorCode::kInvalidArgument,
-                fmt::format("systemd passed {} sockets; rasd.socket should pass exactly one", passed));
+    return Fail(
+        ErrorCode::kInvalidArgument,
+        fmt::format("systemd passed {} sockets; rasd.socket should pass exactly one", passed));
   }
   if (passed == 1) {
     const int fd = SD_LISTEN_FDS_START;
@@ -402,8 +412,8 @@ Result<ControlSocket> OpenControlSocket(const std::filesystem::path& path, mode_
   std::error_code ec;
   std::filesystem::create_directories(path.parent_path(), ec);
   if (ec) {
-    return Fail(ErrorCode::kIoError, fmt::format("cannot create {}: {}", path.parent_path().string(),
-                                                 ec.message()));
+    return Fail(ErrorCode::kIoError,
+                fmt::format("cannot create {}: {}", path.parent_path().string(), ec.message()));
   }
   struct stat st {};
   if (::lstat(path.c_str(), &st) == 0) {
@@ -412,7 +422,8 @@ Result<ControlSocket> OpenControlSocket(const std::filesystem::path& path, mode_
                   fmt::format("{} exists and is not a socket; refusing to replace it", path_text));
     }
     common::UniqueFd probe(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-    if (probe && ::connect(probe.Get(), reinterpret_cast<const sockaddr*>(&address), sizeof address) == 0) {
+    if (probe &&
+        ::connect(probe.Get(), reinterpret_cast<const sockaddr*>(&address), sizeof address) == 0) {
       return Fail(ErrorCode::kAlreadyExists,
                   fmt::format("{} is in use: another rasd is running", path_text));
     }

@@ -9,11 +9,10 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "rasd/common/control_protocol.h"
 #include "rasd/common/result.h"
@@ -46,7 +45,8 @@ struct Authorizer {
 // nlohmann::json exceptions on malformed args, which become invalid_request.
 struct Command {
   bool changes_state = false;
-  std::function<Result<nlohmann::json>(const common::control::Request&, const PeerCredentials&)> run;
+  std::function<Result<nlohmann::json>(const common::control::Request&, const PeerCredentials&)>
+      run;
 };
 
 // Serves the control protocol (rasd/common/control_protocol.h) on a
@@ -112,8 +112,8 @@ class ControlServer {
 // is any other file at that path.
 struct ControlSocket {
   common::UniqueFd fd;
-  bool activated = false;           // from systemd: do not unlink on exit
-  std::filesystem::path bound_path; // empty when activated
+  bool activated = false;            // from systemd: do not unlink on exit
+  std::filesystem::path bound_path;  // empty when activated
 };
 Result<ControlSocket> OpenControlSocket(const std::filesystem::path& path, mode_t mode);
 

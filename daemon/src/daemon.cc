@@ -1,5 +1,7 @@
 #include "daemon.h"
 
+#include <fmt/chrono.h>
+#include <fmt/format.h>
 #include <grp.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
@@ -10,9 +12,6 @@
 #include <charconv>
 #include <csignal>
 #include <cstring>
-
-#include <fmt/chrono.h>
-#include <fmt/format.h>
 
 #include "rasd/common/default_paths.h"
 #include "rasd/common/logging.h"
@@ -34,7 +33,8 @@ Result<std::optional<gid_t>> ResolveAdminGroup(const std::string& name) {
   std::vector<char> buffer(16384);
   const int rc = ::getgrnam_r(name.c_str(), &entry, buffer.data(), buffer.size(), &found);
   if (rc != 0 || found == nullptr) {
-    return Fail(ErrorCode::kNotFound, fmt::format("control.admin_group '{}' is not a group on this host", name));
+    return Fail(ErrorCode::kNotFound,
+                fmt::format("control.admin_group '{}' is not a group on this host", name));
   }
   return std::optional<gid_t>(found->gr_gid);
 }
@@ -109,7 +109,8 @@ Status Daemon::Initialize(Config config) {
 
   auto store = ras::StateStore::Open(state_dir_);
   if (!store) {
-    return Fail(store.error().code, fmt::format("cannot use state directory: {}", store.error().message));
+    return Fail(store.error().code,
+                fmt::format("cannot use state directory: {}", store.error().message));
   }
   store_ = std::move(*store);
 
@@ -146,19 +147,21 @@ Status Daemon::Initialize(Config config) {
   }
 
   auto socket = OpenControlSocket(socket_path_, config_.control.socket_mode);
-  if (!socket) return Fail(socket.error().code, fmt::format("control socket: {}", socket.error().message));
+  if (!socket)
+    return Fail(socket.error().code, fmt::format("control socket: {}", socket.error().message));
   socket_ = std::move(*socket);
   auto listen_fd = common::UniqueFd(::dup(socket_.fd.Get()));
   if (!listen_fd) return Fail(ErrnoError("dup control socket", errno));
-  auto server = ControlServer::Create(event_, std::move(listen_fd), ServerOptions(config_), authorizer_,
-                                      Commands());
+  auto server = ControlServer::Create(event_, std::move(listen_fd), ServerOptions(config_),
+                                      authorizer_, Commands());
   if (!server) return Fail(server.error());
   control_ = std::move(*server);
 
   if (!config_.metrics.listen.empty()) {
-    spdlog::warn("metrics.listen {} is accepted but not served yet: the Prometheus exporter is not "
-                 "built in this version",
-                 config_.metrics.listen);
+    spdlog::warn(
+        "metrics.listen {} is accepted but not served yet: the Prometheus exporter is not "
+        "built in this version",
+        config_.metrics.listen);
   }
   spdlog::info("rasd {} started: {} {} device(s), state {}, socket {}{}, host root {}", kVersion,
                runtime_->DeviceCount(), runtime_->DriverName(), state_dir_.string(),
@@ -305,7 +308,8 @@ Result<nlohmann::json> Daemon::StatusReport() {
   const double uptime =
       std::chrono::duration<double>(clock_->Monotonic() - started_monotonic_).count();
   nlohmann::json config = {
-      {"path", options_.config_path ? nlohmann::json(options_.config_path->string()) : nlohmann::json()},
+      {"path",
+       options_.config_path ? nlohmann::json(options_.config_path->string()) : nlohmann::json()},
       {"generation", config_generation_},
       {"last_reload", last_reload_},
       {"log_level", std::string(common::LogLevelName(config_.daemon.log_level))},
@@ -320,13 +324,16 @@ Result<nlohmann::json> Daemon::StatusReport() {
       {"host_root", config_.host.root.string()},
       {"state_dir", state_dir_.string()},
       {"socket", {{"path", socket_path_.string()}, {"activated", socket_.activated}}},
-      {"database", {{"path", store_->DatabasePath().string()}, {"schema_version", store_->SchemaVersion()}}},
-      {"devices", {{"driver", std::string(runtime_->DriverName())},
-                   {"count", runtime_->DeviceCount()},
-                   {"by_health", std::move(by_health)}}},
+      {"database",
+       {{"path", store_->DatabasePath().string()}, {"schema_version", store_->SchemaVersion()}}},
+      {"devices",
+       {{"driver", std::string(runtime_->DriverName())},
+        {"count", runtime_->DeviceCount()},
+        {"by_health", std::move(by_health)}}},
       {"jobs", {{"count", jobs_.Count()}}},
       {"events", {{"total", total}, {"by_severity", std::move(by_severity)}}},
-      {"control", {{"clients", control_->ClientCount()}, {"rejected_requests", control_->RejectedRequests()}}},
+      {"control",
+       {{"clients", control_->ClientCount()}, {"rejected_requests", control_->RejectedRequests()}}},
       {"watchdog_usec", watchdog_usec_},
   };
 }

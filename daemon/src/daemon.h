@@ -6,11 +6,10 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "control_server.h"
 #include "rasd/common/host_env.h"
@@ -55,7 +54,8 @@ class Daemon {
   void Notify(const std::string& message);
   void NotifyStatus();
 
-  static int OnTerminate(sd_event_source* source, const struct signalfd_siginfo* info, void* userdata);
+  static int OnTerminate(sd_event_source* source, const struct signalfd_siginfo* info,
+                         void* userdata);
   static int OnHangup(sd_event_source* source, const struct signalfd_siginfo* info, void* userdata);
   static int OnWatchdog(sd_event_source* source, uint64_t usec, void* userdata);
 

@@ -6,10 +6,9 @@
 
 #include <signal.h>
 
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <iostream>
-
-#include <CLI/CLI.hpp>
 
 #include "daemon.h"
 #include "rasd/common/logging.h"

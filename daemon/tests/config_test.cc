@@ -1,10 +1,9 @@
 #include "rasd/daemon/config.h"
 
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <fstream>
-
-#include <gtest/gtest.h>
 
 namespace rasd::daemon {
 namespace {
@@ -95,22 +94,27 @@ daemon: just-a-string
   EXPECT_EQ(problems[0], "types.yaml:2:12: 'simulator.devices' must be an integer, not 'four'");
   EXPECT_EQ(problems[1], "types.yaml:3:15: 'simulator.memory_mib' must be an integer, not a list");
   EXPECT_EQ(problems[2], "types.yaml:5:16: 'control.max_clients' must be in 1..4096, not 0");
-  EXPECT_EQ(problems[3],
-            "types.yaml:6:16: 'control.socket_mode' must be an octal mode such as \"0660\", not '999'");
-  EXPECT_EQ(problems[4], "types.yaml:7:11: 'control.socket' must be an absolute path, not 'relative/path'");
+  EXPECT_EQ(
+      problems[3],
+      "types.yaml:6:16: 'control.socket_mode' must be an octal mode such as \"0660\", not '999'");
+  EXPECT_EQ(problems[4],
+            "types.yaml:7:11: 'control.socket' must be an absolute path, not 'relative/path'");
   EXPECT_EQ(problems[5], "types.yaml:8:9: 'daemon' must be a mapping, not 'just-a-string'");
 }
 
 TEST(ConfigTest, SemanticValuesAreChecked) {
   const auto result = ParseConfig(
-      "daemon:\n  log_level: loud\nmetrics:\n  listen: nowhere\nruntime:\n  driver: quantum\n", "values.yaml");
+      "daemon:\n  log_level: loud\nmetrics:\n  listen: nowhere\nruntime:\n  driver: quantum\n",
+      "values.yaml");
   const auto problems = Problems(result);
   ASSERT_EQ(problems.size(), 3u) << testing::PrintToString(problems);
   EXPECT_NE(problems[0].find("values.yaml:2:14: 'daemon.log_level': unknown log level 'loud'"),
             std::string::npos)
       << problems[0];
-  EXPECT_NE(problems[1].find("values.yaml:4:11: 'metrics.listen'"), std::string::npos) << problems[1];
-  EXPECT_NE(problems[2].find("values.yaml:6:11: 'runtime.driver' must be one of: sim"), std::string::npos)
+  EXPECT_NE(problems[1].find("values.yaml:4:11: 'metrics.listen'"), std::string::npos)
+      << problems[1];
+  EXPECT_NE(problems[2].find("values.yaml:6:11: 'runtime.driver' must be one of: sim"),
+            std::string::npos)
       << problems[2];
 }
 
@@ -139,7 +143,8 @@ TEST(ConfigTest, DuplicateKeysAreErrors) {
 TEST(ConfigTest, TopLevelMustBeAMapping) {
   const auto result = ParseConfig("- a\n- b\n", "list.yaml");
   ASSERT_EQ(result.problems.size(), 1u);
-  EXPECT_EQ(result.problems[0].ToString(), "list.yaml:1:1: 'the document' must be a mapping, not a list");
+  EXPECT_EQ(result.problems[0].ToString(),
+            "list.yaml:1:1: 'the document' must be a mapping, not a list");
 }
 
 TEST(ConfigTest, UnreadableFileIsOneProblem) {

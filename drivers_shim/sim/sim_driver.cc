@@ -21,8 +21,9 @@ class SimDriver final : public Driver {
       properties.index = index;
       properties.name = "rasd-sim";
       properties.vendor = "sim";
-      properties.uuid = fmt::format("SIM-{:08x}-0000-0000-0000-{:012x}", 0x5a5d0000u + static_cast<unsigned>(index),
-                                    static_cast<unsigned>(index));
+      properties.uuid =
+          fmt::format("SIM-{:08x}-0000-0000-0000-{:012x}",
+                      0x5a5d0000u + static_cast<unsigned>(index), static_cast<unsigned>(index));
       properties.memory_bytes = options_.memory_bytes_per_device;
       devices.push_back(std::move(properties));
     }

@@ -1,8 +1,8 @@
 #include "rasd/drivers_shim/sim_driver.h"
 
-#include <set>
-
 #include <gtest/gtest.h>
+
+#include <set>
 
 namespace rasd::drivers {
 namespace {

@@ -33,7 +33,8 @@ Result<ListenAddress> ParseListenAddress(std::string_view text) {
     }
   }
   unsigned port = 0;
-  const auto [end, ec] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
+  const auto [end, ec] =
+      std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
   if (port_text.empty() || ec != std::errc() || end != port_text.data() + port_text.size() ||
       port > 65535) {
     return invalid("has a port outside 0..65535");

@@ -10,11 +10,16 @@ std::string_view JobKindName(JobKind kind) {
 
 std::string_view JobStateName(JobState state) {
   switch (state) {
-    case JobState::kRunning: return "running";
-    case JobState::kDraining: return "draining";
-    case JobState::kRequeued: return "requeued";
-    case JobState::kAborted: return "aborted";
-    case JobState::kFinished: return "finished";
+    case JobState::kRunning:
+      return "running";
+    case JobState::kDraining:
+      return "draining";
+    case JobState::kRequeued:
+      return "requeued";
+    case JobState::kAborted:
+      return "aborted";
+    case JobState::kFinished:
+      return "finished";
   }
   return "unknown";
 }

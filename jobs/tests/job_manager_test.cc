@@ -7,8 +7,10 @@ namespace {
 
 TEST(JobManagerTest, TracksJobsAndTheirDevices) {
   JobManager manager;
-  ASSERT_TRUE(manager.Add({.id = "llm-0", .kind = JobKind::kInference, .devices = {0, 1}}).has_value());
-  ASSERT_TRUE(manager.Add({.id = "train-0", .kind = JobKind::kCollective, .devices = {1, 2, 3}}).has_value());
+  ASSERT_TRUE(
+      manager.Add({.id = "llm-0", .kind = JobKind::kInference, .devices = {0, 1}}).has_value());
+  ASSERT_TRUE(manager.Add({.id = "train-0", .kind = JobKind::kCollective, .devices = {1, 2, 3}})
+                  .has_value());
   EXPECT_EQ(manager.Count(), 2u);
 
   const auto on_one = manager.OnDevice(1);

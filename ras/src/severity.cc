@@ -6,13 +6,20 @@ namespace rasd::ras {
 
 std::string_view SeverityName(Severity severity) {
   switch (severity) {
-    case Severity::kInfo: return "INFO";
-    case Severity::kCe: return "CE";
-    case Severity::kUcna: return "UCNA";
-    case Severity::kSrao: return "SRAO";
-    case Severity::kSrar: return "SRAR";
-    case Severity::kUce: return "UCE";
-    case Severity::kFatal: return "FATAL";
+    case Severity::kInfo:
+      return "INFO";
+    case Severity::kCe:
+      return "CE";
+    case Severity::kUcna:
+      return "UCNA";
+    case Severity::kSrao:
+      return "SRAO";
+    case Severity::kSrar:
+      return "SRAR";
+    case Severity::kUce:
+      return "UCE";
+    case Severity::kFatal:
+      return "FATAL";
   }
   return "INFO";
 }

@@ -1,6 +1,7 @@
 #include "rasd/ras/state_store.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <sqlite3.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -9,8 +10,6 @@
 #include <cerrno>
 #include <string>
 #include <vector>
-
-#include <fmt/format.h>
 
 namespace rasd::ras {
 namespace {
@@ -62,8 +61,8 @@ Status PrepareStateDirectory(const std::filesystem::path& state_dir) {
     std::error_code ec;
     std::filesystem::create_directories(state_dir, ec);
     if (ec) {
-      return Fail(ErrorCode::kIoError,
-                  fmt::format("cannot create state directory {}: {}", state_dir.string(), ec.message()));
+      return Fail(ErrorCode::kIoError, fmt::format("cannot create state directory {}: {}",
+                                                   state_dir.string(), ec.message()));
     }
   }
   struct stat st {};
@@ -71,8 +70,9 @@ Status PrepareStateDirectory(const std::filesystem::path& state_dir) {
     return Fail(ErrnoError("state directory " + state_dir.string(), errno));
   }
   if (!S_ISDIR(st.st_mode)) {
-    return Fail(ErrorCode::kInvalidArgument,
-                fmt::format("state directory {} exists but is not a directory", state_dir.string()));
+    return Fail(
+        ErrorCode::kInvalidArgument,
+        fmt::format("state directory {} exists but is not a directory", state_dir.string()));
   }
   if (::access(state_dir.c_str(), W_OK | X_OK) != 0) {
     return Fail(ErrnoError("state directory " + state_dir.string() + " is not writable", errno));
@@ -116,19 +116,22 @@ Result<std::unique_ptr<StateStore>> StateStore::Open(const std::filesystem::path
 
   const auto database_path = state_dir / kDatabaseFile;
   sqlite3* db = nullptr;
-  const int rc = sqlite3_open_v2(database_path.c_str(), &db,
-                                 SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
+  const int rc =
+      sqlite3_open_v2(database_path.c_str(), &db,
+                      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
   if (rc != SQLITE_OK) {
     std::string message = db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
     sqlite3_close(db);
-    return Fail(ErrorCode::kIoError, fmt::format("cannot open {}: {}", database_path.string(), message));
+    return Fail(ErrorCode::kIoError,
+                fmt::format("cannot open {}: {}", database_path.string(), message));
   }
   std::unique_ptr<StateStore> store(new StateStore(database_path, std::move(*lock), db));
   sqlite3_busy_timeout(db, 2000);
   // journal_mode=WAL is the first statement to touch the file, so a file that
   // is not a database fails here with SQLite's own words.
-  if (auto wal = Exec(db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;",
-                      "configure " + database_path.string());
+  if (auto wal =
+          Exec(db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;",
+               "configure " + database_path.string());
       !wal) {
     return Fail(wal.error());
   }
@@ -152,8 +155,9 @@ Error StateStore::SqliteError(std::string_view what) const {
 }
 
 Status StateStore::Migrate() {
-  if (auto created = Exec(db_, "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL);",
-                          "create schema_version in " + database_path_.string());
+  if (auto created =
+          Exec(db_, "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL);",
+               "create schema_version in " + database_path_.string());
       !created) {
     return created;
   }
@@ -168,13 +172,15 @@ Status StateStore::Migrate() {
 
   const auto& migrations = Migrations();
   if (version > static_cast<int>(migrations.size())) {
-    return Fail(ErrorCode::kCorruptData,
-                fmt::format("{} has schema version {}, newer than this rasd knows ({}); refusing to "
-                            "touch it",
-                            database_path_.string(), version, migrations.size()));
+    return Fail(
+        ErrorCode::kCorruptData,
+        fmt::format("{} has schema version {}, newer than this rasd knows ({}); refusing to "
+                    "touch it",
+                    database_path_.string(), version, migrations.size()));
   }
   for (int next = version + 1; next <= static_cast<int>(migrations.size()); ++next) {
-    const std::string context = fmt::format("migrate {} to schema version {}", database_path_.string(), next);
+    const std::string context =
+        fmt::format("migrate {} to schema version {}", database_path_.string(), next);
     if (auto begun = Exec(db_, "BEGIN IMMEDIATE;", context); !begun) return begun;
     const std::string record = fmt::format(
         "{}\nDELETE FROM schema_version; INSERT INTO schema_version(version) VALUES ({});",
@@ -190,10 +196,11 @@ Status StateStore::Migrate() {
 }
 
 Status StateStore::Prepare() {
-  if (sqlite3_prepare_v3(db_,
-                         "INSERT INTO events(time_ns, origin, severity, device, address, summary, raw) "
-                         "VALUES (?, ?, ?, ?, ?, ?, ?);",
-                         -1, SQLITE_PREPARE_PERSISTENT, &insert_event_, nullptr) != SQLITE_OK) {
+  if (sqlite3_prepare_v3(
+          db_,
+          "INSERT INTO events(time_ns, origin, severity, device, address, summary, raw) "
+          "VALUES (?, ?, ?, ?, ?, ?, ?);",
+          -1, SQLITE_PREPARE_PERSISTENT, &insert_event_, nullptr) != SQLITE_OK) {
     return Fail(SqliteError("prepare event insert"));
   }
   if (sqlite3_prepare_v3(db_, "SELECT severity, COUNT(*) FROM events GROUP BY severity;", -1,
@@ -212,10 +219,12 @@ Result<std::int64_t> StateStore::RecordEvent(const RasEvent& event) {
   sqlite3_bind_int64(insert_event_, 1, time_ns);
   sqlite3_bind_text(insert_event_, 2, event.origin.data(), static_cast<int>(event.origin.size()),
                     SQLITE_TRANSIENT);
-  sqlite3_bind_text(insert_event_, 3, severity.data(), static_cast<int>(severity.size()), SQLITE_STATIC);
+  sqlite3_bind_text(insert_event_, 3, severity.data(), static_cast<int>(severity.size()),
+                    SQLITE_STATIC);
   if (event.device) sqlite3_bind_int(insert_event_, 4, *event.device);
   // Addresses are 64-bit unsigned; SQLite stores the same bits as signed.
-  if (event.address) sqlite3_bind_int64(insert_event_, 5, static_cast<sqlite3_int64>(*event.address));
+  if (event.address)
+    sqlite3_bind_int64(insert_event_, 5, static_cast<sqlite3_int64>(*event.address));
   sqlite3_bind_text(insert_event_, 6, event.summary.data(), static_cast<int>(event.summary.size()),
                     SQLITE_TRANSIENT);
   sqlite3_bind_text(insert_event_, 7, event.raw.data(), static_cast<int>(event.raw.size()),

@@ -1,11 +1,10 @@
 #include "rasd/ras/state_store.h"
 
+#include <gtest/gtest.h>
 #include <sqlite3.h>
 #include <unistd.h>
 
 #include <fstream>
-
-#include <gtest/gtest.h>
 
 namespace rasd::ras {
 namespace {
@@ -24,7 +23,8 @@ class StateStoreTest : public ::testing::Test {
   void ExecRaw(const std::string& sql) {
     sqlite3* db = nullptr;
     ASSERT_EQ(sqlite3_open((dir_ / "state" / StateStore::kDatabaseFile).c_str(), &db), SQLITE_OK);
-    ASSERT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr), SQLITE_OK) << sqlite3_errmsg(db);
+    ASSERT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr), SQLITE_OK)
+        << sqlite3_errmsg(db);
     sqlite3_close(db);
   }
 
@@ -40,7 +40,10 @@ TEST_F(StateStoreTest, CreatesTheDirectoryAndMigratesToTheLatestSchema) {
 }
 
 TEST_F(StateStoreTest, UsesWriteAheadLogging) {
-  { auto store = StateStore::Open(dir_ / "state"); ASSERT_TRUE(store.has_value()); }
+  {
+    auto store = StateStore::Open(dir_ / "state");
+    ASSERT_TRUE(store.has_value());
+  }
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open((dir_ / "state/rasd.db").c_str(), &db), SQLITE_OK);
   sqlite3_stmt* statement = nullptr;
@@ -55,8 +58,11 @@ TEST_F(StateStoreTest, EventsSurviveReopenAndAreCountedBySeverity) {
   {
     auto store = StateStore::Open(dir_ / "state");
     ASSERT_TRUE(store.has_value());
-    RasEvent event{.time = std::chrono::system_clock::now(), .origin = "edac", .severity = Severity::kCe,
-                   .summary = "1 CE on mc0", .raw = "EDAC MC0: 1 CE"};
+    RasEvent event{.time = std::chrono::system_clock::now(),
+                   .origin = "edac",
+                   .severity = Severity::kCe,
+                   .summary = "1 CE on mc0",
+                   .raw = "EDAC MC0: 1 CE"};
     ASSERT_TRUE((*store)->RecordEvent(event).has_value());
     ASSERT_TRUE((*store)->RecordEvent(event).has_value());
     event.severity = Severity::kFatal;
@@ -97,11 +103,15 @@ TEST_F(StateStoreTest, GarbageDatabaseIsAClearError) {
   auto store = StateStore::Open(dir_ / "state");
   ASSERT_FALSE(store.has_value());
   EXPECT_NE(store.error().message.find("rasd.db"), std::string::npos) << store.error().message;
-  EXPECT_NE(store.error().message.find("not a database"), std::string::npos) << store.error().message;
+  EXPECT_NE(store.error().message.find("not a database"), std::string::npos)
+      << store.error().message;
 }
 
 TEST_F(StateStoreTest, NewerSchemaIsRefusedAndLeftUntouched) {
-  { auto store = StateStore::Open(dir_ / "state"); ASSERT_TRUE(store.has_value()); }
+  {
+    auto store = StateStore::Open(dir_ / "state");
+    ASSERT_TRUE(store.has_value());
+  }
   ExecRaw("UPDATE schema_version SET version = 999;");
   auto store = StateStore::Open(dir_ / "state");
   ASSERT_FALSE(store.has_value());

@@ -1,8 +1,8 @@
 #include "rasd/runtime/device.h"
 
-#include <array>
-
 #include <fmt/format.h>
+
+#include <array>
 
 namespace rasd::runtime {
 namespace {
@@ -29,14 +29,16 @@ Status Device::CheckGate(Admission admission) const {
   const HealthState state = Health();
   switch (state) {
     case HealthState::kHealthy:
-    case HealthState::kDegraded: return {};
+    case HealthState::kDegraded:
+      return {};
     case HealthState::kDraining:
       if (admission == Admission::kAdmittedJob) return {};
       break;
-    case HealthState::kIsolated: break;
+    case HealthState::kIsolated:
+      break;
   }
-  return Fail(ErrorCode::kDeviceIsolated,
-              fmt::format("device {} is {}: no new work", properties_.index, HealthStateName(state)));
+  return Fail(ErrorCode::kDeviceIsolated, fmt::format("device {} is {}: no new work",
+                                                      properties_.index, HealthStateName(state)));
 }
 
 }  // namespace rasd::runtime

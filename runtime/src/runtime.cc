@@ -19,7 +19,8 @@ Result<std::unique_ptr<Runtime>> Runtime::Create(std::unique_ptr<drivers::Driver
   return std::unique_ptr<Runtime>(new Runtime(std::move(driver), std::move(devices)));
 }
 
-Runtime::Runtime(std::unique_ptr<drivers::Driver> driver, std::vector<std::unique_ptr<Device>> devices)
+Runtime::Runtime(std::unique_ptr<drivers::Driver> driver,
+                 std::vector<std::unique_ptr<Device>> devices)
     : driver_(std::move(driver)), devices_(std::move(devices)) {}
 
 Result<Device*> Runtime::GetDevice(int index) {

@@ -27,14 +27,15 @@ sockaddr_un UnixAddress(const std::filesystem::path& path) {
   sockaddr_un address{};
   address.sun_family = AF_UNIX;
   const std::string text = path.string();
-  if (text.size() >= sizeof address.sun_path) throw std::runtime_error("socket path too long: " + text);
+  if (text.size() >= sizeof address.sun_path)
+    throw std::runtime_error("socket path too long: " + text);
   std::memcpy(address.sun_path, text.c_str(), text.size() + 1);
   return address;
 }
 
 int Remaining(std::chrono::steady_clock::time_point deadline) {
-  const auto left =
-      std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+      deadline - std::chrono::steady_clock::now());
   return static_cast<int>(std::max<std::int64_t>(0, left.count()));
 }
 
@@ -100,8 +101,10 @@ Process::Process(const ProcessOptions& options) {
   for (auto& arg : argv_strings) argv.push_back(arg.data());
   argv.push_back(nullptr);
 
-  const int out_fd = ::open(options.stdout_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  const int err_fd = ::open(options.stderr_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const int out_fd =
+      ::open(options.stdout_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const int err_fd =
+      ::open(options.stderr_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   const int in_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   if (out_fd < 0 || err_fd < 0 || in_fd < 0) throw std::runtime_error("cannot open child stdio");
 
@@ -117,7 +120,8 @@ Process::Process(const ProcessOptions& options) {
       } else {
         ::dup2(options.pass_listen_fd, 3);
       }
-      std::snprintf(listen_pid.data(), listen_pid.size(), "LISTEN_PID=%d", static_cast<int>(::getpid()));
+      std::snprintf(listen_pid.data(), listen_pid.size(), "LISTEN_PID=%d",
+                    static_cast<int>(::getpid()));
     }
     if (options.gid || options.uid) {
       if (::setgroups(options.groups.size(), options.groups.data()) != 0) ::_exit(125);
@@ -271,8 +275,8 @@ void RasdInstance::WriteConfig(const std::string& yaml) {
   has_config_ = true;
 }
 
-bool RasdInstance::Start(std::vector<std::string> extra_args, std::map<std::string, std::string> env,
-                         std::string* why) {
+bool RasdInstance::Start(std::vector<std::string> extra_args,
+                         std::map<std::string, std::string> env, std::string* why) {
   ProcessOptions options;
   options.argv = {RASD_BINARY, "--state-dir", StateDir().string(), "--socket", Socket().string()};
   if (has_config_) {

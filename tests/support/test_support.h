@@ -43,15 +43,15 @@ void WriteText(const std::filesystem::path& path, const std::string& text);
 bool WaitUntil(const std::function<bool()>& condition, std::chrono::milliseconds timeout);
 
 struct ProcessOptions {
-  std::vector<std::string> argv;                      // argv[0] is the binary path
-  std::map<std::string, std::string> set_env;         // added to (or replacing) ours
+  std::vector<std::string> argv;               // argv[0] is the binary path
+  std::map<std::string, std::string> set_env;  // added to (or replacing) ours
   std::vector<std::string> unset_env;
   std::filesystem::path stdout_path = "/dev/null";
   std::filesystem::path stderr_path = "/dev/null";
-  int pass_listen_fd = -1;        // becomes fd 3 with LISTEN_FDS=1 and LISTEN_PID=<child>
-  std::optional<uid_t> uid;       // drop to this uid (test must be root)
+  int pass_listen_fd = -1;   // becomes fd 3 with LISTEN_FDS=1 and LISTEN_PID=<child>
+  std::optional<uid_t> uid;  // drop to this uid (test must be root)
   std::optional<gid_t> gid;
-  std::vector<gid_t> groups;      // supplementary groups when dropping
+  std::vector<gid_t> groups;  // supplementary groups when dropping
 };
 
 // A child process; killed (SIGKILL) and reaped on destruction if still running.

@@ -8,11 +8,10 @@
 //   {"ok": false, "error": {"code": "unknown_command", "message": "..."}, "id": <echoed>}
 
 #include <cstddef>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
-
-#include <nlohmann/json.hpp>
 
 #include "rasd/common/result.h"
 

@@ -33,8 +33,9 @@ class SystemClock final : public Clock {
 // A clock that moves only when told to. Thread-safe.
 class ManualClock final : public Clock {
  public:
-  explicit ManualClock(std::chrono::system_clock::time_point wall_start =
-                           std::chrono::system_clock::time_point(std::chrono::seconds(1'700'000'000)));
+  explicit ManualClock(
+      std::chrono::system_clock::time_point wall_start =
+          std::chrono::system_clock::time_point(std::chrono::seconds(1'700'000'000)));
   std::chrono::nanoseconds Monotonic() const override;
   std::chrono::system_clock::time_point Wall() const override;
   void Advance(std::chrono::nanoseconds by);

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <spdlog/common.h>
 #include <sys/types.h>
 
 #include <chrono>
@@ -9,8 +10,6 @@
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <spdlog/common.h>
 
 namespace rasd::daemon {
 
@@ -27,9 +26,9 @@ struct Config {
     bool operator==(const Daemon&) const = default;
   } daemon;
   struct Control {
-    std::filesystem::path socket;      // empty: /run/rasd/rasd.sock as root, else XDG/HOME based
-    mode_t socket_mode = 0666;         // who may connect; SO_PEERCRED decides who may change state
-    std::string admin_group;           // members may run state-changing commands; empty: none
+    std::filesystem::path socket;  // empty: /run/rasd/rasd.sock as root, else XDG/HOME based
+    mode_t socket_mode = 0666;     // who may connect; SO_PEERCRED decides who may change state
+    std::string admin_group;       // members may run state-changing commands; empty: none
     std::chrono::milliseconds client_timeout{10000};
     int max_clients = 64;
     bool operator==(const Control&) const = default;

@@ -12,11 +12,11 @@ namespace rasd::drivers {
 // What the runtime needs to know about one device, as the vendor library
 // reports it (cuDeviceGetAttribute / aclrtGetDeviceInfo / the simulator).
 struct DeviceProperties {
-  int index = 0;               // the driver's ordinal
-  std::string name;            // "NVIDIA H200", "Ascend 910B", "rasd-sim"
-  std::string vendor;          // "nvidia", "huawei", "sim"
-  std::string pci_bdf;         // "0000:07:00.0"; empty where there is no PCI device
-  std::string uuid;            // stable across reboots where the vendor gives one
+  int index = 0;        // the driver's ordinal
+  std::string name;     // "NVIDIA H200", "Ascend 910B", "rasd-sim"
+  std::string vendor;   // "nvidia", "huawei", "sim"
+  std::string pci_bdf;  // "0000:07:00.0"; empty where there is no PCI device
+  std::string uuid;     // stable across reboots where the vendor gives one
   std::uint64_t memory_bytes = 0;
 };
 

@@ -19,7 +19,7 @@ std::string_view JobKindName(JobKind kind);
 std::string_view JobStateName(JobState state);
 
 struct JobInfo {
-  std::string id;            // unique while the job is known, e.g. "llm-0"
+  std::string id;  // unique while the job is known, e.g. "llm-0"
   JobKind kind = JobKind::kInference;
   JobState state = JobState::kRunning;
   std::vector<int> devices;  // device indices the job has work on

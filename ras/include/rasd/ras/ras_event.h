@@ -14,7 +14,7 @@ namespace rasd::ras {
 // read it. A plain value: copy freely.
 struct RasEvent {
   std::chrono::system_clock::time_point time;
-  std::string origin;                    // edac | mce | ghes | aer | memory_failure | nvidia_xid | ...
+  std::string origin;  // edac | mce | ghes | aer | memory_failure | nvidia_xid | ...
   Severity severity = Severity::kInfo;
   std::optional<int> device;             // runtime device index, for accelerator events
   std::optional<std::uint64_t> address;  // physical or device address, where the record has one

@@ -10,13 +10,13 @@ namespace rasd::ras {
 // The severity classes of the kernel's RAS model (see DESIGN.md, "The
 // severity taxonomy"), least to most severe, with INFO first.
 enum class Severity : std::uint8_t {
-  kInfo,  // informational, or an application fault
-  kCe,    // corrected by hardware
-  kUcna,  // uncorrected, not consumed, no action required
-  kSrao,  // uncorrected, not consumed, action optional
-  kSrar,  // uncorrected, being consumed, action required
-  kUce,   // uncorrected, recoverability unknown
-  kFatal, // system or device cannot continue
+  kInfo,   // informational, or an application fault
+  kCe,     // corrected by hardware
+  kUcna,   // uncorrected, not consumed, no action required
+  kSrao,   // uncorrected, not consumed, action optional
+  kSrar,   // uncorrected, being consumed, action required
+  kUce,    // uncorrected, recoverability unknown
+  kFatal,  // system or device cannot continue
 };
 
 inline constexpr std::array<Severity, 7> kAllSeverities = {
