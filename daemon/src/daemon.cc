@@ -114,7 +114,7 @@ Status Daemon::Initialize(Config config) {
   }
   store_ = std::move(*store);
 
-  auto driver = drivers::MakeSimDriver(
+  auto driver = drivers::SimDriver::Create(
       {.device_count = config_.simulator.devices,
        .memory_bytes_per_device = config_.simulator.memory_mib * 1024 * 1024});
   if (!driver) return Fail(driver.error());

@@ -1,51 +1,799 @@
 #include "rasd/drivers_shim/sim_driver.h"
 
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <set>
+#include <shared_mutex>
+#include <thread>
+#include <unordered_map>
+
 #include <fmt/format.h>
 
+#include "sim_kernels.h"
+
 namespace rasd::drivers {
+
+std::string_view DriverErrorKindName(DriverErrorKind kind) {
+  switch (kind) {
+    case DriverErrorKind::kCorrectedEcc: return "corrected_ecc";
+    case DriverErrorKind::kUncorrectedEcc: return "uncorrected_ecc";
+    case DriverErrorKind::kStickyFault: return "sticky_fault";
+    case DriverErrorKind::kFellOffBus: return "fell_off_bus";
+    case DriverErrorKind::kLinkError: return "link_error";
+  }
+  return "unknown";
+}
+
 namespace {
 
 constexpr int kMaxSimDevices = 64;
+constexpr std::uint64_t kPageSize = 4096;
+// Device addresses: device d owns [(d + 1) << 40, (d + 2) << 40), so an
+// address names its device and stale addresses are never reissued.
+constexpr int kAddressShift = 40;
 
-class SimDriver final : public Driver {
+inline void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+std::uint64_t PageOf(DeviceAddress address) { return address & ~(kPageSize - 1); }
+
+enum class DeviceCondition : int { kOk, kSticky, kLost };
+
+struct Reservation {
+  DeviceAddress base = 0;
+  std::uint64_t size = 0;
+  std::unique_ptr<std::byte[]> bytes;
+};
+
+struct SimDevice {
+  DeviceProperties properties;
+  std::atomic<DeviceCondition> condition{DeviceCondition::kOk};
+  std::atomic<bool> hung{false};
+  // Guarded by SimDriverImpl::memory_mutex_.
+  std::map<DeviceAddress, Reservation> reservations;
+  std::set<DeviceAddress> poisoned_pages;
+  DeviceAddress next_address = 0;
+  std::uint64_t reserved_bytes = 0;
+
+  Status CheckUsable() const {
+    switch (condition.load(std::memory_order_acquire)) {
+      case DeviceCondition::kOk: return {};
+      case DeviceCondition::kSticky:
+        return Fail(ErrorCode::kDeviceFault,
+                    fmt::format("device {}: sticky fault, context unusable until reset", properties.index));
+      case DeviceCondition::kLost:
+        return Fail(ErrorCode::kDeviceFault, fmt::format("device {}: fell off the bus", properties.index));
+    }
+    return {};
+  }
+};
+
+struct SimEvent {
+  int device = 0;
+  std::mutex mutex;
+  std::condition_variable completed_cv;
+  std::uint64_t recorded = 0;   // generation of the last record
+  std::uint64_t completed = 0;  // generation of the last completed record
+  std::chrono::steady_clock::time_point completed_at;
+
+  void Complete(std::uint64_t generation) {
+    {
+      std::lock_guard lock(mutex);
+      if (generation > completed) {
+        completed = generation;
+        completed_at = std::chrono::steady_clock::now();
+      }
+    }
+    completed_cv.notify_all();
+  }
+};
+
+struct Op {
+  enum class Kind : std::uint8_t { kKernel, kHostToDevice, kDeviceToHost, kDeviceToDevice, kRecord, kWait, kCallback };
+  Kind kind = Kind::kKernel;
+  std::uint8_t arg_count = 0;
+  const sim::SimKernel* kernel = nullptr;
+  LaunchConfig config;
+  std::array<KernelArg, kMaxKernelArgs> args;
+  DeviceAddress dst = 0;
+  DeviceAddress src = 0;
+  int dst_device = 0;
+  const void* host_src = nullptr;
+  void* host_dst = nullptr;
+  std::uint64_t bytes = 0;
+  std::shared_ptr<SimEvent> event;
+  std::uint64_t generation = 0;
+  StreamCallback callback;
+};
+
+class SimDriverImpl;
+
+// One stream: a queue and the worker thread that drains it in order.
+class SimStream {
  public:
-  explicit SimDriver(const SimDriverOptions& options) : options_(options) {}
+  SimStream(SimDriverImpl& driver, SimDevice& device, StreamHandle handle, std::chrono::microseconds spin)
+      : driver_(driver), device_(device), handle_(handle), spin_(spin), worker_([this] { Run(); }) {}
+
+  ~SimStream() {
+    Abort(Error{ErrorCode::kAborted, "stream destroyed"});
+    {
+      std::lock_guard lock(mutex_);
+      closing_ = true;
+    }
+    work_cv_.notify_all();
+    worker_.join();
+  }
+
+  SimDevice& Device() { return device_; }
+  StreamHandle Handle() const { return handle_; }
+  bool Aborted() const { return aborted_.load(std::memory_order_acquire); }
+
+  Status Enqueue(Op&& op) {
+    if (auto usable = device_.CheckUsable(); !usable) return usable;
+    bool wake = false;
+    {
+      std::lock_guard lock(mutex_);
+      if (error_) return Fail(*error_);
+      queue_.push_back(std::move(op));
+      ++enqueued_;
+      queued_.store(queue_.size(), std::memory_order_release);
+      wake = sleeping_;
+    }
+    if (wake) work_cv_.notify_one();
+    return {};
+  }
+
+  Status Synchronize(std::chrono::nanoseconds timeout) {
+    std::unique_lock lock(mutex_);
+    const std::uint64_t target = enqueued_;
+    const bool done = done_cv_.wait_for(lock, timeout, [&] { return finished_ >= target || aborted_; });
+    if (error_) return Fail(*error_);
+    if (!done) {
+      return Fail(ErrorCode::kTimeout,
+                  fmt::format("stream on device {} did not finish within {} ms ({} operation(s) pending)",
+                              device_.properties.index,
+                              std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count(),
+                              target - finished_));
+    }
+    return {};
+  }
+
+  // Drops work that has not started, failing it with `reason`. With
+  // `sticky`, the stream stays failed (abort); without, it is usable again
+  // afterwards (device reset).
+  void Abort(const Error& reason, bool sticky = true) {
+    std::deque<Op> dropped;
+    {
+      std::lock_guard lock(mutex_);
+      dropped.swap(queue_);
+      queued_.store(0, std::memory_order_release);
+      finished_ += dropped.size();
+      if (sticky) {
+        error_ = reason;
+        aborted_.store(true, std::memory_order_release);
+      } else {
+        error_.reset();
+      }
+    }
+    done_cv_.notify_all();
+    work_cv_.notify_all();
+    const Status failed = Fail(reason);
+    for (auto& op : dropped) Finish(op, failed);
+  }
+
+  void Wake() { work_cv_.notify_all(); }
+
+ private:
+  void Run();
+  Status Execute(Op& op);
+  // Completes an op's side channels (callback, event) with its status.
+  static void Finish(Op& op, const Status& status) {
+    if (op.kind == Op::Kind::kCallback && op.callback) op.callback(status);
+    // A failed record still completes its event: waiters must not hang on
+    // work that will never run.
+    if (op.kind == Op::Kind::kRecord && op.event) op.event->Complete(op.generation);
+  }
+
+  SimDriverImpl& driver_;
+  SimDevice& device_;
+  const StreamHandle handle_;
+  const std::chrono::microseconds spin_;
+
+  std::mutex mutex_;
+  std::condition_variable work_cv_;
+  std::condition_variable done_cv_;
+  std::deque<Op> queue_;
+  std::atomic<std::size_t> queued_{0};
+  std::uint64_t enqueued_ = 0;
+  std::uint64_t finished_ = 0;
+  bool sleeping_ = false;
+  bool closing_ = false;
+  std::optional<Error> error_;
+  std::atomic<bool> aborted_{false};
+  std::thread worker_;  // last: started once everything above exists
+};
+
+class SimDriverImpl final : public SimDriver {
+ public:
+  explicit SimDriverImpl(const SimDriverOptions& options) : options_(options) {
+    devices_.reserve(static_cast<std::size_t>(options.device_count));
+    for (int index = 0; index < options.device_count; ++index) {
+      auto device = std::make_unique<SimDevice>();
+      device->properties.index = index;
+      device->properties.name = "rasd-sim";
+      device->properties.vendor = "sim";
+      device->properties.uuid = fmt::format("SIM-{:08x}-0000-0000-0000-{:012x}",
+                                            0x5a5d0000u + static_cast<unsigned>(index),
+                                            static_cast<unsigned>(index));
+      device->properties.memory_bytes = options.memory_bytes_per_device;
+      device->properties.retire_granularity = kPageSize;
+      device->next_address = static_cast<DeviceAddress>(index + 1) << kAddressShift;
+      devices_.push_back(std::move(device));
+    }
+  }
+
+  ~SimDriverImpl() override {
+    std::unordered_map<std::uint64_t, std::shared_ptr<SimStream>> streams;
+    {
+      std::unique_lock lock(handles_mutex_);
+      streams.swap(streams_);
+    }
+    streams.clear();  // joins the workers
+  }
 
   std::string_view Name() const override { return "sim"; }
 
   Result<std::vector<DeviceProperties>> EnumerateDevices() override {
-    std::vector<DeviceProperties> devices;
-    devices.reserve(static_cast<std::size_t>(options_.device_count));
-    for (int index = 0; index < options_.device_count; ++index) {
-      DeviceProperties properties;
-      properties.index = index;
-      properties.name = "rasd-sim";
-      properties.vendor = "sim";
-      properties.uuid =
-          fmt::format("SIM-{:08x}-0000-0000-0000-{:012x}",
-                      0x5a5d0000u + static_cast<unsigned>(index), static_cast<unsigned>(index));
-      properties.memory_bytes = options_.memory_bytes_per_device;
-      devices.push_back(std::move(properties));
+    std::vector<DeviceProperties> properties;
+    for (const auto& device : devices_) properties.push_back(device->properties);
+    return properties;
+  }
+
+  std::vector<KernelSignature> Kernels() const override {
+    std::vector<KernelSignature> signatures;
+    for (const auto& kernel : sim::SimKernels()) signatures.push_back(kernel.signature);
+    return signatures;
+  }
+
+  Result<DeviceAddress> ReserveMemory(int device_index, std::uint64_t bytes) override {
+    auto device = GetDevice(device_index);
+    if (!device) return Fail(device.error());
+    if (auto usable = (*device)->CheckUsable(); !usable) return Fail(usable.error());
+    if (bytes == 0) return Fail(ErrorCode::kInvalidArgument, "cannot reserve 0 bytes");
+    const std::uint64_t rounded = (bytes + kPageSize - 1) & ~(kPageSize - 1);
+    std::unique_lock lock(memory_mutex_);
+    SimDevice& d = **device;
+    if (rounded > d.properties.memory_bytes - d.reserved_bytes) {
+      return Fail(ErrorCode::kOutOfMemory,
+                  fmt::format("device {}: cannot reserve {} bytes, {} of {} in use", device_index, rounded,
+                              d.reserved_bytes, d.properties.memory_bytes));
     }
-    return devices;
+    Reservation reservation;
+    reservation.base = d.next_address;
+    reservation.size = rounded;
+    reservation.bytes.reset(new (std::nothrow) std::byte[rounded]);
+    if (!reservation.bytes) {
+      return Fail(ErrorCode::kOutOfMemory, fmt::format("host memory for {} simulated bytes", rounded));
+    }
+    d.next_address += rounded;
+    d.reserved_bytes += rounded;
+    const DeviceAddress base = reservation.base;
+    d.reservations.emplace(base, std::move(reservation));
+    return base;
+  }
+
+  Status ReleaseMemory(int device_index, DeviceAddress base) override {
+    auto device = GetDevice(device_index);
+    if (!device) return Fail(device.error());
+    // Exclusive: waits for kernels and copies that are using device memory.
+    std::unique_lock lock(memory_mutex_);
+    auto it = (*device)->reservations.find(base);
+    if (it == (*device)->reservations.end()) {
+      return Fail(ErrorCode::kInvalidArgument,
+                  fmt::format("device {}: 0x{:x} is not a reservation", device_index, base));
+    }
+    (*device)->reserved_bytes -= it->second.size;
+    (*device)->reservations.erase(it);
+    return {};
+  }
+
+  Result<StreamHandle> CreateStream(int device_index) override {
+    auto device = GetDevice(device_index);
+    if (!device) return Fail(device.error());
+    if (auto usable = (*device)->CheckUsable(); !usable) return Fail(usable.error());
+    const StreamHandle handle{next_handle_.fetch_add(1)};
+    auto stream = std::make_shared<SimStream>(*this, **device, handle, options_.worker_spin);
+    std::unique_lock lock(handles_mutex_);
+    streams_.emplace(handle.value, std::move(stream));
+    return handle;
+  }
+
+  Status DestroyStream(StreamHandle handle) override {
+    std::shared_ptr<SimStream> stream;
+    {
+      std::unique_lock lock(handles_mutex_);
+      auto it = streams_.find(handle.value);
+      if (it == streams_.end()) return Fail(ErrorCode::kInvalidArgument, "unknown stream");
+      stream = std::move(it->second);
+      streams_.erase(it);
+    }
+    return {};  // the last reference joins the worker
+  }
+
+  Status CopyHostToDevice(StreamHandle handle, DeviceAddress dst, const void* src, std::uint64_t bytes) override {
+    Op op;
+    op.kind = Op::Kind::kHostToDevice;
+    op.dst = dst;
+    op.host_src = src;
+    op.bytes = bytes;
+    return Submit(handle, std::move(op));
+  }
+
+  Status CopyDeviceToHost(StreamHandle handle, void* dst, DeviceAddress src, std::uint64_t bytes) override {
+    Op op;
+    op.kind = Op::Kind::kDeviceToHost;
+    op.host_dst = dst;
+    op.src = src;
+    op.bytes = bytes;
+    return Submit(handle, std::move(op));
+  }
+
+  Status CopyDeviceToDevice(StreamHandle handle, DeviceAddress dst, int dst_device, DeviceAddress src,
+                            std::uint64_t bytes) override {
+    if (auto device = GetDevice(dst_device); !device) return Fail(device.error());
+    Op op;
+    op.kind = Op::Kind::kDeviceToDevice;
+    op.dst = dst;
+    op.dst_device = dst_device;
+    op.src = src;
+    op.bytes = bytes;
+    return Submit(handle, std::move(op));
+  }
+
+  Status LaunchKernel(StreamHandle handle, std::string_view name, const LaunchConfig& config,
+                      std::span<const KernelArg> args) override {
+    const sim::SimKernel* kernel = sim::FindSimKernel(name);
+    if (kernel == nullptr) return Fail(ErrorCode::kNotSupported, fmt::format("no kernel '{}'", name));
+    if (args.size() != kernel->signature.args.size()) {
+      return Fail(ErrorCode::kInvalidArgument, fmt::format("kernel '{}' takes {} arguments, not {}", name,
+                                                           kernel->signature.args.size(), args.size()));
+    }
+    Op op;
+    op.kind = Op::Kind::kKernel;
+    op.kernel = kernel;
+    op.config = config;
+    for (std::size_t i = 0; i < args.size(); ++i) {
+      if (args[i].kind != kernel->signature.args[i]) {
+        return Fail(ErrorCode::kInvalidArgument, fmt::format("kernel '{}': argument {} has the wrong kind", name, i));
+      }
+      op.args[i] = args[i];
+    }
+    op.arg_count = static_cast<std::uint8_t>(args.size());
+    return Submit(handle, std::move(op));
+  }
+
+  Status EnqueueCallback(StreamHandle handle, StreamCallback callback) override {
+    if (!callback) return Fail(ErrorCode::kInvalidArgument, "empty callback");
+    Op op;
+    op.kind = Op::Kind::kCallback;
+    op.callback = std::move(callback);
+    return Submit(handle, std::move(op));
+  }
+
+  Result<EventHandle> CreateEvent(int device_index) override {
+    if (auto device = GetDevice(device_index); !device) return Fail(device.error());
+    auto event = std::make_shared<SimEvent>();
+    event->device = device_index;
+    const EventHandle handle{next_handle_.fetch_add(1)};
+    std::unique_lock lock(handles_mutex_);
+    events_.emplace(handle.value, std::move(event));
+    return handle;
+  }
+
+  Status DestroyEvent(EventHandle handle) override {
+    std::unique_lock lock(handles_mutex_);
+    if (events_.erase(handle.value) == 0) return Fail(ErrorCode::kInvalidArgument, "unknown event");
+    return {};
+  }
+
+  Status RecordEvent(EventHandle event_handle, StreamHandle stream_handle) override {
+    auto event = FindEvent(event_handle);
+    if (!event) return Fail(event.error());
+    Op op;
+    op.kind = Op::Kind::kRecord;
+    op.event = *event;
+    {
+      std::lock_guard lock((*event)->mutex);
+      op.generation = ++(*event)->recorded;
+    }
+    return Submit(stream_handle, std::move(op));
+  }
+
+  Status StreamWaitEvent(StreamHandle stream_handle, EventHandle event_handle) override {
+    auto event = FindEvent(event_handle);
+    if (!event) return Fail(event.error());
+    Op op;
+    op.kind = Op::Kind::kWait;
+    op.event = *event;
+    {
+      std::lock_guard lock((*event)->mutex);
+      op.generation = (*event)->recorded;
+    }
+    if (op.generation == 0) return {};  // never recorded: nothing to wait for (as CUDA)
+    return Submit(stream_handle, std::move(op));
+  }
+
+  Status SynchronizeEvent(EventHandle handle, std::chrono::nanoseconds timeout) override {
+    auto event = FindEvent(handle);
+    if (!event) return Fail(event.error());
+    std::unique_lock lock((*event)->mutex);
+    const std::uint64_t target = (*event)->recorded;
+    if (!(*event)->completed_cv.wait_for(lock, timeout, [&] { return (*event)->completed >= target; })) {
+      return Fail(ErrorCode::kTimeout, "event did not complete in time");
+    }
+    return {};
+  }
+
+  Result<std::chrono::nanoseconds> ElapsedTime(EventHandle start, EventHandle end) override {
+    auto first = FindEvent(start);
+    if (!first) return Fail(first.error());
+    auto second = FindEvent(end);
+    if (!second) return Fail(second.error());
+    std::chrono::steady_clock::time_point from, to;
+    for (auto [event, at] : {std::pair{*first, &from}, {*second, &to}}) {
+      std::lock_guard lock(event->mutex);
+      if (event->recorded == 0 || event->completed < event->recorded) {
+        return Fail(ErrorCode::kUnavailable, "event has not completed");
+      }
+      *at = event->completed_at;
+    }
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(to - from);
+  }
+
+  Status SynchronizeStream(StreamHandle handle, std::chrono::nanoseconds timeout) override {
+    auto stream = FindStream(handle);
+    if (!stream) return Fail(stream.error());
+    return (*stream)->Synchronize(timeout);
+  }
+
+  Status AbortStream(StreamHandle handle, const Error& reason) override {
+    auto stream = FindStream(handle);
+    if (!stream) return Fail(stream.error());
+    (*stream)->Abort(reason);
+    return {};
+  }
+
+  Status ResetDevice(int device_index) override {
+    auto device = GetDevice(device_index);
+    if (!device) return Fail(device.error());
+    if ((*device)->condition.load() == DeviceCondition::kLost) {
+      return Fail(ErrorCode::kDeviceFault,
+                  fmt::format("device {} fell off the bus; a reset cannot bring it back", device_index));
+    }
+    const Error reason{ErrorCode::kAborted, fmt::format("device {} reset", device_index)};
+    for (auto& stream : StreamsOf(device_index)) stream->Abort(reason, /*sticky=*/false);
+    (*device)->condition.store(DeviceCondition::kOk);
+    (*device)->hung.store(false);
+    {
+      std::lock_guard lock(links_mutex_);
+      std::erase_if(links_down_, [&](const auto& link) {
+        return link.first == device_index || link.second == device_index;
+      });
+    }
+    for (auto& stream : StreamsOf(device_index)) stream->Wake();
+    return {};
+  }
+
+  void SetErrorListener(ErrorListener listener) override {
+    std::lock_guard lock(listener_mutex_);
+    listener_ = std::move(listener);
+  }
+
+  // ---- fault injection ----
+
+  Status InjectCorrectedEcc(int device_index, DeviceAddress address) override {
+    if (auto device = GetDevice(device_index); !device) return Fail(device.error());
+    Emit({.device = device_index, .kind = DriverErrorKind::kCorrectedEcc, .address = address,
+          .message = fmt::format("corrected ECC error at 0x{:x}", address)});
+    return {};
+  }
+
+  Status InjectUncorrectedEcc(int device_index, DeviceAddress address) override {
+    auto device = GetDevice(device_index);
+    if (!device) return Fail(device.error());
+    {
+      std::unique_lock lock(memory_mutex_);
+      (*device)->poisoned_pages.insert(PageOf(address));
+    }
+    Emit({.device = device_index, .kind = DriverErrorKind::kUncorrectedEcc, .address = address,
+          .message = fmt::format("uncorrected ECC error at 0x{:x}; page 0x{:x} poisoned", address,
+                                 PageOf(address))});
+    return {};
+  }
+
+  Status InjectStickyFault(int device_index) override {
+    auto device = GetDevice(device_index);
+    if (!device) return Fail(device.error());
+    (*device)->condition.store(DeviceCondition::kSticky);
+    for (auto& stream : StreamsOf(device_index)) stream->Wake();
+    Emit({.device = device_index, .kind = DriverErrorKind::kStickyFault,
+          .message = "device context failed (sticky fault); reset required"});
+    return {};
+  }
+
+  Status InjectHang(int device_index) override {
+    auto device = GetDevice(device_index);
+    if (!device) return Fail(device.error());
+    (*device)->hung.store(true);
+    return {};
+  }
+
+  Status InjectFallOffBus(int device_index) override {
+    auto device = GetDevice(device_index);
+    if (!device) return Fail(device.error());
+    (*device)->condition.store(DeviceCondition::kLost);
+    const Error reason{ErrorCode::kDeviceFault, fmt::format("device {}: fell off the bus", device_index)};
+    for (auto& stream : StreamsOf(device_index)) stream->Abort(reason);
+    Emit({.device = device_index, .kind = DriverErrorKind::kFellOffBus, .message = "GPU has fallen off the bus"});
+    return {};
+  }
+
+  Status InjectLinkError(int device_a, int device_b) override {
+    if (auto device = GetDevice(device_a); !device) return Fail(device.error());
+    if (auto device = GetDevice(device_b); !device) return Fail(device.error());
+    if (device_a == device_b) return Fail(ErrorCode::kInvalidArgument, "a link joins two different devices");
+    {
+      std::lock_guard lock(links_mutex_);
+      links_down_.insert({std::min(device_a, device_b), std::max(device_a, device_b)});
+    }
+    Emit({.device = device_a, .kind = DriverErrorKind::kLinkError, .peer_device = device_b,
+          .message = fmt::format("link between device {} and device {} failed", device_a, device_b)});
+    return {};
+  }
+
+  // ---- used by streams ----
+
+  void Emit(DriverErrorEvent event) {
+    event.time = std::chrono::system_clock::now();
+    std::lock_guard lock(listener_mutex_);
+    if (listener_) listener_(event);
+  }
+
+  bool LinkDown(int a, int b) {
+    if (a == b) return false;
+    std::lock_guard lock(links_mutex_);
+    return links_down_.contains({std::min(a, b), std::max(a, b)});
+  }
+
+  std::shared_mutex& MemoryMutex() { return memory_mutex_; }
+
+  // Finds [address, address + bytes) on `device`. Caller holds MemoryMutex.
+  Result<std::byte*> Translate(SimDevice& device, DeviceAddress address, std::uint64_t bytes, bool for_write,
+                               std::optional<DeviceAddress>* poisoned_hit) {
+    auto it = device.reservations.upper_bound(address);
+    if (it == device.reservations.begin()) return IllegalAddress(device, address, bytes);
+    --it;
+    const Reservation& reservation = it->second;
+    if (address + bytes < address || address + bytes > reservation.base + reservation.size) {
+      return IllegalAddress(device, address, bytes);
+    }
+    if (!for_write && bytes > 0 && !device.poisoned_pages.empty()) {
+      auto poisoned = device.poisoned_pages.lower_bound(PageOf(address));
+      if (poisoned != device.poisoned_pages.end() && *poisoned < address + bytes) {
+        *poisoned_hit = std::max(*poisoned, address);
+        return Fail(ErrorCode::kDeviceFault,
+                    fmt::format("device {}: uncorrectable ECC error consumed at 0x{:x}",
+                                device.properties.index, **poisoned_hit));
+      }
+    }
+    return reservation.bytes.get() + (address - reservation.base);
+  }
+
+  Result<SimDevice*> GetDevice(int index) {
+    if (index < 0 || index >= static_cast<int>(devices_.size())) {
+      return Fail(ErrorCode::kInvalidArgument, fmt::format("no device {}", index));
+    }
+    return devices_[static_cast<std::size_t>(index)].get();
   }
 
  private:
+  static Result<std::byte*> IllegalAddress(SimDevice& device, DeviceAddress address, std::uint64_t bytes) {
+    return Fail(ErrorCode::kInvalidArgument, fmt::format("device {}: illegal address 0x{:x} (+{} bytes)",
+                                                         device.properties.index, address, bytes));
+  }
+
+  Status Submit(StreamHandle handle, Op&& op) {
+    auto stream = FindStream(handle);
+    if (!stream) return Fail(stream.error());
+    return (*stream)->Enqueue(std::move(op));
+  }
+
+  Result<std::shared_ptr<SimStream>> FindStream(StreamHandle handle) {
+    std::shared_lock lock(handles_mutex_);
+    auto it = streams_.find(handle.value);
+    if (it == streams_.end()) return Fail(ErrorCode::kInvalidArgument, "unknown stream");
+    return it->second;
+  }
+
+  Result<std::shared_ptr<SimEvent>> FindEvent(EventHandle handle) {
+    std::shared_lock lock(handles_mutex_);
+    auto it = events_.find(handle.value);
+    if (it == events_.end()) return Fail(ErrorCode::kInvalidArgument, "unknown event");
+    return it->second;
+  }
+
+  std::vector<std::shared_ptr<SimStream>> StreamsOf(int device_index) {
+    std::vector<std::shared_ptr<SimStream>> result;
+    std::shared_lock lock(handles_mutex_);
+    for (auto& [id, stream] : streams_) {
+      if (stream->Device().properties.index == device_index) result.push_back(stream);
+    }
+    return result;
+  }
+
   SimDriverOptions options_;
+  std::vector<std::unique_ptr<SimDevice>> devices_;
+  std::shared_mutex memory_mutex_;
+  std::shared_mutex handles_mutex_;
+  std::unordered_map<std::uint64_t, std::shared_ptr<SimStream>> streams_;
+  std::unordered_map<std::uint64_t, std::shared_ptr<SimEvent>> events_;
+  std::atomic<std::uint64_t> next_handle_{1};
+  std::mutex links_mutex_;
+  std::set<std::pair<int, int>> links_down_;
+  std::mutex listener_mutex_;
+  ErrorListener listener_;
 };
+
+// Maps kernel buffers on the launching device and remembers a poisoned read.
+class StreamMemoryAccess final : public sim::DeviceMemoryAccess {
+ public:
+  StreamMemoryAccess(SimDriverImpl& driver, SimDevice& device) : driver_(driver), device_(device) {}
+  Result<std::byte*> Map(DeviceAddress address, std::uint64_t bytes, bool for_write) override {
+    return driver_.Translate(device_, address, bytes, for_write, &poisoned_hit);
+  }
+  std::optional<DeviceAddress> poisoned_hit;
+
+ private:
+  SimDriverImpl& driver_;
+  SimDevice& device_;
+};
+
+void SimStream::Run() {
+  std::unique_lock lock(mutex_);
+  for (;;) {
+    if (queue_.empty()) {
+      if (closing_) return;
+      // Spin briefly: the next operation usually follows at once.
+      lock.unlock();
+      const auto spin_until = std::chrono::steady_clock::now() + spin_;
+      while (queued_.load(std::memory_order_acquire) == 0 && std::chrono::steady_clock::now() < spin_until) {
+        CpuRelax();
+      }
+      lock.lock();
+      while (queue_.empty() && !closing_) {
+        sleeping_ = true;
+        work_cv_.wait(lock);
+        sleeping_ = false;
+      }
+      continue;
+    }
+    if (device_.hung.load(std::memory_order_acquire)) {
+      // A hung device makes no progress; reset or abort ends the hang.
+      work_cv_.wait_for(lock, std::chrono::milliseconds(5));
+      continue;
+    }
+    Op op = std::move(queue_.front());
+    queue_.pop_front();
+    queued_.store(queue_.size(), std::memory_order_release);
+    const std::optional<Error> failed_before = error_;
+    lock.unlock();
+
+    Status status = failed_before ? Status(Fail(*failed_before)) : Execute(op);
+    Finish(op, status);
+
+    lock.lock();
+    if (!status && !error_) error_ = status.error();
+    ++finished_;
+    done_cv_.notify_all();
+  }
+}
+
+Status SimStream::Execute(Op& op) {
+  if (auto usable = device_.CheckUsable(); !usable) return usable;
+  switch (op.kind) {
+    case Op::Kind::kKernel: {
+      StreamMemoryAccess memory(driver_, device_);
+      Status status;
+      {
+        std::shared_lock lock(driver_.MemoryMutex());
+        status = op.kernel->run(memory, op.config, std::span<const KernelArg>(op.args.data(), op.arg_count));
+      }
+      if (memory.poisoned_hit) {
+        driver_.Emit({.device = device_.properties.index, .kind = DriverErrorKind::kUncorrectedEcc,
+                      .address = memory.poisoned_hit, .consumed = true, .stream = handle_,
+                      .message = fmt::format("kernel '{}' consumed poisoned memory at 0x{:x}",
+                                             op.kernel->signature.name, *memory.poisoned_hit)});
+      }
+      return status;
+    }
+    case Op::Kind::kHostToDevice: {
+      std::shared_lock lock(driver_.MemoryMutex());
+      std::optional<DeviceAddress> unused;
+      auto dst = driver_.Translate(device_, op.dst, op.bytes, true, &unused);
+      if (!dst) return Fail(dst.error());
+      std::memcpy(*dst, op.host_src, op.bytes);
+      return {};
+    }
+    case Op::Kind::kDeviceToHost:
+    case Op::Kind::kDeviceToDevice: {
+      std::optional<DeviceAddress> poisoned_hit;
+      Status status;
+      {
+        std::shared_lock lock(driver_.MemoryMutex());
+        auto src = driver_.Translate(device_, op.src, op.bytes, false, &poisoned_hit);
+        if (!src) {
+          status = Fail(src.error());
+        } else if (op.kind == Op::Kind::kDeviceToHost) {
+          std::memcpy(op.host_dst, *src, op.bytes);
+        } else {
+          auto dst_device = driver_.GetDevice(op.dst_device);
+          if (driver_.LinkDown(device_.properties.index, op.dst_device)) {
+            status = Fail(ErrorCode::kDeviceFault, fmt::format("link between device {} and device {} is down",
+                                                               device_.properties.index, op.dst_device));
+          } else if (auto usable = (*dst_device)->CheckUsable(); !usable) {
+            status = usable;
+          } else {
+            std::optional<DeviceAddress> unused;
+            auto dst = driver_.Translate(**dst_device, op.dst, op.bytes, true, &unused);
+            if (!dst) {
+              status = Fail(dst.error());
+            } else {
+              std::memmove(*dst, *src, op.bytes);
+            }
+          }
+        }
+      }
+      if (poisoned_hit) {
+        driver_.Emit({.device = device_.properties.index, .kind = DriverErrorKind::kUncorrectedEcc,
+                      .address = poisoned_hit, .consumed = true, .stream = handle_,
+                      .message = fmt::format("copy consumed poisoned memory at 0x{:x}", *poisoned_hit)});
+      }
+      return status;
+    }
+    case Op::Kind::kRecord: return {};  // Finish() completes the event
+    case Op::Kind::kWait: {
+      std::unique_lock lock(op.event->mutex);
+      while (op.event->completed < op.generation) {
+        if (Aborted()) return Fail(ErrorCode::kAborted, "stream aborted while waiting for an event");
+        op.event->completed_cv.wait_for(lock, std::chrono::milliseconds(5));
+      }
+      return {};
+    }
+    case Op::Kind::kCallback: return {};  // Finish() runs it
+  }
+  return {};
+}
 
 }  // namespace
 
-Result<std::unique_ptr<Driver>> MakeSimDriver(const SimDriverOptions& options) {
+Result<std::unique_ptr<SimDriver>> SimDriver::Create(const SimDriverOptions& options) {
   if (options.device_count < 1 || options.device_count > kMaxSimDevices) {
     return Fail(ErrorCode::kInvalidArgument,
-                fmt::format("simulator device count {} is outside 1..{}", options.device_count,
-                            kMaxSimDevices));
+                fmt::format("simulator device count {} is outside 1..{}", options.device_count, kMaxSimDevices));
   }
   if (options.memory_bytes_per_device == 0) {
     return Fail(ErrorCode::kInvalidArgument, "simulator device memory must be more than 0 bytes");
   }
-  return std::unique_ptr<Driver>(std::make_unique<SimDriver>(options));
+  return std::unique_ptr<SimDriver>(std::make_unique<SimDriverImpl>(options));
 }
 
 }  // namespace rasd::drivers

@@ -44,7 +44,7 @@ TEST(DeviceGateTest, StateNamesRoundTrip) {
 }
 
 TEST(RuntimeTest, OwnsOneDevicePerDriverDevice) {
-  auto driver = drivers::MakeSimDriver({.device_count = 4});
+  auto driver = drivers::SimDriver::Create({.device_count = 4});
   ASSERT_TRUE(driver.has_value());
   auto runtime = Runtime::Create(std::move(*driver));
   ASSERT_TRUE(runtime.has_value()) << runtime.error().ToString();

@@ -1,6 +1,10 @@
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <functional>
+#include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -8,6 +12,9 @@
 #include "rasd/common/result.h"
 
 namespace rasd::drivers {
+
+// A device virtual address, as CUdeviceptr or an ACL device pointer.
+using DeviceAddress = std::uint64_t;
 
 // What the runtime needs to know about one device, as the vendor library
 // reports it (cuDeviceGetAttribute / aclrtGetDeviceInfo / the simulator).
@@ -18,15 +25,122 @@ struct DeviceProperties {
   std::string pci_bdf;  // "0000:07:00.0"; empty where there is no PCI device
   std::string uuid;     // stable across reboots where the vendor gives one
   std::uint64_t memory_bytes = 0;
+  // The unit in which the device retires memory (a page for the simulator,
+  // the row-remap / page-retirement unit on real GPUs).
+  std::uint64_t retire_granularity = 4096;
 };
+
+// Opaque handles: the driver owns what they name.
+struct StreamHandle {
+  std::uint64_t value = 0;
+  bool operator==(const StreamHandle&) const = default;
+};
+struct EventHandle {
+  std::uint64_t value = 0;
+  bool operator==(const EventHandle&) const = default;
+};
+
+struct Dim3 {
+  std::uint32_t x = 1, y = 1, z = 1;
+};
+
+// Grid and block as cuLaunchKernel takes them. The simulator runs a kernel
+// as CPU code over the whole grid and ignores the split.
+struct LaunchConfig {
+  Dim3 grid;
+  Dim3 block;
+  std::uint32_t shared_bytes = 0;
+};
+
+enum class ArgKind : std::uint8_t { kAddress, kInt, kFloat };
+
+// One kernel argument by value, like an entry of cuLaunchKernel's
+// kernelParams. Fixed size, so a launch copies its arguments without
+// allocating.
+struct KernelArg {
+  ArgKind kind = ArgKind::kInt;
+  union {
+    DeviceAddress address;
+    std::int64_t integer;
+    float real;
+  };
+
+  KernelArg() : integer(0) {}
+  static KernelArg Address(DeviceAddress value) {
+    KernelArg arg;
+    arg.kind = ArgKind::kAddress;
+    arg.address = value;
+    return arg;
+  }
+  static KernelArg Int(std::int64_t value) {
+    KernelArg arg;
+    arg.kind = ArgKind::kInt;
+    arg.integer = value;
+    return arg;
+  }
+  static KernelArg Float(float value) {
+    KernelArg arg;
+    arg.kind = ArgKind::kFloat;
+    arg.real = value;
+    return arg;
+  }
+};
+
+inline constexpr std::size_t kMaxKernelArgs = 12;
+
+// A kernel the driver can launch by name, and the arguments it takes.
+struct KernelSignature {
+  std::string name;
+  std::vector<ArgKind> args;
+  std::string description;  // argument meaning, for people
+};
+
+// What a driver reports asynchronously, as NVML events / Xid or the Ascend
+// exception callback do.
+enum class DriverErrorKind : std::uint8_t {
+  kCorrectedEcc,    // corrected by hardware at `address`
+  kUncorrectedEcc,  // uncorrected at `address`; `consumed` when a kernel or copy read it
+  kStickyFault,     // the device context failed; every call fails until reset (CUDA 719)
+  kFellOffBus,      // the device is gone; every call fails (Xid 79)
+  kLinkError,       // the link to `peer_device` failed
+};
+
+std::string_view DriverErrorKindName(DriverErrorKind kind);
+
+struct DriverErrorEvent {
+  int device = 0;
+  DriverErrorKind kind = DriverErrorKind::kCorrectedEcc;
+  std::optional<DeviceAddress> address;
+  bool consumed = false;
+  std::optional<StreamHandle> stream;  // the stream whose work consumed the error
+  std::optional<int> peer_device;
+  std::string message;
+  std::chrono::system_clock::time_point time;
+};
+
+using ErrorListener = std::function<void(const DriverErrorEvent&)>;
+// Runs on a driver thread when the stream reaches it, with the stream's
+// status at that point (cuStreamAddCallback). Must not block for long.
+using StreamCallback = std::function<void(const Status&)>;
 
 // The boundary between rasd and a vendor's device library. Everything vendor
 // specific (CUDA driver API + NVML, Ascend ACL + DCMI, the CPU simulator)
 // lives behind it, so the runtime above never includes a vendor header.
 //
-// Contract: implementations are thread-safe; errors are returned, never
-// thrown. This first cut covers discovery; memory, streams, launch and the
-// asynchronous error channel extend it with the runtime.
+// The model is the CUDA driver API's: memory reserved per device at device
+// addresses; streams that run their work in order, asynchronously to the
+// caller; events recorded on a stream and waited on by another; host
+// callbacks; errors that are either returned at once (bad arguments, a lost
+// device) or reported asynchronously (through the stream's status and the
+// error listener).
+//
+// Errors: kInvalidArgument for bad handles and arguments; kOutOfMemory;
+// kDeviceFault for a device whose context has failed or that is lost (the
+// message says which); kTimeout; kAborted for work dropped by AbortStream or
+// ResetDevice; kNotSupported for what a backend cannot do.
+//
+// Thread-safety: every method may be called from any thread. Handles must
+// not be used after they are destroyed.
 class Driver {
  public:
   virtual ~Driver() = default;
@@ -37,6 +151,61 @@ class Driver {
   // The devices this driver can see, in ordinal order. kUnavailable when the
   // vendor library is present but has no usable device.
   virtual Result<std::vector<DeviceProperties>> EnumerateDevices() = 0;
+
+  // The kernels LaunchKernel accepts, with their arguments.
+  virtual std::vector<KernelSignature> Kernels() const = 0;
+
+  // Reserves `bytes` of device memory (cuMemAlloc); the range is aligned to
+  // the device's retire granularity.
+  virtual Result<DeviceAddress> ReserveMemory(int device, std::uint64_t bytes) = 0;
+  // Returns a whole reservation; `base` is what ReserveMemory returned.
+  virtual Status ReleaseMemory(int device, DeviceAddress base) = 0;
+
+  virtual Result<StreamHandle> CreateStream(int device) = 0;
+  // Fails the stream's pending work with kAborted and releases it.
+  virtual Status DestroyStream(StreamHandle stream) = 0;
+
+  // Enqueue in stream order; they return before the work runs. `src`/`dst`
+  // host buffers must stay valid until the work has run (a callback or
+  // synchronize after it says when). A device-to-device copy may cross
+  // devices (peer copy).
+  virtual Status CopyHostToDevice(StreamHandle stream, DeviceAddress dst, const void* src,
+                                  std::uint64_t bytes) = 0;
+  virtual Status CopyDeviceToHost(StreamHandle stream, void* dst, DeviceAddress src,
+                                  std::uint64_t bytes) = 0;
+  virtual Status CopyDeviceToDevice(StreamHandle stream, DeviceAddress dst, int dst_device,
+                                    DeviceAddress src, std::uint64_t bytes) = 0;
+  virtual Status LaunchKernel(StreamHandle stream, std::string_view kernel, const LaunchConfig& config,
+                              std::span<const KernelArg> args) = 0;
+  virtual Status EnqueueCallback(StreamHandle stream, StreamCallback callback) = 0;
+
+  virtual Result<EventHandle> CreateEvent(int device) = 0;
+  virtual Status DestroyEvent(EventHandle event) = 0;
+  // The event completes when the stream's work enqueued before it has run.
+  virtual Status RecordEvent(EventHandle event, StreamHandle stream) = 0;
+  // Work enqueued on `stream` after this waits for the event's last record.
+  virtual Status StreamWaitEvent(StreamHandle stream, EventHandle event) = 0;
+  virtual Status SynchronizeEvent(EventHandle event, std::chrono::nanoseconds timeout) = 0;
+  // Time between two completed events (cuEventElapsedTime).
+  virtual Result<std::chrono::nanoseconds> ElapsedTime(EventHandle start, EventHandle end) = 0;
+
+  // Waits until all work enqueued so far has run. Returns the stream's first
+  // asynchronous error, kTimeout, or kAborted when the stream is aborted
+  // meanwhile.
+  virtual Status SynchronizeStream(StreamHandle stream, std::chrono::nanoseconds timeout) = 0;
+  // Fails every operation that has not started with `reason` and wakes every
+  // waiter; later work on the stream fails with the same reason. Work a
+  // device has already started may still finish (no vendor API cancels a
+  // running kernel).
+  virtual Status AbortStream(StreamHandle stream, const Error& reason) = 0;
+
+  // Resets the device: pending work on it fails with kAborted and a sticky
+  // fault or hang is cleared. A device that fell off the bus stays lost.
+  virtual Status ResetDevice(int device) = 0;
+
+  // Replaces the listener for asynchronous error reports. It is called on
+  // driver threads and must not call back into the driver.
+  virtual void SetErrorListener(ErrorListener listener) = 0;
 };
 
 }  // namespace rasd::drivers
