@@ -4,30 +4,79 @@
 
 namespace rasd::runtime {
 
-Result<std::unique_ptr<Runtime>> Runtime::Create(std::unique_ptr<drivers::Driver> driver) {
+Result<std::unique_ptr<Runtime>> Runtime::Create(std::unique_ptr<drivers::Driver> driver, RuntimeOptions options) {
   if (!driver) return Fail(ErrorCode::kInvalidArgument, "runtime needs a driver");
   auto properties = driver->EnumerateDevices();
   if (!properties) {
-    return Fail(properties.error().code, fmt::format("{} driver cannot enumerate devices: {}",
-                                                     driver->Name(), properties.error().message));
+    return Fail(properties.error().code, fmt::format("{} driver cannot enumerate devices: {}", driver->Name(),
+                                                     properties.error().message));
   }
   std::vector<std::unique_ptr<Device>> devices;
   devices.reserve(properties->size());
   for (auto& device_properties : *properties) {
     devices.push_back(std::make_unique<Device>(std::move(device_properties)));
   }
-  return std::unique_ptr<Runtime>(new Runtime(std::move(driver), std::move(devices)));
+  std::unique_ptr<Runtime> runtime(new Runtime(std::move(driver), std::move(devices), options));
+  return runtime;
 }
 
-Runtime::Runtime(std::unique_ptr<drivers::Driver> driver,
-                 std::vector<std::unique_ptr<Device>> devices)
-    : driver_(std::move(driver)), devices_(std::move(devices)) {}
+Runtime::Runtime(std::unique_ptr<drivers::Driver> driver, std::vector<std::unique_ptr<Device>> devices,
+                 RuntimeOptions options)
+    : driver_(std::move(driver)), devices_(std::move(devices)), kernels_(driver_->Kernels()) {
+  for (auto& device : devices_) pools_.push_back(std::make_unique<MemoryPool>(*driver_, *device, options.pool));
+  driver_->SetErrorListener([this](const drivers::DriverErrorEvent& event) { Dispatch(event); });
+}
+
+Runtime::~Runtime() {
+  driver_->SetErrorListener(nullptr);
+  pools_.clear();  // returns the arenas while the driver still exists
+}
 
 Result<Device*> Runtime::GetDevice(int index) {
-  for (auto& device : devices_) {
-    if (device->Index() == index) return device.get();
+  if (index < 0 || index >= static_cast<int>(devices_.size())) {
+    return Fail(ErrorCode::kNotFound, fmt::format("no device {}", index));
   }
-  return Fail(ErrorCode::kNotFound, fmt::format("no device {}", index));
+  return devices_[static_cast<std::size_t>(index)].get();
+}
+
+Result<MemoryPool*> Runtime::Pool(int device) {
+  if (device < 0 || device >= static_cast<int>(pools_.size())) {
+    return Fail(ErrorCode::kNotFound, fmt::format("no device {}", device));
+  }
+  return pools_[static_cast<std::size_t>(device)].get();
+}
+
+Result<std::unique_ptr<Stream>> Runtime::CreateStream(int device_index, StreamOptions options) {
+  auto device = GetDevice(device_index);
+  if (!device) return Fail(device.error());
+  if (auto admitted = (*device)->CheckGate(options.admission); !admitted) return Fail(admitted.error());
+  auto handle = driver_->CreateStream(device_index);
+  if (!handle) return Fail(handle.error());
+  return std::unique_ptr<Stream>(new Stream(*this, **device, *handle, std::move(options)));
+}
+
+Result<std::unique_ptr<Event>> Runtime::CreateEvent(int device_index) {
+  if (auto device = GetDevice(device_index); !device) return Fail(device.error());
+  auto handle = driver_->CreateEvent(device_index);
+  if (!handle) return Fail(handle.error());
+  return std::unique_ptr<Event>(new Event(*this, *handle));
+}
+
+int Runtime::SubscribeErrors(ErrorSubscriber subscriber) {
+  std::lock_guard lock(subscribers_mutex_);
+  const int id = next_subscriber_++;
+  subscribers_.emplace(id, std::move(subscriber));
+  return id;
+}
+
+void Runtime::Unsubscribe(int id) {
+  std::lock_guard lock(subscribers_mutex_);
+  subscribers_.erase(id);
+}
+
+void Runtime::Dispatch(const drivers::DriverErrorEvent& event) {
+  std::lock_guard lock(subscribers_mutex_);
+  for (auto& [id, subscriber] : subscribers_) subscriber(event);
 }
 
 }  // namespace rasd::runtime

@@ -43,7 +43,7 @@ TEST(DeviceGateTest, StateNamesRoundTrip) {
   EXPECT_FALSE(ParseHealthState("broken").has_value());
 }
 
-TEST(RuntimeTest, OwnsOneDevicePerDriverDevice) {
+TEST(RuntimeCreateTest, OwnsOneDevicePerDriverDevice) {
   auto driver = drivers::SimDriver::Create({.device_count = 4});
   ASSERT_TRUE(driver.has_value());
   auto runtime = Runtime::Create(std::move(*driver));

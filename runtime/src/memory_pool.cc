@@ -1,0 +1,516 @@
+#include "rasd/runtime/memory_pool.h"
+
+#include <algorithm>
+#include <bit>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <set>
+#include <unordered_map>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "rasd/runtime/stream.h"
+
+namespace rasd::runtime {
+namespace {
+
+constexpr std::uint64_t kAlignment = 256;
+// Classes up to this size keep freed blocks in an exact-size cache instead
+// of coalescing them at once: the common repeated-size case stays O(1).
+constexpr std::uint64_t kMaxCachedClass = std::uint64_t{1} << 20;
+// How many ineligible (other stream's, not yet completed) free blocks a
+// best-fit search looks past before it treats the pool as under pressure.
+constexpr int kMaxSearch = 32;
+
+std::uint64_t RoundUp(std::uint64_t value, std::uint64_t multiple) {
+  return (value + multiple - 1) / multiple * multiple;
+}
+
+}  // namespace
+
+struct MemoryPool::State {
+  enum class BlockState : std::uint8_t { kFree, kAllocated, kRetired };
+
+  struct Arena;
+  struct Block {
+    drivers::DeviceAddress address = 0;
+    std::uint64_t size = 0;
+    Block* prev = nullptr;  // address neighbours within the arena
+    Block* next = nullptr;
+    Arena* arena = nullptr;
+    BlockState state = BlockState::kFree;
+    bool cached = false;
+    std::uint64_t requested = 0;
+    std::string owner;
+    // Allocated: the allocating stream. Free: the stream whose completion
+    // makes it reusable by others; 0 once it is reusable by every stream.
+    std::uint64_t stream = 0;
+    std::uint64_t free_sequence = 0;
+    std::vector<std::pair<drivers::DeviceAddress, drivers::DeviceAddress>> retire_on_free;
+
+    drivers::DeviceAddress End() const { return address + size; }
+  };
+  struct Arena {
+    drivers::DeviceAddress base = 0;
+    std::uint64_t size = 0;
+    Block* first = nullptr;
+  };
+  struct PendingFrees {
+    std::uint64_t sequence = 0;
+    bool callback_in_flight = false;
+    std::vector<Block*> blocks;
+  };
+
+  std::mutex mutex;
+  std::map<std::pair<std::uint64_t, drivers::DeviceAddress>, Block*> free_blocks;  // best fit
+  std::unordered_map<std::uint64_t, std::vector<Block*>> caches;                   // by class size
+  std::map<drivers::DeviceAddress, Arena> arenas;
+  std::unordered_map<std::uint64_t, PendingFrees> pending;  // by stream handle
+  std::set<drivers::DeviceAddress> retired_pages;
+  std::deque<Block> block_storage;
+  std::vector<Block*> spare_blocks;
+  PoolStats stats;
+  std::uint64_t retire_granularity = 4096;
+
+  Block* NewBlock() {
+    if (!spare_blocks.empty()) {
+      Block* block = spare_blocks.back();
+      spare_blocks.pop_back();
+      *block = Block{};
+      return block;
+    }
+    return &block_storage.emplace_back();
+  }
+  void DropBlock(Block* block) { spare_blocks.push_back(block); }
+
+  static bool Eligible(const Block& block, std::uint64_t stream) {
+    return block.stream == 0 || block.stream == stream;
+  }
+
+  void RemoveFree(Block* block) {
+    if (block->cached) {
+      auto& cache = caches[block->size];
+      auto it = std::find(cache.begin(), cache.end(), block);
+      if (it != cache.end()) {
+        *it = cache.back();
+        cache.pop_back();
+      }
+      block->cached = false;
+    } else {
+      free_blocks.erase({block->size, block->address});
+    }
+  }
+
+  // Merges `block` into `into` (its left neighbour). Both must be out of the
+  // free structures.
+  void Absorb(Block* into, Block* block) {
+    into->size += block->size;
+    into->next = block->next;
+    if (block->next != nullptr) block->next->prev = into;
+    DropBlock(block);
+  }
+
+  static bool Mergeable(const Block* neighbour) {
+    return neighbour != nullptr && neighbour->state == BlockState::kFree && !neighbour->cached &&
+           neighbour->stream == 0;
+  }
+
+  // Puts a free block into the best-fit map, coalescing it with free,
+  // reusable neighbours when it is reusable itself.
+  void InsertFree(Block* block) {
+    block->state = BlockState::kFree;
+    block->cached = false;
+    if (block->stream == 0) {
+      if (Mergeable(block->prev)) {
+        Block* left = block->prev;
+        RemoveFree(left);
+        Absorb(left, block);
+        block = left;
+      }
+      if (Mergeable(block->next)) {
+        Block* right = block->next;
+        RemoveFree(right);
+        Absorb(block, right);
+      }
+    }
+    free_blocks.emplace(std::pair{block->size, block->address}, block);
+  }
+
+  // Releases a freed block to the cache or the best-fit map.
+  void Release(Block* block) {
+    block->state = BlockState::kFree;
+    if (block->size <= kMaxCachedClass && SizeClass(block->size) == block->size) {
+      block->cached = true;
+      caches[block->size].push_back(block);
+    } else {
+      InsertFree(block);
+    }
+  }
+
+  // Cuts [from, to) out of `block` (not in any free structure) as a new
+  // block, leaving the pieces before and after as blocks of their own.
+  // Returns the middle block.
+  Block* Carve(Block* block, drivers::DeviceAddress from, drivers::DeviceAddress to) {
+    if (from > block->address) {
+      Block* left = NewBlock();
+      *left = *block;
+      left->size = from - block->address;
+      left->next = block;
+      if (left->prev != nullptr) {
+        left->prev->next = left;
+      } else {
+        left->arena->first = left;
+      }
+      block->prev = left;
+      block->address = from;
+      block->size -= left->size;
+      left->retire_on_free.clear();
+    }
+    if (to < block->End()) {
+      Block* right = NewBlock();
+      *right = *block;
+      right->address = to;
+      right->size = block->End() - to;
+      right->prev = block;
+      if (right->next != nullptr) right->next->prev = right;
+      block->next = right;
+      block->size = to - block->address;
+      right->retire_on_free.clear();
+    }
+    return block;
+  }
+
+  // Splits `block` (out of the free structures, about to be allocated) so
+  // that it is exactly `size`; the rest goes back as a free block.
+  void Trim(Block* block, std::uint64_t size) {
+    block->state = BlockState::kAllocated;  // so that the rest does not merge back into it
+    if (block->size - size < kAlignment) return;
+    Block* rest = NewBlock();
+    rest->address = block->address + size;
+    rest->size = block->size - size;
+    rest->arena = block->arena;
+    rest->prev = block;
+    rest->next = block->next;
+    rest->stream = block->stream;
+    rest->free_sequence = block->free_sequence;
+    if (block->next != nullptr) block->next->prev = rest;
+    block->next = rest;
+    block->size = size;
+    InsertFree(rest);
+    TrackIfPending(rest);
+  }
+
+  Block* TakeFromCache(std::uint64_t size, std::uint64_t stream) {
+    auto it = caches.find(size);
+    if (it == caches.end()) return nullptr;
+    auto& cache = it->second;
+    for (std::size_t i = cache.size(); i > 0 && cache.size() - i < 4; --i) {
+      Block* block = cache[i - 1];
+      if (!Eligible(*block, stream)) continue;
+      cache[i - 1] = cache.back();
+      cache.pop_back();
+      block->cached = false;
+      return block;
+    }
+    return nullptr;
+  }
+
+  Block* TakeBestFit(std::uint64_t size, std::uint64_t stream) {
+    int looked = 0;
+    for (auto it = free_blocks.lower_bound({size, 0}); it != free_blocks.end() && looked < kMaxSearch; ++it, ++looked) {
+      Block* block = it->second;
+      if (!Eligible(*block, stream)) continue;
+      free_blocks.erase(it);
+      Trim(block, size);
+      return block;
+    }
+    return nullptr;
+  }
+
+  // A free piece split off a block that still waits for its stream must be
+  // promoted with it.
+  void TrackIfPending(Block* block) {
+    if (block->state == BlockState::kFree && block->stream != 0) pending[block->stream].blocks.push_back(block);
+  }
+
+  // Moves every cached block into the best-fit map, coalescing as it goes.
+  void FlushCaches() {
+    std::vector<Block*> blocks;
+    for (auto& [size, cache] : caches) {
+      blocks.insert(blocks.end(), cache.begin(), cache.end());
+      cache.clear();
+    }
+    for (Block* block : blocks) {
+      block->cached = false;
+      InsertFree(block);
+    }
+  }
+
+  // The stream's frees up to `up_to` are reusable by everyone now.
+  void Promote(std::uint64_t stream, std::uint64_t up_to) {
+    auto it = pending.find(stream);
+    if (it == pending.end()) return;
+    auto& blocks = it->second.blocks;
+    std::vector<Block*> ready;
+    std::erase_if(blocks, [&](Block* block) {
+      if (block->free_sequence > up_to) return false;
+      ready.push_back(block);
+      return true;
+    });
+    for (Block* block : ready) {
+      // The block may have been reused by its own stream, or merged, since.
+      if (block->state != BlockState::kFree || block->stream != stream || block->free_sequence > up_to) continue;
+      block->stream = 0;
+      if (!block->cached) {
+        free_blocks.erase({block->size, block->address});
+        InsertFree(block);
+      }
+    }
+  }
+
+  Block* FindBlock(drivers::DeviceAddress address) const {
+    auto arena = arenas.upper_bound(address);
+    if (arena == arenas.begin()) return nullptr;
+    --arena;
+    if (address >= arena->second.base + arena->second.size) return nullptr;
+    for (Block* block = arena->second.first; block != nullptr; block = block->next) {
+      if (address >= block->address && address < block->End()) return block;
+    }
+    return nullptr;
+  }
+
+  // Takes [from, to) of a free block out of service.
+  void RetireFreeRange(Block* block, drivers::DeviceAddress from, drivers::DeviceAddress to) {
+    RemoveFree(block);
+    Block* middle = Carve(block, from, to);
+    middle->state = BlockState::kRetired;
+    middle->stream = 0;
+    for (Block* piece : {middle->prev, middle->next}) {
+      if (piece != nullptr && piece->state == BlockState::kFree && !piece->cached &&
+          free_blocks.find({piece->size, piece->address}) == free_blocks.end()) {
+        InsertFree(piece);
+        TrackIfPending(piece);
+      }
+    }
+  }
+
+  void AddReserved(const Arena& arena) {
+    stats.reserved_bytes += arena.size;
+    stats.arenas += 1;
+    stats.peak_reserved_bytes = std::max(stats.peak_reserved_bytes, stats.reserved_bytes);
+  }
+};
+
+std::uint64_t MemoryPool::SizeClass(std::uint64_t bytes) {
+  if (bytes <= 2 * kAlignment) return RoundUp(std::max<std::uint64_t>(bytes, 1), kAlignment);
+  const int log2 = std::bit_width(bytes) - 1;
+  const std::uint64_t step = std::max(kAlignment, std::uint64_t{1} << (log2 - 3));
+  return RoundUp(bytes, step);
+}
+
+MemoryPool::MemoryPool(drivers::Driver& driver, Device& device, PoolOptions options)
+    : driver_(driver), device_(device), state_(std::make_shared<State>()) {
+  state_->retire_granularity = std::max<std::uint64_t>(device.Properties().retire_granularity, kAlignment);
+  arena_bytes_ = RoundUp(std::max(options.arena_bytes, state_->retire_granularity), state_->retire_granularity);
+}
+
+MemoryPool::~MemoryPool() {
+  std::lock_guard lock(state_->mutex);
+  for (const auto& [base, arena] : state_->arenas) (void)driver_.ReleaseMemory(device_.Index(), base);
+  state_->arenas.clear();
+  state_->free_blocks.clear();
+  state_->caches.clear();
+  state_->pending.clear();
+}
+
+Result<Allocation> MemoryPool::Allocate(std::uint64_t bytes, const Stream& stream) {
+  if (auto admitted = stream.GetDevice().CheckGate(stream.GetAdmission()); !admitted) return Fail(admitted.error());
+  if (&stream.GetDevice() != &device_) {
+    return Fail(ErrorCode::kInvalidArgument, fmt::format("stream of device {} cannot allocate from device {}'s pool",
+                                                         stream.DeviceIndex(), device_.Index()));
+  }
+  if (bytes == 0) return Fail(ErrorCode::kInvalidArgument, "cannot allocate 0 bytes");
+  const std::uint64_t size = SizeClass(bytes);
+  const std::uint64_t stream_id = stream.Handle().value;
+  State& state = *state_;
+  std::unique_lock lock(state.mutex);
+
+  State::Block* block = size <= kMaxCachedClass ? state.TakeFromCache(size, stream_id) : nullptr;
+  if (block == nullptr) block = state.TakeBestFit(size, stream_id);
+  if (block == nullptr) {
+    state.FlushCaches();
+    block = state.TakeBestFit(size, stream_id);
+  }
+  if (block == nullptr) {
+    const std::uint64_t arena_size = std::max(arena_bytes_, RoundUp(size, state.retire_granularity));
+    auto base = driver_.ReserveMemory(device_.Index(), arena_size);
+    if (!base && base.error().code != ErrorCode::kOutOfMemory) return Fail(base.error());
+    if (!base) {
+      // Out of device memory: wait for other streams' frees to complete.
+      std::vector<std::uint64_t> streams;
+      for (const auto& [id, frees] : state.pending) {
+        if (!frees.blocks.empty()) streams.push_back(id);
+      }
+      lock.unlock();
+      for (std::uint64_t id : streams) {
+        (void)driver_.SynchronizeStream(drivers::StreamHandle{id}, std::chrono::seconds(5));
+      }
+      lock.lock();
+      for (std::uint64_t id : streams) state.Promote(id, UINT64_MAX);
+      state.FlushCaches();
+      block = state.TakeBestFit(size, stream_id);
+      if (block == nullptr) {
+        const std::uint64_t largest = state.free_blocks.empty() ? 0 : state.free_blocks.rbegin()->first.first;
+        return Fail(ErrorCode::kOutOfMemory,
+                    fmt::format("device {}: no {} bytes free ({} reserved, {} allocated, largest free block {})",
+                                device_.Index(), size, state.stats.reserved_bytes, state.stats.allocated_bytes,
+                                largest));
+      }
+    } else {
+      State::Arena& arena = state.arenas[*base];
+      arena.base = *base;
+      arena.size = arena_size;
+      block = state.NewBlock();
+      block->address = *base;
+      block->size = arena_size;
+      block->arena = &arena;
+      arena.first = block;
+      state.AddReserved(arena);
+      state.Trim(block, size);
+    }
+  }
+
+  block->state = State::BlockState::kAllocated;
+  block->requested = bytes;
+  block->owner = stream.Owner();
+  block->stream = stream_id;
+  state.stats.allocated_bytes += bytes;
+  state.stats.live_allocations += 1;
+  state.stats.peak_allocated_bytes = std::max(state.stats.peak_allocated_bytes, state.stats.allocated_bytes);
+  return Allocation{block->address, bytes, block};
+}
+
+Status MemoryPool::Free(Allocation& allocation) {
+  State& state = *state_;
+  auto* block = static_cast<State::Block*>(allocation.block);
+  std::uint64_t stream_id = 0;
+  bool enqueue_callback = false;
+  std::uint64_t sequence = 0;
+  {
+    std::lock_guard lock(state.mutex);
+    if (block == nullptr || block->state != State::BlockState::kAllocated || block->address != allocation.address) {
+      return Fail(ErrorCode::kInvalidArgument,
+                  fmt::format("device {}: 0x{:x} is not a live allocation of this pool (double free?)",
+                              device_.Index(), allocation.address));
+    }
+    state.stats.allocated_bytes -= block->requested;
+    state.stats.live_allocations -= 1;
+    stream_id = block->stream;
+    block->owner.clear();
+    block->requested = 0;
+    auto& frees = state.pending[stream_id];
+    sequence = ++frees.sequence;
+
+    auto retire = std::move(block->retire_on_free);
+    block->retire_on_free.clear();
+    block->free_sequence = sequence;
+    if (retire.empty()) {
+      state.Release(block);
+      frees.blocks.push_back(block);
+    } else {
+      // Carve the retired ranges out; the pieces around them are free.
+      block->state = State::BlockState::kFree;
+      block->cached = false;
+      state.free_blocks.emplace(std::pair{block->size, block->address}, block);
+      for (const auto& [from, to] : retire) {
+        State::Block* holder = state.FindBlock(from);
+        if (holder != nullptr && holder->state == State::BlockState::kFree) {
+          state.RetireFreeRange(holder, from, std::min(to, holder->End()));
+        }
+      }
+      // Track the free pieces that belong to this stream's pending frees.
+      for (State::Block* piece = block->arena->first; piece != nullptr; piece = piece->next) {
+        if (piece->state == State::BlockState::kFree && piece->stream == stream_id && piece->free_sequence == sequence) {
+          frees.blocks.push_back(piece);
+        }
+      }
+    }
+    if (!frees.callback_in_flight) {
+      frees.callback_in_flight = true;
+      enqueue_callback = true;
+    }
+  }
+  allocation = Allocation{};
+  if (enqueue_callback) {
+    std::weak_ptr<State> weak = state_;
+    auto enqueued = driver_.EnqueueCallback(drivers::StreamHandle{stream_id}, [weak, stream_id, sequence](const Status&) {
+      // Completed or dropped (abort, reset): either way the stream no longer
+      // touches memory freed before this point.
+      if (auto shared = weak.lock()) {
+        std::lock_guard lock(shared->mutex);
+        shared->Promote(stream_id, sequence);
+        shared->pending[stream_id].callback_in_flight = false;
+      }
+    });
+    if (!enqueued) {
+      // The stream is gone or failed: nothing of it runs any more.
+      std::lock_guard lock(state.mutex);
+      state.Promote(stream_id, UINT64_MAX);
+      state.pending[stream_id].callback_in_flight = false;
+    }
+  }
+  return {};
+}
+
+void MemoryPool::StreamCompleted(drivers::StreamHandle stream) {
+  std::lock_guard lock(state_->mutex);
+  state_->Promote(stream.value, UINT64_MAX);
+}
+
+Status MemoryPool::Retire(drivers::DeviceAddress address) {
+  State& state = *state_;
+  std::lock_guard lock(state.mutex);
+  const drivers::DeviceAddress page = address / state.retire_granularity * state.retire_granularity;
+  const drivers::DeviceAddress page_end = page + state.retire_granularity;
+  if (state.FindBlock(page) == nullptr) {
+    return Fail(ErrorCode::kNotFound, fmt::format("device {}: 0x{:x} is not in the pool", device_.Index(), address));
+  }
+  if (!state.retired_pages.insert(page).second) return {};
+  state.stats.retired_pages += 1;
+  state.stats.retired_bytes += state.retire_granularity;
+  drivers::DeviceAddress cursor = page;
+  while (cursor < page_end) {
+    State::Block* block = state.FindBlock(cursor);
+    if (block == nullptr) break;
+    const drivers::DeviceAddress to = std::min(page_end, block->End());
+    switch (block->state) {
+      case State::BlockState::kRetired: break;
+      case State::BlockState::kAllocated: block->retire_on_free.emplace_back(cursor, to); break;
+      case State::BlockState::kFree: state.RetireFreeRange(block, cursor, to); break;
+    }
+    cursor = to;
+  }
+  return {};
+}
+
+std::optional<AllocationOwner> MemoryPool::OwnerOf(drivers::DeviceAddress address) const {
+  std::lock_guard lock(state_->mutex);
+  const State::Block* block = state_->FindBlock(address);
+  if (block == nullptr || block->state != State::BlockState::kAllocated) return std::nullopt;
+  return AllocationOwner{block->address, block->requested, block->owner, drivers::StreamHandle{block->stream}};
+}
+
+PoolStats MemoryPool::Stats() const {
+  std::lock_guard lock(state_->mutex);
+  PoolStats stats = state_->stats;
+  stats.largest_free_block = 0;
+  if (!state_->free_blocks.empty()) stats.largest_free_block = state_->free_blocks.rbegin()->first.first;
+  for (const auto& [size, cache] : state_->caches) {
+    if (!cache.empty()) stats.largest_free_block = std::max(stats.largest_free_block, size);
+  }
+  return stats;
+}
+
+}  // namespace rasd::runtime
