@@ -14,12 +14,12 @@ class MemoryPoolTest : public RuntimeTest {
  protected:
   // Allocates on `stream` (keeping what it gets, so that the pool cannot
   // hand the same other block back) until `address` comes back.
-  bool WaitUntilReusable(DeviceAddress address, Stream& stream) {
+  bool WaitUntilReusable(DeviceAddress address, Stream& stream, int max_tries, std::uint64_t bytes = 8192) {
     std::vector<Allocation> held;
     bool reused = false;
     const auto deadline = std::chrono::steady_clock::now() + 2s;
-    while (!reused && std::chrono::steady_clock::now() < deadline) {
-      held.push_back(Alloc(8192, stream));
+    while (!reused && std::chrono::steady_clock::now() < deadline && static_cast<int>(held.size()) < max_tries) {
+      held.push_back(Alloc(bytes, stream));
       reused = held.back().address == address;
       if (!reused) std::this_thread::sleep_for(1ms);
     }
@@ -37,7 +37,9 @@ TEST(SizeClassTest, ClassesAreAlignedAndWasteLittle) {
     const std::uint64_t size = MemoryPool::SizeClass(bytes);
     ASSERT_GE(size, bytes);
     ASSERT_EQ(size % 256, 0u) << bytes;
-    if (bytes > 2048) ASSERT_LE(static_cast<double>(size) / static_cast<double>(bytes), 1.125) << bytes;
+    if (bytes > 2048) {
+      ASSERT_LE(static_cast<double>(size) / static_cast<double>(bytes), 1.125) << bytes;
+    }
   }
 }
 
@@ -114,11 +116,25 @@ TEST_F(MemoryPoolTest, FreedMemoryIsReusedAtOnceOnItsOwnStreamOnly) {
 TEST_F(MemoryPoolTest, StreamCallbackReleasesFreesWithoutASynchronize) {
   auto first = NewStream(0, "job-a");
   auto second = NewStream(0, "job-b");
-  auto allocation = Alloc(8192, *first);
-  const DeviceAddress address = allocation.address;
-  ASSERT_TRUE(Pool().Free(allocation).has_value());
-  // The pool's callback on `first` runs as soon as first reaches it.
-  ASSERT_TRUE(WaitUntilReusable(address, *second));
+  // A batch of frees makes the pool enqueue a callback on `first`, which
+  // releases them to every stream as soon as `first` reaches it.
+  std::vector<Allocation> batch;
+  for (int i = 0; i < 40; ++i) batch.push_back(Alloc(8192, *first));
+  const DeviceAddress address = batch.front().address;
+  for (auto& allocation : batch) ASSERT_TRUE(Pool().Free(allocation).has_value());
+  EXPECT_TRUE(WaitUntilReusable(address, *second, 40));
+}
+
+TEST_F(MemoryPoolTest, ShortageReleasesOtherStreamsFreesBeforeGrowing) {
+  MakeRuntime(1, 64 << 20, 4 << 20);
+  auto first = NewStream(0, "job-a");
+  auto second = NewStream(0, "job-b");
+  auto big = Alloc(3 << 20, *first);
+  const DeviceAddress address = big.address;
+  ASSERT_TRUE(Pool().Free(big).has_value());  // one free: no callback yet
+  // `second` finds nothing it may use; the pool asks `first` to report,
+  // grows meanwhile, and reuses the block once `first` has answered.
+  EXPECT_TRUE(WaitUntilReusable(address, *second, 8, 3 << 20));
 }
 
 TEST_F(MemoryPoolTest, RetiredFreePageIsNeverHandedOutAgain) {
@@ -192,15 +208,26 @@ TEST_F(MemoryPoolTest, OutOfMemoryIsATypedErrorAndLeavesThePoolUsable) {
   EXPECT_TRUE(Pool().Allocate(3 << 20, *stream).has_value());
 }
 
-TEST_F(MemoryPoolTest, RandomizedAllocFreeRetireKeepsTheInvariants) {
+struct RandomizedCase {
+  int streams;
+  bool synchronize;  // also exercise Synchronize-driven promotion
+  int steps;
+};
+
+class RandomizedPoolTest : public MemoryPoolTest, public ::testing::WithParamInterface<RandomizedCase> {};
+
+// Random allocate/free/retire/synchronize sequences against a model of
+// what is live; every so often the pool walks its own structures.
+TEST_P(RandomizedPoolTest, KeepsTheInvariants) {
+  const RandomizedCase param = GetParam();
   MakeRuntime(1, 256 << 20, 16 << 20);
   auto streams = std::vector<std::unique_ptr<Stream>>();
-  for (int i = 0; i < 3; ++i) streams.push_back(NewStream(0, "job-" + std::to_string(i)));
+  for (int i = 0; i < param.streams; ++i) streams.push_back(NewStream(0, "job-" + std::to_string(i)));
   std::mt19937_64 random(12345);
   std::map<DeviceAddress, Allocation> live;  // by address
   std::set<DeviceAddress> retired;
   std::uint64_t live_bytes = 0;
-  for (int step = 0; step < 20000; ++step) {
+  for (int step = 0; step < param.steps; ++step) {
     const int action = static_cast<int>(random() % 100);
     Stream& stream = *streams[random() % streams.size()];
     if (action < 55 || live.empty()) {
@@ -213,7 +240,9 @@ TEST_F(MemoryPoolTest, RandomizedAllocFreeRetireKeepsTheInvariants) {
       const DeviceAddress begin = allocation->address, end = begin + MemoryPool::SizeClass(bytes);
       // No overlap with any live allocation.
       auto after = live.lower_bound(begin);
-      if (after != live.end()) ASSERT_GE(after->first, end) << "overlap at step " << step;
+      if (after != live.end()) {
+        ASSERT_GE(after->first, end) << "overlap at step " << step;
+      }
       if (after != live.begin()) {
         auto before = std::prev(after);
         ASSERT_LE(before->first + MemoryPool::SizeClass(before->second.size), begin) << "overlap at step " << step;
@@ -236,8 +265,12 @@ TEST_F(MemoryPoolTest, RandomizedAllocFreeRetireKeepsTheInvariants) {
       const DeviceAddress address = it->first + random() % it->second.size;
       ASSERT_TRUE(Pool().Retire(address).has_value());
       retired.insert(address / 4096 * 4096);
-    } else {
+    } else if (param.synchronize) {
       ASSERT_TRUE(stream.Synchronize(5s).has_value());
+    }
+    if (step % 50 == 0) {
+      const auto consistent = Pool().CheckConsistency();
+      ASSERT_TRUE(consistent.has_value()) << "step " << step << ": " << consistent.error().message;
     }
     if (step % 1000 == 0) {
       const auto stats = Pool().Stats();
@@ -250,6 +283,10 @@ TEST_F(MemoryPoolTest, RandomizedAllocFreeRetireKeepsTheInvariants) {
   for (auto& [address, allocation] : live) ASSERT_TRUE(Pool().Free(allocation).has_value());
   EXPECT_EQ(Pool().Stats().allocated_bytes, 0u);
 }
+
+INSTANTIATE_TEST_SUITE_P(Pool, RandomizedPoolTest,
+                         ::testing::Values(RandomizedCase{3, true, 20000}, RandomizedCase{1, false, 20000},
+                                           RandomizedCase{2, false, 20000}));
 
 }  // namespace
 }  // namespace rasd::runtime::testing

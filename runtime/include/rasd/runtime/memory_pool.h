@@ -58,7 +58,8 @@ struct PoolStats {
 // Stream-ordered reuse: memory freed by a stream may be reused at once by
 // work on that same stream (it runs after the free in stream order), and by
 // other streams only once the freeing stream's work up to the free has
-// completed (a stream callback, or a synchronize, says so).
+// completed: a synchronize says so, and so does a stream callback that the
+// pool enqueues once per batch of frees or when it runs short of memory.
 //
 // Retire(address) takes the device page holding `address` out of service
 // for good: at once if it is free, when its allocation is freed otherwise.
@@ -91,11 +92,19 @@ class MemoryPool {
   // every stream.
   void StreamCompleted(drivers::StreamHandle stream);
 
+  // Walks the pool's structures and reports the first inconsistency (tests,
+  // and `rasctl` diagnostics). O(blocks).
+  Status CheckConsistency() const;
+
   // The size class an allocation of `bytes` is served from.
   static std::uint64_t SizeClass(std::uint64_t bytes);
 
  private:
   struct State;
+  // Enqueues a callback on the stream that makes its frees up to `sequence`
+  // reusable by every stream once it runs. Call without the pool's lock.
+  void RequestPromotion(std::uint64_t stream_id, std::uint64_t sequence);
+
   drivers::Driver& driver_;
   Device& device_;
   std::uint64_t arena_bytes_ = 0;
