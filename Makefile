@@ -2,12 +2,13 @@
 # Everything else is CMake + Ninja under build/.
 
 BUILD_DIR ?= build
+TSAN_DIR ?= build-tsan
 BUILD_TYPE ?= Release
 CMAKE_FLAGS ?=
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 RUN_ARGS ?=
 
-.PHONY: all bootstrap configure build run test test-unit test-integration bench tsan clean
+.PHONY: all bootstrap configure build run test test-unit test-integration test-tsan bench clean
 
 all: build
 
@@ -25,8 +26,19 @@ build: configure
 run: build
 	$(BUILD_DIR)/bin/rasd $(RUN_ARGS)
 
-test: build
+# The runtime and simulator tests run again under ThreadSanitizer first;
+# then every test, with ctest's summary last.
+test: build test-tsan
 	ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS) --timeout 300
+
+# Only the threaded libraries' tests: a full TSan build would double the
+# build time for code that has no threads.
+test-tsan: bootstrap
+	@cmake -S . -B $(TSAN_DIR) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRASD_SANITIZE=thread \
+	  -DRASD_BUILD_BENCH=OFF $(CMAKE_FLAGS) >/dev/null
+	@cmake --build $(TSAN_DIR) -j $(JOBS) --target drivers_unit_tests runtime_unit_tests
+	TSAN_OPTIONS=halt_on_error=1 $(TSAN_DIR)/tests/drivers_unit_tests --gtest_brief=1
+	TSAN_OPTIONS=halt_on_error=1 $(TSAN_DIR)/tests/runtime_unit_tests --gtest_brief=1
 
 test-unit: build
 	ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS) -L unit
@@ -44,4 +56,4 @@ bench: build
 	done
 
 clean:
-	rm -rf $(BUILD_DIR)
+	rm -rf $(BUILD_DIR) $(TSAN_DIR)
