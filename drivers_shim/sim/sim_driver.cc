@@ -5,7 +5,6 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstring>
-#include <deque>
 #include <map>
 #include <mutex>
 #include <set>
@@ -117,7 +116,10 @@ struct Op {
 
 class SimDriverImpl;
 
-// One stream: a queue and the worker thread that drains it in order.
+// One stream: a queue and the worker thread that drains it in order. The
+// worker takes the whole queue at once and runs the batch without the lock,
+// so an enqueue rarely meets the worker on the mutex and never allocates
+// once the two buffers have grown.
 class SimStream {
  public:
   SimStream(SimDriverImpl& driver, SimDevice& device, StreamHandle handle, std::chrono::microseconds spin)
@@ -155,34 +157,44 @@ class SimStream {
   Status Synchronize(std::chrono::nanoseconds timeout) {
     std::unique_lock lock(mutex_);
     const std::uint64_t target = enqueued_;
-    const bool done = done_cv_.wait_for(lock, timeout, [&] { return finished_ >= target || aborted_; });
+    waiters_.fetch_add(1);
+    const bool done = done_cv_.wait_for(lock, timeout, [&] {
+      return finished_.load() >= target || aborted_.load(std::memory_order_acquire);
+    });
+    waiters_.fetch_sub(1);
     if (error_) return Fail(*error_);
     if (!done) {
       return Fail(ErrorCode::kTimeout,
                   fmt::format("stream on device {} did not finish within {} ms ({} operation(s) pending)",
                               device_.properties.index,
                               std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count(),
-                              target - finished_));
+                              target - finished_.load()));
     }
     return {};
   }
 
-  // Drops work that has not started, failing it with `reason`. With
-  // `sticky`, the stream stays failed (abort); without, it is usable again
-  // afterwards (device reset).
+  // Drops work that has not started (queued, or in the worker's batch),
+  // failing it with `reason`. With `sticky`, the stream stays failed
+  // (abort); without, it is usable again afterwards (device reset).
   void Abort(const Error& reason, bool sticky = true) {
-    std::deque<Op> dropped;
+    std::vector<Op> dropped;
     {
       std::lock_guard lock(mutex_);
       dropped.swap(queue_);
       queued_.store(0, std::memory_order_release);
-      finished_ += dropped.size();
+      {
+        std::lock_guard batch_lock(batch_mutex_);
+        for (std::size_t i = batch_next_; i < batch_.size(); ++i) dropped.push_back(std::move(batch_[i]));
+        batch_next_ = batch_.size();
+      }
       if (sticky) {
-        error_ = reason;
+        SetError(reason);
         aborted_.store(true, std::memory_order_release);
       } else {
         error_.reset();
+        has_error_.store(false, std::memory_order_release);
       }
+      finished_.fetch_add(dropped.size(), std::memory_order_acq_rel);
     }
     done_cv_.notify_all();
     work_cv_.notify_all();
@@ -193,8 +205,15 @@ class SimStream {
   void Wake() { work_cv_.notify_all(); }
 
  private:
+  // Caller holds mutex_.
+  void SetError(const Error& error) {
+    error_ = error;
+    has_error_.store(true, std::memory_order_release);
+  }
   void Run();
   Status Execute(Op& op);
+  // Counts one operation as finished and wakes synchronizers if any wait.
+  void MarkFinished(const Status& status);
   // Completes an op's side channels (callback, event) with its status.
   static void Finish(Op& op, const Status& status) {
     if (op.kind == Op::Kind::kCallback && op.callback) op.callback(status);
@@ -211,13 +230,20 @@ class SimStream {
   std::mutex mutex_;
   std::condition_variable work_cv_;
   std::condition_variable done_cv_;
-  std::deque<Op> queue_;
-  std::atomic<std::size_t> queued_{0};
-  std::uint64_t enqueued_ = 0;
-  std::uint64_t finished_ = 0;
-  bool sleeping_ = false;
-  bool closing_ = false;
-  std::optional<Error> error_;
+  std::vector<Op> queue_;                  // guarded by mutex_
+  std::atomic<std::size_t> queued_{0};     // queue_.size(), for the spinning worker
+  std::uint64_t enqueued_ = 0;             // guarded by mutex_
+  std::atomic<std::uint64_t> finished_{0};
+  std::atomic<int> waiters_{0};
+  bool sleeping_ = false;                  // guarded by mutex_
+  bool closing_ = false;                   // guarded by mutex_
+  std::optional<Error> error_;             // guarded by mutex_; set through SetError
+  std::atomic<bool> has_error_{false};     // error_ is set: lets the worker skip the lock
+  // The batch the worker is running; Abort takes what it has not started.
+  // Lock order: mutex_, then batch_mutex_.
+  std::mutex batch_mutex_;
+  std::vector<Op> batch_;                  // guarded by batch_mutex_
+  std::size_t batch_next_ = 0;             // guarded by batch_mutex_
   std::atomic<bool> aborted_{false};
   std::thread worker_;  // last: started once everything above exists
 };
@@ -667,43 +693,80 @@ class StreamMemoryAccess final : public sim::DeviceMemoryAccess {
   SimDevice& device_;
 };
 
-void SimStream::Run() {
-  std::unique_lock lock(mutex_);
-  for (;;) {
-    if (queue_.empty()) {
-      if (closing_) return;
-      // Spin briefly: the next operation usually follows at once.
-      lock.unlock();
-      const auto spin_until = std::chrono::steady_clock::now() + spin_;
-      while (queued_.load(std::memory_order_acquire) == 0 && std::chrono::steady_clock::now() < spin_until) {
-        CpuRelax();
-      }
-      lock.lock();
-      while (queue_.empty() && !closing_) {
-        sleeping_ = true;
-        work_cv_.wait(lock);
-        sleeping_ = false;
-      }
-      continue;
-    }
-    if (device_.hung.load(std::memory_order_acquire)) {
-      // A hung device makes no progress; reset or abort ends the hang.
-      work_cv_.wait_for(lock, std::chrono::milliseconds(5));
-      continue;
-    }
-    Op op = std::move(queue_.front());
-    queue_.pop_front();
-    queued_.store(queue_.size(), std::memory_order_release);
-    const std::optional<Error> failed_before = error_;
-    lock.unlock();
-
-    Status status = failed_before ? Status(Fail(*failed_before)) : Execute(op);
-    Finish(op, status);
-
-    lock.lock();
-    if (!status && !error_) error_ = status.error();
-    ++finished_;
+void SimStream::MarkFinished(const Status& status) {
+  if (!status) {
+    std::lock_guard lock(mutex_);
+    if (!error_) SetError(status.error());
+  }
+  // Sequentially consistent with the waiter's increment of waiters_ and its
+  // read of finished_: either it sees this op finished, or we see it waiting.
+  finished_.fetch_add(1);
+  if (waiters_.load() > 0) {
+    { std::lock_guard lock(mutex_); }  // the waiter is inside wait() now
     done_cv_.notify_all();
+  }
+}
+
+void SimStream::Run() {
+  std::vector<Op> spare;  // the other buffer: swapped with queue_ batch by batch
+  for (;;) {
+    {
+      std::unique_lock lock(mutex_);
+      if (queue_.empty()) {
+        if (closing_) return;
+        // Spin briefly: the next operation usually follows at once.
+        lock.unlock();
+        const auto spin_until = std::chrono::steady_clock::now() + spin_;
+        while (queued_.load(std::memory_order_acquire) == 0 && std::chrono::steady_clock::now() < spin_until) {
+          CpuRelax();
+        }
+        lock.lock();
+        while (queue_.empty() && !closing_) {
+          sleeping_ = true;
+          work_cv_.wait(lock);
+          sleeping_ = false;
+        }
+        continue;
+      }
+      std::lock_guard batch_lock(batch_mutex_);
+      spare.swap(batch_);  // batch_ is empty: take its capacity
+      batch_.swap(queue_);
+      queue_.swap(spare);
+      batch_next_ = 0;
+      queued_.store(0, std::memory_order_release);
+    }
+    for (;;) {
+      // A hung device makes no progress; a reset or abort ends the hang by
+      // taking the rest of the batch.
+      while (device_.hung.load(std::memory_order_acquire)) {
+        std::unique_lock lock(mutex_);
+        bool remaining = false;
+        {
+          std::lock_guard batch_lock(batch_mutex_);
+          remaining = batch_next_ < batch_.size();
+        }
+        if (closing_ || !remaining) break;
+        work_cv_.wait_for(lock, std::chrono::milliseconds(5));
+      }
+      Op op;
+      {
+        std::lock_guard batch_lock(batch_mutex_);
+        if (batch_next_ == batch_.size()) {
+          batch_.clear();
+          batch_next_ = 0;
+          break;
+        }
+        op = std::move(batch_[batch_next_++]);
+      }
+      std::optional<Error> failed_before;
+      if (has_error_.load(std::memory_order_acquire)) {
+        std::lock_guard lock(mutex_);
+        failed_before = error_;
+      }
+      const Status status = failed_before ? Status(Fail(*failed_before)) : Execute(op);
+      Finish(op, status);
+      MarkFinished(status);
+    }
   }
 }
 
