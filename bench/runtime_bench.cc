@@ -29,7 +29,8 @@ using rasd::runtime::Runtime;
 using Clock = std::chrono::steady_clock;
 
 std::unique_ptr<Runtime> MakeRuntime(int devices, std::uint64_t memory = std::uint64_t{512} << 20) {
-  auto driver = rasd::drivers::SimDriver::Create({.device_count = devices, .memory_bytes_per_device = memory});
+  auto driver = rasd::drivers::SimDriver::Create(
+      {.device_count = devices, .memory_bytes_per_device = memory});
   auto runtime = Runtime::Create(std::move(*driver), {.pool = {.arena_bytes = 64 << 20}});
   return std::move(*runtime);
 }
@@ -178,7 +179,8 @@ void BM_LlmTraceFragmentation(benchmark::State& state) {
       const int batch = 1 + static_cast<int>(random() % 64);
       // Activations for this step: freed at the end of the step.
       for (int layer = 0; layer < 4; ++layer) {
-        activations.push_back(allocate(static_cast<std::uint64_t>(batch) * ((random() % 96) + 32) * 1024));
+        activations.push_back(
+            allocate(static_cast<std::uint64_t>(batch) * ((random() % 96) + 32) * 1024));
       }
       // KV blocks: sequences grow; finished sequences release theirs.
       const int grow = static_cast<int>(random() % 6);
@@ -195,14 +197,16 @@ void BM_LlmTraceFragmentation(benchmark::State& state) {
         reserved_at_peak = stats.reserved_bytes;
         rounded_at_peak = 0;
         for (auto* group : {&weights, &kv, &activations}) {
-          for (const auto& a : *group) rounded_at_peak += rasd::runtime::MemoryPool::SizeClass(a.size);
+          for (const auto& a : *group)
+            rounded_at_peak += rasd::runtime::MemoryPool::SizeClass(a.size);
         }
       }
       for (auto& activation : activations) (void)pool.Free(activation);
       activations.clear();
     }
     ratio = static_cast<double>(reserved_at_peak) / static_cast<double>(peak_allocated);
-    state.counters["rounded_over_allocated_at_peak"] = static_cast<double>(rounded_at_peak) / static_cast<double>(peak_allocated);
+    state.counters["rounded_over_allocated_at_peak"] =
+        static_cast<double>(rounded_at_peak) / static_cast<double>(peak_allocated);
     peak_reserved = pool.Stats().peak_reserved_bytes;
     state.counters["peak_allocated_MiB"] = static_cast<double>(peak_allocated >> 20);
     state.counters["peak_reserved_MiB"] = static_cast<double>(peak_reserved >> 20);
@@ -226,7 +230,8 @@ void BM_AllReduce8x4MiB(benchmark::State& state) {
   for (int r = 0; r < 8; ++r) {
     buffers.push_back(*(*runtime->Pool(r))->Allocate(bytes, communicator->RankStream(r)));
     addresses.push_back(buffers.back().address);
-    const KernelArg fill[] = {KernelArg::Address(addresses.back()), KernelArg::Int(bytes / 4), KernelArg::Float(1.0f)};
+    const KernelArg fill[] = {KernelArg::Address(addresses.back()), KernelArg::Int(bytes / 4),
+                              KernelArg::Float(1.0f)};
     (void)communicator->RankStream(r).Launch("fill", fill);
   }
   (void)communicator->Synchronize(10s);
@@ -246,9 +251,11 @@ void BM_AllReduce8x4MiB(benchmark::State& state) {
     std::memcpy(to.data(), from.data(), bytes);
     benchmark::DoNotOptimize(to.data());
   }
-  const double memcpy_ns = std::chrono::duration<double, std::nano>(Clock::now() - start).count() / copies;
+  const double memcpy_ns =
+      std::chrono::duration<double, std::nano>(Clock::now() - start).count() / copies;
   state.counters["memcpy_4MiB_ns"] = memcpy_ns;
-  state.counters["allreduce_over_memcpy"] = allreduce_ns / static_cast<double>(state.iterations()) / memcpy_ns;
+  state.counters["allreduce_over_memcpy"] =
+      allreduce_ns / static_cast<double>(state.iterations()) / memcpy_ns;
   for (int r = 0; r < 8; ++r) (void)(*runtime->Pool(r))->Free(buffers[static_cast<std::size_t>(r)]);
 }
 BENCHMARK(BM_AllReduce8x4MiB)->Unit(benchmark::kMillisecond)->UseRealTime();

@@ -62,6 +62,11 @@ TEST_F(ControlApiTest, PingAndStatusAnswerWithTheDocumentedShape) {
   EXPECT_EQ(result["state_dir"], rasd_.StateDir().string());
   EXPECT_EQ(result["devices"]["count"], 4);
   EXPECT_EQ(result["devices"]["by_health"]["healthy"], 4);
+  ASSERT_EQ(result["devices"]["list"].size(), 4u);
+  EXPECT_EQ(result["devices"]["list"][2]["index"], 2);
+  EXPECT_EQ(result["devices"]["list"][2]["health"], "healthy");
+  EXPECT_EQ(result["devices"]["list"][2]["memory_bytes"], 1024u << 20);
+  EXPECT_EQ(result["devices"]["list"][2]["pool"]["retired_pages"], 0);
   for (const char* severity : {"CE", "UCNA", "SRAO", "SRAR", "UCE", "FATAL", "INFO"}) {
     EXPECT_EQ(result["events"]["by_severity"][severity], 0) << severity;
   }

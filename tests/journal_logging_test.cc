@@ -2,6 +2,7 @@
 // straight to the journal with structured fields. The test stands in for
 // journald by binding its socket.
 
+#include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -10,8 +11,6 @@
 #include <unistd.h>
 
 #include <cstring>
-
-#include <gtest/gtest.h>
 
 #include "test_support.h"
 
@@ -44,11 +43,12 @@ TEST(JournalLoggingTest, StructuredFieldsGoToTheJournalWhenStderrIsTheJournal) {
   struct stat st {};
   ASSERT_EQ(::stat(stderr_path.c_str(), &st), 0);
   NotifyListener notify(dir / "notify.sock");
-  Process rasd({.argv = {RASD_BINARY, "--state-dir", (dir / "state").string(), "--socket",
-                         (dir / "rasd.sock").string()},
-                .set_env = {{"NOTIFY_SOCKET", notify.Path().string()},
-                            {"JOURNAL_STREAM", std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino)}},
-                .stderr_path = stderr_path});
+  Process rasd(
+      {.argv = {RASD_BINARY, "--state-dir", (dir / "state").string(), "--socket",
+                (dir / "rasd.sock").string()},
+       .set_env = {{"NOTIFY_SOCKET", notify.Path().string()},
+                   {"JOURNAL_STREAM", std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino)}},
+       .stderr_path = stderr_path});
   ASSERT_TRUE(notify.WaitFor("READY=1", 10s)) << ReadText(stderr_path);
 
   std::string started;
@@ -60,7 +60,8 @@ TEST(JournalLoggingTest, StructuredFieldsGoToTheJournalWhenStderrIsTheJournal) {
     const ssize_t n = ::recv(journal.Get(), buffer, sizeof buffer, 0);
     if (n <= 0) continue;
     std::string entry(buffer, static_cast<std::size_t>(n));
-    if (entry.find("MESSAGE=rasd ") != std::string::npos && entry.find(" started: ") != std::string::npos) {
+    if (entry.find("MESSAGE=rasd ") != std::string::npos &&
+        entry.find(" started: ") != std::string::npos) {
       started = entry;
     }
   }

@@ -72,6 +72,16 @@ std::string FormatStatus(const json& status) {
       Field(status, "/devices/count"), Field(status, "/devices/driver"),
       Field(status, "/devices/by_health/healthy"), Field(status, "/devices/by_health/degraded"),
       Field(status, "/devices/by_health/draining"), Field(status, "/devices/by_health/isolated"));
+  const json::json_pointer list("/devices/list");
+  if (status.contains(list) && status.at(list).is_array()) {
+    for (const auto& device : status.at(list)) {
+      out +=
+          fmt::format("  {:>2} {:<10} {:<9} pool {} reserved, {} allocated, {} retired page(s)\n",
+                      Field(device, "/index"), Field(device, "/name"), Field(device, "/health"),
+                      Field(device, "/pool/reserved_bytes"), Field(device, "/pool/allocated_bytes"),
+                      Field(device, "/pool/retired_pages"));
+    }
+  }
   out += fmt::format("{:<12}{}\n", "jobs", Field(status, "/jobs/count"));
   std::string severities;
   for (const char* severity : {"FATAL", "UCE", "SRAR", "SRAO", "UCNA", "CE", "INFO"}) {

@@ -24,7 +24,9 @@ TEST(StatusTextTest, RendersTheStatusFields) {
     "socket": {"path": "/run/rasd/rasd.sock", "activated": true},
     "database": {"schema_version": 1},
     "devices": {"driver": "sim", "count": 4,
-                "by_health": {"healthy": 3, "degraded": 0, "draining": 0, "isolated": 1}},
+                "by_health": {"healthy": 3, "degraded": 0, "draining": 0, "isolated": 1},
+                "list": [{"index": 3, "name": "rasd-sim", "health": "isolated",
+                          "pool": {"reserved_bytes": 67108864, "allocated_bytes": 4096, "retired_pages": 2}}]},
     "jobs": {"count": 0},
     "events": {"total": 5, "by_severity": {"FATAL": 1, "UCE": 0, "SRAR": 0, "SRAO": 0,
                                              "UCNA": 0, "CE": 4, "INFO": 0}}

@@ -301,9 +301,21 @@ Result<nlohmann::json> Daemon::StatusReport() {
                      runtime::HealthState::kDraining, runtime::HealthState::kIsolated}) {
     by_health[std::string(runtime::HealthStateName(state))] = 0;
   }
+  nlohmann::json device_list = nlohmann::json::array();
   for (const auto& device : runtime_->Devices()) {
-    by_health[std::string(runtime::HealthStateName(device->Health()))] =
-        by_health[std::string(runtime::HealthStateName(device->Health()))].get<int>() + 1;
+    const std::string health(runtime::HealthStateName(device->Health()));
+    by_health[health] = by_health[health].get<int>() + 1;
+    const auto& properties = device->Properties();
+    nlohmann::json entry = {{"index", properties.index}, {"name", properties.name},
+                            {"uuid", properties.uuid},   {"pci_bdf", properties.pci_bdf},
+                            {"health", health},          {"memory_bytes", properties.memory_bytes}};
+    if (auto pool = runtime_->Pool(properties.index)) {
+      const auto stats = (*pool)->Stats();
+      entry["pool"] = {{"reserved_bytes", stats.reserved_bytes},
+                       {"allocated_bytes", stats.allocated_bytes},
+                       {"retired_pages", stats.retired_pages}};
+    }
+    device_list.push_back(std::move(entry));
   }
   const double uptime =
       std::chrono::duration<double>(clock_->Monotonic() - started_monotonic_).count();
@@ -329,7 +341,8 @@ Result<nlohmann::json> Daemon::StatusReport() {
       {"devices",
        {{"driver", std::string(runtime_->DriverName())},
         {"count", runtime_->DeviceCount()},
-        {"by_health", std::move(by_health)}}},
+        {"by_health", std::move(by_health)},
+        {"list", std::move(device_list)}}},
       {"jobs", {{"count", jobs_.Count()}}},
       {"events", {{"total", total}, {"by_severity", std::move(by_severity)}}},
       {"control",

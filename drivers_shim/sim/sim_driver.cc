@@ -1,5 +1,7 @@
 #include "rasd/drivers_shim/sim_driver.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -12,19 +14,22 @@
 #include <thread>
 #include <unordered_map>
 
-#include <fmt/format.h>
-
 #include "sim_kernels.h"
 
 namespace rasd::drivers {
 
 std::string_view DriverErrorKindName(DriverErrorKind kind) {
   switch (kind) {
-    case DriverErrorKind::kCorrectedEcc: return "corrected_ecc";
-    case DriverErrorKind::kUncorrectedEcc: return "uncorrected_ecc";
-    case DriverErrorKind::kStickyFault: return "sticky_fault";
-    case DriverErrorKind::kFellOffBus: return "fell_off_bus";
-    case DriverErrorKind::kLinkError: return "link_error";
+    case DriverErrorKind::kCorrectedEcc:
+      return "corrected_ecc";
+    case DriverErrorKind::kUncorrectedEcc:
+      return "uncorrected_ecc";
+    case DriverErrorKind::kStickyFault:
+      return "sticky_fault";
+    case DriverErrorKind::kFellOffBus:
+      return "fell_off_bus";
+    case DriverErrorKind::kLinkError:
+      return "link_error";
   }
   return "unknown";
 }
@@ -65,12 +70,15 @@ struct SimDevice {
 
   Status CheckUsable() const {
     switch (condition.load(std::memory_order_acquire)) {
-      case DeviceCondition::kOk: return {};
+      case DeviceCondition::kOk:
+        return {};
       case DeviceCondition::kSticky:
-        return Fail(ErrorCode::kDeviceFault,
-                    fmt::format("device {}: sticky fault, context unusable until reset", properties.index));
+        return Fail(
+            ErrorCode::kDeviceFault,
+            fmt::format("device {}: sticky fault, context unusable until reset", properties.index));
       case DeviceCondition::kLost:
-        return Fail(ErrorCode::kDeviceFault, fmt::format("device {}: fell off the bus", properties.index));
+        return Fail(ErrorCode::kDeviceFault,
+                    fmt::format("device {}: fell off the bus", properties.index));
     }
     return {};
   }
@@ -97,7 +105,15 @@ struct SimEvent {
 };
 
 struct Op {
-  enum class Kind : std::uint8_t { kKernel, kHostToDevice, kDeviceToHost, kDeviceToDevice, kRecord, kWait, kCallback };
+  enum class Kind : std::uint8_t {
+    kKernel,
+    kHostToDevice,
+    kDeviceToHost,
+    kDeviceToDevice,
+    kRecord,
+    kWait,
+    kCallback
+  };
   Kind kind = Kind::kKernel;
   std::uint8_t arg_count = 0;
   const sim::SimKernel* kernel = nullptr;
@@ -122,8 +138,11 @@ class SimDriverImpl;
 // once the two buffers have grown.
 class SimStream {
  public:
-  SimStream(SimDriverImpl& driver, SimDevice& device, StreamHandle handle, std::chrono::microseconds spin)
-      : driver_(driver), device_(device), handle_(handle), spin_(spin), worker_([this] { Run(); }) {}
+  SimStream(SimDriverImpl& driver, SimDevice& device, StreamHandle handle,
+            std::chrono::microseconds spin)
+      : driver_(driver), device_(device), handle_(handle), spin_(spin), worker_([this] {
+          Run();
+        }) {}
 
   ~SimStream() {
     Abort(Error{ErrorCode::kAborted, "stream destroyed"});
@@ -164,11 +183,12 @@ class SimStream {
     waiters_.fetch_sub(1);
     if (error_) return Fail(*error_);
     if (!done) {
-      return Fail(ErrorCode::kTimeout,
-                  fmt::format("stream on device {} did not finish within {} ms ({} operation(s) pending)",
-                              device_.properties.index,
-                              std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count(),
-                              target - finished_.load()));
+      return Fail(
+          ErrorCode::kTimeout,
+          fmt::format("stream on device {} did not finish within {} ms ({} operation(s) pending)",
+                      device_.properties.index,
+                      std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count(),
+                      target - finished_.load()));
     }
     return {};
   }
@@ -184,7 +204,8 @@ class SimStream {
       queued_.store(0, std::memory_order_release);
       {
         std::lock_guard batch_lock(batch_mutex_);
-        for (std::size_t i = batch_next_; i < batch_.size(); ++i) dropped.push_back(std::move(batch_[i]));
+        for (std::size_t i = batch_next_; i < batch_.size(); ++i)
+          dropped.push_back(std::move(batch_[i]));
         batch_next_ = batch_.size();
       }
       if (sticky) {
@@ -230,20 +251,20 @@ class SimStream {
   std::mutex mutex_;
   std::condition_variable work_cv_;
   std::condition_variable done_cv_;
-  std::vector<Op> queue_;                  // guarded by mutex_
-  std::atomic<std::size_t> queued_{0};     // queue_.size(), for the spinning worker
-  std::uint64_t enqueued_ = 0;             // guarded by mutex_
+  std::vector<Op> queue_;               // guarded by mutex_
+  std::atomic<std::size_t> queued_{0};  // queue_.size(), for the spinning worker
+  std::uint64_t enqueued_ = 0;          // guarded by mutex_
   std::atomic<std::uint64_t> finished_{0};
   std::atomic<int> waiters_{0};
-  bool sleeping_ = false;                  // guarded by mutex_
-  bool closing_ = false;                   // guarded by mutex_
-  std::optional<Error> error_;             // guarded by mutex_; set through SetError
-  std::atomic<bool> has_error_{false};     // error_ is set: lets the worker skip the lock
+  bool sleeping_ = false;               // guarded by mutex_
+  bool closing_ = false;                // guarded by mutex_
+  std::optional<Error> error_;          // guarded by mutex_; set through SetError
+  std::atomic<bool> has_error_{false};  // error_ is set: lets the worker skip the lock
   // The batch the worker is running; Abort takes what it has not started.
   // Lock order: mutex_, then batch_mutex_.
   std::mutex batch_mutex_;
-  std::vector<Op> batch_;                  // guarded by batch_mutex_
-  std::size_t batch_next_ = 0;             // guarded by batch_mutex_
+  std::vector<Op> batch_;       // guarded by batch_mutex_
+  std::size_t batch_next_ = 0;  // guarded by batch_mutex_
   std::atomic<bool> aborted_{false};
   std::thread worker_;  // last: started once everything above exists
 };
@@ -257,9 +278,9 @@ class SimDriverImpl final : public SimDriver {
       device->properties.index = index;
       device->properties.name = "rasd-sim";
       device->properties.vendor = "sim";
-      device->properties.uuid = fmt::format("SIM-{:08x}-0000-0000-0000-{:012x}",
-                                            0x5a5d0000u + static_cast<unsigned>(index),
-                                            static_cast<unsigned>(index));
+      device->properties.uuid =
+          fmt::format("SIM-{:08x}-0000-0000-0000-{:012x}",
+                      0x5a5d0000u + static_cast<unsigned>(index), static_cast<unsigned>(index));
       device->properties.memory_bytes = options.memory_bytes_per_device;
       device->properties.retire_granularity = kPageSize;
       device->next_address = static_cast<DeviceAddress>(index + 1) << kAddressShift;
@@ -300,15 +321,16 @@ class SimDriverImpl final : public SimDriver {
     SimDevice& d = **device;
     if (rounded > d.properties.memory_bytes - d.reserved_bytes) {
       return Fail(ErrorCode::kOutOfMemory,
-                  fmt::format("device {}: cannot reserve {} bytes, {} of {} in use", device_index, rounded,
-                              d.reserved_bytes, d.properties.memory_bytes));
+                  fmt::format("device {}: cannot reserve {} bytes, {} of {} in use", device_index,
+                              rounded, d.reserved_bytes, d.properties.memory_bytes));
     }
     Reservation reservation;
     reservation.base = d.next_address;
     reservation.size = rounded;
     reservation.bytes.reset(new (std::nothrow) std::byte[rounded]);
     if (!reservation.bytes) {
-      return Fail(ErrorCode::kOutOfMemory, fmt::format("host memory for {} simulated bytes", rounded));
+      return Fail(ErrorCode::kOutOfMemory,
+                  fmt::format("host memory for {} simulated bytes", rounded));
     }
     d.next_address += rounded;
     d.reserved_bytes += rounded;
@@ -355,7 +377,8 @@ class SimDriverImpl final : public SimDriver {
     return {};  // the last reference joins the worker
   }
 
-  Status CopyHostToDevice(StreamHandle handle, DeviceAddress dst, const void* src, std::uint64_t bytes) override {
+  Status CopyHostToDevice(StreamHandle handle, DeviceAddress dst, const void* src,
+                          std::uint64_t bytes) override {
     Op op;
     op.kind = Op::Kind::kHostToDevice;
     op.dst = dst;
@@ -364,7 +387,8 @@ class SimDriverImpl final : public SimDriver {
     return Submit(handle, std::move(op));
   }
 
-  Status CopyDeviceToHost(StreamHandle handle, void* dst, DeviceAddress src, std::uint64_t bytes) override {
+  Status CopyDeviceToHost(StreamHandle handle, void* dst, DeviceAddress src,
+                          std::uint64_t bytes) override {
     Op op;
     op.kind = Op::Kind::kDeviceToHost;
     op.host_dst = dst;
@@ -373,8 +397,8 @@ class SimDriverImpl final : public SimDriver {
     return Submit(handle, std::move(op));
   }
 
-  Status CopyDeviceToDevice(StreamHandle handle, DeviceAddress dst, int dst_device, DeviceAddress src,
-                            std::uint64_t bytes) override {
+  Status CopyDeviceToDevice(StreamHandle handle, DeviceAddress dst, int dst_device,
+                            DeviceAddress src, std::uint64_t bytes) override {
     if (auto device = GetDevice(dst_device); !device) return Fail(device.error());
     Op op;
     op.kind = Op::Kind::kDeviceToDevice;
@@ -388,10 +412,12 @@ class SimDriverImpl final : public SimDriver {
   Status LaunchKernel(StreamHandle handle, std::string_view name, const LaunchConfig& config,
                       std::span<const KernelArg> args) override {
     const sim::SimKernel* kernel = sim::FindSimKernel(name);
-    if (kernel == nullptr) return Fail(ErrorCode::kNotSupported, fmt::format("no kernel '{}'", name));
+    if (kernel == nullptr)
+      return Fail(ErrorCode::kNotSupported, fmt::format("no kernel '{}'", name));
     if (args.size() != kernel->signature.args.size()) {
-      return Fail(ErrorCode::kInvalidArgument, fmt::format("kernel '{}' takes {} arguments, not {}", name,
-                                                           kernel->signature.args.size(), args.size()));
+      return Fail(ErrorCode::kInvalidArgument,
+                  fmt::format("kernel '{}' takes {} arguments, not {}", name,
+                              kernel->signature.args.size(), args.size()));
     }
     Op op;
     op.kind = Op::Kind::kKernel;
@@ -399,7 +425,8 @@ class SimDriverImpl final : public SimDriver {
     op.config = config;
     for (std::size_t i = 0; i < args.size(); ++i) {
       if (args[i].kind != kernel->signature.args[i]) {
-        return Fail(ErrorCode::kInvalidArgument, fmt::format("kernel '{}': argument {} has the wrong kind", name, i));
+        return Fail(ErrorCode::kInvalidArgument,
+                    fmt::format("kernel '{}': argument {} has the wrong kind", name, i));
       }
       op.args[i] = args[i];
     }
@@ -463,7 +490,8 @@ class SimDriverImpl final : public SimDriver {
     if (!event) return Fail(event.error());
     std::unique_lock lock((*event)->mutex);
     const std::uint64_t target = (*event)->recorded;
-    if (!(*event)->completed_cv.wait_for(lock, timeout, [&] { return (*event)->completed >= target; })) {
+    if (!(*event)->completed_cv.wait_for(lock, timeout,
+                                         [&] { return (*event)->completed >= target; })) {
       return Fail(ErrorCode::kTimeout, "event did not complete in time");
     }
     return {};
@@ -502,8 +530,9 @@ class SimDriverImpl final : public SimDriver {
     auto device = GetDevice(device_index);
     if (!device) return Fail(device.error());
     if ((*device)->condition.load() == DeviceCondition::kLost) {
-      return Fail(ErrorCode::kDeviceFault,
-                  fmt::format("device {} fell off the bus; a reset cannot bring it back", device_index));
+      return Fail(
+          ErrorCode::kDeviceFault,
+          fmt::format("device {} fell off the bus; a reset cannot bring it back", device_index));
     }
     const Error reason{ErrorCode::kAborted, fmt::format("device {} reset", device_index)};
     for (auto& stream : StreamsOf(device_index)) stream->Abort(reason, /*sticky=*/false);
@@ -528,7 +557,9 @@ class SimDriverImpl final : public SimDriver {
 
   Status InjectCorrectedEcc(int device_index, DeviceAddress address) override {
     if (auto device = GetDevice(device_index); !device) return Fail(device.error());
-    Emit({.device = device_index, .kind = DriverErrorKind::kCorrectedEcc, .address = address,
+    Emit({.device = device_index,
+          .kind = DriverErrorKind::kCorrectedEcc,
+          .address = address,
           .message = fmt::format("corrected ECC error at 0x{:x}", address)});
     return {};
   }
@@ -540,7 +571,9 @@ class SimDriverImpl final : public SimDriver {
       std::unique_lock lock(memory_mutex_);
       (*device)->poisoned_pages.insert(PageOf(address));
     }
-    Emit({.device = device_index, .kind = DriverErrorKind::kUncorrectedEcc, .address = address,
+    Emit({.device = device_index,
+          .kind = DriverErrorKind::kUncorrectedEcc,
+          .address = address,
           .message = fmt::format("uncorrected ECC error at 0x{:x}; page 0x{:x} poisoned", address,
                                  PageOf(address))});
     return {};
@@ -551,7 +584,8 @@ class SimDriverImpl final : public SimDriver {
     if (!device) return Fail(device.error());
     (*device)->condition.store(DeviceCondition::kSticky);
     for (auto& stream : StreamsOf(device_index)) stream->Wake();
-    Emit({.device = device_index, .kind = DriverErrorKind::kStickyFault,
+    Emit({.device = device_index,
+          .kind = DriverErrorKind::kStickyFault,
           .message = "device context failed (sticky fault); reset required"});
     return {};
   }
@@ -567,22 +601,29 @@ class SimDriverImpl final : public SimDriver {
     auto device = GetDevice(device_index);
     if (!device) return Fail(device.error());
     (*device)->condition.store(DeviceCondition::kLost);
-    const Error reason{ErrorCode::kDeviceFault, fmt::format("device {}: fell off the bus", device_index)};
+    const Error reason{ErrorCode::kDeviceFault,
+                       fmt::format("device {}: fell off the bus", device_index)};
     for (auto& stream : StreamsOf(device_index)) stream->Abort(reason);
-    Emit({.device = device_index, .kind = DriverErrorKind::kFellOffBus, .message = "GPU has fallen off the bus"});
+    Emit({.device = device_index,
+          .kind = DriverErrorKind::kFellOffBus,
+          .message = "GPU has fallen off the bus"});
     return {};
   }
 
   Status InjectLinkError(int device_a, int device_b) override {
     if (auto device = GetDevice(device_a); !device) return Fail(device.error());
     if (auto device = GetDevice(device_b); !device) return Fail(device.error());
-    if (device_a == device_b) return Fail(ErrorCode::kInvalidArgument, "a link joins two different devices");
+    if (device_a == device_b)
+      return Fail(ErrorCode::kInvalidArgument, "a link joins two different devices");
     {
       std::lock_guard lock(links_mutex_);
       links_down_.insert({std::min(device_a, device_b), std::max(device_a, device_b)});
     }
-    Emit({.device = device_a, .kind = DriverErrorKind::kLinkError, .peer_device = device_b,
-          .message = fmt::format("link between device {} and device {} failed", device_a, device_b)});
+    Emit({.device = device_a,
+          .kind = DriverErrorKind::kLinkError,
+          .peer_device = device_b,
+          .message =
+              fmt::format("link between device {} and device {} failed", device_a, device_b)});
     return {};
   }
 
@@ -603,8 +644,8 @@ class SimDriverImpl final : public SimDriver {
   std::shared_mutex& MemoryMutex() { return memory_mutex_; }
 
   // Finds [address, address + bytes) on `device`. Caller holds MemoryMutex.
-  Result<std::byte*> Translate(SimDevice& device, DeviceAddress address, std::uint64_t bytes, bool for_write,
-                               std::optional<DeviceAddress>* poisoned_hit) {
+  Result<std::byte*> Translate(SimDevice& device, DeviceAddress address, std::uint64_t bytes,
+                               bool for_write, std::optional<DeviceAddress>* poisoned_hit) {
     auto it = device.reservations.upper_bound(address);
     if (it == device.reservations.begin()) return IllegalAddress(device, address, bytes);
     --it;
@@ -632,9 +673,11 @@ class SimDriverImpl final : public SimDriver {
   }
 
  private:
-  static Result<std::byte*> IllegalAddress(SimDevice& device, DeviceAddress address, std::uint64_t bytes) {
-    return Fail(ErrorCode::kInvalidArgument, fmt::format("device {}: illegal address 0x{:x} (+{} bytes)",
-                                                         device.properties.index, address, bytes));
+  static Result<std::byte*> IllegalAddress(SimDevice& device, DeviceAddress address,
+                                           std::uint64_t bytes) {
+    return Fail(ErrorCode::kInvalidArgument,
+                fmt::format("device {}: illegal address 0x{:x} (+{} bytes)",
+                            device.properties.index, address, bytes));
   }
 
   Status Submit(StreamHandle handle, Op&& op) {
@@ -717,7 +760,8 @@ void SimStream::Run() {
         // Spin briefly: the next operation usually follows at once.
         lock.unlock();
         const auto spin_until = std::chrono::steady_clock::now() + spin_;
-        while (queued_.load(std::memory_order_acquire) == 0 && std::chrono::steady_clock::now() < spin_until) {
+        while (queued_.load(std::memory_order_acquire) == 0 &&
+               std::chrono::steady_clock::now() < spin_until) {
           CpuRelax();
         }
         lock.lock();
@@ -778,11 +822,15 @@ Status SimStream::Execute(Op& op) {
       Status status;
       {
         std::shared_lock lock(driver_.MemoryMutex());
-        status = op.kernel->run(memory, op.config, std::span<const KernelArg>(op.args.data(), op.arg_count));
+        status = op.kernel->run(memory, op.config,
+                                std::span<const KernelArg>(op.args.data(), op.arg_count));
       }
       if (memory.poisoned_hit) {
-        driver_.Emit({.device = device_.properties.index, .kind = DriverErrorKind::kUncorrectedEcc,
-                      .address = memory.poisoned_hit, .consumed = true, .stream = handle_,
+        driver_.Emit({.device = device_.properties.index,
+                      .kind = DriverErrorKind::kUncorrectedEcc,
+                      .address = memory.poisoned_hit,
+                      .consumed = true,
+                      .stream = handle_,
                       .message = fmt::format("kernel '{}' consumed poisoned memory at 0x{:x}",
                                              op.kernel->signature.name, *memory.poisoned_hit)});
       }
@@ -810,8 +858,9 @@ Status SimStream::Execute(Op& op) {
         } else {
           auto dst_device = driver_.GetDevice(op.dst_device);
           if (driver_.LinkDown(device_.properties.index, op.dst_device)) {
-            status = Fail(ErrorCode::kDeviceFault, fmt::format("link between device {} and device {} is down",
-                                                               device_.properties.index, op.dst_device));
+            status = Fail(ErrorCode::kDeviceFault,
+                          fmt::format("link between device {} and device {} is down",
+                                      device_.properties.index, op.dst_device));
           } else if (auto usable = (*dst_device)->CheckUsable(); !usable) {
             status = usable;
           } else {
@@ -826,22 +875,29 @@ Status SimStream::Execute(Op& op) {
         }
       }
       if (poisoned_hit) {
-        driver_.Emit({.device = device_.properties.index, .kind = DriverErrorKind::kUncorrectedEcc,
-                      .address = poisoned_hit, .consumed = true, .stream = handle_,
-                      .message = fmt::format("copy consumed poisoned memory at 0x{:x}", *poisoned_hit)});
+        driver_.Emit(
+            {.device = device_.properties.index,
+             .kind = DriverErrorKind::kUncorrectedEcc,
+             .address = poisoned_hit,
+             .consumed = true,
+             .stream = handle_,
+             .message = fmt::format("copy consumed poisoned memory at 0x{:x}", *poisoned_hit)});
       }
       return status;
     }
-    case Op::Kind::kRecord: return {};  // Finish() completes the event
+    case Op::Kind::kRecord:
+      return {};  // Finish() completes the event
     case Op::Kind::kWait: {
       std::unique_lock lock(op.event->mutex);
       while (op.event->completed < op.generation) {
-        if (Aborted()) return Fail(ErrorCode::kAborted, "stream aborted while waiting for an event");
+        if (Aborted())
+          return Fail(ErrorCode::kAborted, "stream aborted while waiting for an event");
         op.event->completed_cv.wait_for(lock, std::chrono::milliseconds(5));
       }
       return {};
     }
-    case Op::Kind::kCallback: return {};  // Finish() runs it
+    case Op::Kind::kCallback:
+      return {};  // Finish() runs it
   }
   return {};
 }
@@ -851,7 +907,8 @@ Status SimStream::Execute(Op& op) {
 Result<std::unique_ptr<SimDriver>> SimDriver::Create(const SimDriverOptions& options) {
   if (options.device_count < 1 || options.device_count > kMaxSimDevices) {
     return Fail(ErrorCode::kInvalidArgument,
-                fmt::format("simulator device count {} is outside 1..{}", options.device_count, kMaxSimDevices));
+                fmt::format("simulator device count {} is outside 1..{}", options.device_count,
+                            kMaxSimDevices));
   }
   if (options.memory_bytes_per_device == 0) {
     return Fail(ErrorCode::kInvalidArgument, "simulator device memory must be more than 0 bytes");

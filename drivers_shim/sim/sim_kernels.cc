@@ -22,7 +22,8 @@ Status Empty(DeviceMemoryAccess&, const LaunchConfig&, std::span<const KernelArg
 
 Status SleepMicros(DeviceMemoryAccess&, const LaunchConfig&, std::span<const KernelArg> args) {
   const std::int64_t micros = args[0].integer;
-  if (micros < 0 || micros > 60'000'000) return Fail(ErrorCode::kInvalidArgument, "sleep_us out of range");
+  if (micros < 0 || micros > 60'000'000)
+    return Fail(ErrorCode::kInvalidArgument, "sleep_us out of range");
   std::this_thread::sleep_for(std::chrono::microseconds(micros));
   return {};
 }
@@ -92,7 +93,8 @@ Status Relu(DeviceMemoryAccess& memory, const LaunchConfig&, std::span<const Ker
 Status Gemm(DeviceMemoryAccess& memory, const LaunchConfig&, std::span<const KernelArg> args) {
   const std::int64_t m = args[0].integer, n = args[1].integer, k = args[2].integer;
   for (auto [value, name] : {std::pair{m, "m"}, {n, "n"}, {k, "k"}}) {
-    if (value < 0 || value > (1 << 20)) return Fail(ErrorCode::kInvalidArgument, std::string(name) + " is out of range");
+    if (value < 0 || value > (1 << 20))
+      return Fail(ErrorCode::kInvalidArgument, std::string(name) + " is out of range");
   }
   auto a = memory.MapArray<float>(args[3].address, m * k, false);
   if (!a) return Fail(a.error());
@@ -178,10 +180,12 @@ const std::vector<SimKernel>& SimKernels() {
       {{"add", {kInt, kAddress, kAddress, kAddress}, "n, a, b, out: out[i] = a[i] + b[i]"}, &Add},
       {{"mul", {kInt, kAddress, kAddress, kAddress}, "n, a, b, out: out[i] = a[i] * b[i]"}, &Mul},
       {{"relu", {kInt, kAddress, kAddress}, "n, in, out: out[i] = max(in[i], 0)"}, &Relu},
-      {{"gemm", {kInt, kInt, kInt, kAddress, kAddress, kAddress},
+      {{"gemm",
+        {kInt, kInt, kInt, kAddress, kAddress, kAddress},
         "m, n, k, a, b, c: C[m x n] = A[m x k] B[k x n], row-major fp32"},
        &Gemm},
-      {{"softmax", {kInt, kInt, kAddress, kAddress}, "rows, cols, in, out: row-wise softmax"}, &Softmax},
+      {{"softmax", {kInt, kInt, kAddress, kAddress}, "rows, cols, in, out: row-wise softmax"},
+       &Softmax},
       {{"reduce_sum", {kInt, kAddress, kAddress}, "n, in, out: out[0] = sum(in)"}, &ReduceSum},
   };
   return kKernels;

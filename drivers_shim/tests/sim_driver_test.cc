@@ -48,7 +48,8 @@ TEST_F(SimDriverTest, ReservationsArePageAlignedDisjointAndBounded) {
   EXPECT_EQ(too_big.error().code, ErrorCode::kOutOfMemory);
 
   ASSERT_TRUE(driver_->ReleaseMemory(0, a).has_value());
-  EXPECT_EQ(driver_->ReleaseMemory(0, a).error().code, ErrorCode::kInvalidArgument) << "double release";
+  EXPECT_EQ(driver_->ReleaseMemory(0, a).error().code, ErrorCode::kInvalidArgument)
+      << "double release";
   EXPECT_EQ(driver_->ReleaseMemory(0, b + 4096).error().code, ErrorCode::kInvalidArgument);
   EXPECT_EQ(driver_->ReserveMemory(0, 0).error().code, ErrorCode::kInvalidArgument);
   EXPECT_EQ(driver_->ReserveMemory(9, 64).error().code, ErrorCode::kInvalidArgument);
@@ -59,7 +60,8 @@ TEST_F(SimDriverTest, CopiesRoundTripThroughDeviceMemory) {
   const auto values = Pattern(1000);
   const DeviceAddress src = Upload(stream, values);
   const DeviceAddress dst = Reserve(values.size() * sizeof(float), 2);
-  ASSERT_TRUE(driver_->CopyDeviceToDevice(stream, dst, 2, src, values.size() * sizeof(float)).has_value());
+  ASSERT_TRUE(
+      driver_->CopyDeviceToDevice(stream, dst, 2, src, values.size() * sizeof(float)).has_value());
   const StreamHandle on_two = NewStream(2);
   ASSERT_TRUE(driver_->SynchronizeStream(stream, 5s).has_value());
   EXPECT_EQ(Download(on_two, dst, values.size()), values);
@@ -72,8 +74,10 @@ TEST_F(SimDriverTest, StreamRunsItsWorkInOrder) {
   const DeviceAddress buffer = Reserve(4);
   for (int i = 0; i < 200; ++i) {
     if (i % 3 == 0) {
-      ASSERT_TRUE(driver_->LaunchKernel(stream, "fill", {}, std::vector{KernelArg::Address(buffer), KernelArg::Int(1),
-                                                                        KernelArg::Float(static_cast<float>(i))})
+      ASSERT_TRUE(driver_
+                      ->LaunchKernel(stream, "fill", {},
+                                     std::vector{KernelArg::Address(buffer), KernelArg::Int(1),
+                                                 KernelArg::Float(static_cast<float>(i))})
                       .has_value());
     }
     ASSERT_TRUE(driver_
@@ -100,9 +104,12 @@ TEST_F(SimDriverTest, EventsOrderWorkAcrossStreamsAndTimeIt) {
   auto done = driver_->CreateEvent(0);
   ASSERT_TRUE(start.has_value() && done.has_value());
   ASSERT_TRUE(driver_->RecordEvent(*start, producer).has_value());
-  ASSERT_TRUE(driver_->LaunchKernel(producer, "sleep_us", {}, std::vector{KernelArg::Int(20000)}).has_value());
-  ASSERT_TRUE(driver_->LaunchKernel(producer, "fill", {}, std::vector{KernelArg::Address(data), KernelArg::Int(1024),
-                                                                      KernelArg::Float(7.5f)})
+  ASSERT_TRUE(driver_->LaunchKernel(producer, "sleep_us", {}, std::vector{KernelArg::Int(20000)})
+                  .has_value());
+  ASSERT_TRUE(driver_
+                  ->LaunchKernel(producer, "fill", {},
+                                 std::vector{KernelArg::Address(data), KernelArg::Int(1024),
+                                             KernelArg::Float(7.5f)})
                   .has_value());
   ASSERT_TRUE(driver_->RecordEvent(*done, producer).has_value());
   // The consumer copies only after the producer's fill: without the wait it
@@ -130,13 +137,15 @@ TEST_F(SimDriverTest, WaitingOnANeverRecordedEventDoesNotBlock) {
 
 TEST_F(SimDriverTest, SynchronizeTimesOutAndAbortWakesEveryWaiter) {
   const StreamHandle stream = NewStream();
-  ASSERT_TRUE(driver_->LaunchKernel(stream, "sleep_us", {}, std::vector{KernelArg::Int(200000)}).has_value());
+  ASSERT_TRUE(driver_->LaunchKernel(stream, "sleep_us", {}, std::vector{KernelArg::Int(200000)})
+                  .has_value());
   std::atomic<int> callbacks_aborted{0};
   for (int i = 0; i < 5; ++i) {
     ASSERT_TRUE(driver_
                     ->EnqueueCallback(stream,
                                       [&](const Status& status) {
-                                        if (!status && status.error().code == ErrorCode::kAborted) ++callbacks_aborted;
+                                        if (!status && status.error().code == ErrorCode::kAborted)
+                                          ++callbacks_aborted;
                                       })
                     .has_value());
   }
@@ -154,9 +163,11 @@ TEST_F(SimDriverTest, SynchronizeTimesOutAndAbortWakesEveryWaiter) {
   }
   std::this_thread::sleep_for(20ms);
   const auto aborted_at = std::chrono::steady_clock::now();
-  ASSERT_TRUE(driver_->AbortStream(stream, Error{ErrorCode::kAborted, "job cancelled"}).has_value());
+  ASSERT_TRUE(
+      driver_->AbortStream(stream, Error{ErrorCode::kAborted, "job cancelled"}).has_value());
   for (auto& waiter : waiters) waiter.join();
-  EXPECT_LT(std::chrono::steady_clock::now() - aborted_at, 150ms) << "waiters must not wait for the running kernel";
+  EXPECT_LT(std::chrono::steady_clock::now() - aborted_at, 150ms)
+      << "waiters must not wait for the running kernel";
   EXPECT_EQ(woken_with_abort.load(), 3);
   EXPECT_EQ(callbacks_aborted.load(), 5);
   const auto later = driver_->LaunchKernel(stream, "empty", {}, {});
@@ -169,33 +180,42 @@ TEST_F(SimDriverTest, LaunchArgumentsAreChecked) {
   EXPECT_EQ(driver_->LaunchKernel(stream, "nope", {}, {}).error().code, ErrorCode::kNotSupported);
   EXPECT_EQ(driver_->LaunchKernel(stream, "fill", {}, std::vector{KernelArg::Int(1)}).error().code,
             ErrorCode::kInvalidArgument);
-  EXPECT_EQ(driver_->LaunchKernel(stream, "sleep_us", {}, std::vector{KernelArg::Float(1.0f)}).error().code,
+  EXPECT_EQ(driver_->LaunchKernel(stream, "sleep_us", {}, std::vector{KernelArg::Float(1.0f)})
+                .error()
+                .code,
             ErrorCode::kInvalidArgument);
-  EXPECT_EQ(driver_->LaunchKernel(StreamHandle{999999}, "empty", {}, {}).error().code, ErrorCode::kInvalidArgument);
+  EXPECT_EQ(driver_->LaunchKernel(StreamHandle{999999}, "empty", {}, {}).error().code,
+            ErrorCode::kInvalidArgument);
 }
 
 TEST_F(SimDriverTest, IllegalAddressFailsTheStreamNotTheDevice) {
   const StreamHandle bad = NewStream();
   const StreamHandle good = NewStream();
   const DeviceAddress buffer = Reserve(4096);
-  ASSERT_TRUE(driver_->LaunchKernel(bad, "fill", {}, std::vector{KernelArg::Address(buffer), KernelArg::Int(2048),
-                                                                 KernelArg::Float(1.0f)})
+  ASSERT_TRUE(driver_
+                  ->LaunchKernel(bad, "fill", {},
+                                 std::vector{KernelArg::Address(buffer), KernelArg::Int(2048),
+                                             KernelArg::Float(1.0f)})
                   .has_value());
   const auto status = driver_->SynchronizeStream(bad, 5s);
   ASSERT_FALSE(status.has_value());
   EXPECT_EQ(status.error().code, ErrorCode::kInvalidArgument);
-  EXPECT_NE(status.error().message.find("illegal address"), std::string::npos) << status.error().message;
+  EXPECT_NE(status.error().message.find("illegal address"), std::string::npos)
+      << status.error().message;
   EXPECT_EQ(Download(good, buffer, 1).size(), 1u);
 }
 
 TEST_F(SimDriverTest, DestroyingAStreamFailsItsPendingWork) {
   const StreamHandle stream = NewStream();
   std::atomic<bool> aborted{false};
-  ASSERT_TRUE(driver_->LaunchKernel(stream, "sleep_us", {}, std::vector{KernelArg::Int(50000)}).has_value());
+  ASSERT_TRUE(driver_->LaunchKernel(stream, "sleep_us", {}, std::vector{KernelArg::Int(50000)})
+                  .has_value());
   ASSERT_TRUE(driver_
-                  ->EnqueueCallback(stream, [&](const Status& status) {
-                    aborted = !status && status.error().code == ErrorCode::kAborted;
-                  })
+                  ->EnqueueCallback(stream,
+                                    [&](const Status& status) {
+                                      aborted =
+                                          !status && status.error().code == ErrorCode::kAborted;
+                                    })
                   .has_value());
   ASSERT_TRUE(driver_->DestroyStream(stream).has_value());
   EXPECT_TRUE(aborted.load());

@@ -23,8 +23,9 @@ class SimFaultsTest : public SimDriverTest {
     return events_;
   }
   Status FillOnce(StreamHandle stream, DeviceAddress buffer, std::int64_t n = 1) {
-    if (auto launched = driver_->LaunchKernel(stream, "fill", {}, std::vector{KernelArg::Address(buffer), KernelArg::Int(n),
-                                                                              KernelArg::Float(1.0f)});
+    if (auto launched = driver_->LaunchKernel(
+            stream, "fill", {},
+            std::vector{KernelArg::Address(buffer), KernelArg::Int(n), KernelArg::Float(1.0f)});
         !launched) {
       return launched;
     }
@@ -61,8 +62,10 @@ TEST_F(SimFaultsTest, UncorrectedEccFailsExactlyTheConsumer) {
   EXPECT_EQ(Download(bystander, buffer, 1024).size(), 1024u);
   // Reading the poisoned page fails the consumer's stream...
   const DeviceAddress sum = Reserve(4);
-  ASSERT_TRUE(driver_->LaunchKernel(consumer, "reduce_sum", {}, std::vector{KernelArg::Int(4096), KernelArg::Address(buffer),
-                                                                            KernelArg::Address(sum)})
+  ASSERT_TRUE(driver_
+                  ->LaunchKernel(consumer, "reduce_sum", {},
+                                 std::vector{KernelArg::Int(4096), KernelArg::Address(buffer),
+                                             KernelArg::Address(sum)})
                   .has_value());
   const auto status = driver_->SynchronizeStream(consumer, 5s);
   ASSERT_FALSE(status.has_value());
@@ -88,7 +91,8 @@ TEST_F(SimFaultsTest, StickyFaultFailsEveryCallOnThatDeviceUntilReset) {
   const StreamHandle on_one = NewStream(1);
   const DeviceAddress zero_buffer = Reserve(4096, 0);
   const DeviceAddress one_buffer = Reserve(4096, 1);
-  ASSERT_TRUE(driver_->LaunchKernel(on_zero, "sleep_us", {}, std::vector{KernelArg::Int(20000)}).has_value());
+  ASSERT_TRUE(driver_->LaunchKernel(on_zero, "sleep_us", {}, std::vector{KernelArg::Int(20000)})
+                  .has_value());
   ASSERT_TRUE(driver_->InjectStickyFault(0).has_value());
   ASSERT_EQ(Events().size(), 1u);
   EXPECT_EQ(Events()[0].kind, DriverErrorKind::kStickyFault);
@@ -111,13 +115,16 @@ TEST_F(SimFaultsTest, HangShowsOnlyAsTimeoutsUntilReset) {
   const DeviceAddress buffer = Reserve(4096, 2);
   ASSERT_TRUE(driver_->InjectHang(2).has_value());
   EXPECT_TRUE(Events().empty()) << "a hang is not reported; watchdogs find it";
-  ASSERT_TRUE(driver_->LaunchKernel(stream, "fill", {}, std::vector{KernelArg::Address(buffer), KernelArg::Int(1),
-                                                                    KernelArg::Float(1.0f)})
+  ASSERT_TRUE(driver_
+                  ->LaunchKernel(stream, "fill", {},
+                                 std::vector{KernelArg::Address(buffer), KernelArg::Int(1),
+                                             KernelArg::Float(1.0f)})
                   .has_value());
   const auto status = driver_->SynchronizeStream(stream, 50ms);
   ASSERT_FALSE(status.has_value());
   EXPECT_EQ(status.error().code, ErrorCode::kTimeout);
-  EXPECT_TRUE(FillOnce(NewStream(3), Reserve(4096, 3)).has_value()) << "other devices are unaffected";
+  EXPECT_TRUE(FillOnce(NewStream(3), Reserve(4096, 3)).has_value())
+      << "other devices are unaffected";
   ASSERT_TRUE(driver_->ResetDevice(2).has_value());
   EXPECT_TRUE(driver_->SynchronizeStream(stream, 5s).has_value()) << "reset drops the stuck work";
   EXPECT_TRUE(FillOnce(stream, buffer).has_value());
@@ -126,9 +133,12 @@ TEST_F(SimFaultsTest, HangShowsOnlyAsTimeoutsUntilReset) {
 TEST_F(SimFaultsTest, FallingOffTheBusIsPermanent) {
   const StreamHandle stream = NewStream(1);
   const DeviceAddress buffer = Reserve(4096, 1);
-  ASSERT_TRUE(driver_->LaunchKernel(stream, "sleep_us", {}, std::vector{KernelArg::Int(100000)}).has_value());
+  ASSERT_TRUE(driver_->LaunchKernel(stream, "sleep_us", {}, std::vector{KernelArg::Int(100000)})
+                  .has_value());
   std::atomic<bool> pending_failed{false};
-  ASSERT_TRUE(driver_->EnqueueCallback(stream, [&](const Status& s) { pending_failed = !s.has_value(); }).has_value());
+  ASSERT_TRUE(
+      driver_->EnqueueCallback(stream, [&](const Status& s) { pending_failed = !s.has_value(); })
+          .has_value());
   ASSERT_TRUE(driver_->InjectFallOffBus(1).has_value());
   ASSERT_EQ(Events().size(), 1u);
   EXPECT_EQ(Events()[0].kind, DriverErrorKind::kFellOffBus);
@@ -161,7 +171,8 @@ TEST_F(SimFaultsTest, LinkErrorFailsPeerCopiesOnThatLinkOnly) {
   ASSERT_TRUE(driver_->CopyDeviceToDevice(stream, on_one, 1, src, 4096).has_value());
   const auto failed = driver_->SynchronizeStream(stream, 5s);
   ASSERT_FALSE(failed.has_value());
-  EXPECT_NE(failed.error().message.find("link between device 0 and device 1 is down"), std::string::npos);
+  EXPECT_NE(failed.error().message.find("link between device 0 and device 1 is down"),
+            std::string::npos);
 
   ASSERT_TRUE(driver_->ResetDevice(1).has_value());
   const StreamHandle retry = NewStream(0);

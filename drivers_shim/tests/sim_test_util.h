@@ -34,15 +34,19 @@ class SimDriverTest : public ::testing::Test {
   }
 
   DeviceAddress Upload(StreamHandle stream, const std::vector<float>& values, int device = 0) {
-    const DeviceAddress address = Reserve(std::max<std::uint64_t>(values.size() * sizeof(float), 4), device);
-    EXPECT_TRUE(driver_->CopyHostToDevice(stream, address, values.data(), values.size() * sizeof(float)).has_value());
+    const DeviceAddress address =
+        Reserve(std::max<std::uint64_t>(values.size() * sizeof(float), 4), device);
+    EXPECT_TRUE(
+        driver_->CopyHostToDevice(stream, address, values.data(), values.size() * sizeof(float))
+            .has_value());
     EXPECT_TRUE(driver_->SynchronizeStream(stream, 5s).has_value());
     return address;
   }
 
   std::vector<float> Download(StreamHandle stream, DeviceAddress address, std::size_t count) {
     std::vector<float> values(count);
-    EXPECT_TRUE(driver_->CopyDeviceToHost(stream, values.data(), address, count * sizeof(float)).has_value());
+    EXPECT_TRUE(driver_->CopyDeviceToHost(stream, values.data(), address, count * sizeof(float))
+                    .has_value());
     const auto synced = driver_->SynchronizeStream(stream, 5s);
     EXPECT_TRUE(synced.has_value()) << synced.error().ToString();
     return values;
@@ -55,7 +59,8 @@ inline std::vector<float> Pattern(std::size_t count, float scale = 1.0f, float o
   std::vector<float> values(count);
   for (std::size_t i = 0; i < count; ++i) {
     // Deterministic, non-trivial, with negative values for relu.
-    values[i] = scale * static_cast<float>(static_cast<int>((i * 7919) % 201) - 100) / 50.0f + offset;
+    values[i] =
+        scale * static_cast<float>(static_cast<int>((i * 7919) % 201) - 100) / 50.0f + offset;
   }
   return values;
 }

@@ -1,9 +1,9 @@
 #include "rasd/runtime/communicator.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <set>
-
-#include <fmt/format.h>
 
 #include "rasd/runtime/runtime.h"
 
@@ -30,9 +30,11 @@ int Mod(int value, int n) { return ((value % n) + n) % n; }
 
 }  // namespace
 
-Result<std::unique_ptr<Communicator>> Communicator::Create(Runtime& runtime, std::vector<int> devices,
+Result<std::unique_ptr<Communicator>> Communicator::Create(Runtime& runtime,
+                                                           std::vector<int> devices,
                                                            StreamOptions options) {
-  if (devices.empty()) return Fail(ErrorCode::kInvalidArgument, "a communicator needs at least one rank");
+  if (devices.empty())
+    return Fail(ErrorCode::kInvalidArgument, "a communicator needs at least one rank");
   if (std::set<int>(devices.begin(), devices.end()).size() != devices.size()) {
     return Fail(ErrorCode::kInvalidArgument, "a device may hold only one rank");
   }
@@ -47,7 +49,9 @@ Result<std::unique_ptr<Communicator>> Communicator::Create(Runtime& runtime, std
     auto stream = runtime.CreateStream(device, options);
     if (!stream) return Fail(stream.error());
     rank.stream = std::move(*stream);
-    auto make_event = [&]() -> Result<std::unique_ptr<Event>> { return runtime.CreateEvent(device); };
+    auto make_event = [&]() -> Result<std::unique_ptr<Event>> {
+      return runtime.CreateEvent(device);
+    };
     auto ready = make_event();
     if (!ready) return Fail(ready.error());
     rank.ready = std::move(*ready);
@@ -67,7 +71,8 @@ Result<std::unique_ptr<Communicator>> Communicator::Create(Runtime& runtime, std
   return std::unique_ptr<Communicator>(new Communicator(runtime, std::move(ranks)));
 }
 
-Communicator::Communicator(Runtime& runtime, std::vector<Rank> ranks) : runtime_(runtime), ranks_(std::move(ranks)) {}
+Communicator::Communicator(Runtime& runtime, std::vector<Rank> ranks)
+    : runtime_(runtime), ranks_(std::move(ranks)) {}
 
 Communicator::~Communicator() {
   for (auto& rank : ranks_) {
@@ -93,18 +98,22 @@ Status Communicator::AllReduce(std::span<const DeviceAddress> buffers, std::uint
   if (Aborted()) return Fail(ErrorCode::kAborted, "communicator was aborted");
   if (buffers.size() != ranks_.size()) {
     return Fail(ErrorCode::kInvalidArgument,
-                fmt::format("AllReduce needs one buffer per rank: {} ranks, {} buffers", ranks_.size(), buffers.size()));
+                fmt::format("AllReduce needs one buffer per rank: {} ranks, {} buffers",
+                            ranks_.size(), buffers.size()));
   }
   const int size = Size();
   if (size == 1 || count == 0) return {};
-  const std::uint64_t max_chunk = (count + static_cast<std::uint64_t>(size) - 1) / static_cast<std::uint64_t>(size);
-  if (auto scratch = EnsureScratch(max_chunk * static_cast<std::uint64_t>(size - 1)); !scratch) return scratch;
+  const std::uint64_t max_chunk =
+      (count + static_cast<std::uint64_t>(size) - 1) / static_cast<std::uint64_t>(size);
+  if (auto scratch = EnsureScratch(max_chunk * static_cast<std::uint64_t>(size - 1)); !scratch)
+    return scratch;
   return RunRing(buffers, count);
 }
 
 Status Communicator::RunRing(std::span<const DeviceAddress> buffers, std::uint64_t count) {
   const int size = Size();
-  const std::uint64_t max_chunk = (count + static_cast<std::uint64_t>(size) - 1) / static_cast<std::uint64_t>(size);
+  const std::uint64_t max_chunk =
+      (count + static_cast<std::uint64_t>(size) - 1) / static_cast<std::uint64_t>(size);
   auto rank_at = [&](int r) -> Rank& { return ranks_[static_cast<std::size_t>(Mod(r, size))]; };
   auto buffer_at = [&](int r) { return buffers[static_cast<std::size_t>(Mod(r, size))]; };
 
@@ -124,9 +133,11 @@ Status Communicator::RunRing(std::span<const DeviceAddress> buffers, std::uint64
       Rank& rank = rank_at(r);
       Rank& next = rank_at(r + 1);
       const Chunk chunk = ChunkOf(count, size, Mod(r - step, size));
-      const DeviceAddress slot = next.scratch.address + static_cast<std::uint64_t>(step) * max_chunk * sizeof(float);
+      const DeviceAddress slot =
+          next.scratch.address + static_cast<std::uint64_t>(step) * max_chunk * sizeof(float);
       if (chunk.length > 0) {
-        if (auto s = rank.stream->CopyDeviceToDevice(slot, next.device, buffer_at(r) + chunk.offset * sizeof(float),
+        if (auto s = rank.stream->CopyDeviceToDevice(slot, next.device,
+                                                     buffer_at(r) + chunk.offset * sizeof(float),
                                                      chunk.length * sizeof(float));
             !s) {
           return s;
@@ -141,9 +152,11 @@ Status Communicator::RunRing(std::span<const DeviceAddress> buffers, std::uint64
       const Chunk chunk = ChunkOf(count, size, Mod(r - 1 - step, size));
       if (chunk.length == 0) continue;
       const DeviceAddress mine = buffer_at(r) + chunk.offset * sizeof(float);
-      const DeviceAddress slot = rank.scratch.address + static_cast<std::uint64_t>(step) * max_chunk * sizeof(float);
-      const KernelArg args[] = {KernelArg::Int(static_cast<std::int64_t>(chunk.length)), KernelArg::Address(mine),
-                                KernelArg::Address(slot), KernelArg::Address(mine)};
+      const DeviceAddress slot =
+          rank.scratch.address + static_cast<std::uint64_t>(step) * max_chunk * sizeof(float);
+      const KernelArg args[] = {KernelArg::Int(static_cast<std::int64_t>(chunk.length)),
+                                KernelArg::Address(mine), KernelArg::Address(slot),
+                                KernelArg::Address(mine)};
       if (auto s = rank.stream->Launch("add", args); !s) return s;
     }
   }
@@ -163,16 +176,21 @@ Status Communicator::RunRing(std::span<const DeviceAddress> buffers, std::uint64
       const Chunk chunk = ChunkOf(count, size, Mod(r + 1 - step, size));
       if (chunk.length > 0) {
         const std::uint64_t offset = chunk.offset * sizeof(float);
-        if (auto s = rank.stream->CopyDeviceToDevice(buffer_at(r + 1) + offset, next.device, buffer_at(r) + offset,
+        if (auto s = rank.stream->CopyDeviceToDevice(buffer_at(r + 1) + offset, next.device,
+                                                     buffer_at(r) + offset,
                                                      chunk.length * sizeof(float));
             !s) {
           return s;
         }
       }
-      if (auto s = rank.stream->Record(*rank.forwarded[static_cast<std::size_t>(step)]); !s) return s;
+      if (auto s = rank.stream->Record(*rank.forwarded[static_cast<std::size_t>(step)]); !s)
+        return s;
     }
     for (int r = 0; r < size; ++r) {
-      if (auto s = rank_at(r).stream->Wait(*rank_at(r - 1).forwarded[static_cast<std::size_t>(step)]); !s) return s;
+      if (auto s =
+              rank_at(r).stream->Wait(*rank_at(r - 1).forwarded[static_cast<std::size_t>(step)]);
+          !s)
+        return s;
     }
   }
   return {};
@@ -182,8 +200,9 @@ Status Communicator::Synchronize(std::chrono::nanoseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   Status first_error;
   for (auto& rank : ranks_) {
-    const auto left = std::max(std::chrono::nanoseconds(0),
-                               std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - std::chrono::steady_clock::now()));
+    const auto left =
+        std::max(std::chrono::nanoseconds(0), std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                                  deadline - std::chrono::steady_clock::now()));
     auto status = rank.stream->Synchronize(left);
     if (!status && first_error) first_error = status;
   }

@@ -1,8 +1,8 @@
 #include "rasd/runtime/kernel_registry.h"
 
-#include <algorithm>
-
 #include <fmt/format.h>
+
+#include <algorithm>
 
 namespace rasd::runtime {
 
@@ -18,17 +18,20 @@ const drivers::KernelSignature* KernelRegistry::Find(std::string_view name) cons
   return it == kernels_.end() ? nullptr : &it->second;
 }
 
-Status KernelRegistry::Check(std::string_view name, std::span<const drivers::KernelArg> args) const {
+Status KernelRegistry::Check(std::string_view name,
+                             std::span<const drivers::KernelArg> args) const {
   const drivers::KernelSignature* kernel = Find(name);
   if (kernel == nullptr) return Fail(ErrorCode::kNotSupported, fmt::format("no kernel '{}'", name));
   if (args.size() != kernel->args.size()) {
-    return Fail(ErrorCode::kInvalidArgument, fmt::format("kernel '{}' takes {} arguments ({}), not {}", name,
-                                                         kernel->args.size(), kernel->description, args.size()));
+    return Fail(ErrorCode::kInvalidArgument,
+                fmt::format("kernel '{}' takes {} arguments ({}), not {}", name,
+                            kernel->args.size(), kernel->description, args.size()));
   }
   for (std::size_t i = 0; i < args.size(); ++i) {
     if (args[i].kind != kernel->args[i]) {
       return Fail(ErrorCode::kInvalidArgument,
-                  fmt::format("kernel '{}': argument {} has the wrong kind ({})", name, i, kernel->description));
+                  fmt::format("kernel '{}': argument {} has the wrong kind ({})", name, i,
+                              kernel->description));
     }
   }
   return {};

@@ -1,5 +1,7 @@
 #include "rasd/runtime/memory_pool.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <bit>
 #include <deque>
@@ -8,8 +10,6 @@
 #include <set>
 #include <unordered_map>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "rasd/runtime/stream.h"
 
@@ -231,7 +231,8 @@ struct MemoryPool::State {
     auto it = caches.find(size);
     if (it == caches.end()) return nullptr;
     auto& cache = it->second;
-    for (std::size_t i = cache.size(); i > 0 && cache.size() - i < static_cast<std::size_t>(kMaxSearch); --i) {
+    for (std::size_t i = cache.size();
+         i > 0 && cache.size() - i < static_cast<std::size_t>(kMaxSearch); --i) {
       Block* block = cache[i - 1];
       if (!Eligible(*block, stream)) continue;
       cache[i - 1] = cache.back();
@@ -244,7 +245,8 @@ struct MemoryPool::State {
 
   Block* TakeBestFit(std::uint64_t size, std::uint64_t stream) {
     int looked = 0;
-    for (auto it = free_blocks.lower_bound({size, 0}); it != free_blocks.end() && looked < kMaxSearch; ++it, ++looked) {
+    for (auto it = free_blocks.lower_bound({size, 0});
+         it != free_blocks.end() && looked < kMaxSearch; ++it, ++looked) {
       Block* block = it->second;
       if (!Eligible(*block, stream)) continue;
       free_blocks.erase(it);
@@ -287,13 +289,15 @@ struct MemoryPool::State {
         block->in_pending_list = false;
         return true;
       }
-      if (block->free_sequence > up_to) return false;  // freed again after the callback was enqueued
+      if (block->free_sequence > up_to)
+        return false;  // freed again after the callback was enqueued
       block->in_pending_list = false;
       ready.push_back(entry);
       return true;
     });
     for (const auto& [block, generation] : ready) {
-      if (block->generation != generation || block->state != BlockState::kFree || block->stream != stream) {
+      if (block->generation != generation || block->state != BlockState::kFree ||
+          block->stream != stream) {
         continue;  // merged into a neighbour meanwhile
       }
       block->stream = 0;
@@ -336,19 +340,24 @@ struct MemoryPool::State {
       drivers::DeviceAddress expected = arena.base;
       const Block* previous = nullptr;
       for (const Block* block = arena.first; block != nullptr; block = block->next) {
-        if (block->prev != previous) return fmt::format("broken prev link at 0x{:x}", block->address);
-        if (block->address != expected) return fmt::format("gap or overlap at 0x{:x}", block->address);
-        if (block->arena != &arena) return fmt::format("block 0x{:x} names the wrong arena", block->address);
+        if (block->prev != previous)
+          return fmt::format("broken prev link at 0x{:x}", block->address);
+        if (block->address != expected)
+          return fmt::format("gap or overlap at 0x{:x}", block->address);
+        if (block->arena != &arena)
+          return fmt::format("block 0x{:x} names the wrong arena", block->address);
         if (block->state == BlockState::kFree) {
           if (block->cached) {
             auto cache = caches.find(block->size);
-            if (cache == caches.end() || std::count(cache->second.begin(), cache->second.end(), block) != 1) {
+            if (cache == caches.end() ||
+                std::count(cache->second.begin(), cache->second.end(), block) != 1) {
               return fmt::format("cached block 0x{:x} is not in its cache once", block->address);
             }
           } else {
             auto entry = free_blocks.find({block->size, block->address});
             if (entry == free_blocks.end() || entry->second != block) {
-              return fmt::format("free block 0x{:x}+{} is not in the free map", block->address, block->size);
+              return fmt::format("free block 0x{:x}+{} is not in the free map", block->address,
+                                 block->size);
             }
             ++uncached_free;
           }
@@ -356,10 +365,12 @@ struct MemoryPool::State {
         expected = block->End();
         previous = block;
       }
-      if (expected != arena.base + arena.size) return fmt::format("arena 0x{:x} is not fully covered", arena.base);
+      if (expected != arena.base + arena.size)
+        return fmt::format("arena 0x{:x} is not fully covered", arena.base);
     }
     if (uncached_free != free_blocks.size()) {
-      return fmt::format("free map has {} entries for {} free blocks", free_blocks.size(), uncached_free);
+      return fmt::format("free map has {} entries for {} free blocks", free_blocks.size(),
+                         uncached_free);
     }
     return {};
   }
@@ -383,13 +394,16 @@ std::uint64_t MemoryPool::SizeClass(std::uint64_t bytes) {
 
 MemoryPool::MemoryPool(drivers::Driver& driver, Device& device, PoolOptions options)
     : driver_(driver), device_(device), state_(std::make_shared<State>()) {
-  state_->retire_granularity = std::max<std::uint64_t>(device.Properties().retire_granularity, kAlignment);
-  arena_bytes_ = RoundUp(std::max(options.arena_bytes, state_->retire_granularity), state_->retire_granularity);
+  state_->retire_granularity =
+      std::max<std::uint64_t>(device.Properties().retire_granularity, kAlignment);
+  arena_bytes_ = RoundUp(std::max(options.arena_bytes, state_->retire_granularity),
+                         state_->retire_granularity);
 }
 
 MemoryPool::~MemoryPool() {
   std::lock_guard lock(state_->mutex);
-  for (const auto& [base, arena] : state_->arenas) (void)driver_.ReleaseMemory(device_.Index(), base);
+  for (const auto& [base, arena] : state_->arenas)
+    (void)driver_.ReleaseMemory(device_.Index(), base);
   state_->arenas.clear();
   state_->free_blocks.clear();
   state_->caches.clear();
@@ -397,10 +411,12 @@ MemoryPool::~MemoryPool() {
 }
 
 Result<Allocation> MemoryPool::Allocate(std::uint64_t bytes, const Stream& stream) {
-  if (auto admitted = stream.GetDevice().CheckGate(stream.GetAdmission()); !admitted) return Fail(admitted.error());
+  if (auto admitted = stream.GetDevice().CheckGate(stream.GetAdmission()); !admitted)
+    return Fail(admitted.error());
   if (&stream.GetDevice() != &device_) {
-    return Fail(ErrorCode::kInvalidArgument, fmt::format("stream of device {} cannot allocate from device {}'s pool",
-                                                         stream.DeviceIndex(), device_.Index()));
+    return Fail(ErrorCode::kInvalidArgument,
+                fmt::format("stream of device {} cannot allocate from device {}'s pool",
+                            stream.DeviceIndex(), device_.Index()));
   }
   if (bytes == 0) return Fail(ErrorCode::kInvalidArgument, "cannot allocate 0 bytes");
   const std::uint64_t size = SizeClass(bytes);
@@ -431,7 +447,8 @@ Result<Allocation> MemoryPool::Allocate(std::uint64_t bytes, const Stream& strea
     }
   }
   if (block == nullptr) {
-    const std::uint64_t arena_size = std::max(arena_bytes_, RoundUp(size, state.retire_granularity));
+    const std::uint64_t arena_size =
+        std::max(arena_bytes_, RoundUp(size, state.retire_granularity));
     auto base = driver_.ReserveMemory(device_.Index(), arena_size);
     if (!base && base.error().code != ErrorCode::kOutOfMemory) return Fail(base.error());
     if (!base) {
@@ -449,11 +466,14 @@ Result<Allocation> MemoryPool::Allocate(std::uint64_t bytes, const Stream& strea
       state.FlushCaches();
       block = state.TakeBestFit(size, stream_id);
       if (block == nullptr) {
-        const std::uint64_t largest = state.free_blocks.empty() ? 0 : state.free_blocks.rbegin()->first.first;
-        return Fail(ErrorCode::kOutOfMemory,
-                    fmt::format("device {}: no {} bytes free ({} reserved, {} allocated, largest free block {})",
-                                device_.Index(), size, state.stats.reserved_bytes, state.stats.allocated_bytes,
-                                largest));
+        const std::uint64_t largest =
+            state.free_blocks.empty() ? 0 : state.free_blocks.rbegin()->first.first;
+        return Fail(
+            ErrorCode::kOutOfMemory,
+            fmt::format(
+                "device {}: no {} bytes free ({} reserved, {} allocated, largest free block {})",
+                device_.Index(), size, state.stats.reserved_bytes, state.stats.allocated_bytes,
+                largest));
       }
     } else {
       State::Arena& arena = state.arenas[*base];
@@ -475,7 +495,8 @@ Result<Allocation> MemoryPool::Allocate(std::uint64_t bytes, const Stream& strea
   block->stream = stream_id;
   state.stats.allocated_bytes += bytes;
   state.stats.live_allocations += 1;
-  state.stats.peak_allocated_bytes = std::max(state.stats.peak_allocated_bytes, state.stats.allocated_bytes);
+  state.stats.peak_allocated_bytes =
+      std::max(state.stats.peak_allocated_bytes, state.stats.allocated_bytes);
   return Allocation{block->address, bytes, block};
 }
 
@@ -487,10 +508,12 @@ Status MemoryPool::Free(Allocation& allocation) {
   std::uint64_t sequence = 0;
   {
     std::lock_guard lock(state.mutex);
-    if (block == nullptr || block->state != State::BlockState::kAllocated || block->address != allocation.address) {
-      return Fail(ErrorCode::kInvalidArgument,
-                  fmt::format("device {}: 0x{:x} is not a live allocation of this pool (double free?)",
-                              device_.Index(), allocation.address));
+    if (block == nullptr || block->state != State::BlockState::kAllocated ||
+        block->address != allocation.address) {
+      return Fail(
+          ErrorCode::kInvalidArgument,
+          fmt::format("device {}: 0x{:x} is not a live allocation of this pool (double free?)",
+                      device_.Index(), allocation.address));
     }
     state.stats.allocated_bytes -= block->requested;
     state.stats.live_allocations -= 1;
@@ -518,7 +541,8 @@ Status MemoryPool::Free(Allocation& allocation) {
       }
       // Track the free pieces that belong to this stream's pending frees.
       for (State::Block* piece = block->arena->first; piece != nullptr; piece = piece->next) {
-        if (piece->state == State::BlockState::kFree && piece->stream == stream_id && piece->free_sequence == sequence) {
+        if (piece->state == State::BlockState::kFree && piece->stream == stream_id &&
+            piece->free_sequence == sequence) {
           state.Track(piece);
         }
       }
@@ -535,15 +559,17 @@ Status MemoryPool::Free(Allocation& allocation) {
 
 void MemoryPool::RequestPromotion(std::uint64_t stream_id, std::uint64_t sequence) {
   std::weak_ptr<State> weak = state_;
-  auto enqueued = driver_.EnqueueCallback(drivers::StreamHandle{stream_id}, [weak, stream_id, sequence](const Status&) {
-    // Completed or dropped (abort, reset): either way the stream no longer
-    // touches memory freed before this point.
-    if (auto shared = weak.lock()) {
-      std::lock_guard lock(shared->mutex);
-      shared->Promote(stream_id, sequence);
-      shared->pending[stream_id].callback_in_flight = false;
-    }
-  });
+  auto enqueued = driver_.EnqueueCallback(drivers::StreamHandle{stream_id},
+                                          [weak, stream_id, sequence](const Status&) {
+                                            // Completed or dropped (abort, reset): either way the
+                                            // stream no longer touches memory freed before this
+                                            // point.
+                                            if (auto shared = weak.lock()) {
+                                              std::lock_guard lock(shared->mutex);
+                                              shared->Promote(stream_id, sequence);
+                                              shared->pending[stream_id].callback_in_flight = false;
+                                            }
+                                          });
   if (!enqueued) {
     // The stream is gone or failed: nothing of it runs any more.
     std::lock_guard lock(state_->mutex);
@@ -571,7 +597,8 @@ Status MemoryPool::Retire(drivers::DeviceAddress address) {
   const drivers::DeviceAddress page = address / state.retire_granularity * state.retire_granularity;
   const drivers::DeviceAddress page_end = page + state.retire_granularity;
   if (state.FindBlock(page) == nullptr) {
-    return Fail(ErrorCode::kNotFound, fmt::format("device {}: 0x{:x} is not in the pool", device_.Index(), address));
+    return Fail(ErrorCode::kNotFound,
+                fmt::format("device {}: 0x{:x} is not in the pool", device_.Index(), address));
   }
   if (!state.retired_pages.insert(page).second) return {};
   state.stats.retired_pages += 1;
@@ -582,9 +609,14 @@ Status MemoryPool::Retire(drivers::DeviceAddress address) {
     if (block == nullptr) break;
     const drivers::DeviceAddress to = std::min(page_end, block->End());
     switch (block->state) {
-      case State::BlockState::kRetired: break;
-      case State::BlockState::kAllocated: block->retire_on_free.emplace_back(cursor, to); break;
-      case State::BlockState::kFree: state.RetireFreeRange(block, cursor, to); break;
+      case State::BlockState::kRetired:
+        break;
+      case State::BlockState::kAllocated:
+        block->retire_on_free.emplace_back(cursor, to);
+        break;
+      case State::BlockState::kFree:
+        state.RetireFreeRange(block, cursor, to);
+        break;
     }
     cursor = to;
   }
@@ -595,14 +627,16 @@ std::optional<AllocationOwner> MemoryPool::OwnerOf(drivers::DeviceAddress addres
   std::lock_guard lock(state_->mutex);
   const State::Block* block = state_->FindBlock(address);
   if (block == nullptr || block->state != State::BlockState::kAllocated) return std::nullopt;
-  return AllocationOwner{block->address, block->requested, block->owner, drivers::StreamHandle{block->stream}};
+  return AllocationOwner{block->address, block->requested, block->owner,
+                         drivers::StreamHandle{block->stream}};
 }
 
 PoolStats MemoryPool::Stats() const {
   std::lock_guard lock(state_->mutex);
   PoolStats stats = state_->stats;
   stats.largest_free_block = 0;
-  if (!state_->free_blocks.empty()) stats.largest_free_block = state_->free_blocks.rbegin()->first.first;
+  if (!state_->free_blocks.empty())
+    stats.largest_free_block = state_->free_blocks.rbegin()->first.first;
   for (const auto& [size, cache] : state_->caches) {
     if (!cache.empty()) stats.largest_free_block = std::max(stats.largest_free_block, size);
   }

@@ -4,12 +4,13 @@
 
 namespace rasd::runtime {
 
-Result<std::unique_ptr<Runtime>> Runtime::Create(std::unique_ptr<drivers::Driver> driver, RuntimeOptions options) {
+Result<std::unique_ptr<Runtime>> Runtime::Create(std::unique_ptr<drivers::Driver> driver,
+                                                 RuntimeOptions options) {
   if (!driver) return Fail(ErrorCode::kInvalidArgument, "runtime needs a driver");
   auto properties = driver->EnumerateDevices();
   if (!properties) {
-    return Fail(properties.error().code, fmt::format("{} driver cannot enumerate devices: {}", driver->Name(),
-                                                     properties.error().message));
+    return Fail(properties.error().code, fmt::format("{} driver cannot enumerate devices: {}",
+                                                     driver->Name(), properties.error().message));
   }
   std::vector<std::unique_ptr<Device>> devices;
   devices.reserve(properties->size());
@@ -20,10 +21,11 @@ Result<std::unique_ptr<Runtime>> Runtime::Create(std::unique_ptr<drivers::Driver
   return runtime;
 }
 
-Runtime::Runtime(std::unique_ptr<drivers::Driver> driver, std::vector<std::unique_ptr<Device>> devices,
-                 RuntimeOptions options)
+Runtime::Runtime(std::unique_ptr<drivers::Driver> driver,
+                 std::vector<std::unique_ptr<Device>> devices, RuntimeOptions options)
     : driver_(std::move(driver)), devices_(std::move(devices)), kernels_(driver_->Kernels()) {
-  for (auto& device : devices_) pools_.push_back(std::make_unique<MemoryPool>(*driver_, *device, options.pool));
+  for (auto& device : devices_)
+    pools_.push_back(std::make_unique<MemoryPool>(*driver_, *device, options.pool));
   driver_->SetErrorListener([this](const drivers::DriverErrorEvent& event) { Dispatch(event); });
 }
 
@@ -49,7 +51,8 @@ Result<MemoryPool*> Runtime::Pool(int device) {
 Result<std::unique_ptr<Stream>> Runtime::CreateStream(int device_index, StreamOptions options) {
   auto device = GetDevice(device_index);
   if (!device) return Fail(device.error());
-  if (auto admitted = (*device)->CheckGate(options.admission); !admitted) return Fail(admitted.error());
+  if (auto admitted = (*device)->CheckGate(options.admission); !admitted)
+    return Fail(admitted.error());
   auto handle = driver_->CreateStream(device_index);
   if (!handle) return Fail(handle.error());
   return std::unique_ptr<Stream>(new Stream(*this, **device, *handle, std::move(options)));

@@ -6,7 +6,8 @@
 
 namespace rasd::runtime {
 
-Stream::Stream(Runtime& runtime, Device& device, drivers::StreamHandle handle, StreamOptions options)
+Stream::Stream(Runtime& runtime, Device& device, drivers::StreamHandle handle,
+               StreamOptions options)
     : runtime_(runtime), device_(device), handle_(handle), options_(std::move(options)) {}
 
 Stream::~Stream() { (void)runtime_.Driver().DestroyStream(handle_); }
@@ -28,8 +29,8 @@ Status Stream::CopyToHost(void* dst, drivers::DeviceAddress src, std::uint64_t b
   return runtime_.Driver().CopyDeviceToHost(handle_, dst, src, bytes);
 }
 
-Status Stream::CopyDeviceToDevice(drivers::DeviceAddress dst, int dst_device, drivers::DeviceAddress src,
-                                  std::uint64_t bytes) {
+Status Stream::CopyDeviceToDevice(drivers::DeviceAddress dst, int dst_device,
+                                  drivers::DeviceAddress src, std::uint64_t bytes) {
   if (auto admitted = Admit(); !admitted) return admitted;
   if (dst_device != device_.Index()) {
     auto peer = runtime_.GetDevice(dst_device);

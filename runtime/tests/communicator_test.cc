@@ -27,7 +27,8 @@ class CommunicatorTest : public RuntimeTest {
       buffers.push_back(Alloc(std::max<std::uint64_t>(count, 1) * sizeof(float), stream));
       addresses.push_back(buffers.back().address);
       std::vector<float> input(count);
-      for (std::uint64_t i = 0; i < count; ++i) input[i] = static_cast<float>((r + 1) * 1000 + static_cast<int>(i % 997));
+      for (std::uint64_t i = 0; i < count; ++i)
+        input[i] = static_cast<float>((r + 1) * 1000 + static_cast<int>(i % 997));
       Upload(stream, addresses.back(), input);
       inputs.push_back(std::move(input));
     }
@@ -35,7 +36,8 @@ class CommunicatorTest : public RuntimeTest {
     for (int repetition = 0; repetition < repetitions; ++repetition) {
       for (std::uint64_t i = 0; i < count; ++i) {
         float sum = 0;
-        for (int r = 0; r < ranks; ++r) sum += (repetition == 0 ? inputs[static_cast<std::size_t>(r)][i] : expected[i]);
+        for (int r = 0; r < ranks; ++r)
+          sum += (repetition == 0 ? inputs[static_cast<std::size_t>(r)][i] : expected[i]);
         expected[i] = sum;
       }
       ASSERT_TRUE((*communicator)->AllReduce(addresses, count).has_value());
@@ -43,9 +45,11 @@ class CommunicatorTest : public RuntimeTest {
     const auto synced = (*communicator)->Synchronize(10s);
     ASSERT_TRUE(synced.has_value()) << synced.error().ToString();
     for (int r = 0; r < ranks; ++r) {
-      const auto result = Download((*communicator)->RankStream(r), addresses[static_cast<std::size_t>(r)], count);
+      const auto result =
+          Download((*communicator)->RankStream(r), addresses[static_cast<std::size_t>(r)], count);
       for (std::uint64_t i = 0; i < count; ++i) {
-        ASSERT_FLOAT_EQ(result[i], expected[i]) << "rank " << r << " element " << i << " of " << count;
+        ASSERT_FLOAT_EQ(result[i], expected[i])
+            << "rank " << r << " element " << i << " of " << count;
       }
     }
     for (int r = 0; r < ranks; ++r) {
@@ -101,7 +105,8 @@ TEST_F(CommunicatorTest, AbortReleasesRanksBlockedOnADeadPeerAtOnce) {
   EXPECT_LT(took, 200ms) << "every rank must be released promptly";
   EXPECT_EQ((*communicator)->AllReduce(addresses, 16).error().code, ErrorCode::kAborted);
   ASSERT_TRUE(sim_->ResetDevice(2).has_value());
-  for (int r = 0; r < 4; ++r) ASSERT_TRUE(Pool(r).Free(buffers[static_cast<std::size_t>(r)]).has_value());
+  for (int r = 0; r < 4; ++r)
+    ASSERT_TRUE(Pool(r).Free(buffers[static_cast<std::size_t>(r)]).has_value());
 }
 
 TEST_F(CommunicatorTest, ABrokenLinkFailsTheCollective) {
@@ -120,7 +125,8 @@ TEST_F(CommunicatorTest, ABrokenLinkFailsTheCollective) {
   const auto enqueued = (*communicator)->AllReduce(addresses, 1024);
   const auto status = enqueued ? (*communicator)->Synchronize(200ms) : enqueued;
   ASSERT_FALSE(status.has_value());
-  EXPECT_TRUE(status.error().code == ErrorCode::kDeviceFault || status.error().code == ErrorCode::kTimeout)
+  EXPECT_TRUE(status.error().code == ErrorCode::kDeviceFault ||
+              status.error().code == ErrorCode::kTimeout)
       << status.error().ToString();
   // The other ranks wait on rank 1 until the job aborts the communicator.
   (*communicator)->Abort("link 1-2 down");

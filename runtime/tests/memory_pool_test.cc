@@ -14,11 +14,13 @@ class MemoryPoolTest : public RuntimeTest {
  protected:
   // Allocates on `stream` (keeping what it gets, so that the pool cannot
   // hand the same other block back) until `address` comes back.
-  bool WaitUntilReusable(DeviceAddress address, Stream& stream, int max_tries, std::uint64_t bytes = 8192) {
+  bool WaitUntilReusable(DeviceAddress address, Stream& stream, int max_tries,
+                         std::uint64_t bytes = 8192) {
     std::vector<Allocation> held;
     bool reused = false;
     const auto deadline = std::chrono::steady_clock::now() + 2s;
-    while (!reused && std::chrono::steady_clock::now() < deadline && static_cast<int>(held.size()) < max_tries) {
+    while (!reused && std::chrono::steady_clock::now() < deadline &&
+           static_cast<int>(held.size()) < max_tries) {
       held.push_back(Alloc(bytes, stream));
       reused = held.back().address == address;
       if (!reused) std::this_thread::sleep_for(1ms);
@@ -46,7 +48,8 @@ TEST(SizeClassTest, ClassesAreAlignedAndWasteLittle) {
 TEST_F(MemoryPoolTest, AllocationsAreDisjointAndCounted) {
   auto stream = NewStream();
   std::vector<Allocation> live;
-  for (std::uint64_t bytes : {1u, 256u, 1000u, 4096u, 100000u, 3u << 20}) live.push_back(Alloc(bytes, *stream));
+  for (std::uint64_t bytes : {1u, 256u, 1000u, 4096u, 100000u, 3u << 20})
+    live.push_back(Alloc(bytes, *stream));
   std::map<DeviceAddress, DeviceAddress> ranges;
   for (const auto& allocation : live) {
     EXPECT_EQ(allocation.address % 256, 0u);
@@ -82,7 +85,8 @@ TEST_F(MemoryPoolTest, DoubleFreeIsAnError) {
 TEST_F(MemoryPoolTest, FreedMemoryCoalescesIntoLargeBlocks) {
   auto stream = NewStream();
   std::vector<Allocation> small;
-  for (int i = 0; i < 64; ++i) small.push_back(Alloc(100 * 1024, *stream));  // ~6.6 MiB of one arena
+  for (int i = 0; i < 64; ++i)
+    small.push_back(Alloc(100 * 1024, *stream));  // ~6.6 MiB of one arena
   const auto reserved_before = Pool().Stats().reserved_bytes;
   for (auto& allocation : small) ASSERT_TRUE(Pool().Free(allocation).has_value());
   ASSERT_TRUE(stream->Synchronize(5s).has_value());
@@ -108,7 +112,8 @@ TEST_F(MemoryPoolTest, FreedMemoryIsReusedAtOnceOnItsOwnStreamOnly) {
 
   ASSERT_TRUE(first->Synchronize(5s).has_value());
   auto after_sync = Alloc(4096, *second);
-  EXPECT_EQ(after_sync.address, address) << "after the freeing stream completed, anyone may reuse it";
+  EXPECT_EQ(after_sync.address, address)
+      << "after the freeing stream completed, anyone may reuse it";
   EXPECT_TRUE(Pool().Free(on_other).has_value());
   EXPECT_TRUE(Pool().Free(after_sync).has_value());
 }
@@ -153,7 +158,8 @@ TEST_F(MemoryPoolTest, RetiredFreePageIsNeverHandedOutAgain) {
   for (int i = 0; i < 2000; ++i) {
     auto next = Pool().Allocate(4096, *stream);
     if (!next) break;
-    EXPECT_FALSE(next->address <= bad_page && bad_page < next->address + 4096) << "retired page reissued";
+    EXPECT_FALSE(next->address <= bad_page && bad_page < next->address + 4096)
+        << "retired page reissued";
     all.push_back(*next);
   }
   EXPECT_GT(all.size(), 1000u);
@@ -214,7 +220,8 @@ struct RandomizedCase {
   int steps;
 };
 
-class RandomizedPoolTest : public MemoryPoolTest, public ::testing::WithParamInterface<RandomizedCase> {};
+class RandomizedPoolTest : public MemoryPoolTest,
+                           public ::testing::WithParamInterface<RandomizedCase> {};
 
 // Random allocate/free/retire/synchronize sequences against a model of
 // what is live; every so often the pool walks its own structures.
@@ -222,7 +229,8 @@ TEST_P(RandomizedPoolTest, KeepsTheInvariants) {
   const RandomizedCase param = GetParam();
   MakeRuntime(1, 256 << 20, 16 << 20);
   auto streams = std::vector<std::unique_ptr<Stream>>();
-  for (int i = 0; i < param.streams; ++i) streams.push_back(NewStream(0, "job-" + std::to_string(i)));
+  for (int i = 0; i < param.streams; ++i)
+    streams.push_back(NewStream(0, "job-" + std::to_string(i)));
   std::mt19937_64 random(12345);
   std::map<DeviceAddress, Allocation> live;  // by address
   std::set<DeviceAddress> retired;
@@ -231,7 +239,8 @@ TEST_P(RandomizedPoolTest, KeepsTheInvariants) {
     const int action = static_cast<int>(random() % 100);
     Stream& stream = *streams[random() % streams.size()];
     if (action < 55 || live.empty()) {
-      const std::uint64_t bytes = (random() % 4 == 0) ? (random() % (4 << 20)) + 1 : (random() % 8192) + 1;
+      const std::uint64_t bytes =
+          (random() % 4 == 0) ? (random() % (4 << 20)) + 1 : (random() % 8192) + 1;
       auto allocation = Pool().Allocate(bytes, stream);
       if (!allocation) {
         ASSERT_EQ(allocation.error().code, ErrorCode::kOutOfMemory);
@@ -245,11 +254,13 @@ TEST_P(RandomizedPoolTest, KeepsTheInvariants) {
       }
       if (after != live.begin()) {
         auto before = std::prev(after);
-        ASSERT_LE(before->first + MemoryPool::SizeClass(before->second.size), begin) << "overlap at step " << step;
+        ASSERT_LE(before->first + MemoryPool::SizeClass(before->second.size), begin)
+            << "overlap at step " << step;
       }
       // No retired page reissued.
       auto page = retired.lower_bound(begin / 4096 * 4096);
-      ASSERT_TRUE(page == retired.end() || *page >= end) << "retired page reissued at step " << step;
+      ASSERT_TRUE(page == retired.end() || *page >= end)
+          << "retired page reissued at step " << step;
       live.emplace(begin, *allocation);
       live_bytes += bytes;
     } else if (action < 95) {
@@ -285,7 +296,8 @@ TEST_P(RandomizedPoolTest, KeepsTheInvariants) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Pool, RandomizedPoolTest,
-                         ::testing::Values(RandomizedCase{3, true, 20000}, RandomizedCase{1, false, 20000},
+                         ::testing::Values(RandomizedCase{3, true, 20000},
+                                           RandomizedCase{1, false, 20000},
                                            RandomizedCase{2, false, 20000}));
 
 }  // namespace

@@ -23,7 +23,8 @@ class RuntimeTest : public ::testing::Test {
 
   void MakeRuntime(int devices, std::uint64_t memory, std::uint64_t arena) {
     runtime_.reset();
-    auto driver = drivers::SimDriver::Create({.device_count = devices, .memory_bytes_per_device = memory});
+    auto driver =
+        drivers::SimDriver::Create({.device_count = devices, .memory_bytes_per_device = memory});
     ASSERT_TRUE(driver.has_value()) << driver.error().ToString();
     sim_ = driver->get();
     auto runtime = Runtime::Create(std::move(*driver), {.pool = {.arena_bytes = arena}});
@@ -33,7 +34,8 @@ class RuntimeTest : public ::testing::Test {
 
   std::unique_ptr<Stream> NewStream(int device = 0, std::string owner = "job-a",
                                     Admission admission = Admission::kNewWork) {
-    auto stream = runtime_->CreateStream(device, {.owner = std::move(owner), .admission = admission});
+    auto stream =
+        runtime_->CreateStream(device, {.owner = std::move(owner), .admission = admission});
     EXPECT_TRUE(stream.has_value()) << stream.error().ToString();
     return stream.has_value() ? std::move(*stream) : nullptr;
   }

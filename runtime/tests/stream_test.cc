@@ -28,9 +28,11 @@ TEST_F(RuntimeTest, GateRefusesWorkOnAnIsolatedDeviceAtOnce) {
   Device& device = **runtime_->GetDevice(1);
   device.SetHealth(HealthState::kIsolated);
   float host[4] = {};
-  const KernelArg fill[] = {KernelArg::Address(allocation.address), KernelArg::Int(4), KernelArg::Float(1)};
-  for (const Status& refused : {stream->Launch("fill", fill), stream->CopyToDevice(allocation.address, host, 16),
-                                stream->CopyToHost(host, allocation.address, 16)}) {
+  const KernelArg fill[] = {KernelArg::Address(allocation.address), KernelArg::Int(4),
+                            KernelArg::Float(1)};
+  for (const Status& refused :
+       {stream->Launch("fill", fill), stream->CopyToDevice(allocation.address, host, 16),
+        stream->CopyToHost(host, allocation.address, 16)}) {
     ASSERT_FALSE(refused.has_value());
     EXPECT_EQ(refused.error().code, ErrorCode::kDeviceIsolated);
   }
@@ -58,7 +60,8 @@ TEST_F(RuntimeTest, PeerCopyChecksTheDestinationGateToo) {
   auto peer_stream = NewStream(3);
   auto dst = Alloc(4096, *peer_stream);
   (**runtime_->GetDevice(3)).SetHealth(HealthState::kIsolated);
-  EXPECT_EQ(stream->CopyDeviceToDevice(dst.address, 3, src.address, 4096).error().code, ErrorCode::kDeviceIsolated);
+  EXPECT_EQ(stream->CopyDeviceToDevice(dst.address, 3, src.address, 4096).error().code,
+            ErrorCode::kDeviceIsolated);
 }
 
 TEST_F(RuntimeTest, AbortFailsPendingWorkWakesWaitersAndSticks) {
@@ -69,7 +72,8 @@ TEST_F(RuntimeTest, AbortFailsPendingWorkWakesWaitersAndSticks) {
   for (int i = 0; i < 10; ++i) {
     ASSERT_TRUE(stream
                     ->AddCallback([&](const Status& status) {
-                      if (!status && status.error().message == "device 0 failed") ++aborted_callbacks;
+                      if (!status && status.error().message == "device 0 failed")
+                        ++aborted_callbacks;
                     })
                     .has_value());
   }
@@ -102,7 +106,8 @@ TEST_F(RuntimeTest, EventsOrderStreamsOnDifferentDevices) {
   auto done = runtime_->CreateEvent(0);
   ASSERT_TRUE(done.has_value());
   const KernelArg sleep[] = {KernelArg::Int(10000)};
-  const KernelArg fill[] = {KernelArg::Address(data.address), KernelArg::Int(1024), KernelArg::Float(3.0f)};
+  const KernelArg fill[] = {KernelArg::Address(data.address), KernelArg::Int(1024),
+                            KernelArg::Float(3.0f)};
   ASSERT_TRUE(producer->Launch("sleep_us", sleep).has_value());
   ASSERT_TRUE(producer->Launch("fill", fill).has_value());
   ASSERT_TRUE(producer->Record(**done).has_value());

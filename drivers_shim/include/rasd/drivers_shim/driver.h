@@ -175,8 +175,8 @@ class Driver {
                                   std::uint64_t bytes) = 0;
   virtual Status CopyDeviceToDevice(StreamHandle stream, DeviceAddress dst, int dst_device,
                                     DeviceAddress src, std::uint64_t bytes) = 0;
-  virtual Status LaunchKernel(StreamHandle stream, std::string_view kernel, const LaunchConfig& config,
-                              std::span<const KernelArg> args) = 0;
+  virtual Status LaunchKernel(StreamHandle stream, std::string_view kernel,
+                              const LaunchConfig& config, std::span<const KernelArg> args) = 0;
   virtual Status EnqueueCallback(StreamHandle stream, StreamCallback callback) = 0;
 
   virtual Result<EventHandle> CreateEvent(int device) = 0;

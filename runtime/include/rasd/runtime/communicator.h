@@ -57,10 +57,10 @@ class Communicator {
     MemoryPool* pool = nullptr;
     std::unique_ptr<Stream> stream;
     Allocation scratch;
-    std::unique_ptr<Event> ready;                    // recorded when an AllReduce starts on this rank
-    std::unique_ptr<Event> reduced;                  // recorded when its reduce-scatter is done
-    std::vector<std::unique_ptr<Event>> sent;        // one per reduce-scatter step
-    std::vector<std::unique_ptr<Event>> forwarded;   // one per all-gather step
+    std::unique_ptr<Event> ready;              // recorded when an AllReduce starts on this rank
+    std::unique_ptr<Event> reduced;            // recorded when its reduce-scatter is done
+    std::vector<std::unique_ptr<Event>> sent;  // one per reduce-scatter step
+    std::vector<std::unique_ptr<Event>> forwarded;  // one per all-gather step
   };
   Communicator(Runtime& runtime, std::vector<Rank> ranks);
   Status EnsureScratch(std::uint64_t floats);

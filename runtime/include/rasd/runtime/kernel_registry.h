@@ -29,7 +29,9 @@ class KernelRegistry {
  private:
   struct Hash {
     using is_transparent = void;
-    std::size_t operator()(std::string_view text) const { return std::hash<std::string_view>{}(text); }
+    std::size_t operator()(std::string_view text) const {
+      return std::hash<std::string_view>{}(text);
+    }
   };
   std::unordered_map<std::string, drivers::KernelSignature, Hash, std::equal_to<>> kernels_;
 };

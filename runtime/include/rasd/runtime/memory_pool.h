@@ -34,16 +34,16 @@ struct Allocation {
 struct AllocationOwner {
   drivers::DeviceAddress address = 0;  // start of the allocation
   std::uint64_t size = 0;
-  std::string owner;                   // the allocating stream's owner (job id)
+  std::string owner;  // the allocating stream's owner (job id)
   drivers::StreamHandle stream;
 };
 
 struct PoolStats {
-  std::uint64_t reserved_bytes = 0;        // arenas held from the driver
-  std::uint64_t allocated_bytes = 0;       // live allocations, as requested
+  std::uint64_t reserved_bytes = 0;   // arenas held from the driver
+  std::uint64_t allocated_bytes = 0;  // live allocations, as requested
   std::uint64_t peak_allocated_bytes = 0;
   std::uint64_t peak_reserved_bytes = 0;
-  std::uint64_t retired_bytes = 0;         // never handed out again
+  std::uint64_t retired_bytes = 0;  // never handed out again
   std::uint64_t retired_pages = 0;
   std::uint64_t largest_free_block = 0;
   std::uint64_t live_allocations = 0;
