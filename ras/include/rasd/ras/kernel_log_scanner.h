@@ -1,0 +1,119 @@
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "rasd/ras/log_line.h"
+#include "rasd/ras/severity.h"
+
+namespace rasd::ras {
+
+// One hardware-error report recognised in a kernel log, with the fields the
+// corpus (shared/corpus/README.md) defines. A record may span several lines
+// (a GHES/CPER block, an MCE decode, an AER header with its details); they
+// are kept in `lines`.
+struct ScannedRecord {
+  std::string origin;  // edac | mce | ghes | aer | memory_failure | nvidia_xid | amdgpu | ascend |
+                       // rasdaemon | sysfs
+  Severity severity = Severity::kInfo;
+  bool notice = false;      // a status or boot notice, not an error report
+  bool historical = false;  // describes a previous boot (BERT)
+  std::optional<int> xid;
+  std::optional<std::string> pci_bdf;  // as printed
+  std::optional<int> mc;
+  std::optional<std::string> address;  // lower-case hex, "0x..."
+  std::uint64_t count = 1;             // errors the record reports
+  std::string message;                 // the record's key line, prefixes removed
+  std::vector<std::string> lines;      // the raw lines
+
+  // {"origin", "severity", "xid", "pci_bdf", "mc", "address", "message", ...}
+  nlohmann::json ToJson() const;
+};
+
+// Recognises RAS records in kernel log text of any common form: raw
+// /dev/kmsg, dmesg with or without timestamps, dmesg -T, journalctl -k,
+// syslog, trace_pipe text of the RAS tracepoints, rasdaemon and mcelog
+// output, and sysfs dumps. Lines of one event are joined into one record;
+// unrelated lines interleaved with a block are routed to their own records.
+//
+// Lines that are not RAS records cost one keyword prefilter. Never throws;
+// any input is acceptable. Not thread-safe.
+class KernelLogScanner {
+ public:
+  void AddLine(std::string_view raw_line);
+  // Closes every open block and returns every record, in the order each
+  // record's first line appeared.
+  std::vector<ScannedRecord> Finish();
+
+  // Lines that looked like RAS records (a keyword matched) but did not
+  // decode into one.
+  std::uint64_t UndecodedLines() const { return undecoded_; }
+
+ private:
+  using Handler = bool (KernelLogScanner::*)(const LogLine&);
+
+  bool ScanGhes(const LogLine& line);
+  bool ScanMce(const LogLine& line);
+  bool ScanEdac(const LogLine& line);
+  bool ScanMemoryFailure(const LogLine& line);
+  bool ScanAer(const LogLine& line);
+  bool ScanNvidia(const LogLine& line);
+  bool ScanAmdgpu(const LogLine& line);
+  bool ScanAscend(const LogLine& line);
+  bool ScanRasdaemon(const LogLine& line);
+  bool ScanSysfs(const LogLine& line);
+
+  // Starts a record; the index stays valid.
+  std::size_t NewRecord(std::string origin, const LogLine& line, Severity severity,
+                        bool notice = false);
+  ScannedRecord& Record(std::size_t index) { return records_[index]; }
+  // The open block under `key`, if one was touched within the last few
+  // lines; touching it keeps it open. Log lines of one event are adjacent
+  // or nearly so (other CPUs' messages may interleave).
+  std::optional<std::size_t> OpenBlock(const std::string& key);
+  void OpenAs(const std::string& key, std::size_t index) { open_[key] = {index, line_number_}; }
+  void CloseBlock(const std::string& key) { open_.erase(key); }
+  void Attach(std::size_t index, const LogLine& line) {
+    records_[index].lines.emplace_back(line.raw);
+  }
+  static void Raise(ScannedRecord& record, Severity severity);
+  // Resolves what a block could only decide once it was complete: the
+  // memory controller of a report section, an AER device known only by id.
+  void FinishSections();
+
+  std::vector<ScannedRecord> records_;
+  struct OpenEntry {
+    std::size_t index = 0;
+    std::uint64_t last_line = 0;
+  };
+  static constexpr std::uint64_t kBlockGapLines = 8;
+  std::map<std::string, OpenEntry> open_;
+  std::uint64_t line_number_ = 0;
+  std::uint64_t undecoded_ = 0;
+  // Multi-line state that is not a block of its own.
+  std::string nvidia_pending_bdf_;
+  std::string section_;  // current rasdaemon or mcelog report section
+  bool checkmk_section_ = false;
+  std::string sysfs_pending_path_;
+  std::map<std::size_t, std::vector<int>> named_mcs_;    // controllers a section names
+  std::map<std::size_t, std::vector<int>> nonzero_mcs_;  // controllers with errors
+  std::map<std::size_t, std::string> aer_fallback_bdf_;  // from an "id=" header
+};
+
+// Scans a whole text.
+std::vector<ScannedRecord> ScanKernelLog(std::string_view text);
+
+// The text's main record, as the corpus labels a text: the worst severity;
+// on a tie an error report before a notice, then the first. Fields the main
+// record lacks stay empty. nullopt when nothing was recognised.
+std::optional<ScannedRecord> MainRecord(const std::vector<ScannedRecord>& records);
+
+// MCi_STATUS bits -> class, per the corpus rules (UC, PCC, S, AR).
+Severity ClassifyMciStatus(std::uint64_t status);
+
+}  // namespace rasd::ras

@@ -1,0 +1,30 @@
+#pragma once
+
+#include <optional>
+#include <string_view>
+
+namespace rasd::ras {
+
+// One line of a saved or live kernel log with its publisher's prefixes
+// removed: /dev/kmsg record headers, syslog and journal timestamps and host
+// names, `kernel:`, dmesg `[ 1234.5678]` and `dmesg -T` stamps, grep
+// `file:line:` prefixes, markdown quote markers, leading indentation.
+struct LogLine {
+  std::string_view raw;
+  std::string_view text;  // the kernel's own message
+  // Set when a prefix names the producer: a `rasdaemon[pid]:` journal tag,
+  // or an Ascend black-box (`hisi_logs`/`kbox`) file.
+  std::string_view producer;
+};
+
+LogLine SplitLogLine(std::string_view raw);
+
+// Helpers shared by the decoders.
+std::string_view TrimView(std::string_view text);
+bool StartsWith(std::string_view text, std::string_view prefix);
+bool Contains(std::string_view text, std::string_view needle);
+// Parses an unsigned number in `base` at the start of `text`; nullopt when
+// there is no digit.
+std::optional<unsigned long long> ParseNumber(std::string_view text, int base = 10);
+
+}  // namespace rasd::ras

@@ -1,0 +1,135 @@
+#include "rasd/ras/kernel_log_scanner.h"
+
+#include <algorithm>
+
+namespace rasd::ras {
+
+nlohmann::json ScannedRecord::ToJson() const {
+  auto optional = [](const auto& value) -> nlohmann::json {
+    if (!value) return nullptr;
+    return *value;
+  };
+  nlohmann::json json = {
+      {"origin", origin},     {"severity", std::string(SeverityName(severity))},
+      {"xid", optional(xid)}, {"pci_bdf", optional(pci_bdf)},
+      {"mc", optional(mc)},   {"address", optional(address)},
+      {"count", count},       {"message", message},
+  };
+  if (notice) json["notice"] = true;
+  if (historical) json["historical"] = true;
+  return json;
+}
+
+Severity ClassifyMciStatus(std::uint64_t status) {
+  const auto bit = [status](int n) { return ((status >> n) & 1U) != 0; };
+  const bool valid = bit(63), uncorrected = bit(61), pcc = bit(57), signaled = bit(56),
+             action_required = bit(55);
+  if (!valid) return Severity::kInfo;
+  if (!uncorrected) return Severity::kCe;
+  if (pcc) return Severity::kFatal;
+  if (signaled && action_required) return Severity::kSrar;
+  if (signaled) return Severity::kSrao;
+  return Severity::kUcna;
+}
+
+void KernelLogScanner::Raise(ScannedRecord& record, Severity severity) {
+  record.severity = std::max(record.severity, severity);
+}
+
+std::size_t KernelLogScanner::NewRecord(std::string origin, const LogLine& line, Severity severity,
+                                        bool notice) {
+  ScannedRecord record;
+  record.origin = std::move(origin);
+  record.severity = severity;
+  record.notice = notice;
+  record.message = std::string(line.text);
+  record.lines.emplace_back(line.raw);
+  records_.push_back(std::move(record));
+  return records_.size() - 1;
+}
+
+std::optional<std::size_t> KernelLogScanner::OpenBlock(const std::string& key) {
+  auto it = open_.find(key);
+  if (it == open_.end()) return std::nullopt;
+  if (line_number_ - it->second.last_line > kBlockGapLines) {
+    open_.erase(it);
+    return std::nullopt;
+  }
+  it->second.last_line = line_number_;
+  return it->second.index;
+}
+
+void KernelLogScanner::AddLine(std::string_view raw_line) {
+  ++line_number_;
+  const LogLine line = SplitLogLine(raw_line);
+  if (line.text.empty()) return;
+  // Order matters where formats overlap: GHES claims "[Hardware Error]"
+  // lines only inside its own blocks, so AMD MCE decode lines fall through.
+  static constexpr Handler kHandlers[] = {
+      &KernelLogScanner::ScanGhes,      &KernelLogScanner::ScanEdac,
+      &KernelLogScanner::ScanMce,       &KernelLogScanner::ScanMemoryFailure,
+      &KernelLogScanner::ScanAer,       &KernelLogScanner::ScanNvidia,
+      &KernelLogScanner::ScanAmdgpu,    &KernelLogScanner::ScanAscend,
+      &KernelLogScanner::ScanRasdaemon, &KernelLogScanner::ScanSysfs,
+  };
+  for (Handler handler : kHandlers) {
+    if ((this->*handler)(line)) return;
+  }
+  if (Contains(line.text, "Hardware Error") || Contains(line.text, "EDAC") ||
+      Contains(line.text, "Xid")) {
+    ++undecoded_;
+  }
+}
+
+void KernelLogScanner::FinishSections() {
+  for (const auto& [index, mcs] : named_mcs_) {
+    ScannedRecord& record = records_[index];
+    if (record.mc) continue;
+    auto nonzero = nonzero_mcs_.find(index);
+    if (nonzero != nonzero_mcs_.end() && !nonzero->second.empty()) {
+      record.mc = nonzero->second.front();
+      continue;
+    }
+    std::vector<int> distinct = mcs;
+    std::sort(distinct.begin(), distinct.end());
+    distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+    if (distinct.size() == 1) record.mc = distinct.front();
+  }
+  for (const auto& [index, bdf] : aer_fallback_bdf_) {
+    if (!records_[index].pci_bdf) records_[index].pci_bdf = bdf;
+  }
+  named_mcs_.clear();
+  nonzero_mcs_.clear();
+  aer_fallback_bdf_.clear();
+}
+
+std::vector<ScannedRecord> KernelLogScanner::Finish() {
+  FinishSections();
+  open_.clear();
+  return std::move(records_);
+}
+
+std::vector<ScannedRecord> ScanKernelLog(std::string_view text) {
+  KernelLogScanner scanner;
+  while (!text.empty()) {
+    const std::size_t newline = text.find('\n');
+    scanner.AddLine(text.substr(0, newline));
+    if (newline == std::string_view::npos) break;
+    text.remove_prefix(newline + 1);
+  }
+  return scanner.Finish();
+}
+
+std::optional<ScannedRecord> MainRecord(const std::vector<ScannedRecord>& records) {
+  const ScannedRecord* best = nullptr;
+  for (const auto& record : records) {
+    if (best == nullptr || record.severity > best->severity ||
+        (record.severity == best->severity && best->notice && !record.notice)) {
+      best = &record;
+    }
+  }
+  if (best == nullptr) return std::nullopt;
+  return *best;
+}
+
+}  // namespace rasd::ras

@@ -1,0 +1,116 @@
+// PCIe AER records: "AER: ... error received / message received from"
+// headers, "PCIe Bus Error: severity=..." lines and their detail lines, in
+// the 3.x to 6.x wordings. The device an error is attributed to is the one
+// the header names, else the one the first PCIe Bus Error line names (its
+// "id=" decoded against its domain), else the reporting port.
+
+#include "rasd/ras/kernel_log_scanner.h"
+#include "scan_util.h"
+
+namespace rasd::ras {
+
+using scan::IsPciBdf;
+using scan::WordAfter;
+
+namespace {
+
+struct PciLine {
+  std::string_view device;  // the BDF the kernel printed before ": "
+  std::string_view body;    // after "<driver> <bdf>: " and an optional "AER: "
+};
+
+std::optional<PciLine> SplitPciLine(std::string_view text) {
+  const std::size_t space = text.find(' ');
+  if (space == std::string_view::npos || space == 0) return std::nullopt;
+  std::string_view rest = text.substr(space + 1);
+  const std::size_t colon_space = rest.find(": ");
+  if (colon_space == std::string_view::npos) return std::nullopt;
+  const std::string_view device = rest.substr(0, colon_space);
+  if (!IsPciBdf(device)) return std::nullopt;
+  std::string_view body = TrimView(rest.substr(colon_space + 2));
+  if (StartsWith(body, "AER: ")) body = TrimView(body.substr(5));
+  return PciLine{device, body};
+}
+
+Severity AerSeverity(std::string_view text) {
+  if (Contains(text, "Non-Fatal")) return Severity::kUce;
+  if (Contains(text, "(Fatal)")) return Severity::kFatal;
+  if (Contains(text, "Corrected") || Contains(text, "Correctable")) return Severity::kCe;
+  return Severity::kInfo;
+}
+
+// "id=00e5" names bus 0x00, device 0x1c, function 5 in `domain_of`'s domain.
+std::optional<std::string> DecodeRequesterId(std::string_view id, std::string_view domain_of) {
+  const auto value = ParseNumber(id.substr(0, 4), 16);
+  if (!value || id.size() < 4) return std::nullopt;
+  const std::string_view domain = domain_of.substr(0, domain_of.find(':'));
+  return fmt::format("{}:{:02x}:{:02x}.{:x}", domain, (*value >> 8) & 0xff, (*value >> 3) & 0x1f,
+                     *value & 0x7);
+}
+
+}  // namespace
+
+bool KernelLogScanner::ScanAer(const LogLine& line) {
+  const auto pci = SplitPciLine(line.text);
+  if (!pci) return false;
+  const std::string_view body = pci->body;
+  const bool header =
+      Contains(body, " error received: ") || Contains(body, " error message received from ");
+  if (header) {
+    const std::string_view source = Contains(body, "received from ")
+                                        ? WordAfter(body, "received from ")
+                                        : WordAfter(body, "received: ");
+    auto block = OpenBlock("aer");
+    // "Multiple ... received" repeats the header of the event being reported.
+    if (StartsWith(body, "Multiple ") && block) {
+      Attach(*block, line);
+      Raise(Record(*block), AerSeverity(body));
+      return true;
+    }
+    const std::size_t index = NewRecord("aer", line, AerSeverity(body));
+    if (IsPciBdf(source)) {
+      Record(index).pci_bdf = std::string(source);
+    } else if (StartsWith(source, "id=")) {
+      if (auto decoded = DecodeRequesterId(source.substr(3), pci->device))
+        aer_fallback_bdf_[index] = *decoded;
+    }
+    OpenAs("aer", index);
+    return true;
+  }
+  if (StartsWith(body, "PCIe Bus Error: severity=")) {
+    std::optional<std::string> attributed;
+    const std::string_view id = WordAfter(body, "id=", "( ,");
+    if (!id.empty()) attributed = DecodeRequesterId(id, pci->device);
+    if (!attributed) attributed = std::string(pci->device);
+    auto block = OpenBlock("aer");
+    if (!block) {
+      block = NewRecord("aer", line, AerSeverity(body));
+      OpenAs("aer", *block);
+    } else {
+      Attach(*block, line);
+      Raise(Record(*block), AerSeverity(body));
+    }
+    if (!Record(*block).pci_bdf && !aer_fallback_bdf_.contains(*block))
+      Record(*block).pci_bdf = attributed;
+    if (!Record(*block).pci_bdf && aer_fallback_bdf_.contains(*block)) {
+      // A header that named the device only by id: the Bus Error line says it better.
+      Record(*block).pci_bdf = attributed;
+      aer_fallback_bdf_.erase(*block);
+    }
+    return true;
+  }
+  // Detail lines belong to the open event, if any.
+  const bool detail = StartsWith(body, "device [") || StartsWith(body, "[") ||
+                      StartsWith(body, "TLP Header") || StartsWith(body, "can't find device") ||
+                      StartsWith(body, "can't recover") || Contains(body, "link has been reset") ||
+                      StartsWith(body, "device recovery") ||
+                      StartsWith(body, "Error of this Agent");
+  if (!detail) return false;
+  if (auto block = OpenBlock("aer")) {
+    Attach(*block, line);
+    return true;
+  }
+  return false;
+}
+
+}  // namespace rasd::ras

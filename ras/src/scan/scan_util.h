@@ -1,0 +1,80 @@
+#pragma once
+
+// Small text helpers for the kernel-log decoders (private to rasd::ras).
+
+#include <fmt/format.h>
+
+#include <cctype>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "rasd/ras/log_line.h"
+
+namespace rasd::ras::scan {
+
+inline bool IsHex(char c) { return std::isxdigit(static_cast<unsigned char>(c)) != 0; }
+
+// dddd:bb:dd.f (4 or 5 domain digits, as VMD domains have).
+inline bool IsPciBdf(std::string_view text) {
+  const std::size_t colon = text.find(':');
+  if (colon != 4 && colon != 5) return false;
+  if (text.size() != colon + 8) return false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (i == colon || i == colon + 3) {
+      if (c != ':') return false;
+    } else if (i == colon + 6) {
+      if (c != '.') return false;
+    } else if (!IsHex(c)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// The word after `marker` in `text`, up to a space or one of `stops`.
+inline std::string_view WordAfter(std::string_view text, std::string_view marker,
+                                  std::string_view stops = " ,;)(") {
+  const std::size_t at = text.find(marker);
+  if (at == std::string_view::npos) return {};
+  std::string_view rest = text.substr(at + marker.size());
+  while (!rest.empty() && rest.front() == ' ') rest.remove_prefix(1);
+  const std::size_t end = rest.find_first_of(stops);
+  return rest.substr(0, end);
+}
+
+inline std::string Lower(std::string_view text) {
+  std::string out(text);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+// A hex value as printed, normalised to lower case with a 0x prefix (zero
+// padding and the NVIDIA driver's '_' separators are kept).
+inline std::optional<std::string> HexAsPrinted(std::string_view text) {
+  while (!text.empty() && (text.back() == '.' || text.back() == ',')) text.remove_suffix(1);
+  std::string_view digits = text;
+  if (StartsWith(digits, "0x") || StartsWith(digits, "0X")) digits.remove_prefix(2);
+  if (digits.empty()) return std::nullopt;
+  for (char c : digits) {
+    if (!IsHex(c) && c != '_') return std::nullopt;
+  }
+  return "0x" + Lower(digits);
+}
+
+inline std::string HexValue(std::uint64_t value) { return fmt::format("0x{:x}", value); }
+
+// "page:0x849923 offset:0x380" -> (page << 12) | offset, as EDAC prints it.
+inline std::optional<std::string> EdacPageOffsetAddress(std::string_view text) {
+  const std::string_view page = WordAfter(text, "page:0x");
+  const std::string_view offset = WordAfter(text, "offset:0x");
+  if (page.empty() || offset.empty()) return std::nullopt;
+  const auto page_value = ParseNumber(page, 16);
+  const auto offset_value = ParseNumber(offset, 16);
+  if (!page_value || !offset_value) return std::nullopt;
+  return HexValue((*page_value << 12) | *offset_value);
+}
+
+}  // namespace rasd::ras::scan
