@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "test_support.h"
 
@@ -84,6 +85,84 @@ TEST_F(RasctlTest, DaemonErrorExitsOne) {
   const auto json = with_file.Rasctl({"--json", "reload"});
   EXPECT_EQ(json.exit_code, 1);
   EXPECT_EQ(nlohmann::json::parse(json.out)["error"]["code"], "invalid_argument") << json.out;
+}
+
+}  // namespace
+}  // namespace rasd::testing
+
+namespace rasd::testing {
+namespace {
+
+// `rasctl scan` is offline: no daemon, the real binary on real records.
+TEST(RasctlScanTest, JsonListsEveryRecordWithTheCorpusFields) {
+  TempDir dir;
+  WriteText(dir / "kern.log",
+            "Dec  2 11:38:47 worker4 kernel: [  219.471050] NVRM: Xid (PCI:0000:07:00): 64, "
+            "pid='<unknown>', "
+            "name=<unknown>, Dynamic Page Retirement: Blacklisting failed.  Page should have been "
+            "blacklisted on "
+            "boot(0x00000000007fffa8).\n"
+            "[    0.1] Linux version 6.1.0 (not a RAS line)\n"
+            "[   52.477734] pcieport 0000:00:03.0: AER: Correctable error message received from "
+            "0000:00:03.0\n"
+            "[   52.477741] pcieport 0000:00:03.0: PCIe Bus Error: severity=Correctable, type=Data "
+            "Link Layer, "
+            "(Transmitter ID)\n"
+            "[11189.970968] EDAC MC3: 1 UE memory read error on CPU_SrcID#1_MC#1_Chan#2_DIMM#0 "
+            "(channel:2 slot:0 "
+            "page:0xb757589 offset:0x140 grain:32 -  OVERFLOW err_code:0101:0092 socket:1 imc:1 "
+            "rank:0)\n");
+  const auto result =
+      RunToCompletion({.argv = {RASCTL_BINARY, "--json", "scan", (dir / "kern.log").string()}});
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  std::vector<nlohmann::json> records;
+  std::istringstream lines(result.out);
+  for (std::string line; std::getline(lines, line);) records.push_back(nlohmann::json::parse(line));
+  ASSERT_EQ(records.size(), 3u) << result.out;
+  EXPECT_EQ(records[0]["origin"], "nvidia_xid");
+  EXPECT_EQ(records[0]["severity"], "UCE");
+  EXPECT_EQ(records[0]["xid"], 64);
+  EXPECT_EQ(records[0]["pci_bdf"], "0000:07:00");
+  EXPECT_EQ(records[0]["address"], "0x00000000007fffa8");
+  EXPECT_EQ(records[1]["origin"], "aer");
+  EXPECT_EQ(records[1]["pci_bdf"], "0000:00:03.0");
+  EXPECT_EQ(records[1]["severity"], "CE");
+  EXPECT_TRUE(records[1]["xid"].is_null());
+  EXPECT_EQ(records[2]["origin"], "edac");
+  EXPECT_EQ(records[2]["mc"], 3);
+  EXPECT_EQ(records[2]["address"], "0xb757589140");
+}
+
+TEST(RasctlScanTest, TextOutputHasATableAndASummaryAndReadsStdin) {
+  TempDir dir;
+  WriteText(dir / "in.log",
+            "[ 1.0] Memory failure: 0xe16677: already hardware poisoned\n"
+            "[ 2.0] mce: Using 22 MCE banks\n");
+  ProcessOptions options{
+      .argv = {"/bin/sh", "-c",
+               std::string(RASCTL_BINARY) + " scan < " + (dir / "in.log").string()}};
+  const auto result = RunToCompletion(options);
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_NE(result.out.find("UCE    memory_failure  addr=0xe16677"), std::string::npos)
+      << result.out;
+  EXPECT_NE(result.out.find("INFO   mce"), std::string::npos) << result.out;
+  EXPECT_NE(result.out.find("2 record(s)"), std::string::npos) << result.out;
+  EXPECT_NE(result.out.find("  memory_failure  UCE    1"), std::string::npos) << result.out;
+}
+
+TEST(RasctlScanTest, UnreadableFileExitsOneAndHostileInputIsHarmless) {
+  TempDir dir;
+  const auto missing =
+      RunToCompletion({.argv = {RASCTL_BINARY, "scan", (dir / "missing.log").string()}});
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_NE(missing.err.find("cannot read"), std::string::npos);
+  std::string garbage(1 << 20, '\0');
+  for (std::size_t i = 0; i < garbage.size(); ++i)
+    garbage[i] = static_cast<char>((i * 2654435761u) >> 13);
+  WriteText(dir / "garbage.bin", garbage);
+  const auto scanned =
+      RunToCompletion({.argv = {RASCTL_BINARY, "--json", "scan", (dir / "garbage.bin").string()}});
+  EXPECT_EQ(scanned.exit_code, 0) << scanned.err;
 }
 
 }  // namespace

@@ -6,11 +6,13 @@
 
 #include <CLI/CLI.hpp>
 #include <chrono>
+#include <fstream>
 #include <iostream>
 
 #include "control_client.h"
 #include "rasd/common/default_paths.h"
 #include "rasd/common/version.h"
+#include "scan_command.h"
 #include "status_text.h"
 
 namespace {
@@ -92,6 +94,9 @@ int main(int argc, char** argv) {
   auto* status = app.add_subcommand("status", "show the daemon's state");
   auto* ping = app.add_subcommand("ping", "check that the daemon answers");
   auto* reload = app.add_subcommand("reload", "re-read the config file (like SIGHUP)");
+  auto* scan = app.add_subcommand("scan", "list the RAS records in a saved kernel log (offline)");
+  std::string scan_file = "-";
+  scan->add_option("file", scan_file, "dmesg/journalctl/syslog/kmsg text; - for standard input");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
@@ -104,5 +109,14 @@ int main(int argc, char** argv) {
     return RunCommand(options, "ping", [](const nlohmann::json&) { return std::string("pong\n"); });
   }
   if (reload->parsed()) return RunCommand(options, "reload", RenderReload);
+  if (scan->parsed()) {
+    if (scan_file == "-") return rasd::ctl::RunScan(std::cin, options.json, std::cout);
+    std::ifstream file(scan_file, std::ios::binary);
+    if (!file) {
+      std::cerr << "rasctl: scan: cannot read " << scan_file << "\n";
+      return kExitDaemonError;
+    }
+    return rasd::ctl::RunScan(file, options.json, std::cout);
+  }
   return kExitUsage;
 }

@@ -59,8 +59,66 @@ std::optional<std::size_t> KernelLogScanner::OpenBlock(const std::string& key) {
   return it->second.index;
 }
 
+namespace {
+
+// Words that at least one line of every record family carries. A line with
+// none of them can only continue a block that is already open.
+constexpr std::string_view kTriggers[] = {
+    "Hardware Error",
+    "EDAC",
+    "mce",
+    "Machine Check",
+    "emory failure",
+    "AER",
+    "PCIe Bus",
+    "NVRM",
+    "amdgpu",
+    "ascend",
+    "heartbeat",
+    "rasdaemon",
+    "events:",
+    "Memory errors",
+    "/edac/",
+    "<<<edac>>>",
+    "HardwareCorrupted",
+    "BERT",
+    "ERST",
+    "HEST",
+    "EINJ",
+    "pstore",
+    "mc_event",
+    "memory_failure",
+    "fallen off",
+    "EEPROM_VERSION",
+    "_SCHEMA",
+    "BAD_PAGE",
+    "507053",
+    "507054",
+    "507010",
+    "drv api",
+    "npu-smi",
+    "ECC_BLOCK",
+};
+
+bool MayStartARecord(std::string_view line) {
+  for (std::string_view trigger : kTriggers) {
+    if (line.find(trigger) != std::string_view::npos) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 void KernelLogScanner::AddLine(std::string_view raw_line) {
   ++line_number_;
+  // Blocks nobody continued within the gap are closed for good.
+  std::erase_if(open_, [this](const auto& entry) {
+    return line_number_ - entry.second.last_line > kBlockGapLines;
+  });
+  if (open_.empty() && section_.empty() && !checkmk_section_ && sysfs_pending_path_.empty() &&
+      nvidia_pending_bdf_.empty() && !MayStartARecord(raw_line)) {
+    return;
+  }
   const LogLine line = SplitLogLine(raw_line);
   if (line.text.empty()) return;
   // Order matters where formats overlap: GHES claims "[Hardware Error]"
