@@ -9,6 +9,7 @@
 
 #include <cerrno>
 #include <string>
+#include <algorithm>
 #include <vector>
 
 namespace rasd::ras {
@@ -50,6 +51,18 @@ const std::vector<const char*>& Migrations() {
           position TEXT NOT NULL,
           updated_ns INTEGER NOT NULL
         );
+      )sql",
+      // 2: the fields of decoded kernel records, and the indexes queries use.
+      R"sql(
+        ALTER TABLE events ADD COLUMN source TEXT NOT NULL DEFAULT '';
+        ALTER TABLE events ADD COLUMN mc INTEGER;
+        ALTER TABLE events ADD COLUMN pci_bdf TEXT;
+        ALTER TABLE events ADD COLUMN address_text TEXT;
+        ALTER TABLE events ADD COLUMN vendor_code INTEGER;
+        ALTER TABLE events ADD COLUMN count INTEGER NOT NULL DEFAULT 1;
+        ALTER TABLE events ADD COLUMN historical INTEGER NOT NULL DEFAULT 0;
+        CREATE INDEX events_by_time ON events(time_ns);
+        CREATE INDEX events_by_device ON events(device);
       )sql",
   };
   return kMigrations;
@@ -198,8 +211,8 @@ Status StateStore::Migrate() {
 Status StateStore::Prepare() {
   if (sqlite3_prepare_v3(
           db_,
-          "INSERT INTO events(time_ns, origin, severity, device, address, summary, raw) "
-          "VALUES (?, ?, ?, ?, ?, ?, ?);",
+          "INSERT INTO events(time_ns, origin, severity, device, summary, raw, source, mc, pci_bdf, "
+          "address_text, vendor_code, count, historical) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);",
           -1, SQLITE_PREPARE_PERSISTENT, &insert_event_, nullptr) != SQLITE_OK) {
     return Fail(SqliteError("prepare event insert"));
   }
@@ -210,27 +223,187 @@ Status StateStore::Prepare() {
   return {};
 }
 
+namespace {
+
+void BindOptionalInt(sqlite3_stmt* statement, int column, const std::optional<int>& value) {
+  if (value) {
+    sqlite3_bind_int(statement, column, *value);
+  } else {
+    sqlite3_bind_null(statement, column);
+  }
+}
+
+void BindOptionalText(sqlite3_stmt* statement, int column, const std::optional<std::string>& value) {
+  if (value) {
+    sqlite3_bind_text(statement, column, value->data(), static_cast<int>(value->size()), SQLITE_TRANSIENT);
+  } else {
+    sqlite3_bind_null(statement, column);
+  }
+}
+
+void BindText(sqlite3_stmt* statement, int column, std::string_view value) {
+  sqlite3_bind_text(statement, column, value.data(), static_cast<int>(value.size()), SQLITE_TRANSIENT);
+}
+
+std::optional<int> ColumnOptionalInt(sqlite3_stmt* statement, int column) {
+  if (sqlite3_column_type(statement, column) == SQLITE_NULL) return std::nullopt;
+  return sqlite3_column_int(statement, column);
+}
+
+std::optional<std::string> ColumnOptionalText(sqlite3_stmt* statement, int column) {
+  if (sqlite3_column_type(statement, column) == SQLITE_NULL) return std::nullopt;
+  return std::string(reinterpret_cast<const char*>(sqlite3_column_text(statement, column)));
+}
+
+std::string ColumnText(sqlite3_stmt* statement, int column) {
+  const auto* text = reinterpret_cast<const char*>(sqlite3_column_text(statement, column));
+  return text != nullptr ? std::string(text) : std::string();
+}
+
+}  // namespace
+
 Result<std::int64_t> StateStore::RecordEvent(const RasEvent& event) {
   sqlite3_reset(insert_event_);
   sqlite3_clear_bindings(insert_event_);
-  const auto time_ns =
-      std::chrono::duration_cast<std::chrono::nanoseconds>(event.time.time_since_epoch()).count();
-  const std::string_view severity = SeverityName(event.severity);
+  const auto time_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(event.time.time_since_epoch()).count();
   sqlite3_bind_int64(insert_event_, 1, time_ns);
-  sqlite3_bind_text(insert_event_, 2, event.origin.data(), static_cast<int>(event.origin.size()),
-                    SQLITE_TRANSIENT);
-  sqlite3_bind_text(insert_event_, 3, severity.data(), static_cast<int>(severity.size()),
-                    SQLITE_STATIC);
-  if (event.device) sqlite3_bind_int(insert_event_, 4, *event.device);
-  // Addresses are 64-bit unsigned; SQLite stores the same bits as signed.
-  if (event.address)
-    sqlite3_bind_int64(insert_event_, 5, static_cast<sqlite3_int64>(*event.address));
-  sqlite3_bind_text(insert_event_, 6, event.summary.data(), static_cast<int>(event.summary.size()),
-                    SQLITE_TRANSIENT);
-  sqlite3_bind_text(insert_event_, 7, event.raw.data(), static_cast<int>(event.raw.size()),
-                    SQLITE_TRANSIENT);
+  BindText(insert_event_, 2, event.origin);
+  BindText(insert_event_, 3, SeverityName(event.severity));
+  BindOptionalInt(insert_event_, 4, event.device);
+  BindText(insert_event_, 5, event.summary);
+  BindText(insert_event_, 6, event.raw);
+  BindText(insert_event_, 7, event.source);
+  BindOptionalInt(insert_event_, 8, event.mc);
+  BindOptionalText(insert_event_, 9, event.pci_bdf);
+  BindOptionalText(insert_event_, 10, event.address);
+  BindOptionalInt(insert_event_, 11, event.vendor_code);
+  sqlite3_bind_int64(insert_event_, 12, static_cast<sqlite3_int64>(event.count));
+  sqlite3_bind_int(insert_event_, 13, event.historical ? 1 : 0);
   if (sqlite3_step(insert_event_) != SQLITE_DONE) return Fail(SqliteError("record event"));
   return static_cast<std::int64_t>(sqlite3_last_insert_rowid(db_));
+}
+
+Status StateStore::RecordEvents(std::span<const RasEvent> events) {
+  if (events.empty()) return {};
+  if (auto begun = Exec(db_, "BEGIN IMMEDIATE;", "begin event batch"); !begun) return begun;
+  for (const auto& event : events) {
+    if (auto recorded = RecordEvent(event); !recorded) {
+      (void)Exec(db_, "ROLLBACK;", "roll back event batch");
+      return Fail(recorded.error());
+    }
+  }
+  return Exec(db_, "COMMIT;", "commit event batch");
+}
+
+Result<std::vector<StoredEvent>> StateStore::QueryEvents(const EventQuery& query) {
+  std::string sql =
+      "SELECT id, time_ns, origin, severity, device, summary, raw, source, mc, pci_bdf, address_text, vendor_code, "
+      "count, historical FROM events WHERE time_ns >= ?";
+  if (query.severity) sql += " AND severity = ?";
+  if (query.device) sql += " AND device = ?";
+  if (query.after_id) sql += " AND id > ?";
+  sql += " ORDER BY id DESC LIMIT ?";
+  sqlite3_stmt* statement = nullptr;
+  if (sqlite3_prepare_v2(db_, sql.c_str(), -1, &statement, nullptr) != SQLITE_OK) {
+    return Fail(SqliteError("prepare event query"));
+  }
+  int column = 1;
+  sqlite3_bind_int64(statement, column++,
+                     std::chrono::duration_cast<std::chrono::nanoseconds>(query.since.time_since_epoch()).count());
+  if (query.severity) BindText(statement, column++, SeverityName(*query.severity));
+  if (query.device) sqlite3_bind_int(statement, column++, *query.device);
+  if (query.after_id) sqlite3_bind_int64(statement, column++, *query.after_id);
+  sqlite3_bind_int64(statement, column, static_cast<sqlite3_int64>(query.limit));
+  std::vector<StoredEvent> events;
+  int rc = SQLITE_ROW;
+  while ((rc = sqlite3_step(statement)) == SQLITE_ROW) {
+    StoredEvent stored;
+    stored.id = sqlite3_column_int64(statement, 0);
+    RasEvent& event = stored.event;
+    event.time = std::chrono::system_clock::time_point(
+        std::chrono::duration_cast<std::chrono::system_clock::duration>(
+            std::chrono::nanoseconds(sqlite3_column_int64(statement, 1))));
+    event.origin = ColumnText(statement, 2);
+    event.severity = ParseSeverity(ColumnText(statement, 3)).value_or(Severity::kInfo);
+    event.device = ColumnOptionalInt(statement, 4);
+    event.summary = ColumnText(statement, 5);
+    event.raw = ColumnText(statement, 6);
+    event.source = ColumnText(statement, 7);
+    event.mc = ColumnOptionalInt(statement, 8);
+    event.pci_bdf = ColumnOptionalText(statement, 9);
+    event.address = ColumnOptionalText(statement, 10);
+    event.vendor_code = ColumnOptionalInt(statement, 11);
+    event.count = static_cast<std::uint64_t>(sqlite3_column_int64(statement, 12));
+    event.historical = sqlite3_column_int(statement, 13) != 0;
+    events.push_back(std::move(stored));
+  }
+  const bool done = rc == SQLITE_DONE;
+  sqlite3_finalize(statement);
+  if (!done) return Fail(SqliteError("query events"));
+  std::reverse(events.begin(), events.end());  // oldest first
+  return events;
+}
+
+Result<std::vector<EventSummaryRow>> StateStore::Summarize() {
+  sqlite3_stmt* statement = nullptr;
+  if (sqlite3_prepare_v2(db_,
+                         "SELECT origin, severity, COUNT(*), SUM(count), MAX(time_ns) FROM events "
+                         "GROUP BY origin, severity ORDER BY origin, severity;",
+                         -1, &statement, nullptr) != SQLITE_OK) {
+    return Fail(SqliteError("prepare summary"));
+  }
+  std::vector<EventSummaryRow> rows;
+  int rc = SQLITE_ROW;
+  while ((rc = sqlite3_step(statement)) == SQLITE_ROW) {
+    EventSummaryRow row;
+    row.origin = ColumnText(statement, 0);
+    row.severity = ParseSeverity(ColumnText(statement, 1)).value_or(Severity::kInfo);
+    row.events = static_cast<std::uint64_t>(sqlite3_column_int64(statement, 2));
+    row.errors = static_cast<std::uint64_t>(sqlite3_column_int64(statement, 3));
+    row.last = std::chrono::system_clock::time_point(std::chrono::duration_cast<std::chrono::system_clock::duration>(
+        std::chrono::nanoseconds(sqlite3_column_int64(statement, 4))));
+    rows.push_back(std::move(row));
+  }
+  const bool done = rc == SQLITE_DONE;
+  sqlite3_finalize(statement);
+  if (!done) return Fail(SqliteError("summarize events"));
+  return rows;
+}
+
+Status StateStore::SaveCursor(const SourceCursor& cursor) {
+  sqlite3_stmt* statement = nullptr;
+  if (sqlite3_prepare_v2(db_,
+                         "INSERT INTO source_cursors(source, boot_id, position, updated_ns) VALUES (?, ?, ?, ?) "
+                         "ON CONFLICT(source) DO UPDATE SET boot_id = excluded.boot_id, position = excluded.position, "
+                         "updated_ns = excluded.updated_ns;",
+                         -1, &statement, nullptr) != SQLITE_OK) {
+    return Fail(SqliteError("prepare cursor update"));
+  }
+  BindText(statement, 1, cursor.source);
+  BindText(statement, 2, cursor.boot_id);
+  BindText(statement, 3, cursor.position);
+  sqlite3_bind_int64(statement, 4,
+                     std::chrono::duration_cast<std::chrono::nanoseconds>(
+                         std::chrono::system_clock::now().time_since_epoch()).count());
+  const bool done = sqlite3_step(statement) == SQLITE_DONE;
+  sqlite3_finalize(statement);
+  if (!done) return Fail(SqliteError("save cursor"));
+  return {};
+}
+
+Result<std::optional<SourceCursor>> StateStore::LoadCursor(std::string_view source) {
+  sqlite3_stmt* statement = nullptr;
+  if (sqlite3_prepare_v2(db_, "SELECT boot_id, position FROM source_cursors WHERE source = ?;", -1, &statement,
+                         nullptr) != SQLITE_OK) {
+    return Fail(SqliteError("prepare cursor query"));
+  }
+  BindText(statement, 1, source);
+  std::optional<SourceCursor> cursor;
+  const int rc = sqlite3_step(statement);
+  if (rc == SQLITE_ROW) cursor = SourceCursor{std::string(source), ColumnText(statement, 0), ColumnText(statement, 1)};
+  sqlite3_finalize(statement);
+  if (rc != SQLITE_ROW && rc != SQLITE_DONE) return Fail(SqliteError("load cursor"));
+  return cursor;
 }
 
 Result<std::map<Severity, std::uint64_t>> StateStore::CountEventsBySeverity() {

@@ -67,7 +67,7 @@ TEST_F(StateStoreTest, EventsSurviveReopenAndAreCountedBySeverity) {
     ASSERT_TRUE((*store)->RecordEvent(event).has_value());
     event.severity = Severity::kFatal;
     event.device = 3;
-    event.address = 0xffff'ffff'ffff'f000ULL;  // top bit set: must survive the signed column
+    event.address = "0xfffffffffffff000";
     ASSERT_TRUE((*store)->RecordEvent(event).has_value());
   }
   auto store = StateStore::Open(dir_ / "state");
@@ -78,6 +78,94 @@ TEST_F(StateStoreTest, EventsSurviveReopenAndAreCountedBySeverity) {
   EXPECT_EQ(counts->at(Severity::kCe), 2u);
   EXPECT_EQ(counts->at(Severity::kFatal), 1u);
   EXPECT_EQ(counts->at(Severity::kSrar), 0u);
+}
+
+TEST_F(StateStoreTest, BatchesQueriesSummariesAndCursors) {
+  auto store = StateStore::Open(dir_ / "state");
+  ASSERT_TRUE(store.has_value());
+  const auto t0 = std::chrono::system_clock::time_point(std::chrono::seconds(1'700'000'000));
+  std::vector<RasEvent> batch;
+  for (int i = 0; i < 10; ++i) {
+    RasEvent event{.time = t0 + std::chrono::seconds(i), .source = "kmsg", .origin = i < 7 ? "edac" : "nvidia_xid",
+                   .severity = i < 7 ? Severity::kCe : Severity::kFatal, .summary = "e" + std::to_string(i)};
+    if (i >= 7) {
+      event.device = 2;
+      event.vendor_code = 79;
+      event.pci_bdf = "0000:07:00";
+    } else {
+      event.mc = 1;
+      event.count = 3;
+      event.address = "0x1000";
+    }
+    batch.push_back(event);
+  }
+  ASSERT_TRUE((*store)->RecordEvents(batch).has_value());
+
+  auto all = (*store)->QueryEvents({});
+  ASSERT_TRUE(all.has_value()) << all.error().ToString();
+  ASSERT_EQ(all->size(), 10u);
+  EXPECT_EQ(all->front().event.summary, "e0") << "oldest first";
+  EXPECT_EQ(all->front().event.mc, 1);
+  EXPECT_EQ(all->front().event.count, 3u);
+  EXPECT_EQ(all->front().event.address, "0x1000");
+  EXPECT_EQ(all->front().event.source, "kmsg");
+  EXPECT_EQ(all->back().event.vendor_code, 79);
+  EXPECT_EQ(all->back().event.pci_bdf, "0000:07:00");
+  EXPECT_EQ(all->back().event.time, t0 + std::chrono::seconds(9));
+
+  auto fatal = (*store)->QueryEvents({.severity = Severity::kFatal});
+  ASSERT_EQ(fatal->size(), 3u);
+  auto on_device = (*store)->QueryEvents({.device = 2, .limit = 2});
+  ASSERT_EQ(on_device->size(), 2u);
+  EXPECT_EQ(on_device->back().event.summary, "e9") << "the newest within the limit";
+  auto recent = (*store)->QueryEvents({.since = t0 + std::chrono::seconds(8)});
+  ASSERT_EQ(recent->size(), 2u);
+  auto after = (*store)->QueryEvents({.after_id = all->at(8).id});
+  ASSERT_EQ(after->size(), 1u);
+
+  auto summary = (*store)->Summarize();
+  ASSERT_TRUE(summary.has_value());
+  ASSERT_EQ(summary->size(), 2u);
+  EXPECT_EQ(summary->at(0).origin, "edac");
+  EXPECT_EQ(summary->at(0).events, 7u);
+  EXPECT_EQ(summary->at(0).errors, 21u);
+  EXPECT_EQ(summary->at(1).origin, "nvidia_xid");
+  EXPECT_EQ(summary->at(1).severity, Severity::kFatal);
+
+  EXPECT_FALSE((*store)->LoadCursor("kmsg")->has_value());
+  ASSERT_TRUE((*store)->SaveCursor({"kmsg", "boot-a", "41"}).has_value());
+  ASSERT_TRUE((*store)->SaveCursor({"kmsg", "boot-a", "42"}).has_value());
+  auto cursor = (*store)->LoadCursor("kmsg");
+  ASSERT_TRUE(cursor.has_value() && cursor->has_value());
+  EXPECT_EQ((*cursor)->boot_id, "boot-a");
+  EXPECT_EQ((*cursor)->position, "42");
+}
+
+TEST_F(StateStoreTest, AVersionOneDatabaseIsMigratedInPlace) {
+  std::filesystem::create_directories(dir_ / "state");
+  // The schema as the first release created it, with one event in it.
+  ExecRaw(R"sql(
+    CREATE TABLE schema_version (version INTEGER NOT NULL);
+    INSERT INTO schema_version VALUES (1);
+    CREATE TABLE events (id INTEGER PRIMARY KEY, time_ns INTEGER NOT NULL, origin TEXT NOT NULL,
+      severity TEXT NOT NULL, device INTEGER, address INTEGER, summary TEXT NOT NULL, raw TEXT NOT NULL);
+    CREATE INDEX events_by_severity ON events(severity);
+    CREATE TABLE device_states (device_uuid TEXT PRIMARY KEY, state TEXT NOT NULL, reason TEXT NOT NULL,
+      changed_ns INTEGER NOT NULL);
+    CREATE TABLE retired_pages (device_uuid TEXT NOT NULL, address INTEGER NOT NULL, reason TEXT NOT NULL,
+      retired_ns INTEGER NOT NULL, PRIMARY KEY (device_uuid, address));
+    CREATE TABLE source_cursors (source TEXT PRIMARY KEY, boot_id TEXT NOT NULL, position TEXT NOT NULL,
+      updated_ns INTEGER NOT NULL);
+    INSERT INTO events(time_ns, origin, severity, summary, raw) VALUES (1, 'edac', 'CE', 'old', 'old');
+  )sql");
+  auto store = StateStore::Open(dir_ / "state");
+  ASSERT_TRUE(store.has_value()) << store.error().ToString();
+  EXPECT_EQ((*store)->SchemaVersion(), StateStore::LatestSchemaVersion());
+  auto events = (*store)->QueryEvents({});
+  ASSERT_TRUE(events.has_value()) << events.error().ToString();
+  ASSERT_EQ(events->size(), 1u);
+  EXPECT_EQ(events->front().event.summary, "old");
+  EXPECT_EQ(events->front().event.count, 1u) << "new columns take their defaults";
 }
 
 TEST_F(StateStoreTest, SecondOpenOfTheSameDirectoryIsRefused) {

@@ -9,17 +9,28 @@
 
 namespace rasd::ras {
 
+struct ScannedRecord;
+
 // One hardware-error report after decoding, before any action. Sources fill
-// it; classify sets the severity; the store, the exporters and the policy
-// read it. A plain value: copy freely.
+// it; the store, the exporters and the policy read it. A plain value.
 struct RasEvent {
   std::chrono::system_clock::time_point time;
-  std::string origin;  // edac | mce | ghes | aer | memory_failure | nvidia_xid | ...
+  std::string source;                    // kmsg | edac_sysfs | driver | bert | pstore | tracefs
+  std::string origin;                    // edac | mce | ghes | aer | memory_failure | nvidia_xid | ... | sim
   Severity severity = Severity::kInfo;
   std::optional<int> device;             // runtime device index, for accelerator events
-  std::optional<std::uint64_t> address;  // physical or device address, where the record has one
+  std::optional<int> mc;                 // memory controller
+  std::optional<std::string> pci_bdf;
+  std::optional<std::string> address;    // lower-case hex as the record printed it
+  std::optional<int> vendor_code;        // Xid number, Ascend code
+  std::uint64_t count = 1;               // errors this event stands for
+  bool historical = false;               // from a previous boot (BERT, pstore)
   std::string summary;                   // one line for people
   std::string raw;                       // the record as the source read it
 };
+
+// A scanned kernel-log record as an event of `source`.
+RasEvent EventFromRecord(const ScannedRecord& record, std::string source,
+                         std::chrono::system_clock::time_point time);
 
 }  // namespace rasd::ras

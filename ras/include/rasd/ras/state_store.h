@@ -3,6 +3,10 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
 
 #include "rasd/common/result.h"
 #include "rasd/common/unique_fd.h"
@@ -13,6 +17,35 @@ struct sqlite3;
 struct sqlite3_stmt;
 
 namespace rasd::ras {
+
+struct StoredEvent {
+  std::int64_t id = 0;  // increases with every event; a follower resumes after it
+  RasEvent event;
+};
+
+struct EventQuery {
+  std::chrono::system_clock::time_point since{};
+  std::optional<Severity> severity;
+  std::optional<int> device;
+  std::optional<std::int64_t> after_id;
+  std::size_t limit = 1000;  // the newest `limit` matching events
+};
+
+struct EventSummaryRow {
+  std::string origin;
+  Severity severity = Severity::kInfo;
+  std::uint64_t events = 0;  // stored events
+  std::uint64_t errors = 0;  // errors they stand for (an EDAC line may report several)
+  std::chrono::system_clock::time_point last;
+};
+
+// Where a source stopped reading, so that a restart neither repeats nor
+// loses records: /dev/kmsg's boot id and sequence number, for example.
+struct SourceCursor {
+  std::string source;
+  std::string boot_id;
+  std::string position;
+};
 
 // The daemon's durable state in one SQLite file (WAL): events, device health
 // states, retired pages and source cursors, so that a restart loses nothing,
@@ -43,8 +76,17 @@ class StateStore {
   static int LatestSchemaVersion();
   const std::filesystem::path& DatabasePath() const { return database_path_; }
 
-  // Appends an event; returns its row id.
+  // Appends an event; returns its id.
   Result<std::int64_t> RecordEvent(const RasEvent& event);
+  // Appends events in one transaction: all or none.
+  Status RecordEvents(std::span<const RasEvent> events);
+  // Matching events, oldest first.
+  Result<std::vector<StoredEvent>> QueryEvents(const EventQuery& query);
+  // Counts by origin and severity, like `ras-mc-ctl --summary`.
+  Result<std::vector<EventSummaryRow>> Summarize();
+
+  Status SaveCursor(const SourceCursor& cursor);
+  Result<std::optional<SourceCursor>> LoadCursor(std::string_view source);
 
   // Event counts by severity, with every severity present (0 where none).
   Result<std::map<Severity, std::uint64_t>> CountEventsBySeverity();
