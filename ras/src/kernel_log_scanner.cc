@@ -45,7 +45,7 @@ std::size_t KernelLogScanner::NewRecord(std::string origin, const LogLine& line,
   record.message = std::string(line.text);
   record.lines.emplace_back(line.raw);
   records_.push_back(std::move(record));
-  return records_.size() - 1;
+  return first_index_ + records_.size() - 1;
 }
 
 std::optional<std::size_t> KernelLogScanner::OpenBlock(const std::string& key) {
@@ -139,32 +139,52 @@ void KernelLogScanner::AddLine(std::string_view raw_line) {
   }
 }
 
-void KernelLogScanner::FinishSections() {
-  for (const auto& [index, mcs] : named_mcs_) {
-    ScannedRecord& record = records_[index];
-    if (record.mc) continue;
+void KernelLogScanner::Resolve(std::size_t index) {
+  ScannedRecord& record = Record(index);
+  if (auto named = named_mcs_.find(index); named != named_mcs_.end()) {
     auto nonzero = nonzero_mcs_.find(index);
-    if (nonzero != nonzero_mcs_.end() && !nonzero->second.empty()) {
+    if (record.mc) {
+      // decided by the record itself
+    } else if (nonzero != nonzero_mcs_.end() && !nonzero->second.empty()) {
       record.mc = nonzero->second.front();
-      continue;
+    } else {
+      std::vector<int> distinct = named->second;
+      std::sort(distinct.begin(), distinct.end());
+      distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+      if (distinct.size() == 1) record.mc = distinct.front();
     }
-    std::vector<int> distinct = mcs;
-    std::sort(distinct.begin(), distinct.end());
-    distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
-    if (distinct.size() == 1) record.mc = distinct.front();
+    named_mcs_.erase(named);
+    if (nonzero != nonzero_mcs_.end()) nonzero_mcs_.erase(nonzero);
   }
-  for (const auto& [index, bdf] : aer_fallback_bdf_) {
-    if (!records_[index].pci_bdf) records_[index].pci_bdf = bdf;
+  if (auto fallback = aer_fallback_bdf_.find(index); fallback != aer_fallback_bdf_.end()) {
+    if (!record.pci_bdf) record.pci_bdf = fallback->second;
+    aer_fallback_bdf_.erase(fallback);
   }
-  named_mcs_.clear();
-  nonzero_mcs_.clear();
-  aer_fallback_bdf_.clear();
+}
+
+std::vector<ScannedRecord> KernelLogScanner::TakeCompleted() {
+  std::size_t end = first_index_ + records_.size();
+  for (const auto& [key, entry] : open_) end = std::min(end, entry.index);
+  std::vector<ScannedRecord> completed;
+  if (end == first_index_) return completed;
+  for (std::size_t index = first_index_; index < end; ++index) Resolve(index);
+  const auto count = static_cast<std::ptrdiff_t>(end - first_index_);
+  completed.assign(std::make_move_iterator(records_.begin()), std::make_move_iterator(records_.begin() + count));
+  records_.erase(records_.begin(), records_.begin() + count);
+  first_index_ = end;
+  return completed;
+}
+
+void KernelLogScanner::CloseOpenBlocks() {
+  open_.clear();
+  section_.clear();
+  checkmk_section_ = false;
+  sysfs_pending_path_.clear();
 }
 
 std::vector<ScannedRecord> KernelLogScanner::Finish() {
-  FinishSections();
-  open_.clear();
-  return std::move(records_);
+  CloseOpenBlocks();
+  return TakeCompleted();
 }
 
 std::vector<ScannedRecord> ScanKernelLog(std::string_view text) {

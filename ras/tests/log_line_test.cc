@@ -84,3 +84,33 @@ TEST(KernelLogScannerTest, HostileInputIsHarmless) {
 
 }  // namespace
 }  // namespace rasd::ras
+
+namespace rasd::ras {
+namespace {
+
+TEST(KernelLogScannerStreamingTest, RecordsAreTakenAsSoonAsNothingCanExtendThem) {
+  KernelLogScanner scanner;
+  scanner.AddLine("[ 1.0] Memory failure: 0x1: already hardware poisoned");
+  auto taken = scanner.TakeCompleted();
+  ASSERT_EQ(taken.size(), 1u) << "a one-line record is complete at once";
+  // A GHES block stays open while its lines keep coming.
+  scanner.AddLine("[ 2.0] {3}[Hardware Error]: Hardware error from APEI Generic Hardware Error Source: 1");
+  scanner.AddLine("[ 2.0] {3}[Hardware Error]: event severity: corrected");
+  EXPECT_TRUE(scanner.TakeCompleted().empty());
+  scanner.AddLine("[ 2.0] {3}[Hardware Error]:   physical_address: 0x0000000012345000");
+  for (int i = 0; i < 10; ++i) scanner.AddLine("[ 3.0] usb 1-1: unrelated");
+  taken = scanner.TakeCompleted();
+  ASSERT_EQ(taken.size(), 1u) << "the block closed once other lines had gone past";
+  EXPECT_EQ(taken[0].severity, Severity::kCe);
+  EXPECT_EQ(taken[0].address, "0x0000000012345000");
+  EXPECT_EQ(taken[0].lines.size(), 3u);
+  // A quiet log: the owner closes what is open.
+  scanner.AddLine("[ 4.0] {4}[Hardware Error]: Hardware error from APEI Generic Hardware Error Source: 2");
+  EXPECT_TRUE(scanner.TakeCompleted().empty());
+  scanner.CloseOpenBlocks();
+  EXPECT_EQ(scanner.TakeCompleted().size(), 1u);
+  EXPECT_TRUE(scanner.Finish().empty());
+}
+
+}  // namespace
+}  // namespace rasd::ras

@@ -46,8 +46,13 @@ struct ScannedRecord {
 class KernelLogScanner {
  public:
   void AddLine(std::string_view raw_line);
-  // Closes every open block and returns every record, in the order each
-  // record's first line appeared.
+  // Records that no open block can extend any more, in the order their
+  // first lines appeared (for a follower: call after each batch of lines).
+  std::vector<ScannedRecord> TakeCompleted();
+  // Closes every open block (the log has been quiet), so that TakeCompleted
+  // returns everything.
+  void CloseOpenBlocks();
+  // Closes every open block and returns every record not taken yet.
   std::vector<ScannedRecord> Finish();
 
   // Lines that looked like RAS records (a keyword matched) but did not
@@ -68,10 +73,10 @@ class KernelLogScanner {
   bool ScanRasdaemon(const LogLine& line);
   bool ScanSysfs(const LogLine& line);
 
-  // Starts a record; the index stays valid.
+  // Starts a record; the index stays valid until the record is taken.
   std::size_t NewRecord(std::string origin, const LogLine& line, Severity severity,
                         bool notice = false);
-  ScannedRecord& Record(std::size_t index) { return records_[index]; }
+  ScannedRecord& Record(std::size_t index) { return records_[index - first_index_]; }
   // The open block under `key`, if one was touched within the last few
   // lines; touching it keeps it open. Log lines of one event are adjacent
   // or nearly so (other CPUs' messages may interleave).
@@ -79,14 +84,15 @@ class KernelLogScanner {
   void OpenAs(const std::string& key, std::size_t index) { open_[key] = {index, line_number_}; }
   void CloseBlock(const std::string& key) { open_.erase(key); }
   void Attach(std::size_t index, const LogLine& line) {
-    records_[index].lines.emplace_back(line.raw);
+    Record(index).lines.emplace_back(line.raw);
   }
   static void Raise(ScannedRecord& record, Severity severity);
   // Resolves what a block could only decide once it was complete: the
   // memory controller of a report section, an AER device known only by id.
-  void FinishSections();
+  void Resolve(std::size_t index);
 
-  std::vector<ScannedRecord> records_;
+  std::vector<ScannedRecord> records_;  // records_[0] has index first_index_
+  std::size_t first_index_ = 0;
   struct OpenEntry {
     std::size_t index = 0;
     std::uint64_t last_line = 0;
