@@ -44,6 +44,7 @@ std::size_t KernelLogScanner::NewRecord(std::string origin, const LogLine& line,
   record.notice = notice;
   record.message = std::string(line.text);
   record.lines.emplace_back(line.raw);
+  record.tag = line_tag_;
   records_.push_back(std::move(record));
   return first_index_ + records_.size() - 1;
 }
@@ -109,8 +110,9 @@ bool MayStartARecord(std::string_view line) {
 
 }  // namespace
 
-void KernelLogScanner::AddLine(std::string_view raw_line) {
+void KernelLogScanner::AddLine(std::string_view raw_line, std::uint64_t tag) {
   ++line_number_;
+  line_tag_ = tag;
   // Blocks nobody continued within the gap are closed for good.
   std::erase_if(open_, [this](const auto& entry) {
     return line_number_ - entry.second.last_line > kBlockGapLines;

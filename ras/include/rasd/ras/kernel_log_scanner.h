@@ -28,6 +28,7 @@ struct ScannedRecord {
   std::optional<int> mc;
   std::optional<std::string> address;  // lower-case hex, "0x..."
   std::uint64_t count = 1;             // errors the record reports
+  std::uint64_t tag = 0;               // the caller's tag of its first line (kmsg: the timestamp)
   std::string message;                 // the record's key line, prefixes removed
   std::vector<std::string> lines;      // the raw lines
 
@@ -45,7 +46,8 @@ struct ScannedRecord {
 // any input is acceptable. Not thread-safe.
 class KernelLogScanner {
  public:
-  void AddLine(std::string_view raw_line);
+  // `tag` is copied into a record that this line starts.
+  void AddLine(std::string_view raw_line, std::uint64_t tag = 0);
   // Records that no open block can extend any more, in the order their
   // first lines appeared (for a follower: call after each batch of lines).
   std::vector<ScannedRecord> TakeCompleted();
@@ -100,6 +102,7 @@ class KernelLogScanner {
   static constexpr std::uint64_t kBlockGapLines = 8;
   std::map<std::string, OpenEntry> open_;
   std::uint64_t line_number_ = 0;
+  std::uint64_t line_tag_ = 0;
   std::uint64_t undecoded_ = 0;
   // Multi-line state that is not a block of its own.
   std::string nvidia_pending_bdf_;

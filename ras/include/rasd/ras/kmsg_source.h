@@ -1,0 +1,79 @@
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "rasd/common/host_env.h"
+#include "rasd/common/result.h"
+#include "rasd/common/unique_fd.h"
+#include "rasd/ras/kernel_log_scanner.h"
+#include "rasd/ras/ras_event.h"
+#include "rasd/ras/state_store.h"
+
+namespace rasd::ras {
+
+// One /dev/kmsg record: "prio,seq,usec,flags;text" and, on the lines after
+// it, dictionary entries (" SUBSYSTEM=pci") that are not part of the text.
+struct KmsgRecord {
+  int priority = 0;       // facility * 8 + level
+  std::uint64_t sequence = 0;
+  std::uint64_t usec = 0;  // since boot
+  std::string_view text;
+};
+
+// Pure: nullopt for anything that is not a kmsg record header.
+std::optional<KmsgRecord> DecodeKmsgRecord(std::string_view record);
+
+// Follows the kernel log at <root>/dev/kmsg and turns its RAS records into
+// events. The real character device is read a record per read(); a regular
+// file or FIFO there (replays, tests) is read line by line and followed as
+// it grows.
+//
+// Resume: the cursor is (boot id, last sequence number). After a restart in
+// the same boot nothing already seen is repeated; records the kernel's ring
+// buffer overwrote before rasd read them are reported as one INFO event
+// naming the gap. A source only decodes; it never acts.
+//
+// Not thread-safe: the daemon's loop owns it.
+class KmsgSource {
+ public:
+  static constexpr std::string_view kSourceName = "kmsg";
+
+  KmsgSource(const common::HostEnv& host, std::string boot_id, std::optional<SourceCursor> resume);
+
+  // kNotFound / kPermissionDenied when there is no readable kmsg.
+  Status Open();
+  int Fd() const { return fd_.Get(); }
+  bool IsCharacterDevice() const { return character_device_; }
+
+  // Reads what is available now; returns the events whose records are
+  // complete.
+  std::vector<RasEvent> Poll();
+  // The log has been quiet: completes records still open.
+  std::vector<RasEvent> Flush();
+
+  SourceCursor Cursor() const;
+  std::uint64_t LostRecords() const { return lost_records_; }
+  std::uint64_t RecordsRead() const { return records_read_; }
+
+ private:
+  void Accept(std::string_view record);
+  std::vector<RasEvent> Collect(std::vector<ScannedRecord> records);
+
+  const common::HostEnv& host_;
+  std::string boot_id_;
+  std::optional<std::uint64_t> resume_after_;  // same boot: skip up to here
+  common::UniqueFd fd_;
+  bool character_device_ = false;
+  std::string partial_;  // an unfinished line (file mode)
+  KernelLogScanner scanner_;
+  std::optional<std::uint64_t> last_sequence_;
+  std::uint64_t lost_records_ = 0;
+  std::uint64_t records_read_ = 0;
+  std::vector<RasEvent> gap_events_;
+};
+
+}  // namespace rasd::ras

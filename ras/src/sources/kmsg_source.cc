@@ -1,0 +1,141 @@
+#include "rasd/ras/kmsg_source.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include <fmt/format.h>
+
+namespace rasd::ras {
+namespace {
+
+// The wall-clock time of a kernel timestamp (microseconds since boot).
+std::chrono::system_clock::time_point WallTimeOf(std::uint64_t usec) {
+  timespec boottime{};
+  ::clock_gettime(CLOCK_BOOTTIME, &boottime);
+  const auto since_boot = std::chrono::seconds(boottime.tv_sec) + std::chrono::nanoseconds(boottime.tv_nsec);
+  const auto record_age = since_boot - std::chrono::microseconds(usec);
+  if (record_age < std::chrono::nanoseconds(0)) return std::chrono::system_clock::now();  // a replayed log
+  return std::chrono::system_clock::now() -
+         std::chrono::duration_cast<std::chrono::system_clock::duration>(record_age);
+}
+
+}  // namespace
+
+std::optional<KmsgRecord> DecodeKmsgRecord(std::string_view record) {
+  KmsgRecord decoded;
+  const std::size_t semicolon = record.find(';');
+  if (semicolon == std::string_view::npos) return std::nullopt;
+  std::string_view header = record.substr(0, semicolon);
+  std::uint64_t fields[3] = {};
+  for (auto& field : fields) {
+    const std::size_t comma = header.find(',');
+    if (comma == std::string_view::npos) return std::nullopt;
+    auto value = ParseNumber(header.substr(0, comma));
+    if (!value) return std::nullopt;
+    field = *value;
+    header.remove_prefix(comma + 1);
+  }
+  decoded.priority = static_cast<int>(fields[0]);
+  decoded.sequence = fields[1];
+  decoded.usec = fields[2];
+  std::string_view text = record.substr(semicolon + 1);
+  text = text.substr(0, text.find('\n'));  // dictionary lines follow
+  decoded.text = text;
+  return decoded;
+}
+
+KmsgSource::KmsgSource(const common::HostEnv& host, std::string boot_id, std::optional<SourceCursor> resume)
+    : host_(host), boot_id_(std::move(boot_id)) {
+  if (resume && resume->boot_id == boot_id_) {
+    if (auto sequence = ParseNumber(resume->position)) resume_after_ = *sequence;
+  }
+}
+
+Status KmsgSource::Open() {
+  const auto path = host_.Resolve("/dev/kmsg");
+  fd_.Reset(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
+  if (!fd_) return Fail(ErrnoError("open " + path.string(), errno));
+  struct stat st {};
+  if (::fstat(fd_.Get(), &st) == 0) character_device_ = S_ISCHR(st.st_mode);
+  return {};
+}
+
+void KmsgSource::Accept(std::string_view record) {
+  if (record.empty() || record.front() == ' ') return;  // a dictionary line
+  const auto decoded = DecodeKmsgRecord(record);
+  if (!decoded) {
+    scanner_.AddLine(record);  // plain text in a replay file
+    return;
+  }
+  ++records_read_;
+  if (resume_after_ && decoded->sequence <= *resume_after_) return;  // seen before the restart
+  const std::uint64_t expected = last_sequence_ ? *last_sequence_ + 1 : resume_after_.value_or(0) + 1;
+  if ((last_sequence_ || resume_after_) && decoded->sequence > expected) {
+    const std::uint64_t lost = decoded->sequence - expected;
+    lost_records_ += lost;
+    RasEvent gap;
+    gap.time = std::chrono::system_clock::now();
+    gap.source = std::string(kSourceName);
+    gap.origin = "kmsg";
+    gap.summary = fmt::format("{} kernel log record(s) (sequence {} to {}) were overwritten before rasd read them",
+                              lost, expected, decoded->sequence - 1);
+    gap_events_.push_back(std::move(gap));
+  }
+  last_sequence_ = decoded->sequence;
+  resume_after_.reset();
+  scanner_.AddLine(decoded->text, decoded->usec);
+}
+
+std::vector<RasEvent> KmsgSource::Poll() {
+  char buffer[8192];
+  for (int reads = 0; reads < 4096; ++reads) {
+    const ssize_t n = ::read(fd_.Get(), buffer, sizeof buffer);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EPIPE) continue;  // overwritten while we read: the sequence gap says how many
+      break;                          // EAGAIN: all read
+    }
+    if (n == 0) break;  // end of a regular file: follow it on the next poll
+    const std::string_view chunk(buffer, static_cast<std::size_t>(n));
+    if (character_device_) {
+      Accept(chunk);  // one record per read
+      continue;
+    }
+    partial_.append(chunk);
+    std::size_t start = 0;
+    for (std::size_t newline = partial_.find('\n'); newline != std::string::npos;
+         newline = partial_.find('\n', start)) {
+      Accept(std::string_view(partial_).substr(start, newline - start));
+      start = newline + 1;
+    }
+    partial_.erase(0, start);
+    if (partial_.size() > 1 << 20) partial_.clear();  // a runaway line: drop it, never grow unbounded
+  }
+  return Collect(scanner_.TakeCompleted());
+}
+
+std::vector<RasEvent> KmsgSource::Flush() {
+  scanner_.CloseOpenBlocks();
+  return Collect(scanner_.TakeCompleted());
+}
+
+std::vector<RasEvent> KmsgSource::Collect(std::vector<ScannedRecord> records) {
+  std::vector<RasEvent> events = std::move(gap_events_);
+  gap_events_.clear();
+  for (const auto& record : records) {
+    events.push_back(EventFromRecord(record, std::string(kSourceName),
+                                     record.tag != 0 ? WallTimeOf(record.tag) : std::chrono::system_clock::now()));
+  }
+  return events;
+}
+
+SourceCursor KmsgSource::Cursor() const {
+  return SourceCursor{std::string(kSourceName), boot_id_,
+                      last_sequence_ ? std::to_string(*last_sequence_) : std::to_string(resume_after_.value_or(0))};
+}
+
+}  // namespace rasd::ras
