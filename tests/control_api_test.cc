@@ -58,7 +58,8 @@ TEST_F(ControlApiTest, PingAndStatusAnswerWithTheDocumentedShape) {
   EXPECT_FALSE(result["version"].get<std::string>().empty());
   EXPECT_GE(result["uptime_seconds"].get<double>(), 0.0);
   EXPECT_TRUE(result["config"]["path"].is_null());
-  EXPECT_EQ(result["host_root"], "/");
+  EXPECT_EQ(result["host_root"], rasd_.HostRoot().string());
+  EXPECT_EQ(result["ras"]["kmsg_active"], true);
   EXPECT_EQ(result["state_dir"], rasd_.StateDir().string());
   EXPECT_EQ(result["devices"]["count"], 4);
   EXPECT_EQ(result["devices"]["by_health"]["healthy"], 4);
@@ -101,7 +102,8 @@ TEST_F(ControlApiTest, UnknownCommandNamesTheKnownOnes) {
   const auto reply = Ask(client, R"({"command":"format-disk","id":9})");
   EXPECT_EQ(reply["ok"], false);
   EXPECT_EQ(reply["error"]["code"], "unknown_command");
-  EXPECT_NE(reply["error"]["message"].get<std::string>().find("known: ping, reload, status"),
+  EXPECT_NE(reply["error"]["message"].get<std::string>().find(
+                "known: events, ping, reload, status, summary"),
             std::string::npos)
       << reply.dump();
   EXPECT_EQ(reply["id"], 9);

@@ -295,7 +295,7 @@ TEST(DaemonLifecycleTest, StateSurvivesARestart) {
   EXPECT_EQ(rasd.Stop(), 0);
   ASSERT_TRUE(rasd.Start({}, {}, &why)) << why;
   const auto status = StatusJson(rasd);
-  EXPECT_EQ(status["database"]["schema_version"], 1);
+  EXPECT_EQ(status["database"]["schema_version"], 2);
   EXPECT_EQ(status["state_dir"], rasd.StateDir().string());
 }
 

@@ -26,7 +26,7 @@ TEST_F(RasctlTest, StatusIsHumanReadableByDefault) {
   EXPECT_NE(result.out.find("devices     4 sim: 4 healthy, 0 degraded, 0 draining, 0 isolated"),
             std::string::npos)
       << result.out;
-  EXPECT_NE(result.out.find("state dir   " + rasd_.StateDir().string() + " (schema 1)"),
+  EXPECT_NE(result.out.find("state dir   " + rasd_.StateDir().string() + " (schema 2)"),
             std::string::npos)
       << result.out;
   EXPECT_NE(

@@ -8,8 +8,10 @@
 #include <chrono>
 #include <fstream>
 #include <iostream>
+#include <thread>
 
 #include "control_client.h"
+#include "event_text.h"
 #include "rasd/common/default_paths.h"
 #include "rasd/common/version.h"
 #include "scan_command.h"
@@ -36,7 +38,7 @@ std::filesystem::path SocketPath(const GlobalOptions& options) {
 
 // Sends one command and prints the answer. `render` turns a successful
 // result into text for people; --json prints the daemon's reply as is.
-int RunCommand(const GlobalOptions& options, const std::string& command,
+int RunCommand(const GlobalOptions& options, const std::string& command, const nlohmann::json& args,
                const std::function<std::string(const nlohmann::json&)>& render) {
   const auto timeout =
       std::chrono::milliseconds(static_cast<long long>(options.timeout_seconds * 1000));
@@ -45,7 +47,7 @@ int RunCommand(const GlobalOptions& options, const std::string& command,
     std::cerr << "rasctl: " << client.error().message << "\n";
     return kExitUnreachable;
   }
-  auto reply = client->Call(command);
+  auto reply = client->Call(command, args);
   if (!reply) {
     std::cerr << "rasctl: " << reply.error().message << "\n";
     return kExitUnreachable;
@@ -64,6 +66,40 @@ int RunCommand(const GlobalOptions& options, const std::string& command,
   }
   if (!options.json) std::cout << render(reply->value("result", nlohmann::json::object()));
   return kExitOk;
+}
+
+// --follow: asks for events after the last one seen, once a second.
+int FollowEvents(const GlobalOptions& options, nlohmann::json args) {
+  const auto timeout =
+      std::chrono::milliseconds(static_cast<long long>(options.timeout_seconds * 1000));
+  std::int64_t last_id = -1;
+  for (;;) {
+    auto client = rasd::ctl::ControlClient::Connect(SocketPath(options), timeout);
+    if (!client) {
+      std::cerr << "rasctl: " << client.error().message << "\n";
+      return kExitUnreachable;
+    }
+    if (last_id >= 0) {
+      args["after_id"] = last_id;
+      args.erase("since_seconds");
+    }
+    auto reply = client->Call("events", args);
+    if (!reply) {
+      std::cerr << "rasctl: " << reply.error().message << "\n";
+      return kExitUnreachable;
+    }
+    if (!reply->value("ok", false)) {
+      std::cerr << "rasctl: events: " << (*reply)["error"].value("message", "(no message)") << "\n";
+      return kExitDaemonError;
+    }
+    for (const auto& event : (*reply)["result"]["events"]) {
+      std::cout << (options.json ? event.dump() + "\n" : rasd::ctl::FormatEvent(event))
+                << std::flush;
+      last_id = std::max(last_id, event.value("id", last_id));
+    }
+    if (last_id < 0) last_id = 0;
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
 }
 
 std::string RenderReload(const nlohmann::json& result) {
@@ -94,6 +130,27 @@ int main(int argc, char** argv) {
   auto* status = app.add_subcommand("status", "show the daemon's state");
   auto* ping = app.add_subcommand("ping", "check that the daemon answers");
   auto* reload = app.add_subcommand("reload", "re-read the config file (like SIGHUP)");
+  auto* events = app.add_subcommand("events", "list the RAS events rasd has stored");
+  std::string events_since, events_severity;
+  int events_device = -1;
+  int events_limit = 100;
+  bool events_follow = false;
+  events
+      ->add_option("--since", events_since, "only events newer than DURATION (90, 30s, 5m, 2h, 1d)")
+      ->check([](const std::string& text) {
+        return rasd::ctl::ParseDuration(text) ? std::string()
+                                              : std::string("not a duration: ") + text;
+      });
+  events->add_option("--severity", events_severity, "only this class")
+      ->check(
+          CLI::IsMember({"CE", "UCNA", "SRAO", "SRAR", "UCE", "FATAL", "INFO"}, CLI::ignore_case));
+  events->add_option("--device", events_device, "only events of this device index")
+      ->check(CLI::NonNegativeNumber);
+  events->add_option("--limit", events_limit, "at most this many of the newest events")
+      ->check(CLI::Range(1, 10000));
+  events->add_flag("--follow", events_follow,
+                   "keep printing new events as they arrive (Ctrl-C ends)");
+  auto* summary = app.add_subcommand("summary", "event counts by origin and severity");
   auto* scan = app.add_subcommand("scan", "list the RAS records in a saved kernel log (offline)");
   std::string scan_file = "-";
   scan->add_option("file", scan_file, "dmesg/journalctl/syslog/kmsg text; - for standard input");
@@ -104,11 +161,22 @@ int main(int argc, char** argv) {
     return rc == 0 ? kExitOk : kExitUsage;
   }
 
-  if (status->parsed()) return RunCommand(options, "status", rasd::ctl::FormatStatus);
+  const nlohmann::json no_args = nlohmann::json::object();
+  if (status->parsed()) return RunCommand(options, "status", no_args, rasd::ctl::FormatStatus);
   if (ping->parsed()) {
-    return RunCommand(options, "ping", [](const nlohmann::json&) { return std::string("pong\n"); });
+    return RunCommand(options, "ping", no_args,
+                      [](const nlohmann::json&) { return std::string("pong\n"); });
   }
-  if (reload->parsed()) return RunCommand(options, "reload", RenderReload);
+  if (reload->parsed()) return RunCommand(options, "reload", no_args, RenderReload);
+  if (summary->parsed()) return RunCommand(options, "summary", no_args, rasd::ctl::FormatSummary);
+  if (events->parsed()) {
+    nlohmann::json args = {{"limit", events_limit}};
+    if (!events_since.empty()) args["since_seconds"] = *rasd::ctl::ParseDuration(events_since);
+    if (!events_severity.empty()) args["severity"] = events_severity;
+    if (events_device >= 0) args["device"] = events_device;
+    if (!events_follow) return RunCommand(options, "events", args, rasd::ctl::FormatEvents);
+    return FollowEvents(options, args);
+  }
   if (scan->parsed()) {
     if (scan_file == "-") return rasd::ctl::RunScan(std::cin, options.json, std::cout);
     std::ifstream file(scan_file, std::ios::binary);

@@ -82,6 +82,16 @@ class SchemaReader {
     return node.Scalar();
   }
 
+  std::optional<bool> ReadBool(const YAML::Node& node, const std::string& path) {
+    if (node.IsScalar()) {
+      const std::string& text = node.Scalar();
+      if (text == "true" || text == "yes" || text == "on") return true;
+      if (text == "false" || text == "no" || text == "off") return false;
+    }
+    Problem(node.Mark(), fmt::format("'{}' must be true or false, not {}", path, KindName(node)));
+    return std::nullopt;
+  }
+
   template <typename Int>
   std::optional<Int> ReadInteger(const YAML::Node& node, const std::string& path, Int min,
                                  Int max) {
@@ -232,6 +242,24 @@ void ReadDocument(SchemaReader& reader, const YAML::Node& root, Config& config) 
          config.runtime.driver = *text;
        }},
   };
+  const std::vector<Key> ras_keys = {
+      {"kmsg",
+       [&](const YAML::Node& value, const std::string& path) {
+         if (auto enabled = reader.ReadBool(value, path)) config.ras.kmsg = *enabled;
+       }},
+      {"kmsg_quiet_flush_ms",
+       [&](const YAML::Node& value, const std::string& path) {
+         if (auto ms = reader.ReadInteger<int>(value, path, 10, 60'000)) {
+           config.ras.kmsg_quiet_flush = std::chrono::milliseconds(*ms);
+         }
+       }},
+      {"kmsg_file_poll_ms",
+       [&](const YAML::Node& value, const std::string& path) {
+         if (auto ms = reader.ReadInteger<int>(value, path, 10, 60'000)) {
+           config.ras.kmsg_file_poll = std::chrono::milliseconds(*ms);
+         }
+       }},
+  };
   const std::vector<Key> simulator_keys = {
       {"devices",
        [&](const YAML::Node& value, const std::string& path) {
@@ -254,6 +282,7 @@ void ReadDocument(SchemaReader& reader, const YAML::Node& root, Config& config) 
                       {"control", section(control_keys)},
                       {"metrics", section(metrics_keys)},
                       {"runtime", section(runtime_keys)},
+                      {"ras", section(ras_keys)},
                       {"simulator", section(simulator_keys)}});
 }
 

@@ -50,6 +50,14 @@ std::string Iso8601(std::chrono::system_clock::time_point time) {
   return fmt::format("{:%Y-%m-%dT%H:%M:%S}Z", std::chrono::floor<std::chrono::seconds>(time));
 }
 
+nlohmann::json IngestStatus(const RasIngest::Stats& stats) {
+  return {{"kmsg_active", stats.kmsg_active},
+          {"kmsg_records", stats.kmsg_records},
+          {"kmsg_lost", stats.kmsg_lost},
+          {"events_ingested", stats.events},
+          {"store_failures", stats.store_failures}};
+}
+
 // Keys that the running daemon cannot change in place; a reload that changes
 // them says so and the new value waits for a restart.
 std::vector<std::string> RestartRequiredChanges(const Config& running, const Config& loaded) {
@@ -65,6 +73,7 @@ std::vector<std::string> RestartRequiredChanges(const Config& running, const Con
   check(running.runtime.driver != loaded.runtime.driver, "runtime.driver");
   check(running.simulator.devices != loaded.simulator.devices, "simulator.devices");
   check(running.simulator.memory_mib != loaded.simulator.memory_mib, "simulator.memory_mib");
+  check(running.ras != loaded.ras, "ras");
   return keys;
 }
 
@@ -83,6 +92,7 @@ Daemon::Daemon(StartOptions options)
 
 Daemon::~Daemon() {
   control_.reset();
+  ingest_.reset();
   for (auto* source : sources_) sd_event_source_disable_unref(source);
   if (!socket_.activated && !socket_.bound_path.empty()) ::unlink(socket_.bound_path.c_str());
   sd_event_unref(event_);
@@ -145,6 +155,10 @@ Status Daemon::Initialize(Config config) {
     }
     sources_.push_back(source);
   }
+
+  auto ingest = RasIngest::Create(event_, *host_, *store_, *runtime_, config_.ras);
+  if (!ingest) return Fail(ingest.error());
+  ingest_ = std::move(*ingest);
 
   auto socket = OpenControlSocket(socket_path_, config_.control.socket_mode);
   if (!socket)
@@ -284,7 +298,98 @@ std::map<std::string, Command> Daemon::Commands() {
                       }};
   commands["status"] = {false, [this](const auto&, const auto&) { return StatusReport(); }};
   commands["reload"] = {true, [this](const auto&, const auto&) { return Reload(); }};
+  commands["events"] = {
+      false, [this](const auto& request, const auto&) { return EventsReport(request.args); }};
+  commands["summary"] = {false, [this](const auto&, const auto&) { return SummaryReport(); }};
   return commands;
+}
+
+namespace {
+
+nlohmann::json EventJson(const ras::StoredEvent& stored) {
+  const ras::RasEvent& event = stored.event;
+  auto optional = [](const auto& value) -> nlohmann::json {
+    if (!value) return nullptr;
+    return *value;
+  };
+  return {
+      {"id", stored.id},
+      {"time", Iso8601(event.time)},
+      {"time_ns",
+       std::chrono::duration_cast<std::chrono::nanoseconds>(event.time.time_since_epoch()).count()},
+      {"source", event.source},
+      {"origin", event.origin},
+      {"severity", std::string(ras::SeverityName(event.severity))},
+      {"device", optional(event.device)},
+      {"mc", optional(event.mc)},
+      {"pci_bdf", optional(event.pci_bdf)},
+      {"address", optional(event.address)},
+      {"vendor_code", optional(event.vendor_code)},
+      {"count", event.count},
+      {"historical", event.historical},
+      {"summary", event.summary},
+  };
+}
+
+}  // namespace
+
+Result<nlohmann::json> Daemon::EventsReport(const nlohmann::json& args) {
+  ras::EventQuery query;
+  query.limit = 100;
+  for (const auto& [key, value] : args.items()) {
+    if (key == "since_seconds") {
+      if (!value.is_number() || value.get<double>() < 0) {
+        return Fail(ErrorCode::kInvalidArgument, "since_seconds must be a number of seconds >= 0");
+      }
+      query.since =
+          clock_->Wall() - std::chrono::duration_cast<std::chrono::system_clock::duration>(
+                               std::chrono::duration<double>(value.get<double>()));
+    } else if (key == "severity") {
+      const auto severity =
+          value.is_string() ? ras::ParseSeverity(value.get<std::string>()) : std::nullopt;
+      if (!severity)
+        return Fail(ErrorCode::kInvalidArgument,
+                    "severity must be one of CE, UCNA, SRAO, SRAR, UCE, FATAL, INFO");
+      query.severity = severity;
+    } else if (key == "device") {
+      if (!value.is_number_integer())
+        return Fail(ErrorCode::kInvalidArgument, "device must be an integer");
+      query.device = value.get<int>();
+    } else if (key == "limit") {
+      if (!value.is_number_integer() || value.get<long long>() < 1 ||
+          value.get<long long>() > 10000) {
+        return Fail(ErrorCode::kInvalidArgument, "limit must be an integer in 1..10000");
+      }
+      query.limit = value.get<std::size_t>();
+    } else if (key == "after_id") {
+      if (!value.is_number_integer())
+        return Fail(ErrorCode::kInvalidArgument, "after_id must be an integer");
+      query.after_id = value.get<std::int64_t>();
+    } else {
+      return Fail(ErrorCode::kInvalidArgument,
+                  "unknown argument '" + key +
+                      "' (known: since_seconds, severity, device, limit, after_id)");
+    }
+  }
+  auto events = store_->QueryEvents(query);
+  if (!events) return Fail(events.error());
+  nlohmann::json list = nlohmann::json::array();
+  for (const auto& stored : *events) list.push_back(EventJson(stored));
+  return nlohmann::json{{"events", std::move(list)}};
+}
+
+Result<nlohmann::json> Daemon::SummaryReport() {
+  auto rows = store_->Summarize();
+  if (!rows) return Fail(rows.error());
+  nlohmann::json list = nlohmann::json::array();
+  for (const auto& row : *rows) {
+    list.push_back({{"origin", row.origin},
+                    {"severity", std::string(ras::SeverityName(row.severity))},
+                    {"events", row.events},
+                    {"errors", row.errors},
+                    {"last", Iso8601(row.last)}});
+  }
+  return nlohmann::json{{"rows", std::move(list)}};
 }
 
 Result<nlohmann::json> Daemon::StatusReport() {
@@ -348,6 +453,7 @@ Result<nlohmann::json> Daemon::StatusReport() {
       {"control",
        {{"clients", control_->ClientCount()}, {"rejected_requests", control_->RejectedRequests()}}},
       {"watchdog_usec", watchdog_usec_},
+      {"ras", IngestStatus(ingest_->GetStats())},
   };
 }
 

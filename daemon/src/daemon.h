@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "control_server.h"
+#include "ras_ingest.h"
 #include "rasd/common/host_env.h"
 #include "rasd/daemon/config.h"
 #include "rasd/jobs/job_manager.h"
@@ -48,6 +49,8 @@ class Daemon {
   Status Initialize(Config config);
   std::map<std::string, Command> Commands();
   Result<nlohmann::json> StatusReport();
+  Result<nlohmann::json> EventsReport(const nlohmann::json& args);
+  Result<nlohmann::json> SummaryReport();
   // Re-reads the config file; keeps the running config when the new one has
   // problems. Returns what changed, or the problems.
   Result<nlohmann::json> Reload();
@@ -78,6 +81,7 @@ class Daemon {
   jobs::JobManager jobs_;
   ControlSocket socket_;
   std::unique_ptr<ControlServer> control_;
+  std::unique_ptr<RasIngest> ingest_;
 
   std::uint64_t config_generation_ = 1;
   nlohmann::json last_reload_;  // null until the first reload

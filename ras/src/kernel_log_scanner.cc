@@ -171,7 +171,8 @@ std::vector<ScannedRecord> KernelLogScanner::TakeCompleted() {
   if (end == first_index_) return completed;
   for (std::size_t index = first_index_; index < end; ++index) Resolve(index);
   const auto count = static_cast<std::ptrdiff_t>(end - first_index_);
-  completed.assign(std::make_move_iterator(records_.begin()), std::make_move_iterator(records_.begin() + count));
+  completed.assign(std::make_move_iterator(records_.begin()),
+                   std::make_move_iterator(records_.begin() + count));
   records_.erase(records_.begin(), records_.begin() + count);
   first_index_ = end;
   return completed;

@@ -4,7 +4,8 @@
 
 namespace rasd::ras {
 
-RasEvent EventFromRecord(const ScannedRecord& record, std::string source, std::chrono::system_clock::time_point time) {
+RasEvent EventFromRecord(const ScannedRecord& record, std::string source,
+                         std::chrono::system_clock::time_point time) {
   RasEvent event;
   event.time = time;
   event.source = std::move(source);

@@ -7,9 +7,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <string>
-#include <algorithm>
 #include <vector>
 
 namespace rasd::ras {
@@ -209,11 +209,12 @@ Status StateStore::Migrate() {
 }
 
 Status StateStore::Prepare() {
-  if (sqlite3_prepare_v3(
-          db_,
-          "INSERT INTO events(time_ns, origin, severity, device, summary, raw, source, mc, pci_bdf, "
-          "address_text, vendor_code, count, historical) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);",
-          -1, SQLITE_PREPARE_PERSISTENT, &insert_event_, nullptr) != SQLITE_OK) {
+  if (sqlite3_prepare_v3(db_,
+                         "INSERT INTO events(time_ns, origin, severity, device, summary, raw, "
+                         "source, mc, pci_bdf, "
+                         "address_text, vendor_code, count, historical) VALUES (?, ?, ?, ?, ?, ?, "
+                         "?, ?, ?, ?, ?, ?, ?);",
+                         -1, SQLITE_PREPARE_PERSISTENT, &insert_event_, nullptr) != SQLITE_OK) {
     return Fail(SqliteError("prepare event insert"));
   }
   if (sqlite3_prepare_v3(db_, "SELECT severity, COUNT(*) FROM events GROUP BY severity;", -1,
@@ -233,16 +234,19 @@ void BindOptionalInt(sqlite3_stmt* statement, int column, const std::optional<in
   }
 }
 
-void BindOptionalText(sqlite3_stmt* statement, int column, const std::optional<std::string>& value) {
+void BindOptionalText(sqlite3_stmt* statement, int column,
+                      const std::optional<std::string>& value) {
   if (value) {
-    sqlite3_bind_text(statement, column, value->data(), static_cast<int>(value->size()), SQLITE_TRANSIENT);
+    sqlite3_bind_text(statement, column, value->data(), static_cast<int>(value->size()),
+                      SQLITE_TRANSIENT);
   } else {
     sqlite3_bind_null(statement, column);
   }
 }
 
 void BindText(sqlite3_stmt* statement, int column, std::string_view value) {
-  sqlite3_bind_text(statement, column, value.data(), static_cast<int>(value.size()), SQLITE_TRANSIENT);
+  sqlite3_bind_text(statement, column, value.data(), static_cast<int>(value.size()),
+                    SQLITE_TRANSIENT);
 }
 
 std::optional<int> ColumnOptionalInt(sqlite3_stmt* statement, int column) {
@@ -265,7 +269,8 @@ std::string ColumnText(sqlite3_stmt* statement, int column) {
 Result<std::int64_t> StateStore::RecordEvent(const RasEvent& event) {
   sqlite3_reset(insert_event_);
   sqlite3_clear_bindings(insert_event_);
-  const auto time_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(event.time.time_since_epoch()).count();
+  const auto time_ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(event.time.time_since_epoch()).count();
   sqlite3_bind_int64(insert_event_, 1, time_ns);
   BindText(insert_event_, 2, event.origin);
   BindText(insert_event_, 3, SeverityName(event.severity));
@@ -297,7 +302,8 @@ Status StateStore::RecordEvents(std::span<const RasEvent> events) {
 
 Result<std::vector<StoredEvent>> StateStore::QueryEvents(const EventQuery& query) {
   std::string sql =
-      "SELECT id, time_ns, origin, severity, device, summary, raw, source, mc, pci_bdf, address_text, vendor_code, "
+      "SELECT id, time_ns, origin, severity, device, summary, raw, source, mc, pci_bdf, "
+      "address_text, vendor_code, "
       "count, historical FROM events WHERE time_ns >= ?";
   if (query.severity) sql += " AND severity = ?";
   if (query.device) sql += " AND device = ?";
@@ -308,8 +314,9 @@ Result<std::vector<StoredEvent>> StateStore::QueryEvents(const EventQuery& query
     return Fail(SqliteError("prepare event query"));
   }
   int column = 1;
-  sqlite3_bind_int64(statement, column++,
-                     std::chrono::duration_cast<std::chrono::nanoseconds>(query.since.time_since_epoch()).count());
+  sqlite3_bind_int64(
+      statement, column++,
+      std::chrono::duration_cast<std::chrono::nanoseconds>(query.since.time_since_epoch()).count());
   if (query.severity) BindText(statement, column++, SeverityName(*query.severity));
   if (query.device) sqlite3_bind_int(statement, column++, *query.device);
   if (query.after_id) sqlite3_bind_int64(statement, column++, *query.after_id);
@@ -360,8 +367,9 @@ Result<std::vector<EventSummaryRow>> StateStore::Summarize() {
     row.severity = ParseSeverity(ColumnText(statement, 1)).value_or(Severity::kInfo);
     row.events = static_cast<std::uint64_t>(sqlite3_column_int64(statement, 2));
     row.errors = static_cast<std::uint64_t>(sqlite3_column_int64(statement, 3));
-    row.last = std::chrono::system_clock::time_point(std::chrono::duration_cast<std::chrono::system_clock::duration>(
-        std::chrono::nanoseconds(sqlite3_column_int64(statement, 4))));
+    row.last = std::chrono::system_clock::time_point(
+        std::chrono::duration_cast<std::chrono::system_clock::duration>(
+            std::chrono::nanoseconds(sqlite3_column_int64(statement, 4))));
     rows.push_back(std::move(row));
   }
   const bool done = rc == SQLITE_DONE;
@@ -372,11 +380,13 @@ Result<std::vector<EventSummaryRow>> StateStore::Summarize() {
 
 Status StateStore::SaveCursor(const SourceCursor& cursor) {
   sqlite3_stmt* statement = nullptr;
-  if (sqlite3_prepare_v2(db_,
-                         "INSERT INTO source_cursors(source, boot_id, position, updated_ns) VALUES (?, ?, ?, ?) "
-                         "ON CONFLICT(source) DO UPDATE SET boot_id = excluded.boot_id, position = excluded.position, "
-                         "updated_ns = excluded.updated_ns;",
-                         -1, &statement, nullptr) != SQLITE_OK) {
+  if (sqlite3_prepare_v2(
+          db_,
+          "INSERT INTO source_cursors(source, boot_id, position, updated_ns) VALUES (?, ?, ?, ?) "
+          "ON CONFLICT(source) DO UPDATE SET boot_id = excluded.boot_id, position = "
+          "excluded.position, "
+          "updated_ns = excluded.updated_ns;",
+          -1, &statement, nullptr) != SQLITE_OK) {
     return Fail(SqliteError("prepare cursor update"));
   }
   BindText(statement, 1, cursor.source);
@@ -384,7 +394,8 @@ Status StateStore::SaveCursor(const SourceCursor& cursor) {
   BindText(statement, 3, cursor.position);
   sqlite3_bind_int64(statement, 4,
                      std::chrono::duration_cast<std::chrono::nanoseconds>(
-                         std::chrono::system_clock::now().time_since_epoch()).count());
+                         std::chrono::system_clock::now().time_since_epoch())
+                         .count());
   const bool done = sqlite3_step(statement) == SQLITE_DONE;
   sqlite3_finalize(statement);
   if (!done) return Fail(SqliteError("save cursor"));
@@ -393,14 +404,15 @@ Status StateStore::SaveCursor(const SourceCursor& cursor) {
 
 Result<std::optional<SourceCursor>> StateStore::LoadCursor(std::string_view source) {
   sqlite3_stmt* statement = nullptr;
-  if (sqlite3_prepare_v2(db_, "SELECT boot_id, position FROM source_cursors WHERE source = ?;", -1, &statement,
-                         nullptr) != SQLITE_OK) {
+  if (sqlite3_prepare_v2(db_, "SELECT boot_id, position FROM source_cursors WHERE source = ?;", -1,
+                         &statement, nullptr) != SQLITE_OK) {
     return Fail(SqliteError("prepare cursor query"));
   }
   BindText(statement, 1, source);
   std::optional<SourceCursor> cursor;
   const int rc = sqlite3_step(statement);
-  if (rc == SQLITE_ROW) cursor = SourceCursor{std::string(source), ColumnText(statement, 0), ColumnText(statement, 1)};
+  if (rc == SQLITE_ROW)
+    cursor = SourceCursor{std::string(source), ColumnText(statement, 0), ColumnText(statement, 1)};
   sqlite3_finalize(statement);
   if (rc != SQLITE_ROW && rc != SQLITE_DONE) return Fail(SqliteError("load cursor"));
   return cursor;

@@ -1,16 +1,16 @@
 #include "rasd/ras/kmsg_source.h"
 
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <fstream>
-
-#include <gtest/gtest.h>
 
 namespace rasd::ras {
 namespace {
 
 TEST(DecodeKmsgRecordTest, SplitsHeaderTextAndDictionary) {
-  auto record = DecodeKmsgRecord("3,1234,56789012,-;EDAC MC0: 1 CE on mc#0\n SUBSYSTEM=edac\n DEVICE=+edac:mc0");
+  auto record = DecodeKmsgRecord(
+      "3,1234,56789012,-;EDAC MC0: 1 CE on mc#0\n SUBSYSTEM=edac\n DEVICE=+edac:mc0");
   ASSERT_TRUE(record.has_value());
   EXPECT_EQ(record->priority, 3);
   EXPECT_EQ(record->sequence, 1234u);
@@ -39,9 +39,10 @@ class KmsgSourceTest : public ::testing::Test {
 };
 
 TEST_F(KmsgSourceTest, FollowsAGrowingLogAndSkipsNoise) {
-  Append("6,1,100,-;Linux version 6.1\n"
-         "3,2,200,-;EDAC MC0: 1 CE memory read error on DIMM (page:0x10 offset:0x20 grain:32)\n"
-         " SUBSYSTEM=edac\n");
+  Append(
+      "6,1,100,-;Linux version 6.1\n"
+      "3,2,200,-;EDAC MC0: 1 CE memory read error on DIMM (page:0x10 offset:0x20 grain:32)\n"
+      " SUBSYSTEM=edac\n");
   KmsgSource source(*host_, "boot-a", std::nullopt);
   ASSERT_TRUE(source.Open().has_value());
   EXPECT_FALSE(source.IsCharacterDevice());
@@ -63,9 +64,10 @@ TEST_F(KmsgSourceTest, FollowsAGrowingLogAndSkipsNoise) {
 }
 
 TEST_F(KmsgSourceTest, ResumesWithoutRepeatsAndReportsGaps) {
-  Append("3,10,100,-;Memory failure: 0x1: already hardware poisoned\n"
-         "3,11,200,-;Memory failure: 0x2: already hardware poisoned\n"
-         "3,15,300,-;Memory failure: 0x3: already hardware poisoned\n");
+  Append(
+      "3,10,100,-;Memory failure: 0x1: already hardware poisoned\n"
+      "3,11,200,-;Memory failure: 0x2: already hardware poisoned\n"
+      "3,15,300,-;Memory failure: 0x3: already hardware poisoned\n");
   // The previous run stopped after sequence 10 in this boot.
   KmsgSource source(*host_, "boot-a", SourceCursor{"kmsg", "boot-a", "10"});
   ASSERT_TRUE(source.Open().has_value());
@@ -88,8 +90,9 @@ TEST_F(KmsgSourceTest, ResumesWithoutRepeatsAndReportsGaps) {
 }
 
 TEST_F(KmsgSourceTest, QuietLogFlushesOpenBlocks) {
-  Append("3,1,100,-;{2}[Hardware Error]: Hardware error from APEI Generic Hardware Error Source: 1\n"
-         "3,2,100,-;{2}[Hardware Error]: event severity: recoverable\n");
+  Append(
+      "3,1,100,-;{2}[Hardware Error]: Hardware error from APEI Generic Hardware Error Source: 1\n"
+      "3,2,100,-;{2}[Hardware Error]: event severity: recoverable\n");
   KmsgSource source(*host_, "boot-a", std::nullopt);
   ASSERT_TRUE(source.Open().has_value());
   EXPECT_TRUE(source.Poll().empty());

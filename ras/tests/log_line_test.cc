@@ -94,7 +94,8 @@ TEST(KernelLogScannerStreamingTest, RecordsAreTakenAsSoonAsNothingCanExtendThem)
   auto taken = scanner.TakeCompleted();
   ASSERT_EQ(taken.size(), 1u) << "a one-line record is complete at once";
   // A GHES block stays open while its lines keep coming.
-  scanner.AddLine("[ 2.0] {3}[Hardware Error]: Hardware error from APEI Generic Hardware Error Source: 1");
+  scanner.AddLine(
+      "[ 2.0] {3}[Hardware Error]: Hardware error from APEI Generic Hardware Error Source: 1");
   scanner.AddLine("[ 2.0] {3}[Hardware Error]: event severity: corrected");
   EXPECT_TRUE(scanner.TakeCompleted().empty());
   scanner.AddLine("[ 2.0] {3}[Hardware Error]:   physical_address: 0x0000000012345000");
@@ -105,7 +106,8 @@ TEST(KernelLogScannerStreamingTest, RecordsAreTakenAsSoonAsNothingCanExtendThem)
   EXPECT_EQ(taken[0].address, "0x0000000012345000");
   EXPECT_EQ(taken[0].lines.size(), 3u);
   // A quiet log: the owner closes what is open.
-  scanner.AddLine("[ 4.0] {4}[Hardware Error]: Hardware error from APEI Generic Hardware Error Source: 2");
+  scanner.AddLine(
+      "[ 4.0] {4}[Hardware Error]: Hardware error from APEI Generic Hardware Error Source: 2");
   EXPECT_TRUE(scanner.TakeCompleted().empty());
   scanner.CloseOpenBlocks();
   EXPECT_EQ(scanner.TakeCompleted().size(), 1u);

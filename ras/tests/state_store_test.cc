@@ -86,8 +86,11 @@ TEST_F(StateStoreTest, BatchesQueriesSummariesAndCursors) {
   const auto t0 = std::chrono::system_clock::time_point(std::chrono::seconds(1'700'000'000));
   std::vector<RasEvent> batch;
   for (int i = 0; i < 10; ++i) {
-    RasEvent event{.time = t0 + std::chrono::seconds(i), .source = "kmsg", .origin = i < 7 ? "edac" : "nvidia_xid",
-                   .severity = i < 7 ? Severity::kCe : Severity::kFatal, .summary = "e" + std::to_string(i)};
+    RasEvent event{.time = t0 + std::chrono::seconds(i),
+                   .source = "kmsg",
+                   .origin = i < 7 ? "edac" : "nvidia_xid",
+                   .severity = i < 7 ? Severity::kCe : Severity::kFatal,
+                   .summary = "e" + std::to_string(i)};
     if (i >= 7) {
       event.device = 2;
       event.vendor_code = 79;

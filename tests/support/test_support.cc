@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -264,7 +265,19 @@ bool RawClient::WaitClosed(std::chrono::milliseconds timeout) {
   }
 }
 
-RasdInstance::RasdInstance() { notify_ = std::make_unique<NotifyListener>(dir_ / "notify.sock"); }
+RasdInstance::RasdInstance() {
+  notify_ = std::make_unique<NotifyListener>(dir_ / "notify.sock");
+  std::filesystem::create_directories(HostRoot() / "dev");
+  std::filesystem::create_directories(HostRoot() / "proc/sys/kernel/random");
+  WriteText(HostRoot() / "dev/kmsg", "");
+  WriteText(HostRoot() / "proc/sys/kernel/random/boot_id",
+            "11111111-2222-3333-4444-555555555555\n");
+}
+
+void RasdInstance::AppendKmsg(const std::string& records) {
+  std::ofstream file(HostRoot() / "dev/kmsg", std::ios::binary | std::ios::app);
+  file << records;
+}
 
 RasdInstance::~RasdInstance() {
   if (process_ && process_->Running()) Stop();
@@ -279,6 +292,10 @@ bool RasdInstance::Start(std::vector<std::string> extra_args,
                          std::map<std::string, std::string> env, std::string* why) {
   ProcessOptions options;
   options.argv = {RASD_BINARY, "--state-dir", StateDir().string(), "--socket", Socket().string()};
+  if (std::find(extra_args.begin(), extra_args.end(), "--host-root") == extra_args.end()) {
+    options.argv.push_back("--host-root");
+    options.argv.push_back(HostRoot().string());
+  }
   if (has_config_) {
     options.argv.push_back("--config");
     options.argv.push_back(ConfigPath().string());

@@ -144,6 +144,10 @@ class RasdInstance {
   std::filesystem::path Socket() const { return dir_ / "rasd.sock"; }
   std::filesystem::path StateDir() const { return dir_ / "state"; }
   std::filesystem::path ConfigPath() const { return dir_ / "rasd.yaml"; }
+  // The fixture host root rasd runs against: an empty dev/kmsg (a plain
+  // file, followed as it grows) and a boot id.
+  std::filesystem::path HostRoot() const { return dir_ / "host"; }
+  void AppendKmsg(const std::string& records);
   std::string Stderr() const { return ReadText(dir_ / "rasd.stderr"); }
 
  private:

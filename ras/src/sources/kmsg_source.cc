@@ -1,13 +1,12 @@
 #include "rasd/ras/kmsg_source.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
-
-#include <fmt/format.h>
 
 namespace rasd::ras {
 namespace {
@@ -16,9 +15,11 @@ namespace {
 std::chrono::system_clock::time_point WallTimeOf(std::uint64_t usec) {
   timespec boottime{};
   ::clock_gettime(CLOCK_BOOTTIME, &boottime);
-  const auto since_boot = std::chrono::seconds(boottime.tv_sec) + std::chrono::nanoseconds(boottime.tv_nsec);
+  const auto since_boot =
+      std::chrono::seconds(boottime.tv_sec) + std::chrono::nanoseconds(boottime.tv_nsec);
   const auto record_age = since_boot - std::chrono::microseconds(usec);
-  if (record_age < std::chrono::nanoseconds(0)) return std::chrono::system_clock::now();  // a replayed log
+  if (record_age < std::chrono::nanoseconds(0))
+    return std::chrono::system_clock::now();  // a replayed log
   return std::chrono::system_clock::now() -
          std::chrono::duration_cast<std::chrono::system_clock::duration>(record_age);
 }
@@ -48,7 +49,8 @@ std::optional<KmsgRecord> DecodeKmsgRecord(std::string_view record) {
   return decoded;
 }
 
-KmsgSource::KmsgSource(const common::HostEnv& host, std::string boot_id, std::optional<SourceCursor> resume)
+KmsgSource::KmsgSource(const common::HostEnv& host, std::string boot_id,
+                       std::optional<SourceCursor> resume)
     : host_(host), boot_id_(std::move(boot_id)) {
   if (resume && resume->boot_id == boot_id_) {
     if (auto sequence = ParseNumber(resume->position)) resume_after_ = *sequence;
@@ -73,7 +75,8 @@ void KmsgSource::Accept(std::string_view record) {
   }
   ++records_read_;
   if (resume_after_ && decoded->sequence <= *resume_after_) return;  // seen before the restart
-  const std::uint64_t expected = last_sequence_ ? *last_sequence_ + 1 : resume_after_.value_or(0) + 1;
+  const std::uint64_t expected =
+      last_sequence_ ? *last_sequence_ + 1 : resume_after_.value_or(0) + 1;
   if ((last_sequence_ || resume_after_) && decoded->sequence > expected) {
     const std::uint64_t lost = decoded->sequence - expected;
     lost_records_ += lost;
@@ -81,8 +84,9 @@ void KmsgSource::Accept(std::string_view record) {
     gap.time = std::chrono::system_clock::now();
     gap.source = std::string(kSourceName);
     gap.origin = "kmsg";
-    gap.summary = fmt::format("{} kernel log record(s) (sequence {} to {}) were overwritten before rasd read them",
-                              lost, expected, decoded->sequence - 1);
+    gap.summary = fmt::format(
+        "{} kernel log record(s) (sequence {} to {}) were overwritten before rasd read them", lost,
+        expected, decoded->sequence - 1);
     gap_events_.push_back(std::move(gap));
   }
   last_sequence_ = decoded->sequence;
@@ -97,7 +101,7 @@ std::vector<RasEvent> KmsgSource::Poll() {
     if (n < 0) {
       if (errno == EINTR) continue;
       if (errno == EPIPE) continue;  // overwritten while we read: the sequence gap says how many
-      break;                          // EAGAIN: all read
+      break;                         // EAGAIN: all read
     }
     if (n == 0) break;  // end of a regular file: follow it on the next poll
     const std::string_view chunk(buffer, static_cast<std::size_t>(n));
@@ -113,7 +117,8 @@ std::vector<RasEvent> KmsgSource::Poll() {
       start = newline + 1;
     }
     partial_.erase(0, start);
-    if (partial_.size() > 1 << 20) partial_.clear();  // a runaway line: drop it, never grow unbounded
+    if (partial_.size() > 1 << 20)
+      partial_.clear();  // a runaway line: drop it, never grow unbounded
   }
   return Collect(scanner_.TakeCompleted());
 }
@@ -127,15 +132,17 @@ std::vector<RasEvent> KmsgSource::Collect(std::vector<ScannedRecord> records) {
   std::vector<RasEvent> events = std::move(gap_events_);
   gap_events_.clear();
   for (const auto& record : records) {
-    events.push_back(EventFromRecord(record, std::string(kSourceName),
-                                     record.tag != 0 ? WallTimeOf(record.tag) : std::chrono::system_clock::now()));
+    events.push_back(EventFromRecord(
+        record, std::string(kSourceName),
+        record.tag != 0 ? WallTimeOf(record.tag) : std::chrono::system_clock::now()));
   }
   return events;
 }
 
 SourceCursor KmsgSource::Cursor() const {
-  return SourceCursor{std::string(kSourceName), boot_id_,
-                      last_sequence_ ? std::to_string(*last_sequence_) : std::to_string(resume_after_.value_or(0))};
+  return SourceCursor{
+      std::string(kSourceName), boot_id_,
+      last_sequence_ ? std::to_string(*last_sequence_) : std::to_string(resume_after_.value_or(0))};
 }
 
 }  // namespace rasd::ras

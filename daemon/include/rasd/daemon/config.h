@@ -41,6 +41,15 @@ struct Config {
     std::string driver = "sim";
     bool operator==(const Runtime&) const = default;
   } runtime;
+  struct Ras {
+    bool kmsg = true;  // follow <root>/dev/kmsg
+    // A record still open (more lines may follow) is completed after the
+    // log has been quiet this long.
+    std::chrono::milliseconds kmsg_quiet_flush{500};
+    // How often a kmsg that is a regular file (replays, tests) is re-read.
+    std::chrono::milliseconds kmsg_file_poll{200};
+    bool operator==(const Ras&) const = default;
+  } ras;
   struct Simulator {
     int devices = 4;
     std::uint64_t memory_mib = 1024;

@@ -18,7 +18,7 @@ namespace rasd::ras {
 // One /dev/kmsg record: "prio,seq,usec,flags;text" and, on the lines after
 // it, dictionary entries (" SUBSYSTEM=pci") that are not part of the text.
 struct KmsgRecord {
-  int priority = 0;       // facility * 8 + level
+  int priority = 0;  // facility * 8 + level
   std::uint64_t sequence = 0;
   std::uint64_t usec = 0;  // since boot
   std::string_view text;

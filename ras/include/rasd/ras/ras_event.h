@@ -15,18 +15,18 @@ struct ScannedRecord;
 // it; the store, the exporters and the policy read it. A plain value.
 struct RasEvent {
   std::chrono::system_clock::time_point time;
-  std::string source;                    // kmsg | edac_sysfs | driver | bert | pstore | tracefs
-  std::string origin;                    // edac | mce | ghes | aer | memory_failure | nvidia_xid | ... | sim
+  std::string source;  // kmsg | edac_sysfs | driver | bert | pstore | tracefs
+  std::string origin;  // edac | mce | ghes | aer | memory_failure | nvidia_xid | ... | sim
   Severity severity = Severity::kInfo;
-  std::optional<int> device;             // runtime device index, for accelerator events
-  std::optional<int> mc;                 // memory controller
+  std::optional<int> device;  // runtime device index, for accelerator events
+  std::optional<int> mc;      // memory controller
   std::optional<std::string> pci_bdf;
-  std::optional<std::string> address;    // lower-case hex as the record printed it
-  std::optional<int> vendor_code;        // Xid number, Ascend code
-  std::uint64_t count = 1;               // errors this event stands for
-  bool historical = false;               // from a previous boot (BERT, pstore)
-  std::string summary;                   // one line for people
-  std::string raw;                       // the record as the source read it
+  std::optional<std::string> address;  // lower-case hex as the record printed it
+  std::optional<int> vendor_code;      // Xid number, Ascend code
+  std::uint64_t count = 1;             // errors this event stands for
+  bool historical = false;             // from a previous boot (BERT, pstore)
+  std::string summary;                 // one line for people
+  std::string raw;                     // the record as the source read it
 };
 
 // A scanned kernel-log record as an event of `source`.

@@ -1,0 +1,224 @@
+#include "ras_ingest.h"
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "rasd/common/logging.h"
+
+namespace rasd::daemon {
+namespace {
+
+constexpr int kMaxLoggedPerSecond = 20;
+
+std::uint64_t Micros(std::chrono::milliseconds ms) { return static_cast<std::uint64_t>(ms.count()) * 1000; }
+
+std::string BootId(const common::HostEnv& host) {
+  auto boot_id = host.ReadFile("/proc/sys/kernel/random/boot_id", 128);
+  if (!boot_id) return "unknown";
+  std::string id = *boot_id;
+  while (!id.empty() && (id.back() == '\n' || id.back() == ' ')) id.pop_back();
+  return id.empty() ? "unknown" : id;
+}
+
+std::string Describe(const ras::RasEvent& event) {
+  std::string detail;
+  if (event.device) detail += fmt::format(" device={}", *event.device);
+  if (event.vendor_code) detail += fmt::format(" code={}", *event.vendor_code);
+  if (event.pci_bdf) detail += " pci=" + *event.pci_bdf;
+  if (event.mc) detail += fmt::format(" mc={}", *event.mc);
+  if (event.address) detail += " addr=" + *event.address;
+  if (event.count > 1) detail += fmt::format(" count={}", event.count);
+  if (event.historical) detail += " previous-boot";
+  return fmt::format("{} {}{}: {}", ras::SeverityName(event.severity), event.origin, detail, event.summary);
+}
+
+}  // namespace
+
+Result<std::unique_ptr<RasIngest>> RasIngest::Create(sd_event* event, const common::HostEnv& host,
+                                                     ras::StateStore& store, runtime::Runtime& runtime,
+                                                     const Config::Ras& options) {
+  std::unique_ptr<RasIngest> ingest(new RasIngest(event, host, store, runtime, options));
+  if (auto started = ingest->Start(); !started) return Fail(started.error());
+  return ingest;
+}
+
+RasIngest::RasIngest(sd_event* event, const common::HostEnv& host, ras::StateStore& store,
+                     runtime::Runtime& runtime, const Config::Ras& options)
+    : event_(event), host_(host), store_(store), runtime_(runtime), options_(options) {}
+
+RasIngest::~RasIngest() {
+  if (driver_subscription_ != 0) runtime_.Unsubscribe(driver_subscription_);
+  sd_event_source_disable_unref(kmsg_io_);
+  sd_event_source_disable_unref(kmsg_timer_);
+  sd_event_source_disable_unref(driver_io_);
+}
+
+Status RasIngest::Start() {
+  driver_eventfd_.Reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  if (!driver_eventfd_) return Fail(ErrnoError("eventfd", errno));
+  if (int rc = sd_event_add_io(event_, &driver_io_, driver_eventfd_.Get(), EPOLLIN, &RasIngest::OnDriverEvents, this);
+      rc < 0) {
+    return Fail(ErrnoError("watch driver events", -rc));
+  }
+  driver_subscription_ = runtime_.SubscribeErrors([this](const drivers::DriverErrorEvent& event) {
+    {
+      std::lock_guard lock(driver_mutex_);
+      driver_events_.push_back(event);
+    }
+    const std::uint64_t one = 1;
+    (void)::write(driver_eventfd_.Get(), &one, sizeof one);
+  });
+  if (options_.kmsg) StartKmsg();
+  return {};
+}
+
+void RasIngest::StartKmsg() {
+  auto cursor = store_.LoadCursor(ras::KmsgSource::kSourceName);
+  if (!cursor) {
+    spdlog::warn("kmsg: cannot read the saved position ({}); reading the whole log", cursor.error().message);
+  }
+  kmsg_ = std::make_unique<ras::KmsgSource>(host_, BootId(host_), cursor ? *cursor : std::nullopt);
+  if (auto opened = kmsg_->Open(); !opened) {
+    spdlog::warn("kmsg source disabled: {}", opened.error().message);
+    kmsg_.reset();
+    return;
+  }
+  if (kmsg_->IsCharacterDevice()) {
+    if (int rc = sd_event_add_io(event_, &kmsg_io_, kmsg_->Fd(), EPOLLIN, &RasIngest::OnKmsgReadable, this); rc < 0) {
+      spdlog::warn("kmsg source disabled: cannot poll it: {}", std::strerror(-rc));
+      kmsg_.reset();
+      return;
+    }
+  }
+  // The timer flushes quiet blocks, and re-reads a kmsg that is a plain file.
+  const auto period = kmsg_->IsCharacterDevice() ? options_.kmsg_quiet_flush
+                                                 : std::min(options_.kmsg_quiet_flush, options_.kmsg_file_poll);
+  if (int rc = sd_event_add_time_relative(event_, &kmsg_timer_, CLOCK_MONOTONIC, 0, 0, &RasIngest::OnKmsgTimer, this);
+      rc < 0) {
+    spdlog::warn("kmsg: no timer ({}); open records complete only when more lines arrive", std::strerror(-rc));
+  } else {
+    sd_event_source_set_time_relative(kmsg_timer_, Micros(period));
+    sd_event_source_set_enabled(kmsg_timer_, SD_EVENT_ON);
+  }
+  stats_.kmsg_active = true;
+  spdlog::info("kmsg source: reading {}{}", host_.Resolve("/dev/kmsg").string(),
+               kmsg_->IsCharacterDevice() ? "" : " (a file: followed as it grows)");
+  ReadKmsg();
+}
+
+void RasIngest::ReadKmsg() {
+  const std::uint64_t before = kmsg_->RecordsRead();
+  Deliver(kmsg_->Poll());
+  if (kmsg_->RecordsRead() != before) kmsg_pending_ = true;
+}
+
+int RasIngest::OnKmsgReadable(sd_event_source*, int, uint32_t, void* userdata) {
+  static_cast<RasIngest*>(userdata)->ReadKmsg();
+  return 0;
+}
+
+int RasIngest::OnKmsgTimer(sd_event_source* source, uint64_t, void* userdata) {
+  auto* self = static_cast<RasIngest*>(userdata);
+  if (!self->kmsg_->IsCharacterDevice()) self->ReadKmsg();
+  // Nothing new since the last tick: whatever is open is complete.
+  if (self->kmsg_->RecordsRead() == self->kmsg_records_at_last_tick_ && self->kmsg_pending_) {
+    self->Deliver(self->kmsg_->Flush());
+    self->kmsg_pending_ = false;
+  }
+  self->kmsg_records_at_last_tick_ = self->kmsg_->RecordsRead();
+  const auto period = self->kmsg_->IsCharacterDevice()
+                          ? self->options_.kmsg_quiet_flush
+                          : std::min(self->options_.kmsg_quiet_flush, self->options_.kmsg_file_poll);
+  sd_event_source_set_time_relative(source, Micros(period));
+  sd_event_source_set_enabled(source, SD_EVENT_ONESHOT);
+  return 0;
+}
+
+int RasIngest::OnDriverEvents(sd_event_source*, int fd, uint32_t, void* userdata) {
+  std::uint64_t count = 0;
+  (void)::read(fd, &count, sizeof count);
+  static_cast<RasIngest*>(userdata)->DrainDriverEvents();
+  return 0;
+}
+
+void RasIngest::DrainDriverEvents() {
+  std::deque<drivers::DriverErrorEvent> pending;
+  {
+    std::lock_guard lock(driver_mutex_);
+    pending.swap(driver_events_);
+  }
+  std::vector<ras::RasEvent> events;
+  events.reserve(pending.size());
+  for (const auto& event : pending) events.push_back(FromDriver(event));
+  Deliver(std::move(events));
+}
+
+ras::RasEvent RasIngest::FromDriver(const drivers::DriverErrorEvent& event) const {
+  ras::RasEvent converted;
+  converted.time = event.time;
+  converted.source = "driver";
+  converted.origin = std::string(runtime_.DriverName());
+  converted.device = event.device;
+  if (event.address) converted.address = fmt::format("0x{:x}", *event.address);
+  converted.summary = event.message;
+  switch (event.kind) {
+    case drivers::DriverErrorKind::kCorrectedEcc: converted.severity = ras::Severity::kCe; break;
+    case drivers::DriverErrorKind::kUncorrectedEcc:
+      // Device memory: not yet read is "retire the page, the owner is at
+      // risk"; read by a kernel is "stop exactly that consumer".
+      converted.severity = event.consumed ? ras::Severity::kSrar : ras::Severity::kUcna;
+      break;
+    case drivers::DriverErrorKind::kStickyFault: converted.severity = ras::Severity::kUce; break;
+    case drivers::DriverErrorKind::kLinkError: converted.severity = ras::Severity::kUce; break;
+    case drivers::DriverErrorKind::kFellOffBus: converted.severity = ras::Severity::kFatal; break;
+  }
+  converted.raw = fmt::format("{} device={} {}", drivers::DriverErrorKindName(event.kind), event.device, event.message);
+  return converted;
+}
+
+void RasIngest::Deliver(std::vector<ras::RasEvent> events) {
+  if (events.empty()) return;
+  stats_.events += events.size();
+  if (auto stored = store_.RecordEvents(events); !stored) {
+    // A full disk or a broken database must not stop ingestion: count, log, go on.
+    ++stats_.store_failures;
+    spdlog::error("cannot store {} RAS event(s): {}", events.size(), stored.error().message);
+  } else if (kmsg_) {
+    if (auto saved = store_.SaveCursor(kmsg_->Cursor()); !saved) {
+      spdlog::warn("kmsg: cannot save the read position: {}", saved.error().message);
+    }
+  }
+  const std::int64_t second =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  if (second != log_window_second_) {
+    if (unlogged_ > 0) spdlog::warn("{} more RAS event(s) in the last second were stored but not logged", unlogged_);
+    log_window_second_ = second;
+    logged_in_window_ = 0;
+    unlogged_ = 0;
+  }
+  auto logger = common::GetLogger("ras");
+  for (const auto& event : events) {
+    if (logged_in_window_ >= kMaxLoggedPerSecond) {
+      ++unlogged_;
+      continue;
+    }
+    ++logged_in_window_;
+    const auto level = event.severity >= ras::Severity::kUcna ? spdlog::level::warn
+                       : event.severity == ras::Severity::kCe ? spdlog::level::info
+                                                               : spdlog::level::debug;
+    logger->log(level, "RAS event: {}", Describe(event));
+  }
+  if (kmsg_) {
+    stats_.kmsg_records = kmsg_->RecordsRead();
+    stats_.kmsg_lost = kmsg_->LostRecords();
+  }
+}
+
+RasIngest::Stats RasIngest::GetStats() const { return stats_; }
+
+}  // namespace rasd::daemon

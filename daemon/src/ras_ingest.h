@@ -1,0 +1,86 @@
+#pragma once
+
+#include <systemd/sd-event.h>
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+
+#include "rasd/common/host_env.h"
+#include "rasd/common/unique_fd.h"
+#include "rasd/daemon/config.h"
+#include "rasd/ras/kmsg_source.h"
+#include "rasd/ras/ras_event.h"
+#include "rasd/ras/state_store.h"
+#include "rasd/runtime/runtime.h"
+
+namespace rasd::daemon {
+
+// Brings RAS events into the daemon: the kernel log (kmsg) and the device
+// driver's asynchronous error reports. Every event is stored (one
+// transaction per batch) and logged; acting on them is the policy's job.
+//
+// Runs on the event loop. Driver reports arrive on driver threads and are
+// handed over through a queue and an eventfd. A source that cannot start
+// (no /dev/kmsg, no permission) is logged once and left out: the daemon
+// never stops because of one.
+class RasIngest {
+ public:
+  static Result<std::unique_ptr<RasIngest>> Create(sd_event* event, const common::HostEnv& host,
+                                                   ras::StateStore& store, runtime::Runtime& runtime,
+                                                   const Config::Ras& options);
+  ~RasIngest();
+  RasIngest(const RasIngest&) = delete;
+  RasIngest& operator=(const RasIngest&) = delete;
+
+  struct Stats {
+    std::uint64_t events = 0;
+    std::uint64_t kmsg_records = 0;
+    std::uint64_t kmsg_lost = 0;
+    std::uint64_t store_failures = 0;
+    bool kmsg_active = false;
+  };
+  Stats GetStats() const;
+
+ private:
+  RasIngest(sd_event* event, const common::HostEnv& host, ras::StateStore& store, runtime::Runtime& runtime,
+            const Config::Ras& options);
+  Status Start();
+  void StartKmsg();
+  void ReadKmsg();
+  void Deliver(std::vector<ras::RasEvent> events);
+  void DrainDriverEvents();
+  ras::RasEvent FromDriver(const drivers::DriverErrorEvent& event) const;
+
+  static int OnKmsgReadable(sd_event_source* source, int fd, uint32_t revents, void* userdata);
+  static int OnKmsgTimer(sd_event_source* source, uint64_t usec, void* userdata);
+  static int OnDriverEvents(sd_event_source* source, int fd, uint32_t revents, void* userdata);
+
+  sd_event* event_;
+  const common::HostEnv& host_;
+  ras::StateStore& store_;
+  runtime::Runtime& runtime_;
+  Config::Ras options_;
+
+  std::unique_ptr<ras::KmsgSource> kmsg_;
+  sd_event_source* kmsg_io_ = nullptr;
+  sd_event_source* kmsg_timer_ = nullptr;
+  std::uint64_t kmsg_records_at_last_tick_ = 0;
+  bool kmsg_pending_ = false;  // lines read since the last flush
+
+  common::UniqueFd driver_eventfd_;
+  sd_event_source* driver_io_ = nullptr;
+  int driver_subscription_ = 0;
+  mutable std::mutex driver_mutex_;
+  std::deque<drivers::DriverErrorEvent> driver_events_;  // guarded by driver_mutex_
+
+  Stats stats_;
+  // Log at most this many events a second; a storm is counted, not printed.
+  std::int64_t log_window_second_ = 0;
+  int logged_in_window_ = 0;
+  std::uint64_t unlogged_ = 0;
+};
+
+}  // namespace rasd::daemon

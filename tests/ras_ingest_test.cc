@@ -1,0 +1,127 @@
+// The real rasd following a fixture kernel log: records become stored
+// events that rasctl lists and sums, a restart repeats nothing, and records
+// the ring buffer lost are reported.
+
+#include <thread>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "test_support.h"
+
+namespace rasd::testing {
+namespace {
+
+nlohmann::json Events(RasdInstance& rasd, std::vector<std::string> extra = {}) {
+  std::vector<std::string> args = {"--json", "events"};
+  for (auto& arg : extra) args.push_back(std::move(arg));
+  const auto result = rasd.Rasctl(args);
+  EXPECT_EQ(result.exit_code, 0) << result.err;
+  auto json = nlohmann::json::parse(result.out, nullptr, false);
+  if (json.is_discarded() || !json.contains("events")) return nlohmann::json::array();
+  return json["events"];
+}
+
+const char* kRecords =
+    "3,101,5000000,-;EDAC MC0: 1 CE memory read error on CPU_SrcID#0_Ha#0_Chan#2_DIMM#0 (channel:2 slot:0 "
+    "page:0x849923 offset:0x380 grain:32 syndrome:0x0 -  area:DRAM err_code:0001:0092 socket:0 ha:0)\n"
+    "4,102,6000000,-;NVRM: Xid (PCI:0000:07:00): 79, pid=1234, name=python3, GPU has fallen off the bus.\n"
+    "3,103,7000000,-;{7}[Hardware Error]: Hardware error from APEI Generic Hardware Error Source: 4\n"
+    "3,104,7000000,-;{7}[Hardware Error]: event severity: recoverable\n"
+    "3,105,7000000,-;{7}[Hardware Error]:   physical_address: 0x000000276aeb0180\n"
+    "6,106,8000000,-;usb 1-1: new high-speed USB device number 2 using xhci_hcd\n";
+
+TEST(RasIngestTest, KernelLogRecordsBecomeStoredEvents) {
+  RasdInstance rasd;
+  std::string why;
+  ASSERT_TRUE(rasd.Start({}, {}, &why)) << why;
+  rasd.AppendKmsg(kRecords);
+  nlohmann::json events;
+  ASSERT_TRUE(WaitUntil([&] { return (events = Events(rasd)).size() == 3; }, 10s)) << events.dump(2);
+  EXPECT_EQ(events[0]["origin"], "edac");
+  EXPECT_EQ(events[0]["severity"], "CE");
+  EXPECT_EQ(events[0]["mc"], 0);
+  EXPECT_EQ(events[0]["address"], "0x849923380");
+  EXPECT_EQ(events[0]["source"], "kmsg");
+  EXPECT_EQ(events[1]["origin"], "nvidia_xid");
+  EXPECT_EQ(events[1]["severity"], "FATAL");
+  EXPECT_EQ(events[1]["vendor_code"], 79);
+  EXPECT_EQ(events[1]["pci_bdf"], "0000:07:00");
+  EXPECT_EQ(events[2]["origin"], "ghes");
+  EXPECT_EQ(events[2]["severity"], "UCE");
+  EXPECT_EQ(events[2]["address"], "0x000000276aeb0180");
+
+  const auto fatal = Events(rasd, {"--severity", "FATAL"});
+  ASSERT_EQ(fatal.size(), 1u);
+  EXPECT_EQ(fatal[0]["vendor_code"], 79);
+  // Event times are the kernel's: seconds after boot, long before "1s ago".
+  EXPECT_EQ(Events(rasd, {"--since", "3650d"}).size(), 3u);
+  EXPECT_EQ(Events(rasd, {"--since", "1s"}).size(), 0u);
+
+  const auto summary = rasd.Rasctl({"summary"});
+  EXPECT_EQ(summary.exit_code, 0) << summary.err;
+  EXPECT_NE(summary.out.find("nvidia_xid      FATAL         1        1"), std::string::npos) << summary.out;
+  const auto text = rasd.Rasctl({"events"});
+  EXPECT_NE(text.out.find("FATAL nvidia_xid     code=79 pci=0000:07:00"), std::string::npos) << text.out;
+  const auto status = nlohmann::json::parse(rasd.Rasctl({"--json", "status"}).out);
+  EXPECT_EQ(status["events"]["by_severity"]["FATAL"], 1);
+  EXPECT_EQ(status["events"]["total"], 3);
+  EXPECT_EQ(status["ras"]["kmsg_records"], 6);
+  EXPECT_NE(rasd.Stderr().find("RAS event: FATAL nvidia_xid"), std::string::npos) << rasd.Stderr();
+}
+
+TEST(RasIngestTest, ARestartRepeatsNothingAndLostRecordsAreReported) {
+  RasdInstance rasd;
+  std::string why;
+  ASSERT_TRUE(rasd.Start({}, {}, &why)) << why;
+  rasd.AppendKmsg(kRecords);
+  ASSERT_TRUE(WaitUntil([&] { return Events(rasd).size() == 3; }, 10s));
+  ASSERT_EQ(rasd.Stop(), 0);
+
+  ASSERT_TRUE(rasd.Start({}, {}, &why)) << why;
+  // The whole file is read again; nothing up to sequence 106 is stored twice.
+  rasd.AppendKmsg("3,110,9000000,-;Memory failure: 0x30a6a90: recovery action for unknown page: Ignored\n");
+  nlohmann::json events;
+  ASSERT_TRUE(WaitUntil([&] { return (events = Events(rasd)).size() >= 5; }, 10s)) << events.dump(2);
+  std::this_thread::sleep_for(700ms);  // a second pass would add duplicates by now
+  events = Events(rasd);
+  ASSERT_EQ(events.size(), 5u) << events.dump(2);
+  EXPECT_EQ(events[3]["origin"], "kmsg");
+  EXPECT_NE(events[3]["summary"].get<std::string>().find("3 kernel log record(s) (sequence 107 to 109)"),
+            std::string::npos)
+      << events[3].dump();
+  EXPECT_EQ(events[4]["origin"], "memory_failure");
+  EXPECT_EQ(events[4]["address"], "0x30a6a90");
+}
+
+TEST(RasIngestTest, BadEventQueriesAreClearErrors) {
+  RasdInstance rasd;
+  std::string why;
+  ASSERT_TRUE(rasd.Start({}, {}, &why)) << why;
+  RawClient client(rasd.Socket());
+  for (const char* request : {R"({"command":"events","args":{"limit":0}})",
+                              R"({"command":"events","args":{"severity":"BAD"}})",
+                              R"({"command":"events","args":{"since_seconds":"yesterday"}})",
+                              R"({"command":"events","args":{"colour":"red"}})"}) {
+    ASSERT_TRUE(client.Send(std::string(request) + "\n"));
+    const auto line = client.ReadLine();
+    ASSERT_TRUE(line.has_value());
+    const auto reply = nlohmann::json::parse(*line);
+    EXPECT_EQ(reply["error"]["code"], "invalid_argument") << request << " -> " << *line;
+  }
+  EXPECT_EQ(rasd.Rasctl({"events", "--since", "soon"}).exit_code, 2);
+  EXPECT_EQ(rasd.Rasctl({"events", "--severity", "LOUD"}).exit_code, 2);
+}
+
+TEST(RasIngestTest, AMissingKmsgIsLoggedAndTheDaemonCarriesOn) {
+  RasdInstance rasd;
+  std::filesystem::remove(rasd.HostRoot() / "dev/kmsg");
+  std::string why;
+  ASSERT_TRUE(rasd.Start({}, {}, &why)) << why;
+  EXPECT_NE(rasd.Stderr().find("kmsg source disabled"), std::string::npos) << rasd.Stderr();
+  const auto status = nlohmann::json::parse(rasd.Rasctl({"--json", "status"}).out);
+  EXPECT_EQ(status["ras"]["kmsg_active"], false);
+}
+
+}  // namespace
+}  // namespace rasd::testing
