@@ -2,10 +2,10 @@
 // events that rasctl lists and sums, a restart repeats nothing, and records
 // the ring buffer lost are reported.
 
-#include <thread>
-
 #include <gtest/gtest.h>
+
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "test_support.h"
 
@@ -23,10 +23,14 @@ nlohmann::json Events(RasdInstance& rasd, std::vector<std::string> extra = {}) {
 }
 
 const char* kRecords =
-    "3,101,5000000,-;EDAC MC0: 1 CE memory read error on CPU_SrcID#0_Ha#0_Chan#2_DIMM#0 (channel:2 slot:0 "
-    "page:0x849923 offset:0x380 grain:32 syndrome:0x0 -  area:DRAM err_code:0001:0092 socket:0 ha:0)\n"
-    "4,102,6000000,-;NVRM: Xid (PCI:0000:07:00): 79, pid=1234, name=python3, GPU has fallen off the bus.\n"
-    "3,103,7000000,-;{7}[Hardware Error]: Hardware error from APEI Generic Hardware Error Source: 4\n"
+    "3,101,5000000,-;EDAC MC0: 1 CE memory read error on CPU_SrcID#0_Ha#0_Chan#2_DIMM#0 (channel:2 "
+    "slot:0 "
+    "page:0x849923 offset:0x380 grain:32 syndrome:0x0 -  area:DRAM err_code:0001:0092 socket:0 "
+    "ha:0)\n"
+    "4,102,6000000,-;NVRM: Xid (PCI:0000:07:00): 79, pid=1234, name=python3, GPU has fallen off "
+    "the bus.\n"
+    "3,103,7000000,-;{7}[Hardware Error]: Hardware error from APEI Generic Hardware Error Source: "
+    "4\n"
     "3,104,7000000,-;{7}[Hardware Error]: event severity: recoverable\n"
     "3,105,7000000,-;{7}[Hardware Error]:   physical_address: 0x000000276aeb0180\n"
     "6,106,8000000,-;usb 1-1: new high-speed USB device number 2 using xhci_hcd\n";
@@ -37,7 +41,8 @@ TEST(RasIngestTest, KernelLogRecordsBecomeStoredEvents) {
   ASSERT_TRUE(rasd.Start({}, {}, &why)) << why;
   rasd.AppendKmsg(kRecords);
   nlohmann::json events;
-  ASSERT_TRUE(WaitUntil([&] { return (events = Events(rasd)).size() == 3; }, 10s)) << events.dump(2);
+  ASSERT_TRUE(WaitUntil([&] { return (events = Events(rasd)).size() == 3; }, 10s))
+      << events.dump(2);
   EXPECT_EQ(events[0]["origin"], "edac");
   EXPECT_EQ(events[0]["severity"], "CE");
   EXPECT_EQ(events[0]["mc"], 0);
@@ -60,9 +65,11 @@ TEST(RasIngestTest, KernelLogRecordsBecomeStoredEvents) {
 
   const auto summary = rasd.Rasctl({"summary"});
   EXPECT_EQ(summary.exit_code, 0) << summary.err;
-  EXPECT_NE(summary.out.find("nvidia_xid      FATAL         1        1"), std::string::npos) << summary.out;
+  EXPECT_NE(summary.out.find("nvidia_xid      FATAL         1        1"), std::string::npos)
+      << summary.out;
   const auto text = rasd.Rasctl({"events"});
-  EXPECT_NE(text.out.find("FATAL nvidia_xid     code=79 pci=0000:07:00"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("FATAL nvidia_xid     code=79 pci=0000:07:00"), std::string::npos)
+      << text.out;
   const auto status = nlohmann::json::parse(rasd.Rasctl({"--json", "status"}).out);
   EXPECT_EQ(status["events"]["by_severity"]["FATAL"], 1);
   EXPECT_EQ(status["events"]["total"], 3);
@@ -80,15 +87,18 @@ TEST(RasIngestTest, ARestartRepeatsNothingAndLostRecordsAreReported) {
 
   ASSERT_TRUE(rasd.Start({}, {}, &why)) << why;
   // The whole file is read again; nothing up to sequence 106 is stored twice.
-  rasd.AppendKmsg("3,110,9000000,-;Memory failure: 0x30a6a90: recovery action for unknown page: Ignored\n");
+  rasd.AppendKmsg(
+      "3,110,9000000,-;Memory failure: 0x30a6a90: recovery action for unknown page: Ignored\n");
   nlohmann::json events;
-  ASSERT_TRUE(WaitUntil([&] { return (events = Events(rasd)).size() >= 5; }, 10s)) << events.dump(2);
+  ASSERT_TRUE(WaitUntil([&] { return (events = Events(rasd)).size() >= 5; }, 10s))
+      << events.dump(2);
   std::this_thread::sleep_for(700ms);  // a second pass would add duplicates by now
   events = Events(rasd);
   ASSERT_EQ(events.size(), 5u) << events.dump(2);
   EXPECT_EQ(events[3]["origin"], "kmsg");
-  EXPECT_NE(events[3]["summary"].get<std::string>().find("3 kernel log record(s) (sequence 107 to 109)"),
-            std::string::npos)
+  EXPECT_NE(
+      events[3]["summary"].get<std::string>().find("3 kernel log record(s) (sequence 107 to 109)"),
+      std::string::npos)
       << events[3].dump();
   EXPECT_EQ(events[4]["origin"], "memory_failure");
   EXPECT_EQ(events[4]["address"], "0x30a6a90");
@@ -121,6 +131,37 @@ TEST(RasIngestTest, AMissingKmsgIsLoggedAndTheDaemonCarriesOn) {
   EXPECT_NE(rasd.Stderr().find("kmsg source disabled"), std::string::npos) << rasd.Stderr();
   const auto status = nlohmann::json::parse(rasd.Rasctl({"--json", "status"}).out);
   EXPECT_EQ(status["ras"]["kmsg_active"], false);
+}
+
+}  // namespace
+}  // namespace rasd::testing
+
+namespace rasd::testing {
+namespace {
+
+TEST(RasIngestEdacTest, EdacCounterIncreasesBecomeEvents) {
+  RasdInstance rasd;
+  std::filesystem::copy(
+      std::string(RASD_SOURCE_DIR) + "/../shared/corpus/edac_sysfs/edac-utils-15/sys",
+      rasd.HostRoot() / "sys", std::filesystem::copy_options::recursive);
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(rasd.HostRoot() / "sys")) {
+    std::filesystem::permissions(entry.path(), std::filesystem::perms::owner_write,
+                                 std::filesystem::perm_options::add);
+  }
+  rasd.WriteConfig("ras:\n  edac_poll_ms: 100\n");
+  std::string why;
+  ASSERT_TRUE(rasd.Start({}, {}, &why)) << why;
+  const auto status = nlohmann::json::parse(rasd.Rasctl({"--json", "status"}).out);
+  EXPECT_EQ(status["ras"]["edac_controllers"], 4);
+  EXPECT_TRUE(Events(rasd).empty()) << "counts from before the start are the baseline";
+  WriteText(rasd.HostRoot() / "sys/devices/system/edac/mc/mc0/rank4/dimm_ce_count", "4\n");
+  nlohmann::json events;
+  ASSERT_TRUE(WaitUntil([&] { return !(events = Events(rasd)).empty(); }, 5s));
+  ASSERT_EQ(events.size(), 1u) << events.dump(2);
+  EXPECT_EQ(events[0]["source"], "edac_sysfs");
+  EXPECT_EQ(events[0]["severity"], "CE");
+  EXPECT_EQ(events[0]["mc"], 0);
+  EXPECT_EQ(events[0]["count"], 3);
 }
 
 }  // namespace

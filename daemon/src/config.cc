@@ -242,7 +242,7 @@ void ReadDocument(SchemaReader& reader, const YAML::Node& root, Config& config) 
          config.runtime.driver = *text;
        }},
   };
-  const std::vector<Key> ras_keys = {
+  std::vector<Key> ras_keys = {
       {"kmsg",
        [&](const YAML::Node& value, const std::string& path) {
          if (auto enabled = reader.ReadBool(value, path)) config.ras.kmsg = *enabled;
@@ -260,6 +260,17 @@ void ReadDocument(SchemaReader& reader, const YAML::Node& root, Config& config) 
          }
        }},
   };
+  ras_keys.push_back({"edac_poll_ms", [&](const YAML::Node& value, const std::string& path) {
+                        if (auto ms = reader.ReadInteger<int>(value, path, 0, 3'600'000)) {
+                          if (*ms != 0 && *ms < 100) {
+                            reader.Problem(
+                                value.Mark(),
+                                fmt::format("'{}' must be 0 (off) or at least 100", path));
+                            return;
+                          }
+                          config.ras.edac_poll = std::chrono::milliseconds(*ms);
+                        }
+                      }});
   const std::vector<Key> simulator_keys = {
       {"devices",
        [&](const YAML::Node& value, const std::string& path) {

@@ -1,12 +1,11 @@
 #include "ras_ingest.h"
 
+#include <fmt/format.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
-
-#include <fmt/format.h>
 
 #include "rasd/common/logging.h"
 
@@ -15,7 +14,9 @@ namespace {
 
 constexpr int kMaxLoggedPerSecond = 20;
 
-std::uint64_t Micros(std::chrono::milliseconds ms) { return static_cast<std::uint64_t>(ms.count()) * 1000; }
+std::uint64_t Micros(std::chrono::milliseconds ms) {
+  return static_cast<std::uint64_t>(ms.count()) * 1000;
+}
 
 std::string BootId(const common::HostEnv& host) {
   auto boot_id = host.ReadFile("/proc/sys/kernel/random/boot_id", 128);
@@ -34,13 +35,15 @@ std::string Describe(const ras::RasEvent& event) {
   if (event.address) detail += " addr=" + *event.address;
   if (event.count > 1) detail += fmt::format(" count={}", event.count);
   if (event.historical) detail += " previous-boot";
-  return fmt::format("{} {}{}: {}", ras::SeverityName(event.severity), event.origin, detail, event.summary);
+  return fmt::format("{} {}{}: {}", ras::SeverityName(event.severity), event.origin, detail,
+                     event.summary);
 }
 
 }  // namespace
 
 Result<std::unique_ptr<RasIngest>> RasIngest::Create(sd_event* event, const common::HostEnv& host,
-                                                     ras::StateStore& store, runtime::Runtime& runtime,
+                                                     ras::StateStore& store,
+                                                     runtime::Runtime& runtime,
                                                      const Config::Ras& options) {
   std::unique_ptr<RasIngest> ingest(new RasIngest(event, host, store, runtime, options));
   if (auto started = ingest->Start(); !started) return Fail(started.error());
@@ -55,13 +58,15 @@ RasIngest::~RasIngest() {
   if (driver_subscription_ != 0) runtime_.Unsubscribe(driver_subscription_);
   sd_event_source_disable_unref(kmsg_io_);
   sd_event_source_disable_unref(kmsg_timer_);
+  sd_event_source_disable_unref(edac_timer_);
   sd_event_source_disable_unref(driver_io_);
 }
 
 Status RasIngest::Start() {
   driver_eventfd_.Reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
   if (!driver_eventfd_) return Fail(ErrnoError("eventfd", errno));
-  if (int rc = sd_event_add_io(event_, &driver_io_, driver_eventfd_.Get(), EPOLLIN, &RasIngest::OnDriverEvents, this);
+  if (int rc = sd_event_add_io(event_, &driver_io_, driver_eventfd_.Get(), EPOLLIN,
+                               &RasIngest::OnDriverEvents, this);
       rc < 0) {
     return Fail(ErrnoError("watch driver events", -rc));
   }
@@ -74,13 +79,29 @@ Status RasIngest::Start() {
     (void)::write(driver_eventfd_.Get(), &one, sizeof one);
   });
   if (options_.kmsg) StartKmsg();
+  if (options_.edac_poll.count() > 0) {
+    edac_ = std::make_unique<ras::EdacSysfsSource>(host_);
+    (void)edac_->Poll();  // the baseline: counts since boot are not news
+    stats_.edac_controllers = edac_->Last().controllers.size();
+    if (int rc = sd_event_add_time_relative(event_, &edac_timer_, CLOCK_MONOTONIC,
+                                            Micros(options_.edac_poll), 0, &RasIngest::OnEdacTimer,
+                                            this);
+        rc < 0) {
+      spdlog::warn("EDAC poller disabled: no timer: {}", std::strerror(-rc));
+      edac_.reset();
+    } else {
+      spdlog::info("EDAC sysfs: {} memory controller(s), polled every {} ms",
+                   stats_.edac_controllers, options_.edac_poll.count());
+    }
+  }
   return {};
 }
 
 void RasIngest::StartKmsg() {
   auto cursor = store_.LoadCursor(ras::KmsgSource::kSourceName);
   if (!cursor) {
-    spdlog::warn("kmsg: cannot read the saved position ({}); reading the whole log", cursor.error().message);
+    spdlog::warn("kmsg: cannot read the saved position ({}); reading the whole log",
+                 cursor.error().message);
   }
   kmsg_ = std::make_unique<ras::KmsgSource>(host_, BootId(host_), cursor ? *cursor : std::nullopt);
   if (auto opened = kmsg_->Open(); !opened) {
@@ -89,18 +110,23 @@ void RasIngest::StartKmsg() {
     return;
   }
   if (kmsg_->IsCharacterDevice()) {
-    if (int rc = sd_event_add_io(event_, &kmsg_io_, kmsg_->Fd(), EPOLLIN, &RasIngest::OnKmsgReadable, this); rc < 0) {
+    if (int rc = sd_event_add_io(event_, &kmsg_io_, kmsg_->Fd(), EPOLLIN,
+                                 &RasIngest::OnKmsgReadable, this);
+        rc < 0) {
       spdlog::warn("kmsg source disabled: cannot poll it: {}", std::strerror(-rc));
       kmsg_.reset();
       return;
     }
   }
   // The timer flushes quiet blocks, and re-reads a kmsg that is a plain file.
-  const auto period = kmsg_->IsCharacterDevice() ? options_.kmsg_quiet_flush
-                                                 : std::min(options_.kmsg_quiet_flush, options_.kmsg_file_poll);
-  if (int rc = sd_event_add_time_relative(event_, &kmsg_timer_, CLOCK_MONOTONIC, 0, 0, &RasIngest::OnKmsgTimer, this);
+  const auto period = kmsg_->IsCharacterDevice()
+                          ? options_.kmsg_quiet_flush
+                          : std::min(options_.kmsg_quiet_flush, options_.kmsg_file_poll);
+  if (int rc = sd_event_add_time_relative(event_, &kmsg_timer_, CLOCK_MONOTONIC, 0, 0,
+                                          &RasIngest::OnKmsgTimer, this);
       rc < 0) {
-    spdlog::warn("kmsg: no timer ({}); open records complete only when more lines arrive", std::strerror(-rc));
+    spdlog::warn("kmsg: no timer ({}); open records complete only when more lines arrive",
+                 std::strerror(-rc));
   } else {
     sd_event_source_set_time_relative(kmsg_timer_, Micros(period));
     sd_event_source_set_enabled(kmsg_timer_, SD_EVENT_ON);
@@ -131,10 +157,19 @@ int RasIngest::OnKmsgTimer(sd_event_source* source, uint64_t, void* userdata) {
     self->kmsg_pending_ = false;
   }
   self->kmsg_records_at_last_tick_ = self->kmsg_->RecordsRead();
-  const auto period = self->kmsg_->IsCharacterDevice()
-                          ? self->options_.kmsg_quiet_flush
-                          : std::min(self->options_.kmsg_quiet_flush, self->options_.kmsg_file_poll);
+  const auto period = self->kmsg_->IsCharacterDevice() ? self->options_.kmsg_quiet_flush
+                                                       : std::min(self->options_.kmsg_quiet_flush,
+                                                                  self->options_.kmsg_file_poll);
   sd_event_source_set_time_relative(source, Micros(period));
+  sd_event_source_set_enabled(source, SD_EVENT_ONESHOT);
+  return 0;
+}
+
+int RasIngest::OnEdacTimer(sd_event_source* source, uint64_t, void* userdata) {
+  auto* self = static_cast<RasIngest*>(userdata);
+  self->Deliver(self->edac_->Poll());
+  self->stats_.edac_controllers = self->edac_->Last().controllers.size();
+  sd_event_source_set_time_relative(source, Micros(self->options_.edac_poll));
   sd_event_source_set_enabled(source, SD_EVENT_ONESHOT);
   return 0;
 }
@@ -167,17 +202,26 @@ ras::RasEvent RasIngest::FromDriver(const drivers::DriverErrorEvent& event) cons
   if (event.address) converted.address = fmt::format("0x{:x}", *event.address);
   converted.summary = event.message;
   switch (event.kind) {
-    case drivers::DriverErrorKind::kCorrectedEcc: converted.severity = ras::Severity::kCe; break;
+    case drivers::DriverErrorKind::kCorrectedEcc:
+      converted.severity = ras::Severity::kCe;
+      break;
     case drivers::DriverErrorKind::kUncorrectedEcc:
       // Device memory: not yet read is "retire the page, the owner is at
       // risk"; read by a kernel is "stop exactly that consumer".
       converted.severity = event.consumed ? ras::Severity::kSrar : ras::Severity::kUcna;
       break;
-    case drivers::DriverErrorKind::kStickyFault: converted.severity = ras::Severity::kUce; break;
-    case drivers::DriverErrorKind::kLinkError: converted.severity = ras::Severity::kUce; break;
-    case drivers::DriverErrorKind::kFellOffBus: converted.severity = ras::Severity::kFatal; break;
+    case drivers::DriverErrorKind::kStickyFault:
+      converted.severity = ras::Severity::kUce;
+      break;
+    case drivers::DriverErrorKind::kLinkError:
+      converted.severity = ras::Severity::kUce;
+      break;
+    case drivers::DriverErrorKind::kFellOffBus:
+      converted.severity = ras::Severity::kFatal;
+      break;
   }
-  converted.raw = fmt::format("{} device={} {}", drivers::DriverErrorKindName(event.kind), event.device, event.message);
+  converted.raw = fmt::format("{} device={} {}", drivers::DriverErrorKindName(event.kind),
+                              event.device, event.message);
   return converted;
 }
 
@@ -193,10 +237,12 @@ void RasIngest::Deliver(std::vector<ras::RasEvent> events) {
       spdlog::warn("kmsg: cannot save the read position: {}", saved.error().message);
     }
   }
-  const std::int64_t second =
-      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  const std::int64_t second = std::chrono::duration_cast<std::chrono::seconds>(
+                                  std::chrono::steady_clock::now().time_since_epoch())
+                                  .count();
   if (second != log_window_second_) {
-    if (unlogged_ > 0) spdlog::warn("{} more RAS event(s) in the last second were stored but not logged", unlogged_);
+    if (unlogged_ > 0)
+      spdlog::warn("{} more RAS event(s) in the last second were stored but not logged", unlogged_);
     log_window_second_ = second;
     logged_in_window_ = 0;
     unlogged_ = 0;
@@ -210,7 +256,7 @@ void RasIngest::Deliver(std::vector<ras::RasEvent> events) {
     ++logged_in_window_;
     const auto level = event.severity >= ras::Severity::kUcna ? spdlog::level::warn
                        : event.severity == ras::Severity::kCe ? spdlog::level::info
-                                                               : spdlog::level::debug;
+                                                              : spdlog::level::debug;
     logger->log(level, "RAS event: {}", Describe(event));
   }
   if (kmsg_) {

@@ -11,6 +11,7 @@
 #include "rasd/common/host_env.h"
 #include "rasd/common/unique_fd.h"
 #include "rasd/daemon/config.h"
+#include "rasd/ras/edac_sysfs_source.h"
 #include "rasd/ras/kmsg_source.h"
 #include "rasd/ras/ras_event.h"
 #include "rasd/ras/state_store.h"
@@ -29,7 +30,8 @@ namespace rasd::daemon {
 class RasIngest {
  public:
   static Result<std::unique_ptr<RasIngest>> Create(sd_event* event, const common::HostEnv& host,
-                                                   ras::StateStore& store, runtime::Runtime& runtime,
+                                                   ras::StateStore& store,
+                                                   runtime::Runtime& runtime,
                                                    const Config::Ras& options);
   ~RasIngest();
   RasIngest(const RasIngest&) = delete;
@@ -41,12 +43,13 @@ class RasIngest {
     std::uint64_t kmsg_lost = 0;
     std::uint64_t store_failures = 0;
     bool kmsg_active = false;
+    std::size_t edac_controllers = 0;
   };
   Stats GetStats() const;
 
  private:
-  RasIngest(sd_event* event, const common::HostEnv& host, ras::StateStore& store, runtime::Runtime& runtime,
-            const Config::Ras& options);
+  RasIngest(sd_event* event, const common::HostEnv& host, ras::StateStore& store,
+            runtime::Runtime& runtime, const Config::Ras& options);
   Status Start();
   void StartKmsg();
   void ReadKmsg();
@@ -56,6 +59,7 @@ class RasIngest {
 
   static int OnKmsgReadable(sd_event_source* source, int fd, uint32_t revents, void* userdata);
   static int OnKmsgTimer(sd_event_source* source, uint64_t usec, void* userdata);
+  static int OnEdacTimer(sd_event_source* source, uint64_t usec, void* userdata);
   static int OnDriverEvents(sd_event_source* source, int fd, uint32_t revents, void* userdata);
 
   sd_event* event_;
@@ -69,6 +73,9 @@ class RasIngest {
   sd_event_source* kmsg_timer_ = nullptr;
   std::uint64_t kmsg_records_at_last_tick_ = 0;
   bool kmsg_pending_ = false;  // lines read since the last flush
+
+  std::unique_ptr<ras::EdacSysfsSource> edac_;
+  sd_event_source* edac_timer_ = nullptr;
 
   common::UniqueFd driver_eventfd_;
   sd_event_source* driver_io_ = nullptr;

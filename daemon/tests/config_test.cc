@@ -41,6 +41,11 @@ metrics:
   listen: 127.0.0.1:9464
 runtime:
   driver: sim
+ras:
+  kmsg: false
+  kmsg_quiet_flush_ms: 250
+  kmsg_file_poll_ms: 50
+  edac_poll_ms: 0
 simulator:
   devices: 8
   memory_mib: 256
@@ -59,6 +64,21 @@ simulator:
   EXPECT_EQ(config.metrics.listen, "127.0.0.1:9464");
   EXPECT_EQ(config.simulator.devices, 8);
   EXPECT_EQ(config.simulator.memory_mib, 256u);
+  EXPECT_FALSE(config.ras.kmsg);
+  EXPECT_EQ(config.ras.kmsg_quiet_flush, std::chrono::milliseconds(250));
+  EXPECT_EQ(config.ras.kmsg_file_poll, std::chrono::milliseconds(50));
+  EXPECT_EQ(config.ras.edac_poll, std::chrono::milliseconds(0));
+}
+
+TEST(ConfigTest, RasKeysAreValidated) {
+  const auto result = ParseConfig("ras:
+  kmsg: maybe
+  edac_poll_ms: 50
+", "ras.yaml");
+  const auto problems = Problems(result);
+  ASSERT_EQ(problems.size(), 2u) << testing::PrintToString(problems);
+  EXPECT_EQ(problems[0], "ras.yaml:2:9: 'ras.kmsg' must be true or false, not 'maybe'");
+  EXPECT_EQ(problems[1], "ras.yaml:3:17: 'ras.edac_poll_ms' must be 0 (off) or at least 100");
 }
 
 TEST(ConfigTest, EmptyValuesKeepDefaults) {

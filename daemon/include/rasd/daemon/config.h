@@ -48,6 +48,8 @@ struct Config {
     std::chrono::milliseconds kmsg_quiet_flush{500};
     // How often a kmsg that is a regular file (replays, tests) is re-read.
     std::chrono::milliseconds kmsg_file_poll{200};
+    // How often the EDAC sysfs counters are read; 0 turns the poller off.
+    std::chrono::milliseconds edac_poll{10000};
     bool operator==(const Ras&) const = default;
   } ras;
   struct Simulator {
