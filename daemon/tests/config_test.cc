@@ -71,10 +71,7 @@ simulator:
 }
 
 TEST(ConfigTest, RasKeysAreValidated) {
-  const auto result = ParseConfig("ras:
-  kmsg: maybe
-  edac_poll_ms: 50
-", "ras.yaml");
+  const auto result = ParseConfig("ras:\n  kmsg: maybe\n  edac_poll_ms: 50\n", "ras.yaml");
   const auto problems = Problems(result);
   ASSERT_EQ(problems.size(), 2u) << testing::PrintToString(problems);
   EXPECT_EQ(problems[0], "ras.yaml:2:9: 'ras.kmsg' must be true or false, not 'maybe'");
