@@ -3,12 +3,15 @@
 
 BUILD_DIR ?= build
 TSAN_DIR ?= build-tsan
+FUZZ_DIR ?= build-fuzz
+FUZZ_SECONDS ?= 10
+CORPUS ?= ../shared/corpus
 BUILD_TYPE ?= Release
 CMAKE_FLAGS ?=
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 RUN_ARGS ?=
 
-.PHONY: all bootstrap configure build run test test-unit test-integration test-tsan bench clean
+.PHONY: all bootstrap configure build run test test-unit test-integration test-tsan fuzz-smoke bench clean
 
 all: build
 
@@ -26,9 +29,9 @@ build: configure
 run: build
 	$(BUILD_DIR)/bin/rasd $(RUN_ARGS)
 
-# The runtime and simulator tests run again under ThreadSanitizer first;
-# then every test, with ctest's summary last.
-test: build test-tsan
+# The runtime and simulator tests run again under ThreadSanitizer, the
+# decoders' fuzz targets run briefly, then every test, with ctest's summary last.
+test: build test-tsan fuzz-smoke
 	ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS) --timeout 300
 
 # Only the threaded libraries' tests: a full TSan build would double the
@@ -55,5 +58,20 @@ bench: build
 	  $$b --benchmark_out=$(BUILD_DIR)/bench/$$name.json --benchmark_out_format=json || exit 1; \
 	done
 
+# Each libFuzzer target for FUZZ_SECONDS, seeded with the real-record corpus.
+fuzz-smoke: bootstrap
+	@CC=clang CXX=clang++ cmake -S . -B $(FUZZ_DIR) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRASD_FUZZ=ON \
+	  -DRASD_SANITIZE=address,undefined -DRASD_WERROR=OFF -DRASD_BUILD_TESTS=OFF -DRASD_BUILD_BENCH=OFF >/dev/null
+	@cmake --build $(FUZZ_DIR) -j $(JOBS) --target kernel_log_fuzz kmsg_stream_fuzz
+	@rm -rf $(FUZZ_DIR)/seeds && mkdir -p $(FUZZ_DIR)/seeds $(FUZZ_DIR)/found
+	@if [ -f $(CORPUS)/kernel-ras-records.jsonl ]; then split -l 1 $(CORPUS)/kernel-ras-records.jsonl $(FUZZ_DIR)/seeds/record-; fi
+	@for target in kernel_log_fuzz kmsg_stream_fuzz; do \
+	  echo "== $$target ($(FUZZ_SECONDS) s)"; \
+	  UBSAN_OPTIONS=halt_on_error=1 $(FUZZ_DIR)/fuzz/$$target -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=2048 \
+	    $(FUZZ_DIR)/found $(FUZZ_DIR)/seeds > $(FUZZ_DIR)/$$target.log 2>&1; rc=$$?; \
+	  if [ $$rc -ne 0 ]; then tail -n 60 $(FUZZ_DIR)/$$target.log; exit 1; fi; \
+	  tail -n 1 $(FUZZ_DIR)/$$target.log; \
+	done
+
 clean:
-	rm -rf $(BUILD_DIR) $(TSAN_DIR)
+	rm -rf $(BUILD_DIR) $(TSAN_DIR) $(FUZZ_DIR)
