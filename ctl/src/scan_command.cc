@@ -31,29 +31,43 @@ std::string Detail(const ras::ScannedRecord& record) {
 
 int RunScan(std::istream& in, bool json, std::ostream& out) {
   ras::KernelLogScanner scanner;
-  std::string line;
-  while (std::getline(in, line)) scanner.AddLine(line);
-  const auto records = scanner.Finish();
-
-  if (json) {
-    for (const auto& record : records)
-      out << record.ToJson().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
-    return 0;
-  }
   std::map<std::pair<std::string, ras::Severity>, std::uint64_t> summary;
-  if (!records.empty())
-    out << fmt::format("{:<6} {:<15} {:<40} {}\n", "CLASS", "ORIGIN", "DETAIL", "MESSAGE");
-  for (const auto& record : records) {
-    std::string message = record.message;
-    if (message.size() > 100) message = message.substr(0, 97) + "...";
-    out << fmt::format("{:<6} {:<15} {:<40} {}\n", ras::SeverityName(record.severity),
-                       record.origin, Detail(record), message);
-    summary[{record.origin, record.severity}] += 1;
+  std::uint64_t total = 0;
+  bool header = false;
+  // Records are printed as soon as they are complete, so memory stays flat
+  // however long the log.
+  auto print = [&](const std::vector<ras::ScannedRecord>& records) {
+    for (const auto& record : records) {
+      ++total;
+      summary[{record.origin, record.severity}] += 1;
+      if (json) {
+        out << record.ToJson().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
+            << '\n';
+        continue;
+      }
+      if (!header) {
+        out << fmt::format("{:<6} {:<15} {:<40} {}\n", "CLASS", "ORIGIN", "DETAIL", "MESSAGE");
+        header = true;
+      }
+      std::string message = record.message;
+      if (message.size() > 100) message = message.substr(0, 97) + "...";
+      out << fmt::format("{:<6} {:<15} {:<40} {}\n", ras::SeverityName(record.severity),
+                         record.origin, Detail(record), message);
+    }
+  };
+  std::string line;
+  std::uint64_t lines = 0;
+  while (std::getline(in, line)) {
+    scanner.AddLine(line);
+    if (++lines % 1024 == 0) print(scanner.TakeCompleted());
   }
-  out << fmt::format("\n{} record(s)", records.size());
-  if (scanner.UndecodedLines() > 0)
+  print(scanner.Finish());
+  if (json) return 0;
+  out << fmt::format("\n{} record(s)", total);
+  if (scanner.UndecodedLines() > 0) {
     out << fmt::format(", {} line(s) looked like RAS records but did not decode",
                        scanner.UndecodedLines());
+  }
   out << '\n';
   for (const auto& [key, count] : summary) {
     out << fmt::format("  {:<15} {:<6} {}\n", key.first, ras::SeverityName(key.second), count);

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "keyword_matcher.h"
+
 namespace rasd::ras {
 
 nlohmann::json ScannedRecord::ToJson() const {
@@ -62,50 +64,74 @@ std::optional<std::size_t> KernelLogScanner::OpenBlock(const std::string& key) {
 
 namespace {
 
-// Words that at least one line of every record family carries. A line with
-// none of them can only continue a block that is already open.
-constexpr std::string_view kTriggers[] = {
-    "Hardware Error",
-    "EDAC",
-    "mce",
-    "Machine Check",
-    "emory failure",
-    "AER",
-    "PCIe Bus",
-    "NVRM",
-    "amdgpu",
-    "ascend",
-    "heartbeat",
-    "rasdaemon",
-    "events:",
-    "Memory errors",
-    "/edac/",
-    "<<<edac>>>",
-    "HardwareCorrupted",
-    "BERT",
-    "ERST",
-    "HEST",
-    "EINJ",
-    "pstore",
-    "mc_event",
-    "memory_failure",
-    "fallen off",
-    "EEPROM_VERSION",
-    "_SCHEMA",
-    "BAD_PAGE",
-    "507053",
-    "507054",
-    "507010",
-    "drv api",
-    "npu-smi",
-    "ECC_BLOCK",
+// The record families, as bits, and the words that send a line to their
+// decoders. A line carrying none of them is looked at only when it may
+// continue a block that is open (an MCE decode, an AER report) or a report
+// section: most lines of a busy log cost one pass of the automaton.
+enum Family : std::uint32_t {
+  kGhes = 1U << 0,
+  kEdac = 1U << 1,
+  kMce = 1U << 2,
+  kMemoryFailure = 1U << 3,
+  kAer = 1U << 4,
+  kNvidia = 1U << 5,
+  kAmdgpu = 1U << 6,
+  kAscend = 1U << 7,
+  kReports = 1U << 8,  // rasdaemon, mcelog
+  kSysfs = 1U << 9,
+  kMceContinuation = 1U << 10,
+  kAerContinuation = 1U << 11,
 };
 
-bool MayStartARecord(std::string_view line) {
-  for (std::string_view trigger : kTriggers) {
-    if (line.find(trigger) != std::string_view::npos) return true;
-  }
-  return false;
+std::uint32_t FamiliesOf(std::string_view line) {
+  static const KeywordMatcher kWords = {
+      {"Hardware Error", kGhes | kMce},
+      {"BERT", kGhes},
+      {"ERST", kGhes},
+      {"HEST", kGhes},
+      {"EINJ", kGhes},
+      {"pstore", kGhes},
+      {"EDAC", kEdac},
+      {"mc_event", kEdac},
+      {"mce", kMce | kReports},
+      {"MCE", kMce},
+      {"Machine Check", kMce},
+      {"emory failure", kMemoryFailure},
+      {"memory_failure", kMemoryFailure},
+      {"HardwareCorrupted", kMemoryFailure},
+      {"hardware memory corruption", kMemoryFailure},
+      {"AER", kAer},
+      {"PCIe Bus", kAer},
+      {"NVRM", kNvidia},
+      {"fallen off", kNvidia},
+      {"amdgpu", kAmdgpu},
+      {"EEPROM_VERSION", kAmdgpu},
+      {"_SCHEMA", kAmdgpu},
+      {"BAD_PAGE", kAmdgpu},
+      {"ECC_BLOCK", kAmdgpu},
+      {"ascend", kAscend},
+      {"heartbeat", kAscend},
+      {"drv api", kAscend},
+      {"npu-smi", kAscend},
+      {"507053", kAscend},
+      {"507054", kAscend},
+      {"507010", kAscend},
+      {"rasdaemon", kReports},
+      {"events:", kReports},
+      {"Memory errors", kReports},
+      {"/edac/", kSysfs},
+      {"<<<edac>>>", kSysfs},
+      {"TSC ", kMceContinuation},
+      {"PROCESSOR", kMceContinuation},
+      {":    [", kAerContinuation},
+      {"  device [", kAerContinuation},
+      {"TLP Header", kAerContinuation},
+      {"can't", kAerContinuation},
+      {"link has been reset", kAerContinuation},
+      {"device recovery", kAerContinuation},
+      {"Agent", kAerContinuation},
+  };
+  return kWords.Groups(line);
 }
 
 }  // namespace
@@ -117,23 +143,32 @@ void KernelLogScanner::AddLine(std::string_view raw_line, std::uint64_t tag) {
   std::erase_if(open_, [this](const auto& entry) {
     return line_number_ - entry.second.last_line > kBlockGapLines;
   });
-  if (open_.empty() && section_.empty() && !checkmk_section_ && sysfs_pending_path_.empty() &&
-      nvidia_pending_bdf_.empty() && !MayStartARecord(raw_line)) {
-    return;
-  }
+  std::uint32_t families = FamiliesOf(raw_line);
+  const bool in_report = !section_.empty() || checkmk_section_ || !sysfs_pending_path_.empty();
+  if (in_report) families |= kReports | kSysfs;
+  if (!nvidia_pending_bdf_.empty()) families |= kNvidia;
+  if ((families & kMceContinuation) != 0 && open_.contains("mce")) families |= kMce;
+  if ((families & kAerContinuation) != 0 && open_.contains("aer")) families |= kAer;
+  families &= ~(kMceContinuation | kAerContinuation);
+  if (families == 0) return;  // most lines of a busy log end here
   const LogLine line = SplitLogLine(raw_line);
   if (line.text.empty()) return;
   // Order matters where formats overlap: GHES claims "[Hardware Error]"
   // lines only inside its own blocks, so AMD MCE decode lines fall through.
-  static constexpr Handler kHandlers[] = {
-      &KernelLogScanner::ScanGhes,      &KernelLogScanner::ScanEdac,
-      &KernelLogScanner::ScanMce,       &KernelLogScanner::ScanMemoryFailure,
-      &KernelLogScanner::ScanAer,       &KernelLogScanner::ScanNvidia,
-      &KernelLogScanner::ScanAmdgpu,    &KernelLogScanner::ScanAscend,
-      &KernelLogScanner::ScanRasdaemon, &KernelLogScanner::ScanSysfs,
+  static constexpr std::pair<std::uint32_t, Handler> kHandlers[] = {
+      {kGhes, &KernelLogScanner::ScanGhes},
+      {kEdac, &KernelLogScanner::ScanEdac},
+      {kMce, &KernelLogScanner::ScanMce},
+      {kMemoryFailure, &KernelLogScanner::ScanMemoryFailure},
+      {kAer, &KernelLogScanner::ScanAer},
+      {kNvidia, &KernelLogScanner::ScanNvidia},
+      {kAmdgpu, &KernelLogScanner::ScanAmdgpu},
+      {kAscend, &KernelLogScanner::ScanAscend},
+      {kReports, &KernelLogScanner::ScanRasdaemon},
+      {kSysfs, &KernelLogScanner::ScanSysfs},
   };
-  for (Handler handler : kHandlers) {
-    if ((this->*handler)(line)) return;
+  for (const auto& [family, handler] : kHandlers) {
+    if ((families & family) != 0 && (this->*handler)(line)) return;
   }
   if (Contains(line.text, "Hardware Error") || Contains(line.text, "EDAC") ||
       Contains(line.text, "Xid")) {

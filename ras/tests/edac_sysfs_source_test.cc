@@ -1,10 +1,9 @@
 #include "rasd/ras/edac_sysfs_source.h"
 
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <fstream>
-
-#include <gtest/gtest.h>
 
 namespace rasd::ras {
 namespace {
@@ -19,9 +18,11 @@ class EdacSysfsTest : public ::testing::Test {
     root_ = pattern;
     std::filesystem::copy(std::string(RASD_CORPUS_DIR) + "/edac_sysfs/" + name, root_,
                           std::filesystem::copy_options::recursive);
-    std::filesystem::permissions(root_, std::filesystem::perms::owner_all, std::filesystem::perm_options::add);
+    std::filesystem::permissions(root_, std::filesystem::perms::owner_all,
+                                 std::filesystem::perm_options::add);
     for (const auto& entry : std::filesystem::recursive_directory_iterator(root_)) {
-      std::filesystem::permissions(entry.path(), std::filesystem::perms::owner_write, std::filesystem::perm_options::add);
+      std::filesystem::permissions(entry.path(), std::filesystem::perms::owner_write,
+                                   std::filesystem::perm_options::add);
     }
     host_ = std::make_unique<common::HostEnv>(root_, std::make_shared<common::SystemClock>());
   }

@@ -1,10 +1,10 @@
 #include "rasd/ras/edac_sysfs_source.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <tuple>
-
-#include <fmt/format.h>
 
 #include "rasd/ras/log_line.h"
 
@@ -36,7 +36,8 @@ std::optional<int> NumberedEntry(const std::string& name, std::string_view prefi
 std::vector<std::string> EntriesOf(const std::filesystem::path& directory) {
   std::vector<std::string> names;
   std::error_code ec;
-  for (std::filesystem::directory_iterator it(directory, ec), end; !ec && it != end; it.increment(ec)) {
+  for (std::filesystem::directory_iterator it(directory, ec), end; !ec && it != end;
+       it.increment(ec)) {
     names.push_back(it->path().filename().string());
   }
   return names;
@@ -70,9 +71,12 @@ EdacSnapshot ReadEdacSnapshot(const common::HostEnv& host) {
           auto ue = ReadCounter(host, unit_path + "/ue_count");
           std::uint64_t channel_ce = 0, channel_ue = 0;
           for (int channel = 0; channel < 16; ++channel) {
-            channel_ce += ReadCounter(host, fmt::format("{}/ch{}_ce_count", unit_path, channel)).value_or(0);
-            channel_ue += ReadCounter(host, fmt::format("{}/ch{}_ue_count", unit_path, channel)).value_or(0);
-            if (unit.label.empty()) unit.label = ReadLabel(host, fmt::format("{}/ch{}_dimm_label", unit_path, channel));
+            channel_ce +=
+                ReadCounter(host, fmt::format("{}/ch{}_ce_count", unit_path, channel)).value_or(0);
+            channel_ue +=
+                ReadCounter(host, fmt::format("{}/ch{}_ue_count", unit_path, channel)).value_or(0);
+            if (unit.label.empty())
+              unit.label = ReadLabel(host, fmt::format("{}/ch{}_dimm_label", unit_path, channel));
           }
           unit.ce = ce.value_or(channel_ce);
           unit.ue = ue.value_or(channel_ue);
@@ -100,7 +104,8 @@ std::vector<RasEvent> EdacSysfsSource::Poll() {
     return events;
   }
   const auto now = std::chrono::system_clock::now();
-  auto emit = [&](int mc, const std::string& where, Severity severity, std::uint64_t before, std::uint64_t after) {
+  auto emit = [&](int mc, const std::string& where, Severity severity, std::uint64_t before,
+                  std::uint64_t after) {
     if (after <= before) return;  // unchanged, or reset: re-based below
     RasEvent event;
     event.time = now;
@@ -109,9 +114,11 @@ std::vector<RasEvent> EdacSysfsSource::Poll() {
     event.severity = severity;
     event.mc = mc;
     event.count = after - before;
-    event.summary = fmt::format("{}: {} new {} error(s), {} since the counters were reset", where, after - before,
-                                severity == Severity::kCe ? "corrected" : "uncorrected", after);
-    event.raw = fmt::format("{} {} {} -> {}", where, severity == Severity::kCe ? "ce" : "ue", before, after);
+    event.summary =
+        fmt::format("{}: {} new {} error(s), {} since the counters were reset", where,
+                    after - before, severity == Severity::kCe ? "corrected" : "uncorrected", after);
+    event.raw = fmt::format("{} {} {} -> {}", where, severity == Severity::kCe ? "ce" : "ue",
+                            before, after);
     events.push_back(std::move(event));
   };
   std::map<std::tuple<int, std::string, int>, const EdacSnapshot::Unit*> previous_units;
@@ -130,8 +137,10 @@ std::vector<RasEvent> EdacSysfsSource::Poll() {
     auto previous = last_.controllers.find(mc);
     if (previous == last_.controllers.end()) continue;
     const std::string where = fmt::format("mc{}", mc);
-    emit(mc, where + " (location unknown)", Severity::kCe, previous->second.ce_noinfo, controller.ce_noinfo);
-    emit(mc, where + " (location unknown)", Severity::kUce, previous->second.ue_noinfo, controller.ue_noinfo);
+    emit(mc, where + " (location unknown)", Severity::kCe, previous->second.ce_noinfo,
+         controller.ce_noinfo);
+    emit(mc, where + " (location unknown)", Severity::kUce, previous->second.ue_noinfo,
+         controller.ue_noinfo);
     if (!has_units[mc]) {
       emit(mc, where, Severity::kCe, previous->second.ce, controller.ce);
       emit(mc, where, Severity::kUce, previous->second.ue, controller.ue);

@@ -24,7 +24,7 @@ struct EdacSnapshot {
   };
   struct Unit {
     int mc = 0;
-    std::string kind;   // csrow | dimm | rank
+    std::string kind;  // csrow | dimm | rank
     int index = 0;
     std::string label;  // dimm_label / chK_dimm_label, where the driver names it
     std::uint64_t ce = 0, ue = 0;

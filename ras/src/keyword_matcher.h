@@ -1,0 +1,35 @@
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <initializer_list>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace rasd::ras {
+
+// Finds which of a set of keywords occur in a text in one pass over it,
+// whatever the number of keywords: an Aho-Corasick automaton compiled to a
+// DFA over the bytes the keywords use (all other bytes share one class).
+// Each keyword carries a group bit; Groups() returns the OR of the groups
+// found. Immutable after construction; thread-safe.
+class KeywordMatcher {
+ public:
+  KeywordMatcher(std::initializer_list<std::pair<std::string_view, std::uint32_t>> keywords);
+  // Every keyword in group 1.
+  explicit KeywordMatcher(const std::vector<std::string_view>& keywords);
+
+  std::uint32_t Groups(std::string_view text) const;
+  bool AnyIn(std::string_view text) const;
+
+ private:
+  void Build(const std::vector<std::pair<std::string_view, std::uint32_t>>& keywords);
+
+  std::array<std::uint8_t, 256> byte_class_{};  // 0: a byte no keyword uses
+  std::size_t classes_ = 1;
+  std::vector<std::uint16_t> next_;    // state * classes_ + class -> next state
+  std::vector<std::uint32_t> output_;  // groups of the keywords ending in a state
+};
+
+}  // namespace rasd::ras

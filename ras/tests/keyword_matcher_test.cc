@@ -1,0 +1,45 @@
+#include "keyword_matcher.h"
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+namespace rasd::ras {
+namespace {
+
+TEST(KeywordMatcherTest, FindsAnyKeywordAnywhere) {
+  const KeywordMatcher matcher(std::vector<std::string_view>{"EDAC", "Hardware Error", "he", "hers", "AER"});
+  EXPECT_TRUE(matcher.AnyIn("EDAC MC0: 1 CE"));
+  EXPECT_TRUE(matcher.AnyIn("xx {7}[Hardware Error]: yy"));
+  EXPECT_TRUE(matcher.AnyIn("ushers"));  // overlapping keywords through failure links
+  EXPECT_TRUE(matcher.AnyIn("pcieport 0000:00:1c.1: AER"));
+  EXPECT_FALSE(matcher.AnyIn(""));
+  EXPECT_FALSE(matcher.AnyIn("EDA CMC Hardware error AE R"));
+  EXPECT_FALSE(matcher.AnyIn("usb 1-1: new high-speed USB device"));
+}
+
+TEST(KeywordMatcherTest, AgreesWithFindOnRandomText) {
+  const std::vector<std::string> keywords = {"abc", "bcd", "cab", "aab", "dd"};
+  const KeywordMatcher matcher(std::vector<std::string_view>{"abc", "bcd", "cab", "aab", "dd"});
+  std::mt19937 random(42);
+  for (int i = 0; i < 20000; ++i) {
+    std::string text;
+    const int length = static_cast<int>(random() % 12);
+    for (int j = 0; j < length; ++j) text.push_back(static_cast<char>('a' + random() % 5));
+    bool expected = false;
+    for (const auto& keyword : keywords) expected = expected || text.find(keyword) != std::string::npos;
+    ASSERT_EQ(matcher.AnyIn(text), expected) << text;
+  }
+}
+
+TEST(KeywordMatcherTest, GroupsOfEveryKeywordPresentAreReported) {
+  const KeywordMatcher matcher = {{"EDAC", 1}, {"AER", 2}, {"Hardware Error", 4 | 8}, {"Error", 16}};
+  EXPECT_EQ(matcher.Groups("EDAC and AER"), 3u);
+  EXPECT_EQ(matcher.Groups("[Hardware Error]"), 4u | 8u | 16u) << "a keyword inside another counts too";
+  EXPECT_EQ(matcher.Groups("nothing here"), 0u);
+}
+
+}  // namespace
+}  // namespace rasd::ras
