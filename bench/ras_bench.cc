@@ -1,0 +1,125 @@
+// RAS ingestion throughput: kmsg records through decode, classification and
+// the SQLite store, on a mixed log where one record in five is a RAS
+// record (lines of the real-record corpus) and the rest are ordinary kernel
+// chatter. Baseline in the same process: splitting the log into lines.
+
+#include <benchmark/benchmark.h>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "rasd/ras/kernel_log_scanner.h"
+#include "rasd/ras/kmsg_source.h"
+#include "rasd/ras/state_store.h"
+
+namespace {
+
+constexpr std::size_t kRecords = 200'000;
+
+// "prio,seq,usec,-;text" records, as /dev/kmsg hands them out.
+const std::vector<std::string>& MixedKmsg() {
+  static const std::vector<std::string> records = [] {
+    std::vector<std::string> ras_lines;
+    std::ifstream corpus(std::string(RASD_CORPUS_DIR) + "/kernel-ras-records.jsonl");
+    for (std::string line; std::getline(corpus, line);) {
+      auto json = nlohmann::json::parse(line, nullptr, false);
+      if (json.is_discarded()) continue;
+      const std::string text = json.value("text", "");
+      std::size_t start = 0;
+      while (start < text.size()) {
+        const std::size_t end = std::min(text.find('\n', start), text.size());
+        if (end > start) ras_lines.push_back(text.substr(start, end - start));
+        start = end + 1;
+      }
+    }
+    if (ras_lines.empty())
+      ras_lines.push_back("EDAC MC0: 1 CE memory read error on DIMM (page:0x1 offset:0x2)");
+    const char* chatter[] = {"usb 1-1: new high-speed USB device number 7 using xhci_hcd",
+                             "systemd[1]: Started Session 42 of user root.",
+                             "EXT4-fs (sda1): mounted filesystem with ordered data mode",
+                             "IPv6: ADDRCONF(NETDEV_CHANGE): eth0: link becomes ready"};
+    std::vector<std::string> out;
+    out.reserve(kRecords);
+    for (std::size_t i = 0; i < kRecords; ++i) {
+      const std::string& text =
+          i % 5 == 0 ? ras_lines[(i / 5) % ras_lines.size()] : std::string(chatter[i % 4]);
+      out.push_back(fmt::format("6,{},{},-;{}", i + 1, 1'000'000 + i * 10, text));
+    }
+    return out;
+  }();
+  return records;
+}
+
+void BM_SplitOnlyBaseline(benchmark::State& state) {
+  const auto& records = MixedKmsg();
+  for (auto _ : state) {
+    std::size_t bytes = 0;
+    for (const auto& record : records) bytes += record.find(';');
+    benchmark::DoNotOptimize(bytes);
+  }
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * records.size()));
+}
+BENCHMARK(BM_SplitOnlyBaseline)->Unit(benchmark::kMillisecond);
+
+void BM_DecodeAndClassify(benchmark::State& state) {
+  const auto& records = MixedKmsg();
+  std::size_t events = 0;
+  for (auto _ : state) {
+    rasd::ras::KernelLogScanner scanner;
+    events = 0;
+    for (std::size_t i = 0; i < records.size(); ++i) {
+      const auto decoded = rasd::ras::DecodeKmsgRecord(records[i]);
+      scanner.AddLine(decoded->text, decoded->usec);
+      if (i % 1024 == 0) events += scanner.TakeCompleted().size();
+    }
+    events += scanner.Finish().size();
+  }
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * records.size()));
+  state.counters["events"] = static_cast<double>(events);
+}
+BENCHMARK(BM_DecodeAndClassify)->Unit(benchmark::kMillisecond);
+
+// Decode, classify, turn into events and store them in a real SQLite file,
+// one transaction per batch as the daemon does.
+void BM_DecodeClassifyStore(benchmark::State& state) {
+  const auto& records = MixedKmsg();
+  char pattern[] = "/tmp/rasd-bench-XXXXXX";
+  const std::filesystem::path dir = ::mkdtemp(pattern);
+  auto store = std::move(*rasd::ras::StateStore::Open(dir / "state"));
+  std::size_t stored = 0;
+  for (auto _ : state) {
+    rasd::ras::KernelLogScanner scanner;
+    std::vector<rasd::ras::RasEvent> batch;
+    auto flush = [&](std::vector<rasd::ras::ScannedRecord> completed) {
+      for (const auto& record : completed) {
+        batch.push_back(
+            rasd::ras::EventFromRecord(record, "kmsg", std::chrono::system_clock::now()));
+      }
+      if (!batch.empty()) {
+        (void)store->RecordEvents(batch);
+        stored += batch.size();
+        batch.clear();
+      }
+    };
+    for (std::size_t i = 0; i < records.size(); ++i) {
+      const auto decoded = rasd::ras::DecodeKmsgRecord(records[i]);
+      scanner.AddLine(decoded->text, decoded->usec);
+      if (i % 1024 == 0) flush(scanner.TakeCompleted());
+    }
+    flush(scanner.Finish());
+  }
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * records.size()));
+  state.counters["events_stored"] = static_cast<double>(stored);
+  store.reset();
+  std::filesystem::remove_all(dir);
+}
+BENCHMARK(BM_DecodeClassifyStore)->Unit(benchmark::kMillisecond);
+
+}  // namespace
+
+BENCHMARK_MAIN();
