@@ -166,3 +166,35 @@ TEST(RasIngestEdacTest, EdacCounterIncreasesBecomeEvents) {
 
 }  // namespace
 }  // namespace rasd::testing
+
+namespace rasd::testing {
+namespace {
+
+TEST(RasIngestStormTest, AStormIsStoredCoalescedWithExactCounts) {
+  RasdInstance rasd;
+  std::string why;
+  ASSERT_TRUE(rasd.Start({}, {}, &why)) << why;
+  std::string storm;
+  for (int i = 1; i <= 2000; ++i) {
+    storm += "3," + std::to_string(i) +
+             ",1000000,-;EDAC MC1: 1 CE memory read error on DIMM_A1 "
+             "(channel:0 slot:0 page:0x1234 offset:0x0 grain:32)\n";
+  }
+  rasd.AppendKmsg(storm);
+  nlohmann::json summary;
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        summary = nlohmann::json::parse(rasd.Rasctl({"--json", "summary"}).out, nullptr, false);
+        return summary.is_object() && !summary["rows"].empty() &&
+               summary["rows"][0]["errors"] == 2000;
+      },
+      10s))
+      << summary.dump(2);
+  EXPECT_LT(summary["rows"][0]["events"].get<int>(), 200) << "stored coalesced, not row by row";
+  const auto status = nlohmann::json::parse(rasd.Rasctl({"--json", "status"}).out);
+  EXPECT_EQ(status["events"]["by_severity"]["CE"], 2000);
+  EXPECT_GT(status["ras"]["coalesced"].get<int>(), 1000);
+}
+
+}  // namespace
+}  // namespace rasd::testing

@@ -271,6 +271,21 @@ void ReadDocument(SchemaReader& reader, const YAML::Node& root, Config& config) 
                           config.ras.edac_poll = std::chrono::milliseconds(*ms);
                         }
                       }});
+  ras_keys.push_back({"retention_days", [&](const YAML::Node& value, const std::string& path) {
+                        if (auto days = reader.ReadInteger<int>(value, path, 1, 3650))
+                          config.ras.retention_days = *days;
+                      }});
+  ras_keys.push_back({"max_events", [&](const YAML::Node& value, const std::string& path) {
+                        if (auto rows =
+                                reader.ReadInteger<std::uint64_t>(value, path, 1000, 100'000'000)) {
+                          config.ras.max_events = *rows;
+                        }
+                      }});
+  ras_keys.push_back({"storm_threshold", [&](const YAML::Node& value, const std::string& path) {
+                        if (auto n = reader.ReadInteger<int>(value, path, 1, 1'000'000)) {
+                          config.ras.storm_threshold = static_cast<std::size_t>(*n);
+                        }
+                      }});
   const std::vector<Key> simulator_keys = {
       {"devices",
        [&](const YAML::Node& value, const std::string& path) {

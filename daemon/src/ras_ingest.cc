@@ -59,6 +59,7 @@ RasIngest::~RasIngest() {
   sd_event_source_disable_unref(kmsg_io_);
   sd_event_source_disable_unref(kmsg_timer_);
   sd_event_source_disable_unref(edac_timer_);
+  sd_event_source_disable_unref(prune_timer_);
   sd_event_source_disable_unref(driver_io_);
 }
 
@@ -78,6 +79,12 @@ Status RasIngest::Start() {
     const std::uint64_t one = 1;
     (void)::write(driver_eventfd_.Get(), &one, sizeof one);
   });
+  Prune();
+  if (int rc = sd_event_add_time_relative(event_, &prune_timer_, CLOCK_MONOTONIC, 3'600'000'000ULL,
+                                          0, &RasIngest::OnPruneTimer, this);
+      rc < 0) {
+    spdlog::warn("event retention: no timer ({}); pruning only at start", std::strerror(-rc));
+  }
   if (options_.kmsg) StartKmsg();
   if (options_.edac_poll.count() > 0) {
     edac_ = std::make_unique<ras::EdacSysfsSource>(host_);
@@ -165,6 +172,25 @@ int RasIngest::OnKmsgTimer(sd_event_source* source, uint64_t, void* userdata) {
   return 0;
 }
 
+void RasIngest::Prune() {
+  const auto cutoff =
+      std::chrono::system_clock::now() - std::chrono::hours(24) * options_.retention_days;
+  auto removed = store_.Prune(cutoff, options_.max_events);
+  if (!removed) {
+    spdlog::warn("event retention: {}", removed.error().message);
+    return;
+  }
+  stats_.pruned += *removed;
+  if (*removed > 0) spdlog::info("event retention: deleted {} old event(s)", *removed);
+}
+
+int RasIngest::OnPruneTimer(sd_event_source* source, uint64_t, void* userdata) {
+  static_cast<RasIngest*>(userdata)->Prune();
+  sd_event_source_set_time_relative(source, 3'600'000'000ULL);
+  sd_event_source_set_enabled(source, SD_EVENT_ONESHOT);
+  return 0;
+}
+
 int RasIngest::OnEdacTimer(sd_event_source* source, uint64_t, void* userdata) {
   auto* self = static_cast<RasIngest*>(userdata);
   self->Deliver(self->edac_->Poll());
@@ -228,6 +254,9 @@ ras::RasEvent RasIngest::FromDriver(const drivers::DriverErrorEvent& event) cons
 void RasIngest::Deliver(std::vector<ras::RasEvent> events) {
   if (events.empty()) return;
   stats_.events += events.size();
+  const std::size_t before = events.size();
+  events = ras::CoalesceStorm(std::move(events), options_.storm_threshold);
+  stats_.coalesced += before - events.size();
   if (auto stored = store_.RecordEvents(events); !stored) {
     // A full disk or a broken database must not stop ingestion: count, log, go on.
     ++stats_.store_failures;

@@ -44,6 +44,8 @@ class RasIngest {
     std::uint64_t store_failures = 0;
     bool kmsg_active = false;
     std::size_t edac_controllers = 0;
+    std::uint64_t coalesced = 0;  // events merged into others under storms
+    std::uint64_t pruned = 0;
   };
   Stats GetStats() const;
 
@@ -59,6 +61,8 @@ class RasIngest {
 
   static int OnKmsgReadable(sd_event_source* source, int fd, uint32_t revents, void* userdata);
   static int OnKmsgTimer(sd_event_source* source, uint64_t usec, void* userdata);
+  void Prune();
+  static int OnPruneTimer(sd_event_source* source, uint64_t usec, void* userdata);
   static int OnEdacTimer(sd_event_source* source, uint64_t usec, void* userdata);
   static int OnDriverEvents(sd_event_source* source, int fd, uint32_t revents, void* userdata);
 
@@ -74,6 +78,7 @@ class RasIngest {
   std::uint64_t kmsg_records_at_last_tick_ = 0;
   bool kmsg_pending_ = false;  // lines read since the last flush
 
+  sd_event_source* prune_timer_ = nullptr;
   std::unique_ptr<ras::EdacSysfsSource> edac_;
   sd_event_source* edac_timer_ = nullptr;
 

@@ -1,8 +1,42 @@
 #include "rasd/ras/ras_event.h"
 
+#include <fmt/format.h>
+
+#include <map>
+#include <tuple>
+
 #include "rasd/ras/kernel_log_scanner.h"
 
 namespace rasd::ras {
+
+std::vector<RasEvent> CoalesceStorm(std::vector<RasEvent> events, std::size_t threshold) {
+  if (events.size() <= threshold) return events;
+  using Key = std::tuple<std::string, std::string, Severity, std::optional<int>, std::optional<int>,
+                         std::optional<std::string>, std::optional<std::string>, std::optional<int>,
+                         bool, std::int64_t>;
+  std::map<Key, std::size_t> index;  // -> position in merged
+  std::vector<RasEvent> merged;
+  std::vector<std::uint64_t> members;
+  for (auto& event : events) {
+    const auto minute =
+        std::chrono::duration_cast<std::chrono::minutes>(event.time.time_since_epoch()).count();
+    Key key{event.source,  event.origin,  event.severity,    event.device,     event.mc,
+            event.pci_bdf, event.address, event.vendor_code, event.historical, minute};
+    auto [it, inserted] = index.try_emplace(std::move(key), merged.size());
+    if (inserted) {
+      merged.push_back(std::move(event));
+      members.push_back(1);
+    } else {
+      merged[it->second].count += event.count;
+      members[it->second] += 1;
+    }
+  }
+  for (std::size_t i = 0; i < merged.size(); ++i) {
+    if (members[i] > 1)
+      merged[i].summary = fmt::format("[{} events coalesced] {}", members[i], merged[i].summary);
+  }
+  return merged;
+}
 
 RasEvent EventFromRecord(const ScannedRecord& record, std::string source,
                          std::chrono::system_clock::time_point time) {

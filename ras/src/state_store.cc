@@ -217,7 +217,7 @@ Status StateStore::Prepare() {
                          -1, SQLITE_PREPARE_PERSISTENT, &insert_event_, nullptr) != SQLITE_OK) {
     return Fail(SqliteError("prepare event insert"));
   }
-  if (sqlite3_prepare_v3(db_, "SELECT severity, COUNT(*) FROM events GROUP BY severity;", -1,
+  if (sqlite3_prepare_v3(db_, "SELECT severity, SUM(count) FROM events GROUP BY severity;", -1,
                          SQLITE_PREPARE_PERSISTENT, &count_events_, nullptr) != SQLITE_OK) {
     return Fail(SqliteError("prepare event count"));
   }
@@ -376,6 +376,37 @@ Result<std::vector<EventSummaryRow>> StateStore::Summarize() {
   sqlite3_finalize(statement);
   if (!done) return Fail(SqliteError("summarize events"));
   return rows;
+}
+
+Result<std::uint64_t> StateStore::EventRows() {
+  sqlite3_stmt* statement = nullptr;
+  if (sqlite3_prepare_v2(db_, "SELECT COUNT(*) FROM events;", -1, &statement, nullptr) !=
+      SQLITE_OK) {
+    return Fail(SqliteError("prepare event count"));
+  }
+  std::uint64_t rows = 0;
+  if (sqlite3_step(statement) == SQLITE_ROW)
+    rows = static_cast<std::uint64_t>(sqlite3_column_int64(statement, 0));
+  sqlite3_finalize(statement);
+  return rows;
+}
+
+Result<std::uint64_t> StateStore::Prune(std::chrono::system_clock::time_point older_than,
+                                        std::uint64_t max_events) {
+  const auto cutoff =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(older_than.time_since_epoch()).count();
+  const std::string by_age = fmt::format("DELETE FROM events WHERE time_ns < {};", cutoff);
+  if (auto deleted = Exec(db_, by_age.c_str(), "prune old events"); !deleted)
+    return Fail(deleted.error());
+  std::uint64_t removed = static_cast<std::uint64_t>(sqlite3_changes(db_));
+  // Ids grow with insertion: the oldest rows are the lowest ids.
+  const std::string by_count = fmt::format(
+      "DELETE FROM events WHERE id <= (SELECT id FROM events ORDER BY id DESC LIMIT 1 OFFSET {});",
+      max_events);
+  if (auto deleted = Exec(db_, by_count.c_str(), "prune surplus events"); !deleted)
+    return Fail(deleted.error());
+  removed += static_cast<std::uint64_t>(sqlite3_changes(db_));
+  return removed;
 }
 
 Status StateStore::SaveCursor(const SourceCursor& cursor) {

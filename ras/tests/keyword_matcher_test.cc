@@ -1,16 +1,17 @@
 #include "keyword_matcher.h"
 
+#include <gtest/gtest.h>
+
 #include <random>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 namespace rasd::ras {
 namespace {
 
 TEST(KeywordMatcherTest, FindsAnyKeywordAnywhere) {
-  const KeywordMatcher matcher(std::vector<std::string_view>{"EDAC", "Hardware Error", "he", "hers", "AER"});
+  const KeywordMatcher matcher(
+      std::vector<std::string_view>{"EDAC", "Hardware Error", "he", "hers", "AER"});
   EXPECT_TRUE(matcher.AnyIn("EDAC MC0: 1 CE"));
   EXPECT_TRUE(matcher.AnyIn("xx {7}[Hardware Error]: yy"));
   EXPECT_TRUE(matcher.AnyIn("ushers"));  // overlapping keywords through failure links
@@ -29,15 +30,18 @@ TEST(KeywordMatcherTest, AgreesWithFindOnRandomText) {
     const int length = static_cast<int>(random() % 12);
     for (int j = 0; j < length; ++j) text.push_back(static_cast<char>('a' + random() % 5));
     bool expected = false;
-    for (const auto& keyword : keywords) expected = expected || text.find(keyword) != std::string::npos;
+    for (const auto& keyword : keywords)
+      expected = expected || text.find(keyword) != std::string::npos;
     ASSERT_EQ(matcher.AnyIn(text), expected) << text;
   }
 }
 
 TEST(KeywordMatcherTest, GroupsOfEveryKeywordPresentAreReported) {
-  const KeywordMatcher matcher = {{"EDAC", 1}, {"AER", 2}, {"Hardware Error", 4 | 8}, {"Error", 16}};
+  const KeywordMatcher matcher = {
+      {"EDAC", 1}, {"AER", 2}, {"Hardware Error", 4 | 8}, {"Error", 16}};
   EXPECT_EQ(matcher.Groups("EDAC and AER"), 3u);
-  EXPECT_EQ(matcher.Groups("[Hardware Error]"), 4u | 8u | 16u) << "a keyword inside another counts too";
+  EXPECT_EQ(matcher.Groups("[Hardware Error]"), 4u | 8u | 16u)
+      << "a keyword inside another counts too";
   EXPECT_EQ(matcher.Groups("nothing here"), 0u);
 }
 

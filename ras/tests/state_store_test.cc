@@ -75,7 +75,7 @@ TEST_F(StateStoreTest, EventsSurviveReopenAndAreCountedBySeverity) {
   auto counts = (*store)->CountEventsBySeverity();
   ASSERT_TRUE(counts.has_value()) << counts.error().ToString();
   EXPECT_EQ(counts->size(), kAllSeverities.size());
-  EXPECT_EQ(counts->at(Severity::kCe), 2u);
+  EXPECT_EQ(counts->at(Severity::kCe), 2u);  // two events of count 1
   EXPECT_EQ(counts->at(Severity::kFatal), 1u);
   EXPECT_EQ(counts->at(Severity::kSrar), 0u);
 }
@@ -142,6 +142,60 @@ TEST_F(StateStoreTest, BatchesQueriesSummariesAndCursors) {
   ASSERT_TRUE(cursor.has_value() && cursor->has_value());
   EXPECT_EQ((*cursor)->boot_id, "boot-a");
   EXPECT_EQ((*cursor)->position, "42");
+}
+
+TEST(CoalesceStormTest, AStormIsMergedPerComponentAndMinuteWithExactCounts) {
+  const auto t0 = std::chrono::system_clock::time_point(std::chrono::minutes(28'000'000));
+  std::vector<RasEvent> storm;
+  for (int i = 0; i < 1000; ++i) {
+    RasEvent event{.time = t0 + std::chrono::milliseconds(i * 100),
+                   .source = "edac_sysfs",
+                   .origin = "edac",
+                   .severity = Severity::kCe,
+                   .summary = "CE"};
+    event.mc = i % 2;
+    event.count = 2;
+    storm.push_back(event);
+  }
+  storm.push_back(
+      {.time = t0, .origin = "nvidia_xid", .severity = Severity::kFatal, .summary = "Xid 79"});
+  const auto merged = CoalesceStorm(storm, 64);
+  // 100 s of events: two minutes x two controllers, plus the Xid.
+  ASSERT_EQ(merged.size(), 5u);
+  std::uint64_t total = 0;
+  for (const auto& event : merged) {
+    if (event.origin == "edac") total += event.count;
+  }
+  EXPECT_EQ(total, 2000u) << "counts stay exact";
+  EXPECT_NE(merged[0].summary.find("events coalesced"), std::string::npos);
+  EXPECT_EQ(merged.back().origin, "nvidia_xid");
+  EXPECT_EQ(CoalesceStorm(std::vector<RasEvent>(storm.begin(), storm.begin() + 10), 64).size(), 10u)
+      << "no storm, no merging";
+}
+
+TEST_F(StateStoreTest, PruningKeepsTheNewestWithinAgeAndCount) {
+  auto store = StateStore::Open(dir_ / "state");
+  ASSERT_TRUE(store.has_value());
+  const auto t0 = std::chrono::system_clock::time_point(std::chrono::seconds(1'700'000'000));
+  std::vector<RasEvent> events;
+  for (int i = 0; i < 100; ++i) {
+    events.push_back({.time = t0 + std::chrono::hours(i),
+                      .origin = "edac",
+                      .severity = Severity::kCe,
+                      .summary = std::to_string(i)});
+  }
+  ASSERT_TRUE((*store)->RecordEvents(events).has_value());
+  auto removed = (*store)->Prune(t0 + std::chrono::hours(10), 1'000'000);
+  ASSERT_TRUE(removed.has_value()) << removed.error().ToString();
+  EXPECT_EQ(*removed, 10u) << "the ten older than the cutoff";
+  removed = (*store)->Prune(t0, 50);
+  ASSERT_TRUE(removed.has_value());
+  EXPECT_EQ(*removed, 40u) << "then the oldest beyond 50 rows";
+  EXPECT_EQ(*(*store)->EventRows(), 50u);
+  const auto left = (*store)->QueryEvents({});
+  EXPECT_EQ(left->front().event.summary, "50");
+  EXPECT_EQ(left->back().event.summary, "99");
+  EXPECT_EQ(*(*store)->Prune(t0, 50), 0u) << "nothing more to do";
 }
 
 TEST_F(StateStoreTest, AVersionOneDatabaseIsMigratedInPlace) {

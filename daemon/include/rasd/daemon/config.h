@@ -50,6 +50,9 @@ struct Config {
     std::chrono::milliseconds kmsg_file_poll{200};
     // How often the EDAC sysfs counters are read; 0 turns the poller off.
     std::chrono::milliseconds edac_poll{10000};
+    int retention_days = 90;               // events older than this are deleted (hourly)
+    std::uint64_t max_events = 1'000'000;  // and the oldest beyond this many
+    std::size_t storm_threshold = 64;      // a batch larger than this is coalesced
     bool operator==(const Ras&) const = default;
   } ras;
   struct Simulator {

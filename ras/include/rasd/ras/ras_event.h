@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "rasd/ras/severity.h"
 
@@ -28,6 +29,13 @@ struct RasEvent {
   std::string summary;                 // one line for people
   std::string raw;                     // the record as the source read it
 };
+
+// Under a storm (a batch of more than `threshold` events) events that
+// differ only in time within the same minute and component are merged into
+// one with the summed count, so the store grows with the variety of errors,
+// not their number; counts stay exact. Smaller batches pass unchanged.
+// Order: first occurrence.
+std::vector<RasEvent> CoalesceStorm(std::vector<RasEvent> events, std::size_t threshold);
 
 // A scanned kernel-log record as an event of `source`.
 RasEvent EventFromRecord(const ScannedRecord& record, std::string source,

@@ -85,10 +85,18 @@ class StateStore {
   // Counts by origin and severity, like `ras-mc-ctl --summary`.
   Result<std::vector<EventSummaryRow>> Summarize();
 
+  // Deletes events older than `older_than`, then the oldest beyond
+  // `max_events`. Returns how many were deleted.
+  Result<std::uint64_t> Prune(std::chrono::system_clock::time_point older_than,
+                              std::uint64_t max_events);
+  Result<std::uint64_t> EventRows();
+
   Status SaveCursor(const SourceCursor& cursor);
   Result<std::optional<SourceCursor>> LoadCursor(std::string_view source);
 
-  // Event counts by severity, with every severity present (0 where none).
+  // Error counts by severity (the sum of the events' counts, so that a
+  // coalesced row counts for every error it stands for), with every
+  // severity present (0 where none).
   Result<std::map<Severity, std::uint64_t>> CountEventsBySeverity();
 
  private:
