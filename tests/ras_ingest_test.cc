@@ -198,3 +198,30 @@ TEST(RasIngestStormTest, AStormIsStoredCoalescedWithExactCounts) {
 
 }  // namespace
 }  // namespace rasd::testing
+
+namespace rasd::testing {
+namespace {
+
+TEST(RasIngestCodesTest, CodeTablesFromTheConfigApplyOnReload) {
+  RasdInstance rasd;
+  rasd.WriteConfig("ras:\n  kmsg_quiet_flush_ms: 100\n");
+  std::string why;
+  ASSERT_TRUE(rasd.Start({}, {}, &why)) << why;
+  const std::string xid31 =
+      ",1000000,-;NVRM: Xid (PCI:0000:01:00): 31, pid=7, name=x, Ch 00000008\n";
+  rasd.AppendKmsg("4,1" + xid31);
+  ASSERT_TRUE(WaitUntil([&] { return Events(rasd).size() == 1; }, 5s));
+  EXPECT_EQ(Events(rasd)[0]["severity"], "INFO") << "the built-in table: an application fault";
+  rasd.WriteConfig("ras:\n  kmsg_quiet_flush_ms: 100\n  codes:\n    nvidia_xid:\n      31: UCE\n");
+  const auto reload = rasd.Rasctl({"reload"});
+  ASSERT_EQ(reload.exit_code, 0) << reload.err;
+  EXPECT_EQ(reload.out.find("restart"), std::string::npos)
+      << "code tables apply without a restart: " << reload.out;
+  rasd.AppendKmsg("4,2" + xid31);
+  nlohmann::json events;
+  ASSERT_TRUE(WaitUntil([&] { return (events = Events(rasd)).size() == 2; }, 5s));
+  EXPECT_EQ(events[1]["severity"], "UCE");
+}
+
+}  // namespace
+}  // namespace rasd::testing

@@ -14,6 +14,7 @@
 
 #include "rasd/common/logging.h"
 #include "rasd/exporters/listen_address.h"
+#include "rasd/ras/severity.h"
 
 namespace rasd::daemon {
 namespace {
@@ -286,6 +287,40 @@ void ReadDocument(SchemaReader& reader, const YAML::Node& root, Config& config) 
                           config.ras.storm_threshold = static_cast<std::size_t>(*n);
                         }
                       }});
+  // ras.codes.nvidia_xid / ras.codes.ascend: {code: CLASS, ...} over the built-in table.
+  auto code_map = [&reader](std::map<int, ras::Severity>& table) {
+    return [&reader, &table](const YAML::Node& value, const std::string& path) {
+      if (!value.IsMap()) {
+        reader.Problem(value.Mark(), fmt::format("'{}' must be a mapping of code: class", path));
+        return;
+      }
+      for (auto it = value.begin(); it != value.end(); ++it) {
+        const YAML::Node key = it->first;
+        const YAML::Node severity_node = it->second;
+        const auto code = reader.ReadInteger<int>(key, path + " key", 0, 99'999'999);
+        const auto name =
+            reader.ReadString(severity_node, path + "." + (key.IsScalar() ? key.Scalar() : "?"));
+        if (!code || !name) continue;
+        const auto severity = ras::ParseSeverity(*name);
+        if (!severity) {
+          reader.Problem(
+              severity_node.Mark(),
+              fmt::format("'{}.{}' must be one of CE, UCNA, SRAO, SRAR, UCE, FATAL, INFO, not '{}'",
+                          path, *code, *name));
+          continue;
+        }
+        table[*code] = *severity;
+      }
+    };
+  };
+  const std::vector<Key> code_keys = {
+      {"nvidia_xid", code_map(config.ras.codes.nvidia_xid)},
+      {"ascend", code_map(config.ras.codes.ascend)},
+  };
+  ras_keys.push_back(
+      {"codes", [&reader, &code_keys](const YAML::Node& value, const std::string& path) {
+         reader.ReadMapping(value, path, code_keys);
+       }});
   const std::vector<Key> simulator_keys = {
       {"devices",
        [&](const YAML::Node& value, const std::string& path) {

@@ -72,7 +72,9 @@ std::vector<std::string> RestartRequiredChanges(const Config& running, const Con
   check(running.runtime.driver != loaded.runtime.driver, "runtime.driver");
   check(running.simulator.devices != loaded.simulator.devices, "simulator.devices");
   check(running.simulator.memory_mib != loaded.simulator.memory_mib, "simulator.memory_mib");
-  check(running.ras != loaded.ras, "ras");
+  Config::Ras running_ras = running.ras, loaded_ras = loaded.ras;
+  running_ras.codes = loaded_ras.codes = {};  // the code tables apply on reload
+  check(running_ras != loaded_ras, "ras");
   return keys;
 }
 
@@ -278,10 +280,12 @@ Result<nlohmann::json> Daemon::Reload() {
   applied.control.admin_group = loaded.config.control.admin_group;
   applied.control.client_timeout = loaded.config.control.client_timeout;
   applied.control.max_clients = loaded.config.control.max_clients;
+  applied.ras.codes = loaded.config.ras.codes;
   config_ = applied;
   common::SetLogLevel(config_.daemon.log_level);
   authorizer_ = Authorizer{::geteuid(), admin_gid, config_.control.admin_group};
   control_->Reconfigure(ServerOptions(config_), authorizer_);
+  ingest_->SetCodeTable(config_.ras.codes);
   ++config_generation_;
   spdlog::info("configuration reloaded (generation {})", config_generation_);
   last_reload_ = {{"time", when}, {"ok", true}, {"restart_required", restart_required}};

@@ -52,7 +52,12 @@ Result<std::unique_ptr<RasIngest>> RasIngest::Create(sd_event* event, const comm
 
 RasIngest::RasIngest(sd_event* event, const common::HostEnv& host, ras::StateStore& store,
                      runtime::Runtime& runtime, const Config::Ras& options)
-    : event_(event), host_(host), store_(store), runtime_(runtime), options_(options) {}
+    : event_(event),
+      host_(host),
+      store_(store),
+      runtime_(runtime),
+      options_(options),
+      codes_(options.codes) {}
 
 RasIngest::~RasIngest() {
   if (driver_subscription_ != 0) runtime_.Unsubscribe(driver_subscription_);
@@ -110,7 +115,8 @@ void RasIngest::StartKmsg() {
     spdlog::warn("kmsg: cannot read the saved position ({}); reading the whole log",
                  cursor.error().message);
   }
-  kmsg_ = std::make_unique<ras::KmsgSource>(host_, BootId(host_), cursor ? *cursor : std::nullopt);
+  kmsg_ = std::make_unique<ras::KmsgSource>(host_, BootId(host_), cursor ? *cursor : std::nullopt,
+                                            codes_);
   if (auto opened = kmsg_->Open(); !opened) {
     spdlog::warn("kmsg source disabled: {}", opened.error().message);
     kmsg_.reset();

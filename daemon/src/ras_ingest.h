@@ -48,6 +48,8 @@ class RasIngest {
     std::uint64_t pruned = 0;
   };
   Stats GetStats() const;
+  // The classes of accelerator codes for records decoded from now on.
+  void SetCodeTable(const ras::CodeTable& codes) { codes_ = codes; }
 
  private:
   RasIngest(sd_event* event, const common::HostEnv& host, ras::StateStore& store,
@@ -71,6 +73,7 @@ class RasIngest {
   ras::StateStore& store_;
   runtime::Runtime& runtime_;
   Config::Ras options_;
+  ras::CodeTable codes_;  // sources keep a reference: its address never changes
 
   std::unique_ptr<ras::KmsgSource> kmsg_;
   sd_event_source* kmsg_io_ = nullptr;

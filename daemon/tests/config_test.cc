@@ -70,6 +70,32 @@ simulator:
   EXPECT_EQ(config.ras.edac_poll, std::chrono::milliseconds(0));
 }
 
+TEST(ConfigTest, CodeTablesOverrideTheBuiltInOnes) {
+  const auto result = ParseConfig(
+      "ras:\n  codes:\n    nvidia_xid:\n      31: UCE\n      999: fatal\n    ascend:\n      "
+      "507099: SRAO\n",
+      "codes.yaml");
+  ASSERT_TRUE(result.ok()) << testing::PrintToString(Problems(result));
+  const auto& codes = result.config.ras.codes;
+  EXPECT_EQ(codes.Xid(31), ras::Severity::kUce) << "overridden";
+  EXPECT_EQ(codes.Xid(999), ras::Severity::kFatal) << "added";
+  EXPECT_EQ(codes.Xid(79), ras::Severity::kFatal) << "built-in kept";
+  EXPECT_EQ(codes.Ascend(507099), ras::Severity::kSrao);
+  EXPECT_EQ(codes.Ascend(507053), ras::Severity::kSrar);
+
+  const auto bad = ParseConfig(
+      "ras:\n  codes:\n    nvidia_xid:\n      x: CE\n      31: LOUD\n    amd: {}\n", "bad.yaml");
+  const auto problems = Problems(bad);
+  ASSERT_EQ(problems.size(), 3u) << testing::PrintToString(problems);
+  EXPECT_NE(problems[0].find("bad.yaml:4:7: 'ras.codes.nvidia_xid key' must be an integer"),
+            std::string::npos)
+      << problems[0];
+  EXPECT_NE(problems[1].find("bad.yaml:5:11: 'ras.codes.nvidia_xid.31' must be one of CE"),
+            std::string::npos)
+      << problems[1];
+  EXPECT_NE(problems[2].find("unknown key 'ras.codes.amd'"), std::string::npos) << problems[2];
+}
+
 TEST(ConfigTest, RasKeysAreValidated) {
   const auto result = ParseConfig("ras:\n  kmsg: maybe\n  edac_poll_ms: 50\n", "ras.yaml");
   const auto problems = Problems(result);

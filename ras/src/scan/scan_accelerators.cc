@@ -4,6 +4,7 @@
 // override them.
 
 #include <array>
+#include <cctype>
 #include <utility>
 
 #include "rasd/ras/kernel_log_scanner.h"
@@ -17,22 +18,9 @@ using scan::WordAfter;
 
 namespace {
 
-Severity XidSeverity(int xid, std::string_view text) {
+Severity XidSeverity(const CodeTable& codes, int xid, std::string_view text) {
+  if (auto severity = codes.Xid(xid)) return *severity;
   switch (xid) {
-    case 62:
-    case 79:
-    case 119:
-    case 120:
-      return Severity::kFatal;
-    case 48:
-    case 64:
-    case 95:
-      return Severity::kUce;
-    case 94:
-      return Severity::kSrar;
-    case 63:
-    case 92:
-      return Severity::kCe;
     case 154:  // carries the driver's recovery action
       return (Contains(text, "Reset") || Contains(text, "Reboot")) ? Severity::kFatal
                                                                    : Severity::kInfo;
@@ -44,7 +32,7 @@ Severity XidSeverity(int xid, std::string_view text) {
     if (Contains(text, "Nonfatal")) return Severity::kCe;
     if (Contains(text, "Fatal")) return Severity::kFatal;
   }
-  return Severity::kInfo;  // 13, 31, 32, 43, 45, 68, 69, 109: the application's fault
+  return Severity::kInfo;  // codes in no table: recorded, not acted on
 }
 
 // The GPU address a message carries: Xid 31's faulting virtual address
@@ -88,7 +76,7 @@ bool KernelLogScanner::ScanNvidia(const LogLine& line) {
     if (!xid) return false;
     const std::string_view detail = rest.substr(std::min(rest.size(), rest.find(',') + 1));
     const std::size_t index =
-        NewRecord("nvidia_xid", line, XidSeverity(static_cast<int>(*xid), detail));
+        NewRecord("nvidia_xid", line, XidSeverity(*codes_, static_cast<int>(*xid), detail));
     ScannedRecord& record = Record(index);
     record.xid = static_cast<int>(*xid);
     record.pci_bdf = std::string(bdf);
@@ -180,21 +168,22 @@ bool KernelLogScanner::ScanAmdgpu(const LogLine& line) {
 
 bool KernelLogScanner::ScanAscend(const LogLine& line) {
   const std::string_view text = line.text;
-  // Ascend runtime (CANN) error codes, as DESIGN.md classes them.
-  static constexpr std::array<std::pair<std::string_view, Severity>, 3> kRuntimeCodes = {{
-      {"507053", Severity::kSrar},   // memory UCE, consumed
-      {"507054", Severity::kUce},    // HBM multi-bit ECC
-      {"507010", Severity::kFatal},  // lost heartbeat
-  }};
   const bool driver_line = StartsWith(text, "[ascend]");
   if (Contains(text, "lost heartbeat")) {
     NewRecord("ascend", line, Severity::kFatal);
     return true;
   }
-  for (const auto& [code, severity] : kRuntimeCodes) {
-    if (Contains(text, code) &&
-        (Contains(text, "EE") || Contains(text, "error") || Contains(text, "ret"))) {
-      NewRecord("ascend", line, severity);
+  // Ascend runtime (CANN) error codes: six digits starting 507, classed by
+  // the code table.
+  for (std::size_t at = text.find("507"); at != std::string_view::npos;
+       at = text.find("507", at + 1)) {
+    const bool bounded =
+        (at == 0 || !std::isdigit(static_cast<unsigned char>(text[at - 1]))) &&
+        (at + 6 >= text.size() || !std::isdigit(static_cast<unsigned char>(text[at + 6])));
+    const auto code = ParseNumber(text.substr(at, 6));
+    if (!bounded || !code || *code < 507000 || *code > 507999) continue;
+    if (auto severity = codes_->Ascend(static_cast<int>(*code))) {
+      NewRecord("ascend", line, *severity);
       return true;
     }
   }

@@ -11,6 +11,8 @@
 #include <string_view>
 #include <vector>
 
+#include "rasd/ras/code_table.h"
+
 namespace rasd::daemon {
 
 // The daemon's configuration. Every field has a default, so rasd runs with
@@ -53,6 +55,9 @@ struct Config {
     int retention_days = 90;               // events older than this are deleted (hourly)
     std::uint64_t max_events = 1'000'000;  // and the oldest beyond this many
     std::size_t storm_threshold = 64;      // a batch larger than this is coalesced
+    // Classes of accelerator error codes: the built-in table with the
+    // config's entries over it. Applied on reload.
+    ras::CodeTable codes = ras::CodeTable::Default();
     bool operator==(const Ras&) const = default;
   } ras;
   struct Simulator {

@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "rasd/ras/code_table.h"
 #include "rasd/ras/log_line.h"
 #include "rasd/ras/severity.h"
 
@@ -46,6 +47,11 @@ struct ScannedRecord {
 // any input is acceptable. Not thread-safe.
 class KernelLogScanner {
  public:
+  // `codes` classifies accelerator error codes; it must outlive the scanner
+  // (or be replaced with SetCodeTable first).
+  explicit KernelLogScanner(const CodeTable& codes = CodeTable::Default()) : codes_(&codes) {}
+  void SetCodeTable(const CodeTable& codes) { codes_ = &codes; }
+
   // `tag` is copied into a record that this line starts.
   void AddLine(std::string_view raw_line, std::uint64_t tag = 0);
   // Records that no open block can extend any more, in the order their
@@ -93,6 +99,7 @@ class KernelLogScanner {
   // memory controller of a report section, an AER device known only by id.
   void Resolve(std::size_t index);
 
+  const CodeTable* codes_;
   std::vector<ScannedRecord> records_;  // records_[0] has index first_index_
   std::size_t first_index_ = 0;
   struct OpenEntry {

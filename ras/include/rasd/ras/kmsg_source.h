@@ -42,7 +42,9 @@ class KmsgSource {
  public:
   static constexpr std::string_view kSourceName = "kmsg";
 
-  KmsgSource(const common::HostEnv& host, std::string boot_id, std::optional<SourceCursor> resume);
+  // `codes` must outlive the source; changes to it apply to records decoded later.
+  KmsgSource(const common::HostEnv& host, std::string boot_id, std::optional<SourceCursor> resume,
+             const CodeTable& codes = CodeTable::Default());
 
   // kNotFound / kPermissionDenied when there is no readable kmsg.
   Status Open();
