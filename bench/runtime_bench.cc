@@ -42,10 +42,11 @@ void ReportPercentiles(benchmark::State& state, std::vector<double>& nanos) {
   state.counters["p99_ns"] = nanos[nanos.size() * 99 / 100];
 }
 
-// Enqueue of a no-op kernel through the runtime (gate check, registry check,
-// driver enqueue). The stream is synchronized every 1024 launches so the
-// queue stays short; that time is not counted.
-void BM_StreamEnqueueNoop(benchmark::State& state) {
+// Times each call of `enqueue` on a fresh single-device runtime. The
+// stream is synchronized every 1024 enqueues, untimed, so the queue stays
+// short.
+template <typename Enqueue>
+void TimeEnqueues(benchmark::State& state, Enqueue enqueue) {
   auto runtime = MakeRuntime(1);
   auto stream = std::move(*runtime->CreateStream(0));
   std::vector<double> samples;
@@ -53,7 +54,7 @@ void BM_StreamEnqueueNoop(benchmark::State& state) {
   int batch = 0;
   for (auto _ : state) {
     const auto start = Clock::now();
-    auto status = stream->Launch("empty", {});
+    auto status = enqueue(*runtime, *stream);
     const auto end = Clock::now();
     benchmark::DoNotOptimize(status);
     samples.push_back(std::chrono::duration<double, std::nano>(end - start).count());
@@ -66,29 +67,19 @@ void BM_StreamEnqueueNoop(benchmark::State& state) {
   }
   ReportPercentiles(state, samples);
 }
+
+// Enqueue of a no-op kernel through the runtime: gate check, registry
+// check, driver enqueue.
+void BM_StreamEnqueueNoop(benchmark::State& state) {
+  TimeEnqueues(state, [](Runtime&, rasd::runtime::Stream& stream) { return stream.Launch("empty", {}); });
+}
 BENCHMARK(BM_StreamEnqueueNoop)->Iterations(200000);
 
 // Baseline for the above: the raw driver call, no gate or registry check.
 void BM_DriverEnqueueNoop(benchmark::State& state) {
-  auto runtime = MakeRuntime(1);
-  auto stream = std::move(*runtime->CreateStream(0));
-  std::vector<double> samples;
-  samples.reserve(1 << 20);
-  int batch = 0;
-  for (auto _ : state) {
-    const auto start = Clock::now();
-    auto status = runtime->Driver().LaunchKernel(stream->Handle(), "empty", {}, {});
-    const auto end = Clock::now();
-    benchmark::DoNotOptimize(status);
-    samples.push_back(std::chrono::duration<double, std::nano>(end - start).count());
-    if (++batch == 1024) {
-      state.PauseTiming();
-      (void)stream->Synchronize(10s);
-      batch = 0;
-      state.ResumeTiming();
-    }
-  }
-  ReportPercentiles(state, samples);
+  TimeEnqueues(state, [](Runtime& runtime, rasd::runtime::Stream& stream) {
+    return runtime.Driver().LaunchKernel(stream.Handle(), "empty", {}, {});
+  });
 }
 BENCHMARK(BM_DriverEnqueueNoop)->Iterations(200000);
 
