@@ -71,7 +71,8 @@ void TimeEnqueues(benchmark::State& state, Enqueue enqueue) {
 // Enqueue of a no-op kernel through the runtime: gate check, registry
 // check, driver enqueue.
 void BM_StreamEnqueueNoop(benchmark::State& state) {
-  TimeEnqueues(state, [](Runtime&, rasd::runtime::Stream& stream) { return stream.Launch("empty", {}); });
+  TimeEnqueues(state,
+               [](Runtime&, rasd::runtime::Stream& stream) { return stream.Launch("empty", {}); });
 }
 BENCHMARK(BM_StreamEnqueueNoop)->Iterations(200000);
 

@@ -225,3 +225,32 @@ TEST(RasIngestCodesTest, CodeTablesFromTheConfigApplyOnReload) {
 
 }  // namespace
 }  // namespace rasd::testing
+
+namespace rasd::testing {
+namespace {
+
+TEST(RasIngestPstoreTest, CrashDumpsAreReadOncePerBoot) {
+  RasdInstance rasd;
+  std::filesystem::create_directories(rasd.HostRoot() / "sys/fs/pstore");
+  WriteText(rasd.HostRoot() / "sys/fs/pstore/dmesg-erst-1",
+            "Panic#1 Part1\n<0>[ 10.0] mce: [Hardware Error]: CPU 0: Machine Check: 0 Bank 4: "
+            "a600000000020408\n");
+  std::string why;
+  ASSERT_TRUE(rasd.Start({}, {}, &why)) << why;
+  auto events = Events(rasd);
+  ASSERT_EQ(events.size(), 1u) << events.dump(2);
+  EXPECT_EQ(events[0]["source"], "pstore");
+  EXPECT_EQ(events[0]["historical"], true);
+  EXPECT_EQ(events[0]["severity"], "FATAL");
+  ASSERT_EQ(rasd.Stop(), 0);
+  ASSERT_TRUE(rasd.Start({}, {}, &why)) << why;
+  EXPECT_EQ(Events(rasd).size(), 1u) << "the same boot: not read again";
+  ASSERT_EQ(rasd.Stop(), 0);
+  WriteText(rasd.HostRoot() / "proc/sys/kernel/random/boot_id",
+            "99999999-2222-3333-4444-555555555555\n");
+  ASSERT_TRUE(rasd.Start({}, {}, &why)) << why;
+  EXPECT_EQ(Events(rasd).size(), 2u) << "a new boot reads what pstore still holds";
+}
+
+}  // namespace
+}  // namespace rasd::testing

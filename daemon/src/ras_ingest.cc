@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "rasd/common/logging.h"
+#include "rasd/ras/pstore_source.h"
 
 namespace rasd::daemon {
 namespace {
@@ -91,6 +92,7 @@ Status RasIngest::Start() {
     spdlog::warn("event retention: no timer ({}); pruning only at start", std::strerror(-rc));
   }
   if (options_.kmsg) StartKmsg();
+  ReadPstoreOncePerBoot();
   if (options_.edac_poll.count() > 0) {
     edac_ = std::make_unique<ras::EdacSysfsSource>(host_);
     (void)edac_->Poll();  // the baseline: counts since boot are not news
@@ -176,6 +178,18 @@ int RasIngest::OnKmsgTimer(sd_event_source* source, uint64_t, void* userdata) {
   sd_event_source_set_time_relative(source, Micros(period));
   sd_event_source_set_enabled(source, SD_EVENT_ONESHOT);
   return 0;
+}
+
+void RasIngest::ReadPstoreOncePerBoot() {
+  const std::string boot_id = BootId(host_);
+  auto cursor = store_.LoadCursor("pstore");
+  if (cursor && *cursor && (*cursor)->boot_id == boot_id) return;  // read in this boot already
+  auto events = ras::ReadPstoreEvents(host_, codes_);
+  if (!events.empty()) spdlog::warn("pstore: {} RAS record(s) from a previous boot", events.size());
+  Deliver(std::move(events));
+  if (auto saved = store_.SaveCursor({"pstore", boot_id, "read"}); !saved) {
+    spdlog::warn("pstore: cannot save that it was read: {}", saved.error().message);
+  }
 }
 
 void RasIngest::Prune() {

@@ -28,6 +28,16 @@ bool StripKmsgHeader(std::string_view& text) {
   return true;
 }
 
+// "<6>" as printk levels appear in pstore dumps and raw printk text.
+bool StripPrintkLevel(std::string_view& text) {
+  if (text.size() < 3 || text.front() != '<') return false;
+  std::size_t i = 1;
+  while (i < text.size() && i < 5 && IsDigit(text[i])) ++i;
+  if (i == 1 || i >= text.size() || text[i] != '>') return false;
+  text.remove_prefix(i + 1);
+  return true;
+}
+
 // "[ 1234.567890] " or "[Mon Jan 27 19:27:15 2020] " (any locale).
 bool StripBracketStamp(std::string_view& text) {
   if (text.empty() || text.front() != '[') return false;
@@ -147,8 +157,8 @@ LogLine SplitLogLine(std::string_view raw) {
       text.remove_prefix(text.front() == '+' ? 2 : 1);
       continue;
     }
-    if (StripKmsgHeader(text) || StripGrepPrefix(text, line.producer) || StripBracketStamp(text) ||
-        StripSyslog(text, line.producer)) {
+    if (StripPrintkLevel(text) || StripKmsgHeader(text) || StripGrepPrefix(text, line.producer) ||
+        StripBracketStamp(text) || StripSyslog(text, line.producer)) {
       continue;
     }
     if (StartsWith(text, "kernel: ")) {

@@ -33,6 +33,8 @@ TEST(LogLineTest, StripsEveryCommonPrefix) {
       {"     pcieport 0000:00:1c.5:    [ 0] Receiver Error",
        "pcieport 0000:00:1c.5:    [ 0] Receiver Error", ""},
       {"[ascend] [devdrv] [ERROR] h", "[ascend] [devdrv] [ERROR] h", ""},
+      {"<4>[  100.000000] mce: i", "mce: i", ""},
+      {"<<<edac>>>", "<<<edac>>>", ""},
   };
   for (const auto& c : cases) {
     const LogLine line = SplitLogLine(c.raw);
