@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "rasd/common/logging.h"
+#include "rasd/ras/bert_source.h"
 #include "rasd/ras/pstore_source.h"
 
 namespace rasd::daemon {
@@ -186,6 +187,10 @@ void RasIngest::ReadPstoreOncePerBoot() {
   if (cursor && *cursor && (*cursor)->boot_id == boot_id) return;  // read in this boot already
   auto events = ras::ReadPstoreEvents(host_, codes_);
   if (!events.empty()) spdlog::warn("pstore: {} RAS record(s) from a previous boot", events.size());
+  auto bert = ras::ReadBertEvents(host_);
+  if (!bert.empty()) spdlog::warn("BERT: {} error record(s) from the previous boot", bert.size());
+  events.insert(events.end(), std::make_move_iterator(bert.begin()),
+                std::make_move_iterator(bert.end()));
   Deliver(std::move(events));
   if (auto saved = store_.SaveCursor({"pstore", boot_id, "read"}); !saved) {
     spdlog::warn("pstore: cannot save that it was read: {}", saved.error().message);

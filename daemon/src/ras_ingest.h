@@ -64,7 +64,8 @@ class RasIngest {
   static int OnKmsgReadable(sd_event_source* source, int fd, uint32_t revents, void* userdata);
   static int OnKmsgTimer(sd_event_source* source, uint64_t usec, void* userdata);
   void Prune();
-  // Crash dumps in pstore describe the previous boot: read them once per boot.
+  // Crash dumps in pstore and the firmware's BERT records describe the
+  // previous boot: read them once per boot.
   void ReadPstoreOncePerBoot();
   static int OnPruneTimer(sd_event_source* source, uint64_t usec, void* userdata);
   static int OnEdacTimer(sd_event_source* source, uint64_t usec, void* userdata);
