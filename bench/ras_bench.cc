@@ -5,6 +5,7 @@
 
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -119,6 +120,54 @@ void BM_DecodeClassifyStore(benchmark::State& state) {
   std::filesystem::remove_all(dir);
 }
 BENCHMARK(BM_DecodeClassifyStore)->Unit(benchmark::kMillisecond);
+
+// A corrected-error storm: 10M EDAC CE records through decode, storm
+// coalescing and the store, as the daemon's kmsg path runs them. Reports the
+// process's peak RSS (goal: at most 64 MiB).
+void BM_CeStormPeakRss(benchmark::State& state) {
+  char pattern[] = "/tmp/rasd-storm-XXXXXX";
+  const std::filesystem::path dir = ::mkdtemp(pattern);
+  auto store = std::move(*rasd::ras::StateStore::Open(dir / "state"));
+  constexpr std::uint64_t kStorm = 10'000'000;
+  std::uint64_t stored_rows = 0, errors = 0;
+  for (auto _ : state) {
+    rasd::ras::KernelLogScanner scanner;
+    std::vector<rasd::ras::RasEvent> batch;
+    std::string record;
+    for (std::uint64_t i = 1; i <= kStorm; ++i) {
+      record = fmt::format(
+          "3,{},{},-;EDAC MC{}: 1 CE memory read error on CPU_SrcID#0_Ha#0_Chan#{}_DIMM#0 "
+          "(channel:{} slot:0 page:0x{:x} offset:0x0 grain:32 syndrome:0x0)",
+          i, 1'000'000 + i, i % 2, i % 4, i % 4, 0x1000 + i % 64);
+      const auto decoded = rasd::ras::DecodeKmsgRecord(record);
+      scanner.AddLine(decoded->text, decoded->usec);
+      if (i % 4096 == 0 || i == kStorm) {
+        auto completed = i == kStorm ? scanner.Finish() : scanner.TakeCompleted();
+        for (const auto& scanned : completed) {
+          batch.push_back(
+              rasd::ras::EventFromRecord(scanned, "kmsg", std::chrono::system_clock::now()));
+        }
+        batch = rasd::ras::CoalesceStorm(std::move(batch), 64);
+        for (const auto& event : batch) errors += event.count;
+        stored_rows += batch.size();
+        (void)store->RecordEvents(batch);
+        batch.clear();
+      }
+    }
+  }
+  rusage usage{};
+  ::getrusage(RUSAGE_SELF, &usage);
+  state.counters["peak_rss_MiB"] = static_cast<double>(usage.ru_maxrss) / 1024.0;
+  state.counters["stored_rows"] = static_cast<double>(stored_rows);
+  state.counters["errors_counted"] = static_cast<double>(errors);
+  state.SetItemsProcessed(static_cast<std::int64_t>(kStorm));
+  store.reset();
+  std::filesystem::remove_all(dir);
+}
+// The peak RSS counts the whole process: run it alone
+// (--benchmark_filter=CeStorm) so that the other benchmarks' test data
+// does not inflate it.
+BENCHMARK(BM_CeStormPeakRss)->Iterations(1)->Unit(benchmark::kSecond);
 
 }  // namespace
 
