@@ -157,6 +157,8 @@ void RasIngest::ReadKmsg() {
   const std::uint64_t before = kmsg_->RecordsRead();
   Deliver(kmsg_->Poll());
   if (kmsg_->RecordsRead() != before) kmsg_pending_ = true;
+  stats_.kmsg_records = kmsg_->RecordsRead();
+  stats_.kmsg_lost = kmsg_->LostRecords();
 }
 
 int RasIngest::OnKmsgReadable(sd_event_source*, int, uint32_t, void* userdata) {
@@ -312,10 +314,6 @@ void RasIngest::Deliver(std::vector<ras::RasEvent> events) {
                        : event.severity == ras::Severity::kCe ? spdlog::level::info
                                                               : spdlog::level::debug;
     logger->log(level, "RAS event: {}", Describe(event));
-  }
-  if (kmsg_) {
-    stats_.kmsg_records = kmsg_->RecordsRead();
-    stats_.kmsg_lost = kmsg_->LostRecords();
   }
 }
 
