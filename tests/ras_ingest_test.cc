@@ -254,3 +254,23 @@ TEST(RasIngestPstoreTest, CrashDumpsAreReadOncePerBoot) {
 
 }  // namespace
 }  // namespace rasd::testing
+
+namespace rasd::testing {
+namespace {
+
+TEST(RasIngestStatsTest, RecordsReadAreCountedEvenWithoutRasRecords) {
+  RasdInstance rasd;
+  std::string why;
+  ASSERT_TRUE(rasd.Start({}, {}, &why)) << why;
+  rasd.AppendKmsg("6,1,100,-;usb 1-1: new high-speed USB device\n6,2,200,-;EXT4-fs (sda1): mounted\n");
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        const auto status = nlohmann::json::parse(rasd.Rasctl({"--json", "status"}).out, nullptr, false);
+        return status.is_object() && status["ras"]["kmsg_records"] == 2;
+      },
+      5s));
+  EXPECT_TRUE(Events(rasd).empty());
+}
+
+}  // namespace
+}  // namespace rasd::testing
