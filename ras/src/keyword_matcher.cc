@@ -40,12 +40,12 @@ void KeywordMatcher::Build(
     output_[static_cast<std::size_t>(state)] |= group;
   }
   const std::size_t states = trie.size();
-  next_.assign(states * classes_, 0);
+  std::vector<std::uint16_t> next(states * classes_, 0);
   std::vector<std::size_t> fail(states, 0);
   std::deque<std::size_t> queue;
   for (std::size_t cls = 0; cls < classes_; ++cls) {
     if (trie[0][cls] > 0) {
-      next_[cls] = static_cast<std::uint16_t>(trie[0][cls]);
+      next[cls] = static_cast<std::uint16_t>(trie[0][cls]);
       queue.push_back(static_cast<std::size_t>(trie[0][cls]));
     }
   }
@@ -55,38 +55,38 @@ void KeywordMatcher::Build(
     output_[state] |= output_[fail[state]];  // keywords that end inside this one
     for (std::size_t cls = 0; cls < classes_; ++cls) {
       const int child = trie[state][cls];
-      const std::uint16_t via_fail = next_[fail[state] * classes_ + cls];
+      const std::uint16_t via_fail = next[fail[state] * classes_ + cls];
       if (child > 0) {
         fail[static_cast<std::size_t>(child)] = via_fail;
-        next_[state * classes_ + cls] = static_cast<std::uint16_t>(child);
+        next[state * classes_ + cls] = static_cast<std::uint16_t>(child);
         queue.push_back(static_cast<std::size_t>(child));
       } else {
-        next_[state * classes_ + cls] = via_fail;
+        next[state * classes_ + cls] = via_fail;
       }
     }
   }
+  // Row-offset form for the hot loop; outputs indexed by row.
+  next_.resize(next.size());
+  for (std::size_t i = 0; i < next.size(); ++i)
+    next_[i] = static_cast<std::uint32_t>(next[i] * classes_);
+  row_output_.assign(states * classes_, 0);
+  for (std::size_t state = 0; state < states; ++state)
+    row_output_[state * classes_] = output_[state];
 }
 
 std::uint32_t KeywordMatcher::Groups(std::string_view text) const {
-  std::size_t state = 0;
+  std::uint32_t row = 0;
   std::uint32_t groups = 0;
-  const std::uint16_t* table = next_.data();
-  const std::uint32_t* output = output_.data();
+  const std::uint32_t* table = next_.data();
+  const std::uint32_t* output = row_output_.data();
+  const std::uint8_t* classes = byte_class_.data();
   for (char c : text) {
-    state = table[state * classes_ + byte_class_[static_cast<unsigned char>(c)]];
-    groups |= output[state];
+    row = table[row + classes[static_cast<unsigned char>(c)]];
+    groups |= output[row];
   }
   return groups;
 }
 
-bool KeywordMatcher::AnyIn(std::string_view text) const {
-  std::size_t state = 0;
-  const std::uint16_t* table = next_.data();
-  for (char c : text) {
-    state = table[state * classes_ + byte_class_[static_cast<unsigned char>(c)]];
-    if (output_[state] != 0) return true;
-  }
-  return false;
-}
+bool KeywordMatcher::AnyIn(std::string_view text) const { return Groups(text) != 0; }
 
 }  // namespace rasd::ras

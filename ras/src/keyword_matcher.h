@@ -28,8 +28,11 @@ class KeywordMatcher {
 
   std::array<std::uint8_t, 256> byte_class_{};  // 0: a byte no keyword uses
   std::size_t classes_ = 1;
-  std::vector<std::uint16_t> next_;    // state * classes_ + class -> next state
-  std::vector<std::uint32_t> output_;  // groups of the keywords ending in a state
+  // Row offsets: next_[row + class] is the next state's row (state *
+  // classes_), so the hot loop has no multiplication.
+  std::vector<std::uint32_t> next_;
+  std::vector<std::uint32_t> output_;      // by state: the groups of keywords ending there
+  std::vector<std::uint32_t> row_output_;  // the same, indexed by row offset
 };
 
 }  // namespace rasd::ras
