@@ -262,10 +262,12 @@ TEST(RasIngestStatsTest, RecordsReadAreCountedEvenWithoutRasRecords) {
   RasdInstance rasd;
   std::string why;
   ASSERT_TRUE(rasd.Start({}, {}, &why)) << why;
-  rasd.AppendKmsg("6,1,100,-;usb 1-1: new high-speed USB device\n6,2,200,-;EXT4-fs (sda1): mounted\n");
+  rasd.AppendKmsg(
+      "6,1,100,-;usb 1-1: new high-speed USB device\n6,2,200,-;EXT4-fs (sda1): mounted\n");
   ASSERT_TRUE(WaitUntil(
       [&] {
-        const auto status = nlohmann::json::parse(rasd.Rasctl({"--json", "status"}).out, nullptr, false);
+        const auto status =
+            nlohmann::json::parse(rasd.Rasctl({"--json", "status"}).out, nullptr, false);
         return status.is_object() && status["ras"]["kmsg_records"] == 2;
       },
       5s));

@@ -118,3 +118,20 @@ TEST(KernelLogScannerStreamingTest, RecordsAreTakenAsSoonAsNothingCanExtendThem)
 
 }  // namespace
 }  // namespace rasd::ras
+
+namespace rasd::ras {
+namespace {
+
+// Lines the fuzzer found: each crashed the scanner (an uncaught out_of_range)
+// before the fix.
+TEST(KernelLogScannerTest, LinesWithoutTheExpectedMarkersAreHarmless) {
+  const auto records = ScanKernelLog(
+      "mce: [Hardware Error]: CPU 1: Machine Check without a bank\n"
+      "EDAC sbridge MC0: CPU 0: Machine Check Event without a bank\n"
+      "amdgpu 0000:01:00.0:\n");
+  ASSERT_FALSE(records.empty());
+  for (const auto& record : records) EXPECT_EQ(record.severity, Severity::kInfo) << record.message;
+}
+
+}  // namespace
+}  // namespace rasd::ras

@@ -132,7 +132,9 @@ bool KernelLogScanner::ScanAmdgpu(const LogLine& line) {
   std::string_view bdf = WordAfter(text, "amdgpu ", " ");
   if (!bdf.empty() && bdf.back() == ':') bdf.remove_suffix(1);
   if (!IsPciBdf(bdf)) return false;
-  std::string_view body = TrimView(text.substr(text.find(": ") + 2));
+  const std::size_t colon = text.find(": ");
+  if (colon == std::string_view::npos) return false;
+  std::string_view body = TrimView(text.substr(colon + 2));
   if (StartsWith(body, "amdgpu: ")) body.remove_prefix(8);
   if (StartsWith(body, "{"))
     body.remove_prefix(std::min(body.size(), body.find('}') + 1));  // MI300 event id

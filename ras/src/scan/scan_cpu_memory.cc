@@ -21,6 +21,13 @@ std::string_view AfterMarker(std::string_view text, std::string_view marker) {
   return text;
 }
 
+// `text` from `marker` on; empty when the marker is absent (a hostile or
+// truncated line must not throw).
+std::string_view FromMarker(std::string_view text, std::string_view marker) {
+  const std::size_t at = text.find(marker);
+  return at == std::string_view::npos ? std::string_view() : text.substr(at);
+}
+
 // The MCi_STATUS value after `marker` ("Bank 5: 8c00004000010092", "]: 0x98...").
 std::optional<std::uint64_t> StatusAfter(std::string_view text, std::string_view marker) {
   std::string_view word = WordAfter(text, marker);
@@ -167,7 +174,7 @@ bool KernelLogScanner::ScanMce(const LogLine& line) {
   }
   if (StartsWith(body, "CPU ") && Contains(body, "Machine Check")) {
     const std::size_t index = NewRecord("mce", line, Severity::kInfo);
-    if (auto status = StatusAfter(body.substr(body.find("Bank")), ": ")) {
+    if (auto status = StatusAfter(FromMarker(body, "Bank"), ": ")) {
       Record(index).severity = ClassifyMciStatus(*status);
     }
     OpenAs("mce", index);
@@ -244,7 +251,7 @@ bool KernelLogScanner::ScanEdac(const LogLine& line) {
     }
     ScannedRecord& record = Record(*block);
     if (Contains(rest, "Machine Check Event")) {
-      if (auto status = StatusAfter(rest.substr(rest.find("Bank")), ": ")) {
+      if (auto status = StatusAfter(FromMarker(rest, "Bank"), ": ")) {
         record.severity = ClassifyMciStatus(*status);
       }
     } else if (StartsWith(rest, "ADDR ") && !record.address) {

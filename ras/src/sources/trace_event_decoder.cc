@@ -1,0 +1,220 @@
+#include "rasd/ras/trace_event_decoder.h"
+
+#include <event-parse.h>
+// kbuffer.h has no C++ linkage guards of its own.
+extern "C" {
+#include <kbuffer.h>
+}
+
+#include <fmt/format.h>
+
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+namespace rasd::ras {
+namespace {
+
+std::optional<std::string> ReadWhole(const std::filesystem::path& path) {
+  std::ifstream file(path, std::ios::binary);
+  if (!file) return std::nullopt;
+  std::ostringstream text;
+  text << file.rdbuf();
+  return text.str();
+}
+
+// EDAC's enum hw_event_mc_err_type.
+Severity McEventSeverity(unsigned long long type) {
+  switch (type) {
+    case 0:
+      return Severity::kCe;
+    case 1:
+      return Severity::kUce;
+    case 2:
+      return Severity::kUcna;  // deferred: not consumed yet
+    case 3:
+      return Severity::kFatal;
+    default:
+      return Severity::kInfo;
+  }
+}
+
+// GHES severities: no, corrected, recoverable, panic.
+Severity GhesSeverity(unsigned long long sev) {
+  switch (sev) {
+    case 1:
+      return Severity::kCe;
+    case 2:
+      return Severity::kUce;
+    case 3:
+      return Severity::kFatal;
+    default:
+      return Severity::kInfo;
+  }
+}
+
+// Walks the event headers of a page's committed data (the kernel's ring
+// buffer layout: 5-bit type_len, 27-bit time delta; 1..28 small data, 0
+// length word, 29 padding, 30 time extend, 31 absolute time stamp) and
+// returns how many bytes of it form well-built events. libtraceevent's
+// kbuffer trusts the page; on a damaged one it can loop forever.
+std::size_t WellFormedLength(const std::uint8_t* data, std::size_t size) {
+  std::size_t at = 0;
+  while (at + 4 <= size) {
+    std::uint32_t header = 0;
+    std::memcpy(&header, data + at, 4);
+    const std::uint32_t type_len = header & 0x1f;
+    std::size_t length = 0;
+    if (type_len >= 1 && type_len <= 28) {
+      length = 4 + type_len * 4;
+    } else if (type_len == 0 || type_len == 29) {
+      if (type_len == 29 && (header >> 5) == 0) return size;  // padding to the end of the page
+      if (at + 8 > size) return at;
+      std::uint32_t array0 = 0;
+      std::memcpy(&array0, data + at + 4, 4);
+      if (array0 < 4 || array0 % 4 != 0) return at;
+      length =
+          4 + static_cast<std::size_t>(array0);  // in size_t: 4 + 0xfffffffc must not wrap to 0
+    } else {
+      length = 8;  // time extend or time stamp
+    }
+    if (length == 0 || length > size - at) return at;
+    at += length;
+  }
+  return at;
+}
+
+}  // namespace
+
+TraceEventDecoder::TraceEventDecoder() = default;
+
+TraceEventDecoder::~TraceEventDecoder() {
+  if (kbuf_ != nullptr) kbuffer_free(kbuf_);
+  if (tep_ != nullptr) tep_free(tep_);
+}
+
+Result<std::unique_ptr<TraceEventDecoder>> TraceEventDecoder::Load(
+    const std::filesystem::path& events_dir, const std::vector<std::string>& events) {
+  std::unique_ptr<TraceEventDecoder> decoder(new TraceEventDecoder());
+  decoder->tep_ = tep_alloc();
+  if (decoder->tep_ == nullptr) return Fail(ErrorCode::kOutOfMemory, "tep_alloc");
+  tep_set_long_size(decoder->tep_, static_cast<int>(sizeof(long)));
+  tep_set_page_size(decoder->tep_, 4096);
+  tep_set_file_bigendian(decoder->tep_, TEP_LITTLE_ENDIAN);
+  tep_set_local_bigendian(decoder->tep_, TEP_LITTLE_ENDIAN);
+  auto header = ReadWhole(events_dir / "header_page");
+  if (!header) return Fail(ErrorCode::kNotFound, "no header_page in " + events_dir.string());
+  if (tep_parse_header_page(decoder->tep_, header->data(), header->size(),
+                            static_cast<int>(sizeof(long))) != 0) {
+    return Fail(ErrorCode::kCorruptData, "cannot parse " + (events_dir / "header_page").string());
+  }
+  for (const auto& name : events) {
+    const auto slash = name.find('/');
+    if (slash == std::string::npos) continue;
+    const std::string system = name.substr(0, slash);
+    auto format = ReadWhole(events_dir / name / "format");
+    if (!format) continue;  // this kernel does not have it
+    if (tep_parse_event(decoder->tep_, format->data(), format->size(), system.c_str()) != 0)
+      continue;
+    decoder->loaded_.push_back(name);
+  }
+  if (decoder->loaded_.empty()) {
+    return Fail(ErrorCode::kNotFound, "none of the RAS trace events is in " + events_dir.string());
+  }
+  decoder->kbuf_ = tep_kbuffer(decoder->tep_);
+  if (decoder->kbuf_ == nullptr) return Fail(ErrorCode::kOutOfMemory, "tep_kbuffer");
+  return decoder;
+}
+
+std::vector<RasEvent> TraceEventDecoder::DecodePage(std::span<const std::uint8_t> page) {
+  std::vector<RasEvent> events;
+  const int page_size = tep_get_page_size(tep_);
+  if (page.size() < 16 || page_size <= 0) return events;
+  // A page of zeros after the page: kbuffer may look a word past the
+  // committed data, and libtraceevent reads fields at their format offsets
+  // from a record that may start near the end. Both stay inside this copy.
+  page_copy_.assign(static_cast<std::size_t>(page_size) * 2, 0);
+  std::copy_n(page.begin(), std::min<std::size_t>(page.size(), static_cast<std::size_t>(page_size)),
+              page_copy_.begin());
+  // The header's commit word holds the data size (27 bits) and flags. A
+  // corrupt size must not send kbuffer past the page, and the "missed count
+  // stored after the data" flag is cleared: rasd does not use that count.
+  constexpr std::uint64_t kCommitMask = (1U << 27) - 1;
+  constexpr std::uint64_t kMissedStored = 1U << 30;
+  std::uint64_t commit = 0;
+  std::memcpy(&commit, page_copy_.data() + 8, sizeof commit);
+  if ((commit & kCommitMask) + 16 > static_cast<std::uint64_t>(page_size)) return events;
+  const std::size_t committed = commit & kCommitMask;
+  const std::size_t usable = WellFormedLength(page_copy_.data() + 16, committed);
+  commit = (commit & ~kCommitMask & ~kMissedStored) | usable;
+  std::memcpy(page_copy_.data() + 8, &commit, sizeof commit);
+  if (kbuffer_load_subbuffer(kbuf_, page_copy_.data()) != 0) return events;
+  trace_seq seq;
+  trace_seq_init(&seq);
+  unsigned long long timestamp = 0;
+  // A damaged page can make kbuffer stand still (a zero-length event): stop
+  // when the offset does not advance, and after as many events as fit.
+  int last_offset = -1;
+  int budget = page_size / 4;
+  for (void* data = kbuffer_read_event(kbuf_, &timestamp); data != nullptr && budget-- > 0;
+       data = kbuffer_next_event(kbuf_, &timestamp)) {
+    const int offset = kbuffer_curr_offset(kbuf_);
+    if (offset <= last_offset) break;
+    last_offset = offset;
+    tep_record record{};
+    record.ts = timestamp;
+    record.size = kbuffer_event_size(kbuf_);
+    record.data = data;
+    const int type = tep_data_type(tep_, &record);
+    tep_event* event = tep_find_event(tep_, type);
+    if (event == nullptr) continue;
+    auto value = [&](const char* field) -> std::optional<unsigned long long> {
+      unsigned long long result = 0;
+      if (tep_get_field_val(&seq, event, field, &record, &result, 0) != 0) return std::nullopt;
+      return result;
+    };
+    auto text = [&](const char* field) -> std::string {
+      int length = 0;
+      const char* raw =
+          static_cast<const char*>(tep_get_field_raw(&seq, event, field, &record, &length, 0));
+      if (raw == nullptr || length <= 0) return {};
+      // A __data_loc field's offset and length come from the record itself:
+      // a damaged record may point anywhere. Only bytes inside it are read.
+      const char* begin = static_cast<const char*>(record.data);
+      const char* page_end = reinterpret_cast<const char*>(page_copy_.data() + page_copy_.size());
+      const char* end = std::min(begin + std::max(record.size, 0), page_end);
+      if (raw < begin || raw >= end) return {};
+      const auto available = static_cast<std::size_t>(std::min<std::ptrdiff_t>(length, end - raw));
+      return std::string(raw, strnlen(raw, available));
+    };
+    RasEvent decoded;
+    decoded.time = std::chrono::system_clock::now();
+    decoded.source = "tracefs";
+    const std::string name = fmt::format("{}:{}", event->system, event->name);
+    if (name == "ras:mc_event") {
+      decoded.origin = "edac";
+      decoded.severity = McEventSeverity(value("error_type").value_or(4));
+      decoded.count = value("error_count").value_or(1);
+      if (auto mc = value("mc_index")) decoded.mc = static_cast<int>(*mc);
+      if (auto address = value("address")) decoded.address = fmt::format("0x{:x}", *address);
+      const std::string label = text("label"), message = text("msg"),
+                        detail = text("driver_detail");
+      decoded.summary = fmt::format("{} {} error(s){}{} on {}{}{}", decoded.count,
+                                    SeverityName(decoded.severity), message.empty() ? "" : ": ",
+                                    message, label, detail.empty() ? "" : " ", detail);
+    } else if (name == "ras:arm_event" || name == "ras:non_standard_event") {
+      decoded.origin = "ghes";
+      decoded.severity = GhesSeverity(value("sev").value_or(0));
+      decoded.summary = fmt::format("{} ({} severity {})", name, SeverityName(decoded.severity),
+                                    value("sev").value_or(0));
+    } else {
+      continue;
+    }
+    decoded.raw = fmt::format("{} ts={}", name, timestamp);
+    events.push_back(std::move(decoded));
+  }
+  trace_seq_destroy(&seq);
+  return events;
+}
+
+}  // namespace rasd::ras
