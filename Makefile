@@ -67,7 +67,7 @@ fuzz-smoke: bootstrap
 	@if [ -f $(CORPUS)/kernel-ras-records.jsonl ]; then split -l 1 $(CORPUS)/kernel-ras-records.jsonl $(FUZZ_DIR)/seeds/record-; fi
 	@for target in kernel_log_fuzz kmsg_stream_fuzz bert_fuzz tracefs_page_fuzz; do \
 	  echo "== $$target ($(FUZZ_SECONDS) s)"; \
-	  UBSAN_OPTIONS=halt_on_error=1 $(FUZZ_DIR)/fuzz/$$target -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 \
+	  UBSAN_OPTIONS=halt_on_error=1 $(FUZZ_DIR)/fuzz/$$target -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 -artifact_prefix=$(FUZZ_DIR)/ \
 	    $(FUZZ_DIR)/found $(FUZZ_DIR)/seeds > $(FUZZ_DIR)/$$target.log 2>&1; rc=$$?; \
 	  if [ $$rc -ne 0 ]; then tail -n 60 $(FUZZ_DIR)/$$target.log; exit 1; fi; \
 	  tail -n 1 $(FUZZ_DIR)/$$target.log; \
