@@ -5,6 +5,9 @@ BUILD_DIR ?= build
 TSAN_DIR ?= build-tsan
 FUZZ_DIR ?= build-fuzz
 FUZZ_SECONDS ?= 10
+# A fixed seed and a fresh corpus make the smoke run the same sequence of
+# inputs on every machine: what passed here for longer passes in CI.
+FUZZ_SEED ?= 1
 CORPUS ?= ../shared/corpus
 BUILD_TYPE ?= Release
 CMAKE_FLAGS ?=
@@ -63,12 +66,12 @@ fuzz-smoke: bootstrap
 	@CC=clang CXX=clang++ cmake -S . -B $(FUZZ_DIR) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRASD_FUZZ=ON \
 	  -DRASD_SANITIZE=address,undefined -DRASD_WERROR=OFF -DRASD_BUILD_TESTS=OFF -DRASD_BUILD_BENCH=OFF >/dev/null
 	@cmake --build $(FUZZ_DIR) -j $(JOBS) --target kernel_log_fuzz kmsg_stream_fuzz bert_fuzz tracefs_page_fuzz
-	@rm -rf $(FUZZ_DIR)/seeds && mkdir -p $(FUZZ_DIR)/seeds $(FUZZ_DIR)/found
+	@rm -rf $(FUZZ_DIR)/seeds $(FUZZ_DIR)/found-* && mkdir -p $(FUZZ_DIR)/seeds
 	@if [ -f $(CORPUS)/kernel-ras-records.jsonl ]; then split -l 1 $(CORPUS)/kernel-ras-records.jsonl $(FUZZ_DIR)/seeds/record-; fi
 	@for target in kernel_log_fuzz kmsg_stream_fuzz bert_fuzz tracefs_page_fuzz; do \
-	  echo "== $$target ($(FUZZ_SECONDS) s)"; \
-	  UBSAN_OPTIONS=halt_on_error=1 $(FUZZ_DIR)/fuzz/$$target -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 -artifact_prefix=$(FUZZ_DIR)/ \
-	    $(FUZZ_DIR)/found $(FUZZ_DIR)/seeds > $(FUZZ_DIR)/$$target.log 2>&1; rc=$$?; \
+	  echo "== $$target ($(FUZZ_SECONDS) s)"; mkdir -p $(FUZZ_DIR)/found-$$target; \
+	  UBSAN_OPTIONS=halt_on_error=1 $(FUZZ_DIR)/fuzz/$$target -max_total_time=$(FUZZ_SECONDS) -seed=$(FUZZ_SEED) -timeout=10 -rss_limit_mb=2048 -artifact_prefix=$(FUZZ_DIR)/ \
+	    $(FUZZ_DIR)/found-$$target $(FUZZ_DIR)/seeds > $(FUZZ_DIR)/$$target.log 2>&1; rc=$$?; \
 	  if [ $$rc -ne 0 ]; then tail -n 60 $(FUZZ_DIR)/$$target.log; exit 1; fi; \
 	  tail -n 1 $(FUZZ_DIR)/$$target.log; \
 	done

@@ -10,16 +10,13 @@
 #include <functional>
 #include <vector>
 
+#include "byte_writer.h"
+
 namespace rasd::ras {
 namespace {
 
-using Bytes = std::vector<std::uint8_t>;
-
-template <typename T>
-void Put(Bytes& out, std::size_t offset, T value) {
-  if (out.size() < offset + sizeof(T)) out.resize(offset + sizeof(T));
-  std::memcpy(out.data() + offset, &value, sizeof(T));
-}
+using testing::Bytes;
+using testing::Put;
 
 void PutGuid(Bytes& out, std::size_t offset, std::uint32_t a, std::uint16_t b, std::uint16_t c,
              std::array<std::uint8_t, 8> d) {

@@ -11,16 +11,13 @@
 #include <random>
 #include <vector>
 
+#include "byte_writer.h"
+
 namespace rasd::ras {
 namespace {
 
-using Bytes = std::vector<std::uint8_t>;
-
-template <typename T>
-void Put(Bytes& out, std::size_t offset, T value) {
-  if (out.size() < offset + sizeof(T)) out.resize(offset + sizeof(T));
-  std::memcpy(out.data() + offset, &value, sizeof(T));
-}
+using testing::Bytes;
+using testing::Put;
 
 void PutString(Bytes& record, std::size_t loc_offset, std::size_t at, const std::string& text) {
   const auto length = static_cast<std::uint32_t>(text.size() + 1);
@@ -125,6 +122,13 @@ TEST(TraceEventDecoderTest, DamagedPagesAreHarmless) {
   Put<std::uint64_t>(wrap, 8, 64);
   wrap.resize(4096, 0);
   EXPECT_TRUE(decoder->DecodePage(wrap).empty());
+  // Also found by the fuzzer: end-of-page padding whose length word wraps.
+  Bytes padding(16, 0);
+  Put<std::uint32_t>(padding, 16, 29);  // type_len 29, time_delta 0
+  Put<std::uint32_t>(padding, 20, 0xfffffffc);
+  Put<std::uint64_t>(padding, 8, 1805);
+  padding.resize(4096, 0);
+  EXPECT_TRUE(decoder->DecodePage(padding).empty());
   std::mt19937 random(7);
   for (int i = 0; i < 500; ++i) {
     Bytes garbage(4096);

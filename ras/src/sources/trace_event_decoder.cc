@@ -68,7 +68,9 @@ std::size_t WellFormedLength(const std::uint8_t* data, std::size_t size) {
     if (type_len >= 1 && type_len <= 28) {
       length = 4 + type_len * 4;
     } else if (type_len == 0 || type_len == 29) {
-      if (type_len == 29 && (header >> 5) == 0) return size;  // padding to the end of the page
+      // Padding to the end of the page: nothing after it. kbuffer would still
+      // read its length word, so the walk stops before it.
+      if (type_len == 29 && (header >> 5) == 0) return at;
       if (at + 8 > size) return at;
       std::uint32_t array0 = 0;
       std::memcpy(&array0, data + at + 4, 4);
