@@ -15,6 +15,7 @@ namespace rasd::daemon {
 namespace {
 
 constexpr int kMaxLoggedPerSecond = 20;
+constexpr std::uint64_t kPrunePeriodUsec = 3'600'000'000ULL;  // hourly
 
 std::uint64_t Micros(std::chrono::milliseconds ms) {
   return static_cast<std::uint64_t>(ms.count()) * 1000;
@@ -71,6 +72,7 @@ RasIngest::~RasIngest() {
 }
 
 Status RasIngest::Start() {
+  boot_id_ = BootId(host_);
   driver_eventfd_.Reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
   if (!driver_eventfd_) return Fail(ErrnoError("eventfd", errno));
   if (int rc = sd_event_add_io(event_, &driver_io_, driver_eventfd_.Get(), EPOLLIN,
@@ -87,7 +89,7 @@ Status RasIngest::Start() {
     (void)::write(driver_eventfd_.Get(), &one, sizeof one);
   });
   Prune();
-  if (int rc = sd_event_add_time_relative(event_, &prune_timer_, CLOCK_MONOTONIC, 3'600'000'000ULL,
+  if (int rc = sd_event_add_time_relative(event_, &prune_timer_, CLOCK_MONOTONIC, kPrunePeriodUsec,
                                           0, &RasIngest::OnPruneTimer, this);
       rc < 0) {
     spdlog::warn("event retention: no timer ({}); pruning only at start", std::strerror(-rc));
@@ -118,8 +120,8 @@ void RasIngest::StartKmsg() {
     spdlog::warn("kmsg: cannot read the saved position ({}); reading the whole log",
                  cursor.error().message);
   }
-  kmsg_ = std::make_unique<ras::KmsgSource>(host_, BootId(host_), cursor ? *cursor : std::nullopt,
-                                            codes_);
+  kmsg_ =
+      std::make_unique<ras::KmsgSource>(host_, boot_id_, cursor ? *cursor : std::nullopt, codes_);
   if (auto opened = kmsg_->Open(); !opened) {
     spdlog::warn("kmsg source disabled: {}", opened.error().message);
     kmsg_.reset();
@@ -184,9 +186,8 @@ int RasIngest::OnKmsgTimer(sd_event_source* source, uint64_t, void* userdata) {
 }
 
 void RasIngest::ReadPstoreOncePerBoot() {
-  const std::string boot_id = BootId(host_);
   auto cursor = store_.LoadCursor("pstore");
-  if (cursor && *cursor && (*cursor)->boot_id == boot_id) return;  // read in this boot already
+  if (cursor && *cursor && (*cursor)->boot_id == boot_id_) return;  // read in this boot already
   auto events = ras::ReadPstoreEvents(host_, codes_);
   if (!events.empty()) spdlog::warn("pstore: {} RAS record(s) from a previous boot", events.size());
   auto bert = ras::ReadBertEvents(host_);
@@ -194,7 +195,7 @@ void RasIngest::ReadPstoreOncePerBoot() {
   events.insert(events.end(), std::make_move_iterator(bert.begin()),
                 std::make_move_iterator(bert.end()));
   Deliver(std::move(events));
-  if (auto saved = store_.SaveCursor({"pstore", boot_id, "read"}); !saved) {
+  if (auto saved = store_.SaveCursor({"pstore", boot_id_, "read"}); !saved) {
     spdlog::warn("pstore: cannot save that it was read: {}", saved.error().message);
   }
 }
@@ -213,7 +214,7 @@ void RasIngest::Prune() {
 
 int RasIngest::OnPruneTimer(sd_event_source* source, uint64_t, void* userdata) {
   static_cast<RasIngest*>(userdata)->Prune();
-  sd_event_source_set_time_relative(source, 3'600'000'000ULL);
+  sd_event_source_set_time_relative(source, kPrunePeriodUsec);
   sd_event_source_set_enabled(source, SD_EVENT_ONESHOT);
   return 0;
 }

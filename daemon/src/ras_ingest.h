@@ -76,7 +76,9 @@ class RasIngest {
   ras::StateStore& store_;
   runtime::Runtime& runtime_;
   Config::Ras options_;
-  ras::CodeTable codes_;  // sources keep a reference: its address never changes
+  ras::CodeTable codes_;
+  std::string boot_id_;  // read once at start: it does not change while we run  // sources keep a
+                         // reference: its address never changes
 
   std::unique_ptr<ras::KmsgSource> kmsg_;
   sd_event_source* kmsg_io_ = nullptr;

@@ -223,8 +223,8 @@ std::vector<ScannedRecord> KernelLogScanner::Finish() {
   return TakeCompleted();
 }
 
-std::vector<ScannedRecord> ScanKernelLog(std::string_view text) {
-  KernelLogScanner scanner;
+std::vector<ScannedRecord> ScanKernelLog(std::string_view text, const CodeTable& codes) {
+  KernelLogScanner scanner(codes);
   while (!text.empty()) {
     const std::size_t newline = text.find('\n');
     scanner.AddLine(text.substr(0, newline));

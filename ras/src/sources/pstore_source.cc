@@ -21,15 +21,7 @@ std::vector<RasEvent> ReadPstoreEvents(const common::HostEnv& host, const CodeTa
   for (const auto& name : entries) {
     auto text = host.ReadFile("/sys/fs/pstore/" + name, 4 << 20);
     if (!text) continue;
-    KernelLogScanner scanner(codes);
-    std::string_view rest = *text;
-    while (!rest.empty()) {
-      const std::size_t newline = rest.find('\n');
-      scanner.AddLine(rest.substr(0, newline));
-      if (newline == std::string_view::npos) break;
-      rest.remove_prefix(newline + 1);
-    }
-    for (const auto& record : scanner.Finish()) {
+    for (const auto& record : ScanKernelLog(*text, codes)) {
       RasEvent event = EventFromRecord(record, "pstore", now);
       event.historical = true;
       event.summary = name + ": " + event.summary;

@@ -122,7 +122,8 @@ class KernelLogScanner {
 };
 
 // Scans a whole text.
-std::vector<ScannedRecord> ScanKernelLog(std::string_view text);
+std::vector<ScannedRecord> ScanKernelLog(std::string_view text,
+                                         const CodeTable& codes = CodeTable::Default());
 
 // The text's main record, as the corpus labels a text: the worst severity;
 // on a tie an error report before a notice, then the first. Fields the main
