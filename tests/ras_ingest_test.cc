@@ -3,6 +3,7 @@
 // the ring buffer lost are reported.
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -272,6 +273,49 @@ TEST(RasIngestStatsTest, RecordsReadAreCountedEvenWithoutRasRecords) {
       },
       5s));
   EXPECT_TRUE(Events(rasd).empty());
+}
+
+}  // namespace
+}  // namespace rasd::testing
+
+namespace rasd::testing {
+namespace {
+
+// The real tracefs under a fixture root: host/sys/kernel/tracing is a link
+// to the machine's, so the kernel log stays the fixture's.
+TEST(RasIngestTracefsTest, FollowsAPrivateInstanceOfTheRealTracefsAndRemovesItOnExit) {
+  if (::geteuid() != 0) GTEST_SKIP() << "creating a tracing instance needs root";
+  if (!std::filesystem::exists("/sys/kernel/tracing/instances"))
+    GTEST_SKIP() << "tracefs is not mounted at /sys/kernel/tracing";
+  if (!std::filesystem::exists("/sys/kernel/tracing/events/ras"))
+    GTEST_SKIP() << "this kernel has no RAS tracepoints";
+  RasdInstance rasd;
+  std::filesystem::create_directories(rasd.HostRoot() / "sys/kernel");
+  std::filesystem::create_directory_symlink("/sys/kernel/tracing",
+                                            rasd.HostRoot() / "sys/kernel/tracing");
+  const std::string instance_name = "rasd-it-" + std::to_string(::getpid());
+  const std::filesystem::path instance =
+      std::filesystem::path("/sys/kernel/tracing/instances") / instance_name;
+  rasd.WriteConfig("ras:\n  tracefs_instance: " + instance_name + "\n");
+  std::string why;
+  ASSERT_TRUE(rasd.Start({}, {}, &why)) << why;
+  const auto status = nlohmann::json::parse(rasd.Rasctl({"--json", "status"}).out);
+  EXPECT_EQ(status["ras"]["tracefs_active"], true) << rasd.Stderr();
+  EXPECT_TRUE(std::filesystem::exists(instance));
+  EXPECT_EQ(ReadText(instance / "events/ras/mc_event/enable").substr(0, 1), "1");
+  EXPECT_EQ(ReadText(instance / "buffer_percent").substr(0, 1), "0");
+  EXPECT_NE(rasd.Stderr().find("ras/mc_event"), std::string::npos) << rasd.Stderr();
+  // Trace traffic that is not RAS is read and dropped; the daemon stays up.
+  WriteText(instance / "trace_marker", "not a RAS event");
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        return nlohmann::json::parse(
+                   rasd.Rasctl({"--json", "status"}).out)["ras"]["tracefs_pages"] >= 1;
+      },
+      5s));
+  EXPECT_TRUE(Events(rasd).empty());
+  EXPECT_EQ(rasd.Stop(), 0);
+  EXPECT_FALSE(std::filesystem::exists(instance)) << "the instance is removed on exit";
 }
 
 }  // namespace

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <cstring>
@@ -261,6 +263,26 @@ void ReadDocument(SchemaReader& reader, const YAML::Node& root, Config& config) 
          }
        }},
   };
+  ras_keys.push_back({"tracefs", [&](const YAML::Node& value, const std::string& path) {
+                        if (auto enabled = reader.ReadBool(value, path))
+                          config.ras.tracefs = *enabled;
+                      }});
+  ras_keys.push_back(
+      {"tracefs_instance", [&](const YAML::Node& value, const std::string& path) {
+         auto name = reader.ReadString(value, path);
+         if (!name) return;
+         const bool valid =
+             !name->empty() && name->size() <= 64 &&
+             std::all_of(name->begin(), name->end(), [](char c) {
+               return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
+             });
+         if (!valid) {
+           reader.Problem(value.Mark(),
+                          fmt::format("'{}' must be 1 to 64 letters, digits, '-' or '_'", path));
+           return;
+         }
+         config.ras.tracefs_instance = *name;
+       }});
   ras_keys.push_back({"edac_poll_ms", [&](const YAML::Node& value, const std::string& path) {
                         if (auto ms = reader.ReadInteger<int>(value, path, 0, 3'600'000)) {
                           if (*ms != 0 && *ms < 100) {

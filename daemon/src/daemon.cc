@@ -51,10 +51,17 @@ std::string Iso8601(std::chrono::system_clock::time_point time) {
 }
 
 nlohmann::json IngestStatus(const RasIngest::Stats& stats) {
-  return {{"kmsg_active", stats.kmsg_active},       {"kmsg_records", stats.kmsg_records},
-          {"kmsg_lost", stats.kmsg_lost},           {"events_ingested", stats.events},
-          {"store_failures", stats.store_failures}, {"edac_controllers", stats.edac_controllers},
-          {"coalesced", stats.coalesced},           {"pruned", stats.pruned}};
+  return {{"kmsg_active", stats.kmsg_active},
+          {"kmsg_records", stats.kmsg_records},
+          {"kmsg_lost", stats.kmsg_lost},
+          {"tracefs_active", stats.tracefs_active},
+          {"tracefs_pages", stats.tracefs_pages},
+          {"tracefs_events", stats.tracefs_events},
+          {"events_ingested", stats.events},
+          {"store_failures", stats.store_failures},
+          {"edac_controllers", stats.edac_controllers},
+          {"coalesced", stats.coalesced},
+          {"pruned", stats.pruned}};
 }
 
 // Keys that the running daemon cannot change in place; a reload that changes

@@ -69,6 +69,9 @@ RasIngest::~RasIngest() {
   sd_event_source_disable_unref(edac_timer_);
   sd_event_source_disable_unref(prune_timer_);
   sd_event_source_disable_unref(driver_io_);
+  for (auto& cpu : tracefs_cpus_) sd_event_source_disable_unref(cpu->io);
+  tracefs_cpus_.clear();
+  tracefs_.reset();  // removes the tracing instance
 }
 
 Status RasIngest::Start() {
@@ -95,6 +98,7 @@ Status RasIngest::Start() {
     spdlog::warn("event retention: no timer ({}); pruning only at start", std::strerror(-rc));
   }
   if (options_.kmsg) StartKmsg();
+  if (options_.tracefs) StartTracefs();
   ReadPstoreOncePerBoot();
   if (options_.edac_poll.count() > 0) {
     edac_ = std::make_unique<ras::EdacSysfsSource>(host_);
@@ -182,6 +186,45 @@ int RasIngest::OnKmsgTimer(sd_event_source* source, uint64_t, void* userdata) {
                                                                   self->options_.kmsg_file_poll);
   sd_event_source_set_time_relative(source, Micros(period));
   sd_event_source_set_enabled(source, SD_EVENT_ONESHOT);
+  return 0;
+}
+
+void RasIngest::StartTracefs() {
+  auto opened =
+      ras::TracefsSource::Open(host_, options_.tracefs_instance, ras::TracefsSource::RasEvents());
+  if (!opened) {
+    // No tracefs, no RAS events in this kernel, or no privilege: the kernel
+    // log still carries the same errors, in text.
+    spdlog::info("tracefs source disabled: {}", opened.error().message);
+    return;
+  }
+  tracefs_ = std::move(*opened);
+  for (std::size_t index = 0; index < tracefs_->CpuCount(); ++index) {
+    auto cpu = std::make_unique<TracefsCpu>(TracefsCpu{this, index});
+    if (int rc = sd_event_add_io(event_, &cpu->io, tracefs_->CpuFd(index), EPOLLIN,
+                                 &RasIngest::OnTracefsReadable, cpu.get());
+        rc < 0) {
+      spdlog::warn("tracefs source disabled: cannot poll cpu{}: {}", index, std::strerror(-rc));
+      for (auto& added : tracefs_cpus_) sd_event_source_disable_unref(added->io);
+      tracefs_cpus_.clear();
+      tracefs_.reset();
+      return;
+    }
+    tracefs_cpus_.push_back(std::move(cpu));
+  }
+  std::string events;
+  for (const auto& name : tracefs_->Events()) events += (events.empty() ? "" : ", ") + name;
+  spdlog::info("tracefs source: {} ({} CPUs): {}", tracefs_->InstanceDir().string(),
+               tracefs_->CpuCount(), events);
+  stats_.tracefs_active = true;
+}
+
+int RasIngest::OnTracefsReadable(sd_event_source*, int, uint32_t, void* userdata) {
+  auto* cpu = static_cast<TracefsCpu*>(userdata);
+  RasIngest& self = *cpu->self;
+  self.Deliver(self.tracefs_->ReadEvents(cpu->index));
+  self.stats_.tracefs_pages = self.tracefs_->GetStats().pages;
+  self.stats_.tracefs_events = self.tracefs_->GetStats().events;
   return 0;
 }
 

@@ -15,6 +15,7 @@
 #include "rasd/ras/kmsg_source.h"
 #include "rasd/ras/ras_event.h"
 #include "rasd/ras/state_store.h"
+#include "rasd/ras/tracefs_source.h"
 #include "rasd/runtime/runtime.h"
 
 namespace rasd::daemon {
@@ -43,6 +44,9 @@ class RasIngest {
     std::uint64_t kmsg_lost = 0;
     std::uint64_t store_failures = 0;
     bool kmsg_active = false;
+    bool tracefs_active = false;
+    std::uint64_t tracefs_pages = 0;
+    std::uint64_t tracefs_events = 0;
     std::size_t edac_controllers = 0;
     std::uint64_t coalesced = 0;  // events merged into others under storms
     std::uint64_t pruned = 0;
@@ -57,6 +61,8 @@ class RasIngest {
   Status Start();
   void StartKmsg();
   void ReadKmsg();
+  void StartTracefs();
+  static int OnTracefsReadable(sd_event_source* source, int fd, uint32_t revents, void* userdata);
   void Deliver(std::vector<ras::RasEvent> events);
   void DrainDriverEvents();
   ras::RasEvent FromDriver(const drivers::DriverErrorEvent& event) const;
@@ -85,6 +91,14 @@ class RasIngest {
   sd_event_source* kmsg_timer_ = nullptr;
   std::uint64_t kmsg_records_at_last_tick_ = 0;
   bool kmsg_pending_ = false;  // lines read since the last flush
+
+  std::unique_ptr<ras::TracefsSource> tracefs_;
+  struct TracefsCpu {
+    RasIngest* self;
+    std::size_t index;
+    sd_event_source* io = nullptr;
+  };
+  std::vector<std::unique_ptr<TracefsCpu>> tracefs_cpus_;
 
   sd_event_source* prune_timer_ = nullptr;
   std::unique_ptr<ras::EdacSysfsSource> edac_;

@@ -96,12 +96,16 @@ TraceEventDecoder::~TraceEventDecoder() {
 }
 
 Result<std::unique_ptr<TraceEventDecoder>> TraceEventDecoder::Load(
-    const std::filesystem::path& events_dir, const std::vector<std::string>& events) {
+    const std::filesystem::path& events_dir, const std::vector<std::string>& events,
+    int page_size) {
+  if (page_size < 4096 || page_size > (1 << 24) || page_size % 4096 != 0) {
+    return Fail(ErrorCode::kInvalidArgument, fmt::format("ring-buffer page size {}", page_size));
+  }
   std::unique_ptr<TraceEventDecoder> decoder(new TraceEventDecoder());
   decoder->tep_ = tep_alloc();
   if (decoder->tep_ == nullptr) return Fail(ErrorCode::kOutOfMemory, "tep_alloc");
   tep_set_long_size(decoder->tep_, static_cast<int>(sizeof(long)));
-  tep_set_page_size(decoder->tep_, 4096);
+  tep_set_page_size(decoder->tep_, page_size);
   tep_set_file_bigendian(decoder->tep_, TEP_LITTLE_ENDIAN);
   tep_set_local_bigendian(decoder->tep_, TEP_LITTLE_ENDIAN);
   auto header = ReadWhole(events_dir / "header_page");
@@ -128,10 +132,37 @@ Result<std::unique_ptr<TraceEventDecoder>> TraceEventDecoder::Load(
   return decoder;
 }
 
-std::vector<RasEvent> TraceEventDecoder::DecodePage(std::span<const std::uint8_t> page) {
-  std::vector<RasEvent> events;
+std::string_view TraceRecord::System() const { return event_->system; }
+std::string_view TraceRecord::Name() const { return event_->name; }
+
+std::optional<unsigned long long> TraceRecord::Number(const char* field) const {
+  unsigned long long result = 0;
+  if (tep_get_field_val(seq_, event_, field, record_, &result, 0) != 0) return std::nullopt;
+  return result;
+}
+
+std::string TraceRecord::Text(const char* field) const {
+  int length = 0;
+  const char* raw =
+      static_cast<const char*>(tep_get_field_raw(seq_, event_, field, record_, &length, 0));
+  // A flexible array at the end (ftrace's print: "char buf[]", size 0)
+  // runs to the end of the record.
+  if (raw == nullptr || length < 0) return {};
+  // A __data_loc field's offset and length come from the record itself: a
+  // damaged record may point anywhere. Only bytes inside it are read.
+  const char* begin = static_cast<const char*>(record_->data);
+  const char* limit = reinterpret_cast<const char*>(limit_);
+  const char* end = std::min(begin + std::max(record_->size, 0), limit);
+  if (raw < begin || raw >= end) return {};
+  const auto available = static_cast<std::size_t>(
+      length == 0 ? end - raw : std::min<std::ptrdiff_t>(length, end - raw));
+  return std::string(raw, strnlen(raw, available));
+}
+
+void TraceEventDecoder::ForEachRecord(std::span<const std::uint8_t> page,
+                                      const std::function<void(const TraceRecord&)>& visit) {
   const int page_size = tep_get_page_size(tep_);
-  if (page.size() < 16 || page_size <= 0) return events;
+  if (page.size() < 16 || page_size <= 0) return;
   // A page of zeros after the page: kbuffer may look a word past the
   // committed data, and libtraceevent reads fields at their format offsets
   // from a record that may start near the end. Both stay inside this copy.
@@ -145,12 +176,12 @@ std::vector<RasEvent> TraceEventDecoder::DecodePage(std::span<const std::uint8_t
   constexpr std::uint64_t kMissedStored = 1U << 30;
   std::uint64_t commit = 0;
   std::memcpy(&commit, page_copy_.data() + 8, sizeof commit);
-  if ((commit & kCommitMask) + 16 > static_cast<std::uint64_t>(page_size)) return events;
+  if ((commit & kCommitMask) + 16 > static_cast<std::uint64_t>(page_size)) return;
   const std::size_t committed = commit & kCommitMask;
   const std::size_t usable = WellFormedLength(page_copy_.data() + 16, committed);
   commit = (commit & ~kCommitMask & ~kMissedStored) | usable;
   std::memcpy(page_copy_.data() + 8, &commit, sizeof commit);
-  if (kbuffer_load_subbuffer(kbuf_, page_copy_.data()) != 0) return events;
+  if (kbuffer_load_subbuffer(kbuf_, page_copy_.data()) != 0) return;
   trace_seq seq;
   trace_seq_init(&seq);
   unsigned long long timestamp = 0;
@@ -170,52 +201,42 @@ std::vector<RasEvent> TraceEventDecoder::DecodePage(std::span<const std::uint8_t
     const int type = tep_data_type(tep_, &record);
     tep_event* event = tep_find_event(tep_, type);
     if (event == nullptr) continue;
-    auto value = [&](const char* field) -> std::optional<unsigned long long> {
-      unsigned long long result = 0;
-      if (tep_get_field_val(&seq, event, field, &record, &result, 0) != 0) return std::nullopt;
-      return result;
-    };
-    auto text = [&](const char* field) -> std::string {
-      int length = 0;
-      const char* raw =
-          static_cast<const char*>(tep_get_field_raw(&seq, event, field, &record, &length, 0));
-      if (raw == nullptr || length <= 0) return {};
-      // A __data_loc field's offset and length come from the record itself:
-      // a damaged record may point anywhere. Only bytes inside it are read.
-      const char* begin = static_cast<const char*>(record.data);
-      const char* page_end = reinterpret_cast<const char*>(page_copy_.data() + page_copy_.size());
-      const char* end = std::min(begin + std::max(record.size, 0), page_end);
-      if (raw < begin || raw >= end) return {};
-      const auto available = static_cast<std::size_t>(std::min<std::ptrdiff_t>(length, end - raw));
-      return std::string(raw, strnlen(raw, available));
-    };
+    visit(TraceRecord(event, &record, &seq, page_copy_.data() + page_copy_.size(), timestamp));
+  }
+  trace_seq_destroy(&seq);
+}
+
+std::vector<RasEvent> TraceEventDecoder::DecodePage(std::span<const std::uint8_t> page) {
+  std::vector<RasEvent> events;
+  ForEachRecord(page, [&](const TraceRecord& record) {
     RasEvent decoded;
     decoded.time = std::chrono::system_clock::now();
     decoded.source = "tracefs";
-    const std::string name = fmt::format("{}:{}", event->system, event->name);
+    const std::string name = fmt::format("{}:{}", record.System(), record.Name());
     if (name == "ras:mc_event") {
       decoded.origin = "edac";
-      decoded.severity = McEventSeverity(value("error_type").value_or(4));
-      decoded.count = value("error_count").value_or(1);
-      if (auto mc = value("mc_index")) decoded.mc = static_cast<int>(*mc);
-      if (auto address = value("address")) decoded.address = fmt::format("0x{:x}", *address);
-      const std::string label = text("label"), message = text("msg"),
-                        detail = text("driver_detail");
+      decoded.severity = McEventSeverity(record.Number("error_type").value_or(4));
+      decoded.count = record.Number("error_count").value_or(1);
+      if (auto mc = record.Number("mc_index")) decoded.mc = static_cast<int>(*mc);
+      if (auto address = record.Number("address"))
+        decoded.address = fmt::format("0x{:x}", *address);
+      const std::string label = record.Text("label"), message = record.Text("msg"),
+                        detail = record.Text("driver_detail");
       decoded.summary = fmt::format("{} {} error(s){}{} on {}{}{}", decoded.count,
                                     SeverityName(decoded.severity), message.empty() ? "" : ": ",
                                     message, label, detail.empty() ? "" : " ", detail);
     } else if (name == "ras:arm_event" || name == "ras:non_standard_event") {
       decoded.origin = "ghes";
-      decoded.severity = GhesSeverity(value("sev").value_or(0));
-      decoded.summary = fmt::format("{} ({} severity {})", name, SeverityName(decoded.severity),
-                                    value("sev").value_or(0));
+      const auto sev = record.Number("sev").value_or(0);
+      decoded.severity = GhesSeverity(sev);
+      decoded.summary =
+          fmt::format("{} ({} severity {})", name, SeverityName(decoded.severity), sev);
     } else {
-      continue;
+      return;
     }
-    decoded.raw = fmt::format("{} ts={}", name, timestamp);
+    decoded.raw = fmt::format("{} ts={}", name, record.Timestamp());
     events.push_back(std::move(decoded));
-  }
-  trace_seq_destroy(&seq);
+  });
   return events;
 }
 

@@ -50,6 +50,9 @@ struct Config {
     std::chrono::milliseconds kmsg_quiet_flush{500};
     // How often a kmsg that is a regular file (replays, tests) is re-read.
     std::chrono::milliseconds kmsg_file_poll{200};
+    // Follow the RAS tracepoints in a private tracefs instance of this name.
+    bool tracefs = true;
+    std::string tracefs_instance = "rasd";
     // How often the EDAC sysfs counters are read; 0 turns the poller off.
     std::chrono::milliseconds edac_poll{10000};
     int retention_days = 90;               // events older than this are deleted (hourly)
