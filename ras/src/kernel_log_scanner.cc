@@ -1,5 +1,7 @@
 #include "rasd/ras/kernel_log_scanner.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 
 #include "keyword_matcher.h"
@@ -20,6 +22,87 @@ nlohmann::json ScannedRecord::ToJson() const {
   if (notice) json["notice"] = true;
   if (historical) json["historical"] = true;
   return json;
+}
+
+namespace {
+
+void AppendJsonString(std::string& out, std::string_view text) {
+  // Text with bytes above ASCII goes through nlohmann, whose handling of
+  // invalid UTF-8 (replaced with U+FFFD) is the contract; kernel logs are
+  // almost always plain ASCII.
+  if (std::any_of(text.begin(), text.end(),
+                  [](char c) { return static_cast<unsigned char>(c) >= 0x80; })) {
+    out += nlohmann::json(text).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    return;
+  }
+  out += '"';
+  std::size_t plain_from = 0;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c >= 0x20 && c != '"' && c != '\\') continue;
+    out.append(text.data() + plain_from, i - plain_from);
+    plain_from = i + 1;
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\b':
+        out += "\\b";
+        break;
+      case '\f':
+        out += "\\f";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      default:
+        out += fmt::format("\\u{:04x}", c);
+    }
+  }
+  out.append(text.data() + plain_from, text.size() - plain_from);
+  out += '"';
+}
+
+}  // namespace
+
+void ScannedRecord::AppendJson(std::string& out) const {
+  // Keys in nlohmann's (sorted) order.
+  out += "{\"address\":";
+  if (address) {
+    AppendJsonString(out, *address);
+  } else {
+    out += "null";
+  }
+  out += ",\"count\":";
+  out += std::to_string(count);
+  if (historical) out += ",\"historical\":true";
+  out += ",\"mc\":";
+  out += mc ? std::to_string(*mc) : "null";
+  out += ",\"message\":";
+  AppendJsonString(out, message);
+  if (notice) out += ",\"notice\":true";
+  out += ",\"origin\":";
+  AppendJsonString(out, origin);
+  out += ",\"pci_bdf\":";
+  if (pci_bdf) {
+    AppendJsonString(out, *pci_bdf);
+  } else {
+    out += "null";
+  }
+  out += ",\"severity\":";
+  AppendJsonString(out, SeverityName(severity));
+  out += ",\"xid\":";
+  out += xid ? std::to_string(*xid) : "null";
+  out += '}';
 }
 
 Severity ClassifyMciStatus(std::uint64_t status) {
@@ -119,6 +202,14 @@ std::uint32_t FamiliesOf(std::string_view line) {
       {"Memory errors", kReports},
       {"/edac/", kSysfs},
       {"<<<edac>>>", kSysfs},
+  };
+  return kWords.Groups(line);
+}
+
+// Words that continue an open MCE or AER block: common in other lines too,
+// so looked for only while such a block is open.
+std::uint32_t ContinuationsOf(std::string_view line) {
+  static const KeywordMatcher kWords = {
       {"TSC ", kMceContinuation},
       {"PROCESSOR", kMceContinuation},
       {":    [", kAerContinuation},
@@ -142,6 +233,7 @@ void KernelLogScanner::AddLine(std::string_view raw_line, std::uint64_t tag) {
     return line_number_ - entry.second.last_line > kBlockGapLines;
   });
   std::uint32_t families = FamiliesOf(raw_line);
+  if (open_.contains("mce") || open_.contains("aer")) families |= ContinuationsOf(raw_line);
   const bool in_report = !section_.empty() || checkmk_section_ || !sysfs_pending_path_.empty();
   if (in_report) families |= kReports | kSysfs;
   if (!nvidia_pending_bdf_.empty()) families |= kNvidia;

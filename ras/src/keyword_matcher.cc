@@ -1,5 +1,6 @@
 #include "keyword_matcher.h"
 
+#include <cstring>
 #include <deque>
 
 namespace rasd::ras {
@@ -15,8 +16,108 @@ KeywordMatcher::KeywordMatcher(const std::vector<std::string_view>& keywords) {
   Build(grouped);
 }
 
+namespace {
+
+// How often a byte turns up in kernel log text, roughly: English letter
+// frequencies for lower case, and the space, digits and punctuation every
+// timestamped line has. Only the ranking matters.
+double Commonness(unsigned char c) {
+  static constexpr double kLetters[26] = {8.2, 1.5, 2.8, 4.3, 12.7, 2.2, 2.0, 6.1, 7.0,
+                                          0.2, 0.8, 4.0, 2.4, 6.7,  7.5, 1.9, 0.1, 6.0,
+                                          6.3, 9.1, 2.8, 1.0, 2.4,  0.2, 2.0, 0.1};
+  if (c >= 'a' && c <= 'z') return kLetters[c - 'a'];
+  if (c >= 'A' && c <= 'Z') return 0.8;
+  if (c >= '0' && c <= '9') return 6.0;
+  switch (c) {
+    case ' ':
+      return 15.0;
+    case '[':
+    case ']':
+    case '.':
+    case ':':
+      return 5.0;
+    case '-':
+    case ',':
+    case '=':
+    case '(':
+    case ')':
+      return 1.5;
+    default:
+      return 0.5;
+  }
+}
+
+// Bits of the anchor table: 2^18 (32 KiB) keeps it in the first-level
+// caches. A shift-and-xor of the three bytes picks a bit: cheaper than a
+// multiplicative hash, and collisions only cost a run of the automaton.
+constexpr int kAnchorBits = 18;
+
+std::uint32_t TripleKey(std::uint32_t triple) {
+  return ((triple & 0xff) ^ ((triple >> 8) & 0xff) << 5 ^ ((triple >> 16) & 0xff) << 10) &
+         ((1U << kAnchorBits) - 1);
+}
+
+std::uint32_t Triple(const unsigned char* at) {
+  return static_cast<std::uint32_t>(at[0]) | static_cast<std::uint32_t>(at[1]) << 8 |
+         static_cast<std::uint32_t>(at[2]) << 16;
+}
+
+}  // namespace
+
+void KeywordMatcher::BuildAnchors(
+    const std::vector<std::pair<std::string_view, std::uint32_t>>& keywords) {
+  std::vector<std::uint64_t> anchors((std::size_t{1} << kAnchorBits) / 64, 0);
+  for (const auto& [keyword, group] : keywords) {
+    if (keyword.size() < 3) return;  // too short for a triple: no prefilter
+    const auto* bytes = reinterpret_cast<const unsigned char*>(keyword.data());
+    std::size_t best = 0;
+    double best_score = 1e18;
+    for (std::size_t i = 0; i + 2 < keyword.size(); ++i) {
+      const double score =
+          Commonness(bytes[i]) * Commonness(bytes[i + 1]) * Commonness(bytes[i + 2]);
+      if (score < best_score) {
+        best_score = score;
+        best = i;
+      }
+    }
+    const std::uint32_t key = TripleKey(Triple(bytes + best));
+    anchors[key >> 6] |= std::uint64_t{1} << (key & 63);
+  }
+  anchors_ = std::move(anchors);
+}
+
+bool KeywordMatcher::MayMatch(std::string_view text) const {
+  if (anchors_.empty()) return true;
+  const auto* bytes = reinterpret_cast<const unsigned char*>(text.data());
+  const std::uint64_t* anchors = anchors_.data();
+  const std::size_t size = text.size();
+  auto hit = [anchors](std::uint32_t triple) -> std::uint64_t {
+    const std::uint32_t key = TripleKey(triple);
+    return (anchors[key >> 6] >> (key & 63)) & 1;
+  };
+  std::size_t i = 0;
+  // Eight triples per step, OR-ed: one branch per eight lookups.
+  for (; i + 10 <= size; i += 8) {
+    std::uint64_t word = 0;
+    std::memcpy(&word, bytes + i, 8);
+    std::uint16_t tail = 0;
+    std::memcpy(&tail, bytes + i + 8, 2);
+    std::uint64_t any = 0;
+    for (int k = 0; k < 6; ++k) any |= hit(static_cast<std::uint32_t>(word >> (8 * k)) & 0xffffff);
+    any |=
+        hit(static_cast<std::uint32_t>(word >> 48) | static_cast<std::uint32_t>(tail & 0xff) << 16);
+    any |= hit(static_cast<std::uint32_t>(word >> 56) | static_cast<std::uint32_t>(tail) << 8);
+    if (any != 0) return true;
+  }
+  for (; i + 2 < size; ++i) {
+    if (hit(Triple(bytes + i)) != 0) return true;
+  }
+  return false;
+}
+
 void KeywordMatcher::Build(
     const std::vector<std::pair<std::string_view, std::uint32_t>>& keywords) {
+  BuildAnchors(keywords);
   for (const auto& [keyword, group] : keywords) {
     for (char c : keyword) {
       auto& cls = byte_class_[static_cast<unsigned char>(c)];
@@ -75,6 +176,7 @@ void KeywordMatcher::Build(
 }
 
 std::uint32_t KeywordMatcher::Groups(std::string_view text) const {
+  if (!MayMatch(text)) return 0;
   std::uint32_t row = 0;
   std::uint32_t groups = 0;
   const std::uint32_t* table = next_.data();

@@ -64,6 +64,45 @@ TEST_P(CorpusTest, DecodesToTheExpectedFields) {
   }
 }
 
+std::string Dumped(const ScannedRecord& record) {
+  return record.ToJson().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+std::string Appended(const ScannedRecord& record) {
+  std::string out;
+  record.AppendJson(out);
+  return out;
+}
+
+TEST_P(CorpusTest, TheFastJsonWriterGivesNlohmannsBytes) {
+  for (const auto& scanned : ScanKernelLog(GetParam().text)) {
+    EXPECT_EQ(Appended(scanned), Dumped(scanned));
+  }
+}
+
+TEST(ScannedRecordJsonTest, EscapesAndReplacesAsNlohmannDoes) {
+  ScannedRecord record;
+  record.origin = "edac";
+  record.severity = Severity::kSrar;
+  record.notice = true;
+  record.historical = true;
+  record.xid = 79;
+  record.mc = 2;
+  record.pci_bdf = "0000:3b:00.0";
+  record.address = "0xdead000";
+  record.count = 12345678901ULL;
+  for (const std::string& message :
+       {std::string("plain"), std::string("quote \" back \\ slash / tab\tnl\ncr\r\b\f"),
+        std::string("ctl \x01\x1f del \x7f"), std::string("utf-8 \xc3\xa9 ok"),
+        std::string("broken \xc3 \xff\xfe utf-8"), std::string("nul \0 inside", 13),
+        std::string()}) {
+    record.message = message;
+    EXPECT_EQ(Appended(record), Dumped(record)) << message;
+  }
+  record = ScannedRecord{};
+  EXPECT_EQ(Appended(record), Dumped(record));
+}
+
 INSTANTIATE_TEST_SUITE_P(Records, CorpusTest, ::testing::ValuesIn(LoadCorpus()), Print);
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(CorpusTest);
 

@@ -36,6 +36,32 @@ TEST(KeywordMatcherTest, AgreesWithFindOnRandomText) {
   }
 }
 
+TEST(KeywordMatcherTest, ThePrefilterNeverHidesAKeyword) {
+  // Keywords of three bytes or more turn the anchor prefilter on; texts of
+  // every length cross its eight-at-a-time loop and its tail.
+  const std::vector<std::string> keywords = {"abca", "dcb", "bbbd", "Hardware Error", "ad_c"};
+  const KeywordMatcher matcher = {
+      {"abca", 1}, {"dcb", 2}, {"bbbd", 4}, {"Hardware Error", 8}, {"ad_c", 16}};
+  std::mt19937 random(7);
+  const std::string alphabet = "abcd_ ";
+  for (int i = 0; i < 50000; ++i) {
+    std::string text;
+    const int length = static_cast<int>(random() % 40);
+    for (int j = 0; j < length; ++j) text.push_back(alphabet[random() % alphabet.size()]);
+    if (random() % 8 == 0) text.insert(random() % (text.size() + 1), "Hardware Error");
+    std::uint32_t expected = 0;
+    for (std::size_t k = 0; k < keywords.size(); ++k) {
+      if (text.find(keywords[k]) != std::string::npos) expected |= 1U << k;
+    }
+    ASSERT_EQ(matcher.Groups(text), expected) << "'" << text << "'";
+    if (expected != 0) {
+      ASSERT_TRUE(matcher.MayMatch(text)) << text;
+    }
+  }
+  EXPECT_FALSE(matcher.MayMatch("[   12.345678] usb 1-1: new high-speed USB device number 2"))
+      << "a line with no anchor is rejected before the automaton";
+}
+
 TEST(KeywordMatcherTest, GroupsOfEveryKeywordPresentAreReported) {
   const KeywordMatcher matcher = {
       {"EDAC", 1}, {"AER", 2}, {"Hardware Error", 4 | 8}, {"Error", 16}};
