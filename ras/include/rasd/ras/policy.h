@@ -1,0 +1,157 @@
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "rasd/ras/ras_event.h"
+#include "rasd/ras/severity.h"
+
+namespace rasd::ras {
+
+// What rasd may do about an event (DESIGN.md, the taxonomy table).
+enum class ActionKind : std::uint8_t {
+  kRecord,           // store and count only
+  kRetirePage,       // take the device page out of its pool for good
+  kMarkAtRisk,       // the owner of a poisoned, not yet consumed page is told
+  kKillConsumer,     // abort exactly the streams of the job owning the address
+  kDegradeDevice,    // Degraded: serves on, watched
+  kDrainDevice,      // Draining: no new work; admitted work finishes by a deadline
+  kIsolateDevice,    // Isolated: no work at all, until an operator undrains it
+  kDrainNode,        // tell the cluster scheduler
+  kSoftOfflinePage,  // host page: migrate and offline (soft_offline_page)
+  kHardOfflinePage,  // host page: offline now (hard_offline_page)
+  kRunHook,          // run an operator's program with the event in its environment
+};
+
+// "record", "retire-page", "mark-at-risk", "kill-consumer", "degrade-device",
+// "drain-device", "isolate-device", "drain-node", "soft-offline-page",
+// "hard-offline-page", "run-hook": the config and wire names.
+std::string_view ActionKindName(ActionKind kind);
+std::optional<ActionKind> ParseActionKind(std::string_view name);
+
+// What an event is about, for matching rules.
+enum class ComponentKind : std::uint8_t {
+  kHostMemory,    // a host physical address (EDAC, MCE/GHES with an address, memory-failure)
+  kDeviceMemory,  // an accelerator and an address in its memory
+  kDevice,        // an accelerator as a whole
+  kPciDevice,     // a PCI function by BDF (AER), not an accelerator rasd runs
+  kCpu,           // a machine check without an address
+  kOther,
+};
+std::string_view ComponentKindName(ComponentKind kind);
+std::optional<ComponentKind> ParseComponentKind(std::string_view name);
+ComponentKind ComponentOf(const RasEvent& event);
+
+// Counts errors in a sliding window: Add() says when the errors of the
+// last `window` reach `limit` (N in W, exactly; N spread over much longer
+// does not), and empties the window then, so an action is taken once and
+// the count starts again. At most `limit` entries are kept: each event
+// counts at least one error. Times are monotonic.
+class WindowCounter {
+ public:
+  WindowCounter(std::uint64_t limit, std::chrono::nanoseconds window)
+      : limit_(limit), window_(window) {}
+  bool Add(std::uint64_t count, std::chrono::nanoseconds now);
+  // Errors within the window ending at `now`.
+  std::uint64_t Count(std::chrono::nanoseconds now) const;
+
+ private:
+  void Expire(std::chrono::nanoseconds now);
+  std::uint64_t limit_;
+  std::chrono::nanoseconds window_;
+  std::deque<std::pair<std::chrono::nanoseconds, std::uint64_t>> entries_;
+  std::uint64_t sum_ = 0;
+};
+
+struct Threshold {
+  enum class Key : std::uint8_t { kPage, kDimm, kDevice };
+  std::uint64_t count = 50;
+  std::chrono::seconds window{std::chrono::hours(24)};
+  Key key = Key::kPage;
+  bool operator==(const Threshold&) const = default;
+};
+
+// One rule: every matcher that is set must match. The first matching rule
+// decides. With a threshold, the actions are taken only when the rule's
+// counter for the event's key (page, DIMM or device) reaches it; below it
+// the event is recorded.
+struct PolicyRule {
+  std::string name;
+  std::optional<std::string> origin;
+  std::optional<Severity> severity;
+  std::optional<ComponentKind> component;
+  std::optional<int> vendor_code;
+  std::optional<Threshold> threshold;
+  std::vector<ActionKind> actions;
+  std::vector<std::string> hook;  // argv of run-hook
+  bool operator==(const PolicyRule&) const = default;
+};
+
+struct PolicyConfig {
+  // Evaluated before the built-in rules, so a site can override any row.
+  std::vector<PolicyRule> rules;
+  // CE on one page of memory (host or device) before it is offlined or
+  // retired; rasdaemon's default: 50 in 24 h.
+  Threshold ce_page{50, std::chrono::hours(24), Threshold::Key::kPage};
+  // Corrected errors on one device without an address before it is Degraded.
+  Threshold ce_device{1000, std::chrono::hours(1), Threshold::Key::kDevice};
+  // Page retirements on one device within `escalation_window`: this many
+  // make it Degraded, and this many Isolated (and drained).
+  std::uint64_t degrade_after_retirements = 8;
+  std::uint64_t isolate_after_retirements = 64;
+  std::chrono::seconds escalation_window{std::chrono::hours(24)};
+  bool operator==(const PolicyConfig&) const = default;
+};
+
+// The built-in rules: DESIGN.md's taxonomy table, row by row.
+std::vector<PolicyRule> DefaultRules(const PolicyConfig& config);
+
+struct Action {
+  ActionKind kind = ActionKind::kRecord;
+  std::optional<int> device;
+  std::optional<std::string> address;  // "0x..." as the event gave it
+  std::string rule;                    // the rule that decided
+  std::string reason;                  // one line for people and the store
+  std::vector<std::string> hook;
+  bool operator==(const Action&) const = default;
+};
+
+// Decides what to do about each event: a pure function of the event, the
+// counters it keeps, and the time it is given (monotonic), so decisions are
+// tested with a simulated clock. Events from a previous boot (BERT,
+// pstore) are only recorded: that hardware state is gone. Not thread-safe.
+class PolicyEngine {
+ public:
+  explicit PolicyEngine(PolicyConfig config = {});
+
+  std::vector<Action> Decide(const RasEvent& event, std::chrono::nanoseconds now);
+
+  // New rules and thresholds (SIGHUP). Counters of rules that keep their
+  // name and threshold carry on; the others start again.
+  void Reconfigure(PolicyConfig config);
+  const PolicyConfig& Config() const { return config_; }
+  const std::vector<PolicyRule>& Rules() const { return rules_; }
+
+ private:
+  const PolicyRule* Match(const RasEvent& event) const;
+  std::string BucketKey(const PolicyRule& rule, const RasEvent& event) const;
+  void Escalate(const RasEvent& event, std::chrono::nanoseconds now, std::vector<Action>& actions);
+
+  PolicyConfig config_;
+  std::vector<PolicyRule> rules_;  // the config's, then the built-in ones
+  struct Bucket {
+    Threshold threshold;
+    WindowCounter counter;
+  };
+  std::map<std::string, Bucket> buckets_;  // by "rule|key"
+  std::uint64_t decisions_ = 0;
+  std::map<int, std::vector<std::chrono::nanoseconds>> retirements_;  // by device
+};
+
+}  // namespace rasd::ras

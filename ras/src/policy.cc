@@ -1,0 +1,285 @@
+#include "rasd/ras/policy.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <charconv>
+
+namespace rasd::ras {
+namespace {
+
+constexpr std::array<std::pair<ActionKind, std::string_view>, 11> kActionNames = {{
+    {ActionKind::kRecord, "record"},
+    {ActionKind::kRetirePage, "retire-page"},
+    {ActionKind::kMarkAtRisk, "mark-at-risk"},
+    {ActionKind::kKillConsumer, "kill-consumer"},
+    {ActionKind::kDegradeDevice, "degrade-device"},
+    {ActionKind::kDrainDevice, "drain-device"},
+    {ActionKind::kIsolateDevice, "isolate-device"},
+    {ActionKind::kDrainNode, "drain-node"},
+    {ActionKind::kSoftOfflinePage, "soft-offline-page"},
+    {ActionKind::kHardOfflinePage, "hard-offline-page"},
+    {ActionKind::kRunHook, "run-hook"},
+}};
+
+constexpr std::array<std::pair<ComponentKind, std::string_view>, 6> kComponentNames = {{
+    {ComponentKind::kHostMemory, "host-memory"},
+    {ComponentKind::kDeviceMemory, "device-memory"},
+    {ComponentKind::kDevice, "device"},
+    {ComponentKind::kPciDevice, "pci-device"},
+    {ComponentKind::kCpu, "cpu"},
+    {ComponentKind::kOther, "other"},
+}};
+
+constexpr std::uint64_t kPageMask = ~std::uint64_t{0xfff};
+
+std::optional<std::uint64_t> ParseAddress(const std::optional<std::string>& text) {
+  if (!text) return std::nullopt;
+  std::string_view digits = *text;
+  if (digits.starts_with("0x") || digits.starts_with("0X")) digits.remove_prefix(2);
+  std::uint64_t value = 0;
+  auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), value, 16);
+  if (ec != std::errc() || end != digits.data() + digits.size()) return std::nullopt;
+  return value;
+}
+
+PolicyRule Rule(std::string name, std::optional<Severity> severity,
+                std::optional<ComponentKind> component, std::vector<ActionKind> actions,
+                std::optional<Threshold> threshold = {}) {
+  PolicyRule rule;
+  rule.name = std::move(name);
+  rule.severity = severity;
+  rule.component = component;
+  rule.actions = std::move(actions);
+  rule.threshold = threshold;
+  return rule;
+}
+
+}  // namespace
+
+std::string_view ActionKindName(ActionKind kind) {
+  for (const auto& [value, name] : kActionNames)
+    if (value == kind) return name;
+  return "unknown";
+}
+
+std::optional<ActionKind> ParseActionKind(std::string_view name) {
+  for (const auto& [value, known] : kActionNames)
+    if (known == name) return value;
+  return std::nullopt;
+}
+
+std::string_view ComponentKindName(ComponentKind kind) {
+  for (const auto& [value, name] : kComponentNames)
+    if (value == kind) return name;
+  return "unknown";
+}
+
+std::optional<ComponentKind> ParseComponentKind(std::string_view name) {
+  for (const auto& [value, known] : kComponentNames)
+    if (known == name) return value;
+  return std::nullopt;
+}
+
+ComponentKind ComponentOf(const RasEvent& event) {
+  if (event.device) return event.address ? ComponentKind::kDeviceMemory : ComponentKind::kDevice;
+  if (event.address || event.mc) return ComponentKind::kHostMemory;
+  if (event.pci_bdf) return ComponentKind::kPciDevice;
+  if (event.origin == "mce") return ComponentKind::kCpu;
+  return ComponentKind::kOther;
+}
+
+void WindowCounter::Expire(std::chrono::nanoseconds now) {
+  while (!entries_.empty() && now - entries_.front().first >= window_) {
+    sum_ -= entries_.front().second;
+    entries_.pop_front();
+  }
+}
+
+std::uint64_t WindowCounter::Count(std::chrono::nanoseconds now) const {
+  std::uint64_t sum = 0;
+  for (const auto& [at, count] : entries_)
+    if (now - at < window_) sum += count;
+  return sum;
+}
+
+bool WindowCounter::Add(std::uint64_t count, std::chrono::nanoseconds now) {
+  Expire(now);
+  count = std::max<std::uint64_t>(count, 1);
+  entries_.emplace_back(now, count);
+  sum_ += count;
+  if (sum_ < limit_) return false;
+  entries_.clear();
+  sum_ = 0;
+  return true;
+}
+
+std::vector<PolicyRule> DefaultRules(const PolicyConfig& config) {
+  using C = ComponentKind;
+  using A = ActionKind;
+  return {
+      Rule("ce-device-memory", Severity::kCe, C::kDeviceMemory, {A::kRetirePage}, config.ce_page),
+      Rule("ce-host-memory", Severity::kCe, C::kHostMemory, {A::kSoftOfflinePage}, config.ce_page),
+      Rule("ce-device", Severity::kCe, C::kDevice, {A::kDegradeDevice}, config.ce_device),
+      Rule("ucna-device-memory", Severity::kUcna, C::kDeviceMemory,
+           {A::kRetirePage, A::kMarkAtRisk}),
+      Rule("ucna-host-memory", Severity::kUcna, C::kHostMemory, {A::kSoftOfflinePage}),
+      Rule("srao-device-memory", Severity::kSrao, C::kDeviceMemory,
+           {A::kRetirePage, A::kMarkAtRisk}),
+      Rule("srao-host-memory", Severity::kSrao, C::kHostMemory, {A::kHardOfflinePage}),
+      // The consumer is killed before the page is retired: its allocation
+      // still names it.
+      Rule("srar-device-memory", Severity::kSrar, C::kDeviceMemory,
+           {A::kKillConsumer, A::kRetirePage}),
+      // Without an address (Xid 94) the driver has already ended the
+      // consumer; the device serves on.
+      Rule("srar-device", Severity::kSrar, C::kDevice, {A::kRecord}),
+      // The kernel kills a host consumer itself.
+      Rule("srar-host", Severity::kSrar, std::nullopt, {A::kRecord}),
+      Rule("uce-device-memory", Severity::kUce, C::kDeviceMemory,
+           {A::kDrainDevice, A::kIsolateDevice}),
+      Rule("uce-device", Severity::kUce, C::kDevice, {A::kDrainDevice, A::kIsolateDevice}),
+      Rule("uce-host", Severity::kUce, std::nullopt, {A::kRecord}),
+      Rule("fatal-device-memory", Severity::kFatal, C::kDeviceMemory,
+           {A::kDrainDevice, A::kIsolateDevice}),
+      Rule("fatal-device", Severity::kFatal, C::kDevice, {A::kDrainDevice, A::kIsolateDevice}),
+      Rule("fatal-host", Severity::kFatal, std::nullopt, {A::kDrainNode}),
+      Rule("record", std::nullopt, std::nullopt, {A::kRecord}),
+  };
+}
+
+PolicyEngine::PolicyEngine(PolicyConfig config) { Reconfigure(std::move(config)); }
+
+void PolicyEngine::Reconfigure(PolicyConfig config) {
+  config_ = std::move(config);
+  rules_ = config_.rules;
+  for (auto& rule : DefaultRules(config_)) rules_.push_back(std::move(rule));
+  // Counters of a rule that is gone, or whose threshold changed, start again.
+  std::erase_if(buckets_, [this](const auto& entry) {
+    const std::string& key = entry.first;
+    const std::string rule_name = key.substr(0, key.find('|'));
+    auto rule = std::find_if(rules_.begin(), rules_.end(),
+                             [&](const PolicyRule& r) { return r.name == rule_name; });
+    return rule == rules_.end() || !rule->threshold || *rule->threshold != entry.second.threshold;
+  });
+}
+
+const PolicyRule* PolicyEngine::Match(const RasEvent& event) const {
+  const ComponentKind component = ComponentOf(event);
+  for (const auto& rule : rules_) {
+    if (rule.origin && *rule.origin != event.origin) continue;
+    if (rule.severity && *rule.severity != event.severity) continue;
+    if (rule.component && *rule.component != component) continue;
+    if (rule.vendor_code && rule.vendor_code != event.vendor_code) continue;
+    return &rule;
+  }
+  return nullptr;
+}
+
+std::string PolicyEngine::BucketKey(const PolicyRule& rule, const RasEvent& event) const {
+  const std::string where =
+      event.device
+          ? fmt::format("dev{}", *event.device)
+          : (event.pci_bdf ? *event.pci_bdf : (event.mc ? fmt::format("mc{}", *event.mc) : "host"));
+  switch (rule.threshold->key) {
+    case Threshold::Key::kPage: {
+      const auto address = ParseAddress(event.address);
+      return fmt::format("{}|{}|page:{}", rule.name, where,
+                         address ? fmt::format("0x{:x}", *address & kPageMask) : "?");
+    }
+    case Threshold::Key::kDimm:
+      return fmt::format("{}|{}", rule.name, where);
+    case Threshold::Key::kDevice:
+      return fmt::format("{}|{}", rule.name,
+                         event.device ? fmt::format("dev{}", *event.device) : where);
+  }
+  return rule.name;
+}
+
+std::vector<Action> PolicyEngine::Decide(const RasEvent& event, std::chrono::nanoseconds now) {
+  std::vector<Action> actions;
+  auto act = [&](ActionKind kind, const std::string& rule, std::string reason) {
+    Action action;
+    action.kind = kind;
+    action.device = event.device;
+    action.address = event.address;
+    action.rule = rule;
+    action.reason = std::move(reason);
+    actions.push_back(std::move(action));
+  };
+  const std::string what = fmt::format("{} {}", SeverityName(event.severity), event.origin);
+  if (event.historical) {
+    act(ActionKind::kRecord, "previous-boot", what + " from a previous boot");
+    return actions;
+  }
+  // Counters of keys that went quiet are dropped now and then, so memory
+  // follows the pages erring now, not every page that ever did.
+  if (++decisions_ % 4096 == 0) {
+    std::erase_if(buckets_,
+                  [now](const auto& entry) { return entry.second.counter.Count(now) == 0; });
+  }
+  const PolicyRule* rule = Match(event);
+  if (rule == nullptr) {
+    act(ActionKind::kRecord, "record", what);
+    return actions;
+  }
+  if (rule->threshold) {
+    const std::string key = BucketKey(*rule, event);
+    auto it = buckets_.find(key);
+    if (it == buckets_.end()) {
+      it = buckets_
+               .emplace(key, Bucket{*rule->threshold,
+                                    WindowCounter(rule->threshold->count, rule->threshold->window)})
+               .first;
+    }
+    if (!it->second.counter.Add(event.count, now)) {
+      act(ActionKind::kRecord, rule->name,
+          fmt::format("{}: below {} in {}s", what, rule->threshold->count,
+                      rule->threshold->window.count()));
+      return actions;
+    }
+  }
+  const std::string reason =
+      rule->threshold ? fmt::format("{}: {} or more in {}s", what, rule->threshold->count,
+                                    rule->threshold->window.count())
+                      : what;
+  for (ActionKind kind : rule->actions) {
+    act(kind, rule->name, reason);
+    if (kind == ActionKind::kRunHook) actions.back().hook = rule->hook;
+  }
+  Escalate(event, now, actions);
+  return actions;
+}
+
+void PolicyEngine::Escalate(const RasEvent& event, std::chrono::nanoseconds now,
+                            std::vector<Action>& actions) {
+  if (!event.device) return;
+  const bool retires = std::any_of(actions.begin(), actions.end(), [](const Action& action) {
+    return action.kind == ActionKind::kRetirePage;
+  });
+  if (!retires) return;
+  auto& times = retirements_[*event.device];
+  times.push_back(now);
+  std::erase_if(times, [&](std::chrono::nanoseconds at) {
+    return now - at > std::chrono::nanoseconds(config_.escalation_window);
+  });
+  const std::uint64_t recent = times.size();
+  auto add = [&](ActionKind kind, const char* rule) {
+    Action action;
+    action.kind = kind;
+    action.device = event.device;
+    action.rule = rule;
+    action.reason = fmt::format("{} page retirements on device {} within {}s", recent,
+                                *event.device, config_.escalation_window.count());
+    actions.push_back(std::move(action));
+  };
+  if (recent >= config_.isolate_after_retirements) {
+    add(ActionKind::kDrainDevice, "escalation");
+    add(ActionKind::kIsolateDevice, "escalation");
+  } else if (recent >= config_.degrade_after_retirements) {
+    add(ActionKind::kDegradeDevice, "escalation");
+  }
+}
+
+}  // namespace rasd::ras

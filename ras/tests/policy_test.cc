@@ -1,0 +1,215 @@
+// The policy engine: every row of DESIGN.md's taxonomy table, leaky-bucket
+// edges on a simulated clock, escalation, and reloads that keep counters.
+
+#include "rasd/ras/policy.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+
+namespace rasd::ras {
+namespace {
+
+using namespace std::chrono_literals;
+using A = ActionKind;
+
+RasEvent Event(Severity severity, std::optional<int> device, std::optional<std::string> address,
+               std::string origin = "sim") {
+  RasEvent event;
+  event.origin = std::move(origin);
+  event.severity = severity;
+  event.device = device;
+  event.address = std::move(address);
+  return event;
+}
+
+std::vector<A> Kinds(const std::vector<Action>& actions) {
+  std::vector<A> kinds;
+  for (const auto& action : actions) kinds.push_back(action.kind);
+  return kinds;
+}
+
+struct Row {
+  const char* name;
+  RasEvent event;
+  std::vector<A> expected;
+};
+
+void PrintTo(const Row& row, std::ostream* out) { *out << row.name; }
+
+class DefaultPolicyTest : public ::testing::TestWithParam<Row> {};
+
+TEST_P(DefaultPolicyTest, EachRowOfTheTaxonomyTableActsAsDesigned) {
+  // Thresholds of one: the row's action, not its counting, is under test.
+  PolicyConfig config;
+  config.ce_page.count = 1;
+  config.ce_device.count = 1;
+  PolicyEngine engine(config);
+  EXPECT_EQ(Kinds(engine.Decide(GetParam().event, 0ns)), GetParam().expected);
+}
+
+RasEvent HostEdac(Severity severity) {
+  auto event = Event(severity, std::nullopt, "0x12345000", "edac");
+  event.mc = 0;
+  return event;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Rows, DefaultPolicyTest,
+    ::testing::Values(
+        Row{"CE_host_memory", HostEdac(Severity::kCe), {A::kSoftOfflinePage}},
+        Row{"CE_device_memory", Event(Severity::kCe, 1, "0x1000"), {A::kRetirePage}},
+        Row{"CE_device", Event(Severity::kCe, 1, std::nullopt), {A::kDegradeDevice}},
+        Row{"UCNA_host_memory", HostEdac(Severity::kUcna), {A::kSoftOfflinePage}},
+        Row{"UCNA_device_memory",
+            Event(Severity::kUcna, 1, "0x2000"),
+            {A::kRetirePage, A::kMarkAtRisk}},
+        Row{"SRAO_host_memory", HostEdac(Severity::kSrao), {A::kHardOfflinePage}},
+        Row{"SRAO_device_memory",
+            Event(Severity::kSrao, 1, "0x2000"),
+            {A::kRetirePage, A::kMarkAtRisk}},
+        Row{"SRAR_host_memory", HostEdac(Severity::kSrar), {A::kRecord}},
+        Row{"SRAR_device_memory",
+            Event(Severity::kSrar, 2, "0x3000"),
+            {A::kKillConsumer, A::kRetirePage}},
+        Row{"SRAR_device_no_address", Event(Severity::kSrar, 2, std::nullopt), {A::kRecord}},
+        Row{"UCE_host_memory", HostEdac(Severity::kUce), {A::kRecord}},
+        Row{"UCE_device",
+            Event(Severity::kUce, 0, std::nullopt),
+            {A::kDrainDevice, A::kIsolateDevice}},
+        Row{"UCE_device_memory",
+            Event(Severity::kUce, 0, "0x4000"),
+            {A::kDrainDevice, A::kIsolateDevice}},
+        Row{"FATAL_host",
+            Event(Severity::kFatal, std::nullopt, std::nullopt, "ghes"),
+            {A::kDrainNode}},
+        Row{"FATAL_device",
+            Event(Severity::kFatal, 3, std::nullopt),
+            {A::kDrainDevice, A::kIsolateDevice}},
+        Row{"INFO_device", Event(Severity::kInfo, 3, std::nullopt), {A::kRecord}},
+        Row{"INFO_host", HostEdac(Severity::kInfo), {A::kRecord}}),
+    [](const auto& row) { return std::string(row.param.name); });
+
+TEST(WindowCounterTest, TripsAtTheLimitWithinTheWindowAndNotWhenSpreadOut) {
+  WindowCounter bucket(50, 24h);
+  for (int i = 0; i < 49; ++i) EXPECT_FALSE(bucket.Add(1, std::chrono::minutes(i)));
+  EXPECT_TRUE(bucket.Add(1, 49min)) << "the 50th within a day";
+  EXPECT_FALSE(bucket.Add(1, 50min)) << "emptied after it overflowed";
+
+  WindowCounter spread(50, 24h);
+  // 50 events evenly over 48 hours: never more than 26 in one day.
+  for (int i = 0; i < 50; ++i) {
+    EXPECT_FALSE(spread.Add(1, std::chrono::nanoseconds(48h) * i / 50)) << i;
+  }
+  WindowCounter burst(50, 24h);
+  EXPECT_TRUE(burst.Add(50, 0ns)) << "one event that stands for 50 errors";
+  WindowCounter edge(10, 10s);
+  EXPECT_FALSE(edge.Add(9, 0s));
+  EXPECT_EQ(edge.Count(9s), 9u);
+  EXPECT_EQ(edge.Count(10s), 0u) << "the window is half-open: exactly W later is outside";
+  EXPECT_FALSE(edge.Add(1, 10s)) << "the nine have left the window";
+  EXPECT_TRUE(edge.Add(9, 19s)) << "1 + 9 within ten seconds";
+}
+
+TEST(PolicyEngineTest, CeOnOnePageRetiresItAtTheThresholdPerPage) {
+  PolicyEngine engine;  // 50 in 24 h
+  for (int i = 0; i < 49; ++i) {
+    // The same page at different offsets, and another page alongside.
+    EXPECT_EQ(Kinds(engine.Decide(Event(Severity::kCe, 0, i % 2 ? "0x5000" : "0x5ff8"),
+                                  std::chrono::seconds(i))),
+              std::vector<A>{A::kRecord});
+    EXPECT_EQ(Kinds(engine.Decide(Event(Severity::kCe, 0, "0x9000"), std::chrono::seconds(i))),
+              std::vector<A>{A::kRecord});
+  }
+  const auto actions = engine.Decide(Event(Severity::kCe, 0, "0x5010"), 60s);
+  ASSERT_EQ(Kinds(actions), std::vector<A>{A::kRetirePage});
+  EXPECT_EQ(actions[0].device, 0);
+  EXPECT_EQ(actions[0].address, "0x5010");
+  EXPECT_EQ(actions[0].rule, "ce-device-memory");
+  EXPECT_NE(actions[0].reason.find("50 or more"), std::string::npos) << actions[0].reason;
+  // The same page on another device is another bucket.
+  EXPECT_EQ(Kinds(engine.Decide(Event(Severity::kCe, 1, "0x5000"), 61s)),
+            std::vector<A>{A::kRecord});
+}
+
+TEST(PolicyEngineTest, RetirementsEscalateToDegradedThenIsolated) {
+  PolicyConfig config;
+  config.degrade_after_retirements = 2;
+  config.isolate_after_retirements = 3;
+  config.escalation_window = 1h;
+  PolicyEngine engine(config);
+  auto ucna = [](const char* address) { return Event(Severity::kUcna, 4, address); };
+  EXPECT_EQ(Kinds(engine.Decide(ucna("0x1000"), 0s)),
+            (std::vector<A>{A::kRetirePage, A::kMarkAtRisk}));
+  EXPECT_EQ(Kinds(engine.Decide(ucna("0x2000"), 1s)),
+            (std::vector<A>{A::kRetirePage, A::kMarkAtRisk, A::kDegradeDevice}));
+  const auto third = engine.Decide(ucna("0x3000"), 2s);
+  EXPECT_EQ(Kinds(third),
+            (std::vector<A>{A::kRetirePage, A::kMarkAtRisk, A::kDrainDevice, A::kIsolateDevice}));
+  EXPECT_EQ(third.back().rule, "escalation");
+  // Past the window the count starts over.
+  EXPECT_EQ(Kinds(engine.Decide(ucna("0x4000"), 3h)),
+            (std::vector<A>{A::kRetirePage, A::kMarkAtRisk}));
+}
+
+TEST(PolicyEngineTest, PreviousBootEventsAreOnlyRecorded) {
+  PolicyEngine engine;
+  auto event = Event(Severity::kFatal, 0, std::nullopt, "bert");
+  event.historical = true;
+  const auto actions = engine.Decide(event, 0s);
+  EXPECT_EQ(Kinds(actions), std::vector<A>{A::kRecord});
+  EXPECT_EQ(actions[0].rule, "previous-boot");
+}
+
+TEST(PolicyEngineTest, SiteRulesComeFirstAndMatchOnEveryField) {
+  PolicyConfig config;
+  PolicyRule hook;
+  hook.name = "xid-48-hook";
+  hook.origin = "nvidia_xid";
+  hook.vendor_code = 48;
+  hook.actions = {A::kRunHook, A::kIsolateDevice};
+  hook.hook = {"/usr/local/bin/page-oncall", "--gpu"};
+  config.rules.push_back(hook);
+  PolicyEngine engine(config);
+  auto xid = Event(Severity::kUce, 1, std::nullopt, "nvidia_xid");
+  xid.vendor_code = 48;
+  const auto actions = engine.Decide(xid, 0s);
+  ASSERT_EQ(Kinds(actions), (std::vector<A>{A::kRunHook, A::kIsolateDevice}));
+  EXPECT_EQ(actions[0].hook, hook.hook);
+  xid.vendor_code = 95;  // not the site rule's code: the built-in UCE row
+  EXPECT_EQ(Kinds(engine.Decide(xid, 0s)), (std::vector<A>{A::kDrainDevice, A::kIsolateDevice}));
+}
+
+TEST(PolicyEngineTest, ReconfiguringKeepsCountersOfUnchangedRules) {
+  PolicyConfig config;
+  config.ce_page.count = 3;
+  PolicyEngine engine(config);
+  EXPECT_EQ(Kinds(engine.Decide(Event(Severity::kCe, 0, "0x1000"), 0s)),
+            std::vector<A>{A::kRecord});
+  EXPECT_EQ(Kinds(engine.Decide(Event(Severity::kCe, 0, "0x1000"), 1s)),
+            std::vector<A>{A::kRecord});
+  engine.Reconfigure(config);  // a SIGHUP with the same thresholds
+  EXPECT_EQ(Kinds(engine.Decide(Event(Severity::kCe, 0, "0x1000"), 2s)),
+            std::vector<A>{A::kRetirePage})
+      << "the two before the reload still count";
+  config.ce_page.count = 2;
+  engine.Decide(Event(Severity::kCe, 0, "0x2000"), 3s);
+  engine.Reconfigure(config);  // a new threshold: its counters start again
+  EXPECT_EQ(Kinds(engine.Decide(Event(Severity::kCe, 0, "0x2000"), 4s)),
+            std::vector<A>{A::kRecord});
+}
+
+TEST(PolicyNamesTest, RoundTrip) {
+  for (A kind : {A::kRecord, A::kRetirePage, A::kMarkAtRisk, A::kKillConsumer, A::kDegradeDevice,
+                 A::kDrainDevice, A::kIsolateDevice, A::kDrainNode, A::kSoftOfflinePage,
+                 A::kHardOfflinePage, A::kRunHook}) {
+    EXPECT_EQ(ParseActionKind(ActionKindName(kind)), kind);
+  }
+  EXPECT_EQ(ParseActionKind("reboot"), std::nullopt);
+  EXPECT_EQ(ParseComponentKind("device-memory"), ComponentKind::kDeviceMemory);
+  EXPECT_EQ(ComponentOf(Event(Severity::kCe, std::nullopt, std::nullopt, "mce")),
+            ComponentKind::kCpu);
+}
+
+}  // namespace
+}  // namespace rasd::ras
