@@ -65,6 +65,41 @@ Result<std::unique_ptr<Event>> Runtime::CreateEvent(int device_index) {
   return std::unique_ptr<Event>(new Event(*this, *handle));
 }
 
+void Runtime::RegisterStream(Stream* stream) {
+  std::lock_guard lock(streams_mutex_);
+  streams_.push_back(stream);
+}
+
+void Runtime::UnregisterStream(Stream* stream) {
+  std::lock_guard lock(streams_mutex_);
+  std::erase(streams_, stream);
+}
+
+std::size_t Runtime::AbortOwner(std::string_view owner, std::string_view reason) {
+  if (owner.empty()) return 0;
+  // Under the registry lock: a stream being destroyed waits in
+  // UnregisterStream until the abort is done with it.
+  std::lock_guard lock(streams_mutex_);
+  std::size_t aborted = 0;
+  for (Stream* stream : streams_) {
+    if (stream->Owner() != owner) continue;
+    (void)stream->Abort(reason);
+    ++aborted;
+  }
+  return aborted;
+}
+
+std::vector<std::string> Runtime::OwnersOn(int device) const {
+  std::lock_guard lock(streams_mutex_);
+  std::vector<std::string> owners;
+  for (const Stream* stream : streams_) {
+    if (stream->DeviceIndex() != device || stream->Owner().empty()) continue;
+    if (std::find(owners.begin(), owners.end(), stream->Owner()) == owners.end())
+      owners.push_back(stream->Owner());
+  }
+  return owners;
+}
+
 int Runtime::SubscribeErrors(ErrorSubscriber subscriber) {
   std::lock_guard lock(subscribers_mutex_);
   const int id = next_subscriber_++;

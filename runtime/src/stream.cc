@@ -8,9 +8,14 @@ namespace rasd::runtime {
 
 Stream::Stream(Runtime& runtime, Device& device, drivers::StreamHandle handle,
                StreamOptions options)
-    : runtime_(runtime), device_(device), handle_(handle), options_(std::move(options)) {}
+    : runtime_(runtime), device_(device), handle_(handle), options_(std::move(options)) {
+  runtime_.RegisterStream(this);
+}
 
-Stream::~Stream() { (void)runtime_.Driver().DestroyStream(handle_); }
+Stream::~Stream() {
+  runtime_.UnregisterStream(this);
+  (void)runtime_.Driver().DestroyStream(handle_);
+}
 
 Status Stream::Launch(std::string_view kernel, std::span<const drivers::KernelArg> args,
                       const drivers::LaunchConfig& config) {

@@ -97,6 +97,31 @@ TEST_F(RuntimeTest, AbortFailsPendingWorkWakesWaitersAndSticks) {
   EXPECT_EQ(later.error().message, "device 0 failed") << "the first reason sticks";
 }
 
+TEST_F(RuntimeTest, AbortOwnerStopsEveryStreamOfThatJobAndNoOther) {
+  auto a0 = NewStream(0, "job-a");
+  auto a1 = NewStream(1, "job-a");
+  auto b0 = NewStream(0, "job-b");
+  auto anonymous = NewStream(0, "");
+  EXPECT_EQ(runtime_->OwnersOn(0), (std::vector<std::string>{"job-a", "job-b"}));
+  EXPECT_EQ(runtime_->AbortOwner("job-a", "consumed poisoned memory"), 2u);
+  EXPECT_TRUE(a0->Aborted());
+  EXPECT_TRUE(a1->Aborted());
+  EXPECT_FALSE(b0->Aborted());
+  EXPECT_FALSE(anonymous->Aborted());
+  const KernelArg sleep[] = {KernelArg::Int(1)};
+  const auto refused = a1->Launch("sleep_us", sleep);
+  ASSERT_FALSE(refused.has_value());
+  EXPECT_EQ(refused.error().code, ErrorCode::kAborted);
+  EXPECT_NE(refused.error().message.find("poisoned"), std::string::npos) << refused.error().message;
+  EXPECT_TRUE(b0->Launch("sleep_us", sleep).has_value());
+  EXPECT_TRUE(b0->Synchronize(5s).has_value());
+  EXPECT_EQ(runtime_->AbortOwner("", "nobody"), 0u) << "an empty owner matches nothing";
+  a0.reset();
+  b0.reset();
+  EXPECT_EQ(runtime_->OwnersOn(0), std::vector<std::string>{}) << "destroyed streams are gone";
+  EXPECT_EQ(runtime_->AbortOwner("job-a", "again"), 1u) << "only a1 is left";
+}
+
 TEST_F(RuntimeTest, EventsOrderStreamsOnDifferentDevices) {
   auto producer = NewStream(0);
   auto consumer = NewStream(0);

@@ -48,6 +48,14 @@ class Runtime {
   Result<std::unique_ptr<Stream>> CreateStream(int device, StreamOptions options = {});
   Result<std::unique_ptr<Event>> CreateEvent(int device);
 
+  // Aborts every live stream whose owner is `owner` (on any device: a job
+  // is stopped as a whole), with `reason`. Returns how many were aborted;
+  // 0 when the owner has none. Streams with an empty owner are never
+  // matched.
+  std::size_t AbortOwner(std::string_view owner, std::string_view reason);
+  // The owners (job ids) with live streams on `device`.
+  std::vector<std::string> OwnersOn(int device) const;
+
   // Asynchronous error reports from the driver (ECC, sticky faults, lost
   // devices, links). Subscribers run on driver threads, must be quick, and
   // must not call back into the driver. Returns an id for Unsubscribe.
@@ -59,11 +67,16 @@ class Runtime {
   Runtime(std::unique_ptr<drivers::Driver> driver, std::vector<std::unique_ptr<Device>> devices,
           RuntimeOptions options);
   void Dispatch(const drivers::DriverErrorEvent& event);
+  friend class Stream;
+  void RegisterStream(Stream* stream);
+  void UnregisterStream(Stream* stream);
 
   std::unique_ptr<drivers::Driver> driver_;
   std::vector<std::unique_ptr<Device>> devices_;
   KernelRegistry kernels_;
   std::vector<std::unique_ptr<MemoryPool>> pools_;
+  mutable std::mutex streams_mutex_;
+  std::vector<Stream*> streams_;  // live streams, guarded by streams_mutex_
   std::mutex subscribers_mutex_;
   std::map<int, ErrorSubscriber> subscribers_;
   int next_subscriber_ = 1;
