@@ -64,6 +64,23 @@ const std::vector<const char*>& Migrations() {
         CREATE INDEX events_by_time ON events(time_ns);
         CREATE INDEX events_by_device ON events(device);
       )sql",
+      // 3: what rasd did about events.
+      R"sql(
+        CREATE TABLE actions (
+          id INTEGER PRIMARY KEY,
+          event_id INTEGER REFERENCES events(id) ON DELETE SET NULL,
+          time_ns INTEGER NOT NULL,
+          action TEXT NOT NULL,
+          device INTEGER,
+          address TEXT,
+          rule TEXT NOT NULL,
+          reason TEXT NOT NULL,
+          result TEXT NOT NULL,
+          detail TEXT NOT NULL
+        );
+        CREATE INDEX actions_by_event ON actions(event_id);
+        CREATE INDEX actions_by_device ON actions(device);
+      )sql",
   };
   return kMigrations;
 }
@@ -288,16 +305,179 @@ Result<std::int64_t> StateStore::RecordEvent(const RasEvent& event) {
   return static_cast<std::int64_t>(sqlite3_last_insert_rowid(db_));
 }
 
-Status StateStore::RecordEvents(std::span<const RasEvent> events) {
-  if (events.empty()) return {};
-  if (auto begun = Exec(db_, "BEGIN IMMEDIATE;", "begin event batch"); !begun) return begun;
+Result<std::vector<std::int64_t>> StateStore::RecordEvents(std::span<const RasEvent> events) {
+  std::vector<std::int64_t> ids;
+  if (events.empty()) return ids;
+  if (auto begun = Exec(db_, "BEGIN IMMEDIATE;", "begin event batch"); !begun)
+    return Fail(begun.error());
+  ids.reserve(events.size());
   for (const auto& event : events) {
-    if (auto recorded = RecordEvent(event); !recorded) {
+    auto recorded = RecordEvent(event);
+    if (!recorded) {
       (void)Exec(db_, "ROLLBACK;", "roll back event batch");
       return Fail(recorded.error());
     }
+    ids.push_back(*recorded);
   }
-  return Exec(db_, "COMMIT;", "commit event batch");
+  if (auto committed = Exec(db_, "COMMIT;", "commit event batch"); !committed) {
+    (void)Exec(db_, "ROLLBACK;", "roll back event batch");
+    return Fail(committed.error());
+  }
+  return ids;
+}
+
+namespace {
+
+std::int64_t Nanos(std::chrono::system_clock::time_point time) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(time.time_since_epoch()).count();
+}
+
+std::chrono::system_clock::time_point FromNanos(std::int64_t nanos) {
+  return std::chrono::system_clock::time_point(
+      std::chrono::duration_cast<std::chrono::system_clock::duration>(
+          std::chrono::nanoseconds(nanos)));
+}
+
+// A prepared statement freed however the function returns.
+struct Statement {
+  sqlite3_stmt* statement = nullptr;
+  ~Statement() { sqlite3_finalize(statement); }
+};
+
+}  // namespace
+
+Result<std::int64_t> StateStore::RecordAction(const ActionRecord& action) {
+  Statement insert;
+  if (sqlite3_prepare_v2(db_,
+                         "INSERT INTO actions(event_id, time_ns, action, device, address, rule, "
+                         "reason, result, detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?);",
+                         -1, &insert.statement, nullptr) != SQLITE_OK) {
+    return Fail(SqliteError("prepare action insert"));
+  }
+  if (action.event_id) {
+    sqlite3_bind_int64(insert.statement, 1, *action.event_id);
+  } else {
+    sqlite3_bind_null(insert.statement, 1);
+  }
+  sqlite3_bind_int64(insert.statement, 2, Nanos(action.time));
+  BindText(insert.statement, 3, action.action);
+  BindOptionalInt(insert.statement, 4, action.device);
+  BindOptionalText(insert.statement, 5, action.address);
+  BindText(insert.statement, 6, action.rule);
+  BindText(insert.statement, 7, action.reason);
+  BindText(insert.statement, 8, action.result);
+  BindText(insert.statement, 9, action.detail);
+  if (sqlite3_step(insert.statement) != SQLITE_DONE) return Fail(SqliteError("record action"));
+  return static_cast<std::int64_t>(sqlite3_last_insert_rowid(db_));
+}
+
+Result<std::vector<ActionRecord>> StateStore::QueryActions(std::optional<int> device,
+                                                           std::size_t limit) {
+  std::string sql =
+      "SELECT id, event_id, time_ns, action, device, address, rule, reason, result, detail "
+      "FROM actions";
+  if (device) sql += " WHERE device = ?";
+  sql += " ORDER BY id DESC LIMIT ?;";
+  Statement query;
+  if (sqlite3_prepare_v2(db_, sql.c_str(), -1, &query.statement, nullptr) != SQLITE_OK) {
+    return Fail(SqliteError("prepare action query"));
+  }
+  int column = 1;
+  if (device) sqlite3_bind_int(query.statement, column++, *device);
+  sqlite3_bind_int64(query.statement, column, static_cast<sqlite3_int64>(limit));
+  std::vector<ActionRecord> actions;
+  int rc = SQLITE_ROW;
+  while ((rc = sqlite3_step(query.statement)) == SQLITE_ROW) {
+    ActionRecord action;
+    action.id = sqlite3_column_int64(query.statement, 0);
+    if (sqlite3_column_type(query.statement, 1) != SQLITE_NULL)
+      action.event_id = sqlite3_column_int64(query.statement, 1);
+    action.time = FromNanos(sqlite3_column_int64(query.statement, 2));
+    action.action = ColumnText(query.statement, 3);
+    if (sqlite3_column_type(query.statement, 4) != SQLITE_NULL)
+      action.device = sqlite3_column_int(query.statement, 4);
+    action.address = ColumnOptionalText(query.statement, 5);
+    action.rule = ColumnText(query.statement, 6);
+    action.reason = ColumnText(query.statement, 7);
+    action.result = ColumnText(query.statement, 8);
+    action.detail = ColumnText(query.statement, 9);
+    actions.push_back(std::move(action));
+  }
+  if (rc != SQLITE_DONE) return Fail(SqliteError("query actions"));
+  return actions;
+}
+
+Status StateStore::SaveDeviceState(const DeviceStateRecord& state) {
+  Statement upsert;
+  if (sqlite3_prepare_v2(db_,
+                         "INSERT INTO device_states(device_uuid, state, reason, changed_ns) "
+                         "VALUES (?, ?, ?, ?) ON CONFLICT(device_uuid) DO UPDATE SET "
+                         "state = excluded.state, reason = excluded.reason, "
+                         "changed_ns = excluded.changed_ns;",
+                         -1, &upsert.statement, nullptr) != SQLITE_OK) {
+    return Fail(SqliteError("prepare device state"));
+  }
+  BindText(upsert.statement, 1, state.device_uuid);
+  BindText(upsert.statement, 2, state.state);
+  BindText(upsert.statement, 3, state.reason);
+  sqlite3_bind_int64(upsert.statement, 4, Nanos(state.since));
+  if (sqlite3_step(upsert.statement) != SQLITE_DONE) return Fail(SqliteError("save device state"));
+  return {};
+}
+
+Result<std::vector<DeviceStateRecord>> StateStore::LoadDeviceStates() {
+  Statement query;
+  if (sqlite3_prepare_v2(db_,
+                         "SELECT device_uuid, state, reason, changed_ns FROM device_states "
+                         "ORDER BY device_uuid;",
+                         -1, &query.statement, nullptr) != SQLITE_OK) {
+    return Fail(SqliteError("prepare device states"));
+  }
+  std::vector<DeviceStateRecord> states;
+  int rc = SQLITE_ROW;
+  while ((rc = sqlite3_step(query.statement)) == SQLITE_ROW) {
+    states.push_back({ColumnText(query.statement, 0), ColumnText(query.statement, 1),
+                      ColumnText(query.statement, 2),
+                      FromNanos(sqlite3_column_int64(query.statement, 3))});
+  }
+  if (rc != SQLITE_DONE) return Fail(SqliteError("load device states"));
+  return states;
+}
+
+Status StateStore::SaveRetiredPage(const RetiredPageRecord& page) {
+  Statement insert;
+  if (sqlite3_prepare_v2(db_,
+                         "INSERT OR IGNORE INTO retired_pages(device_uuid, address, reason, "
+                         "retired_ns) VALUES (?, ?, ?, ?);",
+                         -1, &insert.statement, nullptr) != SQLITE_OK) {
+    return Fail(SqliteError("prepare retired page"));
+  }
+  BindText(insert.statement, 1, page.device_uuid);
+  sqlite3_bind_int64(insert.statement, 2, static_cast<sqlite3_int64>(page.address));
+  BindText(insert.statement, 3, page.reason);
+  sqlite3_bind_int64(insert.statement, 4, Nanos(page.retired));
+  if (sqlite3_step(insert.statement) != SQLITE_DONE) return Fail(SqliteError("save retired page"));
+  return {};
+}
+
+Result<std::vector<RetiredPageRecord>> StateStore::LoadRetiredPages() {
+  Statement query;
+  if (sqlite3_prepare_v2(db_,
+                         "SELECT device_uuid, address, reason, retired_ns FROM retired_pages "
+                         "ORDER BY device_uuid, address;",
+                         -1, &query.statement, nullptr) != SQLITE_OK) {
+    return Fail(SqliteError("prepare retired pages"));
+  }
+  std::vector<RetiredPageRecord> pages;
+  int rc = SQLITE_ROW;
+  while ((rc = sqlite3_step(query.statement)) == SQLITE_ROW) {
+    pages.push_back({ColumnText(query.statement, 0),
+                     static_cast<std::uint64_t>(sqlite3_column_int64(query.statement, 1)),
+                     ColumnText(query.statement, 2),
+                     FromNanos(sqlite3_column_int64(query.statement, 3))});
+  }
+  if (rc != SQLITE_DONE) return Fail(SqliteError("load retired pages"));
+  return pages;
 }
 
 Result<std::vector<StoredEvent>> StateStore::QueryEvents(const EventQuery& query) {

@@ -9,6 +9,8 @@
 namespace rasd::ras {
 namespace {
 
+using namespace std::chrono_literals;
+
 class StateStoreTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -196,6 +198,70 @@ TEST_F(StateStoreTest, PruningKeepsTheNewestWithinAgeAndCount) {
   EXPECT_EQ(left->front().event.summary, "50");
   EXPECT_EQ(left->back().event.summary, "99");
   EXPECT_EQ(*(*store)->Prune(t0, 50), 0u) << "nothing more to do";
+}
+
+TEST_F(StateStoreTest, DeviceStatesRetiredPagesAndActionsSurviveReopen) {
+  const auto t0 = std::chrono::system_clock::time_point(std::chrono::seconds(1'700'000'000));
+  std::int64_t event_id = 0;
+  {
+    auto store = StateStore::Open(dir_ / "state");
+    ASSERT_TRUE(store.has_value());
+    ASSERT_TRUE((*store)->SaveDeviceState({"SIM-1", "Degraded", "8 retirements", t0}).has_value());
+    ASSERT_TRUE((*store)->SaveDeviceState({"SIM-1", "Isolated", "Xid 79", t0 + 1s}).has_value());
+    ASSERT_TRUE((*store)->SaveDeviceState({"SIM-0", "Healthy", "undrained", t0}).has_value());
+    ASSERT_TRUE((*store)->SaveRetiredPage({"SIM-1", 0x5000, "UCNA", t0}).has_value());
+    ASSERT_TRUE((*store)->SaveRetiredPage({"SIM-1", 0x5000, "again", t0 + 5s}).has_value());
+    ASSERT_TRUE((*store)->SaveRetiredPage({"SIM-2", 0x9000, "CE x50", t0}).has_value());
+    const std::vector<RasEvent> events = {
+        {.time = t0, .origin = "sim", .severity = Severity::kFatal}};
+    auto ids = (*store)->RecordEvents(events);
+    ASSERT_TRUE(ids.has_value());
+    ASSERT_EQ(ids->size(), 1u);
+    event_id = ids->front();
+    ASSERT_TRUE((*store)
+                    ->RecordAction({.event_id = event_id,
+                                    .time = t0,
+                                    .action = "isolate-device",
+                                    .device = 1,
+                                    .rule = "fatal-device",
+                                    .reason = "FATAL sim",
+                                    .result = "ok"})
+                    .has_value());
+    ASSERT_TRUE((*store)
+                    ->RecordAction({.time = t0 + 1s,
+                                    .action = "drain-device",
+                                    .device = 2,
+                                    .rule = "operator",
+                                    .reason = "maintenance",
+                                    .result = "ok"})
+                    .has_value());
+  }
+  auto store = StateStore::Open(dir_ / "state");
+  ASSERT_TRUE(store.has_value());
+  auto states = (*store)->LoadDeviceStates();
+  ASSERT_TRUE(states.has_value());
+  ASSERT_EQ(states->size(), 2u);
+  EXPECT_EQ((*states)[1].device_uuid, "SIM-1");
+  EXPECT_EQ((*states)[1].state, "Isolated") << "the latest state wins";
+  EXPECT_EQ((*states)[1].reason, "Xid 79");
+  EXPECT_EQ((*states)[1].since, t0 + 1s);
+  auto pages = (*store)->LoadRetiredPages();
+  ASSERT_TRUE(pages.has_value());
+  ASSERT_EQ(pages->size(), 2u);
+  EXPECT_EQ((*pages)[0].address, 0x5000u);
+  EXPECT_EQ((*pages)[0].reason, "UCNA") << "a page retired twice keeps its first record";
+  auto actions = (*store)->QueryActions(std::nullopt, 10);
+  ASSERT_TRUE(actions.has_value());
+  ASSERT_EQ(actions->size(), 2u);
+  EXPECT_EQ((*actions)[0].action, "drain-device") << "newest first";
+  EXPECT_FALSE((*actions)[0].event_id.has_value());
+  EXPECT_EQ((*actions)[1].event_id, event_id);
+  EXPECT_EQ((*(*store)->QueryActions(1, 10)).size(), 1u);
+  // Pruning the event keeps the action, unlinked.
+  ASSERT_TRUE((*store)->Prune(t0 + 1h, 1'000'000).has_value());
+  actions = (*store)->QueryActions(1, 10);
+  ASSERT_EQ(actions->size(), 1u);
+  EXPECT_FALSE((*actions)[0].event_id.has_value());
 }
 
 TEST_F(StateStoreTest, AVersionOneDatabaseIsMigratedInPlace) {

@@ -39,6 +39,35 @@ struct EventSummaryRow {
   std::chrono::system_clock::time_point last;
 };
 
+// A device's health as persisted: the runtime's gate starts from it.
+struct DeviceStateRecord {
+  std::string device_uuid;
+  std::string state;  // HealthStateName: Healthy, Degraded, Draining, Isolated
+  std::string reason;
+  std::chrono::system_clock::time_point since;
+};
+
+struct RetiredPageRecord {
+  std::string device_uuid;
+  std::uint64_t address = 0;  // the page's first byte
+  std::string reason;
+  std::chrono::system_clock::time_point retired;
+};
+
+// What rasd did about an event (or an operator asked for), and how it went.
+struct ActionRecord {
+  std::int64_t id = 0;
+  std::optional<std::int64_t> event_id;  // null for an operator's command or a pruned event
+  std::chrono::system_clock::time_point time;
+  std::string action;  // ActionKindName
+  std::optional<int> device;
+  std::optional<std::string> address;
+  std::string rule;
+  std::string reason;
+  std::string result;  // ok | failed | skipped | disabled
+  std::string detail;
+};
+
 // Where a source stopped reading, so that a restart neither repeats nor
 // loses records: /dev/kmsg's boot id and sequence number, for example.
 struct SourceCursor {
@@ -78,8 +107,19 @@ class StateStore {
 
   // Appends an event; returns its id.
   Result<std::int64_t> RecordEvent(const RasEvent& event);
-  // Appends events in one transaction: all or none.
-  Status RecordEvents(std::span<const RasEvent> events);
+  // Appends events in one transaction: all or none. Returns their ids, in
+  // order.
+  Result<std::vector<std::int64_t>> RecordEvents(std::span<const RasEvent> events);
+
+  Result<std::int64_t> RecordAction(const ActionRecord& action);
+  // The newest `limit` actions, newest first; of one device when given.
+  Result<std::vector<ActionRecord>> QueryActions(std::optional<int> device, std::size_t limit);
+
+  Status SaveDeviceState(const DeviceStateRecord& state);
+  Result<std::vector<DeviceStateRecord>> LoadDeviceStates();
+  // Idempotent: a page retired twice keeps its first reason and time.
+  Status SaveRetiredPage(const RetiredPageRecord& page);
+  Result<std::vector<RetiredPageRecord>> LoadRetiredPages();
   // Matching events, oldest first.
   Result<std::vector<StoredEvent>> QueryEvents(const EventQuery& query);
   // Counts by origin and severity, like `ras-mc-ctl --summary`.
