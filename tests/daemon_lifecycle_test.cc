@@ -10,6 +10,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "rasd/ras/state_store.h"
 #include "test_support.h"
 
 namespace rasd::testing {
@@ -295,7 +296,7 @@ TEST(DaemonLifecycleTest, StateSurvivesARestart) {
   EXPECT_EQ(rasd.Stop(), 0);
   ASSERT_TRUE(rasd.Start({}, {}, &why)) << why;
   const auto status = StatusJson(rasd);
-  EXPECT_EQ(status["database"]["schema_version"], 2);
+  EXPECT_EQ(status["database"]["schema_version"], ras::StateStore::LatestSchemaVersion());
   EXPECT_EQ(status["state_dir"], rasd.StateDir().string());
 }
 

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "rasd/ras/state_store.h"
 #include "test_support.h"
 
 namespace rasd::testing {
@@ -26,7 +27,8 @@ TEST_F(RasctlTest, StatusIsHumanReadableByDefault) {
   EXPECT_NE(result.out.find("devices     4 sim: 4 healthy, 0 degraded, 0 draining, 0 isolated"),
             std::string::npos)
       << result.out;
-  EXPECT_NE(result.out.find("state dir   " + rasd_.StateDir().string() + " (schema 2)"),
+  EXPECT_NE(result.out.find("state dir   " + rasd_.StateDir().string() + " (schema " +
+                            std::to_string(ras::StateStore::LatestSchemaVersion()) + ")"),
             std::string::npos)
       << result.out;
   EXPECT_NE(
