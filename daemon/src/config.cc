@@ -34,6 +34,8 @@ class SchemaReader {
     KeyHandler read;
   };
 
+  std::size_t ProblemCount() const { return problems_.size(); }
+
   void Problem(const YAML::Mark& mark, std::string message) {
     // yaml-cpp marks are 0-based; a null mark (-1) means "no position".
     problems_.push_back(ConfigProblem{file_, mark.line >= 0 ? mark.line + 1 : 1,
@@ -354,6 +356,233 @@ void ReadDocument(SchemaReader& reader, const YAML::Node& root, Config& config) 
            config.simulator.memory_mib = *n;
        }},
   };
+  // policy.rules: a list of {name, match: {...}, threshold: {...}, actions: [...], hook: [...]}.
+  auto read_rule = [&reader](const YAML::Node& node,
+                             const std::string& path) -> std::optional<ras::PolicyRule> {
+    ras::PolicyRule rule;
+    bool ok = true;
+    auto string_list = [&](const YAML::Node& value, const std::string& list_path,
+                           std::vector<std::string>& out) {
+      if (!value.IsSequence()) {
+        reader.Problem(value.Mark(), fmt::format("'{}' must be a list", list_path));
+        ok = false;
+        return;
+      }
+      for (std::size_t i = 0; i < value.size(); ++i) {
+        auto text = reader.ReadString(value[i], fmt::format("{}[{}]", list_path, i));
+        if (!text) {
+          ok = false;
+          continue;
+        }
+        out.push_back(*text);
+      }
+    };
+    const std::vector<Key> match_keys = {
+        {"origin",
+         [&](const YAML::Node& value, const std::string& key_path) {
+           if (auto text = reader.ReadString(value, key_path)) rule.origin = *text;
+         }},
+        {"severity",
+         [&](const YAML::Node& value, const std::string& key_path) {
+           auto text = reader.ReadString(value, key_path);
+           if (!text) return;
+           rule.severity = ras::ParseSeverity(*text);
+           if (!rule.severity) {
+             reader.Problem(value.Mark(), fmt::format("'{}' must be one of CE, UCNA, SRAO, "
+                                                      "SRAR, UCE, FATAL, INFO, not '{}'",
+                                                      key_path, *text));
+             ok = false;
+           }
+         }},
+        {"component",
+         [&](const YAML::Node& value, const std::string& key_path) {
+           auto text = reader.ReadString(value, key_path);
+           if (!text) return;
+           rule.component = ras::ParseComponentKind(*text);
+           if (!rule.component) {
+             reader.Problem(value.Mark(),
+                            fmt::format("'{}' must be one of host-memory, device-memory, device, "
+                                        "pci-device, cpu, other, not '{}'",
+                                        key_path, *text));
+             ok = false;
+           }
+         }},
+        {"vendor_code",
+         [&](const YAML::Node& value, const std::string& key_path) {
+           if (auto code = reader.ReadInteger<int>(value, key_path, 0, 99'999'999))
+             rule.vendor_code = *code;
+         }},
+    };
+    ras::Threshold threshold;
+    bool has_threshold = false;
+    const std::vector<Key> threshold_keys = {
+        {"count",
+         [&](const YAML::Node& value, const std::string& key_path) {
+           if (auto n = reader.ReadInteger<std::uint64_t>(value, key_path, 1, 1'000'000))
+             threshold.count = *n;
+         }},
+        {"window_s",
+         [&](const YAML::Node& value, const std::string& key_path) {
+           if (auto n = reader.ReadInteger<std::int64_t>(value, key_path, 1, 365LL * 86400))
+             threshold.window = std::chrono::seconds(*n);
+         }},
+        {"per",
+         [&](const YAML::Node& value, const std::string& key_path) {
+           auto text = reader.ReadString(value, key_path);
+           if (!text) return;
+           if (*text == "page") {
+             threshold.key = ras::Threshold::Key::kPage;
+           } else if (*text == "dimm") {
+             threshold.key = ras::Threshold::Key::kDimm;
+           } else if (*text == "device") {
+             threshold.key = ras::Threshold::Key::kDevice;
+           } else {
+             reader.Problem(value.Mark(), fmt::format("'{}' must be page, dimm or device, not '{}'",
+                                                      key_path, *text));
+             ok = false;
+           }
+         }},
+    };
+    bool has_actions = false;
+    const std::vector<Key> rule_keys = {
+        {"name",
+         [&](const YAML::Node& value, const std::string& key_path) {
+           if (auto text = reader.ReadString(value, key_path)) rule.name = *text;
+         }},
+        {"match",
+         [&](const YAML::Node& value, const std::string& key_path) {
+           reader.ReadMapping(value, key_path, match_keys);
+         }},
+        {"threshold",
+         [&](const YAML::Node& value, const std::string& key_path) {
+           has_threshold = true;
+           reader.ReadMapping(value, key_path, threshold_keys);
+         }},
+        {"actions",
+         [&](const YAML::Node& value, const std::string& key_path) {
+           std::vector<std::string> names;
+           string_list(value, key_path, names);
+           for (std::size_t i = 0; i < names.size(); ++i) {
+             auto kind = ras::ParseActionKind(names[i]);
+             if (!kind) {
+               reader.Problem(value[i].Mark(),
+                              fmt::format("'{}[{}]': unknown action '{}' (known: record, "
+                                          "retire-page, mark-at-risk, kill-consumer, "
+                                          "degrade-device, drain-device, isolate-device, "
+                                          "drain-node, soft-offline-page, hard-offline-page, "
+                                          "run-hook)",
+                                          key_path, i, names[i]));
+               ok = false;
+               continue;
+             }
+             rule.actions.push_back(*kind);
+           }
+           has_actions = true;
+         }},
+        {"hook",
+         [&](const YAML::Node& value, const std::string& key_path) {
+           string_list(value, key_path, rule.hook);
+           if (!rule.hook.empty() &&
+               (rule.hook.front().empty() || rule.hook.front().front() != '/')) {
+             reader.Problem(value.Mark(),
+                            fmt::format("'{}': the program must be an absolute path (no shell, "
+                                        "no PATH search), not '{}'",
+                                        key_path, rule.hook.front()));
+             ok = false;
+           }
+         }},
+    };
+    const std::size_t problems_before = reader.ProblemCount();
+    reader.ReadMapping(node, path, rule_keys);
+    if (!node.IsMap()) return std::nullopt;
+    if (rule.name.empty()) {
+      reader.Problem(node.Mark(), fmt::format("'{}' needs a name", path));
+      ok = false;
+    }
+    if (!has_actions || (rule.actions.empty() && reader.ProblemCount() == problems_before)) {
+      reader.Problem(node.Mark(), fmt::format("'{}' needs a non-empty 'actions' list", path));
+      ok = false;
+    }
+    const bool runs_hook = std::find(rule.actions.begin(), rule.actions.end(),
+                                     ras::ActionKind::kRunHook) != rule.actions.end();
+    if (runs_hook && rule.hook.empty()) {
+      reader.Problem(node.Mark(), fmt::format("'{}' runs a hook but has no 'hook' argv", path));
+      ok = false;
+    }
+    if (has_threshold) rule.threshold = threshold;
+    if (!ok || reader.ProblemCount() != problems_before) return std::nullopt;
+    return rule;
+  };
+  const std::vector<Key> policy_keys = {
+      {"rules",
+       [&](const YAML::Node& value, const std::string& path) {
+         if (!value.IsSequence()) {
+           reader.Problem(value.Mark(), fmt::format("'{}' must be a list of rules", path));
+           return;
+         }
+         std::set<std::string> names;
+         for (std::size_t i = 0; i < value.size(); ++i) {
+           auto rule = read_rule(value[i], fmt::format("{}[{}]", path, i));
+           if (!rule) continue;
+           if (!names.insert(rule->name).second) {
+             reader.Problem(value[i].Mark(),
+                            fmt::format("'{}[{}]': duplicate rule name '{}'", path, i, rule->name));
+             continue;
+           }
+           config.policy.engine.rules.push_back(std::move(*rule));
+         }
+       }},
+      {"ce_page_threshold",
+       [&](const YAML::Node& value, const std::string& path) {
+         if (auto n = reader.ReadInteger<std::uint64_t>(value, path, 1, 1'000'000))
+           config.policy.engine.ce_page.count = *n;
+       }},
+      {"ce_page_window_s",
+       [&](const YAML::Node& value, const std::string& path) {
+         if (auto n = reader.ReadInteger<std::int64_t>(value, path, 1, 365LL * 86400))
+           config.policy.engine.ce_page.window = std::chrono::seconds(*n);
+       }},
+      {"ce_device_threshold",
+       [&](const YAML::Node& value, const std::string& path) {
+         if (auto n = reader.ReadInteger<std::uint64_t>(value, path, 1, 100'000'000))
+           config.policy.engine.ce_device.count = *n;
+       }},
+      {"ce_device_window_s",
+       [&](const YAML::Node& value, const std::string& path) {
+         if (auto n = reader.ReadInteger<std::int64_t>(value, path, 1, 365LL * 86400))
+           config.policy.engine.ce_device.window = std::chrono::seconds(*n);
+       }},
+      {"degrade_after_retirements",
+       [&](const YAML::Node& value, const std::string& path) {
+         if (auto n = reader.ReadInteger<std::uint64_t>(value, path, 1, 1'000'000))
+           config.policy.engine.degrade_after_retirements = *n;
+       }},
+      {"isolate_after_retirements",
+       [&](const YAML::Node& value, const std::string& path) {
+         if (auto n = reader.ReadInteger<std::uint64_t>(value, path, 1, 1'000'000))
+           config.policy.engine.isolate_after_retirements = *n;
+       }},
+      {"escalation_window_s",
+       [&](const YAML::Node& value, const std::string& path) {
+         if (auto n = reader.ReadInteger<std::int64_t>(value, path, 1, 365LL * 86400))
+           config.policy.engine.escalation_window = std::chrono::seconds(*n);
+       }},
+      {"host_page_offline",
+       [&](const YAML::Node& value, const std::string& path) {
+         if (auto enabled = reader.ReadBool(value, path))
+           config.policy.host_page_offline = *enabled;
+       }},
+      {"drain_deadline_ms",
+       [&](const YAML::Node& value, const std::string& path) {
+         if (auto ms = reader.ReadInteger<int>(value, path, 0, 3'600'000))
+           config.policy.drain_deadline = std::chrono::milliseconds(*ms);
+       }},
+      {"hook_timeout_ms",
+       [&](const YAML::Node& value, const std::string& path) {
+         if (auto ms = reader.ReadInteger<int>(value, path, 100, 600'000))
+           config.policy.hook_timeout = std::chrono::milliseconds(*ms);
+       }},
+  };
   auto section = [&reader](const std::vector<Key>& keys) {
     return [&reader, &keys](const YAML::Node& value, const std::string& path) {
       reader.ReadMapping(value, path, keys);
@@ -366,6 +595,7 @@ void ReadDocument(SchemaReader& reader, const YAML::Node& root, Config& config) 
                       {"metrics", section(metrics_keys)},
                       {"runtime", section(runtime_keys)},
                       {"ras", section(ras_keys)},
+                      {"policy", section(policy_keys)},
                       {"simulator", section(simulator_keys)}});
 }
 

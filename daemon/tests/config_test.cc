@@ -96,6 +96,80 @@ TEST(ConfigTest, CodeTablesOverrideTheBuiltInOnes) {
   EXPECT_NE(problems[2].find("unknown key 'ras.codes.amd'"), std::string::npos) << problems[2];
 }
 
+TEST(ConfigTest, PolicyRulesAndThresholdsAreRead) {
+  const auto result = ParseConfig(R"(policy:
+  ce_page_threshold: 10
+  ce_page_window_s: 600
+  isolate_after_retirements: 5
+  host_page_offline: true
+  rules:
+    - name: xid-48-hook
+      match: {origin: nvidia_xid, severity: UCE, component: device, vendor_code: 48}
+      actions: [run-hook, isolate-device]
+      hook: [/usr/local/bin/page-oncall, --gpu]
+    - name: dimm-storm
+      match: {severity: CE, component: host-memory}
+      threshold: {count: 1000, window_s: 3600, per: dimm}
+      actions: [record]
+)",
+                                  "policy.yaml");
+  ASSERT_TRUE(result.ok()) << testing::PrintToString(Problems(result));
+  const auto& policy = result.config.policy;
+  EXPECT_EQ(policy.engine.ce_page.count, 10u);
+  EXPECT_EQ(policy.engine.ce_page.window, std::chrono::seconds(600));
+  EXPECT_EQ(policy.engine.isolate_after_retirements, 5u);
+  EXPECT_TRUE(policy.host_page_offline);
+  ASSERT_EQ(policy.engine.rules.size(), 2u);
+  const auto& hook = policy.engine.rules[0];
+  EXPECT_EQ(hook.name, "xid-48-hook");
+  EXPECT_EQ(hook.origin, "nvidia_xid");
+  EXPECT_EQ(hook.severity, ras::Severity::kUce);
+  EXPECT_EQ(hook.component, ras::ComponentKind::kDevice);
+  EXPECT_EQ(hook.vendor_code, 48);
+  EXPECT_EQ(hook.actions, (std::vector<ras::ActionKind>{ras::ActionKind::kRunHook,
+                                                        ras::ActionKind::kIsolateDevice}));
+  EXPECT_EQ(hook.hook, (std::vector<std::string>{"/usr/local/bin/page-oncall", "--gpu"}));
+  ASSERT_TRUE(policy.engine.rules[1].threshold.has_value());
+  EXPECT_EQ(policy.engine.rules[1].threshold->key, ras::Threshold::Key::kDimm);
+  EXPECT_EQ(policy.engine.rules[1].threshold->count, 1000u);
+}
+
+TEST(ConfigTest, BadPolicyRulesAreErrorsWithPosition) {
+  const auto bad = ParseConfig(R"(policy:
+  rules:
+    - name: a
+      match: {severity: LOUD}
+      actions: [reboot]
+    - name: b
+      actions: [run-hook]
+    - name: c
+      actions: [run-hook]
+      hook: [sh, -c, "rm -rf /"]
+    - actions: [record]
+    - name: e
+      match: {colour: red}
+      actions: [record]
+      threshold: {per: rack}
+)",
+                               "bad.yaml");
+  const auto problems = Problems(bad);
+  ASSERT_EQ(problems.size(), 7u) << testing::PrintToString(problems);
+  EXPECT_NE(problems[0].find("bad.yaml:4:25: 'policy.rules[0].match.severity' must be one of"),
+            std::string::npos)
+      << problems[0];
+  EXPECT_NE(problems[1].find("unknown action 'reboot'"), std::string::npos) << problems[1];
+  EXPECT_NE(problems[2].find("runs a hook but has no 'hook' argv"), std::string::npos)
+      << problems[2];
+  EXPECT_NE(problems[3].find("must be an absolute path (no shell"), std::string::npos)
+      << problems[3];
+  EXPECT_NE(problems[4].find("'policy.rules[3]' needs a name"), std::string::npos) << problems[4];
+  EXPECT_NE(problems[5].find("unknown key 'policy.rules[4].match.colour'"), std::string::npos)
+      << problems[5];
+  EXPECT_NE(problems[6].find("must be page, dimm or device, not 'rack'"), std::string::npos)
+      << problems[6];
+  EXPECT_TRUE(bad.config.policy.engine.rules.empty()) << "a rule with a problem is not used";
+}
+
 TEST(ConfigTest, RasKeysAreValidated) {
   const auto result = ParseConfig("ras:\n  kmsg: maybe\n  edac_poll_ms: 50\n", "ras.yaml");
   const auto problems = Problems(result);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "rasd/ras/code_table.h"
+#include "rasd/ras/policy.h"
 
 namespace rasd::daemon {
 
@@ -63,6 +64,18 @@ struct Config {
     ras::CodeTable codes = ras::CodeTable::Default();
     bool operator==(const Ras&) const = default;
   } ras;
+  struct Policy {
+    // Rules, thresholds and escalation (DESIGN.md's taxonomy table is built
+    // in; site rules come first). Applied on reload, counters kept.
+    ras::PolicyConfig engine;
+    // Write to <root>/sys/devices/system/memory/{soft,hard}_offline_page.
+    bool host_page_offline = false;
+    // How long admitted work may run on a draining device.
+    std::chrono::milliseconds drain_deadline{30000};
+    // How long a run-hook program may run before it is killed.
+    std::chrono::milliseconds hook_timeout{10000};
+    bool operator==(const Policy&) const = default;
+  } policy;
   struct Simulator {
     int devices = 4;
     std::uint64_t memory_mib = 1024;
