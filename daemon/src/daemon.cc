@@ -2,6 +2,7 @@
 
 #include <fmt/chrono.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <grp.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
@@ -17,6 +18,7 @@
 #include "rasd/common/logging.h"
 #include "rasd/common/version.h"
 #include "rasd/drivers_shim/sim_driver.h"
+#include "rasd/runtime/self_test.h"
 
 namespace rasd::daemon {
 namespace {
@@ -48,6 +50,11 @@ ControlServer::Options ServerOptions(const Config& config) {
 
 std::string Iso8601(std::chrono::system_clock::time_point time) {
   return fmt::format("{:%Y-%m-%dT%H:%M:%S}Z", std::chrono::floor<std::chrono::seconds>(time));
+}
+
+Actuator::Options ActuatorOptions(const Config& config) {
+  return {.host_page_offline = config.policy.host_page_offline,
+          .hook_timeout = config.policy.hook_timeout};
 }
 
 nlohmann::json IngestStatus(const RasIngest::Stats& stats) {
@@ -101,6 +108,7 @@ Daemon::Daemon(StartOptions options)
 Daemon::~Daemon() {
   control_.reset();
   ingest_.reset();
+  for (auto& [device, timer] : drain_timers_) sd_event_source_disable_unref(timer);
   for (auto* source : sources_) sd_event_source_disable_unref(source);
   if (!socket_.activated && !socket_.bound_path.empty()) ::unlink(socket_.bound_path.c_str());
   sd_event_unref(event_);
@@ -164,7 +172,15 @@ Status Daemon::Initialize(Config config) {
     sources_.push_back(source);
   }
 
-  auto ingest = RasIngest::Create(event_, *host_, *store_, *runtime_, config_.ras);
+  policy_.Reconfigure(config_.policy.engine);
+  actuator_ = std::make_unique<Actuator>(*host_, *store_, *runtime_, ActuatorOptions(config_));
+  // Before anything can admit work: an isolated device stays isolated.
+  actuator_->Restore();
+
+  auto ingest =
+      RasIngest::Create(event_, *host_, *store_, *runtime_, config_.ras,
+                        [this](const std::vector<ras::RasEvent>& events,
+                               const std::vector<std::int64_t>& ids) { Act(events, ids); });
   if (!ingest) return Fail(ingest.error());
   ingest_ = std::move(*ingest);
 
@@ -288,11 +304,14 @@ Result<nlohmann::json> Daemon::Reload() {
   applied.control.client_timeout = loaded.config.control.client_timeout;
   applied.control.max_clients = loaded.config.control.max_clients;
   applied.ras.codes = loaded.config.ras.codes;
+  applied.policy = loaded.config.policy;
   config_ = applied;
   common::SetLogLevel(config_.daemon.log_level);
   authorizer_ = Authorizer{::geteuid(), admin_gid, config_.control.admin_group};
   control_->Reconfigure(ServerOptions(config_), authorizer_);
   ingest_->SetCodeTable(config_.ras.codes);
+  policy_.Reconfigure(config_.policy.engine);  // keeps the counters of unchanged rules
+  actuator_->SetOptions(ActuatorOptions(config_));
   ++config_generation_;
   spdlog::info("configuration reloaded (generation {})", config_generation_);
   last_reload_ = {{"time", when}, {"ok", true}, {"restart_required", restart_required}};
@@ -311,6 +330,15 @@ std::map<std::string, Command> Daemon::Commands() {
   commands["events"] = {
       false, [this](const auto& request, const auto&) { return EventsReport(request.args); }};
   commands["summary"] = {false, [this](const auto&, const auto&) { return SummaryReport(); }};
+  commands["devices"] = {
+      false, [this](const auto& request, const auto&) { return DevicesReport(request.args); }};
+  commands["retired"] = {
+      false, [this](const auto& request, const auto&) { return RetiredReport(request.args); }};
+  for (const char* name : {"isolate", "drain", "undrain"}) {
+    commands[name] = {true, [this, name](const auto& request, const auto&) {
+                        return ChangeDeviceState(name, request.args);
+                      }};
+  }
   return commands;
 }
 
@@ -465,6 +493,264 @@ Result<nlohmann::json> Daemon::StatusReport() {
       {"watchdog_usec", watchdog_usec_},
       {"ras", IngestStatus(ingest_->GetStats())},
   };
+}
+
+void Daemon::Act(const std::vector<ras::RasEvent>& events, const std::vector<std::int64_t>& ids) {
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    const std::optional<std::int64_t> id =
+        i < ids.size() ? std::optional<std::int64_t>(ids[i]) : std::nullopt;
+    for (const auto& action : policy_.Decide(events[i], clock_->Monotonic())) {
+      actuator_->Execute(action, events[i], id);
+    }
+  }
+}
+
+namespace {
+
+nlohmann::json ActionJson(const ras::ActionRecord& action) {
+  auto optional = [](const auto& value) -> nlohmann::json {
+    if (!value) return nullptr;
+    return *value;
+  };
+  return {{"id", action.id},
+          {"event_id", optional(action.event_id)},
+          {"time", Iso8601(action.time)},
+          {"action", action.action},
+          {"device", optional(action.device)},
+          {"address", optional(action.address)},
+          {"rule", action.rule},
+          {"reason", action.reason},
+          {"result", action.result},
+          {"detail", action.detail}};
+}
+
+// The only argument of `devices` and `retired`: an optional device.
+Result<std::optional<int>> OptionalDeviceArg(const nlohmann::json& args) {
+  std::optional<int> device;
+  for (const auto& [key, value] : args.items()) {
+    if (key != "device") {
+      return Fail(ErrorCode::kInvalidArgument, "unknown argument '" + key + "' (known: device)");
+    }
+    if (!value.is_number_integer())
+      return Fail(ErrorCode::kInvalidArgument, "device must be an integer");
+    device = value.get<int>();
+  }
+  return device;
+}
+
+}  // namespace
+
+Result<nlohmann::json> Daemon::DevicesReport(const nlohmann::json& args) {
+  auto only = OptionalDeviceArg(args);
+  if (!only) return Fail(only.error());
+  if (*only && !runtime_->GetDevice(**only)) {
+    return Fail(ErrorCode::kNotFound, fmt::format("no device {}", **only));
+  }
+  nlohmann::json list = nlohmann::json::array();
+  for (const auto& device : runtime_->Devices()) {
+    const int index = device->Index();
+    if (*only && **only != index) continue;
+    const auto& properties = device->Properties();
+    const DeviceStatus status = actuator_->StatusOf(index);
+    nlohmann::json entry = {
+        {"index", index},
+        {"name", properties.name},
+        {"vendor", properties.vendor},
+        {"uuid", properties.uuid},
+        {"pci_bdf", properties.pci_bdf},
+        {"state", std::string(runtime::HealthStateName(device->Health()))},
+        {"reason", status.reason},
+        {"since", status.since.time_since_epoch().count() == 0
+                      ? nlohmann::json()
+                      : nlohmann::json(Iso8601(status.since))},
+        {"memory_bytes", properties.memory_bytes},
+        {"jobs", runtime_->OwnersOn(index)},
+    };
+    if (auto pool = runtime_->Pool(index)) {
+      const auto stats = (*pool)->Stats();
+      entry["pool"] = {{"reserved_bytes", stats.reserved_bytes},
+                       {"allocated_bytes", stats.allocated_bytes},
+                       {"retired_bytes", stats.retired_bytes},
+                       {"retired_pages", stats.retired_pages}};
+    }
+    if (auto test = last_self_test_.find(index); test != last_self_test_.end()) {
+      entry["self_test"] = {{"time", Iso8601(test->second.time)},
+                            {"passed", test->second.passed},
+                            {"summary", test->second.summary}};
+    } else {
+      entry["self_test"] = nullptr;
+    }
+    nlohmann::json events = nlohmann::json::array();
+    ras::EventQuery query;
+    query.device = index;
+    query.limit = 5;
+    if (auto recent = store_->QueryEvents(query)) {
+      for (const auto& stored : *recent) events.push_back(EventJson(stored));
+    }
+    entry["recent_events"] = std::move(events);
+    nlohmann::json actions = nlohmann::json::array();
+    if (auto recent = store_->QueryActions(index, 5)) {
+      for (const auto& action : *recent) actions.push_back(ActionJson(action));
+    }
+    entry["recent_actions"] = std::move(actions);
+    list.push_back(std::move(entry));
+  }
+  return nlohmann::json{{"devices", std::move(list)}};
+}
+
+Result<nlohmann::json> Daemon::RetiredReport(const nlohmann::json& args) {
+  auto only = OptionalDeviceArg(args);
+  if (!only) return Fail(only.error());
+  std::map<std::string, int> by_uuid;
+  for (const auto& device : runtime_->Devices()) {
+    by_uuid[device->Properties().uuid] = device->Index();
+  }
+  auto pages = store_->LoadRetiredPages();
+  if (!pages) return Fail(pages.error());
+  nlohmann::json list = nlohmann::json::array();
+  for (const auto& page : *pages) {
+    auto index = by_uuid.find(page.device_uuid);
+    if (*only && (index == by_uuid.end() || index->second != **only)) continue;
+    list.push_back(
+        {{"device", index == by_uuid.end() ? nlohmann::json() : nlohmann::json(index->second)},
+         {"uuid", page.device_uuid},
+         {"address", fmt::format("0x{:x}", page.address)},
+         {"reason", page.reason},
+         {"time", Iso8601(page.retired)}});
+  }
+  return nlohmann::json{{"pages", std::move(list)}};
+}
+
+Result<nlohmann::json> Daemon::ChangeDeviceState(const std::string& command,
+                                                 const nlohmann::json& args) {
+  std::optional<int> device;
+  std::string reason;
+  bool force = false;
+  std::optional<std::chrono::milliseconds> deadline;
+  for (const auto& [key, value] : args.items()) {
+    if (key == "device" && value.is_number_integer()) {
+      device = value.get<int>();
+    } else if (key == "reason" && value.is_string()) {
+      reason = value.get<std::string>();
+    } else if (key == "force" && value.is_boolean() && command == "undrain") {
+      force = value.get<bool>();
+    } else if (key == "deadline_ms" && value.is_number_integer() && command == "drain" &&
+               value.get<long long>() >= 0 && value.get<long long>() <= 86'400'000) {
+      deadline = std::chrono::milliseconds(value.get<long long>());
+    } else {
+      return Fail(
+          ErrorCode::kInvalidArgument,
+          fmt::format("bad argument '{}' for {} (device: integer, reason: string{})", key, command,
+                      command == "undrain" ? ", force: boolean"
+                      : command == "drain" ? ", deadline_ms: 0..86400000"
+                                           : ""));
+    }
+  }
+  if (!device) return Fail(ErrorCode::kInvalidArgument, command + " needs a device");
+  auto found = runtime_->GetDevice(*device);
+  if (!found) return Fail(ErrorCode::kNotFound, fmt::format("no device {}", *device));
+  if (reason.size() > 512) return Fail(ErrorCode::kInvalidArgument, "reason is over 512 bytes");
+  runtime::Device& target = **found;
+  const runtime::HealthState before = target.Health();
+  const std::string was(runtime::HealthStateName(before));
+
+  if (command == "isolate") {
+    auto done = actuator_->SetDeviceState(*device, runtime::HealthState::kIsolated,
+                                          reason.empty() ? "isolated by an operator" : reason,
+                                          "isolate-device");
+    if (!done) return Fail(done.error());
+    return nlohmann::json{{"device", *device}, {"state", "Isolated"}, {"was", was}};
+  }
+  if (command == "drain") {
+    if (before == runtime::HealthState::kIsolated) {
+      return Fail(ErrorCode::kInvalidArgument,
+                  fmt::format("device {} is Isolated: nothing runs there to drain", *device));
+    }
+    const auto limit = deadline.value_or(config_.policy.drain_deadline);
+    auto done = actuator_->SetDeviceState(
+        *device, runtime::HealthState::kDraining,
+        reason.empty() ? fmt::format("drained by an operator (deadline {} ms)", limit.count())
+                       : reason,
+        "drain-device");
+    if (!done) return Fail(done.error());
+    if (auto old = drain_timers_.find(*device); old != drain_timers_.end()) {
+      sd_event_source_disable_unref(old->second);
+      drain_timers_.erase(old);
+    }
+    sd_event_source* timer = nullptr;
+    if (sd_event_add_time_relative(event_, &timer, CLOCK_MONOTONIC,
+                                   static_cast<std::uint64_t>(limit.count()) * 1000, 0,
+                                   &Daemon::OnDrainDeadline, this) >= 0) {
+      sd_event_source_set_description(timer, std::to_string(*device).c_str());
+      drain_timers_[*device] = timer;
+    }
+    return nlohmann::json{{"device", *device},
+                          {"state", "Draining"},
+                          {"was", was},
+                          {"deadline_ms", limit.count()},
+                          {"jobs", runtime_->OwnersOn(*device)}};
+  }
+  // undrain: back to service only when the device proves itself.
+  if (before == runtime::HealthState::kHealthy) {
+    return nlohmann::json{{"device", *device}, {"state", "Healthy"}, {"was", was}};
+  }
+  // The self-test runs as an admitted job: open the gate that far, no further.
+  if (before == runtime::HealthState::kIsolated) target.SetHealth(runtime::HealthState::kDraining);
+  const auto report = runtime::RunSelfTest(*runtime_, *device);
+  target.SetHealth(before);
+  last_self_test_[*device] = {clock_->Wall(), report.passed, report.Summary()};
+  ras::ActionRecord test_record;
+  test_record.time = clock_->Wall();
+  test_record.action = "self-test";
+  test_record.device = *device;
+  test_record.rule = "operator";
+  test_record.reason = "undrain";
+  test_record.result = report.passed ? "ok" : "failed";
+  test_record.detail = report.Summary();
+  if (auto stored = store_->RecordAction(test_record); !stored) {
+    spdlog::error("cannot store the self-test result: {}", stored.error().message);
+  }
+  spdlog::log(report.passed ? spdlog::level::info : spdlog::level::warn, "device {} self-test {}",
+              *device, report.Summary());
+  if (!report.passed && !force) {
+    return Fail(ErrorCode::kUnavailable,
+                fmt::format("device {} stays {}: self-test {} (rasctl undrain --force overrides)",
+                            *device, was, report.Summary()));
+  }
+  auto done = actuator_->SetDeviceState(
+      *device, runtime::HealthState::kHealthy,
+      reason.empty() ? (report.passed ? "returned to service: self-test passed"
+                                      : "returned to service by force: self-test failed")
+                     : reason,
+      "undrain-device");
+  if (!done) return Fail(done.error());
+  if (auto timer = drain_timers_.find(*device); timer != drain_timers_.end()) {
+    sd_event_source_disable_unref(timer->second);
+    drain_timers_.erase(timer);
+  }
+  return nlohmann::json{{"device", *device},
+                        {"state", "Healthy"},
+                        {"was", was},
+                        {"self_test", {{"passed", report.passed}, {"summary", report.Summary()}}},
+                        {"forced", !report.passed}};
+}
+
+int Daemon::OnDrainDeadline(sd_event_source* source, uint64_t, void* userdata) {
+  auto* daemon = static_cast<Daemon*>(userdata);
+  const char* description = nullptr;
+  (void)sd_event_source_get_description(source, &description);
+  const int device = description != nullptr ? std::atoi(description) : -1;
+  const auto jobs = daemon->runtime_->OwnersOn(device);
+  if (jobs.empty()) {
+    spdlog::info("device {}: drain deadline reached; nothing is running there", device);
+  } else {
+    // The jobs layer re-runs what is left elsewhere; until it exists, say so.
+    spdlog::warn("device {}: drain deadline reached with {} job(s) still there: {}", device,
+                 jobs.size(), fmt::join(jobs, ", "));
+  }
+  daemon->drain_timers_.erase(device);
+  sd_event_source_disable_unref(source);
+  return 0;
 }
 
 }  // namespace rasd::daemon

@@ -5,17 +5,20 @@
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "actuator.h"
 #include "control_server.h"
 #include "ras_ingest.h"
 #include "rasd/common/host_env.h"
 #include "rasd/daemon/config.h"
 #include "rasd/jobs/job_manager.h"
+#include "rasd/ras/policy.h"
 #include "rasd/ras/state_store.h"
 #include "rasd/runtime/runtime.h"
 
@@ -51,6 +54,11 @@ class Daemon {
   Result<nlohmann::json> StatusReport();
   Result<nlohmann::json> EventsReport(const nlohmann::json& args);
   Result<nlohmann::json> SummaryReport();
+  Result<nlohmann::json> DevicesReport(const nlohmann::json& args);
+  Result<nlohmann::json> RetiredReport(const nlohmann::json& args);
+  Result<nlohmann::json> ChangeDeviceState(const std::string& command, const nlohmann::json& args);
+  // The policy's decisions about a stored batch, carried out.
+  void Act(const std::vector<ras::RasEvent>& events, const std::vector<std::int64_t>& ids);
   // Re-reads the config file; keeps the running config when the new one has
   // problems. Returns what changed, or the problems.
   Result<nlohmann::json> Reload();
@@ -78,6 +86,17 @@ class Daemon {
 
   std::unique_ptr<ras::StateStore> store_;
   std::unique_ptr<runtime::Runtime> runtime_;
+  ras::PolicyEngine policy_;
+  std::unique_ptr<Actuator> actuator_;  // after runtime_ and store_: destroyed before them
+  struct SelfTestResult {
+    std::chrono::system_clock::time_point time;
+    bool passed = false;
+    std::string summary;
+  };
+  std::map<int, SelfTestResult> last_self_test_;
+  // Drain deadlines that have not passed yet, by device.
+  std::map<int, sd_event_source*> drain_timers_;
+  static int OnDrainDeadline(sd_event_source* source, uint64_t usec, void* userdata);
   jobs::JobManager jobs_;
   ControlSocket socket_;
   std::unique_ptr<ControlServer> control_;

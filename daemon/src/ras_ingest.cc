@@ -4,6 +4,8 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 
@@ -47,19 +49,21 @@ std::string Describe(const ras::RasEvent& event) {
 Result<std::unique_ptr<RasIngest>> RasIngest::Create(sd_event* event, const common::HostEnv& host,
                                                      ras::StateStore& store,
                                                      runtime::Runtime& runtime,
-                                                     const Config::Ras& options) {
-  std::unique_ptr<RasIngest> ingest(new RasIngest(event, host, store, runtime, options));
+                                                     const Config::Ras& options, EventSink sink) {
+  std::unique_ptr<RasIngest> ingest(
+      new RasIngest(event, host, store, runtime, options, std::move(sink)));
   if (auto started = ingest->Start(); !started) return Fail(started.error());
   return ingest;
 }
 
 RasIngest::RasIngest(sd_event* event, const common::HostEnv& host, ras::StateStore& store,
-                     runtime::Runtime& runtime, const Config::Ras& options)
+                     runtime::Runtime& runtime, const Config::Ras& options, EventSink sink)
     : event_(event),
       host_(host),
       store_(store),
       runtime_(runtime),
       options_(options),
+      sink_(std::move(sink)),
       codes_(options.codes) {}
 
 RasIngest::~RasIngest() {
@@ -322,17 +326,60 @@ ras::RasEvent RasIngest::FromDriver(const drivers::DriverErrorEvent& event) cons
   return converted;
 }
 
+namespace {
+
+// "0000:07:00.0", "07:00.0" and "0000:07:00" (as Xid lines print it) name
+// the same device: compare domain, bus and device, and the function when
+// both give one.
+bool SamePciDevice(std::string_view a, std::string_view b) {
+  auto normalize = [](std::string_view bdf) {
+    std::string text;
+    for (char c : bdf) text += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (std::count(text.begin(), text.end(), ':') == 1) text = "0000:" + text;
+    return text;
+  };
+  const std::string left = normalize(a), right = normalize(b);
+  if (left.size() < 10 || right.size() < 10) return false;
+  if (left.compare(0, 10, right, 0, 10) != 0) return false;
+  const auto left_function = left.find('.'), right_function = right.find('.');
+  if (left_function == std::string::npos || right_function == std::string::npos) return true;
+  return left.substr(left_function) == right.substr(right_function);
+}
+
+}  // namespace
+
+void RasIngest::AttributeToDevices(std::vector<ras::RasEvent>& events) const {
+  for (auto& event : events) {
+    if (event.device || !event.pci_bdf || event.historical) continue;
+    for (const auto& device : runtime_.Devices()) {
+      const auto& bdf = device->Properties().pci_bdf;
+      if (!bdf.empty() && SamePciDevice(bdf, *event.pci_bdf)) {
+        event.device = device->Index();
+        break;
+      }
+    }
+  }
+}
+
 void RasIngest::Deliver(std::vector<ras::RasEvent> events) {
   if (events.empty()) return;
+  // A kernel record about a PCI device rasd runs (an Xid, an AER error on a
+  // GPU) is about that runtime device.
+  AttributeToDevices(events);
   stats_.events += events.size();
   const std::size_t before = events.size();
   events = ras::CoalesceStorm(std::move(events), options_.storm_threshold);
   stats_.coalesced += before - events.size();
-  if (auto stored = store_.RecordEvents(events); !stored) {
+  std::vector<std::int64_t> ids;
+  auto stored = store_.RecordEvents(events);
+  if (!stored) {
     // A full disk or a broken database must not stop ingestion: count, log, go on.
     ++stats_.store_failures;
     spdlog::error("cannot store {} RAS event(s): {}", events.size(), stored.error().message);
-  } else if (kmsg_) {
+  } else {
+    ids = std::move(*stored);
+  }
+  if (stored && kmsg_) {
     if (auto saved = store_.SaveCursor(kmsg_->Cursor()); !saved) {
       spdlog::warn("kmsg: cannot save the read position: {}", saved.error().message);
     }
@@ -359,6 +406,7 @@ void RasIngest::Deliver(std::vector<ras::RasEvent> events) {
                                                               : spdlog::level::debug;
     logger->log(level, "RAS event: {}", Describe(event));
   }
+  if (sink_) sink_(events, ids);
 }
 
 RasIngest::Stats RasIngest::GetStats() const { return stats_; }

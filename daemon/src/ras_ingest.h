@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -30,10 +31,15 @@ namespace rasd::daemon {
 // never stops because of one.
 class RasIngest {
  public:
+  // Called with every batch after it is stored: the events and their ids
+  // (empty when the store failed: acting must not depend on the disk).
+  using EventSink = std::function<void(const std::vector<ras::RasEvent>& events,
+                                       const std::vector<std::int64_t>& ids)>;
+
   static Result<std::unique_ptr<RasIngest>> Create(sd_event* event, const common::HostEnv& host,
                                                    ras::StateStore& store,
                                                    runtime::Runtime& runtime,
-                                                   const Config::Ras& options);
+                                                   const Config::Ras& options, EventSink sink);
   ~RasIngest();
   RasIngest(const RasIngest&) = delete;
   RasIngest& operator=(const RasIngest&) = delete;
@@ -57,13 +63,14 @@ class RasIngest {
 
  private:
   RasIngest(sd_event* event, const common::HostEnv& host, ras::StateStore& store,
-            runtime::Runtime& runtime, const Config::Ras& options);
+            runtime::Runtime& runtime, const Config::Ras& options, EventSink sink);
   Status Start();
   void StartKmsg();
   void ReadKmsg();
   void StartTracefs();
   static int OnTracefsReadable(sd_event_source* source, int fd, uint32_t revents, void* userdata);
   void Deliver(std::vector<ras::RasEvent> events);
+  void AttributeToDevices(std::vector<ras::RasEvent>& events) const;
   void DrainDriverEvents();
   ras::RasEvent FromDriver(const drivers::DriverErrorEvent& event) const;
 
@@ -82,6 +89,7 @@ class RasIngest {
   ras::StateStore& store_;
   runtime::Runtime& runtime_;
   Config::Ras options_;
+  EventSink sink_;
   ras::CodeTable codes_;
   std::string boot_id_;  // read once at start: it does not change while we run  // sources keep a
                          // reference: its address never changes

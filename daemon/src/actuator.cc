@@ -1,0 +1,438 @@
+#include "actuator.h"
+
+#include <fcntl.h>
+#include <fmt/chrono.h>
+#include <fmt/format.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <thread>
+
+#include "rasd/common/logging.h"
+#include "rasd/common/unique_fd.h"
+
+namespace rasd::daemon {
+namespace {
+
+constexpr std::size_t kHookOutputLimit = 4096;
+
+std::optional<std::uint64_t> ParseAddress(const std::optional<std::string>& text) {
+  if (!text) return std::nullopt;
+  std::string_view digits = *text;
+  if (digits.starts_with("0x") || digits.starts_with("0X")) digits.remove_prefix(2);
+  std::uint64_t value = 0;
+  auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), value, 16);
+  if (digits.empty() || ec != std::errc() || end != digits.data() + digits.size())
+    return std::nullopt;
+  return value;
+}
+
+std::string DeviceUuid(runtime::Runtime& runtime, int device) {
+  auto found = runtime.GetDevice(device);
+  if (!found) return fmt::format("index-{}", device);
+  const auto& uuid = (*found)->Properties().uuid;
+  return uuid.empty() ? fmt::format("index-{}", device) : uuid;
+}
+
+// The event, for a hook, as RASD_* variables; values are data, never
+// parsed by a shell (there is none).
+std::vector<std::string> HookEnvironment(const ras::Action& action, const ras::RasEvent& event,
+                                         std::optional<std::int64_t> event_id) {
+  std::vector<std::string> env = {
+      "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+      "RASD_SEVERITY=" + std::string(ras::SeverityName(event.severity)),
+      "RASD_ORIGIN=" + event.origin,
+      "RASD_SOURCE=" + event.source,
+      fmt::format("RASD_COUNT={}", event.count),
+      "RASD_SUMMARY=" + event.summary.substr(0, 1024),
+      "RASD_RULE=" + action.rule,
+      "RASD_REASON=" + action.reason,
+  };
+  if (event_id) env.push_back(fmt::format("RASD_EVENT_ID={}", *event_id));
+  if (event.device) env.push_back(fmt::format("RASD_DEVICE={}", *event.device));
+  if (event.address) env.push_back("RASD_ADDRESS=" + *event.address);
+  if (event.pci_bdf) env.push_back("RASD_PCI_BDF=" + *event.pci_bdf);
+  if (event.mc) env.push_back(fmt::format("RASD_MC={}", *event.mc));
+  if (event.vendor_code) env.push_back(fmt::format("RASD_VENDOR_CODE={}", *event.vendor_code));
+  return env;
+}
+
+struct HookResult {
+  std::string result;  // ok | failed | timeout
+  std::string detail;
+  std::string output;
+};
+
+// Runs argv with env, its stdout and stderr collected (the first
+// kHookOutputLimit bytes), killed at the deadline.
+HookResult RunProgram(const std::vector<std::string>& argv, const std::vector<std::string>& env,
+                      std::chrono::milliseconds timeout) {
+  int pipe_fds[2];
+  if (::pipe2(pipe_fds, O_CLOEXEC) != 0)
+    return {"failed", fmt::format("pipe: {}", std::strerror(errno)), ""};
+  common::UniqueFd read_end(pipe_fds[0]);
+  common::UniqueFd write_end(pipe_fds[1]);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_adddup2(&actions, write_end.Get(), 1);
+  posix_spawn_file_actions_adddup2(&actions, write_end.Get(), 2);
+  posix_spawnattr_t attributes;
+  posix_spawnattr_init(&attributes);
+  // The daemon blocks its signals in every thread; the hook starts clean.
+  sigset_t none;
+  sigemptyset(&none);
+  sigset_t defaults;
+  sigfillset(&defaults);
+  posix_spawnattr_setsigmask(&attributes, &none);
+  posix_spawnattr_setsigdefault(&attributes, &defaults);
+  posix_spawnattr_setflags(&attributes,
+                           POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSID);
+  std::vector<char*> argv_pointers;
+  for (const auto& arg : argv) argv_pointers.push_back(const_cast<char*>(arg.c_str()));
+  argv_pointers.push_back(nullptr);
+  std::vector<char*> env_pointers;
+  for (const auto& entry : env) env_pointers.push_back(const_cast<char*>(entry.c_str()));
+  env_pointers.push_back(nullptr);
+  pid_t pid = 0;
+  const int spawned = ::posix_spawn(&pid, argv_pointers[0], &actions, &attributes,
+                                    argv_pointers.data(), env_pointers.data());
+  posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attributes);
+  write_end.Reset();
+  if (spawned != 0)
+    return {"failed", fmt::format("cannot run {}: {}", argv[0], std::strerror(spawned)), ""};
+
+  HookResult result;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  bool timed_out = false;
+  char buffer[1024];
+  while (true) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      timed_out = true;
+      break;
+    }
+    pollfd fd{read_end.Get(), POLLIN, 0};
+    const int ready = ::poll(&fd, 1, static_cast<int>(left.count()));
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready <= 0) continue;  // the deadline is checked at the top
+    const ssize_t got = ::read(read_end.Get(), buffer, sizeof buffer);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) break;  // end of output: the program closed it or exited
+    if (result.output.size() < kHookOutputLimit) {
+      result.output.append(buffer, std::min<std::size_t>(static_cast<std::size_t>(got),
+                                                         kHookOutputLimit - result.output.size()));
+    }
+  }
+  // Kill the whole session: a hook's own children must not linger either.
+  if (timed_out) {
+    ::kill(-pid, SIGKILL);
+    ::kill(pid, SIGKILL);
+  }
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (timed_out) {
+    result.result = "timeout";
+    result.detail = fmt::format("killed after {} ms", timeout.count());
+  } else if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+    result.result = "ok";
+    result.detail = "exit 0";
+  } else if (WIFEXITED(status)) {
+    result.result = "failed";
+    result.detail = fmt::format("exit {}", WEXITSTATUS(status));
+  } else {
+    result.result = "failed";
+    result.detail = fmt::format("signal {}", WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  }
+  return result;
+}
+
+}  // namespace
+
+Actuator::Actuator(const common::HostEnv& host, ras::StateStore& store, runtime::Runtime& runtime,
+                   Options options)
+    : host_(host), store_(store), runtime_(runtime), options_(options) {}
+
+Actuator::~Actuator() {
+  std::unique_lock lock(mutex_);
+  hooks_done_.wait(lock, [this] { return hooks_running_ == 0; });
+}
+
+void Actuator::SetOptions(Options options) { options_ = options; }
+
+void Actuator::Restore() {
+  std::map<std::string, int> by_uuid;
+  for (const auto& device : runtime_.Devices())
+    by_uuid[DeviceUuid(runtime_, device->Index())] = device->Index();
+  if (auto states = store_.LoadDeviceStates(); !states) {
+    spdlog::error("cannot read the saved device states: {}; every device starts Healthy",
+                  states.error().message);
+  } else {
+    for (const auto& saved : *states) {
+      auto index = by_uuid.find(saved.device_uuid);
+      auto state = runtime::ParseHealthState(saved.state);
+      if (index == by_uuid.end() || !state) continue;  // a device this machine no longer has
+      (*runtime_.GetDevice(index->second))->SetHealth(*state);
+      status_[index->second] = {*state, saved.reason, saved.since};
+      if (*state != runtime::HealthState::kHealthy) {
+        spdlog::warn("device {} is {} since {:%F %T}: {}", index->second, saved.state,
+                     std::chrono::floor<std::chrono::seconds>(saved.since), saved.reason);
+      }
+    }
+  }
+  auto pages = store_.LoadRetiredPages();
+  if (!pages) {
+    spdlog::error("cannot read the retired pages: {}", pages.error().message);
+    return;
+  }
+  std::map<int, std::size_t> restored;
+  for (const auto& page : *pages) {
+    auto index = by_uuid.find(page.device_uuid);
+    if (index == by_uuid.end()) continue;
+    auto pool = runtime_.Pool(index->second);
+    if (pool && (*pool)->Retire(page.address)) ++restored[index->second];
+  }
+  for (const auto& [device, count] : restored)
+    spdlog::info("device {}: {} retired page(s) taken out of the pool again", device, count);
+}
+
+DeviceStatus Actuator::StatusOf(int device) const {
+  if (auto it = status_.find(device); it != status_.end()) return it->second;
+  DeviceStatus status;
+  if (auto found = runtime_.GetDevice(device)) status.state = (*found)->Health();
+  return status;
+}
+
+std::map<std::string, std::uint64_t> Actuator::Counts() const {
+  std::lock_guard lock(mutex_);
+  return counts_;
+}
+
+void Actuator::Count(const std::string& action, const std::string& result) {
+  std::lock_guard lock(mutex_);
+  ++counts_[action + " " + result];
+}
+
+ras::ActionRecord Actuator::Store(ras::ActionRecord record) {
+  if (auto stored = store_.RecordAction(record); !stored) {
+    // The action happened; failing to write it down must not undo it.
+    spdlog::error("cannot store action {}: {}", record.action, stored.error().message);
+  } else {
+    record.id = *stored;
+  }
+  Count(record.action, record.result);
+  return record;
+}
+
+void Actuator::PersistState(int device) {
+  const DeviceStatus& status = status_[device];
+  if (auto saved = store_.SaveDeviceState({DeviceUuid(runtime_, device),
+                                           std::string(runtime::HealthStateName(status.state)),
+                                           status.reason, status.since});
+      !saved) {
+    spdlog::error("device {}: cannot save its state {}: {}", device,
+                  runtime::HealthStateName(status.state), saved.error().message);
+  }
+}
+
+ras::ActionRecord Actuator::Execute(const ras::Action& action, const ras::RasEvent& event,
+                                    std::optional<std::int64_t> event_id) {
+  if (action.kind == ras::ActionKind::kRecord) {
+    // The event itself is the record: a row per event would double the
+    // store under a storm.
+    Count("record", "ok");
+    return {.event_id = event_id, .action = "record", .rule = action.rule, .result = "ok"};
+  }
+  Outcome outcome;
+  switch (action.kind) {
+    case ras::ActionKind::kRecord:
+      break;
+    case ras::ActionKind::kRetirePage:
+      outcome = RetirePage(action);
+      break;
+    case ras::ActionKind::kMarkAtRisk:
+      outcome = MarkAtRisk(action);
+      break;
+    case ras::ActionKind::kKillConsumer:
+      outcome = KillConsumer(action);
+      break;
+    case ras::ActionKind::kDegradeDevice:
+      outcome = RaiseHealth(action, runtime::HealthState::kDegraded);
+      break;
+    case ras::ActionKind::kDrainDevice:
+      outcome = RaiseHealth(action, runtime::HealthState::kDraining);
+      break;
+    case ras::ActionKind::kIsolateDevice:
+      outcome = RaiseHealth(action, runtime::HealthState::kIsolated);
+      break;
+    case ras::ActionKind::kDrainNode:
+      outcome = {"skipped", "no scheduler integration is configured"};
+      break;
+    case ras::ActionKind::kSoftOfflinePage:
+      outcome = OfflineHostPage(action, /*hard=*/false);
+      break;
+    case ras::ActionKind::kHardOfflinePage:
+      outcome = OfflineHostPage(action, /*hard=*/true);
+      break;
+    case ras::ActionKind::kRunHook:
+      outcome = RunHook(action, event, event_id);
+      break;
+  }
+  ras::ActionRecord record;
+  record.event_id = event_id;
+  record.time = host_.GetClock().Wall();
+  record.action = std::string(ras::ActionKindName(action.kind));
+  record.device = action.device;
+  record.address = action.address;
+  record.rule = action.rule;
+  record.reason = action.reason;
+  record.result = outcome.result;
+  record.detail = outcome.detail;
+  const auto level = outcome.result == "failed" ? spdlog::level::err : spdlog::level::warn;
+  common::GetLogger("policy")->log(level, "{}{}{}: {} ({}; rule {}){}", record.action,
+                                   action.device ? fmt::format(" device {}", *action.device) : "",
+                                   action.address ? " " + *action.address : "", outcome.result,
+                                   action.reason, action.rule,
+                                   outcome.detail.empty() ? "" : ": " + outcome.detail);
+  return Store(std::move(record));
+}
+
+Actuator::Outcome Actuator::RetirePage(const ras::Action& action) {
+  const auto address = ParseAddress(action.address);
+  if (!action.device || !address) return {"skipped", "no device address in the event"};
+  auto pool = runtime_.Pool(*action.device);
+  if (!pool) return {"failed", pool.error().message};
+  if (auto retired = (*pool)->Retire(*address); !retired) {
+    if (retired.error().code == ErrorCode::kNotFound)
+      return {"skipped",
+              fmt::format("{} is not in device {}'s pool", *action.address, *action.device)};
+    return {"failed", retired.error().message};
+  }
+  auto device = runtime_.GetDevice(*action.device);
+  const std::uint64_t granularity =
+      std::max<std::uint64_t>(1, (*device)->Properties().retire_granularity);
+  const std::uint64_t page = *address / granularity * granularity;
+  if (auto saved = store_.SaveRetiredPage(
+          {DeviceUuid(runtime_, *action.device), page, action.reason, host_.GetClock().Wall()});
+      !saved) {
+    return {"ok",
+            fmt::format("page 0x{:x} retired, but not saved: {}", page, saved.error().message)};
+  }
+  return {"ok", fmt::format("page 0x{:x} retired", page)};
+}
+
+Actuator::Outcome Actuator::KillConsumer(const ras::Action& action) {
+  const auto address = ParseAddress(action.address);
+  if (!action.device || !address) return {"skipped", "no device address in the event"};
+  auto pool = runtime_.Pool(*action.device);
+  if (!pool) return {"failed", pool.error().message};
+  const auto owner = (*pool)->OwnerOf(*address);
+  if (!owner) return {"skipped", "no live allocation holds that address"};
+  if (owner->owner.empty()) return {"skipped", "the allocation holding it has no owner job"};
+  const std::size_t aborted = runtime_.AbortOwner(
+      owner->owner,
+      fmt::format("consumed poisoned memory at {} on device {}", *action.address, *action.device));
+  return {"ok", fmt::format("job {}: {} stream(s) aborted", owner->owner, aborted)};
+}
+
+Actuator::Outcome Actuator::MarkAtRisk(const ras::Action& action) {
+  const auto address = ParseAddress(action.address);
+  if (!action.device || !address) return {"skipped", "no device address in the event"};
+  auto pool = runtime_.Pool(*action.device);
+  if (!pool) return {"failed", pool.error().message};
+  const auto owner = (*pool)->OwnerOf(*address);
+  if (!owner || owner->owner.empty()) return {"skipped", "no job holds that address"};
+  return {"ok", fmt::format("job {} holds the poisoned page", owner->owner)};
+}
+
+Actuator::Outcome Actuator::RaiseHealth(const ras::Action& action, runtime::HealthState state) {
+  if (!action.device) return {"skipped", "the event names no device"};
+  auto device = runtime_.GetDevice(*action.device);
+  if (!device) return {"failed", device.error().message};
+  const runtime::HealthState current = (*device)->Health();
+  // The policy only makes things worse; making them better is an operator's call.
+  if (current >= state) {
+    return {"ok", fmt::format("already {}", runtime::HealthStateName(current))};
+  }
+  (*device)->SetHealth(state);
+  status_[*action.device] = {state, action.reason, host_.GetClock().Wall()};
+  PersistState(*action.device);
+  return {"ok", fmt::format("{} -> {}", runtime::HealthStateName(current),
+                            runtime::HealthStateName(state))};
+}
+
+Result<ras::ActionRecord> Actuator::SetDeviceState(int device, runtime::HealthState state,
+                                                   const std::string& reason,
+                                                   const std::string& action) {
+  auto found = runtime_.GetDevice(device);
+  if (!found) return Fail(found.error());
+  const runtime::HealthState before = (*found)->Health();
+  (*found)->SetHealth(state);
+  status_[device] = {state, reason, host_.GetClock().Wall()};
+  PersistState(device);
+  ras::ActionRecord record;
+  record.time = host_.GetClock().Wall();
+  record.action = action;
+  record.device = device;
+  record.rule = "operator";
+  record.reason = reason;
+  record.detail =
+      fmt::format("{} -> {}", runtime::HealthStateName(before), runtime::HealthStateName(state));
+  common::GetLogger("policy")->warn("{} device {} by an operator: {} ({})", action, device,
+                                    record.detail, reason);
+  return Store(std::move(record));
+}
+
+Actuator::Outcome Actuator::OfflineHostPage(const ras::Action& action, bool hard) {
+  if (!options_.host_page_offline) return {"disabled", "policy.host_page_offline is off"};
+  const auto address = ParseAddress(action.address);
+  if (!address || action.device) return {"skipped", "no host physical address in the event"};
+  const char* file = hard ? "/sys/devices/system/memory/hard_offline_page"
+                          : "/sys/devices/system/memory/soft_offline_page";
+  const auto path = host_.Resolve(file);
+  common::UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
+  if (!fd) return {"failed", fmt::format("open {}: {}", path.string(), std::strerror(errno))};
+  const std::string text = fmt::format("0x{:x}\n", *address & ~std::uint64_t{0xfff});
+  if (::write(fd.Get(), text.data(), text.size()) != static_cast<ssize_t>(text.size())) {
+    return {"failed", fmt::format("write {}: {}", path.string(), std::strerror(errno))};
+  }
+  return {"ok", fmt::format("{} 0x{:x}", hard ? "hard-offlined" : "soft-offlined",
+                            *address & ~std::uint64_t{0xfff})};
+}
+
+Actuator::Outcome Actuator::RunHook(const ras::Action& action, const ras::RasEvent& event,
+                                    std::optional<std::int64_t> event_id) {
+  if (action.hook.empty()) return {"skipped", "the rule names no program"};
+  {
+    std::lock_guard lock(mutex_);
+    if (hooks_running_ >= kMaxHooks)
+      return {"skipped", fmt::format("{} hooks are still running", hooks_running_)};
+    ++hooks_running_;
+  }
+  auto env = HookEnvironment(action, event, event_id);
+  std::thread([this, argv = action.hook, env = std::move(env), timeout = options_.hook_timeout,
+               rule = action.rule] {
+    const HookResult result = RunProgram(argv, env, timeout);
+    auto logger = common::GetLogger("policy");
+    logger->log(result.result == "ok" ? spdlog::level::info : spdlog::level::err,
+                "hook {} (rule {}): {}: {}{}", argv[0], rule, result.result, result.detail,
+                result.output.empty() ? "" : "; output: " + result.output);
+    std::lock_guard lock(mutex_);
+    ++counts_["run-hook " + result.result];
+    --hooks_running_;
+    hooks_done_.notify_all();
+  }).detach();
+  return {"started",
+          fmt::format("{} (timeout {} ms)", action.hook.front(), options_.hook_timeout.count())};
+}
+
+}  // namespace rasd::daemon

@@ -1,0 +1,97 @@
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "rasd/common/host_env.h"
+#include "rasd/ras/policy.h"
+#include "rasd/ras/ras_event.h"
+#include "rasd/ras/state_store.h"
+#include "rasd/runtime/runtime.h"
+
+namespace rasd::daemon {
+
+// A device's health with why and since when, as rasd shows it.
+struct DeviceStatus {
+  runtime::HealthState state = runtime::HealthState::kHealthy;
+  std::string reason;
+  std::chrono::system_clock::time_point since{};
+};
+
+// Carries the policy's actions to the runtime (page retirement, health
+// gates, killing a consumer), to the host (offlining pages) and to
+// operators' programs (hooks). Every action is logged, stored in the
+// actions table linked to its event, and counted; device states and
+// retired pages are persisted so that a restart (or a kill -9) keeps them.
+//
+// Runs on the event loop, except hooks: each runs in a thread of its own
+// (argv, no shell, a timeout), at most kMaxHooks at once.
+class Actuator {
+ public:
+  struct Options {
+    bool host_page_offline = false;
+    std::chrono::milliseconds hook_timeout{10000};
+  };
+  static constexpr std::size_t kMaxHooks = 4;
+
+  Actuator(const common::HostEnv& host, ras::StateStore& store, runtime::Runtime& runtime,
+           Options options);
+  ~Actuator();  // waits for running hooks (each is bounded by its timeout)
+  Actuator(const Actuator&) = delete;
+  Actuator& operator=(const Actuator&) = delete;
+
+  void SetOptions(Options options);
+
+  // Applies what the store remembers: device states close the gates before
+  // any work is admitted, retired pages leave the pools again.
+  void Restore();
+
+  // Carries out one action about `event` (stored as `event_id` when it
+  // was). Returns what was stored.
+  ras::ActionRecord Execute(const ras::Action& action, const ras::RasEvent& event,
+                            std::optional<std::int64_t> event_id);
+
+  // An operator's state change (isolate, drain, undrain): any state, in
+  // either direction. kNotFound for an unknown device.
+  Result<ras::ActionRecord> SetDeviceState(int device, runtime::HealthState state,
+                                           const std::string& reason, const std::string& action);
+
+  DeviceStatus StatusOf(int device) const;
+  // "action result" -> how many, e.g. "retire-page ok".
+  std::map<std::string, std::uint64_t> Counts() const;
+
+ private:
+  struct Outcome {
+    std::string result = "ok";  // ok | failed | skipped | disabled | started
+    std::string detail;
+  };
+  Outcome RetirePage(const ras::Action& action);
+  Outcome KillConsumer(const ras::Action& action);
+  Outcome MarkAtRisk(const ras::Action& action);
+  Outcome RaiseHealth(const ras::Action& action, runtime::HealthState state);
+  Outcome OfflineHostPage(const ras::Action& action, bool hard);
+  Outcome RunHook(const ras::Action& action, const ras::RasEvent& event,
+                  std::optional<std::int64_t> event_id);
+  void PersistState(int device);
+  ras::ActionRecord Store(ras::ActionRecord record);
+  void Count(const std::string& action, const std::string& result);
+
+  const common::HostEnv& host_;
+  ras::StateStore& store_;
+  runtime::Runtime& runtime_;
+  Options options_;
+  std::map<int, DeviceStatus> status_;
+
+  mutable std::mutex mutex_;  // guards counts_ and the hook bookkeeping
+  std::map<std::string, std::uint64_t> counts_;
+  std::size_t hooks_running_ = 0;
+  std::condition_variable hooks_done_;
+};
+
+}  // namespace rasd::daemon

@@ -1,0 +1,48 @@
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "rasd/common/result.h"
+#include "rasd/runtime/runtime.h"
+
+namespace rasd::runtime {
+
+struct SelfTestOptions {
+  // The pattern test writes and reads back up to this much of the pool's
+  // free memory (all of it when smaller), in chunks.
+  std::uint64_t pattern_bytes = 256ULL << 20;
+  std::uint64_t chunk_bytes = 4ULL << 20;
+  // Each step (a kernel and its copies, one chunk) must finish within this.
+  std::chrono::milliseconds step_timeout{5000};
+};
+
+struct SelfTestCheck {
+  std::string name;  // "kernel gemm", "pattern 0x00000000-0x003fffff"
+  bool passed = false;
+  std::string detail;
+};
+
+struct SelfTestReport {
+  bool passed = false;
+  std::vector<SelfTestCheck> checks;
+  std::uint64_t pattern_bytes_tested = 0;
+  std::chrono::milliseconds duration{0};
+  // "passed: 10 kernels, 256 MiB pattern" or the first failure.
+  std::string Summary() const;
+};
+
+// Tells whether a device can be trusted with work again: every kernel of
+// the registry the test knows (fill, axpy, add, mul, relu, gemm, softmax,
+// reduce_sum, empty, sleep_us) runs on small inputs and matches a host
+// reference, then a write/read-back of two patterns over the pool's free
+// memory. Runs as an admitted job ("rasd-self-test"), so the device must be
+// Draining or better; the caller opens the gate that far and decides what
+// the result means. A sticky fault, a lost device or a poisoned page fails
+// it. Never throws; a failure to even start is a failed report, not an
+// error.
+SelfTestReport RunSelfTest(Runtime& runtime, int device, const SelfTestOptions& options = {});
+
+}  // namespace rasd::runtime

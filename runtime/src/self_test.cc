@@ -1,0 +1,403 @@
+#include "rasd/runtime/self_test.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <numeric>
+
+namespace rasd::runtime {
+namespace {
+
+using drivers::KernelArg;
+
+constexpr const char* kOwner = "rasd-self-test";
+constexpr std::uint64_t kMinChunk = 64 << 10;
+
+// Small inputs with values that catch a wrong index or a stuck lane.
+std::vector<float> Ramp(std::size_t n, float scale, float offset) {
+  std::vector<float> values(n);
+  for (std::size_t i = 0; i < n; ++i)
+    values[i] = offset + scale * static_cast<float>(static_cast<int>(i % 17) - 8);
+  return values;
+}
+
+bool Near(const std::vector<float>& got, const std::vector<float>& want, std::string* detail) {
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    const float tolerance = 1e-4f * std::max(1.0f, std::fabs(want[i]));
+    if (!(std::fabs(got[i] - want[i]) <= tolerance)) {
+      *detail = fmt::format("element {}: {} instead of {}", i, got[i], want[i]);
+      return false;
+    }
+  }
+  return true;
+}
+
+class Bench {
+ public:
+  Bench(Runtime& runtime, int device, const SelfTestOptions& options)
+      : runtime_(runtime), device_(device), options_(options) {}
+  ~Bench() {
+    if (stream_) (void)stream_->Synchronize(options_.step_timeout);
+    for (auto& allocation : allocations_) (void)pool_->Free(allocation);
+  }
+
+  Status Start() {
+    auto pool = runtime_.Pool(device_);
+    if (!pool) return Fail(pool.error());
+    pool_ = *pool;
+    auto stream =
+        runtime_.CreateStream(device_, {.owner = kOwner, .admission = Admission::kAdmittedJob});
+    if (!stream) return Fail(stream.error());
+    stream_ = std::move(*stream);
+    return {};
+  }
+
+  Result<drivers::DeviceAddress> Upload(const std::vector<float>& values) {
+    auto allocation =
+        pool_->Allocate(std::max<std::size_t>(values.size(), 1) * sizeof(float), *stream_);
+    if (!allocation) return Fail(allocation.error());
+    allocations_.push_back(*allocation);
+    const auto address = allocation->address;
+    if (!values.empty()) {
+      if (auto copied =
+              stream_->CopyToDevice(address, values.data(), values.size() * sizeof(float));
+          !copied)
+        return Fail(copied.error());
+    }
+    return address;
+  }
+
+  Result<std::vector<float>> Download(drivers::DeviceAddress address, std::size_t n) {
+    std::vector<float> values(n);
+    if (auto copied = stream_->CopyToHost(values.data(), address, n * sizeof(float)); !copied)
+      return Fail(copied.error());
+    if (auto done = stream_->Synchronize(options_.step_timeout); !done) return Fail(done.error());
+    return values;
+  }
+
+  Status Launch(std::string_view kernel, std::vector<KernelArg> args) {
+    return stream_->Launch(kernel, args);
+  }
+
+  Status Sync() { return stream_->Synchronize(options_.step_timeout); }
+  MemoryPool& Pool() { return *pool_; }
+  Stream& GetStream() { return *stream_; }
+  void ReleaseAll() {
+    (void)stream_->Synchronize(options_.step_timeout);
+    for (auto& allocation : allocations_) (void)pool_->Free(allocation);
+    allocations_.clear();
+  }
+
+ private:
+  Runtime& runtime_;
+  int device_;
+  SelfTestOptions options_;
+  MemoryPool* pool_ = nullptr;
+  std::unique_ptr<Stream> stream_;
+  std::vector<Allocation> allocations_;
+};
+
+// Runs one kernel on inputs and compares `outputs` with the reference.
+using KernelCheck = std::function<Status(Bench&, std::string* detail)>;
+
+Status CheckElementwise(Bench& bench, std::string_view kernel, std::string* detail,
+                        const std::function<float(float, float)>& reference, bool two_inputs) {
+  const std::size_t n = 1000;
+  const auto a = Ramp(n, 0.5f, 0.25f), b = Ramp(n, -1.5f, 2.0f);
+  auto a_address_result = bench.Upload(a);
+  if (!a_address_result) return Fail(a_address_result.error());
+  const auto a_address = std::move(*a_address_result);
+  auto b_address_result = bench.Upload(b);
+  if (!b_address_result) return Fail(b_address_result.error());
+  const auto b_address = std::move(*b_address_result);
+  auto out_address_result = bench.Upload(std::vector<float>(n, 0));
+  if (!out_address_result) return Fail(out_address_result.error());
+  const auto out_address = std::move(*out_address_result);
+  Status launched =
+      two_inputs
+          ? bench.Launch(kernel, {KernelArg::Int(n), KernelArg::Address(a_address),
+                                  KernelArg::Address(b_address), KernelArg::Address(out_address)})
+          : bench.Launch(kernel, {KernelArg::Int(n), KernelArg::Address(a_address),
+                                  KernelArg::Address(out_address)});
+  if (!launched) return launched;
+  auto got_result = bench.Download(out_address, n);
+  if (!got_result) return Fail(got_result.error());
+  const auto got = std::move(*got_result);
+  std::vector<float> want(n);
+  for (std::size_t i = 0; i < n; ++i) want[i] = reference(a[i], b[i]);
+  if (!Near(got, want, detail)) return Fail(ErrorCode::kDeviceFault, *detail);
+  return {};
+}
+
+const std::vector<std::pair<std::string, KernelCheck>>& KernelChecks() {
+  static const std::vector<std::pair<std::string, KernelCheck>> kChecks = {
+      {"empty",
+       [](Bench& bench, std::string*) -> Status {
+         if (auto launched = bench.Launch("empty", {}); !launched) return launched;
+         return bench.Sync();
+       }},
+      {"sleep_us",
+       [](Bench& bench, std::string*) -> Status {
+         if (auto launched = bench.Launch("sleep_us", {KernelArg::Int(10)}); !launched)
+           return launched;
+         return bench.Sync();
+       }},
+      {"fill",
+       [](Bench& bench, std::string* detail) -> Status {
+         const std::size_t n = 4096;
+         auto out_result = bench.Upload(std::vector<float>(n, 0));
+         if (!out_result) return Fail(out_result.error());
+         const auto out = std::move(*out_result);
+         if (auto launched = bench.Launch(
+                 "fill", {KernelArg::Address(out), KernelArg::Int(n), KernelArg::Float(3.25f)});
+             !launched)
+           return launched;
+         auto got_result = bench.Download(out, n);
+         if (!got_result) return Fail(got_result.error());
+         const auto got = std::move(*got_result);
+         if (!Near(got, std::vector<float>(n, 3.25f), detail))
+           return Fail(ErrorCode::kDeviceFault, *detail);
+         return {};
+       }},
+      {"axpy",
+       [](Bench& bench, std::string* detail) -> Status {
+         const std::size_t n = 1000;
+         const auto x = Ramp(n, 1.0f, 0.5f), y = Ramp(n, -0.25f, 1.0f);
+         auto x_address_result = bench.Upload(x);
+         if (!x_address_result) return Fail(x_address_result.error());
+         const auto x_address = std::move(*x_address_result);
+         auto y_address_result = bench.Upload(y);
+         if (!y_address_result) return Fail(y_address_result.error());
+         const auto y_address = std::move(*y_address_result);
+         if (auto launched = bench.Launch(
+                 "axpy", {KernelArg::Int(n), KernelArg::Float(2.0f), KernelArg::Address(x_address),
+                          KernelArg::Address(y_address)});
+             !launched)
+           return launched;
+         auto got_result = bench.Download(y_address, n);
+         if (!got_result) return Fail(got_result.error());
+         const auto got = std::move(*got_result);
+         std::vector<float> want(n);
+         for (std::size_t i = 0; i < n; ++i) want[i] = 2.0f * x[i] + y[i];
+         if (!Near(got, want, detail)) return Fail(ErrorCode::kDeviceFault, *detail);
+         return {};
+       }},
+      {"add",
+       [](Bench& bench, std::string* detail) {
+         return CheckElementwise(
+             bench, "add", detail, [](float a, float b) { return a + b; }, true);
+       }},
+      {"mul",
+       [](Bench& bench, std::string* detail) {
+         return CheckElementwise(
+             bench, "mul", detail, [](float a, float b) { return a * b; }, true);
+       }},
+      {"relu",
+       [](Bench& bench, std::string* detail) {
+         return CheckElementwise(
+             bench, "relu", detail, [](float a, float) { return std::max(a, 0.0f); }, false);
+       }},
+      {"gemm",
+       [](Bench& bench, std::string* detail) -> Status {
+         const std::int64_t m = 17, n = 13, k = 19;
+         const auto a = Ramp(static_cast<std::size_t>(m * k), 0.125f, 0.5f);
+         const auto b = Ramp(static_cast<std::size_t>(k * n), -0.25f, 0.75f);
+         auto a_address_result = bench.Upload(a);
+         if (!a_address_result) return Fail(a_address_result.error());
+         const auto a_address = std::move(*a_address_result);
+         auto b_address_result = bench.Upload(b);
+         if (!b_address_result) return Fail(b_address_result.error());
+         const auto b_address = std::move(*b_address_result);
+         auto c_address_result =
+             bench.Upload(std::vector<float>(static_cast<std::size_t>(m * n), 0));
+         if (!c_address_result) return Fail(c_address_result.error());
+         const auto c_address = std::move(*c_address_result);
+         if (auto launched =
+                 bench.Launch("gemm", {KernelArg::Int(m), KernelArg::Int(n), KernelArg::Int(k),
+                                       KernelArg::Address(a_address), KernelArg::Address(b_address),
+                                       KernelArg::Address(c_address)});
+             !launched)
+           return launched;
+         auto got_result = bench.Download(c_address, static_cast<std::size_t>(m * n));
+         if (!got_result) return Fail(got_result.error());
+         const auto got = std::move(*got_result);
+         std::vector<float> want(static_cast<std::size_t>(m * n), 0);
+         for (std::int64_t i = 0; i < m; ++i)
+           for (std::int64_t j = 0; j < n; ++j) {
+             double sum = 0;
+             for (std::int64_t p = 0; p < k; ++p)
+               sum += static_cast<double>(a[static_cast<std::size_t>(i * k + p)]) *
+                      b[static_cast<std::size_t>(p * n + j)];
+             want[static_cast<std::size_t>(i * n + j)] = static_cast<float>(sum);
+           }
+         if (!Near(got, want, detail)) return Fail(ErrorCode::kDeviceFault, *detail);
+         return {};
+       }},
+      {"softmax",
+       [](Bench& bench, std::string* detail) -> Status {
+         const std::int64_t rows = 7, cols = 33;
+         const auto in = Ramp(static_cast<std::size_t>(rows * cols), 0.3f, -0.1f);
+         auto in_address_result = bench.Upload(in);
+         if (!in_address_result) return Fail(in_address_result.error());
+         const auto in_address = std::move(*in_address_result);
+         auto out_address_result =
+             bench.Upload(std::vector<float>(static_cast<std::size_t>(rows * cols), 0));
+         if (!out_address_result) return Fail(out_address_result.error());
+         const auto out_address = std::move(*out_address_result);
+         if (auto launched = bench.Launch(
+                 "softmax", {KernelArg::Int(rows), KernelArg::Int(cols),
+                             KernelArg::Address(in_address), KernelArg::Address(out_address)});
+             !launched)
+           return launched;
+         auto got_result = bench.Download(out_address, static_cast<std::size_t>(rows * cols));
+         if (!got_result) return Fail(got_result.error());
+         const auto got = std::move(*got_result);
+         std::vector<float> want(static_cast<std::size_t>(rows * cols));
+         for (std::int64_t r = 0; r < rows; ++r) {
+           const auto row = in.begin() + r * cols;
+           const float top = *std::max_element(row, row + cols);
+           double total = 0;
+           for (std::int64_t c = 0; c < cols; ++c) total += std::exp(row[c] - top);
+           for (std::int64_t c = 0; c < cols; ++c)
+             want[static_cast<std::size_t>(r * cols + c)] =
+                 static_cast<float>(std::exp(row[c] - top) / total);
+         }
+         if (!Near(got, want, detail)) return Fail(ErrorCode::kDeviceFault, *detail);
+         return {};
+       }},
+      {"reduce_sum",
+       [](Bench& bench, std::string* detail) -> Status {
+         const std::size_t n = 5000;
+         const auto in = Ramp(n, 0.5f, 0.0f);
+         auto in_address_result = bench.Upload(in);
+         if (!in_address_result) return Fail(in_address_result.error());
+         const auto in_address = std::move(*in_address_result);
+         auto out_address_result = bench.Upload(std::vector<float>(1, 0));
+         if (!out_address_result) return Fail(out_address_result.error());
+         const auto out_address = std::move(*out_address_result);
+         if (auto launched =
+                 bench.Launch("reduce_sum", {KernelArg::Int(n), KernelArg::Address(in_address),
+                                             KernelArg::Address(out_address)});
+             !launched)
+           return launched;
+         auto got_result = bench.Download(out_address, 1);
+         if (!got_result) return Fail(got_result.error());
+         const auto got = std::move(*got_result);
+         const double want = std::accumulate(in.begin(), in.end(), 0.0);
+         if (!Near(got, {static_cast<float>(want)}, detail))
+           return Fail(ErrorCode::kDeviceFault, *detail);
+         return {};
+       }},
+  };
+  return kChecks;
+}
+
+// Writes a pattern that depends on each word's position (a stuck or
+// aliased address line shows) and its complement, reading each back.
+Status PatternChunk(Bench& bench, drivers::DeviceAddress address, std::uint64_t bytes,
+                    std::string* detail) {
+  const std::size_t words = bytes / sizeof(std::uint32_t);
+  std::vector<std::uint32_t> pattern(words), back(words);
+  for (std::uint32_t inverted : {0u, 0xffffffffu}) {
+    for (std::size_t i = 0; i < words; ++i)
+      pattern[i] = (static_cast<std::uint32_t>(i) * 2654435761u ^ 0xa5a5a5a5u) ^ inverted;
+    if (auto copied = bench.GetStream().CopyToDevice(address, pattern.data(), bytes); !copied)
+      return copied;
+    if (auto copied = bench.GetStream().CopyToHost(back.data(), address, bytes); !copied)
+      return copied;
+    if (auto done = bench.Sync(); !done) return done;
+    const auto mismatch = std::mismatch(pattern.begin(), pattern.end(), back.begin());
+    if (mismatch.first != pattern.end()) {
+      const auto offset = static_cast<std::uint64_t>(mismatch.first - pattern.begin()) * 4;
+      *detail = fmt::format("0x{:x}: read 0x{:08x}, wrote 0x{:08x}", address + offset,
+                            *mismatch.second, *mismatch.first);
+      return Fail(ErrorCode::kDeviceFault, *detail);
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
+std::string SelfTestReport::Summary() const {
+  for (const auto& check : checks) {
+    if (!check.passed) return fmt::format("failed: {}: {}", check.name, check.detail);
+  }
+  std::size_t kernels = 0;
+  for (const auto& check : checks) kernels += check.name.starts_with("kernel ") ? 1 : 0;
+  return fmt::format("passed: {} kernel(s), {} MiB pattern, {} ms", kernels,
+                     pattern_bytes_tested >> 20, duration.count());
+}
+
+SelfTestReport RunSelfTest(Runtime& runtime, int device, const SelfTestOptions& options) {
+  const auto started = std::chrono::steady_clock::now();
+  SelfTestReport report;
+  auto finish = [&] {
+    report.passed = !report.checks.empty() &&
+                    std::all_of(report.checks.begin(), report.checks.end(),
+                                [](const SelfTestCheck& check) { return check.passed; });
+    report.duration = std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::chrono::steady_clock::now() - started);
+    return report;
+  };
+  Bench bench(runtime, device, options);
+  if (auto started_ok = bench.Start(); !started_ok) {
+    report.checks.push_back({"start", false, started_ok.error().message});
+    return finish();
+  }
+  const auto names = runtime.Kernels().Names();
+  for (const auto& [name, check] : KernelChecks()) {
+    if (std::find(names.begin(), names.end(), name) == names.end()) continue;
+    std::string detail;
+    const Status result = check(bench, &detail);
+    report.checks.push_back(
+        {"kernel " + name, result.has_value(), result ? "" : result.error().message});
+    bench.ReleaseAll();
+    if (!result) return finish();  // a broken device fails the rest the same way
+  }
+  // Chunks of free memory until the budget or the pool runs out.
+  std::vector<Allocation> held;
+  std::uint64_t tested = 0;
+  bool pattern_failed = false;
+  // Large chunks first, then smaller ones for what fragmentation leaves,
+  // down to 64 KiB: the pattern reaches (nearly) every free byte.
+  std::uint64_t chunk = std::max<std::uint64_t>(options.chunk_bytes, kMinChunk);
+  while (tested < options.pattern_bytes && chunk >= kMinChunk) {
+    const std::uint64_t size = std::min(chunk, options.pattern_bytes - tested);
+    auto allocation = bench.Pool().Allocate(size, bench.GetStream());
+    if (!allocation) {
+      if (allocation.error().code == ErrorCode::kOutOfMemory) {
+        chunk /= 2;
+        continue;
+      }
+      report.checks.push_back({"pattern", false, allocation.error().message});
+      pattern_failed = true;
+      break;
+    }
+    held.push_back(*allocation);
+    std::string detail;
+    if (auto checked = PatternChunk(bench, allocation->address, size, &detail); !checked) {
+      report.checks.push_back({fmt::format("pattern 0x{:x}-0x{:x}", allocation->address,
+                                           allocation->address + size - 1),
+                               false, checked.error().message});
+      pattern_failed = true;
+      break;
+    }
+    tested += size;
+  }
+  (void)bench.Sync();
+  for (auto& allocation : held) (void)bench.Pool().Free(allocation);
+  report.pattern_bytes_tested = tested;
+  if (!pattern_failed) {
+    // A test that could write nothing has shown nothing.
+    report.checks.push_back(
+        {"pattern", tested > 0,
+         tested > 0 ? fmt::format("{} bytes", tested) : "no free memory to test"});
+  }
+  return finish();
+}
+
+}  // namespace rasd::runtime

@@ -1,0 +1,76 @@
+// The device self-test that gates a return to service: it passes on a
+// healthy device, and catches a sticky fault and a poisoned page.
+
+#include "rasd/runtime/self_test.h"
+
+#include "runtime_test_util.h"
+
+namespace rasd::runtime::testing {
+namespace {
+
+SelfTestOptions AllOfIt() {
+  // The fixture's devices have 64 MiB: the pattern covers every byte the
+  // pool can hand out.
+  return {.pattern_bytes = 64ULL << 20, .chunk_bytes = 4ULL << 20, .step_timeout = 5s};
+}
+
+TEST_F(RuntimeTest, SelfTestPassesOnAHealthyDeviceAndChecksEveryKernel) {
+  const auto report = RunSelfTest(*runtime_, 2, AllOfIt());
+  EXPECT_TRUE(report.passed) << report.Summary();
+  std::vector<std::string> kernels;
+  for (const auto& check : report.checks)
+    if (check.name.starts_with("kernel ")) kernels.push_back(check.name.substr(7));
+  EXPECT_EQ(kernels, (std::vector<std::string>{"empty", "sleep_us", "fill", "axpy", "add", "mul",
+                                               "relu", "gemm", "softmax", "reduce_sum"}));
+  // Every byte but what the kernel checks' freed blocks keep in the pool's
+  // small-size caches.
+  EXPECT_GE(report.pattern_bytes_tested, 63ULL << 20);
+  EXPECT_LE(report.pattern_bytes_tested, 64ULL << 20);
+  EXPECT_EQ(Pool(2).Stats().allocated_bytes, 0u) << "everything it allocated is freed";
+  EXPECT_EQ(runtime_->OwnersOn(2), std::vector<std::string>{}) << "its stream is gone";
+  EXPECT_NE(report.Summary().find("passed: 10 kernel(s), 63 MiB"), std::string::npos)
+      << report.Summary();
+}
+
+TEST_F(RuntimeTest, SelfTestRunsOnADrainingDeviceButNotAnIsolatedOne) {
+  Device& device = **runtime_->GetDevice(1);
+  device.SetHealth(HealthState::kDraining);
+  EXPECT_TRUE(RunSelfTest(*runtime_, 1, AllOfIt()).passed);
+  device.SetHealth(HealthState::kIsolated);
+  const auto refused = RunSelfTest(*runtime_, 1, AllOfIt());
+  EXPECT_FALSE(refused.passed);
+  ASSERT_FALSE(refused.checks.empty());
+  EXPECT_EQ(refused.checks[0].name, "start");
+}
+
+TEST_F(RuntimeTest, SelfTestCatchesAStickyFault) {
+  ASSERT_TRUE(sim_->InjectStickyFault(0).has_value());
+  const auto report = RunSelfTest(*runtime_, 0, AllOfIt());
+  EXPECT_FALSE(report.passed);
+  EXPECT_NE(report.Summary().find("failed: start: device 0: sticky fault"), std::string::npos)
+      << report.Summary();
+}
+
+TEST_F(RuntimeTest, SelfTestCatchesAPoisonedPageAndPassesOnceItIsRetired) {
+  DeviceAddress poisoned = 0;
+  {
+    auto stream = NewStream(3, "probe");
+    auto allocation = Alloc(1 << 20, *stream);
+    poisoned = allocation.address + 5 * 4096 + 12;
+    ASSERT_TRUE(stream->Synchronize(5s).has_value());
+    ASSERT_TRUE(Pool(3).Free(allocation).has_value());
+  }
+  ASSERT_TRUE(sim_->InjectUncorrectedEcc(3, poisoned).has_value());
+  const auto report = RunSelfTest(*runtime_, 3, AllOfIt());
+  EXPECT_FALSE(report.passed);
+  EXPECT_NE(report.Summary().find("uncorrectable ECC error consumed"), std::string::npos)
+      << report.Summary();
+  ASSERT_TRUE(Pool(3).Retire(poisoned).has_value());
+  const auto after = RunSelfTest(*runtime_, 3, AllOfIt());
+  EXPECT_TRUE(after.passed) << after.Summary();
+  EXPECT_LT(after.pattern_bytes_tested, report.pattern_bytes_tested + (64ULL << 20));
+  EXPECT_GE(after.pattern_bytes_tested, 62ULL << 20) << "all but the retired page and caches";
+}
+
+}  // namespace
+}  // namespace rasd::runtime::testing
