@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "control_client.h"
+#include "device_text.h"
 #include "event_text.h"
 #include "rasd/common/default_paths.h"
 #include "rasd/common/version.h"
@@ -151,6 +152,44 @@ int main(int argc, char** argv) {
   events->add_flag("--follow", events_follow,
                    "keep printing new events as they arrive (Ctrl-C ends)");
   auto* summary = app.add_subcommand("summary", "event counts by origin and severity");
+  auto* devices = app.add_subcommand("devices", "device health, reasons, memory, recent actions");
+  int devices_device = -1;
+  devices->add_option("device", devices_device, "only this device index")
+      ->check(CLI::NonNegativeNumber);
+  auto* retired = app.add_subcommand("retired", "device memory pages taken out of service");
+  int retired_device = -1;
+  retired->add_option("device", retired_device, "only this device index")
+      ->check(CLI::NonNegativeNumber);
+  auto* isolate = app.add_subcommand("isolate", "take a device out of service now (admin)");
+  int isolate_device = -1;
+  std::string isolate_reason;
+  isolate->add_option("device", isolate_device, "device index")
+      ->required()
+      ->check(CLI::NonNegativeNumber);
+  isolate->add_option("--reason", isolate_reason, "why (stored and shown)");
+  auto* drain = app.add_subcommand(
+      "drain", "stop new work on a device; admitted work may finish by the deadline (admin)");
+  int drain_device = -1;
+  std::string drain_reason, drain_deadline = "30s";
+  drain->add_option("device", drain_device, "device index")
+      ->required()
+      ->check(CLI::NonNegativeNumber);
+  drain->add_option("--reason", drain_reason, "why (stored and shown)");
+  drain->add_option("--deadline", drain_deadline, "how long admitted work may run (30s, 5m)")
+      ->check([](const std::string& text) {
+        return rasd::ctl::ParseDuration(text) ? std::string()
+                                              : std::string("not a duration: ") + text;
+      });
+  auto* undrain = app.add_subcommand(
+      "undrain", "return a repaired device to service after a self-test passes (admin)");
+  int undrain_device = -1;
+  std::string undrain_reason;
+  bool undrain_force = false;
+  undrain->add_option("device", undrain_device, "device index")
+      ->required()
+      ->check(CLI::NonNegativeNumber);
+  undrain->add_option("--reason", undrain_reason, "why (stored and shown)");
+  undrain->add_flag("--force", undrain_force, "return it even if the self-test fails");
   auto* scan = app.add_subcommand("scan", "list the RAS records in a saved kernel log (offline)");
   std::string scan_file = "-";
   scan->add_option("file", scan_file, "dmesg/journalctl/syslog/kmsg text; - for standard input");
@@ -176,6 +215,33 @@ int main(int argc, char** argv) {
     if (events_device >= 0) args["device"] = events_device;
     if (!events_follow) return RunCommand(options, "events", args, rasd::ctl::FormatEvents);
     return FollowEvents(options, args);
+  }
+  if (devices->parsed()) {
+    nlohmann::json args = nlohmann::json::object();
+    if (devices_device >= 0) args["device"] = devices_device;
+    return RunCommand(options, "devices", args, rasd::ctl::FormatDevices);
+  }
+  if (retired->parsed()) {
+    nlohmann::json args = nlohmann::json::object();
+    if (retired_device >= 0) args["device"] = retired_device;
+    return RunCommand(options, "retired", args, rasd::ctl::FormatRetired);
+  }
+  if (isolate->parsed()) {
+    nlohmann::json args = {{"device", isolate_device}};
+    if (!isolate_reason.empty()) args["reason"] = isolate_reason;
+    return RunCommand(options, "isolate", args, rasd::ctl::FormatStateChange);
+  }
+  if (drain->parsed()) {
+    nlohmann::json args = {
+        {"device", drain_device},
+        {"deadline_ms", static_cast<long long>(*rasd::ctl::ParseDuration(drain_deadline) * 1000)}};
+    if (!drain_reason.empty()) args["reason"] = drain_reason;
+    return RunCommand(options, "drain", args, rasd::ctl::FormatStateChange);
+  }
+  if (undrain->parsed()) {
+    nlohmann::json args = {{"device", undrain_device}, {"force", undrain_force}};
+    if (!undrain_reason.empty()) args["reason"] = undrain_reason;
+    return RunCommand(options, "undrain", args, rasd::ctl::FormatStateChange);
   }
   if (scan->parsed()) {
     if (scan_file == "-") return rasd::ctl::RunScan(std::cin, options.json, std::cout);

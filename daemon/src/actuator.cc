@@ -385,6 +385,7 @@ Result<ras::ActionRecord> Actuator::SetDeviceState(int device, runtime::HealthSt
   record.device = device;
   record.rule = "operator";
   record.reason = reason;
+  record.result = "ok";
   record.detail =
       fmt::format("{} -> {}", runtime::HealthStateName(before), runtime::HealthStateName(state));
   common::GetLogger("policy")->warn("{} device {} by an operator: {} ({})", action, device,

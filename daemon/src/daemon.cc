@@ -659,12 +659,15 @@ Result<nlohmann::json> Daemon::ChangeDeviceState(const std::string& command,
                                           reason.empty() ? "isolated by an operator" : reason,
                                           "isolate-device");
     if (!done) return Fail(done.error());
-    return nlohmann::json{{"device", *device}, {"state", "Isolated"}, {"was", was}};
+    return nlohmann::json{
+        {"device", *device},
+        {"state", std::string(runtime::HealthStateName(runtime::HealthState::kIsolated))},
+        {"was", was}};
   }
   if (command == "drain") {
     if (before == runtime::HealthState::kIsolated) {
       return Fail(ErrorCode::kInvalidArgument,
-                  fmt::format("device {} is Isolated: nothing runs there to drain", *device));
+                  fmt::format("device {} is isolated: nothing runs there to drain", *device));
     }
     const auto limit = deadline.value_or(config_.policy.drain_deadline);
     auto done = actuator_->SetDeviceState(
@@ -684,15 +687,19 @@ Result<nlohmann::json> Daemon::ChangeDeviceState(const std::string& command,
       sd_event_source_set_description(timer, std::to_string(*device).c_str());
       drain_timers_[*device] = timer;
     }
-    return nlohmann::json{{"device", *device},
-                          {"state", "Draining"},
-                          {"was", was},
-                          {"deadline_ms", limit.count()},
-                          {"jobs", runtime_->OwnersOn(*device)}};
+    return nlohmann::json{
+        {"device", *device},
+        {"state", std::string(runtime::HealthStateName(runtime::HealthState::kDraining))},
+        {"was", was},
+        {"deadline_ms", limit.count()},
+        {"jobs", runtime_->OwnersOn(*device)}};
   }
   // undrain: back to service only when the device proves itself.
   if (before == runtime::HealthState::kHealthy) {
-    return nlohmann::json{{"device", *device}, {"state", "Healthy"}, {"was", was}};
+    return nlohmann::json{
+        {"device", *device},
+        {"state", std::string(runtime::HealthStateName(runtime::HealthState::kHealthy))},
+        {"was", was}};
   }
   // The self-test runs as an admitted job: open the gate that far, no further.
   if (before == runtime::HealthState::kIsolated) target.SetHealth(runtime::HealthState::kDraining);
@@ -728,11 +735,12 @@ Result<nlohmann::json> Daemon::ChangeDeviceState(const std::string& command,
     sd_event_source_disable_unref(timer->second);
     drain_timers_.erase(timer);
   }
-  return nlohmann::json{{"device", *device},
-                        {"state", "Healthy"},
-                        {"was", was},
-                        {"self_test", {{"passed", report.passed}, {"summary", report.Summary()}}},
-                        {"forced", !report.passed}};
+  return nlohmann::json{
+      {"device", *device},
+      {"state", std::string(runtime::HealthStateName(runtime::HealthState::kHealthy))},
+      {"was", was},
+      {"self_test", {{"passed", report.passed}, {"summary", report.Summary()}}},
+      {"forced", !report.passed}};
 }
 
 int Daemon::OnDrainDeadline(sd_event_source* source, uint64_t, void* userdata) {

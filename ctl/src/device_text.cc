@@ -1,0 +1,109 @@
+#include "device_text.h"
+
+#include <fmt/format.h>
+
+#include "event_text.h"
+
+namespace rasd::ctl {
+namespace {
+
+std::string Text(const nlohmann::json& object, const char* key) {
+  if (!object.is_object() || !object.contains(key) || object[key].is_null()) return {};
+  const auto& value = object[key];
+  return value.is_string() ? value.get<std::string>() : value.dump();
+}
+
+std::uint64_t Number(const nlohmann::json& object, const char* key) {
+  if (!object.is_object() || !object.contains(key) || !object[key].is_number_unsigned()) return 0;
+  return object[key].get<std::uint64_t>();
+}
+
+std::string MiB(std::uint64_t bytes) {
+  return fmt::format("{:.1f}", static_cast<double>(bytes) / (1024.0 * 1024.0));
+}
+
+}  // namespace
+
+std::string FormatDevices(const nlohmann::json& result) {
+  if (!result.contains("devices") || !result["devices"].is_array() || result["devices"].empty())
+    return "no devices\n";
+  std::string out = fmt::format("{:<4} {:<9} {:<13} {:>10} {:>10} {:>8}  {}\n", "DEV", "STATE",
+                                "PCI", "ALLOC MiB", "TOTAL MiB", "RETIRED", "SINCE / REASON");
+  for (const auto& device : result["devices"]) {
+    const auto& pool = device.contains("pool") ? device["pool"] : nlohmann::json::object();
+    std::string why = Text(device, "reason");
+    if (!Text(device, "since").empty()) why = Text(device, "since") + "  " + why;
+    out += fmt::format("{:<4} {:<9} {:<13} {:>10} {:>10} {:>8}  {}\n", Text(device, "index"),
+                       Text(device, "state"), Text(device, "pci_bdf"),
+                       MiB(Number(pool, "allocated_bytes")), MiB(Number(device, "memory_bytes")),
+                       Number(pool, "retired_pages"), why.empty() ? "-" : why);
+  }
+  for (const auto& device : result["devices"]) {
+    const bool has_history =
+        (device.contains("recent_actions") && !device["recent_actions"].empty()) ||
+        (device.contains("self_test") && !device["self_test"].is_null()) ||
+        (device.contains("jobs") && !device["jobs"].empty());
+    if (!has_history) continue;
+    out += fmt::format("\ndevice {} ({} {}):\n", Text(device, "index"), Text(device, "name"),
+                       Text(device, "uuid"));
+    if (device.contains("jobs") && !device["jobs"].empty()) {
+      std::string jobs;
+      for (const auto& job : device["jobs"]) {
+        if (!jobs.empty()) jobs += ", ";
+        jobs += job.is_string() ? job.get<std::string>() : job.dump();
+      }
+      out += "  jobs: " + jobs + "\n";
+    }
+    if (device.contains("self_test") && device["self_test"].is_object()) {
+      out += fmt::format("  last self-test {}: {}\n", Text(device["self_test"], "time"),
+                         Text(device["self_test"], "summary"));
+    }
+    if (device.contains("recent_actions")) {
+      for (const auto& action : device["recent_actions"]) {
+        const std::string detail = Text(action, "detail");
+        const std::string address = Text(action, "address");
+        out +=
+            fmt::format("  {} {}{}{}: {} ({}){}{}\n", Text(action, "time"), Text(action, "action"),
+                        address.empty() ? "" : " ", address, Text(action, "result"),
+                        Text(action, "reason"), detail.empty() ? "" : ": ", detail);
+      }
+    }
+    if (device.contains("recent_events")) {
+      for (const auto& event : device["recent_events"]) {
+        out += "  ";
+        out += FormatEvent(event);
+      }
+    }
+  }
+  return out;
+}
+
+std::string FormatRetired(const nlohmann::json& result) {
+  if (!result.contains("pages") || !result["pages"].is_array() || result["pages"].empty())
+    return "no retired pages\n";
+  std::string out = fmt::format("{:<4} {:<20} {:<20} {}\n", "DEV", "ADDRESS", "SINCE", "REASON");
+  for (const auto& page : result["pages"]) {
+    const std::string device = Text(page, "device");
+    out += fmt::format("{:<4} {:<20} {:<20} {}\n", device.empty() ? "?" : device,
+                       Text(page, "address"), Text(page, "time"), Text(page, "reason"));
+  }
+  return out;
+}
+
+std::string FormatStateChange(const nlohmann::json& result) {
+  std::string out = fmt::format("device {}: {} -> {}\n", Text(result, "device"),
+                                Text(result, "was"), Text(result, "state"));
+  if (result.contains("self_test") && result["self_test"].is_object()) {
+    out += "self-test " + Text(result["self_test"], "summary") + "\n";
+  }
+  if (result.value("forced", false)) out += "returned to service by --force\n";
+  if (result.contains("deadline_ms")) {
+    out += fmt::format("admitted work may run {} ms more", Text(result, "deadline_ms"));
+    if (result.contains("jobs") && result["jobs"].is_array() && !result["jobs"].empty())
+      out += fmt::format(" ({} job(s) there now)", result["jobs"].size());
+    out += "\n";
+  }
+  return out;
+}
+
+}  // namespace rasd::ctl

@@ -1,0 +1,184 @@
+// The policy acting inside the real rasd: kernel records (real formats,
+// naming simulated devices by their PCI addresses) isolate devices; the
+// state survives a restart and a kill -9; an operator isolates, drains and
+// undrains (after a self-test) through rasctl; hooks run with argv and the
+// event in their environment, never through a shell, and time out.
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include "test_support.h"
+
+namespace rasd::testing {
+namespace {
+
+nlohmann::json Devices(RasdInstance& rasd) {
+  const auto result = rasd.Rasctl({"--json", "devices"});
+  EXPECT_EQ(result.exit_code, 0) << result.err;
+  return nlohmann::json::parse(result.out, nullptr, false);
+}
+
+std::string StateOf(RasdInstance& rasd, int device) {
+  const auto devices = Devices(rasd);
+  if (!devices.is_object() || !devices.contains("devices")) return "?";
+  return devices["devices"][device]["state"].get<std::string>();
+}
+
+bool Start(RasdInstance& rasd) {
+  std::string why;
+  const bool started = rasd.Start({}, {}, &why);
+  EXPECT_TRUE(started) << why;
+  return started;
+}
+
+TEST(PolicyActionsTest, AnXidFatalIsolatesItsDeviceAndTheStateSurvivesRestartAndKill) {
+  RasdInstance rasd;
+  ASSERT_TRUE(Start(rasd));
+  EXPECT_EQ(StateOf(rasd, 1), "healthy");
+  rasd.AppendKmsg(
+      "4,501,9000000,-;NVRM: Xid (PCI:0000:c2:00): 79, pid=4242, GPU has fallen off the bus.\n");
+  ASSERT_TRUE(WaitUntil([&] { return StateOf(rasd, 1) == "isolated"; }, 5s)) << rasd.Stderr();
+  EXPECT_EQ(StateOf(rasd, 0), "healthy") << "only the device the record names";
+  auto device = Devices(rasd)["devices"][1];
+  EXPECT_EQ(device["reason"], "FATAL nvidia_xid");
+  ASSERT_GE(device["recent_actions"].size(), 2u);
+  EXPECT_EQ(device["recent_actions"][0]["action"], "isolate-device");
+  EXPECT_EQ(device["recent_actions"][0]["rule"], "fatal-device");
+  EXPECT_EQ(device["recent_actions"][1]["action"], "drain-device");
+  EXPECT_FALSE(device["recent_actions"][0]["event_id"].is_null()) << "linked to its event";
+  EXPECT_EQ(device["recent_events"][0]["vendor_code"], 79);
+
+  EXPECT_EQ(rasd.Stop(), 0);
+  ASSERT_TRUE(Start(rasd));
+  EXPECT_EQ(StateOf(rasd, 1), "isolated") << "a restart never un-isolates a device";
+  EXPECT_EQ(Devices(rasd)["devices"][1]["reason"], "FATAL nvidia_xid");
+  EXPECT_NE(rasd.Stderr().find("device 1 is isolated since"), std::string::npos) << rasd.Stderr();
+  // And the record is not acted on twice: kmsg resumes after it.
+  EXPECT_EQ(Devices(rasd)["devices"][1]["recent_actions"].size(), 2u);
+
+  rasd.Proc().Signal(SIGKILL);
+  ASSERT_TRUE(rasd.Proc().Wait(5s).has_value());
+  ASSERT_TRUE(Start(rasd));
+  EXPECT_EQ(StateOf(rasd, 1), "isolated") << "nor does a kill -9";
+
+  const auto undrain = rasd.Rasctl({"undrain", "1"});
+  EXPECT_EQ(undrain.exit_code, 0) << undrain.err;
+  EXPECT_NE(undrain.out.find("self-test passed"), std::string::npos) << undrain.out;
+  EXPECT_EQ(StateOf(rasd, 1), "healthy");
+  EXPECT_EQ(Devices(rasd)["devices"][1]["self_test"]["passed"], true);
+  EXPECT_EQ(rasd.Stop(), 0);
+  ASSERT_TRUE(Start(rasd));
+  EXPECT_EQ(StateOf(rasd, 1), "healthy") << "the repair is remembered too";
+}
+
+TEST(PolicyActionsTest, OperatorsIsolateDrainAndUndrainAndOnlyAdminsMayChangeState) {
+  RasdInstance rasd;
+  ASSERT_TRUE(Start(rasd));
+  auto isolated = rasd.Rasctl({"isolate", "2", "--reason", "fan failure"});
+  EXPECT_EQ(isolated.exit_code, 0) << isolated.err;
+  EXPECT_NE(isolated.out.find("device 2: healthy -> isolated"), std::string::npos) << isolated.out;
+  EXPECT_EQ(Devices(rasd)["devices"][2]["reason"], "fan failure");
+
+  auto drained = rasd.Rasctl({"--json", "drain", "3", "--deadline", "200ms"});
+  EXPECT_NE(drained.exit_code, 0) << "200ms is not a duration rasctl takes";
+  drained = rasd.Rasctl({"--json", "drain", "3", "--deadline", "1s"});
+  ASSERT_EQ(drained.exit_code, 0) << drained.err;
+  EXPECT_EQ(nlohmann::json::parse(drained.out)["deadline_ms"], 1000);
+  EXPECT_EQ(StateOf(rasd, 3), "draining");
+  ASSERT_TRUE(WaitUntil(
+      [&] { return rasd.Stderr().find("device 3: drain deadline reached") != std::string::npos; },
+      5s));
+
+  const auto refused = rasd.Rasctl({"drain", "2"});
+  EXPECT_EQ(refused.exit_code, 1);
+  EXPECT_NE(refused.err.find("is isolated: nothing runs there"), std::string::npos) << refused.err;
+  EXPECT_EQ(rasd.Rasctl({"isolate", "9"}).exit_code, 1) << "no device 9";
+
+  // Read-only commands for everyone; state changes for root or the admin group.
+  constexpr uid_t kNobody = 65534;
+  constexpr gid_t kNogroup = 65534;
+  EXPECT_EQ(rasd.Rasctl({"devices"}, kNobody, kNogroup).exit_code, 0);
+  EXPECT_EQ(rasd.Rasctl({"retired"}, kNobody, kNogroup).exit_code, 0);
+  const auto denied = rasd.Rasctl({"undrain", "2"}, kNobody, kNogroup);
+  EXPECT_EQ(denied.exit_code, 1);
+  EXPECT_NE(denied.err.find("permission_denied"), std::string::npos) << denied.err;
+  EXPECT_EQ(StateOf(rasd, 2), "isolated");
+
+  for (int device : {2, 3}) {
+    const auto back = rasd.Rasctl({"undrain", std::to_string(device)});
+    EXPECT_EQ(back.exit_code, 0) << back.err;
+    EXPECT_EQ(StateOf(rasd, device), "healthy");
+  }
+  const auto retired = rasd.Rasctl({"retired"});
+  EXPECT_EQ(retired.out, "no retired pages\n");
+}
+
+TEST(PolicyActionsTest, AFatalHostErrorAsksForANodeDrainAndHooksRunWithoutAShell) {
+  RasdInstance rasd;
+  const auto hook = rasd.Dir() / "hook.sh";
+  const auto seen = rasd.Dir() / "hook.out";
+  const auto pwned = rasd.Dir() / "pwned";
+  WriteText(hook,
+            "#!/bin/sh\nprintf '%s|%s|%s|%s\\n' \"$1\" \"$RASD_SEVERITY\" \"$RASD_DEVICE\" "
+            "\"$RASD_SUMMARY\" > " +
+                seen.string() + "\necho hook-said-hello\n");
+  ::chmod(hook.c_str(), 0755);
+  const auto slow = rasd.Dir() / "slow.sh";
+  WriteText(slow, "#!/bin/sh\nsleep 30\n");
+  ::chmod(slow.c_str(), 0755);
+  rasd.WriteConfig(
+      "policy:\n  hook_timeout_ms: 300\n  rules:\n"
+      "    - name: xid-48-hook\n"
+      "      match: {origin: nvidia_xid, vendor_code: 48}\n"
+      "      actions: [run-hook, isolate-device]\n"
+      "      hook: [" +
+      hook.string() +
+      ", first-arg]\n"
+      "    - name: xid-31-slow\n"
+      "      match: {vendor_code: 31}\n"
+      "      actions: [run-hook]\n"
+      "      hook: [" +
+      slow.string() + "]\n");
+  ASSERT_TRUE(Start(rasd));
+  rasd.AppendKmsg(
+      "4,1,1000,-;NVRM: Xid (PCI:0000:c1:00): 48, pid=1, An uncorrectable double bit error "
+      "$(touch " +
+      pwned.string() + ") `touch " + pwned.string() +
+      "`\n"
+      "4,2,2000,-;NVRM: Xid (PCI:0000:c4:00): 31, pid=2, MMU Fault: ENGINE GRAPHICS\n"
+      "0,3,3000,-;{1}[Hardware Error]: Hardware error from APEI Generic Hardware Error Source: 0\n"
+      "0,4,3001,-;{1}[Hardware Error]: event severity: fatal\n");
+  ASSERT_TRUE(WaitUntil([&] { return ReadText(seen).find('|') != std::string::npos; }, 5s))
+      << rasd.Stderr();
+  const std::string line = ReadText(seen);
+  EXPECT_EQ(line.substr(0, line.find("NVRM")), "first-arg|UCE|0|") << line;
+  EXPECT_NE(line.find("$(touch"), std::string::npos) << "the text arrives as data: " << line;
+  EXPECT_FALSE(std::filesystem::exists(pwned)) << "and nothing ran it";
+  EXPECT_EQ(StateOf(rasd, 0), "isolated") << "the rule's second action";
+  ASSERT_TRUE(
+      WaitUntil([&] { return rasd.Stderr().find("hook-said-hello") != std::string::npos; }, 5s))
+      << "the hook's output is logged";
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        return rasd.Stderr().find("rule xid-31-slow): timeout: killed after 300 ms") !=
+               std::string::npos;
+      },
+      5s))
+      << rasd.Stderr();
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        return rasd.Stderr().find("drain-node: skipped (FATAL ghes; rule fatal-host)") !=
+               std::string::npos;
+      },
+      5s))
+      << rasd.Stderr();
+  EXPECT_EQ(StateOf(rasd, 3), "healthy") << "Xid 31 is an application fault";
+  EXPECT_EQ(rasd.Stop(), 0) << "hooks do not hold up a stop";
+}
+
+}  // namespace
+}  // namespace rasd::testing
