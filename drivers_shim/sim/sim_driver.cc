@@ -314,6 +314,16 @@ class SimDriverImpl final : public SimDriver {
     return signatures;
   }
 
+  // Each device's memory starts at a fixed base and is handed out in order:
+  // the same page has the same address in every run.
+  bool IsStableDeviceAddress(int device_index, DeviceAddress address) const override {
+    if (device_index < 0 || static_cast<std::size_t>(device_index) >= devices_.size()) return false;
+    const DeviceAddress base = static_cast<DeviceAddress>(device_index + 1) << kAddressShift;
+    return address >= base &&
+           address - base <
+               devices_[static_cast<std::size_t>(device_index)]->properties.memory_bytes;
+  }
+
   Result<DeviceAddress> ReserveMemory(int device_index, std::uint64_t bytes) override {
     auto device = GetDevice(device_index);
     if (!device) return Fail(device.error());

@@ -78,6 +78,9 @@ struct MemoryPool::State {
   std::map<drivers::DeviceAddress, Arena> arenas;
   std::unordered_map<std::uint64_t, PendingFrees> pending;  // by stream handle
   std::set<drivers::DeviceAddress> retired_pages;
+  // Retired before any arena held them (re-applied at start, from the
+  // store): taken out when an arena that covers them is reserved.
+  std::set<drivers::DeviceAddress> pending_retired;
   std::deque<Block> block_storage;
   std::vector<Block*> spare_blocks;
   PoolStats stats;
@@ -319,6 +322,29 @@ struct MemoryPool::State {
     return nullptr;
   }
 
+  // Retires the pending pages that fall in a newly reserved arena, whose
+  // one block is not in any free structure yet. Returns false (and touches
+  // nothing) when there are none.
+  bool ApplyPendingRetirements(Arena& arena) {
+    auto first = pending_retired.lower_bound(arena.base);
+    if (first == pending_retired.end() || *first >= arena.base + arena.size) return false;
+    InsertFree(arena.first);
+    while (first != pending_retired.end() && *first < arena.base + arena.size) {
+      const drivers::DeviceAddress page = *first;
+      const drivers::DeviceAddress end =
+          std::min(page + retire_granularity, arena.base + arena.size);
+      for (drivers::DeviceAddress cursor = page; cursor < end;) {
+        Block* block = FindBlock(cursor);
+        if (block == nullptr) break;
+        const drivers::DeviceAddress to = std::min(end, block->End());
+        if (block->state == BlockState::kFree) RetireFreeRange(block, cursor, to);
+        cursor = to;
+      }
+      first = pending_retired.erase(first);
+    }
+    return true;
+  }
+
   // Takes [from, to) of a free block out of service.
   void RetireFreeRange(Block* block, drivers::DeviceAddress from, drivers::DeviceAddress to) {
     RemoveFree(block);
@@ -485,7 +511,18 @@ Result<Allocation> MemoryPool::Allocate(std::uint64_t bytes, const Stream& strea
       block->arena = &arena;
       arena.first = block;
       state.AddReserved(arena);
-      state.Trim(block, size);
+      if (state.ApplyPendingRetirements(arena)) {
+        // The arena is free memory with retired holes: take from it as from any other.
+        block = state.TakeBestFit(size, stream_id);
+        if (block == nullptr) {
+          return Fail(ErrorCode::kOutOfMemory,
+                      fmt::format("device {}: retired pages leave no {} contiguous bytes in a new "
+                                  "arena",
+                                  device_.Index(), size));
+        }
+      } else {
+        state.Trim(block, size);
+      }
     }
   }
 
@@ -597,8 +634,17 @@ Status MemoryPool::Retire(drivers::DeviceAddress address) {
   const drivers::DeviceAddress page = address / state.retire_granularity * state.retire_granularity;
   const drivers::DeviceAddress page_end = page + state.retire_granularity;
   if (state.FindBlock(page) == nullptr) {
-    return Fail(ErrorCode::kNotFound,
-                fmt::format("device {}: 0x{:x} is not in the pool", device_.Index(), address));
+    // Not reserved yet: the device's memory, but no arena holds it. The
+    // page is kept out when one does.
+    if (!driver_.IsStableDeviceAddress(device_.Index(), address)) {
+      return Fail(ErrorCode::kNotFound,
+                  fmt::format("device {}: 0x{:x} is not in the pool", device_.Index(), address));
+    }
+    if (!state.retired_pages.insert(page).second) return {};
+    state.pending_retired.insert(page);
+    state.stats.retired_pages += 1;
+    state.stats.retired_bytes += state.retire_granularity;
+    return {};
   }
   if (!state.retired_pages.insert(page).second) return {};
   state.stats.retired_pages += 1;

@@ -158,6 +158,14 @@ class Driver {
   // Reserves `bytes` of device memory (cuMemAlloc); the range is aligned to
   // the device's retire granularity.
   virtual Result<DeviceAddress> ReserveMemory(int device, std::uint64_t bytes) = 0;
+  // True when `address` names the same byte of `device`'s memory in every
+  // run (the simulator's fixed layout), so that a page retired in an
+  // earlier run can be kept out before an arena holds it again. Real
+  // drivers hand out virtual addresses and keep their own retirement
+  // (page retirement, row remapping) across reboots: false.
+  virtual bool IsStableDeviceAddress(int /*device*/, DeviceAddress /*address*/) const {
+    return false;
+  }
   // Returns a whole reservation; `base` is what ReserveMemory returned.
   virtual Status ReleaseMemory(int device, DeviceAddress base) = 0;
 

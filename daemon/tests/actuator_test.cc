@@ -1,0 +1,205 @@
+// The Actuator against a real simulator runtime and a real SQLite store:
+// kill-consumer stops the owner of the poisoned allocation and nobody
+// else; retired pages and device states come back after a restart; the
+// policy never lowers a device's state; host pages are offlined through
+// sysfs only when the config allows it.
+
+#include "actuator.h"
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "rasd/drivers_shim/sim_driver.h"
+
+namespace rasd::daemon {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+class ActuatorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("rasd-actuator-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_ / "host/sys/devices/system/memory");
+    host_ =
+        std::make_unique<common::HostEnv>(dir_ / "host", std::make_shared<common::SystemClock>());
+    Boot();
+  }
+  void TearDown() override {
+    actuator_.reset();
+    runtime_.reset();
+    store_.reset();
+    fs::remove_all(dir_);
+  }
+
+  // A fresh daemon's worth of state on the same state directory.
+  void Boot(Actuator::Options options = {}) {
+    actuator_.reset();
+    runtime_.reset();
+    store_.reset();
+    auto store = ras::StateStore::Open(dir_ / "state");
+    ASSERT_TRUE(store.has_value()) << store.error().ToString();
+    store_ = std::move(*store);
+    auto driver =
+        drivers::SimDriver::Create({.device_count = 2, .memory_bytes_per_device = 64 << 20});
+    ASSERT_TRUE(driver.has_value());
+    sim_ = driver->get();
+    auto runtime = runtime::Runtime::Create(std::move(*driver), {.pool = {.arena_bytes = 8 << 20}});
+    ASSERT_TRUE(runtime.has_value());
+    runtime_ = std::move(*runtime);
+    actuator_ = std::make_unique<Actuator>(*host_, *store_, *runtime_, options);
+    actuator_->Restore();
+  }
+
+  ras::Action Act(ras::ActionKind kind, std::optional<int> device,
+                  std::optional<std::string> address) {
+    return {.kind = kind, .device = device, .address = address, .rule = "test", .reason = "test"};
+  }
+
+  fs::path dir_;
+  std::unique_ptr<common::HostEnv> host_;
+  std::unique_ptr<ras::StateStore> store_;
+  drivers::SimDriver* sim_ = nullptr;
+  std::unique_ptr<runtime::Runtime> runtime_;
+  std::unique_ptr<Actuator> actuator_;
+  ras::RasEvent event_;
+};
+
+TEST_F(ActuatorTest, KillConsumerAbortsTheOwnerOfThePoisonedAllocationAndNobodyElse) {
+  auto victim = *runtime_->CreateStream(0, {.owner = "job-victim"});
+  auto victim_elsewhere = *runtime_->CreateStream(1, {.owner = "job-victim"});
+  auto neighbour = *runtime_->CreateStream(0, {.owner = "job-neighbour"});
+  auto pool = *runtime_->Pool(0);
+  auto poisoned = *pool->Allocate(1 << 20, *victim);
+  auto healthy = *pool->Allocate(1 << 20, *neighbour);
+  const std::string address = fmt::format("0x{:x}", poisoned.address + 4096 * 3 + 8);
+
+  const auto record =
+      actuator_->Execute(Act(ras::ActionKind::kKillConsumer, 0, address), event_, std::nullopt);
+  EXPECT_EQ(record.result, "ok");
+  EXPECT_EQ(record.detail, "job job-victim: 2 stream(s) aborted");
+  EXPECT_TRUE(victim->Aborted());
+  EXPECT_TRUE(victim_elsewhere->Aborted()) << "the job is stopped as a whole";
+  EXPECT_FALSE(neighbour->Aborted());
+  const drivers::KernelArg fill[] = {drivers::KernelArg::Address(healthy.address),
+                                     drivers::KernelArg::Int(16), drivers::KernelArg::Float(1)};
+  EXPECT_TRUE(neighbour->Launch("fill", fill).has_value());
+  EXPECT_TRUE(neighbour->Synchronize(5s).has_value());
+
+  const auto nobody =
+      actuator_->Execute(Act(ras::ActionKind::kKillConsumer, 1, "0x7777"), event_, std::nullopt);
+  EXPECT_EQ(nobody.result, "skipped") << "no allocation holds it";
+  (void)victim->Synchronize(1s);
+  (void)pool->Free(poisoned);
+  (void)pool->Free(healthy);
+}
+
+TEST_F(ActuatorTest, RetiredPagesAndDeviceStatesComeBackAfterARestart) {
+  auto stream = *runtime_->CreateStream(1, {.owner = "job"});
+  auto pool = *runtime_->Pool(1);
+  auto allocation = *pool->Allocate(1 << 20, *stream);
+  const auto address = allocation.address + 5 * 4096 + 100;
+  ASSERT_TRUE(stream->Synchronize(5s).has_value());
+  ASSERT_TRUE(pool->Free(allocation).has_value());
+  stream.reset();
+  const std::vector<ras::RasEvent> events = {{.time = std::chrono::system_clock::now(),
+                                              .origin = "sim",
+                                              .severity = ras::Severity::kUcna}};
+  const std::int64_t event_id = store_->RecordEvents(events)->front();
+  const auto retired = actuator_->Execute(
+      Act(ras::ActionKind::kRetirePage, 1, fmt::format("0x{:x}", address)), event_, event_id);
+  EXPECT_EQ(retired.result, "ok") << retired.detail;
+  EXPECT_EQ(retired.event_id, event_id);
+  EXPECT_EQ(pool->Stats().retired_pages, 1u);
+  EXPECT_EQ(
+      actuator_->Execute(Act(ras::ActionKind::kDegradeDevice, 1, std::nullopt), event_, event_id)
+          .detail,
+      "healthy -> degraded");
+
+  Boot();
+  auto* restored = *runtime_->Pool(1);
+  EXPECT_EQ(restored->Stats().retired_pages, 1u) << "re-applied at start";
+  // No arena holds it yet: the page stays out once one does.
+  auto again = *runtime_->CreateStream(1, {.owner = "job"});
+  std::vector<runtime::Allocation> all;
+  for (int i = 0; i < 64; ++i) {
+    auto taken = restored->Allocate(1 << 20, *again);
+    if (!taken) break;
+    EXPECT_FALSE(taken->address <= address && address < taken->address + (1 << 20))
+        << "the retired page was handed out again";
+    all.push_back(*taken);
+  }
+  EXPECT_GE(all.size(), 60u);
+  EXPECT_TRUE(restored->CheckConsistency().has_value());
+  ASSERT_TRUE(again->Synchronize(5s).has_value());
+  for (auto& held : all) ASSERT_TRUE(restored->Free(held).has_value());
+  EXPECT_EQ((*runtime_->GetDevice(1))->Health(), runtime::HealthState::kDegraded);
+  EXPECT_EQ(actuator_->StatusOf(1).reason, "test");
+  EXPECT_EQ((*runtime_->Pool(0))->Stats().retired_pages, 0u);
+  const auto actions = store_->QueryActions(1, 10);
+  ASSERT_TRUE(actions.has_value());
+  ASSERT_EQ(actions->size(), 2u) << (actions->empty() ? "" : (*actions)[0].action);
+  EXPECT_EQ((*actions)[1].action, "retire-page");
+  EXPECT_EQ((*actions)[1].event_id, event_id);
+}
+
+TEST_F(ActuatorTest, ThePolicyOnlyMakesADeviceWorseAndAnOperatorMayDoEither) {
+  EXPECT_EQ(
+      actuator_
+          ->Execute(Act(ras::ActionKind::kIsolateDevice, 0, std::nullopt), event_, std::nullopt)
+          .detail,
+      "healthy -> isolated");
+  const auto degrade = actuator_->Execute(Act(ras::ActionKind::kDegradeDevice, 0, std::nullopt),
+                                          event_, std::nullopt);
+  EXPECT_EQ(degrade.detail, "already isolated");
+  EXPECT_EQ((*runtime_->GetDevice(0))->Health(), runtime::HealthState::kIsolated);
+  auto undrained =
+      actuator_->SetDeviceState(0, runtime::HealthState::kHealthy, "repaired", "undrain-device");
+  ASSERT_TRUE(undrained.has_value());
+  EXPECT_EQ(undrained->detail, "isolated -> healthy");
+  EXPECT_EQ((*runtime_->GetDevice(0))->Health(), runtime::HealthState::kHealthy);
+  EXPECT_FALSE(actuator_->SetDeviceState(5, runtime::HealthState::kIsolated, "x", "isolate-device")
+                   .has_value());
+  const auto counts = actuator_->Counts();
+  EXPECT_EQ(counts.at("isolate-device ok"), 1u);
+  EXPECT_EQ(counts.at("degrade-device ok"), 1u);
+  EXPECT_EQ(counts.at("undrain-device ok"), 1u);
+}
+
+TEST_F(ActuatorTest, HostPagesAreOfflinedThroughSysfsOnlyWhenAllowed) {
+  const auto soft = dir_ / "host/sys/devices/system/memory/soft_offline_page";
+  const auto hard = dir_ / "host/sys/devices/system/memory/hard_offline_page";
+  std::ofstream(soft).flush();
+  std::ofstream(hard).flush();
+  auto off = actuator_->Execute(Act(ras::ActionKind::kSoftOfflinePage, std::nullopt, "0x12345678"),
+                                event_, std::nullopt);
+  EXPECT_EQ(off.result, "disabled");
+  EXPECT_EQ(fs::file_size(soft), 0u);
+
+  Boot({.host_page_offline = true});
+  auto done = actuator_->Execute(Act(ras::ActionKind::kSoftOfflinePage, std::nullopt, "0x12345678"),
+                                 event_, std::nullopt);
+  EXPECT_EQ(done.result, "ok") << done.detail;
+  std::ifstream written(soft);
+  std::string text;
+  std::getline(written, text);
+  EXPECT_EQ(text, "0x12345000") << "the page, as the kernel wants it";
+  done = actuator_->Execute(Act(ras::ActionKind::kHardOfflinePage, std::nullopt, "0xabc"), event_,
+                            std::nullopt);
+  EXPECT_EQ(done.result, "ok");
+  fs::remove(soft);
+  const auto missing = actuator_->Execute(
+      Act(ras::ActionKind::kSoftOfflinePage, std::nullopt, "0x1000"), event_, std::nullopt);
+  EXPECT_EQ(missing.result, "failed") << "a kernel without the file: a clear failure";
+  EXPECT_NE(missing.detail.find("soft_offline_page"), std::string::npos) << missing.detail;
+}
+
+}  // namespace
+}  // namespace rasd::daemon
