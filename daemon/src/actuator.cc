@@ -223,6 +223,10 @@ void Actuator::Count(const std::string& action, const std::string& result) {
 }
 
 ras::ActionRecord Actuator::Store(ras::ActionRecord record) {
+  if (batching_) {
+    pending_records_.emplace_back(pending_index_, record);
+    return record;
+  }
   if (auto stored = store_.RecordAction(record); !stored) {
     // The action happened; failing to write it down must not undo it.
     spdlog::error("cannot store action {}: {}", record.action, stored.error().message);
@@ -233,7 +237,40 @@ ras::ActionRecord Actuator::Store(ras::ActionRecord record) {
   return record;
 }
 
+void Actuator::BeginBatch() { batching_ = true; }
+
+void Actuator::ExecuteInBatch(const ras::Action& action, const ras::RasEvent& event,
+                              std::size_t event_index) {
+  // Effects now; Store() queues the row while batching.
+  pending_index_ = event_index;
+  (void)Execute(action, event, std::nullopt);
+}
+
+void Actuator::EndBatch(const std::vector<std::int64_t>& ids) {
+  batching_ = false;
+  for (auto& page : pending_pages_) {
+    if (auto saved = store_.SaveRetiredPage(page); !saved) {
+      spdlog::error("cannot save retired page 0x{:x}: {}", page.address, saved.error().message);
+    }
+  }
+  pending_pages_.clear();
+  std::sort(pending_states_.begin(), pending_states_.end());
+  pending_states_.erase(std::unique(pending_states_.begin(), pending_states_.end()),
+                        pending_states_.end());
+  for (int device : pending_states_) PersistState(device);
+  pending_states_.clear();
+  for (auto& [index, record] : pending_records_) {
+    if (index < ids.size()) record.event_id = ids[index];
+    (void)Store(std::move(record));
+  }
+  pending_records_.clear();
+}
+
 void Actuator::PersistState(int device) {
+  if (batching_) {
+    pending_states_.push_back(device);
+    return;
+  }
   const DeviceStatus& status = status_[device];
   if (auto saved = store_.SaveDeviceState({DeviceUuid(runtime_, device),
                                            std::string(runtime::HealthStateName(status.state)),
@@ -321,9 +358,13 @@ Actuator::Outcome Actuator::RetirePage(const ras::Action& action) {
   const std::uint64_t granularity =
       std::max<std::uint64_t>(1, (*device)->Properties().retire_granularity);
   const std::uint64_t page = *address / granularity * granularity;
-  if (auto saved = store_.SaveRetiredPage(
-          {DeviceUuid(runtime_, *action.device), page, action.reason, host_.GetClock().Wall()});
-      !saved) {
+  const ras::RetiredPageRecord saved_page{DeviceUuid(runtime_, *action.device), page, action.reason,
+                                          host_.GetClock().Wall()};
+  if (batching_) {
+    pending_pages_.push_back(saved_page);
+    return {"ok", fmt::format("page 0x{:x} retired", page)};
+  }
+  if (auto saved = store_.SaveRetiredPage(saved_page); !saved) {
     return {"ok",
             fmt::format("page 0x{:x} retired, but not saved: {}", page, saved.error().message)};
   }

@@ -57,6 +57,16 @@ class Actuator {
   ras::ActionRecord Execute(const ras::Action& action, const ras::RasEvent& event,
                             std::optional<std::int64_t> event_id);
 
+  // Acting before writing: between BeginBatch and EndBatch, actions take
+  // effect at once (a gate closes in microseconds) and everything they
+  // write (action rows, device states, retired pages) waits for EndBatch,
+  // which also links each action to its event's id once the events are
+  // stored (`ids` by event index; empty when storing them failed).
+  void BeginBatch();
+  void ExecuteInBatch(const ras::Action& action, const ras::RasEvent& event,
+                      std::size_t event_index);
+  void EndBatch(const std::vector<std::int64_t>& ids);
+
   // An operator's state change (isolate, drain, undrain): any state, in
   // either direction. kNotFound for an unknown device.
   Result<ras::ActionRecord> SetDeviceState(int device, runtime::HealthState state,
@@ -87,6 +97,11 @@ class Actuator {
   runtime::Runtime& runtime_;
   Options options_;
   std::map<int, DeviceStatus> status_;
+  bool batching_ = false;
+  std::size_t pending_index_ = 0;
+  std::vector<std::pair<std::size_t, ras::ActionRecord>> pending_records_;  // by event index
+  std::vector<int> pending_states_;
+  std::vector<ras::RetiredPageRecord> pending_pages_;
 
   mutable std::mutex mutex_;  // guards counts_ and the hook bookkeeping
   std::map<std::string, std::uint64_t> counts_;

@@ -177,10 +177,11 @@ Status Daemon::Initialize(Config config) {
   // Before anything can admit work: an isolated device stays isolated.
   actuator_->Restore();
 
-  auto ingest =
-      RasIngest::Create(event_, *host_, *store_, *runtime_, config_.ras,
-                        [this](const std::vector<ras::RasEvent>& events,
-                               const std::vector<std::int64_t>& ids) { Act(events, ids); });
+  auto ingest = RasIngest::Create(
+      event_, *host_, *store_, *runtime_, config_.ras,
+      RasIngest::EventSink{
+          .act = [this](const std::vector<ras::RasEvent>& events) { Act(events); },
+          .stored = [this](const std::vector<std::int64_t>& ids) { actuator_->EndBatch(ids); }});
   if (!ingest) return Fail(ingest.error());
   ingest_ = std::move(*ingest);
 
@@ -495,12 +496,12 @@ Result<nlohmann::json> Daemon::StatusReport() {
   };
 }
 
-void Daemon::Act(const std::vector<ras::RasEvent>& events, const std::vector<std::int64_t>& ids) {
+void Daemon::Act(const std::vector<ras::RasEvent>& events) {
+  // Effects now; the rows follow in EndBatch once the events have ids.
+  actuator_->BeginBatch();
   for (std::size_t i = 0; i < events.size(); ++i) {
-    const std::optional<std::int64_t> id =
-        i < ids.size() ? std::optional<std::int64_t>(ids[i]) : std::nullopt;
     for (const auto& action : policy_.Decide(events[i], clock_->Monotonic())) {
-      actuator_->Execute(action, events[i], id);
+      actuator_->ExecuteInBatch(action, events[i], i);
     }
   }
 }

@@ -58,7 +58,7 @@ class Daemon {
   Result<nlohmann::json> RetiredReport(const nlohmann::json& args);
   Result<nlohmann::json> ChangeDeviceState(const std::string& command, const nlohmann::json& args);
   // The policy's decisions about a stored batch, carried out.
-  void Act(const std::vector<ras::RasEvent>& events, const std::vector<std::int64_t>& ids);
+  void Act(const std::vector<ras::RasEvent>& events);
   // Re-reads the config file; keeps the running config when the new one has
   // problems. Returns what changed, or the problems.
   Result<nlohmann::json> Reload();

@@ -290,15 +290,16 @@ void RasIngest::DrainDriverEvents() {
   }
   std::vector<ras::RasEvent> events;
   events.reserve(pending.size());
-  for (const auto& event : pending) events.push_back(FromDriver(event));
+  for (const auto& event : pending) events.push_back(EventFromDriver(event, runtime_.DriverName()));
   Deliver(std::move(events));
 }
 
-ras::RasEvent RasIngest::FromDriver(const drivers::DriverErrorEvent& event) const {
+ras::RasEvent EventFromDriver(const drivers::DriverErrorEvent& event,
+                              std::string_view driver_name) {
   ras::RasEvent converted;
   converted.time = event.time;
   converted.source = "driver";
-  converted.origin = std::string(runtime_.DriverName());
+  converted.origin = std::string(driver_name);
   converted.device = event.device;
   if (event.address) converted.address = fmt::format("0x{:x}", *event.address);
   converted.summary = event.message;
@@ -370,6 +371,7 @@ void RasIngest::Deliver(std::vector<ras::RasEvent> events) {
   const std::size_t before = events.size();
   events = ras::CoalesceStorm(std::move(events), options_.storm_threshold);
   stats_.coalesced += before - events.size();
+  if (sink_.act) sink_.act(events);
   std::vector<std::int64_t> ids;
   auto stored = store_.RecordEvents(events);
   if (!stored) {
@@ -406,7 +408,7 @@ void RasIngest::Deliver(std::vector<ras::RasEvent> events) {
                                                               : spdlog::level::debug;
     logger->log(level, "RAS event: {}", Describe(event));
   }
-  if (sink_) sink_(events, ids);
+  if (sink_.stored) sink_.stored(ids);
 }
 
 RasIngest::Stats RasIngest::GetStats() const { return stats_; }

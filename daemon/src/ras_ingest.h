@@ -21,6 +21,9 @@
 
 namespace rasd::daemon {
 
+// A driver's asynchronous error report as a RAS event of origin `driver_name`.
+ras::RasEvent EventFromDriver(const drivers::DriverErrorEvent& event, std::string_view driver_name);
+
 // Brings RAS events into the daemon: the kernel log (kmsg) and the device
 // driver's asynchronous error reports. Every event is stored (one
 // transaction per batch) and logged; acting on them is the policy's job.
@@ -31,10 +34,13 @@ namespace rasd::daemon {
 // never stops because of one.
 class RasIngest {
  public:
-  // Called with every batch after it is stored: the events and their ids
-  // (empty when the store failed: acting must not depend on the disk).
-  using EventSink = std::function<void(const std::vector<ras::RasEvent>& events,
-                                       const std::vector<std::int64_t>& ids)>;
+  // Where each batch goes: `act` sees it before it is stored (acting must
+  // neither wait for nor depend on the disk), `stored` gets the events' ids
+  // after (empty when storing failed).
+  struct EventSink {
+    std::function<void(const std::vector<ras::RasEvent>& events)> act;
+    std::function<void(const std::vector<std::int64_t>& ids)> stored;
+  };
 
   static Result<std::unique_ptr<RasIngest>> Create(sd_event* event, const common::HostEnv& host,
                                                    ras::StateStore& store,
@@ -72,7 +78,6 @@ class RasIngest {
   void Deliver(std::vector<ras::RasEvent> events);
   void AttributeToDevices(std::vector<ras::RasEvent>& events) const;
   void DrainDriverEvents();
-  ras::RasEvent FromDriver(const drivers::DriverErrorEvent& event) const;
 
   static int OnKmsgReadable(sd_event_source* source, int fd, uint32_t revents, void* userdata);
   static int OnKmsgTimer(sd_event_source* source, uint64_t usec, void* userdata);
