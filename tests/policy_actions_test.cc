@@ -180,5 +180,47 @@ TEST(PolicyActionsTest, AFatalHostErrorAsksForANodeDrainAndHooksRunWithoutAShell
   EXPECT_EQ(rasd.Stop(), 0) << "hooks do not hold up a stop";
 }
 
+nlohmann::json Actions(RasdInstance& rasd) {
+  const auto result = rasd.Rasctl({"--json", "actions"});
+  EXPECT_EQ(result.exit_code, 0) << result.err;
+  return nlohmann::json::parse(result.out, nullptr, false)["actions"];
+}
+
+std::string EdacCe(int seq, const char* page) {
+  return "6," + std::to_string(seq) + "," + std::to_string(1000 + seq) +
+         ",-;EDAC MC0: 1 CE memory read error on CPU_SrcID#0_MC#0_Chan#0_DIMM#0 (channel:0 "
+         "slot:0 page:" +
+         page + " offset:0x678 grain:32 syndrome:0x0)\n";
+}
+
+TEST(PolicyActionsTest, CorrectedErrorsCountPerPageAcrossAReload) {
+  RasdInstance rasd;
+  rasd.WriteConfig("policy:\n  ce_page_threshold: 3\n");
+  ASSERT_TRUE(Start(rasd));
+  rasd.AppendKmsg(EdacCe(1, "0x12345") + EdacCe(2, "0x12345") + EdacCe(3, "0x99999"));
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        return nlohmann::json::parse(
+                   rasd.Rasctl({"--json", "status"}).out)["ras"]["events_ingested"] == 3;
+      },
+      5s));
+  EXPECT_TRUE(Actions(rasd).empty()) << "two on one page, one on another: below three";
+  // A reload with the same thresholds keeps the counts.
+  EXPECT_EQ(rasd.Rasctl({"reload"}).exit_code, 0);
+  rasd.AppendKmsg(EdacCe(4, "0x12345"));
+  nlohmann::json actions;
+  ASSERT_TRUE(WaitUntil([&] { return !(actions = Actions(rasd)).empty(); }, 5s)) << rasd.Stderr();
+  ASSERT_EQ(actions.size(), 1u) << actions.dump(2);
+  EXPECT_EQ(actions[0]["action"], "soft-offline-page");
+  EXPECT_EQ(actions[0]["rule"], "ce-host-memory");
+  EXPECT_EQ(actions[0]["address"], "0x12345678");
+  EXPECT_EQ(actions[0]["result"], "disabled") << "host page offline is off by default";
+  EXPECT_FALSE(actions[0]["event_id"].is_null());
+  const auto status = nlohmann::json::parse(rasd.Rasctl({"--json", "status"}).out);
+  EXPECT_EQ(status["actions"]["soft-offline-page disabled"], 1);
+  EXPECT_FALSE(status["actions"].contains("record"));
+  EXPECT_EQ(status["actions"]["record ok"], 3);
+}
+
 }  // namespace
 }  // namespace rasd::testing

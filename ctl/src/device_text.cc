@@ -78,6 +78,21 @@ std::string FormatDevices(const nlohmann::json& result) {
   return out;
 }
 
+std::string FormatActions(const nlohmann::json& result) {
+  if (!result.contains("actions") || !result["actions"].is_array() || result["actions"].empty())
+    return "no actions\n";
+  std::string out = fmt::format("{:<20} {:<18} {:<4} {:<9} {:<20} {}\n", "TIME", "ACTION", "DEV",
+                                "RESULT", "RULE", "REASON / DETAIL");
+  for (const auto& action : result["actions"]) {
+    const std::string device = Text(action, "device"), detail = Text(action, "detail");
+    out += fmt::format("{:<20} {:<18} {:<4} {:<9} {:<20} {}{}{}\n", Text(action, "time"),
+                       Text(action, "action"), device.empty() ? "-" : device,
+                       Text(action, "result"), Text(action, "rule"), Text(action, "reason"),
+                       detail.empty() ? "" : ": ", detail);
+  }
+  return out;
+}
+
 std::string FormatRetired(const nlohmann::json& result) {
   if (!result.contains("pages") || !result["pages"].is_array() || result["pages"].empty())
     return "no retired pages\n";

@@ -9,6 +9,8 @@ namespace rasd::ctl {
 // device that is not Healthy or has history, its reason, self-test, recent
 // actions and events.
 std::string FormatDevices(const nlohmann::json& result);
+// The `actions` result, newest first.
+std::string FormatActions(const nlohmann::json& result);
 // The `retired` result as a table.
 std::string FormatRetired(const nlohmann::json& result);
 // The answer to isolate / drain / undrain.

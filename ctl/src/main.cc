@@ -156,6 +156,12 @@ int main(int argc, char** argv) {
   int devices_device = -1;
   devices->add_option("device", devices_device, "only this device index")
       ->check(CLI::NonNegativeNumber);
+  auto* actions = app.add_subcommand("actions", "what rasd did about events, newest first");
+  int actions_device = -1;
+  int actions_limit = 50;
+  actions->add_option("--device", actions_device, "only actions on this device index")
+      ->check(CLI::NonNegativeNumber);
+  actions->add_option("--limit", actions_limit, "at most this many")->check(CLI::Range(1, 10000));
   auto* retired = app.add_subcommand("retired", "device memory pages taken out of service");
   int retired_device = -1;
   retired->add_option("device", retired_device, "only this device index")
@@ -220,6 +226,11 @@ int main(int argc, char** argv) {
     nlohmann::json args = nlohmann::json::object();
     if (devices_device >= 0) args["device"] = devices_device;
     return RunCommand(options, "devices", args, rasd::ctl::FormatDevices);
+  }
+  if (actions->parsed()) {
+    nlohmann::json args = {{"limit", actions_limit}};
+    if (actions_device >= 0) args["device"] = actions_device;
+    return RunCommand(options, "actions", args, rasd::ctl::FormatActions);
   }
   if (retired->parsed()) {
     nlohmann::json args = nlohmann::json::object();

@@ -333,6 +333,8 @@ std::map<std::string, Command> Daemon::Commands() {
   commands["summary"] = {false, [this](const auto&, const auto&) { return SummaryReport(); }};
   commands["devices"] = {
       false, [this](const auto& request, const auto&) { return DevicesReport(request.args); }};
+  commands["actions"] = {
+      false, [this](const auto& request, const auto&) { return ActionsReport(request.args); }};
   commands["retired"] = {
       false, [this](const auto& request, const auto&) { return RetiredReport(request.args); }};
   for (const char* name : {"isolate", "drain", "undrain"}) {
@@ -493,6 +495,7 @@ Result<nlohmann::json> Daemon::StatusReport() {
        {{"clients", control_->ClientCount()}, {"rejected_requests", control_->RejectedRequests()}}},
       {"watchdog_usec", watchdog_usec_},
       {"ras", IngestStatus(ingest_->GetStats())},
+      {"actions", actuator_->Counts()},
   };
 }
 
@@ -597,6 +600,27 @@ Result<nlohmann::json> Daemon::DevicesReport(const nlohmann::json& args) {
     list.push_back(std::move(entry));
   }
   return nlohmann::json{{"devices", std::move(list)}};
+}
+
+Result<nlohmann::json> Daemon::ActionsReport(const nlohmann::json& args) {
+  std::optional<int> device;
+  std::size_t limit = 100;
+  for (const auto& [key, value] : args.items()) {
+    if (key == "device" && value.is_number_integer()) {
+      device = value.get<int>();
+    } else if (key == "limit" && value.is_number_integer() && value.get<long long>() >= 1 &&
+               value.get<long long>() <= 10000) {
+      limit = value.get<std::size_t>();
+    } else {
+      return Fail(ErrorCode::kInvalidArgument,
+                  "bad argument '" + key + "' (device: integer, limit: 1..10000)");
+    }
+  }
+  auto actions = store_->QueryActions(device, limit);
+  if (!actions) return Fail(actions.error());
+  nlohmann::json list = nlohmann::json::array();
+  for (const auto& action : *actions) list.push_back(ActionJson(action));
+  return nlohmann::json{{"actions", std::move(list)}};
 }
 
 Result<nlohmann::json> Daemon::RetiredReport(const nlohmann::json& args) {

@@ -56,6 +56,7 @@ class Daemon {
   Result<nlohmann::json> SummaryReport();
   Result<nlohmann::json> DevicesReport(const nlohmann::json& args);
   Result<nlohmann::json> RetiredReport(const nlohmann::json& args);
+  Result<nlohmann::json> ActionsReport(const nlohmann::json& args);
   Result<nlohmann::json> ChangeDeviceState(const std::string& command, const nlohmann::json& args);
   // The policy's decisions about a stored batch, carried out.
   void Act(const std::vector<ras::RasEvent>& events);
