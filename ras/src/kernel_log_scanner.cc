@@ -234,7 +234,11 @@ void KernelLogScanner::AddLine(std::string_view raw_line, std::uint64_t tag) {
   });
   std::uint32_t families = FamiliesOf(raw_line);
   if (open_.contains("mce") || open_.contains("aer")) families |= ContinuationsOf(raw_line);
-  const bool in_report = !section_.empty() || checkmk_section_ || !sysfs_pending_path_.empty();
+  // A report section or a sysfs dump continues only while its block is
+  // open: after kBlockGapLines quiet lines, unrelated lines cost nothing.
+  const bool in_report =
+      (!section_.empty() && open_.contains("report")) ||
+      ((checkmk_section_ || !sysfs_pending_path_.empty()) && open_.contains("sysfs"));
   if (in_report) families |= kReports | kSysfs;
   if (!nvidia_pending_bdf_.empty()) families |= kNvidia;
   if ((families & kMceContinuation) != 0 && open_.contains("mce")) families |= kMce;
