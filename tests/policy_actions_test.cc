@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "test_support.h"
 
@@ -220,6 +221,34 @@ TEST(PolicyActionsTest, CorrectedErrorsCountPerPageAcrossAReload) {
   EXPECT_EQ(status["actions"]["soft-offline-page disabled"], 1);
   EXPECT_FALSE(status["actions"].contains("record"));
   EXPECT_EQ(status["actions"]["record ok"], 3);
+}
+
+TEST(PolicyActionsTest, AutoRecoveryResetsAndTestsADeviceOnceThenLeavesItToAnOperator) {
+  RasdInstance rasd;
+  rasd.WriteConfig(
+      "policy:\n  auto_recover: true\n  auto_recover_delay_ms: 100\n  auto_recover_window_s: "
+      "3600\n");
+  ASSERT_TRUE(Start(rasd));
+  rasd.AppendKmsg(
+      "4,1,1000,-;NVRM: Xid (PCI:0000:c2:00): 79, pid=1, GPU has fallen off the bus.\n");
+  ASSERT_TRUE(WaitUntil([&] { return StateOf(rasd, 1) == "isolated"; }, 5s)) << rasd.Stderr();
+  ASSERT_TRUE(WaitUntil([&] { return StateOf(rasd, 1) == "healthy"; }, 10s)) << rasd.Stderr();
+  auto device = Devices(rasd)["devices"][1];
+  EXPECT_EQ(device["reason"], "recovered by itself: reset, self-test passed");
+  EXPECT_EQ(device["self_test"]["passed"], true);
+  EXPECT_EQ(device["recent_actions"][0]["rule"], "auto-recover");
+
+  rasd.AppendKmsg(
+      "4,2,2000,-;NVRM: Xid (PCI:0000:c2:00): 79, pid=1, GPU has fallen off the bus.\n");
+  ASSERT_TRUE(WaitUntil([&] { return StateOf(rasd, 1) == "isolated"; }, 5s));
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        return Devices(rasd)["devices"][1]["reason"].get<std::string>().find("needs an operator") !=
+               std::string::npos;
+      },
+      5s));
+  std::this_thread::sleep_for(500ms);
+  EXPECT_EQ(StateOf(rasd, 1), "isolated") << "no second automatic recovery within the window";
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include <charconv>
 #include <cstring>
 #include <thread>
+#include <utility>
 
 #include "rasd/common/logging.h"
 #include "rasd/common/unique_fd.h"
@@ -204,6 +205,8 @@ void Actuator::Restore() {
   for (const auto& [device, count] : restored)
     spdlog::info("device {}: {} retired page(s) taken out of the pool again", device, count);
 }
+
+std::vector<int> Actuator::TakeNewlyIsolated() { return std::exchange(newly_isolated_, {}); }
 
 DeviceStatus Actuator::StatusOf(int device) const {
   if (auto it = status_.find(device); it != status_.end()) return it->second;
@@ -407,13 +410,15 @@ Actuator::Outcome Actuator::RaiseHealth(const ras::Action& action, runtime::Heal
   (*device)->SetHealth(state);
   status_[*action.device] = {state, action.reason, host_.GetClock().Wall()};
   PersistState(*action.device);
+  if (state == runtime::HealthState::kIsolated) newly_isolated_.push_back(*action.device);
   return {"ok", fmt::format("{} -> {}", runtime::HealthStateName(current),
                             runtime::HealthStateName(state))};
 }
 
 Result<ras::ActionRecord> Actuator::SetDeviceState(int device, runtime::HealthState state,
                                                    const std::string& reason,
-                                                   const std::string& action) {
+                                                   const std::string& action,
+                                                   const std::string& rule) {
   auto found = runtime_.GetDevice(device);
   if (!found) return Fail(found.error());
   const runtime::HealthState before = (*found)->Health();
@@ -424,13 +429,14 @@ Result<ras::ActionRecord> Actuator::SetDeviceState(int device, runtime::HealthSt
   record.time = host_.GetClock().Wall();
   record.action = action;
   record.device = device;
-  record.rule = "operator";
+  record.rule = rule;
   record.reason = reason;
   record.result = "ok";
   record.detail =
       fmt::format("{} -> {}", runtime::HealthStateName(before), runtime::HealthStateName(state));
-  common::GetLogger("policy")->warn("{} device {} by an operator: {} ({})", action, device,
-                                    record.detail, reason);
+  common::GetLogger("policy")->warn("{} device {} ({}): {} ({})", action, device,
+                                    rule == "operator" ? "by an operator" : rule, record.detail,
+                                    reason);
   return Store(std::move(record));
 }
 

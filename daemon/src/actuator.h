@@ -70,9 +70,12 @@ class Actuator {
   // An operator's state change (isolate, drain, undrain): any state, in
   // either direction. kNotFound for an unknown device.
   Result<ras::ActionRecord> SetDeviceState(int device, runtime::HealthState state,
-                                           const std::string& reason, const std::string& action);
+                                           const std::string& reason, const std::string& action,
+                                           const std::string& rule = "operator");
 
   DeviceStatus StatusOf(int device) const;
+  // Devices the policy (not an operator) isolated since the last call.
+  std::vector<int> TakeNewlyIsolated();
   // "action result" -> how many, e.g. "retire-page ok".
   std::map<std::string, std::uint64_t> Counts() const;
 
@@ -102,6 +105,7 @@ class Actuator {
   std::vector<std::pair<std::size_t, ras::ActionRecord>> pending_records_;  // by event index
   std::vector<int> pending_states_;
   std::vector<ras::RetiredPageRecord> pending_pages_;
+  std::vector<int> newly_isolated_;
 
   mutable std::mutex mutex_;  // guards counts_ and the hook bookkeeping
   std::map<std::string, std::uint64_t> counts_;

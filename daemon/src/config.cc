@@ -577,6 +577,20 @@ void ReadDocument(SchemaReader& reader, const YAML::Node& root, Config& config) 
          if (auto ms = reader.ReadInteger<int>(value, path, 0, 3'600'000))
            config.policy.drain_deadline = std::chrono::milliseconds(*ms);
        }},
+      {"auto_recover",
+       [&](const YAML::Node& value, const std::string& path) {
+         if (auto enabled = reader.ReadBool(value, path)) config.policy.auto_recover = *enabled;
+       }},
+      {"auto_recover_delay_ms",
+       [&](const YAML::Node& value, const std::string& path) {
+         if (auto ms = reader.ReadInteger<int>(value, path, 0, 3'600'000))
+           config.policy.auto_recover_delay = std::chrono::milliseconds(*ms);
+       }},
+      {"auto_recover_window_s",
+       [&](const YAML::Node& value, const std::string& path) {
+         if (auto n = reader.ReadInteger<std::int64_t>(value, path, 1, 365LL * 86400))
+           config.policy.auto_recover_window = std::chrono::seconds(*n);
+       }},
       {"hook_timeout_ms",
        [&](const YAML::Node& value, const std::string& path) {
          if (auto ms = reader.ReadInteger<int>(value, path, 100, 600'000))

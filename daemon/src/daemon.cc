@@ -109,6 +109,7 @@ Daemon::~Daemon() {
   control_.reset();
   ingest_.reset();
   for (auto& [device, timer] : drain_timers_) sd_event_source_disable_unref(timer);
+  for (auto& [device, timer] : recovery_timers_) sd_event_source_disable_unref(timer);
   for (auto* source : sources_) sd_event_source_disable_unref(source);
   if (!socket_.activated && !socket_.bound_path.empty()) ::unlink(socket_.bound_path.c_str());
   sd_event_unref(event_);
@@ -179,9 +180,12 @@ Status Daemon::Initialize(Config config) {
 
   auto ingest = RasIngest::Create(
       event_, *host_, *store_, *runtime_, config_.ras,
-      RasIngest::EventSink{
-          .act = [this](const std::vector<ras::RasEvent>& events) { Act(events); },
-          .stored = [this](const std::vector<std::int64_t>& ids) { actuator_->EndBatch(ids); }});
+      RasIngest::EventSink{.act = [this](const std::vector<ras::RasEvent>& events) { Act(events); },
+                           .stored =
+                               [this](const std::vector<std::int64_t>& ids) {
+                                 actuator_->EndBatch(ids);
+                                 ScheduleRecoveries();
+                               }});
   if (!ingest) return Fail(ingest.error());
   ingest_ = std::move(*ingest);
 
@@ -726,24 +730,7 @@ Result<nlohmann::json> Daemon::ChangeDeviceState(const std::string& command,
         {"state", std::string(runtime::HealthStateName(runtime::HealthState::kHealthy))},
         {"was", was}};
   }
-  // The self-test runs as an admitted job: open the gate that far, no further.
-  if (before == runtime::HealthState::kIsolated) target.SetHealth(runtime::HealthState::kDraining);
-  const auto report = runtime::RunSelfTest(*runtime_, *device);
-  target.SetHealth(before);
-  last_self_test_[*device] = {clock_->Wall(), report.passed, report.Summary()};
-  ras::ActionRecord test_record;
-  test_record.time = clock_->Wall();
-  test_record.action = "self-test";
-  test_record.device = *device;
-  test_record.rule = "operator";
-  test_record.reason = "undrain";
-  test_record.result = report.passed ? "ok" : "failed";
-  test_record.detail = report.Summary();
-  if (auto stored = store_->RecordAction(test_record); !stored) {
-    spdlog::error("cannot store the self-test result: {}", stored.error().message);
-  }
-  spdlog::log(report.passed ? spdlog::level::info : spdlog::level::warn, "device {} self-test {}",
-              *device, report.Summary());
+  const auto report = SelfTest(*device, "undrain");
   if (!report.passed && !force) {
     return Fail(ErrorCode::kUnavailable,
                 fmt::format("device {} stays {}: self-test {} (rasctl undrain --force overrides)",
@@ -784,6 +771,105 @@ int Daemon::OnDrainDeadline(sd_event_source* source, uint64_t, void* userdata) {
   daemon->drain_timers_.erase(device);
   sd_event_source_disable_unref(source);
   return 0;
+}
+
+runtime::SelfTestReport Daemon::SelfTest(int device, const std::string& why) {
+  runtime::Device& target = **runtime_->GetDevice(device);
+  const runtime::HealthState before = target.Health();
+  // The self-test runs as an admitted job: open the gate that far, no further.
+  if (before == runtime::HealthState::kIsolated) target.SetHealth(runtime::HealthState::kDraining);
+  const auto report = runtime::RunSelfTest(*runtime_, device);
+  target.SetHealth(before);
+  last_self_test_[device] = {clock_->Wall(), report.passed, report.Summary()};
+  ras::ActionRecord record;
+  record.time = clock_->Wall();
+  record.action = "self-test";
+  record.device = device;
+  record.rule = why == "undrain" ? "operator" : why;
+  record.reason = why;
+  record.result = report.passed ? "ok" : "failed";
+  record.detail = report.Summary();
+  if (auto stored = store_->RecordAction(record); !stored) {
+    spdlog::error("cannot store the self-test result: {}", stored.error().message);
+  }
+  spdlog::log(report.passed ? spdlog::level::info : spdlog::level::warn, "device {} self-test {}",
+              device, report.Summary());
+  return report;
+}
+
+void Daemon::ScheduleRecoveries() {
+  for (int device : actuator_->TakeNewlyIsolated()) {
+    if (!config_.policy.auto_recover) continue;
+    const auto now = clock_->Monotonic();
+    if (auto last = recovered_at_.find(device);
+        last != recovered_at_.end() &&
+        now - last->second < std::chrono::nanoseconds(config_.policy.auto_recover_window)) {
+      const std::string reason = fmt::format(
+          "isolated again {} s after it recovered by itself: needs an operator (rasctl undrain)",
+          std::chrono::duration_cast<std::chrono::seconds>(now - last->second).count());
+      spdlog::error("device {}: {}", device, reason);
+      (void)actuator_->SetDeviceState(device, runtime::HealthState::kIsolated, reason,
+                                      "isolate-device", "auto-recover");
+      recovered_at_.erase(last);
+      continue;
+    }
+    if (recovery_timers_.contains(device)) continue;
+    sd_event_source* timer = nullptr;
+    if (int rc = sd_event_add_time_relative(
+            event_, &timer, CLOCK_MONOTONIC,
+            static_cast<std::uint64_t>(config_.policy.auto_recover_delay.count()) * 1000, 0,
+            &Daemon::OnRecoveryTimer, this);
+        rc < 0) {
+      spdlog::error("device {}: cannot schedule its recovery: {}", device, std::strerror(-rc));
+      continue;
+    }
+    sd_event_source_set_description(timer, std::to_string(device).c_str());
+    recovery_timers_[device] = timer;
+    spdlog::info("device {}: automatic recovery in {} ms", device,
+                 config_.policy.auto_recover_delay.count());
+  }
+}
+
+int Daemon::OnRecoveryTimer(sd_event_source* source, uint64_t, void* userdata) {
+  auto* daemon = static_cast<Daemon*>(userdata);
+  const char* description = nullptr;
+  (void)sd_event_source_get_description(source, &description);
+  const int device = description != nullptr ? std::atoi(description) : -1;
+  daemon->recovery_timers_.erase(device);
+  sd_event_source_disable_unref(source);
+  daemon->Recover(device);
+  return 0;
+}
+
+void Daemon::Recover(int device) {
+  auto found = runtime_->GetDevice(device);
+  if (!found || (*found)->Health() != runtime::HealthState::kIsolated) return;  // an operator acted
+  ras::ActionRecord record;
+  record.time = clock_->Wall();
+  record.action = "reset-device";
+  record.device = device;
+  record.rule = "auto-recover";
+  record.reason = "automatic recovery";
+  if (auto reset = runtime_->Driver().ResetDevice(device); !reset) {
+    record.result = "failed";
+    record.detail = reset.error().message;
+    spdlog::error("device {}: automatic recovery: reset failed: {}; it stays isolated", device,
+                  reset.error().message);
+    (void)store_->RecordAction(record);
+    return;
+  }
+  record.result = "ok";
+  (void)store_->RecordAction(record);
+  const auto report = SelfTest(device, "auto-recover");
+  if (!report.passed) {
+    spdlog::error("device {}: automatic recovery: self-test {}; it stays isolated", device,
+                  report.Summary());
+    return;
+  }
+  recovered_at_[device] = clock_->Monotonic();
+  (void)actuator_->SetDeviceState(device, runtime::HealthState::kHealthy,
+                                  "recovered by itself: reset, self-test passed", "undrain-device",
+                                  "auto-recover");
 }
 
 }  // namespace rasd::daemon

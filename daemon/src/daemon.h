@@ -21,6 +21,7 @@
 #include "rasd/ras/policy.h"
 #include "rasd/ras/state_store.h"
 #include "rasd/runtime/runtime.h"
+#include "rasd/runtime/self_test.h"
 
 namespace rasd::daemon {
 
@@ -97,6 +98,16 @@ class Daemon {
   std::map<int, SelfTestResult> last_self_test_;
   // Drain deadlines that have not passed yet, by device.
   std::map<int, sd_event_source*> drain_timers_;
+  // Automatic recovery (policy.auto_recover): pending timers, and when each
+  // device last came back by itself (monotonic).
+  std::map<int, sd_event_source*> recovery_timers_;
+  std::map<int, std::chrono::nanoseconds> recovered_at_;
+  void ScheduleRecoveries();
+  void Recover(int device);
+  static int OnRecoveryTimer(sd_event_source* source, uint64_t usec, void* userdata);
+  // The self-test as undrain and recovery run it: the gate opened to
+  // Draining for it, the result stored and remembered.
+  runtime::SelfTestReport SelfTest(int device, const std::string& why);
   static int OnDrainDeadline(sd_event_source* source, uint64_t usec, void* userdata);
   jobs::JobManager jobs_;
   ControlSocket socket_;

@@ -74,6 +74,13 @@ struct Config {
     std::chrono::milliseconds drain_deadline{30000};
     // How long a run-hook program may run before it is killed.
     std::chrono::milliseconds hook_timeout{10000};
+    // Automatic recovery of a device the policy isolated: after the delay,
+    // reset it, run the self-test, and return it to service on a pass. A
+    // device that is isolated again within the window of its recovery
+    // stays isolated until an operator undrains it.
+    bool auto_recover = false;
+    std::chrono::milliseconds auto_recover_delay{5000};
+    std::chrono::seconds auto_recover_window{std::chrono::hours(24)};
     bool operator==(const Policy&) const = default;
   } policy;
   struct Simulator {
