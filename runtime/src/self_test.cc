@@ -66,6 +66,9 @@ class Bench {
               stream_->CopyToDevice(address, values.data(), values.size() * sizeof(float));
           !copied)
         return Fail(copied.error());
+      // The copy reads `values` when the stream gets to it, and the
+      // caller's buffer may be a temporary: wait for it.
+      if (auto done = stream_->Synchronize(options_.step_timeout); !done) return Fail(done.error());
     }
     return address;
   }
