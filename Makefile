@@ -42,9 +42,10 @@ test: build test-tsan fuzz-smoke
 test-tsan: bootstrap
 	@cmake -S . -B $(TSAN_DIR) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRASD_SANITIZE=thread \
 	  -DRASD_BUILD_BENCH=OFF $(CMAKE_FLAGS) >/dev/null
-	@cmake --build $(TSAN_DIR) -j $(JOBS) --target drivers_unit_tests runtime_unit_tests
+	@cmake --build $(TSAN_DIR) -j $(JOBS) --target drivers_unit_tests runtime_unit_tests jobs_unit_tests
 	TSAN_OPTIONS=halt_on_error=1 $(TSAN_DIR)/tests/drivers_unit_tests --gtest_brief=1
 	TSAN_OPTIONS=halt_on_error=1 $(TSAN_DIR)/tests/runtime_unit_tests --gtest_brief=1
+	TSAN_OPTIONS=halt_on_error=1 $(TSAN_DIR)/tests/jobs_unit_tests --gtest_brief=1
 
 test-unit: build
 	ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS) -L unit

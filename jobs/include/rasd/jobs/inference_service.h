@@ -1,0 +1,150 @@
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "rasd/common/result.h"
+#include "rasd/runtime/runtime.h"
+
+namespace rasd::jobs {
+
+// A 2-layer MLP with fixed, seeded weights: y = relu(x W1) W2, fp32,
+// row-major, computed with the runtime's gemm and relu kernels.
+struct MlpModel {
+  int inputs = 64;
+  int hidden = 128;
+  int outputs = 16;
+  std::uint64_t seed = 42;
+
+  std::vector<float> W1() const;  // inputs x hidden
+  std::vector<float> W2() const;  // hidden x outputs
+  // The model on the host, summing in the order the simulator's gemm does
+  // (over k, ascending): the reference tests compare against.
+  std::vector<float> Reference(const std::vector<float>& input) const;
+};
+
+struct InferenceOptions {
+  std::string id = "inference";  // the job id: owner of its streams and memory
+  std::vector<int> devices;      // one replica per device
+  MlpModel model;
+  std::size_t max_batch = 32;
+  // A replica starts a batch when it is full or its oldest request has
+  // waited this long (continuous batching).
+  std::chrono::microseconds max_wait{500};
+  // How long a batch already running on a draining device may take before
+  // it is abandoned and its requests re-run elsewhere.
+  std::chrono::milliseconds drain_deadline{30000};
+  // How long one batch may take on a healthy device before it counts as a
+  // failure (a hung device).
+  std::chrono::milliseconds batch_timeout{5000};
+  std::size_t max_queued = 1'000'000;  // admitted but not answered
+  int max_attempts = 8;                // runs of one request before it is answered with an error
+};
+
+// An inference service replicated over devices. A router sends each
+// request to the least-loaded replica whose device admits new work; each
+// replica batches its queue continuously and runs the model on its
+// device.
+//
+// Every admitted request is answered exactly once: with the model's output
+// (the same bits whichever replica computed it), or with an error only when
+// the service stops or a request failed max_attempts times. When a device
+// stops admitting new work (Draining, Isolated), its queued requests move
+// to other replicas; a batch that fails (device isolated or lost, streams
+// aborted by kill-consumer, past the drain deadline) is re-run elsewhere;
+// a replica whose streams were aborted restarts itself (new stream, weights
+// uploaded again) once its device admits work. With no replica available,
+// requests wait for one.
+//
+// Thread-safe. Callbacks run on replica threads and must not block.
+class InferenceService {
+ public:
+  using Output = Result<std::vector<float>>;
+  using Callback = std::function<void(std::uint64_t request, Output output)>;
+
+  static Result<std::unique_ptr<InferenceService>> Create(runtime::Runtime& runtime,
+                                                          InferenceOptions options);
+  // Stops the replicas; requests not answered yet get kAborted.
+  ~InferenceService();
+  InferenceService(const InferenceService&) = delete;
+  InferenceService& operator=(const InferenceService&) = delete;
+
+  // Admits a request (`input` has model.inputs values). kInvalidArgument
+  // for a wrong size, kUnavailable when max_queued requests are waiting.
+  Result<std::uint64_t> Submit(std::vector<float> input, Callback done);
+  // Submit and wait.
+  Output Infer(std::vector<float> input, std::chrono::milliseconds timeout);
+
+  // Tells the service that a device's health changed (the daemon calls it
+  // after every state change; replicas also look before each batch).
+  void Reconsider();
+
+  const std::string& Id() const { return options_.id; }
+  const std::vector<int>& Devices() const { return options_.devices; }
+
+  struct ReplicaStats {
+    int device = 0;
+    std::size_t queued = 0;
+    bool in_flight = false;
+    std::uint64_t batches = 0;
+    std::uint64_t served = 0;
+    std::uint64_t restarts = 0;
+  };
+  struct Stats {
+    std::uint64_t admitted = 0;
+    std::uint64_t served = 0;
+    std::uint64_t requeued = 0;  // moved off a replica before it ran them
+    std::uint64_t rerun = 0;     // run again after a failed batch
+    std::uint64_t failed = 0;    // answered with an error (max_attempts, stop)
+    std::uint64_t rejected = 0;  // not admitted
+    std::size_t waiting = 0;     // admitted, with no replica to run them yet
+    std::vector<ReplicaStats> replicas;
+  };
+  Stats GetStats() const;
+
+ private:
+  struct Request {
+    std::uint64_t id = 0;
+    std::vector<float> input;
+    Callback done;
+    int attempts = 0;
+    std::chrono::steady_clock::time_point queued_at;
+  };
+  struct Replica;
+
+  InferenceService(runtime::Runtime& runtime, InferenceOptions options);
+  Status Start();
+  // Places requests with the least-loaded admitting replica, or in the
+  // backlog. Call with mutex_ held.
+  void RouteLocked(std::deque<Request> requests);
+  bool AdmitsNewWork(int device) const;
+  void RunReplica(Replica& replica);
+  Status PrepareReplica(Replica& replica);
+  Status RunBatch(Replica& replica, std::vector<Request>& batch, bool draining);
+  Status Wait(Replica& replica);
+  void Answer(Request& request, Output output);
+
+  runtime::Runtime& runtime_;
+  InferenceOptions options_;
+  std::vector<float> w1_, w2_;
+
+  mutable std::mutex mutex_;
+  std::condition_variable work_;  // new requests, health changes, stop
+  std::vector<std::unique_ptr<Replica>> replicas_;
+  std::deque<Request> backlog_;  // no replica admits work
+  std::uint64_t next_id_ = 1;
+  std::size_t outstanding_ = 0;
+  bool stopping_ = false;
+  Stats stats_;
+};
+
+}  // namespace rasd::jobs

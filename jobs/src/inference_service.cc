@@ -1,0 +1,427 @@
+#include "rasd/jobs/inference_service.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <random>
+
+namespace rasd::jobs {
+namespace {
+
+using drivers::KernelArg;
+using Clock = std::chrono::steady_clock;
+
+// How long an idle replica sleeps before it looks at its device again.
+constexpr std::chrono::milliseconds kIdlePoll{20};
+// A replica whose batch failed (other than an abort) takes no work for this
+// long: a faulty device the policy has not isolated yet must not eat every
+// request's attempts.
+constexpr std::chrono::milliseconds kFailureBackoff{200};
+
+std::vector<float> Weights(std::size_t count, std::uint64_t seed, float scale) {
+  std::mt19937_64 random(seed);
+  std::uniform_real_distribution<float> uniform(-scale, scale);
+  std::vector<float> weights(count);
+  for (auto& weight : weights) weight = uniform(random);
+  return weights;
+}
+
+}  // namespace
+
+std::vector<float> MlpModel::W1() const {
+  return Weights(static_cast<std::size_t>(inputs) * static_cast<std::size_t>(hidden), seed,
+                 1.0f / static_cast<float>(inputs));
+}
+
+std::vector<float> MlpModel::W2() const {
+  return Weights(static_cast<std::size_t>(hidden) * static_cast<std::size_t>(outputs), seed + 1,
+                 1.0f / static_cast<float>(hidden));
+}
+
+std::vector<float> MlpModel::Reference(const std::vector<float>& input) const {
+  const auto w1 = W1(), w2 = W2();
+  std::vector<float> hidden_values(static_cast<std::size_t>(hidden), 0.0f);
+  for (int p = 0; p < inputs; ++p) {
+    for (int j = 0; j < hidden; ++j)
+      hidden_values[static_cast<std::size_t>(j)] +=
+          input[static_cast<std::size_t>(p)] *
+          w1[static_cast<std::size_t>(p) * static_cast<std::size_t>(hidden) +
+             static_cast<std::size_t>(j)];
+  }
+  for (auto& value : hidden_values) value = std::max(value, 0.0f);
+  std::vector<float> output(static_cast<std::size_t>(outputs), 0.0f);
+  for (int p = 0; p < hidden; ++p) {
+    for (int j = 0; j < outputs; ++j)
+      output[static_cast<std::size_t>(j)] +=
+          hidden_values[static_cast<std::size_t>(p)] *
+          w2[static_cast<std::size_t>(p) * static_cast<std::size_t>(outputs) +
+             static_cast<std::size_t>(j)];
+  }
+  return output;
+}
+
+struct InferenceService::Replica {
+  int device = 0;
+  std::unique_ptr<runtime::Stream> stream;
+  runtime::Allocation w1, w2, x, h, y;
+  std::deque<Request> queue;
+  bool in_flight = false;
+  bool prepared = false;
+  Clock::time_point unavailable_until{};
+  ReplicaStats stats;
+  std::thread thread;
+};
+
+InferenceService::InferenceService(runtime::Runtime& runtime, InferenceOptions options)
+    : runtime_(runtime), options_(std::move(options)) {}
+
+Result<std::unique_ptr<InferenceService>> InferenceService::Create(runtime::Runtime& runtime,
+                                                                   InferenceOptions options) {
+  if (options.devices.empty())
+    return Fail(ErrorCode::kInvalidArgument, "an inference service needs at least one device");
+  if (options.max_batch == 0 || options.max_batch > 4096)
+    return Fail(ErrorCode::kInvalidArgument, "max_batch must be in 1..4096");
+  const auto& model = options.model;
+  if (model.inputs <= 0 || model.hidden <= 0 || model.outputs <= 0 || model.inputs > 65536 ||
+      model.hidden > 65536 || model.outputs > 65536)
+    return Fail(ErrorCode::kInvalidArgument, "model dimensions must be in 1..65536");
+  for (int device : options.devices) {
+    if (!runtime.GetDevice(device))
+      return Fail(ErrorCode::kNotFound, fmt::format("no device {}", device));
+    if (std::count(options.devices.begin(), options.devices.end(), device) > 1)
+      return Fail(ErrorCode::kInvalidArgument, fmt::format("device {} listed twice", device));
+  }
+  std::unique_ptr<InferenceService> service(new InferenceService(runtime, std::move(options)));
+  if (auto started = service->Start(); !started) return Fail(started.error());
+  return service;
+}
+
+Status InferenceService::Start() {
+  w1_ = options_.model.W1();
+  w2_ = options_.model.W2();
+  for (int device : options_.devices) {
+    auto replica = std::make_unique<Replica>();
+    replica->device = device;
+    replica->stats.device = device;
+    replicas_.push_back(std::move(replica));
+  }
+  for (auto& replica : replicas_) {
+    Replica* raw = replica.get();
+    raw->thread = std::thread([this, raw] { RunReplica(*raw); });
+  }
+  return {};
+}
+
+InferenceService::~InferenceService() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  work_.notify_all();
+  for (auto& replica : replicas_) {
+    if (replica->thread.joinable()) replica->thread.join();
+  }
+  // Whatever is left is answered: nothing admitted goes unanswered.
+  std::deque<Request> left;
+  {
+    std::lock_guard lock(mutex_);
+    left = std::move(backlog_);
+    for (auto& replica : replicas_) {
+      for (auto& request : replica->queue) left.push_back(std::move(request));
+      replica->queue.clear();
+    }
+  }
+  for (auto& request : left) {
+    Answer(request, Fail(ErrorCode::kAborted, "the inference service stopped"));
+  }
+  for (auto& replica : replicas_) {
+    if (replica->stream) (void)replica->stream->Synchronize(options_.batch_timeout);
+    if (auto pool = runtime_.Pool(replica->device)) {
+      for (auto* allocation : {&replica->w1, &replica->w2, &replica->x, &replica->h, &replica->y})
+        if (*allocation) (void)(*pool)->Free(*allocation);
+    }
+    replica->stream.reset();
+  }
+}
+
+bool InferenceService::AdmitsNewWork(int device) const {
+  auto found = runtime_.GetDevice(device);
+  if (!found) return false;
+  const auto health = (*found)->Health();
+  return health == runtime::HealthState::kHealthy || health == runtime::HealthState::kDegraded;
+}
+
+void InferenceService::RouteLocked(std::deque<Request> requests) {
+  const auto now = Clock::now();
+  for (auto& request : requests) {
+    Replica* best = nullptr;
+    std::size_t best_load = 0;
+    for (auto& replica : replicas_) {
+      if (!AdmitsNewWork(replica->device) || replica->unavailable_until > now) continue;
+      const std::size_t load =
+          replica->queue.size() + (replica->in_flight ? options_.max_batch : 0);
+      if (best == nullptr || load < best_load) {
+        best = replica.get();
+        best_load = load;
+      }
+    }
+    request.queued_at = now;
+    if (best == nullptr) {
+      backlog_.push_back(std::move(request));
+    } else {
+      best->queue.push_back(std::move(request));
+    }
+  }
+  work_.notify_all();
+}
+
+Result<std::uint64_t> InferenceService::Submit(std::vector<float> input, Callback done) {
+  if (input.size() != static_cast<std::size_t>(options_.model.inputs)) {
+    return Fail(ErrorCode::kInvalidArgument, fmt::format("input has {} values; the model takes {}",
+                                                         input.size(), options_.model.inputs));
+  }
+  std::lock_guard lock(mutex_);
+  if (stopping_) return Fail(ErrorCode::kUnavailable, "the inference service is stopping");
+  if (outstanding_ >= options_.max_queued) {
+    ++stats_.rejected;
+    return Fail(ErrorCode::kUnavailable,
+                fmt::format("{} requests are waiting already", outstanding_));
+  }
+  Request request;
+  request.id = next_id_++;
+  request.input = std::move(input);
+  request.done = std::move(done);
+  const std::uint64_t id = request.id;
+  ++outstanding_;
+  ++stats_.admitted;
+  std::deque<Request> one;
+  one.push_back(std::move(request));
+  RouteLocked(std::move(one));
+  return id;
+}
+
+InferenceService::Output InferenceService::Infer(std::vector<float> input,
+                                                 std::chrono::milliseconds timeout) {
+  auto state = std::make_shared<std::pair<std::mutex, std::condition_variable>>();
+  auto result = std::make_shared<std::optional<Output>>();
+  auto submitted = Submit(std::move(input), [state, result](std::uint64_t, Output output) {
+    std::lock_guard lock(state->first);
+    *result = std::move(output);
+    state->second.notify_all();
+  });
+  if (!submitted) return Fail(submitted.error());
+  std::unique_lock lock(state->first);
+  if (!state->second.wait_for(lock, timeout, [&] { return result->has_value(); })) {
+    return Fail(ErrorCode::kTimeout, "no answer in time (the request is still admitted)");
+  }
+  return std::move(**result);
+}
+
+void InferenceService::Reconsider() { work_.notify_all(); }
+
+void InferenceService::Answer(Request& request, Output output) {
+  if (request.done) request.done(request.id, std::move(output));
+  request.done = nullptr;
+  std::lock_guard lock(mutex_);
+  --outstanding_;
+}
+
+Status InferenceService::PrepareReplica(Replica& replica) {
+  auto pool = runtime_.Pool(replica.device);
+  if (!pool) return Fail(pool.error());
+  if (replica.stream) {
+    (void)replica.stream->Synchronize(std::chrono::milliseconds(100));
+    for (auto* allocation : {&replica.w1, &replica.w2, &replica.x, &replica.h, &replica.y})
+      if (*allocation) (void)(*pool)->Free(*allocation);
+    replica.stream.reset();
+    ++replica.stats.restarts;
+  }
+  auto stream = runtime_.CreateStream(
+      replica.device, {.owner = options_.id, .admission = runtime::Admission::kAdmittedJob});
+  if (!stream) return Fail(stream.error());
+  replica.stream = std::move(*stream);
+  const auto& model = options_.model;
+  const std::uint64_t batch = options_.max_batch;
+  struct Buffer {
+    runtime::Allocation* allocation;
+    std::uint64_t floats;
+  };
+  for (const Buffer& buffer :
+       {Buffer{&replica.w1, w1_.size()}, Buffer{&replica.w2, w2_.size()},
+        Buffer{&replica.x, batch * static_cast<std::uint64_t>(model.inputs)},
+        Buffer{&replica.h, batch * static_cast<std::uint64_t>(model.hidden)},
+        Buffer{&replica.y, batch * static_cast<std::uint64_t>(model.outputs)}}) {
+    auto allocation = (*pool)->Allocate(buffer.floats * sizeof(float), *replica.stream);
+    if (!allocation) return Fail(allocation.error());
+    *buffer.allocation = *allocation;
+  }
+  if (auto copied =
+          replica.stream->CopyToDevice(replica.w1.address, w1_.data(), w1_.size() * sizeof(float));
+      !copied)
+    return copied;
+  if (auto copied =
+          replica.stream->CopyToDevice(replica.w2.address, w2_.data(), w2_.size() * sizeof(float));
+      !copied)
+    return copied;
+  if (auto waited = Wait(replica); !waited) return waited;
+  replica.prepared = true;
+  return {};
+}
+
+Status InferenceService::Wait(Replica& replica) {
+  // In slices: a device that starts draining gives the work drain_deadline
+  // from then; a healthy one batch_timeout in all. Past either, the work is
+  // abandoned (and re-run elsewhere by the caller).
+  runtime::Stream& stream = *replica.stream;
+  const auto started = Clock::now();
+  std::optional<Clock::time_point> drain_seen;
+  while (true) {
+    auto done = stream.Synchronize(std::chrono::milliseconds(10));
+    if (done) return {};
+    if (done.error().code != ErrorCode::kTimeout) return done;
+    const auto now = Clock::now();
+    if (!AdmitsNewWork(replica.device) && !drain_seen) drain_seen = now;
+    if (now - started > options_.batch_timeout ||
+        (drain_seen && now - *drain_seen > options_.drain_deadline)) {
+      (void)stream.Abort("abandoned: past its deadline");
+      return Fail(ErrorCode::kTimeout,
+                  fmt::format("work on device {} past its deadline", replica.device));
+    }
+  }
+}
+
+Status InferenceService::RunBatch(Replica& replica, std::vector<Request>& batch, bool) {
+  const auto& model = options_.model;
+  const auto rows = static_cast<std::int64_t>(batch.size());
+  std::vector<float> x(batch.size() * static_cast<std::size_t>(model.inputs));
+  for (std::size_t i = 0; i < batch.size(); ++i)
+    std::copy(batch[i].input.begin(), batch[i].input.end(),
+              x.begin() + static_cast<std::ptrdiff_t>(i * static_cast<std::size_t>(model.inputs)));
+  std::vector<float> y(batch.size() * static_cast<std::size_t>(model.outputs));
+  runtime::Stream& stream = *replica.stream;
+  const KernelArg first[] = {KernelArg::Int(rows),
+                             KernelArg::Int(model.hidden),
+                             KernelArg::Int(model.inputs),
+                             KernelArg::Address(replica.x.address),
+                             KernelArg::Address(replica.w1.address),
+                             KernelArg::Address(replica.h.address)};
+  const KernelArg relu[] = {KernelArg::Int(rows * model.hidden),
+                            KernelArg::Address(replica.h.address),
+                            KernelArg::Address(replica.h.address)};
+  const KernelArg second[] = {KernelArg::Int(rows),
+                              KernelArg::Int(model.outputs),
+                              KernelArg::Int(model.hidden),
+                              KernelArg::Address(replica.h.address),
+                              KernelArg::Address(replica.w2.address),
+                              KernelArg::Address(replica.y.address)};
+  if (auto done = stream.CopyToDevice(replica.x.address, x.data(), x.size() * sizeof(float)); !done)
+    return done;
+  if (auto done = stream.Launch("gemm", first); !done) return done;
+  if (auto done = stream.Launch("relu", relu); !done) return done;
+  if (auto done = stream.Launch("gemm", second); !done) return done;
+  if (auto done = stream.CopyToHost(y.data(), replica.y.address, y.size() * sizeof(float)); !done)
+    return done;
+  if (auto waited = Wait(replica); !waited) return waited;
+  for (std::size_t i = 0; i < batch.size(); ++i) {
+    const auto begin =
+        y.begin() + static_cast<std::ptrdiff_t>(i * static_cast<std::size_t>(model.outputs));
+    Answer(batch[i], std::vector<float>(begin, begin + model.outputs));
+  }
+  return {};
+}
+
+void InferenceService::RunReplica(Replica& replica) {
+  std::unique_lock lock(mutex_);
+  while (!stopping_) {
+    const auto now = Clock::now();
+    if (!AdmitsNewWork(replica.device) || replica.unavailable_until > now) {
+      // Draining, isolated or backing off: its queue goes elsewhere.
+      if (!replica.queue.empty()) {
+        std::deque<Request> moved = std::move(replica.queue);
+        replica.queue.clear();
+        stats_.requeued += moved.size();
+        RouteLocked(std::move(moved));  // never back to itself: it admits nothing now
+      }
+      work_.wait_for(lock, kIdlePoll);
+      continue;
+    }
+    if (replica.queue.empty() && !backlog_.empty()) {
+      while (!backlog_.empty() && replica.queue.size() < options_.max_batch) {
+        replica.queue.push_back(std::move(backlog_.front()));
+        backlog_.pop_front();
+      }
+    }
+    if (replica.queue.empty()) {
+      work_.wait_for(lock, kIdlePoll);
+      continue;
+    }
+    // Continuous batching: full, or the oldest has waited max_wait.
+    const auto deadline = replica.queue.front().queued_at + options_.max_wait;
+    if (replica.queue.size() < options_.max_batch && Clock::now() < deadline) {
+      work_.wait_until(lock, deadline);
+      continue;  // look at the device and the queue again
+    }
+    std::vector<Request> batch;
+    while (!replica.queue.empty() && batch.size() < options_.max_batch) {
+      batch.push_back(std::move(replica.queue.front()));
+      replica.queue.pop_front();
+    }
+    replica.in_flight = true;
+    lock.unlock();
+    Status ran = replica.prepared && replica.stream && !replica.stream->Aborted()
+                     ? Status{}
+                     : PrepareReplica(replica);
+    if (ran) ran = RunBatch(replica, batch, false);
+    lock.lock();
+    replica.in_flight = false;
+    if (ran) {
+      ++replica.stats.batches;
+      replica.stats.served += batch.size();
+      stats_.served += batch.size();
+      continue;
+    }
+    // The batch failed: its requests run again elsewhere (or here, after a
+    // restart, when the failure was an abort of this job's streams).
+    const bool aborted = ran.error().code == ErrorCode::kAborted;
+    replica.prepared = false;
+    if (!aborted) replica.unavailable_until = Clock::now() + kFailureBackoff;
+    spdlog::warn("inference {}: batch of {} on device {} failed ({}); re-running it", options_.id,
+                 batch.size(), replica.device, ran.error().message);
+    std::deque<Request> again;
+    std::vector<Request> failed;
+    for (auto& request : batch) {
+      if (++request.attempts >= options_.max_attempts) {
+        failed.push_back(std::move(request));
+      } else {
+        again.push_back(std::move(request));
+      }
+    }
+    stats_.rerun += again.size();
+    stats_.failed += failed.size();
+    RouteLocked(std::move(again));
+    if (!failed.empty()) {
+      lock.unlock();
+      for (auto& request : failed)
+        Answer(request,
+               Fail(ran.error().code, fmt::format("failed {} times: {}", options_.max_attempts,
+                                                  ran.error().message)));
+      lock.lock();
+    }
+  }
+}
+
+InferenceService::Stats InferenceService::GetStats() const {
+  std::lock_guard lock(mutex_);
+  Stats stats = stats_;
+  stats.waiting = backlog_.size();
+  for (const auto& replica : replicas_) {
+    ReplicaStats entry = replica->stats;
+    entry.queued = replica->queue.size();
+    entry.in_flight = replica->in_flight;
+    stats.replicas.push_back(entry);
+  }
+  return stats;
+}
+
+}  // namespace rasd::jobs

@@ -1,0 +1,227 @@
+// The inference service on the simulator: every admitted request answered
+// exactly once with the model's output, through drains, a device falling
+// off the bus, a kill of the job's streams, and a hung device past the
+// drain deadline.
+
+#include "rasd/jobs/inference_service.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <map>
+#include <random>
+#include <thread>
+
+#include "rasd/drivers_shim/sim_driver.h"
+
+namespace rasd::jobs {
+namespace {
+
+using namespace std::chrono_literals;
+
+std::vector<float> InputFor(std::uint64_t n, int size) {
+  std::mt19937 random(static_cast<std::uint32_t>(n));
+  std::uniform_real_distribution<float> uniform(-1, 1);
+  std::vector<float> input(static_cast<std::size_t>(size));
+  for (auto& value : input) value = uniform(random);
+  return input;
+}
+
+class InferenceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto driver =
+        drivers::SimDriver::Create({.device_count = 4, .memory_bytes_per_device = 64 << 20});
+    ASSERT_TRUE(driver.has_value());
+    sim_ = driver->get();
+    auto runtime = runtime::Runtime::Create(std::move(*driver), {.pool = {.arena_bytes = 8 << 20}});
+    ASSERT_TRUE(runtime.has_value());
+    runtime_ = std::move(*runtime);
+  }
+
+  std::unique_ptr<InferenceService> Service(std::vector<int> devices, std::string id = "llm",
+                                            std::chrono::milliseconds drain_deadline = 30s) {
+    auto service = InferenceService::Create(*runtime_, {.id = id,
+                                                        .devices = std::move(devices),
+                                                        .max_batch = 16,
+                                                        .max_wait = 200us,
+                                                        .drain_deadline = drain_deadline,
+                                                        .batch_timeout = 5s});
+    EXPECT_TRUE(service.has_value()) << service.error().ToString();
+    return service ? std::move(*service) : nullptr;
+  }
+
+  runtime::Device& Device(int index) { return **runtime_->GetDevice(index); }
+
+  // Submits `count` requests (input n for request n) from `threads` threads,
+  // calling `midway` once half are submitted; waits for every answer and
+  // checks each came exactly once, right.
+  void RunLoad(InferenceService& service, int count, const std::function<void()>& midway,
+               int threads = 4) {
+    const MlpModel model;
+    std::vector<std::atomic<int>> answers(static_cast<std::size_t>(count));
+    std::vector<std::vector<float>> outputs(static_cast<std::size_t>(count));
+    std::atomic<int> errors{0}, submitted{0}, done{0};
+    std::mutex outputs_mutex;
+    std::vector<std::thread> clients;
+    std::atomic<bool> midway_called{false};
+    for (int t = 0; t < threads; ++t) {
+      clients.emplace_back([&, t] {
+        for (int n = t; n < count; n += threads) {
+          auto id = service.Submit(InputFor(static_cast<std::uint64_t>(n), model.inputs),
+                                   [&, n](std::uint64_t, InferenceService::Output output) {
+                                     answers[static_cast<std::size_t>(n)]++;
+                                     if (!output) {
+                                       ++errors;
+                                     } else {
+                                       std::lock_guard lock(outputs_mutex);
+                                       outputs[static_cast<std::size_t>(n)] = std::move(*output);
+                                     }
+                                     ++done;
+                                   });
+          ASSERT_TRUE(id.has_value()) << id.error().ToString();
+          if (++submitted == count / 2 && !midway_called.exchange(true) && midway) midway();
+          if (n % 64 == 0) std::this_thread::sleep_for(200us);  // a steady stream, not one burst
+        }
+      });
+    }
+    for (auto& client : clients) client.join();
+    const auto deadline = std::chrono::steady_clock::now() + 30s;
+    while (done < count && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(1ms);
+    ASSERT_EQ(done.load(), count) << "answers missing";
+    EXPECT_EQ(errors.load(), 0);
+    for (int n = 0; n < count; ++n) {
+      ASSERT_EQ(answers[static_cast<std::size_t>(n)].load(), 1) << "request " << n;
+      const auto want = model.Reference(InputFor(static_cast<std::uint64_t>(n), model.inputs));
+      const auto& got = outputs[static_cast<std::size_t>(n)];
+      ASSERT_EQ(got.size(), want.size());
+      for (std::size_t i = 0; i < want.size(); ++i) {
+        ASSERT_NEAR(got[i], want[i], 1e-5f * std::max(1.0f, std::fabs(want[i])))
+            << "request " << n << " output " << i;
+      }
+    }
+  }
+
+  drivers::SimDriver* sim_ = nullptr;
+  std::unique_ptr<runtime::Runtime> runtime_;
+};
+
+TEST_F(InferenceTest, AnswersEachRequestOnceAndTheSameWhicheverReplica) {
+  auto service = Service({0, 1, 2, 3});
+  RunLoad(*service, 2000, nullptr);
+  const auto stats = service->GetStats();
+  EXPECT_EQ(stats.served, 2000u);
+  int busy = 0;
+  for (const auto& replica : stats.replicas) busy += replica.served > 0 ? 1 : 0;
+  EXPECT_GE(busy, 2) << "the router spreads the load";
+  // One input, many times: identical bits from every replica.
+  std::map<std::vector<float>, int> distinct;
+  for (int i = 0; i < 200; ++i) {
+    auto output = service->Infer(InputFor(7, 64), 5s);
+    ASSERT_TRUE(output.has_value());
+    distinct[*output]++;
+  }
+  EXPECT_EQ(distinct.size(), 1u);
+  EXPECT_FALSE(service->Infer(std::vector<float>(3), 1s).has_value()) << "wrong input size";
+}
+
+TEST_F(InferenceTest, ADrainUnderLoadLosesNothingAndTheDeviceTakesNoNewWork) {
+  auto service = Service({0, 1, 2, 3});
+  std::uint64_t served_at_drain = 0;
+  RunLoad(*service, 4000, [&] {
+    Device(1).SetHealth(runtime::HealthState::kDraining);
+    service->Reconsider();
+    std::this_thread::sleep_for(50ms);  // what was in flight finishes
+    served_at_drain = service->GetStats().replicas[1].served;
+  });
+  const auto stats = service->GetStats();
+  EXPECT_EQ(stats.served, 4000u);
+  EXPECT_EQ(stats.replicas[1].served, served_at_drain) << "nothing new after the drain";
+  EXPECT_EQ(stats.failed, 0u);
+}
+
+TEST_F(InferenceTest, ADeviceFallingOffTheBusMidRunLosesNothing) {
+  auto service = Service({0, 1, 2, 3});
+  RunLoad(*service, 4000, [&] {
+    ASSERT_TRUE(sim_->InjectFallOffBus(2).has_value());
+    // The policy isolates it a moment later; until then batches there fail
+    // and are re-run elsewhere.
+    std::this_thread::sleep_for(5ms);
+    Device(2).SetHealth(runtime::HealthState::kIsolated);
+    service->Reconsider();
+  });
+  const auto stats = service->GetStats();
+  EXPECT_EQ(stats.served, 4000u);
+  EXPECT_EQ(stats.failed, 0u);
+}
+
+TEST_F(InferenceTest, KillingOneJobsStreamsRestartsItAndLeavesTheOtherJobAlone) {
+  auto victim = Service({0, 1}, "job-a");
+  auto neighbour = Service({0, 1}, "job-b");
+  std::thread other([&] { RunLoad(*neighbour, 1500, nullptr, 2); });
+  RunLoad(*victim, 1500, [&] {
+    // Its replicas make their streams with their first batch.
+    const auto deadline = std::chrono::steady_clock::now() + 5s;
+    std::size_t aborted = 0;
+    while ((aborted = runtime_->AbortOwner("job-a", "consumed poison")) == 0 &&
+           std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(1ms);
+    EXPECT_GE(aborted, 1u);
+  });
+  other.join();
+  std::uint64_t victim_restarts = 0, neighbour_restarts = 0;
+  for (const auto& replica : victim->GetStats().replicas) victim_restarts += replica.restarts;
+  for (const auto& replica : neighbour->GetStats().replicas) neighbour_restarts += replica.restarts;
+  EXPECT_GE(victim_restarts, 1u);
+  EXPECT_EQ(neighbour_restarts, 0u) << "the other job on the same devices kept running";
+}
+
+TEST_F(InferenceTest, AHungDeviceBeingDrainedGivesUpItsBatchAtTheDeadline) {
+  auto service = Service({0, 1}, "llm", 300ms);
+  // Warm both replicas.
+  for (int i = 0; i < 64; ++i) ASSERT_TRUE(service->Infer(InputFor(i, 64), 5s).has_value());
+  ASSERT_TRUE(sim_->InjectHang(1).has_value());
+  std::vector<std::thread> clients;
+  std::atomic<int> ok{0};
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < 64; ++i) {
+    clients.emplace_back([&, i] {
+      if (service->Infer(InputFor(1000 + i, 64), 10s)) ++ok;
+    });
+  }
+  std::this_thread::sleep_for(20ms);
+  Device(1).SetHealth(runtime::HealthState::kDraining);
+  service->Reconsider();
+  for (auto& client : clients) client.join();
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_EQ(ok.load(), 64);
+  EXPECT_LT(took, 2s) << "a hung batch is re-run after the 300 ms drain deadline, not 5 s";
+  EXPECT_GE(service->GetStats().rerun, 1u);
+  ASSERT_TRUE(sim_->ResetDevice(1).has_value());
+}
+
+TEST_F(InferenceTest, StoppingAnswersWhatIsLeft) {
+  std::atomic<int> answered{0}, aborted{0};
+  {
+    auto service = Service({3});
+    Device(3).SetHealth(runtime::HealthState::kIsolated);  // nothing can run
+    for (int i = 0; i < 10; ++i) {
+      ASSERT_TRUE(service
+                      ->Submit(InputFor(i, 64),
+                               [&](std::uint64_t, InferenceService::Output output) {
+                                 ++answered;
+                                 if (!output && output.error().code == ErrorCode::kAborted)
+                                   ++aborted;
+                               })
+                      .has_value());
+    }
+    EXPECT_EQ(service->GetStats().waiting, 10u);
+  }
+  EXPECT_EQ(answered.load(), 10);
+  EXPECT_EQ(aborted.load(), 10);
+}
+
+}  // namespace
+}  // namespace rasd::jobs
