@@ -1,0 +1,118 @@
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "rasd/common/result.h"
+#include "rasd/runtime/communicator.h"
+#include "rasd/runtime/runtime.h"
+
+namespace rasd::jobs {
+
+struct CollectiveOptions {
+  std::string id = "collective";  // the job id: owner of its streams and memory
+  std::vector<int> devices;       // one rank per device at the start
+  std::uint64_t elements = 1 << 16;
+  int steps = 200;
+  int checkpoint_every = 10;
+  // Below this many ranks the job waits for a device to come back instead
+  // of shrinking further.
+  int min_ranks = 1;
+  std::chrono::milliseconds step_timeout{5000};
+};
+
+// A data-parallel job: each step every rank computes its part locally
+// (fill and axpy on its device) and an AllReduce sums the parts into the
+// next state, which every rank then holds. The work is split into as many
+// logical shards as the job started with ranks, spread over whatever ranks
+// it has, and its values are small integers in fp32, so every sum is exact:
+// the per-step checksums are the same bits whatever the number of ranks.
+//
+// A checkpoint (the state, on the host) is taken every checkpoint_every
+// steps. When a step fails (a rank's device lost, the job's streams aborted
+// by kill-consumer, a timeout) or a rank's device stops admitting work, the
+// communicator is aborted on every rank, re-formed on the job's devices
+// that admit work (shrinking; below min_ranks it waits for one to return),
+// restored from the last checkpoint (a drain checkpoints first: it loses
+// nothing) and continued. Thread-safe.
+class CollectiveJob {
+ public:
+  static Result<std::unique_ptr<CollectiveJob>> Create(runtime::Runtime& runtime,
+                                                       CollectiveOptions options);
+  ~CollectiveJob();  // stops the job
+  CollectiveJob(const CollectiveJob&) = delete;
+  CollectiveJob& operator=(const CollectiveJob&) = delete;
+
+  // Waits until the job finished (or failed); false on timeout.
+  bool Wait(std::chrono::milliseconds timeout);
+  void Stop();
+  // Wakes a job waiting for devices (the daemon calls it on health changes).
+  void Reconsider();
+
+  enum class State : std::uint8_t { kRunning, kReforming, kWaiting, kFinished, kFailed, kStopped };
+  static std::string_view StateName(State state);
+
+  struct Progress {
+    State state = State::kRunning;
+    int step = 0;                // steps completed
+    std::vector<int> devices;    // ranks now
+    std::uint64_t reforms = 0;   // communicators re-formed
+    std::uint64_t restores = 0;  // checkpoints restored
+    std::string last_error;
+    // Fault (first failed step seen, or drain noticed) to every rank of the
+    // old communicator released, and to the next AllReduce done on the new
+    // one, for the most recent recovery.
+    std::chrono::nanoseconds last_release{0};
+    std::chrono::nanoseconds last_recovery{0};
+  };
+  Progress GetProgress() const;
+  // One checksum per completed step: the sum of the state's values.
+  std::vector<std::uint64_t> Checksums() const;
+  // What a fault-free run gives, computed on the host.
+  static std::vector<std::uint64_t> ExpectedChecksums(const CollectiveOptions& options);
+
+  const std::string& Id() const { return options_.id; }
+  const std::vector<int>& Devices() const { return options_.devices; }
+
+ private:
+  CollectiveJob(runtime::Runtime& runtime, CollectiveOptions options);
+  void Run();
+  Status Form(const std::vector<int>& devices);
+  void ReleaseBuffers();
+  Status Step(int step);
+  Status Checkpoint(int step);
+  Status Restore();
+  std::vector<int> AdmittingDevices() const;
+  void SetState(State state);
+
+  runtime::Runtime& runtime_;
+  CollectiveOptions options_;
+  int shards_ = 0;
+
+  std::unique_ptr<runtime::Communicator> communicator_;
+  struct RankBuffers {
+    runtime::MemoryPool* pool = nullptr;
+    runtime::Allocation state, part;
+  };
+  std::vector<RankBuffers> buffers_;
+
+  std::vector<float> checkpoint_;
+  int checkpoint_step_ = 0;
+  std::vector<float> last_state_;  // after the last completed step, when it was not a checkpoint
+
+  mutable std::mutex mutex_;
+  std::condition_variable changed_;
+  Progress progress_;
+  std::vector<std::uint64_t> checksums_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace rasd::jobs

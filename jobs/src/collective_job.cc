@@ -1,0 +1,351 @@
+#include "rasd/jobs/collective_job.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <numeric>
+
+namespace rasd::jobs {
+namespace {
+
+using drivers::KernelArg;
+using Clock = std::chrono::steady_clock;
+
+// Consecutive failed steps or re-forms before the job gives up.
+constexpr int kMaxFailures = 50;
+constexpr std::chrono::milliseconds kRetryPause{20};
+
+// What shard j adds in step s: a small integer, so that sums stay exact.
+float ShardConstant(int shard, int step) { return static_cast<float>((step + 3 * shard) % 5); }
+
+std::vector<float> InitialState(std::uint64_t elements) {
+  std::vector<float> state(elements);
+  for (std::uint64_t i = 0; i < elements; ++i) state[i] = static_cast<float>(i % 97);
+  return state;
+}
+
+std::uint64_t Checksum(const std::vector<float>& state) {
+  std::uint64_t sum = 0;
+  for (float value : state) sum += static_cast<std::uint64_t>(value);
+  return sum;
+}
+
+}  // namespace
+
+std::string_view CollectiveJob::StateName(State state) {
+  switch (state) {
+    case State::kRunning:
+      return "running";
+    case State::kReforming:
+      return "reforming";
+    case State::kWaiting:
+      return "waiting";
+    case State::kFinished:
+      return "finished";
+    case State::kFailed:
+      return "failed";
+    case State::kStopped:
+      return "stopped";
+  }
+  return "unknown";
+}
+
+std::vector<std::uint64_t> CollectiveJob::ExpectedChecksums(const CollectiveOptions& options) {
+  std::vector<float> state = InitialState(options.elements);
+  const int shards = static_cast<int>(options.devices.size());
+  std::vector<std::uint64_t> checksums;
+  for (int step = 0; step < options.steps; ++step) {
+    float added = 0;
+    for (int shard = 0; shard < shards; ++shard) added += ShardConstant(shard, step);
+    for (auto& value : state) value += added;
+    checksums.push_back(Checksum(state));
+  }
+  return checksums;
+}
+
+CollectiveJob::CollectiveJob(runtime::Runtime& runtime, CollectiveOptions options)
+    : runtime_(runtime), options_(std::move(options)) {}
+
+Result<std::unique_ptr<CollectiveJob>> CollectiveJob::Create(runtime::Runtime& runtime,
+                                                             CollectiveOptions options) {
+  if (options.devices.empty())
+    return Fail(ErrorCode::kInvalidArgument, "a collective job needs at least one device");
+  if (options.elements == 0 || options.elements > (1ULL << 26))
+    return Fail(ErrorCode::kInvalidArgument, "elements must be in 1..2^26");
+  if (options.steps < 1 || options.checkpoint_every < 1)
+    return Fail(ErrorCode::kInvalidArgument, "steps and checkpoint_every must be at least 1");
+  if (options.min_ranks < 1 || options.min_ranks > static_cast<int>(options.devices.size()))
+    return Fail(ErrorCode::kInvalidArgument, "min_ranks must be in 1..the number of devices");
+  for (int device : options.devices) {
+    if (!runtime.GetDevice(device))
+      return Fail(ErrorCode::kNotFound, fmt::format("no device {}", device));
+  }
+  std::unique_ptr<CollectiveJob> job(new CollectiveJob(runtime, std::move(options)));
+  job->shards_ = static_cast<int>(job->options_.devices.size());
+  job->thread_ = std::thread([raw = job.get()] { raw->Run(); });
+  return job;
+}
+
+CollectiveJob::~CollectiveJob() {
+  Stop();
+  if (thread_.joinable()) thread_.join();
+  if (communicator_) {
+    communicator_->Abort("job destroyed");
+    (void)communicator_->Synchronize(std::chrono::milliseconds(100));
+  }
+  ReleaseBuffers();
+  communicator_.reset();
+}
+
+void CollectiveJob::Stop() {
+  {
+    std::lock_guard lock(mutex_);
+    stop_ = true;
+  }
+  changed_.notify_all();
+}
+
+void CollectiveJob::Reconsider() { changed_.notify_all(); }
+
+bool CollectiveJob::Wait(std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mutex_);
+  return changed_.wait_for(lock, timeout, [this] {
+    return progress_.state == State::kFinished || progress_.state == State::kFailed ||
+           progress_.state == State::kStopped;
+  });
+}
+
+CollectiveJob::Progress CollectiveJob::GetProgress() const {
+  std::lock_guard lock(mutex_);
+  return progress_;
+}
+
+std::vector<std::uint64_t> CollectiveJob::Checksums() const {
+  std::lock_guard lock(mutex_);
+  return checksums_;
+}
+
+void CollectiveJob::SetState(State state) {
+  {
+    std::lock_guard lock(mutex_);
+    progress_.state = state;
+  }
+  changed_.notify_all();
+}
+
+std::vector<int> CollectiveJob::AdmittingDevices() const {
+  std::vector<int> devices;
+  for (int device : options_.devices) {
+    auto found = runtime_.GetDevice(device);
+    if (!found) continue;
+    const auto health = (*found)->Health();
+    if (health == runtime::HealthState::kHealthy || health == runtime::HealthState::kDegraded)
+      devices.push_back(device);
+  }
+  return devices;
+}
+
+void CollectiveJob::ReleaseBuffers() {
+  for (auto& rank : buffers_) {
+    for (auto* allocation : {&rank.state, &rank.part})
+      if (*allocation) (void)rank.pool->Free(*allocation);
+  }
+  buffers_.clear();
+}
+
+Status CollectiveJob::Form(const std::vector<int>& devices) {
+  if (communicator_) {
+    (void)communicator_->Synchronize(std::chrono::milliseconds(100));
+    ReleaseBuffers();
+    communicator_.reset();
+  }
+  auto communicator = runtime::Communicator::Create(
+      runtime_, devices, {.owner = options_.id, .admission = runtime::Admission::kAdmittedJob});
+  if (!communicator) return Fail(communicator.error());
+  communicator_ = std::move(*communicator);
+  const std::uint64_t bytes = options_.elements * sizeof(float);
+  for (int rank = 0; rank < communicator_->Size(); ++rank) {
+    auto pool = runtime_.Pool(communicator_->DeviceOf(rank));
+    if (!pool) return Fail(pool.error());
+    RankBuffers buffers{*pool, {}, {}};
+    for (auto* allocation : {&buffers.state, &buffers.part}) {
+      auto allocated = (*pool)->Allocate(bytes, communicator_->RankStream(rank));
+      if (!allocated) {
+        buffers_.push_back(buffers);
+        return Fail(allocated.error());
+      }
+      *allocation = *allocated;
+    }
+    buffers_.push_back(buffers);
+  }
+  std::lock_guard lock(mutex_);
+  progress_.devices = devices;
+  return {};
+}
+
+Status CollectiveJob::Restore() {
+  for (int rank = 0; rank < communicator_->Size(); ++rank) {
+    if (auto copied = communicator_->RankStream(rank).CopyToDevice(
+            buffers_[static_cast<std::size_t>(rank)].state.address, checkpoint_.data(),
+            checkpoint_.size() * sizeof(float));
+        !copied)
+      return copied;
+  }
+  if (auto done = communicator_->Synchronize(options_.step_timeout); !done) return done;
+  std::lock_guard lock(mutex_);
+  checksums_.resize(static_cast<std::size_t>(checkpoint_step_));
+  progress_.step = checkpoint_step_;
+  return {};
+}
+
+Status CollectiveJob::Step(int step) {
+  const int ranks = communicator_->Size();
+  const auto count = static_cast<std::int64_t>(options_.elements);
+  std::vector<drivers::DeviceAddress> parts;
+  for (int rank = 0; rank < ranks; ++rank) {
+    // This rank's shards: those with shard % ranks == rank; shard 0 (rank 0)
+    // carries the state forward.
+    float constant = 0;
+    for (int shard = rank; shard < shards_; shard += ranks) constant += ShardConstant(shard, step);
+    const auto& buffers = buffers_[static_cast<std::size_t>(rank)];
+    runtime::Stream& stream = communicator_->RankStream(rank);
+    const KernelArg fill[] = {KernelArg::Address(buffers.part.address), KernelArg::Int(count),
+                              KernelArg::Float(constant)};
+    if (auto done = stream.Launch("fill", fill); !done) return done;
+    if (rank == 0) {
+      const KernelArg axpy[] = {KernelArg::Int(count), KernelArg::Float(1.0f),
+                                KernelArg::Address(buffers.state.address),
+                                KernelArg::Address(buffers.part.address)};
+      if (auto done = stream.Launch("axpy", axpy); !done) return done;
+    }
+    parts.push_back(buffers.part.address);
+  }
+  if (auto reduced = communicator_->AllReduce(parts, options_.elements); !reduced) return reduced;
+  if (auto done = communicator_->Synchronize(options_.step_timeout); !done) return done;
+  // The reduced parts are the new state everywhere.
+  for (auto& buffers : buffers_) std::swap(buffers.state, buffers.part);
+  std::vector<float> host(options_.elements);
+  if (auto copied = communicator_->RankStream(0).CopyToHost(host.data(), buffers_[0].state.address,
+                                                            host.size() * sizeof(float));
+      !copied)
+    return copied;
+  if (auto done = communicator_->Synchronize(options_.step_timeout); !done) return done;
+  {
+    std::lock_guard lock(mutex_);
+    checksums_.push_back(Checksum(host));
+    progress_.step = step + 1;
+  }
+  if ((step + 1) % options_.checkpoint_every == 0) {
+    checkpoint_ = std::move(host);
+    checkpoint_step_ = step + 1;
+  } else {
+    last_state_ = std::move(host);
+  }
+  return {};
+}
+
+void CollectiveJob::Run() {
+  checkpoint_ = InitialState(options_.elements);
+  checkpoint_step_ = 0;
+  int step = 0;
+  int failures = 0;
+  bool formed = false;
+  // A recovery in progress, since: a flag and a time rather than an
+  // optional, which GCC 12 misreads as maybe uninitialized.
+  bool recovering = false;
+  Clock::time_point fault_at{};
+  std::string reason;
+  auto stopped = [this] {
+    std::lock_guard lock(mutex_);
+    return stop_;
+  };
+  while (!stopped() && step < options_.steps) {
+    if (!formed) {
+      const auto devices = AdmittingDevices();
+      if (static_cast<int>(devices.size()) < options_.min_ranks) {
+        SetState(State::kWaiting);
+        std::unique_lock lock(mutex_);
+        changed_.wait_for(lock, kRetryPause * 5);
+        continue;
+      }
+      SetState(recovering ? State::kReforming : State::kRunning);
+      Status ready = Form(devices);
+      if (ready) ready = Restore();
+      if (!ready) {
+        reason = ready.error().message;
+        if (++failures >= kMaxFailures) break;
+        std::this_thread::sleep_for(kRetryPause);
+        continue;
+      }
+      formed = true;
+      step = checkpoint_step_;
+      if (recovering) {
+        std::lock_guard lock(mutex_);
+        ++progress_.reforms;
+        ++progress_.restores;
+      }
+      SetState(State::kRunning);
+    }
+    // A rank whose device stopped admitting work (drained, isolated): leave
+    // it at a step boundary, keeping the state just computed.
+    const auto admitting = AdmittingDevices();
+    bool all_admit = true;
+    for (int rank = 0; rank < communicator_->Size(); ++rank) {
+      if (std::find(admitting.begin(), admitting.end(), communicator_->DeviceOf(rank)) ==
+          admitting.end())
+        all_admit = false;
+    }
+    Status done = all_admit ? Step(step) : Status{};
+    if (all_admit && done) {
+      ++step;
+      failures = 0;
+      if (recovering) {
+        std::lock_guard lock(mutex_);
+        progress_.last_recovery = Clock::now() - fault_at;
+        recovering = false;
+      }
+      continue;
+    }
+    const auto detected = Clock::now();
+    if (!recovering) {
+      recovering = true;
+      fault_at = detected;
+    }
+    if (!all_admit) {
+      // Nothing failed: the state after `step` steps is good. Keep it.
+      if (!last_state_.empty() && checkpoint_step_ != step) {
+        checkpoint_ = last_state_;
+        checkpoint_step_ = step;
+      }
+      reason = "a rank's device stopped admitting work";
+    } else {
+      reason = done.error().message;
+      ++failures;
+    }
+    communicator_->Abort(reason);
+    {
+      std::lock_guard lock(mutex_);
+      progress_.last_release = Clock::now() - detected;
+      progress_.last_error = reason;
+    }
+    spdlog::warn("collective {}: step {}: {}; re-forming from the checkpoint of step {}",
+                 options_.id, step + 1, reason, checkpoint_step_);
+    formed = false;
+    if (failures >= kMaxFailures) break;
+    if (!all_admit) continue;
+    std::this_thread::sleep_for(kRetryPause);
+  }
+  std::lock_guard lock(mutex_);
+  if (stop_ && step < options_.steps) {
+    progress_.state = State::kStopped;
+  } else if (step >= options_.steps) {
+    progress_.state = State::kFinished;
+  } else {
+    progress_.state = State::kFailed;
+    progress_.last_error = reason;
+  }
+  changed_.notify_all();
+}
+
+}  // namespace rasd::jobs

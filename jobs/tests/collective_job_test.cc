@@ -1,0 +1,140 @@
+// The collective job on the simulator: a fault-free run matches the host's
+// checksums, and so does a run that loses a rank to a FATAL fault, drains
+// one, has its streams killed, or waits below its minimum of ranks.
+
+#include "rasd/jobs/collective_job.h"
+
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "rasd/drivers_shim/sim_driver.h"
+
+namespace rasd::jobs {
+namespace {
+
+using namespace std::chrono_literals;
+
+class CollectiveTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto driver =
+        drivers::SimDriver::Create({.device_count = 4, .memory_bytes_per_device = 64 << 20});
+    ASSERT_TRUE(driver.has_value());
+    sim_ = driver->get();
+    auto runtime = runtime::Runtime::Create(std::move(*driver), {.pool = {.arena_bytes = 8 << 20}});
+    ASSERT_TRUE(runtime.has_value());
+    runtime_ = std::move(*runtime);
+  }
+
+  CollectiveOptions Options(std::vector<int> devices, int min_ranks = 1) {
+    return {.id = "allreduce",
+            .devices = std::move(devices),
+            .elements = 1 << 14,
+            .steps = 600,
+            .checkpoint_every = 10,
+            .min_ranks = min_ranks,
+            .step_timeout = 2s};
+  }
+
+  std::unique_ptr<CollectiveJob> Start(const CollectiveOptions& options) {
+    auto job = CollectiveJob::Create(*runtime_, options);
+    EXPECT_TRUE(job.has_value()) << job.error().ToString();
+    return job ? std::move(*job) : nullptr;
+  }
+
+  // Waits until the job has completed at least `step` steps.
+  void WaitForStep(CollectiveJob& job, int step) {
+    const auto deadline = std::chrono::steady_clock::now() + 20s;
+    while (job.GetProgress().step < step && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(1ms);
+    ASSERT_GE(job.GetProgress().step, step);
+  }
+
+  void ExpectFinishedLikeAFaultFreeRun(CollectiveJob& job, const CollectiveOptions& options) {
+    ASSERT_TRUE(job.Wait(30s));
+    const auto progress = job.GetProgress();
+    ASSERT_EQ(progress.state, CollectiveJob::State::kFinished) << progress.last_error;
+    EXPECT_EQ(job.Checksums(), CollectiveJob::ExpectedChecksums(options));
+  }
+
+  runtime::Device& Device(int index) { return **runtime_->GetDevice(index); }
+
+  drivers::SimDriver* sim_ = nullptr;
+  std::unique_ptr<runtime::Runtime> runtime_;
+};
+
+TEST_F(CollectiveTest, AFaultFreeRunMatchesTheHostsChecksums) {
+  const auto options = Options({0, 1, 2, 3});
+  auto job = Start(options);
+  ExpectFinishedLikeAFaultFreeRun(*job, options);
+  EXPECT_EQ(job->GetProgress().reforms, 0u);
+  EXPECT_EQ(job->GetProgress().devices, (std::vector<int>{0, 1, 2, 3}));
+}
+
+TEST_F(CollectiveTest, ARankLostMidRunIsDroppedAndTheResultIsTheSame) {
+  const auto options = Options({0, 1, 2, 3});
+  auto job = Start(options);
+  WaitForStep(*job, 25);
+  ASSERT_TRUE(sim_->InjectFallOffBus(2).has_value());
+  Device(2).SetHealth(runtime::HealthState::kIsolated);  // as the policy does
+  ExpectFinishedLikeAFaultFreeRun(*job, options);
+  const auto progress = job->GetProgress();
+  EXPECT_EQ(progress.devices, (std::vector<int>{0, 1, 3})) << "shrunk to the healthy devices";
+  EXPECT_GE(progress.reforms, 1u);
+  EXPECT_LT(progress.last_release, 50ms) << "every rank released at once";
+  EXPECT_GT(progress.last_recovery, 0ns);
+}
+
+TEST_F(CollectiveTest, ADrainMovesTheJobAtAStepBoundary) {
+  const auto options = Options({0, 1, 2, 3});
+  auto job = Start(options);
+  WaitForStep(*job, 33);
+  Device(1).SetHealth(runtime::HealthState::kDraining);
+  ExpectFinishedLikeAFaultFreeRun(*job, options);
+  EXPECT_EQ(job->GetProgress().devices, (std::vector<int>{0, 2, 3}));
+}
+
+TEST_F(CollectiveTest, KillingItsStreamsRestoresTheCheckpointOnTheSameDevices) {
+  const auto options = Options({0, 1, 2, 3});
+  auto job = Start(options);
+  WaitForStep(*job, 15);
+  EXPECT_GE(runtime_->AbortOwner("allreduce", "consumed poisoned memory"), 4u);
+  ExpectFinishedLikeAFaultFreeRun(*job, options);
+  EXPECT_EQ(job->GetProgress().devices, (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_GE(job->GetProgress().restores, 1u);
+}
+
+TEST_F(CollectiveTest, BelowItsMinimumItWaitsForAReplacement) {
+  const auto options = Options({0, 1}, /*min_ranks=*/2);
+  auto job = Start(options);
+  WaitForStep(*job, 10);
+  Device(1).SetHealth(runtime::HealthState::kIsolated);
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (job->GetProgress().state != CollectiveJob::State::kWaiting &&
+         std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(1ms);
+  ASSERT_EQ(job->GetProgress().state, CollectiveJob::State::kWaiting);
+  const int waiting_at = job->GetProgress().step;
+  std::this_thread::sleep_for(100ms);
+  EXPECT_EQ(job->GetProgress().step, waiting_at) << "no progress on one rank";
+  Device(1).SetHealth(runtime::HealthState::kHealthy);  // repaired and undrained
+  job->Reconsider();
+  ExpectFinishedLikeAFaultFreeRun(*job, options);
+}
+
+TEST_F(CollectiveTest, StopEndsItAndBadOptionsAreRefused) {
+  auto options = Options({0, 1});
+  options.steps = 1'000'000;
+  auto job = Start(options);
+  WaitForStep(*job, 3);
+  job->Stop();
+  ASSERT_TRUE(job->Wait(5s));
+  EXPECT_EQ(job->GetProgress().state, CollectiveJob::State::kStopped);
+  EXPECT_FALSE(CollectiveJob::Create(*runtime_, Options({})).has_value());
+  EXPECT_FALSE(CollectiveJob::Create(*runtime_, Options({0, 9})).has_value());
+  EXPECT_FALSE(CollectiveJob::Create(*runtime_, Options({0}, 2)).has_value());
+}
+
+}  // namespace
+}  // namespace rasd::jobs
