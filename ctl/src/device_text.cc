@@ -93,6 +93,31 @@ std::string FormatActions(const nlohmann::json& result) {
   return out;
 }
 
+std::string FormatJobs(const nlohmann::json& result) {
+  if (!result.contains("jobs") || !result["jobs"].is_array() || result["jobs"].empty())
+    return "no jobs\n";
+  std::string out = fmt::format("{:<16} {:<10} {:<10} {:<12} {}\n", "JOB", "KIND", "STATE",
+                                "DEVICES", "PROGRESS");
+  for (const auto& job : result["jobs"]) {
+    std::string devices;
+    if (job.contains("devices") && job["devices"].is_array()) {
+      for (const auto& device : job["devices"]) {
+        if (!devices.empty()) devices += ",";
+        devices += device.dump();
+      }
+    }
+    out += fmt::format("{:<16} {:<10} {:<10} {:<12} {}\n", Text(job, "name"), Text(job, "kind"),
+                       Text(job, "state"), devices.empty() ? "-" : devices, Text(job, "progress"));
+    if (job.contains("load") && job["load"].value("sent", 0) > 0) {
+      const auto& load = job["load"];
+      out += fmt::format("{:<16} load: {} sent, {} wrong, latency p50 {:.2f} ms, p99 {:.2f} ms\n",
+                         "", Text(load, "sent"), Text(load, "wrong"), load.value("p50_ms", 0.0),
+                         load.value("p99_ms", 0.0));
+    }
+  }
+  return out;
+}
+
 std::string FormatRetired(const nlohmann::json& result) {
   if (!result.contains("pages") || !result["pages"].is_array() || result["pages"].empty())
     return "no retired pages\n";

@@ -11,6 +11,8 @@ namespace rasd::ctl {
 std::string FormatDevices(const nlohmann::json& result);
 // The `actions` result, newest first.
 std::string FormatActions(const nlohmann::json& result);
+// The `jobs` result as a table.
+std::string FormatJobs(const nlohmann::json& result);
 // The `retired` result as a table.
 std::string FormatRetired(const nlohmann::json& result);
 // The answer to isolate / drain / undrain.

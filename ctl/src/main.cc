@@ -162,6 +162,34 @@ int main(int argc, char** argv) {
   actions->add_option("--device", actions_device, "only actions on this device index")
       ->check(CLI::NonNegativeNumber);
   actions->add_option("--limit", actions_limit, "at most this many")->check(CLI::Range(1, 10000));
+  auto* jobs = app.add_subcommand("jobs", "the jobs rasd runs: kind, devices, state, progress");
+  auto* job = app.add_subcommand("job", "start or stop a built-in job (admin)");
+  job->require_subcommand(1);
+  auto* job_start = job->add_subcommand("start", "start a job");
+  std::string job_kind, job_name;
+  std::vector<int> job_devices;
+  int job_load = 0, job_steps = 0, job_elements = 0, job_checkpoint = 0, job_min_ranks = 0,
+      job_batch = 0;
+  job_start->add_option("kind", job_kind, "inference or collective")
+      ->required()
+      ->check(CLI::IsMember({"inference", "collective"}));
+  job_start->add_option("name", job_name, "the job's name")->required();
+  job_start->add_option("--devices", job_devices, "device indexes (default: all)")->delimiter(',');
+  job_start->add_option("--load", job_load, "inference: in-process requests per second")
+      ->check(CLI::PositiveNumber);
+  job_start->add_option("--max-batch", job_batch, "inference: largest batch")
+      ->check(CLI::Range(1, 4096));
+  job_start->add_option("--steps", job_steps, "collective: steps to run")
+      ->check(CLI::PositiveNumber);
+  job_start->add_option("--elements", job_elements, "collective: floats per rank")
+      ->check(CLI::PositiveNumber);
+  job_start->add_option("--checkpoint-every", job_checkpoint, "collective: steps per checkpoint")
+      ->check(CLI::PositiveNumber);
+  job_start->add_option("--min-ranks", job_min_ranks, "collective: fewest ranks it runs on")
+      ->check(CLI::PositiveNumber);
+  auto* job_stop = job->add_subcommand("stop", "stop a job");
+  std::string stop_name;
+  job_stop->add_option("name", stop_name, "the job's name")->required();
   auto* retired = app.add_subcommand("retired", "device memory pages taken out of service");
   int retired_device = -1;
   retired->add_option("device", retired_device, "only this device index")
@@ -226,6 +254,25 @@ int main(int argc, char** argv) {
     nlohmann::json args = nlohmann::json::object();
     if (devices_device >= 0) args["device"] = devices_device;
     return RunCommand(options, "devices", args, rasd::ctl::FormatDevices);
+  }
+  if (jobs->parsed()) return RunCommand(options, "jobs", no_args, rasd::ctl::FormatJobs);
+  if (job_start->parsed()) {
+    nlohmann::json args = {{"kind", job_kind}, {"name", job_name}};
+    if (!job_devices.empty()) args["devices"] = job_devices;
+    if (job_load > 0) args["load_rps"] = job_load;
+    if (job_batch > 0) args["max_batch"] = job_batch;
+    if (job_steps > 0) args["steps"] = job_steps;
+    if (job_elements > 0) args["elements"] = job_elements;
+    if (job_checkpoint > 0) args["checkpoint_every"] = job_checkpoint;
+    if (job_min_ranks > 0) args["min_ranks"] = job_min_ranks;
+    return RunCommand(options, "job-start", args, [](const nlohmann::json& result) {
+      return "job " + result.value("name", std::string("?")) + " started\n";
+    });
+  }
+  if (job_stop->parsed()) {
+    return RunCommand(options, "job-stop", {{"name", stop_name}}, [](const nlohmann::json& result) {
+      return "job " + result.value("name", std::string("?")) + " stopped\n";
+    });
   }
   if (actions->parsed()) {
     nlohmann::json args = {{"limit", actions_limit}};

@@ -597,6 +597,102 @@ void ReadDocument(SchemaReader& reader, const YAML::Node& root, Config& config) 
            config.policy.hook_timeout = std::chrono::milliseconds(*ms);
        }},
   };
+  // jobs: a list of {name, kind, devices, ...}.
+  auto read_job = [&reader](const YAML::Node& node,
+                            const std::string& path) -> std::optional<jobs::JobSpec> {
+    jobs::JobSpec spec;
+    bool has_kind = false;
+    const std::size_t problems_before = reader.ProblemCount();
+    const std::vector<Key> job_keys = {
+        {"name",
+         [&](const YAML::Node& value, const std::string& key_path) {
+           if (auto text = reader.ReadString(value, key_path)) spec.name = *text;
+         }},
+        {"kind",
+         [&](const YAML::Node& value, const std::string& key_path) {
+           auto text = reader.ReadString(value, key_path);
+           if (!text) return;
+           auto kind = jobs::ParseJobKind(*text);
+           if (!kind) {
+             reader.Problem(
+                 value.Mark(),
+                 fmt::format("'{}' must be inference or collective, not '{}'", key_path, *text));
+             return;
+           }
+           spec.kind = *kind;
+           has_kind = true;
+         }},
+        {"devices",
+         [&](const YAML::Node& value, const std::string& key_path) {
+           if (!value.IsSequence()) {
+             reader.Problem(value.Mark(),
+                            fmt::format("'{}' must be a list of device indexes", key_path));
+             return;
+           }
+           for (std::size_t i = 0; i < value.size(); ++i) {
+             if (auto device =
+                     reader.ReadInteger<int>(value[i], fmt::format("{}[{}]", key_path, i), 0, 1023))
+               spec.devices.push_back(*device);
+           }
+         }},
+        {"max_batch",
+         [&](const YAML::Node& value, const std::string& key_path) {
+           if (auto n = reader.ReadInteger<int>(value, key_path, 1, 4096))
+             spec.max_batch = static_cast<std::size_t>(*n);
+         }},
+        {"max_wait_us",
+         [&](const YAML::Node& value, const std::string& key_path) {
+           if (auto n = reader.ReadInteger<int>(value, key_path, 0, 1'000'000))
+             spec.max_wait = std::chrono::microseconds(*n);
+         }},
+        {"load_rps",
+         [&](const YAML::Node& value, const std::string& key_path) {
+           if (auto n = reader.ReadInteger<int>(value, key_path, 0, 1'000'000)) spec.load_rps = *n;
+         }},
+        {"elements",
+         [&](const YAML::Node& value, const std::string& key_path) {
+           if (auto n = reader.ReadInteger<std::uint64_t>(value, key_path, 1, 1ULL << 26))
+             spec.elements = *n;
+         }},
+        {"steps",
+         [&](const YAML::Node& value, const std::string& key_path) {
+           if (auto n = reader.ReadInteger<int>(value, key_path, 1, 100'000'000)) spec.steps = *n;
+         }},
+        {"checkpoint_every",
+         [&](const YAML::Node& value, const std::string& key_path) {
+           if (auto n = reader.ReadInteger<int>(value, key_path, 1, 1'000'000))
+             spec.checkpoint_every = *n;
+         }},
+        {"min_ranks",
+         [&](const YAML::Node& value, const std::string& key_path) {
+           if (auto n = reader.ReadInteger<int>(value, key_path, 1, 1024)) spec.min_ranks = *n;
+         }},
+    };
+    reader.ReadMapping(node, path, job_keys);
+    if (!node.IsMap()) return std::nullopt;
+    if (spec.name.empty()) reader.Problem(node.Mark(), fmt::format("'{}' needs a name", path));
+    if (!has_kind)
+      reader.Problem(node.Mark(), fmt::format("'{}' needs a kind (inference or collective)", path));
+    if (reader.ProblemCount() != problems_before) return std::nullopt;
+    return spec;
+  };
+  auto jobs_key = [&](const YAML::Node& value, const std::string& path) {
+    if (!value.IsSequence()) {
+      reader.Problem(value.Mark(), fmt::format("'{}' must be a list of jobs", path));
+      return;
+    }
+    std::set<std::string> names;
+    for (std::size_t i = 0; i < value.size(); ++i) {
+      auto spec = read_job(value[i], fmt::format("{}[{}]", path, i));
+      if (!spec) continue;
+      if (!names.insert(spec->name).second) {
+        reader.Problem(value[i].Mark(),
+                       fmt::format("'{}[{}]': duplicate job name '{}'", path, i, spec->name));
+        continue;
+      }
+      config.jobs.push_back(std::move(*spec));
+    }
+  };
   auto section = [&reader](const std::vector<Key>& keys) {
     return [&reader, &keys](const YAML::Node& value, const std::string& path) {
       reader.ReadMapping(value, path, keys);
@@ -610,6 +706,7 @@ void ReadDocument(SchemaReader& reader, const YAML::Node& root, Config& config) 
                       {"runtime", section(runtime_keys)},
                       {"ras", section(ras_keys)},
                       {"policy", section(policy_keys)},
+                      {"jobs", jobs_key},
                       {"simulator", section(simulator_keys)}});
 }
 

@@ -86,6 +86,7 @@ std::vector<std::string> RestartRequiredChanges(const Config& running, const Con
   check(running.runtime.driver != loaded.runtime.driver, "runtime.driver");
   check(running.simulator.devices != loaded.simulator.devices, "simulator.devices");
   check(running.simulator.memory_mib != loaded.simulator.memory_mib, "simulator.memory_mib");
+  check(running.jobs != loaded.jobs, "jobs");
   Config::Ras running_ras = running.ras, loaded_ras = loaded.ras;
   running_ras.codes = loaded_ras.codes = {};  // the code tables apply on reload
   check(running_ras != loaded_ras, "ras");
@@ -108,6 +109,7 @@ Daemon::Daemon(StartOptions options)
 Daemon::~Daemon() {
   control_.reset();
   ingest_.reset();
+  jobs_.reset();
   for (auto& [device, timer] : drain_timers_) sd_event_source_disable_unref(timer);
   for (auto& [device, timer] : recovery_timers_) sd_event_source_disable_unref(timer);
   for (auto* source : sources_) sd_event_source_disable_unref(source);
@@ -173,6 +175,7 @@ Status Daemon::Initialize(Config config) {
     sources_.push_back(source);
   }
 
+  jobs_ = std::make_unique<jobs::JobManager>(*runtime_, config_.policy.drain_deadline);
   policy_.Reconfigure(config_.policy.engine);
   actuator_ = std::make_unique<Actuator>(*host_, *store_, *runtime_, ActuatorOptions(config_));
   // Before anything can admit work: an isolated device stays isolated.
@@ -185,6 +188,7 @@ Status Daemon::Initialize(Config config) {
                                [this](const std::vector<std::int64_t>& ids) {
                                  actuator_->EndBatch(ids);
                                  ScheduleRecoveries();
+                                 jobs_->Reconsider();
                                }});
   if (!ingest) return Fail(ingest.error());
   ingest_ = std::move(*ingest);
@@ -200,6 +204,14 @@ Status Daemon::Initialize(Config config) {
   if (!server) return Fail(server.error());
   control_ = std::move(*server);
 
+  for (const auto& spec : config_.jobs) {
+    if (auto started = jobs_->Start(spec); !started) {
+      // A job that cannot start does not keep the daemon down: it says why.
+      spdlog::error("job '{}' not started: {}", spec.name, started.error().message);
+    } else {
+      spdlog::info("job '{}' ({}) started", spec.name, jobs::JobKindName(spec.kind));
+    }
+  }
   if (!config_.metrics.listen.empty()) {
     spdlog::warn(
         "metrics.listen {} is accepted but not served yet: the Prometheus exporter is not "
@@ -339,6 +351,11 @@ std::map<std::string, Command> Daemon::Commands() {
       false, [this](const auto& request, const auto&) { return DevicesReport(request.args); }};
   commands["actions"] = {
       false, [this](const auto& request, const auto&) { return ActionsReport(request.args); }};
+  commands["jobs"] = {false, [this](const auto&, const auto&) { return JobsReport(); }};
+  commands["job-start"] = {
+      true, [this](const auto& request, const auto&) { return StartJob(request.args); }};
+  commands["job-stop"] = {
+      true, [this](const auto& request, const auto&) { return StopJob(request.args); }};
   commands["retired"] = {
       false, [this](const auto& request, const auto&) { return RetiredReport(request.args); }};
   for (const char* name : {"isolate", "drain", "undrain"}) {
@@ -493,7 +510,7 @@ Result<nlohmann::json> Daemon::StatusReport() {
         {"count", runtime_->DeviceCount()},
         {"by_health", std::move(by_health)},
         {"list", std::move(device_list)}}},
-      {"jobs", {{"count", jobs_.Count()}}},
+      {"jobs", {{"count", jobs_->Count()}}},
       {"events", {{"total", total}, {"by_severity", std::move(by_severity)}}},
       {"control",
        {{"clients", control_->ClientCount()}, {"rejected_requests", control_->RejectedRequests()}}},
@@ -683,6 +700,12 @@ Result<nlohmann::json> Daemon::ChangeDeviceState(const std::string& command,
   const runtime::HealthState before = target.Health();
   const std::string was(runtime::HealthStateName(before));
 
+  // Whatever the outcome below, the jobs look at the devices again.
+  struct Wake {
+    jobs::JobManager& jobs;
+    ~Wake() { jobs.Reconsider(); }
+  } wake{*jobs_};
+
   if (command == "isolate") {
     auto done = actuator_->SetDeviceState(*device, runtime::HealthState::kIsolated,
                                           reason.empty() ? "isolated by an operator" : reason,
@@ -867,9 +890,109 @@ void Daemon::Recover(int device) {
     return;
   }
   recovered_at_[device] = clock_->Monotonic();
+  jobs_->Reconsider();
   (void)actuator_->SetDeviceState(device, runtime::HealthState::kHealthy,
                                   "recovered by itself: reset, self-test passed", "undrain-device",
                                   "auto-recover");
+}
+
+Result<nlohmann::json> Daemon::JobsReport() {
+  nlohmann::json list = nlohmann::json::array();
+  for (const auto& report : jobs_->Report()) {
+    nlohmann::json entry = {{"name", report.name},
+                            {"kind", std::string(jobs::JobKindName(report.kind))},
+                            {"devices", report.devices},
+                            {"state", report.state},
+                            {"progress", report.progress}};
+    if (report.kind == jobs::JobKind::kInference) {
+      entry["requests"] = {{"served", report.served},
+                           {"requeued", report.requeued},
+                           {"rerun", report.rerun},
+                           {"lost", report.lost},
+                           {"waiting", report.waiting}};
+      entry["load"] = {{"sent", report.load_sent},
+                       {"wrong", report.load_wrong},
+                       {"p50_ms", report.load_p50_ms},
+                       {"p99_ms", report.load_p99_ms}};
+    } else {
+      entry["step"] = report.step;
+      entry["steps"] = report.steps;
+      entry["reforms"] = report.reforms;
+      entry["checksums_match"] = report.checksums_match;
+    }
+    list.push_back(std::move(entry));
+  }
+  return nlohmann::json{{"jobs", std::move(list)}};
+}
+
+Result<nlohmann::json> Daemon::StartJob(const nlohmann::json& args) {
+  jobs::JobSpec spec;
+  bool has_kind = false;
+  for (const auto& [key, value] : args.items()) {
+    auto positive = [&key, &value](long long max) -> Result<long long> {
+      if (!value.is_number_integer() || value.get<long long>() < 1 || value.get<long long>() > max)
+        return Fail(ErrorCode::kInvalidArgument,
+                    fmt::format("{} must be an integer in 1..{}", key, max));
+      return value.get<long long>();
+    };
+    if (key == "name" && value.is_string()) {
+      spec.name = value.get<std::string>();
+    } else if (key == "kind" && value.is_string()) {
+      auto kind = jobs::ParseJobKind(value.get<std::string>());
+      if (!kind) return Fail(ErrorCode::kInvalidArgument, "kind must be inference or collective");
+      spec.kind = *kind;
+      has_kind = true;
+    } else if (key == "devices" && value.is_array()) {
+      for (const auto& device : value) {
+        if (!device.is_number_integer())
+          return Fail(ErrorCode::kInvalidArgument, "devices must be integers");
+        spec.devices.push_back(device.get<int>());
+      }
+    } else if (key == "load_rps") {
+      auto n = positive(1'000'000);
+      if (!n) return Fail(n.error());
+      spec.load_rps = static_cast<double>(*n);
+    } else if (key == "max_batch") {
+      auto n = positive(4096);
+      if (!n) return Fail(n.error());
+      spec.max_batch = static_cast<std::size_t>(*n);
+    } else if (key == "steps") {
+      auto n = positive(100'000'000);
+      if (!n) return Fail(n.error());
+      spec.steps = static_cast<int>(*n);
+    } else if (key == "elements") {
+      auto n = positive(1LL << 26);
+      if (!n) return Fail(n.error());
+      spec.elements = static_cast<std::uint64_t>(*n);
+    } else if (key == "checkpoint_every") {
+      auto n = positive(1'000'000);
+      if (!n) return Fail(n.error());
+      spec.checkpoint_every = static_cast<int>(*n);
+    } else if (key == "min_ranks") {
+      auto n = positive(1024);
+      if (!n) return Fail(n.error());
+      spec.min_ranks = static_cast<int>(*n);
+    } else {
+      return Fail(ErrorCode::kInvalidArgument,
+                  "bad argument '" + key +
+                      "' (name, kind, devices, load_rps, max_batch, steps, elements, "
+                      "checkpoint_every, min_ranks)");
+    }
+  }
+  if (!has_kind) return Fail(ErrorCode::kInvalidArgument, "job-start needs a kind");
+  const std::string name = spec.name;
+  if (auto started = jobs_->Start(std::move(spec)); !started) return Fail(started.error());
+  spdlog::info("job '{}' started by an operator", name);
+  return nlohmann::json{{"name", name}, {"started", true}};
+}
+
+Result<nlohmann::json> Daemon::StopJob(const nlohmann::json& args) {
+  if (!args.contains("name") || !args["name"].is_string() || args.size() != 1)
+    return Fail(ErrorCode::kInvalidArgument, "job-stop takes exactly a name");
+  const std::string name = args["name"].get<std::string>();
+  if (auto stopped = jobs_->Stop(name); !stopped) return Fail(stopped.error());
+  spdlog::info("job '{}' stopped by an operator", name);
+  return nlohmann::json{{"name", name}, {"stopped", true}};
 }
 
 }  // namespace rasd::daemon

@@ -58,6 +58,9 @@ class Daemon {
   Result<nlohmann::json> DevicesReport(const nlohmann::json& args);
   Result<nlohmann::json> RetiredReport(const nlohmann::json& args);
   Result<nlohmann::json> ActionsReport(const nlohmann::json& args);
+  Result<nlohmann::json> JobsReport();
+  Result<nlohmann::json> StartJob(const nlohmann::json& args);
+  Result<nlohmann::json> StopJob(const nlohmann::json& args);
   Result<nlohmann::json> ChangeDeviceState(const std::string& command, const nlohmann::json& args);
   // The policy's decisions about a stored batch, carried out.
   void Act(const std::vector<ras::RasEvent>& events);
@@ -89,7 +92,8 @@ class Daemon {
   std::unique_ptr<ras::StateStore> store_;
   std::unique_ptr<runtime::Runtime> runtime_;
   ras::PolicyEngine policy_;
-  std::unique_ptr<Actuator> actuator_;  // after runtime_ and store_: destroyed before them
+  std::unique_ptr<Actuator> actuator_;      // after runtime_ and store_: destroyed before them
+  std::unique_ptr<jobs::JobManager> jobs_;  // after runtime_: stopped before it goes
   struct SelfTestResult {
     std::chrono::system_clock::time_point time;
     bool passed = false;
@@ -109,7 +113,7 @@ class Daemon {
   // Draining for it, the result stored and remembered.
   runtime::SelfTestReport SelfTest(int device, const std::string& why);
   static int OnDrainDeadline(sd_event_source* source, uint64_t usec, void* userdata);
-  jobs::JobManager jobs_;
+
   ControlSocket socket_;
   std::unique_ptr<ControlServer> control_;
   std::unique_ptr<RasIngest> ingest_;

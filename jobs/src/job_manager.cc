@@ -1,5 +1,7 @@
 #include "rasd/jobs/job_manager.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 
 namespace rasd::jobs {
@@ -8,78 +10,168 @@ std::string_view JobKindName(JobKind kind) {
   return kind == JobKind::kInference ? "inference" : "collective";
 }
 
-std::string_view JobStateName(JobState state) {
-  switch (state) {
-    case JobState::kRunning:
-      return "running";
-    case JobState::kDraining:
-      return "draining";
-    case JobState::kRequeued:
-      return "requeued";
-    case JobState::kAborted:
-      return "aborted";
-    case JobState::kFinished:
-      return "finished";
-  }
-  return "unknown";
+std::optional<JobKind> ParseJobKind(std::string_view name) {
+  if (name == "inference") return JobKind::kInference;
+  if (name == "collective") return JobKind::kCollective;
+  return std::nullopt;
 }
 
-Status JobManager::Add(JobInfo job) {
-  if (job.id.empty()) return Fail(ErrorCode::kInvalidArgument, "a job needs an id");
-  std::lock_guard lock(mutex_);
-  if (jobs_.contains(job.id)) {
-    return Fail(ErrorCode::kAlreadyExists, "job '" + job.id + "' already exists");
+JobManager::JobManager(runtime::Runtime& runtime, std::chrono::milliseconds drain_deadline)
+    : runtime_(runtime), drain_deadline_(drain_deadline) {}
+
+JobManager::~JobManager() {
+  std::map<std::string, std::unique_ptr<Job>, std::less<>> jobs;
+  {
+    std::lock_guard lock(mutex_);
+    jobs.swap(jobs_);
   }
-  const std::string id = job.id;
-  jobs_.emplace(id, std::move(job));
+  for (auto& [name, job] : jobs) {
+    if (job->load) job->load->Stop(std::chrono::seconds(2));
+  }
+  jobs.clear();
+}
+
+Status JobManager::Start(JobSpec spec) {
+  if (spec.name.empty() || spec.name.size() > 64 ||
+      !std::all_of(spec.name.begin(), spec.name.end(), [](char c) {
+        return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_';
+      })) {
+    return Fail(ErrorCode::kInvalidArgument, "a job name is 1 to 64 letters, digits, '-' or '_'");
+  }
+  if (spec.devices.empty()) {
+    for (std::size_t device = 0; device < runtime_.DeviceCount(); ++device)
+      spec.devices.push_back(static_cast<int>(device));
+  }
+  {
+    std::lock_guard lock(mutex_);
+    if (jobs_.contains(spec.name))
+      return Fail(ErrorCode::kAlreadyExists, fmt::format("a job '{}' is running", spec.name));
+  }
+  auto job = std::make_unique<Job>();
+  job->spec = spec;
+  if (spec.kind == JobKind::kInference) {
+    InferenceOptions options;
+    options.id = spec.name;
+    options.devices = spec.devices;
+    options.max_batch = spec.max_batch;
+    options.max_wait = spec.max_wait;
+    options.drain_deadline = drain_deadline_;
+    auto service = InferenceService::Create(runtime_, options);
+    if (!service) return Fail(service.error());
+    job->inference = std::shared_ptr<InferenceService>(std::move(*service));
+    if (spec.load_rps > 0)
+      job->load = std::make_unique<LoadGenerator>(*job->inference, options.model, spec.load_rps);
+  } else {
+    CollectiveOptions options;
+    options.id = spec.name;
+    options.devices = spec.devices;
+    options.elements = spec.elements;
+    options.steps = spec.steps;
+    options.checkpoint_every = spec.checkpoint_every;
+    options.min_ranks = spec.min_ranks;
+    auto collective = CollectiveJob::Create(runtime_, options);
+    if (!collective) return Fail(collective.error());
+    job->collective = std::move(*collective);
+    job->expected = CollectiveJob::ExpectedChecksums(options);
+  }
+  std::lock_guard lock(mutex_);
+  if (jobs_.contains(spec.name))
+    return Fail(ErrorCode::kAlreadyExists, fmt::format("a job '{}' is running", spec.name));
+  jobs_.emplace(spec.name, std::move(job));
   return {};
 }
 
-Status JobManager::SetState(std::string_view id, JobState state) {
-  std::lock_guard lock(mutex_);
-  auto it = jobs_.find(id);
-  if (it == jobs_.end()) return Fail(ErrorCode::kNotFound, "no job '" + std::string(id) + "'");
-  it->second.state = state;
-  return {};
-}
-
-Status JobManager::Remove(std::string_view id) {
-  std::lock_guard lock(mutex_);
-  auto it = jobs_.find(id);
-  if (it == jobs_.end()) return Fail(ErrorCode::kNotFound, "no job '" + std::string(id) + "'");
-  jobs_.erase(it);
-  return {};
-}
-
-std::optional<JobInfo> JobManager::Find(std::string_view id) const {
-  std::lock_guard lock(mutex_);
-  auto it = jobs_.find(id);
-  if (it == jobs_.end()) return std::nullopt;
-  return it->second;
-}
-
-std::vector<JobInfo> JobManager::OnDevice(int device) const {
-  std::lock_guard lock(mutex_);
-  std::vector<JobInfo> result;
-  for (const auto& [id, job] : jobs_) {
-    if (std::find(job.devices.begin(), job.devices.end(), device) != job.devices.end()) {
-      result.push_back(job);
-    }
+Status JobManager::Stop(std::string_view name) {
+  std::unique_ptr<Job> job;
+  {
+    std::lock_guard lock(mutex_);
+    auto it = jobs_.find(name);
+    if (it == jobs_.end()) return Fail(ErrorCode::kNotFound, fmt::format("no job '{}'", name));
+    job = std::move(it->second);
+    jobs_.erase(it);
   }
-  return result;
-}
-
-std::vector<JobInfo> JobManager::List() const {
-  std::lock_guard lock(mutex_);
-  std::vector<JobInfo> result;
-  result.reserve(jobs_.size());
-  for (const auto& [id, job] : jobs_) result.push_back(job);
-  return result;
+  if (job->load) job->load->Stop(std::chrono::seconds(5));
+  job.reset();  // the service answers what is left; the collective stops
+  return {};
 }
 
 std::size_t JobManager::Count() const {
   std::lock_guard lock(mutex_);
   return jobs_.size();
+}
+
+void JobManager::Reconsider() {
+  std::lock_guard lock(mutex_);
+  for (auto& [name, job] : jobs_) {
+    if (job->inference) job->inference->Reconsider();
+    if (job->collective) job->collective->Reconsider();
+  }
+}
+
+std::shared_ptr<InferenceService> JobManager::Inference(std::string_view name) const {
+  std::lock_guard lock(mutex_);
+  auto it = jobs_.find(name);
+  if (it == jobs_.end()) return nullptr;
+  return it->second->inference;
+}
+
+JobReport JobManager::ReportOf(const Job& job) const {
+  JobReport report;
+  report.name = job.spec.name;
+  report.kind = job.spec.kind;
+  if (job.inference) {
+    const auto stats = job.inference->GetStats();
+    report.served = stats.served;
+    report.requeued = stats.requeued;
+    report.rerun = stats.rerun;
+    report.lost = stats.failed;
+    report.waiting = stats.waiting;
+    int serving = 0;
+    for (const auto& replica : stats.replicas) {
+      auto device = runtime_.GetDevice(replica.device);
+      const bool admits = device && ((*device)->Health() == runtime::HealthState::kHealthy ||
+                                     (*device)->Health() == runtime::HealthState::kDegraded);
+      if (admits) {
+        report.devices.push_back(replica.device);
+        ++serving;
+      }
+    }
+    report.state = serving == 0                                        ? "waiting"
+                   : serving < static_cast<int>(stats.replicas.size()) ? "degraded"
+                                                                       : "serving";
+    if (job.load) {
+      const auto load = job.load->GetStats();
+      report.load_sent = load.sent;
+      report.load_wrong = load.wrong;
+      report.load_p50_ms = load.p50_ms;
+      report.load_p99_ms = load.p99_ms;
+    }
+    report.progress =
+        fmt::format("{} served, {} requeued, {} re-run, {} lost on {}/{} replicas", report.served,
+                    report.requeued, report.rerun, report.lost, serving, stats.replicas.size());
+  } else {
+    const auto progress = job.collective->GetProgress();
+    const auto checksums = job.collective->Checksums();
+    report.devices = progress.devices;
+    report.state = std::string(CollectiveJob::StateName(progress.state));
+    report.step = progress.step;
+    report.steps = job.spec.steps;
+    report.reforms = progress.reforms;
+    for (std::size_t i = 0; i < checksums.size() && i < job.expected.size(); ++i) {
+      if (checksums[i] != job.expected[i]) report.checksums_match = false;
+    }
+    report.progress = fmt::format("step {}/{} on {} rank(s), {} re-form(s), checksums {}",
+                                  progress.step, job.spec.steps, progress.devices.size(),
+                                  progress.reforms, report.checksums_match ? "ok" : "WRONG");
+  }
+  return report;
+}
+
+std::vector<JobReport> JobManager::Report() const {
+  std::lock_guard lock(mutex_);
+  std::vector<JobReport> reports;
+  for (const auto& [name, job] : jobs_) reports.push_back(ReportOf(*job));
+  return reports;
 }
 
 }  // namespace rasd::jobs

@@ -1,43 +1,81 @@
+// The job manager starts, reports and stops the built-in kinds on the
+// simulator.
+
 #include "rasd/jobs/job_manager.h"
 
 #include <gtest/gtest.h>
 
+#include <thread>
+
+#include "rasd/drivers_shim/sim_driver.h"
+
 namespace rasd::jobs {
 namespace {
 
-TEST(JobManagerTest, TracksJobsAndTheirDevices) {
-  JobManager manager;
+using namespace std::chrono_literals;
+
+class JobManagerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto driver =
+        drivers::SimDriver::Create({.device_count = 4, .memory_bytes_per_device = 64 << 20});
+    ASSERT_TRUE(driver.has_value());
+    auto runtime = runtime::Runtime::Create(std::move(*driver), {.pool = {.arena_bytes = 8 << 20}});
+    ASSERT_TRUE(runtime.has_value());
+    runtime_ = std::move(*runtime);
+  }
+  std::unique_ptr<runtime::Runtime> runtime_;
+};
+
+TEST_F(JobManagerTest, StartsReportsAndStopsBothKinds) {
+  JobManager manager(*runtime_, 1s);
   ASSERT_TRUE(
-      manager.Add({.id = "llm-0", .kind = JobKind::kInference, .devices = {0, 1}}).has_value());
-  ASSERT_TRUE(manager.Add({.id = "train-0", .kind = JobKind::kCollective, .devices = {1, 2, 3}})
+      manager.Start({.name = "llm", .kind = JobKind::kInference, .load_rps = 2000}).has_value());
+  ASSERT_TRUE(manager
+                  .Start({.name = "train",
+                          .kind = JobKind::kCollective,
+                          .devices = {1, 2},
+                          .elements = 4096,
+                          .steps = 50})
                   .has_value());
+  EXPECT_EQ(manager.Start({.name = "llm"}).error().code, ErrorCode::kAlreadyExists);
+  EXPECT_EQ(manager.Start({.name = "bad name!"}).error().code, ErrorCode::kInvalidArgument);
+  EXPECT_EQ(manager.Start({.name = "far", .devices = {9}}).error().code, ErrorCode::kNotFound);
   EXPECT_EQ(manager.Count(), 2u);
+  ASSERT_NE(manager.Inference("llm"), nullptr);
+  EXPECT_EQ(manager.Inference("train"), nullptr);
 
-  const auto on_one = manager.OnDevice(1);
-  ASSERT_EQ(on_one.size(), 2u);
-  const auto on_three = manager.OnDevice(3);
-  ASSERT_EQ(on_three.size(), 1u);
-  EXPECT_EQ(on_three[0].id, "train-0");
-  EXPECT_TRUE(manager.OnDevice(7).empty());
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  std::vector<JobReport> reports;
+  while (std::chrono::steady_clock::now() < deadline) {
+    reports = manager.Report();
+    if (reports.size() == 2 && reports[0].served > 100 && reports[1].state == "finished") break;
+    std::this_thread::sleep_for(10ms);
+  }
+  ASSERT_EQ(reports.size(), 2u);
+  EXPECT_EQ(reports[0].name, "llm");
+  EXPECT_EQ(reports[0].state, "serving");
+  EXPECT_EQ(reports[0].devices, (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_GT(reports[0].served, 100u);
+  EXPECT_GT(reports[0].load_sent, 0u);
+  EXPECT_EQ(reports[0].load_wrong, 0u);
+  EXPECT_EQ(reports[1].state, "finished");
+  EXPECT_EQ(reports[1].step, 50);
+  EXPECT_TRUE(reports[1].checksums_match);
 
-  ASSERT_TRUE(manager.SetState("llm-0", JobState::kDraining).has_value());
-  EXPECT_EQ(manager.Find("llm-0")->state, JobState::kDraining);
-  ASSERT_TRUE(manager.Remove("llm-0").has_value());
-  EXPECT_FALSE(manager.Find("llm-0").has_value());
+  (**runtime_->GetDevice(3)).SetHealth(runtime::HealthState::kIsolated);
+  manager.Reconsider();
+  EXPECT_EQ(manager.Report()[0].state, "degraded");
+  EXPECT_EQ(manager.Report()[0].devices, (std::vector<int>{0, 1, 2}));
+
+  ASSERT_TRUE(manager.Stop("llm").has_value());
+  EXPECT_EQ(manager.Stop("llm").error().code, ErrorCode::kNotFound);
+  EXPECT_EQ(manager.Count(), 1u);
 }
 
-TEST(JobManagerTest, RejectsDuplicateEmptyAndUnknownIds) {
-  JobManager manager;
-  ASSERT_TRUE(manager.Add({.id = "a"}).has_value());
-  EXPECT_EQ(manager.Add({.id = "a"}).error().code, ErrorCode::kAlreadyExists);
-  EXPECT_EQ(manager.Add({.id = ""}).error().code, ErrorCode::kInvalidArgument);
-  EXPECT_EQ(manager.SetState("b", JobState::kAborted).error().code, ErrorCode::kNotFound);
-  EXPECT_EQ(manager.Remove("b").error().code, ErrorCode::kNotFound);
-}
-
-TEST(JobManagerTest, NamesAreStable) {
-  EXPECT_EQ(JobKindName(JobKind::kCollective), "collective");
-  EXPECT_EQ(JobStateName(JobState::kRequeued), "requeued");
+TEST(JobKindTest, NamesRoundTrip) {
+  EXPECT_EQ(ParseJobKind(JobKindName(JobKind::kCollective)), JobKind::kCollective);
+  EXPECT_EQ(ParseJobKind("training"), std::nullopt);
 }
 
 }  // namespace

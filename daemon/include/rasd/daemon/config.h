@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "rasd/jobs/job_manager.h"
 #include "rasd/ras/code_table.h"
 #include "rasd/ras/policy.h"
 
@@ -83,6 +84,9 @@ struct Config {
     std::chrono::seconds auto_recover_window{std::chrono::hours(24)};
     bool operator==(const Policy&) const = default;
   } policy;
+  // Jobs to start at boot (none by default: a production node runs its
+  // own; the demo config starts an inference service and a collective).
+  std::vector<jobs::JobSpec> jobs;
   struct Simulator {
     int devices = 4;
     std::uint64_t memory_mib = 1024;

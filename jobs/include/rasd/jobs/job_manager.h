@@ -1,7 +1,9 @@
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -9,42 +11,88 @@
 #include <vector>
 
 #include "rasd/common/result.h"
+#include "rasd/jobs/collective_job.h"
+#include "rasd/jobs/inference_service.h"
+#include "rasd/jobs/load_generator.h"
+#include "rasd/runtime/runtime.h"
 
 namespace rasd::jobs {
 
 enum class JobKind : std::uint8_t { kInference, kCollective };
-enum class JobState : std::uint8_t { kRunning, kDraining, kRequeued, kAborted, kFinished };
-
 std::string_view JobKindName(JobKind kind);
-std::string_view JobStateName(JobState state);
+std::optional<JobKind> ParseJobKind(std::string_view name);
 
-struct JobInfo {
-  std::string id;  // unique while the job is known, e.g. "llm-0"
+// What the config or `rasctl job start` asks for.
+struct JobSpec {
+  std::string name;
   JobKind kind = JobKind::kInference;
-  JobState state = JobState::kRunning;
-  std::vector<int> devices;  // device indices the job has work on
+  std::vector<int> devices;  // empty: every device
+  // Inference.
+  std::size_t max_batch = 32;
+  std::chrono::microseconds max_wait{500};
+  double load_rps = 0;  // > 0: an in-process load generator sends this many requests a second
+  // Collective.
+  std::uint64_t elements = 1 << 16;
+  int steps = 1000;
+  int checkpoint_every = 10;
+  int min_ranks = 1;
+  bool operator==(const JobSpec&) const = default;
 };
 
-// The table of jobs the daemon runs on the runtime. It answers "which jobs
-// run on device N" (what a drain or an isolation has to move) and keeps
-// their state. The services themselves (inference, collectives) arrive with
-// the jobs issue and register here. Thread-safe.
+// One job as `rasctl jobs` shows it.
+struct JobReport {
+  std::string name;
+  JobKind kind = JobKind::kInference;
+  std::vector<int> devices;  // where it runs now
+  std::string state;         // inference: serving, degraded (some replicas out), waiting;
+                             // collective: CollectiveJob::StateName
+  std::string progress;      // one line for people
+  // Inference (the service's own counts, and its load generator's when it has one).
+  std::uint64_t served = 0, requeued = 0, rerun = 0, lost = 0, waiting = 0;
+  std::uint64_t load_sent = 0, load_wrong = 0;
+  double load_p50_ms = 0, load_p99_ms = 0;
+  // Collective.
+  int step = 0, steps = 0;
+  std::uint64_t reforms = 0;
+  bool checksums_match = true;  // every completed step equals the fault-free run
+};
+
+// Owns the jobs the daemon hosts on its runtime: inference services (with
+// their optional load generators) and collective jobs. Thread-safe.
 class JobManager {
  public:
-  // kAlreadyExists for a duplicate id, kInvalidArgument for an empty one.
-  Status Add(JobInfo job);
-  // kNotFound for an unknown id.
-  Status SetState(std::string_view id, JobState state);
-  Status Remove(std::string_view id);
+  JobManager(runtime::Runtime& runtime, std::chrono::milliseconds drain_deadline);
+  ~JobManager();  // stops every job
+  JobManager(const JobManager&) = delete;
+  JobManager& operator=(const JobManager&) = delete;
 
-  std::optional<JobInfo> Find(std::string_view id) const;
-  std::vector<JobInfo> OnDevice(int device) const;
-  std::vector<JobInfo> List() const;
+  // kAlreadyExists for a name in use, kInvalidArgument / kNotFound for a bad
+  // spec (no such device, ...).
+  Status Start(JobSpec spec);
+  // kNotFound for an unknown name.
+  Status Stop(std::string_view name);
+  std::vector<JobReport> Report() const;
   std::size_t Count() const;
+  // A device's health changed: wake every job to look.
+  void Reconsider();
+  // For inference requests from the control API: the service stays valid
+  // while `keep` is held.
+  std::shared_ptr<InferenceService> Inference(std::string_view name) const;
 
  private:
+  struct Job {
+    JobSpec spec;
+    std::shared_ptr<InferenceService> inference;
+    std::unique_ptr<LoadGenerator> load;
+    std::unique_ptr<CollectiveJob> collective;
+    std::vector<std::uint64_t> expected;  // collective: fault-free checksums
+  };
+  JobReport ReportOf(const Job& job) const;
+
+  runtime::Runtime& runtime_;
+  std::chrono::milliseconds drain_deadline_;
   mutable std::mutex mutex_;
-  std::map<std::string, JobInfo, std::less<>> jobs_;
+  std::map<std::string, std::unique_ptr<Job>, std::less<>> jobs_;
 };
 
 }  // namespace rasd::jobs

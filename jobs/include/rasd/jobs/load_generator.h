@@ -1,0 +1,67 @@
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "rasd/jobs/inference_service.h"
+
+namespace rasd::jobs {
+
+// Sends requests to an inference service at a steady rate, as the demo, the
+// tests and the benchmark's clients: request n's input is derived from n,
+// each answer is checked against the model's host reference, and latencies
+// are kept for percentiles. Stops (and waits for every answer, up to a
+// timeout) when destroyed or Stop()ped.
+class LoadGenerator {
+ public:
+  LoadGenerator(InferenceService& service, const MlpModel& model, double requests_per_second);
+  ~LoadGenerator();
+  LoadGenerator(const LoadGenerator&) = delete;
+  LoadGenerator& operator=(const LoadGenerator&) = delete;
+
+  // Stops sending and waits up to `timeout` for the answers still due.
+  void Stop(std::chrono::milliseconds timeout = std::chrono::seconds(10));
+
+  struct Stats {
+    std::uint64_t sent = 0;
+    std::uint64_t answered = 0;
+    std::uint64_t wrong = 0;       // an output other than the reference
+    std::uint64_t errors = 0;      // answered with an error
+    std::uint64_t duplicates = 0;  // a second answer to one request (never expected)
+    std::uint64_t rejected = 0;    // not admitted
+    std::uint64_t unanswered = 0;  // still due at Stop's timeout
+    double p50_ms = 0, p99_ms = 0;
+  };
+  // Latency percentiles over the answers since `since` (steady clock).
+  Stats GetStats(std::chrono::steady_clock::time_point since = {}) const;
+
+  static std::vector<float> InputFor(std::uint64_t n, int inputs);
+
+ private:
+  void Run();
+
+  InferenceService& service_;
+  MlpModel model_;
+  double rate_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+
+  // Shared with the callbacks, which may outlive this object when answers
+  // come after Stop's timeout.
+  struct Shared {
+    std::mutex mutex;
+    std::uint64_t sent = 0, rejected = 0, wrong = 0, errors = 0, duplicates = 0;
+    std::vector<std::uint8_t> answered;  // by request number
+    std::vector<std::pair<std::chrono::steady_clock::time_point, double>> latencies;  // ms
+    std::vector<std::vector<float>> references;  // outputs of the repeating inputs
+  };
+  std::shared_ptr<Shared> shared_ = std::make_shared<Shared>();
+  std::uint64_t unanswered_at_stop_ = 0;
+};
+
+}  // namespace rasd::jobs

@@ -1,0 +1,129 @@
+#include "rasd/jobs/load_generator.h"
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+namespace rasd::jobs {
+
+using Clock = std::chrono::steady_clock;
+
+std::vector<float> LoadGenerator::InputFor(std::uint64_t n, int inputs) {
+  std::mt19937 random(static_cast<std::uint32_t>(n * 2654435761u + 1));
+  std::uniform_real_distribution<float> uniform(-1, 1);
+  std::vector<float> input(static_cast<std::size_t>(inputs));
+  for (auto& value : input) value = uniform(random);
+  return input;
+}
+
+LoadGenerator::LoadGenerator(InferenceService& service, const MlpModel& model,
+                             double requests_per_second)
+    : service_(service), model_(model), rate_(std::max(requests_per_second, 1.0)) {
+  thread_ = std::thread([this] { Run(); });
+}
+
+LoadGenerator::~LoadGenerator() { Stop(); }
+
+void LoadGenerator::Run() {
+  const auto period =
+      std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(1.0 / rate_));
+  // Inputs repeat every kDistinct requests, so that references are cheap.
+  constexpr std::uint64_t kDistinct = 256;
+  {
+    std::lock_guard lock(shared_->mutex);
+    for (std::uint64_t n = 0; n < kDistinct; ++n)
+      shared_->references.push_back(model_.Reference(InputFor(n, model_.inputs)));
+  }
+  auto next = Clock::now();
+  std::uint64_t n = 0;
+  while (!stop_.load()) {
+    const auto now = Clock::now();
+    if (now < next) {
+      std::this_thread::sleep_for(
+          std::min<Clock::duration>(next - now, std::chrono::milliseconds(5)));
+      continue;
+    }
+    next += period;
+    if (now - next > std::chrono::milliseconds(100)) next = now;  // no burst after a stall
+    const std::uint64_t number = n++;
+    {
+      std::lock_guard lock(shared_->mutex);
+      ++shared_->sent;
+      shared_->answered.push_back(0);
+    }
+    const auto sent_at = Clock::now();
+    auto submitted = service_.Submit(
+        InputFor(number % kDistinct, model_.inputs),
+        [shared = shared_, number, sent_at](std::uint64_t, InferenceService::Output output) {
+          const auto answered_at = Clock::now();
+          const double latency =
+              std::chrono::duration<double, std::milli>(answered_at - sent_at).count();
+          std::lock_guard lock(shared->mutex);
+          if (shared->answered[number]++ > 0) {
+            ++shared->duplicates;
+            return;
+          }
+          if (!output) {
+            ++shared->errors;
+            return;
+          }
+          const auto& want = shared->references[number % shared->references.size()];
+          for (std::size_t i = 0; i < want.size(); ++i) {
+            if (!(std::fabs((*output)[i] - want[i]) <=
+                  1e-5f * std::max(1.0f, std::fabs(want[i])))) {
+              ++shared->wrong;
+              break;
+            }
+          }
+          shared->latencies.emplace_back(answered_at, latency);
+        });
+    if (!submitted) {
+      std::lock_guard lock(shared_->mutex);
+      ++shared_->rejected;
+      shared_->answered[number] = 1;  // nothing will come
+    }
+  }
+}
+
+void LoadGenerator::Stop(std::chrono::milliseconds timeout) {
+  const bool first = !stop_.exchange(true);
+  if (thread_.joinable()) thread_.join();
+  if (!first) return;
+  const auto deadline = Clock::now() + timeout;
+  while (Clock::now() < deadline) {
+    {
+      std::lock_guard lock(shared_->mutex);
+      if (std::all_of(shared_->answered.begin(), shared_->answered.end(),
+                      [](std::uint8_t count) { return count > 0; }))
+        break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  std::lock_guard lock(shared_->mutex);
+  unanswered_at_stop_ = static_cast<std::uint64_t>(
+      std::count(shared_->answered.begin(), shared_->answered.end(), std::uint8_t{0}));
+}
+
+LoadGenerator::Stats LoadGenerator::GetStats(Clock::time_point since) const {
+  std::lock_guard lock(shared_->mutex);
+  Stats stats;
+  stats.sent = shared_->sent;
+  stats.rejected = shared_->rejected;
+  stats.wrong = shared_->wrong;
+  stats.errors = shared_->errors;
+  stats.duplicates = shared_->duplicates;
+  stats.unanswered = unanswered_at_stop_;
+  for (auto count : shared_->answered) stats.answered += count > 0 ? 1 : 0;
+  stats.answered -= std::min(stats.answered, shared_->rejected);
+  std::vector<double> window;
+  for (const auto& [at, ms] : shared_->latencies)
+    if (at >= since) window.push_back(ms);
+  if (!window.empty()) {
+    std::sort(window.begin(), window.end());
+    stats.p50_ms = window[window.size() / 2];
+    stats.p99_ms = window[std::min(window.size() - 1, window.size() * 99 / 100)];
+  }
+  return stats;
+}
+
+}  // namespace rasd::jobs

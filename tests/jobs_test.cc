@@ -1,0 +1,91 @@
+// Jobs inside the real rasd: an inference service under load and a
+// collective over the simulated devices, started from the config; a Xid
+// 79 record isolates a device through the policy, and the jobs move off it
+// with no request lost and the collective's result equal to a fault-free
+// run. Operators start and stop jobs with rasctl.
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "test_support.h"
+
+namespace rasd::testing {
+namespace {
+
+nlohmann::json Jobs(RasdInstance& rasd) {
+  const auto result = rasd.Rasctl({"--json", "jobs"});
+  EXPECT_EQ(result.exit_code, 0) << result.err;
+  return nlohmann::json::parse(result.out, nullptr, false)["jobs"];
+}
+
+nlohmann::json JobNamed(RasdInstance& rasd, const std::string& name) {
+  for (const auto& job : Jobs(rasd))
+    if (job["name"] == name) return job;
+  return nullptr;
+}
+
+TEST(JobsTest, AFatalDeviceMovesTheJobsOffItWithNothingLost) {
+  RasdInstance rasd;
+  rasd.WriteConfig(R"(simulator:
+  memory_mib: 64
+jobs:
+  - name: llm
+    kind: inference
+    load_rps: 500
+  - name: allreduce
+    kind: collective
+    elements: 16384
+    steps: 4000
+    checkpoint_every: 10
+)");
+  std::string why;
+  ASSERT_TRUE(rasd.Start({}, {}, &why)) << why;
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        auto llm = JobNamed(rasd, "llm");
+        auto allreduce = JobNamed(rasd, "allreduce");
+        return llm.is_object() && llm["requests"]["served"] > 200 && allreduce.is_object() &&
+               allreduce["step"] > 50;
+      },
+      10s))
+      << rasd.Stderr();
+  rasd.AppendKmsg(
+      "4,1,1000,-;NVRM: Xid (PCI:0000:c3:00): 79, pid=1, GPU has fallen off the bus.\n");
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        auto allreduce = JobNamed(rasd, "allreduce");
+        return allreduce.is_object() && allreduce["devices"] == nlohmann::json({0, 1, 3});
+      },
+      10s))
+      << JobNamed(rasd, "allreduce").dump(2) << rasd.Stderr();
+  auto llm = JobNamed(rasd, "llm");
+  EXPECT_EQ(llm["devices"], nlohmann::json({0, 1, 3}));
+  EXPECT_EQ(llm["state"], "degraded");
+  ASSERT_TRUE(WaitUntil([&] { return JobNamed(rasd, "allreduce")["state"] == "finished"; }, 30s))
+      << JobNamed(rasd, "allreduce").dump(2);
+  auto allreduce = JobNamed(rasd, "allreduce");
+  EXPECT_EQ(allreduce["checksums_match"], true) << "the same result as a fault-free run";
+  EXPECT_GE(allreduce["reforms"], 1);
+  llm = JobNamed(rasd, "llm");
+  EXPECT_EQ(llm["requests"]["lost"], 0);
+  EXPECT_EQ(llm["load"]["wrong"], 0);
+
+  const auto table = rasd.Rasctl({"jobs"});
+  EXPECT_NE(table.out.find("allreduce"), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find("checksums ok"), std::string::npos) << table.out;
+
+  // Operators start and stop jobs; only admins may.
+  EXPECT_EQ(rasd.Rasctl({"job", "start", "inference", "extra", "--devices", "0,1"}).exit_code, 0);
+  EXPECT_EQ(JobNamed(rasd, "extra")["devices"], nlohmann::json({0, 1}));
+  const auto duplicate = rasd.Rasctl({"job", "start", "inference", "extra"});
+  EXPECT_EQ(duplicate.exit_code, 1);
+  EXPECT_NE(duplicate.err.find("already_exists"), std::string::npos) << duplicate.err;
+  EXPECT_EQ(rasd.Rasctl({"job", "stop", "extra"}, 65534, 65534).exit_code, 1);
+  EXPECT_EQ(rasd.Rasctl({"job", "stop", "extra"}).exit_code, 0);
+  EXPECT_TRUE(JobNamed(rasd, "extra").is_null());
+  EXPECT_EQ(rasd.Stop(), 0) << "jobs stop with the daemon";
+}
+
+}  // namespace
+}  // namespace rasd::testing
