@@ -302,7 +302,8 @@ void CollectiveJob::Run() {
       failures = 0;
       if (recovering) {
         std::lock_guard lock(mutex_);
-        progress_.last_recovery = Clock::now() - fault_at;
+        progress_.recovered_at = Clock::now();
+        progress_.last_recovery = progress_.recovered_at - fault_at;
         recovering = false;
       }
       continue;
@@ -326,14 +327,17 @@ void CollectiveJob::Run() {
     communicator_->Abort(reason);
     {
       std::lock_guard lock(mutex_);
-      progress_.last_release = Clock::now() - detected;
+      progress_.released_at = Clock::now();
+      progress_.last_release = progress_.released_at - detected;
       progress_.last_error = reason;
     }
     spdlog::warn("collective {}: step {}: {}; re-forming from the checkpoint of step {}",
                  options_.id, step + 1, reason, checkpoint_step_);
     formed = false;
     if (failures >= kMaxFailures) break;
-    if (!all_admit) continue;
+    // Re-form at once after a first failure; pause when failures repeat
+    // (a faulty device the policy has not isolated yet).
+    if (!all_admit || failures <= 1) continue;
     std::this_thread::sleep_for(kRetryPause);
   }
   std::lock_guard lock(mutex_);

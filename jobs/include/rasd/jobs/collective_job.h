@@ -71,6 +71,10 @@ class CollectiveJob {
     // one, for the most recent recovery.
     std::chrono::nanoseconds last_release{0};
     std::chrono::nanoseconds last_recovery{0};
+    // When those happened (steady clock), for measuring from a fault's
+    // injection.
+    std::chrono::steady_clock::time_point released_at{};
+    std::chrono::steady_clock::time_point recovered_at{};
   };
   Progress GetProgress() const;
   // One checksum per completed step: the sum of the state's values.
