@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "test_support.h"
 
@@ -84,6 +85,37 @@ jobs:
   EXPECT_EQ(rasd.Rasctl({"job", "stop", "extra"}, 65534, 65534).exit_code, 1);
   EXPECT_EQ(rasd.Rasctl({"job", "stop", "extra"}).exit_code, 0);
   EXPECT_TRUE(JobNamed(rasd, "extra").is_null());
+  // Requests through the control API, answered when a replica has run them.
+  const auto first = rasd.Rasctl({"--json", "infer", "llm", "--seed", "5"});
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  const auto answer = nlohmann::json::parse(first.out);
+  EXPECT_EQ(answer["output"].size(), 16u);
+  const auto again =
+      nlohmann::json::parse(rasd.Rasctl({"--json", "infer", "llm", "--seed", "5"}).out);
+  EXPECT_EQ(again["output"], answer["output"]) << "the same input, the same bits";
+  EXPECT_EQ(rasd.Rasctl({"infer", "nope"}).exit_code, 1);
+  const auto short_input = rasd.Rasctl({"infer", "llm", "--input", "1,2,3"});
+  EXPECT_EQ(short_input.exit_code, 1);
+  EXPECT_NE(short_input.err.find("the model takes 64"), std::string::npos) << short_input.err;
+  EXPECT_EQ(rasd.Rasctl({"infer", "llm"}, 65534, 65534).exit_code, 1) << "admin only";
+  // Pipelined on one connection: every request answered, with its id.
+  RawClient client(rasd.Socket());
+  ASSERT_TRUE(client.Send(R"({"command":"infer","args":{"job":"llm","seed":1},"id":1})"
+                          "\n"
+                          R"({"command":"ping","id":2})"
+                          "\n"
+                          R"({"command":"infer","args":{"job":"llm","seed":2},"id":3})"
+                          "\n"));
+  std::set<int> ids;
+  for (int i = 0; i < 3; ++i) {
+    auto line = client.ReadLine(5s);
+    ASSERT_TRUE(line.has_value()) << "reply " << i;
+    const auto reply = nlohmann::json::parse(*line);
+    EXPECT_EQ(reply["ok"], true) << *line;
+    ids.insert(reply["id"].get<int>());
+  }
+  EXPECT_EQ(ids, (std::set<int>{1, 2, 3}));
+
   EXPECT_EQ(rasd.Stop(), 0) << "jobs stop with the daemon";
 }
 

@@ -4,6 +4,8 @@
 // Exit codes: 0 ok; 1 the daemon answered with an error; 2 usage;
 // 3 cannot reach the daemon (no socket, refused, timed out, garbled reply).
 
+#include <fmt/format.h>
+
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <fstream>
@@ -190,6 +192,14 @@ int main(int argc, char** argv) {
   auto* job_stop = job->add_subcommand("stop", "stop a job");
   std::string stop_name;
   job_stop->add_option("name", stop_name, "the job's name")->required();
+  auto* infer = app.add_subcommand("infer", "send one request to an inference job (admin)");
+  std::string infer_job;
+  std::vector<float> infer_input;
+  std::uint64_t infer_seed = 0;
+  infer->add_option("job", infer_job, "the inference job's name")->required();
+  infer->add_option("--input", infer_input, "the input values (default: the load generator's)")
+      ->delimiter(',');
+  infer->add_option("--seed", infer_seed, "which load-generator input, without --input");
   auto* retired = app.add_subcommand("retired", "device memory pages taken out of service");
   int retired_device = -1;
   retired->add_option("device", retired_device, "only this device index")
@@ -254,6 +264,23 @@ int main(int argc, char** argv) {
     nlohmann::json args = nlohmann::json::object();
     if (devices_device >= 0) args["device"] = devices_device;
     return RunCommand(options, "devices", args, rasd::ctl::FormatDevices);
+  }
+  if (infer->parsed()) {
+    nlohmann::json args = {{"job", infer_job}};
+    if (!infer_input.empty()) {
+      args["input"] = infer_input;
+    } else {
+      args["seed"] = infer_seed;
+    }
+    return RunCommand(options, "infer", args, [](const nlohmann::json& result) {
+      std::string text;
+      for (const auto& value : result.value("output", nlohmann::json::array())) {
+        if (!text.empty()) text += ' ';
+        text += fmt::format("{:.6g}", value.get<double>());
+      }
+      return fmt::format("request {} ({:.2f} ms): {}\n", result.value("request", 0),
+                         result.value("latency_ms", 0.0), text);
+    });
   }
   if (jobs->parsed()) return RunCommand(options, "jobs", no_args, rasd::ctl::FormatJobs);
   if (job_start->parsed()) {

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <grp.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -10,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 
@@ -195,13 +197,22 @@ class ControlServer::Client {
 
   void ServeOne(std::string_view line) {
     if (line.find_first_not_of(" \t\r") == std::string_view::npos) return;  // blank: keep-alive
-    output_ += server_.HandleLine(peer_, line);
+    output_ += server_.HandleLine(id_, peer_, line);
     sd_event_source_set_time_relative(timeout_source_,
                                       Microseconds(server_.options_.client_timeout));
   }
 
   void Reply(const nlohmann::json& message) { output_ += control::EncodeLine(message); }
 
+ public:
+  // A reply that came later (run_async).
+  void Deliver(const std::string& line) {
+    output_ += line;
+    if (!Flush()) return server_.Close(id_);
+    UpdateInterest();
+  }
+
+ private:
   // Returns false when the peer is gone.
   bool Flush() {
     while (!output_.empty()) {
@@ -246,6 +257,13 @@ Result<std::unique_ptr<ControlServer>> ControlServer::Create(
       rc < 0) {
     return Fail(ErrnoError("watch control socket", -rc));
   }
+  server->mailbox_->wake.Reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  if (!server->mailbox_->wake) return Fail(ErrnoError("eventfd", errno));
+  if (int rc = sd_event_add_io(event, &server->mailbox_source_, server->mailbox_->wake.Get(),
+                               EPOLLIN, &ControlServer::OnMailbox, server.get());
+      rc < 0) {
+    return Fail(ErrnoError("watch control replies", -rc));
+  }
   return server;
 }
 
@@ -258,9 +276,31 @@ ControlServer::ControlServer(sd_event* event, common::UniqueFd listen_fd, Option
       commands_(std::move(commands)) {}
 
 ControlServer::~ControlServer() {
+  {
+    std::lock_guard lock(mailbox_->mutex);
+    mailbox_->open = false;  // late answers are dropped
+  }
+  sd_event_source_disable_unref(mailbox_source_);
   clients_.clear();
   sd_event_source_disable_unref(listen_source_);
   sd_event_source_disable_unref(accept_resume_);
+}
+
+int ControlServer::OnMailbox(sd_event_source*, int fd, uint32_t, void* userdata) {
+  auto* server = static_cast<ControlServer*>(userdata);
+  std::uint64_t count = 0;
+  (void)::read(fd, &count, sizeof count);
+  std::deque<std::pair<std::uint64_t, std::string>> lines;
+  {
+    std::lock_guard lock(server->mailbox_->mutex);
+    lines.swap(server->mailbox_->lines);
+  }
+  for (const auto& [client_id, line] : lines) {
+    // A client that left meanwhile gets nothing.
+    if (auto client = server->clients_.find(client_id); client != server->clients_.end())
+      client->second->Deliver(line);
+  }
+  return 0;
 }
 
 void ControlServer::Reconfigure(Options options, Authorizer authorizer) {
@@ -332,7 +372,8 @@ void ControlServer::Close(std::uint64_t client_id) {
   clients_.erase(client_id);
 }
 
-std::string ControlServer::HandleLine(const PeerCredentials& peer, std::string_view line) {
+std::string ControlServer::HandleLine(std::uint64_t client_id, const PeerCredentials& peer,
+                                      std::string_view line) {
   auto request = control::ParseRequest(line);
   if (!request) {
     ++rejected_requests_;
@@ -364,6 +405,30 @@ std::string ControlServer::HandleLine(const PeerCredentials& peer, std::string_v
                                   request->id));
     }
     spdlog::info("control: '{}' by pid {} uid {}", request->command, peer.pid, peer.uid);
+  }
+  if (command->second.run_async) {
+    auto reply = [mailbox = mailbox_, client_id, id = request->id,
+                  once =
+                      std::make_shared<std::atomic<bool>>(false)](Result<nlohmann::json> answer) {
+      if (once->exchange(true)) return;  // answered already
+      std::string encoded =
+          answer ? control::EncodeLine(control::MakeOkReply(std::move(*answer), id))
+                 : control::EncodeLine(control::MakeErrorReply(ErrorCodeName(answer.error().code),
+                                                               answer.error().message, id));
+      std::lock_guard lock(mailbox->mutex);
+      if (!mailbox->open) return;
+      mailbox->lines.emplace_back(client_id, std::move(encoded));
+      const std::uint64_t one = 1;
+      (void)::write(mailbox->wake.Get(), &one, sizeof one);
+    };
+    try {
+      command->second.run_async(*request, peer, reply);
+    } catch (const nlohmann::json::exception& error) {
+      reply(Fail(ErrorCode::kInvalidArgument, fmt::format("bad arguments: {}", error.what())));
+    } catch (const std::exception& error) {
+      reply(Fail(ErrorCode::kInternal, error.what()));
+    }
+    return {};
   }
   Result<nlohmann::json> result = Fail(ErrorCode::kInternal, "command did not run");
   try {

@@ -5,10 +5,12 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <filesystem>
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -43,10 +45,17 @@ struct Authorizer {
 // One control command. `changes_state` commands run only for peers the
 // Authorizer admits. Handlers run on the event loop thread; they may throw
 // nlohmann::json exceptions on malformed args, which become invalid_request.
+//
+// A command whose answer takes time (an inference request) sets `run_async`
+// instead of `run`: it gets a reply function that any thread may call, once;
+// the answer reaches the client through the loop.
+using AsyncReply = std::function<void(Result<nlohmann::json>)>;
 struct Command {
   bool changes_state = false;
   std::function<Result<nlohmann::json>(const common::control::Request&, const PeerCredentials&)>
       run;
+  std::function<void(const common::control::Request&, const PeerCredentials&, AsyncReply)>
+      run_async;
 };
 
 // Serves the control protocol (rasd/common/control_protocol.h) on a
@@ -92,7 +101,20 @@ class ControlServer {
   static int OnAcceptResume(sd_event_source* source, uint64_t usec, void* userdata);
   void AcceptAll();
   void Close(std::uint64_t client_id);
-  std::string HandleLine(const PeerCredentials& peer, std::string_view line);
+  // The reply line, or "" when the command answers later (run_async).
+  std::string HandleLine(std::uint64_t client_id, const PeerCredentials& peer,
+                         std::string_view line);
+  static int OnMailbox(sd_event_source* source, int fd, uint32_t revents, void* userdata);
+
+  // Answers of run_async commands, posted from any thread.
+  struct Mailbox {
+    std::mutex mutex;
+    std::deque<std::pair<std::uint64_t, std::string>> lines;  // client id, reply line
+    common::UniqueFd wake;                                    // eventfd
+    bool open = true;
+  };
+  std::shared_ptr<Mailbox> mailbox_ = std::make_shared<Mailbox>();
+  sd_event_source* mailbox_source_ = nullptr;
 
   sd_event* event_;
   common::UniqueFd listen_fd_;

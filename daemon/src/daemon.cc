@@ -352,6 +352,10 @@ std::map<std::string, Command> Daemon::Commands() {
   commands["actions"] = {
       false, [this](const auto& request, const auto&) { return ActionsReport(request.args); }};
   commands["jobs"] = {false, [this](const auto&, const auto&) { return JobsReport(); }};
+  // Work on the devices: admin only, like every command that uses them.
+  commands["infer"] = {true, nullptr, [this](const auto& request, const auto&, AsyncReply reply) {
+                         Infer(request.args, std::move(reply));
+                       }};
   commands["job-start"] = {
       true, [this](const auto& request, const auto&) { return StartJob(request.args); }};
   commands["job-stop"] = {
@@ -993,6 +997,50 @@ Result<nlohmann::json> Daemon::StopJob(const nlohmann::json& args) {
   if (auto stopped = jobs_->Stop(name); !stopped) return Fail(stopped.error());
   spdlog::info("job '{}' stopped by an operator", name);
   return nlohmann::json{{"name", name}, {"stopped", true}};
+}
+
+void Daemon::Infer(const nlohmann::json& args, AsyncReply reply) {
+  std::string job;
+  std::optional<std::vector<float>> input;
+  std::uint64_t seed = 0;
+  for (const auto& [key, value] : args.items()) {
+    if (key == "job" && value.is_string()) {
+      job = value.get<std::string>();
+    } else if (key == "input" && value.is_array() && value.size() <= 65536) {
+      std::vector<float> values;
+      for (const auto& number : value) {
+        if (!number.is_number()) {
+          return reply(Fail(ErrorCode::kInvalidArgument, "input must be a list of numbers"));
+        }
+        values.push_back(number.get<float>());
+      }
+      input = std::move(values);
+    } else if (key == "seed" && value.is_number_unsigned()) {
+      seed = value.get<std::uint64_t>();
+    } else {
+      return reply(Fail(ErrorCode::kInvalidArgument,
+                        "bad argument '" + key + "' (job, input: numbers, seed: integer)"));
+    }
+  }
+  auto service = jobs_->Inference(job);
+  if (!service) {
+    return reply(Fail(ErrorCode::kNotFound, fmt::format("no inference job '{}'", job)));
+  }
+  // Without an input: the load generator's input number `seed`.
+  if (!input) input = jobs::LoadGenerator::InputFor(seed, jobs::MlpModel{}.inputs);
+  const auto started = std::chrono::steady_clock::now();
+  // The callback must not hold the service: a stopped service answers what
+  // it still has, and that must let it go.
+  auto submitted = service->Submit(
+      std::move(*input), [reply, started](std::uint64_t id, jobs::InferenceService::Output output) {
+        if (!output) return reply(Fail(output.error()));
+        reply(nlohmann::json{{"request", id},
+                             {"output", *output},
+                             {"latency_ms", std::chrono::duration<double, std::milli>(
+                                                std::chrono::steady_clock::now() - started)
+                                                .count()}});
+      });
+  if (!submitted) reply(Fail(submitted.error()));
 }
 
 }  // namespace rasd::daemon

@@ -61,6 +61,8 @@ class Daemon {
   Result<nlohmann::json> JobsReport();
   Result<nlohmann::json> StartJob(const nlohmann::json& args);
   Result<nlohmann::json> StopJob(const nlohmann::json& args);
+  // An inference request; answered when a replica has run it.
+  void Infer(const nlohmann::json& args, AsyncReply reply);
   Result<nlohmann::json> ChangeDeviceState(const std::string& command, const nlohmann::json& args);
   // The policy's decisions about a stored batch, carried out.
   void Act(const std::vector<ras::RasEvent>& events);
