@@ -726,6 +726,7 @@ Result<nlohmann::json> Daemon::ChangeDeviceState(const std::string& command,
                   fmt::format("device {} is isolated: nothing runs there to drain", *device));
     }
     const auto limit = deadline.value_or(config_.policy.drain_deadline);
+    jobs_->SetDrainDeadline(*device, limit);
     auto done = actuator_->SetDeviceState(
         *device, runtime::HealthState::kDraining,
         reason.empty() ? fmt::format("drained by an operator (deadline {} ms)", limit.count())

@@ -220,6 +220,14 @@ InferenceService::Output InferenceService::Infer(std::vector<float> input,
 
 void InferenceService::Reconsider() { work_.notify_all(); }
 
+void InferenceService::SetDrainDeadline(int device, std::chrono::milliseconds deadline) {
+  {
+    std::lock_guard lock(mutex_);
+    drain_deadlines_[device] = deadline;
+  }
+  work_.notify_all();
+}
+
 void InferenceService::Answer(Request& request, Output output) {
   if (request.done) request.done(request.id, std::move(output));
   request.done = nullptr;
@@ -276,6 +284,11 @@ Status InferenceService::Wait(Replica& replica) {
   runtime::Stream& stream = *replica.stream;
   const auto started = Clock::now();
   std::optional<Clock::time_point> drain_seen;
+  auto drain_deadline = [&] {
+    std::lock_guard lock(mutex_);
+    auto it = drain_deadlines_.find(replica.device);
+    return it == drain_deadlines_.end() ? options_.drain_deadline : it->second;
+  };
   while (true) {
     auto done = stream.Synchronize(std::chrono::milliseconds(10));
     if (done) return {};
@@ -283,7 +296,7 @@ Status InferenceService::Wait(Replica& replica) {
     const auto now = Clock::now();
     if (!AdmitsNewWork(replica.device) && !drain_seen) drain_seen = now;
     if (now - started > options_.batch_timeout ||
-        (drain_seen && now - *drain_seen > options_.drain_deadline)) {
+        (drain_seen && now - *drain_seen > drain_deadline())) {
       (void)stream.Abort("abandoned: past its deadline");
       return Fail(ErrorCode::kTimeout,
                   fmt::format("work on device {} past its deadline", replica.device));

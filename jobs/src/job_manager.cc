@@ -100,6 +100,13 @@ std::size_t JobManager::Count() const {
   return jobs_.size();
 }
 
+void JobManager::SetDrainDeadline(int device, std::chrono::milliseconds deadline) {
+  std::lock_guard lock(mutex_);
+  for (auto& [name, job] : jobs_) {
+    if (job->inference) job->inference->SetDrainDeadline(device, deadline);
+  }
+}
+
 void JobManager::Reconsider() {
   std::lock_guard lock(mutex_);
   for (auto& [name, job] : jobs_) {

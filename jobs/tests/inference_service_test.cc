@@ -179,7 +179,8 @@ TEST_F(InferenceTest, KillingOneJobsStreamsRestartsItAndLeavesTheOtherJobAlone) 
 }
 
 TEST_F(InferenceTest, AHungDeviceBeingDrainedGivesUpItsBatchAtTheDeadline) {
-  auto service = Service({0, 1}, "llm", 300ms);
+  auto service = Service({0, 1}, "llm", 30s);
+  service->SetDrainDeadline(1, 300ms);  // an operator's `rasctl drain --deadline 300ms`
   // Warm both replicas.
   for (int i = 0; i < 64; ++i) ASSERT_TRUE(service->Infer(InputFor(i, 64), 5s).has_value());
   ASSERT_TRUE(sim_->InjectHang(1).has_value());

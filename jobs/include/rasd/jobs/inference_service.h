@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -84,6 +85,10 @@ class InferenceService {
   // Submit and wait.
   Output Infer(std::vector<float> input, std::chrono::milliseconds timeout);
 
+  // The drain deadline for work already running on `device` from now on
+  // (an operator's `rasctl drain --deadline`); the option's value otherwise.
+  void SetDrainDeadline(int device, std::chrono::milliseconds deadline);
+
   // Tells the service that a device's health changed (the daemon calls it
   // after every state change; replicas also look before each batch).
   void Reconsider();
@@ -140,7 +145,8 @@ class InferenceService {
   mutable std::mutex mutex_;
   std::condition_variable work_;  // new requests, health changes, stop
   std::vector<std::unique_ptr<Replica>> replicas_;
-  std::deque<Request> backlog_;  // no replica admits work
+  std::deque<Request> backlog_;                               // no replica admits work
+  std::map<int, std::chrono::milliseconds> drain_deadlines_;  // by device, overriding the option
   std::uint64_t next_id_ = 1;
   std::size_t outstanding_ = 0;
   bool stopping_ = false;

@@ -73,6 +73,8 @@ class JobManager {
   Status Stop(std::string_view name);
   std::vector<JobReport> Report() const;
   std::size_t Count() const;
+  // An operator's drain of `device` with its own deadline.
+  void SetDrainDeadline(int device, std::chrono::milliseconds deadline);
   // A device's health changed: wake every job to look.
   void Reconsider();
   // For inference requests from the control API: the service stays valid
