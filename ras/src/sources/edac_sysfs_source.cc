@@ -54,35 +54,54 @@ EdacSnapshot ReadEdacSnapshot(const common::HostEnv& host) {
     const std::string base = std::string(kEdacMc) + "/" + name;
     EdacSnapshot::Controller controller;
     controller.mc = *mc;
-    controller.ce = ReadCounter(host, base + "/ce_count").value_or(0);
-    controller.ue = ReadCounter(host, base + "/ue_count").value_or(0);
-    controller.ce_noinfo = ReadCounter(host, base + "/ce_noinfo_count").value_or(0);
-    controller.ue_noinfo = ReadCounter(host, base + "/ue_noinfo_count").value_or(0);
+    const auto mc_ce = ReadCounter(host, base + "/ce_count");
+    const auto mc_ue = ReadCounter(host, base + "/ue_count");
+    const auto mc_ce_noinfo = ReadCounter(host, base + "/ce_noinfo_count");
+    const auto mc_ue_noinfo = ReadCounter(host, base + "/ue_noinfo_count");
+    controller.ce = mc_ce.value_or(0);
+    controller.ue = mc_ue.value_or(0);
+    controller.ce_noinfo = mc_ce_noinfo.value_or(0);
+    controller.ue_noinfo = mc_ue_noinfo.value_or(0);
+    controller.has_ce = mc_ce.has_value();
+    controller.has_ue = mc_ue.has_value();
+    controller.has_ce_noinfo = mc_ce_noinfo.has_value();
+    controller.has_ue_noinfo = mc_ue_noinfo.has_value();
     snapshot.controllers[*mc] = controller;
     for (const auto& entry : EntriesOf(root / name)) {
       for (std::string_view kind : {"csrow", "dimm", "rank"}) {
         const auto index = NumberedEntry(entry, kind);
         if (!index) continue;
         const std::string unit_path = base + "/" + entry;
-        EdacSnapshot::Unit unit{*mc, std::string(kind), *index, {}, 0, 0};
+        EdacSnapshot::Unit unit{*mc, std::string(kind), *index, {}, 0, 0, false, false};
         if (kind == "csrow") {
           // The csrow totals; older drivers only give per-channel counts.
           auto ce = ReadCounter(host, unit_path + "/ce_count");
           auto ue = ReadCounter(host, unit_path + "/ue_count");
           std::uint64_t channel_ce = 0, channel_ue = 0;
+          bool any_channel_ce = false, any_channel_ue = false;
           for (int channel = 0; channel < 16; ++channel) {
-            channel_ce +=
-                ReadCounter(host, fmt::format("{}/ch{}_ce_count", unit_path, channel)).value_or(0);
-            channel_ue +=
-                ReadCounter(host, fmt::format("{}/ch{}_ue_count", unit_path, channel)).value_or(0);
+            const auto channel_ce_value =
+                ReadCounter(host, fmt::format("{}/ch{}_ce_count", unit_path, channel));
+            const auto channel_ue_value =
+                ReadCounter(host, fmt::format("{}/ch{}_ue_count", unit_path, channel));
+            channel_ce += channel_ce_value.value_or(0);
+            channel_ue += channel_ue_value.value_or(0);
+            any_channel_ce = any_channel_ce || channel_ce_value.has_value();
+            any_channel_ue = any_channel_ue || channel_ue_value.has_value();
             if (unit.label.empty())
               unit.label = ReadLabel(host, fmt::format("{}/ch{}_dimm_label", unit_path, channel));
           }
           unit.ce = ce.value_or(channel_ce);
           unit.ue = ue.value_or(channel_ue);
+          unit.has_ce = ce.has_value() || any_channel_ce;
+          unit.has_ue = ue.has_value() || any_channel_ue;
         } else {
-          unit.ce = ReadCounter(host, unit_path + "/dimm_ce_count").value_or(0);
-          unit.ue = ReadCounter(host, unit_path + "/dimm_ue_count").value_or(0);
+          const auto dimm_ce = ReadCounter(host, unit_path + "/dimm_ce_count");
+          const auto dimm_ue = ReadCounter(host, unit_path + "/dimm_ue_count");
+          unit.ce = dimm_ce.value_or(0);
+          unit.ue = dimm_ue.value_or(0);
+          unit.has_ce = dimm_ce.has_value();
+          unit.has_ue = dimm_ue.has_value();
           unit.label = ReadLabel(host, unit_path + "/dimm_label");
         }
         snapshot.units.push_back(std::move(unit));

@@ -21,6 +21,8 @@ struct EdacSnapshot {
     int mc = 0;
     std::uint64_t ce = 0, ue = 0;                // mcN/ce_count, ue_count
     std::uint64_t ce_noinfo = 0, ue_noinfo = 0;  // errors no csrow/dimm could be named for
+    // Which of those files exist: a partial tree reports what it has.
+    bool has_ce = false, has_ue = false, has_ce_noinfo = false, has_ue_noinfo = false;
   };
   struct Unit {
     int mc = 0;
@@ -28,6 +30,7 @@ struct EdacSnapshot {
     int index = 0;
     std::string label;  // dimm_label / chK_dimm_label, where the driver names it
     std::uint64_t ce = 0, ue = 0;
+    bool has_ce = false, has_ue = false;
   };
   std::map<int, Controller> controllers;
   std::vector<Unit> units;  // sorted by (mc, kind, index)

@@ -1,0 +1,89 @@
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "rasd/common/result.h"
+#include "rasd/ras/edac_sysfs_source.h"
+
+namespace prometheus {
+class Exposer;
+class Collectable;
+}  // namespace prometheus
+
+namespace rasd::exporters {
+
+// A histogram as Prometheus wants it: upper bounds and cumulative counts.
+class Histogram {
+ public:
+  explicit Histogram(std::vector<double> bounds);
+  void Observe(double value);
+  const std::vector<double>& Bounds() const { return bounds_; }
+  const std::vector<std::uint64_t>& Counts() const {
+    return counts_;
+  }  // per bucket, not cumulative
+  std::uint64_t Count() const { return count_; }
+  double Sum() const { return sum_; }
+
+ private:
+  std::vector<double> bounds_;
+  std::vector<std::uint64_t> counts_;  // one per bound, then +Inf
+  std::uint64_t count_ = 0;
+  double sum_ = 0;
+};
+
+struct DeviceMetrics {
+  int index = 0;
+  std::string vendor, model, bdf;
+  std::string state;  // healthy | degraded | draining | isolated
+  std::uint64_t reserved_bytes = 0, allocated_bytes = 0, retired_bytes = 0, retired_pages = 0;
+};
+
+// Everything /metrics shows, as one value: the daemon assembles it (from
+// state the loop keeps and from thread-safe runtime reads) and the exporter
+// only renders it. Label values are bounded: no addresses, no messages.
+struct MetricsSnapshot {
+  std::string version;
+  std::vector<DeviceMetrics> devices;
+  // (origin, severity, device or "") -> errors
+  std::map<std::tuple<std::string, std::string, std::string>, std::uint64_t> events;
+  std::map<std::pair<std::string, std::string>, std::uint64_t> actions;   // (action, result)
+  std::map<std::pair<std::string, std::string>, std::uint64_t> jobs;      // (kind, state) -> jobs
+  std::map<std::pair<std::string, std::string>, std::uint64_t> requests;  // (job, outcome)
+  ras::EdacSnapshot edac;
+  std::map<std::string, std::uint64_t> source_errors;  // undecodable input, by source
+  std::uint64_t kmsg_gaps = 0;
+  Histogram fault_to_isolation{{0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5}};
+  Histogram drain_duration{{0.1, 0.5, 1, 5, 10, 30, 60, 120, 300}};
+  Histogram collective_abort{{0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1}};
+};
+
+// The Prometheus text exposition of a snapshot (what a scrape returns).
+std::string RenderText(const MetricsSnapshot& snapshot);
+
+// Serves /metrics over HTTP on `listen` ("ADDR:PORT"; port 0 picks one)
+// with prometheus-cpp's exposer. Each scrape calls `provide` on the
+// exposer's thread: it must be thread-safe and must not wait for the event
+// loop.
+class MetricsServer {
+ public:
+  static Result<std::unique_ptr<MetricsServer>> Start(const std::string& listen,
+                                                      std::function<MetricsSnapshot()> provide);
+  ~MetricsServer();
+  MetricsServer(const MetricsServer&) = delete;
+  MetricsServer& operator=(const MetricsServer&) = delete;
+  int Port() const { return port_; }
+
+ private:
+  MetricsServer() = default;
+  std::unique_ptr<prometheus::Exposer> exposer_;
+  std::shared_ptr<prometheus::Collectable> collectable_;
+  int port_ = 0;
+};
+
+}  // namespace rasd::exporters

@@ -1,0 +1,282 @@
+#include "rasd/exporters/metrics.h"
+
+#include <fmt/format.h>
+#include <prometheus/collectable.h>
+#include <prometheus/exposer.h>
+#include <prometheus/metric_family.h>
+#include <prometheus/text_serializer.h>
+
+#include <algorithm>
+
+namespace rasd::exporters {
+namespace {
+
+using prometheus::ClientMetric;
+using prometheus::MetricFamily;
+using prometheus::MetricType;
+
+MetricFamily Family(std::string name, std::string help, MetricType type) {
+  MetricFamily family;
+  family.name = std::move(name);
+  family.help = std::move(help);
+  family.type = type;
+  return family;
+}
+
+ClientMetric Value(MetricType type, double value,
+                   std::vector<std::pair<std::string, std::string>> labels = {}) {
+  ClientMetric metric;
+  for (auto& [name, label] : labels) metric.label.push_back({std::move(name), std::move(label)});
+  if (type == MetricType::Counter) {
+    metric.counter.value = value;
+  } else {
+    metric.gauge.value = value;
+  }
+  return metric;
+}
+
+ClientMetric HistogramMetric(const Histogram& histogram) {
+  ClientMetric metric;
+  metric.histogram.sample_count = histogram.Count();
+  metric.histogram.sample_sum = histogram.Sum();
+  std::uint64_t cumulative = 0;
+  for (std::size_t i = 0; i < histogram.Bounds().size(); ++i) {
+    cumulative += histogram.Counts()[i];
+    metric.histogram.bucket.push_back({cumulative, histogram.Bounds()[i]});
+  }
+  metric.histogram.bucket.push_back({histogram.Count(), std::numeric_limits<double>::infinity()});
+  return metric;
+}
+
+std::vector<MetricFamily> Families(const MetricsSnapshot& snapshot) {
+  std::vector<MetricFamily> families;
+  auto add = [&families](MetricFamily family) {
+    // An empty family is still declared: dashboards and alerts find the name.
+    families.push_back(std::move(family));
+  };
+  {
+    auto family = Family("rasd_build_info", "rasd's version; always 1", MetricType::Gauge);
+    family.metric.push_back(Value(MetricType::Gauge, 1, {{"version", snapshot.version}}));
+    add(std::move(family));
+  }
+  {
+    auto family = Family("rasd_ras_events_total",
+                         "Hardware errors rasd ingested, by origin, severity class and device "
+                         "(empty for host components)",
+                         MetricType::Counter);
+    for (const auto& [key, count] : snapshot.events) {
+      const auto& [origin, severity, device] = key;
+      family.metric.push_back(
+          Value(MetricType::Counter, static_cast<double>(count),
+                {{"origin", origin}, {"severity", severity}, {"device", device}}));
+    }
+    add(std::move(family));
+  }
+  static const char* kStates[] = {"healthy", "degraded", "draining", "isolated"};
+  {
+    auto health = Family("rasd_device_health", "1 for the device's current state, 0 otherwise",
+                         MetricType::Gauge);
+    auto info = Family("rasd_device_info", "Device identity; always 1", MetricType::Gauge);
+    auto memory = Family("rasd_device_memory_bytes",
+                         "Device memory of the pool by kind: reserved from the driver, allocated "
+                         "to jobs, retired for good",
+                         MetricType::Gauge);
+    auto retired =
+        Family("rasd_retired_pages_total", "Device memory pages retired", MetricType::Counter);
+    for (const auto& device : snapshot.devices) {
+      const std::string index = std::to_string(device.index);
+      for (const char* state : kStates) {
+        health.metric.push_back(Value(MetricType::Gauge, device.state == state ? 1 : 0,
+                                      {{"device", index}, {"state", state}}));
+      }
+      info.metric.push_back(Value(MetricType::Gauge, 1,
+                                  {{"device", index},
+                                   {"vendor", device.vendor},
+                                   {"model", device.model},
+                                   {"bdf", device.bdf}}));
+      for (const auto& [kind, bytes] : {std::pair{"reserved", device.reserved_bytes},
+                                        {"allocated", device.allocated_bytes},
+                                        {"retired", device.retired_bytes}}) {
+        memory.metric.push_back(Value(MetricType::Gauge, static_cast<double>(bytes),
+                                      {{"device", index}, {"kind", kind}}));
+      }
+      retired.metric.push_back(Value(MetricType::Counter, static_cast<double>(device.retired_pages),
+                                     {{"device", index}}));
+    }
+    add(std::move(health));
+    add(std::move(info));
+    add(std::move(memory));
+    add(std::move(retired));
+  }
+  {
+    auto family = Family("rasd_actions_total", "Actions rasd took, by action and result",
+                         MetricType::Counter);
+    for (const auto& [key, count] : snapshot.actions) {
+      family.metric.push_back(Value(MetricType::Counter, static_cast<double>(count),
+                                    {{"action", key.first}, {"result", key.second}}));
+    }
+    add(std::move(family));
+  }
+  {
+    auto family = Family("rasd_jobs", "Jobs rasd runs, by kind and state", MetricType::Gauge);
+    for (const auto& [key, count] : snapshot.jobs) {
+      family.metric.push_back(Value(MetricType::Gauge, static_cast<double>(count),
+                                    {{"kind", key.first}, {"state", key.second}}));
+    }
+    add(std::move(family));
+  }
+  {
+    auto family = Family("rasd_requests_total",
+                         "Inference requests by job and outcome (served, requeued, lost)",
+                         MetricType::Counter);
+    for (const auto& [key, count] : snapshot.requests) {
+      family.metric.push_back(Value(MetricType::Counter, static_cast<double>(count),
+                                    {{"job", key.first}, {"outcome", key.second}}));
+    }
+    add(std::move(family));
+  }
+  {
+    // node_exporter's edac collector, same names after the prefix, same values
+    // for the same tree; plus every counter that exists where it gives up.
+    auto ce = Family("rasd_edac_correctable_errors_total",
+                     "Correctable memory errors of a memory controller (mcN/ce_count)",
+                     MetricType::Counter);
+    auto ue = Family("rasd_edac_uncorrectable_errors_total",
+                     "Uncorrectable memory errors of a memory controller (mcN/ue_count)",
+                     MetricType::Counter);
+    auto csrow_ce = Family("rasd_edac_csrow_correctable_errors_total",
+                           "Correctable memory errors of a csrow; csrow=\"unknown\" for errors "
+                           "no csrow could be named for",
+                           MetricType::Counter);
+    auto csrow_ue = Family("rasd_edac_csrow_uncorrectable_errors_total",
+                           "Uncorrectable memory errors of a csrow; csrow=\"unknown\" as above",
+                           MetricType::Counter);
+    auto dimm_ce =
+        Family("rasd_edac_dimm_correctable_errors_total",
+               "Correctable memory errors of a DIMM or rank, with its label", MetricType::Counter);
+    auto dimm_ue = Family("rasd_edac_dimm_uncorrectable_errors_total",
+                          "Uncorrectable memory errors of a DIMM or rank, with its label",
+                          MetricType::Counter);
+    for (const auto& [mc, controller] : snapshot.edac.controllers) {
+      const std::string name = std::to_string(mc);
+      if (controller.has_ce)
+        ce.metric.push_back(
+            Value(MetricType::Counter, static_cast<double>(controller.ce), {{"controller", name}}));
+      if (controller.has_ue)
+        ue.metric.push_back(
+            Value(MetricType::Counter, static_cast<double>(controller.ue), {{"controller", name}}));
+      if (controller.has_ce_noinfo)
+        csrow_ce.metric.push_back(Value(MetricType::Counter,
+                                        static_cast<double>(controller.ce_noinfo),
+                                        {{"controller", name}, {"csrow", "unknown"}}));
+      if (controller.has_ue_noinfo)
+        csrow_ue.metric.push_back(Value(MetricType::Counter,
+                                        static_cast<double>(controller.ue_noinfo),
+                                        {{"controller", name}, {"csrow", "unknown"}}));
+    }
+    for (const auto& unit : snapshot.edac.units) {
+      const std::string mc = std::to_string(unit.mc), index = std::to_string(unit.index);
+      if (unit.kind == "csrow") {
+        if (unit.has_ce)
+          csrow_ce.metric.push_back(Value(MetricType::Counter, static_cast<double>(unit.ce),
+                                          {{"controller", mc}, {"csrow", index}}));
+        if (unit.has_ue)
+          csrow_ue.metric.push_back(Value(MetricType::Counter, static_cast<double>(unit.ue),
+                                          {{"controller", mc}, {"csrow", index}}));
+      } else {
+        const std::vector<std::pair<std::string, std::string>> labels = {
+            {"controller", mc}, {"dimm", unit.kind + index}, {"label", unit.label}};
+        if (unit.has_ce)
+          dimm_ce.metric.push_back(
+              Value(MetricType::Counter, static_cast<double>(unit.ce), labels));
+        if (unit.has_ue)
+          dimm_ue.metric.push_back(
+              Value(MetricType::Counter, static_cast<double>(unit.ue), labels));
+      }
+    }
+    for (auto* family : {&ce, &ue, &csrow_ce, &csrow_ue, &dimm_ce, &dimm_ue})
+      add(std::move(*family));
+  }
+  {
+    auto family = Family("rasd_source_errors_total",
+                         "Input a source could not decode (records that looked like RAS records)",
+                         MetricType::Counter);
+    for (const auto& [source, count] : snapshot.source_errors) {
+      family.metric.push_back(
+          Value(MetricType::Counter, static_cast<double>(count), {{"source", source}}));
+    }
+    add(std::move(family));
+  }
+  {
+    auto family =
+        Family("rasd_kmsg_gaps_total",
+               "Times the kernel overwrote log records before rasd read them", MetricType::Counter);
+    family.metric.push_back(Value(MetricType::Counter, static_cast<double>(snapshot.kmsg_gaps)));
+    add(std::move(family));
+  }
+  for (const auto& [name, help, histogram] :
+       {std::tuple{"rasd_fault_to_isolation_seconds",
+                   "From a fault reaching rasd to its device's gate closed",
+                   &snapshot.fault_to_isolation},
+        std::tuple{"rasd_drain_duration_seconds",
+                   "From a device starting to drain to no job left on it",
+                   &snapshot.drain_duration},
+        std::tuple{"rasd_collective_abort_seconds",
+                   "From a collective's failed step to every rank released",
+                   &snapshot.collective_abort}}) {
+    auto family = Family(name, help, MetricType::Histogram);
+    family.metric.push_back(HistogramMetric(*histogram));
+    add(std::move(family));
+  }
+  return families;
+}
+
+class SnapshotCollectable final : public prometheus::Collectable {
+ public:
+  explicit SnapshotCollectable(std::function<MetricsSnapshot()> provide)
+      : provide_(std::move(provide)) {}
+  std::vector<MetricFamily> Collect() const override { return Families(provide_()); }
+
+ private:
+  std::function<MetricsSnapshot()> provide_;
+};
+
+}  // namespace
+
+Histogram::Histogram(std::vector<double> bounds)
+    : bounds_(std::move(bounds)), counts_(bounds_.size() + 1, 0) {
+  std::sort(bounds_.begin(), bounds_.end());
+}
+
+void Histogram::Observe(double value) {
+  const auto bucket = static_cast<std::size_t>(
+      std::lower_bound(bounds_.begin(), bounds_.end(), value) - bounds_.begin());
+  ++counts_[bucket];
+  ++count_;
+  sum_ += value;
+}
+
+std::string RenderText(const MetricsSnapshot& snapshot) {
+  return prometheus::TextSerializer().Serialize(Families(snapshot));
+}
+
+Result<std::unique_ptr<MetricsServer>> MetricsServer::Start(
+    const std::string& listen, std::function<MetricsSnapshot()> provide) {
+  std::unique_ptr<MetricsServer> server(new MetricsServer());
+  try {
+    server->exposer_ = std::make_unique<prometheus::Exposer>(listen, 2);
+  } catch (const std::exception& error) {
+    // A port in use, a bad address: civetweb says why in the exception.
+    return Fail(ErrorCode::kUnavailable,
+                fmt::format("cannot serve metrics on {}: {}", listen, error.what()));
+  }
+  server->collectable_ = std::make_shared<SnapshotCollectable>(std::move(provide));
+  server->exposer_->RegisterCollectable(server->collectable_);
+  const auto ports = server->exposer_->GetListeningPorts();
+  server->port_ = ports.empty() ? 0 : ports.front();
+  return server;
+}
+
+MetricsServer::~MetricsServer() = default;
+
+}  // namespace rasd::exporters
