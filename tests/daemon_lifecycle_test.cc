@@ -51,7 +51,7 @@ TEST(DaemonLifecycleTest, SigintStopsCleanlyToo) {
   std::string why;
   ASSERT_TRUE(rasd.Start({}, {}, &why)) << why;
   rasd.Proc().Signal(SIGINT);
-  EXPECT_EQ(rasd.Proc().Wait(2s), 0);
+  EXPECT_EQ(rasd.Proc().Wait(2s), 0) << rasd.Stderr();
 }
 
 TEST(DaemonLifecycleTest, SendsReadyStatusAndWatchdogOnARealNotifySocket) {

@@ -242,11 +242,11 @@ ras::ActionRecord Actuator::Store(ras::ActionRecord record) {
 
 void Actuator::BeginBatch() { batching_ = true; }
 
-void Actuator::ExecuteInBatch(const ras::Action& action, const ras::RasEvent& event,
-                              std::size_t event_index) {
+ras::ActionRecord Actuator::ExecuteInBatch(const ras::Action& action, const ras::RasEvent& event,
+                                           std::size_t event_index) {
   // Effects now; Store() queues the row while batching.
   pending_index_ = event_index;
-  (void)Execute(action, event, std::nullopt);
+  return Execute(action, event, std::nullopt);
 }
 
 void Actuator::EndBatch(const std::vector<std::int64_t>& ids) {

@@ -63,8 +63,8 @@ class Actuator {
   // which also links each action to its event's id once the events are
   // stored (`ids` by event index; empty when storing them failed).
   void BeginBatch();
-  void ExecuteInBatch(const ras::Action& action, const ras::RasEvent& event,
-                      std::size_t event_index);
+  ras::ActionRecord ExecuteInBatch(const ras::Action& action, const ras::RasEvent& event,
+                                   std::size_t event_index);
   void EndBatch(const std::vector<std::int64_t>& ids);
 
   // An operator's state change (isolate, drain, undrain): any state, in

@@ -224,6 +224,7 @@ void ReadDocument(SchemaReader& reader, const YAML::Node& root, Config& config) 
        [&](const YAML::Node& value, const std::string& path) {
          auto text = reader.ReadString(value, path);
          if (!text) return;
+         if (*text == "off") text->clear();
          if (!text->empty()) {
            if (auto parsed = exporters::ParseListenAddress(*text); !parsed) {
              reader.Problem(value.Mark(), fmt::format("'{}': {}", path, parsed.error().message));
@@ -755,7 +756,7 @@ void ConfigOverrides::ApplyTo(Config& config) const {
   if (state_dir) config.daemon.state_dir = *state_dir;
   if (socket) config.control.socket = *socket;
   if (host_root) config.host.root = *host_root;
-  if (metrics_listen) config.metrics.listen = *metrics_listen;
+  if (metrics_listen) config.metrics.listen = *metrics_listen == "off" ? "" : *metrics_listen;
   if (log_level) config.daemon.log_level = *log_level;
 }
 

@@ -107,6 +107,8 @@ Daemon::Daemon(StartOptions options)
     : options_(std::move(options)), clock_(std::make_shared<common::SystemClock>()) {}
 
 Daemon::~Daemon() {
+  metrics_.reset();  // no scrape may run past this point
+  sd_event_source_disable_unref(metrics_timer_);
   control_.reset();
   ingest_.reset();
   jobs_.reset();
@@ -212,11 +214,25 @@ Status Daemon::Initialize(Config config) {
       spdlog::info("job '{}' ({}) started", spec.name, jobs::JobKindName(spec.kind));
     }
   }
+  RefreshMetrics();
+  if (int rc = sd_event_add_time_relative(event_, &metrics_timer_, CLOCK_MONOTONIC, 1'000'000, 0,
+                                          &Daemon::OnMetricsTimer, this);
+      rc < 0) {
+    spdlog::warn("metrics: no refresh timer ({}); EDAC and job figures stay as at start",
+                 std::strerror(-rc));
+  }
   if (!config_.metrics.listen.empty()) {
-    spdlog::warn(
-        "metrics.listen {} is accepted but not served yet: the Prometheus exporter is not "
-        "built in this version",
-        config_.metrics.listen);
+    auto exposer =
+        exporters::MetricsServer::Start(config_.metrics.listen, [this] { return MetricsNow(); });
+    if (!exposer) {
+      // RAS handling matters more than its metrics: say so and go on.
+      metrics_error_ = exposer.error().message;
+      spdlog::error("{}; running without a metrics endpoint", metrics_error_);
+    } else {
+      metrics_ = std::move(*exposer);
+      spdlog::info("metrics: http://{}/metrics (port {})", config_.metrics.listen,
+                   metrics_->Port());
+    }
   }
   spdlog::info("rasd {} started: {} {} device(s), state {}, socket {}{}, host root {}", kVersion,
                runtime_->DeviceCount(), runtime_->DriverName(), state_dir_.string(),
@@ -521,17 +537,40 @@ Result<nlohmann::json> Daemon::StatusReport() {
       {"watchdog_usec", watchdog_usec_},
       {"ras", IngestStatus(ingest_->GetStats())},
       {"actions", actuator_->Counts()},
+      {"metrics",
+       {{"listen", config_.metrics.listen},
+        {"port", metrics_ ? nlohmann::json(metrics_->Port()) : nlohmann::json()},
+        {"error", metrics_error_.empty() ? nlohmann::json() : nlohmann::json(metrics_error_)}}},
   };
 }
 
 void Daemon::Act(const std::vector<ras::RasEvent>& events) {
+  const auto arrived = std::chrono::steady_clock::now();
+  std::vector<double> isolations;
   // Effects now; the rows follow in EndBatch once the events have ids.
   actuator_->BeginBatch();
   for (std::size_t i = 0; i < events.size(); ++i) {
     for (const auto& action : policy_.Decide(events[i], clock_->Monotonic())) {
-      actuator_->ExecuteInBatch(action, events[i], i);
+      const auto record = actuator_->ExecuteInBatch(action, events[i], i);
+      if (action.kind == ras::ActionKind::kIsolateDevice &&
+          record.detail.find("->") != std::string::npos) {
+        // A driver's report carries when the device failed; a kernel-log
+        // record when it was logged, which may be long ago: from arrival.
+        const double seconds =
+            events[i].source == "driver"
+                ? std::chrono::duration<double>(clock_->Wall() - events[i].time).count()
+                : std::chrono::duration<double>(std::chrono::steady_clock::now() - arrived).count();
+        isolations.push_back(std::max(0.0, seconds));
+      }
     }
   }
+  std::lock_guard lock(metrics_mutex_);
+  for (const auto& event : events) {
+    metrics_loop_.events[{event.origin, std::string(ras::SeverityName(event.severity)),
+                          event.device ? std::to_string(*event.device) : std::string()}] +=
+        event.count;
+  }
+  for (double seconds : isolations) metrics_loop_.fault_to_isolation.Observe(seconds);
 }
 
 namespace {
@@ -1042,6 +1081,94 @@ void Daemon::Infer(const nlohmann::json& args, AsyncReply reply) {
                                                 .count()}});
       });
   if (!submitted) reply(Fail(submitted.error()));
+}
+
+void Daemon::RefreshMetrics() {
+  const auto stats = ingest_ ? ingest_->GetStats() : RasIngest::Stats{};
+  auto edac = ingest_ ? ingest_->EdacCounters() : ras::EdacSnapshot{};
+  const auto now = std::chrono::steady_clock::now();
+  // Drains: from a device entering Draining to no job left on it (or to it
+  // leaving Draining some other way).
+  std::vector<double> drains;
+  for (const auto& device : runtime_->Devices()) {
+    const int index = device->Index();
+    const bool draining = device->Health() == runtime::HealthState::kDraining;
+    auto since = draining_since_.find(index);
+    if (draining && since == draining_since_.end()) {
+      draining_since_[index] = now;
+    } else if (since != draining_since_.end() && (!draining || runtime_->OwnersOn(index).empty())) {
+      drains.push_back(std::chrono::duration<double>(now - since->second).count());
+      if (!draining) {
+        draining_since_.erase(since);
+      } else {
+        since->second = std::chrono::steady_clock::time_point::max();  // counted; wait for the end
+      }
+    }
+  }
+  std::vector<double> aborts;
+  for (const auto& report : jobs_->Report()) {
+    if (report.kind != jobs::JobKind::kCollective) continue;
+    auto& seen = reforms_seen_[report.name];
+    if (report.reforms > seen) aborts.push_back(report.last_release_seconds);
+    seen = report.reforms;
+  }
+  std::lock_guard lock(metrics_mutex_);
+  metrics_loop_.edac = std::move(edac);
+  metrics_loop_.kmsg_gaps = stats.kmsg_gaps;
+  metrics_loop_.source_errors["kmsg"] = stats.kmsg_undecoded;
+  metrics_loop_.source_errors["store"] = stats.store_failures;
+  for (double seconds : drains)
+    if (seconds >= 0 && seconds < 1e9) metrics_loop_.drain_duration.Observe(seconds);
+  for (double seconds : aborts) metrics_loop_.collective_abort.Observe(seconds);
+}
+
+int Daemon::OnMetricsTimer(sd_event_source* source, uint64_t, void* userdata) {
+  static_cast<Daemon*>(userdata)->RefreshMetrics();
+  sd_event_source_set_time_relative(source, 1'000'000);
+  sd_event_source_set_enabled(source, SD_EVENT_ONESHOT);
+  return 0;
+}
+
+exporters::MetricsSnapshot Daemon::MetricsNow() const {
+  exporters::MetricsSnapshot snapshot;
+  {
+    std::lock_guard lock(metrics_mutex_);
+    snapshot = metrics_loop_;
+  }
+  snapshot.version = kVersion;
+  // Thread-safe reads: device gates are atomics, pools and the actuator's
+  // counts and the jobs have their own locks.
+  for (const auto& device : runtime_->Devices()) {
+    exporters::DeviceMetrics metrics;
+    metrics.index = device->Index();
+    metrics.vendor = device->Properties().vendor;
+    metrics.model = device->Properties().name;
+    metrics.bdf = device->Properties().pci_bdf;
+    metrics.state = std::string(runtime::HealthStateName(device->Health()));
+    if (auto pool = runtime_->Pool(device->Index())) {
+      const auto stats = (*pool)->Stats();
+      metrics.reserved_bytes = stats.reserved_bytes;
+      metrics.allocated_bytes = stats.allocated_bytes;
+      metrics.retired_bytes = stats.retired_bytes;
+      metrics.retired_pages = stats.retired_pages;
+    }
+    snapshot.devices.push_back(std::move(metrics));
+  }
+  for (const auto& [key, count] : actuator_->Counts()) {
+    const auto space = key.rfind(' ');
+    snapshot
+        .actions[{key.substr(0, space), space == std::string::npos ? "" : key.substr(space + 1)}] =
+        count;
+  }
+  for (const auto& report : jobs_->Report()) {
+    snapshot.jobs[{std::string(jobs::JobKindName(report.kind)), report.state}] += 1;
+    if (report.kind == jobs::JobKind::kInference) {
+      snapshot.requests[{report.name, "served"}] = report.served;
+      snapshot.requests[{report.name, "requeued"}] = report.requeued + report.rerun;
+      snapshot.requests[{report.name, "lost"}] = report.lost;
+    }
+  }
+  return snapshot;
 }
 
 }  // namespace rasd::daemon

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -17,6 +18,7 @@
 #include "ras_ingest.h"
 #include "rasd/common/host_env.h"
 #include "rasd/daemon/config.h"
+#include "rasd/exporters/metrics.h"
 #include "rasd/jobs/job_manager.h"
 #include "rasd/ras/policy.h"
 #include "rasd/ras/state_store.h"
@@ -96,6 +98,19 @@ class Daemon {
   ras::PolicyEngine policy_;
   std::unique_ptr<Actuator> actuator_;      // after runtime_ and store_: destroyed before them
   std::unique_ptr<jobs::JobManager> jobs_;  // after runtime_: stopped before it goes
+
+  // Metrics: the exposer calls MetricsNow() on its own thread; the parts
+  // only the loop may read are copied into metrics_loop_ by the loop.
+  exporters::MetricsSnapshot MetricsNow() const;
+  void RefreshMetrics();
+  static int OnMetricsTimer(sd_event_source* source, uint64_t usec, void* userdata);
+  std::unique_ptr<exporters::MetricsServer> metrics_;
+  std::string metrics_error_;
+  sd_event_source* metrics_timer_ = nullptr;
+  mutable std::mutex metrics_mutex_;
+  exporters::MetricsSnapshot metrics_loop_;  // guarded by metrics_mutex_
+  std::map<int, std::chrono::steady_clock::time_point> draining_since_;
+  std::map<std::string, std::uint64_t> reforms_seen_;
   struct SelfTestResult {
     std::chrono::system_clock::time_point time;
     bool passed = false;

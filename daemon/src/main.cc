@@ -81,7 +81,7 @@ int main(int argc, char** argv) {
   }
   overrides.ApplyTo(loaded.config);
   // Overrides are checked as strictly as the file.
-  if (!metrics_listen.empty()) {
+  if (!metrics_listen.empty() && metrics_listen != "off") {
     if (auto parsed = rasd::exporters::ParseListenAddress(metrics_listen); !parsed) {
       std::cerr << "rasd: --metrics-listen: " << parsed.error().message << "\n";
       return kExitUsage;

@@ -169,6 +169,8 @@ void RasIngest::ReadKmsg() {
   if (kmsg_->RecordsRead() != before) kmsg_pending_ = true;
   stats_.kmsg_records = kmsg_->RecordsRead();
   stats_.kmsg_lost = kmsg_->LostRecords();
+  stats_.kmsg_gaps = kmsg_->Gaps();
+  stats_.kmsg_undecoded = kmsg_->UndecodedLines();
 }
 
 int RasIngest::OnKmsgReadable(sd_event_source*, int, uint32_t, void* userdata) {
@@ -412,5 +414,9 @@ void RasIngest::Deliver(std::vector<ras::RasEvent> events) {
 }
 
 RasIngest::Stats RasIngest::GetStats() const { return stats_; }
+
+ras::EdacSnapshot RasIngest::EdacCounters() const {
+  return edac_ ? edac_->Last() : ras::EdacSnapshot{};
+}
 
 }  // namespace rasd::daemon

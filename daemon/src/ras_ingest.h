@@ -62,7 +62,11 @@ class RasIngest {
     std::size_t edac_controllers = 0;
     std::uint64_t coalesced = 0;  // events merged into others under storms
     std::uint64_t pruned = 0;
+    std::uint64_t kmsg_gaps = 0;
+    std::uint64_t kmsg_undecoded = 0;
   };
+  // The EDAC counters as last polled (empty without EDAC).
+  ras::EdacSnapshot EdacCounters() const;
   Stats GetStats() const;
   // The classes of accelerator codes for records decoded from now on.
   void SetCodeTable(const ras::CodeTable& codes) { codes_ = codes; }

@@ -1,12 +1,19 @@
 #include "rasd/exporters/metrics.h"
 
 #include <fmt/format.h>
+#include <netdb.h>
 #include <prometheus/collectable.h>
 #include <prometheus/exposer.h>
 #include <prometheus/metric_family.h>
 #include <prometheus/text_serializer.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <thread>
+
+#include "rasd/exporters/listen_address.h"
 
 namespace rasd::exporters {
 namespace {
@@ -274,9 +281,38 @@ Result<std::unique_ptr<MetricsServer>> MetricsServer::Start(
   server->exposer_->RegisterCollectable(server->collectable_);
   const auto ports = server->exposer_->GetListeningPorts();
   server->port_ = ports.empty() ? 0 : ports.front();
+  if (auto parsed = ParseListenAddress(listen)) server->host_ = parsed->host;
   return server;
 }
 
-MetricsServer::~MetricsServer() = default;
+MetricsServer::~MetricsServer() {
+  // civetweb (1.15) notices a stop only when its listening poll returns,
+  // which takes up to 2 s on an idle socket: a connection wakes it, so that
+  // rasd stops at once.
+  std::atomic<bool> stopped{false};
+  std::thread waker([this, &stopped] { WakeWhileStopping(stopped); });
+  exposer_.reset();
+  stopped = true;
+  waker.join();
+}
+
+void MetricsServer::WakeWhileStopping(const std::atomic<bool>& stopped) const {
+  std::string host = host_;
+  if (host.empty() || host == "0.0.0.0") host = "127.0.0.1";
+  if (host == "::") host = "::1";
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(host.c_str(), std::to_string(port_).c_str(), &hints, &found) != 0) return;
+  for (int attempt = 0; attempt < 200 && !stopped.load(); ++attempt) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    const int fd = ::socket(found->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) break;
+    (void)::connect(fd, found->ai_addr, found->ai_addrlen);
+    ::close(fd);
+  }
+  ::freeaddrinfo(found);
+}
 
 }  // namespace rasd::exporters

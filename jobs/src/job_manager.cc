@@ -164,6 +164,7 @@ JobReport JobManager::ReportOf(const Job& job) const {
     report.step = progress.step;
     report.steps = job.spec.steps;
     report.reforms = progress.reforms;
+    report.last_release_seconds = std::chrono::duration<double>(progress.last_release).count();
     for (std::size_t i = 0; i < checksums.size() && i < job.expected.size(); ++i) {
       if (checksums[i] != job.expected[i]) report.checksums_match = false;
     }

@@ -292,6 +292,11 @@ bool RasdInstance::Start(std::vector<std::string> extra_args,
                          std::map<std::string, std::string> env, std::string* why) {
   ProcessOptions options;
   options.argv = {RASD_BINARY, "--state-dir", StateDir().string(), "--socket", Socket().string()};
+  // Parallel tests must not fight over rasd's default metrics port.
+  if (std::find(extra_args.begin(), extra_args.end(), "--metrics-listen") == extra_args.end()) {
+    options.argv.push_back("--metrics-listen");
+    options.argv.push_back("127.0.0.1:0");
+  }
   if (std::find(extra_args.begin(), extra_args.end(), "--host-root") == extra_args.end()) {
     options.argv.push_back("--host-root");
     options.argv.push_back(HostRoot().string());

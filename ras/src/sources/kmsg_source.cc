@@ -88,6 +88,7 @@ void KmsgSource::Accept(std::string_view record) {
         "{} kernel log record(s) (sequence {} to {}) were overwritten before rasd read them", lost,
         expected, decoded->sequence - 1);
     gap_events_.push_back(std::move(gap));
+    ++gaps_;
   }
   last_sequence_ = decoded->sequence;
   resume_after_.reset();

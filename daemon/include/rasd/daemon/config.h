@@ -38,7 +38,7 @@ struct Config {
     bool operator==(const Control&) const = default;
   } control;
   struct Metrics {
-    std::string listen;  // "ADDR:PORT"; empty: no metrics endpoint
+    std::string listen = "127.0.0.1:9470";  // "ADDR:PORT"; empty: no metrics endpoint
     bool operator==(const Metrics&) const = default;
   } metrics;
   struct Runtime {

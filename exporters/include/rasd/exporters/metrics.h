@@ -1,5 +1,6 @@
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -81,8 +82,13 @@ class MetricsServer {
 
  private:
   MetricsServer() = default;
+  // Connects to the listening port until the exposer has stopped (see the
+  // destructor).
+  void WakeWhileStopping(const std::atomic<bool>& stopped) const;
+
   std::unique_ptr<prometheus::Exposer> exposer_;
   std::shared_ptr<prometheus::Collectable> collectable_;
+  std::string host_;
   int port_ = 0;
 };
 

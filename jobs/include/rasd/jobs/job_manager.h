@@ -54,7 +54,8 @@ struct JobReport {
   // Collective.
   int step = 0, steps = 0;
   std::uint64_t reforms = 0;
-  bool checksums_match = true;  // every completed step equals the fault-free run
+  double last_release_seconds = 0;  // the latest re-form: failed step to every rank released
+  bool checksums_match = true;      // every completed step equals the fault-free run
 };
 
 // Owns the jobs the daemon hosts on its runtime: inference services (with

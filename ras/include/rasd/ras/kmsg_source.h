@@ -59,6 +59,10 @@ class KmsgSource {
 
   SourceCursor Cursor() const;
   std::uint64_t LostRecords() const { return lost_records_; }
+  // Overwrites reported (each one event), and lines that looked like RAS
+  // records but did not decode.
+  std::uint64_t Gaps() const { return gaps_; }
+  std::uint64_t UndecodedLines() const { return scanner_.UndecodedLines(); }
   std::uint64_t RecordsRead() const { return records_read_; }
 
  private:
@@ -75,6 +79,7 @@ class KmsgSource {
   std::optional<std::uint64_t> last_sequence_;
   std::uint64_t lost_records_ = 0;
   std::uint64_t records_read_ = 0;
+  std::uint64_t gaps_ = 0;
   std::vector<RasEvent> gap_events_;
 };
 
