@@ -1,0 +1,140 @@
+// A real Prometheus server (Debian's `prometheus`) scrapes the real rasd
+// every second; a fault injected through the kernel-log seam shows up in
+// Prometheus's own query API. promtool checks a real scrape.
+
+#include <arpa/inet.h>
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include "test_support.h"
+
+namespace rasd::testing {
+namespace {
+
+constexpr const char* kPrometheus = "/usr/bin/prometheus";
+constexpr const char* kPromtool = "/usr/bin/promtool";
+
+// method + path to 127.0.0.1:port; the response body, or "" on failure.
+std::string Http(int port, const std::string& method, const std::string& path) {
+  common::UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<std::uint16_t>(port));
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd.Get(), reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) return {};
+  const std::string request = method + " " + path +
+                              " HTTP/1.0\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+                              "Content-Length: 0\r\n\r\n";
+  if (::write(fd.Get(), request.data(), request.size()) < 0) return {};
+  std::string response;
+  char buffer[8192];
+  ssize_t got = 0;
+  while ((got = ::read(fd.Get(), buffer, sizeof buffer)) > 0)
+    response.append(buffer, static_cast<std::size_t>(got));
+  const auto body = response.find("\r\n\r\n");
+  return body == std::string::npos ? std::string() : response.substr(body + 4);
+}
+
+int FreePort() {
+  common::UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd.Get(), reinterpret_cast<sockaddr*>(&address), sizeof address);
+  socklen_t length = sizeof address;
+  ::getsockname(fd.Get(), reinterpret_cast<sockaddr*>(&address), &length);
+  return ntohs(address.sin_port);
+}
+
+std::string UrlEncode(const std::string& text) {
+  std::string out;
+  for (unsigned char c : text) {
+    if (std::isalnum(c) || c == '_' || c == '-' || c == '.') {
+      out += static_cast<char>(c);
+    } else {
+      out += fmt::format("%{:02X}", c);
+    }
+  }
+  return out;
+}
+
+// The value of an instant query's first sample, or nullopt.
+std::optional<double> Query(int port, const std::string& promql) {
+  const auto body = Http(port, "GET", "/api/v1/query?query=" + UrlEncode(promql));
+  auto json = nlohmann::json::parse(body, nullptr, false);
+  if (!json.is_object() || json.value("status", "") != "success") return std::nullopt;
+  const auto& result = json["data"]["result"];
+  if (!result.is_array() || result.empty()) return std::nullopt;
+  return std::stod(result[0]["value"][1].get<std::string>());
+}
+
+int MetricsPort(RasdInstance& rasd) {
+  const auto status = nlohmann::json::parse(rasd.Rasctl({"--json", "status"}).out, nullptr, false);
+  if (!status.is_object() || !status["metrics"]["port"].is_number()) return 0;
+  return status["metrics"]["port"].get<int>();
+}
+
+TEST(PrometheusTest, ARealPrometheusSeesAnIsolationRasdActedOn) {
+  if (::access(kPrometheus, X_OK) != 0)
+    GTEST_SKIP() << kPrometheus
+                 << " is missing (scripts/bootstrap installs the prometheus package)";
+  RasdInstance rasd;
+  std::string why;
+  ASSERT_TRUE(rasd.Start({}, {}, &why)) << why;
+  const int metrics_port = MetricsPort(rasd);
+  ASSERT_GT(metrics_port, 0) << rasd.Rasctl({"status"}).out;
+
+  // promtool on a real scrape.
+  const std::string scrape = Http(metrics_port, "GET", "/metrics");
+  ASSERT_NE(scrape.find("rasd_build_info"), std::string::npos);
+  WriteText(rasd.Dir() / "scrape.txt", scrape);
+  const auto checked = RunToCompletion({.argv = {"/bin/sh", "-c",
+                                                 std::string(kPromtool) + " check metrics < " +
+                                                     (rasd.Dir() / "scrape.txt").string()}});
+  EXPECT_EQ(checked.exit_code, 0) << checked.out << checked.err;
+
+  const int prometheus_port = FreePort();
+  WriteText(rasd.Dir() / "prometheus.yml",
+            fmt::format("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+                        "scrape_configs:\n  - job_name: rasd\n    static_configs:\n"
+                        "      - targets: ['127.0.0.1:{}']\n",
+                        metrics_port));
+  std::filesystem::create_directories(rasd.Dir() / "tsdb");
+  Process prometheus(
+      {.argv = {kPrometheus, "--config.file=" + (rasd.Dir() / "prometheus.yml").string(),
+                "--storage.tsdb.path=" + (rasd.Dir() / "tsdb").string(),
+                fmt::format("--web.listen-address=127.0.0.1:{}", prometheus_port),
+                "--web.enable-lifecycle"},
+       .stderr_path = rasd.Dir() / "prometheus.log"});
+
+  // The first scrape lands a few seconds after start (a fixed throttle).
+  ASSERT_TRUE(WaitUntil([&] { return Query(prometheus_port, "up{job=\"rasd\"}") == 1.0; }, 30s))
+      << ReadText(rasd.Dir() / "prometheus.log");
+  EXPECT_EQ(Query(prometheus_port, R"(rasd_device_health{device="1",state="healthy"})"), 1.0);
+
+  rasd.AppendKmsg(
+      "4,1,1000,-;NVRM: Xid (PCI:0000:c2:00): 79, pid=1, GPU has fallen off the bus.\n");
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        return Query(prometheus_port, R"(rasd_device_health{device="1",state="isolated"})") == 1.0;
+      },
+      20s));
+  EXPECT_EQ(Query(prometheus_port,
+                  R"(rasd_ras_events_total{origin="nvidia_xid",severity="FATAL",device="1"})"),
+            1.0);
+  EXPECT_EQ(Query(prometheus_port, R"(rasd_actions_total{action="isolate-device",result="ok"})"),
+            1.0);
+  EXPECT_EQ(Query(prometheus_port, "rasd_fault_to_isolation_seconds_count"), 1.0);
+  EXPECT_EQ(Query(prometheus_port, R"(rasd_device_health{device="0",state="healthy"})"), 1.0);
+
+  (void)Http(prometheus_port, "POST", "/-/quit");
+  EXPECT_TRUE(prometheus.Wait(10s).has_value());
+}
+
+}  // namespace
+}  // namespace rasd::testing
