@@ -103,8 +103,8 @@ TEST_F(ControlApiTest, UnknownCommandNamesTheKnownOnes) {
   EXPECT_EQ(reply["ok"], false);
   EXPECT_EQ(reply["error"]["code"], "unknown_command");
   EXPECT_NE(reply["error"]["message"].get<std::string>().find(
-                "known: actions, devices, drain, events, infer, isolate, job-start, job-stop, jobs, "
-                "ping, reload, retired, status, summary, "
+                "known: actions, devices, drain, events, infer, inject, isolate, job-start, job-stop, "
+                "jobs, ping, reload, retired, status, summary, "
                 "undrain"),
             std::string::npos)
       << reply.dump();

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
+#include <charconv>
 #include <chrono>
 #include <fstream>
 #include <iostream>
@@ -192,6 +193,28 @@ int main(int argc, char** argv) {
   auto* job_stop = job->add_subcommand("stop", "stop a job");
   std::string stop_name;
   job_stop->add_option("name", stop_name, "the job's name")->required();
+  auto* inject = app.add_subcommand(
+      "inject", "inject a fault through the simulator or a source's input (admin)");
+  std::string inject_kind, inject_value, inject_address, inject_job;
+  int inject_device = -1, inject_peer = -1, inject_mc = -1, inject_dimm = -1;
+  std::uint64_t inject_count = 1;
+  inject
+      ->add_option("kind", inject_kind,
+                   "ce, ucna, srao, srar, uce, fatal, xid, link, hang, kmsg, edac, einj")
+      ->required()
+      ->check(CLI::IsMember({"ce", "ucna", "srao", "srar", "uce", "fatal", "xid", "link", "hang",
+                             "kmsg", "edac", "einj"}));
+  inject->add_option("value", inject_value, "xid: the Xid number; kmsg: the record text");
+  inject->add_option("--device", inject_device, "the device")->check(CLI::NonNegativeNumber);
+  inject->add_option("--address", inject_address,
+                     "hex address (default: inside a job's allocation on the device)");
+  inject->add_option("--count,--ce", inject_count, "how many (edac: corrected errors to add)")
+      ->check(CLI::Range(1, 100000));
+  inject->add_option("--job", inject_job, "memory faults: inside this job's allocation");
+  inject->add_option("--peer", inject_peer, "link: the other device")
+      ->check(CLI::NonNegativeNumber);
+  inject->add_option("--mc", inject_mc, "edac: memory controller")->check(CLI::NonNegativeNumber);
+  inject->add_option("--dimm", inject_dimm, "edac: DIMM")->check(CLI::NonNegativeNumber);
   auto* infer = app.add_subcommand("infer", "send one request to an inference job (admin)");
   std::string infer_job;
   std::vector<float> infer_input;
@@ -264,6 +287,36 @@ int main(int argc, char** argv) {
     nlohmann::json args = nlohmann::json::object();
     if (devices_device >= 0) args["device"] = devices_device;
     return RunCommand(options, "devices", args, rasd::ctl::FormatDevices);
+  }
+  if (inject->parsed()) {
+    nlohmann::json args = {{"kind", inject_kind}};
+    if (inject_device >= 0) args["device"] = inject_device;
+    if (!inject_address.empty()) args["address"] = inject_address;
+    if (inject_count != 1) args["count"] = inject_count;
+    if (!inject_job.empty()) args["job"] = inject_job;
+    if (inject_peer >= 0) args["peer"] = inject_peer;
+    if (inject_mc >= 0) args["mc"] = inject_mc;
+    if (inject_dimm >= 0) args["dimm"] = inject_dimm;
+    if (inject_kind == "xid") {
+      int number = -1;
+      if (inject_value.empty() ||
+          std::from_chars(inject_value.data(), inject_value.data() + inject_value.size(), number)
+                  .ec != std::errc()) {
+        std::cerr
+            << "rasctl: inject xid needs the Xid number, e.g. rasctl inject xid 79 --device 1\n";
+        return kExitUsage;
+      }
+      args["xid"] = number;
+    } else if (inject_kind == "kmsg") {
+      if (inject_value.empty()) {
+        std::cerr << "rasctl: inject kmsg needs the record text\n";
+        return kExitUsage;
+      }
+      args["text"] = inject_value;
+    }
+    return RunCommand(options, "inject", args, [](const nlohmann::json& result) {
+      return "injected " + result.dump() + "\n";
+    });
   }
   if (infer->parsed()) {
     nlohmann::json args = {{"job", infer_job}};

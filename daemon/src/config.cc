@@ -694,6 +694,16 @@ void ReadDocument(SchemaReader& reader, const YAML::Node& root, Config& config) 
       config.jobs.push_back(std::move(*spec));
     }
   };
+  const std::vector<Key> inject_keys = {
+      {"allow_sources",
+       [&](const YAML::Node& value, const std::string& path) {
+         if (auto allowed = reader.ReadBool(value, path)) config.inject.allow_sources = *allowed;
+       }},
+      {"allow_hardware",
+       [&](const YAML::Node& value, const std::string& path) {
+         if (auto allowed = reader.ReadBool(value, path)) config.inject.allow_hardware = *allowed;
+       }},
+  };
   auto section = [&reader](const std::vector<Key>& keys) {
     return [&reader, &keys](const YAML::Node& value, const std::string& path) {
       reader.ReadMapping(value, path, keys);
@@ -707,6 +717,7 @@ void ReadDocument(SchemaReader& reader, const YAML::Node& root, Config& config) 
                       {"runtime", section(runtime_keys)},
                       {"ras", section(ras_keys)},
                       {"policy", section(policy_keys)},
+                      {"inject", section(inject_keys)},
                       {"jobs", jobs_key},
                       {"simulator", section(simulator_keys)}});
 }

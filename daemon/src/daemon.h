@@ -63,6 +63,8 @@ class Daemon {
   Result<nlohmann::json> JobsReport();
   Result<nlohmann::json> StartJob(const nlohmann::json& args);
   Result<nlohmann::json> StopJob(const nlohmann::json& args);
+  // `rasctl inject`: faults through the simulator or a source's input.
+  Result<nlohmann::json> Inject(const nlohmann::json& args);
   // An inference request; answered when a replica has run it.
   void Infer(const nlohmann::json& args, AsyncReply reply);
   Result<nlohmann::json> ChangeDeviceState(const std::string& command, const nlohmann::json& args);

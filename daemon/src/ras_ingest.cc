@@ -11,6 +11,7 @@
 
 #include "rasd/common/logging.h"
 #include "rasd/ras/bert_source.h"
+#include "rasd/ras/kernel_log_scanner.h"
 #include "rasd/ras/pstore_source.h"
 
 namespace rasd::daemon {
@@ -312,7 +313,9 @@ ras::RasEvent EventFromDriver(const drivers::DriverErrorEvent& event,
     case drivers::DriverErrorKind::kUncorrectedEcc:
       // Device memory: not yet read is "retire the page, the owner is at
       // risk"; read by a kernel is "stop exactly that consumer".
-      converted.severity = event.consumed ? ras::Severity::kSrar : ras::Severity::kUcna;
+      converted.severity = event.consumed          ? ras::Severity::kSrar
+                           : event.action_optional ? ras::Severity::kSrao
+                                                   : ras::Severity::kUcna;
       break;
     case drivers::DriverErrorKind::kStickyFault:
       converted.severity = ras::Severity::kUce;
@@ -414,6 +417,16 @@ void RasIngest::Deliver(std::vector<ras::RasEvent> events) {
 }
 
 RasIngest::Stats RasIngest::GetStats() const { return stats_; }
+
+std::size_t RasIngest::InjectKernelLog(std::string_view text) {
+  std::vector<ras::RasEvent> events;
+  const auto now = std::chrono::system_clock::now();
+  for (const auto& record : ras::ScanKernelLog(text, codes_))
+    events.push_back(ras::EventFromRecord(record, "inject", now));
+  const std::size_t count = events.size();
+  Deliver(std::move(events));
+  return count;
+}
 
 ras::EdacSnapshot RasIngest::EdacCounters() const {
   return edac_ ? edac_->Last() : ras::EdacSnapshot{};

@@ -65,6 +65,10 @@ class RasIngest {
     std::uint64_t kmsg_gaps = 0;
     std::uint64_t kmsg_undecoded = 0;
   };
+  // Decodes kernel-log text (one record or a block, any common form) as
+  // the kmsg source would and delivers what it finds: `rasctl inject
+  // kmsg|xid`. Returns how many events it made.
+  std::size_t InjectKernelLog(std::string_view text);
   // The EDAC counters as last polled (empty without EDAC).
   ras::EdacSnapshot EdacCounters() const;
   Stats GetStats() const;

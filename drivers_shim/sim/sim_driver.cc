@@ -592,6 +592,24 @@ class SimDriverImpl final : public SimDriver {
     return {};
   }
 
+  Status InjectActionOptionalEcc(int device_index, DeviceAddress address) override {
+    auto device = GetDevice(device_index);
+    if (!device) return Fail(device.error());
+    {
+      std::unique_lock lock(memory_mutex_);
+      (*device)->poisoned_pages.insert(PageOf(address));
+    }
+    Emit({.device = device_index,
+          .kind = DriverErrorKind::kUncorrectedEcc,
+          .address = address,
+          .action_optional = true,
+          .message =
+              fmt::format("uncorrected ECC error at 0x{:x} found by patrol scrub; page 0x{:x} "
+                          "poisoned, action optional",
+                          address, PageOf(address))});
+    return {};
+  }
+
   Status InjectStickyFault(int device_index) override {
     auto device = GetDevice(device_index);
     if (!device) return Fail(device.error());

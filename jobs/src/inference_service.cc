@@ -157,7 +157,10 @@ void InferenceService::RouteLocked(std::deque<Request> requests) {
   for (auto& request : requests) {
     Replica* best = nullptr;
     std::size_t best_load = 0;
-    for (auto& replica : replicas_) {
+    // Ties go round-robin, so that an idle service spreads its requests.
+    const std::size_t first = next_replica_++ % replicas_.size();
+    for (std::size_t n = 0; n < replicas_.size(); ++n) {
+      auto& replica = replicas_[(first + n) % replicas_.size()];
       if (!AdmitsNewWork(replica->device) || replica->unavailable_until > now) continue;
       const std::size_t load =
           replica->queue.size() + (replica->in_flight ? options_.max_batch : 0);
@@ -345,6 +348,14 @@ Status InferenceService::RunBatch(Replica& replica, std::vector<Request>& batch,
 }
 
 void InferenceService::RunReplica(Replica& replica) {
+  // Load the model at once, as a serving replica does, rather than with
+  // its first batch.
+  if (AdmitsNewWork(replica.device)) {
+    if (auto prepared = PrepareReplica(replica); !prepared) {
+      spdlog::warn("inference {}: replica on device {} not ready: {}", options_.id, replica.device,
+                   prepared.error().message);
+    }
+  }
   std::unique_lock lock(mutex_);
   while (!stopping_) {
     const auto now = Clock::now();

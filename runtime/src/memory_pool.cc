@@ -677,6 +677,19 @@ std::optional<AllocationOwner> MemoryPool::OwnerOf(drivers::DeviceAddress addres
                          drivers::StreamHandle{block->stream}};
 }
 
+std::vector<AllocationOwner> MemoryPool::Allocations() const {
+  std::lock_guard lock(state_->mutex);
+  std::vector<AllocationOwner> allocations;
+  for (const auto& [base, arena] : state_->arenas) {
+    for (const State::Block* block = arena.first; block != nullptr; block = block->next) {
+      if (block->state != State::BlockState::kAllocated) continue;
+      allocations.push_back(
+          {block->address, block->requested, block->owner, drivers::StreamHandle{block->stream}});
+    }
+  }
+  return allocations;
+}
+
 PoolStats MemoryPool::Stats() const {
   std::lock_guard lock(state_->mutex);
   PoolStats stats = state_->stats;

@@ -65,6 +65,16 @@ struct Config {
     ras::CodeTable codes = ras::CodeTable::Default();
     bool operator==(const Ras&) const = default;
   } ras;
+  struct Inject {
+    // `rasctl inject kmsg|edac`: records into the kernel-log decoder and
+    // counters into a simulated EDAC tree (never the real sysfs). Faults
+    // into the simulator are always allowed: it is simulated hardware.
+    bool allow_sources = false;
+    // `rasctl inject einj`: ACPI EINJ through debugfs, on real hardware,
+    // as root only.
+    bool allow_hardware = false;
+    bool operator==(const Inject&) const = default;
+  } inject;
   struct Policy {
     // Rules, thresholds and escalation (DESIGN.md's taxonomy table is built
     // in; site rules come first). Applied on reload, counters kept.

@@ -112,6 +112,9 @@ struct DriverErrorEvent {
   DriverErrorKind kind = DriverErrorKind::kCorrectedEcc;
   std::optional<DeviceAddress> address;
   bool consumed = false;
+  // Uncorrected, not consumed, and the hardware says acting is optional
+  // (a patrol-scrub find the OS may recover from): SRAO rather than UCNA.
+  bool action_optional = false;
   std::optional<StreamHandle> stream;  // the stream whose work consumed the error
   std::optional<int> peer_device;
   std::string message;

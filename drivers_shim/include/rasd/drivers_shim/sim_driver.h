@@ -40,6 +40,8 @@ class SimDriver : public Driver {
   // stream, so that the runtime can find and stop exactly that consumer.
   // The poison is a hardware defect: it outlives a reset.
   virtual Status InjectUncorrectedEcc(int device, DeviceAddress address) = 0;
+  // The same, reported as action-optional (a patrol scrub found it).
+  virtual Status InjectActionOptionalEcc(int device, DeviceAddress address) = 0;
   // The device context fails (CUDA error 719): every call and all pending
   // work on the device fail with kDeviceFault until ResetDevice.
   virtual Status InjectStickyFault(int device) = 0;

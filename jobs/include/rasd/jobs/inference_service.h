@@ -148,6 +148,7 @@ class InferenceService {
   std::deque<Request> backlog_;                               // no replica admits work
   std::map<int, std::chrono::milliseconds> drain_deadlines_;  // by device, overriding the option
   std::uint64_t next_id_ = 1;
+  std::size_t next_replica_ = 0;
   std::size_t outstanding_ = 0;
   bool stopping_ = false;
   Stats stats_;

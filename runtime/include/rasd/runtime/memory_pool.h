@@ -85,6 +85,9 @@ class MemoryPool {
   // kNotFound when `address` is not in this pool's arenas.
   Status Retire(drivers::DeviceAddress address);
   std::optional<AllocationOwner> OwnerOf(drivers::DeviceAddress address) const;
+  // Every live allocation, in address order (fault injection picks one of
+  // a job's; diagnostics). O(blocks).
+  std::vector<AllocationOwner> Allocations() const;
   PoolStats Stats() const;
 
   // Tells the pool that every operation enqueued on `stream` so far has

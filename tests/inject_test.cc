@@ -1,0 +1,171 @@
+// Every row of DESIGN.md's taxonomy, injected with rasctl into a running
+// rasd with an inference job on its devices, produces the expected action,
+// device state, stored event and metric; the job loses nothing.
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "test_support.h"
+
+namespace rasd::testing {
+namespace {
+
+nlohmann::json Json(RasdInstance& rasd, std::vector<std::string> args) {
+  args.insert(args.begin(), "--json");
+  const auto result = rasd.Rasctl(args);
+  EXPECT_EQ(result.exit_code, 0) << result.err;
+  return nlohmann::json::parse(result.out, nullptr, false);
+}
+
+// The newest action named `action` on `device`, waiting for it.
+nlohmann::json WaitForAction(RasdInstance& rasd, int device, const std::string& action,
+                             const std::string& rule = "") {
+  nlohmann::json found;
+  WaitUntil(
+      [&] {
+        // A named value: a range-for over a temporary's member dangles.
+        const auto actions = Json(rasd, {"actions", "--device", std::to_string(device)});
+        for (const auto& entry : actions["actions"]) {
+          if (entry["action"] == action && (rule.empty() || entry["rule"] == rule)) {
+            found = entry;
+            return true;
+          }
+        }
+        return false;
+      },
+      10s);
+  return found;
+}
+
+std::string StateOf(RasdInstance& rasd, int device) {
+  return Json(rasd, {"devices", std::to_string(device)})["devices"][0]["state"];
+}
+
+TEST(InjectTest, EachClassOfTheTaxonomyGetsItsActionAndTheJobLosesNothing) {
+  RasdInstance rasd;
+  rasd.WriteConfig(R"(simulator:
+  memory_mib: 64
+inject:
+  allow_sources: true
+ras:
+  edac_poll_ms: 100
+jobs:
+  - name: llm
+    kind: inference
+    load_rps: 300
+)");
+  std::string why;
+  ASSERT_TRUE(rasd.Start({}, {}, &why)) << why;
+  ASSERT_TRUE(
+      WaitUntil([&] { return Json(rasd, {"jobs"})["jobs"][0]["requests"]["served"] > 100; }, 10s));
+
+  // CE: a storm on one page retires it at the threshold (50 in 24 h).
+  auto ce = Json(rasd, {"inject", "ce", "--device", "0", "--job", "llm", "--count", "60"});
+  EXPECT_EQ(ce["count"], 60);
+  auto retire = WaitForAction(rasd, 0, "retire-page");
+  EXPECT_EQ(retire["rule"], "ce-device-memory");
+  EXPECT_EQ(retire["result"], "ok") << retire.dump();
+  EXPECT_EQ(Json(rasd, {"retired", "0"})["pages"].size(), 1u);
+
+  // UCNA and SRAO: the page is retired and its owner is named.
+  Json(rasd, {"inject", "ucna", "--device", "1", "--job", "llm"});
+  auto at_risk = WaitForAction(rasd, 1, "mark-at-risk");
+  EXPECT_EQ(at_risk["detail"], "job llm holds the poisoned page");
+  Json(rasd, {"inject", "srao", "--device", "2", "--job", "llm"});
+  // (Its owner reads the page soon after, which is an SRAR of its own.)
+  EXPECT_EQ(WaitForAction(rasd, 2, "retire-page", "srao-device-memory")["result"], "ok");
+
+  // SRAR: the job's next read consumes the poison; exactly that job is
+  // killed (and restarts itself); the device serves on.
+  Json(rasd, {"inject", "srar", "--device", "3", "--job", "llm"});
+  auto kill = WaitForAction(rasd, 3, "kill-consumer");
+  EXPECT_EQ(kill["rule"], "srar-device-memory");
+  EXPECT_NE(kill["detail"].get<std::string>().find("job llm:"), std::string::npos) << kill.dump();
+  EXPECT_EQ(StateOf(rasd, 3), "healthy");
+
+  // UCE, FATAL, an Xid 79: isolated.
+  Json(rasd, {"inject", "uce", "--device", "1"});
+  Json(rasd, {"inject", "fatal", "--device", "2"});
+  Json(rasd, {"inject", "xid", "79", "--device", "3"});
+  for (int device : {1, 2, 3}) {
+    ASSERT_TRUE(WaitUntil([&] { return StateOf(rasd, device) == "isolated"; }, 10s)) << device;
+  }
+  EXPECT_EQ(WaitForAction(rasd, 1, "isolate-device")["rule"], "uce-device");
+  EXPECT_EQ(WaitForAction(rasd, 2, "isolate-device")["rule"], "fatal-device");
+
+  // INFO (an application fault): recorded, nothing done.
+  const auto before = Json(rasd, {"actions", "--device", "0"})["actions"].size();
+  Json(rasd, {"inject", "xid", "13", "--device", "0"});
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        const auto events = Json(rasd, {"events", "--device", "0"});
+        for (const auto& event : events["events"])
+          if (event["vendor_code"] == 13) return event["severity"] == "INFO";
+        return false;
+      },
+      5s));
+  EXPECT_EQ(Json(rasd, {"actions", "--device", "0"})["actions"].size(), before);
+  EXPECT_EQ(StateOf(rasd, 0), "healthy");
+
+  // Sources: a kernel record and a simulated EDAC counter.
+  Json(rasd, {"inject", "kmsg",
+              "EDAC MC0: 1 CE memory read error on DIMM_A1 (channel:0 slot:0 page:0x777 "
+              "offset:0x0 grain:32 syndrome:0x0)"});
+  // The first write makes the simulated DIMM (its count is the baseline,
+  // as counts since boot are); the second is an increase.
+  Json(rasd, {"inject", "edac", "--mc", "0", "--dimm", "3", "--ce", "5"});
+  std::this_thread::sleep_for(300ms);
+  Json(rasd, {"inject", "edac", "--mc", "0", "--dimm", "3", "--ce", "3"});
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        int found = 0;
+        const auto events = Json(rasd, {"events", "--severity", "CE"});
+        for (const auto& event : events["events"]) {
+          if (event["source"] == "inject" && event["origin"] == "edac") found |= 1;
+          if (event["source"] == "edac_sysfs" && event["count"] == 3) found |= 2;
+        }
+        return found == 3;
+      },
+      5s));
+
+  // The repaired device comes back; the faulty ones do not (their fault is
+  // still there: the self-test fails).
+  EXPECT_EQ(rasd.Rasctl({"undrain", "3"}).exit_code, 0);
+  EXPECT_EQ(StateOf(rasd, 3), "healthy");
+  for (const char* device : {"1", "2"}) {
+    const auto refused = rasd.Rasctl({"undrain", device});
+    EXPECT_EQ(refused.exit_code, 1) << device;
+    EXPECT_NE(refused.err.find("self-test failed"), std::string::npos) << refused.err;
+  }
+
+  // The job served throughout; nothing lost or wrong.
+  const auto job = Json(rasd, {"jobs"})["jobs"][0];
+  EXPECT_EQ(job["requests"]["lost"], 0) << job.dump();
+  EXPECT_EQ(job["load"]["wrong"], 0);
+  const auto status = Json(rasd, {"status"});
+  EXPECT_GE(status["actions"]["kill-consumer ok"], 1);
+  EXPECT_GE(status["actions"]["isolate-device ok"], 3);
+}
+
+TEST(InjectTest, SourcesAndHardwareNeedTheConfigAndOnlyAdminsInject) {
+  RasdInstance rasd;
+  std::string why;
+  ASSERT_TRUE(rasd.Start({}, {}, &why)) << why;
+  auto refused = rasd.Rasctl({"inject", "kmsg", "EDAC MC0: 1 CE"});
+  EXPECT_EQ(refused.exit_code, 1);
+  EXPECT_NE(refused.err.find("inject.allow_sources"), std::string::npos) << refused.err;
+  refused = rasd.Rasctl({"inject", "einj", "--address", "0x1000"});
+  EXPECT_EQ(refused.exit_code, 1);
+  EXPECT_NE(refused.err.find("inject.allow_hardware"), std::string::npos) << refused.err;
+  EXPECT_EQ(rasd.Rasctl({"inject", "uce", "--device", "0"}, 65534, 65534).exit_code, 1);
+  EXPECT_EQ(rasd.Rasctl({"inject", "uce"}).exit_code, 1) << "no device";
+  EXPECT_EQ(rasd.Rasctl({"inject", "xid"}).exit_code, 2) << "no Xid number";
+  const auto nothing = rasd.Rasctl({"inject", "ce", "--device", "0"});
+  EXPECT_EQ(nothing.exit_code, 1) << "no job holds memory there and no --address";
+  EXPECT_NE(nothing.err.find("give --address"), std::string::npos) << nothing.err;
+}
+
+}  // namespace
+}  // namespace rasd::testing
