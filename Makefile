@@ -14,7 +14,7 @@ CMAKE_FLAGS ?=
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 RUN_ARGS ?=
 
-.PHONY: all bootstrap configure build run test test-unit test-integration test-tsan fuzz-smoke bench clean
+.PHONY: all bootstrap configure build run daemon test test-unit test-integration test-tsan fuzz-smoke bench clean
 
 all: build
 
@@ -29,7 +29,12 @@ build: configure
 
 # The daemon in the foreground on the built-in simulator with the default
 # configuration; `build/bin/rasctl status` answers from another shell.
+# The fault demo: rasd on simulated devices, jobs, injected faults, a summary.
 run: build
+	$(BUILD_DIR)/bin/rasd-demo
+
+# rasd itself in the foreground (Ctrl-C stops it).
+daemon: build
 	$(BUILD_DIR)/bin/rasd $(RUN_ARGS)
 
 # The runtime and simulator tests run again under ThreadSanitizer, the

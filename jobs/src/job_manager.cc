@@ -72,7 +72,7 @@ Status JobManager::Start(JobSpec spec) {
     auto collective = CollectiveJob::Create(runtime_, options);
     if (!collective) return Fail(collective.error());
     job->collective = std::move(*collective);
-    job->expected = CollectiveJob::ExpectedChecksums(options);
+    job->collective_options = options;
   }
   std::lock_guard lock(mutex_);
   if (jobs_.contains(spec.name))
@@ -165,6 +165,10 @@ JobReport JobManager::ReportOf(const Job& job) const {
     report.steps = job.spec.steps;
     report.reforms = progress.reforms;
     report.last_release_seconds = std::chrono::duration<double>(progress.last_release).count();
+    if (job.expected.size() < checksums.size()) {
+      job.expected = CollectiveJob::ExpectedChecksums(
+          job.collective_options, std::max(checksums.size(), job.expected.size() * 2));
+    }
     for (std::size_t i = 0; i < checksums.size() && i < job.expected.size(); ++i) {
       if (checksums[i] != job.expected[i]) report.checksums_match = false;
     }

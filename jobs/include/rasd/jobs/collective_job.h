@@ -79,8 +79,12 @@ class CollectiveJob {
   Progress GetProgress() const;
   // One checksum per completed step: the sum of the state's values.
   std::vector<std::uint64_t> Checksums() const;
-  // What a fault-free run gives, computed on the host.
+  // What a fault-free run gives, computed on the host: all steps, or the
+  // first `count` (O(elements + count), so a long job can be checked as it
+  // goes).
   static std::vector<std::uint64_t> ExpectedChecksums(const CollectiveOptions& options);
+  static std::vector<std::uint64_t> ExpectedChecksums(const CollectiveOptions& options,
+                                                      std::size_t count);
 
   const std::string& Id() const { return options_.id; }
   const std::vector<int>& Devices() const { return options_.devices; }

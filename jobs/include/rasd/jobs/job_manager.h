@@ -88,7 +88,9 @@ class JobManager {
     std::shared_ptr<InferenceService> inference;
     std::unique_ptr<LoadGenerator> load;
     std::unique_ptr<CollectiveJob> collective;
-    std::vector<std::uint64_t> expected;  // collective: fault-free checksums
+    CollectiveOptions collective_options;
+    // Collective: fault-free checksums, extended as steps complete.
+    mutable std::vector<std::uint64_t> expected;
   };
   JobReport ReportOf(const Job& job) const;
 
