@@ -3,6 +3,7 @@
 // device state, stored event and metric; the job loses nothing.
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -147,6 +148,21 @@ jobs:
   const auto status = Json(rasd, {"status"});
   EXPECT_GE(status["actions"]["kill-consumer ok"], 1);
   EXPECT_GE(status["actions"]["isolate-device ok"], 3);
+
+  // And the metrics say so.
+  const std::string metrics = Http(status["metrics"]["port"].get<int>(), "GET", "/metrics");
+  for (const char* line : {
+           R"(rasd_device_health{device="1",state="isolated"} 1)",
+           R"(rasd_device_health{device="2",state="isolated"} 1)",
+           R"(rasd_device_health{device="3",state="healthy"} 1)",
+           R"(rasd_ras_events_total{origin="sim",severity="CE",device="0"} 60)",
+           R"(rasd_requests_total{job="llm",outcome="lost"} 0)",
+       }) {
+    EXPECT_NE(metrics.find(std::string(line) + "\n"), std::string::npos) << line;
+  }
+  EXPECT_NE(metrics.find(R"(rasd_actions_total{action="kill-consumer",result="ok"})"),
+            std::string::npos);
+  EXPECT_NE(metrics.find(R"(rasd_retired_pages_total{device="0"} 1)"), std::string::npos);
 }
 
 TEST(InjectTest, SourcesAndHardwareNeedTheConfigAndOnlyAdminsInject) {
@@ -165,6 +181,29 @@ TEST(InjectTest, SourcesAndHardwareNeedTheConfigAndOnlyAdminsInject) {
   const auto nothing = rasd.Rasctl({"inject", "ce", "--device", "0"});
   EXPECT_EQ(nothing.exit_code, 1) << "no job holds memory there and no --address";
   EXPECT_NE(nothing.err.find("give --address"), std::string::npos) << nothing.err;
+}
+
+TEST(InjectTest, EinjWritesTheKernelsFilesWhereTheConfigAllowsIt) {
+  if (::geteuid() != 0) GTEST_SKIP() << "hardware injection is refused unless rasd runs as root";
+  RasdInstance rasd;
+  // A fixture debugfs with the kernel's EINJ files.
+  const auto einj = rasd.HostRoot() / "sys/kernel/debug/apei/einj";
+  std::filesystem::create_directories(einj);
+  WriteText(einj / "available_error_type", "0x00000008\tMemory Correctable\n");
+  for (const char* file : {"error_type", "param1", "param2", "error_inject"})
+    WriteText(einj / file, "");
+  rasd.WriteConfig("inject:\n  allow_hardware: true\n");
+  std::string why;
+  ASSERT_TRUE(rasd.Start({}, {}, &why)) << why;
+  const auto injected = Json(rasd, {"inject", "einj", "--address", "0x12345000"});
+  EXPECT_EQ(injected["address"], "0x12345000");
+  EXPECT_EQ(ReadText(einj / "error_type"), "0x8\n");
+  EXPECT_EQ(ReadText(einj / "param1"), "0x12345000\n");
+  EXPECT_EQ(ReadText(einj / "error_inject"), "1\n");
+  std::filesystem::remove_all(einj);
+  const auto missing = rasd.Rasctl({"inject", "einj", "--address", "0x1000"});
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_NE(missing.err.find("no ACPI EINJ"), std::string::npos) << missing.err;
 }
 
 }  // namespace

@@ -19,38 +19,6 @@ namespace {
 constexpr const char* kPrometheus = "/usr/bin/prometheus";
 constexpr const char* kPromtool = "/usr/bin/promtool";
 
-// method + path to 127.0.0.1:port; the response body, or "" on failure.
-std::string Http(int port, const std::string& method, const std::string& path) {
-  common::UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_port = htons(static_cast<std::uint16_t>(port));
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd.Get(), reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) return {};
-  const std::string request = method + " " + path +
-                              " HTTP/1.0\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
-                              "Content-Length: 0\r\n\r\n";
-  if (::write(fd.Get(), request.data(), request.size()) < 0) return {};
-  std::string response;
-  char buffer[8192];
-  ssize_t got = 0;
-  while ((got = ::read(fd.Get(), buffer, sizeof buffer)) > 0)
-    response.append(buffer, static_cast<std::size_t>(got));
-  const auto body = response.find("\r\n\r\n");
-  return body == std::string::npos ? std::string() : response.substr(body + 4);
-}
-
-int FreePort() {
-  common::UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd.Get(), reinterpret_cast<sockaddr*>(&address), sizeof address);
-  socklen_t length = sizeof address;
-  ::getsockname(fd.Get(), reinterpret_cast<sockaddr*>(&address), &length);
-  return ntohs(address.sin_port);
-}
-
 std::string UrlEncode(const std::string& text) {
   std::string out;
   for (unsigned char c : text) {

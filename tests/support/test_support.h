@@ -122,6 +122,12 @@ class RawClient {
 
 // A real rasd in a temp directory with its own state dir, socket and notify
 // socket. Start() waits for READY=1.
+// An HTTP/1.0 request to 127.0.0.1:port; the response body, or "" on
+// failure. For rasd's /metrics and Prometheus's API.
+std::string Http(int port, const std::string& method, const std::string& path);
+// A loopback TCP port nobody listens on right now.
+int FreePort();
+
 class RasdInstance {
  public:
   RasdInstance();
