@@ -3,15 +3,10 @@
 #include <fmt/format.h>
 
 #include "event_text.h"
+#include "json_text.h"
 
 namespace rasd::ctl {
 namespace {
-
-std::string Text(const nlohmann::json& object, const char* key) {
-  if (!object.is_object() || !object.contains(key) || object[key].is_null()) return {};
-  const auto& value = object[key];
-  return value.is_string() ? value.get<std::string>() : value.dump();
-}
 
 std::uint64_t Number(const nlohmann::json& object, const char* key) {
   if (!object.is_object() || !object.contains(key) || !object[key].is_number_unsigned()) return 0;
@@ -31,10 +26,10 @@ std::string FormatDevices(const nlohmann::json& result) {
                                 "PCI", "ALLOC MiB", "TOTAL MiB", "RETIRED", "SINCE / REASON");
   for (const auto& device : result["devices"]) {
     const auto& pool = device.contains("pool") ? device["pool"] : nlohmann::json::object();
-    std::string why = Text(device, "reason");
-    if (!Text(device, "since").empty()) why = Text(device, "since") + "  " + why;
-    out += fmt::format("{:<4} {:<9} {:<13} {:>10} {:>10} {:>8}  {}\n", Text(device, "index"),
-                       Text(device, "state"), Text(device, "pci_bdf"),
+    std::string why = JsonText(device, "reason");
+    if (!JsonText(device, "since").empty()) why = JsonText(device, "since") + "  " + why;
+    out += fmt::format("{:<4} {:<9} {:<13} {:>10} {:>10} {:>8}  {}\n", JsonText(device, "index"),
+                       JsonText(device, "state"), JsonText(device, "pci_bdf"),
                        MiB(Number(pool, "allocated_bytes")), MiB(Number(device, "memory_bytes")),
                        Number(pool, "retired_pages"), why.empty() ? "-" : why);
   }
@@ -44,8 +39,8 @@ std::string FormatDevices(const nlohmann::json& result) {
         (device.contains("self_test") && !device["self_test"].is_null()) ||
         (device.contains("jobs") && !device["jobs"].empty());
     if (!has_history) continue;
-    out += fmt::format("\ndevice {} ({} {}):\n", Text(device, "index"), Text(device, "name"),
-                       Text(device, "uuid"));
+    out += fmt::format("\ndevice {} ({} {}):\n", JsonText(device, "index"),
+                       JsonText(device, "name"), JsonText(device, "uuid"));
     if (device.contains("jobs") && !device["jobs"].empty()) {
       std::string jobs;
       for (const auto& job : device["jobs"]) {
@@ -55,17 +50,17 @@ std::string FormatDevices(const nlohmann::json& result) {
       out += "  jobs: " + jobs + "\n";
     }
     if (device.contains("self_test") && device["self_test"].is_object()) {
-      out += fmt::format("  last self-test {}: {}\n", Text(device["self_test"], "time"),
-                         Text(device["self_test"], "summary"));
+      out += fmt::format("  last self-test {}: {}\n", JsonText(device["self_test"], "time"),
+                         JsonText(device["self_test"], "summary"));
     }
     if (device.contains("recent_actions")) {
       for (const auto& action : device["recent_actions"]) {
-        const std::string detail = Text(action, "detail");
-        const std::string address = Text(action, "address");
-        out +=
-            fmt::format("  {} {}{}{}: {} ({}){}{}\n", Text(action, "time"), Text(action, "action"),
-                        address.empty() ? "" : " ", address, Text(action, "result"),
-                        Text(action, "reason"), detail.empty() ? "" : ": ", detail);
+        const std::string detail = JsonText(action, "detail");
+        const std::string address = JsonText(action, "address");
+        out += fmt::format("  {} {}{}{}: {} ({}){}{}\n", JsonText(action, "time"),
+                           JsonText(action, "action"), address.empty() ? "" : " ", address,
+                           JsonText(action, "result"), JsonText(action, "reason"),
+                           detail.empty() ? "" : ": ", detail);
       }
     }
     if (device.contains("recent_events")) {
@@ -84,11 +79,11 @@ std::string FormatActions(const nlohmann::json& result) {
   std::string out = fmt::format("{:<20} {:<18} {:<4} {:<9} {:<20} {}\n", "TIME", "ACTION", "DEV",
                                 "RESULT", "RULE", "REASON / DETAIL");
   for (const auto& action : result["actions"]) {
-    const std::string device = Text(action, "device"), detail = Text(action, "detail");
-    out += fmt::format("{:<20} {:<18} {:<4} {:<9} {:<20} {}{}{}\n", Text(action, "time"),
-                       Text(action, "action"), device.empty() ? "-" : device,
-                       Text(action, "result"), Text(action, "rule"), Text(action, "reason"),
-                       detail.empty() ? "" : ": ", detail);
+    const std::string device = JsonText(action, "device"), detail = JsonText(action, "detail");
+    out += fmt::format("{:<20} {:<18} {:<4} {:<9} {:<20} {}{}{}\n", JsonText(action, "time"),
+                       JsonText(action, "action"), device.empty() ? "-" : device,
+                       JsonText(action, "result"), JsonText(action, "rule"),
+                       JsonText(action, "reason"), detail.empty() ? "" : ": ", detail);
   }
   return out;
 }
@@ -106,13 +101,14 @@ std::string FormatJobs(const nlohmann::json& result) {
         devices += device.dump();
       }
     }
-    out += fmt::format("{:<16} {:<10} {:<10} {:<12} {}\n", Text(job, "name"), Text(job, "kind"),
-                       Text(job, "state"), devices.empty() ? "-" : devices, Text(job, "progress"));
+    out += fmt::format("{:<16} {:<10} {:<10} {:<12} {}\n", JsonText(job, "name"),
+                       JsonText(job, "kind"), JsonText(job, "state"),
+                       devices.empty() ? "-" : devices, JsonText(job, "progress"));
     if (job.contains("load") && job["load"].value("sent", 0) > 0) {
       const auto& load = job["load"];
       out += fmt::format("{:<16} load: {} sent, {} wrong, latency p50 {:.2f} ms, p99 {:.2f} ms\n",
-                         "", Text(load, "sent"), Text(load, "wrong"), load.value("p50_ms", 0.0),
-                         load.value("p99_ms", 0.0));
+                         "", JsonText(load, "sent"), JsonText(load, "wrong"),
+                         load.value("p50_ms", 0.0), load.value("p99_ms", 0.0));
     }
   }
   return out;
@@ -123,22 +119,22 @@ std::string FormatRetired(const nlohmann::json& result) {
     return "no retired pages\n";
   std::string out = fmt::format("{:<4} {:<20} {:<20} {}\n", "DEV", "ADDRESS", "SINCE", "REASON");
   for (const auto& page : result["pages"]) {
-    const std::string device = Text(page, "device");
+    const std::string device = JsonText(page, "device");
     out += fmt::format("{:<4} {:<20} {:<20} {}\n", device.empty() ? "?" : device,
-                       Text(page, "address"), Text(page, "time"), Text(page, "reason"));
+                       JsonText(page, "address"), JsonText(page, "time"), JsonText(page, "reason"));
   }
   return out;
 }
 
 std::string FormatStateChange(const nlohmann::json& result) {
-  std::string out = fmt::format("device {}: {} -> {}\n", Text(result, "device"),
-                                Text(result, "was"), Text(result, "state"));
+  std::string out = fmt::format("device {}: {} -> {}\n", JsonText(result, "device"),
+                                JsonText(result, "was"), JsonText(result, "state"));
   if (result.contains("self_test") && result["self_test"].is_object()) {
-    out += "self-test " + Text(result["self_test"], "summary") + "\n";
+    out += "self-test " + JsonText(result["self_test"], "summary") + "\n";
   }
   if (result.value("forced", false)) out += "returned to service by --force\n";
   if (result.contains("deadline_ms")) {
-    out += fmt::format("admitted work may run {} ms more", Text(result, "deadline_ms"));
+    out += fmt::format("admitted work may run {} ms more", JsonText(result, "deadline_ms"));
     if (result.contains("jobs") && result["jobs"].is_array() && !result["jobs"].empty())
       out += fmt::format(" ({} job(s) there now)", result["jobs"].size());
     out += "\n";

@@ -4,16 +4,10 @@
 
 #include <charconv>
 
+#include "json_text.h"
+
 namespace rasd::ctl {
-namespace {
-
-std::string Text(const nlohmann::json& object, const char* key) {
-  if (!object.is_object() || !object.contains(key) || object[key].is_null()) return {};
-  const auto& value = object[key];
-  return value.is_string() ? value.get<std::string>() : value.dump();
-}
-
-}  // namespace
+namespace {}  // namespace
 
 std::optional<double> ParseDuration(std::string_view text) {
   if (text.empty()) return std::nullopt;
@@ -52,18 +46,18 @@ std::string FormatEvent(const nlohmann::json& event) {
     if (!detail.empty()) detail += ' ';
     detail += name + "=" + value;
   };
-  add("device", Text(event, "device"));
-  add("code", Text(event, "vendor_code"));
-  add("pci", Text(event, "pci_bdf"));
-  add("mc", Text(event, "mc"));
-  add("addr", Text(event, "address"));
-  if (Text(event, "count") != "1" && !Text(event, "count").empty())
-    add("count", Text(event, "count"));
-  if (Text(event, "historical") == "true")
+  add("device", JsonText(event, "device"));
+  add("code", JsonText(event, "vendor_code"));
+  add("pci", JsonText(event, "pci_bdf"));
+  add("mc", JsonText(event, "mc"));
+  add("addr", JsonText(event, "address"));
+  if (JsonText(event, "count") != "1" && !JsonText(event, "count").empty())
+    add("count", JsonText(event, "count"));
+  if (JsonText(event, "historical") == "true")
     detail += detail.empty() ? "previous-boot" : " previous-boot";
-  return fmt::format("{:<20} {:<5} {:<14} {:<30} {}\n", Text(event, "time"),
-                     Text(event, "severity"), Text(event, "origin"), detail.empty() ? "-" : detail,
-                     Text(event, "summary"));
+  return fmt::format("{:<20} {:<5} {:<14} {:<30} {}\n", JsonText(event, "time"),
+                     JsonText(event, "severity"), JsonText(event, "origin"),
+                     detail.empty() ? "-" : detail, JsonText(event, "summary"));
 }
 
 std::string FormatEvents(const nlohmann::json& result) {
@@ -81,8 +75,9 @@ std::string FormatSummary(const nlohmann::json& result) {
   std::string out =
       fmt::format("{:<15} {:<6} {:>8} {:>8}  {}\n", "ORIGIN", "CLASS", "EVENTS", "ERRORS", "LAST");
   for (const auto& row : result["rows"]) {
-    out += fmt::format("{:<15} {:<6} {:>8} {:>8}  {}\n", Text(row, "origin"), Text(row, "severity"),
-                       Text(row, "events"), Text(row, "errors"), Text(row, "last"));
+    out += fmt::format("{:<15} {:<6} {:>8} {:>8}  {}\n", JsonText(row, "origin"),
+                       JsonText(row, "severity"), JsonText(row, "events"), JsonText(row, "errors"),
+                       JsonText(row, "last"));
   }
   return out;
 }

@@ -23,17 +23,6 @@ namespace {
 
 constexpr std::size_t kHookOutputLimit = 4096;
 
-std::optional<std::uint64_t> ParseAddress(const std::optional<std::string>& text) {
-  if (!text) return std::nullopt;
-  std::string_view digits = *text;
-  if (digits.starts_with("0x") || digits.starts_with("0X")) digits.remove_prefix(2);
-  std::uint64_t value = 0;
-  auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), value, 16);
-  if (digits.empty() || ec != std::errc() || end != digits.data() + digits.size())
-    return std::nullopt;
-  return value;
-}
-
 std::string DeviceUuid(runtime::Runtime& runtime, int device) {
   auto found = runtime.GetDevice(device);
   if (!found) return fmt::format("index-{}", device);
@@ -347,7 +336,7 @@ ras::ActionRecord Actuator::Execute(const ras::Action& action, const ras::RasEve
 }
 
 Actuator::Outcome Actuator::RetirePage(const ras::Action& action) {
-  const auto address = ParseAddress(action.address);
+  const auto address = ras::ParseAddress(action.address);
   if (!action.device || !address) return {"skipped", "no device address in the event"};
   auto pool = runtime_.Pool(*action.device);
   if (!pool) return {"failed", pool.error().message};
@@ -375,7 +364,7 @@ Actuator::Outcome Actuator::RetirePage(const ras::Action& action) {
 }
 
 Actuator::Outcome Actuator::KillConsumer(const ras::Action& action) {
-  const auto address = ParseAddress(action.address);
+  const auto address = ras::ParseAddress(action.address);
   if (!action.device || !address) return {"skipped", "no device address in the event"};
   auto pool = runtime_.Pool(*action.device);
   if (!pool) return {"failed", pool.error().message};
@@ -389,7 +378,7 @@ Actuator::Outcome Actuator::KillConsumer(const ras::Action& action) {
 }
 
 Actuator::Outcome Actuator::MarkAtRisk(const ras::Action& action) {
-  const auto address = ParseAddress(action.address);
+  const auto address = ras::ParseAddress(action.address);
   if (!action.device || !address) return {"skipped", "no device address in the event"};
   auto pool = runtime_.Pool(*action.device);
   if (!pool) return {"failed", pool.error().message};
@@ -442,7 +431,7 @@ Result<ras::ActionRecord> Actuator::SetDeviceState(int device, runtime::HealthSt
 
 Actuator::Outcome Actuator::OfflineHostPage(const ras::Action& action, bool hard) {
   if (!options_.host_page_offline) return {"disabled", "policy.host_page_offline is off"};
-  const auto address = ParseAddress(action.address);
+  const auto address = ras::ParseAddress(action.address);
   if (!address || action.device) return {"skipped", "no host physical address in the event"};
   const char* file = hard ? "/sys/devices/system/memory/hard_offline_page"
                           : "/sys/devices/system/memory/soft_offline_page";

@@ -1219,13 +1219,10 @@ Result<nlohmann::json> Daemon::Inject(const nlohmann::json& args) {
   // allocations (any job's without --job), else the pool's first page.
   auto target = [&]() -> Result<drivers::DeviceAddress> {
     if (address) {
-      std::string_view digits = *address;
-      if (digits.starts_with("0x") || digits.starts_with("0X")) digits.remove_prefix(2);
-      drivers::DeviceAddress value = 0;
-      auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), value, 16);
-      if (digits.empty() || ec != std::errc() || end != digits.data() + digits.size())
+      const auto value = ras::ParseAddress(address);
+      if (!value)
         return Fail(ErrorCode::kInvalidArgument, "address must be hex, e.g. 0x10000004000");
-      return value;
+      return *value;
     }
     auto pool = runtime_->Pool(*device);
     if (!pool) return Fail(pool.error());

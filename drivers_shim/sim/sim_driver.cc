@@ -578,21 +578,16 @@ class SimDriverImpl final : public SimDriver {
   }
 
   Status InjectUncorrectedEcc(int device_index, DeviceAddress address) override {
-    auto device = GetDevice(device_index);
-    if (!device) return Fail(device.error());
-    {
-      std::unique_lock lock(memory_mutex_);
-      (*device)->poisoned_pages.insert(PageOf(address));
-    }
-    Emit({.device = device_index,
-          .kind = DriverErrorKind::kUncorrectedEcc,
-          .address = address,
-          .message = fmt::format("uncorrected ECC error at 0x{:x}; page 0x{:x} poisoned", address,
-                                 PageOf(address))});
-    return {};
+    return Poison(device_index, address, /*action_optional=*/false);
   }
 
   Status InjectActionOptionalEcc(int device_index, DeviceAddress address) override {
+    return Poison(device_index, address, /*action_optional=*/true);
+  }
+
+  // Poisons the page holding `address` and reports it, as a UCNA or (found
+  // by a patrol scrub) an action-optional error.
+  Status Poison(int device_index, DeviceAddress address, bool action_optional) {
     auto device = GetDevice(device_index);
     if (!device) return Fail(device.error());
     {
@@ -602,11 +597,10 @@ class SimDriverImpl final : public SimDriver {
     Emit({.device = device_index,
           .kind = DriverErrorKind::kUncorrectedEcc,
           .address = address,
-          .action_optional = true,
-          .message =
-              fmt::format("uncorrected ECC error at 0x{:x} found by patrol scrub; page 0x{:x} "
-                          "poisoned, action optional",
-                          address, PageOf(address))});
+          .action_optional = action_optional,
+          .message = fmt::format("uncorrected ECC error at 0x{:x}{}; page 0x{:x} poisoned{}",
+                                 address, action_optional ? " found by patrol scrub" : "",
+                                 PageOf(address), action_optional ? ", action optional" : "")});
     return {};
   }
 

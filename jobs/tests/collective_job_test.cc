@@ -8,25 +8,15 @@
 
 #include <thread>
 
-#include "rasd/drivers_shim/sim_driver.h"
+#include "sim_runtime_test.h"
 
 namespace rasd::jobs {
 namespace {
 
 using namespace std::chrono_literals;
 
-class CollectiveTest : public ::testing::Test {
+class CollectiveTest : public testing::SimRuntimeTest {
  protected:
-  void SetUp() override {
-    auto driver =
-        drivers::SimDriver::Create({.device_count = 4, .memory_bytes_per_device = 64 << 20});
-    ASSERT_TRUE(driver.has_value());
-    sim_ = driver->get();
-    auto runtime = runtime::Runtime::Create(std::move(*driver), {.pool = {.arena_bytes = 8 << 20}});
-    ASSERT_TRUE(runtime.has_value());
-    runtime_ = std::move(*runtime);
-  }
-
   CollectiveOptions Options(std::vector<int> devices, int min_ranks = 1) {
     return {.id = "allreduce",
             .devices = std::move(devices),
@@ -57,11 +47,6 @@ class CollectiveTest : public ::testing::Test {
     ASSERT_EQ(progress.state, CollectiveJob::State::kFinished) << progress.last_error;
     EXPECT_EQ(job.Checksums(), CollectiveJob::ExpectedChecksums(options));
   }
-
-  runtime::Device& Device(int index) { return **runtime_->GetDevice(index); }
-
-  drivers::SimDriver* sim_ = nullptr;
-  std::unique_ptr<runtime::Runtime> runtime_;
 };
 
 TEST_F(CollectiveTest, AFaultFreeRunMatchesTheHostsChecksums) {

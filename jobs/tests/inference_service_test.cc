@@ -13,7 +13,7 @@
 #include <random>
 #include <thread>
 
-#include "rasd/drivers_shim/sim_driver.h"
+#include "sim_runtime_test.h"
 
 namespace rasd::jobs {
 namespace {
@@ -28,18 +28,8 @@ std::vector<float> InputFor(std::uint64_t n, int size) {
   return input;
 }
 
-class InferenceTest : public ::testing::Test {
+class InferenceTest : public testing::SimRuntimeTest {
  protected:
-  void SetUp() override {
-    auto driver =
-        drivers::SimDriver::Create({.device_count = 4, .memory_bytes_per_device = 64 << 20});
-    ASSERT_TRUE(driver.has_value());
-    sim_ = driver->get();
-    auto runtime = runtime::Runtime::Create(std::move(*driver), {.pool = {.arena_bytes = 8 << 20}});
-    ASSERT_TRUE(runtime.has_value());
-    runtime_ = std::move(*runtime);
-  }
-
   std::unique_ptr<InferenceService> Service(std::vector<int> devices, std::string id = "llm",
                                             std::chrono::milliseconds drain_deadline = 30s) {
     auto service = InferenceService::Create(*runtime_, {.id = id,
@@ -103,9 +93,6 @@ class InferenceTest : public ::testing::Test {
       }
     }
   }
-
-  drivers::SimDriver* sim_ = nullptr;
-  std::unique_ptr<runtime::Runtime> runtime_;
 };
 
 TEST_F(InferenceTest, AnswersEachRequestOnceAndTheSameWhicheverReplica) {

@@ -7,24 +7,15 @@
 
 #include <thread>
 
-#include "rasd/drivers_shim/sim_driver.h"
+#include "sim_runtime_test.h"
 
 namespace rasd::jobs {
 namespace {
 
 using namespace std::chrono_literals;
 
-class JobManagerTest : public ::testing::Test {
+class JobManagerTest : public testing::SimRuntimeTest {
  protected:
-  void SetUp() override {
-    auto driver =
-        drivers::SimDriver::Create({.device_count = 4, .memory_bytes_per_device = 64 << 20});
-    ASSERT_TRUE(driver.has_value());
-    auto runtime = runtime::Runtime::Create(std::move(*driver), {.pool = {.arena_bytes = 8 << 20}});
-    ASSERT_TRUE(runtime.has_value());
-    runtime_ = std::move(*runtime);
-  }
-  std::unique_ptr<runtime::Runtime> runtime_;
 };
 
 TEST_F(JobManagerTest, StartsReportsAndStopsBothKinds) {

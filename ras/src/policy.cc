@@ -34,16 +34,6 @@ constexpr std::array<std::pair<ComponentKind, std::string_view>, 6> kComponentNa
 
 constexpr std::uint64_t kPageMask = ~std::uint64_t{0xfff};
 
-std::optional<std::uint64_t> ParseAddress(const std::optional<std::string>& text) {
-  if (!text) return std::nullopt;
-  std::string_view digits = *text;
-  if (digits.starts_with("0x") || digits.starts_with("0X")) digits.remove_prefix(2);
-  std::uint64_t value = 0;
-  auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), value, 16);
-  if (ec != std::errc() || end != digits.data() + digits.size()) return std::nullopt;
-  return value;
-}
-
 PolicyRule Rule(std::string name, std::optional<Severity> severity,
                 std::optional<ComponentKind> component, std::vector<ActionKind> actions,
                 std::optional<Threshold> threshold = {}) {

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <charconv>
 #include <map>
 #include <tuple>
 
@@ -57,6 +58,17 @@ RasEvent EventFromRecord(const ScannedRecord& record, std::string source,
     event.raw += line;
   }
   return event;
+}
+
+std::optional<std::uint64_t> ParseAddress(const std::optional<std::string>& text) {
+  if (!text) return std::nullopt;
+  std::string_view digits = *text;
+  if (digits.starts_with("0x") || digits.starts_with("0X")) digits.remove_prefix(2);
+  std::uint64_t value = 0;
+  auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), value, 16);
+  if (digits.empty() || ec != std::errc() || end != digits.data() + digits.size())
+    return std::nullopt;
+  return value;
 }
 
 }  // namespace rasd::ras

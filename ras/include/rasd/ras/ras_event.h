@@ -37,6 +37,10 @@ struct RasEvent {
 // Order: first occurrence.
 std::vector<RasEvent> CoalesceStorm(std::vector<RasEvent> events, std::size_t threshold);
 
+// The value of an address as events carry it ("0x1a2b000", hex, with or
+// without the prefix); nullopt for none or for text that is not one.
+std::optional<std::uint64_t> ParseAddress(const std::optional<std::string>& text);
+
 // A scanned kernel-log record as an event of `source`.
 RasEvent EventFromRecord(const ScannedRecord& record, std::string source,
                          std::chrono::system_clock::time_point time);
