@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <map>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -165,6 +166,44 @@ jobs:
   EXPECT_NE(metrics.find(R"(rasd_retired_pages_total{device="0"} 1)"), std::string::npos);
 }
 
+TEST(InjectTest, HostRowsThroughTheKernelLogSeam) {
+  RasdInstance rasd;
+  rasd.WriteConfig("inject:\n  allow_sources: true\n");
+  std::string why;
+  ASSERT_TRUE(rasd.Start({}, {}, &why)) << why;
+  // CE on one host page, 50 times: soft-offline (off by default: "disabled").
+  std::string storm;
+  for (int i = 0; i < 50; ++i) {
+    storm +=
+        "EDAC MC0: 1 CE memory read error on DIMM_A1 (channel:0 slot:0 page:0x4242 "
+        "offset:0x10 grain:32 syndrome:0x0)\n";
+  }
+  EXPECT_EQ(Json(rasd, {"inject", "kmsg", storm})["events"], 50);
+  // UCE on host memory: recorded; FATAL on the host: drain the node.
+  Json(rasd, {"inject", "kmsg",
+              "EDAC MC0: 1 UE memory read error on DIMM_A1 (channel:0 slot:0 page:0x5151 "
+              "offset:0x0 grain:32 syndrome:0x0)"});
+  Json(rasd, {"inject", "kmsg",
+              "{1}[Hardware Error]: Hardware error from APEI Generic Hardware Error Source: 0\n"
+              "{1}[Hardware Error]: event severity: fatal"});
+  std::map<std::string, nlohmann::json> by_action;
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        const auto actions = Json(rasd, {"actions"});
+        for (const auto& action : actions["actions"]) by_action[action["action"]] = action;
+        return by_action.contains("soft-offline-page") && by_action.contains("drain-node");
+      },
+      5s));
+  EXPECT_EQ(by_action["soft-offline-page"]["result"], "disabled");
+  EXPECT_EQ(by_action["soft-offline-page"]["rule"], "ce-host-memory");
+  EXPECT_EQ(by_action["drain-node"]["result"], "skipped");
+  EXPECT_EQ(by_action["drain-node"]["rule"], "fatal-host");
+  const auto uce = Json(rasd, {"events", "--severity", "UCE"});
+  ASSERT_EQ(uce["events"].size(), 1u);
+  EXPECT_EQ(uce["events"][0]["origin"], "edac");
+  EXPECT_FALSE(by_action.contains("isolate-device")) << "host errors isolate no device";
+}
+
 TEST(InjectTest, SourcesAndHardwareNeedTheConfigAndOnlyAdminsInject) {
   RasdInstance rasd;
   std::string why;
@@ -172,9 +211,13 @@ TEST(InjectTest, SourcesAndHardwareNeedTheConfigAndOnlyAdminsInject) {
   auto refused = rasd.Rasctl({"inject", "kmsg", "EDAC MC0: 1 CE"});
   EXPECT_EQ(refused.exit_code, 1);
   EXPECT_NE(refused.err.find("inject.allow_sources"), std::string::npos) << refused.err;
-  refused = rasd.Rasctl({"inject", "einj", "--address", "0x1000"});
-  EXPECT_EQ(refused.exit_code, 1);
-  EXPECT_NE(refused.err.find("inject.allow_hardware"), std::string::npos) << refused.err;
+  for (const std::vector<std::string>& hardware :
+       {std::vector<std::string>{"inject", "einj", "--address", "0x1000"},
+        std::vector<std::string>{"inject", "hwpoison"}}) {
+    refused = rasd.Rasctl(hardware);
+    EXPECT_EQ(refused.exit_code, 1);
+    EXPECT_NE(refused.err.find("inject.allow_hardware"), std::string::npos) << refused.err;
+  }
   EXPECT_EQ(rasd.Rasctl({"inject", "uce", "--device", "0"}, 65534, 65534).exit_code, 1);
   EXPECT_EQ(rasd.Rasctl({"inject", "uce"}).exit_code, 1) << "no device";
   EXPECT_EQ(rasd.Rasctl({"inject", "xid"}).exit_code, 2) << "no Xid number";

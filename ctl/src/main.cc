@@ -203,7 +203,7 @@ int main(int argc, char** argv) {
                    "ce, ucna, srao, srar, uce, fatal, xid, link, hang, kmsg, edac, einj")
       ->required()
       ->check(CLI::IsMember({"ce", "ucna", "srao", "srar", "uce", "fatal", "xid", "link", "hang",
-                             "kmsg", "edac", "einj"}));
+                             "kmsg", "edac", "einj", "hwpoison"}));
   inject->add_option("value", inject_value, "xid: the Xid number; kmsg: the record text");
   inject->add_option("--device", inject_device, "the device")->check(CLI::NonNegativeNumber);
   inject->add_option("--address", inject_address,

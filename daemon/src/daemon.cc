@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <grp.h>
+#include <sys/mman.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <systemd/sd-daemon.h>
@@ -1342,10 +1343,33 @@ Result<nlohmann::json> Daemon::Inject(const nlohmann::json& args) {
     }
     done["address"] = *at;
     done["available_error_type"] = *available;
+  } else if (kind == "hwpoison") {
+    if (!config_.inject.allow_hardware)
+      return Fail(ErrorCode::kPermissionDenied,
+                  "hardware injection is off (inject.allow_hardware: false)");
+    if (::geteuid() != 0)
+      return Fail(ErrorCode::kPermissionDenied, "hardware injection needs rasd to run as root");
+    // A page of rasd's own, poisoned by the kernel's memory-failure code as
+    // if the hardware had found it bad: its "Memory failure:" record comes
+    // back through the kernel log. The page is never touched again.
+    const long page_size = ::sysconf(_SC_PAGESIZE);
+    void* page = ::mmap(nullptr, static_cast<std::size_t>(page_size), PROT_READ | PROT_WRITE,
+                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+    if (page == MAP_FAILED) return Fail(ErrnoError("mmap a page to poison", errno));
+    std::memset(page, 0x5a, static_cast<std::size_t>(page_size));
+    if (::madvise(page, static_cast<std::size_t>(page_size), MADV_HWPOISON) != 0) {
+      const int error = errno;
+      ::munmap(page, static_cast<std::size_t>(page_size));
+      return Fail(error == EINVAL ? ErrorCode::kNotSupported : ErrorCode::kPermissionDenied,
+                  fmt::format("madvise(MADV_HWPOISON): {} (the kernel needs "
+                              "CONFIG_MEMORY_FAILURE, and rasd CAP_SYS_ADMIN)",
+                              std::strerror(error)));
+    }
+    done["poisoned"] = fmt::format("{}", page);
   } else {
     return Fail(ErrorCode::kInvalidArgument,
                 "kind must be one of ce, ucna, srao, srar, uce, fatal, xid, link, hang, kmsg, "
-                "edac, einj");
+                "edac, einj, hwpoison");
   }
   spdlog::warn("fault injected: {}", done.dump());
   return done;

@@ -42,7 +42,6 @@ class InferenceTest : public testing::SimRuntimeTest {
     return service ? std::move(*service) : nullptr;
   }
 
-  runtime::Device& Device(int index) { return **runtime_->GetDevice(index); }
 
   // Submits `count` requests (input n for request n) from `threads` threads,
   // calling `midway` once half are submitted; waits for every answer and
