@@ -214,6 +214,9 @@ class SimStream {
       } else {
         error_.reset();
         has_error_.store(false, std::memory_order_release);
+        // An op the worker is running now failed under the old state: its
+        // failure must not become the stream's error after this reset.
+        ++reset_epoch_;
       }
       finished_.fetch_add(dropped.size(), std::memory_order_acq_rel);
     }
@@ -224,6 +227,7 @@ class SimStream {
   }
 
   void Wake() { work_cv_.notify_all(); }
+  std::uint64_t reset_epoch_ = 0;  // guarded by mutex_: non-sticky aborts (resets) so far
 
  private:
   // Caller holds mutex_.
@@ -234,7 +238,9 @@ class SimStream {
   void Run();
   Status Execute(Op& op);
   // Counts one operation as finished and wakes synchronizers if any wait.
-  void MarkFinished(const Status& status);
+  // `epoch`: the reset epoch the op started in; a failure from before a
+  // reset is the op's own, not the stream's.
+  void MarkFinished(const Status& status, std::uint64_t epoch);
   // Completes an op's side channels (callback, event) with its status.
   static void Finish(Op& op, const Status& status) {
     if (op.kind == Op::Kind::kCallback && op.callback) op.callback(status);
@@ -761,10 +767,10 @@ class StreamMemoryAccess final : public sim::DeviceMemoryAccess {
   SimDevice& device_;
 };
 
-void SimStream::MarkFinished(const Status& status) {
+void SimStream::MarkFinished(const Status& status, std::uint64_t epoch) {
   if (!status) {
     std::lock_guard lock(mutex_);
-    if (!error_) SetError(status.error());
+    if (!error_ && epoch == reset_epoch_) SetError(status.error());
   }
   // Sequentially consistent with the waiter's increment of waiters_ and its
   // read of finished_: either it sees this op finished, or we see it waiting.
@@ -818,6 +824,11 @@ void SimStream::Run() {
         work_cv_.wait_for(lock, std::chrono::milliseconds(5));
       }
       Op op;
+      std::uint64_t epoch = 0;
+      {
+        std::lock_guard lock(mutex_);
+        epoch = reset_epoch_;
+      }
       {
         std::lock_guard batch_lock(batch_mutex_);
         if (batch_next_ == batch_.size()) {
@@ -834,7 +845,7 @@ void SimStream::Run() {
       }
       const Status status = failed_before ? Status(Fail(*failed_before)) : Execute(op);
       Finish(op, status);
-      MarkFinished(status);
+      MarkFinished(status, epoch);
     }
   }
 }
