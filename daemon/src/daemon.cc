@@ -37,8 +37,12 @@ Result<std::optional<gid_t>> ResolveAdminGroup(const std::string& name) {
   std::vector<char> buffer(16384);
   const int rc = ::getgrnam_r(name.c_str(), &entry, buffer.data(), buffer.size(), &found);
   if (rc != 0 || found == nullptr) {
-    return Fail(ErrorCode::kNotFound,
-                fmt::format("control.admin_group '{}' is not a group on this host", name));
+    // Not fatal: the daemon must run (and protect the hardware) before an
+    // operator creates the group; until then only root may change state.
+    spdlog::warn("control.admin_group '{}' is not a group on this host: only root and rasd's own "
+                 "user may change state",
+                 name);
+    return std::optional<gid_t>();
   }
   return std::optional<gid_t>(found->gr_gid);
 }

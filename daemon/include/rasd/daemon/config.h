@@ -32,7 +32,9 @@ struct Config {
   struct Control {
     std::filesystem::path socket;  // empty: /run/rasd/rasd.sock as root, else XDG/HOME based
     mode_t socket_mode = 0666;     // who may connect; SO_PEERCRED decides who may change state
-    std::string admin_group;       // members may run state-changing commands; empty: none
+    // Members may run state-changing commands; empty: none. The package
+    // creates the group; where it does not exist, nobody beyond root.
+    std::string admin_group = "rasd";
     std::chrono::milliseconds client_timeout{10000};
     int max_clients = 64;
     bool operator==(const Control&) const = default;
