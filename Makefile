@@ -14,7 +14,7 @@ CMAKE_FLAGS ?=
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 RUN_ARGS ?=
 
-.PHONY: all bootstrap configure build run daemon test test-unit test-integration test-tsan fuzz-smoke bench clean
+.PHONY: all bootstrap configure build run daemon package test test-unit test-integration test-tsan fuzz-smoke bench clean
 
 all: build
 
@@ -32,6 +32,10 @@ build: configure
 # The fault demo: rasd on simulated devices, jobs, injected faults, a summary.
 run: build
 	$(BUILD_DIR)/bin/rasd-demo
+
+# The Debian package: build/rasd_<version>_<arch>.deb.
+package: build
+	cd $(BUILD_DIR) && cpack -G DEB
 
 # rasd itself in the foreground (Ctrl-C stops it).
 daemon: build

@@ -1,0 +1,60 @@
+#!/bin/bash
+# The Debian package: built with CPack from the build tree, it lists what it
+# should, declares its conffile and library dependencies, its binaries run
+# from an unpacked tree, its units pass systemd-analyze verify, and lintian
+# (where installed) finds no errors. Exit 77 (skipped) without dpkg-deb.
+set -euo pipefail
+build=$1
+if ! command -v dpkg-deb >/dev/null || ! command -v cpack >/dev/null; then
+  echo "skipped: dpkg-deb or cpack is missing"
+  exit 77
+fi
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+(cd "$build" && cpack -G DEB -B "$work/out" >"$work/cpack.log" 2>&1) || {
+  cat "$work/cpack.log"; exit 1; }
+deb=$(ls "$work"/out/rasd_*.deb)
+fail() { echo "FAIL: $*"; exit 1; }
+
+contents=$(dpkg-deb -c "$deb" | awk '{print $6}')
+for path in ./usr/bin/rasd ./usr/bin/rasctl ./etc/rasd/rasd.yaml \
+    ./usr/lib/systemd/system/rasd.service ./usr/lib/systemd/system/rasd.socket \
+    ./usr/lib/sysusers.d/rasd.conf ./usr/lib/tmpfiles.d/rasd.conf \
+    ./usr/share/rasd/prometheus/rasd-alerts.yml ./usr/share/rasd/grafana/rasd-dashboard.json \
+    ./usr/share/man/man8/rasd.8.gz ./usr/share/man/man8/rasctl.8.gz \
+    ./usr/share/bash-completion/completions/rasctl ./usr/share/doc/rasd/copyright; do
+  grep -qx "$path" <<<"$contents" || fail "$path is not in the package"
+done
+dpkg-deb -e "$deb" "$work/control"
+grep -qx /etc/rasd/rasd.yaml "$work/control/conffiles" || fail "rasd.yaml is not a conffile"
+depends=$(dpkg-deb -f "$deb" Depends)
+for library in libsqlite3-0 libsystemd0 libprometheus-cpp-pull libyaml-cpp0.7 libspdlog; do
+  grep -q "$library" <<<"$depends" || fail "Depends lacks $library: $depends"
+done
+
+root="$work/root"
+dpkg-deb -x "$deb" "$root"
+"$root/usr/bin/rasd" --check-config "$root/etc/rasd/rasd.yaml" | grep -q ": ok" ||
+  fail "the packaged rasd does not accept the packaged config"
+"$root/usr/bin/rasctl" --version | grep -q "rasctl" || fail "the packaged rasctl does not run"
+grep -q "^g rasd" "$root/usr/lib/sysusers.d/rasd.conf" || fail "no rasd group in sysusers.d"
+
+if command -v systemd-analyze >/dev/null; then
+  # verify needs ExecStart's binary: the unpacked one.
+  mkdir "$work/units"
+  sed "s|/usr/bin/rasd|$root/usr/bin/rasd|g" "$root/usr/lib/systemd/system/rasd.service" \
+    >"$work/units/rasd.service"
+  cp "$root/usr/lib/systemd/system/rasd.socket" "$work/units/"
+  out=$(SYSTEMD_LOG_LEVEL=notice systemd-analyze verify --man=no \
+    "$work/units/rasd.service" "$work/units/rasd.socket" 2>&1) || fail "verify: $out"
+  [ -z "$out" ] || fail "systemd-analyze verify: $out"
+  systemd-analyze security --offline=yes "$work/units/rasd.service" 2>/dev/null | tail -1
+fi
+if command -v lintian >/dev/null; then
+  errors=$(lintian --no-tag-display-limit "$deb" 2>&1 | grep '^E:' || true)
+  [ -z "$errors" ] || fail "lintian: $errors"
+  echo "lintian: no errors"
+else
+  echo "lintian is not installed: not run"
+fi
+echo "package ok: $(basename "$deb")"
