@@ -3,6 +3,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -47,6 +48,11 @@ class Actuator {
   Actuator& operator=(const Actuator&) = delete;
 
   void SetOptions(Options options);
+  // Where drain-node goes (the scheduler link); unset: logged as skipped.
+  // Returns the detail to store.
+  void SetNodeDrainer(std::function<std::string(const std::string& reason)> drainer) {
+    node_drainer_ = std::move(drainer);
+  }
 
   // Applies what the store remembers: device states close the gates before
   // any work is admitted, retired pages leave the pools again.
@@ -106,6 +112,7 @@ class Actuator {
   std::vector<int> pending_states_;
   std::vector<ras::RetiredPageRecord> pending_pages_;
   std::vector<int> newly_isolated_;
+  std::function<std::string(const std::string& reason)> node_drainer_;
 
   mutable std::mutex mutex_;  // guards counts_ and the hook bookkeeping
   std::map<std::string, std::uint64_t> counts_;

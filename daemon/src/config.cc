@@ -694,6 +694,40 @@ void ReadDocument(SchemaReader& reader, const YAML::Node& root, Config& config) 
       config.jobs.push_back(std::move(*spec));
     }
   };
+  const std::vector<Key> scheduler_keys = {
+      {"kind",
+       [&](const YAML::Node& value, const std::string& path) {
+         auto text = reader.ReadString(value, path);
+         if (!text) return;
+         if (*text != "none" && *text != "slurm") {
+           reader.Problem(value.Mark(),
+                          fmt::format("'{}' must be none or slurm, not '{}'", path, *text));
+           return;
+         }
+         config.scheduler.kind = *text;
+       }},
+      {"node",
+       [&](const YAML::Node& value, const std::string& path) {
+         auto text = reader.ReadString(value, path);
+         if (!text) return;
+         const bool valid = std::all_of(text->begin(), text->end(), [](char c) {
+           return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.';
+         });
+         if (!valid || text->size() > 255) {
+           reader.Problem(value.Mark(), fmt::format("'{}' must be a node name (letters, digits, "
+                                                    "'-', '_', '.')",
+                                                    path));
+           return;
+         }
+         config.scheduler.node = *text;
+       }},
+      {"scontrol", path_key(config.scheduler.scontrol, true)},
+      {"resume_on_undrain",
+       [&](const YAML::Node& value, const std::string& path) {
+         if (auto enabled = reader.ReadBool(value, path))
+           config.scheduler.resume_on_undrain = *enabled;
+       }},
+  };
   const std::vector<Key> inject_keys = {
       {"allow_sources",
        [&](const YAML::Node& value, const std::string& path) {
@@ -718,6 +752,7 @@ void ReadDocument(SchemaReader& reader, const YAML::Node& root, Config& config) 
                       {"ras", section(ras_keys)},
                       {"policy", section(policy_keys)},
                       {"inject", section(inject_keys)},
+                      {"scheduler", section(scheduler_keys)},
                       {"jobs", jobs_key},
                       {"simulator", section(simulator_keys)}});
 }

@@ -39,9 +39,10 @@ Result<std::optional<gid_t>> ResolveAdminGroup(const std::string& name) {
   if (rc != 0 || found == nullptr) {
     // Not fatal: the daemon must run (and protect the hardware) before an
     // operator creates the group; until then only root may change state.
-    spdlog::warn("control.admin_group '{}' is not a group on this host: only root and rasd's own "
-                 "user may change state",
-                 name);
+    spdlog::warn(
+        "control.admin_group '{}' is not a group on this host: only root and rasd's own "
+        "user may change state",
+        name);
     return std::optional<gid_t>();
   }
   return std::optional<gid_t>(found->gr_gid);
@@ -188,6 +189,30 @@ Status Daemon::Initialize(Config config) {
   actuator_ = std::make_unique<Actuator>(*host_, *store_, *runtime_, ActuatorOptions(config_));
   // Before anything can admit work: an isolated device stays isolated.
   actuator_->Restore();
+  if (config_.scheduler.kind == "slurm") {
+    SchedulerLink::Options link;
+    link.node = config_.scheduler.node;
+    if (link.node.empty()) {
+      char name[256] = {};
+      ::gethostname(name, sizeof name - 1);
+      link.node = name;
+    }
+    link.scontrol = config_.scheduler.scontrol.string();
+    if (const char* conf = std::getenv("SLURM_CONF"))
+      link.environment.push_back(std::string("SLURM_CONF=") + conf);
+    scheduler_ = std::make_unique<SchedulerLink>(link);
+    actuator_->SetNodeDrainer([this](const std::string& reason) {
+      std::string isolated;
+      for (const auto& device : runtime_->Devices()) {
+        if (device->Health() != runtime::HealthState::kIsolated) continue;
+        if (!isolated.empty()) isolated += ",";
+        isolated += std::to_string(device->Index());
+      }
+      scheduler_->Drain(isolated.empty() ? reason : reason + "; isolated accelerators " + isolated);
+      return "asked slurm to drain node " + scheduler_->Node();
+    });
+    spdlog::info("scheduler: slurm, node {}", scheduler_->Node());
+  }
 
   auto ingest = RasIngest::Create(
       event_, *host_, *store_, *runtime_, config_.ras,
@@ -546,6 +571,11 @@ Result<nlohmann::json> Daemon::StatusReport() {
       {"watchdog_usec", watchdog_usec_},
       {"ras", IngestStatus(ingest_->GetStats())},
       {"actions", actuator_->Counts()},
+      {"scheduler", scheduler_ ? nlohmann::json{{"kind", config_.scheduler.kind},
+                                                {"node", scheduler_->Node()},
+                                                {"drained", scheduler_->Drained()},
+                                                {"calls", scheduler_->Counts()}}
+                               : nlohmann::json{{"kind", "none"}}},
       {"metrics",
        {{"listen", config_.metrics.listen},
         {"port", metrics_ ? nlohmann::json(metrics_->Port()) : nlohmann::json()},
@@ -801,6 +831,7 @@ Result<nlohmann::json> Daemon::ChangeDeviceState(const std::string& command,
   }
   // undrain: back to service only when the device proves itself.
   if (before == runtime::HealthState::kHealthy) {
+    MaybeResumeNode();
     return nlohmann::json{
         {"device", *device},
         {"state", std::string(runtime::HealthStateName(runtime::HealthState::kHealthy))},
@@ -823,6 +854,7 @@ Result<nlohmann::json> Daemon::ChangeDeviceState(const std::string& command,
     sd_event_source_disable_unref(timer->second);
     drain_timers_.erase(timer);
   }
+  MaybeResumeNode();
   return nlohmann::json{
       {"device", *device},
       {"state", std::string(runtime::HealthStateName(runtime::HealthState::kHealthy))},
@@ -1169,6 +1201,7 @@ exporters::MetricsSnapshot Daemon::MetricsNow() const {
         .actions[{key.substr(0, space), space == std::string::npos ? "" : key.substr(space + 1)}] =
         count;
   }
+  if (scheduler_) snapshot.scheduler_actions = scheduler_->Counts();
   for (const auto& report : jobs_->Report()) {
     snapshot.jobs[{std::string(jobs::JobKindName(report.kind)), report.state}] += 1;
     if (report.kind == jobs::JobKind::kInference) {
@@ -1377,6 +1410,18 @@ Result<nlohmann::json> Daemon::Inject(const nlohmann::json& args) {
   }
   spdlog::warn("fault injected: {}", done.dump());
   return done;
+}
+
+void Daemon::MaybeResumeNode() {
+  if (!scheduler_ || !config_.scheduler.resume_on_undrain || !scheduler_->Drained()) return;
+  for (const auto& device : runtime_->Devices()) {
+    if (device->Health() == runtime::HealthState::kIsolated) {
+      spdlog::info("scheduler: node {} stays drained: device {} is still isolated",
+                   scheduler_->Node(), device->Index());
+      return;
+    }
+  }
+  scheduler_->Resume();
 }
 
 }  // namespace rasd::daemon

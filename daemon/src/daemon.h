@@ -24,6 +24,7 @@
 #include "rasd/ras/state_store.h"
 #include "rasd/runtime/runtime.h"
 #include "rasd/runtime/self_test.h"
+#include "scheduler.h"
 
 namespace rasd::daemon {
 
@@ -98,7 +99,10 @@ class Daemon {
   std::unique_ptr<ras::StateStore> store_;
   std::unique_ptr<runtime::Runtime> runtime_;
   ras::PolicyEngine policy_;
-  std::unique_ptr<Actuator> actuator_;      // after runtime_ and store_: destroyed before them
+  std::unique_ptr<SchedulerLink> scheduler_;  // before actuator_, whose drain-node uses it
+  std::unique_ptr<Actuator> actuator_;        // after runtime_ and store_: destroyed before them
+  // RESUME the node at the scheduler when an undrain leaves no device isolated.
+  void MaybeResumeNode();
   std::unique_ptr<jobs::JobManager> jobs_;  // after runtime_: stopped before it goes
 
   // Metrics: the exposer calls MetricsNow() on its own thread; the parts

@@ -215,6 +215,17 @@ std::vector<MetricFamily> Families(const MetricsSnapshot& snapshot) {
     add(std::move(family));
   }
   {
+    auto family = Family("rasd_scheduler_actions_total",
+                         "Calls to the cluster scheduler (drain/resume the node) by result: ok, "
+                         "failed (retried with backoff), skipped (already in that state)",
+                         MetricType::Counter);
+    for (const auto& [result, count] : snapshot.scheduler_actions) {
+      family.metric.push_back(
+          Value(MetricType::Counter, static_cast<double>(count), {{"result", result}}));
+    }
+    add(std::move(family));
+  }
+  {
     auto family =
         Family("rasd_kmsg_gaps_total",
                "Times the kernel overwrote log records before rasd read them", MetricType::Counter);

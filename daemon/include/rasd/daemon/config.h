@@ -67,6 +67,14 @@ struct Config {
     ras::CodeTable codes = ras::CodeTable::Default();
     bool operator==(const Ras&) const = default;
   } ras;
+  struct Scheduler {
+    std::string kind = "none";  // none | slurm
+    std::string node;           // the scheduler's name for this host; empty: the host name
+    std::filesystem::path scontrol = "/usr/bin/scontrol";
+    // Resume the node when an operator undrains a device and none is left isolated.
+    bool resume_on_undrain = true;
+    bool operator==(const Scheduler&) const = default;
+  } scheduler;
   struct Inject {
     // `rasctl inject kmsg|edac`: records into the kernel-log decoder and
     // counters into a simulated EDAC tree (never the real sysfs). Faults

@@ -1,0 +1,105 @@
+#include "subprocess.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "rasd/common/unique_fd.h"
+
+namespace rasd::daemon {
+
+ProgramResult RunProgram(const std::vector<std::string>& argv, const std::vector<std::string>& env,
+                         std::chrono::milliseconds timeout) {
+  int pipe_fds[2];
+  if (::pipe2(pipe_fds, O_CLOEXEC) != 0)
+    return {"failed", fmt::format("pipe: {}", std::strerror(errno)), ""};
+  common::UniqueFd read_end(pipe_fds[0]);
+  common::UniqueFd write_end(pipe_fds[1]);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_adddup2(&actions, write_end.Get(), 1);
+  posix_spawn_file_actions_adddup2(&actions, write_end.Get(), 2);
+  posix_spawnattr_t attributes;
+  posix_spawnattr_init(&attributes);
+  // The daemon blocks its signals in every thread; the hook starts clean.
+  sigset_t none;
+  sigemptyset(&none);
+  sigset_t defaults;
+  sigfillset(&defaults);
+  posix_spawnattr_setsigmask(&attributes, &none);
+  posix_spawnattr_setsigdefault(&attributes, &defaults);
+  posix_spawnattr_setflags(&attributes,
+                           POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSID);
+  std::vector<char*> argv_pointers;
+  for (const auto& arg : argv) argv_pointers.push_back(const_cast<char*>(arg.c_str()));
+  argv_pointers.push_back(nullptr);
+  std::vector<char*> env_pointers;
+  for (const auto& entry : env) env_pointers.push_back(const_cast<char*>(entry.c_str()));
+  env_pointers.push_back(nullptr);
+  pid_t pid = 0;
+  const int spawned = ::posix_spawn(&pid, argv_pointers[0], &actions, &attributes,
+                                    argv_pointers.data(), env_pointers.data());
+  posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attributes);
+  write_end.Reset();
+  if (spawned != 0)
+    return {"failed", fmt::format("cannot run {}: {}", argv[0], std::strerror(spawned)), ""};
+
+  ProgramResult result;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  bool timed_out = false;
+  char buffer[1024];
+  while (true) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      timed_out = true;
+      break;
+    }
+    pollfd fd{read_end.Get(), POLLIN, 0};
+    const int ready = ::poll(&fd, 1, static_cast<int>(left.count()));
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready <= 0) continue;  // the deadline is checked at the top
+    const ssize_t got = ::read(read_end.Get(), buffer, sizeof buffer);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) break;  // end of output: the program closed it or exited
+    if (result.output.size() < kProgramOutputLimit) {
+      result.output.append(buffer,
+                           std::min<std::size_t>(static_cast<std::size_t>(got),
+                                                 kProgramOutputLimit - result.output.size()));
+    }
+  }
+  // Kill the whole session: a hook's own children must not linger either.
+  if (timed_out) {
+    ::kill(-pid, SIGKILL);
+    ::kill(pid, SIGKILL);
+  }
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (timed_out) {
+    result.result = "timeout";
+    result.detail = fmt::format("killed after {} ms", timeout.count());
+  } else if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+    result.result = "ok";
+    result.detail = "exit 0";
+  } else if (WIFEXITED(status)) {
+    result.result = "failed";
+    result.detail = fmt::format("exit {}", WEXITSTATUS(status));
+  } else {
+    result.result = "failed";
+    result.detail = fmt::format("signal {}", WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  }
+  return result;
+}
+
+}  // namespace rasd::daemon
