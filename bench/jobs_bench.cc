@@ -108,11 +108,3 @@ BENCHMARK(BM_InferenceDrainUnderLoad)->Iterations(1)->Unit(benchmark::kSecond)->
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  rasd::common::SetLogLevel(spdlog::level::off);
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
-}

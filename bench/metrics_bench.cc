@@ -253,11 +253,3 @@ BENCHMARK(BM_FaultToGateClosedWhileScraped)->Iterations(3000)->Unit(benchmark::k
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  rasd::common::SetLogLevel(spdlog::level::off);
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
-}

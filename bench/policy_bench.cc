@@ -147,12 +147,3 @@ BENCHMARK(BM_FaultToGateClosed)->Iterations(10000)->Unit(benchmark::kMicrosecond
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  // The daemon logs every action; the benchmark measures the acting.
-  rasd::common::SetLogLevel(spdlog::level::off);
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
-}
