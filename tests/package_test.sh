@@ -2,13 +2,12 @@
 # The Debian package: built with CPack from the build tree, it lists what it
 # should, declares its conffile and library dependencies, its binaries run
 # from an unpacked tree, its units pass systemd-analyze verify, and lintian
-# (where installed) finds no errors. Exit 77 (skipped) without dpkg-deb.
+# finds no errors. Every tool comes from scripts/bootstrap: a missing one fails.
 set -euo pipefail
 build=$1
-if ! command -v dpkg-deb >/dev/null || ! command -v cpack >/dev/null; then
-  echo "skipped: dpkg-deb or cpack is missing"
-  exit 77
-fi
+for tool in dpkg-deb cpack lintian systemd-analyze; do
+  command -v "$tool" >/dev/null || { echo "$tool is missing: run scripts/bootstrap"; exit 1; }
+done
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 (cd "$build" && cpack -G DEB -B "$work/out" >"$work/cpack.log" 2>&1) || {
@@ -39,27 +38,21 @@ dpkg-deb -x "$deb" "$root"
 "$root/usr/bin/rasctl" --version | grep -q "rasctl" || fail "the packaged rasctl does not run"
 grep -q "^g rasd" "$root/usr/lib/sysusers.d/rasd.conf" || fail "no rasd group in sysusers.d"
 
-if command -v systemd-analyze >/dev/null; then
-  # verify needs ExecStart's binary: the unpacked one.
-  mkdir "$work/units"
-  sed "s|/usr/bin/rasd|$root/usr/bin/rasd|g" "$root/usr/lib/systemd/system/rasd.service" \
-    >"$work/units/rasd.service"
-  cp "$root/usr/lib/systemd/system/rasd.socket" "$work/units/"
-  out=$(SYSTEMD_LOG_LEVEL=notice systemd-analyze verify --man=no \
-    "$work/units/rasd.service" "$work/units/rasd.socket" 2>&1) || fail "verify: $out"
-  [ -z "$out" ] || fail "systemd-analyze verify: $out"
-  # The hardening goal: an exposure of 3.0 or lower (docs/security.md).
-  score=$(systemd-analyze security --offline=yes "$work/units/rasd.service" 2>/dev/null |
-    sed -n 's/.*Overall exposure level for rasd.service: \([0-9.]*\).*/\1/p')
-  [ -n "$score" ] || fail "no exposure score from systemd-analyze security"
-  echo "systemd-analyze security: exposure $score"
-  awk -v s="$score" 'BEGIN { exit !(s <= 3.0) }' || fail "exposure $score is over 3.0"
-fi
-if command -v lintian >/dev/null; then
-  errors=$(lintian --tag-display-limit 0 "$deb" 2>&1 | grep '^E:' || true)
-  [ -z "$errors" ] || fail "lintian: $errors"
-  echo "lintian: no errors"
-else
-  echo "lintian is not installed: not run"
-fi
+# verify needs ExecStart's binary: the unpacked one.
+mkdir "$work/units"
+sed "s|/usr/bin/rasd|$root/usr/bin/rasd|g" "$root/usr/lib/systemd/system/rasd.service" \
+  >"$work/units/rasd.service"
+cp "$root/usr/lib/systemd/system/rasd.socket" "$work/units/"
+out=$(SYSTEMD_LOG_LEVEL=notice systemd-analyze verify --man=no \
+  "$work/units/rasd.service" "$work/units/rasd.socket" 2>&1) || fail "verify: $out"
+[ -z "$out" ] || fail "systemd-analyze verify: $out"
+# The hardening goal: an exposure of 3.0 or lower (docs/security.md).
+score=$(systemd-analyze security --offline=yes "$work/units/rasd.service" 2>/dev/null |
+  sed -n 's/.*Overall exposure level for rasd.service: \([0-9.]*\).*/\1/p')
+[ -n "$score" ] || fail "no exposure score from systemd-analyze security"
+echo "systemd-analyze security: exposure $score"
+awk -v s="$score" 'BEGIN { exit !(s <= 3.0) }' || fail "exposure $score is over 3.0"
+errors=$(lintian --tag-display-limit 0 "$deb" 2>&1 | grep '^E:' || true)
+[ -z "$errors" ] || fail "lintian: $errors"
+echo "lintian: no errors"
 echo "package ok: $(basename "$deb")"

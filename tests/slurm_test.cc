@@ -18,14 +18,14 @@ namespace {
 
 class SlurmCluster {
  public:
-  // Empty `why` when the cluster runs.
-  explicit SlurmCluster(std::string* why) {
+  // Empty `why` when the cluster runs; `missing` names a tool that
+  // scripts/bootstrap should have installed.
+  SlurmCluster(std::string* why, std::string* missing) {
     for (const char* tool : {"/usr/sbin/munged", "/usr/sbin/mungekey", "/usr/sbin/slurmctld",
                              "/usr/sbin/slurmd", "/usr/bin/scontrol", "/usr/bin/sinfo"}) {
       if (::access(tool, X_OK) != 0) {
-        *why = std::string(tool) +
-               " is missing (scripts/bootstrap installs slurmctld, slurmd, "
-               "munge and slurm-client)";
+        *missing = std::string(tool) +
+                   " is missing: run scripts/bootstrap (slurmctld, slurmd, munge, slurm-client)";
         return;
       }
     }
@@ -123,9 +123,11 @@ PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP
 };
 
 TEST(SlurmTest, AFatalHostErrorDrainsTheNodeAndAnUndrainResumesIt) {
-  std::string why;
-  SlurmCluster slurm(&why);
-  if (!why.empty()) GTEST_SKIP() << "no one-node Slurm here: " << why;
+  std::string why, missing;
+  SlurmCluster slurm(&why, &missing);
+  ASSERT_TRUE(missing.empty()) << missing;
+  if (::geteuid() != 0) GTEST_SKIP() << "the one-node cluster runs its daemons as root";
+  ASSERT_TRUE(why.empty()) << "the one-node Slurm did not start: " << why;
 
   RasdInstance rasd;
   rasd.WriteConfig(
