@@ -107,4 +107,3 @@ void BM_InferenceDrainUnderLoad(benchmark::State& state) {
 BENCHMARK(BM_InferenceDrainUnderLoad)->Iterations(1)->Unit(benchmark::kSecond)->UseRealTime();
 
 }  // namespace
-

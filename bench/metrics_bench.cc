@@ -213,8 +213,8 @@ void FaultToGate(benchmark::State& state, bool scraped) {
         report = queue.front();
         queue.pop_front();
       }
-      const std::vector<rasd::ras::RasEvent> events = {
-          rasd::daemon::EventFromDriver(report, node.runtime->DriverName())};
+      const std::vector<rasd::ras::RasEvent> events = {rasd::daemon::EventFromDriver(
+          report, node.runtime->DriverName(), rasd::ras::CodeTable::Default())};
       actuator.BeginBatch();
       for (const auto& action : policy.Decide(events[0], start.time_since_epoch()))
         actuator.ExecuteInBatch(action, events[0], 0);
@@ -252,4 +252,3 @@ void BM_FaultToGateClosedWhileScraped(benchmark::State& state) { FaultToGate(sta
 BENCHMARK(BM_FaultToGateClosedWhileScraped)->Iterations(3000)->Unit(benchmark::kMicrosecond);
 
 }  // namespace
-

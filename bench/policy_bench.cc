@@ -108,8 +108,8 @@ void BM_FaultToGateClosed(benchmark::State& state) {
         report = queue.front();
         queue.pop_front();
       }
-      const std::vector<rasd::ras::RasEvent> events = {
-          rasd::daemon::EventFromDriver(report, runtime->DriverName())};
+      const std::vector<rasd::ras::RasEvent> events = {rasd::daemon::EventFromDriver(
+          report, runtime->DriverName(), rasd::ras::CodeTable::Default())};
       // As the daemon does: act, then store the event and the action rows.
       actuator.BeginBatch();
       for (const auto& action : policy.Decide(events[0], start.time_since_epoch())) {
@@ -146,4 +146,3 @@ void BM_FaultToGateClosed(benchmark::State& state) {
 BENCHMARK(BM_FaultToGateClosed)->Iterations(10000)->Unit(benchmark::kMicrosecond);
 
 }  // namespace
-

@@ -293,17 +293,18 @@ void RasIngest::DrainDriverEvents() {
   }
   std::vector<ras::RasEvent> events;
   events.reserve(pending.size());
-  for (const auto& event : pending) events.push_back(EventFromDriver(event, runtime_.DriverName()));
+  for (const auto& event : pending)
+    events.push_back(EventFromDriver(event, runtime_.DriverName(), codes_));
   Deliver(std::move(events));
 }
 
-ras::RasEvent EventFromDriver(const drivers::DriverErrorEvent& event,
-                              std::string_view driver_name) {
+ras::RasEvent EventFromDriver(const drivers::DriverErrorEvent& event, std::string_view driver_name,
+                              const ras::CodeTable& codes) {
   ras::RasEvent converted;
   converted.time = event.time;
   converted.source = "driver";
   converted.origin = std::string(driver_name);
-  converted.device = event.device;
+  if (event.device >= 0) converted.device = event.device;
   if (event.address) converted.address = fmt::format("0x{:x}", *event.address);
   converted.summary = event.message;
   switch (event.kind) {
@@ -326,6 +327,23 @@ ras::RasEvent EventFromDriver(const drivers::DriverErrorEvent& event,
     case drivers::DriverErrorKind::kFellOffBus:
       converted.severity = ras::Severity::kFatal;
       break;
+    case drivers::DriverErrorKind::kVendorCode: {
+      // The same tables, and the same origins, as the kernel-log lines of
+      // these drivers, so a site rule for "nvidia_xid" covers both paths.
+      std::optional<ras::Severity> classified;
+      if (event.code_space == drivers::VendorCodeSpace::kNvidiaXid) {
+        converted.origin = "nvidia_xid";
+        if (event.vendor_code) classified = codes.Xid(*event.vendor_code);
+      } else if (event.code_space == drivers::VendorCodeSpace::kAscend) {
+        converted.origin = "ascend";
+        if (event.vendor_code) classified = codes.Ascend(*event.vendor_code);
+      }
+      // A code no table knows is recorded, not acted on: acting on a guess
+      // would isolate devices for application errors.
+      converted.severity = classified.value_or(ras::Severity::kInfo);
+      converted.vendor_code = event.vendor_code;
+      break;
+    }
   }
   converted.raw = fmt::format("{} device={} {}", drivers::DriverErrorKindName(event.kind),
                               event.device, event.message);

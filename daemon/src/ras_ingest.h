@@ -22,7 +22,8 @@
 namespace rasd::daemon {
 
 // A driver's asynchronous error report as a RAS event of origin `driver_name`.
-ras::RasEvent EventFromDriver(const drivers::DriverErrorEvent& event, std::string_view driver_name);
+ras::RasEvent EventFromDriver(const drivers::DriverErrorEvent& event, std::string_view driver_name,
+                              const ras::CodeTable& codes);
 
 // Brings RAS events into the daemon: the kernel log (kmsg) and the device
 // driver's asynchronous error reports. Every event is stored (one

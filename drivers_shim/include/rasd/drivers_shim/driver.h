@@ -103,7 +103,13 @@ enum class DriverErrorKind : std::uint8_t {
   kStickyFault,     // the device context failed; every call fails until reset (CUDA 719)
   kFellOffBus,      // the device is gone; every call fails (Xid 79)
   kLinkError,       // the link to `peer_device` failed
+  kVendorCode,      // a vendor error code (`vendor_code` in `code_space`) that
+                    // rasd's code tables classify: an NVIDIA Xid, an Ascend
+                    // runtime or DCMI code
 };
+
+// Which table classifies a kVendorCode report.
+enum class VendorCodeSpace : std::uint8_t { kNone, kNvidiaXid, kAscend };
 
 std::string_view DriverErrorKindName(DriverErrorKind kind);
 
@@ -117,6 +123,8 @@ struct DriverErrorEvent {
   bool action_optional = false;
   std::optional<StreamHandle> stream;  // the stream whose work consumed the error
   std::optional<int> peer_device;
+  std::optional<int> vendor_code;
+  VendorCodeSpace code_space = VendorCodeSpace::kNone;
   std::string message;
   std::chrono::system_clock::time_point time;
 };
