@@ -305,6 +305,8 @@ ras::RasEvent EventFromDriver(const drivers::DriverErrorEvent& event, std::strin
   converted.source = "driver";
   converted.origin = std::string(driver_name);
   if (event.device >= 0) converted.device = event.device;
+  if (!event.pci_bdf.empty()) converted.pci_bdf = event.pci_bdf;
+  converted.count = std::max<std::uint64_t>(event.count, 1);
   if (event.address) converted.address = fmt::format("0x{:x}", *event.address);
   converted.summary = event.message;
   switch (event.kind) {

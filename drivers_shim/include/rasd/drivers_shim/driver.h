@@ -114,7 +114,10 @@ enum class VendorCodeSpace : std::uint8_t { kNone, kNvidiaXid, kAscend };
 std::string_view DriverErrorKindName(DriverErrorKind kind);
 
 struct DriverErrorEvent {
+  // The driver's ordinal; -1 for a report of a monitoring library (NVML)
+  // that names the device only by `pci_bdf`.
   int device = 0;
+  std::string pci_bdf;
   DriverErrorKind kind = DriverErrorKind::kCorrectedEcc;
   std::optional<DeviceAddress> address;
   bool consumed = false;
@@ -125,6 +128,7 @@ struct DriverErrorEvent {
   std::optional<int> peer_device;
   std::optional<int> vendor_code;
   VendorCodeSpace code_space = VendorCodeSpace::kNone;
+  std::uint64_t count = 1;  // errors this report stands for (a counter's increase)
   std::string message;
   std::chrono::system_clock::time_point time;
 };

@@ -1,0 +1,86 @@
+#pragma once
+
+// The few NVML types and entry points rasd uses, declared here because no
+// NVML header ships with Debian: layouts and values as NVIDIA's nvml.h
+// documents them (NVML API reference, "Device Queries", "Event Handling
+// Methods"). Only pointers to these are resolved at run time.
+
+#include <cstdint>
+
+#include "rasd/common/dynamic_library.h"
+
+namespace rasd::drivers::nvml {
+
+using Return = int;  // nvmlReturn_t
+inline constexpr Return kSuccess = 0;
+inline constexpr Return kErrorNotSupported = 3;
+inline constexpr Return kErrorTimeout = 10;
+inline constexpr Return kErrorGpuIsLost = 15;
+
+struct DeviceOpaque;
+using Device = DeviceOpaque*;  // nvmlDevice_t
+struct EventSetOpaque;
+using EventSet = EventSetOpaque*;  // nvmlEventSet_t
+
+// nvmlPciInfo_t as nvmlDeviceGetPciInfo_v3 fills it.
+struct PciInfo {
+  char bus_id_legacy[16];
+  unsigned int domain;
+  unsigned int bus;
+  unsigned int device;
+  unsigned int pci_device_id;
+  unsigned int pci_subsystem_id;
+  char bus_id[32];
+};
+
+// nvmlEventData_t.
+struct EventData {
+  Device device;
+  unsigned long long event_type;
+  unsigned long long event_data;  // the Xid for an Xid event (999: unknown)
+  unsigned int gpu_instance_id;
+  unsigned int compute_instance_id;
+};
+
+inline constexpr unsigned long long kEventTypeSingleBitEccError = 0x1;
+inline constexpr unsigned long long kEventTypeDoubleBitEccError = 0x2;
+inline constexpr unsigned long long kEventTypeXidCriticalError = 0x8;
+
+inline constexpr int kMemoryErrorCorrected = 0;  // nvmlMemoryErrorType_t
+inline constexpr int kMemoryErrorUncorrected = 1;
+inline constexpr int kVolatileEcc = 0;         // nvmlEccCounterType_t
+inline constexpr int kRetiredMultipleSbe = 0;  // nvmlPageRetirementCause_t
+inline constexpr int kRetiredDoubleBitEcc = 1;
+
+// The entry points, resolved from the loaded library.
+struct Api {
+  common::DynamicLibrary library;
+
+  Return (*Init)() = nullptr;  // nvmlInit_v2
+  Return (*Shutdown)() = nullptr;
+  const char* (*ErrorString)(Return) = nullptr;
+  Return (*DeviceGetCount)(unsigned int*) = nullptr;                  // _v2
+  Return (*DeviceGetHandleByIndex)(unsigned int, Device*) = nullptr;  // _v2
+  Return (*DeviceGetName)(Device, char*, unsigned int) = nullptr;
+  Return (*DeviceGetUuid)(Device, char*, unsigned int) = nullptr;
+  Return (*DeviceGetPciInfo)(Device, PciInfo*) = nullptr;  // _v3
+  Return (*DeviceGetSupportedEventTypes)(Device, unsigned long long*) = nullptr;
+  Return (*DeviceRegisterEvents)(Device, unsigned long long, EventSet) = nullptr;
+  Return (*EventSetCreate)(EventSet*) = nullptr;
+  Return (*EventSetWait)(EventSet, EventData*, unsigned int) = nullptr;  // _v2
+  Return (*EventSetFree)(EventSet) = nullptr;
+  Return (*DeviceGetTotalEccErrors)(Device, int, int, unsigned long long*) = nullptr;
+  Return (*DeviceGetRetiredPages)(Device, int, unsigned int*, unsigned long long*) = nullptr;
+  Return (*DeviceGetRemappedRows)(Device, unsigned int*, unsigned int*, unsigned int*,
+                                  unsigned int*) = nullptr;
+  Return (*DeviceGetPcieReplayCounter)(Device, unsigned int*) = nullptr;
+
+  // Loads `library_name` and resolves every entry point: kUnavailable
+  // naming what is missing.
+  static Result<Api> Load(const std::string& library_name);
+
+  // "nvmlFoo: <NVML's text> (code)".
+  std::string Describe(const char* call, Return code) const;
+};
+
+}  // namespace rasd::drivers::nvml

@@ -1,0 +1,362 @@
+#include "rasd/drivers_shim/nvml_monitor.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "nvml_api.h"
+
+namespace rasd::drivers {
+namespace nvml {
+
+Result<Api> Api::Load(const std::string& library_name) {
+  auto library = common::DynamicLibrary::Open(library_name);
+  if (!library) return Fail(library.error());
+  Api api{.library = std::move(*library)};
+  const struct {
+    Status bound;
+  } bindings[] = {
+      {api.library.Bind(api.Init, "nvmlInit_v2")},
+      {api.library.Bind(api.Shutdown, "nvmlShutdown")},
+      {api.library.Bind(api.ErrorString, "nvmlErrorString")},
+      {api.library.Bind(api.DeviceGetCount, "nvmlDeviceGetCount_v2")},
+      {api.library.Bind(api.DeviceGetHandleByIndex, "nvmlDeviceGetHandleByIndex_v2")},
+      {api.library.Bind(api.DeviceGetName, "nvmlDeviceGetName")},
+      {api.library.Bind(api.DeviceGetUuid, "nvmlDeviceGetUUID")},
+      {api.library.Bind(api.DeviceGetPciInfo, "nvmlDeviceGetPciInfo_v3")},
+      {api.library.Bind(api.DeviceGetSupportedEventTypes, "nvmlDeviceGetSupportedEventTypes")},
+      {api.library.Bind(api.DeviceRegisterEvents, "nvmlDeviceRegisterEvents")},
+      {api.library.Bind(api.EventSetCreate, "nvmlEventSetCreate")},
+      {api.library.Bind(api.EventSetWait, "nvmlEventSetWait_v2")},
+      {api.library.Bind(api.EventSetFree, "nvmlEventSetFree")},
+      {api.library.Bind(api.DeviceGetTotalEccErrors, "nvmlDeviceGetTotalEccErrors")},
+      {api.library.Bind(api.DeviceGetRetiredPages, "nvmlDeviceGetRetiredPages")},
+      {api.library.Bind(api.DeviceGetRemappedRows, "nvmlDeviceGetRemappedRows")},
+      {api.library.Bind(api.DeviceGetPcieReplayCounter, "nvmlDeviceGetPcieReplayCounter")},
+  };
+  for (const auto& binding : bindings) {
+    if (!binding.bound) {
+      return Fail(ErrorCode::kUnavailable, fmt::format("{} is not a usable NVML: {}", library_name,
+                                                       binding.bound.error().message));
+    }
+  }
+  return api;
+}
+
+std::string Api::Describe(const char* call, Return code) const {
+  const char* text = ErrorString != nullptr ? ErrorString(code) : nullptr;
+  return fmt::format("{}: {} ({})", call, text != nullptr ? text : "unknown error", code);
+}
+
+}  // namespace nvml
+
+namespace {
+
+// NVML prints "00000000:07:00.0"; rasd and the kernel print "0000:07:00.0".
+std::string NormalizeBdf(const nvml::PciInfo& info) {
+  unsigned function = 0;
+  const char* dot = std::strrchr(info.bus_id, '.');
+  if (dot != nullptr) function = static_cast<unsigned>(std::strtoul(dot + 1, nullptr, 16));
+  return fmt::format("{:04x}:{:02x}:{:02x}.{:x}", info.domain, info.bus, info.device, function);
+}
+
+// What one GPU's counters read last time; absent values were unsupported.
+struct CounterBaseline {
+  std::optional<unsigned long long> corrected;
+  std::optional<unsigned long long> uncorrected;
+  std::set<unsigned long long> retired_pages;
+  bool retired_known = false;
+  std::optional<unsigned> remapped_rows;  // corrected + uncorrected
+  bool remap_failed = false;
+  std::optional<unsigned> pcie_replays;
+};
+
+class NvmlMonitorImpl final : public NvmlMonitor {
+ public:
+  NvmlMonitorImpl(nvml::Api api, const NvmlMonitorOptions& options, ErrorListener listener)
+      : api_(std::move(api)), options_(options), listener_(std::move(listener)) {}
+
+  ~NvmlMonitorImpl() override {
+    {
+      std::lock_guard lock(mutex_);
+      stopping_ = true;
+    }
+    wake_.notify_all();
+    if (thread_.joinable()) thread_.join();
+    if (events_ != nullptr) (void)api_.EventSetFree(events_);
+    if (initialized_) (void)api_.Shutdown();
+  }
+
+  Status Initialize() {
+    if (nvml::Return rc = api_.Init(); rc != nvml::kSuccess) {
+      return Fail(ErrorCode::kUnavailable, api_.Describe("nvmlInit", rc));
+    }
+    initialized_ = true;
+    unsigned count = 0;
+    if (nvml::Return rc = api_.DeviceGetCount(&count); rc != nvml::kSuccess) {
+      return Fail(ErrorCode::kUnavailable, api_.Describe("nvmlDeviceGetCount", rc));
+    }
+    if (nvml::Return rc = api_.EventSetCreate(&events_); rc != nvml::kSuccess) {
+      spdlog::warn("NVML: no event set ({}); reading counters only",
+                   api_.Describe("nvmlEventSetCreate", rc));
+      events_ = nullptr;
+    }
+    for (unsigned index = 0; index < count; ++index) {
+      nvml::Device handle = nullptr;
+      if (nvml::Return rc = api_.DeviceGetHandleByIndex(index, &handle); rc != nvml::kSuccess) {
+        // A GPU NVML cannot open (lost, no permission) is not a reason to
+        // watch none of the others.
+        spdlog::warn("NVML: GPU {} skipped: {}", index,
+                     api_.Describe("nvmlDeviceGetHandleByIndex", rc));
+        continue;
+      }
+      NvmlGpu gpu{.index = index};
+      char text[96] = {};
+      if (api_.DeviceGetName(handle, text, sizeof text - 1) == nvml::kSuccess) gpu.name = text;
+      std::memset(text, 0, sizeof text);
+      if (api_.DeviceGetUuid(handle, text, sizeof text - 1) == nvml::kSuccess) gpu.uuid = text;
+      nvml::PciInfo pci{};
+      if (nvml::Return rc = api_.DeviceGetPciInfo(handle, &pci); rc == nvml::kSuccess) {
+        gpu.pci_bdf = NormalizeBdf(pci);
+      } else {
+        spdlog::warn("NVML: GPU {} has no PCI address ({}); its reports name no device", index,
+                     api_.Describe("nvmlDeviceGetPciInfo", rc));
+      }
+      if (events_ != nullptr) gpu.event_types = Register(handle, gpu);
+      handles_.push_back(handle);
+      gpus_.push_back(std::move(gpu));
+      baselines_.push_back(ReadCounters(handle, {}, /*report=*/false, gpus_.back()));
+    }
+    thread_ = std::thread([this] { Run(); });
+    return {};
+  }
+
+  const std::vector<NvmlGpu>& Gpus() const override { return gpus_; }
+  std::uint64_t Reports() const override { return reports_.load(std::memory_order_relaxed); }
+
+ private:
+  std::uint64_t Register(nvml::Device handle, const NvmlGpu& gpu) {
+    constexpr unsigned long long kWanted = nvml::kEventTypeXidCriticalError |
+                                           nvml::kEventTypeSingleBitEccError |
+                                           nvml::kEventTypeDoubleBitEccError;
+    unsigned long long supported = 0;
+    if (nvml::Return rc = api_.DeviceGetSupportedEventTypes(handle, &supported);
+        rc != nvml::kSuccess) {
+      spdlog::info("NVML: GPU {} ({}) reports no event types ({}); counters only", gpu.index,
+                   gpu.pci_bdf, api_.Describe("nvmlDeviceGetSupportedEventTypes", rc));
+      return 0;
+    }
+    const unsigned long long types = supported & kWanted;
+    if (types == 0) return 0;
+    if (nvml::Return rc = api_.DeviceRegisterEvents(handle, types, events_); rc != nvml::kSuccess) {
+      spdlog::warn("NVML: GPU {} ({}): {}; counters only", gpu.index, gpu.pci_bdf,
+                   api_.Describe("nvmlDeviceRegisterEvents", rc));
+      return 0;
+    }
+    return types;
+  }
+
+  void Run() {
+    auto next_poll = std::chrono::steady_clock::now() + options_.counter_poll;
+    while (true) {
+      {
+        std::unique_lock lock(mutex_);
+        if (stopping_) return;
+        if (events_ == nullptr) {
+          wake_.wait_until(lock, next_poll, [this] { return stopping_; });
+          if (stopping_) return;
+        }
+      }
+      if (events_ != nullptr) WaitForEvent();
+      if (std::chrono::steady_clock::now() >= next_poll) {
+        for (std::size_t i = 0; i < handles_.size(); ++i) {
+          baselines_[i] = ReadCounters(handles_[i], baselines_[i], /*report=*/true, gpus_[i]);
+        }
+        next_poll = std::chrono::steady_clock::now() + options_.counter_poll;
+      }
+    }
+  }
+
+  void WaitForEvent() {
+    nvml::EventData data{};
+    const nvml::Return rc =
+        api_.EventSetWait(events_, &data, static_cast<unsigned>(options_.event_wait.count()));
+    if (rc == nvml::kErrorTimeout) return;
+    if (rc != nvml::kSuccess) {
+      // NVML reports a GPU lost here too; the counters and the kernel log
+      // carry on. Do not spin on a persistent error.
+      if (++wait_failures_ <= 3) {
+        spdlog::warn("NVML: {}", api_.Describe("nvmlEventSetWait", rc));
+      }
+      std::unique_lock lock(mutex_);
+      wake_.wait_for(lock, options_.event_wait, [this] { return stopping_; });
+      return;
+    }
+    const NvmlGpu* gpu = nullptr;
+    for (std::size_t i = 0; i < handles_.size(); ++i) {
+      if (handles_[i] == data.device) gpu = &gpus_[i];
+    }
+    if (gpu == nullptr) return;
+    DriverErrorEvent event = Report(*gpu);
+    if (data.event_type & nvml::kEventTypeXidCriticalError) {
+      event.kind = DriverErrorKind::kVendorCode;
+      event.code_space = VendorCodeSpace::kNvidiaXid;
+      event.vendor_code = static_cast<int>(data.event_data);
+      event.message =
+          fmt::format("NVML: Xid {} on GPU {} ({})", data.event_data, gpu->index, gpu->pci_bdf);
+    } else if (data.event_type & nvml::kEventTypeDoubleBitEccError) {
+      event.kind = DriverErrorKind::kVendorCode;
+      event.code_space = VendorCodeSpace::kNvidiaXid;
+      event.vendor_code = 48;  // the Xid the driver logs for a double-bit ECC error
+      event.message =
+          fmt::format("NVML: double-bit ECC error on GPU {} ({})", gpu->index, gpu->pci_bdf);
+    } else if (data.event_type & nvml::kEventTypeSingleBitEccError) {
+      event.kind = DriverErrorKind::kCorrectedEcc;
+      event.message =
+          fmt::format("NVML: single-bit ECC error on GPU {} ({})", gpu->index, gpu->pci_bdf);
+    } else {
+      return;
+    }
+    Deliver(event);
+  }
+
+  DriverErrorEvent Report(const NvmlGpu& gpu) const {
+    DriverErrorEvent event;
+    event.device = -1;
+    event.pci_bdf = gpu.pci_bdf;
+    event.time = std::chrono::system_clock::now();
+    return event;
+  }
+
+  void Deliver(const DriverErrorEvent& event) {
+    reports_.fetch_add(1, std::memory_order_relaxed);
+    if (listener_) listener_(event);
+  }
+
+  void DeliverCode(const NvmlGpu& gpu, VendorCodeSpace space, std::optional<int> code,
+                   std::uint64_t count, std::string message) {
+    DriverErrorEvent event = Report(gpu);
+    event.kind = DriverErrorKind::kVendorCode;
+    event.code_space = space;
+    event.vendor_code = code;
+    event.count = count;
+    event.message = std::move(message);
+    Deliver(event);
+  }
+
+  // Reads every counter of one GPU; with `report`, increases over `last`
+  // become reports. Unsupported counters stay absent.
+  CounterBaseline ReadCounters(nvml::Device handle, const CounterBaseline& last, bool report,
+                               const NvmlGpu& gpu) {
+    CounterBaseline now;
+    unsigned long long value = 0;
+    if (api_.DeviceGetTotalEccErrors(handle, nvml::kMemoryErrorCorrected, nvml::kVolatileEcc,
+                                     &value) == nvml::kSuccess) {
+      now.corrected = value;
+      if (report && last.corrected && value > *last.corrected) {
+        DriverErrorEvent event = Report(gpu);
+        event.kind = DriverErrorKind::kCorrectedEcc;
+        event.count = value - *last.corrected;
+        event.message = fmt::format("NVML: {} corrected ECC error(s) on GPU {} ({})", event.count,
+                                    gpu.index, gpu.pci_bdf);
+        Deliver(event);
+      }
+    }
+    if (api_.DeviceGetTotalEccErrors(handle, nvml::kMemoryErrorUncorrected, nvml::kVolatileEcc,
+                                     &value) == nvml::kSuccess) {
+      now.uncorrected = value;
+      const bool events_cover_it = gpu.event_types & nvml::kEventTypeDoubleBitEccError;
+      if (report && last.uncorrected && value > *last.uncorrected && !events_cover_it) {
+        DeliverCode(gpu, VendorCodeSpace::kNvidiaXid, 48, value - *last.uncorrected,
+                    fmt::format("NVML: {} uncorrected ECC error(s) on GPU {} ({})",
+                                value - *last.uncorrected, gpu.index, gpu.pci_bdf));
+      }
+    }
+    now.retired_known = false;
+    for (int cause : {nvml::kRetiredMultipleSbe, nvml::kRetiredDoubleBitEcc}) {
+      unsigned count = 0;
+      nvml::Return rc = api_.DeviceGetRetiredPages(handle, cause, &count, nullptr);
+      if ((rc != nvml::kSuccess && count == 0) || count > 4096) continue;
+      std::vector<unsigned long long> pages(count);
+      if (count > 0 &&
+          api_.DeviceGetRetiredPages(handle, cause, &count, pages.data()) != nvml::kSuccess) {
+        continue;
+      }
+      now.retired_known = true;
+      pages.resize(std::min<std::size_t>(count, pages.size()));
+      for (unsigned long long page : pages) {
+        now.retired_pages.insert(page);
+        if (report && last.retired_known && !last.retired_pages.contains(page)) {
+          DeliverCode(gpu, VendorCodeSpace::kNvidiaXid, 63, 1,
+                      fmt::format("NVML: GPU {} ({}) retired page 0x{:x} ({})", gpu.index,
+                                  gpu.pci_bdf, page,
+                                  cause == nvml::kRetiredDoubleBitEcc ? "double-bit ECC"
+                                                                      : "repeated single-bit ECC"));
+        }
+      }
+    }
+    unsigned corrected_rows = 0, uncorrected_rows = 0, pending = 0, failed = 0;
+    if (api_.DeviceGetRemappedRows(handle, &corrected_rows, &uncorrected_rows, &pending, &failed) ==
+        nvml::kSuccess) {
+      now.remapped_rows = corrected_rows + uncorrected_rows;
+      now.remap_failed = failed != 0;
+      if (report && last.remapped_rows && *now.remapped_rows > *last.remapped_rows) {
+        DeliverCode(gpu, VendorCodeSpace::kNvidiaXid, 63, *now.remapped_rows - *last.remapped_rows,
+                    fmt::format("NVML: GPU {} ({}) remapped {} row(s){}", gpu.index, gpu.pci_bdf,
+                                *now.remapped_rows - *last.remapped_rows,
+                                pending != 0 ? "; a GPU reset is pending to apply them" : ""));
+      }
+      if (report && now.remap_failed && !last.remap_failed) {
+        DeliverCode(gpu, VendorCodeSpace::kNvidiaXid, 64, 1,
+                    fmt::format("NVML: GPU {} ({}) row remapping failed", gpu.index, gpu.pci_bdf));
+      }
+    }
+    unsigned replays = 0;
+    if (api_.DeviceGetPcieReplayCounter(handle, &replays) == nvml::kSuccess) {
+      now.pcie_replays = replays;
+      if (report && last.pcie_replays && replays > *last.pcie_replays) {
+        DeliverCode(gpu, VendorCodeSpace::kNone, std::nullopt, replays - *last.pcie_replays,
+                    fmt::format("NVML: GPU {} ({}) PCIe replays +{}", gpu.index, gpu.pci_bdf,
+                                replays - *last.pcie_replays));
+      }
+    }
+    return now;
+  }
+
+  nvml::Api api_;
+  const NvmlMonitorOptions options_;
+  const ErrorListener listener_;
+  bool initialized_ = false;  // nvmlInit succeeded: shut NVML down at the end
+  nvml::EventSet events_ = nullptr;
+  std::vector<nvml::Device> handles_;
+  std::vector<NvmlGpu> gpus_;
+  std::vector<CounterBaseline> baselines_;  // the monitor thread's, after Start
+  std::atomic<std::uint64_t> reports_{0};
+  int wait_failures_ = 0;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<NvmlMonitor>> NvmlMonitor::Start(const NvmlMonitorOptions& options,
+                                                        ErrorListener listener) {
+  if (options.counter_poll.count() <= 0 || options.event_wait.count() <= 0) {
+    return Fail(ErrorCode::kInvalidArgument, "NVML poll and wait intervals must be positive");
+  }
+  auto api = nvml::Api::Load(options.library);
+  if (!api) return Fail(api.error());
+  auto monitor = std::make_unique<NvmlMonitorImpl>(std::move(*api), options, std::move(listener));
+  if (auto started = monitor->Initialize(); !started) return Fail(started.error());
+  return std::unique_ptr<NvmlMonitor>(std::move(monitor));
+}
+
+}  // namespace rasd::drivers

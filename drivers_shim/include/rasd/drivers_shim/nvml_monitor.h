@@ -1,0 +1,70 @@
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "rasd/common/result.h"
+#include "rasd/drivers_shim/driver.h"
+
+namespace rasd::drivers {
+
+struct NvmlMonitorOptions {
+  // dlopen()ed at run time: rasd has no link-time dependency on NVIDIA's
+  // libraries, so one binary runs on hosts with and without them.
+  std::string library = "libnvidia-ml.so.1";
+  // How often ECC counters, retired pages, remapped rows and PCIe replays
+  // are read. Their first reading is the baseline: counts since the
+  // driver loaded are not news.
+  std::chrono::milliseconds counter_poll{10'000};
+  // The longest nvmlEventSetWait call: bounds how long stopping takes.
+  std::chrono::milliseconds event_wait{200};
+};
+
+// One GPU as NVML names it.
+struct NvmlGpu {
+  unsigned index = 0;
+  std::string name;
+  std::string pci_bdf;  // "0000:07:00.0", the form DeviceProperties and kernel records use
+  std::string uuid;     // "GPU-8c3b..."
+  // The NVML event types registered for this GPU (Xid, single- and
+  // double-bit ECC); 0 where the GPU or driver supports none.
+  std::uint64_t event_types = 0;
+};
+
+// NVIDIA's driver-side error reports, read through NVML:
+//  - events (nvmlDeviceRegisterEvents + nvmlEventSetWait): an Xid critical
+//    error becomes a kVendorCode report in the Xid code space (the daemon's
+//    Xid table classifies it, as it does the kernel's "NVRM: Xid" lines);
+//    a single-bit ECC event kCorrectedEcc; a double-bit ECC event Xid 48;
+//  - polled counters, as increases over the last reading: volatile
+//    corrected ECC (kCorrectedEcc with the increase as `count`), volatile
+//    uncorrected ECC (Xid 48, only where double-bit events are not
+//    registered, so one error is not reported twice), newly retired pages
+//    and remapped rows (Xid 63: recorded), a row-remap failure (Xid 64),
+//    PCIe replays (a kVendorCode report with no code space: recorded, not
+//    acted on; replays are retried by the link).
+// Reports name the GPU by `pci_bdf` with device -1: NVML's numbering is not
+// the runtime's, and the daemon attributes a report to the runtime device
+// with that PCI address (whichever backend runs it).
+//
+// Thread-safety: Start() spawns one thread that calls `listener`; the
+// listener must not block for long. Gpus() is fixed after Start().
+// Destroying the monitor stops the thread (within `event_wait`), frees
+// the event set and shuts NVML down.
+class NvmlMonitor {
+ public:
+  // kUnavailable when the library cannot be loaded, lacks a symbol, or
+  // nvmlInit fails (no driver); the message says which.
+  static Result<std::unique_ptr<NvmlMonitor>> Start(const NvmlMonitorOptions& options,
+                                                    ErrorListener listener);
+  virtual ~NvmlMonitor() = default;
+
+  virtual const std::vector<NvmlGpu>& Gpus() const = 0;
+  // Reports delivered to the listener so far.
+  virtual std::uint64_t Reports() const = 0;
+};
+
+}  // namespace rasd::drivers

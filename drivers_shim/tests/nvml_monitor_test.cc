@@ -1,0 +1,187 @@
+// The NVML monitor against tests/fake_nvml.cc, a library with NVML's entry
+// points whose GPUs and errors come from a script file.
+
+#include "rasd/drivers_shim/nvml_monitor.h"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <condition_variable>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <vector>
+
+namespace rasd::drivers {
+namespace {
+
+using namespace std::chrono_literals;
+
+class NvmlMonitorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    script_ = std::filesystem::temp_directory_path() /
+              ("rasd-nvml-" + std::to_string(::getpid()) + "-" +
+               ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::ofstream(script_, std::ios::trunc).flush();
+    ::setenv("RASD_FAKE_NVML_SCRIPT", script_.c_str(), 1);
+    ::setenv("RASD_FAKE_NVML_GPUS", "0000:c1:00.0,0000:C2:00.0", 1);
+    ::unsetenv("RASD_FAKE_NVML_INIT");
+  }
+  void TearDown() override {
+    monitor_.reset();
+    std::filesystem::remove(script_);
+  }
+
+  void Script(const std::string& line) {
+    std::ofstream out(script_, std::ios::app);
+    out << line << '\n';
+  }
+
+  Status Start(std::chrono::milliseconds poll = 20ms) {
+    auto monitor = NvmlMonitor::Start(
+        {.library = RASD_FAKE_NVML_PATH, .counter_poll = poll, .event_wait = 20ms},
+        [this](const DriverErrorEvent& event) {
+          std::lock_guard lock(mutex_);
+          reports_.push_back(event);
+          arrived_.notify_all();
+        });
+    if (!monitor) return Fail(monitor.error());
+    monitor_ = std::move(*monitor);
+    return {};
+  }
+
+  // Waits for the `n`th report (1-based) and returns it.
+  DriverErrorEvent Nth(std::size_t n) {
+    std::unique_lock lock(mutex_);
+    const bool arrived = arrived_.wait_for(lock, 5s, [&] { return reports_.size() >= n; });
+    EXPECT_TRUE(arrived) << "only " << reports_.size() << " report(s), waited for " << n;
+    return arrived ? reports_[n - 1] : DriverErrorEvent{};
+  }
+  std::size_t Count() {
+    std::lock_guard lock(mutex_);
+    return reports_.size();
+  }
+
+  std::filesystem::path script_;
+  std::unique_ptr<NvmlMonitor> monitor_;
+  std::mutex mutex_;
+  std::condition_variable arrived_;
+  std::vector<DriverErrorEvent> reports_;
+};
+
+TEST_F(NvmlMonitorTest, MissingLibraryIsUnavailable) {
+  auto monitor = NvmlMonitor::Start({.library = "libnvidia-ml-rasd-missing.so.1"}, nullptr);
+  ASSERT_FALSE(monitor);
+  EXPECT_EQ(monitor.error().code, ErrorCode::kUnavailable);
+  EXPECT_NE(monitor.error().message.find("libnvidia-ml-rasd-missing.so.1"), std::string::npos);
+}
+
+TEST_F(NvmlMonitorTest, ALibraryWithoutNvmlsSymbolsIsUnavailable) {
+  auto monitor = NvmlMonitor::Start({.library = "libm.so.6"}, nullptr);
+  ASSERT_FALSE(monitor);
+  EXPECT_EQ(monitor.error().code, ErrorCode::kUnavailable);
+  EXPECT_NE(monitor.error().message.find("nvmlInit_v2"), std::string::npos)
+      << monitor.error().message;
+}
+
+TEST_F(NvmlMonitorTest, NoDriverIsUnavailableWithNvmlsReason) {
+  ::setenv("RASD_FAKE_NVML_INIT", "9", 1);  // NVML_ERROR_DRIVER_NOT_LOADED
+  auto started = Start();
+  ASSERT_FALSE(started);
+  EXPECT_EQ(started.error().code, ErrorCode::kUnavailable);
+  EXPECT_NE(started.error().message.find("Driver Not Loaded (9)"), std::string::npos)
+      << started.error().message;
+}
+
+TEST_F(NvmlMonitorTest, NamesGpusByTheKernelsPciAddressForm) {
+  Script("noevents 1");
+  ASSERT_TRUE(Start());
+  const auto& gpus = monitor_->Gpus();
+  ASSERT_EQ(gpus.size(), 2u);
+  EXPECT_EQ(gpus[0].pci_bdf, "0000:c1:00.0");  // NVML's "00000000:c1:00.0"
+  EXPECT_EQ(gpus[1].pci_bdf, "0000:c2:00.0");
+  EXPECT_EQ(gpus[0].name, "Fake NVIDIA GPU");
+  EXPECT_EQ(gpus[0].uuid.rfind("GPU-", 0), 0u);
+  EXPECT_EQ(gpus[0].event_types, 0x1u | 0x2u | 0x8u);  // Xid, SBE, DBE; not P-state
+  EXPECT_EQ(gpus[1].event_types, 0u);
+}
+
+TEST_F(NvmlMonitorTest, XidAndEccEventsBecomeReportsNamingTheGpuByPciAddress) {
+  ASSERT_TRUE(Start(/*poll=*/10s));
+  Script("xid 1 79");
+  const DriverErrorEvent xid = Nth(1);
+  EXPECT_EQ(xid.kind, DriverErrorKind::kVendorCode);
+  EXPECT_EQ(xid.code_space, VendorCodeSpace::kNvidiaXid);
+  EXPECT_EQ(xid.vendor_code, 79);
+  EXPECT_EQ(xid.device, -1);
+  EXPECT_EQ(xid.pci_bdf, "0000:c2:00.0");
+  EXPECT_NE(xid.message.find("Xid 79"), std::string::npos);
+
+  Script("sbe 0");
+  Script("dbe 0");
+  const DriverErrorEvent sbe = Nth(2);
+  EXPECT_EQ(sbe.kind, DriverErrorKind::kCorrectedEcc);
+  EXPECT_EQ(sbe.pci_bdf, "0000:c1:00.0");
+  const DriverErrorEvent dbe = Nth(3);
+  EXPECT_EQ(dbe.kind, DriverErrorKind::kVendorCode);
+  EXPECT_EQ(dbe.vendor_code, 48);
+  EXPECT_EQ(monitor_->Reports(), 3u);
+}
+
+TEST_F(NvmlMonitorTest, CounterIncreasesAreReportedAndTheFirstReadingIsTheBaseline) {
+  // Counts from before rasd started are not news.
+  Script("ecc 0 1000 3");
+  Script("retire 0 sbe 0x1000");
+  Script("replay 0 7");
+  Script("noevents 1");
+  ASSERT_TRUE(Start());
+  std::this_thread::sleep_for(100ms);
+  EXPECT_EQ(Count(), 0u);
+
+  Script("ecc 0 1005 4");  // GPU 0 has DBE events: the uncorrected count is theirs to report
+  const DriverErrorEvent corrected = Nth(1);
+  EXPECT_EQ(corrected.kind, DriverErrorKind::kCorrectedEcc);
+  EXPECT_EQ(corrected.count, 5u);
+  EXPECT_EQ(corrected.pci_bdf, "0000:c1:00.0");
+
+  Script("ecc 1 0 2");  // GPU 1 has no events: the counter is the only report
+  const DriverErrorEvent uncorrected = Nth(2);
+  EXPECT_EQ(uncorrected.kind, DriverErrorKind::kVendorCode);
+  EXPECT_EQ(uncorrected.vendor_code, 48);
+  EXPECT_EQ(uncorrected.count, 2u);
+  EXPECT_EQ(uncorrected.pci_bdf, "0000:c2:00.0");
+
+  Script("retire 0 dbe 0x2000");
+  const DriverErrorEvent retired = Nth(3);
+  EXPECT_EQ(retired.vendor_code, 63);
+  EXPECT_NE(retired.message.find("0x2000"), std::string::npos);
+  EXPECT_FALSE(retired.address) << "a framebuffer page is not a device virtual address";
+
+  Script("remap 1 2 1 1 0");
+  const DriverErrorEvent remapped = Nth(4);
+  EXPECT_EQ(remapped.vendor_code, 63);
+  EXPECT_EQ(remapped.count, 3u);
+  EXPECT_NE(remapped.message.find("reset is pending"), std::string::npos);
+  Script("remap 1 2 1 1 1");
+  const DriverErrorEvent failed = Nth(5);
+  EXPECT_EQ(failed.vendor_code, 64);
+
+  Script("replay 0 10");
+  const DriverErrorEvent replays = Nth(6);
+  EXPECT_EQ(replays.code_space, VendorCodeSpace::kNone);
+  EXPECT_EQ(replays.count, 3u);
+
+  std::this_thread::sleep_for(100ms);
+  EXPECT_EQ(Count(), 6u) << "an unchanged counter is reported once";
+}
+
+TEST_F(NvmlMonitorTest, StopsPromptly) {
+  ASSERT_TRUE(Start(/*poll=*/10s));
+  const auto begin = std::chrono::steady_clock::now();
+  monitor_.reset();
+  EXPECT_LT(std::chrono::steady_clock::now() - begin, 1s);
+}
+
+}  // namespace
+}  // namespace rasd::drivers
