@@ -297,6 +297,23 @@ void ReadDocument(SchemaReader& reader, const YAML::Node& root, Config& config) 
                           config.ras.edac_poll = std::chrono::milliseconds(*ms);
                         }
                       }});
+  ras_keys.push_back({"nvml", [&](const YAML::Node& value, const std::string& path) {
+                        if (auto enabled = reader.ReadBool(value, path)) config.ras.nvml = *enabled;
+                      }});
+  ras_keys.push_back({"nvml_library", [&](const YAML::Node& value, const std::string& path) {
+                        auto name = reader.ReadString(value, path);
+                        if (!name) return;
+                        if (name->empty()) {
+                          reader.Problem(value.Mark(), fmt::format("'{}' must not be empty", path));
+                          return;
+                        }
+                        config.ras.nvml_library = *name;
+                      }});
+  ras_keys.push_back({"nvml_poll_ms", [&](const YAML::Node& value, const std::string& path) {
+                        if (auto ms = reader.ReadInteger<int>(value, path, 100, 3'600'000)) {
+                          config.ras.nvml_poll = std::chrono::milliseconds(*ms);
+                        }
+                      }});
   ras_keys.push_back({"retention_days", [&](const YAML::Node& value, const std::string& path) {
                         if (auto days = reader.ReadInteger<int>(value, path, 1, 3650))
                           config.ras.retention_days = *days;

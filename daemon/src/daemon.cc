@@ -71,6 +71,8 @@ nlohmann::json IngestStatus(const RasIngest::Stats& stats) {
           {"tracefs_active", stats.tracefs_active},
           {"tracefs_pages", stats.tracefs_pages},
           {"tracefs_events", stats.tracefs_events},
+          {"nvml_gpus", stats.nvml_gpus},
+          {"nvml_reports", stats.nvml_reports},
           {"events_ingested", stats.events},
           {"store_failures", stats.store_failures},
           {"edac_controllers", stats.edac_controllers},

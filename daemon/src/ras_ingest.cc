@@ -69,6 +69,7 @@ RasIngest::RasIngest(sd_event* event, const common::HostEnv& host, ras::StateSto
 
 RasIngest::~RasIngest() {
   if (driver_subscription_ != 0) runtime_.Unsubscribe(driver_subscription_);
+  nvml_.reset();  // stops its thread before the queue it writes to goes
   sd_event_source_disable_unref(kmsg_io_);
   sd_event_source_disable_unref(kmsg_timer_);
   sd_event_source_disable_unref(edac_timer_);
@@ -88,14 +89,12 @@ Status RasIngest::Start() {
       rc < 0) {
     return Fail(ErrnoError("watch driver events", -rc));
   }
-  driver_subscription_ = runtime_.SubscribeErrors([this](const drivers::DriverErrorEvent& event) {
-    {
-      std::lock_guard lock(driver_mutex_);
-      driver_events_.push_back(event);
-    }
-    const std::uint64_t one = 1;
-    (void)::write(driver_eventfd_.Get(), &one, sizeof one);
-  });
+  const std::string_view driver_name = runtime_.DriverName();
+  driver_subscription_ =
+      runtime_.SubscribeErrors([this, driver_name](const drivers::DriverErrorEvent& event) {
+        QueueDriverEvent(event, driver_name);
+      });
+  if (options_.nvml) StartNvml();
   Prune();
   if (int rc = sd_event_add_time_relative(event_, &prune_timer_, CLOCK_MONOTONIC, kPrunePeriodUsec,
                                           0, &RasIngest::OnPruneTimer, this);
@@ -121,6 +120,33 @@ Status RasIngest::Start() {
     }
   }
   return {};
+}
+
+void RasIngest::QueueDriverEvent(const drivers::DriverErrorEvent& event,
+                                 std::string_view reporter) {
+  {
+    std::lock_guard lock(driver_mutex_);
+    driver_events_.emplace_back(event, reporter);
+  }
+  const std::uint64_t one = 1;
+  (void)::write(driver_eventfd_.Get(), &one, sizeof one);
+}
+
+void RasIngest::StartNvml() {
+  auto monitor = drivers::NvmlMonitor::Start(
+      {.library = options_.nvml_library, .counter_poll = options_.nvml_poll},
+      [this](const drivers::DriverErrorEvent& event) { QueueDriverEvent(event, "nvml"); });
+  if (!monitor) {
+    // Most hosts have no NVIDIA GPU: one line, then the other sources.
+    spdlog::info("NVML: not used ({})", monitor.error().message);
+    return;
+  }
+  nvml_ = std::move(*monitor);
+  stats_.nvml_gpus = nvml_->Gpus().size();
+  for (const auto& gpu : nvml_->Gpus()) {
+    spdlog::info("NVML: GPU {} {} at {} ({}), events {}", gpu.index, gpu.name, gpu.pci_bdf,
+                 gpu.uuid, gpu.event_types != 0 ? "registered" : "unsupported: counters only");
+  }
 }
 
 void RasIngest::StartKmsg() {
@@ -286,15 +312,16 @@ int RasIngest::OnDriverEvents(sd_event_source*, int fd, uint32_t, void* userdata
 }
 
 void RasIngest::DrainDriverEvents() {
-  std::deque<drivers::DriverErrorEvent> pending;
+  std::deque<std::pair<drivers::DriverErrorEvent, std::string_view>> pending;
   {
     std::lock_guard lock(driver_mutex_);
     pending.swap(driver_events_);
   }
   std::vector<ras::RasEvent> events;
   events.reserve(pending.size());
-  for (const auto& event : pending)
-    events.push_back(EventFromDriver(event, runtime_.DriverName(), codes_));
+  for (const auto& [event, reporter] : pending) {
+    events.push_back(EventFromDriver(event, reporter, codes_));
+  }
   Deliver(std::move(events));
 }
 
@@ -436,7 +463,11 @@ void RasIngest::Deliver(std::vector<ras::RasEvent> events) {
   if (sink_.stored) sink_.stored(ids);
 }
 
-RasIngest::Stats RasIngest::GetStats() const { return stats_; }
+RasIngest::Stats RasIngest::GetStats() const {
+  Stats stats = stats_;
+  if (nvml_) stats.nvml_reports = nvml_->Reports();
+  return stats;
+}
 
 std::size_t RasIngest::InjectKernelLog(std::string_view text) {
   std::vector<ras::RasEvent> events;

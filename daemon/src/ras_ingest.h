@@ -12,6 +12,7 @@
 #include "rasd/common/host_env.h"
 #include "rasd/common/unique_fd.h"
 #include "rasd/daemon/config.h"
+#include "rasd/drivers_shim/nvml_monitor.h"
 #include "rasd/ras/edac_sysfs_source.h"
 #include "rasd/ras/kmsg_source.h"
 #include "rasd/ras/ras_event.h"
@@ -58,6 +59,8 @@ class RasIngest {
     std::uint64_t store_failures = 0;
     bool kmsg_active = false;
     bool tracefs_active = false;
+    std::size_t nvml_gpus = 0;  // GPUs NVML watches; 0 without NVML
+    std::uint64_t nvml_reports = 0;
     std::uint64_t tracefs_pages = 0;
     std::uint64_t tracefs_events = 0;
     std::size_t edac_controllers = 0;
@@ -87,6 +90,8 @@ class RasIngest {
   void Deliver(std::vector<ras::RasEvent> events);
   void AttributeToDevices(std::vector<ras::RasEvent>& events) const;
   void DrainDriverEvents();
+  void StartNvml();
+  void QueueDriverEvent(const drivers::DriverErrorEvent& event, std::string_view reporter);
 
   static int OnKmsgReadable(sd_event_source* source, int fd, uint32_t revents, void* userdata);
   static int OnKmsgTimer(sd_event_source* source, uint64_t usec, void* userdata);
@@ -130,7 +135,10 @@ class RasIngest {
   sd_event_source* driver_io_ = nullptr;
   int driver_subscription_ = 0;
   mutable std::mutex driver_mutex_;
-  std::deque<drivers::DriverErrorEvent> driver_events_;  // guarded by driver_mutex_
+  // Reports of the runtime's driver and of NVML, with the name of the
+  // reporter ("sim", "cuda", "nvml"). Guarded by driver_mutex_.
+  std::deque<std::pair<drivers::DriverErrorEvent, std::string_view>> driver_events_;
+  std::unique_ptr<drivers::NvmlMonitor> nvml_;
 
   Stats stats_;
   // Log at most this many events a second; a storm is counted, not printed.

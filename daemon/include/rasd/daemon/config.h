@@ -59,9 +59,14 @@ struct Config {
     std::string tracefs_instance = "rasd";
     // How often the EDAC sysfs counters are read; 0 turns the poller off.
     std::chrono::milliseconds edac_poll{10000};
-    int retention_days = 90;               // events older than this are deleted (hourly)
-    std::uint64_t max_events = 1'000'000;  // and the oldest beyond this many
-    std::size_t storm_threshold = 64;      // a batch larger than this is coalesced
+    // Read NVIDIA's Xid and ECC reports through NVML where the library and
+    // a driver are present (a host without them logs one line).
+    bool nvml = true;
+    std::string nvml_library = "libnvidia-ml.so.1";
+    std::chrono::milliseconds nvml_poll{10000};  // ECC, retired-page, remap, replay counters
+    int retention_days = 90;                     // events older than this are deleted (hourly)
+    std::uint64_t max_events = 1'000'000;        // and the oldest beyond this many
+    std::size_t storm_threshold = 64;            // a batch larger than this is coalesced
     // Classes of accelerator error codes: the built-in table with the
     // config's entries over it. Applied on reload.
     ras::CodeTable codes = ras::CodeTable::Default();

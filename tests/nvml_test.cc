@@ -1,0 +1,113 @@
+// NVIDIA's reports through NVML, end to end in the real rasd: a stand-in
+// libnvidia-ml (drivers_shim/tests/fake_nvml.cc, loaded by dlopen as the
+// real one would be) names GPUs at the simulated devices' PCI addresses;
+// an Xid event isolates exactly that device through the policy, a counter
+// increase is a CE event with its count, and a host without NVML runs on.
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "test_support.h"
+
+namespace rasd::testing {
+namespace {
+
+nlohmann::json RasctlJson(RasdInstance& rasd, std::vector<std::string> args) {
+  args.insert(args.begin(), "--json");
+  const auto result = rasd.Rasctl(args);
+  EXPECT_EQ(result.exit_code, 0) << result.err;
+  return nlohmann::json::parse(result.out, nullptr, false);
+}
+
+std::string StateOf(RasdInstance& rasd, int device) {
+  const auto devices = RasctlJson(rasd, {"devices"});
+  if (!devices.is_object() || !devices.contains("devices")) return "?";
+  return devices["devices"][device]["state"].get<std::string>();
+}
+
+class NvmlTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    script_ = rasd_.HostRoot().parent_path() / "nvml-script";
+    std::ofstream(script_).flush();
+  }
+  void Script(const std::string& line) { std::ofstream(script_, std::ios::app) << line << '\n'; }
+  bool Start() {
+    rasd_.WriteConfig(std::string("ras:\n  nvml_library: ") + RASD_FAKE_NVML_PATH +
+                      "\n  nvml_poll_ms: 100\n");
+    std::string why;
+    const bool started =
+        rasd_.Start({},
+                    {{"RASD_FAKE_NVML_GPUS", "0000:c1:00.0,0000:c2:00.0,0000:c3:00.0,0000:c4:00.0"},
+                     {"RASD_FAKE_NVML_SCRIPT", script_.string()}},
+                    &why);
+    EXPECT_TRUE(started) << why;
+    return started;
+  }
+
+  RasdInstance rasd_;
+  std::filesystem::path script_;
+};
+
+TEST_F(NvmlTest, AnXidFromNvmlIsolatesTheDeviceAtThatPciAddress) {
+  ASSERT_TRUE(Start());
+  const auto status = RasctlJson(rasd_, {"status"});
+  EXPECT_EQ(status["ras"]["nvml_gpus"], 4) << status.dump(2);
+  EXPECT_NE(rasd_.Stderr().find("NVML: GPU 2 Fake NVIDIA GPU at 0000:c3:00.0"), std::string::npos)
+      << rasd_.Stderr();
+
+  Script("xid 2 79");
+  ASSERT_TRUE(WaitUntil([&] { return StateOf(rasd_, 2) == "isolated"; }, 5s)) << rasd_.Stderr();
+  for (int other : {0, 1, 3}) EXPECT_EQ(StateOf(rasd_, other), "healthy") << other;
+  auto device = RasctlJson(rasd_, {"devices"})["devices"][2];
+  EXPECT_EQ(device["reason"], "FATAL nvidia_xid");
+  ASSERT_FALSE(device["recent_events"].empty());
+  EXPECT_EQ(device["recent_events"][0]["vendor_code"], 79);
+  EXPECT_EQ(device["recent_events"][0]["source"], "driver");
+  EXPECT_EQ(RasctlJson(rasd_, {"status"})["ras"]["nvml_reports"], 1);
+}
+
+TEST_F(NvmlTest, CorrectedEccCountsAreEventsOfThatDeviceAndAnApplicationXidIsOnlyRecorded) {
+  Script("ecc 1 40 0");  // before the start: the baseline
+  ASSERT_TRUE(Start());
+  Script("ecc 1 52 0");
+  Script("xid 0 13");  // a warp exception: the job failed, not the GPU
+  nlohmann::json events;
+  ASSERT_TRUE(
+      WaitUntil([&] { return (events = RasctlJson(rasd_, {"events"})["events"]).size() >= 2; }, 5s))
+      << rasd_.Stderr();
+  bool saw_ce = false, saw_info = false;
+  for (const auto& event : events) {
+    if (event["severity"] == "CE") {
+      saw_ce = true;
+      EXPECT_EQ(event["device"], 1);
+      EXPECT_EQ(event["count"], 12);
+      EXPECT_EQ(event["origin"], "nvml");
+    }
+    if (event["severity"] == "INFO") {
+      saw_info = true;
+      EXPECT_EQ(event["device"], 0);
+      EXPECT_EQ(event["vendor_code"], 13);
+    }
+  }
+  EXPECT_TRUE(saw_ce && saw_info) << events.dump(2);
+  EXPECT_EQ(StateOf(rasd_, 0), "healthy");
+  EXPECT_EQ(StateOf(rasd_, 1), "healthy");
+}
+
+TEST(NvmlAbsentTest, AHostWithoutNvmlRunsOnAndSaysWhy) {
+  RasdInstance rasd;
+  rasd.WriteConfig("ras:\n  nvml_library: librasd-no-nvml-here.so.1\n");
+  std::string why;
+  ASSERT_TRUE(rasd.Start({}, {}, &why)) << why;
+  EXPECT_EQ(RasctlJson(rasd, {"status"})["ras"]["nvml_gpus"], 0);
+  EXPECT_NE(rasd.Stderr().find("NVML: not used (cannot load librasd-no-nvml-here.so.1"),
+            std::string::npos)
+      << rasd.Stderr();
+}
+
+}  // namespace
+}  // namespace rasd::testing
