@@ -237,15 +237,50 @@ void ReadDocument(SchemaReader& reader, const YAML::Node& root, Config& config) 
   const std::vector<Key> runtime_keys = {
       {"driver",
        [&](const YAML::Node& value, const std::string& path) {
-         auto text = reader.ReadString(value, path);
-         if (!text) return;
-         // The GPU and NPU backends register here as they land.
-         if (*text != "sim") {
-           reader.Problem(value.Mark(),
-                          fmt::format("'{}' must be one of: sim; not '{}'", path, *text));
+         std::vector<YAML::Node> items;
+         if (value.IsSequence()) {
+           for (const auto& item : value) items.push_back(item);
+         } else {
+           items.push_back(value);
+         }
+         std::vector<std::string> drivers;
+         for (const auto& item : items) {
+           auto text = reader.ReadString(item, path);
+           if (!text) return;
+           static const std::set<std::string> kKnown = {"sim", "cuda", "ascend", "auto"};
+           if (!kKnown.contains(*text)) {
+             reader.Problem(item.Mark(),
+                            fmt::format("'{}' must be one of: sim, cuda, ascend, auto (or a list "
+                                        "of them); not '{}'",
+                                        path, *text));
+             return;
+           }
+           if (std::find(drivers.begin(), drivers.end(), *text) != drivers.end()) {
+             reader.Problem(item.Mark(), fmt::format("'{}' names '{}' twice", path, *text));
+             return;
+           }
+           drivers.push_back(*text);
+         }
+         if (drivers.empty()) {
+           reader.Problem(value.Mark(), fmt::format("'{}' must name a backend", path));
            return;
          }
-         config.runtime.driver = *text;
+         config.runtime.drivers = std::move(drivers);
+       }},
+      {"cuda_library",
+       [&](const YAML::Node& value, const std::string& path) {
+         if (auto text = reader.ReadString(value, path); text && !text->empty())
+           config.runtime.cuda_library = *text;
+       }},
+      {"ascend_library",
+       [&](const YAML::Node& value, const std::string& path) {
+         if (auto text = reader.ReadString(value, path); text && !text->empty())
+           config.runtime.ascend_library = *text;
+       }},
+      {"dcmi_library",
+       [&](const YAML::Node& value, const std::string& path) {
+         if (auto text = reader.ReadString(value, path); text && !text->empty())
+           config.runtime.dcmi_library = *text;
        }},
   };
   std::vector<Key> ras_keys = {

@@ -16,6 +16,7 @@
 #include <cstring>
 #include <fstream>
 
+#include "backends.h"
 #include "rasd/common/default_paths.h"
 #include "rasd/common/logging.h"
 #include "rasd/common/version.h"
@@ -92,7 +93,7 @@ std::vector<std::string> RestartRequiredChanges(const Config& running, const Con
   check(running.control.socket != loaded.control.socket, "control.socket");
   check(running.control.socket_mode != loaded.control.socket_mode, "control.socket_mode");
   check(running.metrics.listen != loaded.metrics.listen, "metrics.listen");
-  check(running.runtime.driver != loaded.runtime.driver, "runtime.driver");
+  check(running.runtime != loaded.runtime, "runtime");
   check(running.simulator.devices != loaded.simulator.devices, "simulator.devices");
   check(running.simulator.memory_mib != loaded.simulator.memory_mib, "simulator.memory_mib");
   check(running.jobs != loaded.jobs, "jobs");
@@ -154,9 +155,7 @@ Status Daemon::Initialize(Config config) {
   }
   store_ = std::move(*store);
 
-  auto driver = drivers::SimDriver::Create(
-      {.device_count = config_.simulator.devices,
-       .memory_bytes_per_device = config_.simulator.memory_mib * 1024 * 1024});
+  auto driver = OpenBackends(config_);
   if (!driver) return Fail(driver.error());
   auto runtime = runtime::Runtime::Create(std::move(*driver));
   if (!runtime) return Fail(runtime.error());

@@ -230,7 +230,8 @@ TEST(ConfigTest, SemanticValuesAreChecked) {
       << problems[0];
   EXPECT_NE(problems[1].find("values.yaml:4:11: 'metrics.listen'"), std::string::npos)
       << problems[1];
-  EXPECT_NE(problems[2].find("values.yaml:6:11: 'runtime.driver' must be one of: sim"),
+  EXPECT_NE(problems[2].find(
+                "values.yaml:6:11: 'runtime.driver' must be one of: sim, cuda, ascend, auto"),
             std::string::npos)
       << problems[2];
 }

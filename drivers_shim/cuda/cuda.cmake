@@ -1,9 +1,12 @@
 # The CUDA driver API + NVML backend (drivers_shim/cuda). Both libraries are
 # loaded with dlopen at run time; nothing links against them.
 target_sources(rasd_drivers PRIVATE
+  ${CMAKE_CURRENT_SOURCE_DIR}/cuda/cuda_driver.cc
+  ${CMAKE_CURRENT_SOURCE_DIR}/cuda/kernel_geometry.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/cuda/nvml_monitor.cc
 )
-target_include_directories(rasd_drivers PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/cuda)
+target_include_directories(rasd_drivers PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/cuda
+  ${CMAKE_CURRENT_SOURCE_DIR}/cuda/kernels)
 target_link_libraries(rasd_drivers PRIVATE spdlog::spdlog fmt::fmt)
 
 if(RASD_BUILD_TESTS)
@@ -12,10 +15,26 @@ if(RASD_BUILD_TESTS)
   set_target_properties(rasd_fake_nvml PROPERTIES
     OUTPUT_NAME fake_nvml LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
   target_link_libraries(rasd_fake_nvml PRIVATE Threads::Threads)
+  # libcuda's entry points over host memory, kernels from sim_kernels.cc
+  # (tests/fake_cuda.cc).
+  add_library(rasd_fake_cuda SHARED ${CMAKE_CURRENT_SOURCE_DIR}/tests/fake_cuda.cc
+                                    ${CMAKE_CURRENT_SOURCE_DIR}/sim/sim_kernels.cc)
+  set_target_properties(rasd_fake_cuda PROPERTIES
+    OUTPUT_NAME fake_cuda LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests
+    CXX_VISIBILITY_PRESET hidden)
+  target_include_directories(rasd_fake_cuda PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/sim
+    ${CMAKE_CURRENT_SOURCE_DIR}/include ${PROJECT_SOURCE_DIR}/common/include)
+  target_link_libraries(rasd_fake_cuda PRIVATE tl::expected Threads::Threads)
+  # Its stream threads outlive a dlclose (the real libcuda stays loaded
+  # too): never unload it.
+  target_link_options(rasd_fake_cuda PRIVATE -Wl,-z,nodelete)
   target_sources(drivers_unit_tests PRIVATE
     ${CMAKE_CURRENT_SOURCE_DIR}/tests/nvml_monitor_test.cc
+    ${CMAKE_CURRENT_SOURCE_DIR}/tests/cuda_driver_test.cc
   )
   target_compile_definitions(drivers_unit_tests PRIVATE
-    RASD_FAKE_NVML_PATH="$<TARGET_FILE:rasd_fake_nvml>")
-  add_dependencies(drivers_unit_tests rasd_fake_nvml)
+    RASD_FAKE_NVML_PATH="$<TARGET_FILE:rasd_fake_nvml>"
+    RASD_FAKE_CUDA_PATH="$<TARGET_FILE:rasd_fake_cuda>"
+    RASD_HAVE_CUDA_KERNELS=$<BOOL:${RASD_HAVE_CUDA_KERNELS}>)
+  add_dependencies(drivers_unit_tests rasd_fake_nvml rasd_fake_cuda)
 endif()

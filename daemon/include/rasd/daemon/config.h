@@ -44,7 +44,14 @@ struct Config {
     bool operator==(const Metrics&) const = default;
   } metrics;
   struct Runtime {
-    std::string driver = "sim";
+    // The device backends, in device-numbering order: sim, cuda, ascend,
+    // or auto (every vendor backend whose library and devices are here).
+    // A vendor backend that is not available is logged and left out; with
+    // none, rasd runs without devices and still handles host errors.
+    std::vector<std::string> drivers = {"sim"};
+    std::string cuda_library = "libcuda.so.1";
+    std::string ascend_library = "libascendcl.so";
+    std::string dcmi_library = "libdcmi.so";
     bool operator==(const Runtime&) const = default;
   } runtime;
   struct Ras {

@@ -1,0 +1,95 @@
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "dcmi_api.h"
+#include "rasd/common/dynamic_library.h"
+#include "rasd/drivers_shim/driver.h"
+
+namespace rasd::drivers::ascend {
+
+// What was last seen of one chip. The reports are what changed since.
+struct ChipHealth {
+  unsigned int health = 0;
+  std::set<unsigned int> codes;
+};
+
+// Compares a fresh reading of `device` with `last`, updates `last`, and
+// returns the events to report, all kVendorCode in the kAscend space: one
+// when the health becomes non-zero or changes to another non-zero value
+// (no vendor_code: health is a level, not a code), and one per error code
+// that `last` did not hold. A code that clears is forgotten, so it is
+// reported again if it comes back.
+std::vector<DriverErrorEvent> DiffChipHealth(int device, ChipHealth& last, unsigned int health,
+                                             std::span<const unsigned int> codes);
+
+// The DCMI side of the Ascend backend: finds where each ACL device sits
+// (card and chip, through the logic id), answers its PCI address and die id,
+// and polls health and error codes on its own thread.
+//
+// Ownership: owns the library and the thread; Stop (or destruction) joins
+// the thread promptly, waking it from its wait.
+// Thread-safety: PciBdf and Uuid may be called from any thread; Start and
+// Stop from one thread at a time.
+class DcmiMonitor {
+ public:
+  using EmitFunction = std::function<void(DriverErrorEvent)>;
+
+  // Loads `library` and calls dcmi_init. `logic_ids[i]` is the DCMI logic id
+  // of ACL device i. kUnavailable when the library is missing or lacks a
+  // required entry point, or dcmi_init fails.
+  static Result<std::unique_ptr<DcmiMonitor>> Create(const std::string& library,
+                                                     std::vector<int> logic_ids);
+  ~DcmiMonitor();
+  DcmiMonitor(const DcmiMonitor&) = delete;
+  DcmiMonitor& operator=(const DcmiMonitor&) = delete;
+
+  // "0000:c1:00.0", or "" when DCMI does not say or the device is unmapped.
+  std::string PciBdf(int device) const;
+  // The chip's die id as "ascend-xxxxxxxx-...", or "".
+  std::string Uuid(int device) const;
+  // How many ACL devices DCMI knows.
+  int MappedDevices() const;
+
+  // Polls every `period`; `emit` runs on the polling thread.
+  void Start(std::chrono::milliseconds period, EmitFunction emit);
+  void Stop();
+
+ private:
+  struct Chip {
+    bool mapped = false;
+    int card = 0;
+    int chip = 0;
+    std::string pci_bdf;
+    std::string uuid;
+    ChipHealth last;  // used by the polling thread only
+  };
+
+  DcmiMonitor(common::DynamicLibrary library, DcmiApi api)
+      : library_(std::move(library)), api_(api) {}
+  void Locate(const std::vector<int>& logic_ids);
+  void PollOnce();
+  void Run(std::chrono::milliseconds period);
+
+  common::DynamicLibrary library_;
+  DcmiApi api_;
+  std::vector<Chip> chips_;  // by ACL device; fixed after Create
+  EmitFunction emit_;
+
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool stopping_ = false;  // guarded by mutex_
+  std::thread thread_;
+};
+
+}  // namespace rasd::drivers::ascend

@@ -1,0 +1,816 @@
+#include "rasd/drivers_shim/cuda_driver.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+#include "cuda_api.h"
+#include "cuda_fatbin.h"
+#include "kernel_geometry.h"
+#include "sim_kernels.h"
+
+namespace rasd::drivers {
+namespace cu {
+
+Result<Api> Api::Load(const std::string& library_name) {
+  auto library = common::DynamicLibrary::Open(library_name);
+  if (!library) return Fail(library.error());
+  Api api{.library = std::move(*library)};
+  const auto& lib = api.library;
+  // Newer symbol first where CUDA versioned an entry point after 11.x.
+  auto either = [&](auto& target, const char* preferred, const char* fallback) -> Status {
+    if (lib.Bind(target, preferred)) return {};
+    return lib.Bind(target, fallback);
+  };
+  const Status bindings[] = {
+      lib.Bind(api.Init, "cuInit"),
+      lib.Bind(api.DriverGetVersion, "cuDriverGetVersion"),
+      lib.Bind(api.GetErrorName, "cuGetErrorName"),
+      lib.Bind(api.DeviceGetCount, "cuDeviceGetCount"),
+      lib.Bind(api.DeviceGet, "cuDeviceGet"),
+      lib.Bind(api.DeviceGetName, "cuDeviceGetName"),
+      lib.Bind(api.DeviceTotalMem, "cuDeviceTotalMem_v2"),
+      lib.Bind(api.DeviceGetPciBusId, "cuDeviceGetPCIBusId"),
+      either(api.DeviceGetUuid, "cuDeviceGetUuid_v2", "cuDeviceGetUuid"),
+      lib.Bind(api.PrimaryCtxRetain, "cuDevicePrimaryCtxRetain"),
+      lib.Bind(api.PrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2"),
+      lib.Bind(api.CtxSetCurrent, "cuCtxSetCurrent"),
+      lib.Bind(api.CtxSynchronize, "cuCtxSynchronize"),
+      lib.Bind(api.StreamCreate, "cuStreamCreate"),
+      lib.Bind(api.StreamDestroy, "cuStreamDestroy_v2"),
+      lib.Bind(api.StreamQuery, "cuStreamQuery"),
+      lib.Bind(api.StreamWaitEvent, "cuStreamWaitEvent"),
+      lib.Bind(api.StreamAddCallback, "cuStreamAddCallback"),
+      lib.Bind(api.EventCreate, "cuEventCreate"),
+      lib.Bind(api.EventDestroy, "cuEventDestroy_v2"),
+      lib.Bind(api.EventRecord, "cuEventRecord"),
+      lib.Bind(api.EventQuery, "cuEventQuery"),
+      either(api.EventElapsedTime, "cuEventElapsedTime_v2", "cuEventElapsedTime"),
+      lib.Bind(api.MemAlloc, "cuMemAlloc_v2"),
+      lib.Bind(api.MemFree, "cuMemFree_v2"),
+      lib.Bind(api.MemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2"),
+      lib.Bind(api.MemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2"),
+      lib.Bind(api.MemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2"),
+      lib.Bind(api.MemcpyPeerAsync, "cuMemcpyPeerAsync"),
+      lib.Bind(api.ModuleLoadData, "cuModuleLoadData"),
+      lib.Bind(api.ModuleUnload, "cuModuleUnload"),
+      lib.Bind(api.ModuleGetFunction, "cuModuleGetFunction"),
+      lib.Bind(api.LaunchKernel, "cuLaunchKernel"),
+  };
+  for (const auto& bound : bindings) {
+    if (!bound) {
+      return Fail(ErrorCode::kUnavailable, fmt::format("{} is not a usable CUDA driver: {}",
+                                                       library_name, bound.error().message));
+    }
+  }
+  return api;
+}
+
+std::string Api::Describe(const char* call, Code code) const {
+  const char* name = nullptr;
+  if (GetErrorName == nullptr || GetErrorName(code, &name) != kSuccess || name == nullptr) {
+    name = "unknown CUDA error";
+  }
+  return fmt::format("{}: {} ({})", call, name, code);
+}
+
+}  // namespace cu
+
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr std::uint64_t kRetireGranularity = 4096;
+
+ErrorCode CodeFor(cu::Code status) {
+  switch (status) {
+    case cu::kErrorInvalidValue:
+    case cu::kErrorInvalidHandle:
+    case cu::kErrorNotFound:
+      return ErrorCode::kInvalidArgument;
+    case cu::kErrorOutOfMemory:
+      return ErrorCode::kOutOfMemory;
+    case cu::kErrorStubLibrary:
+    case cu::kErrorInsufficientDriver:
+    case cu::kErrorNoDevice:
+      return ErrorCode::kUnavailable;
+    default:
+      return ErrorCode::kDeviceFault;
+  }
+}
+
+// The form nvidia-smi and NVML print: GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx.
+std::string FormatUuid(const cu::Uuid& uuid) {
+  std::string hex;
+  for (unsigned char byte : uuid.bytes) hex += fmt::format("{:02x}", byte);
+  return fmt::format("GPU-{}-{}-{}-{}-{}", hex.substr(0, 8), hex.substr(8, 4), hex.substr(12, 4),
+                     hex.substr(16, 4), hex.substr(20));
+}
+
+struct StreamState {
+  int device = 0;
+  cu::Stream stream = nullptr;
+  std::atomic<bool> aborted{false};
+  // Bumped by ResetDevice: a wait or callback that began before a reset
+  // ends with kAborted, while work enqueued after it runs.
+  std::atomic<std::uint64_t> resets{0};
+  std::mutex mutex;
+  std::optional<Error> abort_reason;  // guarded by mutex
+
+  std::optional<Error> AbortReason() {
+    if (!aborted.load(std::memory_order_acquire)) return std::nullopt;
+    std::lock_guard lock(mutex);
+    return abort_reason;
+  }
+};
+
+struct EventState {
+  int device = 0;
+  cu::Event event = nullptr;
+};
+
+struct Reservation {
+  cu::DevicePointer raw = 0;  // what cuMemAlloc returned
+  std::uint64_t bytes = 0;
+};
+
+struct GpuState {
+  cu::Device handle = 0;
+  cu::Context context = nullptr;
+  cu::Module module = nullptr;
+  std::map<std::string, cu::Function, std::less<>> functions;
+  DeviceProperties properties;
+  std::map<DeviceAddress, Reservation> reservations;  // guarded by the driver's mutex
+};
+
+struct CallbackHub;
+
+struct CallbackBox {
+  std::shared_ptr<CallbackHub> hub;
+  std::shared_ptr<StreamState> stream;
+  StreamCallback callback;
+  std::uint64_t resets_at_enqueue = 0;
+};
+
+// Where CUDA's callback threads leave callbacks for the driver's thread.
+// Shared with every pending callback, so that one CUDA runs after the
+// driver is gone (a GPU that never finished) finds the hub, not freed
+// memory, and is dropped.
+struct CallbackHub {
+  struct Pending {
+    std::unique_ptr<CallbackBox> box;
+    cu::Code status = cu::kSuccess;
+  };
+  std::mutex mutex;
+  std::condition_variable ready;
+  std::deque<Pending> pending;  // guarded by mutex
+  bool stopping = false;        // guarded by mutex
+};
+
+class CudaDriverImpl final : public Driver {
+ public:
+  explicit CudaDriverImpl(cu::Api api) : api_(std::move(api)) {}
+
+  ~CudaDriverImpl() override {
+    // Let the GPUs finish what they were given before their memory goes,
+    // but not forever: a hung GPU must not hang rasd's exit.
+    WaitForStreams(std::chrono::seconds(2));
+    {
+      std::lock_guard lock(hub_->mutex);
+      hub_->stopping = true;
+    }
+    hub_->ready.notify_all();
+    if (callback_thread_.joinable()) callback_thread_.join();
+    std::lock_guard lock(mutex_);
+    for (auto& [id, stream] : streams_) {
+      (void)Use(stream->device);
+      (void)api_.StreamDestroy(stream->stream);
+    }
+    for (auto& [id, event] : events_) {
+      (void)Use(event.device);
+      (void)api_.EventDestroy(event.event);
+    }
+    for (std::size_t i = 0; i < gpus_.size(); ++i) {
+      auto& gpu = gpus_[i];
+      if (gpu.context == nullptr) continue;
+      (void)api_.CtxSetCurrent(gpu.context);
+      for (auto& [base, reservation] : gpu.reservations) (void)api_.MemFree(reservation.raw);
+      if (gpu.module != nullptr) (void)api_.ModuleUnload(gpu.module);
+      (void)api_.PrimaryCtxRelease(gpu.handle);
+    }
+  }
+
+  Status Initialize(const std::string& library_name) {
+    if (cu::Code rc = api_.Init(0); rc != cu::kSuccess) {
+      if (rc == cu::kErrorStubLibrary) {
+        return Fail(ErrorCode::kUnavailable,
+                    fmt::format("{} is the CUDA toolkit's stub: no NVIDIA driver on this host ({})",
+                                library_name, api_.Describe("cuInit", rc)));
+      }
+      return Fail(ErrorCode::kUnavailable, api_.Describe("cuInit", rc));
+    }
+    int count = 0;
+    if (cu::Code rc = api_.DeviceGetCount(&count); rc != cu::kSuccess) {
+      return Fail(ErrorCode::kUnavailable, api_.Describe("cuDeviceGetCount", rc));
+    }
+    if (count <= 0) return Fail(ErrorCode::kUnavailable, "the CUDA driver sees no GPU");
+    const auto fatbin = cuda::KernelFatbin();
+    gpus_.resize(static_cast<std::size_t>(count));
+    for (int index = 0; index < count; ++index) {
+      auto& gpu = gpus_[static_cast<std::size_t>(index)];
+      if (cu::Code rc = api_.DeviceGet(&gpu.handle, index); rc != cu::kSuccess) {
+        return Fail(ErrorCode::kUnavailable, api_.Describe("cuDeviceGet", rc));
+      }
+      if (cu::Code rc = api_.PrimaryCtxRetain(&gpu.context, gpu.handle); rc != cu::kSuccess) {
+        gpu.context = nullptr;
+        return Fail(
+            ErrorCode::kUnavailable,
+            fmt::format("GPU {}: {}", index, api_.Describe("cuDevicePrimaryCtxRetain", rc)));
+      }
+      auto& properties = gpu.properties;
+      properties.index = index;
+      properties.vendor = "nvidia";
+      properties.retire_granularity = kRetireGranularity;
+      char text[128] = {};
+      if (api_.DeviceGetName(text, sizeof text - 1, gpu.handle) == cu::kSuccess) {
+        properties.name = text;
+      }
+      std::fill(std::begin(text), std::end(text), '\0');
+      if (api_.DeviceGetPciBusId(text, sizeof text - 1, gpu.handle) == cu::kSuccess) {
+        properties.pci_bdf = text;
+        for (char& c : properties.pci_bdf)
+          c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      }
+      cu::Uuid uuid{};
+      if (api_.DeviceGetUuid(&uuid, gpu.handle) == cu::kSuccess) properties.uuid = FormatUuid(uuid);
+      std::size_t total = 0;
+      if (api_.DeviceTotalMem(&total, gpu.handle) == cu::kSuccess) properties.memory_bytes = total;
+      if (!fatbin.empty()) {
+        if (auto loaded = LoadKernels(gpu, fatbin); !loaded) {
+          // A GPU the fatbin has no code for (an architecture newer than
+          // its PTX allows) still serves memory and copies.
+          spdlog::warn("CUDA GPU {} ({}): no kernels: {}", index, properties.name,
+                       loaded.error().message);
+        }
+      }
+    }
+    if (fatbin.empty()) {
+      spdlog::warn(
+          "CUDA: rasd was built without nvcc: no kernels; memory, copies and streams only");
+    }
+    callback_thread_ = std::thread([this] { RunCallbacks(); });
+    return {};
+  }
+
+  std::string_view Name() const override { return "cuda"; }
+
+  Result<std::vector<DeviceProperties>> EnumerateDevices() override {
+    std::vector<DeviceProperties> devices;
+    for (const auto& gpu : gpus_) devices.push_back(gpu.properties);
+    return devices;
+  }
+
+  std::vector<KernelSignature> Kernels() const override {
+    std::vector<KernelSignature> kernels;
+    const bool any = std::any_of(gpus_.begin(), gpus_.end(),
+                                 [](const GpuState& gpu) { return !gpu.functions.empty(); });
+    if (!any) return kernels;
+    for (const auto& kernel : sim::SimKernels()) kernels.push_back(kernel.signature);
+    return kernels;
+  }
+
+  Result<DeviceAddress> ReserveMemory(int device, std::uint64_t bytes) override {
+    auto gpu = Gpu(device);
+    if (!gpu) return Fail(gpu.error());
+    if (bytes == 0) return Fail(ErrorCode::kInvalidArgument, "cannot reserve 0 bytes");
+    const std::uint64_t rounded =
+        (bytes + kRetireGranularity - 1) / kRetireGranularity * kRetireGranularity;
+    if (auto used = Use(device); !used) return Fail(used.error());
+    // cuMemAlloc aligns large allocations at 2 MiB but promises only 256
+    // bytes: ask for a granule more and align the base.
+    cu::DevicePointer raw = 0;
+    if (cu::Code rc = api_.MemAlloc(&raw, rounded + kRetireGranularity); rc != cu::kSuccess) {
+      return Fail(CodeFor(rc), fmt::format("GPU {}: {} of {} bytes", device,
+                                           api_.Describe("cuMemAlloc", rc), bytes));
+    }
+    const DeviceAddress base =
+        (raw + kRetireGranularity - 1) / kRetireGranularity * kRetireGranularity;
+    std::lock_guard lock(mutex_);
+    (*gpu)->reservations[base] = Reservation{raw, rounded};
+    return base;
+  }
+
+  Status ReleaseMemory(int device, DeviceAddress base) override {
+    auto gpu = Gpu(device);
+    if (!gpu) return Fail(gpu.error());
+    Reservation reservation;
+    {
+      std::lock_guard lock(mutex_);
+      auto it = (*gpu)->reservations.find(base);
+      if (it == (*gpu)->reservations.end()) {
+        return Fail(ErrorCode::kInvalidArgument,
+                    fmt::format("GPU {}: 0x{:x} is not a reservation", device, base));
+      }
+      reservation = it->second;
+      (*gpu)->reservations.erase(it);
+    }
+    if (auto used = Use(device); !used) return used;
+    return Check(api_.MemFree(reservation.raw), "cuMemFree", device);
+  }
+
+  Result<StreamHandle> CreateStream(int device) override {
+    if (auto gpu = Gpu(device); !gpu) return Fail(gpu.error());
+    if (auto used = Use(device); !used) return Fail(used.error());
+    auto state = std::make_shared<StreamState>();
+    state->device = device;
+    if (auto created = Check(api_.StreamCreate(&state->stream, cu::kStreamNonBlocking),
+                             "cuStreamCreate", device);
+        !created) {
+      return Fail(created.error());
+    }
+    std::lock_guard lock(mutex_);
+    const std::uint64_t id = next_handle_++;
+    streams_[id] = std::move(state);
+    return StreamHandle{id};
+  }
+
+  Status DestroyStream(StreamHandle handle) override {
+    std::shared_ptr<StreamState> state;
+    {
+      std::lock_guard lock(mutex_);
+      auto it = streams_.find(handle.value);
+      if (it == streams_.end()) return Fail(ErrorCode::kInvalidArgument, "unknown stream");
+      state = std::move(it->second);
+      streams_.erase(it);
+    }
+    MarkAborted(*state, Error{ErrorCode::kAborted, "stream destroyed"});
+    if (auto used = Use(state->device); !used) return used;
+    // CUDA releases the stream once its work is done; callbacks still to
+    // run hold the state.
+    return Check(api_.StreamDestroy(state->stream), "cuStreamDestroy", state->device);
+  }
+
+  Status CopyHostToDevice(StreamHandle handle, DeviceAddress dst, const void* src,
+                          std::uint64_t bytes) override {
+    auto stream = Enqueueable(handle);
+    if (!stream) return Fail(stream.error());
+    return Check(api_.MemcpyHtoDAsync(dst, src, bytes, (*stream)->stream), "cuMemcpyHtoDAsync",
+                 (*stream)->device, *stream);
+  }
+
+  Status CopyDeviceToHost(StreamHandle handle, void* dst, DeviceAddress src,
+                          std::uint64_t bytes) override {
+    auto stream = Enqueueable(handle);
+    if (!stream) return Fail(stream.error());
+    return Check(api_.MemcpyDtoHAsync(dst, src, bytes, (*stream)->stream), "cuMemcpyDtoHAsync",
+                 (*stream)->device, *stream);
+  }
+
+  Status CopyDeviceToDevice(StreamHandle handle, DeviceAddress dst, int dst_device,
+                            DeviceAddress src, std::uint64_t bytes) override {
+    auto stream = Enqueueable(handle);
+    if (!stream) return Fail(stream.error());
+    auto target = Gpu(dst_device);
+    if (!target) return Fail(target.error());
+    const int src_device = (*stream)->device;
+    if (dst_device == src_device) {
+      return Check(api_.MemcpyDtoDAsync(dst, src, bytes, (*stream)->stream), "cuMemcpyDtoDAsync",
+                   src_device, *stream);
+    }
+    // A peer copy works with or without peer access enabled (the driver
+    // stages it through the host where there is no direct path).
+    return Check(api_.MemcpyPeerAsync(dst, (*target)->context, src,
+                                      gpus_[static_cast<std::size_t>(src_device)].context, bytes,
+                                      (*stream)->stream),
+                 "cuMemcpyPeerAsync", src_device, *stream);
+  }
+
+  Status LaunchKernel(StreamHandle handle, std::string_view kernel, const LaunchConfig& config,
+                      std::span<const KernelArg> args) override {
+    const sim::SimKernel* registered = sim::FindSimKernel(kernel);
+    if (registered == nullptr) {
+      return Fail(ErrorCode::kNotFound, fmt::format("no kernel named '{}'", kernel));
+    }
+    const auto& expected = registered->signature.args;
+    if (args.size() != expected.size()) {
+      return Fail(ErrorCode::kInvalidArgument, fmt::format("kernel '{}' takes {} arguments, not {}",
+                                                           kernel, expected.size(), args.size()));
+    }
+    for (std::size_t i = 0; i < args.size(); ++i) {
+      if (args[i].kind != expected[i]) {
+        return Fail(ErrorCode::kInvalidArgument,
+                    fmt::format("kernel '{}': argument {} has the wrong kind", kernel, i));
+      }
+    }
+    if (auto sized = cuda::CheckKernelSizes(kernel, args); !sized) return sized;
+    auto stream = Enqueueable(handle);
+    if (!stream) return Fail(stream.error());
+    auto& gpu = gpus_[static_cast<std::size_t>((*stream)->device)];
+    if (auto inside = CheckBuffers(gpu, kernel, args); !inside) return inside;
+    auto function = gpu.functions.find(kernel);
+    if (function == gpu.functions.end()) {
+      return Fail(ErrorCode::kNotSupported,
+                  fmt::format("GPU {} has no CUDA kernels (rasd built without nvcc, or no code "
+                              "for this GPU's architecture)",
+                              (*stream)->device));
+    }
+    // kernelParams: one pointer per argument, to a value of the kernel's
+    // parameter type (long long, float, or a device pointer); CUDA copies
+    // them before cuLaunchKernel returns.
+    void* params[kMaxKernelArgs] = {};
+    for (std::size_t i = 0; i < args.size(); ++i) {
+      params[i] = const_cast<void*>(args[i].kind == ArgKind::kFloat
+                                        ? static_cast<const void*>(&args[i].real)
+                                        : static_cast<const void*>(&args[i].integer));
+    }
+    const LaunchConfig geometry =
+        cuda::IsDefaultLaunch(config) ? cuda::KernelGeometry(kernel, args) : config;
+    return Check(
+        api_.LaunchKernel(function->second, geometry.grid.x, geometry.grid.y, geometry.grid.z,
+                          geometry.block.x, geometry.block.y, geometry.block.z,
+                          geometry.shared_bytes, (*stream)->stream, params, nullptr),
+        "cuLaunchKernel", (*stream)->device, *stream);
+  }
+
+  Status EnqueueCallback(StreamHandle handle, StreamCallback callback) override {
+    auto stream = Enqueueable(handle);
+    if (!stream) return Fail(stream.error());
+    auto* box = new CallbackBox{hub_, *stream, std::move(callback),
+                                (*stream)->resets.load(std::memory_order_acquire)};
+    const cu::Code rc = api_.StreamAddCallback((*stream)->stream, &OnStreamCallback, box, 0);
+    if (rc != cu::kSuccess) {
+      delete box;
+      return Check(rc, "cuStreamAddCallback", (*stream)->device, *stream);
+    }
+    return {};
+  }
+
+  Result<EventHandle> CreateEvent(int device) override {
+    if (auto gpu = Gpu(device); !gpu) return Fail(gpu.error());
+    if (auto used = Use(device); !used) return Fail(used.error());
+    EventState state{.device = device};
+    if (auto created =
+            Check(api_.EventCreate(&state.event, cu::kEventDefault), "cuEventCreate", device);
+        !created) {
+      return Fail(created.error());
+    }
+    std::lock_guard lock(mutex_);
+    const std::uint64_t id = next_handle_++;
+    events_[id] = state;
+    return EventHandle{id};
+  }
+
+  Status DestroyEvent(EventHandle handle) override {
+    EventState state;
+    {
+      std::lock_guard lock(mutex_);
+      auto it = events_.find(handle.value);
+      if (it == events_.end()) return Fail(ErrorCode::kInvalidArgument, "unknown event");
+      state = it->second;
+      events_.erase(it);
+    }
+    if (auto used = Use(state.device); !used) return used;
+    return Check(api_.EventDestroy(state.event), "cuEventDestroy", state.device);
+  }
+
+  Status RecordEvent(EventHandle event_handle, StreamHandle stream_handle) override {
+    auto event = FindEvent(event_handle);
+    if (!event) return Fail(event.error());
+    auto stream = Enqueueable(stream_handle);
+    if (!stream) return Fail(stream.error());
+    if (event->device != (*stream)->device) {
+      return Fail(ErrorCode::kInvalidArgument, "event and stream are on different devices");
+    }
+    return Check(api_.EventRecord(event->event, (*stream)->stream), "cuEventRecord", event->device,
+                 *stream);
+  }
+
+  Status StreamWaitEvent(StreamHandle stream_handle, EventHandle event_handle) override {
+    auto event = FindEvent(event_handle);
+    if (!event) return Fail(event.error());
+    auto stream = Enqueueable(stream_handle);
+    if (!stream) return Fail(stream.error());
+    // Cross-device waits are allowed: CUDA orders them itself.
+    return Check(api_.StreamWaitEvent((*stream)->stream, event->event, 0), "cuStreamWaitEvent",
+                 (*stream)->device, *stream);
+  }
+
+  Status SynchronizeEvent(EventHandle handle, std::chrono::nanoseconds timeout) override {
+    auto event = FindEvent(handle);
+    if (!event) return Fail(event.error());
+    if (auto used = Use(event->device); !used) return used;
+    return Poll([&] { return api_.EventQuery(event->event); }, timeout, "cuEventQuery",
+                event->device, nullptr);
+  }
+
+  Result<std::chrono::nanoseconds> ElapsedTime(EventHandle start, EventHandle end) override {
+    auto first = FindEvent(start);
+    if (!first) return Fail(first.error());
+    auto last = FindEvent(end);
+    if (!last) return Fail(last.error());
+    if (auto used = Use(first->device); !used) return Fail(used.error());
+    float milliseconds = 0;
+    if (auto measured = Check(api_.EventElapsedTime(&milliseconds, first->event, last->event),
+                              "cuEventElapsedTime", first->device);
+        !measured) {
+      return Fail(measured.error());
+    }
+    return std::chrono::nanoseconds(static_cast<std::int64_t>(milliseconds * 1e6));
+  }
+
+  Status SynchronizeStream(StreamHandle handle, std::chrono::nanoseconds timeout) override {
+    auto stream = FindStream(handle);
+    if (!stream) return Fail(stream.error());
+    if (auto used = Use((*stream)->device); !used) return used;
+    return Poll([&] { return api_.StreamQuery((*stream)->stream); }, timeout, "cuStreamQuery",
+                (*stream)->device, *stream);
+  }
+
+  Status AbortStream(StreamHandle handle, const Error& reason) override {
+    auto stream = FindStream(handle);
+    if (!stream) return Fail(stream.error());
+    MarkAborted(**stream, reason);
+    return {};
+  }
+
+  Status ResetDevice(int device) override {
+    if (auto gpu = Gpu(device); !gpu) return Fail(gpu.error());
+    std::vector<std::shared_ptr<StreamState>> on_device;
+    {
+      std::lock_guard lock(mutex_);
+      for (auto& [id, stream] : streams_) {
+        if (stream->device == device) on_device.push_back(stream);
+      }
+    }
+    for (auto& stream : on_device) stream->resets.fetch_add(1, std::memory_order_acq_rel);
+    if (auto used = Use(device); !used) return used;
+    // A sticky error fails every call in the context; a small allocation
+    // finds it without waiting for work (cuCtxSynchronize would block on a
+    // hung GPU).
+    cu::DevicePointer probe = 0;
+    if (cu::Code rc = api_.MemAlloc(&probe, 256); rc != cu::kSuccess) {
+      return Fail(ErrorCode::kNotSupported,
+                  fmt::format("GPU {}: the context has a sticky error ({}); repairing it frees "
+                              "every allocation rasd holds there: restart rasd or reset the GPU",
+                              device, api_.Describe("cuMemAlloc", rc)));
+    }
+    (void)api_.MemFree(probe);
+    return {};
+  }
+
+  void SetErrorListener(ErrorListener listener) override {
+    std::lock_guard lock(listener_mutex_);
+    listener_ = std::move(listener);
+  }
+
+ private:
+  Result<GpuState*> Gpu(int device) {
+    if (device < 0 || device >= static_cast<int>(gpus_.size())) {
+      return Fail(ErrorCode::kInvalidArgument, fmt::format("no CUDA device {}", device));
+    }
+    return &gpus_[static_cast<std::size_t>(device)];
+  }
+
+  // Every buffer of a launch lies inside one reservation of the launching
+  // GPU: an out-of-range access would fail the context, and every job on
+  // the GPU with it, instead of this one launch.
+  Status CheckBuffers(const GpuState& gpu, std::string_view kernel,
+                      std::span<const KernelArg> args) {
+    std::lock_guard lock(mutex_);
+    for (const auto& [address, bytes] : cuda::KernelBuffers(kernel, args)) {
+      if (bytes == 0) continue;
+      auto it = gpu.reservations.upper_bound(address);
+      const bool inside = it != gpu.reservations.begin() &&
+                          (--it, address - it->first <= it->second.bytes &&
+                                     bytes <= it->second.bytes - (address - it->first));
+      if (!inside) {
+        return Fail(ErrorCode::kInvalidArgument,
+                    fmt::format("kernel '{}': [0x{:x}, +{}) is outside GPU {}'s memory", kernel,
+                                address, bytes, gpu.properties.index));
+      }
+    }
+    return {};
+  }
+
+  // Makes the GPU's primary context current on the calling thread (CUDA's
+  // current context is per thread).
+  Status Use(int device) {
+    return Check(api_.CtxSetCurrent(gpus_[static_cast<std::size_t>(device)].context),
+                 "cuCtxSetCurrent", device);
+  }
+
+  Status Check(cu::Code rc, const char* call, int device,
+               const std::shared_ptr<StreamState>& stream = nullptr) {
+    if (rc == cu::kSuccess) return {};
+    if (rc == cu::kErrorEccUncorrectable) ReportEcc(device, stream);
+    return Fail(CodeFor(rc), fmt::format("GPU {}: {}", device, api_.Describe(call, rc)));
+  }
+
+  void ReportEcc(int device, const std::shared_ptr<StreamState>& stream) {
+    DriverErrorEvent event;
+    event.device = device;
+    event.kind = DriverErrorKind::kUncorrectedEcc;
+    event.consumed = stream != nullptr;
+    if (stream) {
+      std::lock_guard lock(mutex_);
+      for (const auto& [id, state] : streams_) {
+        if (state == stream) event.stream = StreamHandle{id};
+      }
+    }
+    event.pci_bdf = gpus_[static_cast<std::size_t>(device)].properties.pci_bdf;
+    event.message = "CUDA_ERROR_ECC_UNCORRECTABLE: uncorrectable ECC error in device memory";
+    event.time = std::chrono::system_clock::now();
+    std::lock_guard lock(listener_mutex_);
+    if (listener_) listener_(event);
+  }
+
+  Result<std::shared_ptr<StreamState>> FindStream(StreamHandle handle) {
+    std::lock_guard lock(mutex_);
+    auto it = streams_.find(handle.value);
+    if (it == streams_.end()) return Fail(ErrorCode::kInvalidArgument, "unknown stream");
+    return it->second;
+  }
+
+  // The stream, with its GPU's context current, unless it was aborted.
+  Result<std::shared_ptr<StreamState>> Enqueueable(StreamHandle handle) {
+    auto stream = FindStream(handle);
+    if (!stream) return stream;
+    if (auto reason = (*stream)->AbortReason()) return Fail(*reason);
+    if (auto used = Use((*stream)->device); !used) return Fail(used.error());
+    return stream;
+  }
+
+  Result<EventState> FindEvent(EventHandle handle) {
+    std::lock_guard lock(mutex_);
+    auto it = events_.find(handle.value);
+    if (it == events_.end()) return Fail(ErrorCode::kInvalidArgument, "unknown event");
+    return it->second;
+  }
+
+  void MarkAborted(StreamState& stream, const Error& reason) {
+    std::lock_guard lock(stream.mutex);
+    if (!stream.abort_reason) stream.abort_reason = reason;
+    stream.aborted.store(true, std::memory_order_release);
+  }
+
+  // Polls `query` until it stops saying "not ready", the stream (if any)
+  // is aborted, or `timeout` passes: spins briefly, then sleeps up to 1 ms.
+  template <typename Query>
+  Status Poll(Query query, std::chrono::nanoseconds timeout, const char* call, int device,
+              const std::shared_ptr<StreamState>& stream) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    auto pause = std::chrono::microseconds(0);
+    const std::uint64_t resets = stream ? stream->resets.load(std::memory_order_acquire) : 0;
+    while (true) {
+      if (stream) {
+        if (auto reason = stream->AbortReason()) return Fail(*reason);
+        if (stream->resets.load(std::memory_order_acquire) != resets) {
+          return Fail(ErrorCode::kAborted, fmt::format("GPU {} was reset", device));
+        }
+      }
+      const cu::Code rc = query();
+      if (rc != cu::kErrorNotReady) return Check(rc, call, device, stream);
+      if (std::chrono::steady_clock::now() >= deadline) {
+        return Fail(
+            ErrorCode::kTimeout,
+            fmt::format("GPU {}: not done after {} ms", device,
+                        std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count()));
+      }
+      if (pause.count() == 0) {
+        std::this_thread::yield();
+        pause = 10us;
+      } else {
+        std::this_thread::sleep_for(pause);
+        pause = std::min<std::chrono::microseconds>(pause * 2, 1ms);
+      }
+    }
+  }
+
+  Status LoadKernels(GpuState& gpu, std::span<const unsigned char> fatbin) {
+    if (auto used = Check(api_.CtxSetCurrent(gpu.context), "cuCtxSetCurrent", gpu.properties.index);
+        !used) {
+      return used;
+    }
+    if (auto loaded = Check(api_.ModuleLoadData(&gpu.module, fatbin.data()), "cuModuleLoadData",
+                            gpu.properties.index);
+        !loaded) {
+      gpu.module = nullptr;
+      return loaded;
+    }
+    for (const auto& kernel : sim::SimKernels()) {
+      cu::Function function = nullptr;
+      const std::string& name = kernel.signature.name;
+      if (auto found = Check(api_.ModuleGetFunction(&function, gpu.module, name.c_str()),
+                             "cuModuleGetFunction", gpu.properties.index);
+          !found) {
+        return Fail(found.error().code,
+                    fmt::format("kernel '{}': {}", name, found.error().message));
+      }
+      gpu.functions.emplace(name, function);
+    }
+    return {};
+  }
+
+  // Runs on a CUDA thread, which must not call CUDA: hand over.
+  static void OnStreamCallback(cu::Stream, cu::Code status, void* user) {
+    std::unique_ptr<CallbackBox> box(static_cast<CallbackBox*>(user));
+    const std::shared_ptr<CallbackHub> hub = box->hub;
+    {
+      std::lock_guard lock(hub->mutex);
+      if (hub->stopping) return;  // the driver is gone: nobody to tell
+      hub->pending.push_back({std::move(box), status});
+    }
+    hub->ready.notify_one();
+  }
+
+  // Waits, up to `limit`, until no stream has work left.
+  void WaitForStreams(std::chrono::nanoseconds limit) {
+    std::vector<std::shared_ptr<StreamState>> streams;
+    {
+      std::lock_guard lock(mutex_);
+      for (auto& [id, stream] : streams_) streams.push_back(stream);
+    }
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    for (const auto& stream : streams) {
+      if (!Use(stream->device)) continue;
+      while (api_.StreamQuery(stream->stream) == cu::kErrorNotReady &&
+             std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+    }
+  }
+
+  void RunCallbacks() {
+    while (true) {
+      CallbackHub::Pending next;
+      {
+        std::unique_lock lock(hub_->mutex);
+        hub_->ready.wait(lock, [this] { return hub_->stopping || !hub_->pending.empty(); });
+        if (hub_->stopping) {
+          // Callbacks not yet run get their stream's fate: the driver is
+          // going away.
+          for (auto& pending : hub_->pending) {
+            if (pending.box->callback) {
+              lock.unlock();
+              pending.box->callback(Fail(ErrorCode::kAborted, "CUDA driver shut down"));
+              lock.lock();
+            }
+          }
+          hub_->pending.clear();
+          return;
+        }
+        next = std::move(hub_->pending.front());
+        hub_->pending.pop_front();
+      }
+      CallbackBox& box = *next.box;
+      Status status;
+      if (auto reason = box.stream->AbortReason()) {
+        status = Fail(*reason);
+      } else if (box.stream->resets.load(std::memory_order_acquire) != box.resets_at_enqueue) {
+        status = Fail(ErrorCode::kAborted, fmt::format("GPU {} was reset", box.stream->device));
+      } else if (next.status != cu::kSuccess) {
+        if (next.status == cu::kErrorEccUncorrectable) ReportEcc(box.stream->device, box.stream);
+        status = Fail(CodeFor(next.status), fmt::format("GPU {}: {}", box.stream->device,
+                                                        api_.Describe("stream", next.status)));
+      }
+      if (box.callback) box.callback(status);
+    }
+  }
+
+  cu::Api api_;
+  std::vector<GpuState> gpus_;  // fixed after Initialize
+
+  std::mutex mutex_;
+  std::uint64_t next_handle_ = 1;
+  std::unordered_map<std::uint64_t, std::shared_ptr<StreamState>> streams_;
+  std::unordered_map<std::uint64_t, EventState> events_;
+
+  std::mutex listener_mutex_;
+  ErrorListener listener_;
+
+  const std::shared_ptr<CallbackHub> hub_ = std::make_shared<CallbackHub>();
+  std::thread callback_thread_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Driver>> CudaDriver::Create(const CudaDriverOptions& options) {
+  auto api = cu::Api::Load(options.library);
+  if (!api) return Fail(api.error());
+  auto driver = std::make_unique<CudaDriverImpl>(std::move(*api));
+  if (auto initialized = driver->Initialize(options.library); !initialized) {
+    return Fail(initialized.error());
+  }
+  return std::unique_ptr<Driver>(std::move(driver));
+}
+
+}  // namespace rasd::drivers

@@ -1,0 +1,348 @@
+// The CUDA backend: loading fails cleanly without a driver, and the
+// Driver contract holds over tests/fake_cuda.cc, a libcuda stand-in whose
+// memory is host memory and whose kernels are the simulator's.
+
+#include "rasd/drivers_shim/cuda_driver.h"
+
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <cmath>
+#include <filesystem>
+#include <future>
+#include <mutex>
+#include <numeric>
+#include <thread>
+
+#include "rasd/drivers_shim/sim_driver.h"
+
+namespace rasd::drivers {
+namespace {
+
+using namespace std::chrono_literals;
+
+TEST(CudaDriverLoadTest, AMissingLibraryIsUnavailable) {
+  auto driver = CudaDriver::Create({.library = "libcuda-rasd-missing.so.1"});
+  ASSERT_FALSE(driver);
+  EXPECT_EQ(driver.error().code, ErrorCode::kUnavailable);
+  EXPECT_NE(driver.error().message.find("libcuda-rasd-missing.so.1"), std::string::npos);
+}
+
+TEST(CudaDriverLoadTest, ALibraryWithoutTheDriverApiIsUnavailable) {
+  auto driver = CudaDriver::Create({.library = "libm.so.6"});
+  ASSERT_FALSE(driver);
+  EXPECT_EQ(driver.error().code, ErrorCode::kUnavailable);
+  EXPECT_NE(driver.error().message.find("no symbol cuInit"), std::string::npos)
+      << driver.error().message;
+}
+
+TEST(CudaDriverLoadTest, TheToolkitsStubLibrarySaysThereIsNoDriver) {
+  const std::string stub = "/usr/local/cuda/lib64/stubs/libcuda.so";
+  if (!std::filesystem::exists(stub)) {
+    GTEST_SKIP() << "no CUDA toolkit stub at " << stub << " on this machine";
+  }
+  auto driver = CudaDriver::Create({.library = stub});
+  ASSERT_FALSE(driver);
+  EXPECT_EQ(driver.error().code, ErrorCode::kUnavailable);
+  EXPECT_NE(driver.error().message.find("stub: no NVIDIA driver"), std::string::npos)
+      << driver.error().message;
+  EXPECT_NE(driver.error().message.find("(34)"), std::string::npos) << driver.error().message;
+}
+
+TEST(CudaDriverLoadTest, NoGpuIsUnavailableWithCudasReason) {
+  ::setenv("RASD_FAKE_CUDA_INIT", "100", 1);  // CUDA_ERROR_NO_DEVICE
+  auto driver = CudaDriver::Create({.library = RASD_FAKE_CUDA_PATH});
+  ::unsetenv("RASD_FAKE_CUDA_INIT");
+  ASSERT_FALSE(driver);
+  EXPECT_EQ(driver.error().code, ErrorCode::kUnavailable);
+  EXPECT_NE(driver.error().message.find("cuInit: CUDA_ERROR_NO_DEVICE (100)"), std::string::npos)
+      << driver.error().message;
+}
+
+class CudaDriverTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ::unsetenv("RASD_FAKE_CUDA_INIT");
+    ::setenv("RASD_FAKE_CUDA_DEVICES", "2", 1);
+    auto driver = CudaDriver::Create({.library = RASD_FAKE_CUDA_PATH});
+    ASSERT_TRUE(driver) << driver.error().ToString();
+    driver_ = std::move(*driver);
+    // The fake's test controls, from the copy the driver loaded.
+    fake_ = ::dlopen(RASD_FAKE_CUDA_PATH, RTLD_NOW | RTLD_NOLOAD);
+    ASSERT_NE(fake_, nullptr);
+    hold_ = reinterpret_cast<void (*)(int, int)>(::dlsym(fake_, "fake_cuda_hold"));
+    inject_ecc_ = reinterpret_cast<void (*)(int)>(::dlsym(fake_, "fake_cuda_inject_ecc"));
+    clear_ = reinterpret_cast<void (*)(int)>(::dlsym(fake_, "fake_cuda_clear"));
+    ASSERT_TRUE(hold_ && inject_ecc_ && clear_);
+    clear_(0);
+    clear_(1);
+  }
+  void TearDown() override {
+    if (clear_ != nullptr) {
+      clear_(0);
+      clear_(1);
+    }
+    driver_.reset();
+    if (fake_ != nullptr) ::dlclose(fake_);
+  }
+
+  StreamHandle NewStream(int device = 0) {
+    auto stream = driver_->CreateStream(device);
+    EXPECT_TRUE(stream) << stream.error().ToString();
+    return stream ? *stream : StreamHandle{};
+  }
+  DeviceAddress Reserve(std::uint64_t bytes, int device = 0) {
+    auto base = driver_->ReserveMemory(device, bytes);
+    EXPECT_TRUE(base) << base.error().ToString();
+    return base ? *base : 0;
+  }
+
+  std::unique_ptr<Driver> driver_;
+  void* fake_ = nullptr;
+  void (*hold_)(int, int) = nullptr;
+  void (*inject_ecc_)(int) = nullptr;
+  void (*clear_)(int) = nullptr;
+};
+
+TEST_F(CudaDriverTest, EnumeratesGpusWithTheirPciAddressUuidAndMemory) {
+  EXPECT_EQ(driver_->Name(), "cuda");
+  auto devices = driver_->EnumerateDevices();
+  ASSERT_TRUE(devices);
+  ASSERT_EQ(devices->size(), 2u);
+  const auto& first = (*devices)[0];
+  EXPECT_EQ(first.vendor, "nvidia");
+  EXPECT_EQ(first.name, "Fake CUDA GPU 0");
+  EXPECT_EQ(first.pci_bdf, "0000:d1:00.0") << "lower case, as the kernel and NVML name it";
+  EXPECT_EQ(first.uuid, "GPU-a0a1a2a3-a4a5-a6a7-a8a9-aaabacadaeaf");
+  EXPECT_EQ(first.memory_bytes, std::uint64_t{1} << 30);
+  EXPECT_EQ((*devices)[1].pci_bdf, "0000:d2:00.0");
+}
+
+TEST_F(CudaDriverTest, ReservationsAreAlignedToTheRetireGranularityAndReleasedOnce) {
+  const DeviceAddress base = Reserve(5000);
+  EXPECT_EQ(base % 4096, 0u) << "cuMemAlloc promises 256 bytes; the backend aligns further";
+  EXPECT_TRUE(driver_->ReleaseMemory(0, base));
+  auto again = driver_->ReleaseMemory(0, base);
+  ASSERT_FALSE(again);
+  EXPECT_EQ(again.error().code, ErrorCode::kInvalidArgument);
+  EXPECT_FALSE(driver_->ReserveMemory(2, 4096)) << "no GPU 2";
+  EXPECT_FALSE(driver_->ReserveMemory(0, 0));
+}
+
+TEST_F(CudaDriverTest, CopiesRoundTripWithinAndAcrossGpus) {
+  const StreamHandle stream = NewStream(0);
+  std::vector<float> input(1000);
+  std::iota(input.begin(), input.end(), 1.0f);
+  const std::uint64_t bytes = input.size() * sizeof(float);
+  const DeviceAddress a = Reserve(bytes, 0), b = Reserve(bytes, 0), c = Reserve(bytes, 1);
+  ASSERT_TRUE(driver_->CopyHostToDevice(stream, a, input.data(), bytes));
+  ASSERT_TRUE(driver_->CopyDeviceToDevice(stream, b, 0, a, bytes));
+  ASSERT_TRUE(driver_->CopyDeviceToDevice(stream, c, 1, b, bytes));
+  std::vector<float> output(input.size());
+  ASSERT_TRUE(driver_->CopyDeviceToHost(stream, output.data(), c, bytes));
+  ASSERT_TRUE(driver_->SynchronizeStream(stream, 5s));
+  EXPECT_EQ(output, input);
+  EXPECT_TRUE(driver_->DestroyStream(stream));
+  EXPECT_FALSE(driver_->SynchronizeStream(stream, 1s)) << "a destroyed handle is unknown";
+}
+
+TEST_F(CudaDriverTest, CallbacksRunInOrderAndMayCallTheDriver) {
+  const StreamHandle stream = NewStream(0);
+  std::promise<Result<EventHandle>> made;
+  // CUDA forbids CUDA calls in its own callbacks; the backend's callbacks
+  // run on its thread, where they may.
+  ASSERT_TRUE(driver_->EnqueueCallback(stream, [&](const Status& status) {
+    EXPECT_TRUE(status) << status.error().ToString();
+    made.set_value(driver_->CreateEvent(0));
+  }));
+  auto future = made.get_future();
+  ASSERT_EQ(future.wait_for(5s), std::future_status::ready);
+  auto event = future.get();
+  ASSERT_TRUE(event) << event.error().ToString();
+  EXPECT_TRUE(driver_->DestroyEvent(*event));
+}
+
+TEST_F(CudaDriverTest, EventsOrderStreamsAndMeasureTime) {
+  const StreamHandle first = NewStream(0), second = NewStream(0);
+  auto start = driver_->CreateEvent(0), end = driver_->CreateEvent(0);
+  ASSERT_TRUE(start && end);
+  hold_(0, 1);
+  ASSERT_TRUE(driver_->RecordEvent(*start, first));
+  ASSERT_TRUE(driver_->StreamWaitEvent(second, *start));
+  ASSERT_TRUE(driver_->RecordEvent(*end, second));
+  auto early = driver_->SynchronizeEvent(*end, 20ms);
+  ASSERT_FALSE(early);
+  EXPECT_EQ(early.error().code, ErrorCode::kTimeout);
+  hold_(0, 0);
+  ASSERT_TRUE(driver_->SynchronizeEvent(*end, 5s));
+  auto elapsed = driver_->ElapsedTime(*start, *end);
+  ASSERT_TRUE(elapsed) << elapsed.error().ToString();
+  EXPECT_GE(elapsed->count(), 0);
+}
+
+TEST_F(CudaDriverTest, AbortWakesAWaiterAtOnceAndFailsLaterWork) {
+  const StreamHandle stream = NewStream(0);
+  const DeviceAddress a = Reserve(4096);
+  std::vector<char> host(4096, 'x');
+  hold_(0, 1);
+  ASSERT_TRUE(driver_->CopyHostToDevice(stream, a, host.data(), host.size()));
+  auto timed_out = driver_->SynchronizeStream(stream, 20ms);
+  ASSERT_FALSE(timed_out);
+  EXPECT_EQ(timed_out.error().code, ErrorCode::kTimeout);
+
+  auto waiter =
+      std::async(std::launch::async, [&] { return driver_->SynchronizeStream(stream, 10s); });
+  std::this_thread::sleep_for(20ms);
+  const auto aborted_at = std::chrono::steady_clock::now();
+  ASSERT_TRUE(driver_->AbortStream(stream, Error{ErrorCode::kAborted, "job killed"}));
+  ASSERT_EQ(waiter.wait_for(2s), std::future_status::ready);
+  EXPECT_LT(std::chrono::steady_clock::now() - aborted_at, 100ms);
+  auto woken = waiter.get();
+  ASSERT_FALSE(woken);
+  EXPECT_EQ(woken.error().message, "job killed");
+  auto later = driver_->CopyHostToDevice(stream, a, host.data(), host.size());
+  ASSERT_FALSE(later);
+  EXPECT_EQ(later.error().message, "job killed");
+  hold_(0, 0);
+}
+
+TEST_F(CudaDriverTest, ResetEndsWaitsBeganBeforeItAndLaterWorkRuns) {
+  const StreamHandle stream = NewStream(0);
+  const DeviceAddress a = Reserve(4096);
+  std::vector<char> host(4096, 'y'), back(4096);
+  hold_(0, 1);
+  ASSERT_TRUE(driver_->CopyHostToDevice(stream, a, host.data(), host.size()));
+  auto waiter =
+      std::async(std::launch::async, [&] { return driver_->SynchronizeStream(stream, 10s); });
+  std::this_thread::sleep_for(20ms);
+  ASSERT_TRUE(driver_->ResetDevice(0));
+  ASSERT_EQ(waiter.wait_for(2s), std::future_status::ready);
+  auto woken = waiter.get();
+  ASSERT_FALSE(woken);
+  EXPECT_EQ(woken.error().code, ErrorCode::kAborted);
+  hold_(0, 0);
+  ASSERT_TRUE(driver_->CopyDeviceToHost(stream, back.data(), a, back.size()));
+  ASSERT_TRUE(driver_->SynchronizeStream(stream, 5s));
+  EXPECT_EQ(back, host);
+}
+
+TEST_F(CudaDriverTest, AnUncorrectableEccErrorIsReportedAsConsumedByTheStream) {
+  std::mutex mutex;
+  std::vector<DriverErrorEvent> reports;
+  driver_->SetErrorListener([&](const DriverErrorEvent& event) {
+    std::lock_guard lock(mutex);
+    reports.push_back(event);
+  });
+  const StreamHandle stream = NewStream(1);
+  const DeviceAddress a = Reserve(4096, 1);
+  std::vector<char> host(4096);
+  inject_ecc_(1);
+  ASSERT_TRUE(driver_->CopyDeviceToHost(stream, host.data(), a, host.size()));
+  auto synced = driver_->SynchronizeStream(stream, 5s);
+  ASSERT_FALSE(synced);
+  EXPECT_EQ(synced.error().code, ErrorCode::kDeviceFault);
+  EXPECT_NE(synced.error().message.find("CUDA_ERROR_ECC_UNCORRECTABLE"), std::string::npos)
+      << synced.error().message;
+  {
+    std::lock_guard lock(mutex);
+    ASSERT_FALSE(reports.empty());
+    EXPECT_EQ(reports[0].kind, DriverErrorKind::kUncorrectedEcc);
+    EXPECT_TRUE(reports[0].consumed);
+    EXPECT_EQ(reports[0].device, 1);
+    ASSERT_TRUE(reports[0].stream);
+    EXPECT_EQ(*reports[0].stream, stream);
+    EXPECT_EQ(reports[0].pci_bdf, "0000:d2:00.0");
+  }
+  // The context is sticky now: a reset cannot repair it without freeing
+  // every allocation, and says so.
+  auto reset = driver_->ResetDevice(1);
+  ASSERT_FALSE(reset);
+  EXPECT_EQ(reset.error().code, ErrorCode::kNotSupported);
+  EXPECT_NE(reset.error().message.find("sticky"), std::string::npos);
+  EXPECT_TRUE(driver_->CopyHostToDevice(NewStream(0), Reserve(4096, 0), host.data(), 16))
+      << "the other GPU serves on";
+  driver_->SetErrorListener(nullptr);
+}
+
+TEST_F(CudaDriverTest, KernelsMatchTheSimulatorsResults) {
+  if (!RASD_HAVE_CUDA_KERNELS) {
+    EXPECT_TRUE(driver_->Kernels().empty());
+    auto launched = driver_->LaunchKernel(
+        NewStream(0), "fill", {},
+        std::vector{KernelArg::Address(Reserve(4096)), KernelArg::Int(4), KernelArg::Float(1)});
+    ASSERT_FALSE(launched);
+    EXPECT_EQ(launched.error().code, ErrorCode::kNotSupported);
+    GTEST_SKIP() << "rasd was built without nvcc: the CUDA backend has no kernels";
+  }
+  auto sim = SimDriver::Create({.device_count = 1, .memory_bytes_per_device = 64 << 20});
+  ASSERT_TRUE(sim);
+  ASSERT_EQ(driver_->Kernels().size(), (*sim)->Kernels().size());
+
+  // The same work on both, the same answers: gemm of a 33x47 by 47x29
+  // matrix (sizes that do not divide the tiles), softmax, reduce.
+  const std::int64_t m = 33, k = 47, n = 29;
+  std::vector<float> a(m * k), b(k * n);
+  for (std::size_t i = 0; i < a.size(); ++i) a[i] = std::sin(static_cast<float>(i));
+  for (std::size_t i = 0; i < b.size(); ++i) b[i] = std::cos(static_cast<float>(i) * 0.5f);
+  auto run = [&](Driver& driver) {
+    auto stream = driver.CreateStream(0);
+    EXPECT_TRUE(stream);
+    auto reserve = [&](std::uint64_t floats) { return *driver.ReserveMemory(0, floats * 4); };
+    const DeviceAddress da = reserve(a.size()), db = reserve(b.size()), dc = reserve(m * n),
+                        ds = reserve(m * n), dr = reserve(1);
+    EXPECT_TRUE(driver.CopyHostToDevice(*stream, da, a.data(), a.size() * 4));
+    EXPECT_TRUE(driver.CopyHostToDevice(*stream, db, b.data(), b.size() * 4));
+    const std::vector<KernelArg> gemm = {KernelArg::Int(m),      KernelArg::Int(n),
+                                         KernelArg::Int(k),      KernelArg::Address(da),
+                                         KernelArg::Address(db), KernelArg::Address(dc)};
+    EXPECT_TRUE(driver.LaunchKernel(*stream, "gemm", {}, gemm));
+    const std::vector<KernelArg> relu = {KernelArg::Int(m * n), KernelArg::Address(dc),
+                                         KernelArg::Address(dc)};
+    EXPECT_TRUE(driver.LaunchKernel(*stream, "relu", {}, relu));
+    const std::vector<KernelArg> softmax = {KernelArg::Int(m), KernelArg::Int(n),
+                                            KernelArg::Address(dc), KernelArg::Address(ds)};
+    EXPECT_TRUE(driver.LaunchKernel(*stream, "softmax", {}, softmax));
+    const std::vector<KernelArg> sum = {KernelArg::Int(m * n), KernelArg::Address(ds),
+                                        KernelArg::Address(dr)};
+    EXPECT_TRUE(driver.LaunchKernel(*stream, "reduce_sum", {}, sum));
+    std::vector<float> out(m * n + 1);
+    EXPECT_TRUE(driver.CopyDeviceToHost(*stream, out.data(), ds, m * n * 4));
+    EXPECT_TRUE(driver.CopyDeviceToHost(*stream, out.data() + m * n, dr, 4));
+    auto synced = driver.SynchronizeStream(*stream, 10s);
+    EXPECT_TRUE(synced) << synced.error().ToString();
+    return out;
+  };
+  const auto on_gpu = run(*driver_);
+  const auto on_sim = run(**sim);
+  ASSERT_EQ(on_gpu.size(), on_sim.size());
+  for (std::size_t i = 0; i < on_gpu.size(); ++i) {
+    EXPECT_NEAR(on_gpu[i], on_sim[i], 1e-5f * std::max(1.0f, std::fabs(on_sim[i]))) << i;
+  }
+  EXPECT_NEAR(on_gpu.back(), static_cast<float>(m), 1e-3f) << "each softmax row sums to 1";
+
+  auto unknown = driver_->LaunchKernel(NewStream(0), "no_such_kernel", {}, {});
+  ASSERT_FALSE(unknown);
+  EXPECT_EQ(unknown.error().code, ErrorCode::kNotFound);
+  const StreamHandle stream = NewStream(0);
+  const DeviceAddress small = Reserve(4096);
+  auto outside = driver_->LaunchKernel(
+      stream, "fill", {},
+      std::vector{KernelArg::Address(small), KernelArg::Int(1025), KernelArg::Float(0)});
+  ASSERT_FALSE(outside) << "4100 bytes do not fit in a 4096-byte reservation";
+  EXPECT_EQ(outside.error().code, ErrorCode::kInvalidArgument);
+  auto negative = driver_->LaunchKernel(
+      stream, "fill", {},
+      std::vector{KernelArg::Address(small), KernelArg::Int(-1), KernelArg::Float(0)});
+  ASSERT_FALSE(negative);
+  EXPECT_TRUE(driver_->LaunchKernel(
+      stream, "fill", {},
+      std::vector{KernelArg::Address(small + 4092), KernelArg::Int(1), KernelArg::Float(0)}))
+      << "the last float of the reservation";
+  auto wrong = driver_->LaunchKernel(NewStream(0), "relu", {}, std::vector{KernelArg::Int(1)});
+  ASSERT_FALSE(wrong);
+  EXPECT_EQ(wrong.error().code, ErrorCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace rasd::drivers

@@ -1,0 +1,125 @@
+// The real rasd on its CUDA backend, over a stand-in libcuda
+// (drivers_shim/tests/fake_cuda.cc: host memory, the simulator's kernels
+// behind cuLaunchKernel) and the stand-in NVML naming the same GPUs: an
+// inference job runs on the GPUs, an Xid 79 from NVML isolates one, the
+// job moves with nothing lost, and an undrain's self-test (every kernel,
+// pool memory) returns it. Also: backends together, and none at all.
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "test_support.h"
+
+namespace rasd::testing {
+namespace {
+
+nlohmann::json RasctlJson(RasdInstance& rasd, std::vector<std::string> args) {
+  args.insert(args.begin(), "--json");
+  const auto result = rasd.Rasctl(args);
+  EXPECT_EQ(result.exit_code, 0) << result.err;
+  return nlohmann::json::parse(result.out, nullptr, false);
+}
+
+nlohmann::json Devices(RasdInstance& rasd) { return RasctlJson(rasd, {"devices"})["devices"]; }
+
+nlohmann::json Job(RasdInstance& rasd, const std::string& name) {
+  const auto listed = RasctlJson(rasd, {"jobs"});  // named: a temporary's member would dangle
+  for (const auto& job : listed["jobs"])
+    if (job["name"] == name) return job;
+  return nullptr;
+}
+
+std::map<std::string, std::string> FakeGpus(const std::filesystem::path& script) {
+  return {{"RASD_FAKE_CUDA_DEVICES", "2"},
+          {"RASD_FAKE_NVML_GPUS", "0000:d1:00.0,0000:d2:00.0"},
+          {"RASD_FAKE_NVML_SCRIPT", script.string()}};
+}
+
+TEST(CudaBackendTest, JobsRunOnTheGpusAndAnNvmlXidMovesThemOffOne) {
+  if (!RASD_HAVE_CUDA_KERNELS) GTEST_SKIP() << "rasd was built without nvcc: no CUDA kernels";
+  RasdInstance rasd;
+  const auto script = rasd.HostRoot().parent_path() / "nvml-script";
+  std::ofstream(script).flush();
+  rasd.WriteConfig(std::string("runtime:\n  driver: cuda\n  cuda_library: ") + RASD_FAKE_CUDA_PATH +
+                   "\nras:\n  nvml_library: " + RASD_FAKE_NVML_PATH +
+                   "\n  nvml_poll_ms: 100\njobs:\n  - name: llm\n    kind: inference\n"
+                   "    load_rps: 300\n");
+  std::string why;
+  ASSERT_TRUE(rasd.Start({}, FakeGpus(script), &why)) << why;
+  auto devices = Devices(rasd);
+  ASSERT_EQ(devices.size(), 2u) << devices.dump(2);
+  EXPECT_EQ(devices[0]["vendor"], "nvidia");
+  EXPECT_EQ(devices[1]["pci_bdf"], "0000:d2:00.0");
+  EXPECT_EQ(RasctlJson(rasd, {"status"})["devices"]["driver"], "cuda");
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        auto llm = Job(rasd, "llm");
+        return llm.is_object() && llm["requests"]["served"] > 100;
+      },
+      10s))
+      << Job(rasd, "llm").dump(2) << rasd.Stderr();
+
+  std::ofstream(script, std::ios::app) << "xid 1 79\n";
+  ASSERT_TRUE(WaitUntil([&] { return Devices(rasd)[1]["state"] == "isolated"; }, 5s))
+      << rasd.Stderr();
+  EXPECT_EQ(Devices(rasd)[0]["state"], "healthy");
+  ASSERT_TRUE(WaitUntil([&] { return Job(rasd, "llm")["devices"] == nlohmann::json({0}); }, 10s))
+      << Job(rasd, "llm").dump(2);
+  const auto served = Job(rasd, "llm")["requests"]["served"].get<std::int64_t>();
+  ASSERT_TRUE(WaitUntil(
+      [&] { return Job(rasd, "llm")["requests"]["served"].get<std::int64_t>() > served + 50; },
+      10s));
+
+  // The GPU itself is fine (the Xid was scripted): the self-test passes.
+  const auto undrain = rasd.Rasctl({"undrain", "1"});
+  EXPECT_EQ(undrain.exit_code, 0) << undrain.err;
+  EXPECT_NE(undrain.out.find("self-test passed"), std::string::npos) << undrain.out;
+  EXPECT_EQ(Devices(rasd)[1]["state"], "healthy");
+  auto llm = Job(rasd, "llm");
+  EXPECT_EQ(llm["requests"]["lost"], 0) << llm.dump(2);
+  EXPECT_EQ(llm["load"]["wrong"], 0) << llm.dump(2);
+}
+
+TEST(CudaBackendTest, BackendsServeTogetherNumberedInOrder) {
+  RasdInstance rasd;
+  rasd.WriteConfig(std::string("runtime:\n  driver: [cuda, sim]\n  cuda_library: ") +
+                   RASD_FAKE_CUDA_PATH + "\nsimulator:\n  devices: 3\n  memory_mib: 64\n");
+  std::string why;
+  ASSERT_TRUE(rasd.Start({}, {{"RASD_FAKE_CUDA_DEVICES", "2"}}, &why)) << why;
+  const auto devices = Devices(rasd);
+  ASSERT_EQ(devices.size(), 5u) << devices.dump(2);
+  EXPECT_EQ(devices[1]["vendor"], "nvidia");
+  EXPECT_EQ(devices[2]["vendor"], "sim");
+  EXPECT_EQ(devices[4]["index"], 4);
+  EXPECT_EQ(RasctlJson(rasd, {"status"})["devices"]["driver"], "cuda+sim");
+}
+
+TEST(CudaBackendTest, AnUnavailableBackendIsLoggedAndRasdServesWithout) {
+  RasdInstance rasd;
+  rasd.WriteConfig(
+      "runtime:\n  driver: [cuda, ascend]\n  cuda_library: librasd-no-cuda.so.1\n"
+      "  ascend_library: librasd-no-acl.so\n");
+  std::string why;
+  ASSERT_TRUE(rasd.Start({}, {}, &why)) << why;
+  EXPECT_TRUE(Devices(rasd).empty());
+  EXPECT_EQ(RasctlJson(rasd, {"status"})["devices"]["driver"], "none");
+  EXPECT_NE(rasd.Stderr().find("the cuda backend is not available: cannot load "
+                               "librasd-no-cuda.so.1"),
+            std::string::npos)
+      << rasd.Stderr();
+  EXPECT_NE(rasd.Stderr().find("the ascend backend is not available"), std::string::npos);
+  EXPECT_NE(rasd.Stderr().find("serving host errors only"), std::string::npos);
+  // Host errors are still handled.
+  rasd.AppendKmsg(
+      "3,101,5000000,-;EDAC MC0: 1 CE memory read error on CPU_SrcID#0_Ha#0_Chan#2_DIMM#0 "
+      "(channel:2 slot:0 page:0x849923 offset:0x380 grain:32 syndrome:0x0 -  area:DRAM "
+      "err_code:0001:0092 socket:0 ha:0)\n");
+  ASSERT_TRUE(WaitUntil([&] { return !RasctlJson(rasd, {"events"})["events"].empty(); }, 5s))
+      << rasd.Stderr();
+}
+
+}  // namespace
+}  // namespace rasd::testing
