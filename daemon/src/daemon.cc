@@ -1245,11 +1245,11 @@ Result<nlohmann::json> Daemon::Inject(const nlohmann::json& args) {
     }
   }
   auto* sim = dynamic_cast<drivers::SimDriver*>(&runtime_->Driver());
-  auto need_device = [&]() -> Status {
+  auto need_device = [&](bool into_simulator = true) -> Status {
     if (!device) return Fail(ErrorCode::kInvalidArgument, "inject " + kind + " needs --device");
     if (!runtime_->GetDevice(*device))
       return Fail(ErrorCode::kNotFound, fmt::format("no device {}", *device));
-    if (sim == nullptr)
+    if (into_simulator && sim == nullptr)
       return Fail(ErrorCode::kNotSupported,
                   "device faults can be injected into the simulator only (runtime.driver: sim)");
     return {};
@@ -1311,10 +1311,16 @@ Result<nlohmann::json> Daemon::Inject(const nlohmann::json& args) {
     done["device"] = *device;
     done["peer"] = *peer;
   } else if (kind == "xid") {
-    if (auto ok = need_device(); !ok) return Fail(ok.error());
+    // A kernel-log record, not a device fault: any backend's device with a
+    // PCI address will do (on a real GPU this is how its gate is tested).
+    if (auto ok = need_device(/*into_simulator=*/false); !ok) return Fail(ok.error());
     if (!xid) return Fail(ErrorCode::kInvalidArgument, "inject xid needs the Xid number");
     // The driver's own kernel-log line, naming the device by its PCI address.
     const std::string bdf = (*runtime_->GetDevice(*device))->Properties().pci_bdf;
+    if (bdf.empty()) {
+      return Fail(ErrorCode::kNotSupported,
+                  fmt::format("device {} has no PCI address for an Xid record", *device));
+    }
     const std::string line =
         fmt::format("NVRM: Xid (PCI:{}): {}, pid=0, name=rasctl-inject, injected by rasctl",
                     bdf.size() > 2 ? bdf.substr(0, bdf.size() - 2) : bdf, *xid);

@@ -98,6 +98,7 @@ class CudaDriverTest : public ::testing::Test {
     return base ? *base : 0;
   }
 
+  std::vector<char> host_buffer_;  // destroyed after the driver, which waits for the GPU
   std::unique_ptr<Driver> driver_;
   void* fake_ = nullptr;
   void (*hold_)(int, int) = nullptr;
@@ -184,7 +185,10 @@ TEST_F(CudaDriverTest, EventsOrderStreamsAndMeasureTime) {
 TEST_F(CudaDriverTest, AbortWakesAWaiterAtOnceAndFailsLaterWork) {
   const StreamHandle stream = NewStream(0);
   const DeviceAddress a = Reserve(4096);
-  std::vector<char> host(4096, 'x');
+  // A fixture member: an aborted copy still runs (nothing cancels GPU work)
+  // and must find its buffer alive until the driver has waited for it.
+  std::vector<char>& host = host_buffer_;
+  host.assign(4096, 'x');
   hold_(0, 1);
   ASSERT_TRUE(driver_->CopyHostToDevice(stream, a, host.data(), host.size()));
   auto timed_out = driver_->SynchronizeStream(stream, 20ms);
@@ -210,7 +214,9 @@ TEST_F(CudaDriverTest, AbortWakesAWaiterAtOnceAndFailsLaterWork) {
 TEST_F(CudaDriverTest, ResetEndsWaitsBeganBeforeItAndLaterWorkRuns) {
   const StreamHandle stream = NewStream(0);
   const DeviceAddress a = Reserve(4096);
-  std::vector<char> host(4096, 'y'), back(4096);
+  std::vector<char>& host = host_buffer_;
+  host.assign(4096, 'y');
+  std::vector<char> back(4096);
   hold_(0, 1);
   ASSERT_TRUE(driver_->CopyHostToDevice(stream, a, host.data(), host.size()));
   auto waiter =
@@ -260,8 +266,9 @@ TEST_F(CudaDriverTest, AnUncorrectableEccErrorIsReportedAsConsumedByTheStream) {
   ASSERT_FALSE(reset);
   EXPECT_EQ(reset.error().code, ErrorCode::kNotSupported);
   EXPECT_NE(reset.error().message.find("sticky"), std::string::npos);
-  EXPECT_TRUE(driver_->CopyHostToDevice(NewStream(0), Reserve(4096, 0), host.data(), 16))
-      << "the other GPU serves on";
+  const StreamHandle other = NewStream(0);
+  EXPECT_TRUE(driver_->CopyHostToDevice(other, Reserve(4096, 0), host.data(), 16));
+  EXPECT_TRUE(driver_->SynchronizeStream(other, 5s)) << "the other GPU serves on";
   driver_->SetErrorListener(nullptr);
 }
 
