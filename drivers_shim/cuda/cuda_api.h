@@ -41,9 +41,16 @@ inline constexpr Code kErrorEccUncorrectable = 214;
 inline constexpr Code kErrorInvalidHandle = 400;
 inline constexpr Code kErrorNotFound = 500;
 inline constexpr Code kErrorNotReady = 600;
+inline constexpr Code kErrorInvalidDevice = 101;
+inline constexpr Code kErrorNoBinaryForGpu = 209;
+inline constexpr Code kErrorInvalidPtx = 218;
+inline constexpr Code kErrorLaunchOutOfResources = 701;
+inline constexpr Code kErrorNotPermitted = 800;
+inline constexpr Code kErrorNotSupported = 801;
 
 inline constexpr unsigned kStreamNonBlocking = 0x1;  // CU_STREAM_NON_BLOCKING
 inline constexpr unsigned kEventDefault = 0x0;       // timing enabled
+inline constexpr unsigned kMemHostAllocPortable = 0x1;  // CU_MEMHOSTALLOC_PORTABLE: every context
 
 struct Api {
   common::DynamicLibrary library;
@@ -73,6 +80,8 @@ struct Api {
   Code (*EventElapsedTime)(float*, Event, Event) = nullptr;  // _v2 where present
   Code (*MemAlloc)(DevicePointer*, std::size_t) = nullptr;   // _v2
   Code (*MemFree)(DevicePointer) = nullptr;                  // _v2
+  Code (*MemHostAlloc)(void**, std::size_t, unsigned) = nullptr;  // pinned host memory
+  Code (*MemFreeHost)(void*) = nullptr;
   Code (*MemcpyHtoDAsync)(DevicePointer, const void*, std::size_t, Stream) = nullptr;    // _v2
   Code (*MemcpyDtoHAsync)(void*, DevicePointer, std::size_t, Stream) = nullptr;          // _v2
   Code (*MemcpyDtoDAsync)(DevicePointer, DevicePointer, std::size_t, Stream) = nullptr;  // _v2

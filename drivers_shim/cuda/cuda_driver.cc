@@ -7,9 +7,12 @@
 #include <atomic>
 #include <cctype>
 #include <condition_variable>
+#include <cstring>
 #include <deque>
 #include <map>
 #include <mutex>
+#include <set>
+#include <shared_mutex>
 #include <thread>
 #include <unordered_map>
 
@@ -57,6 +60,8 @@ Result<Api> Api::Load(const std::string& library_name) {
       either(api.EventElapsedTime, "cuEventElapsedTime_v2", "cuEventElapsedTime"),
       lib.Bind(api.MemAlloc, "cuMemAlloc_v2"),
       lib.Bind(api.MemFree, "cuMemFree_v2"),
+      lib.Bind(api.MemHostAlloc, "cuMemHostAlloc"),
+      lib.Bind(api.MemFreeHost, "cuMemFreeHost"),
       lib.Bind(api.MemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2"),
       lib.Bind(api.MemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2"),
       lib.Bind(api.MemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2"),
@@ -90,15 +95,27 @@ namespace {
 using namespace std::chrono_literals;
 
 constexpr std::uint64_t kRetireGranularity = 4096;
+// Pinned staging buffers kept for reuse, per size class; beyond this a
+// buffer is freed once its copy is done.
+constexpr std::size_t kStagingCachedPerClass = 8;
 
 ErrorCode CodeFor(cu::Code status) {
   switch (status) {
     case cu::kErrorInvalidValue:
     case cu::kErrorInvalidHandle:
     case cu::kErrorNotFound:
+    case cu::kErrorInvalidDevice:
+    case cu::kErrorLaunchOutOfResources:
       return ErrorCode::kInvalidArgument;
     case cu::kErrorOutOfMemory:
       return ErrorCode::kOutOfMemory;
+    case cu::kErrorNotReady:
+      return ErrorCode::kTimeout;  // not done yet: asked too early
+    case cu::kErrorNoBinaryForGpu:
+    case cu::kErrorInvalidPtx:
+    case cu::kErrorNotPermitted:
+    case cu::kErrorNotSupported:
+      return ErrorCode::kNotSupported;
     case cu::kErrorStubLibrary:
     case cu::kErrorInsufficientDriver:
     case cu::kErrorNoDevice:
@@ -116,9 +133,22 @@ std::string FormatUuid(const cu::Uuid& uuid) {
                      hex.substr(16, 4), hex.substr(20));
 }
 
+// now + timeout, saturating: callers pass nanoseconds::max() for "forever".
+std::chrono::steady_clock::time_point Deadline(std::chrono::nanoseconds timeout) {
+  const auto now = std::chrono::steady_clock::now();
+  if (timeout >= std::chrono::steady_clock::time_point::max() - now) {
+    return std::chrono::steady_clock::time_point::max();
+  }
+  return now + timeout;
+}
+
 struct StreamState {
   int device = 0;
   cu::Stream stream = nullptr;
+  // Held shared by every CUDA call on `stream`, exclusively by the destroy:
+  // no call ever gets a destroyed handle.
+  std::shared_mutex use;
+  bool destroyed = false;  // guarded by use
   std::atomic<bool> aborted{false};
   // Bumped by ResetDevice: a wait or callback that began before a reset
   // ends with kAborted, while work enqueued after it runs.
@@ -136,6 +166,8 @@ struct StreamState {
 struct EventState {
   int device = 0;
   cu::Event event = nullptr;
+  std::shared_mutex use;   // as StreamState's
+  bool destroyed = false;  // guarded by use
 };
 
 struct Reservation {
@@ -144,12 +176,104 @@ struct Reservation {
 };
 
 struct GpuState {
+  int ordinal = 0;  // CUDA's
   cu::Device handle = 0;
   cu::Context context = nullptr;
   cu::Module module = nullptr;
   std::map<std::string, cu::Function, std::less<>> functions;
   DeviceProperties properties;
   std::map<DeviceAddress, Reservation> reservations;  // guarded by the driver's mutex
+  bool ecc_reported = false;                          // guarded by the driver's mutex
+};
+
+// Pinned host buffers for copies. cuMemcpy*Async from pageable memory is
+// not asynchronous (a device-to-host copy returns only when it is done,
+// behind everything queued before it), so copies go through these, as the
+// Driver contract's "return before the work runs" needs. Release() runs on
+// CUDA's callback threads and makes no CUDA call: buffers beyond the cache
+// are freed later, by Acquire() on an ordinary thread.
+class StagingPool {
+ public:
+  explicit StagingPool(const cu::Api& api) : api_(api) {}
+  ~StagingPool() {
+    std::lock_guard lock(mutex_);
+    if (abandoned_) return;  // the driver is gone: the process's exit reclaims the buffers
+    for (auto& [size, buffers] : free_)
+      for (void* buffer : buffers) (void)api_.MemFreeHost(buffer);
+    for (void* buffer : to_free_) (void)api_.MemFreeHost(buffer);
+  }
+
+  static std::size_t SizeClass(std::uint64_t bytes) {
+    std::size_t size = 4096;
+    while (size < bytes) size *= 2;
+    return size;
+  }
+
+  // A pinned buffer of SizeClass(bytes); the caller's GPU context is current.
+  Result<void*> Acquire(std::uint64_t bytes) {
+    const std::size_t size = SizeClass(bytes);
+    std::vector<void*> doomed;
+    {
+      std::lock_guard lock(mutex_);
+      doomed.swap(to_free_);
+      auto& buffers = free_[size];
+      if (!buffers.empty()) {
+        void* buffer = buffers.back();
+        buffers.pop_back();
+        for (void* old : doomed) (void)api_.MemFreeHost(old);
+        return buffer;
+      }
+    }
+    for (void* old : doomed) (void)api_.MemFreeHost(old);
+    void* buffer = nullptr;
+    if (cu::Code rc = api_.MemHostAlloc(&buffer, size, cu::kMemHostAllocPortable);
+        rc != cu::kSuccess) {
+      return Fail(CodeFor(rc), api_.Describe("cuMemHostAlloc", rc));
+    }
+    return buffer;
+  }
+
+  // The driver is going while a GPU still runs copies: from now on nothing
+  // may call CUDA (the last copy may finish after the driver is gone).
+  void Abandon() {
+    std::lock_guard lock(mutex_);
+    abandoned_ = true;
+  }
+
+  void Release(void* buffer, std::uint64_t bytes) {
+    const std::size_t size = SizeClass(bytes);
+    std::lock_guard lock(mutex_);
+    auto& buffers = free_[size];
+    if (buffers.size() < kStagingCachedPerClass) {
+      buffers.push_back(buffer);
+    } else {
+      to_free_.push_back(buffer);
+    }
+  }
+
+ private:
+  const cu::Api& api_;
+  std::mutex mutex_;
+  std::map<std::size_t, std::vector<void*>> free_;  // guarded by mutex_
+  std::vector<void*> to_free_;                      // guarded by mutex_
+  bool abandoned_ = false;                          // guarded by mutex_
+};
+
+// A staged copy's host side, finished by a stream callback on CUDA's
+// thread: copy out (device-to-host) and return the buffer.
+struct StagedCopy {
+  std::shared_ptr<StagingPool> pool;
+  void* staging = nullptr;
+  std::uint64_t bytes = 0;
+  void* copy_out_to = nullptr;  // device-to-host: the caller's buffer
+
+  static void Finish(cu::Stream, cu::Code status, void* user) {
+    std::unique_ptr<StagedCopy> copy(static_cast<StagedCopy*>(user));
+    if (copy->copy_out_to != nullptr && status == cu::kSuccess) {
+      std::memcpy(copy->copy_out_to, copy->staging, copy->bytes);
+    }
+    copy->pool->Release(copy->staging, copy->bytes);
+  }
 };
 
 struct CallbackHub;
@@ -164,7 +288,7 @@ struct CallbackBox {
 // Where CUDA's callback threads leave callbacks for the driver's thread.
 // Shared with every pending callback, so that one CUDA runs after the
 // driver is gone (a GPU that never finished) finds the hub, not freed
-// memory, and is dropped.
+// memory.
 struct CallbackHub {
   struct Pending {
     std::unique_ptr<CallbackBox> box;
@@ -183,7 +307,7 @@ class CudaDriverImpl final : public Driver {
   ~CudaDriverImpl() override {
     // Let the GPUs finish what they were given before their memory goes,
     // but not forever: a hung GPU must not hang rasd's exit.
-    WaitForStreams(std::chrono::seconds(2));
+    const std::set<int> busy = WaitForStreams(std::chrono::seconds(2));
     {
       std::lock_guard lock(hub_->mutex);
       hub_->stopping = true;
@@ -192,20 +316,29 @@ class CudaDriverImpl final : public Driver {
     if (callback_thread_.joinable()) callback_thread_.join();
     std::lock_guard lock(mutex_);
     for (auto& [id, stream] : streams_) {
+      if (busy.contains(stream->device)) continue;
       (void)Use(stream->device);
       (void)api_.StreamDestroy(stream->stream);
     }
     for (auto& [id, event] : events_) {
-      (void)Use(event.device);
-      (void)api_.EventDestroy(event.event);
+      if (busy.contains(event->device)) continue;
+      (void)Use(event->device);
+      (void)api_.EventDestroy(event->event);
     }
     for (std::size_t i = 0; i < gpus_.size(); ++i) {
+      // A GPU still running work keeps its memory and context: freeing them
+      // would block on it, or pull memory from under running kernels. The
+      // process's exit reclaims them.
+      if (busy.contains(static_cast<int>(i))) continue;
       auto& gpu = gpus_[i];
-      if (gpu.context == nullptr) continue;
       (void)api_.CtxSetCurrent(gpu.context);
       for (auto& [base, reservation] : gpu.reservations) (void)api_.MemFree(reservation.raw);
       if (gpu.module != nullptr) (void)api_.ModuleUnload(gpu.module);
-      (void)api_.PrimaryCtxRelease(gpu.handle);
+    }
+    if (!busy.empty()) staging_->Abandon();
+    staging_.reset();  // pinned buffers, while the contexts exist
+    for (std::size_t i = 0; i < gpus_.size(); ++i) {
+      if (!busy.contains(static_cast<int>(i))) (void)api_.PrimaryCtxRelease(gpus_[i].handle);
     }
   }
 
@@ -224,20 +357,20 @@ class CudaDriverImpl final : public Driver {
     }
     if (count <= 0) return Fail(ErrorCode::kUnavailable, "the CUDA driver sees no GPU");
     const auto fatbin = cuda::KernelFatbin();
-    gpus_.resize(static_cast<std::size_t>(count));
-    for (int index = 0; index < count; ++index) {
-      auto& gpu = gpus_[static_cast<std::size_t>(index)];
-      if (cu::Code rc = api_.DeviceGet(&gpu.handle, index); rc != cu::kSuccess) {
-        return Fail(ErrorCode::kUnavailable, api_.Describe("cuDeviceGet", rc));
+    for (int ordinal = 0; ordinal < count; ++ordinal) {
+      GpuState gpu{.ordinal = ordinal};
+      if (cu::Code rc = api_.DeviceGet(&gpu.handle, ordinal); rc != cu::kSuccess) {
+        spdlog::error("CUDA GPU {} left out: {}", ordinal, api_.Describe("cuDeviceGet", rc));
+        continue;
       }
       if (cu::Code rc = api_.PrimaryCtxRetain(&gpu.context, gpu.handle); rc != cu::kSuccess) {
-        gpu.context = nullptr;
-        return Fail(
-            ErrorCode::kUnavailable,
-            fmt::format("GPU {}: {}", index, api_.Describe("cuDevicePrimaryCtxRetain", rc)));
+        // One GPU the driver cannot open must not take the others with it.
+        spdlog::error("CUDA GPU {} left out: {}", ordinal,
+                      api_.Describe("cuDevicePrimaryCtxRetain", rc));
+        continue;
       }
       auto& properties = gpu.properties;
-      properties.index = index;
+      properties.index = static_cast<int>(gpus_.size());
       properties.vendor = "nvidia";
       properties.retire_granularity = kRetireGranularity;
       char text[128] = {};
@@ -257,12 +390,14 @@ class CudaDriverImpl final : public Driver {
       if (!fatbin.empty()) {
         if (auto loaded = LoadKernels(gpu, fatbin); !loaded) {
           // A GPU the fatbin has no code for (an architecture newer than
-          // its PTX allows) still serves memory and copies.
-          spdlog::warn("CUDA GPU {} ({}): no kernels: {}", index, properties.name,
+          // its PTX allows, an older driver) still serves memory and copies.
+          spdlog::warn("CUDA GPU {} ({}): no kernels: {}", ordinal, properties.name,
                        loaded.error().message);
         }
       }
+      gpus_.push_back(std::move(gpu));
     }
+    if (gpus_.empty()) return Fail(ErrorCode::kUnavailable, "no CUDA GPU could be opened");
     if (fatbin.empty()) {
       spdlog::warn(
           "CUDA: rasd was built without nvcc: no kernels; memory, copies and streams only");
@@ -292,6 +427,9 @@ class CudaDriverImpl final : public Driver {
     auto gpu = Gpu(device);
     if (!gpu) return Fail(gpu.error());
     if (bytes == 0) return Fail(ErrorCode::kInvalidArgument, "cannot reserve 0 bytes");
+    if (bytes > (std::uint64_t{1} << 48)) {
+      return Fail(ErrorCode::kInvalidArgument, fmt::format("cannot reserve {} bytes", bytes));
+    }
     const std::uint64_t rounded =
         (bytes + kRetireGranularity - 1) / kRetireGranularity * kRetireGranularity;
     if (auto used = Use(device); !used) return Fail(used.error());
@@ -353,6 +491,8 @@ class CudaDriverImpl final : public Driver {
       streams_.erase(it);
     }
     MarkAborted(*state, Error{ErrorCode::kAborted, "stream destroyed"});
+    std::unique_lock use(state->use);  // waits for calls in flight on it
+    state->destroyed = true;
     if (auto used = Use(state->device); !used) return used;
     // CUDA releases the stream once its work is done; callbacks still to
     // run hold the state.
@@ -361,37 +501,52 @@ class CudaDriverImpl final : public Driver {
 
   Status CopyHostToDevice(StreamHandle handle, DeviceAddress dst, const void* src,
                           std::uint64_t bytes) override {
-    auto stream = Enqueueable(handle);
-    if (!stream) return Fail(stream.error());
-    return Check(api_.MemcpyHtoDAsync(dst, src, bytes, (*stream)->stream), "cuMemcpyHtoDAsync",
-                 (*stream)->device, *stream);
+    if (bytes == 0) return {};
+    return OnStream(handle, "cuMemcpyHtoDAsync", [&](StreamState& stream) -> cu::Code {
+      // The source is copied now, so the caller's buffer is free at return.
+      auto staging = staging_->Acquire(bytes);
+      if (!staging) return cu::kErrorOutOfMemory;
+      std::memcpy(*staging, src, bytes);
+      auto copy = std::make_unique<StagedCopy>(StagedCopy{staging_, *staging, bytes, nullptr});
+      if (cu::Code rc = api_.MemcpyHtoDAsync(dst, *staging, bytes, stream.stream);
+          rc != cu::kSuccess) {
+        staging_->Release(*staging, bytes);
+        return rc;
+      }
+      return FinishStaged(stream, std::move(copy));
+    });
   }
 
   Status CopyDeviceToHost(StreamHandle handle, void* dst, DeviceAddress src,
                           std::uint64_t bytes) override {
-    auto stream = Enqueueable(handle);
-    if (!stream) return Fail(stream.error());
-    return Check(api_.MemcpyDtoHAsync(dst, src, bytes, (*stream)->stream), "cuMemcpyDtoHAsync",
-                 (*stream)->device, *stream);
+    if (bytes == 0) return {};
+    return OnStream(handle, "cuMemcpyDtoHAsync", [&](StreamState& stream) -> cu::Code {
+      auto staging = staging_->Acquire(bytes);
+      if (!staging) return cu::kErrorOutOfMemory;
+      auto copy = std::make_unique<StagedCopy>(StagedCopy{staging_, *staging, bytes, dst});
+      if (cu::Code rc = api_.MemcpyDtoHAsync(*staging, src, bytes, stream.stream);
+          rc != cu::kSuccess) {
+        staging_->Release(*staging, bytes);
+        return rc;
+      }
+      return FinishStaged(stream, std::move(copy));
+    });
   }
 
   Status CopyDeviceToDevice(StreamHandle handle, DeviceAddress dst, int dst_device,
                             DeviceAddress src, std::uint64_t bytes) override {
-    auto stream = Enqueueable(handle);
-    if (!stream) return Fail(stream.error());
     auto target = Gpu(dst_device);
     if (!target) return Fail(target.error());
-    const int src_device = (*stream)->device;
-    if (dst_device == src_device) {
-      return Check(api_.MemcpyDtoDAsync(dst, src, bytes, (*stream)->stream), "cuMemcpyDtoDAsync",
-                   src_device, *stream);
-    }
-    // A peer copy works with or without peer access enabled (the driver
-    // stages it through the host where there is no direct path).
-    return Check(api_.MemcpyPeerAsync(dst, (*target)->context, src,
-                                      gpus_[static_cast<std::size_t>(src_device)].context, bytes,
-                                      (*stream)->stream),
-                 "cuMemcpyPeerAsync", src_device, *stream);
+    return OnStream(handle, "cuMemcpyDtoDAsync", [&](StreamState& stream) -> cu::Code {
+      if (dst_device == stream.device) {
+        return api_.MemcpyDtoDAsync(dst, src, bytes, stream.stream);
+      }
+      // A peer copy works with or without peer access enabled (the driver
+      // stages it through the host where there is no direct path).
+      return api_.MemcpyPeerAsync(dst, (*target)->context, src,
+                                  gpus_[static_cast<std::size_t>(stream.device)].context, bytes,
+                                  stream.stream);
+    });
   }
 
   Status LaunchKernel(StreamHandle handle, std::string_view kernel, const LaunchConfig& config,
@@ -412,10 +567,9 @@ class CudaDriverImpl final : public Driver {
       }
     }
     if (auto sized = cuda::CheckKernelSizes(kernel, args); !sized) return sized;
-    auto stream = Enqueueable(handle);
+    auto stream = FindStream(handle);
     if (!stream) return Fail(stream.error());
-    auto& gpu = gpus_[static_cast<std::size_t>((*stream)->device)];
-    if (auto inside = CheckBuffers(gpu, kernel, args); !inside) return inside;
+    const auto& gpu = gpus_[static_cast<std::size_t>((*stream)->device)];
     auto function = gpu.functions.find(kernel);
     if (function == gpu.functions.end()) {
       return Fail(ErrorCode::kNotSupported,
@@ -423,6 +577,7 @@ class CudaDriverImpl final : public Driver {
                               "for this GPU's architecture)",
                               (*stream)->device));
     }
+    if (auto inside = CheckBuffers(gpu, kernel, args); !inside) return inside;
     // kernelParams: one pointer per argument, to a value of the kernel's
     // parameter type (long long, float, or a device pointer); CUDA copies
     // them before cuLaunchKernel returns.
@@ -434,82 +589,93 @@ class CudaDriverImpl final : public Driver {
     }
     const LaunchConfig geometry =
         cuda::IsDefaultLaunch(config) ? cuda::KernelGeometry(kernel, args) : config;
-    return Check(
-        api_.LaunchKernel(function->second, geometry.grid.x, geometry.grid.y, geometry.grid.z,
-                          geometry.block.x, geometry.block.y, geometry.block.z,
-                          geometry.shared_bytes, (*stream)->stream, params, nullptr),
-        "cuLaunchKernel", (*stream)->device, *stream);
+    return OnStream(handle, "cuLaunchKernel", [&](StreamState& state) {
+      return api_.LaunchKernel(function->second, geometry.grid.x, geometry.grid.y, geometry.grid.z,
+                               geometry.block.x, geometry.block.y, geometry.block.z,
+                               geometry.shared_bytes, state.stream, params, nullptr);
+    });
   }
 
   Status EnqueueCallback(StreamHandle handle, StreamCallback callback) override {
-    auto stream = Enqueueable(handle);
-    if (!stream) return Fail(stream.error());
-    auto* box = new CallbackBox{hub_, *stream, std::move(callback),
-                                (*stream)->resets.load(std::memory_order_acquire)};
-    const cu::Code rc = api_.StreamAddCallback((*stream)->stream, &OnStreamCallback, box, 0);
-    if (rc != cu::kSuccess) {
-      delete box;
-      return Check(rc, "cuStreamAddCallback", (*stream)->device, *stream);
-    }
-    return {};
+    return OnStream(handle, "cuStreamAddCallback", [&](StreamState& stream) {
+      auto* box =
+          new CallbackBox{hub_, FindStream(StreamHandle{handle.value}).value_or(nullptr),
+                          std::move(callback), stream.resets.load(std::memory_order_acquire)};
+      const cu::Code rc = api_.StreamAddCallback(stream.stream, &OnStreamCallback, box, 0);
+      if (rc != cu::kSuccess) delete box;
+      return rc;
+    });
   }
 
   Result<EventHandle> CreateEvent(int device) override {
     if (auto gpu = Gpu(device); !gpu) return Fail(gpu.error());
     if (auto used = Use(device); !used) return Fail(used.error());
-    EventState state{.device = device};
+    auto state = std::make_shared<EventState>();
+    state->device = device;
     if (auto created =
-            Check(api_.EventCreate(&state.event, cu::kEventDefault), "cuEventCreate", device);
+            Check(api_.EventCreate(&state->event, cu::kEventDefault), "cuEventCreate", device);
         !created) {
       return Fail(created.error());
     }
     std::lock_guard lock(mutex_);
     const std::uint64_t id = next_handle_++;
-    events_[id] = state;
+    events_[id] = std::move(state);
     return EventHandle{id};
   }
 
   Status DestroyEvent(EventHandle handle) override {
-    EventState state;
+    std::shared_ptr<EventState> state;
     {
       std::lock_guard lock(mutex_);
       auto it = events_.find(handle.value);
       if (it == events_.end()) return Fail(ErrorCode::kInvalidArgument, "unknown event");
-      state = it->second;
+      state = std::move(it->second);
       events_.erase(it);
     }
-    if (auto used = Use(state.device); !used) return used;
-    return Check(api_.EventDestroy(state.event), "cuEventDestroy", state.device);
+    std::unique_lock use(state->use);
+    state->destroyed = true;
+    if (auto used = Use(state->device); !used) return used;
+    return Check(api_.EventDestroy(state->event), "cuEventDestroy", state->device);
   }
 
   Status RecordEvent(EventHandle event_handle, StreamHandle stream_handle) override {
     auto event = FindEvent(event_handle);
     if (!event) return Fail(event.error());
-    auto stream = Enqueueable(stream_handle);
-    if (!stream) return Fail(stream.error());
-    if (event->device != (*stream)->device) {
-      return Fail(ErrorCode::kInvalidArgument, "event and stream are on different devices");
-    }
-    return Check(api_.EventRecord(event->event, (*stream)->stream), "cuEventRecord", event->device,
-                 *stream);
+    std::shared_lock event_use((*event)->use);
+    if ((*event)->destroyed) return Fail(ErrorCode::kInvalidArgument, "unknown event");
+    return OnStream(stream_handle, "cuEventRecord", [&](StreamState& stream) -> cu::Code {
+      if ((*event)->device != stream.device) return cu::kErrorInvalidValue;
+      return api_.EventRecord((*event)->event, stream.stream);
+    });
   }
 
   Status StreamWaitEvent(StreamHandle stream_handle, EventHandle event_handle) override {
     auto event = FindEvent(event_handle);
     if (!event) return Fail(event.error());
-    auto stream = Enqueueable(stream_handle);
-    if (!stream) return Fail(stream.error());
+    std::shared_lock event_use((*event)->use);
+    if ((*event)->destroyed) return Fail(ErrorCode::kInvalidArgument, "unknown event");
     // Cross-device waits are allowed: CUDA orders them itself.
-    return Check(api_.StreamWaitEvent((*stream)->stream, event->event, 0), "cuStreamWaitEvent",
-                 (*stream)->device, *stream);
+    return OnStream(stream_handle, "cuStreamWaitEvent", [&](StreamState& stream) {
+      return api_.StreamWaitEvent(stream.stream, (*event)->event, 0);
+    });
   }
 
   Status SynchronizeEvent(EventHandle handle, std::chrono::nanoseconds timeout) override {
     auto event = FindEvent(handle);
     if (!event) return Fail(event.error());
-    if (auto used = Use(event->device); !used) return used;
-    return Poll([&] { return api_.EventQuery(event->event); }, timeout, "cuEventQuery",
-                event->device, nullptr);
+    const auto deadline = Deadline(timeout);
+    auto pause = 0us;
+    while (true) {
+      cu::Code rc = cu::kSuccess;
+      {
+        std::shared_lock use((*event)->use);
+        if ((*event)->destroyed) return Fail(ErrorCode::kAborted, "event destroyed");
+        if (auto used = Use((*event)->device); !used) return used;
+        rc = api_.EventQuery((*event)->event);
+      }
+      if (rc != cu::kErrorNotReady) return Check(rc, "cuEventQuery", (*event)->device);
+      if (auto waited = Pause(deadline, timeout, (*event)->device, pause); !waited) return waited;
+    }
   }
 
   Result<std::chrono::nanoseconds> ElapsedTime(EventHandle start, EventHandle end) override {
@@ -517,10 +683,15 @@ class CudaDriverImpl final : public Driver {
     if (!first) return Fail(first.error());
     auto last = FindEvent(end);
     if (!last) return Fail(last.error());
-    if (auto used = Use(first->device); !used) return Fail(used.error());
+    std::shared_lock first_use((*first)->use);
+    std::shared_lock last_use((*last)->use);
+    if ((*first)->destroyed || (*last)->destroyed) {
+      return Fail(ErrorCode::kInvalidArgument, "unknown event");
+    }
+    if (auto used = Use((*first)->device); !used) return Fail(used.error());
     float milliseconds = 0;
-    if (auto measured = Check(api_.EventElapsedTime(&milliseconds, first->event, last->event),
-                              "cuEventElapsedTime", first->device);
+    if (auto measured = Check(api_.EventElapsedTime(&milliseconds, (*first)->event, (*last)->event),
+                              "cuEventElapsedTime", (*first)->device);
         !measured) {
       return Fail(measured.error());
     }
@@ -530,9 +701,28 @@ class CudaDriverImpl final : public Driver {
   Status SynchronizeStream(StreamHandle handle, std::chrono::nanoseconds timeout) override {
     auto stream = FindStream(handle);
     if (!stream) return Fail(stream.error());
-    if (auto used = Use((*stream)->device); !used) return used;
-    return Poll([&] { return api_.StreamQuery((*stream)->stream); }, timeout, "cuStreamQuery",
-                (*stream)->device, *stream);
+    StreamState& state = **stream;
+    const auto deadline = Deadline(timeout);
+    const std::uint64_t resets = state.resets.load(std::memory_order_acquire);
+    auto pause = 0us;
+    while (true) {
+      if (auto reason = state.AbortReason()) return Fail(*reason);
+      if (state.resets.load(std::memory_order_acquire) != resets) {
+        return Fail(ErrorCode::kAborted, fmt::format("GPU {} was reset", state.device));
+      }
+      cu::Code rc = cu::kSuccess;
+      {
+        std::shared_lock use(state.use);
+        if (state.destroyed) return Fail(ErrorCode::kAborted, "stream destroyed");
+        if (auto used = Use(state.device); !used) return used;
+        rc = api_.StreamQuery(state.stream);
+      }
+      if (rc != cu::kErrorNotReady) {
+        if (rc == cu::kErrorEccUncorrectable) ReportEcc(state.device, *stream);
+        return Check(rc, "cuStreamQuery", state.device);
+      }
+      if (auto waited = Pause(deadline, timeout, state.device, pause); !waited) return waited;
+    }
   }
 
   Status AbortStream(StreamHandle handle, const Error& reason) override {
@@ -555,16 +745,18 @@ class CudaDriverImpl final : public Driver {
     if (auto used = Use(device); !used) return used;
     // A sticky error fails every call in the context; a small allocation
     // finds it without waiting for work (cuCtxSynchronize would block on a
-    // hung GPU).
+    // hung GPU). A full GPU (out of memory) is not a sticky error.
     cu::DevicePointer probe = 0;
-    if (cu::Code rc = api_.MemAlloc(&probe, 256); rc != cu::kSuccess) {
-      return Fail(ErrorCode::kNotSupported,
-                  fmt::format("GPU {}: the context has a sticky error ({}); repairing it frees "
-                              "every allocation rasd holds there: restart rasd or reset the GPU",
-                              device, api_.Describe("cuMemAlloc", rc)));
+    const cu::Code rc = api_.MemAlloc(&probe, 256);
+    if (rc == cu::kSuccess) {
+      (void)api_.MemFree(probe);
+      return {};
     }
-    (void)api_.MemFree(probe);
-    return {};
+    if (rc == cu::kErrorOutOfMemory) return {};
+    return Fail(ErrorCode::kNotSupported,
+                fmt::format("GPU {}: the context has a sticky error ({}); repairing it frees "
+                            "every allocation rasd holds there: restart rasd or reset the GPU",
+                            device, api_.Describe("cuMemAlloc", rc)));
   }
 
   void SetErrorListener(ErrorListener listener) override {
@@ -608,25 +800,60 @@ class CudaDriverImpl final : public Driver {
                  "cuCtxSetCurrent", device);
   }
 
-  Status Check(cu::Code rc, const char* call, int device,
-               const std::shared_ptr<StreamState>& stream = nullptr) {
+  Status Check(cu::Code rc, const char* call, int device) {
     if (rc == cu::kSuccess) return {};
-    if (rc == cu::kErrorEccUncorrectable) ReportEcc(device, stream);
     return Fail(CodeFor(rc), fmt::format("GPU {}: {}", device, api_.Describe(call, rc)));
   }
 
+  // Runs `call` on the stream's handle with its GPU current, unless the
+  // stream is unknown, destroyed or aborted; the handle cannot be destroyed
+  // meanwhile.
+  template <typename Call>
+  Status OnStream(StreamHandle handle, const char* name, Call&& call) {
+    auto stream = FindStream(handle);
+    if (!stream) return Fail(stream.error());
+    std::shared_lock use((*stream)->use);
+    if ((*stream)->destroyed) return Fail(ErrorCode::kInvalidArgument, "unknown stream");
+    if (auto reason = (*stream)->AbortReason()) return Fail(*reason);
+    if (auto used = Use((*stream)->device); !used) return used;
+    return Check(call(**stream), name, (*stream)->device);
+  }
+
+  // Enqueues the host side of a staged copy after it.
+  cu::Code FinishStaged(StreamState& stream, std::unique_ptr<StagedCopy> copy) {
+    const cu::Code rc = api_.StreamAddCallback(stream.stream, &StagedCopy::Finish, copy.get(), 0);
+    if (rc == cu::kSuccess) {
+      (void)copy.release();  // StagedCopy::Finish owns it now
+    } else {
+      // The copy is enqueued but nothing will return its buffer: wait for
+      // the stream here rather than free memory a copy may still use.
+      while (api_.StreamQuery(stream.stream) == cu::kErrorNotReady) {
+        std::this_thread::sleep_for(100us);
+      }
+      if (copy->copy_out_to != nullptr) std::memcpy(copy->copy_out_to, copy->staging, copy->bytes);
+      staging_->Release(copy->staging, copy->bytes);
+    }
+    return rc;
+  }
+
+  // An uncorrectable ECC error fails the whole context, so every later
+  // call returns it too: only the first stream status that carries it is
+  // reported, once per GPU, as consumed by that stream.
   void ReportEcc(int device, const std::shared_ptr<StreamState>& stream) {
     DriverErrorEvent event;
-    event.device = device;
-    event.kind = DriverErrorKind::kUncorrectedEcc;
-    event.consumed = stream != nullptr;
-    if (stream) {
+    {
       std::lock_guard lock(mutex_);
+      auto& gpu = gpus_[static_cast<std::size_t>(device)];
+      if (gpu.ecc_reported) return;
+      gpu.ecc_reported = true;
       for (const auto& [id, state] : streams_) {
         if (state == stream) event.stream = StreamHandle{id};
       }
+      event.pci_bdf = gpu.properties.pci_bdf;
     }
-    event.pci_bdf = gpus_[static_cast<std::size_t>(device)].properties.pci_bdf;
+    event.device = device;
+    event.kind = DriverErrorKind::kUncorrectedEcc;
+    event.consumed = stream != nullptr;
     event.message = "CUDA_ERROR_ECC_UNCORRECTABLE: uncorrectable ECC error in device memory";
     event.time = std::chrono::system_clock::now();
     std::lock_guard lock(listener_mutex_);
@@ -640,16 +867,7 @@ class CudaDriverImpl final : public Driver {
     return it->second;
   }
 
-  // The stream, with its GPU's context current, unless it was aborted.
-  Result<std::shared_ptr<StreamState>> Enqueueable(StreamHandle handle) {
-    auto stream = FindStream(handle);
-    if (!stream) return stream;
-    if (auto reason = (*stream)->AbortReason()) return Fail(*reason);
-    if (auto used = Use((*stream)->device); !used) return Fail(used.error());
-    return stream;
-  }
-
-  Result<EventState> FindEvent(EventHandle handle) {
+  Result<std::shared_ptr<EventState>> FindEvent(EventHandle handle) {
     std::lock_guard lock(mutex_);
     auto it = events_.find(handle.value);
     if (it == events_.end()) return Fail(ErrorCode::kInvalidArgument, "unknown event");
@@ -662,46 +880,60 @@ class CudaDriverImpl final : public Driver {
     stream.aborted.store(true, std::memory_order_release);
   }
 
-  // Polls `query` until it stops saying "not ready", the stream (if any)
-  // is aborted, or `timeout` passes: spins briefly, then sleeps up to 1 ms.
-  template <typename Query>
-  Status Poll(Query query, std::chrono::nanoseconds timeout, const char* call, int device,
-              const std::shared_ptr<StreamState>& stream) {
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    auto pause = std::chrono::microseconds(0);
-    const std::uint64_t resets = stream ? stream->resets.load(std::memory_order_acquire) : 0;
-    while (true) {
-      if (stream) {
-        if (auto reason = stream->AbortReason()) return Fail(*reason);
-        if (stream->resets.load(std::memory_order_acquire) != resets) {
-          return Fail(ErrorCode::kAborted, fmt::format("GPU {} was reset", device));
+  // One step of a polling wait: kTimeout past the deadline, else a pause
+  // that starts as a yield and doubles up to 1 ms, so a wait notices an
+  // abort or completion within a millisecond without spinning.
+  Status Pause(std::chrono::steady_clock::time_point deadline, std::chrono::nanoseconds timeout,
+               int device, std::chrono::microseconds& pause) {
+    if (std::chrono::steady_clock::now() >= deadline) {
+      return Fail(
+          ErrorCode::kTimeout,
+          fmt::format("GPU {}: not done after {} ms", device,
+                      std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count()));
+    }
+    if (pause.count() == 0) {
+      std::this_thread::yield();
+      pause = 10us;
+    } else {
+      std::this_thread::sleep_for(pause);
+      pause = std::min<std::chrono::microseconds>(pause * 2, 1ms);
+    }
+    return {};
+  }
+
+  // Waits, up to `limit`, until no stream has work left; returns the GPUs
+  // whose streams still had work at the limit.
+  std::set<int> WaitForStreams(std::chrono::nanoseconds limit) {
+    std::vector<std::shared_ptr<StreamState>> streams;
+    {
+      std::lock_guard lock(mutex_);
+      for (auto& [id, stream] : streams_) streams.push_back(stream);
+    }
+    std::set<int> busy;
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    for (const auto& stream : streams) {
+      if (!Use(stream->device)) continue;
+      while (api_.StreamQuery(stream->stream) == cu::kErrorNotReady) {
+        if (std::chrono::steady_clock::now() >= deadline) {
+          busy.insert(stream->device);
+          break;
         }
-      }
-      const cu::Code rc = query();
-      if (rc != cu::kErrorNotReady) return Check(rc, call, device, stream);
-      if (std::chrono::steady_clock::now() >= deadline) {
-        return Fail(
-            ErrorCode::kTimeout,
-            fmt::format("GPU {}: not done after {} ms", device,
-                        std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count()));
-      }
-      if (pause.count() == 0) {
-        std::this_thread::yield();
-        pause = 10us;
-      } else {
-        std::this_thread::sleep_for(pause);
-        pause = std::min<std::chrono::microseconds>(pause * 2, 1ms);
+        std::this_thread::sleep_for(1ms);
       }
     }
+    if (!busy.empty()) {
+      spdlog::warn("CUDA: {} GPU(s) still running work at shutdown; their memory is left to exit",
+                   busy.size());
+    }
+    return busy;
   }
 
   Status LoadKernels(GpuState& gpu, std::span<const unsigned char> fatbin) {
-    if (auto used = Check(api_.CtxSetCurrent(gpu.context), "cuCtxSetCurrent", gpu.properties.index);
-        !used) {
+    if (auto used = Check(api_.CtxSetCurrent(gpu.context), "cuCtxSetCurrent", gpu.ordinal); !used) {
       return used;
     }
-    if (auto loaded = Check(api_.ModuleLoadData(&gpu.module, fatbin.data()), "cuModuleLoadData",
-                            gpu.properties.index);
+    if (auto loaded =
+            Check(api_.ModuleLoadData(&gpu.module, fatbin.data()), "cuModuleLoadData", gpu.ordinal);
         !loaded) {
       gpu.module = nullptr;
       return loaded;
@@ -710,8 +942,9 @@ class CudaDriverImpl final : public Driver {
       cu::Function function = nullptr;
       const std::string& name = kernel.signature.name;
       if (auto found = Check(api_.ModuleGetFunction(&function, gpu.module, name.c_str()),
-                             "cuModuleGetFunction", gpu.properties.index);
+                             "cuModuleGetFunction", gpu.ordinal);
           !found) {
+        gpu.functions.clear();
         return Fail(found.error().code,
                     fmt::format("kernel '{}': {}", name, found.error().message));
       }
@@ -726,27 +959,16 @@ class CudaDriverImpl final : public Driver {
     const std::shared_ptr<CallbackHub> hub = box->hub;
     {
       std::lock_guard lock(hub->mutex);
-      if (hub->stopping) return;  // the driver is gone: nobody to tell
+      if (hub->stopping) {
+        // The driver is gone or going. Destroying the callback here could
+        // run its captures' destructors, CUDA calls among them, on CUDA's
+        // thread: leak it instead (this happens only at exit).
+        (void)box.release();
+        return;
+      }
       hub->pending.push_back({std::move(box), status});
     }
     hub->ready.notify_one();
-  }
-
-  // Waits, up to `limit`, until no stream has work left.
-  void WaitForStreams(std::chrono::nanoseconds limit) {
-    std::vector<std::shared_ptr<StreamState>> streams;
-    {
-      std::lock_guard lock(mutex_);
-      for (auto& [id, stream] : streams_) streams.push_back(stream);
-    }
-    const auto deadline = std::chrono::steady_clock::now() + limit;
-    for (const auto& stream : streams) {
-      if (!Use(stream->device)) continue;
-      while (api_.StreamQuery(stream->stream) == cu::kErrorNotReady &&
-             std::chrono::steady_clock::now() < deadline) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      }
-    }
   }
 
   void RunCallbacks() {
@@ -756,16 +978,15 @@ class CudaDriverImpl final : public Driver {
         std::unique_lock lock(hub_->mutex);
         hub_->ready.wait(lock, [this] { return hub_->stopping || !hub_->pending.empty(); });
         if (hub_->stopping) {
-          // Callbacks not yet run get their stream's fate: the driver is
-          // going away.
-          for (auto& pending : hub_->pending) {
+          // Callbacks not yet run learn that the driver is going away.
+          std::deque<CallbackHub::Pending> left;
+          left.swap(hub_->pending);
+          lock.unlock();
+          for (auto& pending : left) {
             if (pending.box->callback) {
-              lock.unlock();
               pending.box->callback(Fail(ErrorCode::kAborted, "CUDA driver shut down"));
-              lock.lock();
             }
           }
-          hub_->pending.clear();
           return;
         }
         next = std::move(hub_->pending.front());
@@ -773,7 +994,9 @@ class CudaDriverImpl final : public Driver {
       }
       CallbackBox& box = *next.box;
       Status status;
-      if (auto reason = box.stream->AbortReason()) {
+      if (!box.stream) {
+        status = Fail(ErrorCode::kAborted, "stream destroyed");
+      } else if (auto reason = box.stream->AbortReason()) {
         status = Fail(*reason);
       } else if (box.stream->resets.load(std::memory_order_acquire) != box.resets_at_enqueue) {
         status = Fail(ErrorCode::kAborted, fmt::format("GPU {} was reset", box.stream->device));
@@ -792,11 +1015,12 @@ class CudaDriverImpl final : public Driver {
   std::mutex mutex_;
   std::uint64_t next_handle_ = 1;
   std::unordered_map<std::uint64_t, std::shared_ptr<StreamState>> streams_;
-  std::unordered_map<std::uint64_t, EventState> events_;
+  std::unordered_map<std::uint64_t, std::shared_ptr<EventState>> events_;
 
   std::mutex listener_mutex_;
   ErrorListener listener_;
 
+  std::shared_ptr<StagingPool> staging_ = std::make_shared<StagingPool>(api_);
   const std::shared_ptr<CallbackHub> hub_ = std::make_shared<CallbackHub>();
   std::thread callback_thread_;
 };

@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -70,8 +71,9 @@ std::string NormalizeBdf(const nvml::PciInfo& info) {
 struct CounterBaseline {
   std::optional<unsigned long long> corrected;
   std::optional<unsigned long long> uncorrected;
-  std::set<unsigned long long> retired_pages;
-  bool retired_known = false;
+  // Per retirement cause (multiple single-bit, double-bit).
+  std::set<unsigned long long> retired_pages[2];
+  bool retired_known[2] = {false, false};
   std::optional<unsigned> remapped_rows;  // corrected + uncorrected
   bool remap_failed = false;
   std::optional<unsigned> pcie_replays;
@@ -142,9 +144,10 @@ class NvmlMonitorImpl final : public NvmlMonitor {
 
  private:
   std::uint64_t Register(nvml::Device handle, const NvmlGpu& gpu) {
-    constexpr unsigned long long kWanted = nvml::kEventTypeXidCriticalError |
-                                           nvml::kEventTypeSingleBitEccError |
-                                           nvml::kEventTypeDoubleBitEccError;
+    // Not single-bit ECC events: the corrected counter gives their exact
+    // number, and both would report each error twice.
+    constexpr unsigned long long kWanted =
+        nvml::kEventTypeXidCriticalError | nvml::kEventTypeDoubleBitEccError;
     unsigned long long supported = 0;
     if (nvml::Return rc = api_.DeviceGetSupportedEventTypes(handle, &supported);
         rc != nvml::kSuccess) {
@@ -250,6 +253,24 @@ class NvmlMonitorImpl final : public NvmlMonitor {
     Deliver(event);
   }
 
+  // The pages NVML lists as retired for `cause`; nullopt when it cannot say.
+  std::optional<std::vector<unsigned long long>> RetiredPages(nvml::Device handle, int cause) {
+    for (int attempt = 0; attempt < 3; ++attempt) {
+      unsigned count = 0;
+      unsigned long long none = 0;  // NVML refuses a null buffer even to report the size
+      const nvml::Return sized = api_.DeviceGetRetiredPages(handle, cause, &count, &none);
+      if (sized == nvml::kSuccess && count == 0) return std::vector<unsigned long long>{};
+      if (count == 0 || count > 65536) return std::nullopt;
+      std::vector<unsigned long long> pages(count);
+      unsigned filled = count;
+      if (api_.DeviceGetRetiredPages(handle, cause, &filled, pages.data()) == nvml::kSuccess) {
+        pages.resize(std::min<std::size_t>(filled, pages.size()));
+        return pages;
+      }
+    }
+    return std::nullopt;
+  }
+
   // Reads every counter of one GPU; with `report`, increases over `last`
   // become reports. Unsupported counters stay absent.
   CounterBaseline ReadCounters(nvml::Device handle, const CounterBaseline& last, bool report,
@@ -278,21 +299,20 @@ class NvmlMonitorImpl final : public NvmlMonitor {
                                 value - *last.uncorrected, gpu.index, gpu.pci_bdf));
       }
     }
-    now.retired_known = false;
     for (int cause : {nvml::kRetiredMultipleSbe, nvml::kRetiredDoubleBitEcc}) {
-      unsigned count = 0;
-      nvml::Return rc = api_.DeviceGetRetiredPages(handle, cause, &count, nullptr);
-      if ((rc != nvml::kSuccess && count == 0) || count > 4096) continue;
-      std::vector<unsigned long long> pages(count);
-      if (count > 0 &&
-          api_.DeviceGetRetiredPages(handle, cause, &count, pages.data()) != nvml::kSuccess) {
+      const auto slot = static_cast<std::size_t>(cause);
+      auto pages = RetiredPages(handle, cause);
+      if (!pages) {
+        // Unsupported, or the list grew between the size query and the
+        // read: keep what was known, so nothing is reported twice.
+        now.retired_pages[slot] = last.retired_pages[slot];
+        now.retired_known[slot] = last.retired_known[slot];
         continue;
       }
-      now.retired_known = true;
-      pages.resize(std::min<std::size_t>(count, pages.size()));
-      for (unsigned long long page : pages) {
-        now.retired_pages.insert(page);
-        if (report && last.retired_known && !last.retired_pages.contains(page)) {
+      now.retired_known[slot] = true;
+      for (unsigned long long page : *pages) {
+        now.retired_pages[slot].insert(page);
+        if (report && last.retired_known[slot] && !last.retired_pages[slot].contains(page)) {
           DeliverCode(gpu, VendorCodeSpace::kNvidiaXid, 63, 1,
                       fmt::format("NVML: GPU {} ({}) retired page 0x{:x} ({})", gpu.index,
                                   gpu.pci_bdf, page,

@@ -260,6 +260,13 @@ TEST_F(CudaDriverTest, AnUncorrectableEccErrorIsReportedAsConsumedByTheStream) {
     EXPECT_EQ(*reports[0].stream, stream);
     EXPECT_EQ(reports[0].pci_bdf, "0000:d2:00.0");
   }
+  // Every later call fails the same way; the one error is reported once.
+  EXPECT_FALSE(driver_->SynchronizeStream(stream, 5s));
+  EXPECT_FALSE(driver_->CopyDeviceToHost(stream, host.data(), a, host.size()));
+  {
+    std::lock_guard lock(mutex);
+    EXPECT_EQ(reports.size(), 1u);
+  }
   // The context is sticky now: a reset cannot repair it without freeing
   // every allocation, and says so.
   auto reset = driver_->ResetDevice(1);

@@ -403,6 +403,16 @@ FAKE_API Code cuMemAlloc_v2(unsigned long long* pointer, std::size_t bytes) {
   return kSuccess;
 }
 
+FAKE_API Code cuMemHostAlloc(void** pointer, std::size_t bytes, unsigned) {
+  *pointer = std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
+  return *pointer != nullptr ? kSuccess : 2;
+}
+
+FAKE_API Code cuMemFreeHost(void* pointer) {
+  std::free(pointer);
+  return kSuccess;
+}
+
 FAKE_API Code cuMemFree_v2(unsigned long long pointer) {
   std::free(reinterpret_cast<void*>(pointer - 256));
   return kSuccess;

@@ -290,7 +290,9 @@ extern "C" __global__ void softmax(long long rows, long long cols, const float* 
 
 // reduce_sum(n, in, out): out[0] = sum of in[0..n), accumulated in double
 // and stored as float. Block 0 alone does the work.
-extern "C" __global__ void reduce_sum(long long n, const float* in, float* out) {
+// Launched with 1024 threads: the bound keeps nvcc within the registers that allows.
+extern "C" __global__ void __launch_bounds__(1024)
+    reduce_sum(long long n, const float* in, float* out) {
   if (!CountInRange(n)) return;
   if (LinearBlock() != 0) return;
   __shared__ double lane_sum[kReduceSumLanes];

@@ -29,8 +29,8 @@ struct NvmlGpu {
   std::string name;
   std::string pci_bdf;  // "0000:07:00.0", the form DeviceProperties and kernel records use
   std::string uuid;     // "GPU-8c3b..."
-  // The NVML event types registered for this GPU (Xid, single- and
-  // double-bit ECC); 0 where the GPU or driver supports none.
+  // The NVML event types registered for this GPU (Xid, double-bit ECC);
+  // 0 where the GPU or driver supports none.
   std::uint64_t event_types = 0;
 };
 
@@ -38,7 +38,7 @@ struct NvmlGpu {
 //  - events (nvmlDeviceRegisterEvents + nvmlEventSetWait): an Xid critical
 //    error becomes a kVendorCode report in the Xid code space (the daemon's
 //    Xid table classifies it, as it does the kernel's "NVRM: Xid" lines);
-//    a single-bit ECC event kCorrectedEcc; a double-bit ECC event Xid 48;
+//    a double-bit ECC event Xid 48;
 //  - polled counters, as increases over the last reading: volatile
 //    corrected ECC (kCorrectedEcc with the increase as `count`), volatile
 //    uncorrected ECC (Xid 48, only where double-bit events are not
