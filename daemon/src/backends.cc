@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <set>
 
 #include "rasd/drivers_shim/ascend_driver.h"
 #include "rasd/drivers_shim/composite_driver.h"
@@ -13,7 +14,11 @@ namespace rasd::daemon {
 
 Result<std::unique_ptr<drivers::Driver>> OpenBackends(const Config& config) {
   std::vector<std::string> names;
+  // Named outright, a missing backend is worth a warning; found missing by
+  // "auto", it is what most hosts look like.
+  std::set<std::string> asked_for;
   for (const auto& name : config.runtime.drivers) {
+    if (name != "auto") asked_for.insert(name);
     const std::vector<std::string> expanded =
         name == "auto" ? std::vector<std::string>{"cuda", "ascend"} : std::vector{name};
     for (const auto& one : expanded) {
@@ -39,7 +44,8 @@ Result<std::unique_ptr<drivers::Driver>> OpenBackends(const Config& config) {
     if (!driver) {
       // The usual case on a host without that vendor's hardware: say why
       // once and serve with the rest.
-      spdlog::warn("runtime: the {} backend is not available: {}", name, driver.error().message);
+      spdlog::log(asked_for.contains(name) ? spdlog::level::warn : spdlog::level::info,
+                  "runtime: the {} backend is not available: {}", name, driver.error().message);
       continue;
     }
     auto devices = (*driver)->EnumerateDevices();
