@@ -1,0 +1,73 @@
+// Driver reports as RAS events: the class of a vendor code comes from the
+// daemon's code tables (reloadable data), in the same origins as the
+// kernel-log lines of those drivers.
+
+#include <gtest/gtest.h>
+
+#include "ras_ingest.h"
+
+namespace rasd::daemon {
+namespace {
+
+drivers::DriverErrorEvent VendorReport(drivers::VendorCodeSpace space, std::optional<int> code) {
+  drivers::DriverErrorEvent event;
+  event.device = 2;
+  event.kind = drivers::DriverErrorKind::kVendorCode;
+  event.code_space = space;
+  event.vendor_code = code;
+  event.message = "report";
+  return event;
+}
+
+TEST(DriverEventsTest, VendorCodesAreClassedByTheCodeTables) {
+  const auto& codes = ras::CodeTable::Default();
+  auto xid = EventFromDriver(VendorReport(drivers::VendorCodeSpace::kNvidiaXid, 79), "nvml", codes);
+  EXPECT_EQ(xid.origin, "nvidia_xid");
+  EXPECT_EQ(xid.severity, ras::Severity::kFatal);
+  EXPECT_EQ(xid.vendor_code, 79);
+  EXPECT_EQ(xid.device, 2);
+  EXPECT_EQ(xid.source, "driver");
+
+  auto app = EventFromDriver(VendorReport(drivers::VendorCodeSpace::kNvidiaXid, 13), "nvml", codes);
+  EXPECT_EQ(app.severity, ras::Severity::kInfo) << "an application fault";
+
+  auto uce =
+      EventFromDriver(VendorReport(drivers::VendorCodeSpace::kAscend, 507053), "ascend", codes);
+  EXPECT_EQ(uce.origin, "ascend");
+  EXPECT_EQ(uce.severity, ras::Severity::kSrar);
+  auto heartbeat =
+      EventFromDriver(VendorReport(drivers::VendorCodeSpace::kAscend, 507010), "ascend", codes);
+  EXPECT_EQ(heartbeat.severity, ras::Severity::kFatal);
+
+  // A code no table knows is recorded, never acted on.
+  auto unknown =
+      EventFromDriver(VendorReport(drivers::VendorCodeSpace::kAscend, 123456), "ascend", codes);
+  EXPECT_EQ(unknown.severity, ras::Severity::kInfo);
+  auto no_space =
+      EventFromDriver(VendorReport(drivers::VendorCodeSpace::kNone, std::nullopt), "nvml", codes);
+  EXPECT_EQ(no_space.severity, ras::Severity::kInfo);
+  EXPECT_EQ(no_space.origin, "nvml");
+
+  // A site's table wins: the daemon reloads it on SIGHUP.
+  ras::CodeTable site = codes;
+  site.nvidia_xid[13] = ras::Severity::kUce;
+  EXPECT_EQ(EventFromDriver(VendorReport(drivers::VendorCodeSpace::kNvidiaXid, 13), "nvml", site)
+                .severity,
+            ras::Severity::kUce);
+}
+
+TEST(DriverEventsTest, AReportNamingOnlyAPciAddressCarriesItAndItsCount) {
+  drivers::DriverErrorEvent event;
+  event.device = -1;
+  event.pci_bdf = "0000:c2:00.0";
+  event.kind = drivers::DriverErrorKind::kCorrectedEcc;
+  event.count = 12;
+  const auto converted = EventFromDriver(event, "nvml", ras::CodeTable::Default());
+  EXPECT_FALSE(converted.device) << "the daemon attributes it by PCI address";
+  EXPECT_EQ(converted.pci_bdf, "0000:c2:00.0");
+  EXPECT_EQ(converted.count, 12u);
+  EXPECT_EQ(converted.severity, ras::Severity::kCe);
+}
+
+}  // namespace
+}  // namespace rasd::daemon
