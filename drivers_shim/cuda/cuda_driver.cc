@@ -142,7 +142,7 @@ std::chrono::steady_clock::time_point Deadline(std::chrono::nanoseconds timeout)
   return now + timeout;
 }
 
-struct StreamState {
+struct StreamState : std::enable_shared_from_this<StreamState> {
   int device = 0;
   cu::Stream stream = nullptr;
   // Held shared by every CUDA call on `stream`, exclusively by the destroy:
@@ -260,17 +260,27 @@ class StagingPool {
 };
 
 // A staged copy's host side, finished by a stream callback on CUDA's
-// thread: copy out (device-to-host) and return the buffer.
+// thread: copy out (device-to-host) and return the buffer. The copy-out
+// happens under the stream's mutex and only while nobody has given up on
+// the stream (abort, destroy, reset): once AbortStream or ResetDevice
+// returns, no copy-out is running or will start, so the caller may free
+// its buffer.
 struct StagedCopy {
   std::shared_ptr<StagingPool> pool;
+  std::shared_ptr<StreamState> stream;
   void* staging = nullptr;
   std::uint64_t bytes = 0;
   void* copy_out_to = nullptr;  // device-to-host: the caller's buffer
+  std::uint64_t resets_at_enqueue = 0;
 
   static void Finish(cu::Stream, cu::Code status, void* user) {
     std::unique_ptr<StagedCopy> copy(static_cast<StagedCopy*>(user));
     if (copy->copy_out_to != nullptr && status == cu::kSuccess) {
-      std::memcpy(copy->copy_out_to, copy->staging, copy->bytes);
+      std::lock_guard lock(copy->stream->mutex);
+      if (!copy->stream->abort_reason &&
+          copy->stream->resets.load(std::memory_order_acquire) == copy->resets_at_enqueue) {
+        std::memcpy(copy->copy_out_to, copy->staging, copy->bytes);
+      }
     }
     copy->pool->Release(copy->staging, copy->bytes);
   }
@@ -507,7 +517,9 @@ class CudaDriverImpl final : public Driver {
       auto staging = staging_->Acquire(bytes);
       if (!staging) return cu::kErrorOutOfMemory;
       std::memcpy(*staging, src, bytes);
-      auto copy = std::make_unique<StagedCopy>(StagedCopy{staging_, *staging, bytes, nullptr});
+      auto copy = std::make_unique<StagedCopy>(
+          StagedCopy{staging_, stream.shared_from_this(), *staging, bytes, nullptr,
+                     stream.resets.load(std::memory_order_acquire)});
       if (cu::Code rc = api_.MemcpyHtoDAsync(dst, *staging, bytes, stream.stream);
           rc != cu::kSuccess) {
         staging_->Release(*staging, bytes);
@@ -523,7 +535,9 @@ class CudaDriverImpl final : public Driver {
     return OnStream(handle, "cuMemcpyDtoHAsync", [&](StreamState& stream) -> cu::Code {
       auto staging = staging_->Acquire(bytes);
       if (!staging) return cu::kErrorOutOfMemory;
-      auto copy = std::make_unique<StagedCopy>(StagedCopy{staging_, *staging, bytes, dst});
+      auto copy = std::make_unique<StagedCopy>(
+          StagedCopy{staging_, stream.shared_from_this(), *staging, bytes, dst,
+                     stream.resets.load(std::memory_order_acquire)});
       if (cu::Code rc = api_.MemcpyDtoHAsync(*staging, src, bytes, stream.stream);
           rc != cu::kSuccess) {
         staging_->Release(*staging, bytes);
@@ -741,7 +755,10 @@ class CudaDriverImpl final : public Driver {
         if (stream->device == device) on_device.push_back(stream);
       }
     }
-    for (auto& stream : on_device) stream->resets.fetch_add(1, std::memory_order_acq_rel);
+    for (auto& stream : on_device) {
+      std::lock_guard lock(stream->mutex);  // no staged copy-out runs past this
+      stream->resets.fetch_add(1, std::memory_order_acq_rel);
+    }
     if (auto used = Use(device); !used) return used;
     // A sticky error fails every call in the context; a small allocation
     // finds it without waiting for work (cuCtxSynchronize would block on a

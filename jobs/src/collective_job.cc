@@ -106,6 +106,7 @@ CollectiveJob::~CollectiveJob() {
   }
   ReleaseBuffers();
   communicator_.reset();
+  parked_.clear();
 }
 
 void CollectiveJob::Stop() {
@@ -169,6 +170,7 @@ Status CollectiveJob::Form(const std::vector<int>& devices) {
     (void)communicator_->Synchronize(std::chrono::milliseconds(100));
     ReleaseBuffers();
     communicator_.reset();
+    parked_.clear();
   }
   auto communicator = runtime::Communicator::Create(
       runtime_, devices, {.owner = options_.id, .admission = runtime::Admission::kAdmittedJob});
@@ -195,14 +197,22 @@ Status CollectiveJob::Form(const std::vector<int>& devices) {
 }
 
 Status CollectiveJob::Restore() {
+  // The copies read their own snapshot: a failed restore's copies may run
+  // on after a later step has replaced the checkpoint.
+  auto source = std::make_shared<std::vector<float>>(checkpoint_);
   for (int rank = 0; rank < communicator_->Size(); ++rank) {
     if (auto copied = communicator_->RankStream(rank).CopyToDevice(
-            buffers_[static_cast<std::size_t>(rank)].state.address, checkpoint_.data(),
-            checkpoint_.size() * sizeof(float));
-        !copied)
+            buffers_[static_cast<std::size_t>(rank)].state.address, source->data(),
+            source->size() * sizeof(float));
+        !copied) {
+      parked_.push_back(std::move(source));
       return copied;
+    }
   }
-  if (auto done = communicator_->Synchronize(options_.step_timeout); !done) return done;
+  if (auto done = communicator_->Synchronize(options_.step_timeout); !done) {
+    parked_.push_back(std::move(source));
+    return done;
+  }
   std::lock_guard lock(mutex_);
   checksums_.resize(static_cast<std::size_t>(checkpoint_step_));
   progress_.step = checkpoint_step_;
@@ -235,12 +245,16 @@ Status CollectiveJob::Step(int step) {
   if (auto done = communicator_->Synchronize(options_.step_timeout); !done) return done;
   // The reduced parts are the new state everywhere.
   for (auto& buffers : buffers_) std::swap(buffers.state, buffers.part);
-  std::vector<float> host(options_.elements);
+  auto host_buffer = std::make_shared<std::vector<float>>(options_.elements);
+  std::vector<float>& host = *host_buffer;
   if (auto copied = communicator_->RankStream(0).CopyToHost(host.data(), buffers_[0].state.address,
                                                             host.size() * sizeof(float));
       !copied)
     return copied;
-  if (auto done = communicator_->Synchronize(options_.step_timeout); !done) return done;
+  if (auto done = communicator_->Synchronize(options_.step_timeout); !done) {
+    parked_.push_back(std::move(host_buffer));  // the copy may still be writing it
+    return done;
+  }
   {
     std::lock_guard lock(mutex_);
     checksums_.push_back(Checksum(host));

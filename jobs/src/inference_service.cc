@@ -66,6 +66,10 @@ struct InferenceService::Replica {
   std::unique_ptr<runtime::Stream> stream;
   runtime::Allocation w1, w2, x, h, y;
   std::deque<Request> queue;
+  // Host buffers of batches given up while their copies may still run (an
+  // abort stops what has not started, not what has): freed only once the
+  // stream is gone, which waits for the work it was running.
+  std::vector<std::shared_ptr<std::vector<float>>> parked;
   bool in_flight = false;
   bool prepared = false;
   Clock::time_point unavailable_until{};
@@ -142,6 +146,7 @@ InferenceService::~InferenceService() {
         if (*allocation) (void)(*pool)->Free(*allocation);
     }
     replica->stream.reset();
+    replica->parked.clear();
   }
 }
 
@@ -246,6 +251,7 @@ Status InferenceService::PrepareReplica(Replica& replica) {
     for (auto* allocation : {&replica.w1, &replica.w2, &replica.x, &replica.h, &replica.y})
       if (*allocation) (void)(*pool)->Free(*allocation);
     replica.stream.reset();
+    replica.parked.clear();
     ++replica.stats.restarts;
   }
   auto stream = runtime_.CreateStream(
@@ -310,12 +316,27 @@ Status InferenceService::Wait(Replica& replica) {
 Status InferenceService::RunBatch(Replica& replica, std::vector<Request>& batch, bool) {
   const auto& model = options_.model;
   const auto rows = static_cast<std::int64_t>(batch.size());
-  std::vector<float> x(batch.size() * static_cast<std::size_t>(model.inputs));
+  auto x_buffer =
+      std::make_shared<std::vector<float>>(batch.size() * static_cast<std::size_t>(model.inputs));
+  auto y_buffer =
+      std::make_shared<std::vector<float>>(batch.size() * static_cast<std::size_t>(model.outputs));
+  std::vector<float>& x = *x_buffer;
+  std::vector<float>& y = *y_buffer;
   for (std::size_t i = 0; i < batch.size(); ++i)
     std::copy(batch[i].input.begin(), batch[i].input.end(),
               x.begin() + static_cast<std::ptrdiff_t>(i * static_cast<std::size_t>(model.inputs)));
-  std::vector<float> y(batch.size() * static_cast<std::size_t>(model.outputs));
   runtime::Stream& stream = *replica.stream;
+  // Until the batch has completed, its copies may still read x or write y.
+  struct ParkUnlessDone {
+    Replica& replica;
+    std::shared_ptr<std::vector<float>> x, y;
+    bool done = false;
+    ~ParkUnlessDone() {
+      if (done) return;
+      replica.parked.push_back(std::move(x));
+      replica.parked.push_back(std::move(y));
+    }
+  } park{replica, x_buffer, y_buffer};
   const KernelArg first[] = {KernelArg::Int(rows),
                              KernelArg::Int(model.hidden),
                              KernelArg::Int(model.inputs),
@@ -339,6 +360,7 @@ Status InferenceService::RunBatch(Replica& replica, std::vector<Request>& batch,
   if (auto done = stream.CopyToHost(y.data(), replica.y.address, y.size() * sizeof(float)); !done)
     return done;
   if (auto waited = Wait(replica); !waited) return waited;
+  park.done = true;
   for (std::size_t i = 0; i < batch.size(); ++i) {
     const auto begin =
         y.begin() + static_cast<std::ptrdiff_t>(i * static_cast<std::size_t>(model.outputs));

@@ -105,6 +105,9 @@ class CollectiveJob {
   int shards_ = 0;
 
   std::unique_ptr<runtime::Communicator> communicator_;
+  // Host buffers of copies given up on (a failed or aborted step) that may
+  // still run: freed once the communicator's streams are gone.
+  std::vector<std::shared_ptr<std::vector<float>>> parked_;
   struct RankBuffers {
     runtime::MemoryPool* pool = nullptr;
     runtime::Allocation state, part;
