@@ -842,12 +842,16 @@ class CudaDriverImpl final : public Driver {
     if (rc == cu::kSuccess) {
       (void)copy.release();  // StagedCopy::Finish owns it now
     } else {
-      // The copy is enqueued but nothing will return its buffer: wait for
-      // the stream here rather than free memory a copy may still use.
-      while (api_.StreamQuery(stream.stream) == cu::kErrorNotReady) {
+      // The copy is enqueued but nothing will return its buffer (the
+      // context failed in between, say): wait for the stream here rather
+      // than free memory the copy may still use. The caller gets the error.
+      cu::Code done = cu::kErrorNotReady;
+      while ((done = api_.StreamQuery(stream.stream)) == cu::kErrorNotReady) {
         std::this_thread::sleep_for(100us);
       }
-      if (copy->copy_out_to != nullptr) std::memcpy(copy->copy_out_to, copy->staging, copy->bytes);
+      if (done == cu::kSuccess && copy->copy_out_to != nullptr) {
+        std::memcpy(copy->copy_out_to, copy->staging, copy->bytes);
+      }
       staging_->Release(copy->staging, copy->bytes);
     }
     return rc;
