@@ -102,11 +102,12 @@ TEST_F(ControlApiTest, UnknownCommandNamesTheKnownOnes) {
   const auto reply = Ask(client, R"({"command":"format-disk","id":9})");
   EXPECT_EQ(reply["ok"], false);
   EXPECT_EQ(reply["error"]["code"], "unknown_command");
-  EXPECT_NE(reply["error"]["message"].get<std::string>().find(
-                "known: actions, devices, drain, events, infer, inject, isolate, job-start, job-stop, "
-                "jobs, ping, reload, retired, status, summary, "
-                "undrain"),
-            std::string::npos)
+  EXPECT_NE(
+      reply["error"]["message"].get<std::string>().find(
+          "known: actions, devices, drain, events, infer, inject, isolate, job-start, job-stop, "
+          "jobs, ping, reload, retired, status, summary, "
+          "undrain"),
+      std::string::npos)
       << reply.dump();
   EXPECT_EQ(reply["id"], 9);
 }

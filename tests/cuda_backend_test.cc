@@ -16,17 +16,10 @@
 namespace rasd::testing {
 namespace {
 
-nlohmann::json RasctlJson(RasdInstance& rasd, std::vector<std::string> args) {
-  args.insert(args.begin(), "--json");
-  const auto result = rasd.Rasctl(args);
-  EXPECT_EQ(result.exit_code, 0) << result.err;
-  return nlohmann::json::parse(result.out, nullptr, false);
-}
-
-nlohmann::json Devices(RasdInstance& rasd) { return RasctlJson(rasd, {"devices"})["devices"]; }
+nlohmann::json Devices(RasdInstance& rasd) { return rasd.RasctlJson({"devices"})["devices"]; }
 
 nlohmann::json Job(RasdInstance& rasd, const std::string& name) {
-  const auto listed = RasctlJson(rasd, {"jobs"});  // named: a temporary's member would dangle
+  const auto listed = rasd.RasctlJson({"jobs"});  // named: a temporary's member would dangle
   for (const auto& job : listed["jobs"])
     if (job["name"] == name) return job;
   return nullptr;
@@ -53,7 +46,7 @@ TEST(CudaBackendTest, JobsRunOnTheGpusAndAnNvmlXidMovesThemOffOne) {
   ASSERT_EQ(devices.size(), 2u) << devices.dump(2);
   EXPECT_EQ(devices[0]["vendor"], "nvidia");
   EXPECT_EQ(devices[1]["pci_bdf"], "0000:d2:00.0");
-  EXPECT_EQ(RasctlJson(rasd, {"status"})["devices"]["driver"], "cuda");
+  EXPECT_EQ(rasd.RasctlJson({"status"})["devices"]["driver"], "cuda");
   ASSERT_TRUE(WaitUntil(
       [&] {
         auto llm = Job(rasd, "llm");
@@ -94,7 +87,7 @@ TEST(CudaBackendTest, BackendsServeTogetherNumberedInOrder) {
   EXPECT_EQ(devices[1]["vendor"], "nvidia");
   EXPECT_EQ(devices[2]["vendor"], "sim");
   EXPECT_EQ(devices[4]["index"], 4);
-  EXPECT_EQ(RasctlJson(rasd, {"status"})["devices"]["driver"], "cuda+sim");
+  EXPECT_EQ(rasd.RasctlJson({"status"})["devices"]["driver"], "cuda+sim");
 }
 
 TEST(CudaBackendTest, AnUnavailableBackendIsLoggedAndRasdServesWithout) {
@@ -105,7 +98,7 @@ TEST(CudaBackendTest, AnUnavailableBackendIsLoggedAndRasdServesWithout) {
   std::string why;
   ASSERT_TRUE(rasd.Start({}, {}, &why)) << why;
   EXPECT_TRUE(Devices(rasd).empty());
-  EXPECT_EQ(RasctlJson(rasd, {"status"})["devices"]["driver"], "none");
+  EXPECT_EQ(rasd.RasctlJson({"status"})["devices"]["driver"], "none");
   EXPECT_NE(rasd.Stderr().find("the cuda backend is not available: cannot load "
                                "librasd-no-cuda.so.1"),
             std::string::npos)
@@ -117,7 +110,7 @@ TEST(CudaBackendTest, AnUnavailableBackendIsLoggedAndRasdServesWithout) {
       "3,101,5000000,-;EDAC MC0: 1 CE memory read error on CPU_SrcID#0_Ha#0_Chan#2_DIMM#0 "
       "(channel:2 slot:0 page:0x849923 offset:0x380 grain:32 syndrome:0x0 -  area:DRAM "
       "err_code:0001:0092 socket:0 ha:0)\n");
-  ASSERT_TRUE(WaitUntil([&] { return !RasctlJson(rasd, {"events"})["events"].empty(); }, 5s))
+  ASSERT_TRUE(WaitUntil([&] { return !rasd.RasctlJson({"events"})["events"].empty(); }, 5s))
       << rasd.Stderr();
 }
 

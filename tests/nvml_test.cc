@@ -15,15 +15,8 @@
 namespace rasd::testing {
 namespace {
 
-nlohmann::json RasctlJson(RasdInstance& rasd, std::vector<std::string> args) {
-  args.insert(args.begin(), "--json");
-  const auto result = rasd.Rasctl(args);
-  EXPECT_EQ(result.exit_code, 0) << result.err;
-  return nlohmann::json::parse(result.out, nullptr, false);
-}
-
 std::string StateOf(RasdInstance& rasd, int device) {
-  const auto devices = RasctlJson(rasd, {"devices"});
+  const auto devices = rasd.RasctlJson({"devices"});
   if (!devices.is_object() || !devices.contains("devices")) return "?";
   return devices["devices"][device]["state"].get<std::string>();
 }
@@ -54,7 +47,7 @@ class NvmlTest : public ::testing::Test {
 
 TEST_F(NvmlTest, AnXidFromNvmlIsolatesTheDeviceAtThatPciAddress) {
   ASSERT_TRUE(Start());
-  const auto status = RasctlJson(rasd_, {"status"});
+  const auto status = rasd_.RasctlJson({"status"});
   EXPECT_EQ(status["ras"]["nvml_gpus"], 4) << status.dump(2);
   EXPECT_NE(rasd_.Stderr().find("NVML: GPU 2 Fake NVIDIA GPU at 0000:c3:00.0"), std::string::npos)
       << rasd_.Stderr();
@@ -62,12 +55,12 @@ TEST_F(NvmlTest, AnXidFromNvmlIsolatesTheDeviceAtThatPciAddress) {
   Script("xid 2 79");
   ASSERT_TRUE(WaitUntil([&] { return StateOf(rasd_, 2) == "isolated"; }, 5s)) << rasd_.Stderr();
   for (int other : {0, 1, 3}) EXPECT_EQ(StateOf(rasd_, other), "healthy") << other;
-  auto device = RasctlJson(rasd_, {"devices"})["devices"][2];
+  auto device = rasd_.RasctlJson({"devices"})["devices"][2];
   EXPECT_EQ(device["reason"], "FATAL nvidia_xid");
   ASSERT_FALSE(device["recent_events"].empty());
   EXPECT_EQ(device["recent_events"][0]["vendor_code"], 79);
   EXPECT_EQ(device["recent_events"][0]["source"], "driver");
-  EXPECT_EQ(RasctlJson(rasd_, {"status"})["ras"]["nvml_reports"], 1);
+  EXPECT_EQ(rasd_.RasctlJson({"status"})["ras"]["nvml_reports"], 1);
 }
 
 TEST_F(NvmlTest, CorrectedEccCountsAreEventsOfThatDeviceAndAnApplicationXidIsOnlyRecorded) {
@@ -77,7 +70,7 @@ TEST_F(NvmlTest, CorrectedEccCountsAreEventsOfThatDeviceAndAnApplicationXidIsOnl
   Script("xid 0 13");  // a warp exception: the job failed, not the GPU
   nlohmann::json events;
   ASSERT_TRUE(
-      WaitUntil([&] { return (events = RasctlJson(rasd_, {"events"})["events"]).size() >= 2; }, 5s))
+      WaitUntil([&] { return (events = rasd_.RasctlJson({"events"})["events"]).size() >= 2; }, 5s))
       << rasd_.Stderr();
   bool saw_ce = false, saw_info = false;
   for (const auto& event : events) {
@@ -103,7 +96,7 @@ TEST(NvmlAbsentTest, AHostWithoutNvmlRunsOnAndSaysWhy) {
   rasd.WriteConfig("ras:\n  nvml_library: librasd-no-nvml-here.so.1\n");
   std::string why;
   ASSERT_TRUE(rasd.Start({}, {}, &why)) << why;
-  EXPECT_EQ(RasctlJson(rasd, {"status"})["ras"]["nvml_gpus"], 0);
+  EXPECT_EQ(rasd.RasctlJson({"status"})["ras"]["nvml_gpus"], 0);
   EXPECT_NE(rasd.Stderr().find("NVML: not used (cannot load librasd-no-nvml-here.so.1"),
             std::string::npos)
       << rasd.Stderr();

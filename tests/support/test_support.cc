@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -325,6 +326,13 @@ bool RasdInstance::Start(std::vector<std::string> extra_args,
 std::optional<int> RasdInstance::Stop(std::chrono::milliseconds timeout) {
   process_->Signal(SIGTERM);
   return process_->Wait(timeout);
+}
+
+nlohmann::json RasdInstance::RasctlJson(std::vector<std::string> args) {
+  args.insert(args.begin(), "--json");
+  const auto result = Rasctl(std::move(args));
+  EXPECT_EQ(result.exit_code, 0) << result.err;
+  return nlohmann::json::parse(result.out, nullptr, false);
 }
 
 CommandResult RasdInstance::Rasctl(std::vector<std::string> args, std::optional<uid_t> uid,

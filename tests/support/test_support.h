@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -143,6 +144,9 @@ class RasdInstance {
 
   CommandResult Rasctl(std::vector<std::string> args, std::optional<uid_t> uid = std::nullopt,
                        std::optional<gid_t> gid = std::nullopt, std::vector<gid_t> groups = {});
+  // `rasctl --json ARGS...` parsed (a failed command is a test failure and
+  // a discarded value).
+  nlohmann::json RasctlJson(std::vector<std::string> args);
 
   Process& Proc() { return *process_; }
   NotifyListener& Notify() { return *notify_; }
