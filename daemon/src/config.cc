@@ -365,8 +365,11 @@ void ReadDocument(SchemaReader& reader, const YAML::Node& root, Config& config) 
                         }
                       }});
   // ras.codes.nvidia_xid / ras.codes.ascend: {code: CLASS, ...} over the built-in table.
-  auto code_map = [&reader](std::map<int, ras::Severity>& table) {
-    return [&reader, &table](const YAML::Node& value, const std::string& path) {
+  // Ascend's DCMI fault codes are 32-bit hex values (0x80E01801): the
+  // ascend table also takes hex keys up to 0xffffffff, stored with the bits
+  // the driver reports them with (a negative int above 0x7fffffff).
+  auto code_map = [&reader](std::map<int, ras::Severity>& table, bool hex_keys) {
+    return [&reader, &table, hex_keys](const YAML::Node& value, const std::string& path) {
       if (!value.IsMap()) {
         reader.Problem(value.Mark(), fmt::format("'{}' must be a mapping of code: class", path));
         return;
@@ -374,7 +377,23 @@ void ReadDocument(SchemaReader& reader, const YAML::Node& root, Config& config) 
       for (auto it = value.begin(); it != value.end(); ++it) {
         const YAML::Node key = it->first;
         const YAML::Node severity_node = it->second;
-        const auto code = reader.ReadInteger<int>(key, path + " key", 0, 99'999'999);
+        std::optional<int> code;
+        const std::string key_text = key.IsScalar() ? key.Scalar() : "";
+        if (hex_keys && (key_text.starts_with("0x") || key_text.starts_with("0X"))) {
+          std::uint32_t bits = 0;
+          const auto [end, ec] =
+              std::from_chars(key_text.data() + 2, key_text.data() + key_text.size(), bits, 16);
+          if (key_text.size() == 2 || ec != std::errc() ||
+              end != key_text.data() + key_text.size()) {
+            reader.Problem(key.Mark(), fmt::format("'{} key' must be a code such as 507053 or "
+                                                   "0x80E01801, not '{}'",
+                                                   path, key_text));
+            continue;
+          }
+          code = static_cast<int>(static_cast<std::int32_t>(bits));
+        } else {
+          code = reader.ReadInteger<int>(key, path + " key", 0, 99'999'999);
+        }
         const auto name =
             reader.ReadString(severity_node, path + "." + (key.IsScalar() ? key.Scalar() : "?"));
         if (!code || !name) continue;
@@ -391,8 +410,8 @@ void ReadDocument(SchemaReader& reader, const YAML::Node& root, Config& config) 
     };
   };
   const std::vector<Key> code_keys = {
-      {"nvidia_xid", code_map(config.ras.codes.nvidia_xid)},
-      {"ascend", code_map(config.ras.codes.ascend)},
+      {"nvidia_xid", code_map(config.ras.codes.nvidia_xid, /*hex_keys=*/false)},
+      {"ascend", code_map(config.ras.codes.ascend, /*hex_keys=*/true)},
   };
   ras_keys.push_back(
       {"codes", [&reader, &code_keys](const YAML::Node& value, const std::string& path) {

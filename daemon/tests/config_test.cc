@@ -73,7 +73,7 @@ simulator:
 TEST(ConfigTest, CodeTablesOverrideTheBuiltInOnes) {
   const auto result = ParseConfig(
       "ras:\n  codes:\n    nvidia_xid:\n      31: UCE\n      999: fatal\n    ascend:\n      "
-      "507099: SRAO\n",
+      "507099: SRAO\n      0x80E01801: UCE\n",
       "codes.yaml");
   ASSERT_TRUE(result.ok()) << testing::PrintToString(Problems(result));
   const auto& codes = result.config.ras.codes;
@@ -82,6 +82,16 @@ TEST(ConfigTest, CodeTablesOverrideTheBuiltInOnes) {
   EXPECT_EQ(codes.Xid(79), ras::Severity::kFatal) << "built-in kept";
   EXPECT_EQ(codes.Ascend(507099), ras::Severity::kSrao);
   EXPECT_EQ(codes.Ascend(507053), ras::Severity::kSrar);
+  // A DCMI fault code, with the bits the driver reports it with.
+  EXPECT_EQ(codes.Ascend(static_cast<int>(static_cast<std::int32_t>(0x80E01801u))),
+            ras::Severity::kUce);
+  const auto bad_hex = ParseConfig("ras:\n  codes:\n    ascend:\n      0xZZ: CE\n", "hex.yaml");
+  ASSERT_EQ(Problems(bad_hex).size(), 1u);
+  EXPECT_NE(Problems(bad_hex)[0].find("such as 507053 or 0x80E01801, not '0xZZ'"),
+            std::string::npos)
+      << Problems(bad_hex)[0];
+  EXPECT_FALSE(ParseConfig("ras:\n  codes:\n    nvidia_xid:\n      0x10: CE\n", "x.yaml").ok())
+      << "Xids are decimal";
 
   const auto bad = ParseConfig(
       "ras:\n  codes:\n    nvidia_xid:\n      x: CE\n      31: LOUD\n    amd: {}\n", "bad.yaml");
