@@ -1,10 +1,18 @@
 // A stand-in for libdcmi.so with the entry points rasd's Ascend backend
 // resolves: two cards (ids 1 and 2) with one chip each, logic ids 0 and 1,
 // whose health and error codes tests set through the controls in
-// fake_control.h.
+// fake_control.h, or, for a test driving a separate rasd process, through
+// a script file named by RASD_FAKE_DCMI_SCRIPT: each line appended is read
+// once, at the next health or error-code query:
+//   codes LOGIC_ID CODE...   the chip's current error codes (hex or decimal)
+//   health LOGIC_ID LEVEL
 
 #include <algorithm>
+#include <cstdlib>
+#include <fstream>
 #include <mutex>
+#include <sstream>
+#include <string>
 #include <vector>
 
 #include "dcmi_types.h"
@@ -23,6 +31,7 @@ struct Fake {
   std::mutex mutex;
   std::vector<Chip> chips;
   int error_code_reads = 0;
+  std::streamoff script_offset = 0;
 };
 
 Fake& State() {
@@ -50,6 +59,35 @@ Chip* FindLogic(Fake& fake, int logic_id) {
     if (chip.logic_id == logic_id) return &chip;
   }
   return nullptr;
+}
+
+// Applies the script lines appended since the last call. Caller holds mutex.
+void ReadScript(Fake& fake) {
+  const char* path = std::getenv("RASD_FAKE_DCMI_SCRIPT");
+  if (path == nullptr) return;
+  std::ifstream script(path);
+  if (!script) return;
+  script.seekg(fake.script_offset);
+  std::string line;
+  while (std::getline(script, line)) {
+    if (script.eof()) break;  // a line still being written: next time
+    fake.script_offset = script.tellg();
+    std::istringstream words(line);
+    std::string verb;
+    int logic_id = -1;
+    if (!(words >> verb >> logic_id)) continue;
+    Chip* chip = FindLogic(fake, logic_id);
+    if (chip == nullptr) continue;
+    if (verb == "codes") {
+      chip->codes.clear();
+      std::string code;
+      while (words >> code) {
+        chip->codes.push_back(static_cast<unsigned int>(std::strtoul(code.c_str(), nullptr, 0)));
+      }
+    } else if (verb == "health") {
+      words >> chip->health;
+    }
+  }
 }
 
 constexpr int kNotFound = -8001;  // any non-zero DCMI return
@@ -91,6 +129,7 @@ int dcmi_get_device_logic_id(int* device_logic_id, int card_id, int device_id) {
 int dcmi_get_device_health(int card_id, int device_id, unsigned int* health) {
   Fake& fake = State();
   std::lock_guard lock(fake.mutex);
+  ReadScript(fake);
   Chip* chip = Find(fake, card_id, device_id);
   if (chip == nullptr) return kNotFound;
   *health = chip->health;
@@ -101,6 +140,7 @@ int dcmi_get_device_errorcode_v2(int card_id, int device_id, int* error_count,
                                  unsigned int* error_code_list, unsigned int list_len) {
   Fake& fake = State();
   std::lock_guard lock(fake.mutex);
+  ReadScript(fake);
   Chip* chip = Find(fake, card_id, device_id);
   if (chip == nullptr) return kNotFound;
   const auto count = std::min<std::size_t>(chip->codes.size(), list_len);

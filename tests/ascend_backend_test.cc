@@ -1,0 +1,58 @@
+// The real rasd on its Ascend backend, over the stand-in libascendcl and
+// libdcmi (drivers_shim/ascend/testing): two NPUs served with their DCMI
+// PCI addresses, and a DCMI fault code that the site's ras.codes.ascend
+// table classes FATAL isolates exactly that NPU; a code no table knows is
+// recorded. Nothing here has run on Ascend hardware.
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "test_support.h"
+
+namespace rasd::testing {
+namespace {
+
+TEST(AscendBackendTest, ADcmiFaultCodeClassedFatalIsolatesThatNpu) {
+  RasdInstance rasd;
+  const auto script = rasd.HostRoot().parent_path() / "dcmi-script";
+  std::ofstream(script).flush();
+  rasd.WriteConfig(std::string("runtime:\n  driver: ascend\n  ascend_library: ") +
+                   RASD_FAKE_ASCENDCL_PATH + "\n  dcmi_library: " + RASD_FAKE_DCMI_PATH +
+                   "\nras:\n  codes:\n    ascend:\n      0x80E01801: FATAL\n");
+  std::string why;
+  ASSERT_TRUE(rasd.Start({}, {{"RASD_FAKE_DCMI_SCRIPT", script.string()}}, &why)) << why;
+  auto devices = rasd.RasctlJson({"devices"})["devices"];
+  ASSERT_EQ(devices.size(), 2u) << devices.dump(2) << rasd.Stderr();
+  EXPECT_EQ(devices[0]["vendor"], "huawei");
+  EXPECT_EQ(devices[0]["name"], "FakeAscend910B");
+  EXPECT_FALSE(devices[1]["pci_bdf"].get<std::string>().empty()) << "from DCMI";
+  EXPECT_EQ(rasd.RasctlJson({"status"})["devices"]["driver"], "ascend");
+
+  std::ofstream(script, std::ios::app) << "codes 0 0x12345678\ncodes 1 0x80E01801\n";
+  auto state = [&](int device) {
+    const auto listed = rasd.RasctlJson({"devices"});
+    return listed["devices"][device]["state"].get<std::string>();
+  };
+  ASSERT_TRUE(WaitUntil([&] { return state(1) == "isolated"; }, std::chrono::seconds(10)))
+      << rasd.Stderr();
+  EXPECT_EQ(state(0), "healthy") << "a code no table knows is recorded, not acted on";
+  const auto listed = rasd.RasctlJson({"devices"});
+  EXPECT_EQ(listed["devices"][1]["reason"], "FATAL ascend");
+  nlohmann::json events;
+  ASSERT_TRUE(
+      WaitUntil([&] { return (events = rasd.RasctlJson({"events"})["events"]).size() >= 2; },
+                std::chrono::seconds(5)));
+  bool info_on_0 = false;
+  for (const auto& event : events) {
+    if (event["device"] == 0 && event["severity"] == "INFO" && event["origin"] == "ascend") {
+      info_on_0 = true;
+    }
+  }
+  EXPECT_TRUE(info_on_0) << events.dump(2);
+}
+
+}  // namespace
+}  // namespace rasd::testing
