@@ -49,6 +49,7 @@ Result<AclApi> AclApi::Load(const common::DynamicLibrary& library) {
   optional(api.recent_error_message, "aclGetRecentErrMsg");
   optional(api.soc_name, "aclrtGetSocName");
   optional(api.stream_abort, "aclrtStreamAbort");
+  optional(api.stream_query, "aclrtStreamQuery");
   optional(api.can_access_peer, "aclrtDeviceCanAccessPeer");
   optional(api.enable_peer_access, "aclrtDeviceEnablePeerAccess");
   return api;

@@ -43,6 +43,7 @@ struct AclApi {
   decltype(&::aclGetRecentErrMsg) recent_error_message = nullptr;
   decltype(&::aclrtGetSocName) soc_name = nullptr;
   decltype(&::aclrtStreamAbort) stream_abort = nullptr;
+  decltype(&::aclrtStreamQuery) stream_query = nullptr;
   decltype(&::aclrtDeviceCanAccessPeer) can_access_peer = nullptr;
   decltype(&::aclrtDeviceEnablePeerAccess) enable_peer_access = nullptr;
 

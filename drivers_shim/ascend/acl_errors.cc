@@ -76,7 +76,9 @@ std::string_view AclErrorName(int code) {
 }
 
 bool IsReportedRuntimeCode(int code) {
-  if (code < 507000 || code > 507099) return false;
+  // 5070xx device and runtime faults, 507899 (driver internal error) and
+  // 5079xx (the host-device link: 507901 socket closed, ...).
+  if (code < 507000 || code > 507999) return false;
   switch (code) {
     case kAclErrorRtStreamNotComplete:
     case kAclErrorRtEventNotComplete:

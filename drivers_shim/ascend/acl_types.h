@@ -39,6 +39,12 @@ typedef enum aclrtEventRecordedStatus {
   ACL_EVENT_RECORDED_STATUS_COMPLETE = 1,
 } aclrtEventRecordedStatus;
 
+typedef enum aclrtStreamStatus {
+  ACL_STREAM_STATUS_COMPLETE = 0,
+  ACL_STREAM_STATUS_NOT_READY = 1,
+  ACL_STREAM_STATUS_RESERVED = 0xFFFF,
+} aclrtStreamStatus;
+
 typedef enum aclrtCallbackBlockType {
   ACL_CALLBACK_NO_BLOCK = 0,
   ACL_CALLBACK_BLOCK = 1,
@@ -68,6 +74,7 @@ aclError aclrtCreateStream(aclrtStream* stream);
 aclError aclrtDestroyStream(aclrtStream stream);
 aclError aclrtSynchronizeStreamWithTimeout(aclrtStream stream, int32_t timeout_ms);
 aclError aclrtStreamAbort(aclrtStream stream);
+aclError aclrtStreamQuery(aclrtStream stream, aclrtStreamStatus* status);
 aclError aclrtMemcpyAsync(void* dst, size_t dest_max, const void* src, size_t count,
                           aclrtMemcpyKind kind, aclrtStream stream);
 
@@ -97,7 +104,11 @@ inline constexpr aclError kAclErrorInvalidParam = 100000;
 inline constexpr aclError kAclErrorRepeatInitialize = 100002;
 inline constexpr aclError kAclErrorStreamNotSubscribe = 100034;
 inline constexpr aclError kAclErrorThreadNotSubscribe = 100035;
-inline constexpr aclError kAclErrorWaitCallbackTimeout = 100036;
+inline constexpr aclError kAclErrorWaitCallbackTimeout = 100036;  // older CANN
+// What current CANN returns from aclrtProcessReport instead of the two
+// above (the 1000xx values are deprecated).
+inline constexpr aclError kAclErrorRtReportTimeout = 507012;
+inline constexpr aclError kAclErrorRtThreadSubscribe = 107012;
 inline constexpr aclError kAclErrorRepeatFinalize = 100037;
 inline constexpr aclError kAclErrorBadAlloc = 200000;
 inline constexpr aclError kAclErrorApiNotSupport = 200001;

@@ -229,9 +229,14 @@ class ReportThread {
       // A callback may have made another device's context current here.
       (void)acl_.set_current_context(context_);
       const aclError rc = acl_.process_report(kReportPollMs);
-      if (rc == ascend::kAclSuccess || rc == ascend::kAclErrorWaitCallbackTimeout) continue;
+      if (rc == ascend::kAclSuccess || rc == ascend::kAclErrorWaitCallbackTimeout ||
+          rc == ascend::kAclErrorRtReportTimeout) {
+        continue;
+      }
       // No stream subscribed yet, or a failure: do not spin.
-      if (rc != ascend::kAclErrorThreadNotSubscribe && !warned) {
+      const bool not_subscribed =
+          rc == ascend::kAclErrorThreadNotSubscribe || rc == ascend::kAclErrorRtThreadSubscribe;
+      if (!not_subscribed && !warned) {
         spdlog::warn("ascend: device {}: aclrtProcessReport failed with ACL error {}", device_, rc);
         warned = true;
       }
@@ -742,15 +747,22 @@ AscendDriverImpl::~AscendDriverImpl() {
 void AscendDriverImpl::RunHostWork(std::uint64_t id) {
   std::optional<HostWork> work = TakeHostWork(id);
   if (!work) return;  // failed already (abort, reset, error)
-  Status status;
-  if (auto stream = FindStream(StreamHandle{work->stream})) status = (*stream)->Current();
+  auto stream = FindStream(StreamHandle{work->stream});
+  Status status =
+      stream ? (*stream)->Current() : Status(Fail(ErrorCode::kAborted, "stream destroyed"));
   DeviceState& device = *devices_[static_cast<std::size_t>(work->device)];
   switch (work->kind) {
     case HostWork::Kind::kCallback:
       if (work->callback) work->callback(status);
       break;
     case HostWork::Kind::kCopyOut:
-      if (status) std::memcpy(work->host_dst, work->staging.data, work->bytes);
+      // Checked and copied under the stream's mutex: once an abort or a
+      // destroy has failed the stream, no copy-out into the caller's buffer
+      // runs or starts, so the caller may free it.
+      if (stream) {
+        std::lock_guard lock((*stream)->mutex);
+        if (!(*stream)->error) std::memcpy(work->host_dst, work->staging.data, work->bytes);
+      }
       device.staging->Release(work->staging);
       break;
     case HostWork::Kind::kReleaseStaging:
@@ -1223,10 +1235,25 @@ Status AscendDriverImpl::SynchronizeStream(StreamHandle handle, std::chrono::nan
     if (s.error) return Fail(*s.error);
     epoch = s.epoch;
   }
-  // Waits in slices so that an abort or a reset is seen within one.
+  // Where the library has aclrtStreamQuery, a wait polls it (with a
+  // back-off up to 1 ms) and synchronizes only a finished stream, to
+  // collect its status: CANN logs every timed-out synchronize, with a
+  // device snapshot, so waiting in timed slices would flood its logs.
+  // Otherwise it waits in slices. Either way an abort or a reset is seen
+  // within a slice.
+  auto pause = std::chrono::microseconds(0);
   for (;;) {
     aclError rc = ascend::kAclSuccess;
+    bool pending = false;
     Status waited = WithDevice(device, [&]() -> Status {
+      if (acl_.stream_query != nullptr) {
+        aclrtStreamStatus status = ACL_STREAM_STATUS_COMPLETE;
+        if (acl_.stream_query(s.acl, &status) == ascend::kAclSuccess &&
+            status == ACL_STREAM_STATUS_NOT_READY) {
+          pending = true;
+          return {};
+        }
+      }
       const auto remaining =
           std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
       const auto slice = std::clamp(remaining, std::chrono::milliseconds(1), kWaitSlice);
@@ -1242,6 +1269,22 @@ Status AscendDriverImpl::SynchronizeStream(StreamHandle handle, std::chrono::nan
       }
     }
     if (!waited) return waited;
+    if (pending) {
+      if (std::chrono::steady_clock::now() >= deadline) {
+        return Fail(
+            ErrorCode::kTimeout,
+            fmt::format("stream on device {} did not finish within {} ms", s.device,
+                        std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count()));
+      }
+      if (pause.count() == 0) {
+        std::this_thread::yield();
+        pause = std::chrono::microseconds(10);
+      } else {
+        std::this_thread::sleep_for(pause);
+        pause = std::min<std::chrono::microseconds>(pause * 2, std::chrono::milliseconds(1));
+      }
+      continue;
+    }
     if (rc == ascend::kAclSuccess) return {};
     if (rc == ascend::kAclErrorRtStreamSyncTimeout || rc == ascend::kAclErrorRtWaitTimeout) {
       if (std::chrono::steady_clock::now() >= deadline) {

@@ -26,11 +26,11 @@ TEST(AscendErrorsTest, AclCodesMapToDriverErrorCodes) {
 }
 
 TEST(AscendErrorsTest, OnlyRuntimeDeviceFaultsAreReported) {
-  for (int code : {507053, 507054, 507010, 507000, 507015, 507099}) {
+  for (int code : {507053, 507054, 507010, 507000, 507015, 507099, 507899, 507901}) {
     EXPECT_TRUE(IsReportedRuntimeCode(code)) << code;
   }
-  // Answers, not faults; and codes outside 5070xx.
-  for (int code : {0, 507004, 507006, 507046, 507047, 507100, 507899, 100000, 207001}) {
+  // Answers, not faults; and codes outside 507xxx.
+  for (int code : {0, 507004, 507006, 507046, 507047, 508000, 100000, 207001}) {
     EXPECT_FALSE(IsReportedRuntimeCode(code)) << code;
   }
 }

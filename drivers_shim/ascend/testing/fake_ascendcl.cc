@@ -409,6 +409,18 @@ aclError aclrtSynchronizeStreamWithTimeout(aclrtStream handle, int32_t timeout_m
   return kAclSuccess;
 }
 
+aclError aclrtStreamQuery(aclrtStream handle, aclrtStreamStatus* status) {
+  Fake& fake = State();
+  Stream* stream = nullptr;
+  {
+    std::lock_guard lock(fake.mutex);
+    stream = FindStream(fake, handle);
+  }
+  if (stream == nullptr || status == nullptr) return kAclErrorInvalidParam;
+  *status = stream->WaitIdle(0) ? ACL_STREAM_STATUS_COMPLETE : ACL_STREAM_STATUS_NOT_READY;
+  return kAclSuccess;
+}
+
 aclError aclrtStreamAbort(aclrtStream handle) {
   Fake& fake = State();
   std::lock_guard lock(fake.mutex);
