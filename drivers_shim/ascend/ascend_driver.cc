@@ -716,6 +716,8 @@ AscendDriverImpl::~AscendDriverImpl() {
   for (auto& [value, stream] : streams) FailStream(*stream, destroyed);
   for (auto& device : devices_) {
     std::unique_lock lock(device->gate);
+    // Streams are drained and unsubscribed while the report thread still
+    // runs their callbacks.
     if (device->context != nullptr && !device->lost) {
       (void)acl_.set_current_context(device->context);
       for (auto& [value, stream] : streams) {
@@ -735,8 +737,12 @@ AscendDriverImpl::~AscendDriverImpl() {
       }
       device->staging->Trim(0);
     }
+    // The report thread stops outside the gate: a callback it is running
+    // may call into the driver, which takes the gate.
+    lock.unlock();
     if (device->reporter) device->reporter->Stop();
     device->reporter.reset();
+    lock.lock();
     if (device->context != nullptr) (void)acl_.destroy_context(device->context);
     device->context = nullptr;
     if (device->acl_device_set) (void)acl_.reset_device(device->index);
