@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "driver_test_util.h"
 #include "rasd/common/dynamic_library.h"
 #include "testing/fake_control.h"
 
@@ -187,16 +188,10 @@ class AscendDriverTest : public ::testing::Test {
 
   static FakeControls& fake() { return *FakeControls::Get(); }
 
-  StreamHandle NewStream(int device = 0) {
-    auto stream = driver_->CreateStream(device);
-    EXPECT_TRUE(stream.has_value()) << stream.error().ToString();
-    return stream.value_or(StreamHandle{});
-  }
+  StreamHandle NewStream(int device = 0) { return testing::NewStreamOn(*driver_, device); }
 
   DeviceAddress Reserve(std::uint64_t bytes, int device = 0) {
-    auto address = driver_->ReserveMemory(device, bytes);
-    EXPECT_TRUE(address.has_value()) << address.error().ToString();
-    return address.value_or(0);
+    return testing::ReserveOn(*driver_, bytes, device);
   }
 
   std::unique_ptr<Driver> driver_;

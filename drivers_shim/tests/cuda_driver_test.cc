@@ -15,6 +15,7 @@
 #include <numeric>
 #include <thread>
 
+#include "driver_test_util.h"
 #include "rasd/drivers_shim/sim_driver.h"
 
 namespace rasd::drivers {
@@ -93,15 +94,9 @@ class CudaDriverTest : public ::testing::Test {
     if (fake_ != nullptr) ::dlclose(fake_);
   }
 
-  StreamHandle NewStream(int device = 0) {
-    auto stream = driver_->CreateStream(device);
-    EXPECT_TRUE(stream) << stream.error().ToString();
-    return stream ? *stream : StreamHandle{};
-  }
+  StreamHandle NewStream(int device = 0) { return testing::NewStreamOn(*driver_, device); }
   DeviceAddress Reserve(std::uint64_t bytes, int device = 0) {
-    auto base = driver_->ReserveMemory(device, bytes);
-    EXPECT_TRUE(base) << base.error().ToString();
-    return base ? *base : 0;
+    return testing::ReserveOn(*driver_, bytes, device);
   }
 
   std::vector<char> host_buffer_;  // destroyed after the driver, which waits for the GPU

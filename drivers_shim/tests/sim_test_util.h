@@ -6,6 +6,7 @@
 #include <cstring>
 #include <vector>
 
+#include "driver_test_util.h"
 #include "rasd/drivers_shim/sim_driver.h"
 
 namespace rasd::drivers::testing {
@@ -21,16 +22,10 @@ class SimDriverTest : public ::testing::Test {
     driver_ = std::move(*created);
   }
 
-  StreamHandle NewStream(int device = 0) {
-    auto stream = driver_->CreateStream(device);
-    EXPECT_TRUE(stream.has_value()) << stream.error().ToString();
-    return stream.value_or(StreamHandle{});
-  }
+  StreamHandle NewStream(int device = 0) { return testing::NewStreamOn(*driver_, device); }
 
   DeviceAddress Reserve(std::uint64_t bytes, int device = 0) {
-    auto address = driver_->ReserveMemory(device, bytes);
-    EXPECT_TRUE(address.has_value()) << address.error().ToString();
-    return address.value_or(0);
+    return testing::ReserveOn(*driver_, bytes, device);
   }
 
   DeviceAddress Upload(StreamHandle stream, const std::vector<float>& values, int device = 0) {
