@@ -130,7 +130,8 @@ jobs:
         }
         return found == 3;
       },
-      5s));
+      5s))
+      << Json(rasd, {"events", "--severity", "CE"}).dump(1) << rasd.Stderr();
 
   // The repaired device comes back; the faulty ones do not (their fault is
   // still there: the self-test fails).

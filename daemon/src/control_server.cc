@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <grp.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -30,10 +31,6 @@ constexpr std::size_t kReadChunk = 16 * 1024;
 // Per wake-up, so that one chatty client cannot starve the others.
 constexpr std::size_t kReadBudget = 64 * 1024;
 constexpr auto kAcceptPause = std::chrono::milliseconds(200);
-
-std::uint64_t Microseconds(std::chrono::milliseconds ms) {
-  return static_cast<std::uint64_t>(ms.count()) * 1000;
-}
 
 PeerCredentials ReadPeerCredentials(int fd) {
   PeerCredentials peer;
@@ -94,44 +91,26 @@ class ControlServer::Client {
         peer_(std::move(peer)),
         framer_(server.options_.max_request_bytes) {}
 
-  ~Client() {
-    sd_event_source_disable_unref(io_source_);
-    sd_event_source_disable_unref(timeout_source_);
-  }
-
   Status Start() {
-    if (int rc =
-            sd_event_add_io(server_.event_, &io_source_, fd_.Get(), EPOLLIN, &Client::OnIo, this);
-        rc < 0) {
-      return Fail(ErrnoError("watch control client", -rc));
-    }
-    if (int rc = sd_event_add_time_relative(server_.event_, &timeout_source_, CLOCK_MONOTONIC,
-                                            Microseconds(server_.options_.client_timeout), 0,
-                                            &Client::OnTimeout, this);
-        rc < 0) {
-      return Fail(ErrnoError("arm control client timeout", -rc));
-    }
+    auto watch = server_.loop_.WatchFd(fd_.Get(), EPOLLIN,
+                                       [this](std::uint32_t revents) { HandleIo(revents); });
+    if (!watch) return Fail(watch.error().code, "control client: " + watch.error().message);
+    io_watch_ = std::move(*watch);
+    timeout_ = server_.loop_.CreateTimer([this] { OnTimeout(); });
+    timeout_->ArmAfter(server_.options_.client_timeout);
     return {};
   }
 
   const PeerCredentials& Peer() const { return peer_; }
 
  private:
-  static int OnIo(sd_event_source*, int, uint32_t revents, void* userdata) {
-    static_cast<Client*>(userdata)->HandleIo(revents);
-    return 0;  // never tear down the loop because of a client
-  }
-
-  static int OnTimeout(sd_event_source*, uint64_t, void* userdata) {
-    auto* client = static_cast<Client*>(userdata);
-    client->Reply(
-        control::MakeErrorReply(control::wire_error::kTimeout,
-                                fmt::format("no complete request within {} ms; closing",
-                                            client->server_.options_.client_timeout.count())));
+  void OnTimeout() {
+    Reply(control::MakeErrorReply(control::wire_error::kTimeout,
+                                  fmt::format("no complete request within {} ms; closing",
+                                              server_.options_.client_timeout.count())));
     // Best effort: one non-blocking attempt, then go.
-    client->Flush();
-    client->server_.Close(client->id_);
-    return 0;
+    Flush();
+    server_.Close(id_);
   }
 
   void HandleIo(uint32_t revents) {
@@ -198,8 +177,7 @@ class ControlServer::Client {
   void ServeOne(std::string_view line) {
     if (line.find_first_not_of(" \t\r") == std::string_view::npos) return;  // blank: keep-alive
     output_ += server_.HandleLine(id_, peer_, line);
-    sd_event_source_set_time_relative(timeout_source_,
-                                      Microseconds(server_.options_.client_timeout));
+    timeout_->ArmAfter(server_.options_.client_timeout);
   }
 
   void Reply(const nlohmann::json& message) { output_ += control::EncodeLine(message); }
@@ -232,7 +210,7 @@ class ControlServer::Client {
     uint32_t events = 0;
     if (!stop_reading_) events |= EPOLLIN;
     if (!output_.empty()) events |= EPOLLOUT;
-    sd_event_source_set_io_events(io_source_, events);
+    io_watch_->SetEvents(events);
   }
 
   ControlServer& server_;
@@ -242,34 +220,35 @@ class ControlServer::Client {
   control::LineFramer framer_;
   std::string output_;
   bool stop_reading_ = false;
-  sd_event_source* io_source_ = nullptr;
-  sd_event_source* timeout_source_ = nullptr;
+  // Destroyed before fd_ (declared after it): the watch never sees a closed fd.
+  std::unique_ptr<common::FdWatch> io_watch_;
+  std::unique_ptr<common::Timer> timeout_;
 };
 
 Result<std::unique_ptr<ControlServer>> ControlServer::Create(
-    sd_event* event, common::UniqueFd listen_fd, Options options, Authorizer authorizer,
+    common::EventLoop& loop, common::UniqueFd listen_fd, Options options, Authorizer authorizer,
     std::map<std::string, Command> commands) {
   if (!SetNonBlocking(listen_fd.Get())) return Fail(ErrnoError("control socket O_NONBLOCK", errno));
   std::unique_ptr<ControlServer> server(new ControlServer(
-      event, std::move(listen_fd), options, std::move(authorizer), std::move(commands)));
-  if (int rc = sd_event_add_io(event, &server->listen_source_, server->listen_fd_.Get(), EPOLLIN,
-                               &ControlServer::OnListenReady, server.get());
-      rc < 0) {
-    return Fail(ErrnoError("watch control socket", -rc));
-  }
+      loop, std::move(listen_fd), options, std::move(authorizer), std::move(commands)));
+  ControlServer* self = server.get();
+  auto listen = loop.WatchFd(self->listen_fd_.Get(), EPOLLIN,
+                             [self](std::uint32_t) { self->AcceptAll(); });
+  if (!listen) return Fail(listen.error().code, "control socket: " + listen.error().message);
+  server->listen_watch_ = std::move(*listen);
+  server->accept_resume_ = loop.CreateTimer([self] { self->listen_watch_->SetEnabled(true); });
   server->mailbox_->wake.Reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
   if (!server->mailbox_->wake) return Fail(ErrnoError("eventfd", errno));
-  if (int rc = sd_event_add_io(event, &server->mailbox_source_, server->mailbox_->wake.Get(),
-                               EPOLLIN, &ControlServer::OnMailbox, server.get());
-      rc < 0) {
-    return Fail(ErrnoError("watch control replies", -rc));
-  }
+  auto mailbox = loop.WatchFd(self->mailbox_->wake.Get(), EPOLLIN,
+                              [self](std::uint32_t) { self->DeliverMailbox(); });
+  if (!mailbox) return Fail(mailbox.error().code, "control replies: " + mailbox.error().message);
+  server->mailbox_watch_ = std::move(*mailbox);
   return server;
 }
 
-ControlServer::ControlServer(sd_event* event, common::UniqueFd listen_fd, Options options,
+ControlServer::ControlServer(common::EventLoop& loop, common::UniqueFd listen_fd, Options options,
                              Authorizer authorizer, std::map<std::string, Command> commands)
-    : event_(event),
+    : loop_(loop),
       listen_fd_(std::move(listen_fd)),
       options_(options),
       authorizer_(std::move(authorizer)),
@@ -280,43 +259,30 @@ ControlServer::~ControlServer() {
     std::lock_guard lock(mailbox_->mutex);
     mailbox_->open = false;  // late answers are dropped
   }
-  sd_event_source_disable_unref(mailbox_source_);
+  mailbox_watch_.reset();
   clients_.clear();
-  sd_event_source_disable_unref(listen_source_);
-  sd_event_source_disable_unref(accept_resume_);
+  listen_watch_.reset();
+  accept_resume_.reset();
 }
 
-int ControlServer::OnMailbox(sd_event_source*, int fd, uint32_t, void* userdata) {
-  auto* server = static_cast<ControlServer*>(userdata);
+void ControlServer::DeliverMailbox() {
   std::uint64_t count = 0;
-  (void)::read(fd, &count, sizeof count);
+  (void)::read(mailbox_->wake.Get(), &count, sizeof count);
   std::deque<std::pair<std::uint64_t, std::string>> lines;
   {
-    std::lock_guard lock(server->mailbox_->mutex);
-    lines.swap(server->mailbox_->lines);
+    std::lock_guard lock(mailbox_->mutex);
+    lines.swap(mailbox_->lines);
   }
   for (const auto& [client_id, line] : lines) {
     // A client that left meanwhile gets nothing.
-    if (auto client = server->clients_.find(client_id); client != server->clients_.end())
+    if (auto client = clients_.find(client_id); client != clients_.end())
       client->second->Deliver(line);
   }
-  return 0;
 }
 
 void ControlServer::Reconfigure(Options options, Authorizer authorizer) {
   options_ = options;
   authorizer_ = std::move(authorizer);
-}
-
-int ControlServer::OnListenReady(sd_event_source*, int, uint32_t, void* userdata) {
-  static_cast<ControlServer*>(userdata)->AcceptAll();
-  return 0;
-}
-
-int ControlServer::OnAcceptResume(sd_event_source*, uint64_t, void* userdata) {
-  auto* server = static_cast<ControlServer*>(userdata);
-  sd_event_source_set_enabled(server->listen_source_, SD_EVENT_ON);
-  return 0;
 }
 
 void ControlServer::AcceptAll() {
@@ -330,15 +296,8 @@ void ControlServer::AcceptAll() {
         // The pending connection stays readable; pause instead of spinning.
         spdlog::warn("control socket: cannot accept ({}); pausing for {} ms", std::strerror(errno),
                      kAcceptPause.count());
-        sd_event_source_set_enabled(listen_source_, SD_EVENT_OFF);
-        if (accept_resume_ == nullptr) {
-          sd_event_add_time_relative(event_, &accept_resume_, CLOCK_MONOTONIC,
-                                     Microseconds(kAcceptPause), 0, &ControlServer::OnAcceptResume,
-                                     this);
-        } else {
-          sd_event_source_set_time_relative(accept_resume_, Microseconds(kAcceptPause));
-          sd_event_source_set_enabled(accept_resume_, SD_EVENT_ONESHOT);
-        }
+        listen_watch_->SetEnabled(false);
+        accept_resume_->ArmAfter(kAcceptPause);
         return;
       }
       spdlog::warn("control socket: accept failed: {}", std::strerror(errno));
@@ -367,8 +326,8 @@ void ControlServer::AcceptAll() {
 }
 
 void ControlServer::Close(std::uint64_t client_id) {
-  // sd-event defers freeing a source that is being dispatched, so a client
-  // may close itself from inside its own callback.
+  // The loop runs a copy of a callback, so a client may close itself from
+  // inside its own callback (and returns at once after doing so).
   clients_.erase(client_id);
 }
 

@@ -1,7 +1,6 @@
 #pragma once
 
 #include <sys/types.h>
-#include <systemd/sd-event.h>
 
 #include <chrono>
 #include <cstdint>
@@ -17,6 +16,7 @@
 #include <vector>
 
 #include "rasd/common/control_protocol.h"
+#include "rasd/common/event_loop.h"
 #include "rasd/common/result.h"
 #include "rasd/common/unique_fd.h"
 
@@ -59,7 +59,7 @@ struct Command {
 };
 
 // Serves the control protocol (rasd/common/control_protocol.h) on a
-// listening Unix stream socket, inside an sd-event loop.
+// listening Unix stream socket, on an EventLoop.
 //
 // Robustness against hostile or broken clients: requests are bounded in
 // size; a client that sends no complete request within `client_timeout` is
@@ -69,7 +69,7 @@ struct Command {
 // accepting instead of spinning. Nothing a client sends ends the daemon.
 //
 // Single-threaded: every method runs on the loop's thread. The server must
-// be destroyed before the sd_event it was created on.
+// be destroyed before the loop it was created on.
 class ControlServer {
  public:
   struct Options {
@@ -79,7 +79,8 @@ class ControlServer {
     int max_clients = 64;
   };
 
-  static Result<std::unique_ptr<ControlServer>> Create(sd_event* event, common::UniqueFd listen_fd,
+  static Result<std::unique_ptr<ControlServer>> Create(common::EventLoop& loop,
+                                                       common::UniqueFd listen_fd,
                                                        Options options, Authorizer authorizer,
                                                        std::map<std::string, Command> commands);
   ~ControlServer();
@@ -95,16 +96,14 @@ class ControlServer {
  private:
   class Client;
 
-  ControlServer(sd_event* event, common::UniqueFd listen_fd, Options options, Authorizer authorizer,
-                std::map<std::string, Command> commands);
-  static int OnListenReady(sd_event_source* source, int fd, uint32_t revents, void* userdata);
-  static int OnAcceptResume(sd_event_source* source, uint64_t usec, void* userdata);
+  ControlServer(common::EventLoop& loop, common::UniqueFd listen_fd, Options options,
+                Authorizer authorizer, std::map<std::string, Command> commands);
   void AcceptAll();
   void Close(std::uint64_t client_id);
   // The reply line, or "" when the command answers later (run_async).
   std::string HandleLine(std::uint64_t client_id, const PeerCredentials& peer,
                          std::string_view line);
-  static int OnMailbox(sd_event_source* source, int fd, uint32_t revents, void* userdata);
+  void DeliverMailbox();
 
   // Answers of run_async commands, posted from any thread.
   struct Mailbox {
@@ -114,12 +113,12 @@ class ControlServer {
     bool open = true;
   };
   std::shared_ptr<Mailbox> mailbox_ = std::make_shared<Mailbox>();
-  sd_event_source* mailbox_source_ = nullptr;
+  std::unique_ptr<common::FdWatch> mailbox_watch_;
 
-  sd_event* event_;
+  common::EventLoop& loop_;
   common::UniqueFd listen_fd_;
-  sd_event_source* listen_source_ = nullptr;
-  sd_event_source* accept_resume_ = nullptr;
+  std::unique_ptr<common::FdWatch> listen_watch_;
+  std::unique_ptr<common::Timer> accept_resume_;
   Options options_;
   Authorizer authorizer_;
   std::map<std::string, Command> commands_;

@@ -65,6 +65,16 @@ Actuator::Options ActuatorOptions(const Config& config) {
           .hook_timeout = config.policy.hook_timeout};
 }
 
+DeviceLifecycle::Options LifecycleOptions(const Config& config) {
+  DeviceLifecycle::Options options;
+  options.drain_deadline = config.policy.drain_deadline;
+  options.auto_recover = config.policy.auto_recover;
+  options.auto_recover_delay = config.policy.auto_recover_delay;
+  options.auto_recover_window = config.policy.auto_recover_window;
+  options.resume_on_undrain = config.scheduler.resume_on_undrain;
+  return options;
+}
+
 nlohmann::json IngestStatus(const RasIngest::Stats& stats) {
   return {{"kmsg_active", stats.kmsg_active},
           {"kmsg_records", stats.kmsg_records},
@@ -113,26 +123,32 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(StartOptions options, Config confi
   return daemon;
 }
 
-Daemon::Daemon(StartOptions options)
-    : options_(std::move(options)), clock_(std::make_shared<common::SystemClock>()) {}
+Daemon::Daemon(StartOptions options) : options_(std::move(options)) {}
 
 Daemon::~Daemon() {
   metrics_.reset();  // no scrape may run past this point
-  sd_event_source_disable_unref(metrics_timer_);
+  metrics_timer_.reset();
   control_.reset();
   ingest_.reset();
   jobs_.reset();
-  for (auto& [device, timer] : drain_timers_) sd_event_source_disable_unref(timer);
-  for (auto& [device, timer] : recovery_timers_) sd_event_source_disable_unref(timer);
-  for (auto* source : sources_) sd_event_source_disable_unref(source);
+  lifecycle_.reset();
+  watchdog_timer_.reset();
+  signals_.clear();
   if (!socket_.activated && !socket_.bound_path.empty()) ::unlink(socket_.bound_path.c_str());
-  sd_event_unref(event_);
 }
 
 Status Daemon::Initialize(Config config) {
   config_ = std::move(config);
-  started_monotonic_ = clock_->Monotonic();
-  started_wall_ = clock_->Wall();
+  if (options_.loop != nullptr) {
+    loop_ = options_.loop;
+  } else {
+    auto loop = common::CreateSdEventLoop(std::make_shared<common::SystemClock>());
+    if (!loop) return Fail(loop.error());
+    owned_loop_ = std::move(*loop);
+    loop_ = owned_loop_.get();
+  }
+  started_monotonic_ = loop_->Now();
+  started_wall_ = loop_->GetClock().Wall();
   const common::DefaultPaths defaults = common::ComputeDefaultPaths();
   state_dir_ = config_.daemon.state_dir.empty() ? defaults.state_dir : config_.daemon.state_dir;
   socket_path_ = config_.control.socket.empty() ? defaults.socket : config_.control.socket;
@@ -142,7 +158,7 @@ Status Daemon::Initialize(Config config) {
     return Fail(ErrorCode::kInvalidArgument,
                 fmt::format("host root {} is not a directory", config_.host.root.string()));
   }
-  host_ = std::make_unique<common::HostEnv>(config_.host.root, clock_);
+  host_ = std::make_unique<common::HostEnv>(config_.host.root, loop_->SharedClock());
 
   auto admin_gid = ResolveAdminGroup(config_.control.admin_group);
   if (!admin_gid) return Fail(admin_gid.error());
@@ -161,28 +177,27 @@ Status Daemon::Initialize(Config config) {
   if (!runtime) return Fail(runtime.error());
   runtime_ = std::move(*runtime);
 
-  if (int rc = sd_event_new(&event_); rc < 0) return Fail(ErrnoError("sd_event_new", -rc));
-  auto add_signal = [this](int signal, sd_event_signal_handler_t handler) -> Status {
-    sd_event_source* source = nullptr;
-    if (int rc = sd_event_add_signal(event_, &source, signal, handler, this); rc < 0) {
-      return Fail(ErrnoError(fmt::format("watch signal {}", signal), -rc));
-    }
-    sources_.push_back(source);
+  auto add_signal = [this](int signal, std::function<void()> handler) -> Status {
+    auto watch = loop_->WatchSignal(signal, std::move(handler));
+    if (!watch) return Fail(watch.error());
+    signals_.push_back(std::move(*watch));
     return {};
   };
   for (int signal : {SIGTERM, SIGINT}) {
-    if (auto added = add_signal(signal, &Daemon::OnTerminate); !added) return added;
+    if (auto added = add_signal(signal,
+                                [this, signal] {
+                                  spdlog::info("received {}; stopping", ::strsignal(signal));
+                                  loop_->Exit(0);
+                                });
+        !added)
+      return added;
   }
-  if (auto added = add_signal(SIGHUP, &Daemon::OnHangup); !added) return added;
+  // Reload logs its own outcome.
+  if (auto added = add_signal(SIGHUP, [this] { (void)Reload(); }); !added) return added;
 
   if (sd_watchdog_enabled(/*unset_environment=*/0, &watchdog_usec_) > 0 && watchdog_usec_ > 0) {
-    sd_event_source* source = nullptr;
-    if (int rc = sd_event_add_time_relative(event_, &source, CLOCK_MONOTONIC, watchdog_usec_ / 2, 0,
-                                            &Daemon::OnWatchdog, this);
-        rc < 0) {
-      return Fail(ErrnoError("arm watchdog timer", -rc));
-    }
-    sources_.push_back(source);
+    watchdog_timer_ = loop_->CreateTimer([this] { OnWatchdog(); });
+    watchdog_timer_->ArmAfter(std::chrono::microseconds(watchdog_usec_ / 2));
   }
 
   jobs_ = std::make_unique<jobs::JobManager>(*runtime_, config_.policy.drain_deadline);
@@ -215,13 +230,15 @@ Status Daemon::Initialize(Config config) {
     spdlog::info("scheduler: slurm, node {}", scheduler_->Node());
   }
 
+  lifecycle_ = std::make_unique<DeviceLifecycle>(*loop_, *runtime_, *actuator_, *jobs_, *store_,
+                                                 scheduler_.get(), LifecycleOptions(config_));
   auto ingest = RasIngest::Create(
-      event_, *host_, *store_, *runtime_, config_.ras,
+      *loop_, *host_, *store_, *runtime_, config_.ras,
       RasIngest::EventSink{.act = [this](const std::vector<ras::RasEvent>& events) { Act(events); },
                            .stored =
                                [this](const std::vector<std::int64_t>& ids) {
                                  actuator_->EndBatch(ids);
-                                 ScheduleRecoveries();
+                                 lifecycle_->OnPolicyActed();
                                  jobs_->Reconsider();
                                }});
   if (!ingest) return Fail(ingest.error());
@@ -233,7 +250,7 @@ Status Daemon::Initialize(Config config) {
   socket_ = std::move(*socket);
   auto listen_fd = common::UniqueFd(::dup(socket_.fd.Get()));
   if (!listen_fd) return Fail(ErrnoError("dup control socket", errno));
-  auto server = ControlServer::Create(event_, std::move(listen_fd), ServerOptions(config_),
+  auto server = ControlServer::Create(*loop_, std::move(listen_fd), ServerOptions(config_),
                                       authorizer_, Commands());
   if (!server) return Fail(server.error());
   control_ = std::move(*server);
@@ -246,13 +263,12 @@ Status Daemon::Initialize(Config config) {
       spdlog::info("job '{}' ({}) started", spec.name, jobs::JobKindName(spec.kind));
     }
   }
+  metrics_timer_ = loop_->CreateTimer([this] {
+    RefreshMetrics();
+    metrics_timer_->ArmAfter(std::chrono::seconds(1));
+  });
   RefreshMetrics();
-  if (int rc = sd_event_add_time_relative(event_, &metrics_timer_, CLOCK_MONOTONIC, 1'000'000, 0,
-                                          &Daemon::OnMetricsTimer, this);
-      rc < 0) {
-    spdlog::warn("metrics: no refresh timer ({}); EDAC and job figures stay as at start",
-                 std::strerror(-rc));
-  }
+  metrics_timer_->ArmAfter(std::chrono::seconds(1));
   if (!config_.metrics.listen.empty()) {
     auto exposer =
         exporters::MetricsServer::Start(config_.metrics.listen, [this] { return MetricsNow(); });
@@ -276,7 +292,7 @@ Status Daemon::Initialize(Config config) {
 int Daemon::Run() {
   Notify("READY=1");
   NotifyStatus();
-  const int rc = sd_event_loop(event_);
+  const int rc = loop_->Run();
   Notify("STOPPING=1\nSTATUS=stopping");
   if (rc < 0) {
     spdlog::error("event loop failed: {}", std::strerror(-rc));
@@ -298,27 +314,11 @@ void Daemon::NotifyStatus() {
                      runtime_->DriverName(), socket_path_.string()));
 }
 
-int Daemon::OnTerminate(sd_event_source*, const struct signalfd_siginfo* info, void* userdata) {
-  auto* daemon = static_cast<Daemon*>(userdata);
-  spdlog::info("received {}; stopping", ::strsignal(static_cast<int>(info->ssi_signo)));
-  sd_event_exit(daemon->event_, 0);
-  return 0;
-}
-
-int Daemon::OnHangup(sd_event_source*, const struct signalfd_siginfo*, void* userdata) {
-  auto* daemon = static_cast<Daemon*>(userdata);
-  (void)daemon->Reload();  // logs its own outcome
-  return 0;
-}
-
-int Daemon::OnWatchdog(sd_event_source* source, uint64_t, void* userdata) {
-  auto* daemon = static_cast<Daemon*>(userdata);
+void Daemon::OnWatchdog() {
   // Sent from the loop itself: a wedged loop stops the pings and systemd
   // restarts us, which is the point.
-  daemon->Notify("WATCHDOG=1");
-  sd_event_source_set_time_relative(source, daemon->watchdog_usec_ / 2);
-  sd_event_source_set_enabled(source, SD_EVENT_ONESHOT);
-  return 0;
+  Notify("WATCHDOG=1");
+  watchdog_timer_->ArmAfter(std::chrono::microseconds(watchdog_usec_ / 2));
 }
 
 Result<nlohmann::json> Daemon::Reload() {
@@ -343,7 +343,7 @@ Result<nlohmann::json> Daemon::Reload() {
       failure += problem.ToString();
     }
   }
-  const std::string when = Iso8601(clock_->Wall());
+  const std::string when = Iso8601(loop_->GetClock().Wall());
   if (!failure.empty()) {
     for (const auto& problem : loaded.problems) spdlog::error("reload: {}", problem.ToString());
     if (loaded.problems.empty()) spdlog::error("reload: {}", failure);
@@ -378,6 +378,7 @@ Result<nlohmann::json> Daemon::Reload() {
   ingest_->SetCodeTable(config_.ras.codes);
   policy_.Reconfigure(config_.policy.engine);  // keeps the counters of unchanged rules
   actuator_->SetOptions(ActuatorOptions(config_));
+  lifecycle_->SetOptions(LifecycleOptions(config_));
   ++config_generation_;
   spdlog::info("configuration reloaded (generation {})", config_generation_);
   last_reload_ = {{"time", when}, {"ok", true}, {"restart_required", restart_required}};
@@ -414,8 +415,9 @@ std::map<std::string, Command> Daemon::Commands() {
   commands["retired"] = {
       false, [this](const auto& request, const auto&) { return RetiredReport(request.args); }};
   for (const char* name : {"isolate", "drain", "undrain"}) {
-    commands[name] = {true, [this, name](const auto& request, const auto&) {
-                        return ChangeDeviceState(name, request.args);
+    commands[name] = {true, nullptr,
+                      [this, name](const auto& request, const auto&, AsyncReply reply) {
+                        ChangeDeviceState(name, request.args, std::move(reply));
                       }};
   }
   return commands;
@@ -459,7 +461,7 @@ Result<nlohmann::json> Daemon::EventsReport(const nlohmann::json& args) {
         return Fail(ErrorCode::kInvalidArgument, "since_seconds must be a number of seconds >= 0");
       }
       query.since =
-          clock_->Wall() - std::chrono::duration_cast<std::chrono::system_clock::duration>(
+          loop_->GetClock().Wall() - std::chrono::duration_cast<std::chrono::system_clock::duration>(
                                std::chrono::duration<double>(value.get<double>()));
     } else if (key == "severity") {
       const auto severity =
@@ -540,7 +542,7 @@ Result<nlohmann::json> Daemon::StatusReport() {
     device_list.push_back(std::move(entry));
   }
   const double uptime =
-      std::chrono::duration<double>(clock_->Monotonic() - started_monotonic_).count();
+      std::chrono::duration<double>(loop_->Now() - started_monotonic_).count();
   nlohmann::json config = {
       {"path",
        options_.config_path ? nlohmann::json(options_.config_path->string()) : nlohmann::json()},
@@ -585,12 +587,12 @@ Result<nlohmann::json> Daemon::StatusReport() {
 }
 
 void Daemon::Act(const std::vector<ras::RasEvent>& events) {
-  const auto arrived = std::chrono::steady_clock::now();
+  const auto arrived = loop_->Now();
   std::vector<double> isolations;
   // Effects now; the rows follow in EndBatch once the events have ids.
   actuator_->BeginBatch();
   for (std::size_t i = 0; i < events.size(); ++i) {
-    for (const auto& action : policy_.Decide(events[i], clock_->Monotonic())) {
+    for (const auto& action : policy_.Decide(events[i], loop_->Now())) {
       const auto record = actuator_->ExecuteInBatch(action, events[i], i);
       if (action.kind == ras::ActionKind::kIsolateDevice &&
           record.detail.find("->") != std::string::npos) {
@@ -598,8 +600,8 @@ void Daemon::Act(const std::vector<ras::RasEvent>& events) {
         // record when it was logged, which may be long ago: from arrival.
         const double seconds =
             events[i].source == "driver"
-                ? std::chrono::duration<double>(clock_->Wall() - events[i].time).count()
-                : std::chrono::duration<double>(std::chrono::steady_clock::now() - arrived).count();
+                ? std::chrono::duration<double>(loop_->GetClock().Wall() - events[i].time).count()
+                : std::chrono::duration<double>(loop_->Now() - arrived).count();
         isolations.push_back(std::max(0.0, seconds));
       }
     }
@@ -681,13 +683,13 @@ Result<nlohmann::json> Daemon::DevicesReport(const nlohmann::json& args) {
                        {"retired_bytes", stats.retired_bytes},
                        {"retired_pages", stats.retired_pages}};
     }
-    if (auto test = last_self_test_.find(index); test != last_self_test_.end()) {
-      entry["self_test"] = {{"time", Iso8601(test->second.time)},
-                            {"passed", test->second.passed},
-                            {"summary", test->second.summary}};
+    if (auto test = lifecycle_->LastSelfTest(index)) {
+      entry["self_test"] = {
+          {"time", Iso8601(test->time)}, {"passed", test->passed}, {"summary", test->summary}};
     } else {
       entry["self_test"] = nullptr;
     }
+    entry["self_test_running"] = lifecycle_->SelfTestRunning(index);
     nlohmann::json events = nlohmann::json::array();
     ras::EventQuery query;
     query.device = index;
@@ -750,22 +752,29 @@ Result<nlohmann::json> Daemon::RetiredReport(const nlohmann::json& args) {
   return nlohmann::json{{"pages", std::move(list)}};
 }
 
-Result<nlohmann::json> Daemon::ChangeDeviceState(const std::string& command,
-                                                 const nlohmann::json& args) {
+namespace {
+
+// The arguments of isolate, drain and undrain.
+struct StateChangeArgs {
   std::optional<int> device;
   std::string reason;
   bool force = false;
   std::optional<std::chrono::milliseconds> deadline;
+};
+
+Result<StateChangeArgs> ReadStateChangeArgs(const std::string& command,
+                                            const nlohmann::json& args) {
+  StateChangeArgs read;
   for (const auto& [key, value] : args.items()) {
     if (key == "device" && value.is_number_integer()) {
-      device = value.get<int>();
+      read.device = value.get<int>();
     } else if (key == "reason" && value.is_string()) {
-      reason = value.get<std::string>();
+      read.reason = value.get<std::string>();
     } else if (key == "force" && value.is_boolean() && command == "undrain") {
-      force = value.get<bool>();
+      read.force = value.get<bool>();
     } else if (key == "deadline_ms" && value.is_number_integer() && command == "drain" &&
                value.get<long long>() >= 0 && value.get<long long>() <= 86'400'000) {
-      deadline = std::chrono::milliseconds(value.get<long long>());
+      read.deadline = std::chrono::milliseconds(value.get<long long>());
     } else {
       return Fail(
           ErrorCode::kInvalidArgument,
@@ -775,211 +784,42 @@ Result<nlohmann::json> Daemon::ChangeDeviceState(const std::string& command,
                                            : ""));
     }
   }
-  if (!device) return Fail(ErrorCode::kInvalidArgument, command + " needs a device");
-  auto found = runtime_->GetDevice(*device);
-  if (!found) return Fail(ErrorCode::kNotFound, fmt::format("no device {}", *device));
-  if (reason.size() > 512) return Fail(ErrorCode::kInvalidArgument, "reason is over 512 bytes");
-  runtime::Device& target = **found;
-  const runtime::HealthState before = target.Health();
-  const std::string was(runtime::HealthStateName(before));
-
-  // Whatever the outcome below, the jobs look at the devices again.
-  struct Wake {
-    jobs::JobManager& jobs;
-    ~Wake() { jobs.Reconsider(); }
-  } wake{*jobs_};
-
-  if (command == "isolate") {
-    auto done = actuator_->SetDeviceState(*device, runtime::HealthState::kIsolated,
-                                          reason.empty() ? "isolated by an operator" : reason,
-                                          "isolate-device");
-    if (!done) return Fail(done.error());
-    return nlohmann::json{
-        {"device", *device},
-        {"state", std::string(runtime::HealthStateName(runtime::HealthState::kIsolated))},
-        {"was", was}};
-  }
-  if (command == "drain") {
-    if (before == runtime::HealthState::kIsolated) {
-      return Fail(ErrorCode::kInvalidArgument,
-                  fmt::format("device {} is isolated: nothing runs there to drain", *device));
-    }
-    const auto limit = deadline.value_or(config_.policy.drain_deadline);
-    jobs_->SetDrainDeadline(*device, limit);
-    auto done = actuator_->SetDeviceState(
-        *device, runtime::HealthState::kDraining,
-        reason.empty() ? fmt::format("drained by an operator (deadline {} ms)", limit.count())
-                       : reason,
-        "drain-device");
-    if (!done) return Fail(done.error());
-    if (auto old = drain_timers_.find(*device); old != drain_timers_.end()) {
-      sd_event_source_disable_unref(old->second);
-      drain_timers_.erase(old);
-    }
-    sd_event_source* timer = nullptr;
-    if (sd_event_add_time_relative(event_, &timer, CLOCK_MONOTONIC,
-                                   static_cast<std::uint64_t>(limit.count()) * 1000, 0,
-                                   &Daemon::OnDrainDeadline, this) >= 0) {
-      sd_event_source_set_description(timer, std::to_string(*device).c_str());
-      drain_timers_[*device] = timer;
-    }
-    return nlohmann::json{
-        {"device", *device},
-        {"state", std::string(runtime::HealthStateName(runtime::HealthState::kDraining))},
-        {"was", was},
-        {"deadline_ms", limit.count()},
-        {"jobs", runtime_->OwnersOn(*device)}};
-  }
-  // undrain: back to service only when the device proves itself.
-  if (before == runtime::HealthState::kHealthy) {
-    MaybeResumeNode();
-    return nlohmann::json{
-        {"device", *device},
-        {"state", std::string(runtime::HealthStateName(runtime::HealthState::kHealthy))},
-        {"was", was}};
-  }
-  const auto report = SelfTest(*device, "undrain");
-  if (!report.passed && !force) {
-    return Fail(ErrorCode::kUnavailable,
-                fmt::format("device {} stays {}: self-test {} (rasctl undrain --force overrides)",
-                            *device, was, report.Summary()));
-  }
-  auto done = actuator_->SetDeviceState(
-      *device, runtime::HealthState::kHealthy,
-      reason.empty() ? (report.passed ? "returned to service: self-test passed"
-                                      : "returned to service by force: self-test failed")
-                     : reason,
-      "undrain-device");
-  if (!done) return Fail(done.error());
-  if (auto timer = drain_timers_.find(*device); timer != drain_timers_.end()) {
-    sd_event_source_disable_unref(timer->second);
-    drain_timers_.erase(timer);
-  }
-  MaybeResumeNode();
-  return nlohmann::json{
-      {"device", *device},
-      {"state", std::string(runtime::HealthStateName(runtime::HealthState::kHealthy))},
-      {"was", was},
-      {"self_test", {{"passed", report.passed}, {"summary", report.Summary()}}},
-      {"forced", !report.passed}};
+  if (!read.device) return Fail(ErrorCode::kInvalidArgument, command + " needs a device");
+  if (read.reason.size() > 512)
+    return Fail(ErrorCode::kInvalidArgument, "reason is over 512 bytes");
+  return read;
 }
 
-int Daemon::OnDrainDeadline(sd_event_source* source, uint64_t, void* userdata) {
-  auto* daemon = static_cast<Daemon*>(userdata);
-  const char* description = nullptr;
-  (void)sd_event_source_get_description(source, &description);
-  const int device = description != nullptr ? std::atoi(description) : -1;
-  const auto jobs = daemon->runtime_->OwnersOn(device);
-  if (jobs.empty()) {
-    spdlog::info("device {}: drain deadline reached; nothing is running there", device);
-  } else {
-    // The jobs layer re-runs what is left elsewhere; until it exists, say so.
-    spdlog::warn("device {}: drain deadline reached with {} job(s) still there: {}", device,
-                 jobs.size(), fmt::join(jobs, ", "));
+nlohmann::json StateChangeJson(const StateChange& change) {
+  nlohmann::json json = {{"device", change.device},
+                         {"state", std::string(runtime::HealthStateName(change.state))},
+                         {"was", std::string(runtime::HealthStateName(change.was))}};
+  if (change.deadline) {
+    json["deadline_ms"] = change.deadline->count();
+    json["jobs"] = change.jobs;
   }
-  daemon->drain_timers_.erase(device);
-  sd_event_source_disable_unref(source);
-  return 0;
+  if (change.self_test) {
+    json["self_test"] = {{"passed", change.self_test->passed},
+                         {"summary", change.self_test->summary}};
+    json["forced"] = change.forced;
+  }
+  return json;
 }
 
-runtime::SelfTestReport Daemon::SelfTest(int device, const std::string& why) {
-  runtime::Device& target = **runtime_->GetDevice(device);
-  const runtime::HealthState before = target.Health();
-  // The self-test runs as an admitted job: open the gate that far, no further.
-  if (before == runtime::HealthState::kIsolated) target.SetHealth(runtime::HealthState::kDraining);
-  const auto report = runtime::RunSelfTest(*runtime_, device);
-  target.SetHealth(before);
-  last_self_test_[device] = {clock_->Wall(), report.passed, report.Summary()};
-  ras::ActionRecord record;
-  record.time = clock_->Wall();
-  record.action = "self-test";
-  record.device = device;
-  record.rule = why == "undrain" ? "operator" : why;
-  record.reason = why;
-  record.result = report.passed ? "ok" : "failed";
-  record.detail = report.Summary();
-  if (auto stored = store_->RecordAction(record); !stored) {
-    spdlog::error("cannot store the self-test result: {}", stored.error().message);
-  }
-  spdlog::log(report.passed ? spdlog::level::info : spdlog::level::warn, "device {} self-test {}",
-              device, report.Summary());
-  return report;
-}
+}  // namespace
 
-void Daemon::ScheduleRecoveries() {
-  for (int device : actuator_->TakeNewlyIsolated()) {
-    if (!config_.policy.auto_recover) continue;
-    const auto now = clock_->Monotonic();
-    if (auto last = recovered_at_.find(device);
-        last != recovered_at_.end() &&
-        now - last->second < std::chrono::nanoseconds(config_.policy.auto_recover_window)) {
-      const std::string reason = fmt::format(
-          "isolated again {} s after it recovered by itself: needs an operator (rasctl undrain)",
-          std::chrono::duration_cast<std::chrono::seconds>(now - last->second).count());
-      spdlog::error("device {}: {}", device, reason);
-      (void)actuator_->SetDeviceState(device, runtime::HealthState::kIsolated, reason,
-                                      "isolate-device", "auto-recover");
-      recovered_at_.erase(last);
-      continue;
-    }
-    if (recovery_timers_.contains(device)) continue;
-    sd_event_source* timer = nullptr;
-    if (int rc = sd_event_add_time_relative(
-            event_, &timer, CLOCK_MONOTONIC,
-            static_cast<std::uint64_t>(config_.policy.auto_recover_delay.count()) * 1000, 0,
-            &Daemon::OnRecoveryTimer, this);
-        rc < 0) {
-      spdlog::error("device {}: cannot schedule its recovery: {}", device, std::strerror(-rc));
-      continue;
-    }
-    sd_event_source_set_description(timer, std::to_string(device).c_str());
-    recovery_timers_[device] = timer;
-    spdlog::info("device {}: automatic recovery in {} ms", device,
-                 config_.policy.auto_recover_delay.count());
-  }
-}
-
-int Daemon::OnRecoveryTimer(sd_event_source* source, uint64_t, void* userdata) {
-  auto* daemon = static_cast<Daemon*>(userdata);
-  const char* description = nullptr;
-  (void)sd_event_source_get_description(source, &description);
-  const int device = description != nullptr ? std::atoi(description) : -1;
-  daemon->recovery_timers_.erase(device);
-  sd_event_source_disable_unref(source);
-  daemon->Recover(device);
-  return 0;
-}
-
-void Daemon::Recover(int device) {
-  auto found = runtime_->GetDevice(device);
-  if (!found || (*found)->Health() != runtime::HealthState::kIsolated) return;  // an operator acted
-  ras::ActionRecord record;
-  record.time = clock_->Wall();
-  record.action = "reset-device";
-  record.device = device;
-  record.rule = "auto-recover";
-  record.reason = "automatic recovery";
-  if (auto reset = runtime_->Driver().ResetDevice(device); !reset) {
-    record.result = "failed";
-    record.detail = reset.error().message;
-    spdlog::error("device {}: automatic recovery: reset failed: {}; it stays isolated", device,
-                  reset.error().message);
-    (void)store_->RecordAction(record);
-    return;
-  }
-  record.result = "ok";
-  (void)store_->RecordAction(record);
-  const auto report = SelfTest(device, "auto-recover");
-  if (!report.passed) {
-    spdlog::error("device {}: automatic recovery: self-test {}; it stays isolated", device,
-                  report.Summary());
-    return;
-  }
-  recovered_at_[device] = clock_->Monotonic();
-  jobs_->Reconsider();
-  (void)actuator_->SetDeviceState(device, runtime::HealthState::kHealthy,
-                                  "recovered by itself: reset, self-test passed", "undrain-device",
-                                  "auto-recover");
+void Daemon::ChangeDeviceState(const std::string& command, const nlohmann::json& args,
+                               AsyncReply reply) {
+  auto read = ReadStateChangeArgs(command, args);
+  if (!read) return reply(Fail(read.error()));
+  auto answer = [reply](Result<StateChange> change) {
+    if (!change) return reply(Fail(change.error()));
+    reply(StateChangeJson(*change));
+  };
+  if (command == "isolate") return answer(lifecycle_->Isolate(*read->device, read->reason));
+  if (command == "drain")
+    return answer(lifecycle_->Drain(*read->device, read->reason, read->deadline));
+  lifecycle_->Undrain(*read->device, read->reason, read->force, std::move(answer));
 }
 
 Result<nlohmann::json> Daemon::JobsReport() {
@@ -1110,17 +950,19 @@ void Daemon::Infer(const nlohmann::json& args, AsyncReply reply) {
   }
   // Without an input: the load generator's input number `seed`.
   if (!input) input = jobs::LoadGenerator::InputFor(seed, jobs::MlpModel{}.inputs);
-  const auto started = std::chrono::steady_clock::now();
+  const auto started = loop_->Now();
+  const std::shared_ptr<const common::Clock> clock = loop_->SharedClock();
   // The callback must not hold the service: a stopped service answers what
   // it still has, and that must let it go.
   auto submitted = service->Submit(
-      std::move(*input), [reply, started](std::uint64_t id, jobs::InferenceService::Output output) {
+      std::move(*input),
+      [reply, started, clock](std::uint64_t id, jobs::InferenceService::Output output) {
         if (!output) return reply(Fail(output.error()));
-        reply(nlohmann::json{{"request", id},
-                             {"output", *output},
-                             {"latency_ms", std::chrono::duration<double, std::milli>(
-                                                std::chrono::steady_clock::now() - started)
-                                                .count()}});
+        reply(nlohmann::json{
+            {"request", id},
+            {"output", *output},
+            {"latency_ms",
+             std::chrono::duration<double, std::milli>(clock->Monotonic() - started).count()}});
       });
   if (!submitted) reply(Fail(submitted.error()));
 }
@@ -1128,7 +970,7 @@ void Daemon::Infer(const nlohmann::json& args, AsyncReply reply) {
 void Daemon::RefreshMetrics() {
   const auto stats = ingest_ ? ingest_->GetStats() : RasIngest::Stats{};
   auto edac = ingest_ ? ingest_->EdacCounters() : ras::EdacSnapshot{};
-  const auto now = std::chrono::steady_clock::now();
+  const auto now = loop_->Now();
   // Drains: from a device entering Draining to no job left on it (or to it
   // leaving Draining some other way).
   std::vector<double> drains;
@@ -1143,7 +985,7 @@ void Daemon::RefreshMetrics() {
       if (!draining) {
         draining_since_.erase(since);
       } else {
-        since->second = std::chrono::steady_clock::time_point::max();  // counted; wait for the end
+        since->second = std::chrono::nanoseconds::max();  // counted; wait for the end
       }
     }
   }
@@ -1162,13 +1004,6 @@ void Daemon::RefreshMetrics() {
   for (double seconds : drains)
     if (seconds >= 0 && seconds < 1e9) metrics_loop_.drain_duration.Observe(seconds);
   for (double seconds : aborts) metrics_loop_.collective_abort.Observe(seconds);
-}
-
-int Daemon::OnMetricsTimer(sd_event_source* source, uint64_t, void* userdata) {
-  static_cast<Daemon*>(userdata)->RefreshMetrics();
-  sd_event_source_set_time_relative(source, 1'000'000);
-  sd_event_source_set_enabled(source, SD_EVENT_ONESHOT);
-  return 0;
 }
 
 exporters::MetricsSnapshot Daemon::MetricsNow() const {
@@ -1354,12 +1189,14 @@ Result<nlohmann::json> Daemon::Inject(const nlohmann::json& args) {
     value += count;
     std::ofstream file(directory / "dimm_ce_count", std::ios::trunc);
     file << value << "\n";
+    file.close();  // flushed before the poll below reads it
     if (!file) return Fail(ErrnoError("write " + (directory / "dimm_ce_count").string(), errno));
     if (!host_->Exists(base + "/dimm_label"))
       std::ofstream(directory / "dimm_label") << fmt::format("MC{}_DIMM{}\n", *mc, *dimm);
     done["mc"] = *mc;
     done["dimm"] = *dimm;
     done["dimm_ce_count"] = value;
+    ingest_->PollEdacNow();
   } else if (kind == "einj") {
     if (!config_.inject.allow_hardware)
       return Fail(ErrorCode::kPermissionDenied,
@@ -1417,18 +1254,6 @@ Result<nlohmann::json> Daemon::Inject(const nlohmann::json& args) {
   }
   spdlog::warn("fault injected: {}", done.dump());
   return done;
-}
-
-void Daemon::MaybeResumeNode() {
-  if (!scheduler_ || !config_.scheduler.resume_on_undrain || !scheduler_->Drained()) return;
-  for (const auto& device : runtime_->Devices()) {
-    if (device->Health() == runtime::HealthState::kIsolated) {
-      spdlog::info("scheduler: node {} stays drained: device {} is still isolated",
-                   scheduler_->Node(), device->Index());
-      return;
-    }
-  }
-  scheduler_->Resume();
 }
 
 }  // namespace rasd::daemon

@@ -1,7 +1,5 @@
 #pragma once
 
-#include <systemd/sd-event.h>
-
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
@@ -15,7 +13,9 @@
 
 #include "actuator.h"
 #include "control_server.h"
+#include "device_lifecycle.h"
 #include "ras_ingest.h"
+#include "rasd/common/event_loop.h"
 #include "rasd/common/host_env.h"
 #include "rasd/daemon/config.h"
 #include "rasd/exporters/metrics.h"
@@ -37,6 +37,9 @@ class Daemon {
   struct StartOptions {
     std::optional<std::filesystem::path> config_path;  // none: built-in defaults
     ConfigOverrides overrides;
+    // The loop to run on (tests: a SimulatedEventLoop); it must outlive the
+    // daemon. Null: the daemon makes an sd-event loop of its own.
+    common::EventLoop* loop = nullptr;
   };
 
   // Builds everything and binds the control socket. Every failure is a clear
@@ -68,7 +71,8 @@ class Daemon {
   Result<nlohmann::json> Inject(const nlohmann::json& args);
   // An inference request; answered when a replica has run it.
   void Infer(const nlohmann::json& args, AsyncReply reply);
-  Result<nlohmann::json> ChangeDeviceState(const std::string& command, const nlohmann::json& args);
+  void ChangeDeviceState(const std::string& command, const nlohmann::json& args,
+                         AsyncReply reply);
   // The policy's decisions about a stored batch, carried out.
   void Act(const std::vector<ras::RasEvent>& events);
   // Re-reads the config file; keeps the running config when the new one has
@@ -77,23 +81,21 @@ class Daemon {
   void Notify(const std::string& message);
   void NotifyStatus();
 
-  static int OnTerminate(sd_event_source* source, const struct signalfd_siginfo* info,
-                         void* userdata);
-  static int OnHangup(sd_event_source* source, const struct signalfd_siginfo* info, void* userdata);
-  static int OnWatchdog(sd_event_source* source, uint64_t usec, void* userdata);
+  void OnWatchdog();
 
   StartOptions options_;
   Config config_;
   std::filesystem::path state_dir_;
   std::filesystem::path socket_path_;
   Authorizer authorizer_;
-  std::shared_ptr<common::SystemClock> clock_;
+  std::unique_ptr<common::EventLoop> owned_loop_;  // when StartOptions gave none
+  common::EventLoop* loop_ = nullptr;
   std::unique_ptr<common::HostEnv> host_;
   std::chrono::nanoseconds started_monotonic_{};
   std::chrono::system_clock::time_point started_wall_;
 
-  sd_event* event_ = nullptr;
-  std::vector<sd_event_source*> sources_;
+  std::vector<std::unique_ptr<common::SignalWatch>> signals_;
+  std::unique_ptr<common::Timer> watchdog_timer_;
   std::uint64_t watchdog_usec_ = 0;
 
   std::unique_ptr<ras::StateStore> store_;
@@ -101,41 +103,20 @@ class Daemon {
   ras::PolicyEngine policy_;
   std::unique_ptr<SchedulerLink> scheduler_;  // before actuator_, whose drain-node uses it
   std::unique_ptr<Actuator> actuator_;        // after runtime_ and store_: destroyed before them
-  // RESUME the node at the scheduler when an undrain leaves no device isolated.
-  void MaybeResumeNode();
   std::unique_ptr<jobs::JobManager> jobs_;  // after runtime_: stopped before it goes
 
   // Metrics: the exposer calls MetricsNow() on its own thread; the parts
   // only the loop may read are copied into metrics_loop_ by the loop.
   exporters::MetricsSnapshot MetricsNow() const;
   void RefreshMetrics();
-  static int OnMetricsTimer(sd_event_source* source, uint64_t usec, void* userdata);
   std::unique_ptr<exporters::MetricsServer> metrics_;
   std::string metrics_error_;
-  sd_event_source* metrics_timer_ = nullptr;
+  std::unique_ptr<common::Timer> metrics_timer_;
   mutable std::mutex metrics_mutex_;
   exporters::MetricsSnapshot metrics_loop_;  // guarded by metrics_mutex_
-  std::map<int, std::chrono::steady_clock::time_point> draining_since_;
+  std::map<int, std::chrono::nanoseconds> draining_since_;  // loop monotonic time
   std::map<std::string, std::uint64_t> reforms_seen_;
-  struct SelfTestResult {
-    std::chrono::system_clock::time_point time;
-    bool passed = false;
-    std::string summary;
-  };
-  std::map<int, SelfTestResult> last_self_test_;
-  // Drain deadlines that have not passed yet, by device.
-  std::map<int, sd_event_source*> drain_timers_;
-  // Automatic recovery (policy.auto_recover): pending timers, and when each
-  // device last came back by itself (monotonic).
-  std::map<int, sd_event_source*> recovery_timers_;
-  std::map<int, std::chrono::nanoseconds> recovered_at_;
-  void ScheduleRecoveries();
-  void Recover(int device);
-  static int OnRecoveryTimer(sd_event_source* source, uint64_t usec, void* userdata);
-  // The self-test as undrain and recovery run it: the gate opened to
-  // Draining for it, the result stored and remembered.
-  runtime::SelfTestReport SelfTest(int device, const std::string& why);
-  static int OnDrainDeadline(sd_event_source* source, uint64_t usec, void* userdata);
+  std::unique_ptr<DeviceLifecycle> lifecycle_;  // after jobs_ and actuator_: goes before them
 
   ControlSocket socket_;
   std::unique_ptr<ControlServer> control_;

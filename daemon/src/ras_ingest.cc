@@ -1,7 +1,9 @@
 #include "ras_ingest.h"
 
 #include <fmt/format.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/inotify.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -18,11 +20,9 @@ namespace rasd::daemon {
 namespace {
 
 constexpr int kMaxLoggedPerSecond = 20;
-constexpr std::uint64_t kPrunePeriodUsec = 3'600'000'000ULL;  // hourly
-
-std::uint64_t Micros(std::chrono::milliseconds ms) {
-  return static_cast<std::uint64_t>(ms.count()) * 1000;
-}
+constexpr auto kPrunePeriod = std::chrono::hours(1);
+// Without EDAC controllers, how often to look whether a driver brought some.
+constexpr auto kEdacRescan = std::chrono::minutes(1);
 
 std::string BootId(const common::HostEnv& host) {
   auto boot_id = host.ReadFile("/proc/sys/kernel/random/boot_id", 128);
@@ -47,19 +47,20 @@ std::string Describe(const ras::RasEvent& event) {
 
 }  // namespace
 
-Result<std::unique_ptr<RasIngest>> RasIngest::Create(sd_event* event, const common::HostEnv& host,
+Result<std::unique_ptr<RasIngest>> RasIngest::Create(common::EventLoop& loop,
+                                                     const common::HostEnv& host,
                                                      ras::StateStore& store,
                                                      runtime::Runtime& runtime,
                                                      const Config::Ras& options, EventSink sink) {
   std::unique_ptr<RasIngest> ingest(
-      new RasIngest(event, host, store, runtime, options, std::move(sink)));
+      new RasIngest(loop, host, store, runtime, options, std::move(sink)));
   if (auto started = ingest->Start(); !started) return Fail(started.error());
   return ingest;
 }
 
-RasIngest::RasIngest(sd_event* event, const common::HostEnv& host, ras::StateStore& store,
+RasIngest::RasIngest(common::EventLoop& loop, const common::HostEnv& host, ras::StateStore& store,
                      runtime::Runtime& runtime, const Config::Ras& options, EventSink sink)
-    : event_(event),
+    : loop_(loop),
       host_(host),
       store_(store),
       runtime_(runtime),
@@ -68,15 +69,10 @@ RasIngest::RasIngest(sd_event* event, const common::HostEnv& host, ras::StateSto
       codes_(options.codes) {}
 
 RasIngest::~RasIngest() {
+  *alive_ = false;
   if (driver_subscription_ != 0) runtime_.Unsubscribe(driver_subscription_);
   nvml_.reset();  // stops its thread before the queue it writes to goes
-  sd_event_source_disable_unref(kmsg_io_);
-  sd_event_source_disable_unref(kmsg_timer_);
-  sd_event_source_disable_unref(edac_timer_);
-  sd_event_source_disable_unref(prune_timer_);
-  sd_event_source_disable_unref(driver_io_);
-  for (auto& cpu : tracefs_cpus_) sd_event_source_disable_unref(cpu->io);
-  tracefs_cpus_.clear();
+  tracefs_watches_.clear();
   tracefs_.reset();  // removes the tracing instance
 }
 
@@ -84,11 +80,12 @@ Status RasIngest::Start() {
   boot_id_ = BootId(host_);
   driver_eventfd_.Reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
   if (!driver_eventfd_) return Fail(ErrnoError("eventfd", errno));
-  if (int rc = sd_event_add_io(event_, &driver_io_, driver_eventfd_.Get(), EPOLLIN,
-                               &RasIngest::OnDriverEvents, this);
-      rc < 0) {
-    return Fail(ErrnoError("watch driver events", -rc));
+  auto driver_watch =
+      loop_.WatchFd(driver_eventfd_.Get(), EPOLLIN, [this](std::uint32_t) { OnDriverEvents(); });
+  if (!driver_watch) {
+    return Fail(driver_watch.error().code, "driver events: " + driver_watch.error().message);
   }
+  driver_watch_ = std::move(*driver_watch);
   const std::string_view driver_name = runtime_.DriverName();
   driver_subscription_ =
       runtime_.SubscribeErrors([this, driver_name](const drivers::DriverErrorEvent& event) {
@@ -96,11 +93,11 @@ Status RasIngest::Start() {
       });
   if (options_.nvml) StartNvml();
   Prune();
-  if (int rc = sd_event_add_time_relative(event_, &prune_timer_, CLOCK_MONOTONIC, kPrunePeriodUsec,
-                                          0, &RasIngest::OnPruneTimer, this);
-      rc < 0) {
-    spdlog::warn("event retention: no timer ({}); pruning only at start", std::strerror(-rc));
-  }
+  prune_timer_ = loop_.CreateTimer([this] {
+    Prune();
+    prune_timer_->ArmAfter(kPrunePeriod);
+  });
+  prune_timer_->ArmAfter(kPrunePeriod);
   if (options_.kmsg) StartKmsg();
   if (options_.tracefs) StartTracefs();
   ReadPstoreOncePerBoot();
@@ -108,16 +105,14 @@ Status RasIngest::Start() {
     edac_ = std::make_unique<ras::EdacSysfsSource>(host_);
     (void)edac_->Poll();  // the baseline: counts since boot are not news
     stats_.edac_controllers = edac_->Last().controllers.size();
-    if (int rc = sd_event_add_time_relative(event_, &edac_timer_, CLOCK_MONOTONIC,
-                                            Micros(options_.edac_poll), 0, &RasIngest::OnEdacTimer,
-                                            this);
-        rc < 0) {
-      spdlog::warn("EDAC poller disabled: no timer: {}", std::strerror(-rc));
-      edac_.reset();
-    } else {
-      spdlog::info("EDAC sysfs: {} memory controller(s), polled every {} ms",
-                   stats_.edac_controllers, options_.edac_poll.count());
-    }
+    edac_timer_ = loop_.CreateTimer([this] { PollEdac(); });
+    // EDAC has no notification: poll controllers that exist; without any,
+    // look now and then whether a driver has brought some.
+    edac_timer_->ArmAfter(stats_.edac_controllers > 0
+                              ? options_.edac_poll
+                              : std::max<std::chrono::nanoseconds>(options_.edac_poll, kEdacRescan));
+    spdlog::info("EDAC sysfs: {} memory controller(s), polled every {} ms",
+                 stats_.edac_controllers, options_.edac_poll.count());
   }
   return {};
 }
@@ -162,64 +157,81 @@ void RasIngest::StartKmsg() {
     kmsg_.reset();
     return;
   }
+  // The character device wakes the loop when a record arrives; a file
+  // (replays, tests) is followed by inotify.
   if (kmsg_->IsCharacterDevice()) {
-    if (int rc = sd_event_add_io(event_, &kmsg_io_, kmsg_->Fd(), EPOLLIN,
-                                 &RasIngest::OnKmsgReadable, this);
-        rc < 0) {
-      spdlog::warn("kmsg source disabled: cannot poll it: {}", std::strerror(-rc));
+    auto watch = loop_.WatchFd(kmsg_->Fd(), EPOLLIN, [this](std::uint32_t) { ReadKmsg(); });
+    if (!watch) {
+      spdlog::warn("kmsg source disabled: cannot poll it: {}", watch.error().message);
       kmsg_.reset();
       return;
     }
-  }
-  // The timer flushes quiet blocks, and re-reads a kmsg that is a plain file.
-  const auto period = kmsg_->IsCharacterDevice()
-                          ? options_.kmsg_quiet_flush
-                          : std::min(options_.kmsg_quiet_flush, options_.kmsg_file_poll);
-  if (int rc = sd_event_add_time_relative(event_, &kmsg_timer_, CLOCK_MONOTONIC, 0, 0,
-                                          &RasIngest::OnKmsgTimer, this);
-      rc < 0) {
-    spdlog::warn("kmsg: no timer ({}); open records complete only when more lines arrive",
-                 std::strerror(-rc));
+    kmsg_watch_ = std::move(*watch);
   } else {
-    sd_event_source_set_time_relative(kmsg_timer_, Micros(period));
-    sd_event_source_set_enabled(kmsg_timer_, SD_EVENT_ON);
+    FollowKmsgFile();
   }
+  kmsg_quiet_timer_ = loop_.CreateTimer([this] { OnKmsgQuiet(); });
   stats_.kmsg_active = true;
   spdlog::info("kmsg source: reading {}{}", host_.Resolve("/dev/kmsg").string(),
                kmsg_->IsCharacterDevice() ? "" : " (a file: followed as it grows)");
   ReadKmsg();
 }
 
+void RasIngest::FollowKmsgFile() {
+  const auto path = host_.Resolve("/dev/kmsg");
+  kmsg_inotify_.Reset(::inotify_init1(IN_NONBLOCK | IN_CLOEXEC));
+  if (kmsg_inotify_ &&
+      ::inotify_add_watch(kmsg_inotify_.Get(), path.c_str(), IN_MODIFY | IN_CLOSE_WRITE) >= 0) {
+    auto watch = loop_.WatchFd(kmsg_inotify_.Get(), EPOLLIN,
+                               [this](std::uint32_t) { OnKmsgFileChanged(); });
+    if (watch) {
+      kmsg_inotify_watch_ = std::move(*watch);
+      return;
+    }
+  }
+  kmsg_inotify_.Reset();
+  spdlog::info("kmsg: {} cannot be watched; re-read every {} ms", path.string(),
+               options_.kmsg_file_poll.count());
+  kmsg_poll_timer_ = loop_.CreateTimer([this] {
+    ReadKmsg();
+    kmsg_poll_timer_->ArmAfter(options_.kmsg_file_poll);
+  });
+  kmsg_poll_timer_->ArmAfter(options_.kmsg_file_poll);
+}
+
+void RasIngest::OnKmsgFileChanged() {
+  char buffer[4096];
+  while (::read(kmsg_inotify_.Get(), buffer, sizeof buffer) > 0) {
+  }
+  ReadKmsg();
+}
+
 void RasIngest::ReadKmsg() {
   const std::uint64_t before = kmsg_->RecordsRead();
-  Deliver(kmsg_->Poll());
-  if (kmsg_->RecordsRead() != before) kmsg_pending_ = true;
+  Deliver(kmsg_->Poll(kKmsgSlice));
+  if (kmsg_->RecordsRead() != before) {
+    // Records may be open (a GHES block waits for its next line): complete
+    // them once the log has been quiet for a while.
+    kmsg_quiet_timer_->ArmAfter(options_.kmsg_quiet_flush);
+  }
   stats_.kmsg_records = kmsg_->RecordsRead();
   stats_.kmsg_lost = kmsg_->LostRecords();
   stats_.kmsg_gaps = kmsg_->Gaps();
   stats_.kmsg_undecoded = kmsg_->UndecodedLines();
-}
-
-int RasIngest::OnKmsgReadable(sd_event_source*, int, uint32_t, void* userdata) {
-  static_cast<RasIngest*>(userdata)->ReadKmsg();
-  return 0;
-}
-
-int RasIngest::OnKmsgTimer(sd_event_source* source, uint64_t, void* userdata) {
-  auto* self = static_cast<RasIngest*>(userdata);
-  if (!self->kmsg_->IsCharacterDevice()) self->ReadKmsg();
-  // Nothing new since the last tick: whatever is open is complete.
-  if (self->kmsg_->RecordsRead() == self->kmsg_records_at_last_tick_ && self->kmsg_pending_) {
-    self->Deliver(self->kmsg_->Flush());
-    self->kmsg_pending_ = false;
+  if (!kmsg_->Exhausted() && !kmsg_continuation_posted_) {
+    // More is there: the rest after whatever else is ready.
+    kmsg_continuation_posted_ = true;
+    loop_.Post([this, alive = alive_] {
+      if (!*alive) return;
+      kmsg_continuation_posted_ = false;
+      ReadKmsg();
+    });
   }
-  self->kmsg_records_at_last_tick_ = self->kmsg_->RecordsRead();
-  const auto period = self->kmsg_->IsCharacterDevice() ? self->options_.kmsg_quiet_flush
-                                                       : std::min(self->options_.kmsg_quiet_flush,
-                                                                  self->options_.kmsg_file_poll);
-  sd_event_source_set_time_relative(source, Micros(period));
-  sd_event_source_set_enabled(source, SD_EVENT_ONESHOT);
-  return 0;
+}
+
+void RasIngest::OnKmsgQuiet() {
+  // Nothing new for kmsg_quiet_flush: whatever is open is complete.
+  Deliver(kmsg_->Flush());
 }
 
 void RasIngest::StartTracefs() {
@@ -233,17 +245,15 @@ void RasIngest::StartTracefs() {
   }
   tracefs_ = std::move(*opened);
   for (std::size_t index = 0; index < tracefs_->CpuCount(); ++index) {
-    auto cpu = std::make_unique<TracefsCpu>(TracefsCpu{this, index});
-    if (int rc = sd_event_add_io(event_, &cpu->io, tracefs_->CpuFd(index), EPOLLIN,
-                                 &RasIngest::OnTracefsReadable, cpu.get());
-        rc < 0) {
-      spdlog::warn("tracefs source disabled: cannot poll cpu{}: {}", index, std::strerror(-rc));
-      for (auto& added : tracefs_cpus_) sd_event_source_disable_unref(added->io);
-      tracefs_cpus_.clear();
+    auto watch = loop_.WatchFd(tracefs_->CpuFd(index), EPOLLIN,
+                               [this, index](std::uint32_t) { ReadTracefs(index); });
+    if (!watch) {
+      spdlog::warn("tracefs source disabled: cannot poll cpu{}: {}", index, watch.error().message);
+      tracefs_watches_.clear();
       tracefs_.reset();
       return;
     }
-    tracefs_cpus_.push_back(std::move(cpu));
+    tracefs_watches_.push_back(std::move(*watch));
   }
   std::string events;
   for (const auto& name : tracefs_->Events()) events += (events.empty() ? "" : ", ") + name;
@@ -252,13 +262,10 @@ void RasIngest::StartTracefs() {
   stats_.tracefs_active = true;
 }
 
-int RasIngest::OnTracefsReadable(sd_event_source*, int, uint32_t, void* userdata) {
-  auto* cpu = static_cast<TracefsCpu*>(userdata);
-  RasIngest& self = *cpu->self;
-  self.Deliver(self.tracefs_->ReadEvents(cpu->index));
-  self.stats_.tracefs_pages = self.tracefs_->GetStats().pages;
-  self.stats_.tracefs_events = self.tracefs_->GetStats().events;
-  return 0;
+void RasIngest::ReadTracefs(std::size_t cpu) {
+  Deliver(tracefs_->ReadEvents(cpu));
+  stats_.tracefs_pages = tracefs_->GetStats().pages;
+  stats_.tracefs_events = tracefs_->GetStats().events;
 }
 
 void RasIngest::ReadPstoreOncePerBoot() {
@@ -278,7 +285,7 @@ void RasIngest::ReadPstoreOncePerBoot() {
 
 void RasIngest::Prune() {
   const auto cutoff =
-      std::chrono::system_clock::now() - std::chrono::hours(24) * options_.retention_days;
+      host_.GetClock().Wall() - std::chrono::hours(24) * options_.retention_days;
   auto removed = store_.Prune(cutoff, options_.max_events);
   if (!removed) {
     spdlog::warn("event retention: {}", removed.error().message);
@@ -288,27 +295,18 @@ void RasIngest::Prune() {
   if (*removed > 0) spdlog::info("event retention: deleted {} old event(s)", *removed);
 }
 
-int RasIngest::OnPruneTimer(sd_event_source* source, uint64_t, void* userdata) {
-  static_cast<RasIngest*>(userdata)->Prune();
-  sd_event_source_set_time_relative(source, kPrunePeriodUsec);
-  sd_event_source_set_enabled(source, SD_EVENT_ONESHOT);
-  return 0;
+void RasIngest::PollEdac() {
+  Deliver(edac_->Poll());
+  stats_.edac_controllers = edac_->Last().controllers.size();
+  edac_timer_->ArmAfter(stats_.edac_controllers > 0
+                            ? options_.edac_poll
+                            : std::max<std::chrono::nanoseconds>(options_.edac_poll, kEdacRescan));
 }
 
-int RasIngest::OnEdacTimer(sd_event_source* source, uint64_t, void* userdata) {
-  auto* self = static_cast<RasIngest*>(userdata);
-  self->Deliver(self->edac_->Poll());
-  self->stats_.edac_controllers = self->edac_->Last().controllers.size();
-  sd_event_source_set_time_relative(source, Micros(self->options_.edac_poll));
-  sd_event_source_set_enabled(source, SD_EVENT_ONESHOT);
-  return 0;
-}
-
-int RasIngest::OnDriverEvents(sd_event_source*, int fd, uint32_t, void* userdata) {
+void RasIngest::OnDriverEvents() {
   std::uint64_t count = 0;
-  (void)::read(fd, &count, sizeof count);
-  static_cast<RasIngest*>(userdata)->DrainDriverEvents();
-  return 0;
+  (void)::read(driver_eventfd_.Get(), &count, sizeof count);
+  DrainDriverEvents();
 }
 
 void RasIngest::DrainDriverEvents() {
@@ -438,9 +436,8 @@ void RasIngest::Deliver(std::vector<ras::RasEvent> events) {
       spdlog::warn("kmsg: cannot save the read position: {}", saved.error().message);
     }
   }
-  const std::int64_t second = std::chrono::duration_cast<std::chrono::seconds>(
-                                  std::chrono::steady_clock::now().time_since_epoch())
-                                  .count();
+  const std::int64_t second =
+      std::chrono::duration_cast<std::chrono::seconds>(loop_.Now()).count();
   if (second != log_window_second_) {
     if (unlogged_ > 0)
       spdlog::warn("{} more RAS event(s) in the last second were stored but not logged", unlogged_);
@@ -471,7 +468,7 @@ RasIngest::Stats RasIngest::GetStats() const {
 
 std::size_t RasIngest::InjectKernelLog(std::string_view text) {
   std::vector<ras::RasEvent> events;
-  const auto now = std::chrono::system_clock::now();
+  const auto now = host_.GetClock().Wall();
   for (const auto& record : ras::ScanKernelLog(text, codes_))
     events.push_back(ras::EventFromRecord(record, "inject", now));
   const std::size_t count = events.size();

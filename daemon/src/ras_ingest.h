@@ -1,7 +1,5 @@
 #pragma once
 
-#include <systemd/sd-event.h>
-
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -9,6 +7,7 @@
 #include <mutex>
 #include <optional>
 
+#include "rasd/common/event_loop.h"
 #include "rasd/common/host_env.h"
 #include "rasd/common/unique_fd.h"
 #include "rasd/daemon/config.h"
@@ -34,6 +33,11 @@ ras::RasEvent EventFromDriver(const drivers::DriverErrorEvent& event, std::strin
 // handed over through a queue and an eventfd. A source that cannot start
 // (no /dev/kmsg, no permission) is logged once and left out: the daemon
 // never stops because of one.
+//
+// Storms: the kernel log is taken in slices of at most kKmsgSlice records;
+// what is left waits behind whatever else is ready on the loop (the control
+// socket first of all). Idle, nothing is armed but the hourly retention
+// timer and, where EDAC controllers exist, their poll.
 class RasIngest {
  public:
   // Where each batch goes: `act` sees it before it is stored (acting must
@@ -44,7 +48,11 @@ class RasIngest {
     std::function<void(const std::vector<std::int64_t>& ids)> stored;
   };
 
-  static Result<std::unique_ptr<RasIngest>> Create(sd_event* event, const common::HostEnv& host,
+  // Records decoded per loop callback under a storm.
+  static constexpr std::size_t kKmsgSlice = 4096;
+
+  static Result<std::unique_ptr<RasIngest>> Create(common::EventLoop& loop,
+                                                   const common::HostEnv& host,
                                                    ras::StateStore& store,
                                                    runtime::Runtime& runtime,
                                                    const Config::Ras& options, EventSink sink);
@@ -73,6 +81,11 @@ class RasIngest {
   // the kmsg source would and delivers what it finds: `rasctl inject
   // kmsg|xid`. Returns how many events it made.
   std::size_t InjectKernelLog(std::string_view text);
+  // Polls EDAC sysfs now (after `rasctl inject edac` wrote to it); a no-op
+  // when EDAC polling is off.
+  void PollEdacNow() {
+    if (edac_) PollEdac();
+  }
   // The EDAC counters as last polled (empty without EDAC).
   ras::EdacSnapshot EdacCounters() const;
   Stats GetStats() const;
@@ -80,30 +93,32 @@ class RasIngest {
   void SetCodeTable(const ras::CodeTable& codes) { codes_ = codes; }
 
  private:
-  RasIngest(sd_event* event, const common::HostEnv& host, ras::StateStore& store,
+  RasIngest(common::EventLoop& loop, const common::HostEnv& host, ras::StateStore& store,
             runtime::Runtime& runtime, const Config::Ras& options, EventSink sink);
   Status Start();
   void StartKmsg();
+  // Follows a kmsg that epoll cannot watch (a regular file) with inotify,
+  // else with a poll timer.
+  void FollowKmsgFile();
   void ReadKmsg();
+  void OnKmsgQuiet();
+  void OnKmsgFileChanged();
   void StartTracefs();
-  static int OnTracefsReadable(sd_event_source* source, int fd, uint32_t revents, void* userdata);
+  void ReadTracefs(std::size_t cpu);
   void Deliver(std::vector<ras::RasEvent> events);
   void AttributeToDevices(std::vector<ras::RasEvent>& events) const;
   void DrainDriverEvents();
   void StartNvml();
   void QueueDriverEvent(const drivers::DriverErrorEvent& event, std::string_view reporter);
 
-  static int OnKmsgReadable(sd_event_source* source, int fd, uint32_t revents, void* userdata);
-  static int OnKmsgTimer(sd_event_source* source, uint64_t usec, void* userdata);
   void Prune();
   // Crash dumps in pstore and the firmware's BERT records describe the
   // previous boot: read them once per boot.
   void ReadPstoreOncePerBoot();
-  static int OnPruneTimer(sd_event_source* source, uint64_t usec, void* userdata);
-  static int OnEdacTimer(sd_event_source* source, uint64_t usec, void* userdata);
-  static int OnDriverEvents(sd_event_source* source, int fd, uint32_t revents, void* userdata);
+  void PollEdac();
+  void OnDriverEvents();
 
-  sd_event* event_;
+  common::EventLoop& loop_;
   const common::HostEnv& host_;
   ras::StateStore& store_;
   runtime::Runtime& runtime_;
@@ -113,26 +128,27 @@ class RasIngest {
   std::string boot_id_;  // read once at start: it does not change while we run  // sources keep a
                          // reference: its address never changes
 
+  // Cleared by the destructor: a posted continuation that runs later (it
+  // cannot: the loop outlives us and drops tasks with itself) finds it false.
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
+
   std::unique_ptr<ras::KmsgSource> kmsg_;
-  sd_event_source* kmsg_io_ = nullptr;
-  sd_event_source* kmsg_timer_ = nullptr;
-  std::uint64_t kmsg_records_at_last_tick_ = 0;
-  bool kmsg_pending_ = false;  // lines read since the last flush
+  std::unique_ptr<common::FdWatch> kmsg_watch_;
+  common::UniqueFd kmsg_inotify_;
+  std::unique_ptr<common::FdWatch> kmsg_inotify_watch_;
+  std::unique_ptr<common::Timer> kmsg_poll_timer_;   // only where nothing can watch the file
+  std::unique_ptr<common::Timer> kmsg_quiet_timer_;  // armed while records may be open
+  bool kmsg_continuation_posted_ = false;
 
   std::unique_ptr<ras::TracefsSource> tracefs_;
-  struct TracefsCpu {
-    RasIngest* self;
-    std::size_t index;
-    sd_event_source* io = nullptr;
-  };
-  std::vector<std::unique_ptr<TracefsCpu>> tracefs_cpus_;
+  std::vector<std::unique_ptr<common::FdWatch>> tracefs_watches_;
 
-  sd_event_source* prune_timer_ = nullptr;
+  std::unique_ptr<common::Timer> prune_timer_;
   std::unique_ptr<ras::EdacSysfsSource> edac_;
-  sd_event_source* edac_timer_ = nullptr;
+  std::unique_ptr<common::Timer> edac_timer_;
 
   common::UniqueFd driver_eventfd_;
-  sd_event_source* driver_io_ = nullptr;
+  std::unique_ptr<common::FdWatch> driver_watch_;
   int driver_subscription_ = 0;
   mutable std::mutex driver_mutex_;
   // Reports of the runtime's driver and of NVML, with the name of the

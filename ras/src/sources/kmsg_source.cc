@@ -81,7 +81,7 @@ void KmsgSource::Accept(std::string_view record) {
     const std::uint64_t lost = decoded->sequence - expected;
     lost_records_ += lost;
     RasEvent gap;
-    gap.time = std::chrono::system_clock::now();
+    gap.time = host_.GetClock().Wall();
     gap.source = std::string(kSourceName);
     gap.origin = "kmsg";
     gap.summary = fmt::format(
@@ -95,31 +95,52 @@ void KmsgSource::Accept(std::string_view record) {
   scanner_.AddLine(decoded->text, decoded->usec);
 }
 
-std::vector<RasEvent> KmsgSource::Poll() {
-  char buffer[8192];
-  for (int reads = 0; reads < 4096; ++reads) {
-    const ssize_t n = ::read(fd_.Get(), buffer, sizeof buffer);
+std::vector<RasEvent> KmsgSource::Poll(std::size_t max_lines) {
+  std::size_t lines = 0;
+  exhausted_ = false;
+  // Lines already read but not taken yet (a previous Poll ran out of budget).
+  auto take_buffered_lines = [&] {
+    while (lines < max_lines) {
+      const std::size_t newline = partial_.find('\n', partial_start_);
+      if (newline == std::string::npos) break;
+      Accept(std::string_view(partial_).substr(partial_start_, newline - partial_start_));
+      partial_start_ = newline + 1;
+      ++lines;
+    }
+    if (partial_start_ > 0 && (partial_start_ == partial_.size() || partial_start_ >= 1 << 16)) {
+      partial_.erase(0, partial_start_);
+      partial_start_ = 0;
+    }
+  };
+  take_buffered_lines();
+  char buffer[64 * 1024];
+  while (lines < max_lines) {
+    const std::size_t chunk_size = character_device_ ? 8192 : sizeof buffer;
+    const ssize_t n = ::read(fd_.Get(), buffer, chunk_size);
     if (n < 0) {
       if (errno == EINTR) continue;
       if (errno == EPIPE) continue;  // overwritten while we read: the sequence gap says how many
-      break;                         // EAGAIN: all read
+      exhausted_ = true;             // EAGAIN: all read
+      break;
     }
-    if (n == 0) break;  // end of a regular file: follow it on the next poll
+    if (n == 0) {  // end of a regular file: follow it on the next poll
+      exhausted_ = true;
+      break;
+    }
     const std::string_view chunk(buffer, static_cast<std::size_t>(n));
     if (character_device_) {
       Accept(chunk);  // one record per read
+      ++lines;
       continue;
     }
     partial_.append(chunk);
-    std::size_t start = 0;
-    for (std::size_t newline = partial_.find('\n'); newline != std::string::npos;
-         newline = partial_.find('\n', start)) {
-      Accept(std::string_view(partial_).substr(start, newline - start));
-      start = newline + 1;
+    take_buffered_lines();
+    if (partial_.size() - partial_start_ > 1 << 20 &&
+        partial_.find('\n', partial_start_) == std::string::npos) {
+      // A runaway line: drop it, never grow unbounded.
+      partial_.clear();
+      partial_start_ = 0;
     }
-    partial_.erase(0, start);
-    if (partial_.size() > 1 << 20)
-      partial_.clear();  // a runaway line: drop it, never grow unbounded
   }
   return Collect(scanner_.TakeCompleted());
 }

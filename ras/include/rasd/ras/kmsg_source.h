@@ -1,5 +1,6 @@
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -51,9 +52,12 @@ class KmsgSource {
   int Fd() const { return fd_.Get(); }
   bool IsCharacterDevice() const { return character_device_; }
 
-  // Reads what is available now; returns the events whose records are
-  // complete.
-  std::vector<RasEvent> Poll();
+  // Reads what is available now, at most `max_lines` records (so that a
+  // storm is taken in slices and the caller's loop keeps answering);
+  // returns the events whose records are complete. Exhausted() says
+  // whether it stopped because nothing more was there.
+  std::vector<RasEvent> Poll(std::size_t max_lines = SIZE_MAX);
+  bool Exhausted() const { return exhausted_; }
   // The log has been quiet: completes records still open.
   std::vector<RasEvent> Flush();
 
@@ -74,7 +78,9 @@ class KmsgSource {
   std::optional<std::uint64_t> resume_after_;  // same boot: skip up to here
   common::UniqueFd fd_;
   bool character_device_ = false;
-  std::string partial_;  // an unfinished line (file mode)
+  std::string partial_;  // lines read but not taken, then an unfinished one (file mode)
+  std::size_t partial_start_ = 0;  // where the lines not taken yet begin
+  bool exhausted_ = false;
   KernelLogScanner scanner_;
   std::optional<std::uint64_t> last_sequence_;
   std::uint64_t lost_records_ = 0;

@@ -1,0 +1,261 @@
+#include "device_lifecycle.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "rasd/common/logging.h"
+
+namespace rasd::daemon {
+
+DeviceLifecycle::DeviceLifecycle(common::EventLoop& loop, runtime::Runtime& runtime,
+                                 Actuator& actuator, jobs::JobManager& jobs,
+                                 ras::StateStore& store, SchedulerLink* scheduler, Options options)
+    : loop_(loop),
+      runtime_(runtime),
+      actuator_(actuator),
+      jobs_(jobs),
+      store_(store),
+      scheduler_(scheduler),
+      options_(options) {}
+
+DeviceLifecycle::~DeviceLifecycle() {
+  *alive_ = false;
+  for (auto& [device, worker] : workers_) worker.join();
+}
+
+Result<StateChange> DeviceLifecycle::Isolate(int device, const std::string& reason) {
+  auto found = runtime_.GetDevice(device);
+  if (!found) return Fail(ErrorCode::kNotFound, fmt::format("no device {}", device));
+  const runtime::HealthState was = (*found)->Health();
+  auto done = actuator_.SetDeviceState(device, runtime::HealthState::kIsolated,
+                                       reason.empty() ? "isolated by an operator" : reason,
+                                       "isolate-device");
+  jobs_.Reconsider();
+  if (!done) return Fail(done.error());
+  return StateChange{.device = device, .state = runtime::HealthState::kIsolated, .was = was};
+}
+
+Result<StateChange> DeviceLifecycle::Drain(int device, const std::string& reason,
+                                           std::optional<std::chrono::milliseconds> deadline) {
+  auto found = runtime_.GetDevice(device);
+  if (!found) return Fail(ErrorCode::kNotFound, fmt::format("no device {}", device));
+  const runtime::HealthState was = (*found)->Health();
+  if (was == runtime::HealthState::kIsolated) {
+    return Fail(ErrorCode::kInvalidArgument,
+                fmt::format("device {} is isolated: nothing runs there to drain", device));
+  }
+  const auto limit = deadline.value_or(options_.drain_deadline);
+  jobs_.SetDrainDeadline(device, limit);
+  auto done = actuator_.SetDeviceState(
+      device, runtime::HealthState::kDraining,
+      reason.empty() ? fmt::format("drained by an operator (deadline {} ms)", limit.count())
+                     : reason,
+      "drain-device");
+  jobs_.Reconsider();
+  if (!done) return Fail(done.error());
+  auto& timer = drain_timers_[device];
+  timer = loop_.CreateTimer([this, device] { OnDrainDeadline(device); });
+  timer->ArmAfter(limit);
+  return StateChange{.device = device,
+                     .state = runtime::HealthState::kDraining,
+                     .was = was,
+                     .deadline = limit,
+                     .jobs = runtime_.OwnersOn(device)};
+}
+
+void DeviceLifecycle::OnDrainDeadline(int device) {
+  const auto jobs = runtime_.OwnersOn(device);
+  if (jobs.empty()) {
+    spdlog::info("device {}: drain deadline reached; nothing is running there", device);
+  } else {
+    spdlog::warn("device {}: drain deadline reached with {} job(s) still there: {}", device,
+                 jobs.size(), fmt::join(jobs, ", "));
+  }
+  // Last: this destroys the timer whose callback is running (the loop runs
+  // a copy of it).
+  drain_timers_.erase(device);
+}
+
+void DeviceLifecycle::Undrain(int device, const std::string& reason, bool force, Done done) {
+  auto found = runtime_.GetDevice(device);
+  if (!found) return done(Fail(ErrorCode::kNotFound, fmt::format("no device {}", device)));
+  const runtime::HealthState was = (*found)->Health();
+  if (testing_.contains(device)) {
+    return done(Fail(ErrorCode::kUnavailable,
+                     fmt::format("device {} is running its self-test already; wait for it "
+                                 "(rasctl devices {} shows the result)",
+                                 device, device)));
+  }
+  if (was == runtime::HealthState::kHealthy) {
+    MaybeResumeNode();
+    jobs_.Reconsider();
+    return done(StateChange{.device = device, .state = was, .was = was});
+  }
+  StartSelfTest(device, "undrain",
+                [this, device, was, reason, force,
+                 done = std::move(done)](const runtime::SelfTestReport& report) {
+                  jobs_.Reconsider();
+                  if (!report.passed && !force) {
+                    return done(Fail(
+                        ErrorCode::kUnavailable,
+                        fmt::format("device {} stays {}: self-test {} (rasctl undrain --force "
+                                    "overrides)",
+                                    device, runtime::HealthStateName(was), report.Summary())));
+                  }
+                  auto changed = actuator_.SetDeviceState(
+                      device, runtime::HealthState::kHealthy,
+                      reason.empty() ? (report.passed
+                                            ? "returned to service: self-test passed"
+                                            : "returned to service by force: self-test failed")
+                                     : reason,
+                      "undrain-device");
+                  jobs_.Reconsider();
+                  if (!changed) return done(Fail(changed.error()));
+                  drain_timers_.erase(device);
+                  MaybeResumeNode();
+                  done(StateChange{.device = device,
+                                   .state = runtime::HealthState::kHealthy,
+                                   .was = was,
+                                   .self_test = StateChange::SelfTest{report.passed,
+                                                                      report.Summary()},
+                                   .forced = !report.passed});
+                });
+}
+
+void DeviceLifecycle::StartSelfTest(int device, const std::string& why,
+                                    std::function<void(const runtime::SelfTestReport&)> then) {
+  runtime::Device& target = **runtime_.GetDevice(device);
+  const runtime::HealthState before = target.Health();
+  // The self-test runs as an admitted job: open the gate that far, no further.
+  if (before == runtime::HealthState::kIsolated) target.SetHealth(runtime::HealthState::kDraining);
+  testing_.insert(device);
+  spdlog::info("device {}: self-test started ({})", device, why);
+  const runtime::SelfTestOptions options = options_.self_test;
+  workers_[device] = std::thread([this, device, why, before, options, then = std::move(then),
+                                  alive = alive_] {
+    auto report = std::make_shared<runtime::SelfTestReport>(
+        runtime::RunSelfTest(runtime_, device, options));
+    loop_.Post([this, device, why, before, report, then, alive] {
+      if (!*alive) return;  // shutting down: the destructor joins this thread
+      if (auto worker = workers_.find(device); worker != workers_.end()) {
+        worker->second.join();  // it has nothing left to do but return
+        workers_.erase(worker);
+      }
+      FinishSelfTest(device, why, before, *report);
+      then(*report);
+    });
+  });
+}
+
+void DeviceLifecycle::FinishSelfTest(int device, const std::string& why,
+                                     runtime::HealthState before,
+                                     const runtime::SelfTestReport& report) {
+  testing_.erase(device);
+  runtime::Device& target = **runtime_.GetDevice(device);
+  // Put the gate back, unless the state moved while the test ran (the
+  // policy isolated it again, say): the newer decision stands.
+  if (target.Health() == runtime::HealthState::kDraining) target.SetHealth(before);
+  last_self_test_[device] = {loop_.GetClock().Wall(), report.passed, report.Summary()};
+  ras::ActionRecord record;
+  record.time = loop_.GetClock().Wall();
+  record.action = "self-test";
+  record.device = device;
+  record.rule = why == "undrain" ? "operator" : why;
+  record.reason = why;
+  record.result = report.passed ? "ok" : "failed";
+  record.detail = report.Summary();
+  RecordAction(std::move(record));
+  spdlog::log(report.passed ? spdlog::level::info : spdlog::level::warn, "device {} self-test {}",
+              device, report.Summary());
+}
+
+void DeviceLifecycle::RecordAction(ras::ActionRecord record) {
+  if (auto stored = store_.RecordAction(record); !stored) {
+    spdlog::error("cannot store the {} result: {}", record.action, stored.error().message);
+  }
+}
+
+std::optional<SelfTestResult> DeviceLifecycle::LastSelfTest(int device) const {
+  auto found = last_self_test_.find(device);
+  if (found == last_self_test_.end()) return std::nullopt;
+  return found->second;
+}
+
+void DeviceLifecycle::OnPolicyActed() {
+  for (int device : actuator_.TakeNewlyIsolated()) {
+    if (!options_.auto_recover) continue;
+    const auto now = loop_.Now();
+    if (auto last = recovered_at_.find(device);
+        last != recovered_at_.end() &&
+        now - last->second < std::chrono::nanoseconds(options_.auto_recover_window)) {
+      const std::string reason = fmt::format(
+          "isolated again {} s after it recovered by itself: needs an operator (rasctl undrain)",
+          std::chrono::duration_cast<std::chrono::seconds>(now - last->second).count());
+      spdlog::error("device {}: {}", device, reason);
+      (void)actuator_.SetDeviceState(device, runtime::HealthState::kIsolated, reason,
+                                     "isolate-device", "auto-recover");
+      recovered_at_.erase(last);
+      continue;
+    }
+    if (recovery_timers_.contains(device)) continue;
+    auto timer = loop_.CreateTimer([this, device] {
+      auto fired = std::move(recovery_timers_[device]);  // freed when this callback returns
+      recovery_timers_.erase(device);
+      Recover(device);
+    });
+    timer->ArmAfter(options_.auto_recover_delay);
+    recovery_timers_[device] = std::move(timer);
+    spdlog::info("device {}: automatic recovery in {} ms", device,
+                 options_.auto_recover_delay.count());
+  }
+}
+
+void DeviceLifecycle::Recover(int device) {
+  auto found = runtime_.GetDevice(device);
+  if (!found || (*found)->Health() != runtime::HealthState::kIsolated) return;  // an operator acted
+  if (testing_.contains(device)) return;  // an operator's undrain is testing it now
+  ras::ActionRecord record;
+  record.time = loop_.GetClock().Wall();
+  record.action = "reset-device";
+  record.device = device;
+  record.rule = "auto-recover";
+  record.reason = "automatic recovery";
+  if (auto reset = runtime_.Driver().ResetDevice(device); !reset) {
+    record.result = "failed";
+    record.detail = reset.error().message;
+    spdlog::error("device {}: automatic recovery: reset failed: {}; it stays isolated", device,
+                  reset.error().message);
+    RecordAction(std::move(record));
+    return;
+  }
+  record.result = "ok";
+  RecordAction(std::move(record));
+  StartSelfTest(device, "auto-recover", [this, device](const runtime::SelfTestReport& report) {
+    if (!report.passed) {
+      spdlog::error("device {}: automatic recovery: self-test {}; it stays isolated", device,
+                    report.Summary());
+      return;
+    }
+    auto current = runtime_.GetDevice(device);
+    if (!current || (*current)->Health() != runtime::HealthState::kIsolated) return;
+    recovered_at_[device] = loop_.Now();
+    (void)actuator_.SetDeviceState(device, runtime::HealthState::kHealthy,
+                                   "recovered by itself: reset, self-test passed",
+                                   "undrain-device", "auto-recover");
+    jobs_.Reconsider();
+  });
+}
+
+void DeviceLifecycle::MaybeResumeNode() {
+  if (scheduler_ == nullptr || !options_.resume_on_undrain || !scheduler_->Drained()) return;
+  for (const auto& device : runtime_.Devices()) {
+    if (device->Health() == runtime::HealthState::kIsolated) {
+      spdlog::info("scheduler: node {} stays drained: device {} is still isolated",
+                   scheduler_->Node(), device->Index());
+      return;
+    }
+  }
+  scheduler_->Resume();
+}
+
+}  // namespace rasd::daemon
