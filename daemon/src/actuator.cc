@@ -306,6 +306,7 @@ Actuator::Outcome Actuator::RaiseHealth(const ras::Action& action, runtime::Heal
     return {"ok", fmt::format("already {}", runtime::HealthStateName(current))};
   }
   (*device)->SetHealth(state);
+  ++generation_[*action.device];
   status_[*action.device] = {state, action.reason, host_.GetClock().Wall()};
   PersistState(*action.device);
   if (state == runtime::HealthState::kIsolated) newly_isolated_.push_back(*action.device);
@@ -321,6 +322,7 @@ Result<ras::ActionRecord> Actuator::SetDeviceState(int device, runtime::HealthSt
   if (!found) return Fail(found.error());
   const runtime::HealthState before = (*found)->Health();
   (*found)->SetHealth(state);
+  ++generation_[device];
   status_[device] = {state, reason, host_.GetClock().Wall()};
   PersistState(device);
   ras::ActionRecord record;

@@ -80,6 +80,12 @@ class Actuator {
                                            const std::string& rule = "operator");
 
   DeviceStatus StatusOf(int device) const;
+  // Counts the state changes of a device (policy's and operators'): a
+  // caller that compares two readings knows whether anyone changed it.
+  std::uint64_t StateGeneration(int device) const {
+    auto found = generation_.find(device);
+    return found == generation_.end() ? 0 : found->second;
+  }
   // Devices the policy (not an operator) isolated since the last call.
   std::vector<int> TakeNewlyIsolated();
   // "action result" -> how many, e.g. "retire-page ok".
@@ -106,6 +112,7 @@ class Actuator {
   runtime::Runtime& runtime_;
   Options options_;
   std::map<int, DeviceStatus> status_;
+  std::map<int, std::uint64_t> generation_;
   bool batching_ = false;
   std::size_t pending_index_ = 0;
   std::vector<std::pair<std::size_t, ras::ActionRecord>> pending_records_;  // by event index

@@ -92,9 +92,20 @@ void DeviceLifecycle::Undrain(int device, const std::string& reason, bool force,
     return done(StateChange{.device = device, .state = was, .was = was});
   }
   StartSelfTest(device, "undrain",
-                [this, device, was, reason, force,
+                [this, device, was, reason, force, generation = actuator_.StateGeneration(device),
                  done = std::move(done)](const runtime::SelfTestReport& report) {
                   jobs_.Reconsider();
+                  if (actuator_.StateGeneration(device) != generation) {
+                    // Someone (the policy, say) decided anew while it ran:
+                    // that decision stands, whatever the test says.
+                    const auto status = actuator_.StatusOf(device);
+                    return done(Fail(
+                        ErrorCode::kAborted,
+                        fmt::format("device {} changed state during its self-test ({}: {}); "
+                                    "it stays {}",
+                                    device, runtime::HealthStateName(status.state), status.reason,
+                                    runtime::HealthStateName(status.state))));
+                  }
                   if (!report.passed && !force) {
                     return done(Fail(
                         ErrorCode::kUnavailable,
