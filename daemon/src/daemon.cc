@@ -240,6 +240,7 @@ Status Daemon::Initialize(Config config) {
                                  actuator_->EndBatch(ids);
                                  lifecycle_->OnPolicyActed();
                                  jobs_->Reconsider();
+                                 RefreshMetrics();
                                }});
   if (!ingest) return Fail(ingest.error());
   ingest_ = std::move(*ingest);
@@ -263,12 +264,10 @@ Status Daemon::Initialize(Config config) {
       spdlog::info("job '{}' ({}) started", spec.name, jobs::JobKindName(spec.kind));
     }
   }
-  metrics_timer_ = loop_->CreateTimer([this] {
-    RefreshMetrics();
-    metrics_timer_->ArmAfter(std::chrono::seconds(1));
-  });
+  // Refreshed after each batch and state change; the timer runs only while
+  // a drain is being timed, so an idle daemon does not wake for metrics.
+  metrics_timer_ = loop_->CreateTimer([this] { RefreshMetrics(); });
   RefreshMetrics();
-  metrics_timer_->ArmAfter(std::chrono::seconds(1));
   if (!config_.metrics.listen.empty()) {
     auto exposer =
         exporters::MetricsServer::Start(config_.metrics.listen, [this] { return MetricsNow(); });
@@ -812,7 +811,8 @@ void Daemon::ChangeDeviceState(const std::string& command, const nlohmann::json&
                                AsyncReply reply) {
   auto read = ReadStateChangeArgs(command, args);
   if (!read) return reply(Fail(read.error()));
-  auto answer = [reply](Result<StateChange> change) {
+  auto answer = [this, reply](Result<StateChange> change) {
+    RefreshMetrics();  // times the drain that may have begun
     if (!change) return reply(Fail(change.error()));
     reply(StateChangeJson(*change));
   };
@@ -989,13 +989,6 @@ void Daemon::RefreshMetrics() {
       }
     }
   }
-  std::vector<double> aborts;
-  for (const auto& report : jobs_->Report()) {
-    if (report.kind != jobs::JobKind::kCollective) continue;
-    auto& seen = reforms_seen_[report.name];
-    if (report.reforms > seen) aborts.push_back(report.last_release_seconds);
-    seen = report.reforms;
-  }
   std::lock_guard lock(metrics_mutex_);
   metrics_loop_.edac = std::move(edac);
   metrics_loop_.kmsg_gaps = stats.kmsg_gaps;
@@ -1003,7 +996,7 @@ void Daemon::RefreshMetrics() {
   metrics_loop_.source_errors["store"] = stats.store_failures;
   for (double seconds : drains)
     if (seconds >= 0 && seconds < 1e9) metrics_loop_.drain_duration.Observe(seconds);
-  for (double seconds : aborts) metrics_loop_.collective_abort.Observe(seconds);
+  if (!draining_since_.empty()) metrics_timer_->ArmAfter(std::chrono::seconds(1));
 }
 
 exporters::MetricsSnapshot Daemon::MetricsNow() const {
@@ -1038,7 +1031,22 @@ exporters::MetricsSnapshot Daemon::MetricsNow() const {
         count;
   }
   if (scheduler_) snapshot.scheduler_actions = scheduler_->Counts();
-  for (const auto& report : jobs_->Report()) {
+  const auto reports = jobs_->Report();
+  {
+    // A collective's re-forms are seen when scraped: no loop timer polls
+    // the jobs for them.
+    std::lock_guard lock(metrics_mutex_);
+    for (const auto& report : reports) {
+      if (report.kind != jobs::JobKind::kCollective) continue;
+      auto& seen = reforms_seen_[report.name];
+      if (report.reforms > seen) {
+        metrics_loop_.collective_abort.Observe(report.last_release_seconds);
+        snapshot.collective_abort.Observe(report.last_release_seconds);
+      }
+      seen = report.reforms;
+    }
+  }
+  for (const auto& report : reports) {
     snapshot.jobs[{std::string(jobs::JobKindName(report.kind)), report.state}] += 1;
     if (report.kind == jobs::JobKind::kInference) {
       snapshot.requests[{report.name, "served"}] = report.served;

@@ -113,9 +113,9 @@ class Daemon {
   std::string metrics_error_;
   std::unique_ptr<common::Timer> metrics_timer_;
   mutable std::mutex metrics_mutex_;
-  exporters::MetricsSnapshot metrics_loop_;  // guarded by metrics_mutex_
+  mutable exporters::MetricsSnapshot metrics_loop_;  // guarded by metrics_mutex_
   std::map<int, std::chrono::nanoseconds> draining_since_;  // loop monotonic time
-  std::map<std::string, std::uint64_t> reforms_seen_;
+  mutable std::map<std::string, std::uint64_t> reforms_seen_;  // guarded by metrics_mutex_
   std::unique_ptr<DeviceLifecycle> lifecycle_;  // after jobs_ and actuator_: goes before them
 
   ControlSocket socket_;
