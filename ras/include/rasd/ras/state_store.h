@@ -1,11 +1,15 @@
 #pragma once
 
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
 #include <filesystem>
 #include <map>
 #include <memory>
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "rasd/common/result.h"
@@ -14,7 +18,6 @@
 #include "rasd/ras/severity.h"
 
 struct sqlite3;
-struct sqlite3_stmt;
 
 namespace rasd::ras {
 
@@ -85,6 +88,8 @@ struct SourceCursor {
 // pending migrations in order, each in its own transaction, and refuses a
 // database written by a newer rasd.
 //
+// Every statement is prepared once, at Open(), and reused.
+//
 // Not thread-safe: the daemon's event loop owns it.
 class StateStore {
  public:
@@ -140,16 +145,27 @@ class StateStore {
   Result<std::map<Severity, std::uint64_t>> CountEventsBySeverity();
 
  private:
+  struct Statements;  // the prepared statements, defined in state_store.cc
+  class Transaction;
+
   StateStore(std::filesystem::path database_path, common::UniqueFd lock, sqlite3* db);
   Status Migrate();
   Status Prepare();
   Error SqliteError(std::string_view what) const;
 
+  // One row each, on the prepared statements, in the caller's transaction
+  // (or SQLite's implicit one).
+  Result<std::int64_t> InsertEvent(const RasEvent& event);
+  Result<std::int64_t> InsertAction(const ActionRecord& action,
+                                    std::optional<std::int64_t> event_id);
+  Status UpsertDeviceState(const DeviceStateRecord& state);
+  Status InsertRetiredPage(const RetiredPageRecord& page);
+  Status UpsertCursor(const SourceCursor& cursor, std::int64_t updated_ns);
+
   std::filesystem::path database_path_;
   common::UniqueFd lock_;
   sqlite3* db_ = nullptr;
-  sqlite3_stmt* insert_event_ = nullptr;
-  sqlite3_stmt* count_events_ = nullptr;
+  std::unique_ptr<Statements> statements_;  // finalized before db_ is closed
   int schema_version_ = 0;
 };
 
