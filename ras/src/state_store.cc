@@ -534,6 +534,57 @@ Result<std::vector<std::int64_t>> StateStore::RecordEvents(std::span<const RasEv
   return ids;
 }
 
+Result<StoredBatch> StateStore::Commit(const StoreBatch& batch) {
+  // Refuse what cannot be written before writing anything.
+  for (std::size_t i = 0; i < batch.actions.size(); ++i) {
+    const BatchAction& action = batch.actions[i];
+    if (action.event_index && *action.event_index >= batch.events.size()) {
+      return Fail(ErrorCode::kInvalidArgument,
+                  fmt::format("batch action {} ({}) links event {}, but the batch has {} events", i,
+                              action.record.action, *action.event_index, batch.events.size()));
+    }
+    if (action.event_index && action.record.event_id) {
+      return Fail(ErrorCode::kInvalidArgument,
+                  fmt::format("batch action {} ({}) has both an event_id and an event_index", i,
+                              action.record.action));
+    }
+  }
+  StoredBatch stored;
+  if (batch.events.empty() && batch.actions.empty() && batch.states.empty() &&
+      batch.pages.empty() && batch.cursors.empty()) {
+    return stored;
+  }
+
+  Transaction transaction(*this);
+  if (auto begun = transaction.Begin("batch"); !begun) return Fail(begun.error());
+  stored.event_ids.reserve(batch.events.size());
+  for (const auto& event : batch.events) {
+    auto id = InsertEvent(event);
+    if (!id) return Fail(id.error());
+    stored.event_ids.push_back(*id);
+  }
+  stored.action_ids.reserve(batch.actions.size());
+  for (const auto& action : batch.actions) {
+    const auto event_id = action.event_index ? std::optional(stored.event_ids[*action.event_index])
+                                             : action.record.event_id;
+    auto id = InsertAction(action.record, event_id);
+    if (!id) return Fail(id.error());
+    stored.action_ids.push_back(*id);
+  }
+  for (const auto& state : batch.states) {
+    if (auto saved = UpsertDeviceState(state); !saved) return Fail(saved.error());
+  }
+  for (const auto& page : batch.pages) {
+    if (auto saved = InsertRetiredPage(page); !saved) return Fail(saved.error());
+  }
+  const std::int64_t now_ns = batch.cursors.empty() ? 0 : NowNanos();
+  for (const auto& cursor : batch.cursors) {
+    if (auto saved = UpsertCursor(cursor, now_ns); !saved) return Fail(saved.error());
+  }
+  if (auto committed = transaction.Commit("batch"); !committed) return Fail(committed.error());
+  return stored;
+}
+
 Result<std::int64_t> StateStore::RecordAction(const ActionRecord& action) {
   return InsertAction(action, action.event_id);
 }

@@ -79,6 +79,30 @@ struct SourceCursor {
   std::string position;
 };
 
+// An action to store with a batch. `event_index`, when set, links the row to
+// `events[*event_index]` of the same batch (record.event_id must then be
+// unset): the event's id is not known until it is inserted.
+struct BatchAction {
+  ActionRecord record;
+  std::optional<std::size_t> event_index;
+};
+
+// What one turn of the daemon's loop writes. Any part may be empty.
+struct StoreBatch {
+  std::vector<RasEvent> events;
+  std::vector<BatchAction> actions;
+  std::vector<DeviceStateRecord> states;
+  std::vector<RetiredPageRecord> pages;
+  // Saved in the same transaction as `events`: a source's records are stored
+  // exactly once across a crash.
+  std::vector<SourceCursor> cursors;
+};
+
+struct StoredBatch {
+  std::vector<std::int64_t> event_ids;   // in the order of StoreBatch::events
+  std::vector<std::int64_t> action_ids;  // in the order of StoreBatch::actions
+};
+
 // The daemon's durable state in one SQLite file (WAL): events, device health
 // states, retired pages and source cursors, so that a restart loses nothing,
 // repeats nothing, and never un-isolates a device.
@@ -88,7 +112,8 @@ struct SourceCursor {
 // pending migrations in order, each in its own transaction, and refuses a
 // database written by a newer rasd.
 //
-// Every statement is prepared once, at Open(), and reused.
+// Every statement is prepared once, at Open(), and reused; a batch is one
+// transaction.
 //
 // Not thread-safe: the daemon's event loop owns it.
 class StateStore {
@@ -116,6 +141,14 @@ class StateStore {
   // order.
   Result<std::vector<std::int64_t>> RecordEvents(std::span<const RasEvent> events);
 
+  // Writes the whole batch in one transaction, in the order events, actions,
+  // states, pages, cursors: all or nothing. An action whose event_index is
+  // out of range, or that also has an event_id, is kInvalidArgument before
+  // anything is written; a failing write rolls the transaction back and
+  // returns kIoError. An empty batch touches nothing.
+  Result<StoredBatch> Commit(const StoreBatch& batch);
+
+  // Appends one action in a transaction of its own; returns its id.
   Result<std::int64_t> RecordAction(const ActionRecord& action);
   // The newest `limit` actions, newest first; of one device when given.
   Result<std::vector<ActionRecord>> QueryActions(std::optional<int> device, std::size_t limit);
