@@ -83,6 +83,14 @@ const std::vector<const char*>& Migrations() {
         CREATE INDEX actions_by_event ON actions(event_id);
         CREATE INDEX actions_by_device ON actions(device);
       )sql",
+      // 4: repeated "disabled" and "skipped" decisions share a row per
+      // minute: `count` says how many it stands for, `coalesce_key` (NULL for
+      // a row of its own; NULLs never conflict) names the row they merge into.
+      R"sql(
+        ALTER TABLE actions ADD COLUMN count INTEGER NOT NULL DEFAULT 1;
+        ALTER TABLE actions ADD COLUMN coalesce_key TEXT;
+        CREATE UNIQUE INDEX actions_by_coalesce_key ON actions(coalesce_key);
+      )sql",
   };
   return kMigrations;
 }
@@ -255,6 +263,30 @@ std::chrono::system_clock::time_point FromNanos(std::int64_t nanos) {
 
 std::int64_t NowNanos() { return Nanos(std::chrono::system_clock::now()); }
 
+// The row a repeated decision merges into: the same action, rule, result and
+// device in the same wall-clock minute. Text fields are length-prefixed so
+// that no choice of names makes two keys collide. Null for a result that is
+// recorded row by row.
+std::optional<std::string> CoalesceKey(const ActionRecord& action) {
+  if (action.result != "disabled" && action.result != "skipped") return std::nullopt;
+  const auto minute =
+      std::chrono::floor<std::chrono::minutes>(action.time).time_since_epoch().count();
+  return fmt::format("{}|{}|{}:{}|{}:{}|{}", minute,
+                     action.device ? std::to_string(*action.device) : std::string("-"),
+                     action.action.size(), action.action, action.rule.size(), action.rule,
+                     action.result);
+}
+
+Status CheckActionCount(const ActionRecord& action) {
+  if (action.count == 0 ||
+      action.count > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
+    return Fail(ErrorCode::kInvalidArgument,
+                fmt::format("action {} of rule {} has count {}; it must be 1 to 2^63-1",
+                            action.action, action.rule, action.count));
+  }
+  return {};
+}
+
 }  // namespace
 
 // BEGIN IMMEDIATE on the prepared statements; rolls back on destruction
@@ -395,9 +427,12 @@ Status StateStore::Prepare() {
        "INSERT INTO events(time_ns, origin, severity, device, summary, raw, source, mc, pci_bdf, "
        "address_text, vendor_code, count, historical) "
        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);"},
+      // A coalesced decision adds its count to the minute's row; the id
+      // returned is that row's, inserted or not.
       {&s.insert_action, "action insert",
        "INSERT INTO actions(event_id, time_ns, action, device, address, rule, reason, result, "
-       "detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id;"},
+       "detail, count, coalesce_key) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+       "ON CONFLICT(coalesce_key) DO UPDATE SET count = count + excluded.count RETURNING id;"},
       {&s.upsert_device_state, "device state upsert",
        "INSERT INTO device_states(device_uuid, state, reason, changed_ns) VALUES (?, ?, ?, ?) "
        "ON CONFLICT(device_uuid) DO UPDATE SET state = excluded.state, "
@@ -412,11 +447,11 @@ Status StateStore::Prepare() {
       {&s.load_cursor, "cursor query",
        "SELECT boot_id, position FROM source_cursors WHERE source = ?;"},
       {&s.query_actions, "action query",
-       "SELECT id, event_id, time_ns, action, device, address, rule, reason, result, detail "
-       "FROM actions ORDER BY id DESC LIMIT ?;"},
+       "SELECT id, event_id, time_ns, action, device, address, rule, reason, result, detail, "
+       "count FROM actions ORDER BY id DESC LIMIT ?;"},
       {&s.query_device_actions, "device action query",
-       "SELECT id, event_id, time_ns, action, device, address, rule, reason, result, detail "
-       "FROM actions WHERE device = ? ORDER BY id DESC LIMIT ?;"},
+       "SELECT id, event_id, time_ns, action, device, address, rule, reason, result, detail, "
+       "count FROM actions WHERE device = ? ORDER BY id DESC LIMIT ?;"},
       {&s.load_device_states, "device state query",
        "SELECT device_uuid, state, reason, changed_ns FROM device_states ORDER BY device_uuid;"},
       {&s.load_retired_pages, "retired page query",
@@ -476,6 +511,8 @@ Result<std::int64_t> StateStore::InsertAction(const ActionRecord& action,
   BindText(statement, 7, action.reason);
   BindText(statement, 8, action.result);
   BindText(statement, 9, action.detail);
+  sqlite3_bind_int64(statement, 10, static_cast<sqlite3_int64>(action.count));
+  BindOptionalText(statement, 11, CoalesceKey(action));
   // RETURNING: the row is written by the first step, which yields its id.
   if (sqlite3_step(statement) != SQLITE_ROW) return Fail(SqliteError("record action"));
   const std::int64_t id = sqlite3_column_int64(statement, 0);
@@ -548,6 +585,7 @@ Result<StoredBatch> StateStore::Commit(const StoreBatch& batch) {
                   fmt::format("batch action {} ({}) has both an event_id and an event_index", i,
                               action.record.action));
     }
+    if (auto counted = CheckActionCount(action.record); !counted) return Fail(counted.error());
   }
   StoredBatch stored;
   if (batch.events.empty() && batch.actions.empty() && batch.states.empty() &&
@@ -586,6 +624,7 @@ Result<StoredBatch> StateStore::Commit(const StoreBatch& batch) {
 }
 
 Result<std::int64_t> StateStore::RecordAction(const ActionRecord& action) {
+  if (auto counted = CheckActionCount(action); !counted) return Fail(counted.error());
   return InsertAction(action, action.event_id);
 }
 
@@ -611,6 +650,7 @@ Result<std::vector<ActionRecord>> StateStore::QueryActions(std::optional<int> de
     action.reason = ColumnText(statement, 7);
     action.result = ColumnText(statement, 8);
     action.detail = ColumnText(statement, 9);
+    action.count = static_cast<std::uint64_t>(sqlite3_column_int64(statement, 10));
     actions.push_back(std::move(action));
   }
   if (rc != SQLITE_DONE) return Fail(SqliteError("query actions"));

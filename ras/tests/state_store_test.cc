@@ -367,6 +367,7 @@ TEST_F(StateStoreTest, CommitWritesEventsActionsStatesPagesAndCursorsTogether) {
   ASSERT_EQ(actions->size(), 3u);  // newest first
   EXPECT_EQ(actions->at(2).id, stored->action_ids[0]);
   EXPECT_EQ(actions->at(2).event_id, stored->event_ids[2]) << "linked by index";
+  EXPECT_EQ(actions->at(2).count, 1u);
   EXPECT_EQ(actions->at(1).event_id, stored->event_ids[0]);
   EXPECT_EQ(actions->at(1).result, "failed");
   EXPECT_FALSE(actions->at(0).event_id.has_value()) << "an operator's command has no event";
@@ -401,6 +402,13 @@ TEST_F(StateStoreTest, CommitRefusesAnInvalidBatchBeforeWritingAnything) {
   StoreBatch both_links = MixedBatch(kMinute);
   both_links.actions[0].record.event_id = 1;
   EXPECT_EQ((*store)->Commit(both_links).error().code, ErrorCode::kInvalidArgument);
+
+  StoreBatch no_count = MixedBatch(kMinute);
+  no_count.actions[2].record.count = 0;
+  EXPECT_EQ((*store)->Commit(no_count).error().code, ErrorCode::kInvalidArgument);
+  ActionRecord zero = Decision("disabled", kMinute);
+  zero.count = 0;
+  EXPECT_EQ((*store)->RecordAction(zero).error().code, ErrorCode::kInvalidArgument);
 
   EXPECT_EQ(*(*store)->EventRows(), 0u);
   EXPECT_TRUE((*store)->QueryActions(std::nullopt, 10)->empty());
@@ -460,6 +468,126 @@ TEST_F(StateStoreTest, ABatchBlockedByAnotherWriterWritesNothing) {
   EXPECT_TRUE((*store)->QueryActions(std::nullopt, 10)->empty());
   EXPECT_EQ((*(*store)->LoadCursor("kmsg"))->position, "41");
   EXPECT_TRUE((*store)->Commit(MixedBatch(kMinute)).has_value()) << "and works once it is free";
+}
+
+TEST_F(StateStoreTest, RepeatedDisabledDecisionsShareOneRowPerMinuteWithExactCounts) {
+  auto store = StateStore::Open(dir_ / "state");
+  ASSERT_TRUE(store.has_value());
+  StoreBatch batch;
+  for (int i = 0; i < 1000; ++i) {
+    batch.events.push_back(
+        {.time = kMinute, .origin = "sim", .severity = Severity::kFatal, .summary = "fatal"});
+    batch.actions.push_back(
+        {.record = Decision("disabled", kMinute + std::chrono::milliseconds(i * 59)),
+         .event_index = static_cast<std::size_t>(i)});
+  }
+  auto stored = (*store)->Commit(batch);
+  ASSERT_TRUE(stored.has_value()) << stored.error().ToString();
+  ASSERT_EQ(stored->action_ids.size(), 1000u);
+  EXPECT_EQ(
+      std::count(stored->action_ids.begin(), stored->action_ids.end(), stored->action_ids.front()),
+      1000)
+      << "every merged decision reports the row it went into";
+  auto actions = (*store)->QueryActions(std::nullopt, 2000);
+  ASSERT_EQ(actions->size(), 1u);
+  EXPECT_EQ(actions->at(0).count, 1000u);
+  EXPECT_EQ(actions->at(0).time, kMinute) << "the row keeps its first decision";
+  EXPECT_EQ(actions->at(0).event_id, stored->event_ids.front());
+
+  // Across batches and through RecordAction too, adding the record's count.
+  ActionRecord more = Decision("disabled", kMinute + 59s);
+  more.count = 5;
+  auto id = (*store)->RecordAction(more);
+  ASSERT_TRUE(id.has_value()) << id.error().ToString();
+  EXPECT_EQ(*id, stored->action_ids.front());
+  actions = (*store)->QueryActions(std::nullopt, 2000);
+  ASSERT_EQ(actions->size(), 1u);
+  EXPECT_EQ(actions->at(0).count, 1005u);
+}
+
+TEST_F(StateStoreTest, ADifferentMinuteResultOrDeviceGetsItsOwnRowAndOkIsNeverMerged) {
+  auto store = StateStore::Open(dir_ / "state");
+  ASSERT_TRUE(store.has_value());
+  StoreBatch batch;
+  batch.actions.push_back({.record = Decision("disabled", kMinute)});
+  batch.actions.push_back({.record = Decision("disabled", kMinute + 60s)});  // next minute
+  batch.actions.push_back({.record = Decision("skipped", kMinute)});
+  batch.actions.push_back({.record = Decision("skipped", kMinute + 30s)});
+  batch.actions.push_back({.record = Decision("disabled", kMinute, 2)});
+  batch.actions.push_back({.record = Decision("disabled", kMinute, std::nullopt)});
+  batch.actions.push_back({.record = Decision("disabled", kMinute, std::nullopt)});
+  ActionRecord other_rule = Decision("disabled", kMinute);
+  other_rule.rule = "xid-79";
+  batch.actions.push_back({.record = other_rule});
+  batch.actions.push_back({.record = Decision("ok", kMinute)});
+  batch.actions.push_back({.record = Decision("ok", kMinute)});
+  batch.actions.push_back({.record = Decision("failed", kMinute)});
+  batch.actions.push_back({.record = Decision("failed", kMinute)});
+  auto stored = (*store)->Commit(batch);
+  ASSERT_TRUE(stored.has_value()) << stored.error().ToString();
+  EXPECT_EQ(stored->action_ids[2], stored->action_ids[3]) << "skipped merges too";
+  EXPECT_EQ(stored->action_ids[5], stored->action_ids[6]) << "no device is a device key too";
+  EXPECT_NE(stored->action_ids[8], stored->action_ids[9]);
+  EXPECT_NE(stored->action_ids[10], stored->action_ids[11]);
+
+  const auto actions = (*store)->QueryActions(std::nullopt, 100);
+  ASSERT_TRUE(actions.has_value());
+  // Two minutes, skipped, device 2, no device, another rule, 2 ok, 2 failed.
+  ASSERT_EQ(actions->size(), 10u);
+  std::uint64_t total = 0;
+  for (const auto& action : *actions) {
+    total += action.count;
+    if (action.result == "ok" || action.result == "failed") {
+      EXPECT_EQ(action.count, 1u);
+    }
+  }
+  EXPECT_EQ(total, 12u) << "every decision is counted once";
+}
+
+TEST_F(StateStoreTest, AVersionThreeDatabaseGainsActionCounts) {
+  std::filesystem::create_directories(dir_ / "state");
+  // The schema as version 3 left it, with one action in it.
+  ExecRaw(R"sql(
+    CREATE TABLE schema_version (version INTEGER NOT NULL);
+    INSERT INTO schema_version VALUES (3);
+    CREATE TABLE events (id INTEGER PRIMARY KEY, time_ns INTEGER NOT NULL, origin TEXT NOT NULL,
+      severity TEXT NOT NULL, device INTEGER, address INTEGER, summary TEXT NOT NULL, raw TEXT NOT NULL,
+      source TEXT NOT NULL DEFAULT '', mc INTEGER, pci_bdf TEXT, address_text TEXT,
+      vendor_code INTEGER, count INTEGER NOT NULL DEFAULT 1, historical INTEGER NOT NULL DEFAULT 0);
+    CREATE INDEX events_by_severity ON events(severity);
+    CREATE INDEX events_by_time ON events(time_ns);
+    CREATE INDEX events_by_device ON events(device);
+    CREATE TABLE device_states (device_uuid TEXT PRIMARY KEY, state TEXT NOT NULL, reason TEXT NOT NULL,
+      changed_ns INTEGER NOT NULL);
+    CREATE TABLE retired_pages (device_uuid TEXT NOT NULL, address INTEGER NOT NULL, reason TEXT NOT NULL,
+      retired_ns INTEGER NOT NULL, PRIMARY KEY (device_uuid, address));
+    CREATE TABLE source_cursors (source TEXT PRIMARY KEY, boot_id TEXT NOT NULL, position TEXT NOT NULL,
+      updated_ns INTEGER NOT NULL);
+    CREATE TABLE actions (id INTEGER PRIMARY KEY,
+      event_id INTEGER REFERENCES events(id) ON DELETE SET NULL, time_ns INTEGER NOT NULL,
+      action TEXT NOT NULL, device INTEGER, address TEXT, rule TEXT NOT NULL, reason TEXT NOT NULL,
+      result TEXT NOT NULL, detail TEXT NOT NULL);
+    CREATE INDEX actions_by_event ON actions(event_id);
+    CREATE INDEX actions_by_device ON actions(device);
+    INSERT INTO actions(time_ns, action, device, rule, reason, result, detail)
+      VALUES (1680000000000000000, 'isolate-device', 1, 'fatal-device', 'old', 'disabled', '');
+  )sql");
+  auto store = StateStore::Open(dir_ / "state");
+  ASSERT_TRUE(store.has_value()) << store.error().ToString();
+  EXPECT_EQ((*store)->SchemaVersion(), 4);
+  EXPECT_EQ(StateStore::LatestSchemaVersion(), 4);
+  auto actions = (*store)->QueryActions(std::nullopt, 10);
+  ASSERT_TRUE(actions.has_value()) << actions.error().ToString();
+  ASSERT_EQ(actions->size(), 1u);
+  EXPECT_EQ(actions->at(0).reason, "old");
+  EXPECT_EQ(actions->at(0).count, 1u) << "an existing row stands for one decision";
+  EXPECT_EQ(QueryRaw("SELECT COUNT(*) FROM actions WHERE coalesce_key IS NULL;"), 1);
+
+  ASSERT_TRUE((*store)->RecordAction(Decision("disabled", kMinute)).has_value());
+  ASSERT_TRUE((*store)->RecordAction(Decision("disabled", kMinute + 1s)).has_value());
+  actions = (*store)->QueryActions(std::nullopt, 10);
+  ASSERT_EQ(actions->size(), 2u);
+  EXPECT_EQ(actions->at(0).count, 2u);
 }
 
 TEST_F(StateStoreTest, AReadPinsNoSnapshotThatWouldBlockTheNextWrite) {

@@ -69,6 +69,12 @@ struct ActionRecord {
   std::string reason;
   std::string result;  // ok | failed | skipped | disabled
   std::string detail;
+  // Decisions this row stands for. A "disabled" or "skipped" decision is
+  // coalesced: it is added to the row of the same action, rule, result and
+  // device in the same wall-clock minute (floor of `time` to 60 s), which
+  // keeps the first record's time, event, address, reason and detail. Other
+  // results always get a row of their own. At least 1.
+  std::uint64_t count = 1;
 };
 
 // Where a source stopped reading, so that a restart neither repeats nor
@@ -100,7 +106,7 @@ struct StoreBatch {
 
 struct StoredBatch {
   std::vector<std::int64_t> event_ids;   // in the order of StoreBatch::events
-  std::vector<std::int64_t> action_ids;  // in the order of StoreBatch::actions
+  std::vector<std::int64_t> action_ids;  // in order; a coalesced action has its row's id
 };
 
 // The daemon's durable state in one SQLite file (WAL): events, device health
@@ -143,12 +149,14 @@ class StateStore {
 
   // Writes the whole batch in one transaction, in the order events, actions,
   // states, pages, cursors: all or nothing. An action whose event_index is
-  // out of range, or that also has an event_id, is kInvalidArgument before
-  // anything is written; a failing write rolls the transaction back and
-  // returns kIoError. An empty batch touches nothing.
+  // out of range (or that also has an event_id), or whose count is 0 or
+  // beyond INT64_MAX, is kInvalidArgument before anything is written; a
+  // failing write rolls the transaction back and returns kIoError. An empty
+  // batch touches nothing.
   Result<StoredBatch> Commit(const StoreBatch& batch);
 
-  // Appends one action in a transaction of its own; returns its id.
+  // Appends (or coalesces, see ActionRecord::count) one action in a
+  // transaction of its own; returns its row's id.
   Result<std::int64_t> RecordAction(const ActionRecord& action);
   // The newest `limit` actions, newest first; of one device when given.
   Result<std::vector<ActionRecord>> QueryActions(std::optional<int> device, std::size_t limit);
