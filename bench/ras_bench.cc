@@ -122,6 +122,84 @@ void BM_DecodeClassifyStore(benchmark::State& state) {
 }
 BENCHMARK(BM_DecodeClassifyStore)->Unit(benchmark::kMillisecond);
 
+// One daemon turn's writes: 1000 events and an action about each. Results
+// are "ok", so that neither path below merges rows.
+constexpr int kTurnRows = 1000;
+
+rasd::ras::StoreBatch TurnBatch() {
+  const auto t0 = std::chrono::system_clock::time_point(std::chrono::seconds(1'700'000'000));
+  rasd::ras::StoreBatch batch;
+  for (int i = 0; i < kTurnRows; ++i) {
+    batch.events.push_back({.time = t0 + std::chrono::milliseconds(i),
+                            .source = "kmsg",
+                            .origin = "nvidia_xid",
+                            .severity = rasd::ras::Severity::kFatal,
+                            .device = i % 8,
+                            .vendor_code = 79,
+                            .summary = "Xid 79: GPU has fallen off the bus",
+                            .raw = "NVRM: Xid (PCI:0000:07:00): 79, GPU has fallen off the bus."});
+    batch.actions.push_back({.record = {.time = t0 + std::chrono::milliseconds(i),
+                                        .action = "isolate-device",
+                                        .device = i % 8,
+                                        .rule = "fatal-device",
+                                        .reason = "FATAL nvidia_xid",
+                                        .result = "ok",
+                                        .detail = "healthy -> isolated"},
+                             .event_index = static_cast<std::size_t>(i)});
+  }
+  batch.cursors.push_back({"kmsg", "boot-a", "1000"});
+  return batch;
+}
+
+// The turn as one Commit: one transaction, statements prepared once.
+void BM_StoreTurnCommit(benchmark::State& state) {
+  char pattern[] = "/tmp/rasd-bench-XXXXXX";
+  const std::filesystem::path dir = ::mkdtemp(pattern);
+  auto store = std::move(*rasd::ras::StateStore::Open(dir / "state"));
+  const auto batch = TurnBatch();
+  for (auto _ : state) {
+    auto stored = store->Commit(batch);
+    if (!stored) {
+      state.SkipWithError(stored.error().message.c_str());
+      break;
+    }
+    benchmark::DoNotOptimize(stored->action_ids.data());
+  }
+  state.SetItemsProcessed(state.iterations() * 2 * kTurnRows);
+  store.reset();
+  std::filesystem::remove_all(dir);
+}
+BENCHMARK(BM_StoreTurnCommit)->Unit(benchmark::kMillisecond);
+
+// The same turn the way the daemon wrote it before Commit: the events in one
+// transaction, then RecordAction and SaveCursor row by row, each its own
+// transaction.
+void BM_StoreTurnPerRow(benchmark::State& state) {
+  char pattern[] = "/tmp/rasd-bench-XXXXXX";
+  const std::filesystem::path dir = ::mkdtemp(pattern);
+  auto store = std::move(*rasd::ras::StateStore::Open(dir / "state"));
+  const auto batch = TurnBatch();
+  std::vector<rasd::ras::ActionRecord> actions;
+  for (const auto& action : batch.actions) actions.push_back(action.record);
+  for (auto _ : state) {
+    auto ids = store->RecordEvents(batch.events);
+    if (!ids) {
+      state.SkipWithError(ids.error().message.c_str());
+      break;
+    }
+    for (int i = 0; i < kTurnRows; ++i) {
+      actions[static_cast<std::size_t>(i)].event_id = (*ids)[static_cast<std::size_t>(i)];
+      auto id = store->RecordAction(actions[static_cast<std::size_t>(i)]);
+      benchmark::DoNotOptimize(id);
+    }
+    (void)store->SaveCursor(batch.cursors.front());
+  }
+  state.SetItemsProcessed(state.iterations() * 2 * kTurnRows);
+  store.reset();
+  std::filesystem::remove_all(dir);
+}
+BENCHMARK(BM_StoreTurnPerRow)->Unit(benchmark::kMillisecond);
+
 // A corrected-error storm: 10M EDAC CE records through decode, storm
 // coalescing and the store, as the daemon's kmsg path runs them. Reports the
 // process's peak RSS (goal: at most 64 MiB).

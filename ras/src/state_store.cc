@@ -9,6 +9,8 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <initializer_list>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -81,6 +83,14 @@ const std::vector<const char*>& Migrations() {
         CREATE INDEX actions_by_event ON actions(event_id);
         CREATE INDEX actions_by_device ON actions(device);
       )sql",
+      // 4: repeated "disabled" and "skipped" decisions share a row per
+      // minute: `count` says how many it stands for, `coalesce_key` (NULL for
+      // a row of its own; NULLs never conflict) names the row they merge into.
+      R"sql(
+        ALTER TABLE actions ADD COLUMN count INTEGER NOT NULL DEFAULT 1;
+        ALTER TABLE actions ADD COLUMN coalesce_key TEXT;
+        CREATE UNIQUE INDEX actions_by_coalesce_key ON actions(coalesce_key);
+      )sql",
   };
   return kMigrations;
 }
@@ -139,6 +149,182 @@ Status Exec(sqlite3* db, const char* sql, std::string_view what) {
 
 int StateStore::LatestSchemaVersion() { return static_cast<int>(Migrations().size()); }
 
+// Prepared once in Prepare(), finalized (before the connection closes) when
+// the store goes. Each is used through a StatementUse, so it is reset and its
+// bindings dropped however the use ends.
+struct StateStore::Statements {
+  sqlite3_stmt* begin = nullptr;
+  sqlite3_stmt* commit = nullptr;
+  sqlite3_stmt* rollback = nullptr;
+  sqlite3_stmt* insert_event = nullptr;
+  sqlite3_stmt* insert_action = nullptr;
+  sqlite3_stmt* upsert_device_state = nullptr;
+  sqlite3_stmt* insert_retired_page = nullptr;
+  sqlite3_stmt* upsert_cursor = nullptr;
+  sqlite3_stmt* load_cursor = nullptr;
+  sqlite3_stmt* query_actions = nullptr;
+  sqlite3_stmt* query_device_actions = nullptr;
+  sqlite3_stmt* load_device_states = nullptr;
+  sqlite3_stmt* load_retired_pages = nullptr;
+  sqlite3_stmt* summarize = nullptr;
+  sqlite3_stmt* event_rows = nullptr;
+  sqlite3_stmt* count_events = nullptr;
+  sqlite3_stmt* prune_by_age = nullptr;
+  sqlite3_stmt* prune_by_count = nullptr;
+
+  ~Statements() {
+    for (sqlite3_stmt* statement :
+         {begin, commit, rollback, insert_event, insert_action, upsert_device_state,
+          insert_retired_page, upsert_cursor, load_cursor, query_actions, query_device_actions,
+          load_device_states, load_retired_pages, summarize, event_rows, count_events, prune_by_age,
+          prune_by_count}) {
+      sqlite3_finalize(statement);
+    }
+  }
+};
+
+namespace {
+
+// One use of a prepared statement. Resetting it at the end matters: a query
+// left on a row would hold its read transaction open, and bound text would be
+// kept until the next use.
+class StatementUse {
+ public:
+  explicit StatementUse(sqlite3_stmt* statement) : statement_(statement) {}
+  ~StatementUse() {
+    sqlite3_reset(statement_);
+    sqlite3_clear_bindings(statement_);
+  }
+  StatementUse(const StatementUse&) = delete;
+  StatementUse& operator=(const StatementUse&) = delete;
+
+  sqlite3_stmt* get() const { return statement_; }
+
+ private:
+  sqlite3_stmt* statement_;
+};
+
+void BindOptionalInt(sqlite3_stmt* statement, int column, const std::optional<int>& value) {
+  if (value) {
+    sqlite3_bind_int(statement, column, *value);
+  } else {
+    sqlite3_bind_null(statement, column);
+  }
+}
+
+void BindOptionalInt64(sqlite3_stmt* statement, int column,
+                       const std::optional<std::int64_t>& value) {
+  if (value) {
+    sqlite3_bind_int64(statement, column, *value);
+  } else {
+    sqlite3_bind_null(statement, column);
+  }
+}
+
+void BindOptionalText(sqlite3_stmt* statement, int column,
+                      const std::optional<std::string>& value) {
+  if (value) {
+    sqlite3_bind_text(statement, column, value->data(), static_cast<int>(value->size()),
+                      SQLITE_TRANSIENT);
+  } else {
+    sqlite3_bind_null(statement, column);
+  }
+}
+
+void BindText(sqlite3_stmt* statement, int column, std::string_view value) {
+  sqlite3_bind_text(statement, column, value.data(), static_cast<int>(value.size()),
+                    SQLITE_TRANSIENT);
+}
+
+std::optional<int> ColumnOptionalInt(sqlite3_stmt* statement, int column) {
+  if (sqlite3_column_type(statement, column) == SQLITE_NULL) return std::nullopt;
+  return sqlite3_column_int(statement, column);
+}
+
+std::optional<std::string> ColumnOptionalText(sqlite3_stmt* statement, int column) {
+  if (sqlite3_column_type(statement, column) == SQLITE_NULL) return std::nullopt;
+  return std::string(reinterpret_cast<const char*>(sqlite3_column_text(statement, column)));
+}
+
+std::string ColumnText(sqlite3_stmt* statement, int column) {
+  const auto* text = reinterpret_cast<const char*>(sqlite3_column_text(statement, column));
+  return text != nullptr ? std::string(text) : std::string();
+}
+
+std::int64_t Nanos(std::chrono::system_clock::time_point time) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(time.time_since_epoch()).count();
+}
+
+std::chrono::system_clock::time_point FromNanos(std::int64_t nanos) {
+  return std::chrono::system_clock::time_point(
+      std::chrono::duration_cast<std::chrono::system_clock::duration>(
+          std::chrono::nanoseconds(nanos)));
+}
+
+std::int64_t NowNanos() { return Nanos(std::chrono::system_clock::now()); }
+
+// The row a repeated decision merges into: the same action, rule, result and
+// device in the same wall-clock minute. Text fields are length-prefixed so
+// that no choice of names makes two keys collide. Null for a result that is
+// recorded row by row.
+std::optional<std::string> CoalesceKey(const ActionRecord& action) {
+  if (action.result != "disabled" && action.result != "skipped") return std::nullopt;
+  const auto minute =
+      std::chrono::floor<std::chrono::minutes>(action.time).time_since_epoch().count();
+  return fmt::format("{}|{}|{}:{}|{}:{}|{}", minute,
+                     action.device ? std::to_string(*action.device) : std::string("-"),
+                     action.action.size(), action.action, action.rule.size(), action.rule,
+                     action.result);
+}
+
+Status CheckActionCount(const ActionRecord& action) {
+  if (action.count == 0 ||
+      action.count > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
+    return Fail(ErrorCode::kInvalidArgument,
+                fmt::format("action {} of rule {} has count {}; it must be 1 to 2^63-1",
+                            action.action, action.rule, action.count));
+  }
+  return {};
+}
+
+}  // namespace
+
+// BEGIN IMMEDIATE on the prepared statements; rolls back on destruction
+// unless committed (and unless SQLite already rolled back on its own, as it
+// does after some errors).
+class StateStore::Transaction {
+ public:
+  explicit Transaction(StateStore& store) : store_(store) {}
+  ~Transaction() {
+    if (open_ && sqlite3_get_autocommit(store_.db_) == 0) {
+      StatementUse rollback(store_.statements_->rollback);
+      (void)sqlite3_step(rollback.get());
+    }
+  }
+  Transaction(const Transaction&) = delete;
+  Transaction& operator=(const Transaction&) = delete;
+
+  Status Begin(std::string_view what) {
+    StatementUse begin(store_.statements_->begin);
+    if (sqlite3_step(begin.get()) != SQLITE_DONE)
+      return Fail(store_.SqliteError(fmt::format("begin {}", what)));
+    open_ = true;
+    return {};
+  }
+
+  Status Commit(std::string_view what) {
+    StatementUse commit(store_.statements_->commit);
+    if (sqlite3_step(commit.get()) != SQLITE_DONE)
+      return Fail(store_.SqliteError(fmt::format("commit {}", what)));
+    open_ = false;
+    return {};
+  }
+
+ private:
+  StateStore& store_;
+  bool open_ = false;
+};
+
 Result<std::unique_ptr<StateStore>> StateStore::Open(const std::filesystem::path& state_dir) {
   if (auto prepared = PrepareStateDirectory(state_dir); !prepared) return Fail(prepared.error());
   auto lock = LockStateDirectory(state_dir);
@@ -171,11 +357,13 @@ Result<std::unique_ptr<StateStore>> StateStore::Open(const std::filesystem::path
 }
 
 StateStore::StateStore(std::filesystem::path database_path, common::UniqueFd lock, sqlite3* db)
-    : database_path_(std::move(database_path)), lock_(std::move(lock)), db_(db) {}
+    : database_path_(std::move(database_path)),
+      lock_(std::move(lock)),
+      db_(db),
+      statements_(std::make_unique<Statements>()) {}
 
 StateStore::~StateStore() {
-  sqlite3_finalize(insert_event_);
-  sqlite3_finalize(count_events_);
+  statements_.reset();  // sqlite3_close refuses a connection with live statements
   sqlite3_close(db_);
 }
 
@@ -226,181 +414,243 @@ Status StateStore::Migrate() {
 }
 
 Status StateStore::Prepare() {
-  if (sqlite3_prepare_v3(db_,
-                         "INSERT INTO events(time_ns, origin, severity, device, summary, raw, "
-                         "source, mc, pci_bdf, "
-                         "address_text, vendor_code, count, historical) VALUES (?, ?, ?, ?, ?, ?, "
-                         "?, ?, ?, ?, ?, ?, ?);",
-                         -1, SQLITE_PREPARE_PERSISTENT, &insert_event_, nullptr) != SQLITE_OK) {
-    return Fail(SqliteError("prepare event insert"));
-  }
-  if (sqlite3_prepare_v3(db_, "SELECT severity, SUM(count) FROM events GROUP BY severity;", -1,
-                         SQLITE_PREPARE_PERSISTENT, &count_events_, nullptr) != SQLITE_OK) {
-    return Fail(SqliteError("prepare event count"));
+  Statements& s = *statements_;
+  const struct {
+    sqlite3_stmt** statement;
+    const char* what;
+    const char* sql;
+  } kStatements[] = {
+      {&s.begin, "begin", "BEGIN IMMEDIATE;"},
+      {&s.commit, "commit", "COMMIT;"},
+      {&s.rollback, "rollback", "ROLLBACK;"},
+      {&s.insert_event, "event insert",
+       "INSERT INTO events(time_ns, origin, severity, device, summary, raw, source, mc, pci_bdf, "
+       "address_text, vendor_code, count, historical) "
+       "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);"},
+      // A coalesced decision adds its count to the minute's row; the id
+      // returned is that row's, inserted or not.
+      {&s.insert_action, "action insert",
+       "INSERT INTO actions(event_id, time_ns, action, device, address, rule, reason, result, "
+       "detail, count, coalesce_key) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+       "ON CONFLICT(coalesce_key) DO UPDATE SET count = count + excluded.count RETURNING id;"},
+      {&s.upsert_device_state, "device state upsert",
+       "INSERT INTO device_states(device_uuid, state, reason, changed_ns) VALUES (?, ?, ?, ?) "
+       "ON CONFLICT(device_uuid) DO UPDATE SET state = excluded.state, "
+       "reason = excluded.reason, changed_ns = excluded.changed_ns;"},
+      {&s.insert_retired_page, "retired page insert",
+       "INSERT OR IGNORE INTO retired_pages(device_uuid, address, reason, retired_ns) "
+       "VALUES (?, ?, ?, ?);"},
+      {&s.upsert_cursor, "cursor upsert",
+       "INSERT INTO source_cursors(source, boot_id, position, updated_ns) VALUES (?, ?, ?, ?) "
+       "ON CONFLICT(source) DO UPDATE SET boot_id = excluded.boot_id, "
+       "position = excluded.position, updated_ns = excluded.updated_ns;"},
+      {&s.load_cursor, "cursor query",
+       "SELECT boot_id, position FROM source_cursors WHERE source = ?;"},
+      {&s.query_actions, "action query",
+       "SELECT id, event_id, time_ns, action, device, address, rule, reason, result, detail, "
+       "count FROM actions ORDER BY id DESC LIMIT ?;"},
+      {&s.query_device_actions, "device action query",
+       "SELECT id, event_id, time_ns, action, device, address, rule, reason, result, detail, "
+       "count FROM actions WHERE device = ? ORDER BY id DESC LIMIT ?;"},
+      {&s.load_device_states, "device state query",
+       "SELECT device_uuid, state, reason, changed_ns FROM device_states ORDER BY device_uuid;"},
+      {&s.load_retired_pages, "retired page query",
+       "SELECT device_uuid, address, reason, retired_ns FROM retired_pages "
+       "ORDER BY device_uuid, address;"},
+      {&s.summarize, "summary",
+       "SELECT origin, severity, COUNT(*), SUM(count), MAX(time_ns) FROM events "
+       "GROUP BY origin, severity ORDER BY origin, severity;"},
+      {&s.event_rows, "event row count", "SELECT COUNT(*) FROM events;"},
+      {&s.count_events, "event count",
+       "SELECT severity, SUM(count) FROM events GROUP BY severity;"},
+      {&s.prune_by_age, "prune by age", "DELETE FROM events WHERE time_ns < ?;"},
+      // Ids grow with insertion: the oldest rows are the lowest ids.
+      {&s.prune_by_count, "prune by count",
+       "DELETE FROM events WHERE id <= "
+       "(SELECT id FROM events ORDER BY id DESC LIMIT 1 OFFSET ?);"},
+  };
+  for (const auto& [statement, what, sql] : kStatements) {
+    if (sqlite3_prepare_v3(db_, sql, -1, SQLITE_PREPARE_PERSISTENT, statement, nullptr) !=
+        SQLITE_OK) {
+      return Fail(SqliteError(fmt::format("prepare {}", what)));
+    }
   }
   return {};
 }
 
-namespace {
-
-void BindOptionalInt(sqlite3_stmt* statement, int column, const std::optional<int>& value) {
-  if (value) {
-    sqlite3_bind_int(statement, column, *value);
-  } else {
-    sqlite3_bind_null(statement, column);
-  }
-}
-
-void BindOptionalText(sqlite3_stmt* statement, int column,
-                      const std::optional<std::string>& value) {
-  if (value) {
-    sqlite3_bind_text(statement, column, value->data(), static_cast<int>(value->size()),
-                      SQLITE_TRANSIENT);
-  } else {
-    sqlite3_bind_null(statement, column);
-  }
-}
-
-void BindText(sqlite3_stmt* statement, int column, std::string_view value) {
-  sqlite3_bind_text(statement, column, value.data(), static_cast<int>(value.size()),
-                    SQLITE_TRANSIENT);
-}
-
-std::optional<int> ColumnOptionalInt(sqlite3_stmt* statement, int column) {
-  if (sqlite3_column_type(statement, column) == SQLITE_NULL) return std::nullopt;
-  return sqlite3_column_int(statement, column);
-}
-
-std::optional<std::string> ColumnOptionalText(sqlite3_stmt* statement, int column) {
-  if (sqlite3_column_type(statement, column) == SQLITE_NULL) return std::nullopt;
-  return std::string(reinterpret_cast<const char*>(sqlite3_column_text(statement, column)));
-}
-
-std::string ColumnText(sqlite3_stmt* statement, int column) {
-  const auto* text = reinterpret_cast<const char*>(sqlite3_column_text(statement, column));
-  return text != nullptr ? std::string(text) : std::string();
-}
-
-}  // namespace
-
-Result<std::int64_t> StateStore::RecordEvent(const RasEvent& event) {
-  sqlite3_reset(insert_event_);
-  sqlite3_clear_bindings(insert_event_);
-  const auto time_ns =
-      std::chrono::duration_cast<std::chrono::nanoseconds>(event.time.time_since_epoch()).count();
-  sqlite3_bind_int64(insert_event_, 1, time_ns);
-  BindText(insert_event_, 2, event.origin);
-  BindText(insert_event_, 3, SeverityName(event.severity));
-  BindOptionalInt(insert_event_, 4, event.device);
-  BindText(insert_event_, 5, event.summary);
-  BindText(insert_event_, 6, event.raw);
-  BindText(insert_event_, 7, event.source);
-  BindOptionalInt(insert_event_, 8, event.mc);
-  BindOptionalText(insert_event_, 9, event.pci_bdf);
-  BindOptionalText(insert_event_, 10, event.address);
-  BindOptionalInt(insert_event_, 11, event.vendor_code);
-  sqlite3_bind_int64(insert_event_, 12, static_cast<sqlite3_int64>(event.count));
-  sqlite3_bind_int(insert_event_, 13, event.historical ? 1 : 0);
-  if (sqlite3_step(insert_event_) != SQLITE_DONE) return Fail(SqliteError("record event"));
+Result<std::int64_t> StateStore::InsertEvent(const RasEvent& event) {
+  StatementUse insert(statements_->insert_event);
+  sqlite3_stmt* statement = insert.get();
+  sqlite3_bind_int64(statement, 1, Nanos(event.time));
+  BindText(statement, 2, event.origin);
+  BindText(statement, 3, SeverityName(event.severity));
+  BindOptionalInt(statement, 4, event.device);
+  BindText(statement, 5, event.summary);
+  BindText(statement, 6, event.raw);
+  BindText(statement, 7, event.source);
+  BindOptionalInt(statement, 8, event.mc);
+  BindOptionalText(statement, 9, event.pci_bdf);
+  BindOptionalText(statement, 10, event.address);
+  BindOptionalInt(statement, 11, event.vendor_code);
+  sqlite3_bind_int64(statement, 12, static_cast<sqlite3_int64>(event.count));
+  sqlite3_bind_int(statement, 13, event.historical ? 1 : 0);
+  if (sqlite3_step(statement) != SQLITE_DONE) return Fail(SqliteError("record event"));
   return static_cast<std::int64_t>(sqlite3_last_insert_rowid(db_));
 }
+
+Result<std::int64_t> StateStore::InsertAction(const ActionRecord& action,
+                                              std::optional<std::int64_t> event_id) {
+  StatementUse insert(statements_->insert_action);
+  sqlite3_stmt* statement = insert.get();
+  BindOptionalInt64(statement, 1, event_id);
+  sqlite3_bind_int64(statement, 2, Nanos(action.time));
+  BindText(statement, 3, action.action);
+  BindOptionalInt(statement, 4, action.device);
+  BindOptionalText(statement, 5, action.address);
+  BindText(statement, 6, action.rule);
+  BindText(statement, 7, action.reason);
+  BindText(statement, 8, action.result);
+  BindText(statement, 9, action.detail);
+  sqlite3_bind_int64(statement, 10, static_cast<sqlite3_int64>(action.count));
+  BindOptionalText(statement, 11, CoalesceKey(action));
+  // RETURNING: the row is written by the first step, which yields its id.
+  if (sqlite3_step(statement) != SQLITE_ROW) return Fail(SqliteError("record action"));
+  const std::int64_t id = sqlite3_column_int64(statement, 0);
+  if (sqlite3_step(statement) != SQLITE_DONE) return Fail(SqliteError("record action"));
+  return id;
+}
+
+Status StateStore::UpsertDeviceState(const DeviceStateRecord& state) {
+  StatementUse upsert(statements_->upsert_device_state);
+  sqlite3_stmt* statement = upsert.get();
+  BindText(statement, 1, state.device_uuid);
+  BindText(statement, 2, state.state);
+  BindText(statement, 3, state.reason);
+  sqlite3_bind_int64(statement, 4, Nanos(state.since));
+  if (sqlite3_step(statement) != SQLITE_DONE) return Fail(SqliteError("save device state"));
+  return {};
+}
+
+Status StateStore::InsertRetiredPage(const RetiredPageRecord& page) {
+  StatementUse insert(statements_->insert_retired_page);
+  sqlite3_stmt* statement = insert.get();
+  BindText(statement, 1, page.device_uuid);
+  sqlite3_bind_int64(statement, 2, static_cast<sqlite3_int64>(page.address));
+  BindText(statement, 3, page.reason);
+  sqlite3_bind_int64(statement, 4, Nanos(page.retired));
+  if (sqlite3_step(statement) != SQLITE_DONE) return Fail(SqliteError("save retired page"));
+  return {};
+}
+
+Status StateStore::UpsertCursor(const SourceCursor& cursor, std::int64_t updated_ns) {
+  StatementUse upsert(statements_->upsert_cursor);
+  sqlite3_stmt* statement = upsert.get();
+  BindText(statement, 1, cursor.source);
+  BindText(statement, 2, cursor.boot_id);
+  BindText(statement, 3, cursor.position);
+  sqlite3_bind_int64(statement, 4, updated_ns);
+  if (sqlite3_step(statement) != SQLITE_DONE) return Fail(SqliteError("save cursor"));
+  return {};
+}
+
+Result<std::int64_t> StateStore::RecordEvent(const RasEvent& event) { return InsertEvent(event); }
 
 Result<std::vector<std::int64_t>> StateStore::RecordEvents(std::span<const RasEvent> events) {
   std::vector<std::int64_t> ids;
   if (events.empty()) return ids;
-  if (auto begun = Exec(db_, "BEGIN IMMEDIATE;", "begin event batch"); !begun)
-    return Fail(begun.error());
+  Transaction transaction(*this);
+  if (auto begun = transaction.Begin("event batch"); !begun) return Fail(begun.error());
   ids.reserve(events.size());
   for (const auto& event : events) {
-    auto recorded = RecordEvent(event);
-    if (!recorded) {
-      (void)Exec(db_, "ROLLBACK;", "roll back event batch");
-      return Fail(recorded.error());
-    }
+    auto recorded = InsertEvent(event);
+    if (!recorded) return Fail(recorded.error());
     ids.push_back(*recorded);
   }
-  if (auto committed = Exec(db_, "COMMIT;", "commit event batch"); !committed) {
-    (void)Exec(db_, "ROLLBACK;", "roll back event batch");
+  if (auto committed = transaction.Commit("event batch"); !committed)
     return Fail(committed.error());
-  }
   return ids;
 }
 
-namespace {
+Result<StoredBatch> StateStore::Commit(const StoreBatch& batch) {
+  // Refuse what cannot be written before writing anything.
+  for (std::size_t i = 0; i < batch.actions.size(); ++i) {
+    const BatchAction& action = batch.actions[i];
+    if (action.event_index && *action.event_index >= batch.events.size()) {
+      return Fail(ErrorCode::kInvalidArgument,
+                  fmt::format("batch action {} ({}) links event {}, but the batch has {} events", i,
+                              action.record.action, *action.event_index, batch.events.size()));
+    }
+    if (action.event_index && action.record.event_id) {
+      return Fail(ErrorCode::kInvalidArgument,
+                  fmt::format("batch action {} ({}) has both an event_id and an event_index", i,
+                              action.record.action));
+    }
+    if (auto counted = CheckActionCount(action.record); !counted) return Fail(counted.error());
+  }
+  StoredBatch stored;
+  if (batch.events.empty() && batch.actions.empty() && batch.states.empty() &&
+      batch.pages.empty() && batch.cursors.empty()) {
+    return stored;
+  }
 
-std::int64_t Nanos(std::chrono::system_clock::time_point time) {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(time.time_since_epoch()).count();
+  Transaction transaction(*this);
+  if (auto begun = transaction.Begin("batch"); !begun) return Fail(begun.error());
+  stored.event_ids.reserve(batch.events.size());
+  for (const auto& event : batch.events) {
+    auto id = InsertEvent(event);
+    if (!id) return Fail(id.error());
+    stored.event_ids.push_back(*id);
+  }
+  stored.action_ids.reserve(batch.actions.size());
+  for (const auto& action : batch.actions) {
+    const auto event_id = action.event_index ? std::optional(stored.event_ids[*action.event_index])
+                                             : action.record.event_id;
+    auto id = InsertAction(action.record, event_id);
+    if (!id) return Fail(id.error());
+    stored.action_ids.push_back(*id);
+  }
+  for (const auto& state : batch.states) {
+    if (auto saved = UpsertDeviceState(state); !saved) return Fail(saved.error());
+  }
+  for (const auto& page : batch.pages) {
+    if (auto saved = InsertRetiredPage(page); !saved) return Fail(saved.error());
+  }
+  const std::int64_t now_ns = batch.cursors.empty() ? 0 : NowNanos();
+  for (const auto& cursor : batch.cursors) {
+    if (auto saved = UpsertCursor(cursor, now_ns); !saved) return Fail(saved.error());
+  }
+  if (auto committed = transaction.Commit("batch"); !committed) return Fail(committed.error());
+  return stored;
 }
-
-std::chrono::system_clock::time_point FromNanos(std::int64_t nanos) {
-  return std::chrono::system_clock::time_point(
-      std::chrono::duration_cast<std::chrono::system_clock::duration>(
-          std::chrono::nanoseconds(nanos)));
-}
-
-// A prepared statement freed however the function returns.
-struct Statement {
-  sqlite3_stmt* statement = nullptr;
-  ~Statement() { sqlite3_finalize(statement); }
-};
-
-}  // namespace
 
 Result<std::int64_t> StateStore::RecordAction(const ActionRecord& action) {
-  Statement insert;
-  if (sqlite3_prepare_v2(db_,
-                         "INSERT INTO actions(event_id, time_ns, action, device, address, rule, "
-                         "reason, result, detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?);",
-                         -1, &insert.statement, nullptr) != SQLITE_OK) {
-    return Fail(SqliteError("prepare action insert"));
-  }
-  if (action.event_id) {
-    sqlite3_bind_int64(insert.statement, 1, *action.event_id);
-  } else {
-    sqlite3_bind_null(insert.statement, 1);
-  }
-  sqlite3_bind_int64(insert.statement, 2, Nanos(action.time));
-  BindText(insert.statement, 3, action.action);
-  BindOptionalInt(insert.statement, 4, action.device);
-  BindOptionalText(insert.statement, 5, action.address);
-  BindText(insert.statement, 6, action.rule);
-  BindText(insert.statement, 7, action.reason);
-  BindText(insert.statement, 8, action.result);
-  BindText(insert.statement, 9, action.detail);
-  if (sqlite3_step(insert.statement) != SQLITE_DONE) return Fail(SqliteError("record action"));
-  return static_cast<std::int64_t>(sqlite3_last_insert_rowid(db_));
+  if (auto counted = CheckActionCount(action); !counted) return Fail(counted.error());
+  return InsertAction(action, action.event_id);
 }
 
 Result<std::vector<ActionRecord>> StateStore::QueryActions(std::optional<int> device,
                                                            std::size_t limit) {
-  std::string sql =
-      "SELECT id, event_id, time_ns, action, device, address, rule, reason, result, detail "
-      "FROM actions";
-  if (device) sql += " WHERE device = ?";
-  sql += " ORDER BY id DESC LIMIT ?;";
-  Statement query;
-  if (sqlite3_prepare_v2(db_, sql.c_str(), -1, &query.statement, nullptr) != SQLITE_OK) {
-    return Fail(SqliteError("prepare action query"));
-  }
+  StatementUse query(device ? statements_->query_device_actions : statements_->query_actions);
+  sqlite3_stmt* statement = query.get();
   int column = 1;
-  if (device) sqlite3_bind_int(query.statement, column++, *device);
-  sqlite3_bind_int64(query.statement, column, static_cast<sqlite3_int64>(limit));
+  if (device) sqlite3_bind_int(statement, column++, *device);
+  sqlite3_bind_int64(statement, column, static_cast<sqlite3_int64>(limit));
   std::vector<ActionRecord> actions;
   int rc = SQLITE_ROW;
-  while ((rc = sqlite3_step(query.statement)) == SQLITE_ROW) {
+  while ((rc = sqlite3_step(statement)) == SQLITE_ROW) {
     ActionRecord action;
-    action.id = sqlite3_column_int64(query.statement, 0);
-    if (sqlite3_column_type(query.statement, 1) != SQLITE_NULL)
-      action.event_id = sqlite3_column_int64(query.statement, 1);
-    action.time = FromNanos(sqlite3_column_int64(query.statement, 2));
-    action.action = ColumnText(query.statement, 3);
-    if (sqlite3_column_type(query.statement, 4) != SQLITE_NULL)
-      action.device = sqlite3_column_int(query.statement, 4);
-    action.address = ColumnOptionalText(query.statement, 5);
-    action.rule = ColumnText(query.statement, 6);
-    action.reason = ColumnText(query.statement, 7);
-    action.result = ColumnText(query.statement, 8);
-    action.detail = ColumnText(query.statement, 9);
+    action.id = sqlite3_column_int64(statement, 0);
+    if (sqlite3_column_type(statement, 1) != SQLITE_NULL)
+      action.event_id = sqlite3_column_int64(statement, 1);
+    action.time = FromNanos(sqlite3_column_int64(statement, 2));
+    action.action = ColumnText(statement, 3);
+    action.device = ColumnOptionalInt(statement, 4);
+    action.address = ColumnOptionalText(statement, 5);
+    action.rule = ColumnText(statement, 6);
+    action.reason = ColumnText(statement, 7);
+    action.result = ColumnText(statement, 8);
+    action.detail = ColumnText(statement, 9);
+    action.count = static_cast<std::uint64_t>(sqlite3_column_int64(statement, 10));
     actions.push_back(std::move(action));
   }
   if (rc != SQLITE_DONE) return Fail(SqliteError("query actions"));
@@ -408,78 +658,43 @@ Result<std::vector<ActionRecord>> StateStore::QueryActions(std::optional<int> de
 }
 
 Status StateStore::SaveDeviceState(const DeviceStateRecord& state) {
-  Statement upsert;
-  if (sqlite3_prepare_v2(db_,
-                         "INSERT INTO device_states(device_uuid, state, reason, changed_ns) "
-                         "VALUES (?, ?, ?, ?) ON CONFLICT(device_uuid) DO UPDATE SET "
-                         "state = excluded.state, reason = excluded.reason, "
-                         "changed_ns = excluded.changed_ns;",
-                         -1, &upsert.statement, nullptr) != SQLITE_OK) {
-    return Fail(SqliteError("prepare device state"));
-  }
-  BindText(upsert.statement, 1, state.device_uuid);
-  BindText(upsert.statement, 2, state.state);
-  BindText(upsert.statement, 3, state.reason);
-  sqlite3_bind_int64(upsert.statement, 4, Nanos(state.since));
-  if (sqlite3_step(upsert.statement) != SQLITE_DONE) return Fail(SqliteError("save device state"));
-  return {};
+  return UpsertDeviceState(state);
 }
 
 Result<std::vector<DeviceStateRecord>> StateStore::LoadDeviceStates() {
-  Statement query;
-  if (sqlite3_prepare_v2(db_,
-                         "SELECT device_uuid, state, reason, changed_ns FROM device_states "
-                         "ORDER BY device_uuid;",
-                         -1, &query.statement, nullptr) != SQLITE_OK) {
-    return Fail(SqliteError("prepare device states"));
-  }
+  StatementUse query(statements_->load_device_states);
+  sqlite3_stmt* statement = query.get();
   std::vector<DeviceStateRecord> states;
   int rc = SQLITE_ROW;
-  while ((rc = sqlite3_step(query.statement)) == SQLITE_ROW) {
-    states.push_back({ColumnText(query.statement, 0), ColumnText(query.statement, 1),
-                      ColumnText(query.statement, 2),
-                      FromNanos(sqlite3_column_int64(query.statement, 3))});
+  while ((rc = sqlite3_step(statement)) == SQLITE_ROW) {
+    states.push_back({ColumnText(statement, 0), ColumnText(statement, 1), ColumnText(statement, 2),
+                      FromNanos(sqlite3_column_int64(statement, 3))});
   }
   if (rc != SQLITE_DONE) return Fail(SqliteError("load device states"));
   return states;
 }
 
 Status StateStore::SaveRetiredPage(const RetiredPageRecord& page) {
-  Statement insert;
-  if (sqlite3_prepare_v2(db_,
-                         "INSERT OR IGNORE INTO retired_pages(device_uuid, address, reason, "
-                         "retired_ns) VALUES (?, ?, ?, ?);",
-                         -1, &insert.statement, nullptr) != SQLITE_OK) {
-    return Fail(SqliteError("prepare retired page"));
-  }
-  BindText(insert.statement, 1, page.device_uuid);
-  sqlite3_bind_int64(insert.statement, 2, static_cast<sqlite3_int64>(page.address));
-  BindText(insert.statement, 3, page.reason);
-  sqlite3_bind_int64(insert.statement, 4, Nanos(page.retired));
-  if (sqlite3_step(insert.statement) != SQLITE_DONE) return Fail(SqliteError("save retired page"));
-  return {};
+  return InsertRetiredPage(page);
 }
 
 Result<std::vector<RetiredPageRecord>> StateStore::LoadRetiredPages() {
-  Statement query;
-  if (sqlite3_prepare_v2(db_,
-                         "SELECT device_uuid, address, reason, retired_ns FROM retired_pages "
-                         "ORDER BY device_uuid, address;",
-                         -1, &query.statement, nullptr) != SQLITE_OK) {
-    return Fail(SqliteError("prepare retired pages"));
-  }
+  StatementUse query(statements_->load_retired_pages);
+  sqlite3_stmt* statement = query.get();
   std::vector<RetiredPageRecord> pages;
   int rc = SQLITE_ROW;
-  while ((rc = sqlite3_step(query.statement)) == SQLITE_ROW) {
-    pages.push_back({ColumnText(query.statement, 0),
-                     static_cast<std::uint64_t>(sqlite3_column_int64(query.statement, 1)),
-                     ColumnText(query.statement, 2),
-                     FromNanos(sqlite3_column_int64(query.statement, 3))});
+  while ((rc = sqlite3_step(statement)) == SQLITE_ROW) {
+    pages.push_back({ColumnText(statement, 0),
+                     static_cast<std::uint64_t>(sqlite3_column_int64(statement, 1)),
+                     ColumnText(statement, 2), FromNanos(sqlite3_column_int64(statement, 3))});
   }
   if (rc != SQLITE_DONE) return Fail(SqliteError("load retired pages"));
   return pages;
 }
 
+// Prepared per call: the filters make sixteen shapes, and an operator's
+// query is not a hot path. A fixed "(? IS NULL OR ...)" form would keep the
+// planner from the device index.
 Result<std::vector<StoredEvent>> StateStore::QueryEvents(const EventQuery& query) {
   std::string sql =
       "SELECT id, time_ns, origin, severity, device, summary, raw, source, mc, pci_bdf, "
@@ -494,9 +709,7 @@ Result<std::vector<StoredEvent>> StateStore::QueryEvents(const EventQuery& query
     return Fail(SqliteError("prepare event query"));
   }
   int column = 1;
-  sqlite3_bind_int64(
-      statement, column++,
-      std::chrono::duration_cast<std::chrono::nanoseconds>(query.since.time_since_epoch()).count());
+  sqlite3_bind_int64(statement, column++, Nanos(query.since));
   if (query.severity) BindText(statement, column++, SeverityName(*query.severity));
   if (query.device) sqlite3_bind_int(statement, column++, *query.device);
   if (query.after_id) sqlite3_bind_int64(statement, column++, *query.after_id);
@@ -507,9 +720,7 @@ Result<std::vector<StoredEvent>> StateStore::QueryEvents(const EventQuery& query
     StoredEvent stored;
     stored.id = sqlite3_column_int64(statement, 0);
     RasEvent& event = stored.event;
-    event.time = std::chrono::system_clock::time_point(
-        std::chrono::duration_cast<std::chrono::system_clock::duration>(
-            std::chrono::nanoseconds(sqlite3_column_int64(statement, 1))));
+    event.time = FromNanos(sqlite3_column_int64(statement, 1));
     event.origin = ColumnText(statement, 2);
     event.severity = ParseSeverity(ColumnText(statement, 3)).value_or(Severity::kInfo);
     event.device = ColumnOptionalInt(statement, 4);
@@ -532,13 +743,8 @@ Result<std::vector<StoredEvent>> StateStore::QueryEvents(const EventQuery& query
 }
 
 Result<std::vector<EventSummaryRow>> StateStore::Summarize() {
-  sqlite3_stmt* statement = nullptr;
-  if (sqlite3_prepare_v2(db_,
-                         "SELECT origin, severity, COUNT(*), SUM(count), MAX(time_ns) FROM events "
-                         "GROUP BY origin, severity ORDER BY origin, severity;",
-                         -1, &statement, nullptr) != SQLITE_OK) {
-    return Fail(SqliteError("prepare summary"));
-  }
+  StatementUse query(statements_->summarize);
+  sqlite3_stmt* statement = query.get();
   std::vector<EventSummaryRow> rows;
   int rc = SQLITE_ROW;
   while ((rc = sqlite3_step(statement)) == SQLITE_ROW) {
@@ -547,84 +753,52 @@ Result<std::vector<EventSummaryRow>> StateStore::Summarize() {
     row.severity = ParseSeverity(ColumnText(statement, 1)).value_or(Severity::kInfo);
     row.events = static_cast<std::uint64_t>(sqlite3_column_int64(statement, 2));
     row.errors = static_cast<std::uint64_t>(sqlite3_column_int64(statement, 3));
-    row.last = std::chrono::system_clock::time_point(
-        std::chrono::duration_cast<std::chrono::system_clock::duration>(
-            std::chrono::nanoseconds(sqlite3_column_int64(statement, 4))));
+    row.last = FromNanos(sqlite3_column_int64(statement, 4));
     rows.push_back(std::move(row));
   }
-  const bool done = rc == SQLITE_DONE;
-  sqlite3_finalize(statement);
-  if (!done) return Fail(SqliteError("summarize events"));
+  if (rc != SQLITE_DONE) return Fail(SqliteError("summarize events"));
   return rows;
 }
 
 Result<std::uint64_t> StateStore::EventRows() {
-  sqlite3_stmt* statement = nullptr;
-  if (sqlite3_prepare_v2(db_, "SELECT COUNT(*) FROM events;", -1, &statement, nullptr) !=
-      SQLITE_OK) {
-    return Fail(SqliteError("prepare event count"));
-  }
-  std::uint64_t rows = 0;
-  if (sqlite3_step(statement) == SQLITE_ROW)
-    rows = static_cast<std::uint64_t>(sqlite3_column_int64(statement, 0));
-  sqlite3_finalize(statement);
-  return rows;
+  StatementUse query(statements_->event_rows);
+  if (sqlite3_step(query.get()) != SQLITE_ROW) return Fail(SqliteError("count event rows"));
+  return static_cast<std::uint64_t>(sqlite3_column_int64(query.get(), 0));
 }
 
 Result<std::uint64_t> StateStore::Prune(std::chrono::system_clock::time_point older_than,
                                         std::uint64_t max_events) {
-  const auto cutoff =
-      std::chrono::duration_cast<std::chrono::nanoseconds>(older_than.time_since_epoch()).count();
-  const std::string by_age = fmt::format("DELETE FROM events WHERE time_ns < {};", cutoff);
-  if (auto deleted = Exec(db_, by_age.c_str(), "prune old events"); !deleted)
-    return Fail(deleted.error());
-  std::uint64_t removed = static_cast<std::uint64_t>(sqlite3_changes(db_));
-  // Ids grow with insertion: the oldest rows are the lowest ids.
-  const std::string by_count = fmt::format(
-      "DELETE FROM events WHERE id <= (SELECT id FROM events ORDER BY id DESC LIMIT 1 OFFSET {});",
-      max_events);
-  if (auto deleted = Exec(db_, by_count.c_str(), "prune surplus events"); !deleted)
-    return Fail(deleted.error());
-  removed += static_cast<std::uint64_t>(sqlite3_changes(db_));
+  std::uint64_t removed = 0;
+  {
+    StatementUse by_age(statements_->prune_by_age);
+    sqlite3_bind_int64(by_age.get(), 1, Nanos(older_than));
+    if (sqlite3_step(by_age.get()) != SQLITE_DONE) return Fail(SqliteError("prune old events"));
+    removed += static_cast<std::uint64_t>(sqlite3_changes(db_));
+  }
+  {
+    StatementUse by_count(statements_->prune_by_count);
+    const auto max_rows = static_cast<sqlite3_int64>(std::min<std::uint64_t>(
+        max_events, static_cast<std::uint64_t>(std::numeric_limits<sqlite3_int64>::max())));
+    sqlite3_bind_int64(by_count.get(), 1, max_rows);
+    if (sqlite3_step(by_count.get()) != SQLITE_DONE)
+      return Fail(SqliteError("prune surplus events"));
+    removed += static_cast<std::uint64_t>(sqlite3_changes(db_));
+  }
   return removed;
 }
 
 Status StateStore::SaveCursor(const SourceCursor& cursor) {
-  sqlite3_stmt* statement = nullptr;
-  if (sqlite3_prepare_v2(
-          db_,
-          "INSERT INTO source_cursors(source, boot_id, position, updated_ns) VALUES (?, ?, ?, ?) "
-          "ON CONFLICT(source) DO UPDATE SET boot_id = excluded.boot_id, position = "
-          "excluded.position, "
-          "updated_ns = excluded.updated_ns;",
-          -1, &statement, nullptr) != SQLITE_OK) {
-    return Fail(SqliteError("prepare cursor update"));
-  }
-  BindText(statement, 1, cursor.source);
-  BindText(statement, 2, cursor.boot_id);
-  BindText(statement, 3, cursor.position);
-  sqlite3_bind_int64(statement, 4,
-                     std::chrono::duration_cast<std::chrono::nanoseconds>(
-                         std::chrono::system_clock::now().time_since_epoch())
-                         .count());
-  const bool done = sqlite3_step(statement) == SQLITE_DONE;
-  sqlite3_finalize(statement);
-  if (!done) return Fail(SqliteError("save cursor"));
-  return {};
+  return UpsertCursor(cursor, NowNanos());
 }
 
 Result<std::optional<SourceCursor>> StateStore::LoadCursor(std::string_view source) {
-  sqlite3_stmt* statement = nullptr;
-  if (sqlite3_prepare_v2(db_, "SELECT boot_id, position FROM source_cursors WHERE source = ?;", -1,
-                         &statement, nullptr) != SQLITE_OK) {
-    return Fail(SqliteError("prepare cursor query"));
-  }
+  StatementUse query(statements_->load_cursor);
+  sqlite3_stmt* statement = query.get();
   BindText(statement, 1, source);
   std::optional<SourceCursor> cursor;
   const int rc = sqlite3_step(statement);
   if (rc == SQLITE_ROW)
     cursor = SourceCursor{std::string(source), ColumnText(statement, 0), ColumnText(statement, 1)};
-  sqlite3_finalize(statement);
   if (rc != SQLITE_ROW && rc != SQLITE_DONE) return Fail(SqliteError("load cursor"));
   return cursor;
 }
@@ -632,13 +806,14 @@ Result<std::optional<SourceCursor>> StateStore::LoadCursor(std::string_view sour
 Result<std::map<Severity, std::uint64_t>> StateStore::CountEventsBySeverity() {
   std::map<Severity, std::uint64_t> counts;
   for (Severity severity : kAllSeverities) counts[severity] = 0;
-  sqlite3_reset(count_events_);
+  StatementUse query(statements_->count_events);
+  sqlite3_stmt* statement = query.get();
   int rc = SQLITE_ROW;
-  while ((rc = sqlite3_step(count_events_)) == SQLITE_ROW) {
-    const auto* name = reinterpret_cast<const char*>(sqlite3_column_text(count_events_, 0));
+  while ((rc = sqlite3_step(statement)) == SQLITE_ROW) {
+    const auto* name = reinterpret_cast<const char*>(sqlite3_column_text(statement, 0));
     const auto severity = ParseSeverity(name != nullptr ? name : "");
     if (!severity) continue;  // written by a newer rasd with more classes; not ours to count
-    counts[*severity] = static_cast<std::uint64_t>(sqlite3_column_int64(count_events_, 1));
+    counts[*severity] = static_cast<std::uint64_t>(sqlite3_column_int64(statement, 1));
   }
   if (rc != SQLITE_DONE) return Fail(SqliteError("count events"));
   return counts;

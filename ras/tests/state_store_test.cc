@@ -4,6 +4,7 @@
 #include <sqlite3.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 
 namespace rasd::ras {
@@ -30,8 +31,62 @@ class StateStoreTest : public ::testing::Test {
     sqlite3_close(db);
   }
 
+  // The first column of the first row of `sql`, read with a separate
+  // connection.
+  std::int64_t QueryRaw(const std::string& sql) {
+    sqlite3* db = nullptr;
+    EXPECT_EQ(sqlite3_open((dir_ / "state" / StateStore::kDatabaseFile).c_str(), &db), SQLITE_OK);
+    sqlite3_stmt* statement = nullptr;
+    EXPECT_EQ(sqlite3_prepare_v2(db, sql.c_str(), -1, &statement, nullptr), SQLITE_OK)
+        << sqlite3_errmsg(db);
+    std::int64_t value = -1;
+    if (sqlite3_step(statement) == SQLITE_ROW) value = sqlite3_column_int64(statement, 0);
+    sqlite3_finalize(statement);
+    sqlite3_close(db);
+    return value;
+  }
+
   std::filesystem::path dir_;
 };
+
+// On a minute boundary, so that +59 s is the same minute and +60 s the next.
+const auto kMinute = std::chrono::system_clock::time_point(std::chrono::minutes(28'000'000));
+
+ActionRecord Decision(std::string result, std::chrono::system_clock::time_point time,
+                      std::optional<int> device = 1) {
+  return {.time = time,
+          .action = "isolate-device",
+          .device = device,
+          .rule = "fatal-device",
+          .reason = "FATAL sim",
+          .result = std::move(result),
+          .detail = "actions are disabled"};
+}
+
+// A batch of every kind, actions linked to its events by index.
+StoreBatch MixedBatch(std::chrono::system_clock::time_point t0) {
+  StoreBatch batch;
+  for (int i = 0; i < 3; ++i) {
+    batch.events.push_back({.time = t0 + std::chrono::seconds(i),
+                            .source = "kmsg",
+                            .origin = "nvidia_xid",
+                            .severity = Severity::kFatal,
+                            .device = i,
+                            .summary = "Xid 79 #" + std::to_string(i)});
+  }
+  batch.actions.push_back({.record = Decision("ok", t0, 2), .event_index = 2});
+  batch.actions.push_back({.record = Decision("failed", t0, 0), .event_index = 0});
+  batch.actions.push_back({.record = {.time = t0,
+                                      .action = "drain-device",
+                                      .device = 1,
+                                      .rule = "operator",
+                                      .reason = "maintenance",
+                                      .result = "ok"}});
+  batch.states.push_back({"SIM-2", "Isolated", "Xid 79", t0});
+  batch.pages.push_back({"SIM-2", 0x5000, "UCNA", t0});
+  batch.cursors.push_back({"kmsg", "boot-a", "42"});
+  return batch;
+}
 
 TEST_F(StateStoreTest, CreatesTheDirectoryAndMigratesToTheLatestSchema) {
   auto store = StateStore::Open(dir_ / "state");
@@ -289,6 +344,268 @@ TEST_F(StateStoreTest, AVersionOneDatabaseIsMigratedInPlace) {
   ASSERT_EQ(events->size(), 1u);
   EXPECT_EQ(events->front().event.summary, "old");
   EXPECT_EQ(events->front().event.count, 1u) << "new columns take their defaults";
+}
+
+TEST_F(StateStoreTest, CommitWritesEventsActionsStatesPagesAndCursorsTogether) {
+  auto store = StateStore::Open(dir_ / "state");
+  ASSERT_TRUE(store.has_value());
+  const StoreBatch batch = MixedBatch(kMinute);
+  auto stored = (*store)->Commit(batch);
+  ASSERT_TRUE(stored.has_value()) << stored.error().ToString();
+  ASSERT_EQ(stored->event_ids.size(), 3u);
+  ASSERT_EQ(stored->action_ids.size(), 3u);
+  EXPECT_LT(stored->event_ids[0], stored->event_ids[1]);
+  EXPECT_LT(stored->event_ids[1], stored->event_ids[2]);
+
+  const auto events = (*store)->QueryEvents({});
+  ASSERT_EQ(events->size(), 3u);
+  EXPECT_EQ(events->at(2).id, stored->event_ids[2]);
+  EXPECT_EQ(events->at(2).event.summary, "Xid 79 #2");
+
+  const auto actions = (*store)->QueryActions(std::nullopt, 10);
+  ASSERT_TRUE(actions.has_value()) << actions.error().ToString();
+  ASSERT_EQ(actions->size(), 3u);  // newest first
+  EXPECT_EQ(actions->at(2).id, stored->action_ids[0]);
+  EXPECT_EQ(actions->at(2).event_id, stored->event_ids[2]) << "linked by index";
+  EXPECT_EQ(actions->at(2).count, 1u);
+  EXPECT_EQ(actions->at(1).event_id, stored->event_ids[0]);
+  EXPECT_EQ(actions->at(1).result, "failed");
+  EXPECT_FALSE(actions->at(0).event_id.has_value()) << "an operator's command has no event";
+  EXPECT_EQ(actions->at(0).action, "drain-device");
+
+  const auto states = (*store)->LoadDeviceStates();
+  ASSERT_EQ(states->size(), 1u);
+  EXPECT_EQ(states->at(0).state, "Isolated");
+  const auto pages = (*store)->LoadRetiredPages();
+  ASSERT_EQ(pages->size(), 1u);
+  EXPECT_EQ(pages->at(0).address, 0x5000u);
+  const auto cursor = (*store)->LoadCursor("kmsg");
+  ASSERT_TRUE(cursor.has_value() && cursor->has_value());
+  EXPECT_EQ((*cursor)->position, "42");
+
+  auto empty = (*store)->Commit({});
+  ASSERT_TRUE(empty.has_value());
+  EXPECT_TRUE(empty->event_ids.empty() && empty->action_ids.empty());
+}
+
+TEST_F(StateStoreTest, CommitRefusesAnInvalidBatchBeforeWritingAnything) {
+  auto store = StateStore::Open(dir_ / "state");
+  ASSERT_TRUE(store.has_value());
+  StoreBatch out_of_range = MixedBatch(kMinute);
+  out_of_range.actions.push_back({.record = Decision("ok", kMinute), .event_index = 3});
+  auto stored = (*store)->Commit(out_of_range);
+  ASSERT_FALSE(stored.has_value());
+  EXPECT_EQ(stored.error().code, ErrorCode::kInvalidArgument);
+  EXPECT_NE(stored.error().message.find("links event 3"), std::string::npos)
+      << stored.error().message;
+
+  StoreBatch both_links = MixedBatch(kMinute);
+  both_links.actions[0].record.event_id = 1;
+  EXPECT_EQ((*store)->Commit(both_links).error().code, ErrorCode::kInvalidArgument);
+
+  StoreBatch no_count = MixedBatch(kMinute);
+  no_count.actions[2].record.count = 0;
+  EXPECT_EQ((*store)->Commit(no_count).error().code, ErrorCode::kInvalidArgument);
+  ActionRecord zero = Decision("disabled", kMinute);
+  zero.count = 0;
+  EXPECT_EQ((*store)->RecordAction(zero).error().code, ErrorCode::kInvalidArgument);
+
+  EXPECT_EQ(*(*store)->EventRows(), 0u);
+  EXPECT_TRUE((*store)->QueryActions(std::nullopt, 10)->empty());
+  EXPECT_TRUE((*store)->LoadDeviceStates()->empty());
+  EXPECT_TRUE((*store)->LoadRetiredPages()->empty());
+  EXPECT_FALSE((*store)->LoadCursor("kmsg")->has_value());
+}
+
+TEST_F(StateStoreTest, AFailureAtTheLastRowOfABatchRollsBackAllOfIt) {
+  auto store = StateStore::Open(dir_ / "state");
+  ASSERT_TRUE(store.has_value());
+  ASSERT_TRUE((*store)->SaveCursor({"kmsg", "boot-a", "41"}).has_value());
+  // The cursor is written last: failing it leaves every other row of the
+  // batch written inside the transaction, to be undone.
+  ExecRaw(R"sql(
+    CREATE TRIGGER refuse_cursor_update BEFORE UPDATE ON source_cursors
+      BEGIN SELECT RAISE(ABORT, 'injected cursor failure'); END;
+    CREATE TRIGGER refuse_cursor_insert BEFORE INSERT ON source_cursors
+      BEGIN SELECT RAISE(ABORT, 'injected cursor failure'); END;
+  )sql");
+  auto stored = (*store)->Commit(MixedBatch(kMinute));
+  ASSERT_FALSE(stored.has_value());
+  EXPECT_EQ(stored.error().code, ErrorCode::kIoError);
+  EXPECT_NE(stored.error().message.find("injected cursor failure"), std::string::npos)
+      << stored.error().message;
+
+  EXPECT_EQ(*(*store)->EventRows(), 0u);
+  EXPECT_TRUE((*store)->QueryActions(std::nullopt, 10)->empty());
+  EXPECT_TRUE((*store)->LoadDeviceStates()->empty());
+  EXPECT_TRUE((*store)->LoadRetiredPages()->empty());
+  EXPECT_EQ((*(*store)->LoadCursor("kmsg"))->position, "41") << "the cursor did not move";
+  EXPECT_EQ(QueryRaw("SELECT COUNT(*) FROM events;"), 0) << "nothing reached the file";
+
+  // No transaction was left open: the next batch goes through.
+  ExecRaw("DROP TRIGGER refuse_cursor_update; DROP TRIGGER refuse_cursor_insert;");
+  stored = (*store)->Commit(MixedBatch(kMinute));
+  ASSERT_TRUE(stored.has_value()) << stored.error().ToString();
+  EXPECT_EQ(*(*store)->EventRows(), 3u);
+  EXPECT_EQ((*(*store)->LoadCursor("kmsg"))->position, "42");
+}
+
+TEST_F(StateStoreTest, ABatchBlockedByAnotherWriterWritesNothing) {
+  auto store = StateStore::Open(dir_ / "state");
+  ASSERT_TRUE(store.has_value());
+  ASSERT_TRUE((*store)->SaveCursor({"kmsg", "boot-a", "41"}).has_value());
+  sqlite3* writer = nullptr;
+  ASSERT_EQ(sqlite3_open((dir_ / "state" / StateStore::kDatabaseFile).c_str(), &writer), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(writer, "BEGIN IMMEDIATE;", nullptr, nullptr, nullptr), SQLITE_OK);
+  auto stored = (*store)->Commit(MixedBatch(kMinute));  // waits out the busy timeout
+  ASSERT_EQ(sqlite3_exec(writer, "ROLLBACK;", nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(writer);
+  ASSERT_FALSE(stored.has_value());
+  EXPECT_EQ(stored.error().code, ErrorCode::kIoError);
+  EXPECT_NE(stored.error().message.find("begin batch"), std::string::npos)
+      << stored.error().message;
+  EXPECT_EQ(*(*store)->EventRows(), 0u);
+  EXPECT_TRUE((*store)->QueryActions(std::nullopt, 10)->empty());
+  EXPECT_EQ((*(*store)->LoadCursor("kmsg"))->position, "41");
+  EXPECT_TRUE((*store)->Commit(MixedBatch(kMinute)).has_value()) << "and works once it is free";
+}
+
+TEST_F(StateStoreTest, RepeatedDisabledDecisionsShareOneRowPerMinuteWithExactCounts) {
+  auto store = StateStore::Open(dir_ / "state");
+  ASSERT_TRUE(store.has_value());
+  StoreBatch batch;
+  for (int i = 0; i < 1000; ++i) {
+    batch.events.push_back(
+        {.time = kMinute, .origin = "sim", .severity = Severity::kFatal, .summary = "fatal"});
+    batch.actions.push_back(
+        {.record = Decision("disabled", kMinute + std::chrono::milliseconds(i * 59)),
+         .event_index = static_cast<std::size_t>(i)});
+  }
+  auto stored = (*store)->Commit(batch);
+  ASSERT_TRUE(stored.has_value()) << stored.error().ToString();
+  ASSERT_EQ(stored->action_ids.size(), 1000u);
+  EXPECT_EQ(
+      std::count(stored->action_ids.begin(), stored->action_ids.end(), stored->action_ids.front()),
+      1000)
+      << "every merged decision reports the row it went into";
+  auto actions = (*store)->QueryActions(std::nullopt, 2000);
+  ASSERT_EQ(actions->size(), 1u);
+  EXPECT_EQ(actions->at(0).count, 1000u);
+  EXPECT_EQ(actions->at(0).time, kMinute) << "the row keeps its first decision";
+  EXPECT_EQ(actions->at(0).event_id, stored->event_ids.front());
+
+  // Across batches and through RecordAction too, adding the record's count.
+  ActionRecord more = Decision("disabled", kMinute + 59s);
+  more.count = 5;
+  auto id = (*store)->RecordAction(more);
+  ASSERT_TRUE(id.has_value()) << id.error().ToString();
+  EXPECT_EQ(*id, stored->action_ids.front());
+  actions = (*store)->QueryActions(std::nullopt, 2000);
+  ASSERT_EQ(actions->size(), 1u);
+  EXPECT_EQ(actions->at(0).count, 1005u);
+}
+
+TEST_F(StateStoreTest, ADifferentMinuteResultOrDeviceGetsItsOwnRowAndOkIsNeverMerged) {
+  auto store = StateStore::Open(dir_ / "state");
+  ASSERT_TRUE(store.has_value());
+  StoreBatch batch;
+  batch.actions.push_back({.record = Decision("disabled", kMinute)});
+  batch.actions.push_back({.record = Decision("disabled", kMinute + 60s)});  // next minute
+  batch.actions.push_back({.record = Decision("skipped", kMinute)});
+  batch.actions.push_back({.record = Decision("skipped", kMinute + 30s)});
+  batch.actions.push_back({.record = Decision("disabled", kMinute, 2)});
+  batch.actions.push_back({.record = Decision("disabled", kMinute, std::nullopt)});
+  batch.actions.push_back({.record = Decision("disabled", kMinute, std::nullopt)});
+  ActionRecord other_rule = Decision("disabled", kMinute);
+  other_rule.rule = "xid-79";
+  batch.actions.push_back({.record = other_rule});
+  batch.actions.push_back({.record = Decision("ok", kMinute)});
+  batch.actions.push_back({.record = Decision("ok", kMinute)});
+  batch.actions.push_back({.record = Decision("failed", kMinute)});
+  batch.actions.push_back({.record = Decision("failed", kMinute)});
+  auto stored = (*store)->Commit(batch);
+  ASSERT_TRUE(stored.has_value()) << stored.error().ToString();
+  EXPECT_EQ(stored->action_ids[2], stored->action_ids[3]) << "skipped merges too";
+  EXPECT_EQ(stored->action_ids[5], stored->action_ids[6]) << "no device is a device key too";
+  EXPECT_NE(stored->action_ids[8], stored->action_ids[9]);
+  EXPECT_NE(stored->action_ids[10], stored->action_ids[11]);
+
+  const auto actions = (*store)->QueryActions(std::nullopt, 100);
+  ASSERT_TRUE(actions.has_value());
+  // Two minutes, skipped, device 2, no device, another rule, 2 ok, 2 failed.
+  ASSERT_EQ(actions->size(), 10u);
+  std::uint64_t total = 0;
+  for (const auto& action : *actions) {
+    total += action.count;
+    if (action.result == "ok" || action.result == "failed") {
+      EXPECT_EQ(action.count, 1u);
+    }
+  }
+  EXPECT_EQ(total, 12u) << "every decision is counted once";
+}
+
+TEST_F(StateStoreTest, AVersionThreeDatabaseGainsActionCounts) {
+  std::filesystem::create_directories(dir_ / "state");
+  // The schema as version 3 left it, with one action in it.
+  ExecRaw(R"sql(
+    CREATE TABLE schema_version (version INTEGER NOT NULL);
+    INSERT INTO schema_version VALUES (3);
+    CREATE TABLE events (id INTEGER PRIMARY KEY, time_ns INTEGER NOT NULL, origin TEXT NOT NULL,
+      severity TEXT NOT NULL, device INTEGER, address INTEGER, summary TEXT NOT NULL, raw TEXT NOT NULL,
+      source TEXT NOT NULL DEFAULT '', mc INTEGER, pci_bdf TEXT, address_text TEXT,
+      vendor_code INTEGER, count INTEGER NOT NULL DEFAULT 1, historical INTEGER NOT NULL DEFAULT 0);
+    CREATE INDEX events_by_severity ON events(severity);
+    CREATE INDEX events_by_time ON events(time_ns);
+    CREATE INDEX events_by_device ON events(device);
+    CREATE TABLE device_states (device_uuid TEXT PRIMARY KEY, state TEXT NOT NULL, reason TEXT NOT NULL,
+      changed_ns INTEGER NOT NULL);
+    CREATE TABLE retired_pages (device_uuid TEXT NOT NULL, address INTEGER NOT NULL, reason TEXT NOT NULL,
+      retired_ns INTEGER NOT NULL, PRIMARY KEY (device_uuid, address));
+    CREATE TABLE source_cursors (source TEXT PRIMARY KEY, boot_id TEXT NOT NULL, position TEXT NOT NULL,
+      updated_ns INTEGER NOT NULL);
+    CREATE TABLE actions (id INTEGER PRIMARY KEY,
+      event_id INTEGER REFERENCES events(id) ON DELETE SET NULL, time_ns INTEGER NOT NULL,
+      action TEXT NOT NULL, device INTEGER, address TEXT, rule TEXT NOT NULL, reason TEXT NOT NULL,
+      result TEXT NOT NULL, detail TEXT NOT NULL);
+    CREATE INDEX actions_by_event ON actions(event_id);
+    CREATE INDEX actions_by_device ON actions(device);
+    INSERT INTO actions(time_ns, action, device, rule, reason, result, detail)
+      VALUES (1680000000000000000, 'isolate-device', 1, 'fatal-device', 'old', 'disabled', '');
+  )sql");
+  auto store = StateStore::Open(dir_ / "state");
+  ASSERT_TRUE(store.has_value()) << store.error().ToString();
+  EXPECT_EQ((*store)->SchemaVersion(), 4);
+  EXPECT_EQ(StateStore::LatestSchemaVersion(), 4);
+  auto actions = (*store)->QueryActions(std::nullopt, 10);
+  ASSERT_TRUE(actions.has_value()) << actions.error().ToString();
+  ASSERT_EQ(actions->size(), 1u);
+  EXPECT_EQ(actions->at(0).reason, "old");
+  EXPECT_EQ(actions->at(0).count, 1u) << "an existing row stands for one decision";
+  EXPECT_EQ(QueryRaw("SELECT COUNT(*) FROM actions WHERE coalesce_key IS NULL;"), 1);
+
+  ASSERT_TRUE((*store)->RecordAction(Decision("disabled", kMinute)).has_value());
+  ASSERT_TRUE((*store)->RecordAction(Decision("disabled", kMinute + 1s)).has_value());
+  actions = (*store)->QueryActions(std::nullopt, 10);
+  ASSERT_EQ(actions->size(), 2u);
+  EXPECT_EQ(actions->at(0).count, 2u);
+}
+
+TEST_F(StateStoreTest, AReadPinsNoSnapshotThatWouldBlockTheNextWrite) {
+  auto store = StateStore::Open(dir_ / "state");
+  ASSERT_TRUE(store.has_value());
+  ASSERT_TRUE((*store)->Commit(MixedBatch(kMinute)).has_value());
+  // Each stops on a row without stepping to the end. A prepared statement
+  // left there holds its read transaction: once another connection writes,
+  // the store's own next write fails (SQLITE_BUSY_SNAPSHOT).
+  ASSERT_TRUE((*store)->LoadCursor("kmsg")->has_value());
+  ASSERT_EQ((*store)->QueryActions(std::nullopt, 1)->size(), 1u);
+  ASSERT_EQ((*store)->QueryActions(2, 1)->size(), 1u);
+  ASSERT_EQ(*(*store)->EventRows(), 3u);
+  ExecRaw("INSERT INTO source_cursors VALUES ('pstore', 'boot-a', 'read', 0);");
+  auto stored = (*store)->Commit(MixedBatch(kMinute));
+  ASSERT_TRUE(stored.has_value()) << stored.error().ToString();
+  EXPECT_EQ(*(*store)->EventRows(), 6u);
+  EXPECT_TRUE((*store)->LoadCursor("pstore")->has_value()) << "the other writer's row is seen";
 }
 
 TEST_F(StateStoreTest, SecondOpenOfTheSameDirectoryIsRefused) {

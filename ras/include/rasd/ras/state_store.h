@@ -1,11 +1,15 @@
 #pragma once
 
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
 #include <filesystem>
 #include <map>
 #include <memory>
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "rasd/common/result.h"
@@ -14,7 +18,6 @@
 #include "rasd/ras/severity.h"
 
 struct sqlite3;
-struct sqlite3_stmt;
 
 namespace rasd::ras {
 
@@ -66,6 +69,12 @@ struct ActionRecord {
   std::string reason;
   std::string result;  // ok | failed | skipped | disabled
   std::string detail;
+  // Decisions this row stands for. A "disabled" or "skipped" decision is
+  // coalesced: it is added to the row of the same action, rule, result and
+  // device in the same wall-clock minute (floor of `time` to 60 s), which
+  // keeps the first record's time, event, address, reason and detail. Other
+  // results always get a row of their own. At least 1.
+  std::uint64_t count = 1;
 };
 
 // Where a source stopped reading, so that a restart neither repeats nor
@@ -76,6 +85,30 @@ struct SourceCursor {
   std::string position;
 };
 
+// An action to store with a batch. `event_index`, when set, links the row to
+// `events[*event_index]` of the same batch (record.event_id must then be
+// unset): the event's id is not known until it is inserted.
+struct BatchAction {
+  ActionRecord record;
+  std::optional<std::size_t> event_index;
+};
+
+// What one turn of the daemon's loop writes. Any part may be empty.
+struct StoreBatch {
+  std::vector<RasEvent> events;
+  std::vector<BatchAction> actions;
+  std::vector<DeviceStateRecord> states;
+  std::vector<RetiredPageRecord> pages;
+  // Saved in the same transaction as `events`: a source's records are stored
+  // exactly once across a crash.
+  std::vector<SourceCursor> cursors;
+};
+
+struct StoredBatch {
+  std::vector<std::int64_t> event_ids;   // in the order of StoreBatch::events
+  std::vector<std::int64_t> action_ids;  // in order; a coalesced action has its row's id
+};
+
 // The daemon's durable state in one SQLite file (WAL): events, device health
 // states, retired pages and source cursors, so that a restart loses nothing,
 // repeats nothing, and never un-isolates a device.
@@ -84,6 +117,9 @@ struct SourceCursor {
 // on the same devices would fight. The schema is versioned; Open() applies
 // pending migrations in order, each in its own transaction, and refuses a
 // database written by a newer rasd.
+//
+// Every statement is prepared once, at Open(), and reused; a batch is one
+// transaction.
 //
 // Not thread-safe: the daemon's event loop owns it.
 class StateStore {
@@ -111,6 +147,16 @@ class StateStore {
   // order.
   Result<std::vector<std::int64_t>> RecordEvents(std::span<const RasEvent> events);
 
+  // Writes the whole batch in one transaction, in the order events, actions,
+  // states, pages, cursors: all or nothing. An action whose event_index is
+  // out of range (or that also has an event_id), or whose count is 0 or
+  // beyond INT64_MAX, is kInvalidArgument before anything is written; a
+  // failing write rolls the transaction back and returns kIoError. An empty
+  // batch touches nothing.
+  Result<StoredBatch> Commit(const StoreBatch& batch);
+
+  // Appends (or coalesces, see ActionRecord::count) one action in a
+  // transaction of its own; returns its row's id.
   Result<std::int64_t> RecordAction(const ActionRecord& action);
   // The newest `limit` actions, newest first; of one device when given.
   Result<std::vector<ActionRecord>> QueryActions(std::optional<int> device, std::size_t limit);
@@ -140,16 +186,27 @@ class StateStore {
   Result<std::map<Severity, std::uint64_t>> CountEventsBySeverity();
 
  private:
+  struct Statements;  // the prepared statements, defined in state_store.cc
+  class Transaction;
+
   StateStore(std::filesystem::path database_path, common::UniqueFd lock, sqlite3* db);
   Status Migrate();
   Status Prepare();
   Error SqliteError(std::string_view what) const;
 
+  // One row each, on the prepared statements, in the caller's transaction
+  // (or SQLite's implicit one).
+  Result<std::int64_t> InsertEvent(const RasEvent& event);
+  Result<std::int64_t> InsertAction(const ActionRecord& action,
+                                    std::optional<std::int64_t> event_id);
+  Status UpsertDeviceState(const DeviceStateRecord& state);
+  Status InsertRetiredPage(const RetiredPageRecord& page);
+  Status UpsertCursor(const SourceCursor& cursor, std::int64_t updated_ns);
+
   std::filesystem::path database_path_;
   common::UniqueFd lock_;
   sqlite3* db_ = nullptr;
-  sqlite3_stmt* insert_event_ = nullptr;
-  sqlite3_stmt* count_events_ = nullptr;
+  std::unique_ptr<Statements> statements_;  // finalized before db_ is closed
   int schema_version_ = 0;
 };
 
