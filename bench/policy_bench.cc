@@ -110,14 +110,16 @@ void BM_FaultToGateClosed(benchmark::State& state) {
       }
       const std::vector<rasd::ras::RasEvent> events = {rasd::daemon::EventFromDriver(
           report, runtime->DriverName(), rasd::ras::CodeTable::Default())};
-      // As the daemon does: act, then store the event and the action rows.
-      actuator.BeginBatch();
+      // As RasPipeline::Handle does: act, then one transaction for the
+      // event and everything the actions write.
       for (const auto& action : policy.Decide(events[0], start.time_since_epoch())) {
-        actuator.ExecuteInBatch(action, events[0], 0);
+        actuator.Apply(action, events[0], 0);
       }
       const auto closed = std::chrono::steady_clock::now();
-      auto ids = store->RecordEvents(events);
-      actuator.EndBatch(ids ? *ids : std::vector<std::int64_t>{});
+      rasd::ras::StoreBatch batch;
+      batch.events = events;
+      actuator.TakePending(batch);
+      (void)store->Commit(batch);
       written_nanos.push_back(
           std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start)
               .count());

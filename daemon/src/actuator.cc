@@ -20,6 +20,23 @@
 #include "subprocess.h"
 
 namespace rasd::daemon {
+
+std::string_view ActionResultName(ActionResult result) {
+  switch (result) {
+    case ActionResult::kOk:
+      return "ok";
+    case ActionResult::kFailed:
+      return "failed";
+    case ActionResult::kSkipped:
+      return "skipped";
+    case ActionResult::kDisabled:
+      return "disabled";
+    case ActionResult::kStarted:
+      return "started";
+  }
+  return "unknown";
+}
+
 namespace {
 
 std::string DeviceUuid(runtime::Runtime& runtime, int device) {
@@ -122,7 +139,8 @@ void Actuator::Count(const std::string& action, const std::string& result) {
 
 ras::ActionRecord Actuator::Store(ras::ActionRecord record) {
   if (batching_) {
-    pending_records_.emplace_back(pending_index_, record);
+    Count(record.action, record.result);
+    pending_records_.push_back({record, pending_index_});
     return record;
   }
   if (auto stored = store_.RecordAction(record); !stored) {
@@ -135,33 +153,31 @@ ras::ActionRecord Actuator::Store(ras::ActionRecord record) {
   return record;
 }
 
-void Actuator::BeginBatch() { batching_ = true; }
-
-ras::ActionRecord Actuator::ExecuteInBatch(const ras::Action& action, const ras::RasEvent& event,
-                                           std::size_t event_index) {
-  // Effects now; Store() queues the row while batching.
+ActionOutcome Actuator::Apply(const ras::Action& action, const ras::RasEvent& event,
+                             std::size_t event_index) {
+  batching_ = true;
   pending_index_ = event_index;
-  return Execute(action, event, std::nullopt);
+  ActionOutcome outcome = Run(action, event, std::nullopt);
+  batching_ = false;
+  return outcome;
 }
 
-void Actuator::EndBatch(const std::vector<std::int64_t>& ids) {
-  batching_ = false;
-  for (auto& page : pending_pages_) {
-    if (auto saved = store_.SaveRetiredPage(page); !saved) {
-      spdlog::error("cannot save retired page 0x{:x}: {}", page.address, saved.error().message);
-    }
-  }
+void Actuator::TakePending(ras::StoreBatch& batch) {
+  for (auto& page : pending_pages_) batch.pages.push_back(std::move(page));
   pending_pages_.clear();
   std::sort(pending_states_.begin(), pending_states_.end());
   pending_states_.erase(std::unique(pending_states_.begin(), pending_states_.end()),
                         pending_states_.end());
-  for (int device : pending_states_) PersistState(device);
+  for (int device : pending_states_) batch.states.push_back(StateRecord(device));
   pending_states_.clear();
-  for (auto& [index, record] : pending_records_) {
-    if (index < ids.size()) record.event_id = ids[index];
-    (void)Store(std::move(record));
-  }
+  for (auto& record : pending_records_) batch.actions.push_back(std::move(record));
   pending_records_.clear();
+}
+
+ras::DeviceStateRecord Actuator::StateRecord(int device) {
+  const DeviceStatus& status = status_[device];
+  return {DeviceUuid(runtime_, device), std::string(runtime::HealthStateName(status.state)),
+          status.reason, status.since};
 }
 
 void Actuator::PersistState(int device) {
@@ -169,23 +185,25 @@ void Actuator::PersistState(int device) {
     pending_states_.push_back(device);
     return;
   }
-  const DeviceStatus& status = status_[device];
-  if (auto saved = store_.SaveDeviceState({DeviceUuid(runtime_, device),
-                                           std::string(runtime::HealthStateName(status.state)),
-                                           status.reason, status.since});
-      !saved) {
+  if (auto saved = store_.SaveDeviceState(StateRecord(device)); !saved) {
     spdlog::error("device {}: cannot save its state {}: {}", device,
-                  runtime::HealthStateName(status.state), saved.error().message);
+                  runtime::HealthStateName(status_[device].state), saved.error().message);
   }
 }
 
 ras::ActionRecord Actuator::Execute(const ras::Action& action, const ras::RasEvent& event,
                                     std::optional<std::int64_t> event_id) {
+  return Run(action, event, event_id).record;
+}
+
+ActionOutcome Actuator::Run(const ras::Action& action, const ras::RasEvent& event,
+                            std::optional<std::int64_t> event_id) {
   if (action.kind == ras::ActionKind::kRecord) {
     // The event itself is the record: a row per event would double the
     // store under a storm.
     Count("record", "ok");
-    return {.event_id = event_id, .action = "record", .rule = action.rule, .result = "ok"};
+    return {.record = {.event_id = event_id, .action = "record", .rule = action.rule,
+                       .result = "ok"}};
   }
   Outcome outcome;
   switch (action.kind) {
@@ -212,8 +230,10 @@ ras::ActionRecord Actuator::Execute(const ras::Action& action, const ras::RasEve
     case ras::ActionKind::kDrainNode:
       outcome =
           node_drainer_
-              ? Outcome{"ok", node_drainer_(event.summary.empty() ? action.reason : event.summary)}
-              : Outcome{"skipped", "no scheduler is configured (scheduler.kind: none)"};
+              ? Outcome{ActionResult::kOk,
+                        node_drainer_(event.summary.empty() ? action.reason : event.summary)}
+              : Outcome{ActionResult::kSkipped,
+                        "no scheduler is configured (scheduler.kind: none)"};
       break;
     case ras::ActionKind::kSoftOfflinePage:
       outcome = OfflineHostPage(action, /*hard=*/false);
@@ -233,27 +253,30 @@ ras::ActionRecord Actuator::Execute(const ras::Action& action, const ras::RasEve
   record.address = action.address;
   record.rule = action.rule;
   record.reason = action.reason;
-  record.result = outcome.result;
+  record.result = std::string(ActionResultName(outcome.result));
   record.detail = outcome.detail;
-  const auto level = outcome.result == "failed" ? spdlog::level::err : spdlog::level::warn;
+  const auto level =
+      outcome.result == ActionResult::kFailed ? spdlog::level::err : spdlog::level::warn;
   common::GetLogger("policy")->log(level, "{}{}{}: {} ({}; rule {}){}", record.action,
                                    action.device ? fmt::format(" device {}", *action.device) : "",
-                                   action.address ? " " + *action.address : "", outcome.result,
+                                   action.address ? " " + *action.address : "", record.result,
                                    action.reason, action.rule,
                                    outcome.detail.empty() ? "" : ": " + outcome.detail);
-  return Store(std::move(record));
+  return {.result = outcome.result,
+          .health_change = outcome.health_change,
+          .record = Store(std::move(record))};
 }
 
 Actuator::Outcome Actuator::RetirePage(const ras::Action& action) {
   const auto address = ras::ParseAddress(action.address);
-  if (!action.device || !address) return {"skipped", "no device address in the event"};
+  if (!action.device || !address) return {ActionResult::kSkipped, "no device address in the event"};
   auto pool = runtime_.Pool(*action.device);
-  if (!pool) return {"failed", pool.error().message};
+  if (!pool) return {ActionResult::kFailed, pool.error().message};
   if (auto retired = (*pool)->Retire(*address); !retired) {
     if (retired.error().code == ErrorCode::kNotFound)
-      return {"skipped",
+      return {ActionResult::kSkipped,
               fmt::format("{} is not in device {}'s pool", *action.address, *action.device)};
-    return {"failed", retired.error().message};
+    return {ActionResult::kFailed, retired.error().message};
   }
   auto device = runtime_.GetDevice(*action.device);
   const std::uint64_t granularity =
@@ -263,55 +286,57 @@ Actuator::Outcome Actuator::RetirePage(const ras::Action& action) {
                                           host_.GetClock().Wall()};
   if (batching_) {
     pending_pages_.push_back(saved_page);
-    return {"ok", fmt::format("page 0x{:x} retired", page)};
+    return {ActionResult::kOk, fmt::format("page 0x{:x} retired", page)};
   }
   if (auto saved = store_.SaveRetiredPage(saved_page); !saved) {
-    return {"ok",
+    return {ActionResult::kOk,
             fmt::format("page 0x{:x} retired, but not saved: {}", page, saved.error().message)};
   }
-  return {"ok", fmt::format("page 0x{:x} retired", page)};
+  return {ActionResult::kOk, fmt::format("page 0x{:x} retired", page)};
 }
 
 Actuator::Outcome Actuator::KillConsumer(const ras::Action& action) {
   const auto address = ras::ParseAddress(action.address);
-  if (!action.device || !address) return {"skipped", "no device address in the event"};
+  if (!action.device || !address) return {ActionResult::kSkipped, "no device address in the event"};
   auto pool = runtime_.Pool(*action.device);
-  if (!pool) return {"failed", pool.error().message};
+  if (!pool) return {ActionResult::kFailed, pool.error().message};
   const auto owner = (*pool)->OwnerOf(*address);
-  if (!owner) return {"skipped", "no live allocation holds that address"};
-  if (owner->owner.empty()) return {"skipped", "the allocation holding it has no owner job"};
+  if (!owner) return {ActionResult::kSkipped, "no live allocation holds that address"};
+  if (owner->owner.empty()) return {ActionResult::kSkipped, "the allocation holding it has no owner job"};
   const std::size_t aborted = runtime_.AbortOwner(
       owner->owner,
       fmt::format("consumed poisoned memory at {} on device {}", *action.address, *action.device));
-  return {"ok", fmt::format("job {}: {} stream(s) aborted", owner->owner, aborted)};
+  return {ActionResult::kOk, fmt::format("job {}: {} stream(s) aborted", owner->owner, aborted)};
 }
 
 Actuator::Outcome Actuator::MarkAtRisk(const ras::Action& action) {
   const auto address = ras::ParseAddress(action.address);
-  if (!action.device || !address) return {"skipped", "no device address in the event"};
+  if (!action.device || !address) return {ActionResult::kSkipped, "no device address in the event"};
   auto pool = runtime_.Pool(*action.device);
-  if (!pool) return {"failed", pool.error().message};
+  if (!pool) return {ActionResult::kFailed, pool.error().message};
   const auto owner = (*pool)->OwnerOf(*address);
-  if (!owner || owner->owner.empty()) return {"skipped", "no job holds that address"};
-  return {"ok", fmt::format("job {} holds the poisoned page", owner->owner)};
+  if (!owner || owner->owner.empty()) return {ActionResult::kSkipped, "no job holds that address"};
+  return {ActionResult::kOk, fmt::format("job {} holds the poisoned page", owner->owner)};
 }
 
 Actuator::Outcome Actuator::RaiseHealth(const ras::Action& action, runtime::HealthState state) {
-  if (!action.device) return {"skipped", "the event names no device"};
+  if (!action.device) return {ActionResult::kSkipped, "the event names no device"};
   auto device = runtime_.GetDevice(*action.device);
-  if (!device) return {"failed", device.error().message};
+  if (!device) return {ActionResult::kFailed, device.error().message};
   const runtime::HealthState current = (*device)->Health();
   // The policy only makes things worse; making them better is an operator's call.
   if (current >= state) {
-    return {"ok", fmt::format("already {}", runtime::HealthStateName(current))};
+    return {ActionResult::kOk, fmt::format("already {}", runtime::HealthStateName(current))};
   }
   (*device)->SetHealth(state);
   ++generation_[*action.device];
   status_[*action.device] = {state, action.reason, host_.GetClock().Wall()};
   PersistState(*action.device);
   if (state == runtime::HealthState::kIsolated) newly_isolated_.push_back(*action.device);
-  return {"ok", fmt::format("{} -> {}", runtime::HealthStateName(current),
-                            runtime::HealthStateName(state))};
+  return {ActionResult::kOk,
+          fmt::format("{} -> {}", runtime::HealthStateName(current),
+                      runtime::HealthStateName(state)),
+          ActionOutcome::HealthChange{*action.device, current, state}};
 }
 
 Result<ras::ActionRecord> Actuator::SetDeviceState(int device, runtime::HealthState state,
@@ -341,29 +366,29 @@ Result<ras::ActionRecord> Actuator::SetDeviceState(int device, runtime::HealthSt
 }
 
 Actuator::Outcome Actuator::OfflineHostPage(const ras::Action& action, bool hard) {
-  if (!options_.host_page_offline) return {"disabled", "policy.host_page_offline is off"};
+  if (!options_.host_page_offline) return {ActionResult::kDisabled, "policy.host_page_offline is off"};
   const auto address = ras::ParseAddress(action.address);
-  if (!address || action.device) return {"skipped", "no host physical address in the event"};
+  if (!address || action.device) return {ActionResult::kSkipped, "no host physical address in the event"};
   const char* file = hard ? "/sys/devices/system/memory/hard_offline_page"
                           : "/sys/devices/system/memory/soft_offline_page";
   const auto path = host_.Resolve(file);
   common::UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
-  if (!fd) return {"failed", fmt::format("open {}: {}", path.string(), std::strerror(errno))};
+  if (!fd) return {ActionResult::kFailed, fmt::format("open {}: {}", path.string(), std::strerror(errno))};
   const std::string text = fmt::format("0x{:x}\n", *address & ~std::uint64_t{0xfff});
   if (::write(fd.Get(), text.data(), text.size()) != static_cast<ssize_t>(text.size())) {
-    return {"failed", fmt::format("write {}: {}", path.string(), std::strerror(errno))};
+    return {ActionResult::kFailed, fmt::format("write {}: {}", path.string(), std::strerror(errno))};
   }
-  return {"ok", fmt::format("{} 0x{:x}", hard ? "hard-offlined" : "soft-offlined",
+  return {ActionResult::kOk, fmt::format("{} 0x{:x}", hard ? "hard-offlined" : "soft-offlined",
                             *address & ~std::uint64_t{0xfff})};
 }
 
 Actuator::Outcome Actuator::RunHook(const ras::Action& action, const ras::RasEvent& event,
                                     std::optional<std::int64_t> event_id) {
-  if (action.hook.empty()) return {"skipped", "the rule names no program"};
+  if (action.hook.empty()) return {ActionResult::kSkipped, "the rule names no program"};
   {
     std::lock_guard lock(mutex_);
     if (hooks_running_ >= kMaxHooks)
-      return {"skipped", fmt::format("{} hooks are still running", hooks_running_)};
+      return {ActionResult::kSkipped, fmt::format("{} hooks are still running", hooks_running_)};
     ++hooks_running_;
   }
   auto env = HookEnvironment(action, event, event_id);
@@ -379,7 +404,7 @@ Actuator::Outcome Actuator::RunHook(const ras::Action& action, const ras::RasEve
     --hooks_running_;
     hooks_done_.notify_all();
   }).detach();
-  return {"started",
+  return {ActionResult::kStarted,
           fmt::format("{} (timeout {} ms)", action.hook.front(), options_.hook_timeout.count())};
 }
 

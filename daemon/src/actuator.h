@@ -25,6 +25,23 @@ struct DeviceStatus {
   std::chrono::system_clock::time_point since{};
 };
 
+// How an action went, as stored ("ok", "failed", ...).
+enum class ActionResult { kOk, kFailed, kSkipped, kDisabled, kStarted };
+std::string_view ActionResultName(ActionResult result);
+
+// What one action did: its result, and the device state it changed, if it
+// changed one. Callers read these fields, never the detail text.
+struct ActionOutcome {
+  ActionResult result = ActionResult::kOk;
+  struct HealthChange {
+    int device = -1;
+    runtime::HealthState from = runtime::HealthState::kHealthy;
+    runtime::HealthState to = runtime::HealthState::kHealthy;
+  };
+  std::optional<HealthChange> health_change;
+  ras::ActionRecord record;  // as stored (or to be stored, after Apply)
+};
+
 // Carries the policy's actions to the runtime (page retirement, health
 // gates, killing a consumer), to the host (offlining pages) and to
 // operators' programs (hooks). Every action is logged, stored in the
@@ -59,19 +76,18 @@ class Actuator {
   void Restore();
 
   // Carries out one action about `event` (stored as `event_id` when it
-  // was). Returns what was stored.
+  // was) and stores its rows at once. Returns what was stored.
   ras::ActionRecord Execute(const ras::Action& action, const ras::RasEvent& event,
                             std::optional<std::int64_t> event_id);
 
-  // Acting before writing: between BeginBatch and EndBatch, actions take
-  // effect at once (a gate closes in microseconds) and everything they
-  // write (action rows, device states, retired pages) waits for EndBatch,
-  // which also links each action to its event's id once the events are
-  // stored (`ids` by event index; empty when storing them failed).
-  void BeginBatch();
-  ras::ActionRecord ExecuteInBatch(const ras::Action& action, const ras::RasEvent& event,
-                                   std::size_t event_index);
-  void EndBatch(const std::vector<std::int64_t>& ids);
+  // Acting before writing: the action takes effect at once (a gate closes
+  // in microseconds); what it writes (its action row, linked to event
+  // `event_index` of the batch, device states, retired pages) waits for
+  // TakePending(), which moves it into the batch the caller commits in one
+  // transaction with the events.
+  ActionOutcome Apply(const ras::Action& action, const ras::RasEvent& event,
+                      std::size_t event_index);
+  void TakePending(ras::StoreBatch& batch);
 
   // An operator's state change (isolate, drain, undrain): any state, in
   // either direction. kNotFound for an unknown device.
@@ -93,9 +109,12 @@ class Actuator {
 
  private:
   struct Outcome {
-    std::string result = "ok";  // ok | failed | skipped | disabled | started
+    ActionResult result = ActionResult::kOk;
     std::string detail;
+    std::optional<ActionOutcome::HealthChange> health_change;
   };
+  ActionOutcome Run(const ras::Action& action, const ras::RasEvent& event,
+                    std::optional<std::int64_t> event_id);
   Outcome RetirePage(const ras::Action& action);
   Outcome KillConsumer(const ras::Action& action);
   Outcome MarkAtRisk(const ras::Action& action);
@@ -105,6 +124,7 @@ class Actuator {
                   std::optional<std::int64_t> event_id);
   void PersistState(int device);
   ras::ActionRecord Store(ras::ActionRecord record);
+  ras::DeviceStateRecord StateRecord(int device);
   void Count(const std::string& action, const std::string& result);
 
   const common::HostEnv& host_;
@@ -113,9 +133,9 @@ class Actuator {
   Options options_;
   std::map<int, DeviceStatus> status_;
   std::map<int, std::uint64_t> generation_;
-  bool batching_ = false;
+  bool batching_ = false;  // inside Apply: rows wait for TakePending
   std::size_t pending_index_ = 0;
-  std::vector<std::pair<std::size_t, ras::ActionRecord>> pending_records_;  // by event index
+  std::vector<ras::BatchAction> pending_records_;
   std::vector<int> pending_states_;
   std::vector<ras::RetiredPageRecord> pending_pages_;
   std::vector<int> newly_isolated_;

@@ -65,6 +65,10 @@ Actuator::Options ActuatorOptions(const Config& config) {
           .hook_timeout = config.policy.hook_timeout};
 }
 
+RasPipeline::Options PipelineOptions(const Config& config) {
+  return {.storm_threshold = config.ras.storm_threshold};
+}
+
 DeviceLifecycle::Options LifecycleOptions(const Config& config) {
   DeviceLifecycle::Options options;
   options.drain_deadline = config.policy.drain_deadline;
@@ -75,7 +79,7 @@ DeviceLifecycle::Options LifecycleOptions(const Config& config) {
   return options;
 }
 
-nlohmann::json IngestStatus(const RasIngest::Stats& stats) {
+nlohmann::json IngestStatus(const RasIngest::Stats& stats, const RasPipeline::Stats& pipeline) {
   return {{"kmsg_active", stats.kmsg_active},
           {"kmsg_records", stats.kmsg_records},
           {"kmsg_lost", stats.kmsg_lost},
@@ -84,10 +88,10 @@ nlohmann::json IngestStatus(const RasIngest::Stats& stats) {
           {"tracefs_events", stats.tracefs_events},
           {"nvml_gpus", stats.nvml_gpus},
           {"nvml_reports", stats.nvml_reports},
-          {"events_ingested", stats.events},
-          {"store_failures", stats.store_failures},
+          {"events_ingested", pipeline.events},
+          {"store_failures", pipeline.store_failures},
           {"edac_controllers", stats.edac_controllers},
-          {"coalesced", stats.coalesced},
+          {"coalesced", pipeline.coalesced},
           {"pruned", stats.pruned}};
 }
 
@@ -232,16 +236,14 @@ Status Daemon::Initialize(Config config) {
 
   lifecycle_ = std::make_unique<DeviceLifecycle>(*loop_, *runtime_, *actuator_, *jobs_, *store_,
                                                  scheduler_.get(), LifecycleOptions(config_));
-  auto ingest = RasIngest::Create(
-      *loop_, *host_, *store_, *runtime_, config_.ras,
-      RasIngest::EventSink{.act = [this](const std::vector<ras::RasEvent>& events) { Act(events); },
-                           .stored =
-                               [this](const std::vector<std::int64_t>& ids) {
-                                 actuator_->EndBatch(ids);
-                                 lifecycle_->OnPolicyActed();
-                                 jobs_->Reconsider();
-                                 RefreshMetrics();
-                               }});
+  pipeline_ = std::make_unique<RasPipeline>(*loop_, *runtime_, policy_, *actuator_, *store_,
+                                            PipelineOptions(config_));
+  pipeline_->AddObserver([this](const HandledBatch& batch) { ObserveBatch(batch); });
+  auto ingest = RasIngest::Create(*loop_, *host_, *store_, *runtime_, config_.ras,
+                                  [this](std::vector<ras::RasEvent> events,
+                                         std::vector<ras::SourceCursor> cursors) {
+                                    pipeline_->Handle(std::move(events), std::move(cursors));
+                                  });
   if (!ingest) return Fail(ingest.error());
   ingest_ = std::move(*ingest);
 
@@ -377,6 +379,7 @@ Result<nlohmann::json> Daemon::Reload() {
   ingest_->SetCodeTable(config_.ras.codes);
   policy_.Reconfigure(config_.policy.engine);  // keeps the counters of unchanged rules
   actuator_->SetOptions(ActuatorOptions(config_));
+  pipeline_->SetOptions(PipelineOptions(config_));
   lifecycle_->SetOptions(LifecycleOptions(config_));
   ++config_generation_;
   spdlog::info("configuration reloaded (generation {})", config_generation_);
@@ -571,7 +574,7 @@ Result<nlohmann::json> Daemon::StatusReport() {
       {"control",
        {{"clients", control_->ClientCount()}, {"rejected_requests", control_->RejectedRequests()}}},
       {"watchdog_usec", watchdog_usec_},
-      {"ras", IngestStatus(ingest_->GetStats())},
+      {"ras", IngestStatus(ingest_->GetStats(), pipeline_->GetStats())},
       {"actions", actuator_->Counts()},
       {"scheduler", scheduler_ ? nlohmann::json{{"kind", config_.scheduler.kind},
                                                 {"node", scheduler_->Node()},
@@ -585,33 +588,19 @@ Result<nlohmann::json> Daemon::StatusReport() {
   };
 }
 
-void Daemon::Act(const std::vector<ras::RasEvent>& events) {
-  const auto arrived = loop_->Now();
-  std::vector<double> isolations;
-  // Effects now; the rows follow in EndBatch once the events have ids.
-  actuator_->BeginBatch();
-  for (std::size_t i = 0; i < events.size(); ++i) {
-    for (const auto& action : policy_.Decide(events[i], loop_->Now())) {
-      const auto record = actuator_->ExecuteInBatch(action, events[i], i);
-      if (action.kind == ras::ActionKind::kIsolateDevice &&
-          record.detail.find("->") != std::string::npos) {
-        // A driver's report carries when the device failed; a kernel-log
-        // record when it was logged, which may be long ago: from arrival.
-        const double seconds =
-            events[i].source == "driver"
-                ? std::chrono::duration<double>(loop_->GetClock().Wall() - events[i].time).count()
-                : std::chrono::duration<double>(loop_->Now() - arrived).count();
-        isolations.push_back(std::max(0.0, seconds));
-      }
+void Daemon::ObserveBatch(const HandledBatch& batch) {
+  lifecycle_->OnPolicyActed();
+  jobs_->Reconsider();
+  {
+    std::lock_guard lock(metrics_mutex_);
+    for (const auto& event : batch.events) {
+      metrics_loop_.events[{event.origin, std::string(ras::SeverityName(event.severity)),
+                            event.device ? std::to_string(*event.device) : std::string()}] +=
+          event.count;
     }
+    for (double seconds : batch.isolation_seconds) metrics_loop_.fault_to_isolation.Observe(seconds);
   }
-  std::lock_guard lock(metrics_mutex_);
-  for (const auto& event : events) {
-    metrics_loop_.events[{event.origin, std::string(ras::SeverityName(event.severity)),
-                          event.device ? std::to_string(*event.device) : std::string()}] +=
-        event.count;
-  }
-  for (double seconds : isolations) metrics_loop_.fault_to_isolation.Observe(seconds);
+  RefreshMetrics();
 }
 
 namespace {
@@ -630,7 +619,8 @@ nlohmann::json ActionJson(const ras::ActionRecord& action) {
           {"rule", action.rule},
           {"reason", action.reason},
           {"result", action.result},
-          {"detail", action.detail}};
+          {"detail", action.detail},
+          {"count", action.count}};
 }
 
 // The only argument of `devices` and `retired`: an optional device.
@@ -993,7 +983,7 @@ void Daemon::RefreshMetrics() {
   metrics_loop_.edac = std::move(edac);
   metrics_loop_.kmsg_gaps = stats.kmsg_gaps;
   metrics_loop_.source_errors["kmsg"] = stats.kmsg_undecoded;
-  metrics_loop_.source_errors["store"] = stats.store_failures;
+  metrics_loop_.source_errors["store"] = pipeline_ ? pipeline_->GetStats().store_failures : 0;
   for (double seconds : drains)
     if (seconds >= 0 && seconds < 1e9) metrics_loop_.drain_duration.Observe(seconds);
   if (!draining_since_.empty()) metrics_timer_->ArmAfter(std::chrono::seconds(1));

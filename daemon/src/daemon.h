@@ -15,6 +15,7 @@
 #include "control_server.h"
 #include "device_lifecycle.h"
 #include "ras_ingest.h"
+#include "ras_pipeline.h"
 #include "rasd/common/event_loop.h"
 #include "rasd/common/host_env.h"
 #include "rasd/daemon/config.h"
@@ -73,8 +74,8 @@ class Daemon {
   void Infer(const nlohmann::json& args, AsyncReply reply);
   void ChangeDeviceState(const std::string& command, const nlohmann::json& args,
                          AsyncReply reply);
-  // The policy's decisions about a stored batch, carried out.
-  void Act(const std::vector<ras::RasEvent>& events);
+  // After the pipeline handled a batch: lifecycle, jobs and metrics.
+  void ObserveBatch(const HandledBatch& batch);
   // Re-reads the config file; keeps the running config when the new one has
   // problems. Returns what changed, or the problems.
   Result<nlohmann::json> Reload();
@@ -120,6 +121,7 @@ class Daemon {
 
   ControlSocket socket_;
   std::unique_ptr<ControlServer> control_;
+  std::unique_ptr<RasPipeline> pipeline_;  // before ingest_, which feeds it
   std::unique_ptr<RasIngest> ingest_;
 
   std::uint64_t config_generation_ = 1;

@@ -19,7 +19,6 @@
 namespace rasd::daemon {
 namespace {
 
-constexpr int kMaxLoggedPerSecond = 20;
 constexpr auto kPrunePeriod = std::chrono::hours(1);
 // Without EDAC controllers, how often to look whether a driver brought some.
 constexpr auto kEdacRescan = std::chrono::minutes(1);
@@ -30,19 +29,6 @@ std::string BootId(const common::HostEnv& host) {
   std::string id = *boot_id;
   while (!id.empty() && (id.back() == '\n' || id.back() == ' ')) id.pop_back();
   return id.empty() ? "unknown" : id;
-}
-
-std::string Describe(const ras::RasEvent& event) {
-  std::string detail;
-  if (event.device) detail += fmt::format(" device={}", *event.device);
-  if (event.vendor_code) detail += fmt::format(" code={}", *event.vendor_code);
-  if (event.pci_bdf) detail += " pci=" + *event.pci_bdf;
-  if (event.mc) detail += fmt::format(" mc={}", *event.mc);
-  if (event.address) detail += " addr=" + *event.address;
-  if (event.count > 1) detail += fmt::format(" count={}", event.count);
-  if (event.historical) detail += " previous-boot";
-  return fmt::format("{} {}{}: {}", ras::SeverityName(event.severity), event.origin, detail,
-                     event.summary);
 }
 
 }  // namespace
@@ -377,87 +363,13 @@ ras::RasEvent EventFromDriver(const drivers::DriverErrorEvent& event, std::strin
   return converted;
 }
 
-namespace {
-
-// "0000:07:00.0", "07:00.0" and "0000:07:00" (as Xid lines print it) name
-// the same device: compare domain, bus and device, and the function when
-// both give one.
-bool SamePciDevice(std::string_view a, std::string_view b) {
-  auto normalize = [](std::string_view bdf) {
-    std::string text;
-    for (char c : bdf) text += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    if (std::count(text.begin(), text.end(), ':') == 1) text = "0000:" + text;
-    return text;
-  };
-  const std::string left = normalize(a), right = normalize(b);
-  if (left.size() < 10 || right.size() < 10) return false;
-  if (left.compare(0, 10, right, 0, 10) != 0) return false;
-  const auto left_function = left.find('.'), right_function = right.find('.');
-  if (left_function == std::string::npos || right_function == std::string::npos) return true;
-  return left.substr(left_function) == right.substr(right_function);
-}
-
-}  // namespace
-
-void RasIngest::AttributeToDevices(std::vector<ras::RasEvent>& events) const {
-  for (auto& event : events) {
-    if (event.device || !event.pci_bdf || event.historical) continue;
-    for (const auto& device : runtime_.Devices()) {
-      const auto& bdf = device->Properties().pci_bdf;
-      if (!bdf.empty() && SamePciDevice(bdf, *event.pci_bdf)) {
-        event.device = device->Index();
-        break;
-      }
-    }
-  }
-}
-
 void RasIngest::Deliver(std::vector<ras::RasEvent> events) {
-  if (events.empty()) return;
-  // A kernel record about a PCI device rasd runs (an Xid, an AER error on a
-  // GPU) is about that runtime device.
-  AttributeToDevices(events);
-  stats_.events += events.size();
-  const std::size_t before = events.size();
-  events = ras::CoalesceStorm(std::move(events), options_.storm_threshold);
-  stats_.coalesced += before - events.size();
-  if (sink_.act) sink_.act(events);
-  std::vector<std::int64_t> ids;
-  auto stored = store_.RecordEvents(events);
-  if (!stored) {
-    // A full disk or a broken database must not stop ingestion: count, log, go on.
-    ++stats_.store_failures;
-    spdlog::error("cannot store {} RAS event(s): {}", events.size(), stored.error().message);
-  } else {
-    ids = std::move(*stored);
-  }
-  if (stored && kmsg_) {
-    if (auto saved = store_.SaveCursor(kmsg_->Cursor()); !saved) {
-      spdlog::warn("kmsg: cannot save the read position: {}", saved.error().message);
-    }
-  }
-  const std::int64_t second =
-      std::chrono::duration_cast<std::chrono::seconds>(loop_.Now()).count();
-  if (second != log_window_second_) {
-    if (unlogged_ > 0)
-      spdlog::warn("{} more RAS event(s) in the last second were stored but not logged", unlogged_);
-    log_window_second_ = second;
-    logged_in_window_ = 0;
-    unlogged_ = 0;
-  }
-  auto logger = common::GetLogger("ras");
-  for (const auto& event : events) {
-    if (logged_in_window_ >= kMaxLoggedPerSecond) {
-      ++unlogged_;
-      continue;
-    }
-    ++logged_in_window_;
-    const auto level = event.severity >= ras::Severity::kUcna ? spdlog::level::warn
-                       : event.severity == ras::Severity::kCe ? spdlog::level::info
-                                                              : spdlog::level::debug;
-    logger->log(level, "RAS event: {}", Describe(event));
-  }
-  if (sink_.stored) sink_.stored(ids);
+  std::vector<ras::SourceCursor> cursors;
+  if (kmsg_) cursors.push_back(kmsg_->Cursor());
+  const std::string position = kmsg_ ? kmsg_->Cursor().position : std::string();
+  if (events.empty() && position == saved_kmsg_position_) return;
+  saved_kmsg_position_ = position;
+  sink_(std::move(events), std::move(cursors));
 }
 
 RasIngest::Stats RasIngest::GetStats() const {

@@ -25,9 +25,10 @@ namespace rasd::daemon {
 ras::RasEvent EventFromDriver(const drivers::DriverErrorEvent& event, std::string_view driver_name,
                               const ras::CodeTable& codes);
 
-// Brings RAS events into the daemon: the kernel log (kmsg) and the device
-// driver's asynchronous error reports. Every event is stored (one
-// transaction per batch) and logged; acting on them is the policy's job.
+// Brings RAS events into the daemon: the kernel log (kmsg), tracefs, EDAC
+// sysfs, pstore/BERT and the device drivers' asynchronous error reports.
+// A source only decodes: each batch goes to the sink (the RasPipeline)
+// with the kmsg position after it.
 //
 // Runs on the event loop. Driver reports arrive on driver threads and are
 // handed over through a queue and an eventfd. A source that cannot start
@@ -40,13 +41,9 @@ ras::RasEvent EventFromDriver(const drivers::DriverErrorEvent& event, std::strin
 // timer and, where EDAC controllers exist, their poll.
 class RasIngest {
  public:
-  // Where each batch goes: `act` sees it before it is stored (acting must
-  // neither wait for nor depend on the disk), `stored` gets the events' ids
-  // after (empty when storing failed).
-  struct EventSink {
-    std::function<void(const std::vector<ras::RasEvent>& events)> act;
-    std::function<void(const std::vector<std::int64_t>& ids)> stored;
-  };
+  // Where each batch goes, with the sources' positions after it.
+  using EventSink =
+      std::function<void(std::vector<ras::RasEvent> events, std::vector<ras::SourceCursor>)>;
 
   // Records decoded per loop callback under a storm.
   static constexpr std::size_t kKmsgSlice = 4096;
@@ -61,10 +58,8 @@ class RasIngest {
   RasIngest& operator=(const RasIngest&) = delete;
 
   struct Stats {
-    std::uint64_t events = 0;
     std::uint64_t kmsg_records = 0;
     std::uint64_t kmsg_lost = 0;
-    std::uint64_t store_failures = 0;
     bool kmsg_active = false;
     bool tracefs_active = false;
     std::size_t nvml_gpus = 0;  // GPUs NVML watches; 0 without NVML
@@ -72,7 +67,6 @@ class RasIngest {
     std::uint64_t tracefs_pages = 0;
     std::uint64_t tracefs_events = 0;
     std::size_t edac_controllers = 0;
-    std::uint64_t coalesced = 0;  // events merged into others under storms
     std::uint64_t pruned = 0;
     std::uint64_t kmsg_gaps = 0;
     std::uint64_t kmsg_undecoded = 0;
@@ -106,7 +100,6 @@ class RasIngest {
   void StartTracefs();
   void ReadTracefs(std::size_t cpu);
   void Deliver(std::vector<ras::RasEvent> events);
-  void AttributeToDevices(std::vector<ras::RasEvent>& events) const;
   void DrainDriverEvents();
   void StartNvml();
   void QueueDriverEvent(const drivers::DriverErrorEvent& event, std::string_view reporter);
@@ -157,10 +150,7 @@ class RasIngest {
   std::unique_ptr<drivers::NvmlMonitor> nvml_;
 
   Stats stats_;
-  // Log at most this many events a second; a storm is counted, not printed.
-  std::int64_t log_window_second_ = 0;
-  int logged_in_window_ = 0;
-  std::uint64_t unlogged_ = 0;
+  std::string saved_kmsg_position_;  // sent with the last batch
 };
 
 }  // namespace rasd::daemon

@@ -1,0 +1,77 @@
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "actuator.h"
+#include "rasd/common/event_loop.h"
+#include "rasd/ras/policy.h"
+#include "rasd/ras/ras_event.h"
+#include "rasd/ras/state_store.h"
+#include "rasd/runtime/runtime.h"
+
+namespace rasd::daemon {
+
+// What one handled batch did, for the observers (metrics, the device
+// lifecycle, the jobs).
+struct HandledBatch {
+  const std::vector<ras::RasEvent>& events;   // as stored (attributed, coalesced)
+  std::vector<std::int64_t> event_ids;        // empty when storing failed
+  std::vector<double> isolation_seconds;      // fault to gate closed, per isolation
+  bool stored = false;
+};
+
+// One batch of RAS events, from any source, through one path:
+// attribute to runtime devices -> coalesce a storm -> PolicyEngine::Decide
+// -> Actuator::Apply (effects at once) -> one store transaction for the
+// events, the action rows, device states, retired pages and the source's
+// cursor -> observers. Acting never waits for the disk: a gate closes
+// before anything is written.
+//
+// Loop thread only. Everything it refers to must outlive it.
+class RasPipeline {
+ public:
+  struct Options {
+    std::size_t storm_threshold = 64;  // a batch larger than this is coalesced
+  };
+  struct Stats {
+    std::uint64_t events = 0;          // before coalescing
+    std::uint64_t coalesced = 0;       // merged into others
+    std::uint64_t store_failures = 0;  // batches that could not be stored
+  };
+  using Observer = std::function<void(const HandledBatch&)>;
+
+  RasPipeline(common::EventLoop& loop, runtime::Runtime& runtime, ras::PolicyEngine& policy,
+              Actuator& actuator, ras::StateStore& store, Options options);
+
+  void SetOptions(Options options) { options_ = options; }
+  void AddObserver(Observer observer) { observers_.push_back(std::move(observer)); }
+
+  // `cursors` are the positions of the sources after these events: stored
+  // in the same transaction, so that a restart resumes exactly behind what
+  // was stored.
+  void Handle(std::vector<ras::RasEvent> events, std::vector<ras::SourceCursor> cursors = {});
+
+  const Stats& GetStats() const { return stats_; }
+
+ private:
+  void AttributeToDevices(std::vector<ras::RasEvent>& events) const;
+  void Log(const std::vector<ras::RasEvent>& events);
+
+  common::EventLoop& loop_;
+  runtime::Runtime& runtime_;
+  ras::PolicyEngine& policy_;
+  Actuator& actuator_;
+  ras::StateStore& store_;
+  Options options_;
+  std::vector<Observer> observers_;
+  Stats stats_;
+  // Log at most this many events a second; a storm is counted, not printed.
+  std::int64_t log_window_second_ = -1;
+  int logged_in_window_ = 0;
+  std::uint64_t unlogged_ = 0;
+};
+
+}  // namespace rasd::daemon
