@@ -12,6 +12,83 @@ constexpr std::uint64_t kHandleMask = (std::uint64_t{1} << kBackendShift) - 1;
 
 }  // namespace
 
+// Sends each injection to the backend owning the device, renumbered to the
+// backend's index. No state of its own beyond the composite's, which is
+// fixed at construction: thread-safe as the backends' injectors are.
+class CompositeDriver::RoutedFaults final : public FaultInjector {
+ public:
+  explicit RoutedFaults(const CompositeDriver& composite) : composite_(composite) {}
+  ~RoutedFaults() override = default;
+
+  Status InjectCorrectedEcc(int device, DeviceAddress address) override {
+    auto target = Route(device);
+    if (!target) return Fail(target.error());
+    return target->faults->InjectCorrectedEcc(target->device, address);
+  }
+  Status InjectUncorrectedEcc(int device, DeviceAddress address) override {
+    auto target = Route(device);
+    if (!target) return Fail(target.error());
+    return target->faults->InjectUncorrectedEcc(target->device, address);
+  }
+  Status InjectActionOptionalEcc(int device, DeviceAddress address) override {
+    auto target = Route(device);
+    if (!target) return Fail(target.error());
+    return target->faults->InjectActionOptionalEcc(target->device, address);
+  }
+  Status InjectStickyFault(int device) override {
+    auto target = Route(device);
+    if (!target) return Fail(target.error());
+    return target->faults->InjectStickyFault(target->device);
+  }
+  Status InjectHang(int device) override {
+    auto target = Route(device);
+    if (!target) return Fail(target.error());
+    return target->faults->InjectHang(target->device);
+  }
+  Status InjectFallOffBus(int device) override {
+    auto target = Route(device);
+    if (!target) return Fail(target.error());
+    return target->faults->InjectFallOffBus(target->device);
+  }
+  Status InjectLinkError(int device_a, int device_b) override {
+    auto a = composite_.DeviceOf(device_a);
+    if (!a) return Fail(a.error());
+    auto b = composite_.DeviceOf(device_b);
+    if (!b) return Fail(b.error());
+    if (a->backend != b->backend) {
+      return Fail(ErrorCode::kNotSupported,
+                  fmt::format("devices {} ({}) and {} ({}) are on different backends: no link "
+                              "joins them",
+                              device_a, composite_.backends_[a->backend].driver->Name(), device_b,
+                              composite_.backends_[b->backend].driver->Name()));
+    }
+    auto target = Route(device_a);
+    if (!target) return Fail(target.error());
+    return target->faults->InjectLinkError(target->device, b->device);
+  }
+
+ private:
+  struct Target {
+    FaultInjector* faults;
+    int device;  // the backend's own index
+  };
+
+  Result<Target> Route(int device) const {
+    auto local = composite_.DeviceOf(device);
+    if (!local) return Fail(local.error());
+    const Backend& backend = composite_.backends_[local->backend];
+    if (backend.faults == nullptr) {
+      const std::string_view name = backend.driver->Name();
+      return Fail(
+          ErrorCode::kNotSupported,
+          fmt::format("device {} is a {} device: {} cannot inject faults", device, name, name));
+    }
+    return Target{backend.faults, local->device};
+  }
+
+  const CompositeDriver& composite_;
+};
+
 Result<std::unique_ptr<CompositeDriver>> CompositeDriver::Create(
     std::vector<std::unique_ptr<Driver>> drivers) {
   if (drivers.size() > 255) return Fail(ErrorCode::kInvalidArgument, "too many backends");
@@ -22,7 +99,8 @@ Result<std::unique_ptr<CompositeDriver>> CompositeDriver::Create(
     auto devices = driver->EnumerateDevices();
     if (!devices) return Fail(devices.error());
     const int count = static_cast<int>(devices->size());
-    backends.push_back({std::move(driver), next, count});
+    FaultInjector* faults = driver->Faults();
+    backends.push_back({std::move(driver), next, count, faults});
     next += count;
   }
   return std::unique_ptr<CompositeDriver>(new CompositeDriver(std::move(backends)));
@@ -40,6 +118,10 @@ CompositeDriver::CompositeDriver(std::vector<Backend> backends) : backends_(std:
     }
   }
   if (name_.empty()) name_ = "none";
+  const bool any_faults =
+      std::any_of(backends_.begin(), backends_.end(),
+                  [](const Backend& backend) { return backend.faults != nullptr; });
+  if (any_faults) faults_ = std::make_unique<RoutedFaults>(*this);
 }
 
 CompositeDriver::~CompositeDriver() {
@@ -235,5 +317,7 @@ void CompositeDriver::SetErrorListener(ErrorListener listener) {
     });
   }
 }
+
+FaultInjector* CompositeDriver::Faults() { return faults_.get(); }
 
 }  // namespace rasd::drivers

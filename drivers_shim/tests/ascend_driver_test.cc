@@ -289,6 +289,10 @@ TEST_F(AscendDriverTest, EnumeratesTheFakeDevices) {
   EXPECT_TRUE(driver_->Kernels().empty());
 }
 
+TEST_F(AscendDriverTest, HasNoFaultInjector) {
+  EXPECT_EQ(driver_->Faults(), nullptr) << "a real NPU takes no injected faults";
+}
+
 TEST_F(AscendDriverTest, LaunchKernelIsNotSupported) {
   const StreamHandle stream = NewStream();
   auto launched = driver_->LaunchKernel(stream, "fill", {}, {});

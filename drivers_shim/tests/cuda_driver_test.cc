@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "driver_test_util.h"
+#include "rasd/drivers_shim/composite_driver.h"
 #include "rasd/drivers_shim/sim_driver.h"
 
 namespace rasd::drivers {
@@ -119,6 +120,32 @@ TEST_F(CudaDriverTest, EnumeratesGpusWithTheirPciAddressUuidAndMemory) {
   EXPECT_EQ(first.uuid, "GPU-a0a1a2a3-a4a5-a6a7-a8a9-aaabacadaeaf");
   EXPECT_EQ(first.memory_bytes, std::uint64_t{1} << 30);
   EXPECT_EQ((*devices)[1].pci_bdf, "0000:d2:00.0");
+}
+
+TEST_F(CudaDriverTest, HasNoFaultInjector) {
+  EXPECT_EQ(driver_->Faults(), nullptr) << "a real GPU takes no injected faults";
+}
+
+// runtime.driver: [sim, cuda]: the simulator's devices take injected faults,
+// the GPUs refuse them by name.
+TEST_F(CudaDriverTest, NextToTheSimulatorItsGpusRefuseInjectedFaults) {
+  auto sim = SimDriver::Create({.device_count = 1, .memory_bytes_per_device = 16 << 20});
+  ASSERT_TRUE(sim) << sim.error().ToString();
+  std::vector<std::unique_ptr<Driver>> backends;
+  backends.push_back(std::move(*sim));
+  backends.push_back(std::move(driver_));
+  auto composite = CompositeDriver::Create(std::move(backends));
+  ASSERT_TRUE(composite) << composite.error().ToString();
+  FaultInjector* faults = (*composite)->Faults();
+  ASSERT_NE(faults, nullptr);
+  EXPECT_TRUE(faults->InjectHang(0).has_value());
+  auto refused = faults->InjectHang(2);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code, ErrorCode::kNotSupported);
+  EXPECT_EQ(refused.error().message, "device 2 is a cuda device: cuda cannot inject faults");
+  auto across = faults->InjectLinkError(0, 1);
+  ASSERT_FALSE(across);
+  EXPECT_EQ(across.error().code, ErrorCode::kNotSupported);
 }
 
 TEST_F(CudaDriverTest, ReservationsAreAlignedToTheRetireGranularityAndReleasedOnce) {

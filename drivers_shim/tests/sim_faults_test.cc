@@ -180,6 +180,23 @@ TEST_F(SimFaultsTest, LinkErrorFailsPeerCopiesOnThatLinkOnly) {
   EXPECT_TRUE(driver_->SynchronizeStream(retry, 5s).has_value());
 }
 
+// The daemon reaches injection through Driver::Faults(), not the concrete
+// class: the same simulator, the same reports.
+TEST_F(SimFaultsTest, FaultsIsTheSimulatorsInjector) {
+  Driver& driver = *driver_;
+  FaultInjector* faults = driver.Faults();
+  ASSERT_NE(faults, nullptr);
+  const StreamHandle stream = NewStream(1);
+  const DeviceAddress buffer = Upload(stream, Pattern(1024), 1);
+  ASSERT_TRUE(faults->InjectCorrectedEcc(1, buffer + 128).has_value());
+  const auto events = Events();
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].kind, DriverErrorKind::kCorrectedEcc);
+  EXPECT_EQ(events[0].device, 1);
+  EXPECT_EQ(events[0].address, buffer + 128);
+  EXPECT_EQ(faults->InjectHang(4).error().code, ErrorCode::kInvalidArgument);
+}
+
 TEST_F(SimFaultsTest, InjectionIntoAnUnknownDeviceIsAnError) {
   EXPECT_EQ(driver_->InjectStickyFault(4).error().code, ErrorCode::kInvalidArgument);
   EXPECT_EQ(driver_->InjectHang(-1).error().code, ErrorCode::kInvalidArgument);

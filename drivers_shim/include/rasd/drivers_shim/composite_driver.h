@@ -15,6 +15,10 @@ namespace rasd::drivers {
 // API copies between them; the runtime stages through the host). Error
 // reports are renumbered to the composite's device indices.
 //
+// Faults() forwards each injection to the backend owning the device, with
+// the backend's own index; a device of a backend without an injector gets
+// kNotSupported, and so does a link between devices of two backends.
+//
 // With no backend it is a driver with no devices: rasd on a host without
 // accelerators still reads and acts on host errors.
 //
@@ -57,12 +61,16 @@ class CompositeDriver final : public Driver {
   Status AbortStream(StreamHandle stream, const Error& reason) override;
   Status ResetDevice(int device) override;
   void SetErrorListener(ErrorListener listener) override;
+  // Null when no backend can inject faults (or there is no backend).
+  FaultInjector* Faults() override;
 
  private:
+  class RoutedFaults;
   struct Backend {
     std::unique_ptr<Driver> driver;
     int first_device = 0;
     int device_count = 0;
+    FaultInjector* faults = nullptr;  // the backend's; null where it has none
   };
   struct Local {
     std::size_t backend;
@@ -78,6 +86,7 @@ class CompositeDriver final : public Driver {
   std::vector<Backend> backends_;
   std::string name_;
   std::vector<DeviceProperties> devices_;
+  std::unique_ptr<RoutedFaults> faults_;  // null when no backend has an injector
 };
 
 }  // namespace rasd::drivers

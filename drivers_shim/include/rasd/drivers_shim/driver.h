@@ -138,6 +138,52 @@ using ErrorListener = std::function<void(const DriverErrorEvent&)>;
 // status at that point (cuStreamAddCallback). Must not block for long.
 using StreamCallback = std::function<void(const Status&)>;
 
+// Device faults injected on demand, as `rasctl inject` and the tests use
+// them. Each fault is reported through the channels a real one takes
+// (returned errors, the stream status, the error listener), so the runtime
+// handles it as it would on hardware. Device indices are the driver's own
+// numbering, the one EnumerateDevices reports.
+//
+// Errors: kInvalidArgument for an unknown device (and for a link from a
+// device to itself); kNotSupported for a device whose backend cannot inject
+// faults (a CompositeDriver's device of such a backend; the message names
+// it).
+//
+// Ownership and lifetime: the driver that returns it from Faults() owns it;
+// it lives as long as that driver. It is never deleted through this
+// interface.
+//
+// Thread-safety: every method may be called from any thread, like the
+// driver's own.
+class FaultInjector {
+ public:
+  // A corrected ECC error at `address`: reported, data intact.
+  virtual Status InjectCorrectedEcc(int device, DeviceAddress address) = 0;
+  // An uncorrected ECC error: the page holding `address` is poisoned and
+  // reported. A later kernel or copy that reads it fails (kDeviceFault),
+  // fails its stream, and is reported again with consumed=true and the
+  // stream, so that the runtime can find and stop exactly that consumer.
+  // The poison is a hardware defect: it outlives a reset.
+  virtual Status InjectUncorrectedEcc(int device, DeviceAddress address) = 0;
+  // The same, reported as action-optional (a patrol scrub found it).
+  virtual Status InjectActionOptionalEcc(int device, DeviceAddress address) = 0;
+  // The device context fails (CUDA error 719): every call and all pending
+  // work on the device fail with kDeviceFault until ResetDevice.
+  virtual Status InjectStickyFault(int device) = 0;
+  // The device stops making progress: streams keep accepting work but run
+  // none of it until ResetDevice. Nothing is reported: only timeouts tell.
+  virtual Status InjectHang(int device) = 0;
+  // The device falls off the bus (Xid 79): every call fails with
+  // kDeviceFault, pending work fails, and no reset brings it back.
+  virtual Status InjectFallOffBus(int device) = 0;
+  // The link between two devices fails: peer copies between them fail until
+  // either is reset.
+  virtual Status InjectLinkError(int device_a, int device_b) = 0;
+
+ protected:
+  virtual ~FaultInjector() = default;
+};
+
 // The boundary between rasd and a vendor's device library. Everything vendor
 // specific (CUDA driver API + NVML, Ascend ACL + DCMI, the CPU simulator)
 // lives behind it, so the runtime above never includes a vendor header.
@@ -229,6 +275,10 @@ class Driver {
   // Replaces the listener for asynchronous error reports. It is called on
   // driver threads and must not call back into the driver.
   virtual void SetErrorListener(ErrorListener listener) = 0;
+
+  // The fault injector of this driver's devices; null where the backend
+  // cannot inject faults (real hardware: CUDA, Ascend). Owned by the driver.
+  virtual FaultInjector* Faults() { return nullptr; }
 };
 
 }  // namespace rasd::drivers
