@@ -66,4 +66,21 @@ bool HostEnv::Exists(std::string_view host_path) const {
   return std::filesystem::exists(Resolve(host_path), ec);
 }
 
+Status HostEnv::WriteFile(std::string_view host_path, std::string_view content,
+                         bool create) const {
+  const std::filesystem::path path = Resolve(host_path);
+  if (create) {
+    std::error_code ec;
+    std::filesystem::create_directories(path.parent_path(), ec);
+  }
+  const int flags = O_WRONLY | O_CLOEXEC | (create ? O_CREAT | O_TRUNC : 0);
+  UniqueFd fd(::open(path.c_str(), flags, 0644));
+  if (!fd) return Fail(ErrnoError("open " + path.string(), errno));
+  const ssize_t n = ::write(fd.Get(), content.data(), content.size());
+  if (n < 0) return Fail(ErrnoError("write " + path.string(), errno));
+  if (static_cast<std::size_t>(n) != content.size())
+    return Fail(ErrorCode::kIoError, "short write to " + path.string());
+  return {};
+}
+
 }  // namespace rasd::common

@@ -64,5 +64,17 @@ TEST(ManualClockTest, MovesOnlyWhenAdvanced) {
   EXPECT_EQ(clock.Wall() - wall, std::chrono::seconds(3));
 }
 
+TEST_F(HostEnvTest, WritesUnderTheRootAndCreatesOnlyWhenAsked) {
+  HostEnv env(root_, std::make_shared<SystemClock>());
+  auto missing = env.WriteFile("/sys/devices/system/memory/soft_offline_page", "0x1000\n");
+  ASSERT_FALSE(missing.has_value());
+  EXPECT_EQ(missing.error().code, ErrorCode::kNotFound);
+  EXPECT_FALSE(env.Exists("/sys/devices/system/memory/soft_offline_page"));
+  ASSERT_TRUE(env.WriteFile("/sys/devices/system/edac/mc/mc1/dimm0/dimm_ce_count", "4\n", true));
+  EXPECT_EQ(*env.ReadFile("/sys/devices/system/edac/mc/mc1/dimm0/dimm_ce_count"), "4\n");
+  ASSERT_TRUE(env.WriteFile("/sys/devices/system/edac/mc/mc1/dimm0/dimm_ce_count", "5\n"));
+  EXPECT_EQ(*env.ReadFile("/sys/devices/system/edac/mc/mc1/dimm0/dimm_ce_count"), "5\n");
+}
+
 }  // namespace
 }  // namespace rasd::common

@@ -133,6 +133,7 @@ Daemon::~Daemon() {
   metrics_.reset();  // no scrape may run past this point
   metrics_timer_.reset();
   control_.reset();
+  injection_.reset();
   ingest_.reset();
   jobs_.reset();
   lifecycle_.reset();
@@ -246,6 +247,7 @@ Status Daemon::Initialize(Config config) {
                                   });
   if (!ingest) return Fail(ingest.error());
   ingest_ = std::move(*ingest);
+  injection_ = std::make_unique<FaultInjection>(*runtime_, *host_, *ingest_, config_.inject);
 
   auto socket = OpenControlSocket(socket_path_, config_.control.socket_mode);
   if (!socket)
@@ -380,6 +382,7 @@ Result<nlohmann::json> Daemon::Reload() {
   policy_.Reconfigure(config_.policy.engine);  // keeps the counters of unchanged rules
   actuator_->SetOptions(ActuatorOptions(config_));
   pipeline_->SetOptions(PipelineOptions(config_));
+  injection_->SetOptions(config_.inject);
   lifecycle_->SetOptions(LifecycleOptions(config_));
   ++config_generation_;
   spdlog::info("configuration reloaded (generation {})", config_generation_);
@@ -404,8 +407,9 @@ std::map<std::string, Command> Daemon::Commands() {
   commands["actions"] = {
       false, [this](const auto& request, const auto&) { return ActionsReport(request.args); }};
   commands["jobs"] = {false, [this](const auto&, const auto&) { return JobsReport(); }};
-  commands["inject"] = {true,
-                        [this](const auto& request, const auto&) { return Inject(request.args); }};
+  commands["inject"] = {true, [this](const auto& request, const auto&) {
+                          return injection_->Inject(request.args);
+                        }};
   // Work on the devices: admin only, like every command that uses them.
   commands["infer"] = {true, nullptr, [this](const auto& request, const auto&, AsyncReply reply) {
                          Infer(request.args, std::move(reply));
@@ -1045,213 +1049,6 @@ exporters::MetricsSnapshot Daemon::MetricsNow() const {
     }
   }
   return snapshot;
-}
-
-Result<nlohmann::json> Daemon::Inject(const nlohmann::json& args) {
-  std::string kind;
-  std::optional<int> device, peer, xid, mc, dimm;
-  std::optional<std::string> address, job, text;
-  std::uint64_t count = 1;
-  for (const auto& [key, value] : args.items()) {
-    if (key == "kind" && value.is_string()) {
-      kind = value.get<std::string>();
-    } else if ((key == "device" || key == "peer" || key == "xid" || key == "mc" || key == "dimm") &&
-               value.is_number_integer() && value.get<long long>() >= 0 &&
-               value.get<long long>() < 100'000'000) {
-      const int number = value.get<int>();
-      (key == "device" ? device
-       : key == "peer" ? peer
-       : key == "xid"  ? xid
-       : key == "mc"   ? mc
-                       : dimm) = number;
-    } else if (key == "address" && value.is_string()) {
-      address = value.get<std::string>();
-    } else if (key == "job" && value.is_string()) {
-      job = value.get<std::string>();
-    } else if (key == "text" && value.is_string() && value.get<std::string>().size() <= 16384) {
-      text = value.get<std::string>();
-    } else if (key == "count" && value.is_number_integer() && value.get<long long>() >= 1 &&
-               value.get<long long>() <= 100'000) {
-      count = value.get<std::uint64_t>();
-    } else {
-      return Fail(ErrorCode::kInvalidArgument, "bad argument '" + key + "' for inject");
-    }
-  }
-  auto* sim = dynamic_cast<drivers::SimDriver*>(&runtime_->Driver());
-  auto need_device = [&](bool into_simulator = true) -> Status {
-    if (!device) return Fail(ErrorCode::kInvalidArgument, "inject " + kind + " needs --device");
-    if (!runtime_->GetDevice(*device))
-      return Fail(ErrorCode::kNotFound, fmt::format("no device {}", *device));
-    if (into_simulator && sim == nullptr)
-      return Fail(ErrorCode::kNotSupported,
-                  "device faults can be injected into the simulator only (runtime.driver: sim)");
-    return {};
-  };
-  // Where a memory fault lands: --address, else inside one of --job's
-  // allocations (any job's without --job), else the pool's first page.
-  auto target = [&]() -> Result<drivers::DeviceAddress> {
-    if (address) {
-      const auto value = ras::ParseAddress(address);
-      if (!value)
-        return Fail(ErrorCode::kInvalidArgument, "address must be hex, e.g. 0x10000004000");
-      return *value;
-    }
-    auto pool = runtime_->Pool(*device);
-    if (!pool) return Fail(pool.error());
-    for (const auto& allocation : (*pool)->Allocations()) {
-      if (job ? allocation.owner == *job : !allocation.owner.empty())
-        return allocation.address + std::min<std::uint64_t>(allocation.size / 2, 4096);
-    }
-    if (job) {
-      return Fail(ErrorCode::kNotFound,
-                  fmt::format("job '{}' holds no memory on device {}", *job, *device));
-    }
-    return Fail(ErrorCode::kNotFound,
-                fmt::format("nothing is allocated on device {}: give --address", *device));
-  };
-  nlohmann::json done = {{"kind", kind}};
-  if (kind == "ce" || kind == "ucna" || kind == "srao" || kind == "srar") {
-    if (auto ok = need_device(); !ok) return Fail(ok.error());
-    auto at = target();
-    if (!at) return Fail(at.error());
-    for (std::uint64_t i = 0; i < count; ++i) {
-      Status injected = kind == "ce"     ? sim->InjectCorrectedEcc(*device, *at)
-                        : kind == "srao" ? sim->InjectActionOptionalEcc(*device, *at)
-                                         : sim->InjectUncorrectedEcc(*device, *at);
-      if (!injected) return Fail(injected.error());
-    }
-    done["device"] = *device;
-    done["address"] = fmt::format("0x{:x}", *at);
-    done["count"] = count;
-    if (kind == "srar") {
-      // The page is poisoned now (reported as UCNA); the owner's next read
-      // consumes it, and that read is the SRAR.
-      done["note"] = "poisoned; the owner's next read consumes it (SRAR)";
-    }
-  } else if (kind == "uce" || kind == "fatal" || kind == "hang") {
-    if (auto ok = need_device(); !ok) return Fail(ok.error());
-    Status injected = kind == "uce"     ? sim->InjectStickyFault(*device)
-                      : kind == "fatal" ? sim->InjectFallOffBus(*device)
-                                        : sim->InjectHang(*device);
-    if (!injected) return Fail(injected.error());
-    done["device"] = *device;
-  } else if (kind == "link") {
-    if (auto ok = need_device(); !ok) return Fail(ok.error());
-    if (!peer || !runtime_->GetDevice(*peer))
-      return Fail(ErrorCode::kInvalidArgument, "inject link needs --peer, another device");
-    if (auto injected = sim->InjectLinkError(*device, *peer); !injected)
-      return Fail(injected.error());
-    done["device"] = *device;
-    done["peer"] = *peer;
-  } else if (kind == "xid") {
-    // A kernel-log record, not a device fault: any backend's device with a
-    // PCI address will do (on a real GPU this is how its gate is tested).
-    if (auto ok = need_device(/*into_simulator=*/false); !ok) return Fail(ok.error());
-    if (!xid) return Fail(ErrorCode::kInvalidArgument, "inject xid needs the Xid number");
-    // The driver's own kernel-log line, naming the device by its PCI address.
-    const std::string bdf = (*runtime_->GetDevice(*device))->Properties().pci_bdf;
-    if (bdf.empty()) {
-      return Fail(ErrorCode::kNotSupported,
-                  fmt::format("device {} has no PCI address for an Xid record", *device));
-    }
-    const std::string line =
-        fmt::format("NVRM: Xid (PCI:{}): {}, pid=0, name=rasctl-inject, injected by rasctl",
-                    bdf.size() > 2 ? bdf.substr(0, bdf.size() - 2) : bdf, *xid);
-    done["device"] = *device;
-    done["events"] = ingest_->InjectKernelLog(line);
-  } else if (kind == "kmsg") {
-    if (!config_.inject.allow_sources)
-      return Fail(ErrorCode::kPermissionDenied,
-                  "inject kmsg needs inject.allow_sources: true in the config");
-    if (!text) return Fail(ErrorCode::kInvalidArgument, "inject kmsg needs the record text");
-    done["events"] = ingest_->InjectKernelLog(*text);
-  } else if (kind == "edac") {
-    if (!config_.inject.allow_sources)
-      return Fail(ErrorCode::kPermissionDenied,
-                  "inject edac needs inject.allow_sources: true in the config");
-    if (std::filesystem::equivalent(config_.host.root, "/"))
-      return Fail(ErrorCode::kPermissionDenied,
-                  "inject edac writes a simulated EDAC tree under host.root; with host.root / "
-                  "it would write the real sysfs, which rasd never does");
-    if (!mc || !dimm) return Fail(ErrorCode::kInvalidArgument, "inject edac needs --mc and --dimm");
-    const std::string base = fmt::format("/sys/devices/system/edac/mc/mc{}/dimm{}", *mc, *dimm);
-    const auto directory = host_->Resolve(base);
-    std::error_code ec;
-    std::filesystem::create_directories(directory, ec);
-    const auto current = host_->ReadFile(base + "/dimm_ce_count", 64);
-    std::uint64_t value = 0;
-    if (current) {
-      const std::string trimmed = current->substr(0, current->find_first_of(" \n"));
-      (void)std::from_chars(trimmed.data(), trimmed.data() + trimmed.size(), value);
-    }
-    value += count;
-    std::ofstream file(directory / "dimm_ce_count", std::ios::trunc);
-    file << value << "\n";
-    file.close();  // flushed before the poll below reads it
-    if (!file) return Fail(ErrnoError("write " + (directory / "dimm_ce_count").string(), errno));
-    if (!host_->Exists(base + "/dimm_label"))
-      std::ofstream(directory / "dimm_label") << fmt::format("MC{}_DIMM{}\n", *mc, *dimm);
-    done["mc"] = *mc;
-    done["dimm"] = *dimm;
-    done["dimm_ce_count"] = value;
-    ingest_->PollEdacNow();
-  } else if (kind == "einj") {
-    if (!config_.inject.allow_hardware)
-      return Fail(ErrorCode::kPermissionDenied,
-                  "hardware injection is off (inject.allow_hardware: false)");
-    if (::geteuid() != 0)
-      return Fail(ErrorCode::kPermissionDenied, "hardware injection needs rasd to run as root");
-    const std::string einj = "/sys/kernel/debug/apei/einj";
-    const auto available = host_->ReadFile(einj + "/available_error_type", 4096);
-    if (!available) {
-      return Fail(ErrorCode::kNotSupported,
-                  "this kernel has no ACPI EINJ (" + host_->Resolve(einj).string() +
-                      " is missing: CONFIG_ACPI_APEI_EINJ, debugfs, and firmware support needed)");
-    }
-    auto at = address ? std::optional<std::string>(*address) : std::nullopt;
-    if (!at) return Fail(ErrorCode::kInvalidArgument, "inject einj needs --address (physical)");
-    // 0x8: memory correctable; the firmware lists what it supports.
-    for (const auto& [file, value] : {std::pair<std::string, std::string>{"error_type", "0x8"},
-                                      {"param1", *at},
-                                      {"param2", "0xfffffffffffff000"},
-                                      {"error_inject", "1"}}) {
-      std::ofstream out(host_->Resolve(einj + "/" + file));
-      out << value << "\n";
-      if (!out)
-        return Fail(ErrnoError("write " + host_->Resolve(einj + "/" + file).string(), errno));
-    }
-    done["address"] = *at;
-    done["available_error_type"] = *available;
-  } else if (kind == "hwpoison") {
-    if (!config_.inject.allow_hardware)
-      return Fail(ErrorCode::kPermissionDenied,
-                  "hardware injection is off (inject.allow_hardware: false)");
-    if (::geteuid() != 0)
-      return Fail(ErrorCode::kPermissionDenied, "hardware injection needs rasd to run as root");
-    // A page of rasd's own, poisoned by the kernel's memory-failure code as
-    // if the hardware had found it bad: its "Memory failure:" record comes
-    // back through the kernel log. The page is never touched again.
-    const long page_size = ::sysconf(_SC_PAGESIZE);
-    void* page = ::mmap(nullptr, static_cast<std::size_t>(page_size), PROT_READ | PROT_WRITE,
-                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
-    if (page == MAP_FAILED) return Fail(ErrnoError("mmap a page to poison", errno));
-    std::memset(page, 0x5a, static_cast<std::size_t>(page_size));
-    if (::madvise(page, static_cast<std::size_t>(page_size), MADV_HWPOISON) != 0) {
-      const int error = errno;
-      ::munmap(page, static_cast<std::size_t>(page_size));
-      return Fail(error == EINVAL ? ErrorCode::kNotSupported : ErrorCode::kPermissionDenied,
-                  fmt::format("madvise(MADV_HWPOISON): {} (the kernel needs "
-                              "CONFIG_MEMORY_FAILURE, and rasd CAP_SYS_ADMIN)",
-                              std::strerror(error)));
-    }
-    done["poisoned"] = fmt::format("{}", page);
-  } else {
-    return Fail(ErrorCode::kInvalidArgument,
-                "kind must be one of ce, ucna, srao, srar, uce, fatal, xid, link, hang, kmsg, "
-                "edac, einj, hwpoison");
-  }
-  spdlog::warn("fault injected: {}", done.dump());
-  return done;
 }
 
 }  // namespace rasd::daemon

@@ -14,6 +14,7 @@
 #include "actuator.h"
 #include "control_server.h"
 #include "device_lifecycle.h"
+#include "fault_injection.h"
 #include "ras_ingest.h"
 #include "ras_pipeline.h"
 #include "rasd/common/event_loop.h"
@@ -68,8 +69,6 @@ class Daemon {
   Result<nlohmann::json> JobsReport();
   Result<nlohmann::json> StartJob(const nlohmann::json& args);
   Result<nlohmann::json> StopJob(const nlohmann::json& args);
-  // `rasctl inject`: faults through the simulator or a source's input.
-  Result<nlohmann::json> Inject(const nlohmann::json& args);
   // An inference request; answered when a replica has run it.
   void Infer(const nlohmann::json& args, AsyncReply reply);
   void ChangeDeviceState(const std::string& command, const nlohmann::json& args,
@@ -123,6 +122,7 @@ class Daemon {
   std::unique_ptr<ControlServer> control_;
   std::unique_ptr<RasPipeline> pipeline_;  // before ingest_, which feeds it
   std::unique_ptr<RasIngest> ingest_;
+  std::unique_ptr<FaultInjection> injection_;  // after ingest_: goes before it
 
   std::uint64_t config_generation_ = 1;
   nlohmann::json last_reload_;  // null until the first reload

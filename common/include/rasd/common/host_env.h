@@ -68,6 +68,13 @@ class HostEnv {
 
   bool Exists(std::string_view host_path) const;
 
+  // Writes `content` to a host file in one write(), as sysfs control files
+  // (soft_offline_page, EINJ's) expect. Without `create` the file must
+  // exist (a missing sysfs file is kNotFound, never created by mistake);
+  // with it, a missing file and its directories are made (fixture trees).
+  Status WriteFile(std::string_view host_path, std::string_view content,
+                   bool create = false) const;
+
  private:
   std::filesystem::path root_;
   std::shared_ptr<const Clock> clock_;

@@ -1,0 +1,41 @@
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include "ras_ingest.h"
+#include "rasd/common/host_env.h"
+#include "rasd/common/result.h"
+#include "rasd/daemon/config.h"
+#include "rasd/runtime/runtime.h"
+
+namespace rasd::daemon {
+
+// `rasctl inject`: device faults through the driver's FaultInjector (the
+// simulator's, or a composite's that routes to the backend owning the
+// device; refused where the backend has none), kernel-log records through
+// the ingest's decoder, EDAC counters into a fixture tree, and the
+// hardware's own injection (ACPI EINJ, MADV_HWPOISON) where the config
+// allows it. Host files are written through HostEnv, so a fixture root
+// takes every write.
+//
+// Loop thread only. Runtime, host and ingest must outlive it.
+class FaultInjection {
+ public:
+  FaultInjection(runtime::Runtime& runtime, const common::HostEnv& host, RasIngest& ingest,
+                 Config::Inject options);
+  void SetOptions(Config::Inject options) { options_ = options; }
+
+  // The arguments of the `inject` command; the JSON answer says what was
+  // injected where.
+  Result<nlohmann::json> Inject(const nlohmann::json& args);
+
+ private:
+  Status HardwareAllowed() const;
+
+  runtime::Runtime& runtime_;
+  const common::HostEnv& host_;
+  RasIngest& ingest_;
+  Config::Inject options_;
+};
+
+}  // namespace rasd::daemon
