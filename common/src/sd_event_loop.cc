@@ -28,8 +28,7 @@ std::uint64_t Micros(std::chrono::nanoseconds delay) {
 class SdTimer final : public Timer {
  public:
   SdTimer(sd_event* event, std::function<void()> on_fire) : on_fire_(std::move(on_fire)) {
-    if (int rc = sd_event_add_time(event, &source_, CLOCK_MONOTONIC, 0, 0,
-                                   &SdTimer::OnFire, this);
+    if (int rc = sd_event_add_time(event, &source_, CLOCK_MONOTONIC, 0, 0, &SdTimer::OnFire, this);
         rc < 0) {
       // Only ENOMEM gets here: a loop that cannot make timers cannot run
       // rasd's drains, recoveries or watchdog, and limping on would hide it.

@@ -1,3 +1,5 @@
+#include "rasd/common/event_loop.h"
+
 #include <gtest/gtest.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
@@ -7,7 +9,6 @@
 #include <thread>
 #include <vector>
 
-#include "rasd/common/event_loop.h"
 #include "rasd/common/simulated_event_loop.h"
 #include "rasd/common/unique_fd.h"
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "actuator.h"
+#include "control_api.h"
 #include "control_server.h"
 #include "device_lifecycle.h"
 #include "fault_injection.h"
@@ -59,20 +60,7 @@ class Daemon {
   explicit Daemon(StartOptions options);
 
   Status Initialize(Config config);
-  std::map<std::string, Command> Commands();
   Result<nlohmann::json> StatusReport();
-  Result<nlohmann::json> EventsReport(const nlohmann::json& args);
-  Result<nlohmann::json> SummaryReport();
-  Result<nlohmann::json> DevicesReport(const nlohmann::json& args);
-  Result<nlohmann::json> RetiredReport(const nlohmann::json& args);
-  Result<nlohmann::json> ActionsReport(const nlohmann::json& args);
-  Result<nlohmann::json> JobsReport();
-  Result<nlohmann::json> StartJob(const nlohmann::json& args);
-  Result<nlohmann::json> StopJob(const nlohmann::json& args);
-  // An inference request; answered when a replica has run it.
-  void Infer(const nlohmann::json& args, AsyncReply reply);
-  void ChangeDeviceState(const std::string& command, const nlohmann::json& args,
-                         AsyncReply reply);
   // After the pipeline handled a batch: lifecycle, jobs and metrics.
   void ObserveBatch(const HandledBatch& batch);
   // Re-reads the config file; keeps the running config when the new one has
@@ -123,6 +111,8 @@ class Daemon {
   std::unique_ptr<RasPipeline> pipeline_;  // before ingest_, which feeds it
   std::unique_ptr<RasIngest> ingest_;
   std::unique_ptr<FaultInjection> injection_;  // after ingest_: goes before it
+  // Its commands hold references to it: ~Daemon drops control_ first.
+  std::unique_ptr<ControlApi> control_api_;
 
   std::uint64_t config_generation_ = 1;
   nlohmann::json last_reload_;  // null until the first reload

@@ -8,8 +8,8 @@
 namespace rasd::daemon {
 
 DeviceLifecycle::DeviceLifecycle(common::EventLoop& loop, runtime::Runtime& runtime,
-                                 Actuator& actuator, jobs::JobManager& jobs,
-                                 ras::StateStore& store, SchedulerLink* scheduler, Options options)
+                                 Actuator& actuator, jobs::JobManager& jobs, ras::StateStore& store,
+                                 SchedulerLink* scheduler, Options options)
     : loop_(loop),
       runtime_(runtime),
       actuator_(actuator),
@@ -91,46 +91,43 @@ void DeviceLifecycle::Undrain(int device, const std::string& reason, bool force,
     jobs_.Reconsider();
     return done(StateChange{.device = device, .state = was, .was = was});
   }
-  StartSelfTest(device, "undrain",
-                [this, device, was, reason, force, generation = actuator_.StateGeneration(device),
-                 done = std::move(done)](const runtime::SelfTestReport& report) {
-                  jobs_.Reconsider();
-                  if (actuator_.StateGeneration(device) != generation) {
-                    // Someone (the policy, say) decided anew while it ran:
-                    // that decision stands, whatever the test says.
-                    const auto status = actuator_.StatusOf(device);
-                    return done(Fail(
-                        ErrorCode::kAborted,
-                        fmt::format("device {} changed state during its self-test ({}: {}); "
-                                    "it stays {}",
-                                    device, runtime::HealthStateName(status.state), status.reason,
-                                    runtime::HealthStateName(status.state))));
-                  }
-                  if (!report.passed && !force) {
-                    return done(Fail(
-                        ErrorCode::kUnavailable,
-                        fmt::format("device {} stays {}: self-test {} (rasctl undrain --force "
-                                    "overrides)",
-                                    device, runtime::HealthStateName(was), report.Summary())));
-                  }
-                  auto changed = actuator_.SetDeviceState(
-                      device, runtime::HealthState::kHealthy,
-                      reason.empty() ? (report.passed
-                                            ? "returned to service: self-test passed"
+  StartSelfTest(
+      device, "undrain",
+      [this, device, was, reason, force, generation = actuator_.StateGeneration(device),
+       done = std::move(done)](const runtime::SelfTestReport& report) {
+        jobs_.Reconsider();
+        if (actuator_.StateGeneration(device) != generation) {
+          // Someone (the policy, say) decided anew while it ran:
+          // that decision stands, whatever the test says.
+          const auto status = actuator_.StatusOf(device);
+          return done(Fail(ErrorCode::kAborted,
+                           fmt::format("device {} changed state during its self-test ({}: {}); "
+                                       "it stays {}",
+                                       device, runtime::HealthStateName(status.state),
+                                       status.reason, runtime::HealthStateName(status.state))));
+        }
+        if (!report.passed && !force) {
+          return done(Fail(ErrorCode::kUnavailable,
+                           fmt::format("device {} stays {}: self-test {} (rasctl undrain --force "
+                                       "overrides)",
+                                       device, runtime::HealthStateName(was), report.Summary())));
+        }
+        auto changed = actuator_.SetDeviceState(
+            device, runtime::HealthState::kHealthy,
+            reason.empty() ? (report.passed ? "returned to service: self-test passed"
                                             : "returned to service by force: self-test failed")
-                                     : reason,
-                      "undrain-device");
-                  jobs_.Reconsider();
-                  if (!changed) return done(Fail(changed.error()));
-                  drain_timers_.erase(device);
-                  MaybeResumeNode();
-                  done(StateChange{.device = device,
-                                   .state = runtime::HealthState::kHealthy,
-                                   .was = was,
-                                   .self_test = StateChange::SelfTest{report.passed,
-                                                                      report.Summary()},
-                                   .forced = !report.passed});
-                });
+                           : reason,
+            "undrain-device");
+        jobs_.Reconsider();
+        if (!changed) return done(Fail(changed.error()));
+        drain_timers_.erase(device);
+        MaybeResumeNode();
+        done(StateChange{.device = device,
+                         .state = runtime::HealthState::kHealthy,
+                         .was = was,
+                         .self_test = StateChange::SelfTest{report.passed, report.Summary()},
+                         .forced = !report.passed});
+      });
 }
 
 void DeviceLifecycle::StartSelfTest(int device, const std::string& why,
@@ -142,20 +139,20 @@ void DeviceLifecycle::StartSelfTest(int device, const std::string& why,
   testing_.insert(device);
   spdlog::info("device {}: self-test started ({})", device, why);
   const runtime::SelfTestOptions options = options_.self_test;
-  workers_[device] = std::thread([this, device, why, before, options, then = std::move(then),
-                                  alive = alive_] {
-    auto report = std::make_shared<runtime::SelfTestReport>(
-        runtime::RunSelfTest(runtime_, device, options));
-    loop_.Post([this, device, why, before, report, then, alive] {
-      if (!*alive) return;  // shutting down: the destructor joins this thread
-      if (auto worker = workers_.find(device); worker != workers_.end()) {
-        worker->second.join();  // it has nothing left to do but return
-        workers_.erase(worker);
-      }
-      FinishSelfTest(device, why, before, *report);
-      then(*report);
-    });
-  });
+  workers_[device] =
+      std::thread([this, device, why, before, options, then = std::move(then), alive = alive_] {
+        auto report = std::make_shared<runtime::SelfTestReport>(
+            runtime::RunSelfTest(runtime_, device, options));
+        loop_.Post([this, device, why, before, report, then, alive] {
+          if (!*alive) return;  // shutting down: the destructor joins this thread
+          if (auto worker = workers_.find(device); worker != workers_.end()) {
+            worker->second.join();  // it has nothing left to do but return
+            workers_.erase(worker);
+          }
+          FinishSelfTest(device, why, before, *report);
+          then(*report);
+        });
+      });
 }
 
 void DeviceLifecycle::FinishSelfTest(int device, const std::string& why,
@@ -251,8 +248,8 @@ void DeviceLifecycle::Recover(int device) {
     if (!current || (*current)->Health() != runtime::HealthState::kIsolated) return;
     recovered_at_[device] = loop_.Now();
     (void)actuator_.SetDeviceState(device, runtime::HealthState::kHealthy,
-                                   "recovered by itself: reset, self-test passed",
-                                   "undrain-device", "auto-recover");
+                                   "recovered by itself: reset, self-test passed", "undrain-device",
+                                   "auto-recover");
     jobs_.Reconsider();
   });
 }

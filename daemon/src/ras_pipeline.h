@@ -17,9 +17,9 @@ namespace rasd::daemon {
 // What one handled batch did, for the observers (metrics, the device
 // lifecycle, the jobs).
 struct HandledBatch {
-  const std::vector<ras::RasEvent>& events;   // as stored (attributed, coalesced)
-  std::vector<std::int64_t> event_ids;        // empty when storing failed
-  std::vector<double> isolation_seconds;      // fault to gate closed, per isolation
+  const std::vector<ras::RasEvent>& events;  // as stored (attributed, coalesced)
+  std::vector<std::int64_t> event_ids;       // empty when storing failed
+  std::vector<double> isolation_seconds;     // fault to gate closed, per isolation
   bool stored = false;
 };
 

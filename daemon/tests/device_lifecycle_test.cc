@@ -164,7 +164,8 @@ TEST_F(DeviceLifecycleTest, AFailedSelfTestKeepsTheDeviceIsolatedUnlessForced) {
   EXPECT_EQ(StateOf(0), HealthState::kIsolated) << "the gate is closed again";
 
   std::optional<Result<StateChange>> forced;
-  lifecycle.Undrain(0, "operator knows", true, [&](Result<StateChange> change) { forced = change; });
+  lifecycle.Undrain(0, "operator knows", true,
+                    [&](Result<StateChange> change) { forced = change; });
   ASSERT_TRUE(RunUntil([&] { return forced.has_value(); }));
   ASSERT_TRUE(forced->has_value());
   EXPECT_TRUE((*forced)->forced);

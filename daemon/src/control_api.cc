@@ -1,0 +1,383 @@
+#include "control_api.h"
+
+#include <fmt/chrono.h>
+#include <fmt/format.h>
+
+#include <cstdint>
+
+#include "arg_reader.h"
+#include "rasd/common/logging.h"
+#include "rasd/jobs/load_generator.h"
+
+namespace rasd::daemon {
+namespace {
+
+// Device indices as arguments: far above any machine's, far below int's end.
+constexpr std::int64_t kMaxDevice = 1 << 20;
+
+nlohmann::json StateChangeJson(const StateChange& change) {
+  nlohmann::json json = {{"device", change.device},
+                         {"state", std::string(runtime::HealthStateName(change.state))},
+                         {"was", std::string(runtime::HealthStateName(change.was))}};
+  if (change.deadline) {
+    json["deadline_ms"] = change.deadline->count();
+    json["jobs"] = change.jobs;
+  }
+  if (change.self_test) {
+    json["self_test"] = {{"passed", change.self_test->passed},
+                         {"summary", change.self_test->summary}};
+    json["forced"] = change.forced;
+  }
+  return json;
+}
+
+nlohmann::json EventJson(const ras::StoredEvent& stored) {
+  const ras::RasEvent& event = stored.event;
+  auto optional = [](const auto& value) -> nlohmann::json {
+    if (!value) return nullptr;
+    return *value;
+  };
+  return {
+      {"id", stored.id},
+      {"time", Iso8601(event.time)},
+      {"time_ns",
+       std::chrono::duration_cast<std::chrono::nanoseconds>(event.time.time_since_epoch()).count()},
+      {"source", event.source},
+      {"origin", event.origin},
+      {"severity", std::string(ras::SeverityName(event.severity))},
+      {"device", optional(event.device)},
+      {"mc", optional(event.mc)},
+      {"pci_bdf", optional(event.pci_bdf)},
+      {"address", optional(event.address)},
+      {"vendor_code", optional(event.vendor_code)},
+      {"count", event.count},
+      {"historical", event.historical},
+      {"summary", event.summary},
+  };
+}
+
+nlohmann::json ActionJson(const ras::ActionRecord& action) {
+  auto optional = [](const auto& value) -> nlohmann::json {
+    if (!value) return nullptr;
+    return *value;
+  };
+  return {{"id", action.id},
+          {"event_id", optional(action.event_id)},
+          {"time", Iso8601(action.time)},
+          {"action", action.action},
+          {"device", optional(action.device)},
+          {"address", optional(action.address)},
+          {"rule", action.rule},
+          {"reason", action.reason},
+          {"result", action.result},
+          {"detail", action.detail},
+          {"count", action.count}};
+}
+
+}  // namespace
+
+std::string Iso8601(std::chrono::system_clock::time_point time) {
+  return fmt::format("{:%Y-%m-%dT%H:%M:%S}Z", std::chrono::floor<std::chrono::seconds>(time));
+}
+
+std::map<std::string, Command> ControlApi::Commands() {
+  std::map<std::string, Command> commands;
+  auto view = [this](bool changes_state,
+                     Result<nlohmann::json> (ControlApi::*handler)(const nlohmann::json&)) {
+    return Command{changes_state, [this, handler](const auto& request, const auto&) {
+                     return (this->*handler)(request.args);
+                   }};
+  };
+  // A liveness probe: answers whatever it is sent with.
+  commands["ping"] = {false, [](const auto&, const auto&) -> Result<nlohmann::json> {
+                        return nlohmann::json{{"pong", true}};
+                      }};
+  commands["status"] = {false, [this](const auto&, const auto&) { return parts_.status(); }};
+  commands["reload"] = {true, [this](const auto&, const auto&) { return parts_.reload(); }};
+  commands["events"] = view(false, &ControlApi::Events);
+  commands["summary"] = view(false, &ControlApi::Summary);
+  commands["devices"] = view(false, &ControlApi::Devices);
+  commands["actions"] = view(false, &ControlApi::Actions);
+  commands["retired"] = view(false, &ControlApi::Retired);
+  commands["jobs"] = view(false, &ControlApi::Jobs);
+  commands["inject"] = {true, [this](const auto& request, const auto&) {
+                          return parts_.injection.Inject(request.args);
+                        }};
+  // Work on the devices: admin only, like every command that uses them.
+  commands["infer"] = {true, nullptr, [this](const auto& request, const auto&, AsyncReply reply) {
+                         Infer(request.args, std::move(reply));
+                       }};
+  commands["job-start"] = view(true, &ControlApi::StartJob);
+  commands["job-stop"] = view(true, &ControlApi::StopJob);
+  for (const char* name : {"isolate", "drain", "undrain"}) {
+    commands[name] = {true, nullptr,
+                      [this, name](const auto& request, const auto&, AsyncReply reply) {
+                        ChangeDeviceState(name, request.args, std::move(reply));
+                      }};
+  }
+  return commands;
+}
+
+Result<nlohmann::json> ControlApi::Events(const nlohmann::json& args) {
+  ArgReader reader("events", args);
+  ras::EventQuery query;
+  query.limit = static_cast<std::size_t>(reader.Int("limit", 1, 10000).value_or(100));
+  if (auto since = reader.Number("since_seconds", 0, 1e10)) {
+    query.since = parts_.loop.GetClock().Wall() -
+                  std::chrono::duration_cast<std::chrono::system_clock::duration>(
+                      std::chrono::duration<double>(*since));
+  }
+  if (auto severity = reader.String("severity", 16)) {
+    query.severity = ras::ParseSeverity(*severity);
+    if (!query.severity)
+      return Fail(ErrorCode::kInvalidArgument,
+                  "bad argument 'severity' for events: must be one of CE, UCNA, SRAO, SRAR, UCE, "
+                  "FATAL, INFO");
+  }
+  if (auto device = reader.Int("device", 0, kMaxDevice)) query.device = static_cast<int>(*device);
+  if (auto after = reader.Int("after_id", 0, INT64_MAX)) query.after_id = *after;
+  if (auto ok = reader.Finish(); !ok) return Fail(ok.error());
+  auto events = parts_.store.QueryEvents(query);
+  if (!events) return Fail(events.error());
+  nlohmann::json list = nlohmann::json::array();
+  for (const auto& stored : *events) list.push_back(EventJson(stored));
+  return nlohmann::json{{"events", std::move(list)}};
+}
+
+Result<nlohmann::json> ControlApi::Summary(const nlohmann::json& args) {
+  ArgReader reader("summary", args);
+  if (auto ok = reader.Finish(); !ok) return Fail(ok.error());
+  auto rows = parts_.store.Summarize();
+  if (!rows) return Fail(rows.error());
+  nlohmann::json list = nlohmann::json::array();
+  for (const auto& row : *rows) {
+    list.push_back({{"origin", row.origin},
+                    {"severity", std::string(ras::SeverityName(row.severity))},
+                    {"events", row.events},
+                    {"errors", row.errors},
+                    {"last", Iso8601(row.last)}});
+  }
+  return nlohmann::json{{"rows", std::move(list)}};
+}
+
+Result<nlohmann::json> ControlApi::Devices(const nlohmann::json& args) {
+  ArgReader reader("devices", args);
+  const auto only = reader.Int("device", 0, kMaxDevice);
+  if (auto ok = reader.Finish(); !ok) return Fail(ok.error());
+  if (only && !parts_.runtime.GetDevice(static_cast<int>(*only))) {
+    return Fail(ErrorCode::kNotFound, fmt::format("no device {}", *only));
+  }
+  nlohmann::json list = nlohmann::json::array();
+  for (const auto& device : parts_.runtime.Devices()) {
+    if (only && *only != device->Index()) continue;
+    list.push_back(DeviceJson(*device));
+  }
+  return nlohmann::json{{"devices", std::move(list)}};
+}
+
+nlohmann::json ControlApi::DeviceJson(const runtime::Device& device) {
+  const int index = device.Index();
+  const auto& properties = device.Properties();
+  const DeviceStatus status = parts_.actuator.StatusOf(index);
+  nlohmann::json entry = {
+      {"index", index},
+      {"name", properties.name},
+      {"vendor", properties.vendor},
+      {"uuid", properties.uuid},
+      {"pci_bdf", properties.pci_bdf},
+      {"state", std::string(runtime::HealthStateName(device.Health()))},
+      {"reason", status.reason},
+      {"since", status.since.time_since_epoch().count() == 0
+                    ? nlohmann::json()
+                    : nlohmann::json(Iso8601(status.since))},
+      {"memory_bytes", properties.memory_bytes},
+      {"jobs", parts_.runtime.OwnersOn(index)},
+  };
+  if (auto pool = parts_.runtime.Pool(index)) {
+    const auto stats = (*pool)->Stats();
+    entry["pool"] = {{"reserved_bytes", stats.reserved_bytes},
+                     {"allocated_bytes", stats.allocated_bytes},
+                     {"retired_bytes", stats.retired_bytes},
+                     {"retired_pages", stats.retired_pages}};
+  }
+  if (auto test = parts_.lifecycle.LastSelfTest(index)) {
+    entry["self_test"] = {
+        {"time", Iso8601(test->time)}, {"passed", test->passed}, {"summary", test->summary}};
+  } else {
+    entry["self_test"] = nullptr;
+  }
+  entry["self_test_running"] = parts_.lifecycle.SelfTestRunning(index);
+  nlohmann::json events = nlohmann::json::array();
+  ras::EventQuery query;
+  query.device = index;
+  query.limit = 5;
+  if (auto recent = parts_.store.QueryEvents(query)) {
+    for (const auto& stored : *recent) events.push_back(EventJson(stored));
+  }
+  entry["recent_events"] = std::move(events);
+  nlohmann::json actions = nlohmann::json::array();
+  if (auto recent = parts_.store.QueryActions(index, 5)) {
+    for (const auto& action : *recent) actions.push_back(ActionJson(action));
+  }
+  entry["recent_actions"] = std::move(actions);
+  return entry;
+}
+
+Result<nlohmann::json> ControlApi::Actions(const nlohmann::json& args) {
+  ArgReader reader("actions", args);
+  const auto device = reader.Int("device", 0, kMaxDevice);
+  const auto limit = reader.Int("limit", 1, 10000).value_or(100);
+  if (auto ok = reader.Finish(); !ok) return Fail(ok.error());
+  auto actions = parts_.store.QueryActions(
+      device ? std::optional<int>(static_cast<int>(*device)) : std::nullopt,
+      static_cast<std::size_t>(limit));
+  if (!actions) return Fail(actions.error());
+  nlohmann::json list = nlohmann::json::array();
+  for (const auto& action : *actions) list.push_back(ActionJson(action));
+  return nlohmann::json{{"actions", std::move(list)}};
+}
+
+Result<nlohmann::json> ControlApi::Retired(const nlohmann::json& args) {
+  ArgReader reader("retired", args);
+  const auto only = reader.Int("device", 0, kMaxDevice);
+  if (auto ok = reader.Finish(); !ok) return Fail(ok.error());
+  std::map<std::string, int> by_uuid;
+  for (const auto& device : parts_.runtime.Devices()) {
+    by_uuid[device->Properties().uuid] = device->Index();
+  }
+  auto pages = parts_.store.LoadRetiredPages();
+  if (!pages) return Fail(pages.error());
+  nlohmann::json list = nlohmann::json::array();
+  for (const auto& page : *pages) {
+    auto index = by_uuid.find(page.device_uuid);
+    if (only && (index == by_uuid.end() || index->second != *only)) continue;
+    list.push_back(
+        {{"device", index == by_uuid.end() ? nlohmann::json() : nlohmann::json(index->second)},
+         {"uuid", page.device_uuid},
+         {"address", fmt::format("0x{:x}", page.address)},
+         {"reason", page.reason},
+         {"time", Iso8601(page.retired)}});
+  }
+  return nlohmann::json{{"pages", std::move(list)}};
+}
+
+Result<nlohmann::json> ControlApi::Jobs(const nlohmann::json& args) {
+  ArgReader reader("jobs", args);
+  if (auto ok = reader.Finish(); !ok) return Fail(ok.error());
+  nlohmann::json list = nlohmann::json::array();
+  for (const auto& report : parts_.jobs.Report()) {
+    nlohmann::json entry = {{"name", report.name},
+                            {"kind", std::string(jobs::JobKindName(report.kind))},
+                            {"devices", report.devices},
+                            {"state", report.state},
+                            {"progress", report.progress}};
+    if (report.kind == jobs::JobKind::kInference) {
+      entry["requests"] = {{"served", report.served},
+                           {"requeued", report.requeued},
+                           {"rerun", report.rerun},
+                           {"lost", report.lost},
+                           {"waiting", report.waiting}};
+      entry["load"] = {{"sent", report.load_sent},
+                       {"wrong", report.load_wrong},
+                       {"p50_ms", report.load_p50_ms},
+                       {"p99_ms", report.load_p99_ms}};
+    } else {
+      entry["step"] = report.step;
+      entry["steps"] = report.steps;
+      entry["reforms"] = report.reforms;
+      entry["checksums_match"] = report.checksums_match;
+    }
+    list.push_back(std::move(entry));
+  }
+  return nlohmann::json{{"jobs", std::move(list)}};
+}
+
+Result<nlohmann::json> ControlApi::StartJob(const nlohmann::json& args) {
+  ArgReader reader("job-start", args);
+  jobs::JobSpec spec;
+  const auto kind = reader.Required(reader.String("kind", 32), "kind");
+  if (auto name = reader.String("name", 128)) spec.name = *name;
+  if (auto devices = reader.IntList("devices", 0, kMaxDevice, 1024)) {
+    for (auto device : *devices) spec.devices.push_back(static_cast<int>(device));
+  }
+  if (auto n = reader.Int("load_rps", 1, 1'000'000)) spec.load_rps = static_cast<double>(*n);
+  if (auto n = reader.Int("max_batch", 1, 4096)) spec.max_batch = static_cast<std::size_t>(*n);
+  if (auto n = reader.Int("steps", 1, 100'000'000)) spec.steps = static_cast<int>(*n);
+  if (auto n = reader.Int("elements", 1, 1LL << 26)) spec.elements = static_cast<std::uint64_t>(*n);
+  if (auto n = reader.Int("checkpoint_every", 1, 1'000'000))
+    spec.checkpoint_every = static_cast<int>(*n);
+  if (auto n = reader.Int("min_ranks", 1, 1024)) spec.min_ranks = static_cast<int>(*n);
+  if (auto ok = reader.Finish(); !ok) return Fail(ok.error());
+  const auto parsed = jobs::ParseJobKind(*kind);
+  if (!parsed)
+    return Fail(ErrorCode::kInvalidArgument,
+                "bad argument 'kind' for job-start: must be inference or collective");
+  spec.kind = *parsed;
+  const std::string name = spec.name;
+  if (auto started = parts_.jobs.Start(std::move(spec)); !started) return Fail(started.error());
+  spdlog::info("job '{}' started by an operator", name);
+  return nlohmann::json{{"name", name}, {"started", true}};
+}
+
+Result<nlohmann::json> ControlApi::StopJob(const nlohmann::json& args) {
+  ArgReader reader("job-stop", args);
+  const auto name = reader.Required(reader.String("name", 128), "name");
+  if (auto ok = reader.Finish(); !ok) return Fail(ok.error());
+  if (auto stopped = parts_.jobs.Stop(*name); !stopped) return Fail(stopped.error());
+  spdlog::info("job '{}' stopped by an operator", *name);
+  return nlohmann::json{{"name", *name}, {"stopped", true}};
+}
+
+void ControlApi::Infer(const nlohmann::json& args, AsyncReply reply) {
+  ArgReader reader("infer", args);
+  const std::string job = reader.String("job", 128).value_or("");
+  std::optional<std::vector<float>> input = reader.NumberList("input", 65536);
+  const std::uint64_t seed = reader.Unsigned("seed", UINT64_MAX).value_or(0);
+  if (auto ok = reader.Finish(); !ok) return reply(Fail(ok.error()));
+  auto service = parts_.jobs.Inference(job);
+  if (!service) {
+    return reply(Fail(ErrorCode::kNotFound, fmt::format("no inference job '{}'", job)));
+  }
+  // Without an input: the load generator's input number `seed`.
+  if (!input) input = jobs::LoadGenerator::InputFor(seed, jobs::MlpModel{}.inputs);
+  const auto started = parts_.loop.Now();
+  const std::shared_ptr<const common::Clock> clock = parts_.loop.SharedClock();
+  // The callback must not hold the service: a stopped service answers what
+  // it still has, and that must let it go.
+  auto submitted = service->Submit(
+      std::move(*input),
+      [reply, started, clock](std::uint64_t id, jobs::InferenceService::Output output) {
+        if (!output) return reply(Fail(output.error()));
+        reply(nlohmann::json{
+            {"request", id},
+            {"output", *output},
+            {"latency_ms",
+             std::chrono::duration<double, std::milli>(clock->Monotonic() - started).count()}});
+      });
+  if (!submitted) reply(Fail(submitted.error()));
+}
+
+void ControlApi::ChangeDeviceState(const std::string& command, const nlohmann::json& args,
+                                   AsyncReply reply) {
+  ArgReader reader(command, args);
+  const auto device = reader.Required(reader.Int("device", 0, kMaxDevice), "device");
+  const std::string reason = reader.String("reason", 512).value_or("");
+  const bool force = command == "undrain" && reader.Bool("force").value_or(false);
+  std::optional<std::chrono::milliseconds> deadline;
+  if (command == "drain") {
+    if (auto ms = reader.Int("deadline_ms", 0, 86'400'000))
+      deadline = std::chrono::milliseconds(*ms);
+  }
+  if (auto ok = reader.Finish(); !ok) return reply(Fail(ok.error()));
+  const int index = static_cast<int>(*device);
+  auto answer = [this, reply](Result<StateChange> change) {
+    if (parts_.state_changed) parts_.state_changed();
+    if (!change) return reply(Fail(change.error()));
+    reply(StateChangeJson(*change));
+  };
+  if (command == "isolate") return answer(parts_.lifecycle.Isolate(index, reason));
+  if (command == "drain") return answer(parts_.lifecycle.Drain(index, reason, deadline));
+  parts_.lifecycle.Undrain(index, reason, force, std::move(answer));
+}
+
+}  // namespace rasd::daemon
