@@ -127,7 +127,7 @@ Daemon::Daemon(StartOptions options) : options_(std::move(options)) {}
 
 Daemon::~Daemon() {
   metrics_.reset();  // no scrape may run past this point
-  metrics_timer_.reset();
+  metrics_state_.reset();
   control_.reset();
   injection_.reset();
   ingest_.reset();
@@ -235,12 +235,14 @@ Status Daemon::Initialize(Config config) {
                                                  scheduler_.get(), LifecycleOptions(config_));
   pipeline_ = std::make_unique<RasPipeline>(*loop_, *runtime_, policy_, *actuator_, *store_,
                                             PipelineOptions(config_));
+  metrics_state_ = std::make_unique<DaemonMetrics>(*loop_, *runtime_, *jobs_, *actuator_,
+                                                   scheduler_.get(), *pipeline_);
   pipeline_->AddObserver([this](const HandledBatch& batch) { ObserveBatch(batch); });
-  auto ingest = RasIngest::Create(*loop_, *host_, *store_, *runtime_, config_.ras,
-                                  [this](std::vector<ras::RasEvent> events,
-                                         std::vector<ras::SourceCursor> cursors) {
-                                    pipeline_->Handle(std::move(events), std::move(cursors));
-                                  });
+  auto ingest = RasIngest::Create(
+      *loop_, *host_, *store_, *runtime_, config_.ras,
+      [this](std::vector<ras::RasEvent> events, std::vector<ras::SourceCursor> cursors) {
+        pipeline_->Handle(std::move(events), std::move(cursors));
+      });
   if (!ingest) return Fail(ingest.error());
   ingest_ = std::move(*ingest);
   injection_ = std::make_unique<FaultInjection>(*runtime_, *host_, *ingest_, config_.inject);
@@ -251,17 +253,17 @@ Status Daemon::Initialize(Config config) {
   socket_ = std::move(*socket);
   auto listen_fd = common::UniqueFd(::dup(socket_.fd.Get()));
   if (!listen_fd) return Fail(ErrnoError("dup control socket", errno));
-  control_api_ = std::make_unique<ControlApi>(ControlApi::Parts{
-      .loop = *loop_,
-      .runtime = *runtime_,
-      .store = *store_,
-      .jobs = *jobs_,
-      .actuator = *actuator_,
-      .lifecycle = *lifecycle_,
-      .injection = *injection_,
-      .status = [this] { return StatusReport(); },
-      .reload = [this] { return Reload(); },
-      .state_changed = [this] { RefreshMetrics(); }});
+  control_api_ = std::make_unique<ControlApi>(
+      ControlApi::Parts{.loop = *loop_,
+                        .runtime = *runtime_,
+                        .store = *store_,
+                        .jobs = *jobs_,
+                        .actuator = *actuator_,
+                        .lifecycle = *lifecycle_,
+                        .injection = *injection_,
+                        .status = [this] { return StatusReport(); },
+                        .reload = [this] { return Reload(); },
+                        .state_changed = [this] { metrics_state_->Refresh(); }});
   auto server = ControlServer::Create(*loop_, std::move(listen_fd), ServerOptions(config_),
                                       authorizer_, control_api_->Commands());
   if (!server) return Fail(server.error());
@@ -275,13 +277,11 @@ Status Daemon::Initialize(Config config) {
       spdlog::info("job '{}' ({}) started", spec.name, jobs::JobKindName(spec.kind));
     }
   }
-  // Refreshed after each batch and state change; the timer runs only while
-  // a drain is being timed, so an idle daemon does not wake for metrics.
-  metrics_timer_ = loop_->CreateTimer([this] { RefreshMetrics(); });
-  RefreshMetrics();
+  metrics_state_->SetIngest(ingest_.get());
+  metrics_state_->Refresh();
   if (!config_.metrics.listen.empty()) {
-    auto exposer =
-        exporters::MetricsServer::Start(config_.metrics.listen, [this] { return MetricsNow(); });
+    auto exposer = exporters::MetricsServer::Start(config_.metrics.listen,
+                                                   [this] { return metrics_state_->Now(); });
     if (!exposer) {
       // RAS handling matters more than its metrics: say so and go on.
       metrics_error_ = exposer.error().message;
@@ -429,8 +429,7 @@ Result<nlohmann::json> Daemon::StatusReport() {
     }
     device_list.push_back(std::move(entry));
   }
-  const double uptime =
-      std::chrono::duration<double>(loop_->Now() - started_monotonic_).count();
+  const double uptime = std::chrono::duration<double>(loop_->Now() - started_monotonic_).count();
   nlohmann::json config = {
       {"path",
        options_.config_path ? nlohmann::json(options_.config_path->string()) : nlohmann::json()},
@@ -477,106 +476,7 @@ Result<nlohmann::json> Daemon::StatusReport() {
 void Daemon::ObserveBatch(const HandledBatch& batch) {
   lifecycle_->OnPolicyActed();
   jobs_->Reconsider();
-  {
-    std::lock_guard lock(metrics_mutex_);
-    for (const auto& event : batch.events) {
-      metrics_loop_.events[{event.origin, std::string(ras::SeverityName(event.severity)),
-                            event.device ? std::to_string(*event.device) : std::string()}] +=
-          event.count;
-    }
-    for (double seconds : batch.isolation_seconds) metrics_loop_.fault_to_isolation.Observe(seconds);
-  }
-  RefreshMetrics();
-}
-
-void Daemon::RefreshMetrics() {
-  const auto stats = ingest_ ? ingest_->GetStats() : RasIngest::Stats{};
-  auto edac = ingest_ ? ingest_->EdacCounters() : ras::EdacSnapshot{};
-  const auto now = loop_->Now();
-  // Drains: from a device entering Draining to no job left on it (or to it
-  // leaving Draining some other way).
-  std::vector<double> drains;
-  for (const auto& device : runtime_->Devices()) {
-    const int index = device->Index();
-    const bool draining = device->Health() == runtime::HealthState::kDraining;
-    auto since = draining_since_.find(index);
-    if (draining && since == draining_since_.end()) {
-      draining_since_[index] = now;
-    } else if (since != draining_since_.end() && (!draining || runtime_->OwnersOn(index).empty())) {
-      drains.push_back(std::chrono::duration<double>(now - since->second).count());
-      if (!draining) {
-        draining_since_.erase(since);
-      } else {
-        since->second = std::chrono::nanoseconds::max();  // counted; wait for the end
-      }
-    }
-  }
-  std::lock_guard lock(metrics_mutex_);
-  metrics_loop_.edac = std::move(edac);
-  metrics_loop_.kmsg_gaps = stats.kmsg_gaps;
-  metrics_loop_.source_errors["kmsg"] = stats.kmsg_undecoded;
-  metrics_loop_.source_errors["store"] = pipeline_ ? pipeline_->GetStats().store_failures : 0;
-  for (double seconds : drains)
-    if (seconds >= 0 && seconds < 1e9) metrics_loop_.drain_duration.Observe(seconds);
-  if (!draining_since_.empty()) metrics_timer_->ArmAfter(std::chrono::seconds(1));
-}
-
-exporters::MetricsSnapshot Daemon::MetricsNow() const {
-  exporters::MetricsSnapshot snapshot;
-  {
-    std::lock_guard lock(metrics_mutex_);
-    snapshot = metrics_loop_;
-  }
-  snapshot.version = kVersion;
-  // Thread-safe reads: device gates are atomics, pools and the actuator's
-  // counts and the jobs have their own locks.
-  for (const auto& device : runtime_->Devices()) {
-    exporters::DeviceMetrics metrics;
-    metrics.index = device->Index();
-    metrics.vendor = device->Properties().vendor;
-    metrics.model = device->Properties().name;
-    metrics.bdf = device->Properties().pci_bdf;
-    metrics.state = std::string(runtime::HealthStateName(device->Health()));
-    if (auto pool = runtime_->Pool(device->Index())) {
-      const auto stats = (*pool)->Stats();
-      metrics.reserved_bytes = stats.reserved_bytes;
-      metrics.allocated_bytes = stats.allocated_bytes;
-      metrics.retired_bytes = stats.retired_bytes;
-      metrics.retired_pages = stats.retired_pages;
-    }
-    snapshot.devices.push_back(std::move(metrics));
-  }
-  for (const auto& [key, count] : actuator_->Counts()) {
-    const auto space = key.rfind(' ');
-    snapshot
-        .actions[{key.substr(0, space), space == std::string::npos ? "" : key.substr(space + 1)}] =
-        count;
-  }
-  if (scheduler_) snapshot.scheduler_actions = scheduler_->Counts();
-  const auto reports = jobs_->Report();
-  {
-    // A collective's re-forms are seen when scraped: no loop timer polls
-    // the jobs for them.
-    std::lock_guard lock(metrics_mutex_);
-    for (const auto& report : reports) {
-      if (report.kind != jobs::JobKind::kCollective) continue;
-      auto& seen = reforms_seen_[report.name];
-      if (report.reforms > seen) {
-        metrics_loop_.collective_abort.Observe(report.last_release_seconds);
-        snapshot.collective_abort.Observe(report.last_release_seconds);
-      }
-      seen = report.reforms;
-    }
-  }
-  for (const auto& report : reports) {
-    snapshot.jobs[{std::string(jobs::JobKindName(report.kind)), report.state}] += 1;
-    if (report.kind == jobs::JobKind::kInference) {
-      snapshot.requests[{report.name, "served"}] = report.served;
-      snapshot.requests[{report.name, "requeued"}] = report.requeued + report.rerun;
-      snapshot.requests[{report.name, "lost"}] = report.lost;
-    }
-  }
-  return snapshot;
+  metrics_state_->ObserveBatch(batch);
 }
 
 }  // namespace rasd::daemon

@@ -14,6 +14,7 @@
 #include "actuator.h"
 #include "control_api.h"
 #include "control_server.h"
+#include "daemon_metrics.h"
 #include "device_lifecycle.h"
 #include "fault_injection.h"
 #include "ras_ingest.h"
@@ -91,19 +92,12 @@ class Daemon {
   ras::PolicyEngine policy_;
   std::unique_ptr<SchedulerLink> scheduler_;  // before actuator_, whose drain-node uses it
   std::unique_ptr<Actuator> actuator_;        // after runtime_ and store_: destroyed before them
-  std::unique_ptr<jobs::JobManager> jobs_;  // after runtime_: stopped before it goes
+  std::unique_ptr<jobs::JobManager> jobs_;    // after runtime_: stopped before it goes
 
-  // Metrics: the exposer calls MetricsNow() on its own thread; the parts
-  // only the loop may read are copied into metrics_loop_ by the loop.
-  exporters::MetricsSnapshot MetricsNow() const;
-  void RefreshMetrics();
+  // The exposer reads metrics_state_ on its own thread: it goes first.
+  std::unique_ptr<DaemonMetrics> metrics_state_;
   std::unique_ptr<exporters::MetricsServer> metrics_;
   std::string metrics_error_;
-  std::unique_ptr<common::Timer> metrics_timer_;
-  mutable std::mutex metrics_mutex_;
-  mutable exporters::MetricsSnapshot metrics_loop_;  // guarded by metrics_mutex_
-  std::map<int, std::chrono::nanoseconds> draining_since_;  // loop monotonic time
-  mutable std::map<std::string, std::uint64_t> reforms_seen_;  // guarded by metrics_mutex_
   std::unique_ptr<DeviceLifecycle> lifecycle_;  // after jobs_ and actuator_: goes before them
 
   ControlSocket socket_;

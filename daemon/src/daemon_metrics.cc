@@ -1,0 +1,121 @@
+#include "daemon_metrics.h"
+
+#include "rasd/common/version.h"
+
+namespace rasd::daemon {
+
+DaemonMetrics::DaemonMetrics(common::EventLoop& loop, runtime::Runtime& runtime,
+                             jobs::JobManager& jobs, Actuator& actuator,
+                             const SchedulerLink* scheduler, const RasPipeline& pipeline)
+    : loop_(loop),
+      runtime_(runtime),
+      jobs_(jobs),
+      actuator_(actuator),
+      scheduler_(scheduler),
+      pipeline_(pipeline),
+      timer_(loop.CreateTimer([this] { Refresh(); })) {}
+
+void DaemonMetrics::ObserveBatch(const HandledBatch& batch) {
+  {
+    std::lock_guard lock(mutex_);
+    for (const auto& event : batch.events) {
+      loop_part_.events[{event.origin, std::string(ras::SeverityName(event.severity)),
+                         event.device ? std::to_string(*event.device) : std::string()}] +=
+          event.count;
+    }
+    for (double seconds : batch.isolation_seconds) loop_part_.fault_to_isolation.Observe(seconds);
+  }
+  Refresh();
+}
+
+void DaemonMetrics::Refresh() {
+  const auto stats = ingest_ ? ingest_->GetStats() : RasIngest::Stats{};
+  auto edac = ingest_ ? ingest_->EdacCounters() : ras::EdacSnapshot{};
+  const auto now = loop_.Now();
+  // Drains: from a device entering Draining to no job left on it (or to it
+  // leaving Draining some other way).
+  std::vector<double> drains;
+  for (const auto& device : runtime_.Devices()) {
+    const int index = device->Index();
+    const bool draining = device->Health() == runtime::HealthState::kDraining;
+    auto since = draining_since_.find(index);
+    if (draining && since == draining_since_.end()) {
+      draining_since_[index] = now;
+    } else if (since != draining_since_.end() && (!draining || runtime_.OwnersOn(index).empty())) {
+      drains.push_back(std::chrono::duration<double>(now - since->second).count());
+      if (!draining) {
+        draining_since_.erase(since);
+      } else {
+        since->second = std::chrono::nanoseconds::max();  // counted; wait for the end
+      }
+    }
+  }
+  std::lock_guard lock(mutex_);
+  loop_part_.edac = std::move(edac);
+  loop_part_.kmsg_gaps = stats.kmsg_gaps;
+  loop_part_.source_errors["kmsg"] = stats.kmsg_undecoded;
+  loop_part_.source_errors["store"] = pipeline_.GetStats().store_failures;
+  for (double seconds : drains)
+    if (seconds >= 0 && seconds < 1e9) loop_part_.drain_duration.Observe(seconds);
+  if (!draining_since_.empty()) timer_->ArmAfter(std::chrono::seconds(1));
+}
+
+exporters::MetricsSnapshot DaemonMetrics::Now() const {
+  exporters::MetricsSnapshot snapshot;
+  {
+    std::lock_guard lock(mutex_);
+    snapshot = loop_part_;
+  }
+  snapshot.version = kVersion;
+  // Thread-safe reads: device gates are atomics, pools and the actuator's
+  // counts and the jobs have their own locks.
+  for (const auto& device : runtime_.Devices()) {
+    exporters::DeviceMetrics metrics;
+    metrics.index = device->Index();
+    metrics.vendor = device->Properties().vendor;
+    metrics.model = device->Properties().name;
+    metrics.bdf = device->Properties().pci_bdf;
+    metrics.state = std::string(runtime::HealthStateName(device->Health()));
+    if (auto pool = runtime_.Pool(device->Index())) {
+      const auto stats = (*pool)->Stats();
+      metrics.reserved_bytes = stats.reserved_bytes;
+      metrics.allocated_bytes = stats.allocated_bytes;
+      metrics.retired_bytes = stats.retired_bytes;
+      metrics.retired_pages = stats.retired_pages;
+    }
+    snapshot.devices.push_back(std::move(metrics));
+  }
+  for (const auto& [key, count] : actuator_.Counts()) {
+    const auto space = key.rfind(' ');
+    snapshot
+        .actions[{key.substr(0, space), space == std::string::npos ? "" : key.substr(space + 1)}] =
+        count;
+  }
+  if (scheduler_) snapshot.scheduler_actions = scheduler_->Counts();
+  const auto reports = jobs_.Report();
+  {
+    // A collective's re-forms are seen when scraped: no loop timer polls
+    // the jobs for them.
+    std::lock_guard lock(mutex_);
+    for (const auto& report : reports) {
+      if (report.kind != jobs::JobKind::kCollective) continue;
+      auto& seen = reforms_seen_[report.name];
+      if (report.reforms > seen) {
+        loop_part_.collective_abort.Observe(report.last_release_seconds);
+        snapshot.collective_abort.Observe(report.last_release_seconds);
+      }
+      seen = report.reforms;
+    }
+  }
+  for (const auto& report : reports) {
+    snapshot.jobs[{std::string(jobs::JobKindName(report.kind)), report.state}] += 1;
+    if (report.kind == jobs::JobKind::kInference) {
+      snapshot.requests[{report.name, "served"}] = report.served;
+      snapshot.requests[{report.name, "requeued"}] = report.requeued + report.rerun;
+      snapshot.requests[{report.name, "lost"}] = report.lost;
+    }
+  }
+  return snapshot;
+}
+
+}  // namespace rasd::daemon
