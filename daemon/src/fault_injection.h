@@ -1,6 +1,9 @@
 #pragma once
 
+#include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
 
 #include "ras_ingest.h"
 #include "rasd/common/host_env.h"
@@ -30,7 +33,24 @@ class FaultInjection {
   Result<nlohmann::json> Inject(const nlohmann::json& args);
 
  private:
+  struct InjectArgs {
+    std::string kind;
+    std::optional<int> device, peer, xid, mc, dimm;
+    std::optional<std::string> address, job, text;
+    std::uint64_t count = 1;
+  };
   Status HardwareAllowed() const;
+  // The device exists and, `into_driver`, its backend can inject faults.
+  Status NeedDevice(const InjectArgs& args, bool into_driver = true) const;
+  Result<drivers::DeviceAddress> Target(const InjectArgs& args) const;
+  Result<nlohmann::json> InjectDeviceMemory(const InjectArgs& args);  // ce, ucna, srao, srar
+  Result<nlohmann::json> InjectDeviceFault(const InjectArgs& args);   // uce, fatal, hang
+  Result<nlohmann::json> InjectLink(const InjectArgs& args);
+  Result<nlohmann::json> InjectXid(const InjectArgs& args);
+  Result<nlohmann::json> InjectKmsg(const InjectArgs& args);
+  Result<nlohmann::json> InjectEdac(const InjectArgs& args);
+  Result<nlohmann::json> InjectEinj(const InjectArgs& args);
+  Result<nlohmann::json> InjectHwpoison(const InjectArgs& args);
 
   runtime::Runtime& runtime_;
   const common::HostEnv& host_;
