@@ -140,6 +140,26 @@ Daemon::~Daemon() {
 
 Status Daemon::Initialize(Config config) {
   config_ = std::move(config);
+  if (auto opened = OpenLoopAndHost(); !opened) return opened;
+  if (auto opened = OpenStateAndDevices(); !opened) return opened;
+  if (auto watched = WatchSignals(); !watched) return watched;
+  jobs_ = std::make_unique<jobs::JobManager>(*runtime_, config_.policy.drain_deadline);
+  policy_.Reconfigure(config_.policy.engine);
+  actuator_ = std::make_unique<Actuator>(*host_, *store_, *runtime_, ActuatorOptions(config_));
+  // Before anything can admit work: an isolated device stays isolated.
+  actuator_->Restore();
+  StartScheduler();
+  if (auto started = StartRas(); !started) return started;
+  if (auto started = StartControl(); !started) return started;
+  StartJobsAndMetrics();
+  spdlog::info("rasd {} started: {} {} device(s), state {}, socket {}{}, host root {}", kVersion,
+               runtime_->DeviceCount(), runtime_->DriverName(), state_dir_.string(),
+               socket_.activated ? "(from systemd) " : "", socket_path_.string(),
+               config_.host.root.string());
+  return {};
+}
+
+Status Daemon::OpenLoopAndHost() {
   if (options_.loop != nullptr) {
     loop_ = options_.loop;
   } else {
@@ -165,6 +185,10 @@ Status Daemon::Initialize(Config config) {
   if (!admin_gid) return Fail(admin_gid.error());
   authorizer_ = Authorizer{::geteuid(), *admin_gid, config_.control.admin_group};
 
+  return {};
+}
+
+Status Daemon::OpenStateAndDevices() {
   auto store = ras::StateStore::Open(state_dir_);
   if (!store) {
     return Fail(store.error().code,
@@ -178,6 +202,10 @@ Status Daemon::Initialize(Config config) {
   if (!runtime) return Fail(runtime.error());
   runtime_ = std::move(*runtime);
 
+  return {};
+}
+
+Status Daemon::WatchSignals() {
   auto add_signal = [this](int signal, std::function<void()> handler) -> Status {
     auto watch = loop_->WatchSignal(signal, std::move(handler));
     if (!watch) return Fail(watch.error());
@@ -201,36 +229,36 @@ Status Daemon::Initialize(Config config) {
     watchdog_timer_->ArmAfter(std::chrono::microseconds(watchdog_usec_ / 2));
   }
 
-  jobs_ = std::make_unique<jobs::JobManager>(*runtime_, config_.policy.drain_deadline);
-  policy_.Reconfigure(config_.policy.engine);
-  actuator_ = std::make_unique<Actuator>(*host_, *store_, *runtime_, ActuatorOptions(config_));
-  // Before anything can admit work: an isolated device stays isolated.
-  actuator_->Restore();
-  if (config_.scheduler.kind == "slurm") {
-    SchedulerLink::Options link;
-    link.node = config_.scheduler.node;
-    if (link.node.empty()) {
-      char name[256] = {};
-      ::gethostname(name, sizeof name - 1);
-      link.node = name;
-    }
-    link.scontrol = config_.scheduler.scontrol.string();
-    if (const char* conf = std::getenv("SLURM_CONF"))
-      link.environment.push_back(std::string("SLURM_CONF=") + conf);
-    scheduler_ = std::make_unique<SchedulerLink>(link);
-    actuator_->SetNodeDrainer([this](const std::string& reason) {
-      std::string isolated;
-      for (const auto& device : runtime_->Devices()) {
-        if (device->Health() != runtime::HealthState::kIsolated) continue;
-        if (!isolated.empty()) isolated += ",";
-        isolated += std::to_string(device->Index());
-      }
-      scheduler_->Drain(isolated.empty() ? reason : reason + "; isolated accelerators " + isolated);
-      return "asked slurm to drain node " + scheduler_->Node();
-    });
-    spdlog::info("scheduler: slurm, node {}", scheduler_->Node());
-  }
+  return {};
+}
 
+void Daemon::StartScheduler() {
+  if (config_.scheduler.kind != "slurm") return;
+  SchedulerLink::Options link;
+  link.node = config_.scheduler.node;
+  if (link.node.empty()) {
+    char name[256] = {};
+    ::gethostname(name, sizeof name - 1);
+    link.node = name;
+  }
+  link.scontrol = config_.scheduler.scontrol.string();
+  if (const char* conf = std::getenv("SLURM_CONF"))
+    link.environment.push_back(std::string("SLURM_CONF=") + conf);
+  scheduler_ = std::make_unique<SchedulerLink>(link);
+  actuator_->SetNodeDrainer([this](const std::string& reason) {
+    std::string isolated;
+    for (const auto& device : runtime_->Devices()) {
+      if (device->Health() != runtime::HealthState::kIsolated) continue;
+      if (!isolated.empty()) isolated += ",";
+      isolated += std::to_string(device->Index());
+    }
+    scheduler_->Drain(isolated.empty() ? reason : reason + "; isolated accelerators " + isolated);
+    return "asked slurm to drain node " + scheduler_->Node();
+  });
+  spdlog::info("scheduler: slurm, node {}", scheduler_->Node());
+}
+
+Status Daemon::StartRas() {
   lifecycle_ = std::make_unique<DeviceLifecycle>(*loop_, *runtime_, *actuator_, *jobs_, *store_,
                                                  scheduler_.get(), LifecycleOptions(config_));
   pipeline_ = std::make_unique<RasPipeline>(*loop_, *runtime_, policy_, *actuator_, *store_,
@@ -247,6 +275,10 @@ Status Daemon::Initialize(Config config) {
   ingest_ = std::move(*ingest);
   injection_ = std::make_unique<FaultInjection>(*runtime_, *host_, *ingest_, config_.inject);
 
+  return {};
+}
+
+Status Daemon::StartControl() {
   auto socket = OpenControlSocket(socket_path_, config_.control.socket_mode);
   if (!socket)
     return Fail(socket.error().code, fmt::format("control socket: {}", socket.error().message));
@@ -269,6 +301,10 @@ Status Daemon::Initialize(Config config) {
   if (!server) return Fail(server.error());
   control_ = std::move(*server);
 
+  return {};
+}
+
+void Daemon::StartJobsAndMetrics() {
   for (const auto& spec : config_.jobs) {
     if (auto started = jobs_->Start(spec); !started) {
       // A job that cannot start does not keep the daemon down: it says why.
@@ -292,11 +328,6 @@ Status Daemon::Initialize(Config config) {
                    metrics_->Port());
     }
   }
-  spdlog::info("rasd {} started: {} {} device(s), state {}, socket {}{}, host root {}", kVersion,
-               runtime_->DeviceCount(), runtime_->DriverName(), state_dir_.string(),
-               socket_.activated ? "(from systemd) " : "", socket_path_.string(),
-               config_.host.root.string());
-  return {};
 }
 
 int Daemon::Run() {

@@ -61,6 +61,14 @@ class Daemon {
   explicit Daemon(StartOptions options);
 
   Status Initialize(Config config);
+  // The steps of Initialize, in order.
+  Status OpenLoopAndHost();
+  Status OpenStateAndDevices();
+  Status WatchSignals();
+  void StartScheduler();
+  Status StartRas();
+  Status StartControl();
+  void StartJobsAndMetrics();
   Result<nlohmann::json> StatusReport();
   // After the pipeline handled a batch: lifecycle, jobs and metrics.
   void ObserveBatch(const HandledBatch& batch);
