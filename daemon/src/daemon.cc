@@ -65,8 +65,10 @@ RasPipeline::Options PipelineOptions(const Config& config) {
   return {.storm_threshold = config.ras.storm_threshold};
 }
 
-DeviceLifecycle::Options LifecycleOptions(const Config& config) {
+DeviceLifecycle::Options LifecycleOptions(const Config& config,
+                                          const runtime::SelfTestOptions& self_test) {
   DeviceLifecycle::Options options;
+  options.self_test = self_test;
   options.drain_deadline = config.policy.drain_deadline;
   options.auto_recover = config.policy.auto_recover;
   options.auto_recover_delay = config.policy.auto_recover_delay;
@@ -260,7 +262,8 @@ void Daemon::StartScheduler() {
 
 Status Daemon::StartRas() {
   lifecycle_ = std::make_unique<DeviceLifecycle>(*loop_, *runtime_, *actuator_, *jobs_, *store_,
-                                                 scheduler_.get(), LifecycleOptions(config_));
+                                                 scheduler_.get(),
+                                                 LifecycleOptions(config_, options_.self_test));
   pipeline_ = std::make_unique<RasPipeline>(*loop_, *runtime_, policy_, *actuator_, *store_,
                                             PipelineOptions(config_));
   metrics_state_ = std::make_unique<DaemonMetrics>(*loop_, *runtime_, *jobs_, *actuator_,
@@ -421,7 +424,7 @@ Result<nlohmann::json> Daemon::Reload() {
   actuator_->SetOptions(ActuatorOptions(config_));
   pipeline_->SetOptions(PipelineOptions(config_));
   injection_->SetOptions(config_.inject);
-  lifecycle_->SetOptions(LifecycleOptions(config_));
+  lifecycle_->SetOptions(LifecycleOptions(config_, options_.self_test));
   ++config_generation_;
   spdlog::info("configuration reloaded (generation {})", config_generation_);
   last_reload_ = {{"time", when}, {"ok", true}, {"restart_required", restart_required}};

@@ -44,6 +44,9 @@ class Daemon {
     // The loop to run on (tests: a SimulatedEventLoop); it must outlive the
     // daemon. Null: the daemon makes an sd-event loop of its own.
     common::EventLoop* loop = nullptr;
+    // How the device self-test runs (undrain, recovery); tests shorten its
+    // step timeout.
+    runtime::SelfTestOptions self_test;
   };
 
   // Builds everything and binds the control socket. Every failure is a clear

@@ -46,6 +46,10 @@ class SimulatedEventLoop final : public EventLoop {
   // Runs posted tasks, ready descriptors and due timers until none is left,
   // without moving the clock. Returns how many callbacks ran.
   std::size_t RunUntilIdle();
+  // One round: the tasks posted before it, then the ready descriptors, then
+  // the due timers. Returns how many callbacks ran. (A task that posts a
+  // continuation lets the descriptors in before it runs again.)
+  std::size_t RunOnce() { return RunPostedOnce() + PollFdsOnce(0) + FireDueTimersOnce(); }
   // Moves the clock forward by `by`, firing each timer at its deadline (the
   // clock reads the deadline inside its callback), then runs until idle.
   void AdvanceBy(std::chrono::nanoseconds by);

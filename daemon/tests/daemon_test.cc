@@ -1,0 +1,239 @@
+// The whole Daemon on a SimulatedEventLoop: the watchdog's cadence on
+// simulated time, a kernel-log backlog taken in slices with the control
+// socket served between them, and the control socket answering while a
+// self-test runs. The control socket and the kmsg file are real.
+
+#include "daemon.h"
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "rasd/common/simulated_event_loop.h"
+#include "rasd/common/unique_fd.h"
+
+namespace rasd::daemon {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+using nlohmann::json;
+
+common::UniqueFd UnixSocket(int type) {
+  return common::UniqueFd(::socket(AF_UNIX, type | SOCK_CLOEXEC, 0));
+}
+
+sockaddr_un Address(const fs::path& path) {
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  std::snprintf(address.sun_path, sizeof address.sun_path, "%s", path.c_str());
+  return address;
+}
+
+class DaemonTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("rasd-daemon-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_ / "host/dev");
+    fs::create_directories(dir_ / "host/proc/sys/kernel/random");
+    std::ofstream(dir_ / "host/proc/sys/kernel/random/boot_id") << "test-boot\n";
+    std::ofstream(dir_ / "host/dev/kmsg").flush();
+  }
+  void TearDown() override {
+    daemon_.reset();
+    ::unsetenv("WATCHDOG_USEC");
+    ::unsetenv("WATCHDOG_PID");
+    ::unsetenv("NOTIFY_SOCKET");
+    fs::remove_all(dir_);
+  }
+
+  Config TestConfig() {
+    Config config;
+    config.host.root = dir_ / "host";
+    config.daemon.state_dir = dir_ / "state";
+    config.control.socket = dir_ / "rasd.sock";
+    config.control.admin_group = "";
+    config.metrics.listen = "";
+    config.ras.tracefs = false;
+    config.ras.nvml = false;
+    config.simulator.devices = 2;
+    config.simulator.memory_mib = 64;
+    return config;
+  }
+
+  void Start(Config config) {
+    Daemon::StartOptions options{.loop = &loop_};
+    options.self_test.step_timeout = 500ms;
+    auto started = Daemon::Start(std::move(options), std::move(config));
+    ASSERT_TRUE(started.has_value()) << started.error().message;
+    daemon_ = std::move(*started);
+  }
+
+  common::UniqueFd Connect() {
+    auto fd = UnixSocket(SOCK_STREAM);
+    const auto address = Address(dir_ / "rasd.sock");
+    EXPECT_EQ(::connect(fd.Get(), reinterpret_cast<const sockaddr*>(&address), sizeof address), 0);
+    return fd;
+  }
+
+  void Send(const common::UniqueFd& client, const json& request) {
+    const std::string line = request.dump() + "\n";
+    ASSERT_EQ(::send(client.Get(), line.data(), line.size(), MSG_NOSIGNAL),
+              static_cast<ssize_t>(line.size()));
+  }
+
+  // The next reply line if one has arrived, without waiting.
+  std::optional<json> TryReceive(const common::UniqueFd& client, std::string& buffer) {
+    char chunk[65536];
+    for (;;) {
+      const ssize_t n = ::recv(client.Get(), chunk, sizeof chunk, MSG_DONTWAIT);
+      if (n <= 0) break;
+      buffer.append(chunk, static_cast<std::size_t>(n));
+    }
+    const auto newline = buffer.find('\n');
+    if (newline == std::string::npos) return std::nullopt;
+    json reply = json::parse(buffer.substr(0, newline));
+    buffer.erase(0, newline + 1);
+    return reply;
+  }
+
+  // Runs the loop (no simulated time passes) until a reply arrives.
+  json Receive(const common::UniqueFd& client, std::string& buffer) {
+    const auto give_up = std::chrono::steady_clock::now() + 20s;
+    while (std::chrono::steady_clock::now() < give_up) {
+      if (auto reply = TryReceive(client, buffer)) return *reply;
+      if (loop_.RunUntilIdle() == 0) std::this_thread::sleep_for(1ms);
+    }
+    ADD_FAILURE() << "no reply";
+    return json();
+  }
+
+  json Ask(const json& request) {
+    auto client = Connect();
+    std::string buffer;
+    Send(client, request);
+    return Receive(client, buffer);
+  }
+
+  fs::path dir_;
+  common::SimulatedEventLoop loop_;
+  std::unique_ptr<Daemon> daemon_;
+};
+
+TEST_F(DaemonTest, TheWatchdogIsPettedEveryHalfIntervalOfSimulatedTime) {
+  auto listener = UnixSocket(SOCK_DGRAM);
+  const auto address = Address(dir_ / "notify.sock");
+  ASSERT_EQ(::bind(listener.Get(), reinterpret_cast<const sockaddr*>(&address), sizeof address), 0);
+  ::setenv("NOTIFY_SOCKET", (dir_ / "notify.sock").c_str(), 1);
+  ::setenv("WATCHDOG_USEC", "2000000", 1);
+  ::setenv("WATCHDOG_PID", std::to_string(::getpid()).c_str(), 1);
+  Start(TestConfig());
+  auto pets = [&] {
+    int count = 0;
+    char message[256];
+    for (;;) {
+      const ssize_t n = ::recv(listener.Get(), message, sizeof message - 1, MSG_DONTWAIT);
+      if (n <= 0) return count;
+      if (std::string(message, static_cast<std::size_t>(n)).find("WATCHDOG=1") != std::string::npos)
+        ++count;
+    }
+  };
+  loop_.RunUntilIdle();
+  EXPECT_EQ(pets(), 0);
+  loop_.AdvanceBy(999ms);
+  EXPECT_EQ(pets(), 0);
+  loop_.AdvanceBy(1ms);
+  EXPECT_EQ(pets(), 1);
+  loop_.AdvanceBy(9s);
+  EXPECT_EQ(pets(), 9) << "one every WATCHDOG_USEC / 2";
+}
+
+TEST_F(DaemonTest, AKmsgBacklogIsTakenInSlicesWithTheControlSocketServedBetween) {
+  constexpr int kRecords = 3 * RasIngest::kKmsgSlice + 100;
+  {
+    std::ofstream kmsg(dir_ / "host/dev/kmsg");
+    for (int i = 1; i <= kRecords; ++i) {
+      kmsg << fmt::format(
+          "4,{},{},-;EDAC MC0: 1 CE memory read error on CPU_SrcID#0_MC#0_Chan#0_DIMM#0 "
+          "(channel:0 slot:0 page:0x{:x} offset:0x0 grain:32 syndrome:0x0 - err_code:0x0000:0x0090 "
+          "socket:0 imc:0 rank:0 bg:0 ba:0 row:0x0 col:0x0)\n",
+          i, 1000 + i, 0x1000 + i % 16);
+    }
+  }
+  Start(TestConfig());
+  // Start read the first slice; the rest waits behind the loop.
+  auto client = Connect();
+  std::string buffer;
+  Send(client, {{"command", "status"}});
+  std::optional<json> reply;
+  int rounds = 0;
+  while (!reply && rounds < 10) {
+    loop_.RunOnce();
+    ++rounds;
+    reply = TryReceive(client, buffer);
+  }
+  ASSERT_TRUE(reply.has_value());
+  const auto read_when_answered = (*reply)["result"]["ras"]["kmsg_records"].get<std::uint64_t>();
+  EXPECT_LT(read_when_answered, static_cast<std::uint64_t>(kRecords))
+      << "the status request was answered before the whole backlog was read";
+  // One slice a round: the round that accepted the connection, then the
+  // one that served the request.
+  EXPECT_LE(read_when_answered, 3 * RasIngest::kKmsgSlice);
+
+  loop_.RunUntilIdle();
+  const json status = Ask({{"command", "status"}})["result"];
+  EXPECT_EQ(status["ras"]["kmsg_records"], kRecords);
+  EXPECT_EQ(status["ras"]["events_ingested"], kRecords);
+  EXPECT_EQ(status["events"]["total"], kRecords) << "every error counted once, coalesced or not";
+  // Repeated "soft-offline disabled" decisions share a row with their count.
+  const json actions = Ask({{"command", "actions"}, {"args", {{"limit", 10000}}}})["result"];
+  std::uint64_t disabled_rows = 0, disabled_decisions = 0;
+  for (const auto& action : actions["actions"]) {
+    if (action["result"] != "disabled") continue;
+    ++disabled_rows;
+    disabled_decisions += action["count"].get<std::uint64_t>();
+  }
+  EXPECT_GT(disabled_decisions, 0u);
+  EXPECT_LE(disabled_rows, 16u) << "at most one row per page and minute";
+}
+
+TEST_F(DaemonTest, TheControlSocketAnswersWhileASelfTestRuns) {
+  Start(TestConfig());
+  EXPECT_EQ(Ask({{"command", "isolate"}, {"args", {{"device", 1}}}})["ok"], true);
+  // A hung device: the self-test's first step waits out its timeout.
+  EXPECT_EQ(Ask({{"command", "inject"}, {"args", {{"kind", "hang"}, {"device", 1}}}})["ok"], true);
+  auto undrain_client = Connect();
+  std::string undrain_buffer;
+  Send(undrain_client, {{"command", "undrain"}, {"args", {{"device", 1}}}});
+  loop_.RunUntilIdle();
+  const auto started = std::chrono::steady_clock::now();
+  const json ping = Ask({{"command", "ping"}});
+  EXPECT_EQ(ping["result"]["pong"], true);
+  EXPECT_LT(std::chrono::steady_clock::now() - started, 200ms) << "not behind the self-test";
+  EXPECT_FALSE(TryReceive(undrain_client, undrain_buffer).has_value());
+  const json devices = Ask({{"command", "devices"}, {"args", {{"device", 1}}}})["result"];
+  EXPECT_EQ(devices["devices"][0]["self_test_running"], true);
+  const json second = Ask({{"command", "undrain"}, {"args", {{"device", 1}}}});
+  EXPECT_EQ(second["ok"], false);
+  EXPECT_NE(second["error"]["message"].get<std::string>().find("self-test already"),
+            std::string::npos);
+
+  const json refused = Receive(undrain_client, undrain_buffer);
+  EXPECT_EQ(refused["ok"], false);
+  EXPECT_NE(refused["error"]["message"].get<std::string>().find("stays isolated"),
+            std::string::npos)
+      << refused.dump();
+}
+
+}  // namespace
+}  // namespace rasd::daemon
