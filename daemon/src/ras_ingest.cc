@@ -1,6 +1,7 @@
 #include "ras_ingest.h"
 
 #include <fmt/format.h>
+#include <malloc.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/inotify.h>
@@ -195,6 +196,7 @@ void RasIngest::OnKmsgFileChanged() {
 void RasIngest::ReadKmsg() {
   const std::uint64_t before = kmsg_->RecordsRead();
   Deliver(kmsg_->Poll(kKmsgSlice));
+  kmsg_records_since_trim_ += kmsg_->RecordsRead() - before;
   if (kmsg_->RecordsRead() != before) {
     // Records may be open (a GHES block waits for its next line): complete
     // them once the log has been quiet for a while.
@@ -204,6 +206,12 @@ void RasIngest::ReadKmsg() {
   stats_.kmsg_lost = kmsg_->LostRecords();
   stats_.kmsg_gaps = kmsg_->Gaps();
   stats_.kmsg_undecoded = kmsg_->UndecodedLines();
+  if (kmsg_->Exhausted() && kmsg_records_since_trim_ > kKmsgSlice) {
+    // A storm is over: hand the memory its batches used back to the
+    // system, so that RSS after a storm is what rasd needs idle.
+    ::malloc_trim(0);
+    kmsg_records_since_trim_ = 0;
+  }
   if (!kmsg_->Exhausted() && !kmsg_continuation_posted_) {
     // More is there: the rest after whatever else is ready.
     kmsg_continuation_posted_ = true;

@@ -132,6 +132,7 @@ class RasIngest {
   std::unique_ptr<common::Timer> kmsg_poll_timer_;   // only where nothing can watch the file
   std::unique_ptr<common::Timer> kmsg_quiet_timer_;  // armed while records may be open
   bool kmsg_continuation_posted_ = false;
+  std::uint64_t kmsg_records_since_trim_ = 0;
 
   std::unique_ptr<ras::TracefsSource> tracefs_;
   std::vector<std::unique_ptr<common::FdWatch>> tracefs_watches_;
