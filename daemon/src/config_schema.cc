@@ -225,7 +225,7 @@ Kind<std::string> ListenAddress() {
 
 Kind<std::chrono::milliseconds> EdacPoll() {
   Kind<std::chrono::milliseconds> kind = Milliseconds(0, 3'600'000);
-  kind.type = "ms, 0 or 100..3600000";
+  kind.type = "ms 0 or 100..3600000";
   kind.read = [](ConfigValueReader& reader, const YAML::Node& value, const std::string& path,
                  std::chrono::milliseconds& out) {
     auto ms = reader.ReadInteger(value, path, 0, 3'600'000);
@@ -242,7 +242,7 @@ Kind<std::chrono::milliseconds> EdacPoll() {
 Kind<std::vector<std::string>> Drivers() { return {"backend or list of them", &ReadDrivers}; }
 
 Kind<std::map<int, ras::Severity>> CodeMap(bool hex_keys) {
-  return {"map of code: class",
+  return {"map of code: CLASS",
           [hex_keys](ConfigValueReader& reader, const YAML::Node& value, const std::string& path,
                      std::map<int, ras::Severity>& table) {
             ReadCodeMap(reader, value, path, hex_keys, table);
@@ -329,7 +329,7 @@ void AddRasKeys(std::vector<ConfigKey>& keys) {
                      "removed on exit (needs root and a mounted tracefs; otherwise logged and "
                      "left out)"));
   keys.push_back(Row("ras.tracefs_instance", kRestart, RASD_CONFIG_FIELD(ras.tracefs_instance),
-                     Text("1 to 64 of A-Z a-z 0-9 - _",
+                     Text("name: letters, digits, `-`, `_` (1 to 64)",
                           [](const std::string& name) {
                             return !name.empty() && name.size() <= 64 && IsName(name, "_-")
                                        ? std::string()
@@ -446,7 +446,7 @@ void AddOtherKeys(std::vector<ConfigKey>& keys) {
                      "Reason=\"rasd: ...\"`, an undrain that leaves no device isolated resumes "
                      "the node (docs/scheduler.md)"));
   keys.push_back(Row("scheduler.node", kRestart, RASD_CONFIG_FIELD(scheduler.node),
-                     Text("node name",
+                     Text("name: letters, digits, `-`, `_`, `.`",
                           [](const std::string& node) {
                             return IsName(node, "-_.") && node.size() <= 255
                                        ? ""
