@@ -263,7 +263,11 @@ constexpr ConfigApply kLive = ConfigApply::kLive;
 constexpr ConfigApply kRestart = ConfigApply::kRestart;
 constexpr std::int64_t kYearSeconds = 365LL * 86400;
 
-// The rows, section by section, in the order of the file's sections.
+// The rows, section by section, in the order of the file's sections. A new
+// key is a field in Config, a row here, a line in packaging/rasd.yaml, a
+// value in config_schema_test's EveryKeyChanged, and README's table
+// regenerated with `rasd --print-config-schema`; the tests name whichever
+// of those is missing.
 void AddServiceKeys(std::vector<ConfigKey>& keys) {
   keys.push_back(Row("host.root", kRestart, RASD_CONFIG_FIELD(host.root), AbsolutePath(),
                      "prefix of every host path (sysfs, procfs, tracefs, /dev/kmsg); fixture "
