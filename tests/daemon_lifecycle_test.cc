@@ -280,6 +280,16 @@ TEST(DaemonLifecycleTest, CheckConfigExitsZeroOrTwo) {
   EXPECT_NE(missing.err.find("cannot read config file"), std::string::npos);
 }
 
+TEST(DaemonLifecycleTest, PrintConfigSchemaPrintsTheConfigTable) {
+  const auto result = RunToCompletion({.argv = {RASD_BINARY, "--print-config-schema"}});
+  EXPECT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_EQ(result.out.rfind("| key | type | default | on reload | meaning |\n", 0), 0u)
+      << result.out;
+  EXPECT_NE(result.out.find("| `simulator.devices` | integer 1..64 | `4` | restart |"),
+            std::string::npos)
+      << result.out;
+}
+
 TEST(DaemonLifecycleTest, BadCommandLineExitsTwo) {
   EXPECT_EQ(RunToCompletion({.argv = {RASD_BINARY, "--no-such-flag"}}).exit_code, 2);
   EXPECT_EQ(RunToCompletion({.argv = {RASD_BINARY, "--metrics-listen", "nowhere"}}).exit_code, 2);

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <iostream>
 
+#include "config_schema.h"
 #include "daemon.h"
 #include "rasd/common/logging.h"
 #include "rasd/common/version.h"
@@ -29,16 +30,26 @@ int CheckConfig(const std::string& path) {
   return 0;
 }
 
+// README's config table, from the schema that the parser uses.
+int PrintConfigSchema() {
+  for (const auto& line : rasd::daemon::ConfigSchemaMarkdown()) std::cout << line << "\n";
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"rasd: RAS-aware device runtime and health daemon"};
   std::string config_path;
   std::string check_config_path;
+  bool print_config_schema = false;
   std::string state_dir, socket, host_root, metrics_listen, log_level;
   app.add_option("--config", config_path, "YAML config file (default: built-in defaults)");
   app.add_option("--check-config", check_config_path,
                  "validate FILE, print FILE:LINE:COL: message per problem, exit 0 or 2");
+  app.add_flag("--print-config-schema", print_config_schema,
+               "print every config key (type, default, whether reload applies it, meaning) as "
+               "README's markdown table");
   app.add_option("--state-dir", state_dir, "override daemon.state_dir");
   app.add_option("--socket", socket, "override control.socket");
   app.add_option("--host-root", host_root, "override host.root (a fixture tree for tests)");
@@ -52,6 +63,7 @@ int main(int argc, char** argv) {
     return rc == 0 ? 0 : kExitUsage;
   }
 
+  if (print_config_schema) return PrintConfigSchema();
   if (!check_config_path.empty()) return CheckConfig(check_config_path);
 
   rasd::daemon::ConfigOverrides overrides;

@@ -18,7 +18,10 @@
 namespace rasd::daemon {
 
 // The daemon's configuration. Every field has a default, so rasd runs with
-// no file at all. packaging/rasd.yaml documents each key; keep them in step.
+// no file at all. Each key's type, range, default, doc line and whether a
+// reload applies it are in one table (daemon/src/config_schema.cc), which
+// drives the parser, reload and README's config table; packaging/rasd.yaml
+// documents each key too (a test checks that it gives these defaults).
 struct Config {
   struct Host {
     std::filesystem::path root = "/";  // prefixes every host path (fixture trees)
@@ -164,5 +167,18 @@ struct ConfigOverrides {
 
   void ApplyTo(Config& config) const;
 };
+
+// What a reload does with a changed key: apply it at once, or keep the
+// running value until rasd restarts.
+enum class ConfigApply { kLive, kRestart };
+
+// The keys (dotted, "simulator.devices") that need a restart and whose
+// values differ between the two configs, in schema order. Pure.
+std::vector<std::string> SchemaRestartRequiredChanges(const Config& running, const Config& loaded);
+
+// `running` with every key that applies live taken from `loaded`: what a
+// reload puts in force. Keys that need a restart keep their running values,
+// so that status tells the truth about what is in force. Pure.
+Config SchemaApplyLiveChanges(const Config& running, const Config& loaded);
 
 }  // namespace rasd::daemon

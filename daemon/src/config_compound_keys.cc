@@ -1,0 +1,352 @@
+#include "config_compound_keys.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cstdint>
+#include <optional>
+#include <set>
+
+namespace rasd::daemon {
+namespace {
+
+using Key = ConfigValueReader::Key;
+
+// A key whose value is an integer in min..max, handed to `store`.
+template <typename Store>
+Key IntegerKey(ConfigValueReader& reader, std::string_view name, std::int64_t min, std::int64_t max,
+               Store store) {
+  return {name, [&reader, min, max, store](const YAML::Node& value, const std::string& path) {
+            if (auto n = reader.ReadInteger(value, path, min, max)) store(*n);
+          }};
+}
+
+std::vector<Key> MatchKeys(ConfigValueReader& reader, ras::PolicyRule& rule, bool& ok) {
+  return {
+      {"origin",
+       [&](const YAML::Node& value, const std::string& path) {
+         if (auto text = reader.ReadString(value, path)) rule.origin = *text;
+       }},
+      {"severity",
+       [&](const YAML::Node& value, const std::string& path) {
+         auto text = reader.ReadString(value, path);
+         if (!text) return;
+         rule.severity = ras::ParseSeverity(*text);
+         if (!rule.severity) {
+           reader.Problem(value.Mark(), fmt::format("'{}' must be one of CE, UCNA, SRAO, "
+                                                    "SRAR, UCE, FATAL, INFO, not '{}'",
+                                                    path, *text));
+           ok = false;
+         }
+       }},
+      {"component",
+       [&](const YAML::Node& value, const std::string& path) {
+         auto text = reader.ReadString(value, path);
+         if (!text) return;
+         rule.component = ras::ParseComponentKind(*text);
+         if (!rule.component) {
+           reader.Problem(value.Mark(),
+                          fmt::format("'{}' must be one of host-memory, device-memory, device, "
+                                      "pci-device, cpu, other, not '{}'",
+                                      path, *text));
+           ok = false;
+         }
+       }},
+      IntegerKey(reader, "vendor_code", 0, 99'999'999,
+                 [&rule](std::int64_t code) { rule.vendor_code = static_cast<int>(code); }),
+  };
+}
+
+std::vector<Key> ThresholdKeys(ConfigValueReader& reader, ras::Threshold& threshold, bool& ok) {
+  return {
+      IntegerKey(reader, "count", 1, 1'000'000,
+                 [&threshold](std::int64_t n) { threshold.count = static_cast<std::uint64_t>(n); }),
+      IntegerKey(reader, "window_s", 1, 365LL * 86400,
+                 [&threshold](std::int64_t n) { threshold.window = std::chrono::seconds(n); }),
+      {"per",
+       [&](const YAML::Node& value, const std::string& path) {
+         auto text = reader.ReadString(value, path);
+         if (!text) return;
+         if (*text == "page") {
+           threshold.key = ras::Threshold::Key::kPage;
+         } else if (*text == "dimm") {
+           threshold.key = ras::Threshold::Key::kDimm;
+         } else if (*text == "device") {
+           threshold.key = ras::Threshold::Key::kDevice;
+         } else {
+           reader.Problem(value.Mark(),
+                          fmt::format("'{}' must be page, dimm or device, not '{}'", path, *text));
+           ok = false;
+         }
+       }},
+  };
+}
+
+void ReadActions(ConfigValueReader& reader, const YAML::Node& value, const std::string& path,
+                 ras::PolicyRule& rule, bool& ok) {
+  std::vector<std::string> names;
+  if (!reader.ReadStringList(value, path, names)) ok = false;
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    auto kind = ras::ParseActionKind(names[i]);
+    if (!kind) {
+      reader.Problem(value[i].Mark(),
+                     fmt::format("'{}[{}]': unknown action '{}' (known: record, "
+                                 "retire-page, mark-at-risk, kill-consumer, "
+                                 "degrade-device, drain-device, isolate-device, "
+                                 "drain-node, soft-offline-page, hard-offline-page, "
+                                 "run-hook)",
+                                 path, i, names[i]));
+      ok = false;
+      continue;
+    }
+    rule.actions.push_back(*kind);
+  }
+}
+
+void ReadHook(ConfigValueReader& reader, const YAML::Node& value, const std::string& path,
+              ras::PolicyRule& rule, bool& ok) {
+  if (!reader.ReadStringList(value, path, rule.hook)) ok = false;
+  if (!rule.hook.empty() && (rule.hook.front().empty() || rule.hook.front().front() != '/')) {
+    reader.Problem(value.Mark(), fmt::format("'{}': the program must be an absolute path (no "
+                                             "shell, no PATH search), not '{}'",
+                                             path, rule.hook.front()));
+    ok = false;
+  }
+}
+
+// One rule: {name, match: {...}, threshold: {...}, actions: [...], hook: [...]}.
+std::optional<ras::PolicyRule> ReadRule(ConfigValueReader& reader, const YAML::Node& node,
+                                        const std::string& path) {
+  ras::PolicyRule rule;
+  bool ok = true;
+  ras::Threshold threshold;
+  bool has_threshold = false;
+  bool has_actions = false;
+  const std::vector<Key> match_keys = MatchKeys(reader, rule, ok);
+  const std::vector<Key> threshold_keys = ThresholdKeys(reader, threshold, ok);
+  const std::vector<Key> rule_keys = {
+      {"name",
+       [&](const YAML::Node& value, const std::string& key_path) {
+         if (auto text = reader.ReadString(value, key_path)) rule.name = *text;
+       }},
+      {"match",
+       [&](const YAML::Node& value, const std::string& key_path) {
+         reader.ReadMapping(value, key_path, match_keys);
+       }},
+      {"threshold",
+       [&](const YAML::Node& value, const std::string& key_path) {
+         has_threshold = true;
+         reader.ReadMapping(value, key_path, threshold_keys);
+       }},
+      {"actions",
+       [&](const YAML::Node& value, const std::string& key_path) {
+         ReadActions(reader, value, key_path, rule, ok);
+         has_actions = true;
+       }},
+      {"hook", [&](const YAML::Node& value,
+                   const std::string& key_path) { ReadHook(reader, value, key_path, rule, ok); }},
+  };
+  const std::size_t problems_before = reader.ProblemCount();
+  reader.ReadMapping(node, path, rule_keys);
+  if (!node.IsMap()) return std::nullopt;
+  if (rule.name.empty()) {
+    reader.Problem(node.Mark(), fmt::format("'{}' needs a name", path));
+    ok = false;
+  }
+  if (!has_actions || (rule.actions.empty() && reader.ProblemCount() == problems_before)) {
+    reader.Problem(node.Mark(), fmt::format("'{}' needs a non-empty 'actions' list", path));
+    ok = false;
+  }
+  const bool runs_hook = std::find(rule.actions.begin(), rule.actions.end(),
+                                   ras::ActionKind::kRunHook) != rule.actions.end();
+  if (runs_hook && rule.hook.empty()) {
+    reader.Problem(node.Mark(), fmt::format("'{}' runs a hook but has no 'hook' argv", path));
+    ok = false;
+  }
+  if (has_threshold) rule.threshold = threshold;
+  if (!ok || reader.ProblemCount() != problems_before) return std::nullopt;
+  return rule;
+}
+
+std::vector<Key> JobKeys(ConfigValueReader& reader, jobs::JobSpec& spec, bool& has_kind) {
+  return {
+      {"name",
+       [&](const YAML::Node& value, const std::string& path) {
+         if (auto text = reader.ReadString(value, path)) spec.name = *text;
+       }},
+      {"kind",
+       [&](const YAML::Node& value, const std::string& path) {
+         auto text = reader.ReadString(value, path);
+         if (!text) return;
+         auto kind = jobs::ParseJobKind(*text);
+         if (!kind) {
+           reader.Problem(
+               value.Mark(),
+               fmt::format("'{}' must be inference or collective, not '{}'", path, *text));
+           return;
+         }
+         spec.kind = *kind;
+         has_kind = true;
+       }},
+      {"devices",
+       [&](const YAML::Node& value, const std::string& path) {
+         if (!value.IsSequence()) {
+           reader.Problem(value.Mark(), fmt::format("'{}' must be a list of device indexes", path));
+           return;
+         }
+         for (std::size_t i = 0; i < value.size(); ++i) {
+           if (auto device = reader.ReadInteger(value[i], fmt::format("{}[{}]", path, i), 0, 1023))
+             spec.devices.push_back(static_cast<int>(*device));
+         }
+       }},
+      IntegerKey(reader, "max_batch", 1, 4096,
+                 [&spec](std::int64_t n) { spec.max_batch = static_cast<std::size_t>(n); }),
+      IntegerKey(reader, "max_wait_us", 0, 1'000'000,
+                 [&spec](std::int64_t n) { spec.max_wait = std::chrono::microseconds(n); }),
+      IntegerKey(reader, "load_rps", 0, 1'000'000,
+                 [&spec](std::int64_t n) { spec.load_rps = static_cast<double>(n); }),
+      IntegerKey(reader, "elements", 1, 1LL << 26,
+                 [&spec](std::int64_t n) { spec.elements = static_cast<std::uint64_t>(n); }),
+      IntegerKey(reader, "steps", 1, 100'000'000,
+                 [&spec](std::int64_t n) { spec.steps = static_cast<int>(n); }),
+      IntegerKey(reader, "checkpoint_every", 1, 1'000'000,
+                 [&spec](std::int64_t n) { spec.checkpoint_every = static_cast<int>(n); }),
+      IntegerKey(reader, "min_ranks", 1, 1024,
+                 [&spec](std::int64_t n) { spec.min_ranks = static_cast<int>(n); }),
+  };
+}
+
+std::optional<jobs::JobSpec> ReadJob(ConfigValueReader& reader, const YAML::Node& node,
+                                     const std::string& path) {
+  jobs::JobSpec spec;
+  bool has_kind = false;
+  const std::size_t problems_before = reader.ProblemCount();
+  reader.ReadMapping(node, path, JobKeys(reader, spec, has_kind));
+  if (!node.IsMap()) return std::nullopt;
+  if (spec.name.empty()) reader.Problem(node.Mark(), fmt::format("'{}' needs a name", path));
+  if (!has_kind)
+    reader.Problem(node.Mark(), fmt::format("'{}' needs a kind (inference or collective)", path));
+  if (reader.ProblemCount() != problems_before) return std::nullopt;
+  return spec;
+}
+
+// A code of ras.codes: decimal, or with `hex_keys` also 0x + 32 bits.
+std::optional<int> ReadCode(ConfigValueReader& reader, const YAML::Node& key,
+                            const std::string& path, bool hex_keys) {
+  const std::string key_text = key.IsScalar() ? key.Scalar() : "";
+  if (!hex_keys || !(key_text.starts_with("0x") || key_text.starts_with("0X"))) {
+    auto code = reader.ReadInteger(key, path + " key", 0, 99'999'999);
+    if (!code) return std::nullopt;
+    return static_cast<int>(*code);
+  }
+  std::uint32_t bits = 0;
+  const auto [end, ec] =
+      std::from_chars(key_text.data() + 2, key_text.data() + key_text.size(), bits, 16);
+  if (key_text.size() == 2 || ec != std::errc() || end != key_text.data() + key_text.size()) {
+    reader.Problem(key.Mark(), fmt::format("'{} key' must be a code such as 507053 or "
+                                           "0x80E01801, not '{}'",
+                                           path, key_text));
+    return std::nullopt;
+  }
+  return static_cast<int>(static_cast<std::int32_t>(bits));
+}
+
+}  // namespace
+
+void ReadDrivers(ConfigValueReader& reader, const YAML::Node& value, const std::string& path,
+                 std::vector<std::string>& drivers) {
+  std::vector<YAML::Node> items;
+  if (value.IsSequence()) {
+    for (const auto& item : value) items.push_back(item);
+  } else {
+    items.push_back(value);
+  }
+  std::vector<std::string> read;
+  for (const auto& item : items) {
+    auto text = reader.ReadString(item, path);
+    if (!text) return;
+    static const std::set<std::string> kKnown = {"sim", "cuda", "ascend", "auto"};
+    if (!kKnown.contains(*text)) {
+      reader.Problem(item.Mark(), fmt::format("'{}' must be one of: sim, cuda, ascend, auto (or a "
+                                              "list of them); not '{}'",
+                                              path, *text));
+      return;
+    }
+    if (std::find(read.begin(), read.end(), *text) != read.end()) {
+      reader.Problem(item.Mark(), fmt::format("'{}' names '{}' twice", path, *text));
+      return;
+    }
+    read.push_back(*text);
+  }
+  if (read.empty()) {
+    reader.Problem(value.Mark(), fmt::format("'{}' must name a backend", path));
+    return;
+  }
+  drivers = std::move(read);
+}
+
+void ReadCodeMap(ConfigValueReader& reader, const YAML::Node& value, const std::string& path,
+                 bool hex_keys, std::map<int, ras::Severity>& table) {
+  if (!value.IsMap()) {
+    reader.Problem(value.Mark(), fmt::format("'{}' must be a mapping of code: class", path));
+    return;
+  }
+  for (auto it = value.begin(); it != value.end(); ++it) {
+    const YAML::Node key = it->first;
+    const YAML::Node severity_node = it->second;
+    const std::optional<int> code = ReadCode(reader, key, path, hex_keys);
+    const auto name =
+        reader.ReadString(severity_node, path + "." + (key.IsScalar() ? key.Scalar() : "?"));
+    if (!code || !name) continue;
+    const auto severity = ras::ParseSeverity(*name);
+    if (!severity) {
+      reader.Problem(
+          severity_node.Mark(),
+          fmt::format("'{}.{}' must be one of CE, UCNA, SRAO, SRAR, UCE, FATAL, INFO, not '{}'",
+                      path, *code, *name));
+      continue;
+    }
+    table[*code] = *severity;
+  }
+}
+
+void ReadPolicyRules(ConfigValueReader& reader, const YAML::Node& value, const std::string& path,
+                     std::vector<ras::PolicyRule>& rules) {
+  if (!value.IsSequence()) {
+    reader.Problem(value.Mark(), fmt::format("'{}' must be a list of rules", path));
+    return;
+  }
+  std::set<std::string> names;
+  for (std::size_t i = 0; i < value.size(); ++i) {
+    auto rule = ReadRule(reader, value[i], fmt::format("{}[{}]", path, i));
+    if (!rule) continue;
+    if (!names.insert(rule->name).second) {
+      reader.Problem(value[i].Mark(),
+                     fmt::format("'{}[{}]': duplicate rule name '{}'", path, i, rule->name));
+      continue;
+    }
+    rules.push_back(std::move(*rule));
+  }
+}
+
+void ReadJobs(ConfigValueReader& reader, const YAML::Node& value, const std::string& path,
+              std::vector<jobs::JobSpec>& specs) {
+  if (!value.IsSequence()) {
+    reader.Problem(value.Mark(), fmt::format("'{}' must be a list of jobs", path));
+    return;
+  }
+  std::set<std::string> names;
+  for (std::size_t i = 0; i < value.size(); ++i) {
+    auto spec = ReadJob(reader, value[i], fmt::format("{}[{}]", path, i));
+    if (!spec) continue;
+    if (!names.insert(spec->name).second) {
+      reader.Problem(value[i].Mark(),
+                     fmt::format("'{}[{}]': duplicate job name '{}'", path, i, spec->name));
+      continue;
+    }
+    specs.push_back(std::move(*spec));
+  }
+}
+
+}  // namespace rasd::daemon

@@ -1,0 +1,520 @@
+#include "config_schema.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <chrono>
+#include <concepts>
+#include <type_traits>
+
+#include "config_compound_keys.h"
+#include "rasd/common/logging.h"
+#include "rasd/exporters/listen_address.h"
+
+namespace rasd::daemon {
+namespace {
+
+// How a key's value is read and what it is called: the "type" of a row.
+template <typename T>
+struct Kind {
+  std::string type;
+  std::function<void(ConfigValueReader&, const YAML::Node&, const std::string&, T&)> read;
+  std::function<std::string(const T&)> show;  // empty: YamlValue
+};
+
+// A value as a YAML file writes it; the schema's defaults are printed so.
+std::string YamlValue(bool value) { return value ? "true" : "false"; }
+template <std::integral T>
+std::string YamlValue(T value) {
+  return fmt::format("{}", value);
+}
+template <typename Rep, typename Period>
+std::string YamlValue(std::chrono::duration<Rep, Period> value) {
+  return fmt::format("{}", value.count());
+}
+std::string YamlValue(const std::string& value) { return value.empty() ? "\"\"" : value; }
+std::string YamlValue(const std::filesystem::path& value) { return YamlValue(value.string()); }
+std::string YamlValue(spdlog::level::level_enum level) {
+  return std::string(common::LogLevelName(level));
+}
+std::string YamlValue(const std::vector<std::string>& values) {
+  if (values.size() == 1) return values.front();
+  return fmt::format("[{}]", fmt::join(values, ", "));
+}
+template <typename T>
+std::string YamlValue(const std::vector<T>& values) {
+  return values.empty() ? "[]" : fmt::format("[{} entries]", values.size());
+}
+
+// A field of Config, as a generic lambda: `field(config)` is a reference to
+// the member, const or not as `config` is.
+#define RASD_CONFIG_FIELD(member) \
+  [](auto& config) -> auto& { return config.member; }
+
+template <typename Field>
+using FieldType = std::remove_cvref_t<decltype(std::declval<Field>()(std::declval<Config&>()))>;
+
+template <typename Field>
+ConfigKey Row(std::string name, ConfigApply applies, Field field, Kind<FieldType<Field>> kind,
+              std::string doc) {
+  const Config defaults;
+  ConfigKey key;
+  key.name = std::move(name);
+  key.type = std::move(kind.type);
+  key.applies = applies;
+  const auto& default_value = field(defaults);
+  if constexpr (requires { YamlValue(default_value); }) {
+    key.default_value = kind.show ? kind.show(default_value) : YamlValue(default_value);
+  } else {
+    key.default_value = kind.show(default_value);  // a kind of its own says how
+  }
+  key.doc = std::move(doc);
+  key.read = [field, read = std::move(kind.read)](
+                 ConfigValueReader& reader, const YAML::Node& value, const std::string& path,
+                 Config& config) { read(reader, value, path, field(config)); };
+  key.same = [field](const Config& a, const Config& b) { return field(a) == field(b); };
+  key.copy = [field](Config& into, const Config& from) { field(into) = field(from); };
+  return key;
+}
+
+Kind<bool> Bool() {
+  return {"bool", [](ConfigValueReader& reader, const YAML::Node& value, const std::string& path,
+                     bool& out) {
+            if (auto enabled = reader.ReadBool(value, path)) out = *enabled;
+          }};
+}
+
+template <typename T>
+Kind<T> Integer(std::int64_t min, std::int64_t max, std::string_view unit = "integer") {
+  return {fmt::format("{} {}..{}", unit, min, max),
+          [min, max](ConfigValueReader& reader, const YAML::Node& value, const std::string& path,
+                     T& out) {
+            if (auto n = reader.ReadInteger(value, path, min, max)) {
+              if constexpr (std::integral<T>) {
+                out = static_cast<T>(*n);
+              } else {
+                out = T(*n);  // a std::chrono::duration
+              }
+            }
+          }};
+}
+
+Kind<std::chrono::milliseconds> Milliseconds(std::int64_t min, std::int64_t max) {
+  return Integer<std::chrono::milliseconds>(min, max, "ms");
+}
+
+Kind<std::chrono::seconds> Seconds(std::int64_t min, std::int64_t max) {
+  return Integer<std::chrono::seconds>(min, max, "s");
+}
+
+// A string; `check` returns the problem with a value, or "" for a good one.
+Kind<std::string> Text(std::string type = "string",
+                       std::function<std::string(const std::string& text)> check = nullptr) {
+  return {std::move(type),
+          [check = std::move(check)](ConfigValueReader& reader, const YAML::Node& value,
+                                     const std::string& path, std::string& out) {
+            auto text = reader.ReadString(value, path);
+            if (!text) return;
+            if (check) {
+              if (auto problem = check(*text); !problem.empty()) {
+                reader.Problem(value.Mark(), fmt::format("'{}' {}", path, problem));
+                return;
+              }
+            }
+            out = *text;
+          }};
+}
+
+Kind<std::string> OneOf(std::vector<std::string> values) {
+  std::string names;
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    if (i > 0) names += i + 1 == values.size() ? " or " : ", ";
+    names += values[i];
+  }
+  std::string type;
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    if (i > 0) type += i + 1 == values.size() ? " or " : ", ";
+    type += "`" + values[i] + "`";
+  }
+  return Text(type, [values = std::move(values), names](const std::string& text) {
+    if (std::find(values.begin(), values.end(), text) != values.end()) return std::string();
+    return fmt::format("must be {}, not '{}'", names, text);
+  });
+}
+
+// Letters and digits, and the characters in `extra`.
+bool IsName(const std::string& text, std::string_view extra) {
+  return std::all_of(text.begin(), text.end(), [extra](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || extra.find(c) != std::string_view::npos;
+  });
+}
+
+// A library to dlopen; empty keeps the default.
+Kind<std::string> Library() {
+  return {"soname or path", [](ConfigValueReader& reader, const YAML::Node& value,
+                               const std::string& path, std::string& out) {
+            if (auto text = reader.ReadString(value, path); text && !text->empty()) out = *text;
+          }};
+}
+
+Kind<std::filesystem::path> AbsolutePath() {
+  return {"absolute path", [](ConfigValueReader& reader, const YAML::Node& value,
+                              const std::string& path, std::filesystem::path& out) {
+            auto text = reader.ReadString(value, path);
+            if (!text) return;
+            if (!text->empty() && text->front() != '/') {
+              reader.Problem(value.Mark(),
+                             fmt::format("'{}' must be an absolute path, not '{}'", path, *text));
+              return;
+            }
+            out = *text;
+          }};
+}
+
+Kind<spdlog::level::level_enum> LogLevel() {
+  return {"log level", [](ConfigValueReader& reader, const YAML::Node& value,
+                          const std::string& path, spdlog::level::level_enum& out) {
+            auto text = reader.ReadString(value, path);
+            if (!text) return;
+            auto level = common::ParseLogLevel(*text);
+            if (!level) {
+              reader.Problem(value.Mark(), fmt::format("'{}': {}", path, level.error().message));
+              return;
+            }
+            out = *level;
+          }};
+}
+
+Kind<mode_t> SocketMode() {
+  return {
+      "octal mode, quoted",
+      [](ConfigValueReader& reader, const YAML::Node& value, const std::string& path, mode_t& out) {
+        auto text = reader.ReadString(value, path);
+        if (!text) return;
+        unsigned mode = 0;
+        const auto [end, ec] = std::from_chars(text->data(), text->data() + text->size(), mode, 8);
+        if (text->empty() || ec != std::errc() || end != text->data() + text->size() ||
+            mode > 0777) {
+          reader.Problem(
+              value.Mark(),
+              fmt::format("'{}' must be an octal mode such as \"0660\", not '{}'", path, *text));
+          return;
+        }
+        out = static_cast<mode_t>(mode);
+      },
+      [](const mode_t& mode) { return fmt::format("\"{:04o}\"", mode); }};
+}
+
+Kind<std::string> ListenAddress() {
+  return {"ADDR:PORT or off", [](ConfigValueReader& reader, const YAML::Node& value,
+                                 const std::string& path, std::string& out) {
+            auto text = reader.ReadString(value, path);
+            if (!text) return;
+            if (*text == "off") text->clear();
+            if (!text->empty()) {
+              if (auto parsed = exporters::ParseListenAddress(*text); !parsed) {
+                reader.Problem(value.Mark(), fmt::format("'{}': {}", path, parsed.error().message));
+                return;
+              }
+            }
+            out = *text;
+          }};
+}
+
+Kind<std::chrono::milliseconds> EdacPoll() {
+  Kind<std::chrono::milliseconds> kind = Milliseconds(0, 3'600'000);
+  kind.type = "ms 0 or 100..3600000";
+  kind.read = [](ConfigValueReader& reader, const YAML::Node& value, const std::string& path,
+                 std::chrono::milliseconds& out) {
+    auto ms = reader.ReadInteger(value, path, 0, 3'600'000);
+    if (!ms) return;
+    if (*ms != 0 && *ms < 100) {
+      reader.Problem(value.Mark(), fmt::format("'{}' must be 0 (off) or at least 100", path));
+      return;
+    }
+    out = std::chrono::milliseconds(*ms);
+  };
+  return kind;
+}
+
+Kind<std::vector<std::string>> Drivers() { return {"backend or list of them", &ReadDrivers}; }
+
+Kind<std::map<int, ras::Severity>> CodeMap(bool hex_keys) {
+  return {"map of code: CLASS",
+          [hex_keys](ConfigValueReader& reader, const YAML::Node& value, const std::string& path,
+                     std::map<int, ras::Severity>& table) {
+            ReadCodeMap(reader, value, path, hex_keys, table);
+          },
+          // Entries go over the built-in table, so none at all is the default.
+          [](const std::map<int, ras::Severity>&) { return std::string("{}"); }};
+}
+
+Kind<std::vector<ras::PolicyRule>> PolicyRules() { return {"list of rules", &ReadPolicyRules}; }
+
+Kind<std::vector<jobs::JobSpec>> Jobs() { return {"list of jobs", &ReadJobs}; }
+
+}  // namespace
+
+namespace {
+
+constexpr ConfigApply kLive = ConfigApply::kLive;
+constexpr ConfigApply kRestart = ConfigApply::kRestart;
+constexpr std::int64_t kYearSeconds = 365LL * 86400;
+
+// The rows, section by section, in the order of the file's sections. A new
+// key is a field in Config, a row here, a line in packaging/rasd.yaml, a
+// value in config_schema_test's EveryKeyChanged, and README's table
+// regenerated with `rasd --print-config-schema`; the tests name whichever
+// of those is missing.
+void AddServiceKeys(std::vector<ConfigKey>& keys) {
+  keys.push_back(Row("host.root", kRestart, RASD_CONFIG_FIELD(host.root), AbsolutePath(),
+                     "prefix of every host path (sysfs, procfs, tracefs, /dev/kmsg); fixture "
+                     "trees in tests"));
+  keys.push_back(Row("daemon.state_dir", kRestart, RASD_CONFIG_FIELD(daemon.state_dir),
+                     AbsolutePath(),
+                     "SQLite state directory; empty: `/var/lib/rasd` as root (or systemd's "
+                     "`$STATE_DIRECTORY`), else `$XDG_STATE_HOME/rasd` or `~/.local/state/rasd`"));
+  keys.push_back(Row("daemon.log_level", kLive, RASD_CONFIG_FIELD(daemon.log_level), LogLevel(),
+                     "trace, debug, info, warning, error, critical, off"));
+  keys.push_back(Row("control.socket", kRestart, RASD_CONFIG_FIELD(control.socket), AbsolutePath(),
+                     "control socket path; empty: `/run/rasd/rasd.sock` as root (or in systemd's "
+                     "`$RUNTIME_DIRECTORY`), else `$XDG_RUNTIME_DIR/rasd/rasd.sock` or "
+                     "`~/.cache/rasd/rasd.sock`; unused when systemd passes the socket"));
+  keys.push_back(Row("control.socket_mode", kRestart, RASD_CONFIG_FIELD(control.socket_mode),
+                     SocketMode(),
+                     "file mode of the socket: who may connect (and read); "
+                     "`control.admin_group` decides who may change state"));
+  keys.push_back(Row("control.admin_group", kLive, RASD_CONFIG_FIELD(control.admin_group), Text(),
+                     "group (name or gid) whose members may run state-changing commands; the "
+                     "package creates it; a missing group is logged and leaves state changes to "
+                     "root; empty: none"));
+  keys.push_back(Row("control.client_timeout_ms", kLive, RASD_CONFIG_FIELD(control.client_timeout),
+                     Milliseconds(100, 3'600'000),
+                     "a client with no complete request for this long is disconnected"));
+  keys.push_back(Row("control.max_clients", kLive, RASD_CONFIG_FIELD(control.max_clients),
+                     Integer<int>(1, 4096),
+                     "concurrent control connections; more are refused with an error"));
+  keys.push_back(Row("metrics.listen", kRestart, RASD_CONFIG_FIELD(metrics.listen), ListenAddress(),
+                     "ADDR:PORT of the Prometheus endpoint; port 0 picks a free one (status "
+                     "shows it); `off` or empty: none; a port in use is logged and rasd runs on "
+                     "without metrics"));
+  keys.push_back(Row("runtime.driver", kRestart, RASD_CONFIG_FIELD(runtime.drivers), Drivers(),
+                     "the device backends, in device-numbering order: `sim` (the CPU simulator), "
+                     "`cuda` (NVIDIA), `ascend` (Huawei), `auto` (every vendor backend present); "
+                     "one that is not available here is logged and left out, and with none rasd "
+                     "serves host errors only; the packaged `/etc/rasd/rasd.yaml` says `auto`"));
+  keys.push_back(Row("runtime.cuda_library", kRestart, RASD_CONFIG_FIELD(runtime.cuda_library),
+                     Library(), "the CUDA driver library the `cuda` backend loads"));
+  keys.push_back(Row("runtime.ascend_library", kRestart, RASD_CONFIG_FIELD(runtime.ascend_library),
+                     Library(), "the AscendCL library the `ascend` backend loads"));
+  keys.push_back(Row("runtime.dcmi_library", kRestart, RASD_CONFIG_FIELD(runtime.dcmi_library),
+                     Library(), "the DCMI library the `ascend` backend loads (health, faults)"));
+}
+
+void AddRasKeys(std::vector<ConfigKey>& keys) {
+  keys.push_back(Row("ras.kmsg", kRestart, RASD_CONFIG_FIELD(ras.kmsg), Bool(),
+                     "follow `<host.root>/dev/kmsg` (needs root or CAP_SYSLOG; otherwise logged "
+                     "and left out)"));
+  keys.push_back(Row("ras.kmsg_quiet_flush_ms", kRestart, RASD_CONFIG_FIELD(ras.kmsg_quiet_flush),
+                     Milliseconds(10, 60'000),
+                     "a record that may still grow (GHES, MCE blocks) is completed after this "
+                     "much quiet"));
+  keys.push_back(Row("ras.kmsg_file_poll_ms", kRestart, RASD_CONFIG_FIELD(ras.kmsg_file_poll),
+                     Milliseconds(10, 60'000),
+                     "how often a kmsg that is a plain file (replay, fixture) is re-read where "
+                     "inotify cannot watch it (otherwise the file is followed by inotify and "
+                     "nothing polls)"));
+  keys.push_back(Row("ras.tracefs", kRestart, RASD_CONFIG_FIELD(ras.tracefs), Bool(),
+                     "follow the RAS tracepoints (`ras:mc_event`, `aer_event`, `arm_event`, "
+                     "`non_standard_event`, `memory_failure_event`, `extlog_mem_event`, "
+                     "`mce:mce_record`, those the kernel has) in a private tracing instance, "
+                     "removed on exit (needs root and a mounted tracefs; otherwise logged and "
+                     "left out)"));
+  keys.push_back(Row("ras.tracefs_instance", kRestart, RASD_CONFIG_FIELD(ras.tracefs_instance),
+                     Text("name: letters, digits, `-`, `_` (1 to 64)",
+                          [](const std::string& name) {
+                            return !name.empty() && name.size() <= 64 && IsName(name, "_-")
+                                       ? std::string()
+                                       : std::string("must be 1 to 64 letters, digits, '-' or '_'");
+                          }),
+                     "the instance's name under `<host.root>/sys/kernel/tracing/instances`"));
+  keys.push_back(Row("ras.edac_poll_ms", kRestart, RASD_CONFIG_FIELD(ras.edac_poll), EdacPoll(),
+                     "how often the EDAC sysfs counters are read (csrow, dimm, rank layouts); "
+                     "every increase is an event; 0: off. Without any EDAC controller rasd looks "
+                     "for new ones once a minute instead"));
+  keys.push_back(Row("ras.nvml", kRestart, RASD_CONFIG_FIELD(ras.nvml), Bool(),
+                     "read NVIDIA's reports through NVML (dlopen of `ras.nvml_library`): Xid "
+                     "events, single/double-bit ECC events, and increases of the ECC, "
+                     "retired-page, remapped-row and PCIe replay counters; each names the GPU by "
+                     "PCI address and is attributed to the runtime device there; without NVML or "
+                     "a driver: one log line"));
+  keys.push_back(
+      Row("ras.nvml_library", kRestart, RASD_CONFIG_FIELD(ras.nvml_library),
+          Text("soname or path",
+               [](const std::string& name) { return name.empty() ? "must not be empty" : ""; }),
+          "the NVML library"));
+  keys.push_back(Row("ras.nvml_poll_ms", kRestart, RASD_CONFIG_FIELD(ras.nvml_poll),
+                     Milliseconds(100, 3'600'000), "how often NVML's counters are read"));
+  keys.push_back(Row("ras.retention_days", kRestart, RASD_CONFIG_FIELD(ras.retention_days),
+                     Integer<int>(1, 3650),
+                     "stored events older than this are deleted (at start and hourly)"));
+  keys.push_back(Row("ras.max_events", kRestart, RASD_CONFIG_FIELD(ras.max_events),
+                     Integer<std::uint64_t>(1000, 100'000'000),
+                     "and the oldest beyond this many rows"));
+  keys.push_back(Row("ras.storm_threshold", kRestart, RASD_CONFIG_FIELD(ras.storm_threshold),
+                     Integer<std::size_t>(1, 1'000'000),
+                     "a batch of more events than this is stored coalesced per component, class "
+                     "and minute, with exact counts"));
+  keys.push_back(Row("ras.codes.nvidia_xid", kLive, RASD_CONFIG_FIELD(ras.codes.nvidia_xid),
+                     CodeMap(/*hex_keys=*/false),
+                     "`code: CLASS` entries over the built-in table of NVIDIA Xids (decimal); "
+                     "classes: CE, UCNA, SRAO, SRAR, UCE, FATAL, INFO"));
+  keys.push_back(Row("ras.codes.ascend", kLive, RASD_CONFIG_FIELD(ras.codes.ascend),
+                     CodeMap(/*hex_keys=*/true),
+                     "`code: CLASS` entries over the built-in table of Ascend codes (runtime "
+                     "codes in decimal; DCMI fault codes also in hex, e.g. `0x80E01801`)"));
+}
+
+void AddPolicyKeys(std::vector<ConfigKey>& keys) {
+  keys.push_back(Row("policy.rules", kLive, RASD_CONFIG_FIELD(policy.engine.rules), PolicyRules(),
+                     "site rules, tried in order before the built-in ones; the first match "
+                     "decides: `name`, `match` (`origin`, `severity`, `component`: host-memory, "
+                     "device-memory, device, pci-device, cpu, other; `vendor_code`), optional "
+                     "`threshold` (`count`, `window_s`, `per`: page, dimm, device), `actions`, "
+                     "`hook` (argv; absolute path, no shell); counters of unchanged rules are "
+                     "kept on reload"));
+  keys.push_back(Row("policy.ce_page_threshold", kLive,
+                     RASD_CONFIG_FIELD(policy.engine.ce_page.count),
+                     Integer<std::uint64_t>(1, 1'000'000),
+                     "corrected errors on one page within `policy.ce_page_window_s` before it is "
+                     "retired (device) or soft-offlined (host), as rasdaemon"));
+  keys.push_back(Row("policy.ce_page_window_s", kLive,
+                     RASD_CONFIG_FIELD(policy.engine.ce_page.window), Seconds(1, kYearSeconds),
+                     "the window of `policy.ce_page_threshold`"));
+  keys.push_back(Row("policy.ce_device_threshold", kLive,
+                     RASD_CONFIG_FIELD(policy.engine.ce_device.count),
+                     Integer<std::uint64_t>(1, 100'000'000),
+                     "corrected errors on one device (no address) within "
+                     "`policy.ce_device_window_s` before it is Degraded"));
+  keys.push_back(Row("policy.ce_device_window_s", kLive,
+                     RASD_CONFIG_FIELD(policy.engine.ce_device.window), Seconds(1, kYearSeconds),
+                     "the window of `policy.ce_device_threshold`"));
+  keys.push_back(Row("policy.degrade_after_retirements", kLive,
+                     RASD_CONFIG_FIELD(policy.engine.degrade_after_retirements),
+                     Integer<std::uint64_t>(1, 1'000'000),
+                     "page retirements on one device within `policy.escalation_window_s` that "
+                     "make it Degraded"));
+  keys.push_back(Row("policy.isolate_after_retirements", kLive,
+                     RASD_CONFIG_FIELD(policy.engine.isolate_after_retirements),
+                     Integer<std::uint64_t>(1, 1'000'000),
+                     "page retirements on one device within `policy.escalation_window_s` that "
+                     "make it Isolated (drained first)"));
+  keys.push_back(Row("policy.escalation_window_s", kLive,
+                     RASD_CONFIG_FIELD(policy.engine.escalation_window), Seconds(1, kYearSeconds),
+                     "the window of the two retirement counts"));
+  keys.push_back(Row("policy.host_page_offline", kLive, RASD_CONFIG_FIELD(policy.host_page_offline),
+                     Bool(),
+                     "write host pages to "
+                     "`<host.root>/sys/devices/system/memory/{soft,hard}_offline_page`"));
+  keys.push_back(Row("policy.drain_deadline_ms", kLive, RASD_CONFIG_FIELD(policy.drain_deadline),
+                     Milliseconds(0, 3'600'000),
+                     "how long admitted work may run on a draining device (`rasctl drain "
+                     "--deadline` overrides)"));
+  keys.push_back(Row("policy.auto_recover", kLive, RASD_CONFIG_FIELD(policy.auto_recover), Bool(),
+                     "recover a device the policy isolated: after `policy.auto_recover_delay_ms` "
+                     "reset it, run the self-test, return it to service on a pass"));
+  keys.push_back(Row("policy.auto_recover_delay_ms", kLive,
+                     RASD_CONFIG_FIELD(policy.auto_recover_delay), Milliseconds(0, 3'600'000),
+                     "how long an isolated device waits before its automatic recovery"));
+  keys.push_back(Row("policy.auto_recover_window_s", kLive,
+                     RASD_CONFIG_FIELD(policy.auto_recover_window), Seconds(1, kYearSeconds),
+                     "a device isolated again within this long of its recovery waits for an "
+                     "operator"));
+  keys.push_back(Row("policy.hook_timeout_ms", kLive, RASD_CONFIG_FIELD(policy.hook_timeout),
+                     Milliseconds(100, 600'000),
+                     "a `run-hook` program is killed (with its process group) after this"));
+}
+
+void AddOtherKeys(std::vector<ConfigKey>& keys) {
+  keys.push_back(Row("inject.allow_sources", kLive, RASD_CONFIG_FIELD(inject.allow_sources), Bool(),
+                     "allow `rasctl inject kmsg` and `inject edac` (records into the decoder, "
+                     "counters into a simulated EDAC tree under a non-`/` host.root)"));
+  keys.push_back(Row("inject.allow_hardware", kLive, RASD_CONFIG_FIELD(inject.allow_hardware),
+                     Bool(), "allow `rasctl inject einj` (ACPI EINJ through debugfs; root only)"));
+  // Reload never applied the scheduler keys: the Slurm link is made at start.
+  keys.push_back(Row("scheduler.kind", kRestart, RASD_CONFIG_FIELD(scheduler.kind),
+                     OneOf({"none", "slurm"}),
+                     "`slurm`: drain-node actions run `scontrol update ... State=DRAIN "
+                     "Reason=\"rasd: ...\"`, an undrain that leaves no device isolated resumes "
+                     "the node (docs/scheduler.md)"));
+  keys.push_back(Row("scheduler.node", kRestart, RASD_CONFIG_FIELD(scheduler.node),
+                     Text("name: letters, digits, `-`, `_`, `.`",
+                          [](const std::string& node) {
+                            return IsName(node, "-_.") && node.size() <= 255
+                                       ? ""
+                                       : "must be a node name (letters, digits, '-', '_', '.')";
+                          }),
+                     "Slurm's name for this node; empty: the host name"));
+  keys.push_back(Row("scheduler.scontrol", kRestart, RASD_CONFIG_FIELD(scheduler.scontrol),
+                     AbsolutePath(),
+                     "the scontrol to run (argv, no shell; `SLURM_CONF` from rasd's environment)"));
+  keys.push_back(Row("scheduler.resume_on_undrain", kRestart,
+                     RASD_CONFIG_FIELD(scheduler.resume_on_undrain), Bool(),
+                     "whether an undrain that leaves no device isolated resumes the node"));
+  keys.push_back(Row("jobs", kRestart, RASD_CONFIG_FIELD(jobs), Jobs(),
+                     "jobs to start at boot: `name`, `kind` (inference: `devices`, `max_batch`, "
+                     "`max_wait_us`, `load_rps`; collective: `devices`, `elements`, `steps`, "
+                     "`checkpoint_every`, `min_ranks`); see `packaging/rasd.yaml`"));
+  keys.push_back(Row("simulator.devices", kRestart, RASD_CONFIG_FIELD(simulator.devices),
+                     Integer<int>(1, 64), "simulated devices"));
+  keys.push_back(Row("simulator.memory_mib", kRestart, RASD_CONFIG_FIELD(simulator.memory_mib),
+                     Integer<std::uint64_t>(1, 1 << 20), "memory per simulated device, in MiB"));
+}
+
+#undef RASD_CONFIG_FIELD
+
+}  // namespace
+
+const std::vector<ConfigKey>& ConfigSchema() {
+  static const std::vector<ConfigKey> kSchema = [] {
+    std::vector<ConfigKey> keys;
+    AddServiceKeys(keys);
+    AddRasKeys(keys);
+    AddPolicyKeys(keys);
+    AddOtherKeys(keys);
+    return keys;
+  }();
+  return kSchema;
+}
+
+std::vector<std::string> ConfigSchemaMarkdown() {
+  std::vector<std::string> lines = {"| key | type | default | on reload | meaning |",
+                                    "|---|---|---|---|---|"};
+  for (const auto& key : ConfigSchema()) {
+    lines.push_back(
+        fmt::format("| `{}` | {} | `{}` | {} | {} |", key.name, key.type, key.default_value,
+                    key.applies == ConfigApply::kLive ? "applied" : "restart", key.doc));
+  }
+  return lines;
+}
+
+std::vector<std::string> SchemaRestartRequiredChanges(const Config& running, const Config& loaded) {
+  std::vector<std::string> changed;
+  for (const auto& key : ConfigSchema()) {
+    if (key.applies == ConfigApply::kRestart && !key.same(running, loaded))
+      changed.push_back(key.name);
+  }
+  return changed;
+}
+
+Config SchemaApplyLiveChanges(const Config& running, const Config& loaded) {
+  Config applied = running;
+  for (const auto& key : ConfigSchema()) {
+    if (key.applies == ConfigApply::kLive) key.copy(applied, loaded);
+  }
+  return applied;
+}
+
+}  // namespace rasd::daemon
