@@ -93,28 +93,6 @@ nlohmann::json IngestStatus(const RasIngest::Stats& stats, const RasPipeline::St
           {"pruned", stats.pruned}};
 }
 
-// Keys that the running daemon cannot change in place; a reload that changes
-// them says so and the new value waits for a restart.
-std::vector<std::string> RestartRequiredChanges(const Config& running, const Config& loaded) {
-  std::vector<std::string> keys;
-  auto check = [&keys](bool changed, const char* key) {
-    if (changed) keys.emplace_back(key);
-  };
-  check(running.host.root != loaded.host.root, "host.root");
-  check(running.daemon.state_dir != loaded.daemon.state_dir, "daemon.state_dir");
-  check(running.control.socket != loaded.control.socket, "control.socket");
-  check(running.control.socket_mode != loaded.control.socket_mode, "control.socket_mode");
-  check(running.metrics.listen != loaded.metrics.listen, "metrics.listen");
-  check(running.runtime != loaded.runtime, "runtime");
-  check(running.simulator.devices != loaded.simulator.devices, "simulator.devices");
-  check(running.simulator.memory_mib != loaded.simulator.memory_mib, "simulator.memory_mib");
-  check(running.jobs != loaded.jobs, "jobs");
-  Config::Ras running_ras = running.ras, loaded_ras = loaded.ras;
-  running_ras.codes = loaded_ras.codes = {};  // the code tables apply on reload
-  check(running_ras != loaded_ras, "ras");
-  return keys;
-}
-
 }  // namespace
 
 Result<std::unique_ptr<Daemon>> Daemon::Start(StartOptions options, Config config) {
@@ -401,21 +379,13 @@ Result<nlohmann::json> Daemon::Reload() {
     return Fail(ErrorCode::kInvalidArgument, "configuration rejected, old one kept:\n" + failure);
   }
 
-  const auto restart_required = RestartRequiredChanges(config_, loaded.config);
+  const auto restart_required = SchemaRestartRequiredChanges(config_, loaded.config);
   for (const auto& key : restart_required) {
     spdlog::warn("reload: {} changed; it takes effect when rasd restarts", key);
   }
   // Keys that need a restart keep their running values, so that status tells
   // the truth about what is in force.
-  Config applied = config_;
-  applied.daemon.log_level = loaded.config.daemon.log_level;
-  applied.control.admin_group = loaded.config.control.admin_group;
-  applied.control.client_timeout = loaded.config.control.client_timeout;
-  applied.control.max_clients = loaded.config.control.max_clients;
-  applied.ras.codes = loaded.config.ras.codes;
-  applied.policy = loaded.config.policy;
-  applied.inject = loaded.config.inject;
-  config_ = applied;
+  config_ = SchemaApplyLiveChanges(config_, loaded.config);
   common::SetLogLevel(config_.daemon.log_level);
   authorizer_ = Authorizer{::geteuid(), admin_gid, config_.control.admin_group};
   control_->Reconfigure(ServerOptions(config_), authorizer_);
