@@ -92,7 +92,8 @@ std::map<std::string, Command> ControlApi::Commands() {
   commands["ping"] = {false, [](const auto&, const auto&) -> Result<nlohmann::json> {
                         return nlohmann::json{{"pong", true}};
                       }};
-  commands["status"] = {false, [this](const auto&, const auto&) { return parts_.status(); }};
+  commands["status"] = {false,
+                        [this](const auto& request, const auto&) { return Status(request.args); }};
   commands["reload"] = {true, [this](const auto&, const auto&) { return parts_.reload(); }};
   commands["events"] = view(false, &ControlApi::Events);
   commands["summary"] = view(false, &ControlApi::Summary);
@@ -116,6 +117,49 @@ std::map<std::string, Command> ControlApi::Commands() {
                       }};
   }
   return commands;
+}
+
+Result<nlohmann::json> ControlApi::Status(const nlohmann::json& args) {
+  ArgReader reader("status", args);
+  if (auto ok = reader.Finish(); !ok) return Fail(ok.error());
+  auto status = parts_.status();  // the daemon's own: version, paths, sources, config
+  if (!status) return status;
+  auto counts = parts_.store.CountEventsBySeverity();
+  if (!counts) return Fail(counts.error());
+  nlohmann::json by_severity = nlohmann::json::object();
+  std::uint64_t total = 0;
+  for (const auto& [severity, count] : *counts) {
+    by_severity[std::string(ras::SeverityName(severity))] = count;
+    total += count;
+  }
+  nlohmann::json by_health = nlohmann::json::object();
+  for (auto state : {runtime::HealthState::kHealthy, runtime::HealthState::kDegraded,
+                     runtime::HealthState::kDraining, runtime::HealthState::kIsolated}) {
+    by_health[std::string(runtime::HealthStateName(state))] = 0;
+  }
+  nlohmann::json device_list = nlohmann::json::array();
+  for (const auto& device : parts_.runtime.Devices()) {
+    const std::string health(runtime::HealthStateName(device->Health()));
+    by_health[health] = by_health[health].get<int>() + 1;
+    const auto& properties = device->Properties();
+    nlohmann::json entry = {{"index", properties.index}, {"name", properties.name},
+                            {"uuid", properties.uuid},   {"pci_bdf", properties.pci_bdf},
+                            {"health", health},          {"memory_bytes", properties.memory_bytes}};
+    if (auto pool = parts_.runtime.Pool(properties.index)) {
+      const auto stats = (*pool)->Stats();
+      entry["pool"] = {{"reserved_bytes", stats.reserved_bytes},
+                       {"allocated_bytes", stats.allocated_bytes},
+                       {"retired_pages", stats.retired_pages}};
+    }
+    device_list.push_back(std::move(entry));
+  }
+  (*status)["devices"] = {{"driver", std::string(parts_.runtime.DriverName())},
+                          {"count", parts_.runtime.DeviceCount()},
+                          {"by_health", std::move(by_health)},
+                          {"list", std::move(device_list)}};
+  (*status)["jobs"] = {{"count", parts_.jobs.Count()}};
+  (*status)["events"] = {{"total", total}, {"by_severity", std::move(by_severity)}};
+  return status;
 }
 
 Result<nlohmann::json> ControlApi::Events(const nlohmann::json& args) {

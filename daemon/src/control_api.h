@@ -38,6 +38,7 @@ class ControlApi {
     Actuator& actuator;
     DeviceLifecycle& lifecycle;
     FaultInjection& injection;
+    // The daemon's part of `status` (version, paths, sources, config).
     std::function<Result<nlohmann::json>()> status;
     std::function<Result<nlohmann::json>()> reload;
     // After an operator's isolate, drain or undrain (metrics time drains).
@@ -48,6 +49,8 @@ class ControlApi {
 
   std::map<std::string, Command> Commands();
 
+  // The daemon's own status with the devices, jobs and event counts.
+  Result<nlohmann::json> Status(const nlohmann::json& args);
   Result<nlohmann::json> Events(const nlohmann::json& args);
   Result<nlohmann::json> Summary(const nlohmann::json& args);
   Result<nlohmann::json> Devices(const nlohmann::json& args);

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -65,6 +66,27 @@ bool SetNonBlocking(int fd) {
 }
 
 }  // namespace
+
+Result<std::optional<gid_t>> ResolveAdminGroup(const std::string& name) {
+  if (name.empty()) return std::optional<gid_t>();
+  unsigned gid = 0;
+  const auto [end, ec] = std::from_chars(name.data(), name.data() + name.size(), gid);
+  if (ec == std::errc() && end == name.data() + name.size()) return std::optional<gid_t>(gid);
+  group entry{};
+  group* found = nullptr;
+  std::vector<char> buffer(16384);
+  const int rc = ::getgrnam_r(name.c_str(), &entry, buffer.data(), buffer.size(), &found);
+  if (rc != 0 || found == nullptr) {
+    // Not fatal: the daemon must run (and protect the hardware) before an
+    // operator creates the group; until then only root may change state.
+    spdlog::warn(
+        "control.admin_group '{}' is not a group on this host: only root and rasd's own "
+        "user may change state",
+        name);
+    return std::optional<gid_t>();
+  }
+  return std::optional<gid_t>(found->gr_gid);
+}
 
 bool Authorizer::MayChangeState(const PeerCredentials& peer) const {
   if (peer.uid == 0 || peer.uid == daemon_uid) return true;

@@ -42,6 +42,12 @@ struct Authorizer {
   std::string Requirement() const;  // for the "permission denied" message
 };
 
+// The admin group by name or number; none for an empty name. A name this
+// host does not know is a warning and no group (only root and rasd's own
+// user may then change state), not an error: rasd must protect the
+// hardware before an operator creates the group.
+Result<std::optional<gid_t>> ResolveAdminGroup(const std::string& name);
+
 // One control command. `changes_state` commands run only for peers the
 // Authorizer admits. Handlers run on the event loop thread; they may throw
 // nlohmann::json exceptions on malformed args, which become invalid_request.

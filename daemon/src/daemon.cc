@@ -26,29 +26,6 @@
 namespace rasd::daemon {
 namespace {
 
-// Resolves the admin group by name or number. An unknown group is an error:
-// an operator who names one expects it to take effect.
-Result<std::optional<gid_t>> ResolveAdminGroup(const std::string& name) {
-  if (name.empty()) return std::optional<gid_t>();
-  unsigned gid = 0;
-  const auto [end, ec] = std::from_chars(name.data(), name.data() + name.size(), gid);
-  if (ec == std::errc() && end == name.data() + name.size()) return std::optional<gid_t>(gid);
-  group entry{};
-  group* found = nullptr;
-  std::vector<char> buffer(16384);
-  const int rc = ::getgrnam_r(name.c_str(), &entry, buffer.data(), buffer.size(), &found);
-  if (rc != 0 || found == nullptr) {
-    // Not fatal: the daemon must run (and protect the hardware) before an
-    // operator creates the group; until then only root may change state.
-    spdlog::warn(
-        "control.admin_group '{}' is not a group on this host: only root and rasd's own "
-        "user may change state",
-        name);
-    return std::optional<gid_t>();
-  }
-  return std::optional<gid_t>(found->gr_gid);
-}
-
 ControlServer::Options ServerOptions(const Config& config) {
   ControlServer::Options options;
   options.client_timeout = config.control.client_timeout;
@@ -404,35 +381,6 @@ Result<nlohmann::json> Daemon::Reload() {
 }
 
 Result<nlohmann::json> Daemon::StatusReport() {
-  auto counts = store_->CountEventsBySeverity();
-  if (!counts) return Fail(counts.error());
-  nlohmann::json by_severity = nlohmann::json::object();
-  std::uint64_t total = 0;
-  for (const auto& [severity, count] : *counts) {
-    by_severity[std::string(ras::SeverityName(severity))] = count;
-    total += count;
-  }
-  nlohmann::json by_health = nlohmann::json::object();
-  for (auto state : {runtime::HealthState::kHealthy, runtime::HealthState::kDegraded,
-                     runtime::HealthState::kDraining, runtime::HealthState::kIsolated}) {
-    by_health[std::string(runtime::HealthStateName(state))] = 0;
-  }
-  nlohmann::json device_list = nlohmann::json::array();
-  for (const auto& device : runtime_->Devices()) {
-    const std::string health(runtime::HealthStateName(device->Health()));
-    by_health[health] = by_health[health].get<int>() + 1;
-    const auto& properties = device->Properties();
-    nlohmann::json entry = {{"index", properties.index}, {"name", properties.name},
-                            {"uuid", properties.uuid},   {"pci_bdf", properties.pci_bdf},
-                            {"health", health},          {"memory_bytes", properties.memory_bytes}};
-    if (auto pool = runtime_->Pool(properties.index)) {
-      const auto stats = (*pool)->Stats();
-      entry["pool"] = {{"reserved_bytes", stats.reserved_bytes},
-                       {"allocated_bytes", stats.allocated_bytes},
-                       {"retired_pages", stats.retired_pages}};
-    }
-    device_list.push_back(std::move(entry));
-  }
   const double uptime = std::chrono::duration<double>(loop_->Now() - started_monotonic_).count();
   nlohmann::json config = {
       {"path",
@@ -453,13 +401,6 @@ Result<nlohmann::json> Daemon::StatusReport() {
       {"socket", {{"path", socket_path_.string()}, {"activated", socket_.activated}}},
       {"database",
        {{"path", store_->DatabasePath().string()}, {"schema_version", store_->SchemaVersion()}}},
-      {"devices",
-       {{"driver", std::string(runtime_->DriverName())},
-        {"count", runtime_->DeviceCount()},
-        {"by_health", std::move(by_health)},
-        {"list", std::move(device_list)}}},
-      {"jobs", {{"count", jobs_->Count()}}},
-      {"events", {{"total", total}, {"by_severity", std::move(by_severity)}}},
       {"control",
        {{"clients", control_->ClientCount()}, {"rejected_requests", control_->RejectedRequests()}}},
       {"watchdog_usec", watchdog_usec_},
