@@ -2,26 +2,18 @@
 
 #include <fmt/chrono.h>
 #include <fmt/format.h>
-#include <fmt/ranges.h>
-#include <grp.h>
-#include <sys/mman.h>
-#include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
 
 #include <cerrno>
-#include <charconv>
 #include <csignal>
 #include <cstring>
-#include <fstream>
 
 #include "backends.h"
 #include "rasd/common/default_paths.h"
 #include "rasd/common/logging.h"
 #include "rasd/common/version.h"
-#include "rasd/drivers_shim/sim_driver.h"
-#include "rasd/runtime/self_test.h"
 
 namespace rasd::daemon {
 namespace {
@@ -88,8 +80,8 @@ Daemon::~Daemon() {
   control_.reset();
   injection_.reset();
   ingest_.reset();
+  lifecycle_.reset();  // waits for a running self-test
   jobs_.reset();
-  lifecycle_.reset();
   watchdog_timer_.reset();
   signals_.clear();
   if (!socket_.activated && !socket_.bound_path.empty()) ::unlink(socket_.bound_path.c_str());
