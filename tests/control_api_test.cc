@@ -3,6 +3,9 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <poll.h>
+#include <sys/un.h>
+#include <sys/wait.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -290,6 +293,90 @@ TEST_F(ControlAuthorizationTest, SocketModeDecidesWhoMayConnect) {
   const auto status = rasd_.Rasctl({"status"}, kNobody, kNogroup);
   EXPECT_EQ(status.exit_code, 3) << status.err;
   EXPECT_NE(status.err.find("Permission denied"), std::string::npos) << status.err;
+}
+
+// A local user who opens every connection it can: it gets its share, the
+// rest are refused (and logged once), and root still acts at once.
+TEST_F(ControlAuthorizationTest, AUserHoldingEveryConnectionDoesNotLockRootOut) {
+  StartRasd("control:\n  max_clients: 32\n");
+  int counts[2], release[2];
+  ASSERT_EQ(::pipe(counts), 0);
+  ASSERT_EQ(::pipe(release), 0);
+  const pid_t hog = ::fork();
+  ASSERT_GE(hog, 0);
+  if (hog == 0) {
+    // The child: as nobody, connect 200 times and keep what is admitted.
+    if (::setgid(kNogroup) != 0 || ::setuid(kNobody) != 0) ::_exit(2);
+    const std::string path = rasd_.Socket().string();
+    int admitted = 0;
+    for (int i = 0; i < 200; ++i) {
+      const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+      sockaddr_un address{};
+      address.sun_family = AF_UNIX;
+      std::snprintf(address.sun_path, sizeof address.sun_path, "%s", path.c_str());
+      if (::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) continue;
+      // A refusal answers at once; an admitted connection says nothing.
+      pollfd ready{fd, POLLIN, 0};
+      if (::poll(&ready, 1, 200) == 0) ++admitted;
+    }
+    (void)::write(counts[1], &admitted, sizeof admitted);
+    char done;
+    (void)::read(release[0], &done, 1);
+    ::_exit(0);
+  }
+  int admitted = -1;
+  ASSERT_EQ(::read(counts[0], &admitted, sizeof admitted), static_cast<ssize_t>(sizeof admitted));
+  EXPECT_EQ(admitted, 8) << "a quarter of max_clients per user";
+
+  const auto started = std::chrono::steady_clock::now();
+  const auto isolate = rasd_.Rasctl({"isolate", "0"});
+  EXPECT_EQ(isolate.exit_code, 0) << isolate.err;
+  EXPECT_LT(std::chrono::steady_clock::now() - started, 5s);
+  const auto status = rasd_.RasctlJson({"status"});
+  EXPECT_GE(status["control"]["refused_connections"].get<int>(), 192);
+  // Another unprivileged user still gets in: the share is per uid.
+  EXPECT_EQ(rasd_.Rasctl({"status"}, kNobody - 1, kNogroup).exit_code, 0);
+
+  (void)::write(release[1], "x", 1);
+  int wstatus = 0;
+  ::waitpid(hog, &wstatus, 0);
+  for (int fd : {counts[0], counts[1], release[0], release[1]}) ::close(fd);
+  const std::string log = rasd_.Stderr();
+  std::size_t reports = 0;
+  for (auto at = log.find("refused "); at != std::string::npos; at = log.find("refused ", at + 1))
+    if (log.compare(at, 30, "refused 1 connection(s) since ") == 0 ||
+        log.find("connection(s) since the last report", at) < log.find('\n', at))
+      ++reports;
+  EXPECT_EQ(reports, 1u) << "refusals are reported once a minute, with a count\n" << log;
+}
+
+// Clients that send requests and never read their replies: each costs a
+// buffer, not the loop's time; the others are answered at once.
+TEST_F(ControlApiTest, ClientsThatNeverReadDoNotSlowTheOthers) {
+  StartRasd();
+  std::vector<std::unique_ptr<RawClient>> hogs;
+  std::string burst;
+  for (int i = 0; i < 2000; ++i) burst += "{\"command\":\"ping\"}\n";
+  for (int i = 0; i < 20; ++i) {
+    hogs.push_back(std::make_unique<RawClient>(rasd_.Socket()));
+    ::fcntl(hogs.back()->Fd(), F_SETFL, ::fcntl(hogs.back()->Fd(), F_GETFL) | O_NONBLOCK);
+    (void)::send(hogs.back()->Fd(), burst.data(), burst.size(), MSG_NOSIGNAL);
+  }
+  RawClient client(rasd_.Socket());
+  std::vector<double> millis;
+  for (int i = 0; i < 100; ++i) {
+    for (auto& hog : hogs)
+      (void)::send(hog->Fd(), burst.data(), burst.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    const auto sent = std::chrono::steady_clock::now();
+    EXPECT_EQ(Ask(client, R"({"command":"ping"})")["ok"], true);
+    millis.push_back(
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - sent).count());
+  }
+  std::sort(millis.begin(), millis.end());
+  EXPECT_LT(millis[98], 250.0) << "ping p99 with 20 clients that never read";
+  std::printf("ping with 20 non-reading clients: p50 %.2f ms, p99 %.2f ms, max %.2f ms\n",
+              millis[50], millis[98], millis.back());
+  ExpectServing();
 }
 
 }  // namespace

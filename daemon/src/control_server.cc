@@ -32,6 +32,12 @@ constexpr std::size_t kReadChunk = 16 * 1024;
 // Per wake-up, so that one chatty client cannot starve the others.
 constexpr std::size_t kReadBudget = 64 * 1024;
 constexpr auto kAcceptPause = std::chrono::milliseconds(200);
+// A client's replies waiting beyond this stop the serving of its further
+// requests, and the reading of them, until it reads: a client that never
+// reads costs one buffer of this size, not the loop's time.
+constexpr std::size_t kOutputHighWater = 64 * 1024;
+// Refused connections are logged at most this often, with a count.
+constexpr auto kRefusalLogPeriod = std::chrono::minutes(1);
 
 PeerCredentials ReadPeerCredentials(int fd) {
   PeerCredentials peer;
@@ -106,12 +112,16 @@ std::string Authorizer::Requirement() const {
 // sources point back at it and are released with it.
 class ControlServer::Client {
  public:
-  Client(ControlServer& server, std::uint64_t id, common::UniqueFd fd, PeerCredentials peer)
+  Client(ControlServer& server, std::uint64_t id, common::UniqueFd fd, PeerCredentials peer,
+         bool admin)
       : server_(server),
         id_(id),
         fd_(std::move(fd)),
         peer_(std::move(peer)),
-        framer_(server.options_.max_request_bytes) {}
+        admin_(admin),
+        framer_(server.options_.max_request_bytes),
+        tokens_(static_cast<double>(server.options_.request_burst)),
+        refilled_(server.loop_.Now()) {}
 
   Status Start() {
     auto watch = server_.loop_.WatchFd(fd_.Get(), EPOLLIN,
@@ -120,13 +130,20 @@ class ControlServer::Client {
     io_watch_ = std::move(*watch);
     timeout_ = server_.loop_.CreateTimer([this] { OnTimeout(); });
     timeout_->ArmAfter(server_.options_.client_timeout);
+    resume_ = server_.loop_.CreateTimer([this] { HandleIo(0); });
     return {};
   }
 
   const PeerCredentials& Peer() const { return peer_; }
+  bool Admin() const { return admin_; }
 
  private:
   void OnTimeout() {
+    if (output_.size() >= kOutputHighWater) {
+      spdlog::warn("control client pid {} uid {} does not read its replies; dropping it",
+                   peer_.pid, peer_.uid);
+      return server_.Close(id_);
+    }
     Reply(control::MakeErrorReply(control::wire_error::kTimeout,
                                   fmt::format("no complete request within {} ms; closing",
                                               server_.options_.client_timeout.count())));
@@ -135,9 +152,12 @@ class ControlServer::Client {
     server_.Close(id_);
   }
 
+  // revents 0: no readiness, a pause has ended (the rate limit's timer).
   void HandleIo(uint32_t revents) {
     if ((revents & EPOLLOUT) != 0 && !Flush()) return server_.Close(id_);
-    if ((revents & (EPOLLIN | EPOLLHUP | EPOLLERR)) != 0 && !stop_reading_) {
+    // Requests read before a pause are served first, in order.
+    ServeLines();
+    if ((revents & (EPOLLIN | EPOLLHUP | EPOLLERR)) != 0 && !stop_reading_ && !Paused()) {
       if (!ReadAndServe()) return server_.Close(id_);
     }
     if (!Flush()) return server_.Close(id_);
@@ -154,7 +174,7 @@ class ControlServer::Client {
   bool ReadAndServe() {
     std::size_t budget = kReadBudget;
     char buffer[kReadChunk];
-    while (budget > 0 && !stop_reading_) {
+    while (budget > 0 && !stop_reading_ && !Paused()) {
       const ssize_t n = ::recv(fd_.Get(), buffer, sizeof buffer, MSG_DONTWAIT);
       if (n < 0) {
         if (errno == EINTR) continue;
@@ -176,9 +196,27 @@ class ControlServer::Client {
     return true;
   }
 
+  // Whether this client must wait: its replies are not being read, or it
+  // has used up its request rate (admins are not limited).
+  bool Paused() {
+    if (output_.size() >= kOutputHighWater) return true;
+    if (admin_ || server_.options_.requests_per_second <= 0) return false;
+    const auto now = server_.loop_.Now();
+    const double rate = server_.options_.requests_per_second;
+    tokens_ = std::min(static_cast<double>(server_.options_.request_burst),
+                       tokens_ + rate * std::chrono::duration<double>(now - refilled_).count());
+    refilled_ = now;
+    if (tokens_ >= 1.0) return false;
+    if (!resume_->Armed()) {
+      resume_->ArmAfter(std::chrono::duration_cast<std::chrono::nanoseconds>(
+          std::chrono::duration<double>((1.0 - tokens_) / rate)));
+    }
+    return true;
+  }
+
   void ServeLines() {
     std::string line;
-    while (!stop_reading_) {
+    while (!stop_reading_ && !Paused()) {
       switch (framer_.Next(line)) {
         case control::LineFramer::Outcome::kNeedMore:
           return;
@@ -198,6 +236,7 @@ class ControlServer::Client {
 
   void ServeOne(std::string_view line) {
     if (line.find_first_not_of(" \t\r") == std::string_view::npos) return;  // blank: keep-alive
+    tokens_ -= 1.0;
     output_ += server_.HandleLine(id_, peer_, line);
     timeout_->ArmAfter(server_.options_.client_timeout);
   }
@@ -230,7 +269,7 @@ class ControlServer::Client {
 
   void UpdateInterest() {
     uint32_t events = 0;
-    if (!stop_reading_) events |= EPOLLIN;
+    if (!stop_reading_ && !Paused()) events |= EPOLLIN;
     if (!output_.empty()) events |= EPOLLOUT;
     io_watch_->SetEvents(events);
   }
@@ -239,12 +278,16 @@ class ControlServer::Client {
   std::uint64_t id_;
   common::UniqueFd fd_;
   PeerCredentials peer_;
+  bool admin_;
   control::LineFramer framer_;
+  double tokens_;                     // the request rate's bucket
+  std::chrono::nanoseconds refilled_;  // loop time of its last refill
   std::string output_;
   bool stop_reading_ = false;
   // Destroyed before fd_ (declared after it): the watch never sees a closed fd.
   std::unique_ptr<common::FdWatch> io_watch_;
   std::unique_ptr<common::Timer> timeout_;
+  std::unique_ptr<common::Timer> resume_;  // the end of a rate-limit pause
 };
 
 Result<std::unique_ptr<ControlServer>> ControlServer::Create(
@@ -326,31 +369,71 @@ void ControlServer::AcceptAll() {
       return;
     }
     PeerCredentials peer = ReadPeerCredentials(fd.Get());
-    if (clients_.size() >= static_cast<std::size_t>(options_.max_clients)) {
-      ++rejected_requests_;
-      const std::string line = control::EncodeLine(control::MakeErrorReply(
-          control::wire_error::kTooManyClients,
-          fmt::format("rasd already serves {} control clients; try again later",
-                      options_.max_clients)));
-      (void)::send(fd.Get(), line.data(), line.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
-      spdlog::warn("control socket: refused pid {} uid {}: {} clients connected", peer.pid,
-                   peer.uid, clients_.size());
+    const bool admin = authorizer_.MayChangeState(peer);
+    if (auto full = Admit(peer, admin)) {
+      Refuse(fd, peer, *full);
       continue;
     }
     const std::uint64_t id = next_client_id_++;
-    auto client = std::make_unique<Client>(*this, id, std::move(fd), std::move(peer));
+    auto client = std::make_unique<Client>(*this, id, std::move(fd), peer, admin);
     if (auto started = client->Start(); !started) {
       spdlog::warn("control socket: {}", started.error().message);
       continue;
     }
     clients_.emplace(id, std::move(client));
+    ++(admin ? admin_clients_ : clients_by_uid_[peer.uid]);
   }
+}
+
+std::optional<std::string> ControlServer::Admit(const PeerCredentials& peer, bool admin) const {
+  const std::size_t max = static_cast<std::size_t>(std::max(1, options_.max_clients));
+  if (admin) {
+    if (admin_clients_ >= max)
+      return fmt::format("rasd already serves {} administrators' control clients", max);
+    return std::nullopt;
+  }
+  std::size_t others = 0;
+  for (const auto& [uid, count] : clients_by_uid_) others += count;
+  if (others >= max) return fmt::format("rasd already serves {} control clients", max);
+  const std::size_t share = std::max<std::size_t>(1, max / 4);
+  if (auto mine = clients_by_uid_.find(peer.uid);
+      mine != clients_by_uid_.end() && mine->second >= share) {
+    return fmt::format("uid {} already has {} control connections (at most {} a user)", peer.uid,
+                       mine->second, share);
+  }
+  return std::nullopt;
+}
+
+void ControlServer::Refuse(const common::UniqueFd& fd, const PeerCredentials& peer,
+                           const std::string& why) {
+  ++rejected_requests_;
+  ++refused_connections_;
+  const std::string line = control::EncodeLine(
+      control::MakeErrorReply(control::wire_error::kTooManyClients, why + "; try again later"));
+  (void)::send(fd.Get(), line.data(), line.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+  // One line a minute at most: a flood of refusals must not flood the log.
+  ++refused_since_log_;
+  const auto now = loop_.Now();
+  if (last_refusal_log_ && now - *last_refusal_log_ < kRefusalLogPeriod) return;
+  spdlog::warn("control socket: refused {} connection(s) since the last report; the last from "
+               "pid {} uid {}: {}",
+               refused_since_log_, peer.pid, peer.uid, why);
+  refused_since_log_ = 0;
+  last_refusal_log_ = now;
 }
 
 void ControlServer::Close(std::uint64_t client_id) {
   // The loop runs a copy of a callback, so a client may close itself from
   // inside its own callback (and returns at once after doing so).
-  clients_.erase(client_id);
+  auto found = clients_.find(client_id);
+  if (found == clients_.end()) return;
+  if (found->second->Admin()) {
+    --admin_clients_;
+  } else if (auto uid = clients_by_uid_.find(found->second->Peer().uid);
+             uid != clients_by_uid_.end() && --uid->second == 0) {
+    clients_by_uid_.erase(uid);
+  }
+  clients_.erase(found);
 }
 
 std::string ControlServer::HandleLine(std::uint64_t client_id, const PeerCredentials& peer,

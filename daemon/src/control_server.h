@@ -69,10 +69,18 @@ struct Command {
 //
 // Robustness against hostile or broken clients: requests are bounded in
 // size; a client that sends no complete request within `client_timeout` is
-// told so and dropped; a client that does not read its replies is dropped
-// once `max_pending_output` bytes wait for it; connections beyond
-// `max_clients` are refused with an error line; descriptor exhaustion pauses
-// accepting instead of spinning. Nothing a client sends ends the daemon.
+// told so and dropped; a client whose replies wait unread (64 KiB) is not
+// served, nor read, until it reads, and is dropped by its timeout;
+// descriptor exhaustion pauses accepting instead of spinning. Nothing a
+// client sends ends the daemon.
+//
+// Connections: administrators (whom the Authorizer lets change state) have
+// `max_clients` slots of their own, so that no local user can lock root
+// out; everyone else shares another `max_clients`, at most a quarter of
+// them per uid. Refusals answer with too_many_clients and are logged at
+// most once a minute, with a count. Non-administrators are held to
+// `requests_per_second` (a bucket of `request_burst`): past it their
+// requests wait, they are not refused.
 //
 // Single-threaded: every method runs on the loop's thread. The server must
 // be destroyed before the loop it was created on.
@@ -83,6 +91,8 @@ class ControlServer {
     std::size_t max_pending_output = 4 * 1024 * 1024;
     std::chrono::milliseconds client_timeout{10000};
     int max_clients = 64;
+    double requests_per_second = 500;  // 0: no limit
+    int request_burst = 200;
   };
 
   static Result<std::unique_ptr<ControlServer>> Create(common::EventLoop& loop,
@@ -98,6 +108,7 @@ class ControlServer {
 
   std::size_t ClientCount() const { return clients_.size(); }
   std::uint64_t RejectedRequests() const { return rejected_requests_; }
+  std::uint64_t RefusedConnections() const { return refused_connections_; }
 
  private:
   class Client;
@@ -106,6 +117,9 @@ class ControlServer {
                 Authorizer authorizer, std::map<std::string, Command> commands);
   void AcceptAll();
   void Close(std::uint64_t client_id);
+  // Why a new connection is refused, or nullopt when it is admitted.
+  std::optional<std::string> Admit(const PeerCredentials& peer, bool admin) const;
+  void Refuse(const common::UniqueFd& fd, const PeerCredentials& peer, const std::string& why);
   // The reply line, or "" when the command answers later (run_async).
   std::string HandleLine(std::uint64_t client_id, const PeerCredentials& peer,
                          std::string_view line);
@@ -131,6 +145,11 @@ class ControlServer {
   std::map<std::uint64_t, std::unique_ptr<Client>> clients_;
   std::uint64_t next_client_id_ = 1;
   std::uint64_t rejected_requests_ = 0;
+  std::uint64_t refused_connections_ = 0;
+  std::size_t admin_clients_ = 0;
+  std::map<uid_t, std::size_t> clients_by_uid_;  // non-administrators' connections
+  std::uint64_t refused_since_log_ = 0;
+  std::optional<std::chrono::nanoseconds> last_refusal_log_;
 };
 
 // The listening socket: the one systemd passed (LISTEN_FDS), else a fresh
