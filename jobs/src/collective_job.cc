@@ -129,12 +129,20 @@ bool CollectiveJob::Wait(std::chrono::milliseconds timeout) {
 
 CollectiveJob::Progress CollectiveJob::GetProgress() const {
   std::lock_guard lock(mutex_);
-  return progress_;
+  Progress progress = progress_;
+  progress.checksum_mismatches += mismatches_since_checkpoint_;  // live until a restore
+  return progress;
 }
 
 std::vector<std::uint64_t> CollectiveJob::Checksums() const {
   std::lock_guard lock(mutex_);
-  return checksums_;
+  return {checksums_.begin(), checksums_.end()};
+}
+
+void CollectiveJob::MarkCheckpoint() {
+  expected_at_checkpoint_ = expected_sum_;
+  progress_.checksum_mismatches += mismatches_since_checkpoint_;
+  mismatches_since_checkpoint_ = 0;
 }
 
 void CollectiveJob::SetState(State state) {
@@ -214,7 +222,12 @@ Status CollectiveJob::Restore() {
     return done;
   }
   std::lock_guard lock(mutex_);
-  checksums_.resize(static_cast<std::size_t>(checkpoint_step_));
+  // The steps after the checkpoint are undone: their checksums, and what
+  // their checks found, go with them.
+  const auto undone = static_cast<std::size_t>(std::max(0, progress_.step - checkpoint_step_));
+  checksums_.resize(checksums_.size() - std::min(undone, checksums_.size()));
+  expected_sum_ = expected_at_checkpoint_;
+  mismatches_since_checkpoint_ = 0;
   progress_.step = checkpoint_step_;
   return {};
 }
@@ -257,12 +270,21 @@ Status CollectiveJob::Step(int step) {
   }
   {
     std::lock_guard lock(mutex_);
-    checksums_.push_back(Checksum(host));
+    const std::uint64_t checksum = Checksum(host);
+    std::uint64_t added = 0;
+    for (int shard = 0; shard < shards_; ++shard)
+      added += static_cast<std::uint64_t>(ShardConstant(shard, step));
+    expected_sum_ += added * options_.elements;
+    if (checksum != expected_sum_) ++mismatches_since_checkpoint_;
+    checksums_.push_back(checksum);
+    if (checksums_.size() > kChecksumWindow) checksums_.pop_front();
     progress_.step = step + 1;
   }
   if ((step + 1) % options_.checkpoint_every == 0) {
     checkpoint_ = std::move(host);
     checkpoint_step_ = step + 1;
+    std::lock_guard lock(mutex_);
+    MarkCheckpoint();
   } else {
     last_state_ = std::move(host);
   }
@@ -272,6 +294,10 @@ Status CollectiveJob::Step(int step) {
 void CollectiveJob::Run() {
   checkpoint_ = InitialState(options_.elements);
   checkpoint_step_ = 0;
+  {
+    std::lock_guard lock(mutex_);
+    expected_sum_ = expected_at_checkpoint_ = Checksum(checkpoint_);
+  }
   int step = 0;
   int failures = 0;
   bool formed = false;
@@ -342,6 +368,8 @@ void CollectiveJob::Run() {
       if (!last_state_.empty() && checkpoint_step_ != step) {
         checkpoint_ = last_state_;
         checkpoint_step_ = step;
+        std::lock_guard lock(mutex_);
+        MarkCheckpoint();
       }
       reason = "a rank's device stopped admitting work";
     } else {

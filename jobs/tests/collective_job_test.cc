@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <thread>
 
 #include "sim_runtime_test.h"
@@ -46,8 +48,26 @@ class CollectiveTest : public testing::SimRuntimeTest {
     const auto progress = job.GetProgress();
     ASSERT_EQ(progress.state, CollectiveJob::State::kFinished) << progress.last_error;
     EXPECT_EQ(job.Checksums(), CollectiveJob::ExpectedChecksums(options));
+    EXPECT_EQ(progress.checksum_mismatches, 0u);
   }
 };
+
+TEST_F(CollectiveTest, ALongRunKeepsAWindowOfChecksumsAndChecksEveryStep) {
+  auto options = Options({0, 1});
+  options.steps = static_cast<int>(CollectiveJob::kChecksumWindow) + 300;
+  options.elements = 16;
+  options.checkpoint_every = 1000;
+  auto job = Start(options);
+  ASSERT_TRUE(job->Wait(60s));
+  const auto progress = job->GetProgress();
+  ASSERT_EQ(progress.state, CollectiveJob::State::kFinished) << progress.last_error;
+  EXPECT_EQ(progress.checksum_mismatches, 0u);
+  const auto expected = CollectiveJob::ExpectedChecksums(options);
+  const auto window = job->Checksums();
+  ASSERT_EQ(window.size(), CollectiveJob::kChecksumWindow) << "bounded, not one per step";
+  EXPECT_TRUE(std::equal(window.begin(), window.end(), expected.end() - window.size()))
+      << "the latest steps, oldest first";
+}
 
 TEST_F(CollectiveTest, AFaultFreeRunMatchesTheHostsChecksums) {
   const auto options = Options({0, 1, 2, 3});

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <deque>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -75,9 +76,16 @@ class CollectiveJob {
     // injection.
     std::chrono::steady_clock::time_point released_at{};
     std::chrono::steady_clock::time_point recovered_at{};
+    // Every completed step is checked against the fault-free run as it
+    // completes; a step later rolled back to a checkpoint does not count.
+    std::uint64_t checksum_mismatches = 0;
   };
   Progress GetProgress() const;
-  // One checksum per completed step: the sum of the state's values.
+  // How many of the latest checksums are kept: memory stays bounded however
+  // long the job runs, and every step is still checked (Progress).
+  static constexpr std::size_t kChecksumWindow = 4096;
+  // One checksum per completed step (the sum of the state's values), for
+  // the latest kChecksumWindow steps, oldest first.
   std::vector<std::uint64_t> Checksums() const;
   // What a fault-free run gives, computed on the host: all steps, or the
   // first `count` (O(elements + count), so a long job can be checked as it
@@ -121,7 +129,15 @@ class CollectiveJob {
   mutable std::mutex mutex_;
   std::condition_variable changed_;
   Progress progress_;
-  std::vector<std::uint64_t> checksums_;
+  std::deque<std::uint64_t> checksums_;  // the latest kChecksumWindow steps
+  // The fault-free run's checksum after the last completed step, and after
+  // the checkpoint's step; mismatches since the checkpoint (undone by a
+  // restore) apart from those before it.
+  std::uint64_t expected_sum_ = 0;
+  std::uint64_t expected_at_checkpoint_ = 0;
+  std::uint64_t mismatches_since_checkpoint_ = 0;
+  // The checkpoint moved to the last completed step. Call with mutex_ held.
+  void MarkCheckpoint();
   bool stop_ = false;
   std::thread thread_;
 };

@@ -89,8 +89,6 @@ class JobManager {
     std::unique_ptr<LoadGenerator> load;
     std::unique_ptr<CollectiveJob> collective;
     CollectiveOptions collective_options;
-    // Collective: fault-free checksums, extended as steps complete.
-    mutable std::vector<std::uint64_t> expected;
   };
   JobReport ReportOf(const Job& job) const;
 
