@@ -202,6 +202,8 @@ std::vector<Key> JobKeys(ConfigValueReader& reader, jobs::JobSpec& spec, bool& h
        }},
       IntegerKey(reader, "max_batch", 1, 4096,
                  [&spec](std::int64_t n) { spec.max_batch = static_cast<std::size_t>(n); }),
+      IntegerKey(reader, "max_queue", 1, 1'000'000,
+                 [&spec](std::int64_t n) { spec.max_queue = static_cast<std::size_t>(n); }),
       IntegerKey(reader, "max_wait_us", 0, 1'000'000,
                  [&spec](std::int64_t n) { spec.max_wait = std::chrono::microseconds(n); }),
       IntegerKey(reader, "load_rps", 0, 1'000'000,

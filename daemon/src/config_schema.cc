@@ -465,7 +465,7 @@ void AddOtherKeys(std::vector<ConfigKey>& keys) {
                      "whether an undrain that leaves no device isolated resumes the node"));
   keys.push_back(Row("jobs", kRestart, RASD_CONFIG_FIELD(jobs), Jobs(),
                      "jobs to start at boot: `name`, `kind` (inference: `devices`, `max_batch`, "
-                     "`max_wait_us`, `load_rps`; collective: `devices`, `elements`, `steps`, "
+                     "`max_wait_us`, `max_queue` (default 4096), `load_rps`; collective: `devices`, `elements`, `steps`, "
                      "`checkpoint_every`, `min_ranks`); see `packaging/rasd.yaml`"));
   keys.push_back(Row("simulator.devices", kRestart, RASD_CONFIG_FIELD(simulator.devices),
                      Integer<int>(1, 64), "simulated devices"));

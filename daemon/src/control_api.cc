@@ -320,7 +320,8 @@ Result<nlohmann::json> ControlApi::Jobs(const nlohmann::json& args) {
                            {"requeued", report.requeued},
                            {"rerun", report.rerun},
                            {"lost", report.lost},
-                           {"waiting", report.waiting}};
+                           {"waiting", report.waiting},
+                           {"overloaded", report.overloaded}};
       entry["load"] = {{"sent", report.load_sent},
                        {"wrong", report.load_wrong},
                        {"p50_ms", report.load_p50_ms},
@@ -346,6 +347,7 @@ Result<nlohmann::json> ControlApi::StartJob(const nlohmann::json& args) {
   }
   if (auto n = reader.Int("load_rps", 1, 1'000'000)) spec.load_rps = static_cast<double>(*n);
   if (auto n = reader.Int("max_batch", 1, 4096)) spec.max_batch = static_cast<std::size_t>(*n);
+  if (auto n = reader.Int("max_queue", 1, 1'000'000)) spec.max_queue = static_cast<std::size_t>(*n);
   if (auto n = reader.Int("steps", 1, 100'000'000)) spec.steps = static_cast<int>(*n);
   if (auto n = reader.Int("elements", 1, 1LL << 26)) spec.elements = static_cast<std::uint64_t>(*n);
   if (auto n = reader.Int("checkpoint_every", 1, 1'000'000))

@@ -113,6 +113,7 @@ exporters::MetricsSnapshot DaemonMetrics::Now() const {
       snapshot.requests[{report.name, "served"}] = report.served;
       snapshot.requests[{report.name, "requeued"}] = report.requeued + report.rerun;
       snapshot.requests[{report.name, "lost"}] = report.lost;
+      snapshot.requests[{report.name, "overloaded"}] = report.overloaded;
     }
   }
   return snapshot;

@@ -134,7 +134,7 @@ std::vector<MetricFamily> Families(const MetricsSnapshot& snapshot) {
   }
   {
     auto family = Family("rasd_requests_total",
-                         "Inference requests by job and outcome (served, requeued, lost)",
+                         "Inference requests by job and outcome (served, requeued, lost, overloaded)",
                          MetricType::Counter);
     for (const auto& [key, count] : snapshot.requests) {
       family.metric.push_back(Value(MetricType::Counter, static_cast<double>(count),

@@ -194,7 +194,8 @@ Result<std::uint64_t> InferenceService::Submit(std::vector<float> input, Callbac
   if (outstanding_ >= options_.max_queued) {
     ++stats_.rejected;
     return Fail(ErrorCode::kUnavailable,
-                fmt::format("{} requests are waiting already", outstanding_));
+                fmt::format("overloaded: {} requests are waiting already (max_queue)",
+                            outstanding_));
   }
   Request request;
   request.id = next_id_++;

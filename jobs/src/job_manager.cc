@@ -54,6 +54,7 @@ Status JobManager::Start(JobSpec spec) {
     options.id = spec.name;
     options.devices = spec.devices;
     options.max_batch = spec.max_batch;
+    options.max_queued = spec.max_queue;
     options.max_wait = spec.max_wait;
     options.drain_deadline = drain_deadline_;
     auto service = InferenceService::Create(runtime_, options);
@@ -133,6 +134,7 @@ JobReport JobManager::ReportOf(const Job& job) const {
     report.rerun = stats.rerun;
     report.lost = stats.failed;
     report.waiting = stats.waiting;
+    report.overloaded = stats.rejected;
     int serving = 0;
     for (const auto& replica : stats.replicas) {
       auto device = runtime_.GetDevice(replica.device);

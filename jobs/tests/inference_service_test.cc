@@ -210,5 +210,28 @@ TEST_F(InferenceTest, StoppingAnswersWhatIsLeft) {
   EXPECT_EQ(aborted.load(), 10);
 }
 
+TEST_F(InferenceTest, BeyondMaxQueueRequestsAreRefusedAsOverloadedAndCounted) {
+  std::atomic<int> answered{0};
+  {
+    auto created = InferenceService::Create(
+        *runtime_, {.id = "small", .devices = {2}, .max_batch = 4, .max_queued = 8});
+    ASSERT_TRUE(created.has_value());
+    auto& service = **created;
+    Device(2).SetHealth(runtime::HealthState::kIsolated);  // nothing runs: all of them wait
+    auto count = [&](std::uint64_t, InferenceService::Output) { ++answered; };
+    for (int i = 0; i < 8; ++i) ASSERT_TRUE(service.Submit(InputFor(i, 64), count).has_value());
+    for (int i = 0; i < 5; ++i) {
+      auto refused = service.Submit(InputFor(i, 64), count);
+      ASSERT_FALSE(refused.has_value());
+      EXPECT_EQ(refused.error().code, ErrorCode::kUnavailable);
+      EXPECT_NE(refused.error().message.find("overloaded"), std::string::npos);
+    }
+    const auto stats = service.GetStats();
+    EXPECT_EQ(stats.waiting, 8u) << "the queue stays at its bound";
+    EXPECT_EQ(stats.rejected, 5u) << "every refusal counted";
+  }
+  EXPECT_EQ(answered.load(), 8) << "the admitted ones are answered (aborted) at stop, none dropped";
+}
+
 }  // namespace
 }  // namespace rasd::jobs

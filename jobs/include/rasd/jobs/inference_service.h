@@ -47,7 +47,9 @@ struct InferenceOptions {
   // How long one batch may take on a healthy device before it counts as a
   // failure (a hung device).
   std::chrono::milliseconds batch_timeout{5000};
-  std::size_t max_queued = 1'000'000;  // admitted but not answered
+  // Admitted but not answered; beyond it Submit answers kUnavailable
+  // ("overloaded") and counts the request as rejected.
+  std::size_t max_queued = 4096;
   int max_attempts = 8;                // runs of one request before it is answered with an error
 };
 

@@ -31,6 +31,9 @@ struct JobSpec {
   std::size_t max_batch = 32;
   std::chrono::microseconds max_wait{500};
   double load_rps = 0;  // > 0: an in-process load generator sends this many requests a second
+  // Requests admitted and not answered yet; beyond it new ones are refused
+  // as overloaded (and counted), never dropped silently.
+  std::size_t max_queue = 4096;
   // Collective.
   std::uint64_t elements = 1 << 16;
   int steps = 1000;
@@ -44,6 +47,7 @@ struct JobReport {
   std::string name;
   JobKind kind = JobKind::kInference;
   std::vector<int> devices;  // where it runs now
+  std::uint64_t overloaded = 0;  // inference: requests refused because max_queue were waiting
   std::string state;         // inference: serving, degraded (some replicas out), waiting;
                              // collective: CollectiveJob::StateName
   std::string progress;      // one line for people
