@@ -163,6 +163,8 @@ ActionOutcome Actuator::Apply(const ras::Action& action, const ras::RasEvent& ev
 }
 
 void Actuator::TakePending(ras::StoreBatch& batch) {
+  // States whose save failed ride along until one is committed.
+  for (int device : unsaved_states_) pending_states_.push_back(device);
   for (auto& page : pending_pages_) batch.pages.push_back(std::move(page));
   pending_pages_.clear();
   std::sort(pending_states_.begin(), pending_states_.end());
@@ -180,15 +182,20 @@ ras::DeviceStateRecord Actuator::StateRecord(int device) {
           status.reason, status.since};
 }
 
-void Actuator::PersistState(int device) {
+Status Actuator::PersistState(int device) {
   if (batching_) {
     pending_states_.push_back(device);
-    return;
+    return {};
   }
   if (auto saved = store_.SaveDeviceState(StateRecord(device)); !saved) {
-    spdlog::error("device {}: cannot save its state {}: {}", device,
+    spdlog::error("device {}: cannot save its state {}: {}; retrying", device,
                   runtime::HealthStateName(status_[device].state), saved.error().message);
+    unsaved_states_.insert(device);
+    if (on_unsaved_) on_unsaved_();
+    return saved;
   }
+  unsaved_states_.erase(device);
+  return {};
 }
 
 ras::ActionRecord Actuator::Execute(const ras::Action& action, const ras::RasEvent& event,
@@ -331,7 +338,7 @@ Actuator::Outcome Actuator::RaiseHealth(const ras::Action& action, runtime::Heal
   (*device)->SetHealth(state);
   ++generation_[*action.device];
   status_[*action.device] = {state, action.reason, host_.GetClock().Wall()};
-  PersistState(*action.device);
+  (void)PersistState(*action.device);  // a failure is retried (unsaved_states_)
   if (state == runtime::HealthState::kIsolated) newly_isolated_.push_back(*action.device);
   return {ActionResult::kOk,
           fmt::format("{} -> {}", runtime::HealthStateName(current),
@@ -349,7 +356,7 @@ Result<ras::ActionRecord> Actuator::SetDeviceState(int device, runtime::HealthSt
   (*found)->SetHealth(state);
   ++generation_[device];
   status_[device] = {state, reason, host_.GetClock().Wall()};
-  PersistState(device);
+  const Status saved = PersistState(device);
   ras::ActionRecord record;
   record.time = host_.GetClock().Wall();
   record.action = action;
@@ -362,7 +369,16 @@ Result<ras::ActionRecord> Actuator::SetDeviceState(int device, runtime::HealthSt
   common::GetLogger("policy")->warn("{} device {} ({}): {} ({})", action, device,
                                     rule == "operator" ? "by an operator" : rule, record.detail,
                                     reason);
-  return Store(std::move(record));
+  auto stored = Store(std::move(record));
+  if (!saved) {
+    // The gate is set; only the record of it is missing. Say so: a restart
+    // before the retry succeeds would forget it.
+    return Fail(ErrorCode::kIoError,
+                fmt::format("device {} is {} now, but that could not be saved ({}); rasd retries "
+                            "until it is, and a restart before then would forget it",
+                            device, runtime::HealthStateName(state), saved.error().message));
+  }
+  return stored;
 }
 
 Actuator::Outcome Actuator::OfflineHostPage(const ras::Action& action, bool hard) {

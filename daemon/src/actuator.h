@@ -7,6 +7,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -88,6 +89,13 @@ class Actuator {
   ActionOutcome Apply(const ras::Action& action, const ras::RasEvent& event,
                       std::size_t event_index);
   void TakePending(ras::StoreBatch& batch);
+  // A batch holding TakePending's rows was committed: the states that had
+  // failed to save are saved now.
+  void Committed() { unsaved_states_.clear(); }
+  // Device states not saved yet (the disk failed); each is retried with the
+  // next batch. `on_unsaved` is called when one fails, to schedule a retry.
+  std::size_t UnsavedStates() const { return unsaved_states_.size(); }
+  void SetUnsavedCallback(std::function<void()> on_unsaved) { on_unsaved_ = std::move(on_unsaved); }
 
   // An operator's state change (isolate, drain, undrain): any state, in
   // either direction. kNotFound for an unknown device.
@@ -122,7 +130,7 @@ class Actuator {
   Outcome OfflineHostPage(const ras::Action& action, bool hard);
   Outcome RunHook(const ras::Action& action, const ras::RasEvent& event,
                   std::optional<std::int64_t> event_id);
-  void PersistState(int device);
+  Status PersistState(int device);
   ras::ActionRecord Store(ras::ActionRecord record);
   ras::DeviceStateRecord StateRecord(int device);
   void Count(const std::string& action, const std::string& result);
@@ -133,6 +141,8 @@ class Actuator {
   Options options_;
   std::map<int, DeviceStatus> status_;
   std::map<int, std::uint64_t> generation_;
+  std::set<int> unsaved_states_;
+  std::function<void()> on_unsaved_;
   bool batching_ = false;  // inside Apply: rows wait for TakePending
   std::size_t pending_index_ = 0;
   std::vector<ras::BatchAction> pending_records_;

@@ -57,6 +57,9 @@ nlohmann::json IngestStatus(const RasIngest::Stats& stats, const RasPipeline::St
           {"nvml_reports", stats.nvml_reports},
           {"events_ingested", pipeline.events},
           {"store_failures", pipeline.store_failures},
+          {"store_ok", pipeline.store_ok},
+          {"store_backlog_events", pipeline.backlog_events},
+          {"store_dropped_events", pipeline.dropped_events},
           {"edac_controllers", stats.edac_controllers},
           {"coalesced", pipeline.coalesced},
           {"pruned", stats.pruned}};

@@ -54,7 +54,11 @@ void DaemonMetrics::Refresh() {
   loop_part_.edac = std::move(edac);
   loop_part_.kmsg_gaps = stats.kmsg_gaps;
   loop_part_.source_errors["kmsg"] = stats.kmsg_undecoded;
-  loop_part_.source_errors["store"] = pipeline_.GetStats().store_failures;
+  const auto& store = pipeline_.GetStats();
+  loop_part_.source_errors["store"] = store.store_failures;
+  loop_part_.store_ok = store.store_ok;
+  loop_part_.store_backlog_events = store.backlog_events;
+  loop_part_.store_dropped_events = store.dropped_events;
   for (double seconds : drains)
     if (seconds >= 0 && seconds < 1e9) loop_part_.drain_duration.Observe(seconds);
   if (!draining_since_.empty()) timer_->ArmAfter(std::chrono::seconds(1));

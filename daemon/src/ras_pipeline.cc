@@ -53,7 +53,106 @@ RasPipeline::RasPipeline(common::EventLoop& loop, runtime::Runtime& runtime,
       policy_(policy),
       actuator_(actuator),
       store_(store),
-      options_(options) {}
+      options_(options),
+      retry_timer_(loop.CreateTimer([this] { FlushBacklog(); })) {
+  actuator_.SetUnsavedCallback([this] { ArmRetry(); });
+}
+
+namespace {
+
+// The batches as one, in order: action rows keep pointing at their events.
+ras::StoreBatch Merge(std::deque<ras::StoreBatch>& batches) {
+  ras::StoreBatch merged = std::move(batches.front());
+  batches.pop_front();
+  for (auto& batch : batches) {
+    const std::size_t offset = merged.events.size();
+    for (auto& event : batch.events) merged.events.push_back(std::move(event));
+    for (auto& action : batch.actions) {
+      if (action.event_index) *action.event_index += offset;
+      merged.actions.push_back(std::move(action));
+    }
+    for (auto& state : batch.states) merged.states.push_back(std::move(state));
+    for (auto& page : batch.pages) merged.pages.push_back(std::move(page));
+    for (auto& cursor : batch.cursors) {
+      // The latest position of each source is the one to keep.
+      auto same = std::find_if(merged.cursors.begin(), merged.cursors.end(),
+                               [&](const auto& kept) { return kept.source == cursor.source; });
+      if (same != merged.cursors.end()) {
+        *same = std::move(cursor);
+      } else {
+        merged.cursors.push_back(std::move(cursor));
+      }
+    }
+  }
+  batches.clear();
+  return merged;
+}
+
+std::size_t EventsIn(const std::deque<ras::StoreBatch>& batches) {
+  std::size_t events = 0;
+  for (const auto& batch : batches) events += batch.events.size();
+  return events;
+}
+
+}  // namespace
+
+void RasPipeline::ArmRetry() {
+  if (!retry_timer_->Armed()) retry_timer_->ArmAfter(retry_delay_);
+}
+
+void RasPipeline::Bound() {
+  if (EventsIn(backlog_) <= kMaxBacklogEvents) return;
+  ras::StoreBatch merged = Merge(backlog_);
+  // Coalescing renumbers the events: the actions keep everything but the
+  // link to their event's row.
+  merged.events = ras::CoalesceStorm(std::move(merged.events), 0);
+  for (auto& action : merged.actions) action.event_index.reset();
+  if (merged.events.size() > kMaxBacklogEvents) {
+    const std::size_t excess = merged.events.size() - kMaxBacklogEvents;
+    std::uint64_t errors = 0;
+    for (std::size_t i = 0; i < excess; ++i) errors += merged.events[i].count;
+    merged.events.erase(merged.events.begin(),
+                        merged.events.begin() + static_cast<std::ptrdiff_t>(excess));
+    stats_.dropped_events += errors;
+    spdlog::error("store backlog full: {} event(s) ({} error(s)) dropped, oldest first", excess,
+                  errors);
+  }
+  backlog_.push_back(std::move(merged));
+}
+
+void RasPipeline::FlushBacklog() {
+  if (backlog_.empty()) {
+    // Only device states wait (an operator's change whose save failed).
+    if (actuator_.UnsavedStates() == 0) return;
+    backlog_.emplace_back();
+  }
+  ras::StoreBatch merged = Merge(backlog_);
+  actuator_.TakePending(merged);
+  if (auto stored = store_.Commit(merged); !stored) {
+    ++stats_.store_failures;
+    if (stats_.store_ok) {
+      failing_since_ = loop_.Now();
+      spdlog::error("cannot store {} RAS event(s) and {} action(s): {}; keeping them and retrying",
+                    merged.events.size(), merged.actions.size(), stored.error().message);
+    }
+    stats_.store_ok = false;
+    backlog_.push_back(std::move(merged));
+    retry_delay_ = std::min<std::chrono::milliseconds>(retry_delay_ * 2, std::chrono::seconds(10));
+    ArmRetry();
+  } else {
+    actuator_.Committed();
+    if (!stats_.store_ok) {
+      spdlog::warn("store writable again after {:.1f} s: {} queued event(s) stored",
+                   std::chrono::duration<double>(loop_.Now() - failing_since_).count(),
+                   merged.events.size());
+    }
+    stats_.store_ok = true;
+    retry_delay_ = std::chrono::milliseconds(100);
+    retry_timer_->Disarm();
+  }
+  stats_.backlog_batches = backlog_.size();
+  stats_.backlog_events = EventsIn(backlog_);
+}
 
 void RasPipeline::AttributeToDevices(std::vector<ras::RasEvent>& events) const {
   for (auto& event : events) {
@@ -100,19 +199,25 @@ void RasPipeline::Handle(std::vector<ras::RasEvent> events,
   ras::StoreBatch batch;
   batch.events = std::move(events);
   batch.cursors = std::move(cursors);
-  actuator_.TakePending(batch);
-  HandledBatch handled{.events = batch.events, .isolation_seconds = std::move(isolations)};
-  if (auto stored = store_.Commit(batch); !stored) {
-    // A full disk or a broken database must not stop ingestion: count, log, go on.
-    ++stats_.store_failures;
-    spdlog::error("cannot store {} RAS event(s) and {} action(s): {}", batch.events.size(),
-                  batch.actions.size(), stored.error().message);
-  } else {
-    handled.stored = true;
-    handled.event_ids = std::move(stored->event_ids);
-  }
   Log(batch.events);
+  HandledBatch handled{.events = batch.events, .isolation_seconds = std::move(isolations)};
+  if (backlog_.empty()) {
+    actuator_.TakePending(batch);
+    if (auto stored = store_.Commit(batch); stored) {
+      actuator_.Committed();
+      handled.stored = true;
+      handled.event_ids = std::move(stored->event_ids);
+      for (const auto& observer : observers_) observer(handled);
+      return;
+    }
+  } else {
+    actuator_.TakePending(batch);
+  }
+  // Behind what waits already, never past it (its cursor included).
   for (const auto& observer : observers_) observer(handled);
+  backlog_.push_back(std::move(batch));
+  Bound();
+  FlushBacklog();
 }
 
 void RasPipeline::Log(const std::vector<ras::RasEvent>& events) {

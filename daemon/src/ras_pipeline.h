@@ -2,7 +2,9 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "actuator.h"
@@ -30,6 +32,13 @@ struct HandledBatch {
 // cursor -> observers. Acting never waits for the disk: a gate closes
 // before anything is written.
 //
+// A batch that cannot be stored (a full or failing disk) is kept, in
+// order, with every batch after it, and retried with a backoff (100 ms up
+// to 10 s); the sources' cursors in it do not reach the store before the
+// events they follow. The backlog is bounded (kMaxBacklogEvents): past it,
+// events are coalesced (counts stay exact; their actions lose the link to
+// the event row); past that too, the oldest are dropped and counted.
+//
 // Loop thread only. Everything it refers to must outlive it.
 class RasPipeline {
  public:
@@ -39,8 +48,13 @@ class RasPipeline {
   struct Stats {
     std::uint64_t events = 0;          // before coalescing
     std::uint64_t coalesced = 0;       // merged into others
-    std::uint64_t store_failures = 0;  // batches that could not be stored
+    std::uint64_t store_failures = 0;  // commits that failed (each retry counts)
+    bool store_ok = true;              // the last commit succeeded
+    std::size_t backlog_batches = 0;   // waiting for the store
+    std::size_t backlog_events = 0;
+    std::uint64_t dropped_events = 0;  // errors lost to the backlog's bound (sum of counts)
   };
+  static constexpr std::size_t kMaxBacklogEvents = 65536;
   using Observer = std::function<void(const HandledBatch&)>;
 
   RasPipeline(common::EventLoop& loop, runtime::Runtime& runtime, ras::PolicyEngine& policy,
@@ -58,6 +72,11 @@ class RasPipeline {
 
  private:
   void AttributeToDevices(std::vector<ras::RasEvent>& events) const;
+  // Commits the backlog as one transaction; on failure keeps it and arms
+  // the retry.
+  void FlushBacklog();
+  void Bound();
+  void ArmRetry();
   void Log(const std::vector<ras::RasEvent>& events);
 
   common::EventLoop& loop_;
@@ -68,6 +87,10 @@ class RasPipeline {
   Options options_;
   std::vector<Observer> observers_;
   Stats stats_;
+  std::deque<ras::StoreBatch> backlog_;
+  std::unique_ptr<common::Timer> retry_timer_;
+  std::chrono::milliseconds retry_delay_{100};
+  std::chrono::nanoseconds failing_since_{};
   // Log at most this many events a second; a storm is counted, not printed.
   std::int64_t log_window_second_ = -1;
   int logged_in_window_ = 0;

@@ -226,6 +226,24 @@ std::vector<MetricFamily> Families(const MetricsSnapshot& snapshot) {
     add(std::move(family));
   }
   {
+    auto up = Family("rasd_store_up", "1 when the state store's last write succeeded",
+                     MetricType::Gauge);
+    up.metric.push_back(Value(MetricType::Gauge, snapshot.store_ok ? 1.0 : 0.0));
+    add(std::move(up));
+    auto backlog = Family("rasd_store_backlog_events",
+                          "RAS events waiting for the state store (kept in memory, retried)",
+                          MetricType::Gauge);
+    backlog.metric.push_back(
+        Value(MetricType::Gauge, static_cast<double>(snapshot.store_backlog_events)));
+    add(std::move(backlog));
+    auto dropped = Family("rasd_store_dropped_errors_total",
+                          "Errors lost because the store backlog reached its bound",
+                          MetricType::Counter);
+    dropped.metric.push_back(
+        Value(MetricType::Counter, static_cast<double>(snapshot.store_dropped_events)));
+    add(std::move(dropped));
+  }
+  {
     auto family =
         Family("rasd_kmsg_gaps_total",
                "Times the kernel overwrote log records before rasd read them", MetricType::Counter);

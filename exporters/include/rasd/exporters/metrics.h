@@ -59,6 +59,10 @@ struct MetricsSnapshot {
   ras::EdacSnapshot edac;
   std::map<std::string, std::uint64_t> source_errors;  // undecodable input, by source
   std::uint64_t kmsg_gaps = 0;
+  // The state store: whether its last write succeeded, and what waits for it.
+  bool store_ok = true;
+  std::uint64_t store_backlog_events = 0;
+  std::uint64_t store_dropped_events = 0;
   std::map<std::string, std::uint64_t> scheduler_actions;  // result -> calls
   Histogram fault_to_isolation{{0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5}};
   Histogram drain_duration{{0.1, 0.5, 1, 5, 10, 30, 60, 120, 300}};

@@ -1,0 +1,173 @@
+// RasPipeline against a real SQLite store that fails on demand (a trigger
+// that refuses writes, as a full disk would), on a SimulatedEventLoop: what
+// cannot be stored waits in memory, in order, and is stored once the store
+// takes writes again; the source's cursor never passes unstored events; an
+// operator's state change that cannot be saved says so and is retried.
+
+#include "ras_pipeline.h"
+
+#include <gtest/gtest.h>
+#include <sqlite3.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "rasd/common/simulated_event_loop.h"
+#include "rasd/drivers_shim/sim_driver.h"
+
+namespace rasd::daemon {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+class RasPipelineTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("rasd-pipeline-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_ / "host");
+    host_ = std::make_unique<common::HostEnv>(dir_ / "host", loop_.SharedClock());
+    auto store = ras::StateStore::Open(dir_ / "state");
+    ASSERT_TRUE(store.has_value()) << store.error().ToString();
+    store_ = std::move(*store);
+    auto driver =
+        drivers::SimDriver::Create({.device_count = 2, .memory_bytes_per_device = 16 << 20});
+    ASSERT_TRUE(driver.has_value());
+    auto runtime = runtime::Runtime::Create(std::move(*driver), {.pool = {.arena_bytes = 4 << 20}});
+    ASSERT_TRUE(runtime.has_value());
+    runtime_ = std::move(*runtime);
+    actuator_ = std::make_unique<Actuator>(*host_, *store_, *runtime_, Actuator::Options{});
+    pipeline_ = std::make_unique<RasPipeline>(loop_, *runtime_, policy_, *actuator_, *store_,
+                                              RasPipeline::Options{});
+    ASSERT_EQ(sqlite3_open((dir_ / "state" / ras::StateStore::kDatabaseFile).c_str(), &saboteur_),
+              SQLITE_OK);
+    sqlite3_busy_timeout(saboteur_, 2000);
+  }
+  void TearDown() override {
+    sqlite3_close(saboteur_);
+    pipeline_.reset();
+    actuator_.reset();
+    runtime_.reset();
+    store_.reset();
+    fs::remove_all(dir_);
+  }
+
+  // Writes to `table` fail as on a full disk until Heal().
+  void FillDisk(const std::string& table) {
+    const std::string sql = "CREATE TRIGGER full_" + table + " BEFORE INSERT ON " + table +
+                            " BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END;";
+    ASSERT_EQ(sqlite3_exec(saboteur_, sql.c_str(), nullptr, nullptr, nullptr), SQLITE_OK)
+        << sqlite3_errmsg(saboteur_);
+  }
+  void Heal(const std::string& table) {
+    const std::string sql = "DROP TRIGGER full_" + table + ";";
+    ASSERT_EQ(sqlite3_exec(saboteur_, sql.c_str(), nullptr, nullptr, nullptr), SQLITE_OK);
+  }
+
+  static std::vector<ras::RasEvent> HostErrors(int count) {
+    std::vector<ras::RasEvent> events;
+    for (int i = 0; i < count; ++i) {
+      ras::RasEvent event;
+      event.time = std::chrono::system_clock::time_point(std::chrono::seconds(1'700'000'000 + i));
+      event.source = "kmsg";
+      event.origin = "edac";
+      event.severity = ras::Severity::kCe;
+      event.mc = 0;
+      event.summary = "EDAC MC0: 1 CE on DIMM " + std::to_string(i);
+      events.push_back(std::move(event));
+    }
+    return events;
+  }
+
+  std::uint64_t StoredErrors() {
+    auto counts = store_->CountEventsBySeverity();
+    EXPECT_TRUE(counts.has_value());
+    return counts ? (*counts)[ras::Severity::kCe] : 0;
+  }
+  std::string StoredCursor() {
+    auto cursor = store_->LoadCursor("kmsg");
+    return cursor && *cursor ? (*cursor)->position : "";
+  }
+
+  fs::path dir_;
+  common::SimulatedEventLoop loop_;
+  std::unique_ptr<common::HostEnv> host_;
+  std::unique_ptr<ras::StateStore> store_;
+  std::unique_ptr<runtime::Runtime> runtime_;
+  ras::PolicyEngine policy_;
+  std::unique_ptr<Actuator> actuator_;
+  std::unique_ptr<RasPipeline> pipeline_;
+  sqlite3* saboteur_ = nullptr;
+};
+
+TEST_F(RasPipelineTest, WhatCannotBeStoredWaitsInOrderAndIsStoredWhenTheDiskHasRoom) {
+  pipeline_->Handle(HostErrors(3), {{"kmsg", "boot", "10"}});
+  EXPECT_EQ(StoredErrors(), 3u);
+  EXPECT_EQ(StoredCursor(), "10");
+
+  FillDisk("events");
+  pipeline_->Handle(HostErrors(5), {{"kmsg", "boot", "20"}});
+  pipeline_->Handle(HostErrors(7), {{"kmsg", "boot", "30"}});
+  EXPECT_FALSE(pipeline_->GetStats().store_ok);
+  EXPECT_EQ(pipeline_->GetStats().backlog_events, 12u);
+  EXPECT_EQ(StoredCursor(), "10") << "the cursor waits behind the events it follows";
+  loop_.AdvanceBy(30s);  // retries, with a backoff, all failing
+  const auto failures = pipeline_->GetStats().store_failures;
+  EXPECT_GE(failures, 4u);
+  EXPECT_LE(failures, 12u) << "backed off, not spinning";
+  EXPECT_EQ(StoredErrors(), 3u);
+
+  Heal("events");
+  loop_.AdvanceBy(10s);
+  EXPECT_TRUE(pipeline_->GetStats().store_ok);
+  EXPECT_EQ(pipeline_->GetStats().backlog_events, 0u);
+  EXPECT_EQ(StoredErrors(), 15u) << "every queued error stored once";
+  EXPECT_EQ(StoredCursor(), "30");
+  EXPECT_EQ(loop_.ArmedTimers(), 0u) << "no retry left armed";
+}
+
+TEST_F(RasPipelineTest, TheBacklogIsBoundedWithExactCounts) {
+  FillDisk("events");
+  const int batches = 4;
+  const int per_batch = static_cast<int>(RasPipeline::kMaxBacklogEvents / 2);
+  for (int i = 0; i < batches; ++i) {
+    auto events = HostErrors(per_batch);
+    for (auto& event : events) event.summary = "EDAC MC0: 1 CE on DIMM 1";  // a storm of one kind
+    pipeline_->Handle(std::move(events), {{"kmsg", "boot", std::to_string(i)}});
+  }
+  EXPECT_LE(pipeline_->GetStats().backlog_events, RasPipeline::kMaxBacklogEvents);
+  EXPECT_EQ(pipeline_->GetStats().dropped_events, 0u) << "coalescing made room";
+  Heal("events");
+  loop_.AdvanceBy(10s);
+  EXPECT_EQ(StoredErrors(), static_cast<std::uint64_t>(batches) * per_batch)
+      << "coalesced, the counts stay exact";
+  EXPECT_EQ(StoredCursor(), "3");
+}
+
+TEST_F(RasPipelineTest, AnOperatorsStateThatCannotBeSavedSaysSoAndIsRetried) {
+  FillDisk("device_states");
+  auto isolated = actuator_->SetDeviceState(1, runtime::HealthState::kIsolated, "bad fan",
+                                            "isolate-device");
+  ASSERT_FALSE(isolated.has_value());
+  EXPECT_EQ(isolated.error().code, ErrorCode::kIoError);
+  EXPECT_NE(isolated.error().message.find("could not be saved"), std::string::npos);
+  EXPECT_EQ((*runtime_->GetDevice(1))->Health(), runtime::HealthState::kIsolated)
+      << "the gate is closed all the same";
+  EXPECT_EQ(actuator_->UnsavedStates(), 1u);
+  loop_.AdvanceBy(5s);
+  EXPECT_EQ(actuator_->UnsavedStates(), 1u);
+  Heal("device_states");
+  loop_.AdvanceBy(20s);
+  EXPECT_EQ(actuator_->UnsavedStates(), 0u);
+  auto states = store_->LoadDeviceStates();
+  ASSERT_TRUE(states.has_value());
+  ASSERT_EQ(states->size(), 1u);
+  EXPECT_EQ((*states)[0].state, "isolated");
+  EXPECT_EQ((*states)[0].reason, "bad fan");
+}
+
+}  // namespace
+}  // namespace rasd::daemon
