@@ -54,7 +54,11 @@ RasPipeline::RasPipeline(common::EventLoop& loop, runtime::Runtime& runtime,
       actuator_(actuator),
       store_(store),
       options_(options),
-      retry_timer_(loop.CreateTimer([this] { FlushBacklog(); })) {
+      retry_timer_(loop.CreateTimer([this] { FlushBacklog(); })),
+      checkpoint_timer_(loop.CreateTimer([this] {
+        if (auto done = store_.Checkpoint(); !done)
+          spdlog::warn("state store: {}", done.error().message);
+      })) {
   actuator_.SetUnsavedCallback([this] { ArmRetry(); });
 }
 
@@ -95,6 +99,17 @@ std::size_t EventsIn(const std::deque<ras::StoreBatch>& batches) {
 }
 
 }  // namespace
+
+void RasPipeline::AfterCommit() {
+  constexpr std::size_t kCheckpointPages = 8192;  // 32 MiB of 4 KiB pages
+  if (store_.WalPages() > kCheckpointPages) {
+    checkpoint_timer_->Disarm();
+    if (auto done = store_.Checkpoint(); !done)
+      spdlog::warn("state store: {}", done.error().message);
+    return;
+  }
+  checkpoint_timer_->ArmAfter(std::chrono::seconds(1));
+}
 
 void RasPipeline::ArmRetry() {
   if (!retry_timer_->Armed()) retry_timer_->ArmAfter(retry_delay_);
@@ -141,6 +156,7 @@ void RasPipeline::FlushBacklog() {
     ArmRetry();
   } else {
     actuator_.Committed();
+    AfterCommit();
     if (!stats_.store_ok) {
       spdlog::warn("store writable again after {:.1f} s: {} queued event(s) stored",
                    std::chrono::duration<double>(loop_.Now() - failing_since_).count(),
@@ -205,6 +221,7 @@ void RasPipeline::Handle(std::vector<ras::RasEvent> events,
     actuator_.TakePending(batch);
     if (auto stored = store_.Commit(batch); stored) {
       actuator_.Committed();
+      AfterCommit();
       handled.stored = true;
       handled.event_ids = std::move(stored->event_ids);
       for (const auto& observer : observers_) observer(handled);

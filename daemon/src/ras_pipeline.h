@@ -77,6 +77,9 @@ class RasPipeline {
   void FlushBacklog();
   void Bound();
   void ArmRetry();
+  // After a commit: the write-ahead log is copied back once the store has
+  // been quiet for a second, or at once when it has grown past 32 MiB.
+  void AfterCommit();
   void Log(const std::vector<ras::RasEvent>& events);
 
   common::EventLoop& loop_;
@@ -89,6 +92,7 @@ class RasPipeline {
   Stats stats_;
   std::deque<ras::StoreBatch> backlog_;
   std::unique_ptr<common::Timer> retry_timer_;
+  std::unique_ptr<common::Timer> checkpoint_timer_;
   std::chrono::milliseconds retry_delay_{100};
   std::chrono::nanoseconds failing_since_{};
   // Log at most this many events a second; a storm is counted, not printed.

@@ -353,7 +353,30 @@ Result<std::unique_ptr<StateStore>> StateStore::Open(const std::filesystem::path
   }
   if (auto migrated = store->Migrate(); !migrated) return Fail(migrated.error());
   if (auto prepared = store->Prepare(); !prepared) return Fail(prepared.error());
+  // Checkpoints are the owner's to run (Checkpoint()), not SQLite's inside
+  // whichever commit crosses 1000 pages: that commit would wait for the
+  // copy back and its fsyncs, and a fault's event with it.
+  if (auto manual = Exec(db, "PRAGMA wal_autocheckpoint=0;", "configure checkpoints"); !manual)
+    return Fail(manual.error());
+  sqlite3_wal_hook(
+      db,
+      [](void* self, sqlite3*, const char*, int pages) {
+        static_cast<StateStore*>(self)->wal_pages_ = static_cast<std::size_t>(pages);
+        return SQLITE_OK;
+      },
+      store.get());
   return store;
+}
+
+Status StateStore::Checkpoint() {
+  int log_pages = 0, copied = 0;
+  if (sqlite3_wal_checkpoint_v2(db_, nullptr, SQLITE_CHECKPOINT_PASSIVE, &log_pages, &copied) !=
+      SQLITE_OK) {
+    return Fail(SqliteError("checkpoint"));
+  }
+  // Copied in full: the next commit starts the log over.
+  if (copied >= log_pages) wal_pages_ = 0;
+  return {};
 }
 
 StateStore::StateStore(std::filesystem::path database_path, common::UniqueFd lock, sqlite3* db)

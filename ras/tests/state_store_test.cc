@@ -647,5 +647,23 @@ TEST_F(StateStoreTest, NewerSchemaIsRefusedAndLeftUntouched) {
   EXPECT_NE(store.error().message.find("schema version 999"), std::string::npos);
 }
 
+TEST_F(StateStoreTest, CheckpointsAreTheOwnersToRun) {
+  auto opened = StateStore::Open(dir_ / "state");
+  ASSERT_TRUE(opened.has_value());
+  auto& store = *opened;
+  EXPECT_EQ(store->WalPages(), 0u);
+  RasEvent event;
+  event.source = "kmsg";
+  event.origin = "edac";
+  event.summary = "one";
+  for (int i = 0; i < 50; ++i) ASSERT_TRUE(store->RecordEvent(event).has_value());
+  const std::size_t pages = store->WalPages();
+  EXPECT_GT(pages, 0u);
+  ASSERT_TRUE(store->Checkpoint().has_value());
+  EXPECT_EQ(store->WalPages(), 0u);
+  ASSERT_TRUE(store->RecordEvent(event).has_value());
+  EXPECT_LT(store->WalPages(), pages) << "the log started over after the checkpoint";
+}
+
 }  // namespace
 }  // namespace rasd::ras
