@@ -100,6 +100,15 @@ Status Daemon::Initialize(Config config) {
   actuator_ = std::make_unique<Actuator>(*host_, *store_, *runtime_, ActuatorOptions(config_));
   // Before anything can admit work: an isolated device stays isolated.
   actuator_->Restore();
+  if (state_damage_) {
+    for (const auto& device : runtime_->Devices()) {
+      (void)actuator_->SetDeviceState(
+          device->Index(), runtime::HealthState::kIsolated,
+          "the state database was damaged (kept as " + state_damage_->kept_as.filename().string() +
+              "): isolated until an operator checks it",
+          "isolate-device", "state-lost");
+    }
+  }
   StartScheduler();
   if (auto started = StartRas(); !started) return started;
   if (auto started = StartControl(); !started) return started;
@@ -142,6 +151,21 @@ Status Daemon::OpenLoopAndHost() {
 
 Status Daemon::OpenStateAndDevices() {
   auto store = ras::StateStore::Open(state_dir_);
+  if (!store && store.error().code == ErrorCode::kCorruptData) {
+    // Decision: run (the host still needs its RAS handling) on a fresh
+    // database, keep the damaged one for examination, and fence every
+    // device until an operator has looked: what it recorded as isolated is
+    // unknown now, and must not come back healthy without a word.
+    const std::string stamp = fmt::format(
+        "{:%Y%m%dT%H%M%S}", std::chrono::floor<std::chrono::seconds>(loop_->GetClock().Wall()));
+    auto kept = ras::StateStore::SetAsideDamaged(state_dir_, stamp);
+    if (!kept) return Fail(kept.error());
+    state_damage_ = StateDamage{store.error().message, *kept};
+    spdlog::error("{}; kept as {}; starting on a fresh database with every device isolated until "
+                  "an operator checks it (rasctl undrain)",
+                  store.error().message, kept->string());
+    store = ras::StateStore::Open(state_dir_);
+  }
   if (!store) {
     return Fail(store.error().code,
                 fmt::format("cannot use state directory: {}", store.error().message));
@@ -395,7 +419,12 @@ Result<nlohmann::json> Daemon::StatusReport() {
       {"state_dir", state_dir_.string()},
       {"socket", {{"path", socket_path_.string()}, {"activated", socket_.activated}}},
       {"database",
-       {{"path", store_->DatabasePath().string()}, {"schema_version", store_->SchemaVersion()}}},
+       {{"path", store_->DatabasePath().string()},
+        {"schema_version", store_->SchemaVersion()},
+        {"damaged_at_start",
+         state_damage_ ? nlohmann::json{{"problem", state_damage_->problem},
+                                        {"kept_as", state_damage_->kept_as.string()}}
+                       : nlohmann::json()}}},
       {"control",
        {{"clients", control_->ClientCount()},
         {"rejected_requests", control_->RejectedRequests()},

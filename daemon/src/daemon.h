@@ -120,6 +120,12 @@ class Daemon {
   std::unique_ptr<ControlApi> control_api_;
 
   std::uint64_t config_generation_ = 1;
+  // The state database was damaged at start: what was wrong, where it went.
+  struct StateDamage {
+    std::string problem;
+    std::filesystem::path kept_as;
+  };
+  std::optional<StateDamage> state_damage_;
   nlohmann::json last_reload_;  // null until the first reload
 };
 

@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "rasd/common/simulated_event_loop.h"
+#include "rasd/ras/state_store.h"
 #include "rasd/common/unique_fd.h"
 
 namespace rasd::daemon {
@@ -233,6 +234,31 @@ TEST_F(DaemonTest, TheControlSocketAnswersWhileASelfTestRuns) {
   EXPECT_NE(refused["error"]["message"].get<std::string>().find("stays isolated"),
             std::string::npos)
       << refused.dump();
+}
+
+TEST_F(DaemonTest, ADamagedDatabaseIsKeptAsideAndEveryDeviceIsFencedUntilChecked) {
+  {
+    auto store = ras::StateStore::Open(dir_ / "state");
+    ASSERT_TRUE(store.has_value());
+  }
+  std::filesystem::resize_file(dir_ / "state" / ras::StateStore::kDatabaseFile, 0);
+  Start(TestConfig());
+  const json status = Ask({{"command", "status"}})["result"];
+  ASSERT_FALSE(status["database"]["damaged_at_start"].is_null()) << status["database"].dump();
+  EXPECT_NE(status["database"]["damaged_at_start"]["problem"].get<std::string>().find("empty"),
+            std::string::npos);
+  const fs::path kept = status["database"]["damaged_at_start"]["kept_as"].get<std::string>();
+  EXPECT_TRUE(fs::exists(kept)) << "the damaged file is kept for examination";
+  const json devices = Ask({{"command", "devices"}})["result"]["devices"];
+  ASSERT_EQ(devices.size(), 2u);
+  for (const auto& device : devices) {
+    EXPECT_EQ(device["state"], "isolated");
+    EXPECT_NE(device["reason"].get<std::string>().find("state database was damaged"),
+              std::string::npos);
+  }
+  // Checked by an operator: the self-test returns it.
+  const json undrained = Ask({{"command", "undrain"}, {"args", {{"device", 0}}}});
+  EXPECT_EQ(undrained["ok"], true) << undrained.dump();
 }
 
 }  // namespace

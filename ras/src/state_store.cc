@@ -137,15 +137,54 @@ Result<common::UniqueFd> LockStateDirectory(const std::filesystem::path& state_d
 // Runs statements that return no rows.
 Status Exec(sqlite3* db, const char* sql, std::string_view what) {
   char* message = nullptr;
-  if (sqlite3_exec(db, sql, nullptr, nullptr, &message) != SQLITE_OK) {
+  if (const int rc = sqlite3_exec(db, sql, nullptr, nullptr, &message); rc != SQLITE_OK) {
     std::string text = message != nullptr ? message : sqlite3_errmsg(db);
     sqlite3_free(message);
-    return Fail(ErrorCode::kIoError, fmt::format("{}: {}", what, text));
+    const int primary = rc & 0xff;
+    const ErrorCode code = primary == SQLITE_CORRUPT || primary == SQLITE_NOTADB
+                               ? ErrorCode::kCorruptData
+                           : primary == SQLITE_READONLY ? ErrorCode::kPermissionDenied
+                                                        : ErrorCode::kIoError;
+    return Fail(code, fmt::format("{}: {}", what, text));
   }
   return {};
 }
 
+// PRAGMA quick_check's verdict: "ok", or the first problem it names.
+std::string QuickCheck(sqlite3* db) {
+  sqlite3_stmt* check = nullptr;
+  if (sqlite3_prepare_v2(db, "PRAGMA quick_check(1);", -1, &check, nullptr) != SQLITE_OK)
+    return sqlite3_errmsg(db);
+  std::string verdict = "no answer";
+  if (const int rc = sqlite3_step(check); rc == SQLITE_ROW) {
+    const auto* text = sqlite3_column_text(check, 0);
+    verdict = text != nullptr ? reinterpret_cast<const char*>(text) : "";
+  } else {
+    verdict = sqlite3_errmsg(db);
+  }
+  sqlite3_finalize(check);
+  return verdict;
+}
+
 }  // namespace
+
+Result<std::filesystem::path> StateStore::SetAsideDamaged(const std::filesystem::path& state_dir,
+                                                          std::string_view stamp) {
+  const auto database = state_dir / kDatabaseFile;
+  const auto kept = state_dir / fmt::format("{}.damaged-{}", kDatabaseFile, stamp);
+  for (const char* suffix : {"", "-wal", "-shm"}) {
+    const auto from = database.string() + suffix;
+    std::error_code missing;
+    if (!std::filesystem::exists(from, missing)) continue;
+    std::error_code error;
+    std::filesystem::rename(from, kept.string() + suffix, error);
+    if (error) {
+      return Fail(ErrorCode::kIoError,
+                  fmt::format("cannot set {} aside: {}", from, error.message()));
+    }
+  }
+  return kept;
+}
 
 int StateStore::LatestSchemaVersion() { return static_cast<int>(Migrations().size()); }
 
@@ -331,6 +370,15 @@ Result<std::unique_ptr<StateStore>> StateStore::Open(const std::filesystem::path
   if (!lock) return Fail(lock.error());
 
   const auto database_path = state_dir / kDatabaseFile;
+  std::error_code size_error;
+  if (std::filesystem::exists(database_path, size_error) &&
+      std::filesystem::file_size(database_path, size_error) == 0 && !size_error) {
+    // SQLite would take an empty file for a new database: the devices it
+    // recorded as isolated would come back healthy without a word.
+    return Fail(ErrorCode::kCorruptData,
+                fmt::format("{} is empty (0 bytes): the database was truncated",
+                            database_path.string()));
+  }
   sqlite3* db = nullptr;
   const int rc =
       sqlite3_open_v2(database_path.c_str(), &db,
@@ -351,7 +399,19 @@ Result<std::unique_ptr<StateStore>> StateStore::Open(const std::filesystem::path
       !wal) {
     return Fail(wal.error());
   }
+  if (const std::string verdict = QuickCheck(db); verdict != "ok") {
+    return Fail(ErrorCode::kCorruptData,
+                fmt::format("{} is damaged (quick_check: {})", database_path.string(), verdict));
+  }
   if (auto migrated = store->Migrate(); !migrated) return Fail(migrated.error());
+  // A database rasd cannot write would lose every state change: say so now.
+  if (auto writable = Exec(db, "UPDATE schema_version SET version = version;",
+                           "write to " + database_path.string());
+      !writable) {
+    return Fail(writable.error().code == ErrorCode::kPermissionDenied ? ErrorCode::kPermissionDenied
+                                                                       : writable.error().code,
+                writable.error().message + " (rasd must be able to write its state)");
+  }
   if (auto prepared = store->Prepare(); !prepared) return Fail(prepared.error());
   // Checkpoints are the owner's to run (Checkpoint()), not SQLite's inside
   // whichever commit crosses 1000 pages: that commit would wait for the
@@ -414,7 +474,7 @@ Status StateStore::Migrate() {
   const auto& migrations = Migrations();
   if (version > static_cast<int>(migrations.size())) {
     return Fail(
-        ErrorCode::kCorruptData,
+        ErrorCode::kNotSupported,
         fmt::format("{} has schema version {}, newer than this rasd knows ({}); refusing to "
                     "touch it",
                     database_path_.string(), version, migrations.size()));

@@ -643,7 +643,7 @@ TEST_F(StateStoreTest, NewerSchemaIsRefusedAndLeftUntouched) {
   ExecRaw("UPDATE schema_version SET version = 999;");
   auto store = StateStore::Open(dir_ / "state");
   ASSERT_FALSE(store.has_value());
-  EXPECT_EQ(store.error().code, ErrorCode::kCorruptData);
+  EXPECT_EQ(store.error().code, ErrorCode::kNotSupported) << "not damaged: newer";
   EXPECT_NE(store.error().message.find("schema version 999"), std::string::npos);
 }
 
@@ -663,6 +663,39 @@ TEST_F(StateStoreTest, CheckpointsAreTheOwnersToRun) {
   EXPECT_EQ(store->WalPages(), 0u);
   ASSERT_TRUE(store->RecordEvent(event).has_value());
   EXPECT_LT(store->WalPages(), pages) << "the log started over after the checkpoint";
+}
+
+TEST_F(StateStoreTest, AnEmptyOrScribbledDatabaseIsDamagedAndCanBeSetAside) {
+  {
+    auto store = StateStore::Open(dir_ / "state");
+    ASSERT_TRUE(store.has_value());
+    ASSERT_TRUE((*store)->SaveDeviceState({"GPU-1", "isolated", "bad", {}}).has_value());
+  }
+  // Page 2 scribbled over, as a bad disk or a stray write would.
+  {
+    std::fstream file(dir_ / "state/rasd.db", std::ios::in | std::ios::out | std::ios::binary);
+    file.seekp(4096);
+    const std::string junk(4096, '\x5a');
+    file.write(junk.data(), static_cast<std::streamsize>(junk.size()));
+  }
+  auto scribbled = StateStore::Open(dir_ / "state");
+  ASSERT_FALSE(scribbled.has_value());
+  EXPECT_EQ(scribbled.error().code, ErrorCode::kCorruptData) << scribbled.error().message;
+
+  auto kept = StateStore::SetAsideDamaged(dir_ / "state", "test");
+  ASSERT_TRUE(kept.has_value()) << kept.error().message;
+  EXPECT_EQ(kept->filename(), "rasd.db.damaged-test");
+  EXPECT_TRUE(std::filesystem::exists(*kept));
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "state/rasd.db"));
+  auto fresh = StateStore::Open(dir_ / "state");
+  ASSERT_TRUE(fresh.has_value()) << fresh.error().message;
+  fresh->reset();
+
+  std::filesystem::resize_file(dir_ / "state/rasd.db", 0);
+  auto empty = StateStore::Open(dir_ / "state");
+  ASSERT_FALSE(empty.has_value());
+  EXPECT_EQ(empty.error().code, ErrorCode::kCorruptData);
+  EXPECT_NE(empty.error().message.find("empty (0 bytes)"), std::string::npos);
 }
 
 }  // namespace

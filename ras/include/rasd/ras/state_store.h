@@ -130,7 +130,17 @@ class StateStore {
   // Creates `state_dir` (0750) if missing. Errors name the directory and what
   // is wrong with it: not a directory, not writable, locked by another rasd,
   // not a database, newer schema.
+  //
+  // A damaged database (an empty file, one SQLite cannot read, or one
+  // PRAGMA quick_check faults) is kCorruptData and is left as it is; one
+  // rasd cannot write is kPermissionDenied; one of a newer rasd is
+  // kNotSupported.
   static Result<std::unique_ptr<StateStore>> Open(const std::filesystem::path& state_dir);
+  // Renames a damaged database and its WAL to <db>.damaged-<stamp>[-wal],
+  // so that a fresh one can be made and the old one examined. Returns the
+  // new name of the database file.
+  static Result<std::filesystem::path> SetAsideDamaged(const std::filesystem::path& state_dir,
+                                                       std::string_view stamp);
 
   ~StateStore();
   StateStore(const StateStore&) = delete;
