@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <fstream>
+#include <sys/mount.h>
+#include <cstring>
 
 namespace rasd::ras {
 namespace {
@@ -696,6 +698,29 @@ TEST_F(StateStoreTest, AnEmptyOrScribbledDatabaseIsDamagedAndCanBeSetAside) {
   ASSERT_FALSE(empty.has_value());
   EXPECT_EQ(empty.error().code, ErrorCode::kCorruptData);
   EXPECT_NE(empty.error().message.find("empty (0 bytes)"), std::string::npos);
+}
+
+TEST_F(StateStoreTest, ADatabaseOnAReadOnlyFilesystemIsAnErrorAtOpen) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root: remounts the state directory read-only";
+  {
+    auto store = StateStore::Open(dir_ / "state");
+    ASSERT_TRUE(store.has_value());
+  }
+  const auto state = (dir_ / "state").string();
+  ASSERT_EQ(::mount(state.c_str(), state.c_str(), nullptr, MS_BIND, nullptr), 0)
+      << std::strerror(errno);
+  ASSERT_EQ(::mount(nullptr, state.c_str(), nullptr, MS_REMOUNT | MS_BIND | MS_RDONLY, nullptr), 0)
+      << std::strerror(errno);
+  auto store = StateStore::Open(dir_ / "state");
+  ::umount2(state.c_str(), MNT_DETACH);
+  ASSERT_FALSE(store.has_value());
+  EXPECT_TRUE(store.error().code == ErrorCode::kPermissionDenied ||
+              store.error().code == ErrorCode::kIoError)
+      << store.error().message;
+  const std::string& message = store.error().message;
+  EXPECT_TRUE(message.find("not writable") != std::string::npos ||
+              message.find("readonly") != std::string::npos)
+      << message;
 }
 
 }  // namespace
