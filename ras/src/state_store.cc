@@ -169,15 +169,32 @@ struct StateStore::Statements {
   sqlite3_stmt* summarize = nullptr;
   sqlite3_stmt* event_rows = nullptr;
   sqlite3_stmt* count_events = nullptr;
+  sqlite3_stmt* count_older_events = nullptr;
+  sqlite3_stmt* count_surplus_events = nullptr;
   sqlite3_stmt* prune_by_age = nullptr;
   sqlite3_stmt* prune_by_count = nullptr;
 
   ~Statements() {
-    for (sqlite3_stmt* statement :
-         {begin, commit, rollback, insert_event, insert_action, upsert_device_state,
-          insert_retired_page, upsert_cursor, load_cursor, query_actions, query_device_actions,
-          load_device_states, load_retired_pages, summarize, event_rows, count_events, prune_by_age,
-          prune_by_count}) {
+    for (sqlite3_stmt* statement : {begin,
+                                    commit,
+                                    rollback,
+                                    insert_event,
+                                    insert_action,
+                                    upsert_device_state,
+                                    insert_retired_page,
+                                    upsert_cursor,
+                                    load_cursor,
+                                    query_actions,
+                                    query_device_actions,
+                                    load_device_states,
+                                    load_retired_pages,
+                                    summarize,
+                                    event_rows,
+                                    count_events,
+                                    count_older_events,
+                                    count_surplus_events,
+                                    prune_by_age,
+                                    prune_by_count}) {
       sqlite3_finalize(statement);
     }
   }
@@ -353,6 +370,13 @@ Result<std::unique_ptr<StateStore>> StateStore::Open(const std::filesystem::path
   }
   if (auto migrated = store->Migrate(); !migrated) return Fail(migrated.error());
   if (auto prepared = store->Prepare(); !prepared) return Fail(prepared.error());
+  {
+    StatementUse sum(store->statements_->count_events);
+    if (auto summed = store->SumBySeverity(sum.get(), "count events", store->severity_counts_);
+        !summed) {
+      return Fail(summed.error());
+    }
+  }
   return store;
 }
 
@@ -463,6 +487,13 @@ Status StateStore::Prepare() {
       {&s.event_rows, "event row count", "SELECT COUNT(*) FROM events;"},
       {&s.count_events, "event count",
        "SELECT severity, SUM(count) FROM events GROUP BY severity;"},
+      // What the prune statements below are about to delete, so that the
+      // counts by severity drop by exactly that.
+      {&s.count_older_events, "count of old events",
+       "SELECT severity, SUM(count) FROM events WHERE time_ns < ? GROUP BY severity;"},
+      {&s.count_surplus_events, "count of surplus events",
+       "SELECT severity, SUM(count) FROM events WHERE id <= "
+       "(SELECT id FROM events ORDER BY id DESC LIMIT 1 OFFSET ?) GROUP BY severity;"},
       {&s.prune_by_age, "prune by age", "DELETE FROM events WHERE time_ns < ?;"},
       // Ids grow with insertion: the oldest rows are the lowest ids.
       {&s.prune_by_count, "prune by count",
@@ -478,7 +509,21 @@ Status StateStore::Prepare() {
   return {};
 }
 
-Result<std::int64_t> StateStore::InsertEvent(const RasEvent& event) {
+Status StateStore::SumBySeverity(sqlite3_stmt* statement, std::string_view what,
+                                 SeverityCounts& sums) {
+  int rc = SQLITE_ROW;
+  while ((rc = sqlite3_step(statement)) == SQLITE_ROW) {
+    const auto* name = reinterpret_cast<const char*>(sqlite3_column_text(statement, 0));
+    const auto severity = ParseSeverity(name != nullptr ? name : "");
+    if (!severity) continue;  // written by a newer rasd with more classes; not ours to count
+    sums[static_cast<std::size_t>(*severity)] +=
+        static_cast<std::uint64_t>(sqlite3_column_int64(statement, 1));
+  }
+  if (rc != SQLITE_DONE) return Fail(SqliteError(what));
+  return {};
+}
+
+Result<std::int64_t> StateStore::InsertEvent(const RasEvent& event, SeverityCounts& added) {
   StatementUse insert(statements_->insert_event);
   sqlite3_stmt* statement = insert.get();
   sqlite3_bind_int64(statement, 1, Nanos(event.time));
@@ -495,6 +540,7 @@ Result<std::int64_t> StateStore::InsertEvent(const RasEvent& event) {
   sqlite3_bind_int64(statement, 12, static_cast<sqlite3_int64>(event.count));
   sqlite3_bind_int(statement, 13, event.historical ? 1 : 0);
   if (sqlite3_step(statement) != SQLITE_DONE) return Fail(SqliteError("record event"));
+  added[static_cast<std::size_t>(event.severity)] += event.count;
   return static_cast<std::int64_t>(sqlite3_last_insert_rowid(db_));
 }
 
@@ -553,7 +599,21 @@ Status StateStore::UpsertCursor(const SourceCursor& cursor, std::int64_t updated
   return {};
 }
 
-Result<std::int64_t> StateStore::RecordEvent(const RasEvent& event) { return InsertEvent(event); }
+namespace {
+
+void AddCounts(std::array<std::uint64_t, kAllSeverities.size()>& to,
+               const std::array<std::uint64_t, kAllSeverities.size()>& added) {
+  for (std::size_t i = 0; i < to.size(); ++i) to[i] += added[i];
+}
+
+}  // namespace
+
+Result<std::int64_t> StateStore::RecordEvent(const RasEvent& event) {
+  SeverityCounts added{};
+  auto id = InsertEvent(event, added);  // SQLite's implicit transaction: committed on success
+  if (id) AddCounts(severity_counts_, added);
+  return id;
+}
 
 Result<std::vector<std::int64_t>> StateStore::RecordEvents(std::span<const RasEvent> events) {
   std::vector<std::int64_t> ids;
@@ -561,13 +621,15 @@ Result<std::vector<std::int64_t>> StateStore::RecordEvents(std::span<const RasEv
   Transaction transaction(*this);
   if (auto begun = transaction.Begin("event batch"); !begun) return Fail(begun.error());
   ids.reserve(events.size());
+  SeverityCounts added{};
   for (const auto& event : events) {
-    auto recorded = InsertEvent(event);
+    auto recorded = InsertEvent(event, added);
     if (!recorded) return Fail(recorded.error());
     ids.push_back(*recorded);
   }
   if (auto committed = transaction.Commit("event batch"); !committed)
     return Fail(committed.error());
+  AddCounts(severity_counts_, added);
   return ids;
 }
 
@@ -596,8 +658,9 @@ Result<StoredBatch> StateStore::Commit(const StoreBatch& batch) {
   Transaction transaction(*this);
   if (auto begun = transaction.Begin("batch"); !begun) return Fail(begun.error());
   stored.event_ids.reserve(batch.events.size());
+  SeverityCounts added{};
   for (const auto& event : batch.events) {
-    auto id = InsertEvent(event);
+    auto id = InsertEvent(event, added);
     if (!id) return Fail(id.error());
     stored.event_ids.push_back(*id);
   }
@@ -620,6 +683,7 @@ Result<StoredBatch> StateStore::Commit(const StoreBatch& batch) {
     if (auto saved = UpsertCursor(cursor, now_ns); !saved) return Fail(saved.error());
   }
   if (auto committed = transaction.Commit("batch"); !committed) return Fail(committed.error());
+  AddCounts(severity_counts_, added);
   return stored;
 }
 
@@ -768,21 +832,42 @@ Result<std::uint64_t> StateStore::EventRows() {
 
 Result<std::uint64_t> StateStore::Prune(std::chrono::system_clock::time_point older_than,
                                         std::uint64_t max_events) {
+  // Each delete is preceded by the sums of what it deletes, in the same
+  // transaction, so that the counts by severity stay exact.
+  Transaction transaction(*this);
+  if (auto begun = transaction.Begin("prune"); !begun) return Fail(begun.error());
   std::uint64_t removed = 0;
+  SeverityCounts deleted{};
+  {
+    StatementUse sum(statements_->count_older_events);
+    sqlite3_bind_int64(sum.get(), 1, Nanos(older_than));
+    if (auto summed = SumBySeverity(sum.get(), "count old events", deleted); !summed)
+      return Fail(summed.error());
+  }
   {
     StatementUse by_age(statements_->prune_by_age);
     sqlite3_bind_int64(by_age.get(), 1, Nanos(older_than));
     if (sqlite3_step(by_age.get()) != SQLITE_DONE) return Fail(SqliteError("prune old events"));
     removed += static_cast<std::uint64_t>(sqlite3_changes(db_));
   }
+  const auto max_rows = static_cast<sqlite3_int64>(std::min<std::uint64_t>(
+      max_events, static_cast<std::uint64_t>(std::numeric_limits<sqlite3_int64>::max())));
+  {
+    StatementUse sum(statements_->count_surplus_events);
+    sqlite3_bind_int64(sum.get(), 1, max_rows);
+    if (auto summed = SumBySeverity(sum.get(), "count surplus events", deleted); !summed)
+      return Fail(summed.error());
+  }
   {
     StatementUse by_count(statements_->prune_by_count);
-    const auto max_rows = static_cast<sqlite3_int64>(std::min<std::uint64_t>(
-        max_events, static_cast<std::uint64_t>(std::numeric_limits<sqlite3_int64>::max())));
     sqlite3_bind_int64(by_count.get(), 1, max_rows);
     if (sqlite3_step(by_count.get()) != SQLITE_DONE)
       return Fail(SqliteError("prune surplus events"));
     removed += static_cast<std::uint64_t>(sqlite3_changes(db_));
+  }
+  if (auto committed = transaction.Commit("prune"); !committed) return Fail(committed.error());
+  for (std::size_t i = 0; i < severity_counts_.size(); ++i) {
+    severity_counts_[i] -= std::min(severity_counts_[i], deleted[i]);
   }
   return removed;
 }
@@ -805,17 +890,8 @@ Result<std::optional<SourceCursor>> StateStore::LoadCursor(std::string_view sour
 
 Result<std::map<Severity, std::uint64_t>> StateStore::CountEventsBySeverity() {
   std::map<Severity, std::uint64_t> counts;
-  for (Severity severity : kAllSeverities) counts[severity] = 0;
-  StatementUse query(statements_->count_events);
-  sqlite3_stmt* statement = query.get();
-  int rc = SQLITE_ROW;
-  while ((rc = sqlite3_step(statement)) == SQLITE_ROW) {
-    const auto* name = reinterpret_cast<const char*>(sqlite3_column_text(statement, 0));
-    const auto severity = ParseSeverity(name != nullptr ? name : "");
-    if (!severity) continue;  // written by a newer rasd with more classes; not ours to count
-    counts[*severity] = static_cast<std::uint64_t>(sqlite3_column_int64(statement, 1));
-  }
-  if (rc != SQLITE_DONE) return Fail(SqliteError("count events"));
+  for (Severity severity : kAllSeverities)
+    counts[severity] = severity_counts_[static_cast<std::size_t>(severity)];
   return counts;
 }
 

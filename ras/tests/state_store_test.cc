@@ -137,6 +137,84 @@ TEST_F(StateStoreTest, EventsSurviveReopenAndAreCountedBySeverity) {
   EXPECT_EQ(counts->at(Severity::kSrar), 0u);
 }
 
+// The counts `status` shows are kept in memory: they must equal what a full
+// scan of the table sums, whatever wrote or deleted the rows.
+TEST_F(StateStoreTest, CountsBySeverityFollowCommitsPrunesFailuresAndReopen) {
+  const auto t0 = std::chrono::system_clock::time_point(std::chrono::seconds(1'700'000'000));
+  auto scanned = [&](const char* severity) {
+    return QueryRaw(std::string("SELECT COALESCE(SUM(count), 0) FROM events WHERE severity = '") +
+                    severity + "';");
+  };
+  {
+    auto store = StateStore::Open(dir_ / "state");
+    ASSERT_TRUE(store.has_value());
+    StoreBatch batch;
+    for (int i = 0; i < 10; ++i) {
+      batch.events.push_back({.time = t0 + std::chrono::hours(i),
+                              .origin = "edac",
+                              .severity = i % 2 == 0 ? Severity::kCe : Severity::kUce,
+                              .count = static_cast<std::uint64_t>(i + 1)});  // coalesced rows
+    }
+    ASSERT_TRUE((*store)->Commit(batch).has_value());
+    ASSERT_TRUE((*store)->RecordEvent({.time = t0, .severity = Severity::kFatal}).has_value());
+    const std::vector<RasEvent> more = {{.time = t0 + 20h, .severity = Severity::kCe, .count = 7}};
+    ASSERT_TRUE((*store)->RecordEvents(more).has_value());
+    auto counts = (*store)->CountEventsBySeverity();
+    ASSERT_TRUE(counts.has_value());
+    EXPECT_EQ(counts->at(Severity::kCe), 1u + 3 + 5 + 7 + 9 + 7);
+    EXPECT_EQ(counts->at(Severity::kUce), 2u + 4 + 6 + 8 + 10);
+    EXPECT_EQ(counts->at(Severity::kFatal), 1u);
+    EXPECT_EQ(counts->at(Severity::kCe), static_cast<std::uint64_t>(scanned("CE")));
+
+    // A batch that fails at its last row counts nothing.
+    ExecRaw(R"sql(
+      CREATE TRIGGER refuse_cursor_insert BEFORE INSERT ON source_cursors
+        BEGIN SELECT RAISE(ABORT, 'injected cursor failure'); END;
+    )sql");
+    StoreBatch failing;
+    failing.events.push_back({.time = t0, .severity = Severity::kCe, .count = 1000});
+    failing.cursors.push_back({"kmsg", "boot-a", "1"});
+    ASSERT_FALSE((*store)->Commit(failing).has_value());
+    EXPECT_EQ((*store)->CountEventsBySeverity()->at(Severity::kCe), 32u);
+
+    // Pruning by age (t0..t0+2h: the FATAL row, CE 1 and 3, UCE 2), then
+    // by count (the oldest beyond 4 rows).
+    ASSERT_EQ(*(*store)->Prune(t0 + 3h, 1'000'000), 4u);
+    counts = (*store)->CountEventsBySeverity();
+    EXPECT_EQ(counts->at(Severity::kFatal), 0u);
+    EXPECT_EQ(counts->at(Severity::kCe), 5u + 7 + 9 + 7);
+    EXPECT_EQ(counts->at(Severity::kUce), 4u + 6 + 8 + 10);
+    ASSERT_EQ(*(*store)->Prune(t0, 4), 4u);
+    counts = (*store)->CountEventsBySeverity();
+    EXPECT_EQ(counts->at(Severity::kCe), 9u + 7);
+    EXPECT_EQ(counts->at(Severity::kUce), 8u + 10);
+    for (const char* severity : {"CE", "UCE", "FATAL"}) {
+      EXPECT_EQ(counts->at(*ParseSeverity(severity)), static_cast<std::uint64_t>(scanned(severity)))
+          << severity;
+    }
+  }
+  // Rows another writer added while no store was open, and a severity from
+  // a newer rasd, which is not ours to count.
+  ExecRaw(
+      "INSERT INTO events(time_ns, origin, severity, summary, raw, count) VALUES "
+      "(0, 'edac', 'CE', '', '', 100), (0, 'edac', 'NEWCLASS', '', '', 5);");
+  auto store = StateStore::Open(dir_ / "state");
+  ASSERT_TRUE(store.has_value());
+  auto counts = (*store)->CountEventsBySeverity();
+  ASSERT_TRUE(counts.has_value());
+  EXPECT_EQ(counts->size(), kAllSeverities.size());
+  EXPECT_EQ(counts->at(Severity::kCe), 116u);
+  EXPECT_EQ(counts->at(Severity::kUce), 18u);
+  EXPECT_EQ(counts->at(Severity::kInfo), 0u);
+  // Pruning both rows takes the CE one's count back; the other's was never in.
+  ASSERT_EQ(*(*store)->Prune(std::chrono::system_clock::time_point(std::chrono::nanoseconds(1)),
+                             1'000'000),
+            2u);
+  counts = (*store)->CountEventsBySeverity();
+  EXPECT_EQ(counts->at(Severity::kCe), 16u);
+  EXPECT_EQ(counts->at(Severity::kUce), 18u);
+}
+
 TEST_F(StateStoreTest, BatchesQueriesSummariesAndCursors) {
   auto store = StateStore::Open(dir_ / "state");
   ASSERT_TRUE(store.has_value());
