@@ -39,25 +39,37 @@ std::vector<RasEvent> CoalesceStorm(std::vector<RasEvent> events, std::size_t th
   return merged;
 }
 
-RasEvent EventFromRecord(const ScannedRecord& record, std::string source,
+RasEvent EventFromRecord(ScannedRecord&& record, std::string source,
                          std::chrono::system_clock::time_point time) {
   RasEvent event;
   event.time = time;
   event.source = std::move(source);
-  event.origin = record.origin;
+  event.origin = std::move(record.origin);
   event.severity = record.severity;
   event.mc = record.mc;
-  event.pci_bdf = record.pci_bdf;
-  event.address = record.address;
+  event.pci_bdf = std::move(record.pci_bdf);
+  event.address = std::move(record.address);
   event.vendor_code = record.xid;
   event.count = record.count;
   event.historical = record.historical;
-  event.summary = record.message;
-  for (const auto& line : record.lines) {
-    if (!event.raw.empty()) event.raw += '\n';
-    event.raw += line;
+  event.summary = std::move(record.message);
+  if (record.lines.size() == 1) {
+    event.raw = std::move(record.lines.front());  // most records: no joining
+  } else {
+    std::size_t size = 0;
+    for (const auto& line : record.lines) size += line.size() + 1;
+    event.raw.reserve(size);
+    for (const auto& line : record.lines) {
+      if (!event.raw.empty()) event.raw += '\n';
+      event.raw += line;
+    }
   }
   return event;
+}
+
+RasEvent EventFromRecord(const ScannedRecord& record, std::string source,
+                         std::chrono::system_clock::time_point time) {
+  return EventFromRecord(ScannedRecord(record), std::move(source), time);
 }
 
 std::optional<std::uint64_t> ParseAddress(const std::optional<std::string>& text) {
