@@ -293,6 +293,36 @@ void BM_KmsgCeStormSlices(benchmark::State& state) {
 }
 BENCHMARK(BM_KmsgCeStormSlices)->Unit(benchmark::kMillisecond);
 
+// One storm slice as the daemon's pipeline coalesces it: 4096 CE events of
+// one DIMM over 256 addresses, in one minute.
+void BM_CoalesceStormSlice(benchmark::State& state) {
+  std::vector<rasd::ras::RasEvent> slice;
+  const auto t0 = std::chrono::system_clock::time_point(std::chrono::minutes(28'000'000));
+  for (std::uint64_t i = 0; i < 4096; ++i) {
+    const std::uint64_t page = 0x849900 + (i * 7919) % 256, offset = (i % 64) * 0x40;
+    slice.push_back({.time = t0 + std::chrono::microseconds(i),
+                     .source = "kmsg",
+                     .origin = "edac",
+                     .severity = rasd::ras::Severity::kCe,
+                     .mc = 0,
+                     .address = fmt::format("0x{:x}", page << 12 | offset),
+                     .summary = fmt::format("EDAC MC0: 1 CE memory read error (page:0x{:x})", page),
+                     .raw = fmt::format("EDAC MC0: 1 CE memory read error (page:0x{:x} "
+                                        "offset:0x{:x} grain:32 syndrome:0x0)",
+                                        page, offset)});
+  }
+  std::size_t rows = 0;
+  for (auto _ : state) {
+    state.PauseTiming();
+    auto events = slice;
+    state.ResumeTiming();
+    rows = rasd::ras::CoalesceStorm(std::move(events), 64).size();
+  }
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * slice.size()));
+  state.counters["rows"] = static_cast<double>(rows);
+}
+BENCHMARK(BM_CoalesceStormSlice)->Unit(benchmark::kMicrosecond);
+
 // `rasctl scan --json` over a 1M-line dmesg log (one line in five from a
 // RAS record), against `grep -cE` for RAS words over the same file: both
 // as the processes a user runs, output to a file.

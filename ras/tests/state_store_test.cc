@@ -6,6 +6,9 @@
 
 #include <algorithm>
 #include <fstream>
+#include <map>
+#include <random>
+#include <tuple>
 
 namespace rasd::ras {
 namespace {
@@ -306,6 +309,81 @@ TEST(CoalesceStormTest, AStormIsMergedPerComponentAndMinuteWithExactCounts) {
   EXPECT_EQ(merged.back().origin, "nvidia_xid");
   EXPECT_EQ(CoalesceStorm(std::vector<RasEvent>(storm.begin(), storm.begin() + 10), 64).size(), 10u)
       << "no storm, no merging";
+}
+
+// CoalesceStorm as it was first written, on an ordered map of copied keys:
+// the reference the hashed one must agree with, row for row.
+std::vector<RasEvent> ReferenceCoalesce(std::vector<RasEvent> events) {
+  using Key = std::tuple<std::string, std::string, Severity, std::optional<int>, std::optional<int>,
+                         std::optional<std::string>, std::optional<std::string>, std::optional<int>,
+                         bool, std::int64_t>;
+  std::map<Key, std::size_t> index;
+  std::vector<RasEvent> merged;
+  std::vector<std::uint64_t> members;
+  for (auto& event : events) {
+    const auto minute =
+        std::chrono::duration_cast<std::chrono::minutes>(event.time.time_since_epoch()).count();
+    Key key{event.source,  event.origin,  event.severity,    event.device,     event.mc,
+            event.pci_bdf, event.address, event.vendor_code, event.historical, minute};
+    auto [it, inserted] = index.try_emplace(std::move(key), merged.size());
+    if (inserted) {
+      merged.push_back(std::move(event));
+      members.push_back(1);
+    } else {
+      merged[it->second].count += event.count;
+      members[it->second] += 1;
+    }
+  }
+  for (std::size_t i = 0; i < merged.size(); ++i) {
+    if (members[i] > 1)
+      merged[i].summary =
+          "[" + std::to_string(members[i]) + " events coalesced] " + merged[i].summary;
+  }
+  return merged;
+}
+
+TEST(CoalesceStormTest, AgreesWithTheReferenceOnEveryField) {
+  std::mt19937 random(11);
+  auto pick = [&random](int n) { return static_cast<int>(random() % static_cast<unsigned>(n)); };
+  for (int round = 0; round < 20; ++round) {
+    std::vector<RasEvent> storm;
+    for (int i = 0; i < 3000; ++i) {
+      RasEvent event;
+      // Around the epoch too: minutes are truncated towards it, not floored.
+      event.time = std::chrono::system_clock::time_point(std::chrono::seconds(pick(400) - 200));
+      event.source = pick(2) == 0 ? "kmsg" : "edac_sysfs";
+      event.origin = pick(3) == 0 ? "mce" : "edac";
+      event.severity = pick(4) == 0 ? Severity::kUce : Severity::kCe;
+      if (pick(2) == 0) event.device = pick(3) - 1;
+      if (pick(2) == 0) event.mc = pick(2);
+      if (pick(3) != 0) event.address = pick(4) == 0 ? "" : "0x" + std::to_string(pick(8));
+      if (pick(4) == 0) event.pci_bdf = pick(2) == 0 ? "" : "0000:07:00.0";
+      if (pick(5) == 0) event.vendor_code = pick(2) == 0 ? 0 : 79;
+      event.historical = pick(8) == 0;
+      event.count = static_cast<std::uint64_t>(pick(3) + 1);
+      event.summary = "event " + std::to_string(i);
+      event.raw = "raw " + std::to_string(i);
+      storm.push_back(std::move(event));
+    }
+    const auto merged = CoalesceStorm(storm, 64);
+    const auto expected = ReferenceCoalesce(storm);
+    ASSERT_EQ(merged.size(), expected.size());
+    for (std::size_t i = 0; i < merged.size(); ++i) {
+      EXPECT_EQ(merged[i].time, expected[i].time) << i;
+      EXPECT_EQ(merged[i].source, expected[i].source) << i;
+      EXPECT_EQ(merged[i].origin, expected[i].origin) << i;
+      EXPECT_EQ(merged[i].severity, expected[i].severity) << i;
+      EXPECT_EQ(merged[i].device, expected[i].device) << i;
+      EXPECT_EQ(merged[i].mc, expected[i].mc) << i;
+      EXPECT_EQ(merged[i].address, expected[i].address) << i;
+      EXPECT_EQ(merged[i].pci_bdf, expected[i].pci_bdf) << i;
+      EXPECT_EQ(merged[i].vendor_code, expected[i].vendor_code) << i;
+      EXPECT_EQ(merged[i].historical, expected[i].historical) << i;
+      EXPECT_EQ(merged[i].count, expected[i].count) << i;
+      EXPECT_EQ(merged[i].summary, expected[i].summary) << i;
+      EXPECT_EQ(merged[i].raw, expected[i].raw) << i;
+    }
+  }
 }
 
 TEST_F(StateStoreTest, PruningKeepsTheNewestWithinAgeAndCount) {
