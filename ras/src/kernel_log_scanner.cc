@@ -134,7 +134,7 @@ std::size_t KernelLogScanner::NewRecord(std::string origin, const LogLine& line,
   return first_index_ + records_.size() - 1;
 }
 
-std::optional<std::size_t> KernelLogScanner::OpenBlock(const std::string& key) {
+std::optional<std::size_t> KernelLogScanner::OpenBlock(std::string_view key) {
   auto it = open_.find(key);
   if (it == open_.end()) return std::nullopt;
   if (line_number_ - it->second.last_line > kBlockGapLines) {
@@ -164,6 +164,7 @@ enum Family : std::uint32_t {
   kSysfs = 1U << 9,
   kMceContinuation = 1U << 10,
   kAerContinuation = 1U << 11,
+  kEdacTrace = 1U << 12,  // "mc_event": also kEdac
 };
 
 std::uint32_t FamiliesOf(std::string_view line) {
@@ -175,7 +176,7 @@ std::uint32_t FamiliesOf(std::string_view line) {
       {"EINJ", kGhes},
       {"pstore", kGhes},
       {"EDAC", kEdac},
-      {"mc_event", kEdac},
+      {"mc_event", kEdac | kEdacTrace},
       {"mce", kMce | kReports},
       {"MCE", kMce},
       {"Machine Check", kMce},
@@ -243,7 +244,8 @@ void KernelLogScanner::AddLine(std::string_view raw_line, std::uint64_t tag) {
   if (!nvidia_pending_bdf_.empty()) families |= kNvidia;
   if ((families & kMceContinuation) != 0 && open_.contains("mce")) families |= kMce;
   if ((families & kAerContinuation) != 0 && open_.contains("aer")) families |= kAer;
-  families &= ~(kMceContinuation | kAerContinuation);
+  line_has_mc_event_ = (families & kEdacTrace) != 0;
+  families &= ~(kMceContinuation | kAerContinuation | kEdacTrace);
   if (families == 0) return;  // most lines of a busy log end here
   const LogLine line = SplitLogLine(raw_line);
   if (line.text.empty()) return;
