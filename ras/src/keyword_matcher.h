@@ -12,7 +12,7 @@ namespace rasd::ras {
 
 // Finds which of a set of keywords occur in a text in one pass over it.
 // Each keyword's rarest three bytes (its "anchor") are set in a hashed
-// 256 Ki-bit table; the pass looks up every triple of the text there. Its
+// 16 KiB table; the pass looks up every triple of the text there. Its
 // lookups do not depend on each other, so it runs several times faster
 // than an automaton's chain of states, most lines of a log have no anchor,
 // and a line that has one (an EDAC line in a storm) is settled by comparing
@@ -37,13 +37,14 @@ class KeywordMatcher {
   void Build(const std::vector<std::pair<std::string_view, std::uint32_t>>& keywords);
 
   void BuildAnchors(const std::vector<std::pair<std::string_view, std::uint32_t>>& keywords);
-  // The groups of the keywords whose anchor is the triple at `at`.
+  // The groups of the keywords anchored on the triple at `at`, an anchor hit.
   std::uint32_t GroupsAnchoredAt(std::string_view text, std::size_t at) const;
   std::uint32_t AutomatonGroups(std::string_view text) const;
 
-  std::vector<std::uint64_t> anchors_;  // bits by hashed byte triple; empty: no prefilter
+  std::vector<std::uint8_t>
+      anchors_;  // by hashed byte triple, 1 for an anchor; empty: no prefilter
   struct Anchored {
-    std::uint32_t key = 0;   // the anchor's bit in anchors_
+    std::uint32_t key = 0;   // the anchor's entry in anchors_
     std::size_t offset = 0;  // of the anchor in the keyword
     std::uint32_t group = 0;
     std::string keyword;
