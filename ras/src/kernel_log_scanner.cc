@@ -296,17 +296,21 @@ void KernelLogScanner::Resolve(std::size_t index) {
 }
 
 std::vector<ScannedRecord> KernelLogScanner::TakeCompleted() {
+  std::vector<ScannedRecord> completed;
+  TakeCompleted(completed);
+  return completed;
+}
+
+void KernelLogScanner::TakeCompleted(std::vector<ScannedRecord>& out) {
   std::size_t end = first_index_ + records_.size();
   for (const auto& [key, entry] : open_) end = std::min(end, entry.index);
-  std::vector<ScannedRecord> completed;
-  if (end == first_index_) return completed;
+  if (end == first_index_) return;
   for (std::size_t index = first_index_; index < end; ++index) Resolve(index);
   const auto count = static_cast<std::ptrdiff_t>(end - first_index_);
-  completed.assign(std::make_move_iterator(records_.begin()),
-                   std::make_move_iterator(records_.begin() + count));
+  out.insert(out.end(), std::make_move_iterator(records_.begin()),
+             std::make_move_iterator(records_.begin() + count));
   records_.erase(records_.begin(), records_.begin() + count);
   first_index_ = end;
-  return completed;
 }
 
 void KernelLogScanner::CloseOpenBlocks() {

@@ -154,24 +154,28 @@ std::vector<RasEvent> KmsgSource::Poll(std::size_t max_lines) {
       partial_start_ = 0;
     }
   }
-  return Collect(scanner_.TakeCompleted());
+  return Collect();
 }
 
 std::vector<RasEvent> KmsgSource::Flush() {
   scanner_.CloseOpenBlocks();
-  return Collect(scanner_.TakeCompleted());
+  auto events = Collect();
+  std::vector<ScannedRecord>().swap(completed_);  // quiet now: give the storm's buffer back
+  return events;
 }
 
-std::vector<RasEvent> KmsgSource::Collect(std::vector<ScannedRecord> records) {
+std::vector<RasEvent> KmsgSource::Collect() {
   std::vector<RasEvent> events = std::move(gap_events_);
   gap_events_.clear();
-  if (records.empty()) return events;
-  events.reserve(events.size() + records.size());
+  scanner_.TakeCompleted(completed_);
+  if (completed_.empty()) return events;
+  events.reserve(events.size() + completed_.size());
   const KernelTimeToWall wall_time;
-  for (auto& record : records) {
+  for (auto& record : completed_) {
     const auto time = record.tag != 0 ? wall_time(record.tag) : wall_time.Now();
     events.push_back(EventFromRecord(std::move(record), std::string(kSourceName), time));
   }
+  completed_.clear();
   return events;
 }
 

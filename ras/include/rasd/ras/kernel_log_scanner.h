@@ -62,6 +62,10 @@ class KernelLogScanner {
   // Records that no open block can extend any more, in the order their
   // first lines appeared (for a follower: call after each batch of lines).
   std::vector<ScannedRecord> TakeCompleted();
+  // The same, appended to `out`: a follower that reuses one vector keeps its
+  // capacity, instead of allocating (and the allocator faulting in) a slice's
+  // worth of records on every call.
+  void TakeCompleted(std::vector<ScannedRecord>& out);
   // Closes every open block (the log has been quiet), so that TakeCompleted
   // returns everything.
   void CloseOpenBlocks();
