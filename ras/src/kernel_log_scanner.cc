@@ -123,14 +123,13 @@ void KernelLogScanner::Raise(ScannedRecord& record, Severity severity) {
 
 std::size_t KernelLogScanner::NewRecord(std::string origin, const LogLine& line, Severity severity,
                                         bool notice) {
-  ScannedRecord record;
+  ScannedRecord& record = records_.emplace_back();  // built in place: no move of the record
   record.origin = std::move(origin);
   record.severity = severity;
   record.notice = notice;
   record.message = std::string(line.text);
   record.lines.emplace_back(line.raw);
   record.tag = line_tag_;
-  records_.push_back(std::move(record));
   return first_index_ + records_.size() - 1;
 }
 

@@ -1,7 +1,9 @@
 #pragma once
 
+#include <charconv>
 #include <optional>
 #include <string_view>
+#include <system_error>
 
 namespace rasd::ras {
 
@@ -29,7 +31,12 @@ inline bool Contains(std::string_view text, std::string_view needle) {
   return text.find(needle) != std::string_view::npos;
 }
 // Parses an unsigned number in `base` at the start of `text`; nullopt when
-// there is no digit.
-std::optional<unsigned long long> ParseNumber(std::string_view text, int base = 10);
+// there is no digit. Inline: decoders call it several times a line.
+inline std::optional<unsigned long long> ParseNumber(std::string_view text, int base = 10) {
+  unsigned long long value = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value, base);
+  if (ec != std::errc() || end == text.data()) return std::nullopt;
+  return value;
+}
 
 }  // namespace rasd::ras
