@@ -238,19 +238,21 @@ void BindOptionalInt64(sqlite3_stmt* statement, int column,
   }
 }
 
+// Text is bound without a copy (SQLITE_STATIC): the value must outlive the
+// StatementUse it is bound in, which clears the bindings when it ends. A
+// storm's rows carry a few hundred bytes of text each.
 void BindOptionalText(sqlite3_stmt* statement, int column,
                       const std::optional<std::string>& value) {
   if (value) {
     sqlite3_bind_text(statement, column, value->data(), static_cast<int>(value->size()),
-                      SQLITE_TRANSIENT);
+                      SQLITE_STATIC);
   } else {
     sqlite3_bind_null(statement, column);
   }
 }
 
 void BindText(sqlite3_stmt* statement, int column, std::string_view value) {
-  sqlite3_bind_text(statement, column, value.data(), static_cast<int>(value.size()),
-                    SQLITE_TRANSIENT);
+  sqlite3_bind_text(statement, column, value.data(), static_cast<int>(value.size()), SQLITE_STATIC);
 }
 
 std::optional<int> ColumnOptionalInt(sqlite3_stmt* statement, int column) {
@@ -546,6 +548,7 @@ Result<std::int64_t> StateStore::InsertEvent(const RasEvent& event, SeverityCoun
 
 Result<std::int64_t> StateStore::InsertAction(const ActionRecord& action,
                                               std::optional<std::int64_t> event_id) {
+  const std::optional<std::string> coalesce_key = CoalesceKey(action);  // outlives `insert`
   StatementUse insert(statements_->insert_action);
   sqlite3_stmt* statement = insert.get();
   BindOptionalInt64(statement, 1, event_id);
@@ -558,7 +561,7 @@ Result<std::int64_t> StateStore::InsertAction(const ActionRecord& action,
   BindText(statement, 8, action.result);
   BindText(statement, 9, action.detail);
   sqlite3_bind_int64(statement, 10, static_cast<sqlite3_int64>(action.count));
-  BindOptionalText(statement, 11, CoalesceKey(action));
+  BindOptionalText(statement, 11, coalesce_key);
   // RETURNING: the row is written by the first step, which yields its id.
   if (sqlite3_step(statement) != SQLITE_ROW) return Fail(SqliteError("record action"));
   const std::int64_t id = sqlite3_column_int64(statement, 0);
