@@ -106,12 +106,13 @@ void KeywordMatcher::BuildAnchors(
         best = i;
       }
     }
-    const std::uint32_t key = TripleKey(Triple(bytes + best));
-    anchors[key] = 1;
-    anchored.push_back({key, best, group, std::string(keyword)});
+    anchored.push_back({TripleKey(Triple(bytes + best)), best, group, std::string(keyword)});
   }
+  if (anchored.size() > 255) return;  // more than a byte can index: no prefilter
   std::sort(anchored.begin(), anchored.end(),
             [](const Anchored& a, const Anchored& b) { return a.key < b.key; });
+  for (std::size_t i = anchored.size(); i-- > 0;)
+    anchors[anchored[i].key] = static_cast<std::uint8_t>(i + 1);  // the first of its key
   anchors_ = std::move(anchors);
   anchored_ = std::move(anchored);
 }
@@ -120,9 +121,8 @@ std::uint32_t KeywordMatcher::GroupsAnchoredAt(std::string_view text, std::size_
   const std::uint32_t key =
       TripleKey(Triple(reinterpret_cast<const unsigned char*>(text.data()) + at));
   std::uint32_t groups = 0;
-  auto it = std::lower_bound(anchored_.begin(), anchored_.end(), key,
-                             [](const Anchored& a, std::uint32_t k) { return a.key < k; });
-  for (; it != anchored_.end() && it->key == key; ++it) {
+  for (auto it = anchored_.begin() + (anchors_[key] - 1); it != anchored_.end() && it->key == key;
+       ++it) {
     // Another keyword's anchor, or a hash collision, fails the comparison.
     if (at >= it->offset && at - it->offset + it->keyword.size() <= text.size() &&
         std::memcmp(text.data() + (at - it->offset), it->keyword.data(), it->keyword.size()) == 0) {

@@ -17,9 +17,10 @@ namespace rasd::ras {
 // than an automaton's chain of states, most lines of a log have no anchor,
 // and a line that has one (an EDAC line in a storm) is settled by comparing
 // the few keywords anchored there, not by walking the automaton over it.
-// Keywords shorter than three bytes have no anchor: with any of them, an
-// Aho-Corasick automaton (a DFA over the bytes the keywords use, all other
-// bytes sharing one class) does the matching instead.
+// Keywords shorter than three bytes have no anchor: with any of them (or
+// with more keywords than the table can index), an Aho-Corasick automaton
+// (a DFA over the bytes the keywords use, all other bytes sharing one
+// class) does the matching instead.
 // Each keyword carries a group bit; Groups() returns the OR of the groups
 // found. Immutable after construction; thread-safe.
 class KeywordMatcher {
@@ -41,8 +42,10 @@ class KeywordMatcher {
   std::uint32_t GroupsAnchoredAt(std::string_view text, std::size_t at) const;
   std::uint32_t AutomatonGroups(std::string_view text) const;
 
-  std::vector<std::uint8_t>
-      anchors_;  // by hashed byte triple, 1 for an anchor; empty: no prefilter
+  // By hashed byte triple: 0, or 1 + the position in anchored_ of the first
+  // keyword anchored there. Empty: no prefilter (a keyword under three
+  // bytes, or more than 255 keywords).
+  std::vector<std::uint8_t> anchors_;
   struct Anchored {
     std::uint32_t key = 0;   // the anchor's entry in anchors_
     std::size_t offset = 0;  // of the anchor in the keyword

@@ -75,6 +75,15 @@ TEST(KeywordMatcherTest, KeywordsSharingAnAnchorAreEachCompared) {
   EXPECT_EQ(matcher.Groups("EDAC MC at the start of a much longer line"), 3u);
 }
 
+TEST(KeywordMatcherTest, MoreKeywordsThanTheAnchorTableIndexesStillMatch) {
+  std::vector<std::string> words;
+  for (int i = 0; i < 300; ++i) words.push_back("word" + std::to_string(i * 7919));
+  const KeywordMatcher matcher(std::vector<std::string_view>(words.begin(), words.end()));
+  EXPECT_TRUE(matcher.AnyIn("a line with word" + std::to_string(299 * 7919) + " at its end"));
+  EXPECT_TRUE(matcher.AnyIn("word0"));
+  EXPECT_FALSE(matcher.AnyIn("a line with word1 only"));
+}
+
 TEST(KeywordMatcherTest, GroupsOfEveryKeywordPresentAreReported) {
   const KeywordMatcher matcher = {
       {"EDAC", 1}, {"AER", 2}, {"Hardware Error", 4 | 8}, {"Error", 16}};
