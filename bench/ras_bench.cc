@@ -11,10 +11,12 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "rasd/common/host_env.h"
 #include "rasd/ras/kernel_log_scanner.h"
 #include "rasd/ras/kmsg_source.h"
 #include "rasd/ras/state_store.h"
@@ -247,6 +249,79 @@ void BM_CeStormPeakRss(benchmark::State& state) {
 // (--benchmark_filter=CeStorm) so that the other benchmarks' test data
 // does not inflate it.
 BENCHMARK(BM_CeStormPeakRss)->Iterations(1)->Unit(benchmark::kSecond);
+
+// The library's part of the daemon's storm path (daemon_storm_bench):
+// KmsgSource follows a file of 200k sb_edac CE records (one DIMM, 256
+// distinct addresses), taken in slices of 4096 records as the daemon's loop
+// takes them, and each slice is storm-coalesced. Policy, actions and the
+// store are left out: BM_StoreTurnCommit and daemon_storm_bench cover them.
+void BM_KmsgCeStormSlices(benchmark::State& state) {
+  constexpr std::uint64_t kStormLines = 200'000;
+  constexpr std::size_t kSlice = 4096;
+  char pattern[] = "/tmp/rasd-kmsg-storm-XXXXXX";
+  const std::filesystem::path root = ::mkdtemp(pattern);
+  std::filesystem::create_directories(root / "dev");
+  {
+    std::ofstream out(root / "dev/kmsg");
+    for (std::uint64_t i = 0; i < kStormLines; ++i) {
+      out << fmt::format(
+          "4,{},{},-;EDAC MC0: 1 CE memory read error on CPU_SrcID#0_Ha#0_Chan#2_DIMM#0 "
+          "(channel:2 slot:0 page:0x{:x} offset:0x{:x} grain:32 syndrome:0x0 -  "
+          "area:DRAM err_code:0001:0092 socket:0 ha:0 channel_mask:4 rank:0)\n",
+          i + 1, 1'000'000 + i, 0x849900 + (i * 7919) % 256, (i % 64) * 0x40);
+    }
+  }
+  const rasd::common::HostEnv host(root, std::make_shared<rasd::common::SystemClock>());
+  std::uint64_t events = 0, rows = 0;
+  for (auto _ : state) {
+    rasd::ras::KmsgSource source(host, "boot-a", std::nullopt);
+    if (!source.Open()) {
+      state.SkipWithError("cannot open the kmsg file");
+      break;
+    }
+    events = rows = 0;
+    do {
+      auto slice = source.Poll(kSlice);
+      events += slice.size();
+      rows += rasd::ras::CoalesceStorm(std::move(slice), 64).size();
+    } while (!source.Exhausted());
+  }
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * kStormLines));
+  state.counters["events"] = static_cast<double>(events);
+  state.counters["coalesced_rows"] = static_cast<double>(rows);
+  std::filesystem::remove_all(root);
+}
+BENCHMARK(BM_KmsgCeStormSlices)->Unit(benchmark::kMillisecond);
+
+// One storm slice as the daemon's pipeline coalesces it: 4096 CE events of
+// one DIMM over 256 addresses, in one minute.
+void BM_CoalesceStormSlice(benchmark::State& state) {
+  std::vector<rasd::ras::RasEvent> slice;
+  const auto t0 = std::chrono::system_clock::time_point(std::chrono::minutes(28'000'000));
+  for (std::uint64_t i = 0; i < 4096; ++i) {
+    const std::uint64_t page = 0x849900 + (i * 7919) % 256, offset = (i % 64) * 0x40;
+    slice.push_back({.time = t0 + std::chrono::microseconds(i),
+                     .source = "kmsg",
+                     .origin = "edac",
+                     .severity = rasd::ras::Severity::kCe,
+                     .mc = 0,
+                     .address = fmt::format("0x{:x}", page << 12 | offset),
+                     .summary = fmt::format("EDAC MC0: 1 CE memory read error (page:0x{:x})", page),
+                     .raw = fmt::format("EDAC MC0: 1 CE memory read error (page:0x{:x} "
+                                        "offset:0x{:x} grain:32 syndrome:0x0)",
+                                        page, offset)});
+  }
+  std::size_t rows = 0;
+  for (auto _ : state) {
+    state.PauseTiming();
+    auto events = slice;
+    state.ResumeTiming();
+    rows = rasd::ras::CoalesceStorm(std::move(events), 64).size();
+  }
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * slice.size()));
+  state.counters["rows"] = static_cast<double>(rows);
+}
+BENCHMARK(BM_CoalesceStormSlice)->Unit(benchmark::kMicrosecond);
 
 // `rasctl scan --json` over a 1M-line dmesg log (one line in five from a
 // RAS record), against `grep -cE` for RAS words over the same file: both

@@ -123,18 +123,17 @@ void KernelLogScanner::Raise(ScannedRecord& record, Severity severity) {
 
 std::size_t KernelLogScanner::NewRecord(std::string origin, const LogLine& line, Severity severity,
                                         bool notice) {
-  ScannedRecord record;
+  ScannedRecord& record = records_.emplace_back();  // built in place: no move of the record
   record.origin = std::move(origin);
   record.severity = severity;
   record.notice = notice;
   record.message = std::string(line.text);
   record.lines.emplace_back(line.raw);
   record.tag = line_tag_;
-  records_.push_back(std::move(record));
   return first_index_ + records_.size() - 1;
 }
 
-std::optional<std::size_t> KernelLogScanner::OpenBlock(const std::string& key) {
+std::optional<std::size_t> KernelLogScanner::OpenBlock(std::string_view key) {
   auto it = open_.find(key);
   if (it == open_.end()) return std::nullopt;
   if (line_number_ - it->second.last_line > kBlockGapLines) {
@@ -164,6 +163,7 @@ enum Family : std::uint32_t {
   kSysfs = 1U << 9,
   kMceContinuation = 1U << 10,
   kAerContinuation = 1U << 11,
+  kEdacTrace = 1U << 12,  // "mc_event": also kEdac
 };
 
 std::uint32_t FamiliesOf(std::string_view line) {
@@ -175,7 +175,7 @@ std::uint32_t FamiliesOf(std::string_view line) {
       {"EINJ", kGhes},
       {"pstore", kGhes},
       {"EDAC", kEdac},
-      {"mc_event", kEdac},
+      {"mc_event", kEdac | kEdacTrace},
       {"mce", kMce | kReports},
       {"MCE", kMce},
       {"Machine Check", kMce},
@@ -243,7 +243,8 @@ void KernelLogScanner::AddLine(std::string_view raw_line, std::uint64_t tag) {
   if (!nvidia_pending_bdf_.empty()) families |= kNvidia;
   if ((families & kMceContinuation) != 0 && open_.contains("mce")) families |= kMce;
   if ((families & kAerContinuation) != 0 && open_.contains("aer")) families |= kAer;
-  families &= ~(kMceContinuation | kAerContinuation);
+  line_has_mc_event_ = (families & kEdacTrace) != 0;
+  families &= ~(kMceContinuation | kAerContinuation | kEdacTrace);
   if (families == 0) return;  // most lines of a busy log end here
   const LogLine line = SplitLogLine(raw_line);
   if (line.text.empty()) return;
@@ -294,17 +295,21 @@ void KernelLogScanner::Resolve(std::size_t index) {
 }
 
 std::vector<ScannedRecord> KernelLogScanner::TakeCompleted() {
+  std::vector<ScannedRecord> completed;
+  TakeCompleted(completed);
+  return completed;
+}
+
+void KernelLogScanner::TakeCompleted(std::vector<ScannedRecord>& out) {
   std::size_t end = first_index_ + records_.size();
   for (const auto& [key, entry] : open_) end = std::min(end, entry.index);
-  std::vector<ScannedRecord> completed;
-  if (end == first_index_) return completed;
+  if (end == first_index_) return;
   for (std::size_t index = first_index_; index < end; ++index) Resolve(index);
   const auto count = static_cast<std::ptrdiff_t>(end - first_index_);
-  completed.assign(std::make_move_iterator(records_.begin()),
-                   std::make_move_iterator(records_.begin() + count));
+  out.insert(out.end(), std::make_move_iterator(records_.begin()),
+             std::make_move_iterator(records_.begin() + count));
   records_.erase(records_.begin(), records_.begin() + count);
   first_index_ = end;
-  return completed;
 }
 
 void KernelLogScanner::CloseOpenBlocks() {

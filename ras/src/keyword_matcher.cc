@@ -1,5 +1,7 @@
 #include "keyword_matcher.h"
 
+#include <algorithm>
+#include <bit>
 #include <cstring>
 #include <deque>
 
@@ -47,14 +49,17 @@ double Commonness(unsigned char c) {
   }
 }
 
-// Bits of the anchor table: 2^18 (32 KiB) keeps it in the first-level
-// caches. A shift-and-xor of the three bytes picks a bit: cheaper than a
-// multiplicative hash, and collisions only cost a run of the automaton.
-constexpr int kAnchorBits = 18;
+// Entries of the anchor table: 2^14 bytes (16 KiB) stay in the first-level
+// cache. A byte per entry, not a bit: a load and no variable shift. A
+// multiplicative hash of the triple picks the entry; with a few dozen
+// anchors, one line in a few hundred bytes has a collision, which costs a
+// comparison of the keywords anchored there.
+constexpr int kAnchorBits = 14;
 
+// `triple`'s low three bytes, in text order; its top byte is ignored (the
+// shift drops it), so a four-byte load serves as well.
 std::uint32_t TripleKey(std::uint32_t triple) {
-  return ((triple & 0xff) ^ ((triple >> 8) & 0xff) << 5 ^ ((triple >> 16) & 0xff) << 10) &
-         ((1U << kAnchorBits) - 1);
+  return ((triple << 8) * 0x9E3779B1U) >> (32 - kAnchorBits);
 }
 
 std::uint32_t Triple(const unsigned char* at) {
@@ -62,11 +67,32 @@ std::uint32_t Triple(const unsigned char* at) {
          static_cast<std::uint32_t>(at[2]) << 16;
 }
 
+// The triple at `at` and the byte after it, for texts long enough to read four.
+std::uint32_t Load4(const unsigned char* at) {
+  std::uint32_t word = 0;
+  std::memcpy(&word, at, 4);
+  if constexpr (std::endian::native == std::endian::big) word = __builtin_bswap32(word);
+  return word;
+}
+
+bool AnchorHit(const std::uint8_t* anchors, std::uint32_t triple) {
+  return anchors[TripleKey(triple)] != 0;
+}
+
+// Whether any of the eight triples at `at`..`at`+7 is an anchor's: eight
+// independent lookups, one branch. Reads `at`[0..10].
+bool AnyAnchorIn8(const std::uint8_t* anchors, const unsigned char* at) {
+  unsigned any = 0;
+  for (int k = 0; k < 8; ++k) any |= anchors[TripleKey(Load4(at + k))];
+  return any != 0;
+}
+
 }  // namespace
 
 void KeywordMatcher::BuildAnchors(
     const std::vector<std::pair<std::string_view, std::uint32_t>>& keywords) {
-  std::vector<std::uint64_t> anchors((std::size_t{1} << kAnchorBits) / 64, 0);
+  std::vector<std::uint8_t> anchors(std::size_t{1} << kAnchorBits, 0);
+  std::vector<Anchored> anchored;
   for (const auto& [keyword, group] : keywords) {
     if (keyword.size() < 3) return;  // too short for a triple: no prefilter
     const auto* bytes = reinterpret_cast<const unsigned char*>(keyword.data());
@@ -80,37 +106,43 @@ void KeywordMatcher::BuildAnchors(
         best = i;
       }
     }
-    const std::uint32_t key = TripleKey(Triple(bytes + best));
-    anchors[key >> 6] |= std::uint64_t{1} << (key & 63);
+    anchored.push_back({TripleKey(Triple(bytes + best)), best, group, std::string(keyword)});
   }
+  if (anchored.size() > 255) return;  // more than a byte can index: no prefilter
+  std::sort(anchored.begin(), anchored.end(),
+            [](const Anchored& a, const Anchored& b) { return a.key < b.key; });
+  for (std::size_t i = anchored.size(); i-- > 0;)
+    anchors[anchored[i].key] = static_cast<std::uint8_t>(i + 1);  // the first of its key
   anchors_ = std::move(anchors);
+  anchored_ = std::move(anchored);
+}
+
+std::uint32_t KeywordMatcher::GroupsAnchoredAt(std::string_view text, std::size_t at) const {
+  const std::uint32_t key =
+      TripleKey(Triple(reinterpret_cast<const unsigned char*>(text.data()) + at));
+  std::uint32_t groups = 0;
+  for (auto it = anchored_.begin() + (anchors_[key] - 1); it != anchored_.end() && it->key == key;
+       ++it) {
+    // Another keyword's anchor, or a hash collision, fails the comparison.
+    if (at >= it->offset && at - it->offset + it->keyword.size() <= text.size() &&
+        std::memcmp(text.data() + (at - it->offset), it->keyword.data(), it->keyword.size()) == 0) {
+      groups |= it->group;
+    }
+  }
+  return groups;
 }
 
 bool KeywordMatcher::MayMatch(std::string_view text) const {
   if (anchors_.empty()) return true;
   const auto* bytes = reinterpret_cast<const unsigned char*>(text.data());
-  const std::uint64_t* anchors = anchors_.data();
+  const std::uint8_t* anchors = anchors_.data();
   const std::size_t size = text.size();
-  auto hit = [anchors](std::uint32_t triple) -> std::uint64_t {
-    const std::uint32_t key = TripleKey(triple);
-    return (anchors[key >> 6] >> (key & 63)) & 1;
-  };
   std::size_t i = 0;
-  // Eight triples per step, OR-ed: one branch per eight lookups.
-  for (; i + 10 <= size; i += 8) {
-    std::uint64_t word = 0;
-    std::memcpy(&word, bytes + i, 8);
-    std::uint16_t tail = 0;
-    std::memcpy(&tail, bytes + i + 8, 2);
-    std::uint64_t any = 0;
-    for (int k = 0; k < 6; ++k) any |= hit(static_cast<std::uint32_t>(word >> (8 * k)) & 0xffffff);
-    any |=
-        hit(static_cast<std::uint32_t>(word >> 48) | static_cast<std::uint32_t>(tail & 0xff) << 16);
-    any |= hit(static_cast<std::uint32_t>(word >> 56) | static_cast<std::uint32_t>(tail) << 8);
-    if (any != 0) return true;
+  for (; i + 11 <= size; i += 8) {
+    if (AnyAnchorIn8(anchors, bytes + i)) return true;
   }
   for (; i + 2 < size; ++i) {
-    if (hit(Triple(bytes + i)) != 0) return true;
+    if (AnchorHit(anchors, Triple(bytes + i))) return true;
   }
   return false;
 }
@@ -176,7 +208,27 @@ void KeywordMatcher::Build(
 }
 
 std::uint32_t KeywordMatcher::Groups(std::string_view text) const {
-  if (!MayMatch(text)) return 0;
+  if (anchors_.empty()) return AutomatonGroups(text);
+  // MayMatch's pass, which on a hit compares the keywords anchored there:
+  // every occurrence of a keyword has its anchor at a fixed offset in it.
+  const auto* bytes = reinterpret_cast<const unsigned char*>(text.data());
+  const std::uint8_t* anchors = anchors_.data();
+  const std::size_t size = text.size();
+  std::uint32_t groups = 0;
+  std::size_t i = 0;
+  for (; i + 11 <= size; i += 8) {
+    if (!AnyAnchorIn8(anchors, bytes + i)) continue;
+    for (std::size_t k = i; k < i + 8; ++k) {
+      if (AnchorHit(anchors, Load4(bytes + k))) groups |= GroupsAnchoredAt(text, k);
+    }
+  }
+  for (; i + 2 < size; ++i) {
+    if (AnchorHit(anchors, Triple(bytes + i))) groups |= GroupsAnchoredAt(text, i);
+  }
+  return groups;
+}
+
+std::uint32_t KeywordMatcher::AutomatonGroups(std::string_view text) const {
   std::uint32_t row = 0;
   std::uint32_t groups = 0;
   const std::uint32_t* table = next_.data();

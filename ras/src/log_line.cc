@@ -130,21 +130,6 @@ std::string_view TrimView(std::string_view text) {
   return text;
 }
 
-bool StartsWith(std::string_view text, std::string_view prefix) {
-  return text.substr(0, prefix.size()) == prefix;
-}
-
-bool Contains(std::string_view text, std::string_view needle) {
-  return text.find(needle) != std::string_view::npos;
-}
-
-std::optional<unsigned long long> ParseNumber(std::string_view text, int base) {
-  unsigned long long value = 0;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value, base);
-  if (ec != std::errc() || end == text.data()) return std::nullopt;
-  return value;
-}
-
 LogLine SplitLogLine(std::string_view raw) {
   LogLine line{raw, raw, {}};
   std::string_view text = raw;

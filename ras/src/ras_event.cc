@@ -3,33 +3,82 @@
 #include <fmt/format.h>
 
 #include <charconv>
-#include <map>
-#include <tuple>
+#include <cstdint>
+#include <functional>
+#include <string_view>
 
 #include "rasd/ras/kernel_log_scanner.h"
 
 namespace rasd::ras {
 
+namespace {
+
+// The minute an event is coalesced in (truncated towards the epoch).
+std::int64_t MinuteOf(const RasEvent& event) {
+  return std::chrono::duration_cast<std::chrono::minutes>(event.time.time_since_epoch()).count();
+}
+
+// Everything CoalesceStorm merges on: all but time within the minute, the
+// count, the summary and the raw text.
+bool SameComponent(const RasEvent& a, const RasEvent& b) {
+  return a.severity == b.severity && a.historical == b.historical && a.device == b.device &&
+         a.mc == b.mc && a.vendor_code == b.vendor_code && a.address == b.address &&
+         a.pci_bdf == b.pci_bdf && a.origin == b.origin && a.source == b.source;
+}
+
+std::uint64_t Mix(std::uint64_t seed, std::uint64_t value) {
+  seed ^= value + 0x9e3779b97f4a7c15ULL + (seed << 6) + (seed >> 2);
+  return seed;
+}
+
+std::uint64_t ComponentHash(const RasEvent& event, std::int64_t minute) {
+  const std::hash<std::string_view> text;
+  auto optional_int = [](const std::optional<int>& value) -> std::uint64_t {
+    return value ? static_cast<std::uint32_t>(*value) : std::uint64_t{1} << 40;
+  };
+  auto optional_text = [&text](const std::optional<std::string>& value) -> std::uint64_t {
+    return value ? text(*value) : 0x5bd1e995ULL;
+  };
+  std::uint64_t hash = static_cast<std::uint64_t>(minute);
+  hash = Mix(hash, text(event.source));
+  hash = Mix(hash, text(event.origin));
+  hash = Mix(hash, static_cast<std::uint64_t>(event.severity) << 1 | (event.historical ? 1 : 0));
+  hash = Mix(hash, optional_int(event.device));
+  hash = Mix(hash, optional_int(event.mc));
+  hash = Mix(hash, optional_int(event.vendor_code));
+  hash = Mix(hash, optional_text(event.address));
+  hash = Mix(hash, optional_text(event.pci_bdf));
+  return hash;
+}
+
+}  // namespace
+
 std::vector<RasEvent> CoalesceStorm(std::vector<RasEvent> events, std::size_t threshold) {
   if (events.size() <= threshold) return events;
-  using Key = std::tuple<std::string, std::string, Severity, std::optional<int>, std::optional<int>,
-                         std::optional<std::string>, std::optional<std::string>, std::optional<int>,
-                         bool, std::int64_t>;
-  std::map<Key, std::size_t> index;  // -> position in merged
+  // An open-addressing table of positions in `merged` (plus one; 0 is
+  // empty), at most half full: the key is compared in place, never copied.
+  std::size_t capacity = 16;
+  while (capacity < 2 * events.size()) capacity *= 2;
+  std::vector<std::uint32_t> slots(capacity, 0);
   std::vector<RasEvent> merged;
-  std::vector<std::uint64_t> members;
+  std::vector<std::int64_t> minutes;   // by position in merged
+  std::vector<std::uint64_t> members;  // by position in merged
   for (auto& event : events) {
-    const auto minute =
-        std::chrono::duration_cast<std::chrono::minutes>(event.time.time_since_epoch()).count();
-    Key key{event.source,  event.origin,  event.severity,    event.device,     event.mc,
-            event.pci_bdf, event.address, event.vendor_code, event.historical, minute};
-    auto [it, inserted] = index.try_emplace(std::move(key), merged.size());
-    if (inserted) {
+    const std::int64_t minute = MinuteOf(event);
+    std::size_t slot = ComponentHash(event, minute) & (capacity - 1);
+    for (; slots[slot] != 0; slot = (slot + 1) & (capacity - 1)) {
+      const std::size_t row = slots[slot] - 1;
+      if (minutes[row] == minute && SameComponent(merged[row], event)) break;
+    }
+    if (slots[slot] == 0) {
+      slots[slot] = static_cast<std::uint32_t>(merged.size() + 1);
       merged.push_back(std::move(event));
+      minutes.push_back(minute);
       members.push_back(1);
     } else {
-      merged[it->second].count += event.count;
-      members[it->second] += 1;
+      const std::size_t row = slots[slot] - 1;
+      merged[row].count += event.count;
+      members[row] += 1;
     }
   }
   for (std::size_t i = 0; i < merged.size(); ++i) {
@@ -39,25 +88,37 @@ std::vector<RasEvent> CoalesceStorm(std::vector<RasEvent> events, std::size_t th
   return merged;
 }
 
-RasEvent EventFromRecord(const ScannedRecord& record, std::string source,
+RasEvent EventFromRecord(ScannedRecord&& record, std::string source,
                          std::chrono::system_clock::time_point time) {
   RasEvent event;
   event.time = time;
   event.source = std::move(source);
-  event.origin = record.origin;
+  event.origin = std::move(record.origin);
   event.severity = record.severity;
   event.mc = record.mc;
-  event.pci_bdf = record.pci_bdf;
-  event.address = record.address;
+  event.pci_bdf = std::move(record.pci_bdf);
+  event.address = std::move(record.address);
   event.vendor_code = record.xid;
   event.count = record.count;
   event.historical = record.historical;
-  event.summary = record.message;
-  for (const auto& line : record.lines) {
-    if (!event.raw.empty()) event.raw += '\n';
-    event.raw += line;
+  event.summary = std::move(record.message);
+  if (record.lines.size() == 1) {
+    event.raw = std::move(record.lines.front());  // most records: no joining
+  } else {
+    std::size_t size = 0;
+    for (const auto& line : record.lines) size += line.size() + 1;
+    event.raw.reserve(size);
+    for (const auto& line : record.lines) {
+      if (!event.raw.empty()) event.raw += '\n';
+      event.raw += line;
+    }
   }
   return event;
+}
+
+RasEvent EventFromRecord(const ScannedRecord& record, std::string source,
+                         std::chrono::system_clock::time_point time) {
+  return EventFromRecord(ScannedRecord(record), std::move(source), time);
 }
 
 std::optional<std::uint64_t> ParseAddress(const std::optional<std::string>& text) {

@@ -208,15 +208,32 @@ struct StateStore::Statements {
   sqlite3_stmt* summarize = nullptr;
   sqlite3_stmt* event_rows = nullptr;
   sqlite3_stmt* count_events = nullptr;
+  sqlite3_stmt* count_older_events = nullptr;
+  sqlite3_stmt* count_surplus_events = nullptr;
   sqlite3_stmt* prune_by_age = nullptr;
   sqlite3_stmt* prune_by_count = nullptr;
 
   ~Statements() {
-    for (sqlite3_stmt* statement :
-         {begin, commit, rollback, insert_event, insert_action, upsert_device_state,
-          insert_retired_page, upsert_cursor, load_cursor, query_actions, query_device_actions,
-          load_device_states, load_retired_pages, summarize, event_rows, count_events, prune_by_age,
-          prune_by_count}) {
+    for (sqlite3_stmt* statement : {begin,
+                                    commit,
+                                    rollback,
+                                    insert_event,
+                                    insert_action,
+                                    upsert_device_state,
+                                    insert_retired_page,
+                                    upsert_cursor,
+                                    load_cursor,
+                                    query_actions,
+                                    query_device_actions,
+                                    load_device_states,
+                                    load_retired_pages,
+                                    summarize,
+                                    event_rows,
+                                    count_events,
+                                    count_older_events,
+                                    count_surplus_events,
+                                    prune_by_age,
+                                    prune_by_count}) {
       sqlite3_finalize(statement);
     }
   }
@@ -260,19 +277,21 @@ void BindOptionalInt64(sqlite3_stmt* statement, int column,
   }
 }
 
+// Text is bound without a copy (SQLITE_STATIC): the value must outlive the
+// StatementUse it is bound in, which clears the bindings when it ends. A
+// storm's rows carry a few hundred bytes of text each.
 void BindOptionalText(sqlite3_stmt* statement, int column,
                       const std::optional<std::string>& value) {
   if (value) {
     sqlite3_bind_text(statement, column, value->data(), static_cast<int>(value->size()),
-                      SQLITE_TRANSIENT);
+                      SQLITE_STATIC);
   } else {
     sqlite3_bind_null(statement, column);
   }
 }
 
 void BindText(sqlite3_stmt* statement, int column, std::string_view value) {
-  sqlite3_bind_text(statement, column, value.data(), static_cast<int>(value.size()),
-                    SQLITE_TRANSIENT);
+  sqlite3_bind_text(statement, column, value.data(), static_cast<int>(value.size()), SQLITE_STATIC);
 }
 
 std::optional<int> ColumnOptionalInt(sqlite3_stmt* statement, int column) {
@@ -425,6 +444,13 @@ Result<std::unique_ptr<StateStore>> StateStore::Open(const std::filesystem::path
         return SQLITE_OK;
       },
       store.get());
+  {
+    StatementUse sum(store->statements_->count_events);
+    if (auto summed = store->SumBySeverity(sum.get(), "count events", store->severity_counts_);
+        !summed) {
+      return Fail(summed.error());
+    }
+  }
   return store;
 }
 
@@ -546,6 +572,13 @@ Status StateStore::Prepare() {
       {&s.event_rows, "event row count", "SELECT COUNT(*) FROM events;"},
       {&s.count_events, "event count",
        "SELECT severity, SUM(count) FROM events GROUP BY severity;"},
+      // What the prune statements below are about to delete, so that the
+      // counts by severity drop by exactly that.
+      {&s.count_older_events, "count of old events",
+       "SELECT severity, SUM(count) FROM events WHERE time_ns < ? GROUP BY severity;"},
+      {&s.count_surplus_events, "count of surplus events",
+       "SELECT severity, SUM(count) FROM events WHERE id <= "
+       "(SELECT id FROM events ORDER BY id DESC LIMIT 1 OFFSET ?) GROUP BY severity;"},
       {&s.prune_by_age, "prune by age", "DELETE FROM events WHERE time_ns < ?;"},
       // Ids grow with insertion: the oldest rows are the lowest ids.
       {&s.prune_by_count, "prune by count",
@@ -561,7 +594,21 @@ Status StateStore::Prepare() {
   return {};
 }
 
-Result<std::int64_t> StateStore::InsertEvent(const RasEvent& event) {
+Status StateStore::SumBySeverity(sqlite3_stmt* statement, std::string_view what,
+                                 SeverityCounts& sums) {
+  int rc = SQLITE_ROW;
+  while ((rc = sqlite3_step(statement)) == SQLITE_ROW) {
+    const auto* name = reinterpret_cast<const char*>(sqlite3_column_text(statement, 0));
+    const auto severity = ParseSeverity(name != nullptr ? name : "");
+    if (!severity) continue;  // written by a newer rasd with more classes; not ours to count
+    sums[static_cast<std::size_t>(*severity)] +=
+        static_cast<std::uint64_t>(sqlite3_column_int64(statement, 1));
+  }
+  if (rc != SQLITE_DONE) return Fail(SqliteError(what));
+  return {};
+}
+
+Result<std::int64_t> StateStore::InsertEvent(const RasEvent& event, SeverityCounts& added) {
   StatementUse insert(statements_->insert_event);
   sqlite3_stmt* statement = insert.get();
   sqlite3_bind_int64(statement, 1, Nanos(event.time));
@@ -578,11 +625,13 @@ Result<std::int64_t> StateStore::InsertEvent(const RasEvent& event) {
   sqlite3_bind_int64(statement, 12, static_cast<sqlite3_int64>(event.count));
   sqlite3_bind_int(statement, 13, event.historical ? 1 : 0);
   if (sqlite3_step(statement) != SQLITE_DONE) return Fail(SqliteError("record event"));
+  added[static_cast<std::size_t>(event.severity)] += event.count;
   return static_cast<std::int64_t>(sqlite3_last_insert_rowid(db_));
 }
 
 Result<std::int64_t> StateStore::InsertAction(const ActionRecord& action,
                                               std::optional<std::int64_t> event_id) {
+  const std::optional<std::string> coalesce_key = CoalesceKey(action);  // outlives `insert`
   StatementUse insert(statements_->insert_action);
   sqlite3_stmt* statement = insert.get();
   BindOptionalInt64(statement, 1, event_id);
@@ -595,7 +644,7 @@ Result<std::int64_t> StateStore::InsertAction(const ActionRecord& action,
   BindText(statement, 8, action.result);
   BindText(statement, 9, action.detail);
   sqlite3_bind_int64(statement, 10, static_cast<sqlite3_int64>(action.count));
-  BindOptionalText(statement, 11, CoalesceKey(action));
+  BindOptionalText(statement, 11, coalesce_key);
   // RETURNING: the row is written by the first step, which yields its id.
   if (sqlite3_step(statement) != SQLITE_ROW) return Fail(SqliteError("record action"));
   const std::int64_t id = sqlite3_column_int64(statement, 0);
@@ -636,7 +685,21 @@ Status StateStore::UpsertCursor(const SourceCursor& cursor, std::int64_t updated
   return {};
 }
 
-Result<std::int64_t> StateStore::RecordEvent(const RasEvent& event) { return InsertEvent(event); }
+namespace {
+
+void AddCounts(std::array<std::uint64_t, kAllSeverities.size()>& to,
+               const std::array<std::uint64_t, kAllSeverities.size()>& added) {
+  for (std::size_t i = 0; i < to.size(); ++i) to[i] += added[i];
+}
+
+}  // namespace
+
+Result<std::int64_t> StateStore::RecordEvent(const RasEvent& event) {
+  SeverityCounts added{};
+  auto id = InsertEvent(event, added);  // SQLite's implicit transaction: committed on success
+  if (id) AddCounts(severity_counts_, added);
+  return id;
+}
 
 Result<std::vector<std::int64_t>> StateStore::RecordEvents(std::span<const RasEvent> events) {
   std::vector<std::int64_t> ids;
@@ -644,13 +707,15 @@ Result<std::vector<std::int64_t>> StateStore::RecordEvents(std::span<const RasEv
   Transaction transaction(*this);
   if (auto begun = transaction.Begin("event batch"); !begun) return Fail(begun.error());
   ids.reserve(events.size());
+  SeverityCounts added{};
   for (const auto& event : events) {
-    auto recorded = InsertEvent(event);
+    auto recorded = InsertEvent(event, added);
     if (!recorded) return Fail(recorded.error());
     ids.push_back(*recorded);
   }
   if (auto committed = transaction.Commit("event batch"); !committed)
     return Fail(committed.error());
+  AddCounts(severity_counts_, added);
   return ids;
 }
 
@@ -679,8 +744,9 @@ Result<StoredBatch> StateStore::Commit(const StoreBatch& batch) {
   Transaction transaction(*this);
   if (auto begun = transaction.Begin("batch"); !begun) return Fail(begun.error());
   stored.event_ids.reserve(batch.events.size());
+  SeverityCounts added{};
   for (const auto& event : batch.events) {
-    auto id = InsertEvent(event);
+    auto id = InsertEvent(event, added);
     if (!id) return Fail(id.error());
     stored.event_ids.push_back(*id);
   }
@@ -703,6 +769,7 @@ Result<StoredBatch> StateStore::Commit(const StoreBatch& batch) {
     if (auto saved = UpsertCursor(cursor, now_ns); !saved) return Fail(saved.error());
   }
   if (auto committed = transaction.Commit("batch"); !committed) return Fail(committed.error());
+  AddCounts(severity_counts_, added);
   return stored;
 }
 
@@ -851,21 +918,42 @@ Result<std::uint64_t> StateStore::EventRows() {
 
 Result<std::uint64_t> StateStore::Prune(std::chrono::system_clock::time_point older_than,
                                         std::uint64_t max_events) {
+  // Each delete is preceded by the sums of what it deletes, in the same
+  // transaction, so that the counts by severity stay exact.
+  Transaction transaction(*this);
+  if (auto begun = transaction.Begin("prune"); !begun) return Fail(begun.error());
   std::uint64_t removed = 0;
+  SeverityCounts deleted{};
+  {
+    StatementUse sum(statements_->count_older_events);
+    sqlite3_bind_int64(sum.get(), 1, Nanos(older_than));
+    if (auto summed = SumBySeverity(sum.get(), "count old events", deleted); !summed)
+      return Fail(summed.error());
+  }
   {
     StatementUse by_age(statements_->prune_by_age);
     sqlite3_bind_int64(by_age.get(), 1, Nanos(older_than));
     if (sqlite3_step(by_age.get()) != SQLITE_DONE) return Fail(SqliteError("prune old events"));
     removed += static_cast<std::uint64_t>(sqlite3_changes(db_));
   }
+  const auto max_rows = static_cast<sqlite3_int64>(std::min<std::uint64_t>(
+      max_events, static_cast<std::uint64_t>(std::numeric_limits<sqlite3_int64>::max())));
+  {
+    StatementUse sum(statements_->count_surplus_events);
+    sqlite3_bind_int64(sum.get(), 1, max_rows);
+    if (auto summed = SumBySeverity(sum.get(), "count surplus events", deleted); !summed)
+      return Fail(summed.error());
+  }
   {
     StatementUse by_count(statements_->prune_by_count);
-    const auto max_rows = static_cast<sqlite3_int64>(std::min<std::uint64_t>(
-        max_events, static_cast<std::uint64_t>(std::numeric_limits<sqlite3_int64>::max())));
     sqlite3_bind_int64(by_count.get(), 1, max_rows);
     if (sqlite3_step(by_count.get()) != SQLITE_DONE)
       return Fail(SqliteError("prune surplus events"));
     removed += static_cast<std::uint64_t>(sqlite3_changes(db_));
+  }
+  if (auto committed = transaction.Commit("prune"); !committed) return Fail(committed.error());
+  for (std::size_t i = 0; i < severity_counts_.size(); ++i) {
+    severity_counts_[i] -= std::min(severity_counts_[i], deleted[i]);
   }
   return removed;
 }
@@ -888,17 +976,8 @@ Result<std::optional<SourceCursor>> StateStore::LoadCursor(std::string_view sour
 
 Result<std::map<Severity, std::uint64_t>> StateStore::CountEventsBySeverity() {
   std::map<Severity, std::uint64_t> counts;
-  for (Severity severity : kAllSeverities) counts[severity] = 0;
-  StatementUse query(statements_->count_events);
-  sqlite3_stmt* statement = query.get();
-  int rc = SQLITE_ROW;
-  while ((rc = sqlite3_step(statement)) == SQLITE_ROW) {
-    const auto* name = reinterpret_cast<const char*>(sqlite3_column_text(statement, 0));
-    const auto severity = ParseSeverity(name != nullptr ? name : "");
-    if (!severity) continue;  // written by a newer rasd with more classes; not ours to count
-    counts[*severity] = static_cast<std::uint64_t>(sqlite3_column_int64(statement, 1));
-  }
-  if (rc != SQLITE_DONE) return Fail(SqliteError("count events"));
+  for (Severity severity : kAllSeverities)
+    counts[severity] = severity_counts_[static_cast<std::size_t>(severity)];
   return counts;
 }
 

@@ -62,6 +62,28 @@ TEST(KeywordMatcherTest, ThePrefilterNeverHidesAKeyword) {
       << "a line with no anchor is rejected before the automaton";
 }
 
+TEST(KeywordMatcherTest, KeywordsSharingAnAnchorAreEachCompared) {
+  // Upper-case triples are the rarest: all three are anchored on "EDA" or
+  // "DAC", at different offsets in each keyword.
+  const KeywordMatcher matcher = {{"EDAC", 1}, {"EDAC MC", 2}, {"xEDA", 4}, {"x_DAC", 8}};
+  EXPECT_EQ(matcher.Groups("EDAC"), 1u);
+  EXPECT_EQ(matcher.Groups("EDAC MC0: 1 CE"), 3u);
+  EXPECT_EQ(matcher.Groups("xEDAC"), 5u);
+  EXPECT_EQ(matcher.Groups("EDA"), 0u);
+  EXPECT_EQ(matcher.Groups("DAC x_DA"), 0u);
+  EXPECT_EQ(matcher.Groups("a much longer line that ends in x_DAC"), 8u);
+  EXPECT_EQ(matcher.Groups("EDAC MC at the start of a much longer line"), 3u);
+}
+
+TEST(KeywordMatcherTest, MoreKeywordsThanTheAnchorTableIndexesStillMatch) {
+  std::vector<std::string> words;
+  for (int i = 0; i < 300; ++i) words.push_back("word" + std::to_string(i * 7919));
+  const KeywordMatcher matcher(std::vector<std::string_view>(words.begin(), words.end()));
+  EXPECT_TRUE(matcher.AnyIn("a line with word" + std::to_string(299 * 7919) + " at its end"));
+  EXPECT_TRUE(matcher.AnyIn("word0"));
+  EXPECT_FALSE(matcher.AnyIn("a line with word1 only"));
+}
+
 TEST(KeywordMatcherTest, GroupsOfEveryKeywordPresentAreReported) {
   const KeywordMatcher matcher = {
       {"EDAC", 1}, {"AER", 2}, {"Hardware Error", 4 | 8}, {"Error", 16}};

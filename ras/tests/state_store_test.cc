@@ -8,6 +8,9 @@
 #include <fstream>
 #include <sys/mount.h>
 #include <cstring>
+#include <map>
+#include <random>
+#include <tuple>
 
 namespace rasd::ras {
 namespace {
@@ -139,6 +142,84 @@ TEST_F(StateStoreTest, EventsSurviveReopenAndAreCountedBySeverity) {
   EXPECT_EQ(counts->at(Severity::kSrar), 0u);
 }
 
+// The counts `status` shows are kept in memory: they must equal what a full
+// scan of the table sums, whatever wrote or deleted the rows.
+TEST_F(StateStoreTest, CountsBySeverityFollowCommitsPrunesFailuresAndReopen) {
+  const auto t0 = std::chrono::system_clock::time_point(std::chrono::seconds(1'700'000'000));
+  auto scanned = [&](const char* severity) {
+    return QueryRaw(std::string("SELECT COALESCE(SUM(count), 0) FROM events WHERE severity = '") +
+                    severity + "';");
+  };
+  {
+    auto store = StateStore::Open(dir_ / "state");
+    ASSERT_TRUE(store.has_value());
+    StoreBatch batch;
+    for (int i = 0; i < 10; ++i) {
+      batch.events.push_back({.time = t0 + std::chrono::hours(i),
+                              .origin = "edac",
+                              .severity = i % 2 == 0 ? Severity::kCe : Severity::kUce,
+                              .count = static_cast<std::uint64_t>(i + 1)});  // coalesced rows
+    }
+    ASSERT_TRUE((*store)->Commit(batch).has_value());
+    ASSERT_TRUE((*store)->RecordEvent({.time = t0, .severity = Severity::kFatal}).has_value());
+    const std::vector<RasEvent> more = {{.time = t0 + 20h, .severity = Severity::kCe, .count = 7}};
+    ASSERT_TRUE((*store)->RecordEvents(more).has_value());
+    auto counts = (*store)->CountEventsBySeverity();
+    ASSERT_TRUE(counts.has_value());
+    EXPECT_EQ(counts->at(Severity::kCe), 1u + 3 + 5 + 7 + 9 + 7);
+    EXPECT_EQ(counts->at(Severity::kUce), 2u + 4 + 6 + 8 + 10);
+    EXPECT_EQ(counts->at(Severity::kFatal), 1u);
+    EXPECT_EQ(counts->at(Severity::kCe), static_cast<std::uint64_t>(scanned("CE")));
+
+    // A batch that fails at its last row counts nothing.
+    ExecRaw(R"sql(
+      CREATE TRIGGER refuse_cursor_insert BEFORE INSERT ON source_cursors
+        BEGIN SELECT RAISE(ABORT, 'injected cursor failure'); END;
+    )sql");
+    StoreBatch failing;
+    failing.events.push_back({.time = t0, .severity = Severity::kCe, .count = 1000});
+    failing.cursors.push_back({"kmsg", "boot-a", "1"});
+    ASSERT_FALSE((*store)->Commit(failing).has_value());
+    EXPECT_EQ((*store)->CountEventsBySeverity()->at(Severity::kCe), 32u);
+
+    // Pruning by age (t0..t0+2h: the FATAL row, CE 1 and 3, UCE 2), then
+    // by count (the oldest beyond 4 rows).
+    ASSERT_EQ(*(*store)->Prune(t0 + 3h, 1'000'000), 4u);
+    counts = (*store)->CountEventsBySeverity();
+    EXPECT_EQ(counts->at(Severity::kFatal), 0u);
+    EXPECT_EQ(counts->at(Severity::kCe), 5u + 7 + 9 + 7);
+    EXPECT_EQ(counts->at(Severity::kUce), 4u + 6 + 8 + 10);
+    ASSERT_EQ(*(*store)->Prune(t0, 4), 4u);
+    counts = (*store)->CountEventsBySeverity();
+    EXPECT_EQ(counts->at(Severity::kCe), 9u + 7);
+    EXPECT_EQ(counts->at(Severity::kUce), 8u + 10);
+    for (const char* severity : {"CE", "UCE", "FATAL"}) {
+      EXPECT_EQ(counts->at(*ParseSeverity(severity)), static_cast<std::uint64_t>(scanned(severity)))
+          << severity;
+    }
+  }
+  // Rows another writer added while no store was open, and a severity from
+  // a newer rasd, which is not ours to count.
+  ExecRaw(
+      "INSERT INTO events(time_ns, origin, severity, summary, raw, count) VALUES "
+      "(0, 'edac', 'CE', '', '', 100), (0, 'edac', 'NEWCLASS', '', '', 5);");
+  auto store = StateStore::Open(dir_ / "state");
+  ASSERT_TRUE(store.has_value());
+  auto counts = (*store)->CountEventsBySeverity();
+  ASSERT_TRUE(counts.has_value());
+  EXPECT_EQ(counts->size(), kAllSeverities.size());
+  EXPECT_EQ(counts->at(Severity::kCe), 116u);
+  EXPECT_EQ(counts->at(Severity::kUce), 18u);
+  EXPECT_EQ(counts->at(Severity::kInfo), 0u);
+  // Pruning both rows takes the CE one's count back; the other's was never in.
+  ASSERT_EQ(*(*store)->Prune(std::chrono::system_clock::time_point(std::chrono::nanoseconds(1)),
+                             1'000'000),
+            2u);
+  counts = (*store)->CountEventsBySeverity();
+  EXPECT_EQ(counts->at(Severity::kCe), 16u);
+  EXPECT_EQ(counts->at(Severity::kUce), 18u);
+}
+
 TEST_F(StateStoreTest, BatchesQueriesSummariesAndCursors) {
   auto store = StateStore::Open(dir_ / "state");
   ASSERT_TRUE(store.has_value());
@@ -230,6 +311,81 @@ TEST(CoalesceStormTest, AStormIsMergedPerComponentAndMinuteWithExactCounts) {
   EXPECT_EQ(merged.back().origin, "nvidia_xid");
   EXPECT_EQ(CoalesceStorm(std::vector<RasEvent>(storm.begin(), storm.begin() + 10), 64).size(), 10u)
       << "no storm, no merging";
+}
+
+// CoalesceStorm as it was first written, on an ordered map of copied keys:
+// the reference the hashed one must agree with, row for row.
+std::vector<RasEvent> ReferenceCoalesce(std::vector<RasEvent> events) {
+  using Key = std::tuple<std::string, std::string, Severity, std::optional<int>, std::optional<int>,
+                         std::optional<std::string>, std::optional<std::string>, std::optional<int>,
+                         bool, std::int64_t>;
+  std::map<Key, std::size_t> index;
+  std::vector<RasEvent> merged;
+  std::vector<std::uint64_t> members;
+  for (auto& event : events) {
+    const auto minute =
+        std::chrono::duration_cast<std::chrono::minutes>(event.time.time_since_epoch()).count();
+    Key key{event.source,  event.origin,  event.severity,    event.device,     event.mc,
+            event.pci_bdf, event.address, event.vendor_code, event.historical, minute};
+    auto [it, inserted] = index.try_emplace(std::move(key), merged.size());
+    if (inserted) {
+      merged.push_back(std::move(event));
+      members.push_back(1);
+    } else {
+      merged[it->second].count += event.count;
+      members[it->second] += 1;
+    }
+  }
+  for (std::size_t i = 0; i < merged.size(); ++i) {
+    if (members[i] > 1)
+      merged[i].summary =
+          "[" + std::to_string(members[i]) + " events coalesced] " + merged[i].summary;
+  }
+  return merged;
+}
+
+TEST(CoalesceStormTest, AgreesWithTheReferenceOnEveryField) {
+  std::mt19937 random(11);
+  auto pick = [&random](int n) { return static_cast<int>(random() % static_cast<unsigned>(n)); };
+  for (int round = 0; round < 20; ++round) {
+    std::vector<RasEvent> storm;
+    for (int i = 0; i < 3000; ++i) {
+      RasEvent event;
+      // Around the epoch too: minutes are truncated towards it, not floored.
+      event.time = std::chrono::system_clock::time_point(std::chrono::seconds(pick(400) - 200));
+      event.source = pick(2) == 0 ? "kmsg" : "edac_sysfs";
+      event.origin = pick(3) == 0 ? "mce" : "edac";
+      event.severity = pick(4) == 0 ? Severity::kUce : Severity::kCe;
+      if (pick(2) == 0) event.device = pick(3) - 1;
+      if (pick(2) == 0) event.mc = pick(2);
+      if (pick(3) != 0) event.address = pick(4) == 0 ? "" : "0x" + std::to_string(pick(8));
+      if (pick(4) == 0) event.pci_bdf = pick(2) == 0 ? "" : "0000:07:00.0";
+      if (pick(5) == 0) event.vendor_code = pick(2) == 0 ? 0 : 79;
+      event.historical = pick(8) == 0;
+      event.count = static_cast<std::uint64_t>(pick(3) + 1);
+      event.summary = "event " + std::to_string(i);
+      event.raw = "raw " + std::to_string(i);
+      storm.push_back(std::move(event));
+    }
+    const auto merged = CoalesceStorm(storm, 64);
+    const auto expected = ReferenceCoalesce(storm);
+    ASSERT_EQ(merged.size(), expected.size());
+    for (std::size_t i = 0; i < merged.size(); ++i) {
+      EXPECT_EQ(merged[i].time, expected[i].time) << i;
+      EXPECT_EQ(merged[i].source, expected[i].source) << i;
+      EXPECT_EQ(merged[i].origin, expected[i].origin) << i;
+      EXPECT_EQ(merged[i].severity, expected[i].severity) << i;
+      EXPECT_EQ(merged[i].device, expected[i].device) << i;
+      EXPECT_EQ(merged[i].mc, expected[i].mc) << i;
+      EXPECT_EQ(merged[i].address, expected[i].address) << i;
+      EXPECT_EQ(merged[i].pci_bdf, expected[i].pci_bdf) << i;
+      EXPECT_EQ(merged[i].vendor_code, expected[i].vendor_code) << i;
+      EXPECT_EQ(merged[i].historical, expected[i].historical) << i;
+      EXPECT_EQ(merged[i].count, expected[i].count) << i;
+      EXPECT_EQ(merged[i].summary, expected[i].summary) << i;
+      EXPECT_EQ(merged[i].raw, expected[i].raw) << i;
+    }
+  }
 }
 
 TEST_F(StateStoreTest, PruningKeepsTheNewestWithinAgeAndCount) {

@@ -195,7 +195,7 @@ bool KernelLogScanner::ScanMce(const LogLine& line) {
 
 bool KernelLogScanner::ScanEdac(const LogLine& line) {
   const std::string_view text = line.text;
-  if (Contains(text, "mc_event: ")) {
+  if (line_has_mc_event_ && Contains(text, "mc_event: ")) {
     const std::string_view body = text.substr(text.find("mc_event: ") + 10);
     Severity severity = Severity::kInfo;
     if (Contains(body, "Corrected error")) severity = Severity::kCe;

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <cctype>
+#include <charconv>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -41,7 +42,15 @@ inline std::string_view WordAfter(std::string_view text, std::string_view marker
   if (at == std::string_view::npos) return {};
   std::string_view rest = text.substr(at + marker.size());
   while (!rest.empty() && rest.front() == ' ') rest.remove_prefix(1);
-  const std::size_t end = rest.find_first_of(stops);
+  // Not find_first_of, which calls memchr over `stops` for every byte.
+  auto is_stop = [stops](char c) {
+    for (char stop : stops) {
+      if (c == stop) return true;
+    }
+    return false;
+  };
+  std::size_t end = 0;
+  while (end < rest.size() && !is_stop(rest[end])) ++end;
   return rest.substr(0, end);
 }
 
@@ -64,7 +73,14 @@ inline std::optional<std::string> HexAsPrinted(std::string_view text) {
   return "0x" + Lower(digits);
 }
 
-inline std::string HexValue(std::uint64_t value) { return fmt::format("0x{:x}", value); }
+// "0x" and lower-case hex digits, as fmt's "0x{:x}" prints them.
+inline std::string HexValue(std::uint64_t value) {
+  char digits[16];
+  const auto end = std::to_chars(digits, digits + sizeof digits, value, 16).ptr;
+  std::string text = "0x";
+  text.append(digits, end);
+  return text;
+}
 
 // "page:0x849923 offset:0x380" -> (page << 12) | offset, as EDAC prints it.
 inline std::optional<std::string> EdacPageOffsetAddress(std::string_view text) {

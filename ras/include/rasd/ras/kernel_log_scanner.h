@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -61,6 +62,10 @@ class KernelLogScanner {
   // Records that no open block can extend any more, in the order their
   // first lines appeared (for a follower: call after each batch of lines).
   std::vector<ScannedRecord> TakeCompleted();
+  // The same, appended to `out`: a follower that reuses one vector keeps its
+  // capacity, instead of allocating (and the allocator faulting in) a slice's
+  // worth of records on every call.
+  void TakeCompleted(std::vector<ScannedRecord>& out);
   // Closes every open block (the log has been quiet), so that TakeCompleted
   // returns everything.
   void CloseOpenBlocks();
@@ -92,9 +97,13 @@ class KernelLogScanner {
   // The open block under `key`, if one was touched within the last few
   // lines; touching it keeps it open. Log lines of one event are adjacent
   // or nearly so (other CPUs' messages may interleave).
-  std::optional<std::size_t> OpenBlock(const std::string& key);
-  void OpenAs(const std::string& key, std::size_t index) { open_[key] = {index, line_number_}; }
-  void CloseBlock(const std::string& key) { open_.erase(key); }
+  std::optional<std::size_t> OpenBlock(std::string_view key);
+  void OpenAs(std::string_view key, std::size_t index) {
+    open_.insert_or_assign(std::string(key), OpenEntry{index, line_number_});
+  }
+  void CloseBlock(std::string_view key) {
+    if (auto it = open_.find(key); it != open_.end()) open_.erase(it);
+  }
   void Attach(std::size_t index, const LogLine& line) {
     Record(index).lines.emplace_back(line.raw);
   }
@@ -111,10 +120,13 @@ class KernelLogScanner {
     std::uint64_t last_line = 0;
   };
   static constexpr std::uint64_t kBlockGapLines = 8;
-  std::map<std::string, OpenEntry> open_;
+  std::map<std::string, OpenEntry, std::less<>> open_;  // looked up by string_view
   std::uint64_t line_number_ = 0;
   std::uint64_t line_tag_ = 0;
   std::uint64_t undecoded_ = 0;
+  // The line being scanned has "mc_event" (a trace_pipe EDAC record): the
+  // keyword pass found it, so ScanEdac need not look for it again.
+  bool line_has_mc_event_ = false;
   // Multi-line state that is not a block of its own.
   std::string nvidia_pending_bdf_;
   std::string section_;  // current rasdaemon or mcelog report section

@@ -71,17 +71,21 @@ class KmsgSource {
 
  private:
   void Accept(std::string_view record);
-  std::vector<RasEvent> Collect(std::vector<ScannedRecord> records);
+  // The events of the records the scanner has completed.
+  std::vector<RasEvent> Collect();
 
   const common::HostEnv& host_;
   std::string boot_id_;
   std::optional<std::uint64_t> resume_after_;  // same boot: skip up to here
   common::UniqueFd fd_;
   bool character_device_ = false;
-  std::string partial_;  // lines read but not taken, then an unfinished one (file mode)
+  std::string partial_;            // lines read but not taken, then an unfinished one (file mode)
   std::size_t partial_start_ = 0;  // where the lines not taken yet begin
   bool exhausted_ = false;
   KernelLogScanner scanner_;
+  // Collect's buffer, reused so that a storm does not allocate a slice of
+  // records per Poll; released by Flush, when the log has been quiet.
+  std::vector<ScannedRecord> completed_;
   std::optional<std::uint64_t> last_sequence_;
   std::uint64_t lost_records_ = 0;
   std::uint64_t records_read_ = 0;

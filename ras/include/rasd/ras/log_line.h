@@ -1,7 +1,9 @@
 #pragma once
 
+#include <charconv>
 #include <optional>
 #include <string_view>
+#include <system_error>
 
 namespace rasd::ras {
 
@@ -19,12 +21,22 @@ struct LogLine {
 
 LogLine SplitLogLine(std::string_view raw);
 
-// Helpers shared by the decoders.
+// Helpers shared by the decoders. Inline: with a literal argument the
+// compiler compares a known number of bytes instead of calling memcmp.
 std::string_view TrimView(std::string_view text);
-bool StartsWith(std::string_view text, std::string_view prefix);
-bool Contains(std::string_view text, std::string_view needle);
+inline bool StartsWith(std::string_view text, std::string_view prefix) {
+  return text.starts_with(prefix);
+}
+inline bool Contains(std::string_view text, std::string_view needle) {
+  return text.find(needle) != std::string_view::npos;
+}
 // Parses an unsigned number in `base` at the start of `text`; nullopt when
-// there is no digit.
-std::optional<unsigned long long> ParseNumber(std::string_view text, int base = 10);
+// there is no digit. Inline: decoders call it several times a line.
+inline std::optional<unsigned long long> ParseNumber(std::string_view text, int base = 10) {
+  unsigned long long value = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value, base);
+  if (ec != std::errc() || end == text.data()) return std::nullopt;
+  return value;
+}
 
 }  // namespace rasd::ras

@@ -41,8 +41,11 @@ std::vector<RasEvent> CoalesceStorm(std::vector<RasEvent> events, std::size_t th
 // without the prefix); nullopt for none or for text that is not one.
 std::optional<std::uint64_t> ParseAddress(const std::optional<std::string>& text);
 
-// A scanned kernel-log record as an event of `source`.
+// A scanned kernel-log record as an event of `source`. The overload for an
+// rvalue moves the record's text into the event instead of copying it.
 RasEvent EventFromRecord(const ScannedRecord& record, std::string source,
+                         std::chrono::system_clock::time_point time);
+RasEvent EventFromRecord(ScannedRecord&& record, std::string source,
                          std::chrono::system_clock::time_point time);
 
 }  // namespace rasd::ras

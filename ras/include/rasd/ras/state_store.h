@@ -1,5 +1,6 @@
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -18,6 +19,7 @@
 #include "rasd/ras/severity.h"
 
 struct sqlite3;
+struct sqlite3_stmt;
 
 namespace rasd::ras {
 
@@ -182,7 +184,7 @@ class StateStore {
   Result<std::vector<EventSummaryRow>> Summarize();
 
   // Deletes events older than `older_than`, then the oldest beyond
-  // `max_events`. Returns how many were deleted.
+  // `max_events`, in one transaction. Returns how many were deleted.
   Result<std::uint64_t> Prune(std::chrono::system_clock::time_point older_than,
                               std::uint64_t max_events);
   Result<std::uint64_t> EventRows();
@@ -200,21 +202,34 @@ class StateStore {
 
   // Error counts by severity (the sum of the events' counts, so that a
   // coalesced row counts for every error it stands for), with every
-  // severity present (0 where none).
+  // severity present (0 where none). O(1), without touching the file: the
+  // sums are read once by Open() and then kept by every write that commits
+  // (events recorded, events pruned), so `status` stays cheap under a storm
+  // however many events are stored. Exact while this store is the only
+  // writer of events, which the directory lock ensures for rasd; rows that
+  // another connection writes (an operator's sqlite3 shell) are counted from
+  // the next Open(). Rows of severities this rasd does not know are not
+  // counted.
   Result<std::map<Severity, std::uint64_t>> CountEventsBySeverity();
 
  private:
   struct Statements;  // the prepared statements, defined in state_store.cc
   class Transaction;
+  // Errors by severity, indexed by the enum's value.
+  using SeverityCounts = std::array<std::uint64_t, kAllSeverities.size()>;
 
   StateStore(std::filesystem::path database_path, common::UniqueFd lock, sqlite3* db);
   Status Migrate();
   Status Prepare();
   Error SqliteError(std::string_view what) const;
 
+  // `statement` (a "severity, SUM(count)" query, bound) added into `sums`.
+  Status SumBySeverity(sqlite3_stmt* statement, std::string_view what, SeverityCounts& sums);
+
   // One row each, on the prepared statements, in the caller's transaction
-  // (or SQLite's implicit one).
-  Result<std::int64_t> InsertEvent(const RasEvent& event);
+  // (or SQLite's implicit one). InsertEvent adds the event's count to
+  // `added`, for the caller to apply to severity_counts_ once it commits.
+  Result<std::int64_t> InsertEvent(const RasEvent& event, SeverityCounts& added);
   Result<std::int64_t> InsertAction(const ActionRecord& action,
                                     std::optional<std::int64_t> event_id);
   Status UpsertDeviceState(const DeviceStateRecord& state);
@@ -227,6 +242,7 @@ class StateStore {
   std::size_t wal_pages_ = 0;
   std::unique_ptr<Statements> statements_;  // finalized before db_ is closed
   int schema_version_ = 0;
+  SeverityCounts severity_counts_{};  // what CountEventsBySeverity reports
 };
 
 }  // namespace rasd::ras
