@@ -13,8 +13,9 @@ BUILD_TYPE ?= Release
 CMAKE_FLAGS ?=
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 RUN_ARGS ?=
+SOAK_MINUTES ?= 30
 
-.PHONY: all bootstrap configure build run daemon package test test-unit test-integration test-tsan fuzz-smoke bench clean
+.PHONY: all bootstrap configure build run daemon package test test-unit test-integration test-tsan fuzz-smoke bench soak clean
 
 all: build
 
@@ -70,6 +71,12 @@ bench: build
 	  echo "== $$name"; \
 	  $$b --benchmark_out=$(BUILD_DIR)/bench/$$name.json --benchmark_out_format=json || exit 1; \
 	done
+
+# rasd with both jobs under load and a fault every 5 s for SOAK_MINUTES;
+# fails on a lost or wrong request, a checksum mismatch, rasd dying, or
+# RSS, fds or threads that keep growing. Not part of `make test`.
+soak: build
+	$(BUILD_DIR)/tests/soak --minutes $(SOAK_MINUTES) --json $(BUILD_DIR)/soak.json
 
 # Each libFuzzer target for FUZZ_SECONDS, seeded with the real-record corpus.
 fuzz-smoke: bootstrap
