@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <malloc.h>
 
 #include "rasd/common/logging.h"
 
@@ -159,6 +160,9 @@ void DeviceLifecycle::FinishSelfTest(int device, const std::string& why,
                                      runtime::HealthState before,
                                      const runtime::SelfTestReport& report) {
   testing_.erase(device);
+  // The test's buffers came from its worker thread's malloc arena, which
+  // would keep them resident (8 MiB a test in the soak): give them back.
+  ::malloc_trim(0);
   runtime::Device& target = **runtime_.GetDevice(device);
   // Put the gate back, unless the state moved while the test ran (the
   // policy isolated it again, say): the newer decision stands.
