@@ -135,6 +135,16 @@ void RasPipeline::Bound() {
   backlog_.push_back(std::move(merged));
 }
 
+void RasPipeline::NoteFailure(const ras::StoreBatch& batch, const Error& error) {
+  ++stats_.store_failures;
+  if (stats_.store_ok) {
+    failing_since_ = loop_.Now();
+    spdlog::error("cannot store {} RAS event(s) and {} action(s): {}; keeping them and retrying",
+                  batch.events.size(), batch.actions.size(), error.message);
+  }
+  stats_.store_ok = false;
+}
+
 void RasPipeline::FlushBacklog() {
   if (backlog_.empty()) {
     // Only device states wait (an operator's change whose save failed).
@@ -144,13 +154,7 @@ void RasPipeline::FlushBacklog() {
   ras::StoreBatch merged = Merge(backlog_);
   actuator_.TakePending(merged);
   if (auto stored = store_.Commit(merged); !stored) {
-    ++stats_.store_failures;
-    if (stats_.store_ok) {
-      failing_since_ = loop_.Now();
-      spdlog::error("cannot store {} RAS event(s) and {} action(s): {}; keeping them and retrying",
-                    merged.events.size(), merged.actions.size(), stored.error().message);
-    }
-    stats_.store_ok = false;
+    NoteFailure(merged, stored.error());
     backlog_.push_back(std::move(merged));
     retry_delay_ = std::min<std::chrono::milliseconds>(retry_delay_ * 2, std::chrono::seconds(10));
     ArmRetry();
@@ -217,9 +221,10 @@ void RasPipeline::Handle(std::vector<ras::RasEvent> events,
   batch.cursors = std::move(cursors);
   Log(batch.events);
   HandledBatch handled{.events = batch.events, .isolation_seconds = std::move(isolations)};
+  actuator_.TakePending(batch);
   if (backlog_.empty()) {
-    actuator_.TakePending(batch);
-    if (auto stored = store_.Commit(batch); stored) {
+    auto stored = store_.Commit(batch);
+    if (stored) {
       actuator_.Committed();
       AfterCommit();
       handled.stored = true;
@@ -227,14 +232,17 @@ void RasPipeline::Handle(std::vector<ras::RasEvent> events,
       for (const auto& observer : observers_) observer(handled);
       return;
     }
-  } else {
-    actuator_.TakePending(batch);
+    NoteFailure(batch, stored.error());
   }
-  // Behind what waits already, never past it (its cursor included).
+  // Behind what waits already, never past it (its cursor included); the
+  // retry timer commits the backlog, not every batch that arrives meanwhile
+  // (under a storm on a full disk that would rewrite it all each slice).
   for (const auto& observer : observers_) observer(handled);
   backlog_.push_back(std::move(batch));
   Bound();
-  FlushBacklog();
+  stats_.backlog_batches = backlog_.size();
+  stats_.backlog_events = EventsIn(backlog_);
+  ArmRetry();
 }
 
 void RasPipeline::Log(const std::vector<ras::RasEvent>& events) {

@@ -75,6 +75,8 @@ class RasPipeline {
   // Commits the backlog as one transaction; on failure keeps it and arms
   // the retry.
   void FlushBacklog();
+  // Counts a failed commit; logs the first of a run of them.
+  void NoteFailure(const ras::StoreBatch& batch, const Error& error);
   void Bound();
   void ArmRetry();
   // After a commit: the write-ahead log is copied back once the store has
