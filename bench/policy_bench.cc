@@ -42,7 +42,7 @@ std::vector<rasd::ras::RasEvent> MixedEvents() {
         break;
       default:
         event.severity = rasd::ras::Severity::kCe;
-        event.address = fmt::format("0x{:x}", 0x10000000 + (i % 512) * 4096);
+        event.address = rasd::ras::Address::Of(0x10000000 + (i % 512) * 4096);
     }
     events.push_back(std::move(event));
   }

@@ -305,7 +305,7 @@ void BM_CoalesceStormSlice(benchmark::State& state) {
                      .origin = "edac",
                      .severity = rasd::ras::Severity::kCe,
                      .mc = 0,
-                     .address = fmt::format("0x{:x}", page << 12 | offset),
+                     .address = rasd::ras::Address::Of(page << 12 | offset),
                      .summary = fmt::format("EDAC MC0: 1 CE memory read error (page:0x{:x})", page),
                      .raw = fmt::format("EDAC MC0: 1 CE memory read error (page:0x{:x} "
                                         "offset:0x{:x} grain:32 syndrome:0x0)",

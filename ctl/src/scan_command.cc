@@ -24,7 +24,7 @@ std::string Detail(const ras::ScannedRecord& record) {
   if (record.xid) add(fmt::format("xid={}", *record.xid));
   if (record.pci_bdf) add("pci=" + *record.pci_bdf);
   if (record.mc) add(fmt::format("mc={}", *record.mc));
-  if (record.address) add("addr=" + *record.address);
+  if (record.address) add("addr=" + record.address->printed);
   if (record.count > 1) add(fmt::format("count={}", record.count));
   if (record.historical) add("previous-boot");
   return detail.empty() ? "-" : detail;

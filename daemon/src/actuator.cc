@@ -62,7 +62,7 @@ std::vector<std::string> HookEnvironment(const ras::Action& action, const ras::R
   };
   if (event_id) env.push_back(fmt::format("RASD_EVENT_ID={}", *event_id));
   if (event.device) env.push_back(fmt::format("RASD_DEVICE={}", *event.device));
-  if (event.address) env.push_back("RASD_ADDRESS=" + *event.address);
+  if (event.address) env.push_back("RASD_ADDRESS=" + event.address->printed);
   if (event.pci_bdf) env.push_back("RASD_PCI_BDF=" + *event.pci_bdf);
   if (event.mc) env.push_back(fmt::format("RASD_MC={}", *event.mc));
   if (event.vendor_code) env.push_back(fmt::format("RASD_VENDOR_CODE={}", *event.vendor_code));
@@ -266,7 +266,7 @@ ActionOutcome Actuator::Run(const ras::Action& action, const ras::RasEvent& even
       outcome.result == ActionResult::kFailed ? spdlog::level::err : spdlog::level::warn;
   common::GetLogger("policy")->log(level, "{}{}{}: {} ({}; rule {}){}", record.action,
                                    action.device ? fmt::format(" device {}", *action.device) : "",
-                                   action.address ? " " + *action.address : "", record.result,
+                                   action.address ? " " + ras::HexText(*action.address) : "", record.result,
                                    action.reason, action.rule,
                                    outcome.detail.empty() ? "" : ": " + outcome.detail);
   return {.result = outcome.result,
@@ -275,14 +275,14 @@ ActionOutcome Actuator::Run(const ras::Action& action, const ras::RasEvent& even
 }
 
 Actuator::Outcome Actuator::RetirePage(const ras::Action& action) {
-  const auto address = ras::ParseAddress(action.address);
+  const auto& address = action.address;
   if (!action.device || !address) return {ActionResult::kSkipped, "no device address in the event"};
   auto pool = runtime_.Pool(*action.device);
   if (!pool) return {ActionResult::kFailed, pool.error().message};
   if (auto retired = (*pool)->Retire(*address); !retired) {
     if (retired.error().code == ErrorCode::kNotFound)
       return {ActionResult::kSkipped,
-              fmt::format("{} is not in device {}'s pool", *action.address, *action.device)};
+              fmt::format("0x{:x} is not in device {}'s pool", *address, *action.device)};
     return {ActionResult::kFailed, retired.error().message};
   }
   auto device = runtime_.GetDevice(*action.device);
@@ -303,7 +303,7 @@ Actuator::Outcome Actuator::RetirePage(const ras::Action& action) {
 }
 
 Actuator::Outcome Actuator::KillConsumer(const ras::Action& action) {
-  const auto address = ras::ParseAddress(action.address);
+  const auto& address = action.address;
   if (!action.device || !address) return {ActionResult::kSkipped, "no device address in the event"};
   auto pool = runtime_.Pool(*action.device);
   if (!pool) return {ActionResult::kFailed, pool.error().message};
@@ -312,12 +312,12 @@ Actuator::Outcome Actuator::KillConsumer(const ras::Action& action) {
   if (owner->owner.empty()) return {ActionResult::kSkipped, "the allocation holding it has no owner job"};
   const std::size_t aborted = runtime_.AbortOwner(
       owner->owner,
-      fmt::format("consumed poisoned memory at {} on device {}", *action.address, *action.device));
+      fmt::format("consumed poisoned memory at 0x{:x} on device {}", *address, *action.device));
   return {ActionResult::kOk, fmt::format("job {}: {} stream(s) aborted", owner->owner, aborted)};
 }
 
 Actuator::Outcome Actuator::MarkAtRisk(const ras::Action& action) {
-  const auto address = ras::ParseAddress(action.address);
+  const auto& address = action.address;
   if (!action.device || !address) return {ActionResult::kSkipped, "no device address in the event"};
   auto pool = runtime_.Pool(*action.device);
   if (!pool) return {ActionResult::kFailed, pool.error().message};
@@ -383,16 +383,13 @@ Result<ras::ActionRecord> Actuator::SetDeviceState(int device, runtime::HealthSt
 
 Actuator::Outcome Actuator::OfflineHostPage(const ras::Action& action, bool hard) {
   if (!options_.host_page_offline) return {ActionResult::kDisabled, "policy.host_page_offline is off"};
-  const auto address = ras::ParseAddress(action.address);
+  const auto& address = action.address;
   if (!address || action.device) return {ActionResult::kSkipped, "no host physical address in the event"};
   const char* file = hard ? "/sys/devices/system/memory/hard_offline_page"
                           : "/sys/devices/system/memory/soft_offline_page";
-  const auto path = host_.Resolve(file);
-  common::UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
-  if (!fd) return {ActionResult::kFailed, fmt::format("open {}: {}", path.string(), std::strerror(errno))};
   const std::string text = fmt::format("0x{:x}\n", *address & ~std::uint64_t{0xfff});
-  if (::write(fd.Get(), text.data(), text.size()) != static_cast<ssize_t>(text.size())) {
-    return {ActionResult::kFailed, fmt::format("write {}: {}", path.string(), std::strerror(errno))};
+  if (auto written = host_.WriteFile(file, text); !written) {
+    return {ActionResult::kFailed, written.error().message};
   }
   return {ActionResult::kOk, fmt::format("{} 0x{:x}", hard ? "hard-offlined" : "soft-offlined",
                             *address & ~std::uint64_t{0xfff})};

@@ -44,9 +44,9 @@ Result<drivers::DeviceAddress> FaultInjection::Target(const InjectArgs& args) co
   // Where a memory fault lands: --address, else inside one of --job's
   // allocations (any job's without --job).
   if (args.address) {
-    const auto value = ras::ParseAddress(args.address);
-    if (!value) return Fail(ErrorCode::kInvalidArgument, "address must be hex, e.g. 0x10000004000");
-    return *value;
+    const auto parsed = ras::ParsePrintedAddress(*args.address);
+    if (!parsed) return Fail(ErrorCode::kInvalidArgument, "address must be hex, e.g. 0x10000004000");
+    return parsed->value;
   }
   auto pool = runtime_.Pool(*args.device);
   if (!pool) return Fail(pool.error());
@@ -229,17 +229,18 @@ Result<nlohmann::json> FaultInjection::InjectEinj(const InjectArgs& args) {
                 "this kernel has no ACPI EINJ (" + host_.Resolve(einj).string() +
                     " is missing: CONFIG_ACPI_APEI_EINJ, debugfs, and firmware support needed)");
   }
-  const auto at = args.address;
-  if (!at) return Fail(ErrorCode::kInvalidArgument, "inject einj needs --address (physical)");
+  if (!args.address) return Fail(ErrorCode::kInvalidArgument, "inject einj needs --address (physical)");
+  const auto at = ras::ParsePrintedAddress(*args.address);
+  if (!at) return Fail(ErrorCode::kInvalidArgument, "address must be hex, e.g. 0x10000004000");
   // 0x8: memory correctable; the firmware lists what it supports.
   for (const auto& [file, value] : {std::pair<std::string, std::string>{"error_type", "0x8"},
-                                    {"param1", *at},
+                                    {"param1", ras::HexText(at->value)},
                                     {"param2", "0xfffffffffffff000"},
                                     {"error_inject", "1"}}) {
     if (auto written = host_.WriteFile(einj + "/" + file, value + "\n"); !written)
       return Fail(written.error());
   }
-  done["address"] = *at;
+  done["address"] = at->printed;
   done["available_error_type"] = *available;
   return done;
 }

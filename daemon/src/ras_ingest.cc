@@ -326,7 +326,7 @@ ras::RasEvent EventFromDriver(const drivers::DriverErrorEvent& event, std::strin
   if (event.device >= 0) converted.device = event.device;
   if (!event.pci_bdf.empty()) converted.pci_bdf = event.pci_bdf;
   converted.count = std::max<std::uint64_t>(event.count, 1);
-  if (event.address) converted.address = fmt::format("0x{:x}", *event.address);
+  if (event.address) converted.address = ras::Address::Of(*event.address);
   converted.summary = event.message;
   switch (event.kind) {
     case drivers::DriverErrorKind::kCorrectedEcc:

@@ -18,7 +18,7 @@ std::string Describe(const ras::RasEvent& event) {
   if (event.vendor_code) detail += fmt::format(" code={}", *event.vendor_code);
   if (event.pci_bdf) detail += " pci=" + *event.pci_bdf;
   if (event.mc) detail += fmt::format(" mc={}", *event.mc);
-  if (event.address) detail += " addr=" + *event.address;
+  if (event.address) detail += " addr=" + event.address->printed;
   if (event.count > 1) detail += fmt::format(" count={}", event.count);
   if (event.historical) detail += " previous-boot";
   return fmt::format("{} {}{}: {}", ras::SeverityName(event.severity), event.origin, detail,

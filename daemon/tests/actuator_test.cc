@@ -60,7 +60,9 @@ class ActuatorTest : public ::testing::Test {
 
   ras::Action Act(ras::ActionKind kind, std::optional<int> device,
                   std::optional<std::string> address) {
-    return {.kind = kind, .device = device, .address = address, .rule = "test", .reason = "test"};
+    std::optional<std::uint64_t> value;
+    if (address) value = ras::ParsePrintedAddress(*address).value().value;
+    return {.kind = kind, .device = device, .address = value, .rule = "test", .reason = "test"};
   }
 
   fs::path dir_;

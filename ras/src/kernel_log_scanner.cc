@@ -16,7 +16,7 @@ nlohmann::json ScannedRecord::ToJson() const {
   nlohmann::json json = {
       {"origin", origin},     {"severity", std::string(SeverityName(severity))},
       {"xid", optional(xid)}, {"pci_bdf", optional(pci_bdf)},
-      {"mc", optional(mc)},   {"address", optional(address)},
+      {"mc", optional(mc)},   {"address", address ? nlohmann::json(address->printed) : nlohmann::json()},
       {"count", count},       {"message", message},
   };
   if (notice) json["notice"] = true;
@@ -78,7 +78,7 @@ void ScannedRecord::AppendJson(std::string& out) const {
   // Keys in nlohmann's (sorted) order.
   out += "{\"address\":";
   if (address) {
-    AppendJsonString(out, *address);
+    AppendJsonString(out, address->printed);
   } else {
     out += "null";
   }

@@ -174,9 +174,9 @@ std::string PolicyEngine::BucketKey(const PolicyRule& rule, const RasEvent& even
           : (event.pci_bdf ? *event.pci_bdf : (event.mc ? fmt::format("mc{}", *event.mc) : "host"));
   switch (rule.threshold->key) {
     case Threshold::Key::kPage: {
-      const auto address = ParseAddress(event.address);
       return fmt::format("{}|{}|page:{}", rule.name, where,
-                         address ? fmt::format("0x{:x}", *address & kPageMask) : "?");
+                         event.address ? fmt::format("0x{:x}", event.address->value & kPageMask)
+                                       : "?");
     }
     case Threshold::Key::kDimm:
       return fmt::format("{}|{}", rule.name, where);
@@ -193,7 +193,7 @@ std::vector<Action> PolicyEngine::Decide(const RasEvent& event, std::chrono::nan
     Action action;
     action.kind = kind;
     action.device = event.device;
-    action.address = event.address;
+    if (event.address) action.address = event.address->value;
     action.rule = rule;
     action.reason = std::move(reason);
     actions.push_back(std::move(action));

@@ -46,7 +46,7 @@ std::uint64_t ComponentHash(const RasEvent& event, std::int64_t minute) {
   hash = Mix(hash, optional_int(event.device));
   hash = Mix(hash, optional_int(event.mc));
   hash = Mix(hash, optional_int(event.vendor_code));
-  hash = Mix(hash, optional_text(event.address));
+  hash = Mix(hash, event.address ? event.address->value : 0x2545f491ULL);
   hash = Mix(hash, optional_text(event.pci_bdf));
   return hash;
 }
@@ -119,17 +119,6 @@ RasEvent EventFromRecord(ScannedRecord&& record, std::string source,
 RasEvent EventFromRecord(const ScannedRecord& record, std::string source,
                          std::chrono::system_clock::time_point time) {
   return EventFromRecord(ScannedRecord(record), std::move(source), time);
-}
-
-std::optional<std::uint64_t> ParseAddress(const std::optional<std::string>& text) {
-  if (!text) return std::nullopt;
-  std::string_view digits = *text;
-  if (digits.starts_with("0x") || digits.starts_with("0X")) digits.remove_prefix(2);
-  std::uint64_t value = 0;
-  auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), value, 16);
-  if (digits.empty() || ec != std::errc() || end != digits.data() + digits.size())
-    return std::nullopt;
-  return value;
 }
 
 }  // namespace rasd::ras

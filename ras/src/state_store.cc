@@ -304,6 +304,18 @@ std::optional<std::string> ColumnOptionalText(sqlite3_stmt* statement, int colum
   return std::string(reinterpret_cast<const char*>(sqlite3_column_text(statement, column)));
 }
 
+// An event's address: the value column, with the text as printed. Rows
+// written before rasd stored the value (schema 2 to 4 kept only the text)
+// get it from the text.
+std::optional<Address> StoredAddress(sqlite3_stmt* statement, int value_column, int text_column) {
+  auto printed = ColumnOptionalText(statement, text_column);
+  if (!printed) return std::nullopt;
+  if (sqlite3_column_type(statement, value_column) == SQLITE_NULL)
+    return ParsePrintedAddress(*printed);
+  return Address{static_cast<std::uint64_t>(sqlite3_column_int64(statement, value_column)),
+                 std::move(*printed)};
+}
+
 std::string ColumnText(sqlite3_stmt* statement, int column) {
   const auto* text = reinterpret_cast<const char*>(sqlite3_column_text(statement, column));
   return text != nullptr ? std::string(text) : std::string();
@@ -534,8 +546,8 @@ Status StateStore::Prepare() {
       {&s.rollback, "rollback", "ROLLBACK;"},
       {&s.insert_event, "event insert",
        "INSERT INTO events(time_ns, origin, severity, device, summary, raw, source, mc, pci_bdf, "
-       "address_text, vendor_code, count, historical) "
-       "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);"},
+       "address_text, vendor_code, count, historical, address) "
+       "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);"},
       // A coalesced decision adds its count to the minute's row; the id
       // returned is that row's, inserted or not.
       {&s.insert_action, "action insert",
@@ -620,7 +632,13 @@ Result<std::int64_t> StateStore::InsertEvent(const RasEvent& event, SeverityCoun
   BindText(statement, 7, event.source);
   BindOptionalInt(statement, 8, event.mc);
   BindOptionalText(statement, 9, event.pci_bdf);
-  BindOptionalText(statement, 10, event.address);
+  if (event.address) {
+    BindText(statement, 10, event.address->printed);
+    sqlite3_bind_int64(statement, 14, static_cast<sqlite3_int64>(event.address->value));
+  } else {
+    sqlite3_bind_null(statement, 10);
+    sqlite3_bind_null(statement, 14);
+  }
   BindOptionalInt(statement, 11, event.vendor_code);
   sqlite3_bind_int64(statement, 12, static_cast<sqlite3_int64>(event.count));
   sqlite3_bind_int(statement, 13, event.historical ? 1 : 0);
@@ -638,7 +656,8 @@ Result<std::int64_t> StateStore::InsertAction(const ActionRecord& action,
   sqlite3_bind_int64(statement, 2, Nanos(action.time));
   BindText(statement, 3, action.action);
   BindOptionalInt(statement, 4, action.device);
-  BindOptionalText(statement, 5, action.address);
+  BindOptionalText(statement, 5,
+                   action.address ? std::optional(HexText(*action.address)) : std::nullopt);
   BindText(statement, 6, action.rule);
   BindText(statement, 7, action.reason);
   BindText(statement, 8, action.result);
@@ -795,7 +814,9 @@ Result<std::vector<ActionRecord>> StateStore::QueryActions(std::optional<int> de
     action.time = FromNanos(sqlite3_column_int64(statement, 2));
     action.action = ColumnText(statement, 3);
     action.device = ColumnOptionalInt(statement, 4);
-    action.address = ColumnOptionalText(statement, 5);
+    if (const auto text = ColumnOptionalText(statement, 5)) {
+      if (const auto address = ParsePrintedAddress(*text)) action.address = address->value;
+    }
     action.rule = ColumnText(statement, 6);
     action.reason = ColumnText(statement, 7);
     action.result = ColumnText(statement, 8);
@@ -849,7 +870,7 @@ Result<std::vector<StoredEvent>> StateStore::QueryEvents(const EventQuery& query
   std::string sql =
       "SELECT id, time_ns, origin, severity, device, summary, raw, source, mc, pci_bdf, "
       "address_text, vendor_code, "
-      "count, historical FROM events WHERE time_ns >= ?";
+      "count, historical, address FROM events WHERE time_ns >= ?";
   if (query.severity) sql += " AND severity = ?";
   if (query.device) sql += " AND device = ?";
   if (query.after_id) sql += " AND id > ?";
@@ -879,7 +900,7 @@ Result<std::vector<StoredEvent>> StateStore::QueryEvents(const EventQuery& query
     event.source = ColumnText(statement, 7);
     event.mc = ColumnOptionalInt(statement, 8);
     event.pci_bdf = ColumnOptionalText(statement, 9);
-    event.address = ColumnOptionalText(statement, 10);
+    event.address = StoredAddress(statement, 14, 10);
     event.vendor_code = ColumnOptionalInt(statement, 11);
     event.count = static_cast<std::uint64_t>(sqlite3_column_int64(statement, 12));
     event.historical = sqlite3_column_int(statement, 13) != 0;

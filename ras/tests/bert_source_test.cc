@@ -86,7 +86,9 @@ TEST(BertTest, DecodesMemoryAndPcieSectionsAsHistoricalEvents) {
   const auto events = DecodeBert(region);
   ASSERT_EQ(events.size(), 3u);
   EXPECT_EQ(events[0].severity, Severity::kFatal);
-  EXPECT_EQ(events[0].address, "0x000000276aeb0180");
+  ASSERT_TRUE(events[0].address);
+  EXPECT_EQ(events[0].address->value, 0x276aeb0180u);
+  EXPECT_EQ(events[0].address->printed, "0x000000276aeb0180");
   EXPECT_TRUE(events[0].historical);
   EXPECT_EQ(events[0].source, "bert");
   EXPECT_NE(events[0].summary.find("fatal memory error node:1"), std::string::npos)

@@ -89,7 +89,7 @@ TEST(ScannedRecordJsonTest, EscapesAndReplacesAsNlohmannDoes) {
   record.xid = 79;
   record.mc = 2;
   record.pci_bdf = "0000:3b:00.0";
-  record.address = "0xdead000";
+  record.address = Address::Of(0xdead000);
   record.count = 12345678901ULL;
   for (const std::string& message :
        {std::string("plain"), std::string("quote \" back \\ slash / tab\tnl\ncr\r\b\f"),

@@ -51,7 +51,7 @@ TEST_F(KmsgSourceTest, FollowsAGrowingLogAndSkipsNoise) {
   EXPECT_EQ(events[0].source, "kmsg");
   EXPECT_EQ(events[0].origin, "edac");
   EXPECT_EQ(events[0].severity, Severity::kCe);
-  EXPECT_EQ(events[0].address, "0x10020");
+  EXPECT_EQ(events[0].address, Address::Of(0x10020));
   EXPECT_EQ(source.Cursor().position, "2");
 
   Append("4,3,300,-;NVRM: Xid (PCI:0000:07:00): 79, pid=1, GPU has fallen off the bus.\n");
@@ -76,7 +76,7 @@ TEST_F(KmsgSourceTest, ResumesWithoutRepeatsAndReportsGaps) {
   std::vector<std::string> addresses;
   std::string gap;
   for (const auto& event : events) {
-    if (event.address) addresses.push_back(*event.address);
+    if (event.address) addresses.push_back(event.address->printed);
     if (event.origin == "kmsg") gap = event.summary;
   }
   EXPECT_EQ(addresses, (std::vector<std::string>{"0x2", "0x3"}));

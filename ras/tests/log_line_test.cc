@@ -67,7 +67,7 @@ TEST(KernelLogScannerTest, SeparateEventsStaySeparate) {
       "[ 12.0] Memory failure: 0x1234: recovery action for dirty LRU page: Recovered\n");
   ASSERT_EQ(records.size(), 3u);
   EXPECT_EQ(records[0].origin, "edac");
-  EXPECT_EQ(records[0].address, "0x1002");
+  EXPECT_EQ(records[0].address, Address::Of(0x1002));
   EXPECT_EQ(records[1].xid, 79);
   EXPECT_EQ(records[1].severity, Severity::kFatal);
   EXPECT_EQ(records[2].severity, Severity::kSrao);
@@ -105,7 +105,9 @@ TEST(KernelLogScannerStreamingTest, RecordsAreTakenAsSoonAsNothingCanExtendThem)
   taken = scanner.TakeCompleted();
   ASSERT_EQ(taken.size(), 1u) << "the block closed once other lines had gone past";
   EXPECT_EQ(taken[0].severity, Severity::kCe);
-  EXPECT_EQ(taken[0].address, "0x0000000012345000");
+  ASSERT_TRUE(taken[0].address);
+  EXPECT_EQ(taken[0].address->printed, "0x0000000012345000");
+  EXPECT_EQ(taken[0].address->value, 0x12345000u);
   EXPECT_EQ(taken[0].lines.size(), 3u);
   // A quiet log: the owner closes what is open.
   scanner.AddLine(

@@ -19,7 +19,7 @@ RasEvent Event(Severity severity, std::optional<int> device, std::optional<std::
   event.origin = std::move(origin);
   event.severity = severity;
   event.device = device;
-  event.address = std::move(address);
+  if (address) event.address = ParsePrintedAddress(*address);
   return event;
 }
 
@@ -124,7 +124,7 @@ TEST(PolicyEngineTest, CeOnOnePageRetiresItAtTheThresholdPerPage) {
   const auto actions = engine.Decide(Event(Severity::kCe, 0, "0x5010"), 60s);
   ASSERT_EQ(Kinds(actions), std::vector<A>{A::kRetirePage});
   EXPECT_EQ(actions[0].device, 0);
-  EXPECT_EQ(actions[0].address, "0x5010");
+  EXPECT_EQ(actions[0].address, 0x5010u);
   EXPECT_EQ(actions[0].rule, "ce-device-memory");
   EXPECT_NE(actions[0].reason.find("50 or more"), std::string::npos) << actions[0].reason;
   // The same page on another device is another bucket.

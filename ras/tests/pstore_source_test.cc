@@ -30,7 +30,7 @@ TEST(PstoreSourceTest, RasRecordsOfACrashedBootAreHistoricalEvents) {
   EXPECT_EQ(events[0].severity, Severity::kFatal);
   EXPECT_TRUE(events[0].historical);
   EXPECT_EQ(events[0].source, "pstore");
-  EXPECT_EQ(events[0].address, "0xfef4c9e0");
+  EXPECT_EQ(events[0].address, Address::Of(0xfef4c9e0));
   EXPECT_EQ(events[0].summary.rfind("dmesg-erst-6830425385472557057: ", 0), 0u)
       << events[0].summary;
   std::filesystem::remove_all(root);

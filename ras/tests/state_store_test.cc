@@ -129,7 +129,7 @@ TEST_F(StateStoreTest, EventsSurviveReopenAndAreCountedBySeverity) {
     ASSERT_TRUE((*store)->RecordEvent(event).has_value());
     event.severity = Severity::kFatal;
     event.device = 3;
-    event.address = "0xfffffffffffff000";
+    event.address = Address::Of(0xfffffffffffff000);
     ASSERT_TRUE((*store)->RecordEvent(event).has_value());
   }
   auto store = StateStore::Open(dir_ / "state");
@@ -238,7 +238,7 @@ TEST_F(StateStoreTest, BatchesQueriesSummariesAndCursors) {
     } else {
       event.mc = 1;
       event.count = 3;
-      event.address = "0x1000";
+      event.address = Address{0x1000, "0x0000_1000"};
     }
     batch.push_back(event);
   }
@@ -250,7 +250,9 @@ TEST_F(StateStoreTest, BatchesQueriesSummariesAndCursors) {
   EXPECT_EQ(all->front().event.summary, "e0") << "oldest first";
   EXPECT_EQ(all->front().event.mc, 1);
   EXPECT_EQ(all->front().event.count, 3u);
-  EXPECT_EQ(all->front().event.address, "0x1000");
+  ASSERT_TRUE(all->front().event.address);
+  EXPECT_EQ(all->front().event.address->value, 0x1000u) << "the value, stored as a number";
+  EXPECT_EQ(all->front().event.address->printed, "0x0000_1000") << "and the text as printed";
   EXPECT_EQ(all->front().event.source, "kmsg");
   EXPECT_EQ(all->back().event.vendor_code, 79);
   EXPECT_EQ(all->back().event.pci_bdf, "0000:07:00");
@@ -317,7 +319,7 @@ TEST(CoalesceStormTest, AStormIsMergedPerComponentAndMinuteWithExactCounts) {
 // the reference the hashed one must agree with, row for row.
 std::vector<RasEvent> ReferenceCoalesce(std::vector<RasEvent> events) {
   using Key = std::tuple<std::string, std::string, Severity, std::optional<int>, std::optional<int>,
-                         std::optional<std::string>, std::optional<std::string>, std::optional<int>,
+                         std::optional<std::string>, std::optional<std::uint64_t>, std::optional<int>,
                          bool, std::int64_t>;
   std::map<Key, std::size_t> index;
   std::vector<RasEvent> merged;
@@ -325,8 +327,10 @@ std::vector<RasEvent> ReferenceCoalesce(std::vector<RasEvent> events) {
   for (auto& event : events) {
     const auto minute =
         std::chrono::duration_cast<std::chrono::minutes>(event.time.time_since_epoch()).count();
+    const auto address =
+        event.address ? std::optional<std::uint64_t>(event.address->value) : std::nullopt;
     Key key{event.source,  event.origin,  event.severity,    event.device,     event.mc,
-            event.pci_bdf, event.address, event.vendor_code, event.historical, minute};
+            event.pci_bdf, address,       event.vendor_code, event.historical, minute};
     auto [it, inserted] = index.try_emplace(std::move(key), merged.size());
     if (inserted) {
       merged.push_back(std::move(event));
@@ -358,7 +362,7 @@ TEST(CoalesceStormTest, AgreesWithTheReferenceOnEveryField) {
       event.severity = pick(4) == 0 ? Severity::kUce : Severity::kCe;
       if (pick(2) == 0) event.device = pick(3) - 1;
       if (pick(2) == 0) event.mc = pick(2);
-      if (pick(3) != 0) event.address = pick(4) == 0 ? "" : "0x" + std::to_string(pick(8));
+      if (pick(3) != 0) event.address = Address::Of(pick(4) == 0 ? 0 : static_cast<std::uint64_t>(pick(8)));
       if (pick(4) == 0) event.pci_bdf = pick(2) == 0 ? "" : "0000:07:00.0";
       if (pick(5) == 0) event.vendor_code = pick(2) == 0 ? 0 : 79;
       event.historical = pick(8) == 0;

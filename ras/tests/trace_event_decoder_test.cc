@@ -55,12 +55,12 @@ TEST(TraceEventDecoderTest, DecodesMcEventsAndGhesEventsFromARawPage) {
   EXPECT_EQ(events[0].severity, Severity::kCe);
   EXPECT_EQ(events[0].count, 3u);
   EXPECT_EQ(events[0].mc, 1);
-  EXPECT_EQ(events[0].address, "0x12345000");
+  EXPECT_EQ(events[0].address, Address::Of(0x12345000));
   EXPECT_NE(events[0].summary.find("CPU_SrcID#0_MC#1_Chan#2_DIMM#0"), std::string::npos)
       << events[0].summary;
   EXPECT_EQ(events[0].source, "tracefs");
   EXPECT_EQ(events[1].severity, Severity::kUce);
-  EXPECT_EQ(events[1].address, "0x9ffff000");
+  EXPECT_EQ(events[1].address, Address::Of(0x9ffff000));
   EXPECT_EQ(events[2].origin, "ghes");
   EXPECT_EQ(events[2].severity, Severity::kFatal);
 }

@@ -97,7 +97,7 @@ TEST_F(TracefsFixtureTest, EnablesTheEventsThisKernelHasAndDecodesEachCpusPages)
   EXPECT_EQ(events[0].mc, 3);
   EXPECT_EQ(events[1].origin, "ghes");
   EXPECT_EQ(events[1].severity, Severity::kUce);
-  EXPECT_EQ(events[2].address, "0x8000");
+  EXPECT_EQ(events[2].address, Address::Of(0x8000));
   EXPECT_TRUE((*source)->ReadEvents(1).empty());
   EXPECT_EQ((*source)->GetStats().pages, 2u);
 

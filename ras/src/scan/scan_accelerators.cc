@@ -12,7 +12,6 @@
 
 namespace rasd::ras {
 
-using scan::HexAsPrinted;
 using scan::IsPciBdf;
 using scan::WordAfter;
 
@@ -38,18 +37,18 @@ Severity XidSeverity(const CodeTable& codes, int xid, std::string_view text) {
 // The GPU address a message carries: Xid 31's faulting virtual address
 // ("faulted @ 0x73ac_1c000000"), Xid 48's physAddr, Xid 64's page number
 // in parentheses.
-std::optional<std::string> XidAddress(int xid, std::string_view text) {
+std::optional<Address> XidAddress(int xid, std::string_view text) {
   switch (xid) {
     case 31:
-      return HexAsPrinted(WordAfter(text, "@ ", " ,"));
+      return ParsePrintedAddress(WordAfter(text, "@ ", " ,"));
     case 48:
-      return HexAsPrinted(WordAfter(text, "physAddr", " ,="));
+      return ParsePrintedAddress(WordAfter(text, "physAddr", " ,="));
     case 64: {
       const std::size_t open = text.rfind("(0x");
       if (open == std::string_view::npos) return std::nullopt;
       const std::size_t close = text.find(')', open);
       if (close == std::string_view::npos) return std::nullopt;
-      return HexAsPrinted(text.substr(open + 1, close - open - 1));
+      return ParsePrintedAddress(text.substr(open + 1, close - open - 1));
     }
     default:
       return std::nullopt;

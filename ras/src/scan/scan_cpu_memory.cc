@@ -7,7 +7,6 @@
 namespace rasd::ras {
 
 using scan::EdacPageOffsetAddress;
-using scan::HexAsPrinted;
 using scan::IsPciBdf;
 using scan::WordAfter;
 
@@ -93,7 +92,7 @@ bool KernelLogScanner::ScanGhes(const LogLine& line) {
   if (StartsWith(rest, "event severity:")) {
     Raise(record, GhesSeverity(AfterMarker(rest, "event severity")));
   } else if (StartsWith(rest, "physical_address:") && !record.address) {
-    record.address = HexAsPrinted(WordAfter(rest, "physical_address:"));
+    record.address = ParsePrintedAddress(WordAfter(rest, "physical_address:"));
   } else if (StartsWith(rest, "device_id:") && !record.pci_bdf) {
     const std::string_view device = WordAfter(rest, "device_id:");
     if (IsPciBdf(device)) record.pci_bdf = std::string(device);
@@ -117,7 +116,7 @@ bool KernelLogScanner::ScanMce(const LogLine& line) {
       }
     }
     const std::string_view address = WordAfter(body, "ADDR/MISC/SYND: ", "/ ,");
-    Record(index).address = HexAsPrinted(address);
+    Record(index).address = ParsePrintedAddress(address);
     return true;
   }
   std::string_view body;
@@ -130,7 +129,7 @@ bool KernelLogScanner::ScanMce(const LogLine& line) {
     } else {
       if (StartsWith(body, "Uncorrected hardware memory error in user-access at")) {
         const std::size_t index = NewRecord("mce", line, Severity::kSrar);
-        Record(index).address = HexAsPrinted(WordAfter(body, " at "));
+        Record(index).address = ParsePrintedAddress(WordAfter(body, " at "));
         return true;
       }
       NewRecord("mce", line, Severity::kInfo,
@@ -154,7 +153,7 @@ bool KernelLogScanner::ScanMce(const LogLine& line) {
     if (Contains(body, "_STATUS[")) {
       if (auto status = StatusAfter(body, "]: ")) record.severity = ClassifyMciStatus(*status);
     } else if (StartsWith(body, "Error Addr:") && !record.address) {
-      record.address = HexAsPrinted(WordAfter(body, "Error Addr:"));
+      record.address = ParsePrintedAddress(WordAfter(body, "Error Addr:"));
     }
     return true;
   } else if (StartsWith(text, "CPU ") && Contains(text, ": Machine Check Exception: ")) {
@@ -188,7 +187,7 @@ bool KernelLogScanner::ScanMce(const LogLine& line) {
   }
   Attach(*block, line);
   if (StartsWith(body, "TSC ") && Contains(body, " ADDR ") && !Record(*block).address) {
-    Record(*block).address = HexAsPrinted(WordAfter(body, " ADDR "));
+    Record(*block).address = ParsePrintedAddress(WordAfter(body, " ADDR "));
   }
   return true;
 }
@@ -205,7 +204,7 @@ bool KernelLogScanner::ScanEdac(const LogLine& line) {
     ScannedRecord& record = Record(index);
     if (auto count = ParseNumber(body)) record.count = *count;
     if (auto mc = ParseNumber(WordAfter(body, "(mc:"))) record.mc = static_cast<int>(*mc);
-    if (auto address = HexAsPrinted(WordAfter(body, "address:"))) {
+    if (auto address = ParsePrintedAddress(WordAfter(body, "address:"))) {
       record.address = address;
     } else {
       record.address = EdacPageOffsetAddress(body);
@@ -255,7 +254,7 @@ bool KernelLogScanner::ScanEdac(const LogLine& line) {
         record.severity = ClassifyMciStatus(*status);
       }
     } else if (StartsWith(rest, "ADDR ") && !record.address) {
-      record.address = HexAsPrinted(WordAfter(rest, "ADDR "));
+      record.address = ParsePrintedAddress(WordAfter(rest, "ADDR "));
     }
     return true;
   }
@@ -280,8 +279,8 @@ bool KernelLogScanner::ScanEdac(const LogLine& line) {
   }
   if (StartsWith(words, "CE")) severity = Severity::kCe;
   if (StartsWith(words, "UE")) severity = Severity::kUce;
-  std::optional<std::string> address = EdacPageOffsetAddress(rest);
-  if (!address) address = HexAsPrinted(WordAfter(rest, "addr = "));
+  std::optional<Address> address = EdacPageOffsetAddress(rest);
+  if (!address) address = ParsePrintedAddress(WordAfter(rest, "addr = "));
   if (severity == Severity::kInfo) {
     const std::size_t index = NewRecord("edac", line, Severity::kInfo, /*notice=*/true);
     Record(index).mc = mc;
@@ -338,7 +337,7 @@ bool KernelLogScanner::ScanMemoryFailure(const LogLine& line) {
     severity = Severity::kSrar;
   }
   const std::size_t index = NewRecord("memory_failure", line, severity);
-  Record(index).address = HexAsPrinted(body.substr(0, body.find(':')));
+  Record(index).address = ParsePrintedAddress(body.substr(0, body.find(':')));
   return true;
 }
 

@@ -10,8 +10,6 @@
 
 namespace rasd::ras {
 
-using scan::HexAsPrinted;
-using scan::HexValue;
 using scan::IsPciBdf;
 using scan::WordAfter;
 
@@ -63,7 +61,7 @@ bool KernelLogScanner::ScanRasdaemon(const LogLine& line) {
     std::string_view status = WordAfter(text, "status=");
     if (StartsWith(status, "0x")) status.remove_prefix(2);
     if (auto value = ParseNumber(status, 16)) Record(index).severity = ClassifyMciStatus(*value);
-    Record(index).address = HexAsPrinted(WordAfter(text, "addr="));
+    Record(index).address = ParsePrintedAddress(WordAfter(text, "addr="));
     return true;
   }
   static constexpr std::array<std::string_view, 7> kSections = {
@@ -103,7 +101,7 @@ bool KernelLogScanner::ScanRasdaemon(const LogLine& line) {
     }
     // "208c00000: total 11 seen ..." (per-page statistics).
     if (Contains(text, ": total ") && !record.address)
-      record.address = HexAsPrinted(text.substr(0, text.find(':')));
+      record.address = ParsePrintedAddress(text.substr(0, text.find(':')));
     return true;
   }
   record.notice = false;
@@ -112,11 +110,11 @@ bool KernelLogScanner::ScanRasdaemon(const LogLine& line) {
                     : WordSeverity(text));
   if (auto mc = ControllerIn(text)) named_mcs_[*block].push_back(*mc);
   if (!record.address) {
-    if (auto hex = HexAsPrinted(WordAfter(text, "addr=", " ,"))) {
+    if (auto hex = ParsePrintedAddress(WordAfter(text, "addr=", " ,"))) {
       record.address = hex;
     } else if (auto decimal = ParseNumber(WordAfter(text, "addr "))) {
       record.address =
-          HexValue(*decimal);  // ras-mc-ctl prints memory-controller addresses in decimal
+          Address::Of(*decimal);  // ras-mc-ctl prints memory-controller addresses in decimal
     }
   }
   if (section_ == "PCIe AER events:" && !record.pci_bdf) {

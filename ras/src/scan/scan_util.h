@@ -11,6 +11,7 @@
 #include <string>
 #include <string_view>
 
+#include "rasd/ras/address.h"
 #include "rasd/ras/log_line.h"
 
 namespace rasd::ras::scan {
@@ -60,37 +61,15 @@ inline std::string Lower(std::string_view text) {
   return out;
 }
 
-// A hex value as printed, normalised to lower case with a 0x prefix (zero
-// padding and the NVIDIA driver's '_' separators are kept).
-inline std::optional<std::string> HexAsPrinted(std::string_view text) {
-  while (!text.empty() && (text.back() == '.' || text.back() == ',')) text.remove_suffix(1);
-  std::string_view digits = text;
-  if (StartsWith(digits, "0x") || StartsWith(digits, "0X")) digits.remove_prefix(2);
-  if (digits.empty()) return std::nullopt;
-  for (char c : digits) {
-    if (!IsHex(c) && c != '_') return std::nullopt;
-  }
-  return "0x" + Lower(digits);
-}
-
-// "0x" and lower-case hex digits, as fmt's "0x{:x}" prints them.
-inline std::string HexValue(std::uint64_t value) {
-  char digits[16];
-  const auto end = std::to_chars(digits, digits + sizeof digits, value, 16).ptr;
-  std::string text = "0x";
-  text.append(digits, end);
-  return text;
-}
-
 // "page:0x849923 offset:0x380" -> (page << 12) | offset, as EDAC prints it.
-inline std::optional<std::string> EdacPageOffsetAddress(std::string_view text) {
+inline std::optional<Address> EdacPageOffsetAddress(std::string_view text) {
   const std::string_view page = WordAfter(text, "page:0x");
   const std::string_view offset = WordAfter(text, "offset:0x");
   if (page.empty() || offset.empty()) return std::nullopt;
   const auto page_value = ParseNumber(page, 16);
   const auto offset_value = ParseNumber(offset, 16);
   if (!page_value || !offset_value) return std::nullopt;
-  return HexValue((*page_value << 12) | *offset_value);
+  return Address::Of((*page_value << 12) | *offset_value);
 }
 
 }  // namespace rasd::ras::scan

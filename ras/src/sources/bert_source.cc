@@ -96,7 +96,7 @@ void DecodeMemorySection(const Reader& section, RasEvent& event) {
   constexpr std::uint64_t kPhysicalAddressValid = 1U << 1;
   if ((*valid & kPhysicalAddressValid) != 0) {
     if (auto address = section.At<std::uint64_t>(16))
-      event.address = fmt::format("0x{:016x}", *address);
+      event.address = Address{*address, fmt::format("0x{:016x}", *address)};
   }
   const auto node = section.At<std::uint16_t>(32), card = section.At<std::uint16_t>(34);
   const auto module = section.At<std::uint16_t>(36), bank = section.At<std::uint16_t>(38);

@@ -219,7 +219,7 @@ std::vector<RasEvent> TraceEventDecoder::DecodePage(std::span<const std::uint8_t
       decoded.count = record.Number("error_count").value_or(1);
       if (auto mc = record.Number("mc_index")) decoded.mc = static_cast<int>(*mc);
       if (auto address = record.Number("address"))
-        decoded.address = fmt::format("0x{:x}", *address);
+        decoded.address = Address::Of(*address);
       const std::string label = record.Text("label"), message = record.Text("msg"),
                         detail = record.Text("driver_detail");
       decoded.summary = fmt::format("{} {} error(s){}{} on {}{}{}", decoded.count,

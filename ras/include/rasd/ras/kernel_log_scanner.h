@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "rasd/ras/address.h"
 #include "rasd/ras/code_table.h"
 #include "rasd/ras/log_line.h"
 #include "rasd/ras/severity.h"
@@ -28,7 +29,7 @@ struct ScannedRecord {
   std::optional<int> xid;
   std::optional<std::string> pci_bdf;  // as printed
   std::optional<int> mc;
-  std::optional<std::string> address;  // lower-case hex, "0x..."
+  std::optional<Address> address;
   std::uint64_t count = 1;             // errors the record reports
   std::uint64_t tag = 0;               // the caller's tag of its first line (kmsg: the timestamp)
   std::string message;                 // the record's key line, prefixes removed

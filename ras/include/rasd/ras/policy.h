@@ -115,9 +115,9 @@ std::vector<PolicyRule> DefaultRules(const PolicyConfig& config);
 struct Action {
   ActionKind kind = ActionKind::kRecord;
   std::optional<int> device;
-  std::optional<std::string> address;  // "0x..." as the event gave it
-  std::string rule;                    // the rule that decided
-  std::string reason;                  // one line for people and the store
+  std::optional<std::uint64_t> address;  // the event's address, as decoded
+  std::string rule;                      // the rule that decided
+  std::string reason;                    // one line for people and the store
   std::vector<std::string> hook;
   bool operator==(const Action&) const = default;
 };

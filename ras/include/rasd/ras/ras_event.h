@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "rasd/ras/address.h"
 #include "rasd/ras/severity.h"
 
 namespace rasd::ras {
@@ -22,12 +23,12 @@ struct RasEvent {
   std::optional<int> device;  // runtime device index, for accelerator events
   std::optional<int> mc;      // memory controller
   std::optional<std::string> pci_bdf;
-  std::optional<std::string> address;  // lower-case hex as the record printed it
-  std::optional<int> vendor_code;      // Xid number, Ascend code
-  std::uint64_t count = 1;             // errors this event stands for
-  bool historical = false;             // from a previous boot (BERT, pstore)
-  std::string summary;                 // one line for people
-  std::string raw;                     // the record as the source read it
+  std::optional<Address> address;
+  std::optional<int> vendor_code;  // Xid number, Ascend code
+  std::uint64_t count = 1;         // errors this event stands for
+  bool historical = false;         // from a previous boot (BERT, pstore)
+  std::string summary;             // one line for people
+  std::string raw;                 // the record as the source read it
 };
 
 // Under a storm (a batch of more than `threshold` events) events that
@@ -36,10 +37,6 @@ struct RasEvent {
 // not their number; counts stay exact. Smaller batches pass unchanged.
 // Order: first occurrence.
 std::vector<RasEvent> CoalesceStorm(std::vector<RasEvent> events, std::size_t threshold);
-
-// The value of an address as events carry it ("0x1a2b000", hex, with or
-// without the prefix); nullopt for none or for text that is not one.
-std::optional<std::uint64_t> ParseAddress(const std::optional<std::string>& text);
 
 // A scanned kernel-log record as an event of `source`. The overload for an
 // rvalue moves the record's text into the event instead of copying it.

@@ -66,7 +66,7 @@ struct ActionRecord {
   std::chrono::system_clock::time_point time;
   std::string action;  // ActionKindName
   std::optional<int> device;
-  std::optional<std::string> address;
+  std::optional<std::uint64_t> address;
   std::string rule;
   std::string reason;
   std::string result;  // ok | failed | skipped | disabled
