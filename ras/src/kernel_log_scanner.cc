@@ -130,6 +130,8 @@ std::size_t KernelLogScanner::NewRecord(std::string origin, const LogLine& line,
   record.message = std::string(line.text);
   record.lines.emplace_back(line.raw);
   record.tag = line_tag_;
+  record.first_position = line_position_;
+  record.last_position = line_position_;
   return first_index_ + records_.size() - 1;
 }
 
@@ -225,9 +227,11 @@ std::uint32_t ContinuationsOf(std::string_view line) {
 
 }  // namespace
 
-void KernelLogScanner::AddLine(std::string_view raw_line, std::uint64_t tag) {
+void KernelLogScanner::AddLine(std::string_view raw_line, std::uint64_t tag,
+                               std::uint64_t position) {
   ++line_number_;
   line_tag_ = tag;
+  line_position_ = position;
   // Blocks nobody continued within the gap are closed for good.
   std::erase_if(open_, [this](const auto& entry) {
     return line_number_ - entry.second.last_line > kBlockGapLines;
@@ -301,8 +305,22 @@ std::vector<ScannedRecord> KernelLogScanner::TakeCompleted() {
 }
 
 void KernelLogScanner::TakeCompleted(std::vector<ScannedRecord>& out) {
-  std::size_t end = first_index_ + records_.size();
-  for (const auto& [key, entry] : open_) end = std::min(end, entry.index);
+  const std::size_t held_end = first_index_ + records_.size();
+  std::size_t open_start = held_end;
+  for (const auto& [key, entry] : open_) open_start = std::min(open_start, entry.index);
+  // The longest run of closed records none of whose lines reach the first
+  // line of the record after the run.
+  std::size_t end = first_index_;
+  std::uint64_t last_line = 0;
+  for (std::size_t index = first_index_; index <= open_start; ++index) {
+    if (index == held_end) {
+      end = index;
+      break;
+    }
+    const std::uint64_t next_first = Record(index).first_position;
+    if (next_first == 0 || last_line < next_first) end = index;
+    if (index < open_start) last_line = std::max(last_line, Record(index).last_position);
+  }
   if (end == first_index_) return;
   for (std::size_t index = first_index_; index < end; ++index) Resolve(index);
   const auto count = static_cast<std::ptrdiff_t>(end - first_index_);
@@ -310,6 +328,13 @@ void KernelLogScanner::TakeCompleted(std::vector<ScannedRecord>& out) {
              std::make_move_iterator(records_.begin() + count));
   records_.erase(records_.begin(), records_.begin() + count);
   first_index_ = end;
+}
+
+std::optional<std::uint64_t> KernelLogScanner::OldestHeldPosition() const {
+  for (const auto& record : records_) {
+    if (record.first_position != 0) return record.first_position;
+  }
+  return std::nullopt;
 }
 
 void KernelLogScanner::CloseOpenBlocks() {

@@ -102,6 +102,82 @@ TEST_F(KmsgSourceTest, QuietLogFlushesOpenBlocks) {
   EXPECT_EQ(events[0].origin, "ghes");
 }
 
+// The kernel-log record "seq" with `text`, in /dev/kmsg's form.
+std::string Kmsg(int sequence, const std::string& text) {
+  return "3," + std::to_string(sequence) + "," + std::to_string(sequence * 1000) + ",-;" + text +
+         "\n";
+}
+
+std::string Noise(int from, int count) {
+  std::string lines;
+  for (int sequence = from; sequence < from + count; ++sequence)
+    lines += Kmsg(sequence, "usb 1-1: noise " + std::to_string(sequence));
+  return lines;
+}
+
+std::vector<std::string> Origins(const std::vector<RasEvent>& events) {
+  std::vector<std::string> origins;
+  for (const auto& event : events) origins.push_back(event.origin);
+  return origins;
+}
+
+const std::string kCe = "EDAC MC0: 1 CE memory read error on DIMM (page:0x10 offset:0x20 grain:32)";
+
+TEST_F(KmsgSourceTest, AnOpenBlockHoldsTheCursorBeforeItAndARestartReadsItWholeOnce) {
+  Append(Kmsg(1, kCe) +
+         Kmsg(2, "{7}[Hardware Error]: Hardware error from APEI Generic Hardware Error Source: 4") +
+         Kmsg(3, "{7}[Hardware Error]: event severity: recoverable") + Kmsg(4, kCe));
+  std::vector<RasEvent> stored;  // what a caller stored, with the cursor, before a kill
+  SourceCursor cursor;
+  {
+    KmsgSource source(*host_, "boot-a", std::nullopt);
+    ASSERT_TRUE(source.Open().has_value());
+    stored = source.Poll();
+    EXPECT_EQ(Origins(stored), std::vector<std::string>{"edac"})
+        << "the CE after the open block waits behind it";
+    cursor = source.Cursor();
+    EXPECT_EQ(cursor.position, "1") << "held before the block's first line, not at the last read";
+  }  // killed here
+  Append(Kmsg(5, "{7}[Hardware Error]:   physical_address: 0x0000000012345000") + Noise(6, 10));
+  KmsgSource resumed(*host_, "boot-a", cursor);
+  ASSERT_TRUE(resumed.Open().has_value());
+  auto after = resumed.Poll();
+  for (auto& event : resumed.Flush()) after.push_back(std::move(event));
+  EXPECT_EQ(Origins(after), (std::vector<std::string>{"ghes", "edac"}))
+      << "the block whole, the CE behind it once, the CE before it not again";
+  ASSERT_FALSE(after.empty());
+  EXPECT_EQ(after[0].severity, Severity::kUce);
+  EXPECT_EQ(after[0].address, Address::Of(0x12345000)) << "its lines read after the restart too";
+  EXPECT_EQ(resumed.Cursor().position, "15");
+}
+
+TEST_F(KmsgSourceTest, ABlockInterleavedWithAnOpenOneWaitsForItSoNoLineIsReadTwice) {
+  // Block {7} starts, block {8} starts, {7} goes on and is closed by the gap
+  // while {8} is still open: {7} has lines after {8}'s first.
+  std::string log =
+      Kmsg(10, "{7}[Hardware Error]: Hardware error from APEI Generic Hardware Error Source: 4") +
+      Kmsg(11, "{8}[Hardware Error]: Hardware error from APEI Generic Hardware Error Source: 5") +
+      Kmsg(12, "{7}[Hardware Error]: event severity: recoverable") +
+      Kmsg(13, "{7}[Hardware Error]:   physical_address: 0x0000000000007000");
+  for (int sequence = 14; sequence < 26; sequence += 3) {
+    log += Kmsg(sequence, "{8}[Hardware Error]: event severity: corrected") + Noise(sequence + 1, 2);
+  }
+  Append(log);
+  KmsgSource source(*host_, "boot-a", SourceCursor{"kmsg", "boot-a", "9"});
+  ASSERT_TRUE(source.Open().has_value());
+  EXPECT_TRUE(source.Poll().empty()) << "{7} is closed but has lines after {8}'s start";
+  EXPECT_EQ(source.Cursor().position, "9");
+  // A restart from there reads both blocks whole, once each.
+  KmsgSource resumed(*host_, "boot-a", source.Cursor());
+  ASSERT_TRUE(resumed.Open().has_value());
+  auto events = resumed.Poll();
+  for (auto& event : resumed.Flush()) events.push_back(std::move(event));
+  ASSERT_EQ(Origins(events), (std::vector<std::string>{"ghes", "ghes"}));
+  EXPECT_EQ(events[0].severity, Severity::kUce);
+  EXPECT_EQ(events[0].address, Address::Of(0x7000));
+  EXPECT_EQ(events[1].severity, Severity::kCe);
+}
+
 TEST_F(KmsgSourceTest, MissingKmsgIsAnErrorNotACrash) {
   std::filesystem::remove_all(root_ / "dev");
   KmsgSource source(*host_, "boot-a", std::nullopt);

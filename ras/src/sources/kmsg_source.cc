@@ -104,7 +104,9 @@ void KmsgSource::Accept(std::string_view record) {
   }
   last_sequence_ = decoded->sequence;
   resume_after_.reset();
-  scanner_.AddLine(decoded->text, decoded->usec);
+  // Positions are sequence + 1: the scanner reserves 0 for "none", and the
+  // kernel's first record is sequence 0.
+  scanner_.AddLine(decoded->text, decoded->usec, decoded->sequence + 1);
 }
 
 std::vector<RasEvent> KmsgSource::Poll(std::size_t max_lines) {
@@ -180,9 +182,16 @@ std::vector<RasEvent> KmsgSource::Collect() {
 }
 
 SourceCursor KmsgSource::Cursor() const {
-  return SourceCursor{
-      std::string(kSourceName), boot_id_,
-      last_sequence_ ? std::to_string(*last_sequence_) : std::to_string(resume_after_.value_or(0))};
+  std::uint64_t done = last_sequence_ ? *last_sequence_ : resume_after_.value_or(0);
+  // A record still open (a GHES block waiting for its next line) holds the
+  // cursor before its first line, not the records after it: those are
+  // taken and stored, and after a crash the block is read again whole.
+  // (Sequence 0, the kernel's banner, can never be held back past.)
+  if (const auto held = scanner_.OldestHeldPosition()) {
+    const std::uint64_t oldest_held_sequence = *held - 1;
+    done = std::min(done, oldest_held_sequence == 0 ? 0 : oldest_held_sequence - 1);
+  }
+  return SourceCursor{std::string(kSourceName), boot_id_, std::to_string(done)};
 }
 
 }  // namespace rasd::ras

@@ -32,6 +32,10 @@ struct ScannedRecord {
   std::optional<Address> address;
   std::uint64_t count = 1;             // errors the record reports
   std::uint64_t tag = 0;               // the caller's tag of its first line (kmsg: the timestamp)
+  // Where its first and last lines sit in the caller's stream (kmsg: their
+  // sequence numbers); 0 where the caller gives no positions.
+  std::uint64_t first_position = 0;
+  std::uint64_t last_position = 0;
   std::string message;                 // the record's key line, prefixes removed
   std::vector<std::string> lines;      // the raw lines
 
@@ -58,10 +62,15 @@ class KernelLogScanner {
   explicit KernelLogScanner(const CodeTable& codes = CodeTable::Default()) : codes_(&codes) {}
   void SetCodeTable(const CodeTable& codes) { codes_ = &codes; }
 
-  // `tag` is copied into a record that this line starts.
-  void AddLine(std::string_view raw_line, std::uint64_t tag = 0);
+  // `tag` is copied into a record that this line starts. `position`, where
+  // the caller gives one, is the line's place in its stream (increasing,
+  // never 0): see OldestHeldPosition.
+  void AddLine(std::string_view raw_line, std::uint64_t tag = 0, std::uint64_t position = 0);
   // Records that no open block can extend any more, in the order their
   // first lines appeared (for a follower: call after each batch of lines).
+  // With positions, a record some of whose lines come after the first line
+  // of a record still held (two blocks interleaved) is held with it, so
+  // that no record taken has a line at or after OldestHeldPosition().
   std::vector<ScannedRecord> TakeCompleted();
   // The same, appended to `out`: a follower that reuses one vector keeps its
   // capacity, instead of allocating (and the allocator faulting in) a slice's
@@ -72,6 +81,12 @@ class KernelLogScanner {
   void CloseOpenBlocks();
   // Closes every open block and returns every record not taken yet.
   std::vector<ScannedRecord> Finish();
+
+  // The position of the first line of the oldest record not taken yet
+  // (an open block, or one waiting behind it); nullopt when none is held.
+  // A follower that resumes from the line before it after a crash reads
+  // every held record whole and no line of a record already taken.
+  std::optional<std::uint64_t> OldestHeldPosition() const;
 
   // Lines that looked like RAS records (a keyword matched) but did not
   // decode into one.
@@ -106,7 +121,9 @@ class KernelLogScanner {
     if (auto it = open_.find(key); it != open_.end()) open_.erase(it);
   }
   void Attach(std::size_t index, const LogLine& line) {
-    Record(index).lines.emplace_back(line.raw);
+    ScannedRecord& record = Record(index);
+    record.lines.emplace_back(line.raw);
+    if (line_position_ != 0) record.last_position = line_position_;
   }
   static void Raise(ScannedRecord& record, Severity severity);
   // Resolves what a block could only decide once it was complete: the
@@ -124,6 +141,7 @@ class KernelLogScanner {
   std::map<std::string, OpenEntry, std::less<>> open_;  // looked up by string_view
   std::uint64_t line_number_ = 0;
   std::uint64_t line_tag_ = 0;
+  std::uint64_t line_position_ = 0;
   std::uint64_t undecoded_ = 0;
   // The line being scanned has "mc_event" (a trace_pipe EDAC record): the
   // keyword pass found it, so ScanEdac need not look for it again.

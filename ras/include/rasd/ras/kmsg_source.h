@@ -33,10 +33,14 @@ std::optional<KmsgRecord> DecodeKmsgRecord(std::string_view record);
 // file or FIFO there (replays, tests) is read line by line and followed as
 // it grows.
 //
-// Resume: the cursor is (boot id, last sequence number). After a restart in
-// the same boot nothing already seen is repeated; records the kernel's ring
-// buffer overwrote before rasd read them are reported as one INFO event
-// naming the gap. A source only decodes; it never acts.
+// Resume: the cursor is (boot id, sequence number): the last record whose
+// lines are all in events already returned. A multi-line block still open
+// holds it back to the line before the block, so a caller that stores the
+// cursor in the same transaction as the events returned with it gets every
+// record exactly once across any crash: nothing already returned is
+// repeated, nothing held is lost. Records the kernel's ring buffer
+// overwrote before rasd read them are reported as one INFO event naming the
+// gap. A source only decodes; it never acts.
 //
 // Not thread-safe: the daemon's loop owns it.
 class KmsgSource {
