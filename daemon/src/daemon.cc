@@ -11,61 +11,12 @@
 #include <cstring>
 
 #include "backends.h"
+#include "config_apply.h"
 #include "rasd/common/default_paths.h"
 #include "rasd/common/logging.h"
 #include "rasd/common/version.h"
 
 namespace rasd::daemon {
-namespace {
-
-ControlServer::Options ServerOptions(const Config& config) {
-  ControlServer::Options options;
-  options.client_timeout = config.control.client_timeout;
-  options.max_clients = config.control.max_clients;
-  return options;
-}
-
-Actuator::Options ActuatorOptions(const Config& config) {
-  return {.host_page_offline = config.policy.host_page_offline,
-          .hook_timeout = config.policy.hook_timeout};
-}
-
-RasPipeline::Options PipelineOptions(const Config& config) {
-  return {.storm_threshold = config.ras.storm_threshold};
-}
-
-DeviceLifecycle::Options LifecycleOptions(const Config& config,
-                                          const runtime::SelfTestOptions& self_test) {
-  DeviceLifecycle::Options options;
-  options.self_test = self_test;
-  options.drain_deadline = config.policy.drain_deadline;
-  options.auto_recover = config.policy.auto_recover;
-  options.auto_recover_delay = config.policy.auto_recover_delay;
-  options.auto_recover_window = config.policy.auto_recover_window;
-  options.resume_on_undrain = config.scheduler.resume_on_undrain;
-  return options;
-}
-
-nlohmann::json IngestStatus(const RasIngest::Stats& stats, const RasPipeline::Stats& pipeline) {
-  return {{"kmsg_active", stats.kmsg_active},
-          {"kmsg_records", stats.kmsg_records},
-          {"kmsg_lost", stats.kmsg_lost},
-          {"tracefs_active", stats.tracefs_active},
-          {"tracefs_pages", stats.tracefs_pages},
-          {"tracefs_events", stats.tracefs_events},
-          {"nvml_gpus", stats.nvml_gpus},
-          {"nvml_reports", stats.nvml_reports},
-          {"events_ingested", pipeline.events},
-          {"store_failures", pipeline.store_failures},
-          {"store_ok", pipeline.store_ok},
-          {"store_backlog_events", pipeline.backlog_events},
-          {"store_dropped_events", pipeline.dropped_events},
-          {"edac_controllers", stats.edac_controllers},
-          {"coalesced", pipeline.coalesced},
-          {"pruned", stats.pruned}};
-}
-
-}  // namespace
 
 Result<std::unique_ptr<Daemon>> Daemon::Start(StartOptions options, Config config) {
   std::unique_ptr<Daemon> daemon(new Daemon(std::move(options)));
@@ -341,35 +292,16 @@ void Daemon::OnWatchdog() {
 
 Result<nlohmann::json> Daemon::Reload() {
   Notify("RELOADING=1\nSTATUS=reloading configuration");
-  ConfigParseResult loaded;
-  if (options_.config_path) {
-    loaded = LoadConfigFile(*options_.config_path);
-  }
-  std::string failure;
-  std::optional<gid_t> admin_gid;
-  if (loaded.ok()) {
-    options_.overrides.ApplyTo(loaded.config);
-    auto resolved = ResolveAdminGroup(loaded.config.control.admin_group);
-    if (resolved) {
-      admin_gid = *resolved;
-    } else {
-      failure = resolved.error().message;
-    }
-  } else {
-    for (const auto& problem : loaded.problems) {
-      if (!failure.empty()) failure += '\n';
-      failure += problem.ToString();
-    }
-  }
+  ReloadCandidate loaded = LoadReloadCandidate(options_.config_path, options_.overrides);
   const std::string when = Iso8601(loop_->GetClock().Wall());
-  if (!failure.empty()) {
-    for (const auto& problem : loaded.problems) spdlog::error("reload: {}", problem.ToString());
-    if (loaded.problems.empty()) spdlog::error("reload: {}", failure);
+  if (!loaded.errors.empty()) {
+    std::string failure;
+    for (const auto& error : loaded.errors) {
+      spdlog::error("reload: {}", error);
+      failure += (failure.empty() ? "" : "\n") + error;
+    }
     spdlog::error("reload rejected; keeping configuration generation {}", config_generation_);
-    std::vector<std::string> errors;
-    for (const auto& problem : loaded.problems) errors.push_back(problem.ToString());
-    if (errors.empty()) errors.push_back(failure);
-    last_reload_ = {{"time", when}, {"ok", false}, {"errors", errors}};
+    last_reload_ = {{"time", when}, {"ok", false}, {"errors", loaded.errors}};
     Notify("READY=1");
     NotifyStatus();
     return Fail(ErrorCode::kInvalidArgument, "configuration rejected, old one kept:\n" + failure);
@@ -383,7 +315,7 @@ Result<nlohmann::json> Daemon::Reload() {
   // the truth about what is in force.
   config_ = SchemaApplyLiveChanges(config_, loaded.config);
   common::SetLogLevel(config_.daemon.log_level);
-  authorizer_ = Authorizer{::geteuid(), admin_gid, config_.control.admin_group};
+  authorizer_ = Authorizer{::geteuid(), loaded.admin_gid, config_.control.admin_group};
   control_->Reconfigure(ServerOptions(config_), authorizer_);
   ingest_->SetCodeTable(config_.ras.codes);
   policy_.Reconfigure(config_.policy.engine);  // keeps the counters of unchanged rules
@@ -400,6 +332,8 @@ Result<nlohmann::json> Daemon::Reload() {
 }
 
 Result<nlohmann::json> Daemon::StatusReport() {
+  nlohmann::json ras = ingest_->GetStats().ToJson();
+  ras.update(pipeline_->GetStats().ToJson());
   const double uptime = std::chrono::duration<double>(loop_->Now() - started_monotonic_).count();
   nlohmann::json config = {
       {"path",
@@ -430,7 +364,7 @@ Result<nlohmann::json> Daemon::StatusReport() {
         {"rejected_requests", control_->RejectedRequests()},
         {"refused_connections", control_->RefusedConnections()}}},
       {"watchdog_usec", watchdog_usec_},
-      {"ras", IngestStatus(ingest_->GetStats(), pipeline_->GetStats())},
+      {"ras", ras},
       {"actions", actuator_->Counts()},
       {"scheduler", scheduler_ ? nlohmann::json{{"kind", config_.scheduler.kind},
                                                 {"node", scheduler_->Node()},

@@ -380,6 +380,19 @@ void RasIngest::Deliver(std::vector<ras::RasEvent> events) {
   sink_(std::move(events), std::move(cursors));
 }
 
+nlohmann::json RasIngest::Stats::ToJson() const {
+  return {{"kmsg_active", kmsg_active},
+          {"kmsg_records", kmsg_records},
+          {"kmsg_lost", kmsg_lost},
+          {"tracefs_active", tracefs_active},
+          {"tracefs_pages", tracefs_pages},
+          {"tracefs_events", tracefs_events},
+          {"nvml_gpus", nvml_gpus},
+          {"nvml_reports", nvml_reports},
+          {"edac_controllers", edac_controllers},
+          {"pruned", pruned}};
+}
+
 RasIngest::Stats RasIngest::GetStats() const {
   Stats stats = stats_;
   if (nvml_) stats.nvml_reports = nvml_->Reports();

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -70,6 +71,9 @@ class RasIngest {
     std::uint64_t pruned = 0;
     std::uint64_t kmsg_gaps = 0;
     std::uint64_t kmsg_undecoded = 0;
+
+    // Status's "ras" view of these (the pipeline adds its own).
+    nlohmann::json ToJson() const;
   };
   // Decodes kernel-log text (one record or a block, any common form) as
   // the kmsg source would and delivers what it finds: `rasctl inject

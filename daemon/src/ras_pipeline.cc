@@ -268,4 +268,13 @@ void RasPipeline::Log(const std::vector<ras::RasEvent>& events) {
   }
 }
 
+nlohmann::json RasPipeline::Stats::ToJson() const {
+  return {{"events_ingested", events},
+          {"store_failures", store_failures},
+          {"store_ok", store_ok},
+          {"store_backlog_events", backlog_events},
+          {"store_dropped_events", dropped_events},
+          {"coalesced", coalesced}};
+}
+
 }  // namespace rasd::daemon

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -53,6 +54,9 @@ class RasPipeline {
     std::size_t backlog_batches = 0;   // waiting for the store
     std::size_t backlog_events = 0;
     std::uint64_t dropped_events = 0;  // errors lost to the backlog's bound (sum of counts)
+
+    // Status's "ras" view of these (the sources add theirs).
+    nlohmann::json ToJson() const;
   };
   static constexpr std::size_t kMaxBacklogEvents = 65536;
   using Observer = std::function<void(const HandledBatch&)>;

@@ -1,0 +1,39 @@
+#pragma once
+
+#include <sys/types.h>
+
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "actuator.h"
+#include "control_server.h"
+#include "device_lifecycle.h"
+#include "ras_pipeline.h"
+#include "rasd/daemon/config.h"
+#include "rasd/runtime/self_test.h"
+
+namespace rasd::daemon {
+
+// What a Config means for each component: the same mapping at start and
+// at every reload, so that a key applied live is applied the same way.
+ControlServer::Options ServerOptions(const Config& config);
+Actuator::Options ActuatorOptions(const Config& config);
+RasPipeline::Options PipelineOptions(const Config& config);
+DeviceLifecycle::Options LifecycleOptions(const Config& config,
+                                          const runtime::SelfTestOptions& self_test);
+
+// A configuration offered by a reload: read from `path` (none: the
+// defaults), the command line's overrides applied, its admin group
+// resolved. `errors` lists every problem, one line each; a candidate with
+// errors must not be applied.
+struct ReloadCandidate {
+  Config config;
+  std::optional<gid_t> admin_gid;
+  std::vector<std::string> errors;
+};
+ReloadCandidate LoadReloadCandidate(const std::optional<std::filesystem::path>& path,
+                                    const ConfigOverrides& overrides);
+
+}  // namespace rasd::daemon
