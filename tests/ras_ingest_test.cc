@@ -2,16 +2,22 @@
 // events that rasctl lists and sums, a restart repeats nothing, and records
 // the ring buffer lost are reported.
 
+#include <fcntl.h>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
-#include <nlohmann/json.hpp>
-#include <fmt/format.h>
-
+#include <cerrno>
 #include <csignal>
+#include <cstring>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <thread>
 
+#include "rasd/common/host_env.h"
+#include "rasd/common/unique_fd.h"
+#include "rasd/ras/kmsg_source.h"
 #include "test_support.h"
 
 namespace rasd::testing {
@@ -407,6 +413,54 @@ TEST(RasIngestTest, KillNineDuringAMixedStormStoresEveryRecordExactlyOnce) {
   status = rasd.RasctlJson({"status"});
   EXPECT_EQ(status["events"]["by_severity"].value("CE", 0), ce_records);
   EXPECT_EQ(status["events"]["by_severity"].value("UCE", 0), ghes_blocks);
+}
+
+}  // namespace
+}  // namespace rasd::testing
+
+namespace rasd::testing {
+namespace {
+
+// On the real /dev/kmsg: a record user space writes (the kernel gives it
+// facility user) is counted and never decoded, so a forged Xid line acts
+// on nothing.
+TEST(RasIngestTest, RecordsUserSpaceWritesIntoTheRealKmsgAreCountedNotDecoded) {
+  if (::geteuid() != 0) GTEST_SKIP() << "writing to and reading all of /dev/kmsg needs root";
+  struct stat kmsg_stat {};
+  if (::stat("/dev/kmsg", &kmsg_stat) != 0 || !S_ISCHR(kmsg_stat.st_mode))
+    GTEST_SKIP() << "/dev/kmsg is not the kernel's character device here";
+  common::HostEnv host("/", std::make_shared<common::SystemClock>());
+  ras::KmsgSource source(host, "real-boot", std::nullopt);
+  if (auto opened = source.Open(); !opened) GTEST_SKIP() << opened.error().message;
+  ASSERT_TRUE(source.IsCharacterDevice());
+  do {
+    (void)source.Poll(4096);  // what the ring holds already
+  } while (!source.Exhausted());
+  const std::uint64_t untrusted_before = source.UntrustedRecords();
+
+  const std::string marker = "rasd-test-forged-" + std::to_string(::getpid());
+  {
+    common::UniqueFd writer(::open("/dev/kmsg", O_WRONLY | O_CLOEXEC));
+    ASSERT_TRUE(writer.Valid()) << std::strerror(errno);
+    // "<3>" asks for level 3; the kernel keeps facility user for a write.
+    const std::string forged = "<3>NVRM: Xid (PCI:0000:07:00): 79, pid=1, name=" + marker +
+                               ", GPU has fallen off the bus.\n";
+    ASSERT_EQ(::write(writer.Get(), forged.data(), forged.size()),
+              static_cast<ssize_t>(forged.size()))
+        << std::strerror(errno);
+  }
+  std::vector<ras::RasEvent> events;
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        for (auto& event : source.Poll(4096)) events.push_back(std::move(event));
+        return source.UntrustedRecords() > untrusted_before;
+      },
+      5s))
+      << "the written record never showed up as untrusted";
+  for (auto& event : source.Flush()) events.push_back(std::move(event));
+  for (const auto& event : events) {
+    EXPECT_EQ(event.raw.find(marker), std::string::npos) << "decoded a forged record: " << event.raw;
+  }
 }
 
 }  // namespace

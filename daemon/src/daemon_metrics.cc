@@ -53,6 +53,7 @@ void DaemonMetrics::Refresh() {
   std::lock_guard lock(mutex_);
   loop_part_.edac = std::move(edac);
   loop_part_.kmsg_gaps = stats.kmsg_gaps;
+  loop_part_.kmsg_untrusted = stats.kmsg_untrusted;
   loop_part_.source_errors["kmsg"] = stats.kmsg_undecoded;
   const auto& store = pipeline_.GetStats();
   loop_part_.source_errors["store"] = store.store_failures;

@@ -204,6 +204,7 @@ void RasIngest::ReadKmsg() {
   }
   stats_.kmsg_records = kmsg_->RecordsRead();
   stats_.kmsg_lost = kmsg_->LostRecords();
+  stats_.kmsg_untrusted = kmsg_->UntrustedRecords();
   stats_.kmsg_gaps = kmsg_->Gaps();
   stats_.kmsg_undecoded = kmsg_->UndecodedLines();
   if (kmsg_->Exhausted() && kmsg_records_since_trim_ > kKmsgSlice) {
@@ -384,6 +385,7 @@ nlohmann::json RasIngest::Stats::ToJson() const {
   return {{"kmsg_active", kmsg_active},
           {"kmsg_records", kmsg_records},
           {"kmsg_lost", kmsg_lost},
+          {"kmsg_untrusted", kmsg_untrusted},
           {"tracefs_active", tracefs_active},
           {"tracefs_pages", tracefs_pages},
           {"tracefs_events", tracefs_events},

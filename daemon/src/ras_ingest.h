@@ -71,6 +71,7 @@ class RasIngest {
     std::uint64_t pruned = 0;
     std::uint64_t kmsg_gaps = 0;
     std::uint64_t kmsg_undecoded = 0;
+    std::uint64_t kmsg_untrusted = 0;  // user space's records in /dev/kmsg, never acted on
 
     // Status's "ras" view of these (the pipeline adds its own).
     nlohmann::json ToJson() const;

@@ -250,6 +250,15 @@ std::vector<MetricFamily> Families(const MetricsSnapshot& snapshot) {
     family.metric.push_back(Value(MetricType::Counter, static_cast<double>(snapshot.kmsg_gaps)));
     add(std::move(family));
   }
+  {
+    auto family = Family("rasd_kmsg_untrusted_records_total",
+                         "Records user space wrote into /dev/kmsg (facility not kernel): counted, "
+                         "never acted on",
+                         MetricType::Counter);
+    family.metric.push_back(
+        Value(MetricType::Counter, static_cast<double>(snapshot.kmsg_untrusted)));
+    add(std::move(family));
+  }
   for (const auto& [name, help, histogram] :
        {std::tuple{"rasd_fault_to_isolation_seconds",
                    "From a fault reaching rasd to its device's gate closed",

@@ -80,6 +80,7 @@ MetricsSnapshot Busy() {
   snapshot.requests[{"llm", "lost"}] = 0;
   snapshot.source_errors["kmsg"] = 2;
   snapshot.kmsg_gaps = 1;
+  snapshot.kmsg_untrusted = 3;
   snapshot.fault_to_isolation.Observe(0.00002);
   snapshot.fault_to_isolation.Observe(0.3);
   snapshot.edac = Edac("node_exporter-fixture");
@@ -100,6 +101,7 @@ TEST(MetricsTest, DevicesJobsAndHistogramsAreRendered) {
            R"(rasd_requests_total{job="llm",outcome="served"} 1000)",
            R"(rasd_source_errors_total{source="kmsg"} 2)",
            R"(rasd_kmsg_gaps_total 1)",
+           R"(rasd_kmsg_untrusted_records_total 3)",
            R"(rasd_fault_to_isolation_seconds_count 2)",
            R"(rasd_fault_to_isolation_seconds_bucket{le="0.0001"} 1)",
            R"(rasd_fault_to_isolation_seconds_bucket{le="+Inf"} 2)",

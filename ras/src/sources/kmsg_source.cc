@@ -104,6 +104,10 @@ void KmsgSource::Accept(std::string_view record) {
   }
   last_sequence_ = decoded->sequence;
   resume_after_.reset();
+  if (character_device_ && (decoded->priority >> 3) != 0) {  // not the kernel's
+    ++untrusted_records_;
+    return;
+  }
   // Positions are sequence + 1: the scanner reserves 0 for "none", and the
   // kernel's first record is sequence 0.
   scanner_.AddLine(decoded->text, decoded->usec, decoded->sequence + 1);

@@ -59,6 +59,7 @@ struct MetricsSnapshot {
   ras::EdacSnapshot edac;
   std::map<std::string, std::uint64_t> source_errors;  // undecodable input, by source
   std::uint64_t kmsg_gaps = 0;
+  std::uint64_t kmsg_untrusted = 0;
   // The state store: whether its last write succeeded, and what waits for it.
   bool store_ok = true;
   std::uint64_t store_backlog_events = 0;

@@ -42,6 +42,14 @@ std::optional<KmsgRecord> DecodeKmsgRecord(std::string_view record);
 // overwrote before rasd read them are reported as one INFO event naming the
 // gap. A source only decodes; it never acts.
 //
+// Trust: from the character device, only the kernel's own records
+// (facility 0) are decoded. What user space writes into /dev/kmsg (root's
+// echo, a unit with StandardOutput=kmsg, journald's ForwardToKMsg, a
+// privileged container) the kernel marks with facility user (1) or the one
+// the writer names, never 0: such a record could forge an Xid line and
+// isolate a device, so it is counted (UntrustedRecords) and never acted on. A plain file (a replay) carries
+// no such mark that means anything and is decoded whole.
+//
 // Not thread-safe: the daemon's loop owns it.
 class KmsgSource {
  public:
@@ -72,6 +80,8 @@ class KmsgSource {
   std::uint64_t Gaps() const { return gaps_; }
   std::uint64_t UndecodedLines() const { return scanner_.UndecodedLines(); }
   std::uint64_t RecordsRead() const { return records_read_; }
+  // Records from the character device that user space wrote (facility not 0).
+  std::uint64_t UntrustedRecords() const { return untrusted_records_; }
 
  private:
   void Accept(std::string_view record);
@@ -93,6 +103,7 @@ class KmsgSource {
   std::optional<std::uint64_t> last_sequence_;
   std::uint64_t lost_records_ = 0;
   std::uint64_t records_read_ = 0;
+  std::uint64_t untrusted_records_ = 0;
   std::uint64_t gaps_ = 0;
   std::vector<RasEvent> gap_events_;
 };
