@@ -52,7 +52,7 @@ jobs:
       10s))
       << rasd.Stderr();
   rasd.AppendKmsg(
-      "4,1,1000,-;NVRM: Xid (PCI:0000:c3:00): 79, pid=1, GPU has fallen off the bus.\n");
+      "4,1,1000,-;NVRM: Xid (PCI:ffff:c3:00): 79, pid=1, GPU has fallen off the bus.\n");
   ASSERT_TRUE(WaitUntil(
       [&] {
         auto allreduce = JobNamed(rasd, "allreduce");

@@ -34,7 +34,7 @@ class NvmlTest : public ::testing::Test {
     std::string why;
     const bool started =
         rasd_.Start({},
-                    {{"RASD_FAKE_NVML_GPUS", "0000:c1:00.0,0000:c2:00.0,0000:c3:00.0,0000:c4:00.0"},
+                    {{"RASD_FAKE_NVML_GPUS", "ffff:c1:00.0,ffff:c2:00.0,ffff:c3:00.0,ffff:c4:00.0"},
                      {"RASD_FAKE_NVML_SCRIPT", script_.string()}},
                     &why);
     EXPECT_TRUE(started) << why;
@@ -49,7 +49,7 @@ TEST_F(NvmlTest, AnXidFromNvmlIsolatesTheDeviceAtThatPciAddress) {
   ASSERT_TRUE(Start());
   const auto status = rasd_.RasctlJson({"status"});
   EXPECT_EQ(status["ras"]["nvml_gpus"], 4) << status.dump(2);
-  EXPECT_NE(rasd_.Stderr().find("NVML: GPU 2 Fake NVIDIA GPU at 0000:c3:00.0"), std::string::npos)
+  EXPECT_NE(rasd_.Stderr().find("NVML: GPU 2 Fake NVIDIA GPU at ffff:c3:00.0"), std::string::npos)
       << rasd_.Stderr();
 
   Script("xid 2 79");

@@ -41,7 +41,7 @@ TEST(PolicyActionsTest, AnXidFatalIsolatesItsDeviceAndTheStateSurvivesRestartAnd
   ASSERT_TRUE(Start(rasd));
   EXPECT_EQ(StateOf(rasd, 1), "healthy");
   rasd.AppendKmsg(
-      "4,501,9000000,-;NVRM: Xid (PCI:0000:c2:00): 79, pid=4242, GPU has fallen off the bus.\n");
+      "4,501,9000000,-;NVRM: Xid (PCI:ffff:c2:00): 79, pid=4242, GPU has fallen off the bus.\n");
   ASSERT_TRUE(WaitUntil([&] { return StateOf(rasd, 1) == "isolated"; }, 5s)) << rasd.Stderr();
   EXPECT_EQ(StateOf(rasd, 0), "healthy") << "only the device the record names";
   auto device = Devices(rasd)["devices"][1];
@@ -146,11 +146,11 @@ TEST(PolicyActionsTest, AFatalHostErrorAsksForANodeDrainAndHooksRunWithoutAShell
       slow.string() + "]\n");
   ASSERT_TRUE(Start(rasd));
   rasd.AppendKmsg(
-      "4,1,1000,-;NVRM: Xid (PCI:0000:c1:00): 48, pid=1, An uncorrectable double bit error "
+      "4,1,1000,-;NVRM: Xid (PCI:ffff:c1:00): 48, pid=1, An uncorrectable double bit error "
       "$(touch " +
       pwned.string() + ") `touch " + pwned.string() +
       "`\n"
-      "4,2,2000,-;NVRM: Xid (PCI:0000:c4:00): 31, pid=2, MMU Fault: ENGINE GRAPHICS\n"
+      "4,2,2000,-;NVRM: Xid (PCI:ffff:c4:00): 31, pid=2, MMU Fault: ENGINE GRAPHICS\n"
       "0,3,3000,-;{1}[Hardware Error]: Hardware error from APEI Generic Hardware Error Source: 0\n"
       "0,4,3001,-;{1}[Hardware Error]: event severity: fatal\n");
   ASSERT_TRUE(WaitUntil([&] { return ReadText(seen).find('|') != std::string::npos; }, 5s))
@@ -230,7 +230,7 @@ TEST(PolicyActionsTest, AutoRecoveryResetsAndTestsADeviceOnceThenLeavesItToAnOpe
       "3600\n");
   ASSERT_TRUE(Start(rasd));
   rasd.AppendKmsg(
-      "4,1,1000,-;NVRM: Xid (PCI:0000:c2:00): 79, pid=1, GPU has fallen off the bus.\n");
+      "4,1,1000,-;NVRM: Xid (PCI:ffff:c2:00): 79, pid=1, GPU has fallen off the bus.\n");
   ASSERT_TRUE(WaitUntil([&] { return StateOf(rasd, 1) == "isolated"; }, 5s)) << rasd.Stderr();
   ASSERT_TRUE(WaitUntil([&] { return StateOf(rasd, 1) == "healthy"; }, 10s)) << rasd.Stderr();
   auto device = Devices(rasd)["devices"][1];
@@ -239,7 +239,7 @@ TEST(PolicyActionsTest, AutoRecoveryResetsAndTestsADeviceOnceThenLeavesItToAnOpe
   EXPECT_EQ(device["recent_actions"][0]["rule"], "auto-recover");
 
   rasd.AppendKmsg(
-      "4,2,2000,-;NVRM: Xid (PCI:0000:c2:00): 79, pid=1, GPU has fallen off the bus.\n");
+      "4,2,2000,-;NVRM: Xid (PCI:ffff:c2:00): 79, pid=1, GPU has fallen off the bus.\n");
   ASSERT_TRUE(WaitUntil([&] { return StateOf(rasd, 1) == "isolated"; }, 5s));
   ASSERT_TRUE(WaitUntil(
       [&] {
@@ -251,5 +251,19 @@ TEST(PolicyActionsTest, AutoRecoveryResetsAndTestsADeviceOnceThenLeavesItToAnOpe
   EXPECT_EQ(StateOf(rasd, 1), "isolated") << "no second automatic recovery within the window";
 }
 
+
+TEST(PolicyActionsTest, ARealGpusXidNeverLandsOnASimulatedDevice) {
+  RasdInstance rasd;
+  ASSERT_TRUE(Start(rasd));
+  // A real GPU at the bus numbers the simulated devices use, in domain 0000.
+  rasd.AppendKmsg(
+      "4,1,1000,-;NVRM: Xid (PCI:0000:c2:00): 79, pid=1, GPU has fallen off the bus.\n");
+  ASSERT_TRUE(WaitUntil([&] { return rasd.RasctlJson({"events"})["events"].size() == 1; }, 5s))
+      << rasd.Stderr();
+  const auto event = rasd.RasctlJson({"events"})["events"][0];
+  EXPECT_EQ(event["pci_bdf"], "0000:c2:00");
+  EXPECT_TRUE(event["device"].is_null()) << event.dump();
+  for (int device = 0; device < 4; ++device) EXPECT_EQ(StateOf(rasd, device), "healthy") << device;
+}
 }  // namespace
 }  // namespace rasd::testing

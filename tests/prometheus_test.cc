@@ -88,7 +88,7 @@ TEST(PrometheusTest, ARealPrometheusSeesAnIsolationRasdActedOn) {
   EXPECT_EQ(Query(prometheus_port, R"(rasd_device_health{device="1",state="healthy"})"), 1.0);
 
   rasd.AppendKmsg(
-      "4,1,1000,-;NVRM: Xid (PCI:0000:c2:00): 79, pid=1, GPU has fallen off the bus.\n");
+      "4,1,1000,-;NVRM: Xid (PCI:ffff:c2:00): 79, pid=1, GPU has fallen off the bus.\n");
   EXPECT_TRUE(WaitUntil(
       [&] {
         return Query(prometheus_port, R"(rasd_device_health{device="1",state="isolated"})") == 1.0;

@@ -290,8 +290,11 @@ class SimDriverImpl final : public SimDriver {
           fmt::format("SIM-{:08x}-0000-0000-0000-{:012x}",
                       0x5a5d0000u + static_cast<unsigned>(index), static_cast<unsigned>(index));
       // A PCI address of its own, so that kernel-log records (Xid, AER) in
-      // tests and demos can name a simulated device the way they name a GPU.
-      device->properties.pci_bdf = fmt::format("0000:{:02x}:00.0", 0xc1 + index);
+      // tests and demos can name a simulated device the way they name a GPU;
+      // in PCI domain ffff, which no real device uses (domains are numbered
+      // from 0; VMD's start at 10000), so that a real GPU's record never
+      // lands on a simulated device.
+      device->properties.pci_bdf = fmt::format("ffff:{:02x}:00.0", 0xc1 + index);
       device->properties.memory_bytes = options.memory_bytes_per_device;
       device->properties.retire_granularity = kPageSize;
       device->next_address = static_cast<DeviceAddress>(index + 1) << kAddressShift;
