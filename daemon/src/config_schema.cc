@@ -339,7 +339,9 @@ void AddRasKeys(std::vector<ConfigKey>& keys) {
                                        ? std::string()
                                        : std::string("must be 1 to 64 letters, digits, '-' or '_'");
                           }),
-                     "the instance's name under `<host.root>/sys/kernel/tracing/instances`"));
+                     "the instance's name under `<host.root>/sys/kernel/tracing/instances`; "
+                     "one rasd owns it (a lock on it): a second rasd on the same name goes "
+                     "without tracepoints and says so, leaving the owner's instance alone"));
   keys.push_back(Row("ras.edac_poll_ms", kRestart, RASD_CONFIG_FIELD(ras.edac_poll), EdacPoll(),
                      "how often the EDAC sysfs counters are read (csrow, dimm, rank layouts); "
                      "every increase is an event; 0: off. Without any EDAC controller rasd looks "

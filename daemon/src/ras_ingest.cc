@@ -234,8 +234,11 @@ void RasIngest::StartTracefs() {
       ras::TracefsSource::Open(host_, options_.tracefs_instance, ras::TracefsSource::RasEvents());
   if (!opened) {
     // No tracefs, no RAS events in this kernel, or no privilege: the kernel
-    // log still carries the same errors, in text.
-    spdlog::info("tracefs source disabled: {}", opened.error().message);
+    // log still carries the same errors, in text. Another rasd owning the
+    // instance is an operator's mistake worth a warning.
+    const auto level = opened.error().code == ErrorCode::kUnavailable ? spdlog::level::warn
+                                                                      : spdlog::level::info;
+    spdlog::log(level, "tracefs source disabled: {}", opened.error().message);
     return;
   }
   tracefs_ = std::move(*opened);

@@ -106,6 +106,28 @@ TEST_F(TracefsFixtureTest, EnablesTheEventsThisKernelHasAndDecodesEachCpusPages)
       << "the events are switched off again on exit";
 }
 
+TEST_F(TracefsFixtureTest, ASecondOwnerIsRefusedAndLeavesTheFirstOnesInstanceAlone) {
+  const fs::path instance = MakeInstance("rasd", {Page({McEvent(2206, 0, 2, 3, 0x4000, "DIMM_A1")})});
+  auto host = Host();
+  auto first = TracefsSource::Open(host, "rasd", TracefsSource::RasEvents());
+  ASSERT_TRUE(first.has_value()) << first.error().ToString();
+
+  auto second = TracefsSource::Open(host, "rasd", TracefsSource::RasEvents());
+  ASSERT_FALSE(second.has_value());
+  EXPECT_EQ(second.error().code, ErrorCode::kUnavailable);
+  EXPECT_NE(second.error().message.find("in use by another rasd"), std::string::npos)
+      << second.error().message;
+  EXPECT_TRUE(fs::exists(instance)) << "the refused one removed nothing";
+  EXPECT_EQ(ReadText(instance / "events/ras/mc_event/enable"), "1")
+      << "and switched nothing off";
+  EXPECT_EQ((*first)->ReadEvents(0).size(), 1u) << "the owner reads on";
+
+  first->reset();  // (the fixture's files keep its directory from being removed)
+  auto after = TracefsSource::Open(host, "rasd", TracefsSource::RasEvents());
+  EXPECT_TRUE(after.has_value()) << "the lock went with its owner: "
+                                 << (after ? "" : after.error().ToString());
+}
+
 TEST_F(TracefsFixtureTest, MissingTracefsOrEventsAreClearErrors) {
   auto host = Host();
   fs::remove_all(tracing_);

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -71,8 +72,27 @@ Result<std::unique_ptr<TracefsSource>> TracefsSource::Open(const common::HostEnv
         fmt::format("create tracing instance {}: {}", source->instance_dir_.string(),
                     std::strerror(error)));
   }
-  // A left-over from a crashed run is reused, and removed on exit too: the
-  // name is rasd's.
+  // One owner per instance: a second rasd (a debugging run beside the
+  // service) would split the ring buffer and, on exit, switch the service's
+  // events off. The lock is an flock on the instance directory itself, so it
+  // holds whatever socket or runtime directory each rasd uses, and a crashed
+  // owner's lock goes with its process.
+  source->owner_lock_.Reset(
+      ::open(source->instance_dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!source->owner_lock_) {
+    return Fail(ErrnoError("open tracing instance " + source->instance_dir_.string(), errno));
+  }
+  if (::flock(source->owner_lock_.Get(), LOCK_EX | LOCK_NB) != 0) {
+    if (errno == EWOULDBLOCK) {
+      return Fail(ErrorCode::kUnavailable,
+                  fmt::format("tracing instance {} is in use by another rasd; a second one needs "
+                              "an instance of its own (ras.tracefs_instance)",
+                              source->instance_dir_.string()));
+    }
+    return Fail(ErrnoError("lock tracing instance " + source->instance_dir_.string(), errno));
+  }
+  // A left-over from a crashed run (no owner now) is reused, and removed on
+  // exit too: the name is rasd's.
   source->created_ = true;
 
   std::size_t page_size = 4096;
@@ -141,6 +161,7 @@ void TracefsSource::Close() {
   pipes_.clear();
   if (created_) (void)::rmdir(instance_dir_.c_str());
   created_ = false;
+  owner_lock_.Reset();  // only now: nobody else may take it before the rmdir
 }
 
 std::size_t TracefsSource::ReadPages(

@@ -35,7 +35,9 @@ class TracefsSource {
 
   // Finds tracefs (/sys/kernel/tracing, else /sys/kernel/debug/tracing),
   // creates the instance and enables `events`. kNotFound without tracefs
-  // or without any of the events; kPermissionDenied when not allowed.
+  // or without any of the events; kPermissionDenied when not allowed;
+  // kUnavailable when another process (a second rasd) owns the instance: it
+  // is left exactly as it is.
   static Result<std::unique_ptr<TracefsSource>> Open(const common::HostEnv& host,
                                                      const std::string& instance_name,
                                                      const std::vector<std::string>& events);
@@ -70,6 +72,7 @@ class TracefsSource {
   void Close();
 
   std::filesystem::path instance_dir_;
+  common::UniqueFd owner_lock_;                 // flock'd instance directory
   bool created_ = false;                        // by us: removed on exit
   std::vector<std::filesystem::path> enabled_;  // enable files written with "1"
   std::unique_ptr<TraceEventDecoder> decoder_;
