@@ -85,6 +85,18 @@ TEST(RasIngestTest, KernelLogRecordsBecomeStoredEvents) {
   EXPECT_EQ(status["events"]["by_severity"]["FATAL"], 1);
   EXPECT_EQ(status["events"]["total"], 3);
   EXPECT_EQ(status["ras"]["kmsg_records"], 6);
+  // Every source says what it is doing, and why not where it is not.
+  const auto& sources = status["ras"]["sources"];
+  EXPECT_EQ(sources["kmsg"]["state"], "active") << sources.dump();
+  EXPECT_NE(sources["kmsg"]["reason"].get<std::string>().find("a file, followed"),
+            std::string::npos);
+  EXPECT_EQ(sources["tracefs"]["state"], "absent") << "the fixture host has no tracefs";
+  EXPECT_NE(sources["tracefs"]["reason"].get<std::string>().find("no tracefs"), std::string::npos);
+  EXPECT_EQ(sources["edac"]["state"], "absent");
+  EXPECT_NE(sources["edac"]["reason"].get<std::string>().find("looked for again every 60 s"),
+            std::string::npos)
+      << sources["edac"].dump();
+  EXPECT_NE(rasd.Rasctl({"status"}).out.find("  tracefs   absent"), std::string::npos);
   EXPECT_NE(rasd.Stderr().find("RAS event: FATAL nvidia_xid"), std::string::npos) << rasd.Stderr();
 }
 

@@ -90,6 +90,14 @@ std::string FormatStatus(const json& status) {
                     Field(status, (std::string("/events/by_severity/") + severity).c_str()));
   }
   out += fmt::format("{:<12}{} total: {}\n", "events", Field(status, "/events/total"), severities);
+  const json::json_pointer sources("/ras/sources");
+  if (status.contains(sources) && status.at(sources).is_object()) {
+    out += "sources\n";
+    for (const auto& [name, source] : status.at(sources).items()) {
+      out += fmt::format("  {:<10}{:<14}{}\n", name, Field(source, "/state"),
+                         Field(source, "/reason"));
+    }
+  }
   return out;
 }
 

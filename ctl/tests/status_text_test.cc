@@ -29,7 +29,9 @@ TEST(StatusTextTest, RendersTheStatusFields) {
                           "pool": {"reserved_bytes": 67108864, "allocated_bytes": 4096, "retired_pages": 2}}]},
     "jobs": {"count": 0},
     "events": {"total": 5, "by_severity": {"FATAL": 1, "UCE": 0, "SRAR": 0, "SRAO": 0,
-                                             "UCNA": 0, "CE": 4, "INFO": 0}}
+                                             "UCNA": 0, "CE": 4, "INFO": 0}},
+    "ras": {"sources": {"kmsg": {"state": "active", "reason": "the kernel's records from /dev/kmsg"},
+                        "tracefs": {"state": "no_permission", "reason": "create tracing instance: EPERM"}}}
   })");
   const std::string text = FormatStatus(status);
   EXPECT_NE(text.find("rasd 0.1.0 (pid 42), up 1m 15s\n"), std::string::npos) << text;
@@ -43,6 +45,10 @@ TEST(StatusTextTest, RendersTheStatusFields) {
   EXPECT_NE(text.find("4 sim: 3 healthy, 0 degraded, 0 draining, 1 isolated"), std::string::npos)
       << text;
   EXPECT_NE(text.find("5 total: FATAL 1, UCE 0, SRAR 0, SRAO 0, UCNA 0, CE 4, INFO 0"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("sources\n  kmsg      active        the kernel's records from /dev/kmsg\n"
+                      "  tracefs   no_permission create tracing instance: EPERM\n"),
             std::string::npos)
       << text;
 }

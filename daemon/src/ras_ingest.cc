@@ -20,6 +20,20 @@
 namespace rasd::daemon {
 namespace {
 
+// A source that could not start, as status shows it.
+RasIngest::Stats::SourceState SourceFailure(const Error& error) {
+  switch (error.code) {
+    case ErrorCode::kNotFound:
+      return {"absent", error.message};
+    case ErrorCode::kPermissionDenied:
+      return {"no_permission", error.message};
+    case ErrorCode::kUnavailable:
+      return {"in_use", error.message};
+    default:
+      return {"failed", error.message};
+  }
+}
+
 constexpr auto kPrunePeriod = std::chrono::hours(1);
 // Without EDAC controllers, how often to look whether a driver brought some.
 constexpr auto kEdacRescan = std::chrono::minutes(1);
@@ -85,6 +99,10 @@ Status RasIngest::Start() {
     prune_timer_->ArmAfter(kPrunePeriod);
   });
   prune_timer_->ArmAfter(kPrunePeriod);
+  stats_.sources["kmsg"] = {"disabled", "ras.kmsg is off"};
+  stats_.sources["tracefs"] = {"disabled", "ras.tracefs is off"};
+  stats_.sources["edac"] = {"disabled", "ras.edac_poll_ms is 0"};
+  stats_.sources["nvml"] = {"disabled", "ras.nvml is off"};
   if (options_.kmsg) StartKmsg();
   if (options_.tracefs) StartTracefs();
   ReadPstoreOncePerBoot();
@@ -95,11 +113,12 @@ Status RasIngest::Start() {
     edac_timer_ = loop_.CreateTimer([this] { PollEdac(); });
     // EDAC has no notification: poll controllers that exist; without any,
     // look now and then whether a driver has brought some.
-    edac_timer_->ArmAfter(stats_.edac_controllers > 0
-                              ? options_.edac_poll
-                              : std::max<std::chrono::nanoseconds>(options_.edac_poll, kEdacRescan));
-    spdlog::info("EDAC sysfs: {} memory controller(s), polled every {} ms",
-                 stats_.edac_controllers, options_.edac_poll.count());
+    edac_timer_->ArmAfter(stats_.edac_controllers > 0 ? options_.edac_poll
+                                                      : std::max<std::chrono::nanoseconds>(
+                                                            options_.edac_poll, kEdacRescan));
+    spdlog::info("EDAC sysfs: {} memory controller(s), polled every {} ms", stats_.edac_controllers,
+                 options_.edac_poll.count());
+    NoteEdacState();
   }
   return {};
 }
@@ -121,8 +140,10 @@ void RasIngest::StartNvml() {
   if (!monitor) {
     // Most hosts have no NVIDIA GPU: one line, then the other sources.
     spdlog::info("NVML: not used ({})", monitor.error().message);
+    stats_.sources["nvml"] = SourceFailure(monitor.error());
     return;
   }
+  stats_.sources["nvml"] = {"active", fmt::format("{} GPU(s)", monitor.value()->Gpus().size())};
   nvml_ = std::move(*monitor);
   stats_.nvml_gpus = nvml_->Gpus().size();
   for (const auto& gpu : nvml_->Gpus()) {
@@ -141,6 +162,7 @@ void RasIngest::StartKmsg() {
       std::make_unique<ras::KmsgSource>(host_, boot_id_, cursor ? *cursor : std::nullopt, codes_);
   if (auto opened = kmsg_->Open(); !opened) {
     spdlog::warn("kmsg source disabled: {}", opened.error().message);
+    stats_.sources["kmsg"] = SourceFailure(opened.error());
     kmsg_.reset();
     return;
   }
@@ -150,6 +172,7 @@ void RasIngest::StartKmsg() {
     auto watch = loop_.WatchFd(kmsg_->Fd(), EPOLLIN, [this](std::uint32_t) { ReadKmsg(); });
     if (!watch) {
       spdlog::warn("kmsg source disabled: cannot poll it: {}", watch.error().message);
+      stats_.sources["kmsg"] = {"failed", "cannot poll it: " + watch.error().message};
       kmsg_.reset();
       return;
     }
@@ -159,6 +182,10 @@ void RasIngest::StartKmsg() {
   }
   kmsg_quiet_timer_ = loop_.CreateTimer([this] { OnKmsgQuiet(); });
   stats_.kmsg_active = true;
+  stats_.sources["kmsg"] = {
+      "active", kmsg_->IsCharacterDevice()
+                    ? "the kernel's records from " + host_.Resolve("/dev/kmsg").string()
+                    : "a file, followed as it grows: " + host_.Resolve("/dev/kmsg").string()};
   spdlog::info("kmsg source: reading {}{}", host_.Resolve("/dev/kmsg").string(),
                kmsg_->IsCharacterDevice() ? "" : " (a file: followed as it grows)");
   ReadKmsg();
@@ -169,8 +196,8 @@ void RasIngest::FollowKmsgFile() {
   kmsg_inotify_.Reset(::inotify_init1(IN_NONBLOCK | IN_CLOEXEC));
   if (kmsg_inotify_ &&
       ::inotify_add_watch(kmsg_inotify_.Get(), path.c_str(), IN_MODIFY | IN_CLOSE_WRITE) >= 0) {
-    auto watch = loop_.WatchFd(kmsg_inotify_.Get(), EPOLLIN,
-                               [this](std::uint32_t) { OnKmsgFileChanged(); });
+    auto watch =
+        loop_.WatchFd(kmsg_inotify_.Get(), EPOLLIN, [this](std::uint32_t) { OnKmsgFileChanged(); });
     if (watch) {
       kmsg_inotify_watch_ = std::move(*watch);
       return;
@@ -236,9 +263,10 @@ void RasIngest::StartTracefs() {
     // No tracefs, no RAS events in this kernel, or no privilege: the kernel
     // log still carries the same errors, in text. Another rasd owning the
     // instance is an operator's mistake worth a warning.
-    const auto level = opened.error().code == ErrorCode::kUnavailable ? spdlog::level::warn
-                                                                      : spdlog::level::info;
+    const auto level =
+        opened.error().code == ErrorCode::kUnavailable ? spdlog::level::warn : spdlog::level::info;
     spdlog::log(level, "tracefs source disabled: {}", opened.error().message);
+    stats_.sources["tracefs"] = SourceFailure(opened.error());
     return;
   }
   tracefs_ = std::move(*opened);
@@ -247,6 +275,8 @@ void RasIngest::StartTracefs() {
                                [this, index](std::uint32_t) { ReadTracefs(index); });
     if (!watch) {
       spdlog::warn("tracefs source disabled: cannot poll cpu{}: {}", index, watch.error().message);
+      stats_.sources["tracefs"] = {
+          "failed", fmt::format("cannot poll cpu{}: {}", index, watch.error().message)};
       tracefs_watches_.clear();
       tracefs_.reset();
       return;
@@ -258,6 +288,7 @@ void RasIngest::StartTracefs() {
   spdlog::info("tracefs source: {} ({} CPUs): {}", tracefs_->InstanceDir().string(),
                tracefs_->CpuCount(), events);
   stats_.tracefs_active = true;
+  stats_.sources["tracefs"] = {"active", tracefs_->InstanceDir().string() + ": " + events};
 }
 
 void RasIngest::ReadTracefs(std::size_t cpu) {
@@ -282,8 +313,7 @@ void RasIngest::ReadPstoreOncePerBoot() {
 }
 
 void RasIngest::Prune() {
-  const auto cutoff =
-      host_.GetClock().Wall() - std::chrono::hours(24) * options_.retention_days;
+  const auto cutoff = host_.GetClock().Wall() - std::chrono::hours(24) * options_.retention_days;
   auto removed = store_.Prune(cutoff, options_.max_events);
   if (!removed) {
     spdlog::warn("event retention: {}", removed.error().message);
@@ -293,9 +323,25 @@ void RasIngest::Prune() {
   if (*removed > 0) spdlog::info("event retention: deleted {} old event(s)", *removed);
 }
 
+void RasIngest::NoteEdacState() {
+  stats_.sources["edac"] =
+      stats_.edac_controllers > 0
+          ? Stats::SourceState{"active", fmt::format("{} memory controller(s) polled",
+                                                     stats_.edac_controllers)}
+          : Stats::SourceState{
+                "absent",
+                fmt::format("no memory controller under {}; looked for again "
+                            "every {} s",
+                            host_.Resolve("/sys/devices/system/edac/mc").string(),
+                            std::chrono::duration_cast<std::chrono::seconds>(
+                                std::max<std::chrono::nanoseconds>(options_.edac_poll, kEdacRescan))
+                                .count())};
+}
+
 void RasIngest::PollEdac() {
   Deliver(edac_->Poll());
   stats_.edac_controllers = edac_->Last().controllers.size();
+  NoteEdacState();
   edac_timer_->ArmAfter(stats_.edac_controllers > 0
                             ? options_.edac_poll
                             : std::max<std::chrono::nanoseconds>(options_.edac_poll, kEdacRescan));
@@ -385,17 +431,22 @@ void RasIngest::Deliver(std::vector<ras::RasEvent> events) {
 }
 
 nlohmann::json RasIngest::Stats::ToJson() const {
-  return {{"kmsg_active", kmsg_active},
-          {"kmsg_records", kmsg_records},
-          {"kmsg_lost", kmsg_lost},
-          {"kmsg_untrusted", kmsg_untrusted},
-          {"tracefs_active", tracefs_active},
-          {"tracefs_pages", tracefs_pages},
-          {"tracefs_events", tracefs_events},
-          {"nvml_gpus", nvml_gpus},
-          {"nvml_reports", nvml_reports},
-          {"edac_controllers", edac_controllers},
-          {"pruned", pruned}};
+  nlohmann::json source_states = nlohmann::json::object();
+  for (const auto& [name, source] : sources)
+    source_states[name] = {{"state", source.state}, {"reason", source.reason}};
+  nlohmann::json json = {{"kmsg_active", kmsg_active},
+                         {"kmsg_records", kmsg_records},
+                         {"kmsg_lost", kmsg_lost},
+                         {"kmsg_untrusted", kmsg_untrusted},
+                         {"tracefs_active", tracefs_active},
+                         {"tracefs_pages", tracefs_pages},
+                         {"tracefs_events", tracefs_events},
+                         {"nvml_gpus", nvml_gpus},
+                         {"nvml_reports", nvml_reports},
+                         {"edac_controllers", edac_controllers},
+                         {"pruned", pruned}};
+  json["sources"] = std::move(source_states);
+  return json;
 }
 
 RasIngest::Stats RasIngest::GetStats() const {

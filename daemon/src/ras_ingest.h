@@ -1,5 +1,6 @@
 #pragma once
 
+#include <map>
 #include <nlohmann/json.hpp>
 #include <cstdint>
 #include <deque>
@@ -72,6 +73,13 @@ class RasIngest {
     std::uint64_t kmsg_gaps = 0;
     std::uint64_t kmsg_undecoded = 0;
     std::uint64_t kmsg_untrusted = 0;  // user space's records in /dev/kmsg, never acted on
+    // Each source's state (active | absent | no_permission | in_use |
+    // disabled | failed) and why, by source name.
+    struct SourceState {
+      std::string state;
+      std::string reason;
+    };
+    std::map<std::string, SourceState> sources;
 
     // Status's "ras" view of these (the pipeline adds its own).
     nlohmann::json ToJson() const;
@@ -94,6 +102,8 @@ class RasIngest {
  private:
   RasIngest(common::EventLoop& loop, const common::HostEnv& host, ras::StateStore& store,
             runtime::Runtime& runtime, const Config::Ras& options, EventSink sink);
+  // stats_.sources["edac"] after a poll: controllers found, or none yet.
+  void NoteEdacState();
   Status Start();
   void StartKmsg();
   // Follows a kmsg that epoll cannot watch (a regular file) with inotify,
