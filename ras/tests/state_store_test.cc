@@ -11,6 +11,7 @@
 #include <map>
 #include <random>
 #include <tuple>
+#include <vector>
 
 namespace rasd::ras {
 namespace {
@@ -732,8 +733,8 @@ TEST_F(StateStoreTest, AVersionThreeDatabaseGainsActionCounts) {
   )sql");
   auto store = StateStore::Open(dir_ / "state");
   ASSERT_TRUE(store.has_value()) << store.error().ToString();
-  EXPECT_EQ((*store)->SchemaVersion(), 4);
-  EXPECT_EQ(StateStore::LatestSchemaVersion(), 4);
+  EXPECT_EQ((*store)->SchemaVersion(), 5);
+  EXPECT_EQ(StateStore::LatestSchemaVersion(), 5);
   auto actions = (*store)->QueryActions(std::nullopt, 10);
   ASSERT_TRUE(actions.has_value()) << actions.error().ToString();
   ASSERT_EQ(actions->size(), 1u);
@@ -854,6 +855,128 @@ TEST_F(StateStoreTest, AnEmptyOrScribbledDatabaseIsDamagedAndCanBeSetAside) {
   ASSERT_FALSE(empty.has_value());
   EXPECT_EQ(empty.error().code, ErrorCode::kCorruptData);
   EXPECT_NE(empty.error().message.find("empty (0 bytes)"), std::string::npos);
+}
+
+// A copy of the state directory's files taken while `store` has them open:
+// what a kill -9 (or a power cut after the page cache was written) leaves.
+void CopyCrashImage(const std::filesystem::path& from, const std::filesystem::path& to) {
+  std::filesystem::create_directories(to);
+  for (const char* name : {"rasd.db", "rasd.db-wal"}) {
+    if (std::filesystem::exists(from / name)) std::filesystem::copy_file(from / name, to / name);
+  }
+}
+
+std::vector<std::string> FileNames(const std::filesystem::path& dir) {
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(dir))
+    names.push_back(entry.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+TEST_F(StateStoreTest, ACleanCloseLeavesNoLogAndReopensWithoutComplaint) {
+  {
+    auto store = StateStore::Open(dir_ / "state");
+    ASSERT_TRUE(store.has_value()) << store.error().message;
+    ASSERT_TRUE((*store)->SaveDeviceState({"GPU-1", "Isolated", "bad", {}}).has_value());
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "state/rasd.db-wal"));
+  EXPECT_EQ(QueryRaw("SELECT running FROM in_use;"), 0);
+  auto store = StateStore::Open(dir_ / "state");
+  ASSERT_TRUE(store.has_value()) << store.error().message;
+  EXPECT_EQ((*store)->LoadDeviceStates()->size(), 1u);
+}
+
+TEST_F(StateStoreTest, AnUncleanStopWithItsLogIntactRecoversEveryCommit) {
+  auto store = StateStore::Open(dir_ / "state");
+  ASSERT_TRUE(store.has_value()) << store.error().message;
+  ASSERT_TRUE((*store)->SaveDeviceState({"GPU-1", "Isolated", "bad", {}}).has_value());
+  CopyCrashImage(dir_ / "state", dir_ / "crash");
+  auto recovered = StateStore::Open(dir_ / "crash");
+  ASSERT_TRUE(recovered.has_value()) << recovered.error().message;
+  auto states = (*recovered)->LoadDeviceStates();
+  ASSERT_EQ(states->size(), 1u);
+  EXPECT_EQ(states->front().state, "Isolated");
+}
+
+TEST_F(StateStoreTest, ALogDeletedOrEmptiedAfterAnUncleanStopIsDamage) {
+  auto store = StateStore::Open(dir_ / "state");
+  ASSERT_TRUE(store.has_value()) << store.error().message;
+  // Committed to the log, not yet checkpointed: only the log holds it.
+  ASSERT_TRUE((*store)->SaveDeviceState({"GPU-1", "Isolated", "bad", {}}).has_value());
+  ASSERT_GT((*store)->WalPages(), 0u);
+
+  CopyCrashImage(dir_ / "state", dir_ / "deleted");
+  std::filesystem::remove(dir_ / "deleted/rasd.db-wal");
+  auto deleted = StateStore::Open(dir_ / "deleted");
+  ASSERT_FALSE(deleted.has_value());
+  EXPECT_EQ(deleted.error().code, ErrorCode::kCorruptData) << deleted.error().message;
+  EXPECT_NE(deleted.error().message.find("not closed cleanly"), std::string::npos)
+      << deleted.error().message;
+  EXPECT_NE(deleted.error().message.find("write-ahead log is missing or empty"), std::string::npos);
+  auto kept = StateStore::SetAsideDamaged(dir_ / "deleted", "test");
+  ASSERT_TRUE(kept.has_value()) << kept.error().message;
+  EXPECT_TRUE(StateStore::Open(dir_ / "deleted").has_value()) << "a fresh one after that";
+
+  // The database gone, its log left: SQLite would lay the log over a new one.
+  CopyCrashImage(dir_ / "state", dir_ / "no-database");
+  std::filesystem::remove(dir_ / "no-database/rasd.db");
+  auto lost = StateStore::Open(dir_ / "no-database");
+  ASSERT_FALSE(lost.has_value());
+  EXPECT_EQ(lost.error().code, ErrorCode::kCorruptData);
+  EXPECT_NE(lost.error().message.find("is missing but its write-ahead log is there"),
+            std::string::npos)
+      << lost.error().message;
+
+  // Emptied, or cut to its header: no complete frame.
+  for (const std::uintmax_t size : {0, 32}) {
+    const auto image = dir_ / ("cut-" + std::to_string(size));
+    CopyCrashImage(dir_ / "state", image);
+    std::filesystem::resize_file(image / "rasd.db-wal", size);
+    auto cut = StateStore::Open(image);
+    ASSERT_FALSE(cut.has_value()) << size;
+    EXPECT_EQ(cut.error().code, ErrorCode::kCorruptData) << cut.error().message;
+  }
+}
+
+TEST_F(StateStoreTest, AGarbageLogIsDamageAndIsSetAsideWithTheDatabase) {
+  auto store = StateStore::Open(dir_ / "state");
+  ASSERT_TRUE(store.has_value()) << store.error().message;
+  ASSERT_TRUE((*store)->SaveDeviceState({"GPU-1", "Isolated", "bad", {}}).has_value());
+  struct Garble {
+    std::string name;
+    std::streamoff offset;
+    std::string bytes;
+    std::string says;
+  };
+  const std::vector<Garble> garbles = {
+      {"magic", 0, std::string(32, '\x5a'), "not a SQLite write-ahead log (magic 0x5a5a5a5a)"},
+      {"salt", 16, "\x01", "checksum does not match"},
+      {"page-size", 8, std::string("\x00\x00\x03\x00", 4), "page size 768"},
+      {"short", -1, "", "shorter than a write-ahead log header"},
+  };
+  for (const auto& garble : garbles) {
+    const auto image = dir_ / garble.name;
+    CopyCrashImage(dir_ / "state", image);
+    if (garble.offset < 0) {
+      std::filesystem::resize_file(image / "rasd.db-wal", 20);
+    } else {
+      std::fstream file(image / "rasd.db-wal", std::ios::in | std::ios::out | std::ios::binary);
+      file.seekp(garble.offset);
+      file.write(garble.bytes.data(), static_cast<std::streamsize>(garble.bytes.size()));
+    }
+    auto opened = StateStore::Open(image);
+    ASSERT_FALSE(opened.has_value()) << garble.name;
+    EXPECT_EQ(opened.error().code, ErrorCode::kCorruptData) << opened.error().message;
+    EXPECT_NE(opened.error().message.find(garble.says), std::string::npos)
+        << garble.name << ": " << opened.error().message;
+    EXPECT_NE(opened.error().message.find("rasd.db-wal"), std::string::npos);
+    auto kept = StateStore::SetAsideDamaged(image, "test");
+    ASSERT_TRUE(kept.has_value()) << kept.error().message;
+    EXPECT_EQ(FileNames(image), (std::vector<std::string>{"rasd.db.damaged-test",
+                                                          "rasd.db.damaged-test-wal", "rasd.lock"}))
+        << garble.name;
+  }
 }
 
 TEST_F(StateStoreTest, ADatabaseOnAReadOnlyFilesystemIsAnErrorAtOpen) {

@@ -137,6 +137,20 @@ class StateStore {
   // PRAGMA quick_check faults) is kCorruptData and is left as it is; one
   // rasd cannot write is kPermissionDenied; one of a newer rasd is
   // kNotSupported.
+  //
+  // A lost write-ahead log is kCorruptData too, checked before SQLite sees
+  // the files (SQLite would start without the commits it held, and say
+  // nothing): a rasd.db-wal whose header is not a valid SQLite WAL header
+  // (magic, version, page size, checksum); a WAL whose database is gone;
+  // and, when the last rasd on this database did not close it cleanly, a WAL
+  // that is missing or holds no complete frame. For the latter, Open() marks the database as in use (a
+  // row written and checkpointed into the main file) and the destructor
+  // clears the mark before SQLite's closing checkpoint. The rule has no
+  // false negative for a WAL deleted or emptied after an unclean stop; its
+  // false positive is an unclean stop after which every commit had already
+  // been checkpointed (nothing lost) and the WAL was then removed. A WAL cut
+  // short after its first frame is not detected: SQLite keeps the commits
+  // before the cut, as after a crash in the middle of a write.
   static Result<std::unique_ptr<StateStore>> Open(const std::filesystem::path& state_dir);
   // Renames a damaged database and its WAL to <db>.damaged-<stamp>[-wal],
   // so that a fresh one can be made and the old one examined. Returns the
@@ -144,6 +158,8 @@ class StateStore {
   static Result<std::filesystem::path> SetAsideDamaged(const std::filesystem::path& state_dir,
                                                        std::string_view stamp);
 
+  // Clears the in-use mark (see Open()) and closes the database, which
+  // checkpoints it.
   ~StateStore();
   StateStore(const StateStore&) = delete;
   StateStore& operator=(const StateStore&) = delete;
@@ -221,6 +237,9 @@ class StateStore {
   StateStore(std::filesystem::path database_path, common::UniqueFd lock, sqlite3* db);
   Status Migrate();
   Status Prepare();
+  // Refuses a lost WAL after an unclean stop (see Open()), then marks the
+  // database as in use and checkpoints the mark into the main file.
+  Status MarkInUse(bool wal_has_frames);
   Error SqliteError(std::string_view what) const;
 
   // `statement` (a "severity, SUM(count)" query, bound) added into `sums`.
@@ -243,6 +262,7 @@ class StateStore {
   std::unique_ptr<Statements> statements_;  // finalized before db_ is closed
   int schema_version_ = 0;
   SeverityCounts severity_counts_{};  // what CountEventsBySeverity reports
+  bool marked_in_use_ = false;        // the destructor clears the mark it set
 };
 
 }  // namespace rasd::ras
