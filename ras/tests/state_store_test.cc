@@ -979,6 +979,124 @@ TEST_F(StateStoreTest, AGarbageLogIsDamageAndIsSetAsideWithTheDatabase) {
   }
 }
 
+TEST_F(StateStoreTest, BackupWhileWritesContinueCopiesEveryCommitAndOpensAsClean) {
+  auto opened = StateStore::Open(dir_ / "state");
+  ASSERT_TRUE(opened.has_value()) << opened.error().message;
+  auto& store = *opened;
+  RasEvent event{.source = "kmsg", .origin = "edac", .severity = Severity::kCe,
+                 .summary = std::string(200, 'x')};
+  std::vector<RasEvent> events(2000, event);
+  ASSERT_TRUE(store->RecordEvents(events).has_value());
+  ASSERT_TRUE(store->Checkpoint().has_value());
+
+  std::filesystem::create_directories(dir_ / "out");
+  const auto destination = dir_ / "out/copy.db";
+  auto backup = store->StartBackup(destination, false);
+  ASSERT_TRUE(backup.has_value()) << backup.error().message;
+  int steps = 0, written = 0;
+  for (;;) {
+    auto done = (*backup)->Step(8);
+    ASSERT_TRUE(done.has_value()) << done.error().message;
+    if (*done) break;
+    ++steps;
+    EXPECT_FALSE(std::filesystem::exists(destination)) << "no half file under the final name";
+    ASSERT_TRUE(store->RecordEvent(event).has_value());
+    ++written;
+    if (steps == 3) {
+      ASSERT_TRUE(store->SaveDeviceState({"GPU-1", "Isolated", "mid-backup", {}}).has_value());
+    }
+  }
+  ASSERT_GT(steps, 3) << "the database is larger than a few steps";
+  auto summary = (*backup)->Finish();
+  ASSERT_TRUE(summary.has_value()) << summary.error().message;
+  backup->reset();
+  EXPECT_EQ(summary->file, destination);
+  EXPECT_GT(summary->pages, 8 * 3);
+  EXPECT_EQ(summary->bytes, std::filesystem::file_size(destination));
+  EXPECT_EQ(FileNames(dir_ / "out"), std::vector<std::string>{"copy.db"});
+  EXPECT_EQ(std::filesystem::status(destination).permissions() & std::filesystem::perms::all,
+            std::filesystem::perms(0640));
+
+  // The copy is a state directory's database of its own, closed cleanly.
+  std::filesystem::create_directories(dir_ / "restored");
+  std::filesystem::copy_file(destination, dir_ / "restored/rasd.db");
+  auto restored = StateStore::Open(dir_ / "restored");
+  ASSERT_TRUE(restored.has_value()) << restored.error().message;
+  EXPECT_EQ(*(*restored)->EventRows(), 2000u + static_cast<std::uint64_t>(written));
+  auto states = (*restored)->LoadDeviceStates();
+  ASSERT_EQ(states->size(), 1u);
+  EXPECT_EQ(states->front().reason, "mid-backup");
+
+  // All at once, and refusing to replace unless asked.
+  auto again = store->Backup(destination);
+  ASSERT_FALSE(again.has_value());
+  EXPECT_EQ(again.error().code, ErrorCode::kAlreadyExists) << again.error().message;
+  EXPECT_EQ(FileNames(dir_ / "out"), std::vector<std::string>{"copy.db"});
+  auto replaced = store->Backup(destination, /*replace=*/true);
+  ASSERT_TRUE(replaced.has_value()) << replaced.error().message;
+  EXPECT_EQ(replaced->bytes, std::filesystem::file_size(destination));
+}
+
+TEST_F(StateStoreTest, ABackupThatCannotBeWrittenSaysWhyAndLeavesNothing) {
+  auto opened = StateStore::Open(dir_ / "state");
+  ASSERT_TRUE(opened.has_value()) << opened.error().message;
+  auto& store = *opened;
+
+  auto relative = store->Backup("copy.db");
+  ASSERT_FALSE(relative.has_value());
+  EXPECT_EQ(relative.error().code, ErrorCode::kInvalidArgument);
+  EXPECT_NE(relative.error().message.find("not an absolute path"), std::string::npos);
+
+  auto missing = store->Backup(dir_ / "no-such-dir/copy.db");
+  ASSERT_FALSE(missing.has_value());
+  EXPECT_NE(missing.error().message.find("cannot create the backup's temporary file in " +
+                                         (dir_ / "no-such-dir").string()),
+            std::string::npos)
+      << missing.error().message;
+  EXPECT_NE(missing.error().message.find("No such file or directory"), std::string::npos);
+
+  // A read-only directory (root writes anywhere else: a read-only mount).
+  const auto readonly = dir_ / "readonly";
+  std::filesystem::create_directories(readonly);
+  bool mounted = false;
+  if (::geteuid() == 0) {
+    ASSERT_EQ(::mount(readonly.c_str(), readonly.c_str(), nullptr, MS_BIND, nullptr), 0);
+    mounted = ::mount(nullptr, readonly.c_str(), nullptr, MS_REMOUNT | MS_BIND | MS_RDONLY,
+                      nullptr) == 0;
+    ASSERT_TRUE(mounted) << std::strerror(errno);
+  } else {
+    std::filesystem::permissions(readonly, std::filesystem::perms(0555));
+  }
+  auto refused = store->Backup(readonly / "copy.db");
+  const auto left = FileNames(readonly);
+  if (mounted) ::umount2(readonly.c_str(), MNT_DETACH);
+  std::filesystem::permissions(readonly, std::filesystem::perms(0755));
+  ASSERT_FALSE(refused.has_value());
+  EXPECT_NE(refused.error().message.find("cannot create the backup's temporary file"),
+            std::string::npos)
+      << refused.error().message;
+  EXPECT_TRUE(left.empty());
+
+  // A destination that is a directory: the copy is made, then the rename
+  // fails, and the temporary file goes.
+  std::filesystem::create_directories(dir_ / "out/taken");
+  auto onto_directory = store->Backup(dir_ / "out/taken", /*replace=*/true);
+  ASSERT_FALSE(onto_directory.has_value());
+  EXPECT_NE(onto_directory.error().message.find("rename"), std::string::npos)
+      << onto_directory.error().message;
+  EXPECT_EQ(FileNames(dir_ / "out"), std::vector<std::string>{"taken"});
+
+  // Abandoned half way: the temporary file goes with it.
+  RasEvent event{.source = "kmsg", .origin = "edac", .summary = std::string(500, 'y')};
+  ASSERT_TRUE(store->RecordEvents(std::vector<RasEvent>(500, event)).has_value());
+  auto abandoned = store->StartBackup(dir_ / "out/half.db", false);
+  ASSERT_TRUE(abandoned.has_value());
+  ASSERT_FALSE(*(*abandoned)->Step(1));
+  EXPECT_GT(FileNames(dir_ / "out").size(), 1u) << "the temporary file (and its journal)";
+  abandoned->reset();
+  EXPECT_EQ(FileNames(dir_ / "out"), std::vector<std::string>{"taken"});
+}
+
 TEST_F(StateStoreTest, ADatabaseOnAReadOnlyFilesystemIsAnErrorAtOpen) {
   if (::geteuid() != 0) GTEST_SKIP() << "needs root: remounts the state directory read-only";
   {

@@ -20,6 +20,7 @@
 
 struct sqlite3;
 struct sqlite3_stmt;
+struct sqlite3_backup;
 
 namespace rasd::ras {
 
@@ -111,6 +112,15 @@ struct StoredBatch {
   std::vector<std::int64_t> action_ids;  // in order; a coalesced action has its row's id
 };
 
+// What a finished backup wrote.
+struct BackupSummary {
+  std::filesystem::path file;
+  std::uint64_t bytes = 0;  // the copy's size
+  int pages = 0;            // database pages copied
+};
+
+class StateBackup;
+
 // The daemon's durable state in one SQLite file (WAL): events, device health
 // states, retired pages and source cursors, so that a restart loses nothing,
 // repeats nothing, and never un-isolates a device.
@@ -159,7 +169,7 @@ class StateStore {
                                                        std::string_view stamp);
 
   // Clears the in-use mark (see Open()) and closes the database, which
-  // checkpoints it.
+  // checkpoints it. Every StateBackup of this store must be gone first.
   ~StateStore();
   StateStore(const StateStore&) = delete;
   StateStore& operator=(const StateStore&) = delete;
@@ -213,6 +223,21 @@ class StateStore {
   // Pages in the write-ahead log since the last full checkpoint.
   std::size_t WalPages() const { return wal_pages_; }
 
+  // Starts an online backup (SQLite's backup API) to `destination`, an
+  // absolute path, while this store goes on committing. The copy is written
+  // to a temporary file beside `destination` (.<name>.rasd-backup-XXXXXX,
+  // mode 0640) and renamed into place by StateBackup::Finish() only when it
+  // is complete and PRAGMA quick_check says ok; no half file ever has the
+  // final name. An existing `destination` is kAlreadyExists unless
+  // `replace`. The copy is a database of its own (rollback journal, not in
+  // use): a rasd started on a state directory holding only it as rasd.db
+  // takes it as cleanly closed.
+  Result<std::unique_ptr<StateBackup>> StartBackup(const std::filesystem::path& destination,
+                                                   bool replace);
+  // StartBackup() run to the end at once: for a small database, or a caller
+  // that may block.
+  Result<BackupSummary> Backup(const std::filesystem::path& destination, bool replace = false);
+
   Status SaveCursor(const SourceCursor& cursor);
   Result<std::optional<SourceCursor>> LoadCursor(std::string_view source);
 
@@ -263,6 +288,47 @@ class StateStore {
   int schema_version_ = 0;
   SeverityCounts severity_counts_{};  // what CountEventsBySeverity reports
   bool marked_in_use_ = false;        // the destructor clears the mark it set
+};
+
+// One online backup of a StateStore in progress: SQLite's backup API
+// stepped by its owner, a bounded number of pages at a time, so that a large
+// database never holds the daemon's loop for long. Commits to the store
+// between steps go into the copy too (they are made on the connection the
+// backup reads from), so the copy is the store as of the last step.
+//
+// Made by StateStore::StartBackup(); must be destroyed before that store.
+// Destroying an unfinished backup removes its temporary file. Not
+// thread-safe: the store's thread owns it.
+class StateBackup {
+ public:
+  ~StateBackup();
+  StateBackup(const StateBackup&) = delete;
+  StateBackup& operator=(const StateBackup&) = delete;
+
+  // Copies up to `pages` more pages (at least 1); true once every page is
+  // copied. A store busy writing (SQLITE_BUSY) copies nothing and is false.
+  Result<bool> Step(int pages);
+  // Once Step() returned true: marks the copy as not in use, checks it
+  // (PRAGMA quick_check), syncs it and renames it to the destination. On any
+  // error the temporary file is removed.
+  Result<BackupSummary> Finish();
+
+  int PagesCopied() const;
+  int PagesTotal() const;
+  const std::filesystem::path& Destination() const { return destination_; }
+
+ private:
+  friend class StateStore;
+  StateBackup(std::filesystem::path destination, std::filesystem::path temporary, bool replace,
+              sqlite3* copy, sqlite3_backup* backup);
+  void Abandon();
+
+  std::filesystem::path destination_;
+  std::filesystem::path temporary_;
+  bool replace_;
+  sqlite3* copy_;
+  sqlite3_backup* backup_;
+  bool done_ = false;
 };
 
 }  // namespace rasd::ras
