@@ -546,16 +546,20 @@ Status StateStore::MarkInUse(bool wal_has_frames) {
   }
   marked_in_use_ = true;
   // Into the main file now: a log deleted later must find the mark there.
-  int log_pages = 0, copied = 0;
-  if (sqlite3_wal_checkpoint_v2(db_, nullptr, SQLITE_CHECKPOINT_FULL, &log_pages, &copied) !=
-          SQLITE_OK ||
-      copied < log_pages) {
+  // TRUNCATE (SQLITE_OK only once every frame is copied) leaves the log no
+  // larger than what the next commits write, as it was before the mark: a
+  // full disk shows at the first commit that needs room.
+  if (sqlite3_wal_checkpoint_v2(db_, nullptr, SQLITE_CHECKPOINT_TRUNCATE, nullptr, nullptr) !=
+      SQLITE_OK) {
     return Fail(ErrorCode::kUnavailable,
-                fmt::format("cannot checkpoint {} at open ({} of {} pages; {}): another "
-                            "connection is reading it",
-                            database_path_.string(), copied, log_pages, sqlite3_errmsg(db_)));
+                fmt::format("cannot checkpoint {} at open ({}): another connection is using it",
+                            database_path_.string(), sqlite3_errmsg(db_)));
   }
-  return {};
+  // And a frame in the log again: an empty log after an unclean stop means
+  // a lost one.
+  const std::string touch =
+      fmt::format("UPDATE in_use SET since_ns = {} WHERE id = 1;", NowNanos());
+  return Exec(db_, touch.c_str(), "mark " + database_path_.string() + " in use");
 }
 
 Error StateStore::SqliteError(std::string_view what) const {
