@@ -122,11 +122,12 @@ void StateBackup::Abandon() {
 }
 
 int StateBackup::PagesCopied() const {
-  return backup_ == nullptr ? 0 : sqlite3_backup_pagecount(backup_) - sqlite3_backup_remaining(backup_);
+  if (backup_ == nullptr) return done_ ? pages_total_ : 0;
+  return sqlite3_backup_pagecount(backup_) - sqlite3_backup_remaining(backup_);
 }
 
 int StateBackup::PagesTotal() const {
-  return backup_ == nullptr ? 0 : sqlite3_backup_pagecount(backup_);
+  return backup_ == nullptr ? pages_total_ : sqlite3_backup_pagecount(backup_);
 }
 
 Result<bool> StateBackup::Step(int pages) {
@@ -146,19 +147,30 @@ Result<bool> StateBackup::Step(int pages) {
   return Fail(error);
 }
 
-Result<BackupSummary> StateBackup::Finish() {
-  if (!done_ || backup_ == nullptr) {
+Status StateBackup::Detach() {
+  if (!done_ || copy_ == nullptr) {
     return Fail(ErrorCode::kInternal,
                 "backup to " + destination_.string() + " finished before every page was copied");
   }
-  BackupSummary summary{destination_, 0, sqlite3_backup_pagecount(backup_)};
+  if (backup_ == nullptr) return {};
+  pages_total_ = sqlite3_backup_pagecount(backup_);
   const int rc = sqlite3_backup_finish(backup_);
   backup_ = nullptr;
+  if (rc != SQLITE_OK) {
+    const Error error = CopyError(copy_, "backup to", temporary_);
+    Abandon();
+    return Fail(error);
+  }
+  return {};
+}
+
+Result<BackupSummary> StateBackup::Finish() {
+  if (auto detached = Detach(); !detached) return Fail(detached.error());
+  BackupSummary summary{destination_, 0, pages_total_};
   auto fail = [this](Error error) -> Result<BackupSummary> {
     Abandon();
     return Fail(std::move(error));
   };
-  if (rc != SQLITE_OK) return fail(CopyError(copy_, "backup to", temporary_));
   // One file that stands alone (no log beside it), and not in use: the live
   // database's in-use mark came along with its pages.
   char* message = nullptr;

@@ -297,8 +297,13 @@ class StateStore {
 // backup reads from), so the copy is the store as of the last step.
 //
 // Made by StateStore::StartBackup(); must be destroyed before that store.
-// Destroying an unfinished backup removes its temporary file. Not
-// thread-safe: the store's thread owns it.
+// Destroying an unfinished backup removes its temporary file.
+//
+// Threads: not thread-safe. Until Detach() it reads the store's connection,
+// so it runs (and is destroyed) on the store's thread; after Detach() it
+// touches only its own copy, and Finish() and the destructor may run on any
+// one thread: checking and syncing a large copy takes a second or more
+// (1M events: 250 MB), too long for the daemon's loop.
 class StateBackup {
  public:
   ~StateBackup();
@@ -308,9 +313,11 @@ class StateBackup {
   // Copies up to `pages` more pages (at least 1); true once every page is
   // copied. A store busy writing (SQLITE_BUSY) copies nothing and is false.
   Result<bool> Step(int pages);
-  // Once Step() returned true: marks the copy as not in use, checks it
-  // (PRAGMA quick_check), syncs it and renames it to the destination. On any
-  // error the temporary file is removed.
+  // Once Step() returned true: ends the copy and lets go of the store.
+  Status Detach();
+  // Once Step() returned true (Detach()es first if needed): marks the copy
+  // as not in use, checks it (PRAGMA quick_check), syncs it and renames it
+  // to the destination. On any error the temporary file is removed.
   Result<BackupSummary> Finish();
 
   int PagesCopied() const;
@@ -327,8 +334,9 @@ class StateBackup {
   std::filesystem::path temporary_;
   bool replace_;
   sqlite3* copy_;
-  sqlite3_backup* backup_;
+  sqlite3_backup* backup_;  // null once detached
   bool done_ = false;
+  int pages_total_ = 0;  // kept at Detach()
 };
 
 }  // namespace rasd::ras
