@@ -1,9 +1,13 @@
 // The state database's integrity with the real rasd and rasctl: an online
-// backup while rasd runs, restored into a second rasd.
+// backup while rasd runs, restored into a second rasd; a write-ahead log
+// deleted or garbled after a kill -9 makes a degraded start (every device
+// isolated, status and log say why), never a silent loss.
 
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <unistd.h>
 
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "test_support.h"
@@ -88,6 +92,67 @@ TEST(StateIntegrityTest, BackupOfTheLiveDatabaseRestoresIntoASecondRasd) {
   EXPECT_EQ(devices["devices"][0]["state"], "healthy");
   EXPECT_TRUE(Status(restored)["database"]["damaged_at_start"].is_null())
       << "the copy is a cleanly closed database";
+}
+
+// kill -9 right after an isolation, then the log is lost: the restart keeps
+// the old files, isolates every device and says why.
+void LoseTheLogAfterAKill(const std::function<void(const std::filesystem::path&)>& lose,
+                          const std::string& problem) {
+  RasdInstance rasd;
+  ASSERT_TRUE(Start(rasd));
+  ASSERT_EQ(rasd.Rasctl({"isolate", "2", "--reason", "before the crash"}).exit_code, 0);
+  rasd.Proc().Signal(SIGKILL);
+  ASSERT_TRUE(rasd.Proc().Wait(5s).has_value());
+  const auto wal = rasd.StateDir() / "rasd.db-wal";
+  ASSERT_TRUE(std::filesystem::exists(wal)) << "a kill -9 leaves the log";
+  lose(wal);
+
+  ASSERT_TRUE(Start(rasd));
+  const auto damage = Status(rasd)["database"]["damaged_at_start"];
+  ASSERT_TRUE(damage.is_object()) << damage.dump();
+  EXPECT_NE(damage["problem"].get<std::string>().find(problem), std::string::npos)
+      << damage.dump();
+  EXPECT_TRUE(std::filesystem::exists(damage["kept_as"].get<std::string>())) << damage.dump();
+  EXPECT_NE(rasd.Stderr().find(problem), std::string::npos) << rasd.Stderr();
+  const auto text = rasd.Rasctl({"status"});
+  EXPECT_NE(text.out.find("DAMAGED AT START: "), std::string::npos) << text.out;
+  const auto devices = Devices(rasd);
+  ASSERT_FALSE(devices["devices"].empty());
+  for (const auto& device : devices["devices"]) {
+    EXPECT_EQ(device["state"], "isolated") << device.dump();
+  }
+}
+
+TEST(StateIntegrityTest, ALogDeletedAfterAKillIsADegradedStart) {
+  LoseTheLogAfterAKill(
+      [](const std::filesystem::path& wal) {
+        std::filesystem::remove(wal);
+        std::filesystem::remove(wal.string().substr(0, wal.string().size() - 4) + "-shm");
+      },
+      "write-ahead log is missing or empty");
+}
+
+TEST(StateIntegrityTest, AGarbledLogAfterAKillIsADegradedStart) {
+  LoseTheLogAfterAKill(
+      [](const std::filesystem::path& wal) {
+        std::fstream file(wal, std::ios::in | std::ios::out | std::ios::binary);
+        const std::string junk(32, '\x5a');
+        file.write(junk.data(), static_cast<std::streamsize>(junk.size()));
+      },
+      "not a SQLite write-ahead log");
+}
+
+TEST(StateIntegrityTest, AKillWithTheLogIntactIsNoDamage) {
+  RasdInstance rasd;
+  ASSERT_TRUE(Start(rasd));
+  ASSERT_EQ(rasd.Rasctl({"isolate", "2"}).exit_code, 0);
+  rasd.Proc().Signal(SIGKILL);
+  ASSERT_TRUE(rasd.Proc().Wait(5s).has_value());
+  ASSERT_TRUE(Start(rasd));
+  EXPECT_TRUE(Status(rasd)["database"]["damaged_at_start"].is_null());
+  const auto devices = Devices(rasd);
+  EXPECT_EQ(devices["devices"][2]["state"], "isolated");
+  EXPECT_EQ(devices["devices"][0]["state"], "healthy");
 }
 
 }  // namespace
