@@ -8,6 +8,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -372,6 +373,85 @@ void BM_RasctlScanJson(benchmark::State& state) {
   state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations()) * 1'000'000);
 }
 BENCHMARK(BM_RasctlScanJson)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// An online backup of a state database with 1M event rows (kmsg-like text):
+// the whole copy, and one slice of the size the daemon copies per turn of
+// its loop (ControlApi::kBackupPagesPerSlice, 256 pages).
+class StoreWithMillionEvents {
+ public:
+  static StoreWithMillionEvents& Get() {
+    static StoreWithMillionEvents instance;
+    return instance;
+  }
+  rasd::ras::StateStore& Store() { return *store_; }
+  const std::filesystem::path& Dir() const { return dir_; }
+
+ private:
+  StoreWithMillionEvents() {
+    char pattern[] = "/tmp/rasd-backup-bench-XXXXXX";
+    dir_ = ::mkdtemp(pattern);
+    store_ = std::move(*rasd::ras::StateStore::Open(dir_ / "state"));
+    std::vector<rasd::ras::RasEvent> batch;
+    for (int i = 0; i < 1'000'000; ++i) {
+      batch.push_back(
+          {.time = std::chrono::system_clock::now(),
+           .source = "kmsg",
+           .origin = "edac",
+           .severity = rasd::ras::Severity::kCe,
+           .summary = fmt::format("EDAC MC0: 1 CE memory read error on DIMM {}", i % 8),
+           .raw = fmt::format("EDAC MC0: 1 CE memory read error on CPU_SrcID#0_Ha#0_Chan#{}_DIMM#0 "
+                              "(channel:{} slot:0 page:0x{:x} offset:0x0 grain:32 syndrome:0x0)",
+                              i % 4, i % 4, 0x1000 + i)});
+      if (batch.size() == 10'000) {
+        (void)store_->RecordEvents(batch);
+        batch.clear();
+      }
+    }
+    (void)store_->Checkpoint();
+  }
+  ~StoreWithMillionEvents() {
+    store_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+  std::filesystem::path dir_;
+  std::unique_ptr<rasd::ras::StateStore> store_;
+};
+
+void BM_StoreBackupWhole(benchmark::State& state) {
+  auto& fixture = StoreWithMillionEvents::Get();
+  const auto copy = fixture.Dir() / "copy.db";
+  for (auto _ : state) {
+    auto summary = fixture.Store().Backup(copy, /*replace=*/true);
+    if (!summary) {
+      state.SkipWithError(summary.error().message.c_str());
+      break;
+    }
+    state.counters["pages"] = summary->pages;
+    state.counters["MiB"] = static_cast<double>(summary->bytes) / (1 << 20);
+  }
+  std::filesystem::remove(copy);
+}
+BENCHMARK(BM_StoreBackupWhole)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(3);
+
+void BM_StoreBackupSlice(benchmark::State& state) {
+  auto& fixture = StoreWithMillionEvents::Get();
+  const auto copy = fixture.Dir() / "slices.db";
+  auto backup = fixture.Store().StartBackup(copy, /*replace=*/true);
+  if (!backup) {
+    state.SkipWithError(backup.error().message.c_str());
+    return;
+  }
+  for (auto _ : state) {
+    auto done = (*backup)->Step(static_cast<int>(state.range(0)));
+    if (!done || *done) {
+      state.PauseTiming();
+      backup = fixture.Store().StartBackup(copy, /*replace=*/true);
+      state.ResumeTiming();
+    }
+  }
+  backup->reset();
+}
+BENCHMARK(BM_StoreBackupSlice)->Arg(256)->Arg(1024)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 }  // namespace
 

@@ -107,7 +107,8 @@ TEST_F(ControlApiTest, UnknownCommandNamesTheKnownOnes) {
   EXPECT_EQ(reply["error"]["code"], "unknown_command");
   EXPECT_NE(
       reply["error"]["message"].get<std::string>().find(
-          "known: actions, devices, drain, events, infer, inject, isolate, job-start, job-stop, "
+          "known: actions, backup, devices, drain, events, infer, inject, isolate, job-start, "
+          "job-stop, "
           "jobs, ping, reload, retired, status, summary, "
           "undrain"),
       std::string::npos)

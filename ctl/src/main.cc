@@ -9,6 +9,7 @@
 #include <CLI/CLI.hpp>
 #include <charconv>
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <thread>
@@ -257,6 +258,13 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   undrain->add_option("--reason", undrain_reason, "why (stored and shown)");
   undrain->add_flag("--force", undrain_force, "return it even if the self-test fails");
+  auto* backup = app.add_subcommand(
+      "backup", "copy the live state database to FILE while rasd runs (admin)");
+  std::string backup_file;
+  bool backup_force = false;
+  backup->add_option("file", backup_file, "where the copy goes (relative: to this directory)")
+      ->required();
+  backup->add_flag("--force", backup_force, "replace FILE if it exists");
   auto* scan = app.add_subcommand("scan", "list the RAS records in a saved kernel log (offline)");
   std::string scan_file = "-";
   scan->add_option("file", scan_file, "dmesg/journalctl/syslog/kmsg text; - for standard input");
@@ -380,6 +388,23 @@ int main(int argc, char** argv) {
     nlohmann::json args = {{"device", undrain_device}, {"force", undrain_force}};
     if (!undrain_reason.empty()) args["reason"] = undrain_reason;
     return RunCommand(options, "undrain", args, rasd::ctl::FormatStateChange);
+  }
+  if (backup->parsed()) {
+    // rasd writes it, from its own working directory: send an absolute path.
+    std::error_code error;
+    const auto file = std::filesystem::absolute(backup_file, error);
+    if (error) {
+      std::cerr << "rasctl: backup: cannot resolve " << backup_file << ": " << error.message()
+                << "\n";
+      return kExitUsage;
+    }
+    nlohmann::json args = {{"file", file.lexically_normal().string()}};
+    if (backup_force) args["force"] = true;
+    return RunCommand(options, "backup", args, [](const nlohmann::json& result) {
+      return fmt::format("backed up to {}: {} bytes, {} pages\n",
+                         result.value("file", std::string("?")),
+                         result.value("bytes", std::uint64_t{0}), result.value("pages", 0));
+    });
   }
   if (scan->parsed()) {
     if (scan_file == "-") return rasd::ctl::RunScan(std::cin, options.json, std::cout);

@@ -64,6 +64,11 @@ std::string FormatStatus(const json& status) {
   out += fmt::format("{:<12}{}\n", "host root", Field(status, "/host_root"));
   out += fmt::format("{:<12}{} (schema {})\n", "state dir", Field(status, "/state_dir"),
                      Field(status, "/database/schema_version"));
+  const json::json_pointer damage("/database/damaged_at_start");
+  if (status.contains(damage) && status.at(damage).is_object()) {
+    out += fmt::format("{:<12}DAMAGED AT START: {}; kept as {}\n", "database",
+                       Field(status.at(damage), "/problem"), Field(status.at(damage), "/kept_as"));
+  }
   out += fmt::format(
       "{:<12}{}{}\n", "socket", Field(status, "/socket/path"),
       Field(status, "/socket/activated") == "true" ? " (systemd socket activation)" : "");

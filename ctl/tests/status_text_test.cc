@@ -53,6 +53,23 @@ TEST(StatusTextTest, RendersTheStatusFields) {
       << text;
 }
 
+TEST(StatusTextTest, ADatabaseDamagedAtStartIsSaid) {
+  const auto status = nlohmann::json::parse(R"({
+    "state_dir": "/var/lib/rasd",
+    "database": {"schema_version": 5,
+                 "damaged_at_start": {"problem": "rasd.db-wal: not a SQLite write-ahead log",
+                                      "kept_as": "/var/lib/rasd/rasd.db.damaged-1"}}
+  })");
+  const std::string text = FormatStatus(status);
+  EXPECT_NE(text.find("database    DAMAGED AT START: rasd.db-wal: not a SQLite write-ahead log; "
+                      "kept as /var/lib/rasd/rasd.db.damaged-1\n"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(FormatStatus(nlohmann::json::parse(R"({"database": {"damaged_at_start": null}})"))
+                .find("DAMAGED"),
+            std::string::npos);
+}
+
 TEST(StatusTextTest, MissingFieldsShowAsQuestionMarks) {
   const std::string text = FormatStatus(nlohmann::json::object());
   EXPECT_NE(text.find("rasd ? (pid ?), up ?"), std::string::npos) << text;

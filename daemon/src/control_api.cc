@@ -110,6 +110,10 @@ std::map<std::string, Command> ControlApi::Commands() {
                        }};
   commands["job-start"] = view(true, &ControlApi::StartJob);
   commands["job-stop"] = view(true, &ControlApi::StopJob);
+  // It writes a file where rasd (root) is told to: admin only.
+  commands["backup"] = {true, nullptr, [this](const auto& request, const auto&, AsyncReply reply) {
+                          Backup(request.args, std::move(reply));
+                        }};
   for (const char* name : {"isolate", "drain", "undrain"}) {
     commands[name] = {true, nullptr,
                       [this, name](const auto& request, const auto&, AsyncReply reply) {
@@ -424,6 +428,80 @@ void ControlApi::ChangeDeviceState(const std::string& command, const nlohmann::j
   if (command == "isolate") return answer(parts_.lifecycle.Isolate(index, reason));
   if (command == "drain") return answer(parts_.lifecycle.Drain(index, reason, deadline));
   parts_.lifecycle.Undrain(index, reason, force, std::move(answer));
+}
+
+void ControlApi::Backup(const nlohmann::json& args, AsyncReply reply) {
+  ArgReader reader("backup", args);
+  const auto file = reader.Required(reader.String("file", 4096), "file");
+  const bool force = reader.Bool("force").value_or(false);
+  if (auto ok = reader.Finish(); !ok) return reply(Fail(ok.error()));
+  // rasd's working directory is not the caller's: rasctl resolves it.
+  if (!std::filesystem::path(*file).is_absolute()) {
+    return reply(Fail(ErrorCode::kInvalidArgument,
+                      "bad argument 'file' for backup: must be an absolute path"));
+  }
+  if (backup_) {
+    return reply(Fail(ErrorCode::kUnavailable,
+                      fmt::format("a backup to {} is running; try again when it is done",
+                                  backup_->backup->Destination().string())));
+  }
+  auto started = parts_.store.StartBackup(*file, force);
+  if (!started) {
+    if (started.error().code == ErrorCode::kAlreadyExists) {
+      return reply(Fail(ErrorCode::kAlreadyExists,
+                        started.error().message + " (--force replaces it)"));
+    }
+    return reply(Fail(started.error()));
+  }
+  spdlog::info("backup of the state database to {} started", *file);
+  backup_ = std::make_shared<RunningBackup>(RunningBackup{std::move(*started), std::move(reply)});
+  PostBackupSlice();
+}
+
+void ControlApi::PostBackupSlice() {
+  parts_.loop.Post([this, weak = std::weak_ptr<RunningBackup>(backup_)] {
+    if (auto running = weak.lock()) StepBackup();
+  });
+}
+
+void ControlApi::StepBackup() {
+  RunningBackup& running = *backup_;
+  auto done = running.backup->Step(kBackupPagesPerSlice);
+  if (done && !*done) return PostBackupSlice();
+  rasd::Status detached = done ? running.backup->Detach() : rasd::Status(Fail(done.error()));
+  if (!detached) {
+    spdlog::error("backup of the state database failed: {}", detached.error().message);
+    running.reply(Fail(detached.error()));
+    backup_.reset();
+    return;
+  }
+  // Off the loop from here: the backup no longer touches the store.
+  running.finisher = std::thread([this, &running, weak = std::weak_ptr<RunningBackup>(backup_)] {
+    auto summary = running.backup->Finish();
+    running.backup.reset();
+    if (summary) {
+      spdlog::info("backup of the state database written to {} ({} bytes, {} pages)",
+                   summary->file.string(), summary->bytes, summary->pages);
+      running.reply(nlohmann::json{{"file", summary->file.string()},
+                                   {"bytes", summary->bytes},
+                                   {"pages", summary->pages}});
+    } else {
+      spdlog::error("backup of the state database failed: {}", summary.error().message);
+      running.reply(Fail(summary.error()));
+    }
+    parts_.loop.Post([this, weak] {
+      if (auto alive = weak.lock()) EndBackup();
+    });
+  });
+}
+
+void ControlApi::EndBackup() {
+  if (backup_->finisher.joinable()) backup_->finisher.join();
+  backup_.reset();  // the next backup may start from here on
+}
+
+ControlApi::~ControlApi() {
+  if (backup_ && backup_->finisher.joinable()) backup_->finisher.join();
 }
 
 }  // namespace rasd::daemon

@@ -236,6 +236,40 @@ TEST_F(DaemonTest, TheControlSocketAnswersWhileASelfTestRuns) {
       << refused.dump();
 }
 
+TEST_F(DaemonTest, ABackupIsCopiedInSlicesWithTheControlSocketServedBetween) {
+  {
+    auto store = ras::StateStore::Open(dir_ / "state");
+    ASSERT_TRUE(store.has_value());
+    ras::RasEvent event{.source = "kmsg", .origin = "edac", .summary = std::string(1000, 'x')};
+    ASSERT_TRUE((*store)->RecordEvents(std::vector<ras::RasEvent>(8000, event)).has_value());
+  }
+  Start(TestConfig());
+  const fs::path copy = dir_ / "copy.db";
+  auto backup_client = Connect();
+  std::string backup_buffer;
+  Send(backup_client, {{"command", "backup"}, {"args", {{"file", copy.string()}}}});
+  // While it copies: another request is answered, a second backup refused.
+  auto other_client = Connect();
+  std::string other_buffer;
+  Send(other_client, {{"command", "backup"}, {"args", {{"file", (dir_ / "other.db").string()}}}});
+  std::optional<json> refused;
+  for (int round = 0; round < 10 && !refused; ++round) {
+    loop_.RunOnce();
+    refused = TryReceive(other_client, other_buffer);
+  }
+  ASSERT_TRUE(refused.has_value());
+  EXPECT_EQ((*refused)["error"]["code"], "unavailable") << refused->dump();
+  EXPECT_FALSE(TryReceive(backup_client, backup_buffer).has_value()) << "still copying";
+  EXPECT_FALSE(fs::exists(copy)) << "no half file under the final name";
+
+  const json done = Receive(backup_client, backup_buffer);
+  ASSERT_EQ(done["ok"], true) << done.dump();
+  EXPECT_EQ(done["result"]["file"], copy.string());
+  EXPECT_GT(done["result"]["pages"].get<int>(), 4 * ControlApi::kBackupPagesPerSlice);
+  EXPECT_EQ(done["result"]["bytes"].get<std::uintmax_t>(), fs::file_size(copy));
+  EXPECT_FALSE(fs::exists(dir_ / "other.db"));
+}
+
 TEST_F(DaemonTest, ADamagedDatabaseIsKeptAsideAndEveryDeviceIsFencedUntilChecked) {
   {
     auto store = ras::StateStore::Open(dir_ / "state");

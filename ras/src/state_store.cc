@@ -1,6 +1,7 @@
 #include "rasd/ras/state_store.h"
 
 #include <fcntl.h>
+#include <fmt/chrono.h>
 #include <fmt/format.h>
 #include <sqlite3.h>
 #include <sys/file.h>
@@ -13,6 +14,8 @@
 #include <limits>
 #include <string>
 #include <vector>
+
+#include "write_ahead_log.h"
 
 namespace rasd::ras {
 namespace {
@@ -90,6 +93,18 @@ const std::vector<const char*>& Migrations() {
         ALTER TABLE actions ADD COLUMN count INTEGER NOT NULL DEFAULT 1;
         ALTER TABLE actions ADD COLUMN coalesce_key TEXT;
         CREATE UNIQUE INDEX actions_by_coalesce_key ON actions(coalesce_key);
+      )sql",
+      // 5: whether a rasd has the database open (see StateStore::Open): set
+      // and checkpointed into the main file at open, cleared at a clean
+      // close, so that a write-ahead log lost after an unclean stop is seen.
+      R"sql(
+        CREATE TABLE in_use (
+          id INTEGER PRIMARY KEY CHECK (id = 1),
+          running INTEGER NOT NULL,
+          pid INTEGER NOT NULL,
+          since_ns INTEGER NOT NULL
+        );
+        INSERT INTO in_use(id, running, pid, since_ns) VALUES (1, 0, 0, 0);
       )sql",
   };
   return kMigrations;
@@ -410,6 +425,21 @@ Result<std::unique_ptr<StateStore>> StateStore::Open(const std::filesystem::path
                 fmt::format("{} is empty (0 bytes): the database was truncated",
                             database_path.string()));
   }
+  // Before SQLite sees it: SQLite would take a garbage log for an empty one.
+  const auto wal = InspectWriteAheadLog(database_path.string() + "-wal");
+  if (!wal) {
+    return Fail(wal.error().code,
+                wal.error().code == ErrorCode::kCorruptData
+                    ? wal.error().message + ": the commits it held are lost"
+                    : wal.error().message);
+  }
+  if (*wal != WalContents::kAbsent && !std::filesystem::exists(database_path, size_error)) {
+    // SQLite would lay the old log over a new, empty database.
+    return Fail(ErrorCode::kCorruptData,
+                fmt::format("{} is missing but its write-ahead log is there: the database was "
+                            "lost",
+                            database_path.string()));
+  }
   sqlite3* db = nullptr;
   const int rc =
       sqlite3_open_v2(database_path.c_str(), &db,
@@ -424,11 +454,11 @@ Result<std::unique_ptr<StateStore>> StateStore::Open(const std::filesystem::path
   sqlite3_busy_timeout(db, 2000);
   // journal_mode=WAL is the first statement to touch the file, so a file that
   // is not a database fails here with SQLite's own words.
-  if (auto wal =
+  if (auto configured =
           Exec(db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;",
                "configure " + database_path.string());
-      !wal) {
-    return Fail(wal.error());
+      !configured) {
+    return Fail(configured.error());
   }
   if (const std::string verdict = QuickCheck(db); verdict != "ok") {
     return Fail(ErrorCode::kCorruptData,
@@ -449,6 +479,8 @@ Result<std::unique_ptr<StateStore>> StateStore::Open(const std::filesystem::path
   // copy back and its fsyncs, and a fault's event with it.
   if (auto manual = Exec(db, "PRAGMA wal_autocheckpoint=0;", "configure checkpoints"); !manual)
     return Fail(manual.error());
+  if (auto marked = store->MarkInUse(*wal == WalContents::kFrames); !marked)
+    return Fail(marked.error());
   sqlite3_wal_hook(
       db,
       [](void* self, sqlite3*, const char*, int pages) {
@@ -485,7 +517,61 @@ StateStore::StateStore(std::filesystem::path database_path, common::UniqueFd loc
 
 StateStore::~StateStore() {
   statements_.reset();  // sqlite3_close refuses a connection with live statements
+  // Cleared in the log; SQLite's checkpoint at close takes it, with every
+  // commit before it, into the main file. A close that cannot checkpoint
+  // leaves it in the log, where the next Open() reads it.
+  if (marked_in_use_) {
+    (void)Exec(db_, "UPDATE in_use SET running = 0, pid = 0 WHERE id = 1;",
+               "clear the in-use mark of " + database_path_.string());
+  }
   sqlite3_close(db_);
+}
+
+Status StateStore::MarkInUse(bool wal_has_frames) {
+  sqlite3_stmt* select = nullptr;
+  if (sqlite3_prepare_v2(db_, "SELECT running, pid, since_ns FROM in_use WHERE id = 1;", -1,
+                         &select, nullptr) != SQLITE_OK) {
+    return Fail(SqliteError("read the in-use mark"));
+  }
+  bool running = false;
+  std::int64_t pid = 0, since_ns = 0;
+  if (sqlite3_step(select) == SQLITE_ROW) {
+    running = sqlite3_column_int(select, 0) != 0;
+    pid = sqlite3_column_int64(select, 1);
+    since_ns = sqlite3_column_int64(select, 2);
+  }
+  sqlite3_finalize(select);
+  if (running && !wal_has_frames) {
+    return Fail(ErrorCode::kCorruptData,
+                fmt::format("{} was not closed cleanly (rasd pid {}, running since {:%Y-%m-%dT%H:%M:%S}Z) "
+                            "and its write-ahead log is missing or empty: the changes committed "
+                            "after its last checkpoint are lost",
+                            database_path_.string(), pid,
+                            std::chrono::floor<std::chrono::seconds>(FromNanos(since_ns))));
+  }
+  const std::string mark =
+      fmt::format("UPDATE in_use SET running = 1, pid = {}, since_ns = {} WHERE id = 1;",
+                  static_cast<long long>(::getpid()), NowNanos());
+  if (auto written = Exec(db_, mark.c_str(), "mark " + database_path_.string() + " in use");
+      !written) {
+    return written;
+  }
+  marked_in_use_ = true;
+  // Into the main file now: a log deleted later must find the mark there.
+  // TRUNCATE (SQLITE_OK only once every frame is copied) leaves the log no
+  // larger than what the next commits write, as it was before the mark: a
+  // full disk shows at the first commit that needs room.
+  if (sqlite3_wal_checkpoint_v2(db_, nullptr, SQLITE_CHECKPOINT_TRUNCATE, nullptr, nullptr) !=
+      SQLITE_OK) {
+    return Fail(ErrorCode::kUnavailable,
+                fmt::format("cannot checkpoint {} at open ({}): another connection is using it",
+                            database_path_.string(), sqlite3_errmsg(db_)));
+  }
+  // And a frame in the log again: an empty log after an unclean stop means
+  // a lost one.
+  const std::string touch =
+      fmt::format("UPDATE in_use SET since_ns = {} WHERE id = 1;", NowNanos());
+  return Exec(db_, touch.c_str(), "mark " + database_path_.string() + " in use");
 }
 
 Error StateStore::SqliteError(std::string_view what) const {

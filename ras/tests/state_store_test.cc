@@ -11,6 +11,7 @@
 #include <map>
 #include <random>
 #include <tuple>
+#include <vector>
 
 namespace rasd::ras {
 namespace {
@@ -736,8 +737,8 @@ TEST_F(StateStoreTest, AVersionThreeDatabaseGainsActionCounts) {
   )sql");
   auto store = StateStore::Open(dir_ / "state");
   ASSERT_TRUE(store.has_value()) << store.error().ToString();
-  EXPECT_EQ((*store)->SchemaVersion(), 4);
-  EXPECT_EQ(StateStore::LatestSchemaVersion(), 4);
+  EXPECT_EQ((*store)->SchemaVersion(), 5);
+  EXPECT_EQ(StateStore::LatestSchemaVersion(), 5);
   auto actions = (*store)->QueryActions(std::nullopt, 10);
   ASSERT_TRUE(actions.has_value()) << actions.error().ToString();
   ASSERT_EQ(actions->size(), 1u);
@@ -858,6 +859,246 @@ TEST_F(StateStoreTest, AnEmptyOrScribbledDatabaseIsDamagedAndCanBeSetAside) {
   ASSERT_FALSE(empty.has_value());
   EXPECT_EQ(empty.error().code, ErrorCode::kCorruptData);
   EXPECT_NE(empty.error().message.find("empty (0 bytes)"), std::string::npos);
+}
+
+// A copy of the state directory's files taken while `store` has them open:
+// what a kill -9 (or a power cut after the page cache was written) leaves.
+void CopyCrashImage(const std::filesystem::path& from, const std::filesystem::path& to) {
+  std::filesystem::create_directories(to);
+  for (const char* name : {"rasd.db", "rasd.db-wal"}) {
+    if (std::filesystem::exists(from / name)) std::filesystem::copy_file(from / name, to / name);
+  }
+}
+
+std::vector<std::string> FileNames(const std::filesystem::path& dir) {
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(dir))
+    names.push_back(entry.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+TEST_F(StateStoreTest, ACleanCloseLeavesNoLogAndReopensWithoutComplaint) {
+  {
+    auto store = StateStore::Open(dir_ / "state");
+    ASSERT_TRUE(store.has_value()) << store.error().message;
+    ASSERT_TRUE((*store)->SaveDeviceState({"GPU-1", "Isolated", "bad", {}}).has_value());
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "state/rasd.db-wal"));
+  EXPECT_EQ(QueryRaw("SELECT running FROM in_use;"), 0);
+  auto store = StateStore::Open(dir_ / "state");
+  ASSERT_TRUE(store.has_value()) << store.error().message;
+  EXPECT_EQ((*store)->LoadDeviceStates()->size(), 1u);
+}
+
+TEST_F(StateStoreTest, AnUncleanStopWithItsLogIntactRecoversEveryCommit) {
+  auto store = StateStore::Open(dir_ / "state");
+  ASSERT_TRUE(store.has_value()) << store.error().message;
+  ASSERT_TRUE((*store)->SaveDeviceState({"GPU-1", "Isolated", "bad", {}}).has_value());
+  CopyCrashImage(dir_ / "state", dir_ / "crash");
+  auto recovered = StateStore::Open(dir_ / "crash");
+  ASSERT_TRUE(recovered.has_value()) << recovered.error().message;
+  auto states = (*recovered)->LoadDeviceStates();
+  ASSERT_EQ(states->size(), 1u);
+  EXPECT_EQ(states->front().state, "Isolated");
+}
+
+TEST_F(StateStoreTest, ALogDeletedOrEmptiedAfterAnUncleanStopIsDamage) {
+  auto store = StateStore::Open(dir_ / "state");
+  ASSERT_TRUE(store.has_value()) << store.error().message;
+  // Committed to the log, not yet checkpointed: only the log holds it.
+  ASSERT_TRUE((*store)->SaveDeviceState({"GPU-1", "Isolated", "bad", {}}).has_value());
+  ASSERT_GT((*store)->WalPages(), 0u);
+
+  CopyCrashImage(dir_ / "state", dir_ / "deleted");
+  std::filesystem::remove(dir_ / "deleted/rasd.db-wal");
+  auto deleted = StateStore::Open(dir_ / "deleted");
+  ASSERT_FALSE(deleted.has_value());
+  EXPECT_EQ(deleted.error().code, ErrorCode::kCorruptData) << deleted.error().message;
+  EXPECT_NE(deleted.error().message.find("not closed cleanly"), std::string::npos)
+      << deleted.error().message;
+  EXPECT_NE(deleted.error().message.find("write-ahead log is missing or empty"), std::string::npos);
+  auto kept = StateStore::SetAsideDamaged(dir_ / "deleted", "test");
+  ASSERT_TRUE(kept.has_value()) << kept.error().message;
+  EXPECT_TRUE(StateStore::Open(dir_ / "deleted").has_value()) << "a fresh one after that";
+
+  // The database gone, its log left: SQLite would lay the log over a new one.
+  CopyCrashImage(dir_ / "state", dir_ / "no-database");
+  std::filesystem::remove(dir_ / "no-database/rasd.db");
+  auto lost = StateStore::Open(dir_ / "no-database");
+  ASSERT_FALSE(lost.has_value());
+  EXPECT_EQ(lost.error().code, ErrorCode::kCorruptData);
+  EXPECT_NE(lost.error().message.find("is missing but its write-ahead log is there"),
+            std::string::npos)
+      << lost.error().message;
+
+  // Emptied, or cut to its header: no complete frame.
+  for (const std::uintmax_t size : {0, 32}) {
+    const auto image = dir_ / ("cut-" + std::to_string(size));
+    CopyCrashImage(dir_ / "state", image);
+    std::filesystem::resize_file(image / "rasd.db-wal", size);
+    auto cut = StateStore::Open(image);
+    ASSERT_FALSE(cut.has_value()) << size;
+    EXPECT_EQ(cut.error().code, ErrorCode::kCorruptData) << cut.error().message;
+  }
+}
+
+TEST_F(StateStoreTest, AGarbageLogIsDamageAndIsSetAsideWithTheDatabase) {
+  auto store = StateStore::Open(dir_ / "state");
+  ASSERT_TRUE(store.has_value()) << store.error().message;
+  ASSERT_TRUE((*store)->SaveDeviceState({"GPU-1", "Isolated", "bad", {}}).has_value());
+  struct Garble {
+    std::string name;
+    std::streamoff offset;
+    std::string bytes;
+    std::string says;
+  };
+  const std::vector<Garble> garbles = {
+      {"magic", 0, std::string(32, '\x5a'), "not a SQLite write-ahead log (magic 0x5a5a5a5a)"},
+      {"salt", 16, "\x01", "checksum does not match"},
+      {"page-size", 8, std::string("\x00\x00\x03\x00", 4), "page size 768"},
+      {"short", -1, "", "shorter than a write-ahead log header"},
+  };
+  for (const auto& garble : garbles) {
+    const auto image = dir_ / garble.name;
+    CopyCrashImage(dir_ / "state", image);
+    if (garble.offset < 0) {
+      std::filesystem::resize_file(image / "rasd.db-wal", 20);
+    } else {
+      std::fstream file(image / "rasd.db-wal", std::ios::in | std::ios::out | std::ios::binary);
+      file.seekp(garble.offset);
+      file.write(garble.bytes.data(), static_cast<std::streamsize>(garble.bytes.size()));
+    }
+    auto opened = StateStore::Open(image);
+    ASSERT_FALSE(opened.has_value()) << garble.name;
+    EXPECT_EQ(opened.error().code, ErrorCode::kCorruptData) << opened.error().message;
+    EXPECT_NE(opened.error().message.find(garble.says), std::string::npos)
+        << garble.name << ": " << opened.error().message;
+    EXPECT_NE(opened.error().message.find("rasd.db-wal"), std::string::npos);
+    auto kept = StateStore::SetAsideDamaged(image, "test");
+    ASSERT_TRUE(kept.has_value()) << kept.error().message;
+    EXPECT_EQ(FileNames(image), (std::vector<std::string>{"rasd.db.damaged-test",
+                                                          "rasd.db.damaged-test-wal", "rasd.lock"}))
+        << garble.name;
+  }
+}
+
+TEST_F(StateStoreTest, BackupWhileWritesContinueCopiesEveryCommitAndOpensAsClean) {
+  auto opened = StateStore::Open(dir_ / "state");
+  ASSERT_TRUE(opened.has_value()) << opened.error().message;
+  auto& store = *opened;
+  RasEvent event{.source = "kmsg", .origin = "edac", .severity = Severity::kCe,
+                 .summary = std::string(200, 'x')};
+  std::vector<RasEvent> events(2000, event);
+  ASSERT_TRUE(store->RecordEvents(events).has_value());
+  ASSERT_TRUE(store->Checkpoint().has_value());
+
+  std::filesystem::create_directories(dir_ / "out");
+  const auto destination = dir_ / "out/copy.db";
+  auto backup = store->StartBackup(destination, false);
+  ASSERT_TRUE(backup.has_value()) << backup.error().message;
+  int steps = 0, written = 0;
+  for (;;) {
+    auto done = (*backup)->Step(8);
+    ASSERT_TRUE(done.has_value()) << done.error().message;
+    if (*done) break;
+    ++steps;
+    EXPECT_FALSE(std::filesystem::exists(destination)) << "no half file under the final name";
+    ASSERT_TRUE(store->RecordEvent(event).has_value());
+    ++written;
+    if (steps == 3) {
+      ASSERT_TRUE(store->SaveDeviceState({"GPU-1", "Isolated", "mid-backup", {}}).has_value());
+    }
+  }
+  ASSERT_GT(steps, 3) << "the database is larger than a few steps";
+  auto summary = (*backup)->Finish();
+  ASSERT_TRUE(summary.has_value()) << summary.error().message;
+  backup->reset();
+  EXPECT_EQ(summary->file, destination);
+  EXPECT_GT(summary->pages, 8 * 3);
+  EXPECT_EQ(summary->bytes, std::filesystem::file_size(destination));
+  EXPECT_EQ(FileNames(dir_ / "out"), std::vector<std::string>{"copy.db"});
+  EXPECT_EQ(std::filesystem::status(destination).permissions() & std::filesystem::perms::all,
+            std::filesystem::perms(0640));
+
+  // The copy is a state directory's database of its own, closed cleanly.
+  std::filesystem::create_directories(dir_ / "restored");
+  std::filesystem::copy_file(destination, dir_ / "restored/rasd.db");
+  auto restored = StateStore::Open(dir_ / "restored");
+  ASSERT_TRUE(restored.has_value()) << restored.error().message;
+  EXPECT_EQ(*(*restored)->EventRows(), 2000u + static_cast<std::uint64_t>(written));
+  auto states = (*restored)->LoadDeviceStates();
+  ASSERT_EQ(states->size(), 1u);
+  EXPECT_EQ(states->front().reason, "mid-backup");
+
+  // All at once, and refusing to replace unless asked.
+  auto again = store->Backup(destination);
+  ASSERT_FALSE(again.has_value());
+  EXPECT_EQ(again.error().code, ErrorCode::kAlreadyExists) << again.error().message;
+  EXPECT_EQ(FileNames(dir_ / "out"), std::vector<std::string>{"copy.db"});
+  auto replaced = store->Backup(destination, /*replace=*/true);
+  ASSERT_TRUE(replaced.has_value()) << replaced.error().message;
+  EXPECT_EQ(replaced->bytes, std::filesystem::file_size(destination));
+}
+
+TEST_F(StateStoreTest, ABackupThatCannotBeWrittenSaysWhyAndLeavesNothing) {
+  auto opened = StateStore::Open(dir_ / "state");
+  ASSERT_TRUE(opened.has_value()) << opened.error().message;
+  auto& store = *opened;
+
+  auto relative = store->Backup("copy.db");
+  ASSERT_FALSE(relative.has_value());
+  EXPECT_EQ(relative.error().code, ErrorCode::kInvalidArgument);
+  EXPECT_NE(relative.error().message.find("not an absolute path"), std::string::npos);
+
+  auto missing = store->Backup(dir_ / "no-such-dir/copy.db");
+  ASSERT_FALSE(missing.has_value());
+  EXPECT_NE(missing.error().message.find("cannot create the backup's temporary file in " +
+                                         (dir_ / "no-such-dir").string()),
+            std::string::npos)
+      << missing.error().message;
+  EXPECT_NE(missing.error().message.find("No such file or directory"), std::string::npos);
+
+  // A read-only directory (root writes anywhere else: a read-only mount).
+  const auto readonly = dir_ / "readonly";
+  std::filesystem::create_directories(readonly);
+  bool mounted = false;
+  if (::geteuid() == 0) {
+    ASSERT_EQ(::mount(readonly.c_str(), readonly.c_str(), nullptr, MS_BIND, nullptr), 0);
+    mounted = ::mount(nullptr, readonly.c_str(), nullptr, MS_REMOUNT | MS_BIND | MS_RDONLY,
+                      nullptr) == 0;
+    ASSERT_TRUE(mounted) << std::strerror(errno);
+  } else {
+    std::filesystem::permissions(readonly, std::filesystem::perms(0555));
+  }
+  auto refused = store->Backup(readonly / "copy.db");
+  const auto left = FileNames(readonly);
+  if (mounted) ::umount2(readonly.c_str(), MNT_DETACH);
+  std::filesystem::permissions(readonly, std::filesystem::perms(0755));
+  ASSERT_FALSE(refused.has_value());
+  EXPECT_NE(refused.error().message.find("cannot create the backup's temporary file"),
+            std::string::npos)
+      << refused.error().message;
+  EXPECT_TRUE(left.empty());
+
+  // A destination that is a directory: the copy is made, then the rename
+  // fails, and the temporary file goes.
+  std::filesystem::create_directories(dir_ / "out/taken");
+  auto onto_directory = store->Backup(dir_ / "out/taken", /*replace=*/true);
+  ASSERT_FALSE(onto_directory.has_value());
+  EXPECT_NE(onto_directory.error().message.find("rename"), std::string::npos)
+      << onto_directory.error().message;
+  EXPECT_EQ(FileNames(dir_ / "out"), std::vector<std::string>{"taken"});
+
+  // Abandoned half way: the temporary file goes with it.
+  RasEvent event{.source = "kmsg", .origin = "edac", .summary = std::string(500, 'y')};
+  ASSERT_TRUE(store->RecordEvents(std::vector<RasEvent>(500, event)).has_value());
+  auto abandoned = store->StartBackup(dir_ / "out/half.db", false);
+  ASSERT_TRUE(abandoned.has_value());
+  ASSERT_FALSE(*(*abandoned)->Step(1));
+  EXPECT_GT(FileNames(dir_ / "out").size(), 1u) << "the temporary file (and its journal)";
+  abandoned->reset();
+  EXPECT_EQ(FileNames(dir_ / "out"), std::vector<std::string>{"taken"});
 }
 
 TEST_F(StateStoreTest, ADatabaseOnAReadOnlyFilesystemIsAnErrorAtOpen) {

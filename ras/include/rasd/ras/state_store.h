@@ -20,6 +20,7 @@
 
 struct sqlite3;
 struct sqlite3_stmt;
+struct sqlite3_backup;
 
 namespace rasd::ras {
 
@@ -111,6 +112,15 @@ struct StoredBatch {
   std::vector<std::int64_t> action_ids;  // in order; a coalesced action has its row's id
 };
 
+// What a finished backup wrote.
+struct BackupSummary {
+  std::filesystem::path file;
+  std::uint64_t bytes = 0;  // the copy's size
+  int pages = 0;            // database pages copied
+};
+
+class StateBackup;
+
 // The daemon's durable state in one SQLite file (WAL): events, device health
 // states, retired pages and source cursors, so that a restart loses nothing,
 // repeats nothing, and never un-isolates a device.
@@ -137,6 +147,20 @@ class StateStore {
   // PRAGMA quick_check faults) is kCorruptData and is left as it is; one
   // rasd cannot write is kPermissionDenied; one of a newer rasd is
   // kNotSupported.
+  //
+  // A lost write-ahead log is kCorruptData too, checked before SQLite sees
+  // the files (SQLite would start without the commits it held, and say
+  // nothing): a rasd.db-wal whose header is not a valid SQLite WAL header
+  // (magic, version, page size, checksum); a WAL whose database is gone;
+  // and, when the last rasd on this database did not close it cleanly, a WAL
+  // that is missing or holds no complete frame. For the latter, Open() marks the database as in use (a
+  // row written and checkpointed into the main file) and the destructor
+  // clears the mark before SQLite's closing checkpoint. The rule has no
+  // false negative for a WAL deleted or emptied after an unclean stop; its
+  // false positive is an unclean stop after which every commit had already
+  // been checkpointed (nothing lost) and the WAL was then removed. A WAL cut
+  // short after its first frame is not detected: SQLite keeps the commits
+  // before the cut, as after a crash in the middle of a write.
   static Result<std::unique_ptr<StateStore>> Open(const std::filesystem::path& state_dir);
   // Renames a damaged database and its WAL to <db>.damaged-<stamp>[-wal],
   // so that a fresh one can be made and the old one examined. Returns the
@@ -144,6 +168,8 @@ class StateStore {
   static Result<std::filesystem::path> SetAsideDamaged(const std::filesystem::path& state_dir,
                                                        std::string_view stamp);
 
+  // Clears the in-use mark (see Open()) and closes the database, which
+  // checkpoints it. Every StateBackup of this store must be gone first.
   ~StateStore();
   StateStore(const StateStore&) = delete;
   StateStore& operator=(const StateStore&) = delete;
@@ -197,6 +223,21 @@ class StateStore {
   // Pages in the write-ahead log since the last full checkpoint.
   std::size_t WalPages() const { return wal_pages_; }
 
+  // Starts an online backup (SQLite's backup API) to `destination`, an
+  // absolute path, while this store goes on committing. The copy is written
+  // to a temporary file beside `destination` (.<name>.rasd-backup-XXXXXX,
+  // mode 0640) and renamed into place by StateBackup::Finish() only when it
+  // is complete and PRAGMA quick_check says ok; no half file ever has the
+  // final name. An existing `destination` is kAlreadyExists unless
+  // `replace`. The copy is a database of its own (rollback journal, not in
+  // use): a rasd started on a state directory holding only it as rasd.db
+  // takes it as cleanly closed.
+  Result<std::unique_ptr<StateBackup>> StartBackup(const std::filesystem::path& destination,
+                                                   bool replace);
+  // StartBackup() run to the end at once: for a small database, or a caller
+  // that may block.
+  Result<BackupSummary> Backup(const std::filesystem::path& destination, bool replace = false);
+
   Status SaveCursor(const SourceCursor& cursor);
   Result<std::optional<SourceCursor>> LoadCursor(std::string_view source);
 
@@ -221,6 +262,9 @@ class StateStore {
   StateStore(std::filesystem::path database_path, common::UniqueFd lock, sqlite3* db);
   Status Migrate();
   Status Prepare();
+  // Refuses a lost WAL after an unclean stop (see Open()), then marks the
+  // database as in use and checkpoints the mark into the main file.
+  Status MarkInUse(bool wal_has_frames);
   Error SqliteError(std::string_view what) const;
 
   // `statement` (a "severity, SUM(count)" query, bound) added into `sums`.
@@ -243,6 +287,56 @@ class StateStore {
   std::unique_ptr<Statements> statements_;  // finalized before db_ is closed
   int schema_version_ = 0;
   SeverityCounts severity_counts_{};  // what CountEventsBySeverity reports
+  bool marked_in_use_ = false;        // the destructor clears the mark it set
+};
+
+// One online backup of a StateStore in progress: SQLite's backup API
+// stepped by its owner, a bounded number of pages at a time, so that a large
+// database never holds the daemon's loop for long. Commits to the store
+// between steps go into the copy too (they are made on the connection the
+// backup reads from), so the copy is the store as of the last step.
+//
+// Made by StateStore::StartBackup(); must be destroyed before that store.
+// Destroying an unfinished backup removes its temporary file.
+//
+// Threads: not thread-safe. Until Detach() it reads the store's connection,
+// so it runs (and is destroyed) on the store's thread; after Detach() it
+// touches only its own copy, and Finish() and the destructor may run on any
+// one thread: checking and syncing a large copy takes a second or more
+// (1M events: 250 MB), too long for the daemon's loop.
+class StateBackup {
+ public:
+  ~StateBackup();
+  StateBackup(const StateBackup&) = delete;
+  StateBackup& operator=(const StateBackup&) = delete;
+
+  // Copies up to `pages` more pages (at least 1); true once every page is
+  // copied. A store busy writing (SQLITE_BUSY) copies nothing and is false.
+  Result<bool> Step(int pages);
+  // Once Step() returned true: ends the copy and lets go of the store.
+  Status Detach();
+  // Once Step() returned true (Detach()es first if needed): marks the copy
+  // as not in use, checks it (PRAGMA quick_check), syncs it and renames it
+  // to the destination. On any error the temporary file is removed.
+  Result<BackupSummary> Finish();
+
+  int PagesCopied() const;
+  int PagesTotal() const;
+  const std::filesystem::path& Destination() const { return destination_; }
+
+ private:
+  friend class StateStore;
+  StateBackup(std::filesystem::path destination, std::filesystem::path temporary, bool replace,
+              sqlite3* copy, sqlite3_backup* backup);
+  void Abandon();
+
+  std::filesystem::path destination_;
+  std::filesystem::path temporary_;
+  bool replace_;
+  sqlite3* copy_;
+  sqlite3_backup* backup_;  // null once detached
+  bool done_ = false;
+  int pages_total_ = 0;  // kept at Detach()
 };
 
 }  // namespace rasd::ras
