@@ -3,9 +3,11 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <unordered_set>
 #include <vector>
 
 #include "rasd/jobs/inference_service.h"
@@ -41,6 +43,7 @@ class LoadGenerator {
   Stats GetStats(std::chrono::steady_clock::time_point since = {}) const;
 
   static std::vector<float> InputFor(std::uint64_t n, int inputs);
+  static constexpr std::size_t kLatencyWindow = 1 << 16;
 
  private:
   void Run();
@@ -56,8 +59,11 @@ class LoadGenerator {
   struct Shared {
     std::mutex mutex;
     std::uint64_t sent = 0, rejected = 0, wrong = 0, errors = 0, duplicates = 0;
-    std::vector<std::uint8_t> answered;  // by request number
-    std::vector<std::pair<std::chrono::steady_clock::time_point, double>> latencies;  // ms
+    std::uint64_t answered = 0;
+    std::unordered_set<std::uint64_t> outstanding;  // request numbers sent and not answered
+    // The latest kLatencyWindow answers' latencies (ms): memory does not
+    // grow with the requests.
+    std::deque<std::pair<std::chrono::steady_clock::time_point, double>> latencies;
     std::vector<std::vector<float>> references;  // outputs of the repeating inputs
   };
   std::shared_ptr<Shared> shared_ = std::make_shared<Shared>();
