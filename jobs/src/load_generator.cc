@@ -17,8 +17,11 @@ std::vector<float> LoadGenerator::InputFor(std::uint64_t n, int inputs) {
 }
 
 LoadGenerator::LoadGenerator(InferenceService& service, const MlpModel& model,
-                             double requests_per_second)
-    : service_(service), model_(model), rate_(std::max(requests_per_second, 1.0)) {
+                             double requests_per_second, std::size_t latency_window)
+    : service_(service),
+      model_(model),
+      rate_(std::max(requests_per_second, 1.0)),
+      latency_window_(std::max<std::size_t>(latency_window, 1)) {
   thread_ = std::thread([this] { Run(); });
 }
 
@@ -54,7 +57,8 @@ void LoadGenerator::Run() {
     const auto sent_at = Clock::now();
     auto submitted = service_.Submit(
         InputFor(number % kDistinct, model_.inputs),
-        [shared = shared_, number, sent_at](std::uint64_t, InferenceService::Output output) {
+        [shared = shared_, window = latency_window_, number, sent_at](
+            std::uint64_t, InferenceService::Output output) {
           const auto answered_at = Clock::now();
           const double latency =
               std::chrono::duration<double, std::milli>(answered_at - sent_at).count();
@@ -77,7 +81,7 @@ void LoadGenerator::Run() {
             }
           }
           shared->latencies.emplace_back(answered_at, latency);
-          if (shared->latencies.size() > kLatencyWindow) shared->latencies.pop_front();
+          if (shared->latencies.size() > window) shared->latencies.pop_front();
         });
     if (!submitted) {
       std::lock_guard lock(shared_->mutex);
@@ -113,9 +117,11 @@ LoadGenerator::Stats LoadGenerator::GetStats(Clock::time_point since) const {
   stats.duplicates = shared_->duplicates;
   stats.unanswered = unanswered_at_stop_;
   stats.answered = shared_->answered;
+  stats.outstanding = shared_->outstanding.size();
   std::vector<double> window;
   for (const auto& [at, ms] : shared_->latencies)
     if (at >= since) window.push_back(ms);
+  stats.latency_samples = window.size();
   if (!window.empty()) {
     std::sort(window.begin(), window.end());
     stats.p50_ms = window[window.size() / 2];
