@@ -60,6 +60,7 @@ nlohmann::json IngestStatus(const RasIngest::Stats& stats, const RasPipeline::St
           {"store_ok", pipeline.store_ok},
           {"store_backlog_events", pipeline.backlog_events},
           {"store_dropped_events", pipeline.dropped_events},
+          {"store_sqlite_bytes", ras::StateStore::SqliteMemoryBytes()},
           {"edac_controllers", stats.edac_controllers},
           {"coalesced", pipeline.coalesced},
           {"pruned", stats.pruned}};

@@ -196,6 +196,10 @@ class StateStore {
   Status Checkpoint();
   // Pages in the write-ahead log since the last full checkpoint.
   std::size_t WalPages() const { return wal_pages_; }
+  // Heap SQLite holds in this process, all connections together: mostly
+  // page caches, each bounded by cache_size (SQLite's default, 2000 KiB),
+  // which fill as the database grows to that size.
+  static std::int64_t SqliteMemoryBytes();
 
   Status SaveCursor(const SourceCursor& cursor);
   Result<std::optional<SourceCursor>> LoadCursor(std::string_view source);
