@@ -334,6 +334,7 @@ Result<nlohmann::json> Daemon::Reload() {
 Result<nlohmann::json> Daemon::StatusReport() {
   nlohmann::json ras = ingest_->GetStats().ToJson();
   ras.update(pipeline_->GetStats().ToJson());
+  ras["store_sqlite_bytes"] = ras::StateStore::SqliteMemoryBytes();
   const double uptime = std::chrono::duration<double>(loop_->Now() - started_monotonic_).count();
   nlohmann::json config = {
       {"path",

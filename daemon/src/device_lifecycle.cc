@@ -160,8 +160,9 @@ void DeviceLifecycle::FinishSelfTest(int device, const std::string& why,
                                      runtime::HealthState before,
                                      const runtime::SelfTestReport& report) {
   testing_.erase(device);
-  // The test's buffers came from its worker thread's malloc arena, which
-  // would keep them resident (8 MiB a test in the soak): give them back.
+  // Free pages the test's worker thread left in its malloc arena go back
+  // to the system. (Its large buffers are mapped and unmapped by the test
+  // itself: malloc_trim never shrinks the top of a thread's arena.)
   ::malloc_trim(0);
   runtime::Device& target = **runtime_.GetDevice(device);
   // Put the gate back, unless the state moved while the test ran (the

@@ -17,8 +17,11 @@ std::vector<float> LoadGenerator::InputFor(std::uint64_t n, int inputs) {
 }
 
 LoadGenerator::LoadGenerator(InferenceService& service, const MlpModel& model,
-                             double requests_per_second)
-    : service_(service), model_(model), rate_(std::max(requests_per_second, 1.0)) {
+                             double requests_per_second, std::size_t latency_window)
+    : service_(service),
+      model_(model),
+      rate_(std::max(requests_per_second, 1.0)),
+      latency_window_(std::max<std::size_t>(latency_window, 1)) {
   thread_ = std::thread([this] { Run(); });
 }
 
@@ -49,20 +52,22 @@ void LoadGenerator::Run() {
     {
       std::lock_guard lock(shared_->mutex);
       ++shared_->sent;
-      shared_->answered.push_back(0);
+      shared_->outstanding.insert(number);
     }
     const auto sent_at = Clock::now();
     auto submitted = service_.Submit(
         InputFor(number % kDistinct, model_.inputs),
-        [shared = shared_, number, sent_at](std::uint64_t, InferenceService::Output output) {
+        [shared = shared_, window = latency_window_, number, sent_at](
+            std::uint64_t, InferenceService::Output output) {
           const auto answered_at = Clock::now();
           const double latency =
               std::chrono::duration<double, std::milli>(answered_at - sent_at).count();
           std::lock_guard lock(shared->mutex);
-          if (shared->answered[number]++ > 0) {
+          if (shared->outstanding.erase(number) == 0) {
             ++shared->duplicates;
             return;
           }
+          ++shared->answered;
           if (!output) {
             ++shared->errors;
             return;
@@ -76,11 +81,12 @@ void LoadGenerator::Run() {
             }
           }
           shared->latencies.emplace_back(answered_at, latency);
+          if (shared->latencies.size() > window) shared->latencies.pop_front();
         });
     if (!submitted) {
       std::lock_guard lock(shared_->mutex);
       ++shared_->rejected;
-      shared_->answered[number] = 1;  // nothing will come
+      shared_->outstanding.erase(number);  // nothing will come
     }
   }
 }
@@ -93,15 +99,12 @@ void LoadGenerator::Stop(std::chrono::milliseconds timeout) {
   while (Clock::now() < deadline) {
     {
       std::lock_guard lock(shared_->mutex);
-      if (std::all_of(shared_->answered.begin(), shared_->answered.end(),
-                      [](std::uint8_t count) { return count > 0; }))
-        break;
+      if (shared_->outstanding.empty()) break;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   std::lock_guard lock(shared_->mutex);
-  unanswered_at_stop_ = static_cast<std::uint64_t>(
-      std::count(shared_->answered.begin(), shared_->answered.end(), std::uint8_t{0}));
+  unanswered_at_stop_ = shared_->outstanding.size();
 }
 
 LoadGenerator::Stats LoadGenerator::GetStats(Clock::time_point since) const {
@@ -113,11 +116,12 @@ LoadGenerator::Stats LoadGenerator::GetStats(Clock::time_point since) const {
   stats.errors = shared_->errors;
   stats.duplicates = shared_->duplicates;
   stats.unanswered = unanswered_at_stop_;
-  for (auto count : shared_->answered) stats.answered += count > 0 ? 1 : 0;
-  stats.answered -= std::min(stats.answered, shared_->rejected);
+  stats.answered = shared_->answered;
+  stats.outstanding = shared_->outstanding.size();
   std::vector<double> window;
   for (const auto& [at, ms] : shared_->latencies)
     if (at >= since) window.push_back(ms);
+  stats.latency_samples = window.size();
   if (!window.empty()) {
     std::sort(window.begin(), window.end());
     stats.p50_ms = window[window.size() / 2];

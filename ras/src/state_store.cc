@@ -1088,4 +1088,6 @@ Result<std::map<Severity, std::uint64_t>> StateStore::CountEventsBySeverity() {
   return counts;
 }
 
+std::int64_t StateStore::SqliteMemoryBytes() { return sqlite3_memory_used(); }
+
 }  // namespace rasd::ras

@@ -1,12 +1,14 @@
 #include "rasd/runtime/self_test.h"
 
 #include <fmt/format.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <functional>
 #include <numeric>
+#include <span>
 
 namespace rasd::runtime {
 namespace {
@@ -298,12 +300,39 @@ const std::vector<std::pair<std::string, KernelCheck>>& KernelChecks() {
   return kChecks;
 }
 
+// Host words mapped for one self-test and unmapped after it. From malloc,
+// the pattern's buffers (two chunks, 8 MiB by default) would stay resident
+// in the worker thread's arena after the test: glibc returns the top of a
+// thread's arena to the system only past its trim threshold, and
+// malloc_trim() not at all, so every arena a test ever ran on kept them.
+class MappedWords {
+ public:
+  explicit MappedWords(std::size_t words) : bytes_(std::max<std::size_t>(words, 1) * 4) {
+    void* memory =
+        ::mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (memory != MAP_FAILED) data_ = static_cast<std::uint32_t*>(memory);
+  }
+  ~MappedWords() {
+    if (data_ != nullptr) ::munmap(data_, bytes_);
+  }
+  MappedWords(const MappedWords&) = delete;
+  MappedWords& operator=(const MappedWords&) = delete;
+
+  bool Valid() const { return data_ != nullptr; }
+  std::uint32_t* Data() const { return data_; }
+
+ private:
+  std::size_t bytes_;
+  std::uint32_t* data_ = nullptr;
+};
+
 // Writes a pattern that depends on each word's position (a stuck or
 // aliased address line shows) and its complement, reading each back.
+// `pattern_words` and `back_words` hold at least `bytes`.
 Status PatternChunk(Bench& bench, drivers::DeviceAddress address, std::uint64_t bytes,
-                    std::string* detail) {
+                    std::uint32_t* pattern_words, std::uint32_t* back_words, std::string* detail) {
   const std::size_t words = bytes / sizeof(std::uint32_t);
-  std::vector<std::uint32_t> pattern(words), back(words);
+  const std::span<std::uint32_t> pattern(pattern_words, words), back(back_words, words);
   for (std::uint32_t inverted : {0u, 0xffffffffu}) {
     for (std::size_t i = 0; i < words; ++i)
       pattern[i] = (static_cast<std::uint32_t>(i) * 2654435761u ^ 0xa5a5a5a5u) ^ inverted;
@@ -368,6 +397,12 @@ SelfTestReport RunSelfTest(Runtime& runtime, int device, const SelfTestOptions& 
   // Large chunks first, then smaller ones for what fragmentation leaves,
   // down to 64 KiB: the pattern reaches (nearly) every free byte.
   std::uint64_t chunk = std::max<std::uint64_t>(options.chunk_bytes, kMinChunk);
+  const std::size_t chunk_words = static_cast<std::size_t>(chunk / sizeof(std::uint32_t));
+  MappedWords pattern(chunk_words), back(chunk_words);
+  if (!pattern.Valid() || !back.Valid()) {
+    report.checks.push_back({"pattern", false, "no host memory for the pattern's buffers"});
+    return finish();
+  }
   while (tested < options.pattern_bytes && chunk >= kMinChunk) {
     const std::uint64_t size = std::min(chunk, options.pattern_bytes - tested);
     auto allocation = bench.Pool().Allocate(size, bench.GetStream());
@@ -382,7 +417,9 @@ SelfTestReport RunSelfTest(Runtime& runtime, int device, const SelfTestOptions& 
     }
     held.push_back(*allocation);
     std::string detail;
-    if (auto checked = PatternChunk(bench, allocation->address, size, &detail); !checked) {
+    if (auto checked =
+            PatternChunk(bench, allocation->address, size, pattern.Data(), back.Data(), &detail);
+        !checked) {
       report.checks.push_back({fmt::format("pattern 0x{:x}-0x{:x}", allocation->address,
                                            allocation->address + size - 1),
                                false, checked.error().message});

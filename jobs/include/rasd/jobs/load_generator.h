@@ -3,9 +3,11 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <unordered_set>
 #include <vector>
 
 #include "rasd/jobs/inference_service.h"
@@ -17,9 +19,22 @@ namespace rasd::jobs {
 // each answer is checked against the model's host reference, and latencies
 // are kept for percentiles. Stops (and waits for every answer, up to a
 // timeout) when destroyed or Stop()ped.
+//
+// Memory does not grow with the requests sent (it runs inside rasd for as
+// long as the daemon does): it keeps the numbers of the requests still
+// outstanding (at most what the service admits, InferenceOptions::
+// max_queued) and the latencies of the latest `latency_window` answers;
+// everything else is a counter.
+//
+// Thread safety: GetStats() and Stop() may be called from any thread.
 class LoadGenerator {
  public:
-  LoadGenerator(InferenceService& service, const MlpModel& model, double requests_per_second);
+  // How many of the latest answers the latency percentiles are over: 1 MiB
+  // at 16 bytes an answer, about 5 minutes at 200 requests/s.
+  static constexpr std::size_t kLatencyWindow = 1 << 16;
+
+  LoadGenerator(InferenceService& service, const MlpModel& model, double requests_per_second,
+                std::size_t latency_window = kLatencyWindow);
   ~LoadGenerator();
   LoadGenerator(const LoadGenerator&) = delete;
   LoadGenerator& operator=(const LoadGenerator&) = delete;
@@ -30,14 +45,17 @@ class LoadGenerator {
   struct Stats {
     std::uint64_t sent = 0;
     std::uint64_t answered = 0;
-    std::uint64_t wrong = 0;       // an output other than the reference
-    std::uint64_t errors = 0;      // answered with an error
-    std::uint64_t duplicates = 0;  // a second answer to one request (never expected)
-    std::uint64_t rejected = 0;    // not admitted
-    std::uint64_t unanswered = 0;  // still due at Stop's timeout
+    std::uint64_t wrong = 0;          // an output other than the reference
+    std::uint64_t errors = 0;         // answered with an error
+    std::uint64_t duplicates = 0;     // a second answer to one request (never expected)
+    std::uint64_t rejected = 0;       // not admitted
+    std::uint64_t unanswered = 0;     // still due at Stop's timeout
+    std::uint64_t outstanding = 0;    // sent, and neither answered nor rejected yet
+    std::size_t latency_samples = 0;  // answers the percentiles are over
     double p50_ms = 0, p99_ms = 0;
   };
-  // Latency percentiles over the answers since `since` (steady clock).
+  // Latency percentiles over the answers since `since` (steady clock), of
+  // the latest `latency_window`.
   Stats GetStats(std::chrono::steady_clock::time_point since = {}) const;
 
   static std::vector<float> InputFor(std::uint64_t n, int inputs);
@@ -48,6 +66,7 @@ class LoadGenerator {
   InferenceService& service_;
   MlpModel model_;
   double rate_;
+  std::size_t latency_window_;
   std::atomic<bool> stop_{false};
   std::thread thread_;
 
@@ -56,8 +75,10 @@ class LoadGenerator {
   struct Shared {
     std::mutex mutex;
     std::uint64_t sent = 0, rejected = 0, wrong = 0, errors = 0, duplicates = 0;
-    std::vector<std::uint8_t> answered;  // by request number
-    std::vector<std::pair<std::chrono::steady_clock::time_point, double>> latencies;  // ms
+    std::uint64_t answered = 0;
+    std::unordered_set<std::uint64_t> outstanding;  // request numbers sent and not answered
+    // The latest latency_window_ answers' latencies (ms).
+    std::deque<std::pair<std::chrono::steady_clock::time_point, double>> latencies;
     std::vector<std::vector<float>> references;  // outputs of the repeating inputs
   };
   std::shared_ptr<Shared> shared_ = std::make_shared<Shared>();

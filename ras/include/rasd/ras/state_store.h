@@ -222,6 +222,10 @@ class StateStore {
   Status Checkpoint();
   // Pages in the write-ahead log since the last full checkpoint.
   std::size_t WalPages() const { return wal_pages_; }
+  // Heap SQLite holds in this process, all connections together: mostly
+  // page caches, each bounded by cache_size (SQLite's default, 2000 KiB),
+  // which fill as the database grows to that size.
+  static std::int64_t SqliteMemoryBytes();
 
   // Starts an online backup (SQLite's backup API) to `destination`, an
   // absolute path, while this store goes on committing. The copy is written
