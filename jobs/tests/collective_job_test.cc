@@ -52,6 +52,29 @@ class CollectiveTest : public testing::SimRuntimeTest {
   }
 };
 
+// Float arithmetic on the state is exact only while its values stay below
+// 2^24: the state must stay within a few units of where it started however
+// long the job runs (it once grew by about 8 a step and went wrong after 2M
+// steps, half an hour of a soak).
+TEST(CollectiveChecksumTest, TheStateStaysSmallHoweverManyStepsRun) {
+  CollectiveOptions options;
+  options.devices = {0, 1, 2, 3, 4, 5, 6, 7};
+  options.elements = 1;
+  options.steps = 3'000'000;
+  const auto checksums = CollectiveJob::ExpectedChecksums(options);
+  ASSERT_EQ(checksums.size(), 3'000'000u);
+  // One element, starting at 0: the checksum is its value (mod 2^64).
+  std::int64_t lowest = 0, highest = 0;
+  for (const std::uint64_t checksum : checksums) {
+    const auto value = static_cast<std::int64_t>(checksum);
+    lowest = std::min(lowest, value);
+    highest = std::max(highest, value);
+  }
+  EXPECT_GE(lowest, -64);
+  EXPECT_LE(highest, 64);
+  EXPECT_LT(highest - lowest, 1 << 24);
+}
+
 TEST_F(CollectiveTest, ALongRunKeepsAWindowOfChecksumsAndChecksEveryStep) {
   auto options = Options({0, 1});
   options.steps = static_cast<int>(CollectiveJob::kChecksumWindow) + 300;
