@@ -360,8 +360,7 @@ TEST(RasIngestTest, KillNineDuringAMixedStormStoresEveryRecordExactlyOnce) {
   std::uint64_t sequence = 0, ce_records = 0, ghes_blocks = 0;
   auto line = [&sequence](const std::string& text) {
     ++sequence;
-    return "3," + std::to_string(sequence) + "," + std::to_string(sequence * 10) + ",-;" + text +
-           "\n";
+    return fmt::format("3,{},{},-;{}\n", sequence, sequence * 10, text);
   };
   auto chunk = [&] {
     std::string text;
@@ -369,11 +368,12 @@ TEST(RasIngestTest, KillNineDuringAMixedStormStoresEveryRecordExactlyOnce) {
     while (sequence < end) {
       const unsigned pick = random() % 40;
       if (pick == 0) {
-        const std::string id = "{" + std::to_string(random() % 4 + 1) + "}[Hardware Error]: ";
+        const std::string id = fmt::format("{{{}}}[Hardware Error]: ", random() % 4 + 1);
         text += line(id + "Hardware error from APEI Generic Hardware Error Source: 4");
         if (random() % 2 == 0) text += line("usb 1-1: noise between a block's lines");
         text += line(id + "event severity: recoverable");
-        text += line(id + fmt::format("  physical_address: 0x{:016x}", 0x40000000 + sequence * 4096));
+        text +=
+            line(id + fmt::format("  physical_address: 0x{:016x}", 0x40000000 + sequence * 4096));
         ++ghes_blocks;
       } else if (pick < 30) {
         text += line(fmt::format(
@@ -387,7 +387,7 @@ TEST(RasIngestTest, KillNineDuringAMixedStormStoresEveryRecordExactlyOnce) {
     return text;
   };
   auto uce_blocks_counted_once = [&](const nlohmann::json& status) {
-    return status["events"]["by_severity"].value("UCE", 0) == ghes_blocks;
+    return status["events"]["by_severity"].value("UCE", std::uint64_t{0}) == ghes_blocks;
   };
 
   RasdInstance rasd;
@@ -407,24 +407,25 @@ TEST(RasIngestTest, KillNineDuringAMixedStormStoresEveryRecordExactlyOnce) {
   ASSERT_TRUE(WaitUntil(
       [&] {
         status = rasd.RasctlJson({"status"});
-        return status["events"]["by_severity"].value("CE", 0) >= ce_records &&
+        return status["events"]["by_severity"].value("CE", std::uint64_t{0}) >= ce_records &&
                uce_blocks_counted_once(status);
       },
       60s))
-      << "after " << kills << " kills: " << status["events"].dump() << " expected CE "
-      << ce_records << " UCE " << ghes_blocks;
+      << "after " << kills << " kills: " << status["events"].dump() << " expected CE " << ce_records
+      << " UCE " << ghes_blocks;
   std::this_thread::sleep_for(1s);  // a block stored twice would show by now
   status = rasd.RasctlJson({"status"});
-  EXPECT_EQ(status["events"]["by_severity"].value("CE", 0), ce_records) << status["events"].dump();
-  EXPECT_EQ(status["events"]["by_severity"].value("UCE", 0), ghes_blocks)
+  EXPECT_EQ(status["events"]["by_severity"].value("CE", std::uint64_t{0}), ce_records)
+      << status["events"].dump();
+  EXPECT_EQ(status["events"]["by_severity"].value("UCE", std::uint64_t{0}), ghes_blocks)
       << status["events"].dump();
   ASSERT_EQ(rasd.Stop(), 0);
   // And again after a clean restart that reads the whole log once more.
   ASSERT_TRUE(rasd.Start({}, {}, &why)) << why;
   std::this_thread::sleep_for(1s);
   status = rasd.RasctlJson({"status"});
-  EXPECT_EQ(status["events"]["by_severity"].value("CE", 0), ce_records);
-  EXPECT_EQ(status["events"]["by_severity"].value("UCE", 0), ghes_blocks);
+  EXPECT_EQ(status["events"]["by_severity"].value("CE", std::uint64_t{0}), ce_records);
+  EXPECT_EQ(status["events"]["by_severity"].value("UCE", std::uint64_t{0}), ghes_blocks);
 }
 
 }  // namespace
@@ -471,7 +472,8 @@ TEST(RasIngestTest, RecordsUserSpaceWritesIntoTheRealKmsgAreCountedNotDecoded) {
       << "the written record never showed up as untrusted";
   for (auto& event : source.Flush()) events.push_back(std::move(event));
   for (const auto& event : events) {
-    EXPECT_EQ(event.raw.find(marker), std::string::npos) << "decoded a forged record: " << event.raw;
+    EXPECT_EQ(event.raw.find(marker), std::string::npos)
+        << "decoded a forged record: " << event.raw;
   }
 }
 
