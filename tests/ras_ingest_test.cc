@@ -444,7 +444,8 @@ TEST(RasIngestTest, RecordsUserSpaceWritesIntoTheRealKmsgAreCountedNotDecoded) {
     GTEST_SKIP() << "/dev/kmsg is not the kernel's character device here";
   common::HostEnv host("/", std::make_shared<common::SystemClock>());
   ras::KmsgSource source(host, "real-boot", std::nullopt);
-  if (auto opened = source.Open(); !opened) GTEST_SKIP() << opened.error().message;
+  const auto opened = source.Open();
+  ASSERT_TRUE(opened.has_value()) << "root reads /dev/kmsg: " << opened.error().message;
   ASSERT_TRUE(source.IsCharacterDevice());
   do {
     (void)source.Poll(4096);  // what the ring holds already

@@ -424,7 +424,7 @@ ras::RasEvent EventFromDriver(const drivers::DriverErrorEvent& event, std::strin
 void RasIngest::Deliver(std::vector<ras::RasEvent> events) {
   std::vector<ras::SourceCursor> cursors;
   if (kmsg_) cursors.push_back(kmsg_->Cursor());
-  const std::string position = kmsg_ ? kmsg_->Cursor().position : std::string();
+  const std::string position = kmsg_ ? cursors.front().position : std::string();
   if (events.empty() && position == saved_kmsg_position_) return;
   saved_kmsg_position_ = position;
   sink_(std::move(events), std::move(cursors));
