@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 
 #include "keyword_matcher.h"
 
@@ -135,15 +136,68 @@ std::size_t KernelLogScanner::NewRecord(std::string origin, const LogLine& line,
   return first_index_ + records_.size() - 1;
 }
 
-std::optional<std::size_t> KernelLogScanner::OpenBlock(std::string_view key) {
-  auto it = open_.find(key);
-  if (it == open_.end()) return std::nullopt;
-  if (line_number_ - it->second.last_line > kBlockGapLines) {
-    open_.erase(it);
-    return std::nullopt;
+KernelLogScanner::BlockKey KernelLogScanner::BlockKey::Ghes(std::string_view id) {
+  // The length in the low byte, then up to 7 bytes: distinct ids, distinct keys.
+  std::uint64_t sub = std::min<std::size_t>(id.size(), 7);
+  for (std::size_t i = 0; i < id.size() && i < 7; ++i)
+    sub |= static_cast<std::uint64_t>(static_cast<unsigned char>(id[i])) << (8 * (i + 1));
+  return {BlockKind::kGhes, sub};
+}
+
+KernelLogScanner::BlockKey KernelLogScanner::BlockKey::Amdgpu(std::string_view bdf) {
+  // dddd(d):bb:dd.f: its hex digits, 4 bits each, and whether the domain
+  // has 5 digits. Case does not matter: one device, one block.
+  std::uint64_t sub = bdf.find(':') == 5 ? 1 : 0;
+  for (char c : bdf) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (std::isxdigit(byte) == 0) continue;
+    const auto digit = static_cast<std::uint64_t>(
+        std::isdigit(byte) != 0 ? byte - '0' : std::tolower(byte) - 'a' + 10);
+    sub = (sub << 4) | digit;
   }
-  it->second.last_line = line_number_;
-  return it->second.index;
+  return {BlockKind::kAmdgpu, sub};
+}
+
+void KernelLogScanner::ExpireBlocks() {
+  if (open_count_ == 0) return;
+  for (auto& blocks : open_) {
+    open_count_ -= std::erase_if(blocks, [this](const OpenBlockEntry& block) {
+      return line_number_ - block.entry.last_line > kBlockGapLines;
+    });
+  }
+}
+
+std::optional<std::size_t> KernelLogScanner::OpenBlock(BlockKey key) {
+  auto& blocks = open_[static_cast<std::size_t>(key.kind)];
+  for (auto it = blocks.begin(); it != blocks.end(); ++it) {
+    if (it->sub != key.sub) continue;
+    if (line_number_ - it->entry.last_line > kBlockGapLines) {
+      blocks.erase(it);
+      --open_count_;
+      return std::nullopt;
+    }
+    it->entry.last_line = line_number_;
+    return it->entry.index;
+  }
+  return std::nullopt;
+}
+
+void KernelLogScanner::OpenAs(BlockKey key, std::size_t index) {
+  auto& blocks = open_[static_cast<std::size_t>(key.kind)];
+  for (auto& block : blocks) {
+    if (block.sub == key.sub) {
+      block.entry = OpenEntry{index, line_number_};
+      return;
+    }
+  }
+  blocks.push_back({key.sub, OpenEntry{index, line_number_}});
+  ++open_count_;
+}
+
+void KernelLogScanner::CloseBlock(BlockKey key) {
+  auto& blocks = open_[static_cast<std::size_t>(key.kind)];
+  open_count_ -=
+      std::erase_if(blocks, [&key](const OpenBlockEntry& block) { return block.sub == key.sub; });
 }
 
 namespace {
@@ -233,20 +287,18 @@ void KernelLogScanner::AddLine(std::string_view raw_line, std::uint64_t tag,
   line_tag_ = tag;
   line_position_ = position;
   // Blocks nobody continued within the gap are closed for good.
-  std::erase_if(open_, [this](const auto& entry) {
-    return line_number_ - entry.second.last_line > kBlockGapLines;
-  });
+  ExpireBlocks();
   std::uint32_t families = FamiliesOf(raw_line);
-  if (open_.contains("mce") || open_.contains("aer")) families |= ContinuationsOf(raw_line);
+  if (IsOpen(BlockKind::kMce) || IsOpen(BlockKind::kAer)) families |= ContinuationsOf(raw_line);
   // A report section or a sysfs dump continues only while its block is
   // open: after kBlockGapLines quiet lines, unrelated lines cost nothing.
   const bool in_report =
-      (!section_.empty() && open_.contains("report")) ||
-      ((checkmk_section_ || !sysfs_pending_path_.empty()) && open_.contains("sysfs"));
+      (!section_.empty() && IsOpen(BlockKind::kReport)) ||
+      ((checkmk_section_ || !sysfs_pending_path_.empty()) && IsOpen(BlockKind::kSysfs));
   if (in_report) families |= kReports | kSysfs;
   if (!nvidia_pending_bdf_.empty()) families |= kNvidia;
-  if ((families & kMceContinuation) != 0 && open_.contains("mce")) families |= kMce;
-  if ((families & kAerContinuation) != 0 && open_.contains("aer")) families |= kAer;
+  if ((families & kMceContinuation) != 0 && IsOpen(BlockKind::kMce)) families |= kMce;
+  if ((families & kAerContinuation) != 0 && IsOpen(BlockKind::kAer)) families |= kAer;
   line_has_mc_event_ = (families & kEdacTrace) != 0;
   families &= ~(kMceContinuation | kAerContinuation | kEdacTrace);
   if (families == 0) return;  // most lines of a busy log end here
@@ -307,7 +359,9 @@ std::vector<ScannedRecord> KernelLogScanner::TakeCompleted() {
 void KernelLogScanner::TakeCompleted(std::vector<ScannedRecord>& out) {
   const std::size_t held_end = first_index_ + records_.size();
   std::size_t open_start = held_end;
-  for (const auto& [key, entry] : open_) open_start = std::min(open_start, entry.index);
+  for (const auto& blocks : open_) {
+    for (const auto& block : blocks) open_start = std::min(open_start, block.entry.index);
+  }
   // The longest run of closed records none of whose lines reach the first
   // line of the record after the run.
   std::size_t end = first_index_;
@@ -338,7 +392,8 @@ std::optional<std::uint64_t> KernelLogScanner::OldestHeldPosition() const {
 }
 
 void KernelLogScanner::CloseOpenBlocks() {
-  open_.clear();
+  for (auto& blocks : open_) blocks.clear();
+  open_count_ = 0;
   section_.clear();
   checkmk_section_ = false;
   sysfs_pending_path_.clear();

@@ -118,11 +118,11 @@ bool KernelLogScanner::ScanAmdgpu(const LogLine& line) {
       "DOUBLE_BIT_SCHEMA:", "POISON_SCHEMA:",     "ECC_BLOCK_STATE"};
   for (std::string_view key : kAmdSmiRas) {
     if (StartsWith(text, key)) {
-      auto block = OpenBlock("amdsmi");
+      auto block = OpenBlock(BlockKind::kAmdSmi);
       if (block) {
         Attach(*block, line);
       } else {
-        OpenAs("amdsmi", NewRecord("amdgpu", line, Severity::kInfo, /*notice=*/true));
+        OpenAs(BlockKind::kAmdSmi, NewRecord("amdgpu", line, Severity::kInfo, /*notice=*/true));
       }
       return true;
     }
@@ -137,7 +137,7 @@ bool KernelLogScanner::ScanAmdgpu(const LogLine& line) {
   if (StartsWith(body, "amdgpu: ")) body.remove_prefix(8);
   if (StartsWith(body, "{"))
     body.remove_prefix(std::min(body.size(), body.find('}') + 1));  // MI300 event id
-  const std::string key = "amdgpu:" + std::string(bdf);
+  const BlockKey key = BlockKey::Amdgpu(bdf);
   Severity severity = Severity::kInfo;
   if (Contains(body, "uncorrectable hardware error") || Contains(body, "uncorrectable error")) {
     severity = Severity::kUce;

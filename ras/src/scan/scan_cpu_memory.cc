@@ -57,17 +57,17 @@ bool KernelLogScanner::ScanGhes(const LogLine& line) {
     if (Contains(text, "Error records from previous boot")) {
       Record(index).historical = true;
       Record(index).notice = false;
-      OpenAs("ghes:", index);
+      OpenAs(BlockKey::Ghes({}), index);
     }
     return true;
   }
   // "{7}[Hardware Error]: ..." or, inside a BERT/unnumbered block, "[Hardware Error]: ...".
-  std::string key = "ghes:";
+  BlockKey key = BlockKey::Ghes({});
   std::string_view rest = text;
   if (StartsWith(rest, "{")) {
     const std::size_t close = rest.find('}');
     if (close == std::string_view::npos || close > 8) return false;
-    key += std::string(rest.substr(1, close - 1));
+    key = BlockKey::Ghes(rest.substr(1, close - 1));
     rest.remove_prefix(close + 1);
     if (!StartsWith(rest, kHardwareError)) return false;
   } else if (!StartsWith(rest, kHardwareError) || !OpenBlock(key)) {
@@ -139,13 +139,13 @@ bool KernelLogScanner::ScanMce(const LogLine& line) {
   } else if (StartsWith(text, kHardwareError)) {
     // AMD's decoder: "[Hardware Error]: Corrected error, no action required." and friends.
     body = AfterMarker(text, kHardwareError);
-    auto block = OpenBlock("mce");
+    auto block = OpenBlock(BlockKind::kMce);
     const bool starts = StartsWith(body, "Corrected error") || StartsWith(body, "Uncorrected") ||
                         StartsWith(body, "Deferred error");
     if (starts || !block) {
       block =
           NewRecord("mce", line, StartsWith(body, "Corrected") ? Severity::kCe : Severity::kInfo);
-      OpenAs("mce", *block);
+      OpenAs(BlockKind::kMce, *block);
     } else {
       Attach(*block, line);
     }
@@ -158,7 +158,7 @@ bool KernelLogScanner::ScanMce(const LogLine& line) {
     return true;
   } else if (StartsWith(text, "CPU ") && Contains(text, ": Machine Check Exception: ")) {
     body = text;  // 3.x kernels: no prefix
-  } else if (StartsWith(text, "TSC ") && OpenBlock("mce")) {
+  } else if (StartsWith(text, "TSC ") && OpenBlock(BlockKind::kMce)) {
     body = text;
   } else if (StartsWith(text, "sbridge: HANDLING MCE MEMORY ERROR")) {
     NewRecord("mce", line, Severity::kInfo, /*notice=*/true);
@@ -176,10 +176,10 @@ bool KernelLogScanner::ScanMce(const LogLine& line) {
     if (auto status = StatusAfter(FromMarker(body, "Bank"), ": ")) {
       Record(index).severity = ClassifyMciStatus(*status);
     }
-    OpenAs("mce", index);
+    OpenAs(BlockKind::kMce, index);
     return true;
   }
-  auto block = OpenBlock("mce");
+  auto block = OpenBlock(BlockKind::kMce);
   if (!block) {
     if (!prefixed) return false;
     NewRecord("mce", line, Severity::kInfo, /*notice=*/true);
@@ -233,7 +233,7 @@ bool KernelLogScanner::ScanEdac(const LogLine& line) {
 
   if (!driver.empty()) {
     // The sb_edac/skx_edac decode block: HANDLING ..., CPU n: Machine Check Event, ADDR ...
-    const std::string key = "edac-mce";
+    const BlockKey key = BlockKind::kEdacMce;
     if (StartsWith(rest, "HANDLING MCE MEMORY ERROR")) {
       const std::size_t index = NewRecord("edac", line, Severity::kInfo);
       Record(index).mc = mc;
@@ -287,16 +287,16 @@ bool KernelLogScanner::ScanEdac(const LogLine& line) {
     return true;
   }
   // The CE/UE line that ends a decode block decides the block's class.
-  for (const char* key : {"edac-mce", "mce"}) {
+  for (BlockKind key : {BlockKind::kEdacMce, BlockKind::kMce}) {
     auto block = OpenBlock(key);
     if (!block) continue;
     ScannedRecord& record = Record(*block);
     Attach(*block, line);
-    if (std::string_view(key) == "edac-mce") record.severity = severity;
+    if (key == BlockKind::kEdacMce) record.severity = severity;
     if (!record.mc) record.mc = mc;
     if (!record.address) record.address = address;
     record.count = count;
-    CloseBlock("edac-mce");
+    CloseBlock(BlockKind::kEdacMce);
     return true;
   }
   const std::size_t index = NewRecord("edac", line, severity);

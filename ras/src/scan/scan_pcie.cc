@@ -60,7 +60,7 @@ bool KernelLogScanner::ScanAer(const LogLine& line) {
     const std::string_view source = Contains(body, "received from ")
                                         ? WordAfter(body, "received from ")
                                         : WordAfter(body, "received: ");
-    auto block = OpenBlock("aer");
+    auto block = OpenBlock(BlockKind::kAer);
     // "Multiple ... received" repeats the header of the event being reported.
     if (StartsWith(body, "Multiple ") && block) {
       Attach(*block, line);
@@ -74,7 +74,7 @@ bool KernelLogScanner::ScanAer(const LogLine& line) {
       if (auto decoded = DecodeRequesterId(source.substr(3), pci->device))
         aer_fallback_bdf_[index] = *decoded;
     }
-    OpenAs("aer", index);
+    OpenAs(BlockKind::kAer, index);
     return true;
   }
   if (StartsWith(body, "PCIe Bus Error: severity=")) {
@@ -82,10 +82,10 @@ bool KernelLogScanner::ScanAer(const LogLine& line) {
     const std::string_view id = WordAfter(body, "id=", "( ,");
     if (!id.empty()) attributed = DecodeRequesterId(id, pci->device);
     if (!attributed) attributed = std::string(pci->device);
-    auto block = OpenBlock("aer");
+    auto block = OpenBlock(BlockKind::kAer);
     if (!block) {
       block = NewRecord("aer", line, AerSeverity(body));
-      OpenAs("aer", *block);
+      OpenAs(BlockKind::kAer, *block);
     } else {
       Attach(*block, line);
       Raise(Record(*block), AerSeverity(body));
@@ -106,7 +106,7 @@ bool KernelLogScanner::ScanAer(const LogLine& line) {
                       StartsWith(body, "device recovery") ||
                       StartsWith(body, "Error of this Agent");
   if (!detail) return false;
-  if (auto block = OpenBlock("aer")) {
+  if (auto block = OpenBlock(BlockKind::kAer)) {
     Attach(*block, line);
     return true;
   }

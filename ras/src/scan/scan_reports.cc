@@ -71,17 +71,17 @@ bool KernelLogScanner::ScanRasdaemon(const LogLine& line) {
   for (std::string_view section : kSections) {
     if (text == section) {
       section_ = std::string(section);
-      OpenAs("report", NewRecord("rasdaemon", line, Severity::kInfo, /*notice=*/true));
+      OpenAs(BlockKind::kReport, NewRecord("rasdaemon", line, Severity::kInfo, /*notice=*/true));
       return true;
     }
   }
   if (text == "Memory errors") {  // mcelog --client
     section_ = "mcelog";
-    OpenAs("report", NewRecord("mce", line, Severity::kInfo, /*notice=*/true));
+    OpenAs(BlockKind::kReport, NewRecord("mce", line, Severity::kInfo, /*notice=*/true));
     return true;
   }
   if (section_.empty()) return false;
-  auto block = OpenBlock("report");
+  auto block = OpenBlock(BlockKind::kReport);
   const bool mcelog = StartsWith(section_, "mcelog");
   // A line that is not part of the report ends it.
   if (!block || (mcelog ? !IsMcelogLine(text) : !IsDigitAt(text, 0))) {
@@ -132,11 +132,11 @@ bool KernelLogScanner::ScanSysfs(const LogLine& line) {
   const std::string_view text = line.text;
   if (text == "<<<edac>>>") {
     checkmk_section_ = true;
-    OpenAs("sysfs", NewRecord("sysfs", line, Severity::kInfo));
+    OpenAs(BlockKind::kSysfs, NewRecord("sysfs", line, Severity::kInfo));
     return true;
   }
   const bool path_line = Contains(text, kEdacSysfs);
-  auto block = OpenBlock("sysfs");
+  auto block = OpenBlock(BlockKind::kSysfs);
   if (!path_line) {
     if (!block) return false;
     if (checkmk_section_ && StartsWith(text, "mc")) {
@@ -176,7 +176,7 @@ bool KernelLogScanner::ScanSysfs(const LogLine& line) {
   }
   if (!block) {
     block = NewRecord("sysfs", line, Severity::kInfo);
-    OpenAs("sysfs", *block);
+    OpenAs(BlockKind::kSysfs, *block);
   } else {
     Attach(*block, line);
   }

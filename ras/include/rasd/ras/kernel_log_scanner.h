@@ -1,5 +1,6 @@
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -110,16 +111,40 @@ class KernelLogScanner {
   std::size_t NewRecord(std::string origin, const LogLine& line, Severity severity,
                         bool notice = false);
   ScannedRecord& Record(std::size_t index) { return records_[index - first_index_]; }
+  // The kinds of multi-line block the decoders keep open. A kind with
+  // several concurrent blocks tells them apart by a sub-key: a GHES source
+  // id, a GPU's PCI address. Indexing by kind, not by a string, keeps the
+  // open-block state free of allocation and hashing on the hot path.
+  enum class BlockKind : std::uint8_t {
+    kMce,
+    kAer,
+    kGhes,     // sub-key: the "{N}" source id; none for BERT and unnumbered blocks
+    kEdacMce,  // an sb_edac/skx_edac decode block
+    kAmdgpu,   // sub-key: the device's PCI address
+    kReport,   // a rasdaemon or mcelog report section
+    kSysfs,
+    kAmdSmi,
+  };
+  static constexpr std::size_t kBlockKinds = 8;
+  struct BlockKey {
+    // A kind with one block at a time.
+    BlockKey(BlockKind block_kind) : kind(block_kind) {}  // NOLINT(google-explicit-constructor)
+    BlockKey(BlockKind block_kind, std::uint64_t block_sub) : kind(block_kind), sub(block_sub) {}
+    // A GHES block by its "{N}" id (up to 7 bytes, packed exactly), or the
+    // unnumbered one with an empty id.
+    static BlockKey Ghes(std::string_view id);
+    // An amdgpu device's block by its address, as IsPciBdf accepts it.
+    static BlockKey Amdgpu(std::string_view bdf);
+    BlockKind kind;
+    std::uint64_t sub = 0;
+  };
   // The open block under `key`, if one was touched within the last few
   // lines; touching it keeps it open. Log lines of one event are adjacent
   // or nearly so (other CPUs' messages may interleave).
-  std::optional<std::size_t> OpenBlock(std::string_view key);
-  void OpenAs(std::string_view key, std::size_t index) {
-    open_.insert_or_assign(std::string(key), OpenEntry{index, line_number_});
-  }
-  void CloseBlock(std::string_view key) {
-    if (auto it = open_.find(key); it != open_.end()) open_.erase(it);
-  }
+  std::optional<std::size_t> OpenBlock(BlockKey key);
+  void OpenAs(BlockKey key, std::size_t index);
+  void CloseBlock(BlockKey key);
+  bool IsOpen(BlockKind kind) const { return !open_[static_cast<std::size_t>(kind)].empty(); }
   void Attach(std::size_t index, const LogLine& line) {
     ScannedRecord& record = Record(index);
     record.lines.emplace_back(line.raw);
@@ -138,7 +163,17 @@ class KernelLogScanner {
     std::uint64_t last_line = 0;
   };
   static constexpr std::uint64_t kBlockGapLines = 8;
-  std::map<std::string, OpenEntry, std::less<>> open_;  // looked up by string_view
+  struct OpenBlockEntry {
+    std::uint64_t sub = 0;
+    OpenEntry entry;
+  };
+  // By kind: the open blocks of that kind (one, or a few with sub-keys).
+  // Vectors keep their capacity, so opening and closing blocks does not
+  // allocate once a log has had a block of each kind.
+  std::array<std::vector<OpenBlockEntry>, kBlockKinds> open_;
+  std::size_t open_count_ = 0;  // entries in open_, so that no-block lines skip it
+  // Drops the blocks nobody continued within the gap.
+  void ExpireBlocks();
   std::uint64_t line_number_ = 0;
   std::uint64_t line_tag_ = 0;
   std::uint64_t line_position_ = 0;
