@@ -258,6 +258,24 @@ std::uint32_t FamiliesOf(std::string_view line) {
       {"Memory errors", kReports},
       {"/edac/", kSysfs},
       {"<<<edac>>>", kSysfs},
+      // Older and rarer wordings (kernel 3.10 to 6.x, tools' reports).
+      {"MCE 0x", kMemoryFailure},
+      {"MCE: 0x", kMemoryFailure},
+      {"oft offlin", kMemoryFailure},
+      {"recovery action", kMemoryFailure},
+      {"page recovery", kMemoryFailure},
+      {"CMCI", kMce},
+      {"achine check", kMce},
+      {"Hardware event", kMce},
+      {"GHES", kGhes},
+      {"Fatal hardware error", kGhes},
+      {"DPC", kAer},
+      {"Xid", kNvidia},
+      {"ras-mc-ctl", kReports},
+      {"Label", kReports},
+      {"summary:", kReports},
+      {"_event:", kReports},
+      {"aca entry", kAmdgpu},
   };
   return kWords.Groups(line);
 }
@@ -297,6 +315,9 @@ void KernelLogScanner::AddLine(std::string_view raw_line, std::uint64_t tag,
       ((checkmk_section_ || !sysfs_pending_path_.empty()) && IsOpen(BlockKind::kSysfs));
   if (in_report) families |= kReports | kSysfs;
   if (!nvidia_pending_bdf_.empty()) families |= kNvidia;
+  // mcelog's report and npu-smi's table have few words of their own.
+  if (IsOpen(BlockKind::kMcelog)) families |= kMce;
+  if (IsOpen(BlockKind::kNpuSmi)) families |= kAscend;
   if ((families & kMceContinuation) != 0 && IsOpen(BlockKind::kMce)) families |= kMce;
   if ((families & kAerContinuation) != 0 && IsOpen(BlockKind::kAer)) families |= kAer;
   line_has_mc_event_ = (families & kEdacTrace) != 0;

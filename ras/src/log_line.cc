@@ -1,19 +1,106 @@
 #include "rasd/ras/log_line.h"
 
+#include <algorithm>
+#include <array>
 #include <cctype>
 #include <charconv>
 
 namespace rasd::ras {
 namespace {
 
+// The prefixes peeled here follow their producers' output code rather than
+// examples: util-linux dmesg's print_record (every --time-format, -H's
+// "[May19 19:57]" and "[  +0.000127]", -d's "<delta>", -x's
+// "kern  :err   : "), journalctl's output modes (short, short-iso,
+// short-precise, short-full, short-unix, short-monotonic, verbose's
+// MESSAGE=, json's "MESSAGE" field) whose dates strftime writes in the
+// reader's locale, RFC 3164 and RFC 5424 syslog, and /dev/kmsg's record
+// header. Month and weekday names are matched by shape, never by name, so
+// that any language passes.
+
 bool IsDigit(char c) { return c >= '0' && c <= '9'; }
+bool IsAsciiUpper(char c) { return c >= 'A' && c <= 'Z'; }
+bool IsAsciiAlnum(char c) {
+  return IsDigit(c) || IsAsciiUpper(c) || (c >= 'a' && c <= 'z');
+}
 
 std::string_view SkipSpaces(std::string_view text) {
   while (!text.empty() && (text.front() == ' ' || text.front() == '\t')) text.remove_prefix(1);
   return text;
 }
 
-// "<digits>,<digits>,<digits>,<flags>;" as /dev/kmsg prints a record header.
+std::string_view FirstToken(std::string_view text) {
+  std::size_t end = 0;
+  while (end < text.size() && text[end] != ' ' && text[end] != '\t') ++end;
+  return text.substr(0, end);
+}
+
+// `text` after its first token and the blanks that follow it.
+std::string_view AfterToken(std::string_view text) {
+  return SkipSpaces(text.substr(FirstToken(text).size()));
+}
+
+bool AllDigits(std::string_view text) {
+  if (text.empty()) return false;
+  for (char c : text) {
+    if (!IsDigit(c)) return false;
+  }
+  return true;
+}
+
+// "dddd:bb:dd.f" (4 or 5 domain digits).
+bool IsBdf(std::string_view text) {
+  const std::size_t colon = text.find(':');
+  if ((colon != 4 && colon != 5) || text.size() != colon + 8) return false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    const bool want_colon = i == colon || i == colon + 3;
+    if (want_colon ? c != ':' : (i == colon + 6 ? c != '.' : !std::isxdigit(static_cast<unsigned char>(c))))
+      return false;
+  }
+  return true;
+}
+
+// Words that begin a kernel RAS message: a line whose message starts with
+// none of them but carries one further on had something unknown (or a cut
+// stamp) in front of it.
+constexpr std::array<std::string_view, 19> kAnchors = {
+    "EDAC ",          "mce: ",      "[Hardware Error]",
+    "NVRM: ",         "Memory failure: ", "MCE ",
+    "BERT: ",         "ERST: ",     "HEST: ",
+    "EINJ: ",         "GHES: ",     "HardwareCorrupted:",
+    "[ascend]",       "[drv api]",  "sbridge: ",
+    "CMCI storm",     "Hardware event. This is not a software error",
+    "Memory failure:", "mce_notify_irq:"};
+
+// "<driver> <bdf>: " as dev_printk prefixes a message (pcieport, amdgpu, nvme...).
+bool StartsWithDeviceMessage(std::string_view text) {
+  const std::string_view driver = FirstToken(text);
+  if (driver.empty() || driver.back() == ':') return false;
+  const std::string_view device = FirstToken(AfterToken(text));
+  return device.size() > 1 && device.back() == ':' && IsBdf(device.substr(0, device.size() - 1));
+}
+
+// "{12}[Hardware Error]" (a GHES record's id).
+std::size_t EventIdLength(std::string_view text) {
+  if (text.empty() || text.front() != '{') return 0;
+  std::size_t i = 1;
+  while (i < text.size() && i < 22 && IsDigit(text[i])) ++i;
+  if (i == 1 || i >= text.size() || text[i] != '}') return 0;
+  return i + 1;
+}
+
+bool StartsWithAnchor(std::string_view text) {
+  for (std::string_view anchor : kAnchors) {
+    if (text.starts_with(anchor)) return true;
+  }
+  const std::size_t id = EventIdLength(text);
+  if (id != 0 && text.substr(id).starts_with("[Hardware Error]")) return true;
+  return StartsWithDeviceMessage(text);
+}
+
+// "<digits>,<digits>,<digits>,<flags>;" as /dev/kmsg prints a record header
+// (flags may carry ",caller=T123").
 bool StripKmsgHeader(std::string_view& text) {
   std::size_t i = 0;
   for (int field = 0; field < 3; ++field) {
@@ -23,12 +110,12 @@ bool StripKmsgHeader(std::string_view& text) {
     ++i;
   }
   const std::size_t semicolon = text.find(';', i);
-  if (semicolon == std::string_view::npos || semicolon - i > 8) return false;
+  if (semicolon == std::string_view::npos || semicolon - i > 32) return false;
   text.remove_prefix(semicolon + 1);
   return true;
 }
 
-// "<6>" as printk levels appear in pstore dumps and raw printk text.
+// "<6>" as printk levels appear in pstore dumps, raw printk text and syslog.
 bool StripPrintkLevel(std::string_view& text) {
   if (text.size() < 3 || text.front() != '<') return false;
   std::size_t i = 1;
@@ -38,67 +125,242 @@ bool StripPrintkLevel(std::string_view& text) {
   return true;
 }
 
-// "[ 1234.567890] " or "[Mon Jan 27 19:27:15 2020] " (any locale).
+// "HH:MM" or "HH:MM:SS" ending `text` (dmesg -H writes the minute only).
+bool EndsWithClock(std::string_view text) {
+  auto pair_at = [&](std::size_t from_end) {
+    return text.size() >= from_end && IsDigit(text[text.size() - from_end]) &&
+           IsDigit(text[text.size() - from_end + 1]);
+  };
+  if (!pair_at(2) || !pair_at(5) || text.size() < 5 || text[text.size() - 3] != ':') return false;
+  if (text.size() >= 8 && text[text.size() - 6] == ':') return pair_at(8);
+  return true;
+}
+
+// "[ 1234.567890]", "[  +0.000127]", "[<    0.000127>]", "[ 12.3 <  0.1>]",
+// "[Mon Jan 27 19:27:15 2020]", "[May19 19:57]", in any locale.
 bool StripBracketStamp(std::string_view& text) {
   if (text.empty() || text.front() != '[') return false;
   const std::size_t close = text.find(']');
-  if (close == std::string_view::npos || close > 40) return false;
+  if (close == std::string_view::npos || close > 48) return false;
   const std::string_view inside = TrimView(text.substr(1, close - 1));
   if (inside.empty()) return false;
-  bool monotonic = true;
-  bool dot = false;
+  bool monotonic = true, digit = false, dot = false;
   for (char c : inside) {
-    if (c == '.') {
+    if (IsDigit(c)) {
+      digit = true;
+    } else if (c == '.') {
       dot = true;
-    } else if (!IsDigit(c)) {
+    } else if (c != ' ' && c != '<' && c != '>' && c != '+' && c != '-') {
       monotonic = false;
     }
   }
-  // dmesg -T ends in "HH:MM:SS YYYY".
-  bool wall = inside.size() >= 13 && IsDigit(inside.back()) && inside[inside.size() - 5] == ' ' &&
-              inside[inside.size() - 8] == ':' && inside[inside.size() - 11] == ':';
-  if (!(monotonic && dot) && !wall) return false;
+  std::string_view clock = inside;
+  if (clock.size() > 5 && clock[clock.size() - 5] == ' ' && AllDigits(clock.substr(clock.size() - 4)))
+    clock.remove_suffix(5);  // ctime's year
+  const bool wall = clock.size() > 5 && EndsWithClock(clock) && clock.find(' ') != std::string_view::npos;
+  if (!(monotonic && digit && dot) && !wall) return false;
   text = SkipSpaces(text.substr(close + 1));
   return true;
 }
 
-// "Jun  9 16:21:24 " or "2019-08-19T04:18:38.274699-04:00 ", then an
-// optional host name, then "kernel:" or "tag[pid]:".
-bool StripSyslog(std::string_view& text, std::string_view& producer) {
+// A prefix cut off mid-stamp: "3.456789] ", "+0.000127] ", "] ".
+bool StripCutStamp(std::string_view& text) {
   std::size_t i = 0;
-  if (text.size() > 20 && IsDigit(text[0]) && text[4] == '-' && text[10] == 'T') {
-    i = text.find(' ');
-    if (i == std::string_view::npos) return false;
-  } else if (text.size() > 15 && std::isupper(static_cast<unsigned char>(text[0])) &&
-             std::islower(static_cast<unsigned char>(text[1])) &&
-             std::islower(static_cast<unsigned char>(text[2])) && text[3] == ' ') {
-    i = 4;
-    while (i < text.size() && text[i] == ' ') ++i;
-    const std::size_t day = i;
-    while (i < text.size() && IsDigit(text[i])) ++i;
-    if (i == day || i - day > 2 || i + 9 > text.size() || text[i] != ' ') return false;
+  while (i < text.size() && i < 20 &&
+         (IsDigit(text[i]) || text[i] == '.' || text[i] == ' ' || text[i] == '+' ||
+          text[i] == '<' || text[i] == '>')) {
     ++i;
-    if (!(IsDigit(text[i]) && IsDigit(text[i + 1]) && text[i + 2] == ':' && text[i + 5] == ':'))
-      return false;
-    i += 8;
-  } else {
+  }
+  if (i >= text.size() || text[i] != ']' || i + 1 >= text.size() || text[i + 1] != ' ') return false;
+  text = SkipSpaces(text.substr(i + 1));
+  return true;
+}
+
+// dmesg -x: "kern  :err   : ".
+bool StripDmesgDecode(std::string_view& text) {
+  static constexpr std::array<std::string_view, 12> kFacilities = {
+      "kern", "user", "mail", "daemon", "auth", "syslog", "lpr", "news", "uucp", "cron",
+      "authpriv", "ftp"};
+  static constexpr std::array<std::string_view, 8> kLevels = {
+      "emerg", "alert", "crit", "err", "warn", "notice", "info", "debug"};
+  const std::size_t first = text.find(':');
+  if (first == std::string_view::npos || first > 10) return false;
+  const std::string_view facility = TrimView(text.substr(0, first));
+  const std::size_t second = text.find(':', first + 1);
+  if (second == std::string_view::npos || second - first > 8) return false;
+  const std::string_view level = TrimView(text.substr(first + 1, second - first - 1));
+  const bool known_facility =
+      std::find(kFacilities.begin(), kFacilities.end(), facility) != kFacilities.end() ||
+      (facility.starts_with("local") && facility.size() == 6);
+  if (!known_facility || std::find(kLevels.begin(), kLevels.end(), level) == kLevels.end())
     return false;
+  text = SkipSpaces(text.substr(second + 1));
+  return true;
+}
+
+// "kernel:", "rasdaemon[12671]:": a syslog tag.
+bool IsTag(std::string_view token) {
+  if (token.size() < 2 || token.back() != ':') return false;
+  token.remove_suffix(1);
+  if (token.back() == ']') {
+    const std::size_t open = token.rfind('[');
+    if (open == std::string_view::npos || open == 0 ||
+        !AllDigits(token.substr(open + 1, token.size() - open - 2)))
+      return false;
+    token = token.substr(0, open);
   }
-  std::string_view rest = SkipSpaces(text.substr(i));
-  // Up to two tokens: [host] tag:
-  for (int token = 0; token < 2; ++token) {
-    const std::size_t end = rest.find(' ');
-    const std::string_view word = rest.substr(0, end);
-    if (!word.empty() && word.back() == ':') {
-      const std::string_view tag = word.substr(0, word.find('['));
-      if (tag != "kernel:" && tag != "kernel") producer = tag;
-      text = SkipSpaces(end == std::string_view::npos ? std::string_view() : rest.substr(end));
-      return true;
+  for (char c : token) {
+    if (!IsAsciiAlnum(c) && c != '_' && c != '-' && c != '.' && c != '/' && c != '@') return false;
+  }
+  return true;
+}
+
+std::string_view TagName(std::string_view tag) {
+  tag.remove_suffix(1);
+  return tag.substr(0, tag.find('['));
+}
+
+// "host tag:" or "tag:" after a syslog or journal stamp. With
+// `kernel_only`, after a dmesg-style stamp, only the kernel's own tag.
+bool StripHostTag(std::string_view& text, std::string_view& producer, bool kernel_only) {
+  if (StartsWithAnchor(text)) return false;
+  const std::string_view first = FirstToken(text);
+  std::string_view tag;
+  std::string_view rest;
+  if (IsTag(first)) {
+    tag = first;
+    rest = AfterToken(text);
+  } else {
+    const std::string_view second = FirstToken(AfterToken(text));
+    if (!IsTag(second) || first.find(':') != std::string_view::npos) return false;
+    tag = second;
+    rest = AfterToken(AfterToken(text));
+  }
+  const std::string_view name = TagName(tag);
+  if (kernel_only && name != "kernel" && tag.find('[') == std::string_view::npos) return false;
+  if (name != "kernel") producer = name;
+  text = rest;
+  return true;
+}
+
+// "16:21:24", "16:21:24.123456", "04:18:38.274699-04:00", "16:21:24+0200".
+bool IsClockToken(std::string_view token) {
+  if (token.size() < 8 || !IsDigit(token[0]) || !IsDigit(token[1]) || token[2] != ':' ||
+      !IsDigit(token[3]) || !IsDigit(token[4]) || token[5] != ':' || !IsDigit(token[6]) ||
+      !IsDigit(token[7]))
+    return false;
+  for (char c : token.substr(8)) {
+    if (!IsDigit(c) && c != '.' && c != ',' && c != ':' && c != '+' && c != '-' && c != 'Z')
+      return false;
+  }
+  return true;
+}
+
+// "2024-06-09".
+bool IsIsoDate(std::string_view token) {
+  return token.size() == 10 && AllDigits(token.substr(0, 4)) && token[4] == '-' &&
+         AllDigits(token.substr(5, 2)) && token[7] == '-' && AllDigits(token.substr(8, 2));
+}
+
+// A month or weekday name in any language ("Jun", "juin", "févr.", "июн",
+// "6月"), or what is left of one cut at the start of the line.
+bool IsNameToken(std::string_view token) {
+  if (token.empty() || token.size() > 16 || AllDigits(token)) return false;
+  for (char c : token) {
+    if (c == ':' || c == '[' || c == ']' || c == '=' || c == '(' || c == '<') return false;
+  }
+  return true;
+}
+
+bool IsDayToken(std::string_view token) {
+  return (token.size() == 1 || token.size() == 2) && AllDigits(token);
+}
+
+// Syslog and journal dates: "Jun  9 16:21:24", "июн 09 16:21:24.123456",
+// "Sun 2024-06-09 16:21:24 CEST", "2019-08-19T04:18:38.274699-04:00",
+// "2024-05-19T19:57:01,123456+00:00" (dmesg --time-format iso),
+// "1717942884.123456" (short-unix); then the host and tag if present.
+bool StripWallStamp(std::string_view& text, std::string_view& producer) {
+  std::array<std::string_view, 4> tokens{};
+  std::string_view rest = text;
+  std::size_t count = 0;
+  bool found = false;
+  for (; count < tokens.size() && !rest.empty(); ++count) {
+    const std::string_view token = FirstToken(rest);
+    tokens[count] = token;
+    rest = AfterToken(rest);
+    const std::size_t t = token.find('T');
+    if (IsClockToken(token) || (t == 10 && IsIsoDate(token.substr(0, 10)) && IsClockToken(token.substr(11)))) {
+      found = true;
+      break;
     }
-    if (end == std::string_view::npos) break;
-    rest = SkipSpaces(rest.substr(end));
   }
-  return false;
+  if (!found) {
+    // short-unix: seconds since the epoch with microseconds.
+    const std::string_view first = FirstToken(text);
+    const std::size_t dot = first.find('.');
+    if (dot < 9 || dot == std::string_view::npos || !AllDigits(first.substr(0, dot)) ||
+        !AllDigits(first.substr(dot + 1)))
+      return false;
+    rest = AfterToken(text);
+    if (!StripHostTag(rest, producer, false)) return false;
+    text = rest;
+    return true;
+  }
+  const std::size_t before = count;  // tokens before the clock
+  const bool iso_joined = tokens[count].find('T') == 10;
+  if (iso_joined) {
+    if (before != 0) return false;
+  } else if (before == 0 || before > 3) {
+    return false;
+  } else if (IsIsoDate(tokens[before - 1])) {
+    if (before == 2 && !IsNameToken(tokens[0])) return false;
+    if (before == 3) return false;
+  } else {
+    // [weekday] month day
+    if (before < 2 || !IsDayToken(tokens[before - 1]) || !IsNameToken(tokens[before - 2]))
+      return false;
+    if (before == 3 && !IsNameToken(tokens[0])) return false;
+  }
+  // A time zone or a year after the clock, unless the message begins there.
+  for (int extra = 0; extra < 2 && !rest.empty() && !StartsWithAnchor(rest); ++extra) {
+    const std::string_view token = FirstToken(rest);
+    const bool zone = token.size() >= 2 && token.size() <= 5 &&
+                      std::all_of(token.begin(), token.end(), IsAsciiUpper) &&
+                      FirstToken(AfterToken(rest)).size() > 0 && IsTag(FirstToken(AfterToken(AfterToken(rest))));
+    const bool offset = (token.size() == 5 || token.size() == 6) && (token[0] == '+' || token[0] == '-') &&
+                        IsDigit(token[1]);
+    const bool year = token.size() == 4 && AllDigits(token);
+    if (!zone && !offset && !year) break;
+    rest = AfterToken(rest);
+  }
+  StripHostTag(rest, producer, false);
+  text = rest;
+  return true;
+}
+
+// RFC 5424 after its "<PRI>": "1 2024-06-09T16:21:24.123Z host app procid msgid - msg".
+bool StripRfc5424(std::string_view& text, std::string_view& producer) {
+  if (!text.starts_with("1 ")) return false;
+  std::string_view rest = text.substr(2);
+  const std::string_view stamp = FirstToken(rest);
+  if (stamp.size() < 19 || !IsIsoDate(stamp.substr(0, 10)) || stamp[10] != 'T') return false;
+  rest = AfterToken(rest);
+  const std::string_view host = FirstToken(rest);
+  rest = AfterToken(rest);
+  const std::string_view app = FirstToken(rest);
+  rest = AfterToken(AfterToken(AfterToken(rest)));  // app, procid, msgid
+  if (host.empty() || app.empty()) return false;
+  if (rest.starts_with("- ")) {
+    rest.remove_prefix(2);
+  } else if (rest.starts_with("[")) {
+    const std::size_t close = rest.find("] ");
+    if (close == std::string_view::npos) return false;
+    rest.remove_prefix(close + 2);
+  }
+  if (app != "kernel") producer = app;
+  text = rest;
+  return true;
 }
 
 // "/hisi_logs/device-2/.../kbox.txt:2014[2454.830692] ..." as grep -n prints.
@@ -120,6 +382,68 @@ bool StripGrepPrefix(std::string_view& text, std::string_view& producer) {
   return true;
 }
 
+// journalctl -o verbose / export: "MESSAGE=..."; -o json: {..."MESSAGE":"..."...}
+// (escapes stay as written: kernel RAS messages have none that matter).
+bool StripJournalField(std::string_view& text) {
+  if (text.starts_with("MESSAGE=")) {
+    text.remove_prefix(8);
+    return true;
+  }
+  if (text.empty() || text.front() != '{') return false;
+  const std::size_t at = text.find("\"MESSAGE\":\"");
+  if (at == std::string_view::npos) return false;
+  std::string_view value = text.substr(at + 11);
+  std::size_t end = 0;
+  while (end < value.size() && !(value[end] == '"' && (end == 0 || value[end - 1] != '\\'))) ++end;
+  text = value.substr(0, end);
+  return true;
+}
+
+// What a cut line kept of "kernel: ": "rnel: ", "el: ".
+bool StripCutKernelTag(std::string_view& text) {
+  constexpr std::string_view kTag = "kernel:";
+  const std::string_view first = FirstToken(text);
+  if (first.size() < 2 || first.size() >= kTag.size() || !kTag.ends_with(first)) return false;
+  text = AfterToken(text);
+  return true;
+}
+
+// The message moved to the first anchor when something unrecognised (a cut
+// line, a tool's prefix) stands in front of it.
+std::string_view RebaseToAnchor(std::string_view text) {
+  // Report rows (rasdaemon, ras-mc-ctl, sysfs values) begin with a number.
+  if (text.empty() || IsDigit(text.front()) || StartsWithAnchor(text)) return text;
+  constexpr std::size_t kMaxPrefix = 120;
+  std::size_t best = std::string_view::npos;
+  for (std::string_view anchor : kAnchors) {
+    std::size_t at = text.find(anchor);
+    if (at == std::string_view::npos || at > kMaxPrefix) continue;
+    if (anchor == "[Hardware Error]") {
+      // Keep a "{N}" id in front of it.
+      const std::size_t open = text.rfind('{', at);
+      if (open != std::string_view::npos && EventIdLength(text.substr(open)) == at - open) at = open;
+    }
+    best = std::min(best, at);
+  }
+  // "<driver> <bdf>: ".
+  for (std::size_t colon = text.find(": "); colon != std::string_view::npos && colon <= kMaxPrefix;
+       colon = text.find(": ", colon + 1)) {
+    if (colon < 12) continue;
+    const std::size_t bdf_start = text.rfind(' ', colon);
+    if (bdf_start == std::string_view::npos || bdf_start == 0) continue;
+    if (!IsBdf(text.substr(bdf_start + 1, colon - bdf_start - 1))) continue;
+    const std::size_t driver_start = text.rfind(' ', bdf_start - 1);
+    const std::size_t at = driver_start == std::string_view::npos ? 0 : driver_start + 1;
+    best = std::min(best, at);
+    break;
+  }
+  if (best == std::string_view::npos || best == 0) return text;
+  // The tag-like lead a producer's prefix ends with is not part of the message.
+  const char before = text[best - 1];
+  if (IsAsciiAlnum(before)) return text;  // the anchor is inside a word
+  return text.substr(best);
+}
+
 }  // namespace
 
 std::string_view TrimView(std::string_view text) {
@@ -135,24 +459,35 @@ LogLine SplitLogLine(std::string_view raw) {
   std::string_view text = raw;
   while (!text.empty() && (text.back() == '\r' || text.back() == '\n')) text.remove_suffix(1);
   // Publishers stack prefixes in any order: peel until nothing changes.
-  for (int round = 0; round < 6; ++round) {
+  for (int round = 0; round < 8; ++round) {
     text = SkipSpaces(text);
     if (!text.empty() &&
         (text.front() == '>' || (text.size() > 1 && text[0] == '+' && text[1] == '>'))) {
       text.remove_prefix(text.front() == '+' ? 2 : 1);
       continue;
     }
-    if (StripPrintkLevel(text) || StripKmsgHeader(text) || StripGrepPrefix(text, line.producer) ||
-        StripBracketStamp(text) || StripSyslog(text, line.producer)) {
+    if (StartsWithAnchor(text)) break;
+    if (StripPrintkLevel(text)) {
+      StripRfc5424(text, line.producer);
       continue;
     }
+    if (StripKmsgHeader(text) || StripGrepPrefix(text, line.producer) || StripJournalField(text) ||
+        StripDmesgDecode(text)) {
+      continue;
+    }
+    if (StripBracketStamp(text)) {
+      StripHostTag(text, line.producer, /*kernel_only=*/true);
+      continue;
+    }
+    if (StripWallStamp(text, line.producer) || StripCutStamp(text)) continue;
     if (StartsWith(text, "kernel: ")) {
       text.remove_prefix(8);
       continue;
     }
+    if (round == 0 && StripCutKernelTag(text)) continue;
     break;
   }
-  line.text = TrimView(text);
+  line.text = RebaseToAnchor(TrimView(text));
   return line;
 }
 

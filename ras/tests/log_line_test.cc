@@ -35,6 +35,37 @@ TEST(LogLineTest, StripsEveryCommonPrefix) {
       {"[ascend] [devdrv] [ERROR] h", "[ascend] [devdrv] [ERROR] h", ""},
       {"<4>[  100.000000] mce: i", "mce: i", ""},
       {"<<<edac>>>", "<<<edac>>>", ""},
+      // dmesg's other stamp forms (util-linux print_record).
+      {"[May19 19:57] EDAC MC0: j", "EDAC MC0: j", ""},
+      {"[  +0.000127] EDAC MC0: k", "EDAC MC0: k", ""},
+      {"[<    0.000127>] mce: l", "mce: l", ""},
+      {"[  261.273240 <    0.000127>] mce: m", "mce: m", ""},
+      {"2024-05-19T19:57:01,123456+00:00 EDAC MC0: n", "EDAC MC0: n", ""},
+      {"kern  :err   : [  261.273240] mce: o", "mce: o", ""},
+      {"kern  :warn  : [May19 19:57] NVRM: p", "NVRM: p", ""},
+      // journalctl's output modes, any locale.
+      {"\xd0\xb8\xd1\x8e\xd0\xbd 09 16:21:24 host kernel: EDAC MC0: q", "EDAC MC0: q", ""},
+      {"6\xe6\x9c\x88 09 16:21:24 host kernel: EDAC MC0: r", "EDAC MC0: r", ""},
+      {"f\xc3\xa9vr. 09 16:21:24 host kernel: EDAC MC0: s", "EDAC MC0: s", ""},
+      {"Jun 09 16:21:24.123456 host kernel: EDAC MC0: t", "EDAC MC0: t", ""},
+      {"Sun 2024-06-09 16:21:24 CEST host kernel: EDAC MC0: u", "EDAC MC0: u", ""},
+      {"2024-06-09T16:21:24+0200 host kernel: EDAC MC0: v", "EDAC MC0: v", ""},
+      {"1717942884.123456 host kernel: EDAC MC0: w", "EDAC MC0: w", ""},
+      {"[  123.456789] host kernel: EDAC MC0: x", "EDAC MC0: x", ""},
+      {"    MESSAGE=EDAC MC0: y", "EDAC MC0: y", ""},
+      {"{\"PRIORITY\":\"4\",\"MESSAGE\":\"EDAC MC0: z\",\"_BOOT_ID\":\"b\"}", "EDAC MC0: z", ""},
+      {"<3>1 2024-06-09T16:21:24.123Z host kernel - - - EDAC MC0: aa", "EDAC MC0: aa", ""},
+      {"6,1234,5678901,-,caller=T12;NVRM: bb", "NVRM: bb", ""},
+      // Lines whose beginning was cut off.
+      {"56789] EDAC MC0: cc", "EDAC MC0: cc", ""},
+      {"nel: EDAC MC0: dd", "EDAC MC0: dd", ""},
+      {"n  9 16:21:24 mr-fox kernel: EDAC MC0: ee", "EDAC MC0: ee", ""},
+      {"docker-host | EDAC MC0: ff", "EDAC MC0: ff", ""},
+      {"x: pcieport 0000:00:1c.1: AER: gg", "pcieport 0000:00:1c.1: AER: gg", ""},
+      // Report rows stay whole.
+      {"1 2021-02-27 03:09:05 +0100 1 Corrected error(s): hh", "1 2021-02-27 03:09:05 +0100 1 Corrected error(s): hh", ""},
+      {"TIME 1385447316 Tue Nov 26 07:28:36 2013", "TIME 1385447316 Tue Nov 26 07:28:36 2013", ""},
+      {"[ 0] Receiver Error", "[ 0] Receiver Error", ""},
   };
   for (const auto& c : cases) {
     const LogLine line = SplitLogLine(c.raw);

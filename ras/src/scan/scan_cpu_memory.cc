@@ -1,6 +1,9 @@
 // GHES/CPER, MCE, EDAC and memory-failure records (the host's CPU and
 // memory errors). Rules: shared/corpus/README.md.
 
+#include <algorithm>
+#include <array>
+
 #include "rasd/ras/kernel_log_scanner.h"
 #include "scan_util.h"
 
@@ -43,12 +46,42 @@ Severity GhesSeverity(std::string_view word) {
   return Severity::kInfo;
 }
 
+// Field names of a CPER section as drivers/firmware/efi/cper*.c and
+// ghes.c print them (3.10 to 6.x, x86 and ARM): an unnumbered
+// "[Hardware Error]" line that carries one belongs to a GHES/BERT block
+// even when the block's header lines were cut off (the tail of a log).
+bool IsCperField(std::string_view body) {
+  if (StartsWith(body, "Error ") && Contains(body, ", type: ")) return true;
+  static constexpr std::array<std::string_view, 23> kFields = {
+      "event severity:", "fru_id:",         "fru_text:",
+      "section_type:",   "error_status:",   "physical_address", "node:",
+      "card:",           "module:",         "device_id:",      "vendor_id:",
+      "class_code:",     "aer_",            "port_type:",      "command:",
+      "slot:",           "secondary_bus:",  "MIDR:",           "Multiprocessor Affinity",
+      "error_type:",     "error_info:",     "running state:",  "section length:"};
+  for (std::string_view field : kFields) {
+    if (StartsWith(body, field)) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 bool KernelLogScanner::ScanGhes(const LogLine& line) {
   const std::string_view text = line.text;
-  if (StartsWith(text, "ERST:") || StartsWith(text, "HEST:") || StartsWith(text, "EINJ:") ||
-      (StartsWith(text, "pstore:") && Contains(text, "erst"))) {
+  if (Contains(text, "Fatal hardware error")) {
+    // ghes_panic / "GHES: Fatal hardware error but panic disabled".
+    auto block = OpenBlock(BlockKey::Ghes({}));
+    if (block) {
+      Attach(*block, line);
+      Raise(Record(*block), Severity::kFatal);
+    } else {
+      NewRecord("ghes", line, Severity::kFatal);
+    }
+    return true;
+  }
+  if (StartsWith(text, "GHES:") || StartsWith(text, "ERST:") || StartsWith(text, "HEST:") ||
+      StartsWith(text, "EINJ:") || (StartsWith(text, "pstore:") && Contains(text, "erst"))) {
     NewRecord("ghes", line, Severity::kInfo, /*notice=*/true);
     return true;
   }
@@ -71,8 +104,11 @@ bool KernelLogScanner::ScanGhes(const LogLine& line) {
     rest.remove_prefix(close + 1);
     if (!StartsWith(rest, kHardwareError)) return false;
   } else if (!StartsWith(rest, kHardwareError) || !OpenBlock(key)) {
-    // An unnumbered "[Hardware Error]" line outside a GHES block is an MCE decode.
-    if (!StartsWith(rest, kHardwareError) || !Contains(rest, "Hardware error from APEI"))
+    // An unnumbered "[Hardware Error]" line outside a GHES block is an MCE
+    // decode, unless it carries a CPER field.
+    if (!StartsWith(rest, kHardwareError) ||
+        !(Contains(rest, "Hardware error from APEI") ||
+          IsCperField(AfterMarker(rest, kHardwareError))))
       return false;
   }
   rest = AfterMarker(rest, kHardwareError);
@@ -91,6 +127,9 @@ bool KernelLogScanner::ScanGhes(const LogLine& line) {
   ScannedRecord& record = Record(*block);
   if (StartsWith(rest, "event severity:")) {
     Raise(record, GhesSeverity(AfterMarker(rest, "event severity")));
+  } else if (StartsWith(rest, "Error ") && Contains(rest, ", type: ")) {
+    // "Error 0, type: recoverable": a section's severity, all a tail may keep.
+    Raise(record, GhesSeverity(WordAfter(rest, ", type: ")));
   } else if (StartsWith(rest, "physical_address:") && !record.address) {
     record.address = ParsePrintedAddress(WordAfter(rest, "physical_address:"));
   } else if (StartsWith(rest, "device_id:") && !record.pci_bdf) {
@@ -102,9 +141,30 @@ bool KernelLogScanner::ScanGhes(const LogLine& line) {
 
 bool KernelLogScanner::ScanMce(const LogLine& line) {
   const std::string_view text = line.text;
+  if (ScanMcelogReport(line)) return true;
+  // mce/intel.c: "CMCI storm detected: switching to poll mode" (3.x-6.x,
+  // with or without "mce: CPU%d BANK%d "), "CMCI storm subsided".
+  if (Contains(text, "CMCI storm")) {
+    NewRecord("mce", line, Severity::kInfo, /*notice=*/true);
+    return true;
+  }
+  // mce_panic: "Kernel panic - not syncing: Fatal machine check" and
+  // "Machine check from unknown source".
+  if (Contains(text, "not syncing") &&
+      (Contains(text, "achine check") || Contains(text, "Machine Check"))) {
+    auto block = OpenBlock(BlockKind::kMce);
+    if (block) {
+      Attach(*block, line);
+      Raise(Record(*block), Severity::kFatal);
+    } else {
+      NewRecord("mce", line, Severity::kFatal);
+    }
+    return true;
+  }
   // Trace: "mce_record: CPU: 0, MCGc/s: ..., MC13: 8c00..., ADDR/MISC/SYND: 0000000123450000/..."
-  if (Contains(text, "mce_record: ")) {
-    const std::size_t index = NewRecord("mce", line, Severity::kInfo);
+  if (Contains(text, "mce_record: ") && !Contains(text, "status=")) {  // rasdaemon's has status=
+    const std::size_t index =
+        NewRecord(line.producer == "rasdaemon" ? "rasdaemon" : "mce", line, Severity::kInfo);
     const std::string_view body = text.substr(text.find("mce_record: "));
     // The bank's status: "MC13: 8c00...", not "MCGc/s: ...".
     for (std::size_t bank = body.find(", MC"); bank != std::string_view::npos;
@@ -192,6 +252,46 @@ bool KernelLogScanner::ScanMce(const LogLine& line) {
   return true;
 }
 
+// mcelog's report of one machine check (mcelog.c dump_mce, its daemon's
+// syslog lines too):
+//   Hardware event. This is not a software error.
+//   MCE 0
+//   CPU 14 BANK 3 TSC 3a4e5b2d79cf56
+//   MISC 900004000400a8c ADDR 912c41000
+//   ...
+//   STATUS b200000000400005 MCGSTATUS 5
+// The class comes from STATUS (the corpus' MCE rules); old versions start
+// at "MCE n" without the first line.
+bool KernelLogScanner::ScanMcelogReport(const LogLine& line) {
+  const std::string_view text = line.text;
+  auto block = OpenBlock(BlockKind::kMcelog);
+  const bool mce_number = StartsWith(text, "MCE ") && text.size() > 4 && text.size() < 12 &&
+                          std::all_of(text.begin() + 4, text.end(),
+                                      [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
+  if (StartsWith(text, "Hardware event. This is not a software error") ||
+      (mce_number && !block)) {
+    OpenAs(BlockKind::kMcelog, NewRecord("mce", line, Severity::kInfo));
+    return true;
+  }
+  if (!block) return false;
+  ScannedRecord& record = Record(*block);
+  if (mce_number && record.lines.size() > 2) {
+    // The next machine check of the same dump.
+    CloseBlock(BlockKind::kMcelog);
+    OpenAs(BlockKind::kMcelog, NewRecord("mce", line, Severity::kInfo));
+    return true;
+  }
+  Attach(*block, line);
+  if (StartsWith(text, "STATUS ")) {
+    if (auto status = ParseNumber(WordAfter(text, "STATUS "), 16))
+      record.severity = ClassifyMciStatus(*status);
+    CloseBlock(BlockKind::kMcelog);
+  } else if (Contains(text, "ADDR ") && !record.address) {
+    record.address = ParsePrintedAddress(WordAfter(text, "ADDR "));
+  }
+  return true;
+}
+
 bool KernelLogScanner::ScanEdac(const LogLine& line) {
   const std::string_view text = line.text;
   if (line_has_mc_event_ && Contains(text, "mc_event: ")) {
@@ -200,7 +300,8 @@ bool KernelLogScanner::ScanEdac(const LogLine& line) {
     if (Contains(body, "Corrected error")) severity = Severity::kCe;
     if (Contains(body, "Uncorrected error")) severity = Severity::kUce;
     if (Contains(body, "Fatal error")) severity = Severity::kFatal;
-    const std::size_t index = NewRecord("edac", line, severity);
+    const std::size_t index =
+        NewRecord(line.producer == "rasdaemon" ? "rasdaemon" : "edac", line, severity);
     ScannedRecord& record = Record(index);
     if (auto count = ParseNumber(body)) record.count = *count;
     if (auto mc = ParseNumber(WordAfter(body, "(mc:"))) record.mc = static_cast<int>(*mc);
@@ -225,13 +326,31 @@ bool KernelLogScanner::ScanEdac(const LogLine& line) {
     mc = static_cast<int>(ParseNumber(rest.substr(2)).value_or(0));
     const std::size_t colon = rest.find(':');
     rest = colon == std::string_view::npos ? std::string_view() : TrimView(rest.substr(colon + 1));
+  } else if (StartsWith(driver, "DEVICE") || StartsWith(driver, "PCI")) {
+    // edac_device.c: "EDAC DEVICE0: CE: <ctl> instance: 0 block: 0 count: 1 '...'";
+    // edac_pci_sysfs.c: "EDAC PCI: Master Data Parity Error on 0000:00:1f.0".
+    Severity severity = Severity::kInfo;
+    if (StartsWith(rest, "CE:") || StartsWith(rest, "CE ")) severity = Severity::kCe;
+    if (StartsWith(rest, "UE:") || StartsWith(rest, "UE ")) severity = Severity::kUce;
+    if (StartsWith(driver, "PCI") && Contains(rest, "Parity Error")) severity = Severity::kUce;
+    if (StartsWith(driver, "PCI") && Contains(rest, "System Error")) severity = Severity::kUce;
+    const std::size_t index = NewRecord("edac", line, severity, severity == Severity::kInfo);
+    const std::string_view device = WordAfter(rest, " on ");
+    if (IsPciBdf(device)) Record(index).pci_bdf = std::string(device);
+    return true;
   } else {
     // "EDAC amd64: ECC disabled in the BIOS ...": driver notices.
     NewRecord("edac", line, Severity::kInfo, /*notice=*/true);
     return true;
   }
 
-  if (!driver.empty()) {
+  // A driver's own error line ("EDAC amd64 MC1: CE ERROR_ADDRESS= 0x...")
+  // is a report like the core's; the rest of a driver's lines form the
+  // sb_edac/skx_edac decode block.
+  const bool report = StartsWith(rest, "CE ") || StartsWith(rest, "UE ") ||
+                      (std::isdigit(static_cast<unsigned char>(rest.empty() ? 'x' : rest[0])) &&
+                       (Contains(rest, " CE ") || Contains(rest, " UE ")));
+  if (!driver.empty() && !report) {
     // The sb_edac/skx_edac decode block: HANDLING ..., CPU n: Machine Check Event, ADDR ...
     const BlockKey key = BlockKind::kEdacMce;
     if (StartsWith(rest, "HANDLING MCE MEMORY ERROR")) {
@@ -281,6 +400,7 @@ bool KernelLogScanner::ScanEdac(const LogLine& line) {
   if (StartsWith(words, "UE")) severity = Severity::kUce;
   std::optional<Address> address = EdacPageOffsetAddress(rest);
   if (!address) address = ParsePrintedAddress(WordAfter(rest, "addr = "));
+  if (!address) address = ParsePrintedAddress(WordAfter(rest, "ERROR_ADDRESS="));
   if (severity == Severity::kInfo) {
     const std::size_t index = NewRecord("edac", line, Severity::kInfo, /*notice=*/true);
     Record(index).mc = mc;
@@ -306,6 +426,37 @@ bool KernelLogScanner::ScanEdac(const LogLine& line) {
   return true;
 }
 
+namespace {
+
+// mm/memory-failure.c's outcome words, 2.6.32 to 6.x: "<type> page
+// recovery: <result>", "recovery action for <type>: <result>",
+// "action_result=<result>" (rasdaemon), and the kill and state notices.
+Severity MemoryFailureSeverity(std::string_view body) {
+  if (Contains(body, "already hardware poisoned") || Contains(body, "unhandlable page") ||
+      Contains(body, "Ignored") || Contains(body, "nknown page state") ||
+      Contains(body, "outside kernel control")) {
+    return Severity::kUce;
+  }
+  if (Contains(body, "Recovered") || Contains(body, "Delayed") ||
+      Contains(body, "dropped without side effects")) {
+    return Severity::kSrao;
+  }
+  if (Contains(body, "Failed") || Contains(body, "Killing") || Contains(body, "killing") ||
+      Contains(body, "Sending SIGBUS") || Contains(body, "failed to unmap")) {
+    return Severity::kSrar;
+  }
+  return Severity::kInfo;
+}
+
+// The PFN a message names: "0x2025e7: ...", "pfn 0x...", "pfn=0x...".
+std::optional<Address> MemoryFailurePfn(std::string_view body) {
+  if (StartsWith(body, "0x")) return ParsePrintedAddress(body.substr(0, body.find(':')));
+  if (auto pfn = ParsePrintedAddress(WordAfter(body, "pfn=", " ,:"))) return pfn;
+  return ParsePrintedAddress(WordAfter(body, "pfn ", " ,:"));
+}
+
+}  // namespace
+
 bool KernelLogScanner::ScanMemoryFailure(const LogLine& line) {
   const std::string_view text = line.text;
   if (StartsWith(text, "HardwareCorrupted:")) {
@@ -315,29 +466,35 @@ bool KernelLogScanner::ScanMemoryFailure(const LogLine& line) {
     return true;
   }
   std::string_view body;
-  if (StartsWith(text, "Memory failure: ")) {
-    body = text.substr(16);
+  if (StartsWith(text, "Memory failure:")) {
+    body = TrimView(text.substr(15));
+  } else if (StartsWith(text, "MCE 0x") || StartsWith(text, "MCE: 0x")) {
+    // Kernels before 4.15 had no "Memory failure: " prefix.
+    body = TrimView(text.substr(text.find(' ') + 1));
   } else if (Contains(text, "memory_failure_event: ")) {
     body = text.substr(text.find("memory_failure_event: ") + 22);
-    if (StartsWith(body, "pfn ")) body.remove_prefix(4);
+  } else if (StartsWith(text, "Soft offlining pfn") || StartsWith(text, "soft offline: ") ||
+             StartsWith(text, "soft_offline: ")) {
+    // Soft offline moves a page that only had corrected errors.
+    const std::size_t index = NewRecord("memory_failure", line, Severity::kCe);
+    std::string_view rest = text.substr(text.find(' ') + 1);
+    if (StartsWith(rest, "offline: ")) rest.remove_prefix(9);
+    Record(index).address = MemoryFailurePfn(rest);
+    return true;
+  } else if (StartsWith(text, "Injecting memory failure")) {
+    const std::size_t index = NewRecord("memory_failure", line, Severity::kInfo, /*notice=*/true);
+    Record(index).address = MemoryFailurePfn(text);
+    return true;
   } else if (Contains(text, "due to hardware memory corruption")) {
     NewRecord("memory_failure", line, Severity::kSrar);  // "Killing <comm>:<pid> due to ..."
     return true;
   } else {
     return false;
   }
-  Severity severity = Severity::kInfo;
-  if (Contains(body, "already hardware poisoned") || Contains(body, "unhandlable page") ||
-      Contains(body, ": Ignored")) {
-    severity = Severity::kUce;
-  } else if (Contains(body, ": Recovered") || Contains(body, ": Delayed")) {
-    severity = Severity::kSrao;
-  } else if (Contains(body, ": Failed") || Contains(body, "Killing") ||
-             Contains(body, "Sending SIGBUS")) {
-    severity = Severity::kSrar;
-  }
-  const std::size_t index = NewRecord("memory_failure", line, severity);
-  Record(index).address = ParsePrintedAddress(body.substr(0, body.find(':')));
+  const std::size_t index =
+      NewRecord(line.producer == "rasdaemon" ? "rasdaemon" : "memory_failure", line,
+                MemoryFailureSeverity(body));
+  Record(index).address = MemoryFailurePfn(body);
   return true;
 }
 

@@ -35,10 +35,58 @@ std::optional<int> ControllerIn(std::string_view text) {
 // The class a report row names. "Corrected error: Advisory Non-Fatal" is
 // corrected: the class word comes first.
 Severity WordSeverity(std::string_view text) {
-  if (Contains(text, "Corrected")) return Severity::kCe;
-  if (Contains(text, "Non-Fatal") || Contains(text, "Uncorrected")) return Severity::kUce;
-  if (Contains(text, "Fatal")) return Severity::kFatal;
+  if (Contains(text, "Corrected") || Contains(text, "corrected error") ||
+      Contains(text, "Correctable"))
+    return Severity::kCe;
+  if (Contains(text, "Non-Fatal") || Contains(text, "non fatal") || Contains(text, "Uncorrected") ||
+      Contains(text, "Uncorrectable") || Contains(text, "recoverable"))
+    return Severity::kUce;
+  if (Contains(text, "Fatal") || Contains(text, "fatal")) return Severity::kFatal;
   return Severity::kInfo;
+}
+
+// The first "dddd:bb:dd.f" word of `text`.
+std::optional<std::string> FirstBdf(std::string_view text) {
+  while (!text.empty()) {
+    text = TrimView(text);
+    std::size_t end = 0;
+    while (end < text.size() && text[end] != ' ' && text[end] != ',') ++end;
+    if (IsPciBdf(text.substr(0, end))) return std::string(text.substr(0, end));
+    text.remove_prefix(std::min(text.size(), end + 1));
+  }
+  return std::nullopt;
+}
+
+// Trace events that have no kernel log line of their own, as trace_pipe
+// (include/ras/ras_event.h's TP_printk) or rasdaemon print them.
+struct TraceEvent {
+  std::string_view marker;
+  const char* origin;
+};
+constexpr std::array<TraceEvent, 4> kTraceEvents = {{
+    {"aer_event: ", "aer"},
+    {"extlog_mem_event: ", "mce"},
+    {"non_standard_event: ", "ghes"},
+    {"arm_event: ", "ghes"},
+}};
+
+// "Label  CE  UE" heading `ras-mc-ctl --error-count`.
+bool IsErrorCountHeading(std::string_view text) {
+  std::array<std::string_view, 3> words{};
+  for (auto& word : words) {
+    text = TrimView(text);
+    word = text.substr(0, text.find_first_of(" \t"));
+    text.remove_prefix(word.size());
+  }
+  return words[0] == "Label" && words[1] == "CE" && words[2] == "UE" && TrimView(text).empty();
+}
+
+// A report's section heading: "Memory controller events:", "PCIe AER
+// events summary:", "MCE records summary:", "Disk errors summary:".
+bool IsSectionHeading(std::string_view text) {
+  if (text.empty() || IsDigitAt(text, 0) || text.back() != ':') return false;
+  return text.ends_with(" events:") || text.ends_with(" records:") ||
+         text.ends_with(" summary:");
 }
 
 // The lines of mcelog's client summary.
@@ -51,6 +99,27 @@ bool IsMcelogLine(std::string_view text) {
 
 bool KernelLogScanner::ScanRasdaemon(const LogLine& line) {
   const std::string_view text = line.text;
+  for (const auto& event : kTraceEvents) {
+    const std::size_t at = text.find(event.marker);
+    if (at == std::string_view::npos) continue;
+    const std::string_view body = text.substr(at + event.marker.size());
+    const std::size_t index =
+        NewRecord(line.producer == "rasdaemon" ? "rasdaemon" : event.origin, line,
+                  WordSeverity(body));
+    ScannedRecord& record = Record(index);
+    if (event.marker == "aer_event: ") record.pci_bdf = FirstBdf(body);
+    for (std::string_view marker : {"physical addr: ", "phy_addr: ", "address: ", "addr="}) {
+      if (auto address = ParsePrintedAddress(WordAfter(body, marker, " ,()"))) {
+        record.address = address;
+        break;
+      }
+    }
+    return true;
+  }
+  if (StartsWith(text, "ras-mc-ctl:")) {  // --status
+    NewRecord("rasdaemon", line, Severity::kInfo, /*notice=*/true);
+    return true;
+  }
   if (line.producer == "rasdaemon" || StartsWith(text, "rasdaemon:")) {
     NewRecord("rasdaemon", line, Severity::kInfo, /*notice=*/true);
     return true;
@@ -75,6 +144,17 @@ bool KernelLogScanner::ScanRasdaemon(const LogLine& line) {
       return true;
     }
   }
+  if (IsSectionHeading(text) || IsErrorCountHeading(text)) {
+    // A heading of the same report continues its record.
+    auto block = OpenBlock(BlockKind::kReport);
+    section_ = IsErrorCountHeading(text) ? "error-count" : std::string(text);
+    if (block && Record(*block).origin == "rasdaemon") {
+      Attach(*block, line);
+    } else {
+      OpenAs(BlockKind::kReport, NewRecord("rasdaemon", line, Severity::kInfo, /*notice=*/true));
+    }
+    return true;
+  }
   if (text == "Memory errors") {  // mcelog --client
     section_ = "mcelog";
     OpenAs(BlockKind::kReport, NewRecord("mce", line, Severity::kInfo, /*notice=*/true));
@@ -83,8 +163,13 @@ bool KernelLogScanner::ScanRasdaemon(const LogLine& line) {
   if (section_.empty()) return false;
   auto block = OpenBlock(BlockKind::kReport);
   const bool mcelog = StartsWith(section_, "mcelog");
+  if (block && section_ == "error-count") return ScanErrorCountRow(line, *block);
+  const bool summary = section_.ends_with(" summary:");
+  const bool row = IsDigitAt(text, 0) ||
+                   (summary && (StartsWith(text, "Corrected") || StartsWith(text, "Uncorrected") ||
+                                StartsWith(text, "Fatal") || StartsWith(text, "Non-Fatal")));
   // A line that is not part of the report ends it.
-  if (!block || (mcelog ? !IsMcelogLine(text) : !IsDigitAt(text, 0))) {
+  if (!block || (mcelog ? !IsMcelogLine(text) : !row)) {
     section_.clear();
     return false;
   }
@@ -105,7 +190,16 @@ bool KernelLogScanner::ScanRasdaemon(const LogLine& line) {
     return true;
   }
   record.notice = false;
-  Raise(record, section_ == "MCE events:" && Contains(text, "status=0x")
+  if (StartsWith(section_, "Memory failure events")) {
+    // "1 2023-... +0800 error: pfn=0x2025e7, page_type=..., action_result=Delayed"
+    Raise(record, Contains(text, "Recovered") || Contains(text, "Delayed") ? Severity::kSrao
+                  : Contains(text, "Failed")                              ? Severity::kSrar
+                  : Contains(text, "Ignored")                             ? Severity::kUce
+                                                                          : Severity::kInfo);
+    if (!record.address) record.address = ParsePrintedAddress(WordAfter(text, "pfn=", " ,"));
+    return true;
+  }
+  Raise(record, StartsWith(section_, "MCE ") && Contains(text, "status=0x")
                     ? ClassifyMciStatus(ParseNumber(WordAfter(text, "status=0x"), 16).value_or(0))
                     : WordSeverity(text));
   if (auto mc = ControllerIn(text)) named_mcs_[*block].push_back(*mc);
@@ -124,6 +218,34 @@ bool KernelLogScanner::ScanRasdaemon(const LogLine& line) {
       rest = TrimView(rest.substr(std::min(rest.size(), rest.find(' '))));
     const std::string_view device = rest.substr(0, rest.find(' '));
     if (IsPciBdf(device)) record.pci_bdf = std::string(device);
+  }
+  return true;
+}
+
+// A row of `ras-mc-ctl --error-count`: "<label> <CE> <UE>".
+bool KernelLogScanner::ScanErrorCountRow(const LogLine& line, std::size_t block) {
+  std::string_view rest = line.text;
+  std::array<std::string_view, 4> words{};
+  std::size_t count = 0;
+  while (count < words.size() && !TrimView(rest).empty()) {
+    rest = TrimView(rest);
+    words[count] = rest.substr(0, rest.find_first_of(" \t"));
+    rest.remove_prefix(words[count].size());
+    ++count;
+  }
+  const auto ce = count == 3 ? ParseNumber(words[1]) : std::nullopt;
+  const auto ue = count == 3 ? ParseNumber(words[2]) : std::nullopt;
+  if (!ce || !ue) {
+    section_.clear();
+    return false;
+  }
+  Attach(block, line);
+  const auto mc = ControllerIn(words[0]);
+  if (mc) named_mcs_[block].push_back(*mc);
+  if (*ce > 0 || *ue > 0) {
+    if (mc) nonzero_mcs_[block].push_back(*mc);
+    Record(block).notice = false;
+    Raise(Record(block), *ue > 0 ? Severity::kUce : Severity::kCe);
   }
   return true;
 }

@@ -62,9 +62,14 @@ inline std::string Lower(std::string_view text) {
 }
 
 // "page:0x849923 offset:0x380" -> (page << 12) | offset, as EDAC prints it.
+// Kernels before 3.5 print "page 0x849923, offset 0x380".
 inline std::optional<Address> EdacPageOffsetAddress(std::string_view text) {
-  const std::string_view page = WordAfter(text, "page:0x");
-  const std::string_view offset = WordAfter(text, "offset:0x");
+  std::string_view page = WordAfter(text, "page:0x");
+  std::string_view offset = WordAfter(text, "offset:0x");
+  if (page.empty() || offset.empty()) {
+    page = WordAfter(text, "page 0x");
+    offset = WordAfter(text, "offset 0x");
+  }
   if (page.empty() || offset.empty()) return std::nullopt;
   const auto page_value = ParseNumber(page, 16);
   const auto offset_value = ParseNumber(offset, 16);

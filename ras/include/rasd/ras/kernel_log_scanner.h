@@ -98,6 +98,7 @@ class KernelLogScanner {
 
   bool ScanGhes(const LogLine& line);
   bool ScanMce(const LogLine& line);
+  bool ScanMcelogReport(const LogLine& line);
   bool ScanEdac(const LogLine& line);
   bool ScanMemoryFailure(const LogLine& line);
   bool ScanAer(const LogLine& line);
@@ -105,6 +106,7 @@ class KernelLogScanner {
   bool ScanAmdgpu(const LogLine& line);
   bool ScanAscend(const LogLine& line);
   bool ScanRasdaemon(const LogLine& line);
+  bool ScanErrorCountRow(const LogLine& line, std::size_t block);
   bool ScanSysfs(const LogLine& line);
 
   // Starts a record; the index stays valid until the record is taken.
@@ -124,8 +126,11 @@ class KernelLogScanner {
     kReport,   // a rasdaemon or mcelog report section
     kSysfs,
     kAmdSmi,
+    kMcelog,  // mcelog's multi-line report of one machine check
+    kNpuSmi,  // an `npu-smi info` table
+    kAca,     // sub-key: the device's PCI address; an amdgpu ACA register dump
   };
-  static constexpr std::size_t kBlockKinds = 8;
+  static constexpr std::size_t kBlockKinds = 11;
   struct BlockKey {
     // A kind with one block at a time.
     BlockKey(BlockKind block_kind) : kind(block_kind) {}  // NOLINT(google-explicit-constructor)
