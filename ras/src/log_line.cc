@@ -399,6 +399,18 @@ bool StripJournalField(std::string_view& text) {
   return true;
 }
 
+// "mcelog: ", "rasdaemon[832]: ": a known producer's tag with no stamp in
+// front (journalctl -o cat keeps none; a pasted excerpt may keep the tag).
+bool StripProducerTag(std::string_view& text, std::string_view& producer) {
+  const std::string_view first = FirstToken(text);
+  if (!IsTag(first)) return false;
+  const std::string_view name = TagName(first);
+  if (name != "mcelog" && name != "rasdaemon" && name != "kernel") return false;
+  if (name != "kernel") producer = name;
+  text = AfterToken(text);
+  return true;
+}
+
 // What a cut line kept of "kernel: ": "rnel: ", "el: ".
 bool StripCutKernelTag(std::string_view& text) {
   constexpr std::string_view kTag = "kernel:";
@@ -480,10 +492,8 @@ LogLine SplitLogLine(std::string_view raw) {
       continue;
     }
     if (StripWallStamp(text, line.producer) || StripCutStamp(text)) continue;
-    if (StartsWith(text, "kernel: ")) {
-      text.remove_prefix(8);
-      continue;
-    }
+    // The tag once: "rasdaemon[1]: rasdaemon: ..." keeps the message's own word.
+    if (line.producer.empty() && StripProducerTag(text, line.producer)) continue;
     if (round == 0 && StripCutKernelTag(text)) continue;
     break;
   }

@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cctype>
+#include <optional>
 #include <utility>
 
 #include "rasd/ras/kernel_log_scanner.h"
@@ -65,10 +66,12 @@ bool KernelLogScanner::ScanNvidia(const LogLine& line) {
   }
   if (!StartsWith(text, "NVRM: ")) return false;
   const std::string_view body = TrimView(text.substr(6));
-  if (StartsWith(body, "Xid (PCI:")) {
+  if (StartsWith(body, "Xid (")) {
+    // "Xid (PCI:0000:3b:00): 79, ..."; drivers before 346 print "Xid (0000:03:00): 13, ...".
     const std::size_t close = body.find(')');
     if (close == std::string_view::npos) return false;
-    const std::string_view bdf = body.substr(9, close - 9);
+    const std::size_t open = StartsWith(body, "Xid (PCI:") ? 9 : 5;
+    const std::string_view bdf = body.substr(open, close - open);
     std::string_view rest = TrimView(body.substr(close + 1));
     if (StartsWith(rest, ":")) rest = TrimView(rest.substr(1));
     const auto xid = ParseNumber(rest);
@@ -96,6 +99,9 @@ bool KernelLogScanner::ScanNvidia(const LogLine& line) {
   }
   if (Contains(body, "fallen off the bus")) {
     const std::size_t index = NewRecord("nvidia_xid", line, Severity::kFatal);
+    std::string_view named = WordAfter(body, "GPU ", " ");  // "GPU 0000:3b:00.0: GPU has fallen..."
+    if (!named.empty() && named.back() == ':') named.remove_suffix(1);
+    if (IsPciBdf(named)) Record(index).pci_bdf = std::string(named);
     if (!nvidia_pending_bdf_.empty()) Record(index).pci_bdf = nvidia_pending_bdf_;
     nvidia_pending_bdf_.clear();
     return true;
@@ -137,14 +143,39 @@ bool KernelLogScanner::ScanAmdgpu(const LogLine& line) {
   if (StartsWith(body, "amdgpu: ")) body.remove_prefix(8);
   if (StartsWith(body, "{"))
     body.remove_prefix(std::min(body.size(), body.find('}') + 1));  // MI300 event id
+  if (StartsWith(body, "[Hardware Error]")) {
+    body.remove_prefix(16);
+    while (!body.empty() && (body.front() == ':' || body.front() == ' ')) body.remove_prefix(1);
+  }
   const BlockKey key = BlockKey::Amdgpu(bdf);
+  const BlockKey aca_key{BlockKind::kAca, key.sub};
+  if (StartsWith(body, "Accelerator Check Architecture") || StartsWith(body, "aca entry[") ||
+      StartsWith(body, "ACA[")) {
+    return ScanAcaDump(line, body, bdf);
+  }
   Severity severity = Severity::kInfo;
-  if (Contains(body, "uncorrectable hardware error") || Contains(body, "uncorrectable error")) {
+  if (Contains(body, "uncorrectable hardware error") || Contains(body, "uncorrectable error") ||
+      Contains(body, "deferred hardware error")) {
+    // Deferred errors are uncorrected data left poisoned for its consumer.
     severity = Severity::kUce;
   } else if (Contains(body, "correctable hardware error") || Contains(body, "correctable error")) {
     severity = Severity::kCe;
+  } else if (Contains(body, "poison is consumed") || Contains(body, "exceed threshold") ||
+             Contains(body, "exceeds threshold")) {
+    // Consumed poison resets the GPU; a bad-page table over its threshold
+    // keeps the GPU from initialising.
+    severity = Severity::kFatal;
   }
   if (severity != Severity::kInfo) {
+    // An ACA dump printed just before, for the same device, is this event's.
+    if (auto dump = OpenBlock(aca_key)) {
+      Attach(*dump, line);
+      Record(*dump).severity = severity;
+      Record(*dump).notice = false;
+      CloseBlock(aca_key);
+      OpenAs(key, *dump);
+      return true;
+    }
     const std::size_t index = NewRecord("amdgpu", line, severity);
     Record(index).pci_bdf = std::string(bdf);
     OpenAs(key, index);
@@ -167,8 +198,134 @@ bool KernelLogScanner::ScanAmdgpu(const LogLine& line) {
   return false;
 }
 
+namespace {
+
+// An AMD MCA_STATUS value: Val 63, UC 61, PCC 57, Deferred 44, Poison 43.
+Severity ClassifyAmdMcaStatus(std::uint64_t status) {
+  const auto bit = [status](int n) { return ((status >> n) & 1U) != 0; };
+  if (!bit(63)) return Severity::kInfo;
+  if (bit(61)) return bit(57) ? Severity::kFatal : Severity::kUce;
+  if (bit(44) || bit(43)) return Severity::kUce;  // deferred or poisoned: data still bad
+  return Severity::kCe;
+}
+
+}  // namespace
+
+// amdgpu's ACA bank dump (amdgpu_aca.c): "{N}[Hardware Error]: Accelerator
+// Check Architecture events logged", then "aca entry[00].STATUS=0x..."
+// (6.9) or "ACA[01/02].STATUS=0x..." (6.10 on) per register. The dump
+// takes the class of the amdgpu event it belongs to (the same device's
+// event line, printed after it or just before); alone, its STATUS decides.
+bool KernelLogScanner::ScanAcaDump(const LogLine& line, std::string_view body,
+                                   std::string_view bdf) {
+  const BlockKey key = BlockKey::Amdgpu(bdf);
+  const BlockKey aca_key{BlockKind::kAca, key.sub};
+  auto dump = OpenBlock(aca_key);
+  bool own = true;  // no event line has claimed the dump yet
+  if (dump) {
+    Attach(*dump, line);
+  } else if (auto event = OpenBlock(key); event && !Record(*event).notice) {
+    dump = event;  // the event came first: the dump only adds to it
+    own = false;
+    Attach(*dump, line);
+  } else {
+    dump = NewRecord("amdgpu", line, Severity::kInfo, /*notice=*/true);
+    Record(*dump).pci_bdf = std::string(bdf);
+    OpenAs(aca_key, *dump);
+  }
+  ScannedRecord& record = Record(*dump);
+  const std::size_t dot = body.find("].");
+  if (dot == std::string_view::npos) return true;
+  const std::string_view reg = body.substr(dot + 2);
+  const auto value = [&reg]() -> std::optional<std::uint64_t> {
+    std::string_view digits = reg.substr(std::min(reg.size(), reg.find('=') + 1));
+    if (StartsWith(digits, "0x")) digits.remove_prefix(2);
+    return ParseNumber(digits, 16);
+  }();
+  if (!value) return true;
+  if (StartsWith(reg, "STATUS=") && own) {
+    // Only a dump no event has claimed classes itself.
+    const Severity severity = ClassifyAmdMcaStatus(*value);
+    if (severity > record.severity) {
+      record.severity = severity;
+      record.notice = severity == Severity::kInfo;
+    }
+  } else if (StartsWith(reg, "ADDR=") && *value != 0 && !record.address) {
+    record.address = Address::Of(*value);
+  }
+  return true;
+}
+
+namespace {
+
+// npu-smi's Health column: OK, Warning (minor alarm), Alarm (major),
+// Critical (the chip is unusable).
+std::optional<Severity> NpuHealth(std::string_view word) {
+  if (word == "OK") return Severity::kInfo;
+  if (word == "Warning") return Severity::kCe;
+  if (word == "Alarm") return Severity::kUce;
+  if (word == "Critical") return Severity::kFatal;
+  return std::nullopt;
+}
+
+// The first two cells of a table row "| 0     910B3 | OK | ...".
+std::pair<std::string_view, std::string_view> FirstCells(std::string_view row) {
+  row.remove_prefix(1);
+  const std::size_t bar = row.find('|');
+  const std::string_view first = TrimView(row.substr(0, bar));
+  if (bar == std::string_view::npos) return {first, {}};
+  const std::string_view rest = row.substr(bar + 1);
+  return {first, TrimView(rest.substr(0, rest.find('|')))};
+}
+
+}  // namespace
+
+// `npu-smi info`: per NPU a row with its Health, then a row with its Bus-Id.
+// The table's class is its worst chip's; the address is that chip's (or
+// the only chip's).
+bool KernelLogScanner::ScanNpuSmiTable(const LogLine& line) {
+  const std::string_view text = line.text;
+  if (Contains(text, "npu-smi") && Contains(text, "Version")) {
+    const std::size_t index = NewRecord("ascend", line, Severity::kInfo, /*notice=*/true);
+    OpenAs(BlockKind::kNpuSmi, index);
+    npu_row_health_.reset();
+    npu_chips_ = 0;
+    return true;
+  }
+  auto block = OpenBlock(BlockKind::kNpuSmi);
+  if (!block) return false;
+  if (!StartsWith(text, "|") && !StartsWith(text, "+")) {
+    CloseBlock(BlockKind::kNpuSmi);
+    return false;
+  }
+  Attach(*block, line);
+  if (!StartsWith(text, "|")) return true;
+  ScannedRecord& record = Record(*block);
+  const auto [first, second] = FirstCells(text);
+  if (auto health = NpuHealth(second); health && !first.empty() && std::isdigit(static_cast<unsigned char>(first[0]))) {
+    npu_row_health_ = health;
+    ++npu_chips_;
+    return true;
+  }
+  if (npu_row_health_ && IsPciBdf(second)) {
+    const Severity health = *npu_row_health_;
+    npu_row_health_.reset();
+    if (health > record.severity || (npu_chips_ == 1 && !record.pci_bdf)) {
+      record.pci_bdf = std::string(second);
+    } else if (npu_chips_ > 1 && record.severity == Severity::kInfo) {
+      record.pci_bdf.reset();  // several healthy chips: none is the record's
+    }
+    if (health > record.severity) {
+      record.severity = health;
+      record.notice = false;
+    }
+  }
+  return true;
+}
+
 bool KernelLogScanner::ScanAscend(const LogLine& line) {
   const std::string_view text = line.text;
+  if (ScanNpuSmiTable(line)) return true;
   const bool driver_line = StartsWith(text, "[ascend]");
   if (Contains(text, "lost heartbeat")) {
     NewRecord("ascend", line, Severity::kFatal);

@@ -99,6 +99,38 @@ bool KernelLogScanner::ScanAer(const LogLine& line) {
     }
     return true;
   }
+  if (StartsWith(body, "DPC: ")) {
+    // drivers/pci/pcie/dpc.c: "containment event, status:0x1f01 source:0x0000",
+    // "ERR_FATAL detected", "unmasked uncorrectable error detected"; the
+    // capabilities line at probe is a notice.
+    const std::string_view dpc = body.substr(5);
+    Severity severity = Severity::kInfo;
+    if (Contains(dpc, "ERR_FATAL")) {
+      severity = Severity::kFatal;
+    } else if (StartsWith(dpc, "containment event") || Contains(dpc, "ERR_NONFATAL") ||
+               Contains(dpc, "uncorrectable error")) {
+      severity = Severity::kUce;
+    }
+    if (severity == Severity::kInfo) {
+      NewRecord("aer", line, Severity::kInfo, /*notice=*/true);
+      return true;
+    }
+    if (auto block = OpenBlock(BlockKind::kAer)) {
+      Attach(*block, line);
+      Raise(Record(*block), severity);
+      return true;
+    }
+    const std::size_t index = NewRecord("aer", line, severity);
+    const std::string_view source = WordAfter(dpc, "source:0x", " ,");
+    const auto source_id = ParseNumber(source, 16);
+    if (source_id && *source_id != 0) {
+      aer_fallback_bdf_[index] = DecodeRequesterId(source, pci->device).value_or(std::string(pci->device));
+    } else {
+      Record(index).pci_bdf = std::string(pci->device);
+    }
+    OpenAs(BlockKind::kAer, index);
+    return true;
+  }
   // Detail lines belong to the open event, if any.
   const bool detail = StartsWith(body, "device [") || StartsWith(body, "[") ||
                       StartsWith(body, "TLP Header") || StartsWith(body, "can't find device") ||

@@ -104,7 +104,9 @@ class KernelLogScanner {
   bool ScanAer(const LogLine& line);
   bool ScanNvidia(const LogLine& line);
   bool ScanAmdgpu(const LogLine& line);
+  bool ScanAcaDump(const LogLine& line, std::string_view body, std::string_view bdf);
   bool ScanAscend(const LogLine& line);
+  bool ScanNpuSmiTable(const LogLine& line);
   bool ScanRasdaemon(const LogLine& line);
   bool ScanErrorCountRow(const LogLine& line, std::size_t block);
   bool ScanSysfs(const LogLine& line);
@@ -188,6 +190,8 @@ class KernelLogScanner {
   bool line_has_mc_event_ = false;
   // Multi-line state that is not a block of its own.
   std::string nvidia_pending_bdf_;
+  std::optional<Severity> npu_row_health_;  // an npu-smi chip row waiting for its Bus-Id row
+  std::size_t npu_chips_ = 0;
   std::string section_;  // current rasdaemon or mcelog report section
   bool checkmk_section_ = false;
   std::string sysfs_pending_path_;

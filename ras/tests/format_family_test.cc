@@ -1,0 +1,146 @@
+// One case per format family the decoders were written against: lines made
+// from the printk format strings (kernel 3.10 to 6.x), util-linux dmesg's
+// and journalctl's prefixes, and the output code of mcelog, rasdaemon,
+// ras-mc-ctl, amdgpu's ACA dump and npu-smi. The real-record corpora
+// (shared/corpus, ras/tests/corpus) measure the same decoders on what
+// machines actually printed.
+
+#include <gtest/gtest.h>
+
+#include <optional>
+#include <string>
+
+#include "rasd/ras/kernel_log_scanner.h"
+
+namespace rasd::ras {
+namespace {
+
+struct FamilyCase {
+  const char* family;
+  const char* text;
+  const char* origin;
+  Severity severity;
+  std::optional<std::string> pci_bdf = std::nullopt;
+  std::optional<std::string> address = std::nullopt;
+  std::optional<int> mc = std::nullopt;
+  std::optional<int> xid = std::nullopt;
+};
+
+void PrintTo(const FamilyCase& c, std::ostream* out) { *out << c.family; }
+
+class FormatFamilyTest : public ::testing::TestWithParam<FamilyCase> {};
+
+TEST_P(FormatFamilyTest, DecodesTheFamilysFields) {
+  const FamilyCase& c = GetParam();
+  const auto main = MainRecord(ScanKernelLog(c.text));
+  ASSERT_TRUE(main.has_value()) << "nothing recognised in:\n" << c.text;
+  EXPECT_EQ(main->origin, c.origin) << c.text;
+  EXPECT_EQ(SeverityName(main->severity), SeverityName(c.severity)) << c.text;
+  EXPECT_EQ(main->pci_bdf, c.pci_bdf) << c.text;
+  EXPECT_EQ(main->address ? std::optional<std::string>(main->address->printed) : std::nullopt,
+            c.address)
+      << c.text;
+  EXPECT_EQ(main->mc, c.mc) << c.text;
+  EXPECT_EQ(main->xid, c.xid) << c.text;
+}
+
+const FamilyCase kCases[] = {
+    // Stamps and prefixes in front of one EDAC line.
+    {"dmesg-reltime", "[May19 19:57] EDAC MC0: 1 CE memory read error on DIMM_A1 (channel:0 slot:0 page:0x1234 offset:0x40 grain:32 syndrome:0x0)",
+     "edac", Severity::kCe, std::nullopt, "0x1234040", 0},
+    {"dmesg-delta", "[  +0.000127] EDAC MC1: 1 UE memory read error on DIMM_B1 (page:0x10 offset:0x0 grain:32)",
+     "edac", Severity::kUce, std::nullopt, "0x10000", 1},
+    {"dmesg-iso", "2024-05-19T19:57:01,123456+00:00 EDAC MC0: 2 CE memory read error on x (page:0x1 offset:0x2 grain:8)",
+     "edac", Severity::kCe, std::nullopt, "0x1002", 0},
+    {"dmesg-decode", "kern  :warn  : [  100.000001] EDAC MC0: 1 CE on mc#0csrow#1channel#0 (csrow:1 channel:0 page:0xcaed59 offset:0x8e0 grain:64 syndrome:0x100)",
+     "edac", Severity::kCe, std::nullopt, "0xcaed598e0", 0},
+    {"journal-ru", "\xd0\xb4\xd0\xb5\xd0\xba 09 16:21:24 node7 kernel: EDAC MC2: 1 CE memory scrubbing error on x (page:0x5 offset:0x0 grain:64)",
+     "edac", Severity::kCe, std::nullopt, "0x5000", 2},
+    {"journal-short-full", "Sun 2024-06-09 16:21:24 CEST node7 kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus.",
+     "nvidia_xid", Severity::kFatal, "0000:3b:00", std::nullopt, std::nullopt, 79},
+    {"cut-line", "1.234567] pcieport 0000:00:1c.0: AER: Corrected error received: 0000:03:00.0",
+     "aer", Severity::kCe, "0000:03:00.0"},
+    // GHES/CPER: a tail whose header lines were lost.
+    {"ghes-tail", "[Hardware Error]:  Error 0, type: recoverable\n[Hardware Error]:   section_type: memory error\n[Hardware Error]:   physical_address: 0x000000207c7e3000",
+     "ghes", Severity::kUce, std::nullopt, "0x000000207c7e3000"},
+    {"ghes-panic", "Kernel panic - not syncing: Fatal hardware error!", "ghes", Severity::kFatal},
+    // MCE.
+    {"cmci-storm", "CMCI storm detected: switching to poll mode", "mce", Severity::kInfo},
+    {"mce-panic", "Kernel panic - not syncing: Fatal machine check", "mce", Severity::kFatal},
+    {"mcelog-report",
+     "Hardware event. This is not a software error.\nMCE 0\nCPU 0 BANK 9\nMISC 900004000400a8c ADDR 912c41000\nTIME 1656046378 Fri Jun 24 04:52:58 2022\nMCG status:\nMCi status:\nCorrected error\nError enabled\nMCA: MEMORY CONTROLLER RD_CHANNEL0_ERR\nSTATUS 8c000040000800c0 MCGSTATUS 0\nMCGCAP f000c14 APICID 0 SOCKETID 0",
+     "mce", Severity::kCe, std::nullopt, "0x912c41000"},
+    {"mcelog-uncorrected",
+     "mcelog: Hardware event. This is not a software error.\nmcelog: MCE 0\nmcelog: CPU 14 BANK 3 TSC 3a4e5b2d79cf56\nmcelog: STATUS b200000000400005 MCGSTATUS 5",
+     "mce", Severity::kFatal},
+    // memory-failure in its older wordings.
+    {"memory-failure-3x", "MCE 0x7b1e35: dirty LRU page recovery: Recovered", "memory_failure",
+     Severity::kSrao, std::nullopt, "0x7b1e35"},
+    {"memory-failure-4x", "MCE 0x2025e7: recovery action for huge page: Failed", "memory_failure",
+     Severity::kSrar, std::nullopt, "0x2025e7"},
+    {"memory-failure-poisoned", "Memory failure: 0x3f2a1: already hardware poisoned",
+     "memory_failure", Severity::kUce, std::nullopt, "0x3f2a1"},
+    {"soft-offline", "soft offline: 0x2f0c0: page migration failed 1, type 0x17ffffc0080000",
+     "memory_failure", Severity::kCe, std::nullopt, "0x2f0c0"},
+    // EDAC driver and device lines.
+    {"edac-amd64-driver-ce", "EDAC amd64 MC1: CE ERROR_ADDRESS= 0xf075b2410", "edac", Severity::kCe,
+     std::nullopt, "0xf075b2410", 1},
+    {"edac-pre-3.5", "EDAC MC1: CE page 0xf075b2, offset 0x410, grain 0, syndrome 0xa082, row 6, channel 0, label \"\": amd64_edac",
+     "edac", Severity::kCe, std::nullopt, "0xf075b2410", 1},
+    {"edac-device", "EDAC DEVICE0: UE: l2c instance: 0 block: 0 count: 1 'L2 cache'", "edac",
+     Severity::kUce},
+    // PCIe DPC.
+    {"aer-dpc", "pcieport 0000:00:1b.0: DPC: containment event, status:0x1f01 source:0x0000\npcieport 0000:00:1b.0: DPC: ERR_FATAL detected",
+     "aer", Severity::kFatal, "0000:00:1b.0"},
+    // NVIDIA drivers before 346.
+    {"xid-old", "NVRM: Xid (0000:03:00): 48, An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer at physAddr 0x3f0a01000",
+     "nvidia_xid", Severity::kUce, "0000:03:00", "0x3f0a01000", std::nullopt, 48},
+    // amdgpu ACA dump followed by its event.
+    {"amd-aca",
+     "amdgpu 0000:1c:00.0: {3}[Hardware Error]: Accelerator Check Architecture events logged\n"
+     "amdgpu 0000:1c:00.0: {3}[Hardware Error]: aca entry[00].STATUS=0x9c20000000080a0b\n"
+     "amdgpu 0000:1c:00.0: {3}[Hardware Error]: aca entry[00].ADDR=0x0000000012345000\n"
+     "amdgpu 0000:1c:00.0: {3}socket: 0, die: 0, 1 new uncorrectable hardware errors detected in umc block",
+     "amdgpu", Severity::kUce, "0000:1c:00.0", "0x12345000"},
+    {"amd-aca-alone",
+     "amdgpu 0000:1c:00.0: {4}[Hardware Error]: ACA[01/01].STATUS=0xbc00000000000000",
+     "amdgpu", Severity::kUce, "0000:1c:00.0"},
+    // Tools' reports.
+    {"ras-mc-ctl-summary",
+     "Memory controller events summary:\n\tCorrected on DIMM Label(s): 'mc#0csrow#2channel#0' location: 0:2:0:-1 errors: 6\n\nNo PCIe AER errors.",
+     "rasdaemon", Severity::kCe, std::nullopt, std::nullopt, 0},
+    {"ras-mc-ctl-error-count",
+     "Label               \tCE\tUE\nmc#0csrow#0channel#0\t0\t0\nmc#1csrow#0channel#0\t0\t2",
+     "rasdaemon", Severity::kUce, std::nullopt, std::nullopt, 1},
+    {"rasdaemon-memory-failure",
+     "Memory failure events:\n1 2023-05-04 10:00:00 +0800 error: pfn=0x2025e7, page_type=dirty LRU page, action_result=Delayed",
+     "rasdaemon", Severity::kSrao, std::nullopt, "0x2025e7"},
+    {"trace-aer-event",
+     "irq/26-aerdrv-98 [002] .... 40.1: aer_event: 0000:01:00.0 PCIe Bus Error: severity=Uncorrected, non fatal, Poisoned TLP, TLP Header=4a000001 01000004 00000000 00000000",
+     "aer", Severity::kUce, "0000:01:00.0"},
+    {"npu-smi",
+     "+------------------------------------------------------------------------------------------------+\n"
+     "| npu-smi 23.0.6                   Version: 23.0.6                                               |\n"
+     "+---------------------------+---------------+----------------------------------------------------+\n"
+     "| NPU   Name                | Health        | Power(W)    Temp(C)           Hugepages-Usage(page)|\n"
+     "| Chip                      | Bus-Id        | AICore(%)   Memory-Usage(MB)  HBM-Usage(MB)        |\n"
+     "+===========================+===============+====================================================+\n"
+     "| 0     910B3               | OK            | 88.3        36                0    / 0             |\n"
+     "| 0                         | 0000:C1:00.0  | 0           0    / 0          3162 / 65536         |\n"
+     "+===========================+===============+====================================================+\n"
+     "| 1     910B3               | Alarm         | 90.1        38                0    / 0             |\n"
+     "| 0                         | 0000:C2:00.0  | 0           0    / 0          3162 / 65536         |\n"
+     "+===========================+===============+====================================================+",
+     "ascend", Severity::kUce, "0000:C2:00.0"},
+};
+
+std::string Name(const ::testing::TestParamInfo<FamilyCase>& info) {
+  std::string name;
+  for (const char* c = info.param.family; *c != '\0'; ++c) name += std::isalnum(static_cast<unsigned char>(*c)) ? *c : '_';
+  return name;
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, FormatFamilyTest, ::testing::ValuesIn(kCases), Name);
+
+}  // namespace
+}  // namespace rasd::ras
