@@ -73,6 +73,13 @@ const FamilyCase kCases[] = {
     {"mcelog-uncorrected",
      "mcelog: Hardware event. This is not a software error.\nmcelog: MCE 0\nmcelog: CPU 14 BANK 3 TSC 3a4e5b2d79cf56\nmcelog: STATUS b200000000400005 MCGSTATUS 5",
      "mce", Severity::kFatal},
+    {"mce-3x-unprefixed",
+     "[Hardware Error]: CPU 1: Machine Check Exception: 4 Bank 4: b200000000070f0f\n[Hardware Error]: TSC 0 ADDR 3f6d2f9c0",
+     "mce", Severity::kFatal, std::nullopt, "0x3f6d2f9c0"},
+    {"mce-not-recovered", "mce: Memory error not recovered", "mce", Severity::kSrar},
+    {"mcelog-client",
+     "Memory errors\nSOCKET 1 CHANNEL 1 DIMM 0\nDMI_NAME \"DIMM_B2\" DMI_LOCATION \"NODE 1\"\ncorrected memory errors:\n\t3 total\n\t1 in 24h\nuncorrected memory errors:\n\t0 total\n\t0 in 24h",
+     "mce", Severity::kCe},
     // memory-failure in its older wordings.
     {"memory-failure-3x", "MCE 0x7b1e35: dirty LRU page recovery: Recovered", "memory_failure",
      Severity::kSrao, std::nullopt, "0x7b1e35"},

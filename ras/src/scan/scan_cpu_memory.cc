@@ -46,6 +46,15 @@ Severity GhesSeverity(std::string_view word) {
   return Severity::kInfo;
 }
 
+// The lines arch/x86/kernel/cpu/mce's print_mce and mce_panic write after
+// "[Hardware Error]: " (AMD's decoder writes others: "CPU:0 (17:31:0) MC27_STATUS...").
+bool IsPrintMceLine(std::string_view body) {
+  return StartsWith(body, "CPU ") || StartsWith(body, "TSC ") || StartsWith(body, "RIP") ||
+         StartsWith(body, "PROCESSOR ") || StartsWith(body, "Machine check") ||
+         StartsWith(body, "Run the above") || StartsWith(body, "PPIN") ||
+         StartsWith(body, "Some CPUs");
+}
+
 // Field names of a CPER section as drivers/firmware/efi/cper*.c and
 // ghes.c print them (3.10 to 6.x, x86 and ARM): an unnumbered
 // "[Hardware Error]" line that carries one belongs to a GHES/BERT block
@@ -192,10 +201,17 @@ bool KernelLogScanner::ScanMce(const LogLine& line) {
         Record(index).address = ParsePrintedAddress(WordAfter(body, " at "));
         return true;
       }
-      NewRecord("mce", line, Severity::kInfo,
-                /*notice=*/true);  // banks, CMCI storms, "not recovered"
+      if (StartsWith(body, "Memory error not recovered")) {
+        NewRecord("mce", line, Severity::kSrar);  // the consumer gets SIGBUS (kill_me_now)
+        return true;
+      }
+      NewRecord("mce", line, Severity::kInfo, /*notice=*/true);  // banks, CMCI storms
       return true;
     }
+  } else if (StartsWith(text, kHardwareError) && IsPrintMceLine(AfterMarker(text, kHardwareError))) {
+    // Kernels before 4.10 had no "mce: " prefix in front of print_mce's lines.
+    body = AfterMarker(text, kHardwareError);
+    prefixed = true;
   } else if (StartsWith(text, kHardwareError)) {
     // AMD's decoder: "[Hardware Error]: Corrected error, no action required." and friends.
     body = AfterMarker(text, kHardwareError);

@@ -91,7 +91,7 @@ bool IsSectionHeading(std::string_view text) {
 
 // The lines of mcelog's client summary.
 bool IsMcelogLine(std::string_view text) {
-  return StartsWith(text, "SOCKET ") || Contains(text, "memory errors:") ||
+  return StartsWith(text, "SOCKET ") || StartsWith(text, "DMI_") || Contains(text, "memory errors:") ||
          Contains(text, " total") || Contains(text, " in 24h") || StartsWith(text, "Per page");
 }
 
