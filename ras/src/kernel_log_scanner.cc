@@ -276,6 +276,11 @@ std::uint32_t FamiliesOf(std::string_view line) {
       {"summary:", kReports},
       {"_event:", kReports},
       {"aca entry", kAmdgpu},
+      {"context corrupt", kMce},
+      {"Device_Absent", kAscend},
+      {"PCI-Express Device Error", kAer},
+      {"error: ", kReports},
+      {"error(s)", kReports},
   };
   return kWords.Groups(line);
 }
@@ -286,6 +291,9 @@ std::uint32_t ContinuationsOf(std::string_view line) {
   static const KeywordMatcher kWords = {
       {"TSC ", kMceContinuation},
       {"PROCESSOR", kMceContinuation},
+      {"Bank ", kMceContinuation},
+      {"Error Severity", kAerContinuation},
+      {"Requester ID", kAerContinuation},
       {":    [", kAerContinuation},
       {"  device [", kAerContinuation},
       {"TLP Header", kAerContinuation},

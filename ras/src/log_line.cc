@@ -402,12 +402,19 @@ bool StripJournalField(std::string_view& text) {
 // "mcelog: ", "rasdaemon[832]: ": a known producer's tag with no stamp in
 // front (journalctl -o cat keeps none; a pasted excerpt may keep the tag).
 bool StripProducerTag(std::string_view& text, std::string_view& producer) {
-  const std::string_view first = FirstToken(text);
-  if (!IsTag(first)) return false;
+  std::string_view first = FirstToken(text);
+  std::string_view rest = AfterToken(text);
+  if (!IsTag(first)) {
+    // "localhost kernel: ..." (a syslogd wall banner's line has no date).
+    if (first.find(':') != std::string_view::npos) return false;
+    first = FirstToken(rest);
+    rest = AfterToken(rest);
+    if (!IsTag(first)) return false;
+  }
   const std::string_view name = TagName(first);
   if (name != "mcelog" && name != "rasdaemon" && name != "kernel") return false;
   if (name != "kernel") producer = name;
-  text = AfterToken(text);
+  text = rest;
   return true;
 }
 

@@ -327,7 +327,8 @@ bool KernelLogScanner::ScanAscend(const LogLine& line) {
   const std::string_view text = line.text;
   if (ScanNpuSmiTable(line)) return true;
   const bool driver_line = StartsWith(text, "[ascend]");
-  if (Contains(text, "lost heartbeat")) {
+  if (Contains(text, "lost heartbeat") || Contains(text, "Device_Absent")) {
+    // CANN's EL0001 "Device_Absent/Abnormal": the device is gone like a lost heartbeat.
     NewRecord("ascend", line, Severity::kFatal);
     return true;
   }

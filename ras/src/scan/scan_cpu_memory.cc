@@ -139,6 +139,8 @@ bool KernelLogScanner::ScanGhes(const LogLine& line) {
   } else if (StartsWith(rest, "Error ") && Contains(rest, ", type: ")) {
     // "Error 0, type: recoverable": a section's severity, all a tail may keep.
     Raise(record, GhesSeverity(WordAfter(rest, ", type: ")));
+  } else if (StartsWith(rest, "physical fault address:") && !record.address) {
+    record.address = ParsePrintedAddress(WordAfter(rest, "physical fault address:"));  // ARM
   } else if (StartsWith(rest, "physical_address:") && !record.address) {
     record.address = ParsePrintedAddress(WordAfter(rest, "physical_address:"));
   } else if (StartsWith(rest, "device_id:") && !record.pci_bdf) {
@@ -159,8 +161,9 @@ bool KernelLogScanner::ScanMce(const LogLine& line) {
   }
   // mce_panic: "Kernel panic - not syncing: Fatal machine check" and
   // "Machine check from unknown source".
-  if (Contains(text, "not syncing") &&
-      (Contains(text, "achine check") || Contains(text, "Machine Check"))) {
+  if ((Contains(text, "not syncing") || StartsWith(text, "Kernel panic")) &&
+      (Contains(text, "achine check") || Contains(text, "Machine Check") ||
+       Contains(text, "context corrupt"))) {
     auto block = OpenBlock(BlockKind::kMce);
     if (block) {
       Attach(*block, line);
@@ -234,8 +237,8 @@ bool KernelLogScanner::ScanMce(const LogLine& line) {
     return true;
   } else if (StartsWith(text, "CPU ") && Contains(text, ": Machine Check Exception: ")) {
     body = text;  // 3.x kernels: no prefix
-  } else if (StartsWith(text, "TSC ") && OpenBlock(BlockKind::kMce)) {
-    body = text;
+  } else if ((StartsWith(text, "TSC ") || StartsWith(text, "Bank ")) && OpenBlock(BlockKind::kMce)) {
+    body = text;  // 2.4 to 3.x: "Bank 4: b604a00100000813 at 000000007e4f2f68"
   } else if (StartsWith(text, "sbridge: HANDLING MCE MEMORY ERROR")) {
     NewRecord("mce", line, Severity::kInfo, /*notice=*/true);
     return true;
@@ -262,6 +265,10 @@ bool KernelLogScanner::ScanMce(const LogLine& line) {
     return true;
   }
   Attach(*block, line);
+  if (StartsWith(body, "Bank ")) {
+    if (auto status = StatusAfter(body, ": ")) Raise(Record(*block), ClassifyMciStatus(*status));
+    if (!Record(*block).address) Record(*block).address = ParsePrintedAddress(WordAfter(body, " at "));
+  }
   if (StartsWith(body, "TSC ") && Contains(body, " ADDR ") && !Record(*block).address) {
     Record(*block).address = ParsePrintedAddress(WordAfter(body, " ADDR "));
   }
@@ -428,7 +435,11 @@ bool KernelLogScanner::ScanEdac(const LogLine& line) {
     if (!block) continue;
     ScannedRecord& record = Record(*block);
     Attach(*block, line);
-    if (key == BlockKind::kEdacMce) record.severity = severity;
+    // The CE/UE line decides, unless the block's printed status says UCNA
+    // (an uncorrected error no consumer met: the corpus README's rule).
+    if (key == BlockKind::kEdacMce &&
+        !(record.severity == Severity::kUcna && severity == Severity::kUce))
+      record.severity = severity;
     if (!record.mc) record.mc = mc;
     if (!record.address) record.address = address;
     record.count = count;

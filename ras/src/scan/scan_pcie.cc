@@ -22,7 +22,10 @@ struct PciLine {
 std::optional<PciLine> SplitPciLine(std::string_view text) {
   const std::size_t space = text.find(' ');
   if (space == std::string_view::npos || space == 0) return std::nullopt;
-  std::string_view rest = text.substr(space + 1);
+  // "0000:50:00.0: PCIe Bus Error: ..." (no driver name, as 2.6.3x's
+  // documentation shows it) or "<driver> <bdf>: ...".
+  std::string_view rest =
+      text[space - 1] == ':' && IsPciBdf(text.substr(0, space - 1)) ? text : text.substr(space + 1);
   const std::size_t colon_space = rest.find(": ");
   if (colon_space == std::string_view::npos) return std::nullopt;
   const std::string_view device = rest.substr(0, colon_space);
@@ -50,9 +53,31 @@ std::optional<std::string> DecodeRequesterId(std::string_view id, std::string_vi
 
 }  // namespace
 
+// The first AER driver (2.6.19 to 2.6.3x) printed a box:
+//   +------ PCI-Express Device Error -----+
+//   Error Severity          : Uncorrected (Fatal)
+//   Requester ID            : 0500
+bool KernelLogScanner::ScanAerBox(const LogLine& line) {
+  const std::string_view text = line.text;
+  if (Contains(text, "PCI-Express Device Error")) {
+    OpenAs(BlockKind::kAer, NewRecord("aer", line, Severity::kInfo));
+    return true;
+  }
+  auto block = OpenBlock(BlockKind::kAer);
+  if (!block || !(StartsWith(text, "Error Severity") || StartsWith(text, "Requester ID"))) return false;
+  Attach(*block, line);
+  const std::string_view value = TrimView(text.substr(std::min(text.size(), text.find(':') + 1)));
+  if (StartsWith(text, "Error Severity")) {
+    Raise(Record(*block), AerSeverity(value));
+  } else if (!Record(*block).pci_bdf) {
+    Record(*block).pci_bdf = DecodeRequesterId(value, "0000:");
+  }
+  return true;
+}
+
 bool KernelLogScanner::ScanAer(const LogLine& line) {
   const auto pci = SplitPciLine(line.text);
-  if (!pci) return false;
+  if (!pci) return ScanAerBox(line);
   const std::string_view body = pci->body;
   const bool header =
       Contains(body, " error received: ") || Contains(body, " error message received from ");
@@ -121,6 +146,12 @@ bool KernelLogScanner::ScanAer(const LogLine& line) {
       return true;
     }
     const std::size_t index = NewRecord("aer", line, severity);
+    OpenAs(BlockKind::kAer, index);
+    // 6.13 on: "containment event, status:0x200d, ERR_FATAL received from 0015:01:00.0".
+    if (const std::string_view from = WordAfter(dpc, "received from "); IsPciBdf(from)) {
+      Record(index).pci_bdf = std::string(from);
+      return true;
+    }
     const std::string_view source = WordAfter(dpc, "source:0x", " ,");
     const auto source_id = ParseNumber(source, 16);
     if (source_id && *source_id != 0) {

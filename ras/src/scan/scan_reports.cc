@@ -35,6 +35,7 @@ std::optional<int> ControllerIn(std::string_view text) {
 // The class a report row names. "Corrected error: Advisory Non-Fatal" is
 // corrected: the class word comes first.
 Severity WordSeverity(std::string_view text) {
+  if (Contains(text, "(Fatal)")) return Severity::kFatal;  // "Uncorrected (Fatal)"
   if (Contains(text, "Corrected") || Contains(text, "corrected error") ||
       Contains(text, "Correctable"))
     return Severity::kCe;
@@ -69,6 +70,39 @@ constexpr std::array<TraceEvent, 4> kTraceEvents = {{
     {"non_standard_event: ", "ghes"},
     {"arm_event: ", "ghes"},
 }};
+
+// The value of a "status=" field ("status=0x8c00...", "status= bd80..."),
+// not of "mcgstatus=".
+std::optional<std::uint64_t> McaStatusIn(std::string_view text) {
+  for (std::size_t at = text.find("status="); at != std::string_view::npos;
+       at = text.find("status=", at + 1)) {
+    if (at > 0 && std::isalpha(static_cast<unsigned char>(text[at - 1]))) continue;
+    std::string_view value = WordAfter(text.substr(at), "status=", " ,");
+    if (StartsWith(value, "0x")) value.remove_prefix(2);
+    if (auto parsed = ParseNumber(value, 16)) return static_cast<std::uint64_t>(*parsed);
+  }
+  return std::nullopt;
+}
+
+// "112 2023-05-31 10:06:19 -0400 ...": a row of `ras-mc-ctl --errors`.
+bool IsErrorsRow(std::string_view text) {
+  std::size_t digits = 0;
+  while (IsDigitAt(text, digits)) ++digits;
+  if (digits == 0 || digits >= text.size() || text[digits] != ' ') return false;
+  const std::string_view rest = text.substr(digits + 1);
+  return rest.size() > 20 && IsDigitAt(rest, 0) && rest[4] == '-' && rest[7] == '-' &&
+         rest[10] == ' ' && rest[13] == ':' && rest[16] == ':';
+}
+
+// The --errors section a row belongs to, by its fields.
+std::string SectionOfRow(std::string_view row) {
+  if (Contains(row, "status=") || Contains(row, " mci ") || Contains(row, "bank=") ||
+      Contains(row, "MEMORY CONTROLLER") || Contains(row, "Transaction:"))
+    return "MCE events:";
+  if (Contains(row, "pfn=")) return "Memory failure events:";
+  if (FirstBdf(row)) return "PCIe AER events:";
+  return "Memory controller events:";
+}
 
 // "Label  CE  UE" heading `ras-mc-ctl --error-count`.
 bool IsErrorCountHeading(std::string_view text) {
@@ -160,20 +194,33 @@ bool KernelLogScanner::ScanRasdaemon(const LogLine& line) {
     OpenAs(BlockKind::kReport, NewRecord("mce", line, Severity::kInfo, /*notice=*/true));
     return true;
   }
+  auto block = section_.empty() ? std::nullopt : OpenBlock(BlockKind::kReport);
+  bool attached = false;
+  if (!block && IsErrorsRow(text)) {
+    // A row of `ras-mc-ctl --errors` whose section heading was not kept:
+    // the row's fields say which section it is from.
+    section_ = SectionOfRow(text);
+    block = NewRecord("rasdaemon", line, Severity::kInfo, /*notice=*/true);
+    OpenAs(BlockKind::kReport, *block);
+    attached = true;
+  }
   if (section_.empty()) return false;
-  auto block = OpenBlock(BlockKind::kReport);
   const bool mcelog = StartsWith(section_, "mcelog");
   if (block && section_ == "error-count") return ScanErrorCountRow(line, *block);
   const bool summary = section_.ends_with(" summary:");
+  const bool mce = StartsWith(section_, "MCE ");
   const bool row = IsDigitAt(text, 0) ||
                    (summary && (StartsWith(text, "Corrected") || StartsWith(text, "Uncorrected") ||
                                 StartsWith(text, "Fatal") || StartsWith(text, "Non-Fatal")));
+  // An MCE row wrapped by its publisher goes on with "key=value" fields.
+  const bool continuation =
+      mce && !row && (Contains(text, "=") || Contains(text, ": 0x"));
   // A line that is not part of the report ends it.
-  if (!block || (mcelog ? !IsMcelogLine(text) : !row)) {
+  if (!block || (mcelog ? !IsMcelogLine(text) : !(row || continuation))) {
     section_.clear();
     return false;
   }
-  Attach(*block, line);
+  if (!attached) Attach(*block, line);
   ScannedRecord& record = Record(*block);
   if (mcelog) {
     if (text == "corrected memory errors:") section_ = "mcelog:CE";
@@ -199,9 +246,12 @@ bool KernelLogScanner::ScanRasdaemon(const LogLine& line) {
     if (!record.address) record.address = ParsePrintedAddress(WordAfter(text, "pfn=", " ,"));
     return true;
   }
-  Raise(record, StartsWith(section_, "MCE ") && Contains(text, "status=0x")
-                    ? ClassifyMciStatus(ParseNumber(WordAfter(text, "status=0x"), 16).value_or(0))
-                    : WordSeverity(text));
+  if (mce) {
+    // The class is the status' (the corpus' MCE rules), wherever the row carries it.
+    if (auto status = McaStatusIn(text)) Raise(record, ClassifyMciStatus(*status));
+  } else {
+    Raise(record, WordSeverity(text));
+  }
   if (auto mc = ControllerIn(text)) named_mcs_[*block].push_back(*mc);
   if (!record.address) {
     if (auto hex = ParsePrintedAddress(WordAfter(text, "addr=", " ,"))) {

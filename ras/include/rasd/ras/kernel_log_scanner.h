@@ -102,6 +102,7 @@ class KernelLogScanner {
   bool ScanEdac(const LogLine& line);
   bool ScanMemoryFailure(const LogLine& line);
   bool ScanAer(const LogLine& line);
+  bool ScanAerBox(const LogLine& line);
   bool ScanNvidia(const LogLine& line);
   bool ScanAmdgpu(const LogLine& line);
   bool ScanAcaDump(const LogLine& line, std::string_view body, std::string_view bdf);
