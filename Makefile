@@ -78,13 +78,15 @@ bench: build
 soak: build
 	$(BUILD_DIR)/tests/soak --minutes $(SOAK_MINUTES) --json $(BUILD_DIR)/soak.json
 
-# Each libFuzzer target for FUZZ_SECONDS, seeded with the real-record corpus.
+# Each libFuzzer target for FUZZ_SECONDS, seeded with the real-record corpora
+# (the held-out file stays out: it measures the decoders, it does not train them).
 fuzz-smoke: bootstrap
 	@CC=clang CXX=clang++ cmake -S . -B $(FUZZ_DIR) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRASD_FUZZ=ON \
 	  -DRASD_SANITIZE=address,undefined -DRASD_WERROR=OFF -DRASD_BUILD_TESTS=OFF -DRASD_BUILD_BENCH=OFF >/dev/null
 	@cmake --build $(FUZZ_DIR) -j $(JOBS) --target kernel_log_fuzz kmsg_stream_fuzz bert_fuzz tracefs_page_fuzz
 	@rm -rf $(FUZZ_DIR)/seeds $(FUZZ_DIR)/found-* && mkdir -p $(FUZZ_DIR)/seeds
 	@if [ -f $(CORPUS)/kernel-ras-records.jsonl ]; then split -l 1 $(CORPUS)/kernel-ras-records.jsonl $(FUZZ_DIR)/seeds/record-; fi
+	@split -l 1 ras/tests/corpus/public-records.jsonl $(FUZZ_DIR)/seeds/public-
 	@for target in kernel_log_fuzz kmsg_stream_fuzz bert_fuzz tracefs_page_fuzz; do \
 	  echo "== $$target ($(FUZZ_SECONDS) s)"; mkdir -p $(FUZZ_DIR)/found-$$target; \
 	  UBSAN_OPTIONS=halt_on_error=1 $(FUZZ_DIR)/fuzz/$$target -max_total_time=$(FUZZ_SECONDS) -seed=$(FUZZ_SEED) -timeout=10 -rss_limit_mb=2048 -artifact_prefix=$(FUZZ_DIR)/ \
