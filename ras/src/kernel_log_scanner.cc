@@ -331,7 +331,7 @@ void KernelLogScanner::AddLine(std::string_view raw_line, std::uint64_t tag,
   line_has_mc_event_ = (families & kEdacTrace) != 0;
   families &= ~(kMceContinuation | kAerContinuation | kEdacTrace);
   if (families == 0) return;  // most lines of a busy log end here
-  const LogLine line = SplitLogLine(raw_line);
+  const LogLine line = SplitLogLine(raw_line, /*find_anchor=*/!anchored_);
   if (line.text.empty()) return;
   // Order matters where formats overlap: GHES claims "[Hardware Error]"
   // lines only inside its own blocks, so AMD MCE decode lines fall through.

@@ -457,9 +457,9 @@ std::string_view RebaseToAnchor(std::string_view text) {
     break;
   }
   if (best == std::string_view::npos || best == 0) return text;
-  // The tag-like lead a producer's prefix ends with is not part of the message.
-  const char before = text[best - 1];
-  if (IsAsciiAlnum(before)) return text;  // the anchor is inside a word
+  // Saved logs only: nothing acts on them. A live record is split without
+  // this step, so that words a message quotes are never taken for a record.
+  if (IsAsciiAlnum(text[best - 1])) return text;  // the anchor is inside a word
   return text.substr(best);
 }
 
@@ -473,7 +473,7 @@ std::string_view TrimView(std::string_view text) {
   return text;
 }
 
-LogLine SplitLogLine(std::string_view raw) {
+LogLine SplitLogLine(std::string_view raw, bool find_anchor) {
   LogLine line{raw, raw, {}};
   std::string_view text = raw;
   while (!text.empty() && (text.back() == '\r' || text.back() == '\n')) text.remove_suffix(1);
@@ -504,7 +504,8 @@ LogLine SplitLogLine(std::string_view raw) {
     if (round == 0 && StripCutKernelTag(text)) continue;
     break;
   }
-  line.text = RebaseToAnchor(TrimView(text));
+  line.text = TrimView(text);
+  if (find_anchor) line.text = RebaseToAnchor(line.text);
   return line;
 }
 

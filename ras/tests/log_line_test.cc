@@ -166,5 +166,41 @@ TEST(KernelLogScannerTest, LinesWithoutTheExpectedMarkersAreHarmless) {
   for (const auto& record : records) EXPECT_EQ(record.severity, Severity::kInfo) << record.message;
 }
 
+// A live kernel record is the message itself: RAS words inside it are data
+// (a USB device's product string, an audit record's file name), and a
+// record built from them could isolate a device or kill a job.
+TEST(KernelLogScannerTest, AnchoredLinesTakeNoRecordFromWordsInsideAMessage) {
+  const char* quoted[] = {
+      "usb 1-1: Product: NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus.",
+      "usb 1-1: Product: GPU has fallen off the bus",
+      "usb 1-1: Manufacturer: EDAC MC0: 1 UE memory read error on DIMM_A1 (page:0x1 offset:0x0)",
+      "audit: type=1400 name=\"x due to hardware memory corruption\"",
+      "usb 1-1: Product: Device[1] lost heartbeat",
+      "usb 1-1: Product: | 0 910B3 | Critical |",
+  };
+  KernelLogScanner scanner;
+  scanner.SetAnchoredLines(true);
+  for (const char* line : quoted) scanner.AddLine(line);
+  for (const auto& record : scanner.Finish()) {
+    EXPECT_EQ(record.severity, Severity::kInfo) << record.message;
+    EXPECT_FALSE(record.xid.has_value()) << record.message;
+  }
+  // The same words at the start of a record are the kernel's.
+  KernelLogScanner live;
+  live.SetAnchoredLines(true);
+  live.AddLine("NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus.");
+  const auto records = live.Finish();
+  ASSERT_EQ(records.size(), 1U);
+  EXPECT_EQ(records[0].xid, 79);
+}
+
+// In a saved log (which nothing acts on), a RAS message behind an unknown
+// prefix is the record.
+TEST(KernelLogScannerTest, OfflineScanFindsMessagesBehindUnknownPrefixes) {
+  const auto records = ScanKernelLog("node7 | EDAC MC0: 1 UE memory read error on DIMM_A1");
+  ASSERT_EQ(records.size(), 1U);
+  EXPECT_EQ(records[0].severity, Severity::kUce);
+}
+
 }  // namespace
 }  // namespace rasd::ras

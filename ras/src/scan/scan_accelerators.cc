@@ -60,7 +60,9 @@ std::optional<Address> XidAddress(int xid, std::string_view text) {
 
 bool KernelLogScanner::ScanNvidia(const LogLine& line) {
   const std::string_view text = line.text;
-  if (Contains(text, "GPU has fallen off the bus") && !StartsWith(text, "NVRM: ")) {
+  // In a live record the words must be the driver's own, not quoted data.
+  if (Contains(text, "GPU has fallen off the bus") && !StartsWith(text, "NVRM: ") &&
+      (!anchored_ || StartsWith(text, "nvidia") || StartsWith(text, "GPU "))) {
     NewRecord("nvidia_xid", line, Severity::kFatal);
     return true;
   }
@@ -325,8 +327,10 @@ bool KernelLogScanner::ScanNpuSmiTable(const LogLine& line) {
 
 bool KernelLogScanner::ScanAscend(const LogLine& line) {
   const std::string_view text = line.text;
-  if (ScanNpuSmiTable(line)) return true;
   const bool driver_line = StartsWith(text, "[ascend]");
+  // A live kernel record is the Ascend driver's only when it says so.
+  if (anchored_ && !driver_line && !StartsWith(text, "[drv api]")) return false;
+  if (ScanNpuSmiTable(line)) return true;
   if (Contains(text, "lost heartbeat") || Contains(text, "Device_Absent")) {
     // CANN's EL0001 "Device_Absent/Abnormal": the device is gone like a lost heartbeat.
     NewRecord("ascend", line, Severity::kFatal);

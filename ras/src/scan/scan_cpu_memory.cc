@@ -512,7 +512,8 @@ bool KernelLogScanner::ScanMemoryFailure(const LogLine& line) {
     const std::size_t index = NewRecord("memory_failure", line, Severity::kInfo, /*notice=*/true);
     Record(index).address = MemoryFailurePfn(text);
     return true;
-  } else if (Contains(text, "due to hardware memory corruption")) {
+  } else if (Contains(text, "due to hardware memory corruption") &&
+             (!anchored_ || StartsWith(text, "MCE") || StartsWith(text, "Killing"))) {
     NewRecord("memory_failure", line, Severity::kSrar);  // "Killing <comm>:<pid> due to ..."
     return true;
   } else {

@@ -64,6 +64,7 @@ std::optional<KmsgRecord> DecodeKmsgRecord(std::string_view record) {
 KmsgSource::KmsgSource(const common::HostEnv& host, std::string boot_id,
                        std::optional<SourceCursor> resume, const CodeTable& codes)
     : host_(host), boot_id_(std::move(boot_id)), scanner_(codes) {
+  scanner_.SetAnchoredLines(true);
   if (resume && resume->boot_id == boot_id_) {
     if (auto sequence = ParseNumber(resume->position)) resume_after_ = *sequence;
   }

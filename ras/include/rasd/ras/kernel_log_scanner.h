@@ -62,6 +62,11 @@ class KernelLogScanner {
   // (or be replaced with SetCodeTable first).
   explicit KernelLogScanner(const CodeTable& codes = CodeTable::Default()) : codes_(&codes) {}
   void SetCodeTable(const CodeTable& codes) { codes_ = &codes; }
+  // A live kernel record (kmsg) is the message itself: a RAS word in its
+  // middle (a USB device's product string, an audit record's file name) is
+  // data, not a record. Off by default: saved logs carry prefixes nobody
+  // listed, and lines cut mid-prefix.
+  void SetAnchoredLines(bool anchored) { anchored_ = anchored; }
 
   // `tag` is copied into a record that this line starts. `position`, where
   // the caller gives one, is the line's place in its stream (increasing,
@@ -164,6 +169,7 @@ class KernelLogScanner {
   void Resolve(std::size_t index);
 
   const CodeTable* codes_;
+  bool anchored_ = false;
   std::vector<ScannedRecord> records_;  // records_[0] has index first_index_
   std::size_t first_index_ = 0;
   struct OpenEntry {

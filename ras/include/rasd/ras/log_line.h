@@ -19,7 +19,11 @@ struct LogLine {
   std::string_view producer;
 };
 
-LogLine SplitLogLine(std::string_view raw);
+// With `find_anchor`, a message that starts with none of the RAS words
+// but carries one further on (a line cut mid-prefix, a tool's unknown
+// prefix) is taken from that word; a live kernel record, which is the
+// message itself, is split without it.
+LogLine SplitLogLine(std::string_view raw, bool find_anchor = true);
 
 // Helpers shared by the decoders. Inline: with a literal argument the
 // compiler compares a known number of bytes instead of calling memcmp.
