@@ -191,6 +191,9 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   job_start->add_option("--min-ranks", job_min_ranks, "collective: fewest ranks it runs on")
       ->check(CLI::PositiveNumber);
+  bool job_no_grow = false;
+  job_start->add_flag("--no-grow", job_no_grow,
+                      "collective: stay on fewer ranks when a device returns to service");
   auto* job_stop = job->add_subcommand("stop", "stop a job");
   std::string stop_name;
   job_stop->add_option("name", stop_name, "the job's name")->required();
@@ -353,6 +356,7 @@ int main(int argc, char** argv) {
     if (job_elements > 0) args["elements"] = job_elements;
     if (job_checkpoint > 0) args["checkpoint_every"] = job_checkpoint;
     if (job_min_ranks > 0) args["min_ranks"] = job_min_ranks;
+    if (job_no_grow) args["grow_on_return"] = false;
     return RunCommand(options, "job-start", args, [](const nlohmann::json& result) {
       return "job " + result.value("name", std::string("?")) + " started\n";
     });

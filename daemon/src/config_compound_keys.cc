@@ -216,6 +216,10 @@ std::vector<Key> JobKeys(ConfigValueReader& reader, jobs::JobSpec& spec, bool& h
                  [&spec](std::int64_t n) { spec.checkpoint_every = static_cast<int>(n); }),
       IntegerKey(reader, "min_ranks", 1, 1024,
                  [&spec](std::int64_t n) { spec.min_ranks = static_cast<int>(n); }),
+      {"grow_on_return",
+       [&reader, &spec](const YAML::Node& value, const std::string& path) {
+         if (auto grow = reader.ReadBool(value, path)) spec.grow_on_return = *grow;
+       }},
   };
 }
 

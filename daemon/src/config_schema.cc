@@ -468,7 +468,8 @@ void AddOtherKeys(std::vector<ConfigKey>& keys) {
   keys.push_back(Row("jobs", kRestart, RASD_CONFIG_FIELD(jobs), Jobs(),
                      "jobs to start at boot: `name`, `kind` (inference: `devices`, `max_batch`, "
                      "`max_wait_us`, `max_queue` (default 4096), `load_rps`; collective: `devices`, `elements`, `steps`, "
-                     "`checkpoint_every`, `min_ranks`); see `packaging/rasd.yaml`"));
+                     "`checkpoint_every`, `min_ranks`, `grow_on_return` (default true)); see "
+                     "`packaging/rasd.yaml`"));
   keys.push_back(Row("simulator.devices", kRestart, RASD_CONFIG_FIELD(simulator.devices),
                      Integer<int>(1, 64), "simulated devices"));
   keys.push_back(Row("simulator.memory_mib", kRestart, RASD_CONFIG_FIELD(simulator.memory_mib),

@@ -334,6 +334,7 @@ Result<nlohmann::json> ControlApi::Jobs(const nlohmann::json& args) {
       entry["step"] = report.step;
       entry["steps"] = report.steps;
       entry["reforms"] = report.reforms;
+      entry["grown"] = report.grown;
       entry["checksums_match"] = report.checksums_match;
     }
     list.push_back(std::move(entry));
@@ -357,6 +358,7 @@ Result<nlohmann::json> ControlApi::StartJob(const nlohmann::json& args) {
   if (auto n = reader.Int("checkpoint_every", 1, 1'000'000))
     spec.checkpoint_every = static_cast<int>(*n);
   if (auto n = reader.Int("min_ranks", 1, 1024)) spec.min_ranks = static_cast<int>(*n);
+  if (auto grow = reader.Bool("grow_on_return")) spec.grow_on_return = *grow;
   if (auto ok = reader.Finish(); !ok) return Fail(ok.error());
   const auto parsed = jobs::ParseJobKind(*kind);
   if (!parsed)

@@ -314,6 +314,7 @@ void CollectiveJob::Run() {
   // A recovery in progress, since: a flag and a time rather than an
   // optional, which GCC 12 misreads as maybe uninitialized.
   bool recovering = false;
+  bool growing = false;  // re-forming upward onto a returned device
   Clock::time_point fault_at{};
   std::string reason;
   auto stopped = [this] {
@@ -340,12 +341,29 @@ void CollectiveJob::Run() {
       }
       formed = true;
       step = checkpoint_step_;
-      if (recovering) {
+      if (recovering || growing) {
         std::lock_guard lock(mutex_);
         ++progress_.reforms;
         ++progress_.restores;
+        if (growing) ++progress_.grown;
+      }
+      if (growing) {
+        spdlog::info("collective {}: grew back to {} ranks at step {}", options_.id,
+                     communicator_->Size(), step);
+        growing = false;
       }
       SetState(State::kRunning);
+    }
+    // A device of the job admits work again: at a checkpoint (nothing to
+    // recompute), re-form upward onto it.
+    if (options_.grow_on_return && !recovering && step == checkpoint_step_ && step > 0 &&
+        communicator_->Size() < static_cast<int>(options_.devices.size())) {
+      if (static_cast<int>(AdmittingDevices().size()) > communicator_->Size()) {
+        communicator_->Abort("growing back onto a returned device");
+        formed = false;
+        growing = true;
+        continue;
+      }
     }
     // A rank whose device stopped admitting work (drained, isolated): leave
     // it at a step boundary, keeping the state just computed.

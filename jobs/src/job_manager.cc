@@ -70,6 +70,7 @@ Status JobManager::Start(JobSpec spec) {
     options.steps = spec.steps;
     options.checkpoint_every = spec.checkpoint_every;
     options.min_ranks = spec.min_ranks;
+    options.grow_on_return = spec.grow_on_return;
     auto collective = CollectiveJob::Create(runtime_, options);
     if (!collective) return Fail(collective.error());
     job->collective = std::move(*collective);
@@ -165,13 +166,15 @@ JobReport JobManager::ReportOf(const Job& job) const {
     report.step = progress.step;
     report.steps = job.spec.steps;
     report.reforms = progress.reforms;
+    report.grown = progress.grown;
     report.last_release_seconds = std::chrono::duration<double>(progress.last_release).count();
     // Each step was checked as it completed (CollectiveJob keeps only a
     // window of checksums: memory does not grow with the steps).
     report.checksums_match = progress.checksum_mismatches == 0;
-    report.progress = fmt::format("step {}/{} on {} rank(s), {} re-form(s), checksums {}",
-                                  progress.step, job.spec.steps, progress.devices.size(),
-                                  progress.reforms, report.checksums_match ? "ok" : "WRONG");
+    report.progress = fmt::format(
+        "step {}/{} on {} rank(s), {} re-form(s) ({} down, {} up), checksums {}", progress.step,
+        job.spec.steps, progress.devices.size(), progress.reforms, progress.reforms - progress.grown,
+        progress.grown, report.checksums_match ? "ok" : "WRONG");
   }
   return report;
 }

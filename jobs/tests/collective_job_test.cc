@@ -123,6 +123,45 @@ TEST_F(CollectiveTest, ADrainMovesTheJobAtAStepBoundary) {
   EXPECT_EQ(job->GetProgress().devices, (std::vector<int>{0, 2, 3}));
 }
 
+// Repaired and undrained, a device gets its rank back at the next
+// checkpoint: 4 -> 3 -> 4 ranks, and every step's checksum is still a
+// fault-free run's.
+TEST_F(CollectiveTest, ARepairedDeviceGetsItsRankBackAtTheNextCheckpoint) {
+  const auto options = Options({0, 1, 2, 3});
+  auto job = Start(options);
+  WaitForStep(*job, 33);
+  Device(1).SetHealth(runtime::HealthState::kDraining);
+  const auto deadline = std::chrono::steady_clock::now() + 20s;
+  while (job->GetProgress().devices != std::vector<int>{0, 2, 3} &&
+         std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(1ms);
+  ASSERT_EQ(job->GetProgress().devices, (std::vector<int>{0, 2, 3}));
+  const int shrunk_at = job->GetProgress().step;
+  Device(1).SetHealth(runtime::HealthState::kHealthy);  // undrained after its self-test
+  ExpectFinishedLikeAFaultFreeRun(*job, options);
+  const auto progress = job->GetProgress();
+  EXPECT_EQ(progress.devices, (std::vector<int>{0, 1, 2, 3})) << "grown back";
+  EXPECT_EQ(progress.grown, 1u);
+  EXPECT_EQ(progress.reforms, 2u) << "one down, one up";
+  EXPECT_LT(shrunk_at, options.steps - 100) << "the job still had work to grow into";
+}
+
+TEST_F(CollectiveTest, WithoutGrowOnReturnItStaysOnFewerRanks) {
+  auto options = Options({0, 1, 2, 3});
+  options.grow_on_return = false;
+  auto job = Start(options);
+  WaitForStep(*job, 33);
+  Device(1).SetHealth(runtime::HealthState::kDraining);
+  const auto deadline = std::chrono::steady_clock::now() + 20s;
+  while (job->GetProgress().devices != std::vector<int>{0, 2, 3} &&
+         std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(1ms);
+  Device(1).SetHealth(runtime::HealthState::kHealthy);
+  ExpectFinishedLikeAFaultFreeRun(*job, options);
+  EXPECT_EQ(job->GetProgress().devices, (std::vector<int>{0, 2, 3}));
+  EXPECT_EQ(job->GetProgress().grown, 0u);
+}
+
 TEST_F(CollectiveTest, KillingItsStreamsRestoresTheCheckpointOnTheSameDevices) {
   const auto options = Options({0, 1, 2, 3});
   auto job = Start(options);

@@ -26,6 +26,10 @@ struct CollectiveOptions {
   // Below this many ranks the job waits for a device to come back instead
   // of shrinking further.
   int min_ranks = 1;
+  // At a checkpoint, a device of the job that admits work again (repaired
+  // and undrained) gets its rank back: the communicator re-forms upward
+  // from the checkpoint just taken, so nothing is recomputed.
+  bool grow_on_return = true;
   std::chrono::milliseconds step_timeout{5000};
 };
 
@@ -42,7 +46,8 @@ struct CollectiveOptions {
 // communicator is aborted on every rank, re-formed on the job's devices
 // that admit work (shrinking; below min_ranks it waits for one to return),
 // restored from the last checkpoint (a drain checkpoints first: it loses
-// nothing) and continued. Thread-safe.
+// nothing) and continued. When a device returns to service, the job grows
+// back onto it at the next checkpoint (grow_on_return). Thread-safe.
 class CollectiveJob {
  public:
   static Result<std::unique_ptr<CollectiveJob>> Create(runtime::Runtime& runtime,
@@ -64,7 +69,8 @@ class CollectiveJob {
     State state = State::kRunning;
     int step = 0;                // steps completed
     std::vector<int> devices;    // ranks now
-    std::uint64_t reforms = 0;   // communicators re-formed
+    std::uint64_t reforms = 0;   // communicators re-formed, either way
+    std::uint64_t grown = 0;     // of those, re-formed upward (a device returned)
     std::uint64_t restores = 0;  // checkpoints restored
     std::string last_error;
     // Fault (first failed step seen, or drain noticed) to every rank of the

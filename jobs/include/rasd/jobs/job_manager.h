@@ -39,6 +39,7 @@ struct JobSpec {
   int steps = 1000;
   int checkpoint_every = 10;
   int min_ranks = 1;
+  bool grow_on_return = true;
   bool operator==(const JobSpec&) const = default;
 };
 
@@ -58,6 +59,7 @@ struct JobReport {
   // Collective.
   int step = 0, steps = 0;
   std::uint64_t reforms = 0;
+  std::uint64_t grown = 0;  // of the re-forms, those upward onto a returned device
   double last_release_seconds = 0;  // the latest re-form: failed step to every rank released
   bool checksums_match = true;      // every completed step equals the fault-free run
 };
