@@ -30,6 +30,12 @@ DeviceLifecycle::Options LifecycleOptions(const Config& config,
   return options;
 }
 
+DeviceHeartbeat::Options HeartbeatOptions(const Config& config) {
+  return {.period = config.liveness.period,
+          .deadline = config.liveness.deadline,
+          .misses = config.liveness.misses};
+}
+
 ReloadCandidate LoadReloadCandidate(const std::optional<std::filesystem::path>& path,
                                     const ConfigOverrides& overrides) {
   ConfigParseResult loaded;

@@ -9,6 +9,7 @@
 
 #include "actuator.h"
 #include "control_server.h"
+#include "device_heartbeat.h"
 #include "device_lifecycle.h"
 #include "ras_pipeline.h"
 #include "rasd/daemon/config.h"
@@ -21,6 +22,7 @@ namespace rasd::daemon {
 ControlServer::Options ServerOptions(const Config& config);
 Actuator::Options ActuatorOptions(const Config& config);
 RasPipeline::Options PipelineOptions(const Config& config);
+DeviceHeartbeat::Options HeartbeatOptions(const Config& config);
 DeviceLifecycle::Options LifecycleOptions(const Config& config,
                                           const runtime::SelfTestOptions& self_test);
 

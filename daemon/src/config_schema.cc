@@ -434,6 +434,18 @@ void AddPolicyKeys(std::vector<ConfigKey>& keys) {
                      RASD_CONFIG_FIELD(policy.auto_recover_window), Seconds(1, kYearSeconds),
                      "a device isolated again within this long of its recovery waits for an "
                      "operator"));
+  keys.push_back(Row("liveness.period_ms", kLive, RASD_CONFIG_FIELD(liveness.period),
+                     Milliseconds(0, 3'600'000),
+                     "a heartbeat kernel (`empty`) on each device that takes new work this "
+                     "often, on a stream of its own; 0: off"));
+  keys.push_back(Row("liveness.deadline_ms", kLive, RASD_CONFIG_FIELD(liveness.deadline),
+                     Milliseconds(10, 3'600'000), "how long one heartbeat may take"));
+  keys.push_back(Row("liveness.misses", kLive, RASD_CONFIG_FIELD(liveness.misses),
+                     Integer<int>(1, 1000),
+                     "deadlines in a row a heartbeat stays unfinished before the device is "
+                     "reported hung: one `hang` event (UCE), drained and isolated; it returns "
+                     "only through an undrain's or auto-recovery's self-test (`rasctl status` "
+                     "shows beats, misses, hangs and the last latency per device)"));
   keys.push_back(Row("policy.hook_timeout_ms", kLive, RASD_CONFIG_FIELD(policy.hook_timeout),
                      Milliseconds(100, 600'000),
                      "a `run-hook` program is killed (with its process group) after this"));

@@ -33,6 +33,7 @@ Daemon::~Daemon() {
   metrics_state_.reset();
   control_.reset();
   injection_.reset();
+  heartbeat_.reset();
   ingest_.reset();
   lifecycle_.reset();  // waits for a running self-test
   jobs_.reset();
@@ -202,6 +203,8 @@ Status Daemon::StartRas() {
   if (!ingest) return Fail(ingest.error());
   ingest_ = std::move(*ingest);
   injection_ = std::make_unique<FaultInjection>(*runtime_, *host_, *ingest_, config_.inject);
+  heartbeat_ = std::make_unique<DeviceHeartbeat>(*loop_, *runtime_, HeartbeatOptions(config_));
+  heartbeat_->Start();
 
   return {};
 }
@@ -323,12 +326,29 @@ Result<nlohmann::json> Daemon::Reload() {
   pipeline_->SetOptions(PipelineOptions(config_));
   injection_->SetOptions(config_.inject);
   lifecycle_->SetOptions(LifecycleOptions(config_, options_.self_test));
+  heartbeat_->SetOptions(HeartbeatOptions(config_));
   ++config_generation_;
   spdlog::info("configuration reloaded (generation {})", config_generation_);
   last_reload_ = {{"time", when}, {"ok", true}, {"restart_required", restart_required}};
   Notify("READY=1");
   NotifyStatus();
   return nlohmann::json{{"generation", config_generation_}, {"restart_required", restart_required}};
+}
+
+nlohmann::json Daemon::LivenessReport() const {
+  nlohmann::json devices = nlohmann::json::array();
+  for (const auto& stats : heartbeat_->Stats()) {
+    devices.push_back(
+        {{"device", stats.device},
+         {"beats", stats.beats},
+         {"misses", stats.misses},
+         {"hangs", stats.hangs},
+         {"last_latency_ms", std::chrono::duration<double, std::milli>(stats.last_latency).count()}});
+  }
+  return {{"period_ms", config_.liveness.period.count()},
+          {"deadline_ms", config_.liveness.deadline.count()},
+          {"misses", config_.liveness.misses},
+          {"devices", std::move(devices)}};
 }
 
 Result<nlohmann::json> Daemon::StatusReport() {
@@ -366,6 +386,7 @@ Result<nlohmann::json> Daemon::StatusReport() {
         {"refused_connections", control_->RefusedConnections()}}},
       {"watchdog_usec", watchdog_usec_},
       {"ras", ras},
+      {"liveness", LivenessReport()},
       {"actions", actuator_->Counts()},
       {"scheduler", scheduler_ ? nlohmann::json{{"kind", config_.scheduler.kind},
                                                 {"node", scheduler_->Node()},

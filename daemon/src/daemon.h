@@ -15,6 +15,7 @@
 #include "control_api.h"
 #include "control_server.h"
 #include "daemon_metrics.h"
+#include "device_heartbeat.h"
 #include "device_lifecycle.h"
 #include "fault_injection.h"
 #include "ras_ingest.h"
@@ -73,6 +74,7 @@ class Daemon {
   Status StartControl();
   void StartJobsAndMetrics();
   Result<nlohmann::json> StatusReport();
+  nlohmann::json LivenessReport() const;
   // After the pipeline handled a batch: lifecycle, jobs and metrics.
   void ObserveBatch(const HandledBatch& batch);
   // Re-reads the config file; keeps the running config when the new one has
@@ -116,6 +118,7 @@ class Daemon {
   std::unique_ptr<RasPipeline> pipeline_;  // before ingest_, which feeds it
   std::unique_ptr<RasIngest> ingest_;
   std::unique_ptr<FaultInjection> injection_;  // after ingest_: goes before it
+  std::unique_ptr<DeviceHeartbeat> heartbeat_;  // reports through ingest_: goes before it
   // Its commands hold references to it: ~Daemon drops control_ first.
   std::unique_ptr<ControlApi> control_api_;
 

@@ -395,6 +395,12 @@ ras::RasEvent EventFromDriver(const drivers::DriverErrorEvent& event, std::strin
     case drivers::DriverErrorKind::kLinkError:
       converted.severity = ras::Severity::kUce;
       break;
+    case drivers::DriverErrorKind::kHang:
+      // Work stopped completing: the device cannot serve, but it may come
+      // back after a reset (UCE, not FATAL): drain, isolate, and let an
+      // undrain's or auto-recovery's self-test decide.
+      converted.severity = ras::Severity::kUce;
+      break;
     case drivers::DriverErrorKind::kFellOffBus:
       converted.severity = ras::Severity::kFatal;
       break;

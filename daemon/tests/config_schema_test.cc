@@ -82,6 +82,7 @@ policy:
 inject: {allow_sources: true, allow_hardware: true}
 scheduler: {kind: slurm, node: n1, scontrol: /opt/scontrol, resume_on_undrain: false}
 jobs: [{name: j, kind: inference}]
+liveness: {period_ms: 0, deadline_ms: 300, misses: 5}
 simulator: {devices: 2, memory_mib: 64}
 )",
                                   "changed.yaml");
@@ -189,6 +190,7 @@ TEST(ConfigSchemaTest, LiveKeysAreTheOnesReloadAlwaysApplied) {
   expected.ras.codes = loaded.ras.codes;
   expected.policy = loaded.policy;
   expected.inject = loaded.inject;
+  expected.liveness = loaded.liveness;
   EXPECT_EQ(SchemaApplyLiveChanges(running, loaded), expected);
 }
 

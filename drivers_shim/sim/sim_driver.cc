@@ -30,6 +30,8 @@ std::string_view DriverErrorKindName(DriverErrorKind kind) {
       return "fell_off_bus";
     case DriverErrorKind::kLinkError:
       return "link_error";
+    case DriverErrorKind::kHang:
+      return "hang";
     case DriverErrorKind::kVendorCode:
       return "vendor_code";
   }

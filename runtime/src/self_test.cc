@@ -42,7 +42,7 @@ class Bench {
   Bench(Runtime& runtime, int device, const SelfTestOptions& options)
       : runtime_(runtime), device_(device), options_(options) {}
   ~Bench() {
-    if (stream_) (void)stream_->Synchronize(options_.step_timeout);
+    if (stream_) (void)Wait();
     for (auto& allocation : allocations_) (void)pool_->Free(allocation);
   }
 
@@ -70,7 +70,7 @@ class Bench {
         return Fail(copied.error());
       // The copy reads `values` when the stream gets to it, and the
       // caller's buffer may be a temporary: wait for it.
-      if (auto done = stream_->Synchronize(options_.step_timeout); !done) return Fail(done.error());
+      if (auto done = Wait(); !done) return Fail(done.error());
     }
     return address;
   }
@@ -79,7 +79,7 @@ class Bench {
     std::vector<float> values(n);
     if (auto copied = stream_->CopyToHost(values.data(), address, n * sizeof(float)); !copied)
       return Fail(copied.error());
-    if (auto done = stream_->Synchronize(options_.step_timeout); !done) return Fail(done.error());
+    if (auto done = Wait(); !done) return Fail(done.error());
     return values;
   }
 
@@ -87,16 +87,28 @@ class Bench {
     return stream_->Launch(kernel, args);
   }
 
-  Status Sync() { return stream_->Synchronize(options_.step_timeout); }
+  Status Sync() { return Wait(); }
   MemoryPool& Pool() { return *pool_; }
   Stream& GetStream() { return *stream_; }
   void ReleaseAll() {
-    (void)stream_->Synchronize(options_.step_timeout);
+    (void)Wait();
     for (auto& allocation : allocations_) (void)pool_->Free(allocation);
     allocations_.clear();
   }
 
  private:
+  // A step that did not finish in time means a device that stopped
+  // completing work: its stream is aborted, so that what is queued there
+  // never runs into buffers the test frees, and every later wait returns
+  // at once (a hung device fails its test in one step timeout, not one per
+  // step).
+  Status Wait() {
+    auto done = stream_->Synchronize(options_.step_timeout);
+    if (!done && done.error().code == ErrorCode::kTimeout)
+      (void)stream_->Abort("self-test: a step did not finish in time");
+    return done;
+  }
+
   Runtime& runtime_;
   int device_;
   SelfTestOptions options_;

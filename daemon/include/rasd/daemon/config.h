@@ -119,6 +119,15 @@ struct Config {
     std::chrono::seconds auto_recover_window{std::chrono::hours(24)};
     bool operator==(const Policy&) const = default;
   } policy;
+  // Device liveness: a tiny kernel per device in service every `period`
+  // (0: off); `misses` deadlines in a row unfinished make a hang (UCE:
+  // drain and isolate).
+  struct Liveness {
+    std::chrono::milliseconds period{1000};
+    std::chrono::milliseconds deadline{2000};
+    int misses = 2;
+    bool operator==(const Liveness&) const = default;
+  } liveness;
   // Jobs to start at boot (none by default: a production node runs its
   // own; the demo config starts an inference service and a collective).
   std::vector<jobs::JobSpec> jobs;

@@ -103,6 +103,7 @@ enum class DriverErrorKind : std::uint8_t {
   kStickyFault,     // the device context failed; every call fails until reset (CUDA 719)
   kFellOffBus,      // the device is gone; every call fails (Xid 79)
   kLinkError,       // the link to `peer_device` failed
+  kHang,            // the device stopped completing work (rasd's heartbeat missed its deadlines)
   kVendorCode,      // a vendor error code (`vendor_code` in `code_space`) that
                     // rasd's code tables classify: an NVIDIA Xid, an Ascend
                     // runtime or DCMI code

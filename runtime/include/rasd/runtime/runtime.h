@@ -61,6 +61,9 @@ class Runtime {
   // must not call back into the driver. Returns an id for Unsubscribe.
   using ErrorSubscriber = std::function<void(const drivers::DriverErrorEvent&)>;
   int SubscribeErrors(ErrorSubscriber subscriber);
+  // Reports an error the runtime itself found (a device that stopped
+  // completing work) to the subscribers, as if the driver had.
+  void ReportError(const drivers::DriverErrorEvent& event) { Dispatch(event); }
   void Unsubscribe(int id);
 
  private:

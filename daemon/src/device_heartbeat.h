@@ -1,0 +1,72 @@
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "rasd/common/event_loop.h"
+#include "rasd/runtime/runtime.h"
+
+namespace rasd::daemon {
+
+// Device liveness: a tiny kernel ("empty") per device in service, one at a
+// time on a stream of its own, with a deadline. A device whose heartbeat
+// stays unfinished past `misses` deadlines in a row has stopped completing
+// work (a hang: DCGM's "GPU not responding", a timeout Xid, an Ascend task
+// timeout): it is reported once as a kHang driver error through the
+// runtime, so that it takes the path of every device fault (an event, the
+// policy's drain and isolate). Only devices that take new work are beaten; the
+// hang clears only when an undrain's or auto-recovery's reset and self-test
+// put the device back in service.
+//
+// Polled from the event loop (a stream query never blocks), so a hung
+// device costs the loop nothing; no new beat is launched on a device whose
+// last one is still pending. Loop thread only.
+class DeviceHeartbeat {
+ public:
+  struct Options {
+    std::chrono::milliseconds period{1000};    // between beats; 0: off
+    std::chrono::milliseconds deadline{2000};  // for one beat to finish
+    int misses = 2;                            // deadlines in a row that make a hang
+  };
+  struct DeviceStats {
+    int device = 0;
+    std::uint64_t beats = 0;    // finished
+    std::uint64_t misses = 0;   // deadlines passed
+    std::uint64_t hangs = 0;    // reported
+    std::chrono::nanoseconds last_latency{0};  // launch to seen finished
+  };
+
+  DeviceHeartbeat(common::EventLoop& loop, runtime::Runtime& runtime, Options options);
+  ~DeviceHeartbeat();
+  DeviceHeartbeat(const DeviceHeartbeat&) = delete;
+  DeviceHeartbeat& operator=(const DeviceHeartbeat&) = delete;
+
+  void Start();
+  // Takes effect from the next tick (config reload).
+  void SetOptions(Options options);
+  std::vector<DeviceStats> Stats() const;
+
+ private:
+  struct Beat {
+    std::unique_ptr<runtime::Stream> stream;
+    bool pending = false;
+    std::chrono::nanoseconds launched{0};
+    int missed = 0;          // deadlines passed by the pending beat
+    bool reported = false;   // the hang, once per episode
+    DeviceStats stats;
+  };
+  void Tick();
+  void Poll(int device, Beat& beat, std::chrono::nanoseconds now);
+  void Launch(int device, Beat& beat, std::chrono::nanoseconds now);
+  std::chrono::nanoseconds TickPeriod() const;
+
+  common::EventLoop& loop_;
+  runtime::Runtime& runtime_;
+  Options options_;
+  std::vector<Beat> beats_;  // by device index
+  std::unique_ptr<common::Timer> timer_;
+};
+
+}  // namespace rasd::daemon
