@@ -1,0 +1,137 @@
+// DeviceHeartbeat on a SimulatedEventLoop over the simulator and the CUDA
+// stand-in: a device that stops completing work is reported hung exactly
+// once, after `misses` deadlines of simulated time; healthy devices are not;
+// a device out of service is not beaten, and back in service it beats again.
+
+#include "device_heartbeat.h"
+
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "rasd/common/simulated_event_loop.h"
+#include "rasd/drivers_shim/cuda_driver.h"
+#include "rasd/drivers_shim/sim_driver.h"
+
+namespace rasd::daemon {
+namespace {
+
+using namespace std::chrono_literals;
+using runtime::HealthState;
+
+class HeartbeatTest : public ::testing::Test {
+ protected:
+  void Use(std::unique_ptr<drivers::Driver> driver) {
+    auto runtime = runtime::Runtime::Create(std::move(driver), {.pool = {.arena_bytes = 8 << 20}});
+    ASSERT_TRUE(runtime.has_value()) << runtime.error().ToString();
+    runtime_ = std::move(*runtime);
+    runtime_->SubscribeErrors([this](const drivers::DriverErrorEvent& event) {
+      if (event.kind != drivers::DriverErrorKind::kHang) return;
+      std::lock_guard lock(mutex_);
+      hangs_.push_back({event.device, loop_.Now()});
+    });
+    heartbeat_ = std::make_unique<DeviceHeartbeat>(
+        loop_, *runtime_, DeviceHeartbeat::Options{.period = 100ms, .deadline = 200ms, .misses = 2});
+    heartbeat_->Start();
+  }
+  void TearDown() override {
+    heartbeat_.reset();
+    runtime_.reset();
+  }
+
+  // Simulated time in steps of 10 ms; each step gives the device threads a
+  // moment of real time to finish what they can.
+  void Run(std::chrono::milliseconds simulated) {
+    for (auto t = 0ms; t < simulated; t += 10ms) {
+      loop_.AdvanceBy(10ms);
+      loop_.RunUntilIdle();
+      std::this_thread::sleep_for(2ms);
+    }
+  }
+  std::vector<std::pair<int, std::chrono::nanoseconds>> Hangs() {
+    std::lock_guard lock(mutex_);
+    return hangs_;
+  }
+  std::uint64_t Beats(int device) {
+    return heartbeat_->Stats()[static_cast<std::size_t>(device)].beats;
+  }
+
+  common::SimulatedEventLoop loop_;
+  std::unique_ptr<runtime::Runtime> runtime_;
+  std::unique_ptr<DeviceHeartbeat> heartbeat_;
+  std::mutex mutex_;
+  std::vector<std::pair<int, std::chrono::nanoseconds>> hangs_;
+};
+
+TEST_F(HeartbeatTest, AHungSimulatedDeviceIsReportedOnceAfterTwoDeadlines) {
+  auto driver = drivers::SimDriver::Create({.device_count = 2, .memory_bytes_per_device = 16 << 20});
+  ASSERT_TRUE(driver.has_value());
+  auto* sim = driver->get();
+  Use(std::move(*driver));
+  Run(500ms);
+  ASSERT_GE(Beats(0), 3U);
+  ASSERT_GE(Beats(1), 3U);
+  EXPECT_TRUE(Hangs().empty());
+
+  const auto injected = loop_.Now();
+  ASSERT_TRUE(sim->InjectHang(1).has_value());
+  Run(2000ms);
+  const auto hangs = Hangs();
+  ASSERT_EQ(hangs.size(), 1U) << "one fault, one report";
+  EXPECT_EQ(hangs[0].first, 1);
+  // The beat launched after the hang (within a period) is overdue after two
+  // deadlines: found between 400 and 400 + 100 + a tick ms after it.
+  const auto latency = hangs[0].second - injected;
+  EXPECT_GE(latency, 400ms);
+  EXPECT_LE(latency, 530ms);
+  EXPECT_GE(Beats(0), 20U) << "the healthy device kept beating";
+  EXPECT_EQ(heartbeat_->Stats()[1].hangs, 1U);
+
+  // Isolated: not beaten, its stuck stream dropped. Reset and back in
+  // service: it beats again and no second hang is reported.
+  (*runtime_->GetDevice(1))->SetHealth(HealthState::kIsolated);
+  Run(300ms);
+  ASSERT_TRUE(runtime_->Driver().ResetDevice(1).has_value());
+  (*runtime_->GetDevice(1))->SetHealth(HealthState::kHealthy);
+  const auto before = Beats(1);
+  Run(500ms);
+  EXPECT_GE(Beats(1), before + 3);
+  EXPECT_EQ(Hangs().size(), 1U);
+}
+
+#if RASD_HAVE_CUDA_KERNELS
+TEST_F(HeartbeatTest, AHeldGpuOfTheCudaStandInIsReportedHung) {
+  ::setenv("RASD_FAKE_CUDA_DEVICES", "2", 1);
+  auto driver = drivers::CudaDriver::Create({.library = RASD_FAKE_CUDA_PATH});
+  ASSERT_TRUE(driver.has_value()) << driver.error().ToString();
+  void* fake = ::dlopen(RASD_FAKE_CUDA_PATH, RTLD_NOW | RTLD_NOLOAD);
+  ASSERT_NE(fake, nullptr);
+  auto hold = reinterpret_cast<void (*)(int, int)>(::dlsym(fake, "fake_cuda_hold"));
+  ASSERT_NE(hold, nullptr);
+  Use(std::move(*driver));
+  Run(500ms);
+  ASSERT_GE(Beats(0), 3U);
+  const auto held = loop_.Now();
+  hold(0, 1);
+  Run(2000ms);
+  const auto hangs = Hangs();
+  ASSERT_EQ(hangs.size(), 1U);
+  EXPECT_EQ(hangs[0].first, 0);
+  EXPECT_LE(hangs[0].second - held, 530ms);
+  EXPECT_GE(Beats(1), 20U);
+  hold(0, 0);  // the held work runs; the GPU answers again
+  (*runtime_->GetDevice(0))->SetHealth(HealthState::kIsolated);
+  Run(100ms);
+  (*runtime_->GetDevice(0))->SetHealth(HealthState::kHealthy);
+  const auto before = Beats(0);
+  Run(500ms);
+  EXPECT_GE(Beats(0), before + 3);
+  heartbeat_.reset();
+  runtime_.reset();
+  ::dlclose(fake);
+}
+#endif
+
+}  // namespace
+}  // namespace rasd::daemon
