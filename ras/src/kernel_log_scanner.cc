@@ -34,7 +34,26 @@ nlohmann::json ScannedRecord::ToJson() const {
 
 namespace {
 
+// Bytes that JSON escapes, and bytes above ASCII.
+constexpr std::array<bool, 256> kJsonSpecial = [] {
+  std::array<bool, 256> special{};
+  for (int c = 0; c < 0x20; ++c) special[static_cast<std::size_t>(c)] = true;
+  for (int c = 0x80; c < 0x100; ++c) special[static_cast<std::size_t>(c)] = true;
+  special['"'] = true;
+  special['\\'] = true;
+  return special;
+}();
+
 void AppendJsonString(std::string& out, std::string_view text) {
+  // Most messages need no escape: one pass tells, and they are copied whole.
+  std::size_t plain = 0;
+  while (plain < text.size() && !kJsonSpecial[static_cast<unsigned char>(text[plain])]) ++plain;
+  if (plain == text.size()) {
+    out += '"';
+    out += text;
+    out += '"';
+    return;
+  }
   // Text with bytes above ASCII goes through nlohmann, whose handling of
   // invalid UTF-8 (replaced with U+FFFD) is the contract; kernel logs are
   // almost always plain ASCII.
@@ -615,6 +634,13 @@ struct ChunkedLogScanner::Formatted {
   };
   std::string text;
   std::vector<Entry> entries;
+  std::map<std::pair<std::string, Severity>, std::uint64_t> by_origin;  // of all entries
+
+  void Clear() {  // keeps the capacity for the next window
+    text.clear();
+    entries.clear();
+    by_origin.clear();
+  }
 };
 
 ChunkedLogScanner::ChunkedLogScanner(unsigned threads, Format format, Deliver deliver,
@@ -636,10 +662,12 @@ void ChunkedLogScanner::DeliverFormatted(const Formatted& formatted) {
     start = formatted.entries[from].end;
     ++from;
   }
-  for (std::size_t i = from; i < formatted.entries.size(); ++i) {
+  stats_.records += formatted.entries.size() - from;
+  for (const auto& [key, count] : formatted.by_origin) stats_.by_origin[key] += count;
+  for (std::size_t i = 0; i < from; ++i) {
     const auto& entry = formatted.entries[i];
-    ++stats_.records;
-    ++stats_.by_origin[{entry.origin, entry.severity}];
+    auto it = stats_.by_origin.find({entry.origin, entry.severity});
+    if (--it->second == 0) stats_.by_origin.erase(it);
   }
   if (start < formatted.text.size()) deliver_(std::string_view(formatted.text).substr(start));
 }
@@ -679,8 +707,9 @@ void ChunkedLogScanner::Add(std::string_view text, const std::vector<std::size_t
   const std::size_t parts = starts.size() - 1;
   struct Part {
     std::unique_ptr<KernelLogScanner> scanner;
-    Formatted formatted;
+    Formatted* formatted = nullptr;
   };
+  if (formatted_.size() < threads_) formatted_.resize(threads_);
   std::size_t current_end = 0;  // in `text`: where current_ has read to
   for (std::size_t window = 0; window < parts; window += threads_) {
     const std::size_t count = std::min<std::size_t>(threads_, parts - window);
@@ -692,6 +721,8 @@ void ChunkedLogScanner::Add(std::string_view text, const std::vector<std::size_t
     auto scan = [&](std::size_t k) {
       const std::size_t part = window + k;
       Part& out = scanned[k];
+      out.formatted = &formatted_[k];
+      out.formatted->Clear();
       out.scanner = std::make_unique<KernelLogScanner>(*codes_);
       out.scanner->CarryStateFrom(seed);
       // In slices, taking and formatting records after each: they are
@@ -710,9 +741,10 @@ void ChunkedLogScanner::Add(std::string_view text, const std::vector<std::size_t
         from = end;
         out.scanner->TakeCompleted(records);
         for (const auto& record : records) {
-          format_(record, out.formatted.text);
-          out.formatted.entries.push_back(
-              {record.first_position, out.formatted.text.size(), record.severity, record.origin});
+          format_(record, out.formatted->text);
+          out.formatted->entries.push_back(
+              {record.first_position, out.formatted->text.size(), record.severity, record.origin});
+          ++out.formatted->by_origin[{record.origin, record.severity}];
         }
         records.clear();
       }
@@ -729,7 +761,7 @@ void ChunkedLogScanner::Add(std::string_view text, const std::vector<std::size_t
       if (!current_) {
         current_ = std::move(next.scanner);
         current_end = starts[part + 1];
-        DeliverFormatted(next.formatted);
+        DeliverFormatted(*next.formatted);
         continue;
       }
       // current_ reads on from the boundary beside a new scanner (which
@@ -764,7 +796,7 @@ void ChunkedLogScanner::Add(std::string_view text, const std::vector<std::size_t
       stats_.undecoded -= fresh.UndecodedLines();
       current_ = std::move(next.scanner);
       current_skip_ = offset_ + at;  // records of lines before `at` came from the scanner before
-      DeliverFormatted(next.formatted);
+      DeliverFormatted(*next.formatted);
     }
   }
   offset_ += text.size();

@@ -32,14 +32,14 @@ struct ScannedRecord {
   std::optional<std::string> pci_bdf;  // as printed
   std::optional<int> mc;
   std::optional<Address> address;
-  std::uint64_t count = 1;  // errors the record reports
-  std::uint64_t tag = 0;    // the caller's tag of its first line (kmsg: the timestamp)
+  std::uint64_t count = 1;             // errors the record reports
+  std::uint64_t tag = 0;               // the caller's tag of its first line (kmsg: the timestamp)
   // Where its first and last lines sit in the caller's stream (kmsg: their
   // sequence numbers); 0 where the caller gives no positions.
   std::uint64_t first_position = 0;
   std::uint64_t last_position = 0;
-  std::string message;             // the record's key line, prefixes removed
-  std::vector<std::string> lines;  // the raw lines
+  std::string message;                 // the record's key line, prefixes removed
+  std::vector<std::string> lines;      // the raw lines
 
   // {"origin", "severity", "xid", "pci_bdf", "mc", "address", "message", ...}
   nlohmann::json ToJson() const;
@@ -315,6 +315,7 @@ class ChunkedLogScanner {
   std::uint64_t current_skip_ = 0;
   std::vector<ScannedRecord> batch_;
   std::string output_;
+  std::vector<Formatted> formatted_;  // one a thread, reused window after window
 };
 
 // One text, with a ChunkedLogScanner.
