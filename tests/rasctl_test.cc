@@ -1,7 +1,11 @@
 // rasctl against a real rasd: output forms and exit codes.
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -154,10 +158,13 @@ TEST(RasctlScanTest, TextOutputHasATableAndASummaryAndReadsStdin) {
 
 TEST(RasctlScanTest, UnreadableFileExitsOneAndHostileInputIsHarmless) {
   TempDir dir;
-  const auto missing =
-      RunToCompletion({.argv = {RASCTL_BINARY, "scan", (dir / "missing.log").string()}});
+  const std::string missing_path = (dir / "missing.log").string();
+  const auto missing = RunToCompletion({.argv = {RASCTL_BINARY, "scan", missing_path}});
   EXPECT_EQ(missing.exit_code, 1);
-  EXPECT_NE(missing.err.find("cannot read"), std::string::npos);
+  EXPECT_NE(
+      missing.err.find(fmt::format("cannot read {}: No such file or directory", missing_path)),
+      std::string::npos)
+      << missing.err;
   std::string garbage(1 << 20, '\0');
   for (std::size_t i = 0; i < garbage.size(); ++i)
     garbage[i] = static_cast<char>((i * 2654435761u) >> 13);
@@ -165,6 +172,89 @@ TEST(RasctlScanTest, UnreadableFileExitsOneAndHostileInputIsHarmless) {
   const auto scanned =
       RunToCompletion({.argv = {RASCTL_BINARY, "--json", "scan", (dir / "garbage.bin").string()}});
   EXPECT_EQ(scanned.exit_code, 0) << scanned.err;
+}
+
+TEST(RasctlScanTest, ADirectoryOrAFileWithoutPermissionIsAnErrorThatSaysWhy) {
+  TempDir dir;
+  const auto directory = RunToCompletion({.argv = {RASCTL_BINARY, "scan", dir.Path().string()}});
+  EXPECT_EQ(directory.exit_code, 1);
+  EXPECT_NE(directory.err.find(fmt::format("cannot read {}: Is a directory", dir.Path().string())),
+            std::string::npos)
+      << directory.err;
+  EXPECT_EQ(directory.out, "");
+
+  const std::string secret = (dir / "secret.log").string();
+  WriteText(secret, "[ 1.0] EDAC MC0: 1 CE memory read error on DIMM\n");
+  ASSERT_EQ(::chmod(secret.c_str(), 0), 0);
+  ProcessOptions options{.argv = {RASCTL_BINARY, "scan", secret}};
+  if (::geteuid() == 0) {  // root reads any file: run as nobody
+    ASSERT_EQ(::chmod(dir.Path().c_str(), 0755), 0);
+    options.uid = 65534;
+    options.gid = 65534;
+  }
+  const auto denied = RunToCompletion(options);
+  EXPECT_EQ(denied.exit_code, 1);
+  EXPECT_NE(denied.err.find(fmt::format("cannot read {}: Permission denied", secret)),
+            std::string::npos)
+      << denied.err;
+}
+
+TEST(RasctlScanTest, TextHasATimeColumnAndSaysHowManyLinesItRead) {
+  TempDir dir;
+  WriteText(dir / "kern.log",
+            "[ 1234.567890] EDAC MC0: 1 CE memory read error on DIMM_A1 (page:0x1 offset:0x2)\n"
+            "Jun  9 16:21:24 node1 kernel: Memory failure: 0xe16677: already hardware poisoned\n"
+            "6,1201,5000123,-;NVRM: Xid (PCI:0000:07:00): 79, GPU has fallen off the bus.\n"
+            "Memory failure: 0x1234: recovery action for dirty LRU page: Recovered\n"
+            "an ordinary line\n");
+  const auto text = RunToCompletion({.argv = {RASCTL_BINARY, "scan", (dir / "kern.log").string()}});
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_EQ(text.out.rfind("TIME            CLASS  ORIGIN", 0), 0u) << text.out;
+  EXPECT_NE(text.out.find("\n1234.567890     CE     edac"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("\nJun  9 16:21:24 UCE    memory_failure"), std::string::npos)
+      << text.out;
+  EXPECT_NE(text.out.find("\n5.000123        "), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("\n-               "), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("\n5 lines read\n"), std::string::npos) << text.out;
+
+  // --json: stdout holds only records, one JSON object a line; the count
+  // of lines read goes to stderr.
+  const auto json =
+      RunToCompletion({.argv = {RASCTL_BINARY, "--json", "scan", (dir / "kern.log").string()}});
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+  std::istringstream lines(json.out);
+  int records = 0;
+  for (std::string line; std::getline(lines, line); ++records)
+    EXPECT_TRUE(nlohmann::json::parse(line).is_object()) << line;
+  EXPECT_EQ(records, 4) << json.out;
+  EXPECT_NE(json.err.find("5 lines read, 4 record(s)"), std::string::npos) << json.err;
+}
+
+TEST(RasctlScanTest, AFileScannedInParallelGivesWhatOneThreadGives) {
+  TempDir dir;
+  std::string log;
+  for (int i = 0; i < 60'000; ++i) {
+    log += fmt::format("[{:>6}.{:06}] usb 1-1: new high-speed USB device number {}\n", i / 100,
+                       i % 1000 * 997, i);
+    if (i % 7 == 0) {
+      log += fmt::format(
+          "[{:>6}.000001] mce: [Hardware Error]: CPU {}: Machine Check: 0 Bank 5: "
+          "be00000000800400\n[{:>6}.000002] mce: [Hardware Error]: TSC 0 ADDR {:x} MISC 0\n",
+          i / 100, i % 64, i / 100, 0x1000 * i);
+    }
+  }
+  WriteText(dir / "big.log", log);
+  auto scan = [&](const char* threads) {
+    return RunToCompletion({.argv = {RASCTL_BINARY, "--json", "scan", "--threads", threads,
+                                     (dir / "big.log").string()}});
+  };
+  const auto one = scan("1");
+  const auto four = scan("4");
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  ASSERT_EQ(four.exit_code, 0) << four.err;
+  EXPECT_GT(std::count(one.out.begin(), one.out.end(), '\n'), 8'000);
+  EXPECT_EQ(four.out, one.out);
+  EXPECT_EQ(four.err, one.err);
 }
 
 }  // namespace

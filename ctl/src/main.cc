@@ -1,8 +1,9 @@
 // rasctl: the command-line client of rasd. CLI11 lives in this file only
 // (it costs ~12 s of compile time per file that includes it).
 //
-// Exit codes: 0 ok; 1 the daemon answered with an error; 2 usage;
-// 3 cannot reach the daemon (no socket, refused, timed out, garbled reply).
+// Exit codes: 0 ok; 1 the daemon answered with an error (scan: the log
+// cannot be read); 2 usage; 3 cannot reach the daemon (no socket, refused,
+// timed out, garbled reply).
 
 #include <fmt/format.h>
 
@@ -271,6 +272,9 @@ int main(int argc, char** argv) {
   auto* scan = app.add_subcommand("scan", "list the RAS records in a saved kernel log (offline)");
   std::string scan_file = "-";
   scan->add_option("file", scan_file, "dmesg/journalctl/syslog/kmsg text; - for standard input");
+  unsigned scan_threads = 0;
+  scan->add_option("--threads", scan_threads,
+                   "threads that scan a file's parts (default: one per CPU, at most 8)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
@@ -411,13 +415,8 @@ int main(int argc, char** argv) {
     });
   }
   if (scan->parsed()) {
-    if (scan_file == "-") return rasd::ctl::RunScan(std::cin, options.json, std::cout);
-    std::ifstream file(scan_file, std::ios::binary);
-    if (!file) {
-      std::cerr << "rasctl: scan: cannot read " << scan_file << "\n";
-      return kExitDaemonError;
-    }
-    return rasd::ctl::RunScan(file, options.json, std::cout);
+    return rasd::ctl::RunScan({.file = scan_file, .json = options.json, .threads = scan_threads},
+                              std::cout, std::cerr);
   }
   return kExitUsage;
 }

@@ -4,8 +4,11 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstring>
+#include <thread>
 
 #include "keyword_matcher.h"
+#include "literal_search.h"
 
 namespace rasd::ras {
 
@@ -15,10 +18,14 @@ nlohmann::json ScannedRecord::ToJson() const {
     return *value;
   };
   nlohmann::json json = {
-      {"origin", origin},     {"severity", std::string(SeverityName(severity))},
-      {"xid", optional(xid)}, {"pci_bdf", optional(pci_bdf)},
-      {"mc", optional(mc)},   {"address", address ? nlohmann::json(address->printed) : nlohmann::json()},
-      {"count", count},       {"message", message},
+      {"origin", origin},
+      {"severity", std::string(SeverityName(severity))},
+      {"xid", optional(xid)},
+      {"pci_bdf", optional(pci_bdf)},
+      {"mc", optional(mc)},
+      {"address", address ? nlohmann::json(address->printed) : nlohmann::json()},
+      {"count", count},
+      {"message", message},
   };
   if (notice) json["notice"] = true;
   if (historical) json["historical"] = true;
@@ -27,7 +34,26 @@ nlohmann::json ScannedRecord::ToJson() const {
 
 namespace {
 
+// Bytes that JSON escapes, and bytes above ASCII.
+constexpr std::array<bool, 256> kJsonSpecial = [] {
+  std::array<bool, 256> special{};
+  for (int c = 0; c < 0x20; ++c) special[static_cast<std::size_t>(c)] = true;
+  for (int c = 0x80; c < 0x100; ++c) special[static_cast<std::size_t>(c)] = true;
+  special['"'] = true;
+  special['\\'] = true;
+  return special;
+}();
+
 void AppendJsonString(std::string& out, std::string_view text) {
+  // Most messages need no escape: one pass tells, and they are copied whole.
+  std::size_t plain = 0;
+  while (plain < text.size() && !kJsonSpecial[static_cast<unsigned char>(text[plain])]) ++plain;
+  if (plain == text.size()) {
+    out += '"';
+    out += text;
+    out += '"';
+    return;
+  }
   // Text with bytes above ASCII goes through nlohmann, whose handling of
   // invalid UTF-8 (replaced with U+FFFD) is the contract; kernel logs are
   // almost always plain ASCII.
@@ -117,6 +143,16 @@ Severity ClassifyMciStatus(std::uint64_t status) {
   if (signaled) return Severity::kSrao;
   return Severity::kUcna;
 }
+
+struct KernelLogScanner::TextSearch {
+  LiteralSearch::ScratchPtr scratch;
+  std::vector<LiteralSearch::Hit> hits;
+};
+
+KernelLogScanner::KernelLogScanner(const CodeTable& codes) : codes_(&codes) {}
+KernelLogScanner::~KernelLogScanner() = default;
+KernelLogScanner::KernelLogScanner(KernelLogScanner&&) noexcept = default;
+KernelLogScanner& KernelLogScanner::operator=(KernelLogScanner&&) noexcept = default;
 
 void KernelLogScanner::Raise(ScannedRecord& record, Severity severity) {
   record.severity = std::max(record.severity, severity);
@@ -222,87 +258,129 @@ enum Family : std::uint32_t {
   kEdacTrace = 1U << 12,  // "mc_event": also kEdac
 };
 
-std::uint32_t FamiliesOf(std::string_view line) {
-  static const KeywordMatcher kWords = {
-      {"Hardware Error", kGhes | kMce},
-      {"BERT", kGhes},
-      {"ERST", kGhes},
-      {"HEST", kGhes},
-      {"EINJ", kGhes},
-      {"pstore", kGhes},
-      {"EDAC", kEdac},
-      {"mc_event", kEdac | kEdacTrace},
-      {"mce", kMce | kReports},
-      {"MCE", kMce},
-      {"Machine Check", kMce},
-      {"emory failure", kMemoryFailure},
-      {"memory_failure", kMemoryFailure},
-      {"HardwareCorrupted", kMemoryFailure},
-      {"hardware memory corruption", kMemoryFailure},
-      {"AER", kAer},
-      {"PCIe Bus", kAer},
-      {"NVRM", kNvidia},
-      {"fallen off", kNvidia},
-      {"amdgpu", kAmdgpu},
-      {"EEPROM_VERSION", kAmdgpu},
-      {"_SCHEMA", kAmdgpu},
-      {"BAD_PAGE", kAmdgpu},
-      {"ECC_BLOCK", kAmdgpu},
-      {"ascend", kAscend},
-      {"heartbeat", kAscend},
-      {"drv api", kAscend},
-      {"npu-smi", kAscend},
-      {"507", kAscend},
-      {"rasdaemon", kReports},
-      {"events:", kReports},
-      {"Memory errors", kReports},
-      {"/edac/", kSysfs},
-      {"<<<edac>>>", kSysfs},
-      // Older and rarer wordings (kernel 3.10 to 6.x, tools' reports).
-      {"MCE 0x", kMemoryFailure},
-      {"MCE: 0x", kMemoryFailure},
-      {"oft offlin", kMemoryFailure},
-      {"recovery action", kMemoryFailure},
-      {"page recovery", kMemoryFailure},
-      {"CMCI", kMce},
-      {"achine check", kMce},
-      {"Hardware event", kMce},
-      {"GHES", kGhes},
-      {"Fatal hardware error", kGhes},
-      {"DPC", kAer},
-      {"Xid", kNvidia},
-      {"ras-mc-ctl", kReports},
-      {"Label", kReports},
-      {"summary:", kReports},
-      {"_event:", kReports},
-      {"aca entry", kAmdgpu},
-      {"context corrupt", kMce},
-      {"Device_Absent", kAscend},
-      {"PCI-Express Device Error", kAer},
-      {"error: ", kReports},
-      {"error(s)", kReports},
-  };
-  return kWords.Groups(line);
-}
+using Word = std::pair<std::string_view, std::uint32_t>;
+
+constexpr Word kFamilyWords[] = {
+    {"Hardware Error", kGhes | kMce},
+    {"BERT", kGhes},
+    {"ERST", kGhes},
+    {"HEST", kGhes},
+    {"EINJ", kGhes},
+    {"pstore", kGhes},
+    {"EDAC", kEdac},
+    {"mc_event", kEdac | kEdacTrace},
+    {"mce", kMce | kReports},
+    {"MCE", kMce},
+    {"Machine Check", kMce},
+    {"emory failure", kMemoryFailure},
+    {"memory_failure", kMemoryFailure},
+    {"HardwareCorrupted", kMemoryFailure},
+    {"hardware memory corruption", kMemoryFailure},
+    {"AER", kAer},
+    {"PCIe Bus", kAer},
+    {"NVRM", kNvidia},
+    {"fallen off", kNvidia},
+    {"amdgpu", kAmdgpu},
+    {"EEPROM_VERSION", kAmdgpu},
+    {"_SCHEMA", kAmdgpu},
+    {"BAD_PAGE", kAmdgpu},
+    {"ECC_BLOCK", kAmdgpu},
+    {"ascend", kAscend},
+    {"heartbeat", kAscend},
+    {"drv api", kAscend},
+    {"npu-smi", kAscend},
+    {"507", kAscend},
+    {"rasdaemon", kReports},
+    {"events:", kReports},
+    {"Memory errors", kReports},
+    {"/edac/", kSysfs},
+    {"<<<edac>>>", kSysfs},
+    // Older and rarer wordings (kernel 3.10 to 6.x, tools' reports).
+    {"MCE 0x", kMemoryFailure},
+    {"MCE: 0x", kMemoryFailure},
+    {"oft offlin", kMemoryFailure},
+    {"recovery action", kMemoryFailure},
+    {"page recovery", kMemoryFailure},
+    {"CMCI", kMce},
+    {"achine check", kMce},
+    {"Hardware event", kMce},
+    {"GHES", kGhes},
+    {"Fatal hardware error", kGhes},
+    {"DPC", kAer},
+    {"Xid", kNvidia},
+    {"ras-mc-ctl", kReports},
+    {"Label", kReports},
+    {"summary:", kReports},
+    {"_event:", kReports},
+    {"aca entry", kAmdgpu},
+    {"context corrupt", kMce},
+    {"Device_Absent", kAscend},
+    {"PCI-Express Device Error", kAer},
+    {"error: ", kReports},
+    {"error(s)", kReports},
+};
 
 // Words that continue an open MCE or AER block: common in other lines too,
 // so looked for only while such a block is open.
-std::uint32_t ContinuationsOf(std::string_view line) {
-  static const KeywordMatcher kWords = {
-      {"TSC ", kMceContinuation},
-      {"PROCESSOR", kMceContinuation},
-      {"Bank ", kMceContinuation},
-      {"Error Severity", kAerContinuation},
-      {"Requester ID", kAerContinuation},
-      {":    [", kAerContinuation},
-      {"  device [", kAerContinuation},
-      {"TLP Header", kAerContinuation},
-      {"can't", kAerContinuation},
-      {"link has been reset", kAerContinuation},
-      {"device recovery", kAerContinuation},
-      {"Agent", kAerContinuation},
-  };
+constexpr Word kContinuationWords[] = {
+    {"TSC ", kMceContinuation},
+    {"PROCESSOR", kMceContinuation},
+    {"Bank ", kMceContinuation},
+    {"Error Severity", kAerContinuation},
+    {"Requester ID", kAerContinuation},
+    {":    [", kAerContinuation},
+    {"  device [", kAerContinuation},
+    {"TLP Header", kAerContinuation},
+    {"can't", kAerContinuation},
+    {"link has been reset", kAerContinuation},
+    {"device recovery", kAerContinuation},
+    {"Agent", kAerContinuation},
+};
+
+std::uint32_t FamiliesOf(std::string_view line) {
+  static const KeywordMatcher kWords(
+      std::vector<Word>(std::begin(kFamilyWords), std::end(kFamilyWords)));
   return kWords.Groups(line);
+}
+
+std::uint32_t ContinuationsOf(std::string_view line) {
+  static const KeywordMatcher kWords(
+      std::vector<Word>(std::begin(kContinuationWords), std::end(kContinuationWords)));
+  return kWords.Groups(line);
+}
+
+// AddText's search: both lists at once. A continuation word's hit is
+// dropped by ScanLine unless its block is open.
+const LiteralSearch& AllWords() {
+  static const LiteralSearch kSearch([] {
+    std::vector<Word> words(std::begin(kFamilyWords), std::end(kFamilyWords));
+    words.insert(words.end(), std::begin(kContinuationWords), std::end(kContinuationWords));
+    return words;
+  }());
+  return kSearch;
+}
+
+// Newlines in [data, data + size). A byte-wide count per 255 bytes, which
+// the compiler turns into 16- or 32-byte compares and subtracts; std::count
+// widens every byte's count to 64 bits and runs at a third of the speed.
+std::uint64_t CountNewlines(const char* data, std::size_t size) {
+  std::uint64_t total = 0;
+  while (size > 0) {
+    const std::size_t block = std::min<std::size_t>(size, 255);
+    std::uint8_t count = 0;
+    for (std::size_t i = 0; i < block; ++i)
+      count = static_cast<std::uint8_t>(count + (data[i] == '\n'));
+    total += count;
+    data += block;
+    size -= block;
+  }
+  return total;
+}
+
+// Lines in `text`: its newlines, and a last line without one.
+std::uint64_t CountLines(std::string_view text) {
+  if (text.empty()) return 0;
+  return CountNewlines(text.data(), text.size()) + (text.back() != '\n' ? 1 : 0);
 }
 
 }  // namespace
@@ -316,6 +394,111 @@ void KernelLogScanner::AddLine(std::string_view raw_line, std::uint64_t tag,
   ExpireBlocks();
   std::uint32_t families = FamiliesOf(raw_line);
   if (IsOpen(BlockKind::kMce) || IsOpen(BlockKind::kAer)) families |= ContinuationsOf(raw_line);
+  DecodeLine(raw_line, families);
+}
+
+void KernelLogScanner::ScanLine(std::string_view raw_line, std::uint32_t words,
+                                std::uint64_t position) {
+  ++line_number_;
+  line_tag_ = 0;
+  line_position_ = position;
+  ExpireBlocks();
+  if (!IsOpen(BlockKind::kMce) && !IsOpen(BlockKind::kAer))
+    words &= ~(kMceContinuation | kAerContinuation);
+  DecodeLine(raw_line, words);
+}
+
+bool KernelLogScanner::NeedsEveryLine() const {
+  // DecodeLine's conditions for decoding a line without a word of its own.
+  return !nvidia_pending_bdf_.empty() || (!section_.empty() && IsOpen(BlockKind::kReport)) ||
+         ((checkmk_section_ || !sysfs_pending_path_.empty()) && IsOpen(BlockKind::kSysfs)) ||
+         IsOpen(BlockKind::kMcelog) || IsOpen(BlockKind::kNpuSmi);
+}
+
+bool KernelLogScanner::InSyncWith(const KernelLogScanner& other) const {
+  auto no_live_block = [](const KernelLogScanner& scanner) {
+    if (scanner.open_count_ == 0) return true;
+    for (const auto& blocks : scanner.open_) {
+      for (const auto& block : blocks) {
+        if (scanner.line_number_ + 1 - block.entry.last_line <= kBlockGapLines) return false;
+      }
+    }
+    return true;
+  };
+  // A report section's name outlives its block, but without the block it
+  // changes nothing: ScanRasdaemon gives up on the line either way.
+  return no_live_block(*this) && no_live_block(other) &&
+         nvidia_pending_bdf_ == other.nvidia_pending_bdf_ &&
+         checkmk_section_ == other.checkmk_section_ &&
+         sysfs_pending_path_ == other.sysfs_pending_path_;
+}
+
+void KernelLogScanner::CarryStateFrom(const KernelLogScanner& other) {
+  nvidia_pending_bdf_ = other.nvidia_pending_bdf_;
+  checkmk_section_ = other.checkmk_section_;
+  sysfs_pending_path_ = other.sysfs_pending_path_;
+}
+
+void KernelLogScanner::AddText(std::string_view text) { ScanTextPart(text, false, 0); }
+
+void KernelLogScanner::AddTextAt(std::string_view text, std::uint64_t text_offset) {
+  ScanTextPart(text, true, text_offset);
+}
+
+void KernelLogScanner::ScanTextPart(std::string_view text, bool positions,
+                                    std::uint64_t text_offset) {
+  // Vectorscan takes at most 4 GiB a call, and the hits of a part are
+  // kept: parts of at most 64 MiB, cut after a line.
+  constexpr std::size_t kPartBytes = std::size_t{64} << 20;
+  while (text.size() > kPartBytes) {
+    std::size_t cut = text.rfind('\n', kPartBytes - 1);
+    cut = cut == std::string_view::npos ? text.find('\n', kPartBytes) : cut;
+    if (cut == std::string_view::npos) break;  // one huge line
+    ScanTextPart(text.substr(0, cut + 1), positions, text_offset);
+    text.remove_prefix(cut + 1);
+    text_offset += cut + 1;
+  }
+  if (text.empty()) return;
+  if (!text_search_) {
+    text_search_ = std::make_unique<TextSearch>();
+    text_search_->scratch = AllWords().NewScratch();
+  }
+  auto& hits = text_search_->hits;
+  AllWords().FindAll(text, *text_search_->scratch, hits);
+  const char* data = text.data();
+  const std::size_t size = text.size();
+  std::size_t pos = 0;  // the start of the next line
+  std::size_t next_hit = 0;
+  while (pos < size) {
+    if (!NeedsEveryLine()) {
+      // Lines up to the next hit's have none of the words: AddLine would
+      // only count them (blocks they let expire expire on the next line
+      // scanned, as AddLine's gap test gives the same answer then).
+      if (next_hit == hits.size()) {
+        line_number_ += CountLines(text.substr(pos));
+        return;
+      }
+      const std::size_t hit_last = hits[next_hit].end - 1;  // words have no '\n'
+      const void* newline = memrchr(data + pos, '\n', hit_last - pos);
+      const std::size_t line_start =
+          newline == nullptr
+              ? pos
+              : static_cast<std::size_t>(static_cast<const char*>(newline) - data) + 1;
+      line_number_ += CountNewlines(data + pos, line_start - pos);
+      pos = line_start;
+    }
+    const void* newline = std::memchr(data + pos, '\n', size - pos);
+    const std::size_t end =
+        newline == nullptr ? size
+                           : static_cast<std::size_t>(static_cast<const char*>(newline) - data);
+    std::uint32_t words = 0;
+    while (next_hit < hits.size() && hits[next_hit].end <= end) words |= hits[next_hit++].group;
+    ScanLine(text.substr(pos, end - pos), words, positions ? text_offset + pos + 1 : 0);
+    pos = end + 1;
+  }
+}
+
+void KernelLogScanner::DecodeLine(std::string_view raw_line, std::uint32_t families) {
   // A report section or a sysfs dump continues only while its block is
   // open: after kBlockGapLines quiet lines, unrelated lines cost nothing.
   const bool in_report =
@@ -324,6 +507,8 @@ void KernelLogScanner::AddLine(std::string_view raw_line, std::uint64_t tag,
   if (in_report) families |= kReports | kSysfs;
   if (!nvidia_pending_bdf_.empty()) families |= kNvidia;
   // mcelog's report and npu-smi's table have few words of their own.
+  // (Every condition here that adds a family without a word of the line's
+  // own must be in NeedsEveryLine too.)
   if (IsOpen(BlockKind::kMcelog)) families |= kMce;
   if (IsOpen(BlockKind::kNpuSmi)) families |= kAscend;
   if ((families & kMceContinuation) != 0 && IsOpen(BlockKind::kMce)) families |= kMce;
@@ -435,12 +620,206 @@ std::vector<ScannedRecord> KernelLogScanner::Finish() {
 
 std::vector<ScannedRecord> ScanKernelLog(std::string_view text, const CodeTable& codes) {
   KernelLogScanner scanner(codes);
-  while (!text.empty()) {
-    const std::size_t newline = text.find('\n');
-    scanner.AddLine(text.substr(0, newline));
-    if (newline == std::string_view::npos) break;
-    text.remove_prefix(newline + 1);
+  scanner.AddText(text);
+  return scanner.Finish();
+}
+
+// A part's records, formatted where they were made.
+struct ChunkedLogScanner::Formatted {
+  struct Entry {
+    std::uint64_t first_position = 0;
+    std::size_t end = 0;  // of its output in `text`
+    Severity severity = Severity::kInfo;
+    std::string origin;
+  };
+  std::string text;
+  std::vector<Entry> entries;
+  std::map<std::pair<std::string, Severity>, std::uint64_t> by_origin;  // of all entries
+
+  void Clear() {  // keeps the capacity for the next window
+    text.clear();
+    entries.clear();
+    by_origin.clear();
   }
+};
+
+ChunkedLogScanner::ChunkedLogScanner(unsigned threads, Format format, Deliver deliver,
+                                     const CodeTable& codes)
+    : threads_(std::max(threads, 1U)),
+      format_(std::move(format)),
+      deliver_(std::move(deliver)),
+      codes_(&codes) {}
+
+ChunkedLogScanner::~ChunkedLogScanner() = default;
+
+void ChunkedLogScanner::DeliverFormatted(const Formatted& formatted) {
+  // Records are in the order of their first lines: those the scanner
+  // before delivered are a prefix.
+  std::size_t from = 0;
+  std::size_t start = 0;
+  while (from < formatted.entries.size() &&
+         formatted.entries[from].first_position <= current_skip_) {
+    start = formatted.entries[from].end;
+    ++from;
+  }
+  stats_.records += formatted.entries.size() - from;
+  for (const auto& [key, count] : formatted.by_origin) stats_.by_origin[key] += count;
+  for (std::size_t i = 0; i < from; ++i) {
+    const auto& entry = formatted.entries[i];
+    auto it = stats_.by_origin.find({entry.origin, entry.severity});
+    if (--it->second == 0) stats_.by_origin.erase(it);
+  }
+  if (start < formatted.text.size()) deliver_(std::string_view(formatted.text).substr(start));
+}
+
+void ChunkedLogScanner::DeliverRecords(std::vector<ScannedRecord>& records) {
+  output_.clear();
+  for (const auto& record : records) {
+    if (record.first_position != 0 && record.first_position <= current_skip_) continue;
+    ++stats_.records;
+    ++stats_.by_origin[{record.origin, record.severity}];
+    format_(record, output_);
+  }
+  records.clear();
+  if (!output_.empty()) deliver_(output_);
+}
+
+void ChunkedLogScanner::Add(std::string_view text, std::size_t part_bytes) {
+  std::vector<std::size_t> boundaries;
+  part_bytes = std::max<std::size_t>(part_bytes, 1);
+  for (std::size_t at = part_bytes; at < text.size();) {
+    const std::size_t newline = text.find('\n', at - 1);
+    if (newline == std::string_view::npos) break;
+    boundaries.push_back(newline + 1);
+    at = newline + 1 + part_bytes;
+  }
+  Add(text, boundaries);
+}
+
+void ChunkedLogScanner::Add(std::string_view text, const std::vector<std::size_t>& boundaries) {
+  if (text.empty()) return;
+  std::vector<std::size_t> starts = {0};
+  for (std::size_t boundary : boundaries) {
+    if (boundary > starts.back() && boundary < text.size() && text[boundary - 1] == '\n')
+      starts.push_back(boundary);
+  }
+  starts.push_back(text.size());
+  const std::size_t parts = starts.size() - 1;
+  struct Part {
+    std::unique_ptr<KernelLogScanner> scanner;
+    Formatted* formatted = nullptr;
+  };
+  if (formatted_.size() < threads_) formatted_.resize(threads_);
+  std::size_t current_end = 0;  // in `text`: where current_ has read to
+  for (std::size_t window = 0; window < parts; window += threads_) {
+    const std::size_t count = std::min<std::size_t>(threads_, parts - window);
+    std::vector<Part> scanned(count);
+    // The state that outlives blocks, as the scan has it here: it changes
+    // rarely, so the parts of this window most likely start with it too.
+    KernelLogScanner seed(*codes_);
+    if (current_) seed.CarryStateFrom(*current_);
+    auto scan = [&](std::size_t k) {
+      const std::size_t part = window + k;
+      Part& out = scanned[k];
+      out.formatted = &formatted_[k];
+      out.formatted->Clear();
+      out.scanner = std::make_unique<KernelLogScanner>(*codes_);
+      out.scanner->CarryStateFrom(seed);
+      // In slices, taking and formatting records after each: they are
+      // freed on this thread soon after they were made, so the allocator
+      // reuses their memory instead of faulting in more.
+      constexpr std::size_t kSliceBytes = 256 << 10;
+      std::vector<ScannedRecord> records;
+      std::size_t from = starts[part];
+      while (from < starts[part + 1]) {
+        std::size_t end = std::min(starts[part + 1], from + kSliceBytes);
+        if (end < starts[part + 1]) {
+          const std::size_t newline = text.find('\n', end - 1);
+          end = std::min(starts[part + 1], newline + 1);
+        }
+        out.scanner->AddTextAt(text.substr(from, end - from), offset_ + from);
+        from = end;
+        out.scanner->TakeCompleted(records);
+        for (const auto& record : records) {
+          format_(record, out.formatted->text);
+          out.formatted->entries.push_back(
+              {record.first_position, out.formatted->text.size(), record.severity, record.origin});
+          ++out.formatted->by_origin[{record.origin, record.severity}];
+        }
+        records.clear();
+      }
+    };
+    std::vector<std::thread> workers;
+    for (std::size_t k = 1; k < count; ++k) workers.emplace_back(scan, k);
+    scan(0);
+    for (auto& worker : workers) worker.join();
+
+    for (std::size_t k = 0; k < count; ++k) {
+      const std::size_t part = window + k;
+      Part& next = scanned[k];
+      stats_.lines += next.scanner->LinesRead();
+      if (!current_) {
+        current_ = std::move(next.scanner);
+        current_end = starts[part + 1];
+        DeliverFormatted(*next.formatted);
+        continue;
+      }
+      // current_ reads on from the boundary beside a new scanner (which
+      // reads what `next` read) until the two are in sync at the same line.
+      KernelLogScanner fresh(*codes_);
+      fresh.CarryStateFrom(seed);
+      std::size_t at = current_end;
+      bool synced = false;
+      while (true) {
+        if (current_->InSyncWith(fresh)) {
+          synced = true;
+          break;
+        }
+        if (at == starts[part + 1]) break;
+        const std::size_t newline = text.find('\n', at);
+        const std::size_t end = newline == std::string_view::npos ? text.size() : newline;
+        current_->AddLine(text.substr(at, end - at), 0, offset_ + at + 1);
+        fresh.AddLine(text.substr(at, end - at), 0, offset_ + at + 1);
+        at = std::min(end + 1, text.size());
+      }
+      current_end = starts[part + 1];
+      if (!synced) {  // the part is inside a block: current_ read it all
+        current_->TakeCompleted(batch_);
+        DeliverRecords(batch_);
+        continue;
+      }
+      current_->CloseOpenBlocks();  // in sync: closes only blocks past their gap
+      current_->TakeCompleted(batch_);
+      DeliverRecords(batch_);
+      stats_.undecoded += current_->UndecodedLines();
+      // `next` read the lines before `at` as `fresh` did: not counted twice.
+      stats_.undecoded -= fresh.UndecodedLines();
+      current_ = std::move(next.scanner);
+      current_skip_ = offset_ + at;  // records of lines before `at` came from the scanner before
+      DeliverFormatted(*next.formatted);
+    }
+  }
+  offset_ += text.size();
+}
+
+ChunkScanStats ChunkedLogScanner::Finish() {
+  if (current_) {
+    current_->CloseOpenBlocks();
+    current_->TakeCompleted(batch_);
+    DeliverRecords(batch_);
+    stats_.undecoded += current_->UndecodedLines();
+    current_.reset();
+  }
+  return stats_;
+}
+
+ChunkScanStats ScanKernelLogChunks(std::string_view text,
+                                   const std::vector<std::size_t>& boundaries, unsigned threads,
+                                   const ChunkedLogScanner::Format& format,
+                                   const ChunkedLogScanner::Deliver& deliver,
+                                   const CodeTable& codes) {
+  ChunkedLogScanner scanner(threads, format, deliver, codes);
+  scanner.Add(text, boundaries);
   return scanner.Finish();
 }
 

@@ -241,6 +241,46 @@ std::uint32_t KeywordMatcher::AutomatonGroups(std::string_view text) const {
   return groups;
 }
 
+void KeywordMatcher::FindAll(std::string_view text, std::vector<Hit>& hits) const {
+  hits.clear();
+  const auto* bytes = reinterpret_cast<const unsigned char*>(text.data());
+  const std::size_t size = text.size();
+  if (anchors_.empty()) {
+    // The automaton reports where keywords end, not which: only the groups
+    // ending at each byte.
+    std::uint32_t row = 0;
+    for (std::size_t i = 0; i < size; ++i) {
+      row = next_[row + byte_class_[bytes[i]]];
+      if (row_output_[row] != 0) hits.push_back({i + 1, row_output_[row]});
+    }
+    return;
+  }
+  const std::uint8_t* anchors = anchors_.data();
+  auto verify = [&](std::size_t at) {
+    const std::uint32_t key = TripleKey(Triple(bytes + at));
+    for (auto it = anchored_.begin() + (anchors_[key] - 1); it != anchored_.end() && it->key == key;
+         ++it) {
+      if (at >= it->offset && at - it->offset + it->keyword.size() <= size &&
+          std::memcmp(text.data() + (at - it->offset), it->keyword.data(), it->keyword.size()) ==
+              0) {
+        hits.push_back({at - it->offset + it->keyword.size(), it->group});
+      }
+    }
+  };
+  std::size_t i = 0;
+  for (; i + 11 <= size; i += 8) {
+    if (!AnyAnchorIn8(anchors, bytes + i)) continue;
+    for (std::size_t k = i; k < i + 8; ++k) {
+      if (AnchorHit(anchors, Load4(bytes + k))) verify(k);
+    }
+  }
+  for (; i + 2 < size; ++i) {
+    if (AnchorHit(anchors, Triple(bytes + i))) verify(i);
+  }
+  // By anchor position, so nearly in order of end already.
+  std::sort(hits.begin(), hits.end(), [](const Hit& a, const Hit& b) { return a.end < b.end; });
+}
+
 bool KeywordMatcher::AnyIn(std::string_view text) const { return Groups(text) != 0; }
 
 }  // namespace rasd::ras

@@ -26,6 +26,9 @@ namespace rasd::ras {
 class KeywordMatcher {
  public:
   KeywordMatcher(std::initializer_list<std::pair<std::string_view, std::uint32_t>> keywords);
+  explicit KeywordMatcher(const std::vector<std::pair<std::string_view, std::uint32_t>>& keywords) {
+    Build(keywords);
+  }
   // Every keyword in group 1.
   explicit KeywordMatcher(const std::vector<std::string_view>& keywords);
 
@@ -33,6 +36,15 @@ class KeywordMatcher {
   // False only when no keyword can occur in `text`.
   bool MayMatch(std::string_view text) const;
   bool AnyIn(std::string_view text) const;
+
+  // One keyword occurrence: `end` is one past its last byte in the text.
+  struct Hit {
+    std::size_t end = 0;
+    std::uint32_t group = 0;
+  };
+  // Every occurrence of every keyword in `text`, in order of `end`, into
+  // `hits` (cleared first; its capacity is kept).
+  void FindAll(std::string_view text, std::vector<Hit>& hits) const;
 
  private:
   void Build(const std::vector<std::pair<std::string_view, std::uint32_t>>& keywords);

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -60,7 +61,10 @@ class KernelLogScanner {
  public:
   // `codes` classifies accelerator error codes; it must outlive the scanner
   // (or be replaced with SetCodeTable first).
-  explicit KernelLogScanner(const CodeTable& codes = CodeTable::Default()) : codes_(&codes) {}
+  explicit KernelLogScanner(const CodeTable& codes = CodeTable::Default());
+  ~KernelLogScanner();
+  KernelLogScanner(KernelLogScanner&&) noexcept;
+  KernelLogScanner& operator=(KernelLogScanner&&) noexcept;
   void SetCodeTable(const CodeTable& codes) { codes_ = &codes; }
   // A live kernel record (kmsg) is the message itself: a RAS word in its
   // middle (a USB device's product string, an audit record's file name) is
@@ -72,6 +76,32 @@ class KernelLogScanner {
   // the caller gives one, is the line's place in its stream (increasing,
   // never 0): see OldestHeldPosition.
   void AddLine(std::string_view raw_line, std::uint64_t tag = 0, std::uint64_t position = 0);
+  // Scans `text`, a run of whole lines (each ended by '\n'; a last line
+  // without one counts as a line), with exactly the result of AddLine on
+  // each line (tag 0, no position): one multi-literal search over the whole
+  // text (Vectorscan where the build has it) finds the lines with a RAS
+  // word, and only those, and the lines that continue a block that is open,
+  // reach the decoders. The lines between cost the bytes they occupy; none
+  // allocates. Lines may be split between calls only at line ends.
+  void AddText(std::string_view text);
+  // The same, giving each line the position `text_offset` + its offset in
+  // `text` + 1: a byte position in the caller's file (never 0), which
+  // records carry as first_position/last_position.
+  void AddTextAt(std::string_view text, std::uint64_t text_offset);
+  // Whether this scanner and `other` would scan the lines that follow in
+  // the same way: neither has a block open (one touched within the gap),
+  // and the state that outlives blocks (a pending NVIDIA message, a
+  // checkmk or sysfs section) is equal. From such a line on, both give the
+  // same records, which is what lets ChunkedLogScanner scan a file's parts
+  // in parallel. (State a decoder keeps across lines must be covered here
+  // and in CarryStateFrom.)
+  bool InSyncWith(const KernelLogScanner& other) const;
+  // Takes `other`'s state that outlives blocks (what InSyncWith compares
+  // besides blocks): a scanner that starts where `other` is, seeded with
+  // it, is in sync with it unless a block is open there.
+  void CarryStateFrom(const KernelLogScanner& other);
+  // Lines added so far.
+  std::uint64_t LinesRead() const { return line_number_; }
   // Records that no open block can extend any more, in the order their
   // first lines appeared (for a follower: call after each batch of lines).
   // With positions, a record some of whose lines come after the first line
@@ -100,6 +130,15 @@ class KernelLogScanner {
 
  private:
   using Handler = bool (KernelLogScanner::*)(const LogLine&);
+
+  // AddLine after the keyword pass: `words` has the line's family and
+  // continuation bits.
+  void ScanLine(std::string_view raw_line, std::uint32_t words, std::uint64_t position);
+  void DecodeLine(std::string_view raw_line, std::uint32_t families);
+  // A line with none of the words may still matter (a report section, a
+  // message whose end is on a later line): then every line is decoded.
+  bool NeedsEveryLine() const;
+  void ScanTextPart(std::string_view text, bool positions, std::uint64_t text_offset);
 
   bool ScanGhes(const LogLine& line);
   bool ScanMce(const LogLine& line);
@@ -170,6 +209,8 @@ class KernelLogScanner {
 
   const CodeTable* codes_;
   bool anchored_ = false;
+  struct TextSearch;  // AddText's search state: Vectorscan scratch, hits
+  std::unique_ptr<TextSearch> text_search_;
   std::vector<ScannedRecord> records_;  // records_[0] has index first_index_
   std::size_t first_index_ = 0;
   struct OpenEntry {
@@ -210,6 +251,79 @@ class KernelLogScanner {
 // Scans a whole text.
 std::vector<ScannedRecord> ScanKernelLog(std::string_view text,
                                          const CodeTable& codes = CodeTable::Default());
+
+// What a chunked scan read: lines, records by origin and class, and lines
+// that looked like RAS records but did not decode (UndecodedLines).
+struct ChunkScanStats {
+  std::uint64_t lines = 0;
+  std::uint64_t records = 0;
+  std::map<std::pair<std::string, Severity>, std::uint64_t> by_origin;
+  std::uint64_t undecoded = 0;
+};
+
+// Scans a text in parts, on up to `threads` threads, and hands `deliver`
+// the output of the records a serial scan of the whole text gives
+// (AddTextAt from offset 0), in the same order, as they are settled.
+// The text comes in pieces of whole lines (Add), each split into parts at
+// `boundaries`. Each part is scanned by a scanner of its own from its
+// start, seeded (CarryStateFrom) with the state the scan had where the
+// window of parts began; where the scanner of the part before reaches it,
+// that one reads on, line by line, until the two are in sync (InSyncWith)
+// at the same line: from there on the new part's records are exactly the
+// serial scan's, and its records before that line are dropped. A block
+// that straddles a boundary therefore comes out whole, and a part
+// swallowed by a block that never closes is read by the scanner before it
+// (serially).
+//
+// `format` turns a record into output (JSON, a table row) on the scanning
+// threads, so that records are freed where they were made; it must be
+// thread-safe and do nothing else, since the output of a record that is
+// then dropped is discarded. `deliver` runs on the calling thread. Parts
+// are scanned `threads` at a time, so memory stays bounded by a window of
+// parts. Not thread-safe.
+class ChunkedLogScanner {
+ public:
+  using Format = std::function<void(const ScannedRecord& record, std::string& out)>;
+  using Deliver = std::function<void(std::string_view output)>;
+  ChunkedLogScanner(unsigned threads, Format format, Deliver deliver,
+                    const CodeTable& codes = CodeTable::Default());
+  ~ChunkedLogScanner();
+
+  // `text` continues the text given so far and ends at a line end (or is
+  // the last piece); parts start at `boundaries`, offsets in `text` that
+  // start a line (others are ignored), and at `text`'s start.
+  void Add(std::string_view text, const std::vector<std::size_t>& boundaries);
+  // Add with a boundary at the first line start after every `part_bytes`.
+  void Add(std::string_view text, std::size_t part_bytes);
+  // Closes every open block and delivers the remaining records.
+  ChunkScanStats Finish();
+
+ private:
+  struct Formatted;
+  void DeliverRecords(std::vector<ScannedRecord>& records);
+  void DeliverFormatted(const Formatted& formatted);
+
+  unsigned threads_;
+  Format format_;
+  Deliver deliver_;
+  const CodeTable* codes_;
+  ChunkScanStats stats_;
+  std::uint64_t offset_ = 0;  // of the next piece's start in the whole text
+  // The scanner that has read everything so far as a serial scan would;
+  // its records at or before `current_skip_` came from the one before it.
+  std::unique_ptr<KernelLogScanner> current_;
+  std::uint64_t current_skip_ = 0;
+  std::vector<ScannedRecord> batch_;
+  std::string output_;
+  std::vector<Formatted> formatted_;  // one a thread, reused window after window
+};
+
+// One text, with a ChunkedLogScanner.
+ChunkScanStats ScanKernelLogChunks(std::string_view text,
+                                   const std::vector<std::size_t>& boundaries, unsigned threads,
+                                   const ChunkedLogScanner::Format& format,
+                                   const ChunkedLogScanner::Deliver& deliver,
+                                   const CodeTable& codes = CodeTable::Default());
 
 // The text's main record, as the corpus labels a text: the worst severity;
 // on a tie an error report before a notice, then the first. Fields the main
