@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <map>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -248,6 +249,72 @@ TEST(InjectTest, EinjWritesTheKernelsFilesWhereTheConfigAllowsIt) {
   const auto missing = rasd.Rasctl({"inject", "einj", "--address", "0x1000"});
   EXPECT_EQ(missing.exit_code, 1);
   EXPECT_NE(missing.err.find("no ACPI EINJ"), std::string::npos) << missing.err;
+}
+
+}  // namespace
+}  // namespace rasd::testing
+
+namespace rasd::testing {
+namespace {
+
+// One fault, one event: an injected fault is reported the way a real one
+// would be, once, and gets its actions once.
+TEST(InjectExactlyTest, EachDeviceFaultKindGivesItsOneEventAndItsActionsOnce) {
+  RasdInstance rasd;
+  rasd.WriteConfig(R"(simulator:
+  memory_mib: 64
+liveness:
+  period_ms: 0
+jobs:
+  - name: llm
+    kind: inference
+    load_rps: 300
+)");
+  std::string why;
+  ASSERT_TRUE(rasd.Start({}, {}, &why)) << why;
+  ASSERT_TRUE(
+      WaitUntil([&] { return Json(rasd, {"jobs"})["jobs"][0]["requests"]["served"] > 50; }, 10s));
+  auto events_on = [&](int device) {
+    return Json(rasd, {"events", "--device", std::to_string(device)})["events"];
+  };
+  auto actions_on = [&](int device) {
+    std::multiset<std::string> names;
+    const auto actions = Json(rasd, {"actions", "--device", std::to_string(device)});
+    for (const auto& action : actions["actions"])
+      names.insert(action["action"].get<std::string>() + " " + action["result"].get<std::string>());
+    return names;
+  };
+
+  // SRAR: the poison is found by the read that consumes it: one SRAR event,
+  // the consumer killed and the page retired, once, for "SRAR".
+  Json(rasd, {"inject", "srar", "--device", "3", "--job", "llm"});
+  ASSERT_TRUE(WaitUntil([&] { return actions_on(3).size() >= 2; }, 10s));
+  std::this_thread::sleep_for(500ms);  // anything more would have come by now
+  const auto srar = events_on(3);
+  ASSERT_EQ(srar.size(), 1U) << srar.dump(1);
+  EXPECT_EQ(srar[0]["severity"], "SRAR");
+  EXPECT_EQ(actions_on(3),
+            (std::multiset<std::string>{"kill-consumer ok", "retire-page ok"}));
+  const auto pages = Json(rasd, {"retired", "3"})["pages"];
+  ASSERT_EQ(pages.size(), 1U);
+  EXPECT_NE(pages[0]["reason"].get<std::string>().find("SRAR"), std::string::npos)
+      << pages.dump();
+
+  // UCE (a sticky fault) and FATAL (off the bus): one event each, drained and isolated.
+  Json(rasd, {"inject", "uce", "--device", "1"});
+  Json(rasd, {"inject", "fatal", "--device", "2"});
+  for (int device : {1, 2}) {
+    ASSERT_TRUE(WaitUntil([&] { return actions_on(device).size() >= 2; }, 10s)) << device;
+  }
+  std::this_thread::sleep_for(500ms);
+  for (const auto& [device, severity] : {std::pair{1, "UCE"}, std::pair{2, "FATAL"}}) {
+    const auto events = events_on(device);
+    ASSERT_EQ(events.size(), 1U) << device << events.dump(1);
+    EXPECT_EQ(events[0]["severity"], severity);
+    EXPECT_EQ(actions_on(device),
+              (std::multiset<std::string>{"drain-device ok", "isolate-device ok"}))
+        << device;
+  }
 }
 
 }  // namespace

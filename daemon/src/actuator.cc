@@ -279,6 +279,11 @@ Actuator::Outcome Actuator::RetirePage(const ras::Action& action) {
   if (!action.device || !address) return {ActionResult::kSkipped, "no device address in the event"};
   auto pool = runtime_.Pool(*action.device);
   if (!pool) return {ActionResult::kFailed, pool.error().message};
+  // One retirement per page: a page reported again (a UCNA, then the SRAR
+  // of the read that consumed it) keeps its first record and reason.
+  if ((*pool)->IsRetired(*address)) {
+    return {ActionResult::kSkipped, fmt::format("page holding 0x{:x} was retired already", *address)};
+  }
   if (auto retired = (*pool)->Retire(*address); !retired) {
     if (retired.error().code == ErrorCode::kNotFound)
       return {ActionResult::kSkipped,

@@ -111,17 +111,19 @@ Result<nlohmann::json> FaultInjection::InjectDeviceMemory(const InjectArgs& args
   auto at = Target(args);
   if (!at) return Fail(at.error());
   for (std::uint64_t i = 0; i < args.count; ++i) {
-    Status injected = args.kind == "ce"     ? faults->InjectCorrectedEcc(*args.device, *at)
-                      : args.kind == "srao" ? faults->InjectActionOptionalEcc(*args.device, *at)
-                                            : faults->InjectUncorrectedEcc(*args.device, *at);
+    Status injected =
+        args.kind == "ce"     ? faults->InjectCorrectedEcc(*args.device, *at)
+        : args.kind == "srao" ? faults->InjectActionOptionalEcc(*args.device, *at)
+        : args.kind == "srar" ? faults->InjectLatentUncorrectedEcc(*args.device, *at)
+                              : faults->InjectUncorrectedEcc(*args.device, *at);
     if (!injected) return Fail(injected.error());
   }
   done["device"] = *args.device;
   done["address"] = fmt::format("0x{:x}", *at);
   done["count"] = args.count;
   if (args.kind == "srar") {
-    // The page is poisoned now (reported as UCNA); the owner's next read
-    // consumes it, and that read is the SRAR.
+    // The page is poisoned silently; the owner's next read consumes it, and
+    // that read is the one report (SRAR), as with a real action-required error.
     done["note"] = "poisoned; the owner's next read consumes it (SRAR)";
   }
   return done;

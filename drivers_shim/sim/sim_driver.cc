@@ -598,6 +598,14 @@ class SimDriverImpl final : public SimDriver {
     return Poison(device_index, address, /*action_optional=*/true);
   }
 
+  Status InjectLatentUncorrectedEcc(int device_index, DeviceAddress address) override {
+    auto device = GetDevice(device_index);
+    if (!device) return Fail(device.error());
+    std::unique_lock lock(memory_mutex_);
+    (*device)->poisoned_pages.insert(PageOf(address));  // reported when a read consumes it
+    return {};
+  }
+
   // Poisons the page holding `address` and reports it, as a UCNA or (found
   // by a patrol scrub) an action-optional error.
   Status Poison(int device_index, DeviceAddress address, bool action_optional) {

@@ -35,6 +35,11 @@ class CompositeDriver::RoutedFaults final : public FaultInjector {
     if (!target) return Fail(target.error());
     return target->faults->InjectActionOptionalEcc(target->device, address);
   }
+  Status InjectLatentUncorrectedEcc(int device, DeviceAddress address) override {
+    auto target = Route(device);
+    if (!target) return Fail(target.error());
+    return target->faults->InjectLatentUncorrectedEcc(target->device, address);
+  }
   Status InjectStickyFault(int device) override {
     auto target = Route(device);
     if (!target) return Fail(target.error());

@@ -628,6 +628,13 @@ void MemoryPool::StreamCompleted(drivers::StreamHandle stream) {
   state_->Promote(stream.value, UINT64_MAX);
 }
 
+bool MemoryPool::IsRetired(drivers::DeviceAddress address) const {
+  State& state = *state_;
+  std::lock_guard lock(state.mutex);
+  return state.retired_pages.contains(address / state.retire_granularity *
+                                      state.retire_granularity);
+}
+
 Status MemoryPool::Retire(drivers::DeviceAddress address) {
   State& state = *state_;
   std::lock_guard lock(state.mutex);

@@ -168,6 +168,10 @@ class FaultInjector {
   virtual Status InjectUncorrectedEcc(int device, DeviceAddress address) = 0;
   // The same, reported as action-optional (a patrol scrub found it).
   virtual Status InjectActionOptionalEcc(int device, DeviceAddress address) = 0;
+  // The page holding `address` is poisoned and nothing notices until it is
+  // read: the read fails and is reported (consumed=true, an SRAR), as a
+  // real error found only when its data is used.
+  virtual Status InjectLatentUncorrectedEcc(int device, DeviceAddress address) = 0;
   // The device context fails (CUDA error 719): every call and all pending
   // work on the device fail with kDeviceFault until ResetDevice.
   virtual Status InjectStickyFault(int device) = 0;

@@ -84,6 +84,8 @@ class MemoryPool {
 
   // kNotFound when `address` is not in this pool's arenas.
   Status Retire(drivers::DeviceAddress address);
+  // The page holding `address` was retired before.
+  bool IsRetired(drivers::DeviceAddress address) const;
   std::optional<AllocationOwner> OwnerOf(drivers::DeviceAddress address) const;
   // Every live allocation, in address order (fault injection picks one of
   // a job's; diagnostics). O(blocks).
