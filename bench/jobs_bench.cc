@@ -5,6 +5,8 @@
 // rank of the old communicator released, and to the re-formed
 // communicator's first AllReduce done. Each iteration is a fresh runtime.
 //
+// BM_CollectiveGrowsBack: see below.
+//
 // BM_InferenceDrainUnderLoad: an inference service over 4 devices under a
 // steady load; one device is drained. Requests lost, and latency p99 during
 // the second after the drain against the second before it (the baseline
@@ -80,6 +82,37 @@ void BM_CollectiveRankLost(benchmark::State& state) {
   state.counters["reformed_and_reduced_p99_ms"] = Percentile(recovery_ms, 0.99);
 }
 BENCHMARK(BM_CollectiveRankLost)->Iterations(100)->Unit(benchmark::kMillisecond);
+
+// BM_CollectiveGrowsBack: a collective over 4 devices shrinks to 3 when one
+// drains; the device is returned to service; from then to the job running
+// on 4 ranks again (it grows at its next checkpoint, every 10 steps).
+void BM_CollectiveGrowsBack(benchmark::State& state) {
+  std::vector<double> grow_ms;
+  for (auto _ : state) {
+    state.PauseTiming();
+    Sim sim = MakeSim();
+    auto job =
+        std::move(*rasd::jobs::CollectiveJob::Create(*sim.runtime, {.id = "allreduce",
+                                                                    .devices = {0, 1, 2, 3},
+                                                                    .elements = 1 << 14,
+                                                                    .steps = 1'000'000,
+                                                                    .checkpoint_every = 10}));
+    while (job->GetProgress().step < 20) std::this_thread::sleep_for(100us);
+    (**sim.runtime->GetDevice(1)).SetHealth(rasd::runtime::HealthState::kDraining);
+    while (job->GetProgress().devices.size() != 3) std::this_thread::sleep_for(100us);
+    state.ResumeTiming();
+    const auto returned = Clock::now();
+    (**sim.runtime->GetDevice(1)).SetHealth(rasd::runtime::HealthState::kHealthy);
+    while (job->GetProgress().devices.size() != 4) std::this_thread::sleep_for(50us);
+    state.PauseTiming();
+    grow_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - returned).count());
+    job.reset();
+    state.ResumeTiming();
+  }
+  state.counters["grown_back_p50_ms"] = Percentile(grow_ms, 0.5);
+  state.counters["grown_back_p99_ms"] = Percentile(grow_ms, 0.99);
+}
+BENCHMARK(BM_CollectiveGrowsBack)->Iterations(30)->Unit(benchmark::kMillisecond);
 
 void BM_InferenceDrainUnderLoad(benchmark::State& state) {
   for (auto _ : state) {
