@@ -259,3 +259,84 @@ TEST(RasctlScanTest, AFileScannedInParallelGivesWhatOneThreadGives) {
 
 }  // namespace
 }  // namespace rasd::testing
+
+namespace rasd::testing {
+namespace {
+
+CommandResult Bare(std::vector<std::string> args) {
+  ProcessOptions options;
+  options.argv = {RASCTL_BINARY};
+  for (auto& arg : args) options.argv.push_back(std::move(arg));
+  return RunToCompletion(options);
+}
+
+// Global options before or after the command, for every command that reads
+// the daemon: the same answer either way.
+TEST_F(RasctlTest, GlobalOptionsWorkBeforeAndAfterEveryCommand) {
+  const std::string socket = rasd_.Socket().string();
+  const std::vector<std::vector<std::string>> commands = {
+      {"status"}, {"ping"}, {"events"}, {"events", "--limit", "5"}, {"summary"}, {"devices"},
+      {"devices", "0"}, {"actions"}, {"jobs"}, {"retired"}};
+  for (const auto& command : commands) {
+    std::vector<std::string> before = {"--socket", socket, "--json", "--timeout", "5"};
+    before.insert(before.end(), command.begin(), command.end());
+    std::vector<std::string> after = command;
+    for (const char* word : {"--json", "--socket", socket.c_str(), "--timeout", "5"})
+      after.push_back(word);
+    const auto first = Bare(before), second = Bare(after);
+    const std::string what = command[0] + (command.size() > 1 ? " " + command[1] : "");
+    EXPECT_EQ(first.exit_code, 0) << what << ": " << first.err;
+    EXPECT_EQ(second.exit_code, 0) << what << ": " << second.err;
+    EXPECT_FALSE(nlohmann::json::parse(second.out, nullptr, false).is_discarded())
+        << what << " with --json after it: " << second.out;
+  }
+}
+
+// What a person typing gets back: the exact texts, and exit 2.
+TEST(RasctlUsageTest, BadValuesUnknownCommandsAndTyposSayWhatIsWanted) {
+  struct Case {
+    std::vector<std::string> args;
+    int exit_code;
+    std::string err;  // contained in stderr
+  };
+  const Case cases[] = {
+      {{"--timeout", "0", "ping"}, 2,
+       "--timeout: a number of seconds above 0 (at most 86400) is wanted, not '0'"},
+      {{"ping", "--timeout", "abc"}, 2,
+       "--timeout: a number of seconds above 0 (at most 86400) is wanted, not 'abc'"},
+      {{"devices", "abc"}, 2, "a device index (0, 1, ...) is wanted, not 'abc'"},
+      {{"drain", "x"}, 2, "a device index (0, 1, ...) is wanted, not 'x'"},
+      {{"events", "--limit", "0"}, 2, "--limit: a whole number from 1 to 10000 is wanted, not '0'"},
+      {{"stat"}, 2, "rasctl: unknown command 'stat'; did you mean status or scan?"},
+      {{"evnts"}, 2, "rasctl: unknown command 'evnts'; did you mean events?"},
+      {{"--json", "frobnicate"}, 2, "rasctl: unknown command 'frobnicate'\n"},
+  };
+  for (const auto& c : cases) {
+    const auto result = Bare(c.args);
+    std::string joined;
+    for (const auto& arg : c.args) joined += arg + " ";
+    EXPECT_EQ(result.exit_code, c.exit_code) << joined << result.err;
+    EXPECT_NE(result.err.find(c.err), std::string::npos) << joined << "\n" << result.err;
+  }
+  // Help and version, however asked for.
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"help"}, {"--help"}, {}}) {
+    const auto result = Bare(args);
+    EXPECT_NE(result.out.find("Usage: rasctl [OPTIONS] SUBCOMMAND"), std::string::npos)
+        << (args.empty() ? "(bare)" : args[0]) << result.out;
+    EXPECT_NE(result.out.find("undrain"), std::string::npos) << "the commands are listed";
+    EXPECT_EQ(result.exit_code, args.empty() ? 2 : 0);
+  }
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"version"}, {"--version"}, {"-v"}}) {
+    const auto result = Bare(args);
+    EXPECT_EQ(result.exit_code, 0) << args[0];
+    EXPECT_EQ(result.out.rfind("rasctl ", 0), 0U) << args[0] << ": " << result.out;
+  }
+  // A command's help lists the defaults.
+  EXPECT_NE(Bare({"events", "--help"}).out.find("--limit INT:N=100"), std::string::npos);
+  EXPECT_NE(Bare({"drain", "--help"}).out.find("=30s"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace rasd::testing

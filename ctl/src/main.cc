@@ -108,6 +108,96 @@ int FollowEvents(const GlobalOptions& options, nlohmann::json args) {
   }
 }
 
+// Validators that say what is wanted: CLI11's numeric ones print the
+// type's whole range ("Value 0 not in range 0.000000 to 1797...").
+CLI::Validator DeviceIndex() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        int value = -1;
+        const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+        if (ec != std::errc() || end != text.data() + text.size() || value < 0)
+          return fmt::format("a device index (0, 1, ...) is wanted, not '{}'", text);
+        return {};
+      },
+      "INDEX");
+}
+
+CLI::Validator PositiveSeconds() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        double value = 0;
+        const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+        if (ec != std::errc() || end != text.data() + text.size() || !(value > 0) ||
+            value > 86400)
+          return fmt::format("a number of seconds above 0 (at most 86400) is wanted, not '{}'",
+                             text);
+        return {};
+      },
+      "SECONDS");
+}
+
+CLI::Validator PositiveCount(long long most) {
+  return CLI::Validator(
+      [most](std::string& text) -> std::string {
+        long long value = 0;
+        const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+        if (ec != std::errc() || end != text.data() + text.size() || value < 1 || value > most)
+          return fmt::format("a whole number from 1 to {} is wanted, not '{}'", most, text);
+        return {};
+      },
+      "N");
+}
+
+// Edit distance, for "did you mean".
+std::size_t Distance(std::string_view a, std::string_view b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diagonal = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+// The first word that is not a global option or its value: the command.
+std::optional<std::string> CommandWord(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view word = argv[i];
+    if (word == "--socket" || word == "--timeout") {
+      ++i;
+      continue;
+    }
+    if (word.starts_with("-")) continue;
+    return std::string(word);
+  }
+  return std::nullopt;
+}
+
+// An unknown command gets a clear error and the nearest commands, not
+// CLI11's "A subcommand is required".
+int UnknownCommand(const CLI::App& app, const std::string& word) {
+  std::vector<std::string> near;
+  for (const auto* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
+    const std::string& name = sub->get_name();
+    if (Distance(word, name) <= 2 || (word.size() >= 3 && name.starts_with(word)))
+      near.push_back(name);
+  }
+  std::cerr << "rasctl: unknown command '" << word << "'";
+  if (!near.empty()) {
+    std::cerr << "; did you mean";
+    for (std::size_t i = 0; i < near.size(); ++i)
+      std::cerr << (i == 0 ? " " : i + 1 == near.size() ? " or " : ", ") << near[i];
+    std::cerr << "?";
+  }
+  std::cerr << "\nrasctl --help lists the commands\n";
+  return kExitUsage;
+}
+
 std::string RenderReload(const nlohmann::json& result) {
   std::string text = "configuration reloaded (generation " +
                      result.value("generation", nlohmann::json()).dump() + ")\n";
@@ -123,15 +213,21 @@ std::string RenderReload(const nlohmann::json& result) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"rasctl: control and inspect the rasd health daemon"};
+  CLI::App app{"rasctl: control and inspect the rasd health daemon", "rasctl"};
   app.require_subcommand(1);
+  // Global options work before or after the command (rasctl status --json),
+  // as in systemctl and kubectl: a command passes what it does not know up.
+  app.fallthrough();
   GlobalOptions options;
   app.add_option("--socket", options.socket,
                  "control socket (default: $RASD_SOCKET, else rasd's default path)");
   app.add_flag("--json", options.json, "print the daemon's JSON instead of text");
   app.add_option("--timeout", options.timeout_seconds, "seconds to wait for an answer")
-      ->check(CLI::PositiveNumber);
-  app.set_version_flag("--version", std::string("rasctl ") + rasd::kVersion);
+      ->check(PositiveSeconds())
+      ->capture_default_str();
+  app.set_version_flag("-v,--version", std::string("rasctl ") + rasd::kVersion);
+  auto* help = app.add_subcommand("help", "show this help");
+  auto* version = app.add_subcommand("version", "show rasctl's version");
 
   auto* status = app.add_subcommand("status", "show the daemon's state");
   auto* ping = app.add_subcommand("ping", "check that the daemon answers");
@@ -151,22 +247,22 @@ int main(int argc, char** argv) {
       ->check(
           CLI::IsMember({"CE", "UCNA", "SRAO", "SRAR", "UCE", "FATAL", "INFO"}, CLI::ignore_case));
   events->add_option("--device", events_device, "only events of this device index")
-      ->check(CLI::NonNegativeNumber);
+      ->check(DeviceIndex());
   events->add_option("--limit", events_limit, "at most this many of the newest events")
-      ->check(CLI::Range(1, 10000));
+      ->check(PositiveCount(10000))->capture_default_str();
   events->add_flag("--follow", events_follow,
                    "keep printing new events as they arrive (Ctrl-C ends)");
   auto* summary = app.add_subcommand("summary", "event counts by origin and severity");
   auto* devices = app.add_subcommand("devices", "device health, reasons, memory, recent actions");
   int devices_device = -1;
   devices->add_option("device", devices_device, "only this device index")
-      ->check(CLI::NonNegativeNumber);
+      ->check(DeviceIndex());
   auto* actions = app.add_subcommand("actions", "what rasd did about events, newest first");
   int actions_device = -1;
   int actions_limit = 50;
   actions->add_option("--device", actions_device, "only actions on this device index")
-      ->check(CLI::NonNegativeNumber);
-  actions->add_option("--limit", actions_limit, "at most this many")->check(CLI::Range(1, 10000));
+      ->check(DeviceIndex());
+  actions->add_option("--limit", actions_limit, "at most this many")->check(PositiveCount(10000))->capture_default_str();
   auto* jobs = app.add_subcommand("jobs", "the jobs rasd runs: kind, devices, state, progress");
   auto* job = app.add_subcommand("job", "start or stop a built-in job (admin)");
   job->require_subcommand(1);
@@ -181,17 +277,17 @@ int main(int argc, char** argv) {
   job_start->add_option("name", job_name, "the job's name")->required();
   job_start->add_option("--devices", job_devices, "device indexes (default: all)")->delimiter(',');
   job_start->add_option("--load", job_load, "inference: in-process requests per second")
-      ->check(CLI::PositiveNumber);
+      ->check(PositiveCount(1000000));
   job_start->add_option("--max-batch", job_batch, "inference: largest batch")
-      ->check(CLI::Range(1, 4096));
+      ->check(PositiveCount(4096));
   job_start->add_option("--steps", job_steps, "collective: steps to run")
-      ->check(CLI::PositiveNumber);
+      ->check(PositiveCount(100000000));
   job_start->add_option("--elements", job_elements, "collective: floats per rank")
-      ->check(CLI::PositiveNumber);
+      ->check(PositiveCount(67108864));
   job_start->add_option("--checkpoint-every", job_checkpoint, "collective: steps per checkpoint")
-      ->check(CLI::PositiveNumber);
+      ->check(PositiveCount(1000000));
   job_start->add_option("--min-ranks", job_min_ranks, "collective: fewest ranks it runs on")
-      ->check(CLI::PositiveNumber);
+      ->check(PositiveCount(1024));
   bool job_no_grow = false;
   job_start->add_flag("--no-grow", job_no_grow,
                       "collective: stay on fewer ranks when a device returns to service");
@@ -205,21 +301,21 @@ int main(int argc, char** argv) {
   std::uint64_t inject_count = 1;
   inject
       ->add_option("kind", inject_kind,
-                   "ce, ucna, srao, srar, uce, fatal, xid, link, hang, kmsg, edac, einj")
+                   "ce, ucna, srao, srar, uce, fatal, xid, link, hang, kmsg, edac, einj, hwpoison")
       ->required()
       ->check(CLI::IsMember({"ce", "ucna", "srao", "srar", "uce", "fatal", "xid", "link", "hang",
                              "kmsg", "edac", "einj", "hwpoison"}));
   inject->add_option("value", inject_value, "xid: the Xid number; kmsg: the record text");
-  inject->add_option("--device", inject_device, "the device")->check(CLI::NonNegativeNumber);
+  inject->add_option("--device", inject_device, "the device")->check(DeviceIndex());
   inject->add_option("--address", inject_address,
                      "hex address (default: inside a job's allocation on the device)");
   inject->add_option("--count,--ce", inject_count, "how many (edac: corrected errors to add)")
-      ->check(CLI::Range(1, 100000));
+      ->check(PositiveCount(100000));
   inject->add_option("--job", inject_job, "memory faults: inside this job's allocation");
   inject->add_option("--peer", inject_peer, "link: the other device")
-      ->check(CLI::NonNegativeNumber);
-  inject->add_option("--mc", inject_mc, "edac: memory controller")->check(CLI::NonNegativeNumber);
-  inject->add_option("--dimm", inject_dimm, "edac: DIMM")->check(CLI::NonNegativeNumber);
+      ->check(DeviceIndex());
+  inject->add_option("--mc", inject_mc, "edac: memory controller")->check(DeviceIndex());
+  inject->add_option("--dimm", inject_dimm, "edac: DIMM")->check(DeviceIndex());
   auto* infer = app.add_subcommand("infer", "send one request to an inference job (admin)");
   std::string infer_job;
   std::vector<float> infer_input;
@@ -231,13 +327,13 @@ int main(int argc, char** argv) {
   auto* retired = app.add_subcommand("retired", "device memory pages taken out of service");
   int retired_device = -1;
   retired->add_option("device", retired_device, "only this device index")
-      ->check(CLI::NonNegativeNumber);
+      ->check(DeviceIndex());
   auto* isolate = app.add_subcommand("isolate", "take a device out of service now (admin)");
   int isolate_device = -1;
   std::string isolate_reason;
   isolate->add_option("device", isolate_device, "device index")
       ->required()
-      ->check(CLI::NonNegativeNumber);
+      ->check(DeviceIndex());
   isolate->add_option("--reason", isolate_reason, "why (stored and shown)");
   auto* drain = app.add_subcommand(
       "drain", "stop new work on a device; admitted work may finish by the deadline (admin)");
@@ -245,9 +341,10 @@ int main(int argc, char** argv) {
   std::string drain_reason, drain_deadline = "30s";
   drain->add_option("device", drain_device, "device index")
       ->required()
-      ->check(CLI::NonNegativeNumber);
+      ->check(DeviceIndex());
   drain->add_option("--reason", drain_reason, "why (stored and shown)");
   drain->add_option("--deadline", drain_deadline, "how long admitted work may run (30s, 5m)")
+      ->capture_default_str()
       ->check([](const std::string& text) {
         return rasd::ctl::ParseDuration(text) ? std::string()
                                               : std::string("not a duration: ") + text;
@@ -259,7 +356,7 @@ int main(int argc, char** argv) {
   bool undrain_force = false;
   undrain->add_option("device", undrain_device, "device index")
       ->required()
-      ->check(CLI::NonNegativeNumber);
+      ->check(DeviceIndex());
   undrain->add_option("--reason", undrain_reason, "why (stored and shown)");
   undrain->add_flag("--force", undrain_force, "return it even if the self-test fails");
   auto* backup = app.add_subcommand(
@@ -275,6 +372,16 @@ int main(int argc, char** argv) {
   unsigned scan_threads = 0;
   scan->add_option("--threads", scan_threads,
                    "threads that scan a file's parts (default: one per CPU, at most 8)");
+  if (argc == 1) {
+    // No command is a usage error, answered with the help.
+    std::cout << app.help();
+    return kExitUsage;
+  }
+  try {
+    if (const auto word = CommandWord(argc, argv)) (void)app.get_subcommand(*word);
+  } catch (const CLI::OptionNotFound&) {
+    return UnknownCommand(app, *CommandWord(argc, argv));
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
@@ -282,6 +389,15 @@ int main(int argc, char** argv) {
     return rc == 0 ? kExitOk : kExitUsage;
   }
 
+  if (help->parsed()) {
+    // The whole program's help (App::help shows the parsed subcommand's).
+    std::cout << app.get_formatter()->make_help(&app, "rasctl", CLI::AppFormatMode::Normal);
+    return kExitOk;
+  }
+  if (version->parsed()) {
+    std::cout << "rasctl " << rasd::kVersion << "\n";
+    return kExitOk;
+  }
   const nlohmann::json no_args = nlohmann::json::object();
   if (status->parsed()) return RunCommand(options, "status", no_args, rasd::ctl::FormatStatus);
   if (ping->parsed()) {
