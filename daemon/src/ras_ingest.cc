@@ -232,6 +232,7 @@ void RasIngest::ReadKmsg() {
   stats_.kmsg_records = kmsg_->RecordsRead();
   stats_.kmsg_lost = kmsg_->LostRecords();
   stats_.kmsg_untrusted = kmsg_->UntrustedRecords();
+  stats_.kmsg_before_start = kmsg_->BeforeStartEvents();
   stats_.kmsg_gaps = kmsg_->Gaps();
   stats_.kmsg_undecoded = kmsg_->UndecodedLines();
   if (kmsg_->Exhausted() && kmsg_records_since_trim_ > kKmsgSlice) {
@@ -254,6 +255,7 @@ void RasIngest::ReadKmsg() {
 void RasIngest::OnKmsgQuiet() {
   // Nothing new for kmsg_quiet_flush: whatever is open is complete.
   Deliver(kmsg_->Flush());
+  stats_.kmsg_before_start = kmsg_->BeforeStartEvents();
 }
 
 void RasIngest::StartTracefs() {
@@ -502,6 +504,7 @@ nlohmann::json RasIngest::Stats::ToJson() const {
                          {"kmsg_records", kmsg_records},
                          {"kmsg_lost", kmsg_lost},
                          {"kmsg_untrusted", kmsg_untrusted},
+                         {"kmsg_before_start", kmsg_before_start},
                          {"tracefs_active", tracefs_active},
                          {"tracefs_pages", tracefs_pages},
                          {"tracefs_events", tracefs_events},

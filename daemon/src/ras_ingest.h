@@ -90,6 +90,9 @@ class RasIngest {
     std::uint64_t kmsg_gaps = 0;
     std::uint64_t kmsg_undecoded = 0;
     std::uint64_t kmsg_untrusted = 0;  // user space's records in /dev/kmsg, never acted on
+    // Events of records logged before rasd's first start in this boot
+    // (stored, acted on only as StillActsBeforeStart allows).
+    std::uint64_t kmsg_before_start = 0;
     std::uint64_t crash_records_read = 0;  // pstore dumps and BERT tables decoded (new ones)
     // Each source's state (active | absent | no_permission | in_use |
     // disabled | failed) and why, by source name.
