@@ -265,5 +265,86 @@ TEST(PolicyActionsTest, ARealGpusXidNeverLandsOnASimulatedDevice) {
   EXPECT_TRUE(event["device"].is_null()) << event.dump();
   for (int device = 0; device < 4; ++device) EXPECT_EQ(StateOf(rasd, device), "healthy") << device;
 }
+
+// A first start in this boot finds the kernel ring full of records logged
+// before rasd ran: they are stored, marked before_start, and only the
+// actions whose state still holds are taken (policy.h,
+// StillActsBeforeStart). Records logged later, and after a restart in the
+// same boot, act as always.
+TEST(PolicyActionsTest, AFirstStartStoresTheOldRingButActsOnlyWhereTheStateStillHolds) {
+  RasdInstance rasd;
+  // A scheduler that takes every drain (scontrol is /bin/true).
+  rasd.WriteConfig("scheduler:\n  kind: slurm\n  node: n1\n  scontrol: /bin/true\n");
+  const std::string dbe =
+      ", pid=1234, name=python3, An uncorrectable double bit error (DBE) has been detected on GPU "
+      "in the framebuffer at partition 0, subpartition 0.\n";
+  rasd.AppendKmsg(
+      "4,1,1000,-;NVRM: Xid (PCI:ffff:c1:00): 79, pid=1234, name=python3, GPU has fallen off the "
+      "bus.\n"
+      "4,2,2000,-;NVRM: Xid (PCI:ffff:c2:00): 48" +
+      dbe +
+      "0,3,3000,-;mce: [Hardware Error]: CPU 0: Machine Check: 0 Bank 4: a600000000020408\n"
+      "6,4,4000,-;usb 1-1: new high-speed USB device number 2 using xhci_hcd\n");
+  ASSERT_TRUE(Start(rasd));
+  nlohmann::json events;
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        events = nlohmann::json::parse(rasd.Rasctl({"--json", "events"}).out, nullptr,
+                                       false)["events"];
+        return events.is_array() && events.size() == 3;
+      },
+      10s))
+      << events.dump(2);
+  for (const auto& event : events) EXPECT_EQ(event["before_start"], true) << event.dump();
+  EXPECT_EQ(StateOf(rasd, 0), "isolated") << "a device that fell off the bus is still gone";
+  EXPECT_EQ(StateOf(rasd, 1), "healthy") << "an old UCE is recorded, not acted on";
+  // What a live record would have done is stored as skipped, and says why.
+  const auto actions = Actions(rasd);
+  bool withheld_drain = false;
+  for (const auto& action : actions) {
+    if (action["action"] == "drain-node") {
+      EXPECT_EQ(action["result"], "skipped") << action.dump();
+      EXPECT_NE(action["detail"].get<std::string>().find("before rasd's first start"),
+                std::string::npos)
+          << action.dump();
+      withheld_drain = true;
+    }
+    if (action["device"] == 1) {
+      EXPECT_EQ(action["result"], "skipped") << "an old UCE isolates nothing: " << action.dump();
+    }
+  }
+  EXPECT_TRUE(withheld_drain) << actions.dump(2);
+  const auto status = nlohmann::json::parse(rasd.Rasctl({"--json", "status"}).out);
+  EXPECT_EQ(status["ras"]["kmsg_before_start"], 3) << status["ras"].dump();
+  EXPECT_NE(rasd.Rasctl({"events"}).out.find("before-start"), std::string::npos);
+
+  // The same UCE logged while rasd runs acts.
+  rasd.AppendKmsg("4,5,5000,-;NVRM: Xid (PCI:ffff:c2:00): 48" + dbe);
+  EXPECT_TRUE(WaitUntil([&] { return StateOf(rasd, 1) == "isolated"; }, 10s));
+
+  // A restart in the same boot resumes from its cursor: what was logged
+  // while rasd was stopped acts as it always did.
+  ASSERT_EQ(rasd.Stop(), 0);
+  rasd.AppendKmsg(
+      "4,6,6000,-;NVRM: Xid (PCI:ffff:c3:00): 79, pid=1, name=x, GPU has fallen off the bus.\n"
+      "0,7,7000,-;mce: [Hardware Error]: CPU 1: Machine Check: 0 Bank 4: a600000000020408\n");
+  ASSERT_TRUE(Start(rasd));
+  EXPECT_TRUE(WaitUntil([&] { return StateOf(rasd, 2) == "isolated"; }, 10s));
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        events = nlohmann::json::parse(rasd.Rasctl({"--json", "events"}).out, nullptr,
+                                       false)["events"];
+        return events.is_array() && events.size() == 6;
+      },
+      10s))
+      << events.dump(2);
+  EXPECT_EQ(events[4]["before_start"], false);
+  EXPECT_EQ(events[5]["before_start"], false);
+  bool drained = false;
+  for (const auto& action : Actions(rasd))
+    drained = drained || (action["action"] == "drain-node" && action["result"] == "ok");
+  EXPECT_TRUE(drained) << "a host FATAL of now drains the node";
+}
+
 }  // namespace
 }  // namespace rasd::testing

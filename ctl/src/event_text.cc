@@ -55,6 +55,8 @@ std::string FormatEvent(const nlohmann::json& event) {
     add("count", JsonText(event, "count"));
   if (JsonText(event, "historical") == "true")
     detail += detail.empty() ? "previous-boot" : " previous-boot";
+  if (JsonText(event, "before_start") == "true")
+    detail += detail.empty() ? "before-start" : " before-start";
   return fmt::format("{:<20} {:<5} {:<14} {:<30} {}\n", JsonText(event, "time"),
                      JsonText(event, "severity"), JsonText(event, "origin"),
                      detail.empty() ? "-" : detail, JsonText(event, "summary"));

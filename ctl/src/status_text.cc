@@ -95,6 +95,13 @@ std::string FormatStatus(const json& status) {
                     Field(status, (std::string("/events/by_severity/") + severity).c_str()));
   }
   out += fmt::format("{:<12}{} total: {}\n", "events", Field(status, "/events/total"), severities);
+  if (status.contains(json::json_pointer("/ras/kmsg_records"))) {
+    out += fmt::format(
+        "{:<12}{} record(s) read, {} from user space (never acted on), {} event(s) logged before "
+        "rasd's first start in this boot, {} crash record(s) read\n",
+        "kernel log", Field(status, "/ras/kmsg_records"), Field(status, "/ras/kmsg_untrusted"),
+        Field(status, "/ras/kmsg_before_start"), Field(status, "/ras/crash_records_read"));
+  }
   const json::json_pointer sources("/ras/sources");
   if (status.contains(sources) && status.at(sources).is_object()) {
     out += "sources\n";

@@ -30,7 +30,9 @@ TEST(StatusTextTest, RendersTheStatusFields) {
     "jobs": {"count": 0},
     "events": {"total": 5, "by_severity": {"FATAL": 1, "UCE": 0, "SRAR": 0, "SRAO": 0,
                                              "UCNA": 0, "CE": 4, "INFO": 0}},
-    "ras": {"sources": {"kmsg": {"state": "active", "reason": "the kernel's records from /dev/kmsg"},
+    "ras": {"kmsg_records": 900, "kmsg_untrusted": 2, "kmsg_before_start": 7, "crash_records_read": 1,
+            "sources": {"kmsg": {"state": "active", "reason": "the kernel's records from /dev/kmsg"},
+                        "pstore": {"state": "absent", "reason": "neither /sys/fs/pstore nor /var/lib/systemd/pstore exists; looked for again in 40 s"},
                         "tracefs": {"state": "no_permission", "reason": "create tracing instance: EPERM"}}}
   })");
   const std::string text = FormatStatus(status);
@@ -47,7 +49,14 @@ TEST(StatusTextTest, RendersTheStatusFields) {
   EXPECT_NE(text.find("5 total: FATAL 1, UCE 0, SRAR 0, SRAO 0, UCNA 0, CE 4, INFO 0"),
             std::string::npos)
       << text;
+  EXPECT_NE(text.find("kernel log  900 record(s) read, 2 from user space (never acted on), 7 "
+                      "event(s) logged before rasd's first start in this boot, 1 crash record(s) "
+                      "read\n"),
+            std::string::npos)
+      << text;
   EXPECT_NE(text.find("sources\n  kmsg      active        the kernel's records from /dev/kmsg\n"
+                      "  pstore    absent        neither /sys/fs/pstore nor "
+                      "/var/lib/systemd/pstore exists; looked for again in 40 s\n"
                       "  tracefs   no_permission create tracing instance: EPERM\n"),
             std::string::npos)
       << text;

@@ -213,8 +213,15 @@ ActionOutcome Actuator::Run(const ras::Action& action, const ras::RasEvent& even
                        .result = "ok"}};
   }
   Outcome outcome;
-  switch (action.kind) {
+  // A withheld action (a record from before rasd's first start) is only
+  // stored, as skipped: nothing is run for it.
+  switch (action.withheld ? ras::ActionKind::kRecord : action.kind) {
     case ras::ActionKind::kRecord:
+      if (action.withheld) {
+        outcome = {ActionResult::kSkipped,
+                   "not taken: logged before rasd's first start in this boot, and what it acts "
+                   "on has passed"};
+      }
       break;
     case ras::ActionKind::kRetirePage:
       outcome = RetirePage(action);

@@ -52,6 +52,7 @@ nlohmann::json EventJson(const ras::StoredEvent& stored) {
       {"vendor_code", optional(event.vendor_code)},
       {"count", event.count},
       {"historical", event.historical},
+      {"before_start", event.before_start},
       {"summary", event.summary},
   };
 }

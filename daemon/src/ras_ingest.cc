@@ -35,8 +35,7 @@ RasIngest::Stats::SourceState SourceFailure(const Error& error) {
 }
 
 constexpr auto kPrunePeriod = std::chrono::hours(1);
-// Without EDAC controllers, how often to look whether a driver brought some.
-constexpr auto kEdacRescan = std::chrono::minutes(1);
+constexpr std::string_view kBertTable = "/sys/firmware/acpi/tables/data/BERT";
 
 std::string BootId(const common::HostEnv& host) {
   auto boot_id = host.ReadFile("/proc/sys/kernel/random/boot_id", 128);
@@ -104,21 +103,22 @@ Status RasIngest::Start() {
   stats_.sources["edac"] = {"disabled", "ras.edac_poll_ms is 0"};
   stats_.sources["nvml"] = {"disabled", "ras.nvml is off"};
   if (options_.kmsg) StartKmsg();
-  if (options_.tracefs) StartTracefs();
-  ReadPstoreOncePerBoot();
+  if (options_.tracefs) {
+    tracefs_retry_timer_ = loop_.CreateTimer([this] { StartTracefs(); });
+    StartTracefs();
+  }
+  pstore_timer_ = loop_.CreateTimer([this] { CheckPstore(); });
+  CheckPstore();
+  bert_timer_ = loop_.CreateTimer([this] { CheckBert(); });
+  CheckBert();
   if (options_.edac_poll.count() > 0) {
     edac_ = std::make_unique<ras::EdacSysfsSource>(host_);
     (void)edac_->Poll();  // the baseline: counts since boot are not news
     stats_.edac_controllers = edac_->Last().controllers.size();
     edac_timer_ = loop_.CreateTimer([this] { PollEdac(); });
-    // EDAC has no notification: poll controllers that exist; without any,
-    // look now and then whether a driver has brought some.
-    edac_timer_->ArmAfter(stats_.edac_controllers > 0 ? options_.edac_poll
-                                                      : std::max<std::chrono::nanoseconds>(
-                                                            options_.edac_poll, kEdacRescan));
     spdlog::info("EDAC sysfs: {} memory controller(s), polled every {} ms", stats_.edac_controllers,
                  options_.edac_poll.count());
-    NoteEdacState();
+    ArmEdac();
   }
   return {};
 }
@@ -232,6 +232,7 @@ void RasIngest::ReadKmsg() {
   stats_.kmsg_records = kmsg_->RecordsRead();
   stats_.kmsg_lost = kmsg_->LostRecords();
   stats_.kmsg_untrusted = kmsg_->UntrustedRecords();
+  stats_.kmsg_before_start = kmsg_->BeforeStartEvents();
   stats_.kmsg_gaps = kmsg_->Gaps();
   stats_.kmsg_undecoded = kmsg_->UndecodedLines();
   if (kmsg_->Exhausted() && kmsg_records_since_trim_ > kKmsgSlice) {
@@ -254,6 +255,7 @@ void RasIngest::ReadKmsg() {
 void RasIngest::OnKmsgQuiet() {
   // Nothing new for kmsg_quiet_flush: whatever is open is complete.
   Deliver(kmsg_->Flush());
+  stats_.kmsg_before_start = kmsg_->BeforeStartEvents();
 }
 
 void RasIngest::StartTracefs() {
@@ -265,11 +267,15 @@ void RasIngest::StartTracefs() {
     // instance is an operator's mistake worth a warning.
     const auto level =
         opened.error().code == ErrorCode::kUnavailable ? spdlog::level::warn : spdlog::level::info;
-    spdlog::log(level, "tracefs source disabled: {}", opened.error().message);
-    stats_.sources["tracefs"] = SourceFailure(opened.error());
+    // Logged once; the retries only update status.
+    if (stats_.sources["tracefs"].state == "disabled") {
+      spdlog::log(level, "tracefs source not used for now: {}", opened.error().message);
+    }
+    NoteMissing("tracefs", opened.error(), tracefs_backoff_, *tracefs_retry_timer_);
     return;
   }
   tracefs_ = std::move(*opened);
+  tracefs_backoff_.Reset();
   for (std::size_t index = 0; index < tracefs_->CpuCount(); ++index) {
     auto watch = loop_.WatchFd(tracefs_->CpuFd(index), EPOLLIN,
                                [this, index](std::uint32_t) { ReadTracefs(index); });
@@ -297,19 +303,79 @@ void RasIngest::ReadTracefs(std::size_t cpu) {
   stats_.tracefs_events = tracefs_->GetStats().events;
 }
 
-void RasIngest::ReadPstoreOncePerBoot() {
-  auto cursor = store_.LoadCursor("pstore");
-  if (cursor && *cursor && (*cursor)->boot_id == boot_id_) return;  // read in this boot already
-  auto events = ras::ReadPstoreEvents(host_, codes_);
-  if (!events.empty()) spdlog::warn("pstore: {} RAS record(s) from a previous boot", events.size());
-  auto bert = ras::ReadBertEvents(host_);
-  if (!bert.empty()) spdlog::warn("BERT: {} error record(s) from the previous boot", bert.size());
-  events.insert(events.end(), std::make_move_iterator(bert.begin()),
-                std::make_move_iterator(bert.end()));
-  Deliver(std::move(events));
-  if (auto saved = store_.SaveCursor({"pstore", boot_id_, "read"}); !saved) {
-    spdlog::warn("pstore: cannot save that it was read: {}", saved.error().message);
+bool RasIngest::SeenFile(const std::string& key) const {
+  // A store that cannot answer: report again rather than lose a crash.
+  auto cursor = store_.LoadCursor(std::string(kSeenFilePrefix) + key);
+  return cursor && cursor->has_value();
+}
+
+void RasIngest::NoteMissing(const std::string& name, const Error& error, SourceBackoff& backoff,
+                            common::Timer& retry) {
+  const auto delay = backoff.Next();
+  auto state = SourceFailure(error);
+  state.reason += fmt::format("; looked for again in {} s", delay.count());
+  stats_.sources[name] = std::move(state);
+  retry.ArmAfter(delay);
+}
+
+void RasIngest::CheckPstore() {
+  auto records = ras::FindPstoreRecords(host_);
+  if (!records) {
+    NoteMissing("pstore", records.error(), pstore_backoff_, *pstore_timer_);
+    return;
   }
+  // Found: read once. Dumps appear only at boot, and systemd-pstore moving
+  // them after this read is harmless: a moved file keeps its key.
+  pstore_backoff_.Reset();
+  std::vector<ras::RasEvent> events;
+  std::vector<ras::SourceCursor> seen;
+  std::size_t fresh = 0;
+  const auto now = host_.GetClock().Wall();
+  for (const auto& record : *records) {
+    if (record.IsNew([this](const std::string& key) { return SeenFile(key); })) {
+      ++fresh;
+      auto decoded = ras::DecodePstoreRecord(record, codes_, now);
+      events.insert(events.end(), std::make_move_iterator(decoded.begin()),
+                    std::make_move_iterator(decoded.end()));
+    }
+    for (const auto& key : record.AllKeys()) {
+      if (!SeenFile(key)) seen.push_back({std::string(kSeenFilePrefix) + key, boot_id_, "read"});
+    }
+  }
+  stats_.crash_records_read += fresh;
+  stats_.sources["pstore"] = {
+      "active", fmt::format("{} crash dump(s) in {} and {}, {} new: {} RAS record(s)",
+                            records->size(), host_.Resolve(ras::kPstoreDir).string(),
+                            host_.Resolve(ras::kPstoreArchiveDir).string(), fresh, events.size())};
+  if (!events.empty()) {
+    spdlog::warn("pstore: {} RAS record(s) from a previous boot in {} new crash dump(s)",
+                 events.size(), fresh);
+  }
+  Deliver(std::move(events), std::move(seen));
+}
+
+void RasIngest::CheckBert() {
+  auto table = host_.ReadFile(kBertTable, 16 << 20);
+  if (!table) {
+    NoteMissing("bert", table.error(), bert_backoff_, *bert_timer_);
+    return;
+  }
+  bert_backoff_.Reset();
+  const std::string key = ras::ContentKey("BERT", *table);
+  if (SeenFile(key)) {
+    stats_.sources["bert"] = {"active", fmt::format("{}: read before ({} bytes)",
+                                                    host_.Resolve(kBertTable).string(),
+                                                    table->size())};
+    return;
+  }
+  auto events = ras::DecodeBert(
+      std::span(reinterpret_cast<const std::uint8_t*>(table->data()), table->size()));
+  ++stats_.crash_records_read;
+  stats_.sources["bert"] = {"active", fmt::format("{}: {} error record(s) from the previous boot",
+                                                  host_.Resolve(kBertTable).string(),
+                                                  events.size())};
+  if (!events.empty()) spdlog::warn("BERT: {} error record(s) from the previous boot", events.size());
+  Deliver(std::move(events), {{std::string(kSeenFilePrefix) + key, boot_id_, "read"}});
 }
 
 void RasIngest::Prune() {
@@ -323,28 +389,28 @@ void RasIngest::Prune() {
   if (*removed > 0) spdlog::info("event retention: deleted {} old event(s)", *removed);
 }
 
-void RasIngest::NoteEdacState() {
-  stats_.sources["edac"] =
-      stats_.edac_controllers > 0
-          ? Stats::SourceState{"active", fmt::format("{} memory controller(s) polled",
-                                                     stats_.edac_controllers)}
-          : Stats::SourceState{
-                "absent",
-                fmt::format("no memory controller under {}; looked for again "
-                            "every {} s",
-                            host_.Resolve("/sys/devices/system/edac/mc").string(),
-                            std::chrono::duration_cast<std::chrono::seconds>(
-                                std::max<std::chrono::nanoseconds>(options_.edac_poll, kEdacRescan))
-                                .count())};
+void RasIngest::ArmEdac() {
+  if (stats_.edac_controllers > 0) {
+    edac_backoff_.Reset();
+    stats_.sources["edac"] = {"active", fmt::format("{} memory controller(s) polled every {} ms",
+                                                    stats_.edac_controllers,
+                                                    options_.edac_poll.count())};
+    edac_timer_->ArmAfter(options_.edac_poll);
+    return;
+  }
+  // EDAC has no notification: without controllers, look now and then
+  // whether a driver has brought some.
+  const auto delay = edac_backoff_.Next();
+  stats_.sources["edac"] = {
+      "absent", fmt::format("no memory controller under {}; looked for again in {} s",
+                            host_.Resolve("/sys/devices/system/edac/mc").string(), delay.count())};
+  edac_timer_->ArmAfter(delay);
 }
 
 void RasIngest::PollEdac() {
   Deliver(edac_->Poll());
   stats_.edac_controllers = edac_->Last().controllers.size();
-  NoteEdacState();
-  edac_timer_->ArmAfter(stats_.edac_controllers > 0
-                            ? options_.edac_poll
-                            : std::max<std::chrono::nanoseconds>(options_.edac_poll, kEdacRescan));
+  ArmEdac();
 }
 
 void RasIngest::OnDriverEvents() {
@@ -427,11 +493,11 @@ ras::RasEvent EventFromDriver(const drivers::DriverErrorEvent& event, std::strin
   return converted;
 }
 
-void RasIngest::Deliver(std::vector<ras::RasEvent> events) {
-  std::vector<ras::SourceCursor> cursors;
+void RasIngest::Deliver(std::vector<ras::RasEvent> events, std::vector<ras::SourceCursor> seen) {
+  std::vector<ras::SourceCursor> cursors = std::move(seen);
+  const std::string position = kmsg_ ? kmsg_->Cursor().position : std::string();
+  if (events.empty() && cursors.empty() && position == saved_kmsg_position_) return;
   if (kmsg_) cursors.push_back(kmsg_->Cursor());
-  const std::string position = kmsg_ ? cursors.front().position : std::string();
-  if (events.empty() && position == saved_kmsg_position_) return;
   saved_kmsg_position_ = position;
   sink_(std::move(events), std::move(cursors));
 }
@@ -444,12 +510,14 @@ nlohmann::json RasIngest::Stats::ToJson() const {
                          {"kmsg_records", kmsg_records},
                          {"kmsg_lost", kmsg_lost},
                          {"kmsg_untrusted", kmsg_untrusted},
+                         {"kmsg_before_start", kmsg_before_start},
                          {"tracefs_active", tracefs_active},
                          {"tracefs_pages", tracefs_pages},
                          {"tracefs_events", tracefs_events},
                          {"nvml_gpus", nvml_gpus},
                          {"nvml_reports", nvml_reports},
                          {"edac_controllers", edac_controllers},
+                         {"crash_records_read", crash_records_read},
                          {"pruned", pruned}};
   json["sources"] = std::move(source_states);
   return json;

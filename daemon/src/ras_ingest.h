@@ -20,8 +20,14 @@
 #include "rasd/ras/state_store.h"
 #include "rasd/ras/tracefs_source.h"
 #include "rasd/runtime/runtime.h"
+#include "source_backoff.h"
 
 namespace rasd::daemon {
+
+// The store's cursor rows that remember crash-record files already read
+// (pstore's, BERT): "<kSeenFilePrefix><ContentKey>", position "read", the
+// boot it was read in. Kept forever: a few rows per crash.
+inline constexpr std::string_view kSeenFilePrefix = "seen-file:";
 
 // A driver's asynchronous error report as a RAS event of origin `driver_name`.
 ras::RasEvent EventFromDriver(const drivers::DriverErrorEvent& event, std::string_view driver_name,
@@ -35,12 +41,23 @@ ras::RasEvent EventFromDriver(const drivers::DriverErrorEvent& event, std::strin
 // Runs on the event loop. Driver reports arrive on driver threads and are
 // handed over through a queue and an eventfd. A source that cannot start
 // (no /dev/kmsg, no permission) is logged once and left out: the daemon
-// never stops because of one.
+// never stops because of one. EDAC, pstore, BERT and tracefs are looked for
+// at start and, while they are not there, again with a SourceBackoff (10 s
+// doubling to 10 min), so that one that appears later (a module loaded)
+// becomes active without a restart. Status names every source's state and
+// why (Stats::sources).
+//
+// Crash records (pstore's dumps, wherever systemd-pstore moved them, and
+// the firmware's BERT) are decoded once: each file's ContentKey is stored
+// with the events it gave, in the same transaction, and a file seen again
+// (in this boot, after a restart, or in a later boot: systemd's archive
+// keeps them) is not reported again.
 //
 // Storms: the kernel log is taken in slices of at most kKmsgSlice records;
 // what is left waits behind whatever else is ready on the loop (the control
 // socket first of all). Idle, nothing is armed but the hourly retention
-// timer and, where EDAC controllers exist, their poll.
+// timer, where EDAC controllers exist their poll, and the backoff timers of
+// sources not there (at most one look each per 10 minutes).
 class RasIngest {
  public:
   // Where each batch goes, with the sources' positions after it.
@@ -73,6 +90,10 @@ class RasIngest {
     std::uint64_t kmsg_gaps = 0;
     std::uint64_t kmsg_undecoded = 0;
     std::uint64_t kmsg_untrusted = 0;  // user space's records in /dev/kmsg, never acted on
+    // Events of records logged before rasd's first start in this boot
+    // (stored, acted on only as StillActsBeforeStart allows).
+    std::uint64_t kmsg_before_start = 0;
+    std::uint64_t crash_records_read = 0;  // pstore dumps and BERT tables decoded (new ones)
     // Each source's state (active | absent | no_permission | in_use |
     // disabled | failed) and why, by source name.
     struct SourceState {
@@ -102,8 +123,6 @@ class RasIngest {
  private:
   RasIngest(common::EventLoop& loop, const common::HostEnv& host, ras::StateStore& store,
             runtime::Runtime& runtime, const Config::Ras& options, EventSink sink);
-  // stats_.sources["edac"] after a poll: controllers found, or none yet.
-  void NoteEdacState();
   Status Start();
   void StartKmsg();
   // Follows a kmsg that epoll cannot watch (a regular file) with inotify,
@@ -114,16 +133,25 @@ class RasIngest {
   void OnKmsgFileChanged();
   void StartTracefs();
   void ReadTracefs(std::size_t cpu);
-  void Deliver(std::vector<ras::RasEvent> events);
+  // `seen` are cursors stored with the events (crash-record files read).
+  void Deliver(std::vector<ras::RasEvent> events, std::vector<ras::SourceCursor> seen = {});
   void DrainDriverEvents();
   void StartNvml();
   void QueueDriverEvent(const drivers::DriverErrorEvent& event, std::string_view reporter);
 
   void Prune();
-  // Crash dumps in pstore and the firmware's BERT records describe the
-  // previous boot: read them once per boot.
-  void ReadPstoreOncePerBoot();
+  // Crash dumps in pstore and the firmware's BERT records describe a
+  // previous boot: each file is read once (see kSeenFilePrefix).
+  void CheckPstore();
+  void CheckBert();
+  bool SeenFile(const std::string& key) const;
+  // stats_.sources[name] for a source that is not there, and the timer to
+  // look again after `backoff`'s next delay.
+  void NoteMissing(const std::string& name, const Error& error, SourceBackoff& backoff,
+                   common::Timer& retry);
   void PollEdac();
+  // The EDAC timer: every edac_poll while controllers exist, else backoff.
+  void ArmEdac();
   void OnDriverEvents();
 
   common::EventLoop& loop_;
@@ -151,6 +179,14 @@ class RasIngest {
 
   std::unique_ptr<ras::TracefsSource> tracefs_;
   std::vector<std::unique_ptr<common::FdWatch>> tracefs_watches_;
+  std::unique_ptr<common::Timer> tracefs_retry_timer_;
+  SourceBackoff tracefs_backoff_;
+
+  std::unique_ptr<common::Timer> pstore_timer_;
+  SourceBackoff pstore_backoff_;
+  std::unique_ptr<common::Timer> bert_timer_;
+  SourceBackoff bert_backoff_;
+  SourceBackoff edac_backoff_;
 
   std::unique_ptr<common::Timer> prune_timer_;
   std::unique_ptr<ras::EdacSysfsSource> edac_;

@@ -21,6 +21,7 @@ std::string Describe(const ras::RasEvent& event) {
   if (event.address) detail += " addr=" + event.address->printed;
   if (event.count > 1) detail += fmt::format(" count={}", event.count);
   if (event.historical) detail += " previous-boot";
+  if (event.before_start) detail += " before-start";
   return fmt::format("{} {}{}: {}", ras::SeverityName(event.severity), event.origin, detail,
                      event.summary);
 }

@@ -187,7 +187,39 @@ std::string PolicyEngine::BucketKey(const PolicyRule& rule, const RasEvent& even
   return rule.name;
 }
 
+BeforeStartVerdict StillActsBeforeStart(ActionKind kind, const RasEvent& event) {
+  switch (kind) {
+    case ActionKind::kRecord:
+    case ActionKind::kRetirePage:
+    case ActionKind::kSoftOfflinePage:
+    case ActionKind::kHardOfflinePage:
+      return BeforeStartVerdict::kStillActs;
+    case ActionKind::kDrainDevice:
+    case ActionKind::kIsolateDevice:
+      return event.severity == Severity::kFatal && event.device ? BeforeStartVerdict::kStillActs
+                                                                : BeforeStartVerdict::kRecordOnly;
+    case ActionKind::kDegradeDevice:
+    case ActionKind::kMarkAtRisk:
+    case ActionKind::kKillConsumer:
+    case ActionKind::kDrainNode:
+    case ActionKind::kRunHook:
+      return BeforeStartVerdict::kRecordOnly;
+  }
+  return BeforeStartVerdict::kRecordOnly;
+}
+
 std::vector<Action> PolicyEngine::Decide(const RasEvent& event, std::chrono::nanoseconds now) {
+  std::vector<Action> actions = DecideLive(event, now);
+  if (!event.before_start || event.historical) return actions;
+  for (auto& action : actions) {
+    if (StillActsBeforeStart(action.kind, event) == BeforeStartVerdict::kStillActs) continue;
+    action.withheld = true;
+    action.reason += "; logged before rasd started in this boot";
+  }
+  return actions;
+}
+
+std::vector<Action> PolicyEngine::DecideLive(const RasEvent& event, std::chrono::nanoseconds now) {
   std::vector<Action> actions;
   auto act = [&](ActionKind kind, const std::string& rule, std::string reason) {
     Action action;

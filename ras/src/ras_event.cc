@@ -21,7 +21,8 @@ std::int64_t MinuteOf(const RasEvent& event) {
 // Everything CoalesceStorm merges on: all but time within the minute, the
 // count, the summary and the raw text.
 bool SameComponent(const RasEvent& a, const RasEvent& b) {
-  return a.severity == b.severity && a.historical == b.historical && a.device == b.device &&
+  return a.severity == b.severity && a.historical == b.historical &&
+         a.before_start == b.before_start && a.device == b.device &&
          a.mc == b.mc && a.vendor_code == b.vendor_code && a.address == b.address &&
          a.pci_bdf == b.pci_bdf && a.origin == b.origin && a.source == b.source;
 }
@@ -42,7 +43,8 @@ std::uint64_t ComponentHash(const RasEvent& event, std::int64_t minute) {
   std::uint64_t hash = static_cast<std::uint64_t>(minute);
   hash = Mix(hash, text(event.source));
   hash = Mix(hash, text(event.origin));
-  hash = Mix(hash, static_cast<std::uint64_t>(event.severity) << 1 | (event.historical ? 1 : 0));
+  hash = Mix(hash, static_cast<std::uint64_t>(event.severity) << 2 |
+                       (event.historical ? 1 : 0) | (event.before_start ? 2 : 0));
   hash = Mix(hash, optional_int(event.device));
   hash = Mix(hash, optional_int(event.mc));
   hash = Mix(hash, optional_int(event.vendor_code));

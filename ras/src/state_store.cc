@@ -106,6 +106,10 @@ const std::vector<const char*>& Migrations() {
         );
         INSERT INTO in_use(id, running, pid, since_ns) VALUES (1, 0, 0, 0);
       )sql",
+      // 6: events logged in this boot before rasd's first start in it.
+      R"sql(
+        ALTER TABLE events ADD COLUMN before_start INTEGER NOT NULL DEFAULT 0;
+      )sql",
   };
   return kMigrations;
 }
@@ -632,8 +636,8 @@ Status StateStore::Prepare() {
       {&s.rollback, "rollback", "ROLLBACK;"},
       {&s.insert_event, "event insert",
        "INSERT INTO events(time_ns, origin, severity, device, summary, raw, source, mc, pci_bdf, "
-       "address_text, vendor_code, count, historical, address) "
-       "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);"},
+       "address_text, vendor_code, count, historical, address, before_start) "
+       "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);"},
       // A coalesced decision adds its count to the minute's row; the id
       // returned is that row's, inserted or not.
       {&s.insert_action, "action insert",
@@ -728,6 +732,7 @@ Result<std::int64_t> StateStore::InsertEvent(const RasEvent& event, SeverityCoun
   BindOptionalInt(statement, 11, event.vendor_code);
   sqlite3_bind_int64(statement, 12, static_cast<sqlite3_int64>(event.count));
   sqlite3_bind_int(statement, 13, event.historical ? 1 : 0);
+  sqlite3_bind_int(statement, 15, event.before_start ? 1 : 0);
   if (sqlite3_step(statement) != SQLITE_DONE) return Fail(SqliteError("record event"));
   added[static_cast<std::size_t>(event.severity)] += event.count;
   return static_cast<std::int64_t>(sqlite3_last_insert_rowid(db_));
@@ -956,7 +961,7 @@ Result<std::vector<StoredEvent>> StateStore::QueryEvents(const EventQuery& query
   std::string sql =
       "SELECT id, time_ns, origin, severity, device, summary, raw, source, mc, pci_bdf, "
       "address_text, vendor_code, "
-      "count, historical, address FROM events WHERE time_ns >= ?";
+      "count, historical, address, before_start FROM events WHERE time_ns >= ?";
   if (query.severity) sql += " AND severity = ?";
   if (query.device) sql += " AND device = ?";
   if (query.after_id) sql += " AND id > ?";
@@ -990,6 +995,7 @@ Result<std::vector<StoredEvent>> StateStore::QueryEvents(const EventQuery& query
     event.vendor_code = ColumnOptionalInt(statement, 11);
     event.count = static_cast<std::uint64_t>(sqlite3_column_int64(statement, 12));
     event.historical = sqlite3_column_int(statement, 13) != 0;
+    event.before_start = sqlite3_column_int(statement, 15) != 0;
     events.push_back(std::move(stored));
   }
   const bool done = rc == SQLITE_DONE;

@@ -178,6 +178,44 @@ TEST_F(KmsgSourceTest, ABlockInterleavedWithAnOpenOneWaitsForItSoNoLineIsReadTwi
   EXPECT_EQ(events[1].severity, Severity::kCe);
 }
 
+// First start in a boot: what the ring held when rasd first read it to its
+// end (a GHES block begun then included) is marked before_start; what is
+// logged after, and everything after a restart in the same boot, is not.
+TEST_F(KmsgSourceTest, TheRingFoundOnAFirstStartIsMarkedBeforeStart) {
+  Append(
+      "4,1,100,-;NVRM: Xid (PCI:0000:07:00): 79, pid=1, GPU has fallen off the bus.\n"
+      "3,2,200,-;{1}[Hardware Error]: Hardware error from APEI Generic Hardware Error Source: 4\n"
+      "3,3,200,-;{1}[Hardware Error]: event severity: recoverable\n");
+  {
+    KmsgSource source(*host_, "boot-b", SourceCursor{"kmsg", "boot-a", "40"});  // last boot's
+    ASSERT_TRUE(source.Open().has_value());
+    auto events = source.Poll();
+    ASSERT_EQ(events.size(), 1u);
+    EXPECT_TRUE(events[0].before_start);
+    Append(
+        "3,4,300,-;{1}[Hardware Error]:   physical_address: 0x000000276aeb0180\n"
+        "4,5,400,-;NVRM: Xid (PCI:0000:08:00): 79, pid=1, GPU has fallen off the bus.\n");
+    events = source.Poll();
+    const auto flushed = source.Flush();
+    events.insert(events.end(), flushed.begin(), flushed.end());
+    ASSERT_EQ(events.size(), 2u);
+    EXPECT_EQ(events[0].origin, "ghes");
+    EXPECT_TRUE(events[0].before_start) << "the block had begun before the start";
+    EXPECT_EQ(events[1].pci_bdf, "0000:08:00");
+    EXPECT_FALSE(events[1].before_start) << "logged while rasd ran";
+    EXPECT_EQ(source.BeforeStartEvents(), 2u);
+  }
+  // A restart in the same boot: nothing before the cursor is read, nothing marked.
+  KmsgSource restarted(*host_, "boot-b", SourceCursor{"kmsg", "boot-b", "3"});
+  ASSERT_TRUE(restarted.Open().has_value());
+  auto events = restarted.Poll();
+  const auto flushed = restarted.Flush();
+  events.insert(events.end(), flushed.begin(), flushed.end());
+  ASSERT_FALSE(events.empty());
+  for (const auto& event : events) EXPECT_FALSE(event.before_start) << event.summary;
+  EXPECT_EQ(restarted.BeforeStartEvents(), 0u);
+}
+
 TEST_F(KmsgSourceTest, MissingKmsgIsAnErrorNotACrash) {
   std::filesystem::remove_all(root_ / "dev");
   KmsgSource source(*host_, "boot-a", std::nullopt);

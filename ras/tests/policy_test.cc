@@ -161,6 +161,71 @@ TEST(PolicyEngineTest, PreviousBootEventsAreOnlyRecorded) {
   EXPECT_EQ(actions[0].rule, "previous-boot");
 }
 
+// A record from before rasd's first start in this boot keeps only the
+// actions whose state still holds (StillActsBeforeStart), plus a record
+// naming the rest.
+TEST(PolicyEngineTest, RecordsFromBeforeTheFirstStartActOnlyWhereTheStateStillHolds) {
+  PolicyEngine engine;
+  auto old = [](RasEvent event) {
+    event.before_start = true;
+    return event;
+  };
+  auto taken = [](const std::vector<Action>& actions) {
+    std::vector<A> kinds;
+    for (const auto& action : actions)
+      if (!action.withheld) kinds.push_back(action.kind);
+    return kinds;
+  };
+  auto withheld = [](const std::vector<Action>& actions) {
+    std::vector<A> kinds;
+    for (const auto& action : actions)
+      if (action.withheld) kinds.push_back(action.kind);
+    return kinds;
+  };
+  // A device that fell off the bus is still gone.
+  auto fallen = engine.Decide(old(Event(Severity::kFatal, 0, std::nullopt, "nvidia_xid")), 0s);
+  EXPECT_EQ(taken(fallen), (std::vector<A>{A::kDrainDevice, A::kIsolateDevice}));
+  EXPECT_TRUE(withheld(fallen).empty());
+  // A poisoned device page is still bad; its owner then is not news now.
+  auto page = engine.Decide(old(Event(Severity::kSrao, 1, "0x2000")), 0s);
+  EXPECT_EQ(taken(page), (std::vector<A>{A::kRetirePage}));
+  EXPECT_EQ(withheld(page), (std::vector<A>{A::kMarkAtRisk}));
+  EXPECT_NE(page[1].reason.find("logged before rasd started"), std::string::npos)
+      << page[1].reason;
+  // The consumer of then is not killed now; its page still goes.
+  auto consumed = engine.Decide(old(Event(Severity::kSrar, 1, "0x3000")), 0s);
+  EXPECT_EQ(taken(consumed), (std::vector<A>{A::kRetirePage}));
+  EXPECT_EQ(withheld(consumed), (std::vector<A>{A::kKillConsumer}));
+  // A host FATAL does not drain the node now.
+  auto host = engine.Decide(old(Event(Severity::kFatal, std::nullopt, std::nullopt, "mce")), 0s);
+  EXPECT_TRUE(taken(host).empty());
+  EXPECT_EQ(withheld(host), (std::vector<A>{A::kDrainNode}));
+  // A device UCE is recorded, not isolated.
+  auto uce = engine.Decide(old(Event(Severity::kUce, 1, std::nullopt, "nvidia_xid")), 0s);
+  EXPECT_TRUE(taken(uce).empty());
+  EXPECT_EQ(withheld(uce), (std::vector<A>{A::kDrainDevice, A::kIsolateDevice}));
+  // Host memory pages still go offline.
+  auto host_page = engine.Decide(old(Event(Severity::kSrao, std::nullopt, "0x4000", "ghes")), 0s);
+  EXPECT_EQ(taken(host_page), (std::vector<A>{A::kHardOfflinePage}));
+  // The same records logged while rasd runs act in full.
+  EXPECT_EQ(Kinds(engine.Decide(Event(Severity::kFatal, std::nullopt, std::nullopt, "mce"), 0s)),
+            (std::vector<A>{A::kDrainNode}));
+  EXPECT_EQ(Kinds(engine.Decide(Event(Severity::kSrar, 1, "0x3000"), 0s)),
+            (std::vector<A>{A::kKillConsumer, A::kRetirePage}));
+  // The verdicts themselves, for every action kind.
+  auto fatal_device = Event(Severity::kFatal, 0, std::nullopt);
+  for (A kind : {A::kRecord, A::kRetirePage, A::kSoftOfflinePage, A::kHardOfflinePage,
+                 A::kDrainDevice, A::kIsolateDevice}) {
+    EXPECT_EQ(StillActsBeforeStart(kind, fatal_device), BeforeStartVerdict::kStillActs)
+        << ActionKindName(kind);
+  }
+  for (A kind : {A::kDegradeDevice, A::kMarkAtRisk, A::kKillConsumer, A::kDrainNode,
+                 A::kRunHook}) {
+    EXPECT_EQ(StillActsBeforeStart(kind, fatal_device), BeforeStartVerdict::kRecordOnly)
+        << ActionKindName(kind);
+  }
+}
+
 TEST(PolicyEngineTest, SiteRulesComeFirstAndMatchOnEveryField) {
   PolicyConfig config;
   PolicyRule hook;

@@ -737,8 +737,8 @@ TEST_F(StateStoreTest, AVersionThreeDatabaseGainsActionCounts) {
   )sql");
   auto store = StateStore::Open(dir_ / "state");
   ASSERT_TRUE(store.has_value()) << store.error().ToString();
-  EXPECT_EQ((*store)->SchemaVersion(), 5);
-  EXPECT_EQ(StateStore::LatestSchemaVersion(), 5);
+  EXPECT_EQ((*store)->SchemaVersion(), 6);
+  EXPECT_EQ(StateStore::LatestSchemaVersion(), 6);
   auto actions = (*store)->QueryActions(std::nullopt, 10);
   ASSERT_TRUE(actions.has_value()) << actions.error().ToString();
   ASSERT_EQ(actions->size(), 1u);
@@ -1122,6 +1122,40 @@ TEST_F(StateStoreTest, ADatabaseOnAReadOnlyFilesystemIsAnErrorAtOpen) {
   EXPECT_TRUE(message.find("not writable") != std::string::npos ||
               message.find("readonly") != std::string::npos)
       << message;
+}
+
+}  // namespace
+}  // namespace rasd::ras
+
+namespace rasd::ras {
+namespace {
+
+TEST(StateStoreBeforeStartTest, RecordsFromBeforeTheFirstStartStayMarkedAcrossReopen) {
+  char pattern[] = "/tmp/rasd-store-XXXXXX";
+  ASSERT_NE(::mkdtemp(pattern), nullptr);
+  const std::filesystem::path dir = pattern;
+  RasEvent old_record, live;
+  old_record.time = live.time = std::chrono::system_clock::time_point(std::chrono::hours(500'000));
+  old_record.origin = live.origin = "nvidia_xid";
+  old_record.source = live.source = "kmsg";
+  old_record.severity = live.severity = Severity::kFatal;
+  old_record.before_start = true;
+  {
+    auto store = StateStore::Open(dir / "state");
+    ASSERT_TRUE(store.has_value()) << store.error().ToString();
+    ASSERT_TRUE((*store)->RecordEvents(std::vector<RasEvent>{old_record, live}).has_value());
+  }
+  auto store = StateStore::Open(dir / "state");
+  ASSERT_TRUE(store.has_value());
+  auto events = (*store)->QueryEvents({});
+  ASSERT_TRUE(events.has_value());
+  ASSERT_EQ(events->size(), 2u);
+  EXPECT_TRUE(events->at(0).event.before_start);
+  EXPECT_FALSE(events->at(1).event.before_start);
+  // A storm never merges an old record into a live one.
+  EXPECT_EQ(CoalesceStorm({old_record, live, live}, 0).size(), 2u);
+  store->reset();
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

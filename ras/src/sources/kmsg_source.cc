@@ -68,6 +68,7 @@ KmsgSource::KmsgSource(const common::HostEnv& host, std::string boot_id,
   if (resume && resume->boot_id == boot_id_) {
     if (auto sequence = ParseNumber(resume->position)) resume_after_ = *sequence;
   }
+  first_start_in_boot_ = !resume_after_;
 }
 
 Status KmsgSource::Open() {
@@ -161,7 +162,13 @@ std::vector<RasEvent> KmsgSource::Poll(std::size_t max_lines) {
       partial_start_ = 0;
     }
   }
-  return Collect();
+  auto events = Collect();
+  if (first_start_in_boot_ && exhausted_ && !ring_read_) {
+    // The ring as found is read: what follows was logged while rasd ran.
+    ring_read_ = true;
+    ring_end_position_ = last_sequence_ ? *last_sequence_ + 1 : 0;
+  }
+  return events;
 }
 
 std::vector<RasEvent> KmsgSource::Flush() {
@@ -180,7 +187,14 @@ std::vector<RasEvent> KmsgSource::Collect() {
   const KernelTimeToWall wall_time;
   for (auto& record : completed_) {
     const auto time = record.tag != 0 ? wall_time(record.tag) : wall_time.Now();
+    const bool before_start =
+        first_start_in_boot_ &&
+        (!ring_read_ || (record.first_position != 0 && record.first_position <= ring_end_position_));
     events.push_back(EventFromRecord(std::move(record), std::string(kSourceName), time));
+    if (before_start) {
+      events.back().before_start = true;
+      ++before_start_events_;
+    }
   }
   completed_.clear();
   return events;

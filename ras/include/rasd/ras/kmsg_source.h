@@ -42,6 +42,14 @@ std::optional<KmsgRecord> DecodeKmsgRecord(std::string_view record);
 // overwrote before rasd read them are reported as one INFO event naming the
 // gap. A source only decodes; it never acts.
 //
+// First start: without a cursor of this boot (rasd's first start since the
+// machine booted, or a store that never saw this boot), the ring is full of
+// records logged before rasd ran. Every event of a record read before the
+// log was first exhausted (the ring as rasd found it, read to its end), and
+// of a block that had begun by then, is marked `before_start`; the policy
+// decides which of them still act. A restart in the same boot resumes from
+// its cursor and marks nothing.
+//
 // Trust: from the character device, only the kernel's own records
 // (facility 0) are decoded. What user space writes into /dev/kmsg (root's
 // echo, a unit with StandardOutput=kmsg, journald's ForwardToKMsg, a
@@ -82,6 +90,8 @@ class KmsgSource {
   std::uint64_t RecordsRead() const { return records_read_; }
   // Records from the character device that user space wrote (facility not 0).
   std::uint64_t UntrustedRecords() const { return untrusted_records_; }
+  // Events marked before_start (see First start above).
+  std::uint64_t BeforeStartEvents() const { return before_start_events_; }
 
  private:
   void Accept(std::string_view record);
@@ -106,6 +116,12 @@ class KmsgSource {
   std::uint64_t untrusted_records_ = 0;
   std::uint64_t gaps_ = 0;
   std::vector<RasEvent> gap_events_;
+  // First start in this boot: records up to the ring's end when it was
+  // first exhausted are from before the start.
+  bool first_start_in_boot_ = false;
+  bool ring_read_ = false;              // exhausted once
+  std::uint64_t ring_end_position_ = 0;  // sequence + 1 of the ring's last record then
+  std::uint64_t before_start_events_ = 0;
 };
 
 }  // namespace rasd::ras

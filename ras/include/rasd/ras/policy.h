@@ -109,6 +109,26 @@ struct PolicyConfig {
   bool operator==(const PolicyConfig&) const = default;
 };
 
+// Records logged in this boot before rasd's first start in it
+// (RasEvent::before_start: the kernel ring rasd found) describe a moment
+// rasd did not see. An action decided for one is taken only where the state
+// it acts on still holds now:
+//  - record: always;
+//  - retire-page, soft-offline-page, hard-offline-page: still acts (a page
+//    that went bad is still bad; retiring or offlining it again is a no-op);
+//  - drain-device, isolate-device: still acts for a FATAL record about a
+//    device rasd runs (fallen off the bus, GSP or init failure: the device
+//    stays gone until it is reset); record only for anything less (a UCE may
+//    have been reset since, and one rasd did not see is no reason to stop
+//    work that runs now);
+//  - degrade-device, mark-at-risk, kill-consumer, drain-node, run-hook:
+//    record only (a rate, an owner, a consumer, the scheduler's view of the
+//    node and an operator's notice all belong to the moment that passed: the
+//    job that owned the page then may not own it now, and draining a node
+//    for an old host error would take it out for nothing).
+enum class BeforeStartVerdict : std::uint8_t { kStillActs, kRecordOnly };
+BeforeStartVerdict StillActsBeforeStart(ActionKind kind, const RasEvent& event);
+
 // The built-in rules: DESIGN.md's taxonomy table, row by row.
 std::vector<PolicyRule> DefaultRules(const PolicyConfig& config);
 
@@ -119,13 +139,20 @@ struct Action {
   std::string rule;                      // the rule that decided
   std::string reason;                    // one line for people and the store
   std::vector<std::string> hook;
+  // Decided but not to be taken: the event was logged before rasd's first
+  // start in this boot and StillActsBeforeStart says the moment has passed.
+  // The actuator stores it as skipped, so that `rasctl actions` shows what
+  // a live record would have done.
+  bool withheld = false;
   bool operator==(const Action&) const = default;
 };
 
 // Decides what to do about each event: a pure function of the event, the
 // counters it keeps, and the time it is given (monotonic), so decisions are
 // tested with a simulated clock. Events from a previous boot (BERT,
-// pstore) are only recorded: that hardware state is gone. Not thread-safe.
+// pstore) are only recorded: that hardware state is gone. For events logged
+// before rasd's first start in this boot, the actions StillActsBeforeStart
+// refuses come back `withheld`. Not thread-safe.
 class PolicyEngine {
  public:
   explicit PolicyEngine(PolicyConfig config = {});
@@ -139,6 +166,8 @@ class PolicyEngine {
   const std::vector<PolicyRule>& Rules() const { return rules_; }
 
  private:
+  // Decide() for a record of now.
+  std::vector<Action> DecideLive(const RasEvent& event, std::chrono::nanoseconds now);
   const PolicyRule* Match(const RasEvent& event) const;
   std::string BucketKey(const PolicyRule& rule, const RasEvent& event) const;
   void Escalate(const RasEvent& event, std::chrono::nanoseconds now, std::vector<Action>& actions);

@@ -27,6 +27,10 @@ struct RasEvent {
   std::optional<int> vendor_code;  // Xid number, Ascend code
   std::uint64_t count = 1;         // errors this event stands for
   bool historical = false;         // from a previous boot (BERT, pstore)
+  // Logged in this boot before rasd's first start in it: the kernel's ring
+  // as rasd found it then (see KmsgSource). Acted on only where the state
+  // it describes still holds (StillActsBeforeStart in policy.h).
+  bool before_start = false;
   std::string summary;             // one line for people
   std::string raw;                 // the record as the source read it
 };
