@@ -43,6 +43,13 @@ class CollectiveTest : public testing::SimRuntimeTest {
     ASSERT_GE(job.GetProgress().step, step);
   }
 
+  // Waits until the job runs on exactly `devices`.
+  void WaitForDevices(CollectiveJob& job, const std::vector<int>& devices) {
+    const auto deadline = std::chrono::steady_clock::now() + 20s;
+    while (job.GetProgress().devices != devices && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(1ms);
+  }
+
   void ExpectFinishedLikeAFaultFreeRun(CollectiveJob& job, const CollectiveOptions& options) {
     ASSERT_TRUE(job.Wait(30s));
     const auto progress = job.GetProgress();
@@ -131,10 +138,7 @@ TEST_F(CollectiveTest, ARepairedDeviceGetsItsRankBackAtTheNextCheckpoint) {
   auto job = Start(options);
   WaitForStep(*job, 33);
   Device(1).SetHealth(runtime::HealthState::kDraining);
-  const auto deadline = std::chrono::steady_clock::now() + 20s;
-  while (job->GetProgress().devices != std::vector<int>{0, 2, 3} &&
-         std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(1ms);
+  WaitForDevices(*job, {0, 2, 3});
   ASSERT_EQ(job->GetProgress().devices, (std::vector<int>{0, 2, 3}));
   const int shrunk_at = job->GetProgress().step;
   Device(1).SetHealth(runtime::HealthState::kHealthy);  // undrained after its self-test
@@ -152,10 +156,7 @@ TEST_F(CollectiveTest, WithoutGrowOnReturnItStaysOnFewerRanks) {
   auto job = Start(options);
   WaitForStep(*job, 33);
   Device(1).SetHealth(runtime::HealthState::kDraining);
-  const auto deadline = std::chrono::steady_clock::now() + 20s;
-  while (job->GetProgress().devices != std::vector<int>{0, 2, 3} &&
-         std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(1ms);
+  WaitForDevices(*job, {0, 2, 3});
   Device(1).SetHealth(runtime::HealthState::kHealthy);
   ExpectFinishedLikeAFaultFreeRun(*job, options);
   EXPECT_EQ(job->GetProgress().devices, (std::vector<int>{0, 2, 3}));
