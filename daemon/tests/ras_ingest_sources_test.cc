@@ -152,9 +152,13 @@ TEST_F(RasIngestSourcesTest, AnUnreadablePstoreIsNoPermission) {
   // Root reads a mode 000 directory: as root the sources start under
   // nobody's effective uid, as an unprivileged rasd would.
   const bool root = ::geteuid() == 0;
-  if (root) ASSERT_EQ(::seteuid(65534), 0);
+  if (root) {
+    ASSERT_EQ(::seteuid(65534), 0);
+  }
   StartIngest();
-  if (root) ASSERT_EQ(::seteuid(0), 0);
+  if (root) {
+    ASSERT_EQ(::seteuid(0), 0);
+  }
   EXPECT_EQ(Source("pstore").state, "no_permission") << Source("pstore").reason;
   fs::permissions(dir_ / "host/sys/fs/pstore", fs::perms::owner_all);
 }
