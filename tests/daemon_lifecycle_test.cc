@@ -7,6 +7,8 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
+
 #include <cstring>
 #include <nlohmann/json.hpp>
 
@@ -73,6 +75,34 @@ TEST(DaemonLifecycleTest, SendsReadyStatusAndWatchdogOnARealNotifySocket) {
   EXPECT_GE(pings, 3u) << "watchdog pings should come every ~100 ms";
   const auto status = StatusJson(rasd);
   EXPECT_EQ(status["watchdog_usec"], 200000);
+  EXPECT_EQ(rasd.Stop(), 0);
+}
+
+TEST(DaemonLifecycleTest, AHostWithoutAcceleratorsSaysSoInsteadOfZeroDevices) {
+  RasdInstance rasd;
+  // What `driver: auto` finds on a host without GPUs or NPUs: no library.
+  rasd.WriteConfig(fmt::format(
+      "runtime:\n  driver: auto\n  cuda_library: {0}/no-libcuda.so\n"
+      "  ascend_library: {0}/no-libascendcl.so\n  dcmi_library: {0}/no-libdcmi.so\n",
+      rasd.Dir().Path().string()));
+  std::string why;
+  ASSERT_TRUE(rasd.Start({}, {}, &why)) << why;
+  EXPECT_TRUE(rasd.Notify().WaitFor("STATUS=serving no devices (host errors only)", 2s));
+  EXPECT_NE(rasd.Stderr().find("started: no devices (host errors only)"), std::string::npos)
+      << rasd.Stderr();
+  EXPECT_EQ(rasd.Stop(), 0);
+}
+
+TEST(DaemonLifecycleTest, AFlagGivenTwiceTakesTheLastAsMakeDaemonRelies) {
+  RasdInstance rasd;
+  std::string why;
+  ASSERT_TRUE(rasd.Start({"--metrics-listen", "off", "--tracefs-instance", "rasd-dev",
+                          "--metrics-listen", "127.0.0.1:0"},
+                         {}, &why))
+      << why;
+  const auto status = StatusJson(rasd);
+  EXPECT_EQ(status["metrics"]["listen"], "127.0.0.1:0");
+  EXPECT_TRUE(status["metrics"]["port"].is_number()) << status["metrics"].dump();
   EXPECT_EQ(rasd.Stop(), 0);
 }
 

@@ -85,7 +85,7 @@ jobs:
   Json(rasd, {"inject", "srar", "--device", "3", "--job", "llm"});
   auto kill = WaitForAction(rasd, 3, "kill-consumer");
   EXPECT_EQ(kill["rule"], "srar-device-memory");
-  EXPECT_NE(kill["detail"].get<std::string>().find("job llm:"), std::string::npos) << kill.dump();
+  EXPECT_NE(kill["detail"].get<std::string>().find("job llm stopped:"), std::string::npos) << kill.dump();
   EXPECT_EQ(StateOf(rasd, 3), "healthy");
 
   // UCE, FATAL, an Xid 79: isolated.

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <set>
 
 #include "test_support.h"
 
@@ -51,7 +52,10 @@ TEST(JournalLoggingTest, StructuredFieldsGoToTheJournalWhenStderrIsTheJournal) {
        .stderr_path = stderr_path});
   ASSERT_TRUE(notify.WaitFor("READY=1", 10s)) << ReadText(stderr_path);
 
+  // Every entry up to the start-up line (the runtime's, the sources', the
+  // daemon's).
   std::string started;
+  std::vector<std::string> entries;
   const auto deadline = std::chrono::steady_clock::now() + 5s;
   while (started.empty() && std::chrono::steady_clock::now() < deadline) {
     pollfd pfd{journal.Get(), POLLIN, 0};
@@ -60,6 +64,7 @@ TEST(JournalLoggingTest, StructuredFieldsGoToTheJournalWhenStderrIsTheJournal) {
     const ssize_t n = ::recv(journal.Get(), buffer, sizeof buffer, 0);
     if (n <= 0) continue;
     std::string entry(buffer, static_cast<std::size_t>(n));
+    entries.push_back(entry);
     if (entry.find("MESSAGE=rasd ") != std::string::npos &&
         entry.find(" started: ") != std::string::npos) {
       started = entry;
@@ -68,7 +73,26 @@ TEST(JournalLoggingTest, StructuredFieldsGoToTheJournalWhenStderrIsTheJournal) {
   ASSERT_FALSE(started.empty()) << "no start-up entry reached the journal socket";
   EXPECT_NE(started.find("PRIORITY=6\n"), std::string::npos) << started;
   EXPECT_NE(started.find("SYSLOG_IDENTIFIER=rasd\n"), std::string::npos) << started;
-  EXPECT_NE(started.find("RASD_COMPONENT=rasd\n"), std::string::npos) << started;
+  EXPECT_NE(started.find("RASD_COMPONENT=daemon\n"), std::string::npos) << started;
+  // The caller's location, relative to the source tree; not the sink's.
+  EXPECT_NE(started.find("CODE_FILE=daemon/src/daemon.cc\n"), std::string::npos) << started;
+  EXPECT_NE(started.find("CODE_FUNC=Initialize\n"), std::string::npos) << started;
+  EXPECT_NE(started.find("CODE_LINE="), std::string::npos) << started;
+  // Every entry names a component and its caller; none the build path or
+  // the journal sink.
+  for (const auto& entry : entries) {
+    EXPECT_NE(entry.find("RASD_COMPONENT="), std::string::npos) << entry;
+    EXPECT_NE(entry.find("CODE_FILE="), std::string::npos) << entry;
+    EXPECT_EQ(entry.find("logging.cc"), std::string::npos) << entry;
+    EXPECT_EQ(entry.find(RASD_SOURCE_DIR), std::string::npos) << entry;
+  }
+  EXPECT_GE(entries.size(), 3U);
+  std::set<std::string> components;
+  for (const auto& entry : entries) {
+    const auto at = entry.find("RASD_COMPONENT=");
+    components.insert(entry.substr(at + 15, entry.find('\n', at) - at - 15));
+  }
+  EXPECT_GE(components.size(), 2U) << "start-up lines come from more than one component";
 
   rasd.Signal(SIGTERM);
   EXPECT_EQ(rasd.Wait(2s), 0);

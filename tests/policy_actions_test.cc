@@ -84,8 +84,9 @@ TEST(PolicyActionsTest, OperatorsIsolateDrainAndUndrainAndOnlyAdminsMayChangeSta
   EXPECT_NE(isolated.out.find("device 2: healthy -> isolated"), std::string::npos) << isolated.out;
   EXPECT_EQ(Devices(rasd)["devices"][2]["reason"], "fan failure");
 
-  auto drained = rasd.Rasctl({"--json", "drain", "3", "--deadline", "200ms"});
-  EXPECT_NE(drained.exit_code, 0) << "200ms is not a duration rasctl takes";
+  auto drained = rasd.Rasctl({"--json", "drain", "3", "--deadline", "200x"});
+  EXPECT_NE(drained.exit_code, 0) << "200x is not a duration rasctl takes";
+  EXPECT_NE(drained.err.find("200x"), std::string::npos) << drained.err;
   drained = rasd.Rasctl({"--json", "drain", "3", "--deadline", "1s"});
   ASSERT_EQ(drained.exit_code, 0) << drained.err;
   EXPECT_EQ(nlohmann::json::parse(drained.out)["deadline_ms"], 1000);

@@ -1,15 +1,20 @@
 #include "rasd/common/logging.h"
 
+#include <fmt/format.h>
+#include <spdlog/pattern_formatter.h>
 #include <spdlog/sinks/base_sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <syslog.h>
+// sd_journal_sendv would otherwise add this file's own location.
+#define SD_JOURNAL_SUPPRESS_LOCATION
 #include <systemd/sd-journal.h>
 
 #include <array>
 #include <cstdio>
 #include <mutex>
+#include <string_view>
 #include <vector>
 
 #include "rasd/common/default_paths.h"
@@ -46,12 +51,14 @@ class JournalSink final : public spdlog::sinks::base_sink<std::mutex> {
     fields.push_back("MESSAGE=" + std::string(msg.payload.data(), msg.payload.size()));
     fields.push_back("PRIORITY=" + std::to_string(SyslogPriority(msg.level)));
     fields.push_back("SYSLOG_IDENTIFIER=rasd");
-    fields.push_back("RASD_COMPONENT=" +
-                     std::string(msg.logger_name.data(), msg.logger_name.size()));
+    fields.push_back(fmt::format(
+        "RASD_COMPONENT={}",
+        ComponentOf(std::string_view(msg.logger_name.data(), msg.logger_name.size()),
+                    msg.source.filename ? msg.source.filename : "")));
     if (!msg.source.empty()) {
-      fields.push_back(std::string("CODE_FILE=") + msg.source.filename);
-      fields.push_back("CODE_LINE=" + std::to_string(msg.source.line));
-      fields.push_back(std::string("CODE_FUNC=") + msg.source.funcname);
+      fields.push_back(fmt::format("CODE_FILE={}", msg.source.filename));
+      fields.push_back(fmt::format("CODE_LINE={}", msg.source.line));
+      fields.push_back(fmt::format("CODE_FUNC={}", msg.source.funcname ? msg.source.funcname : ""));
     }
     std::vector<iovec> iov;
     iov.reserve(fields.size());
@@ -61,6 +68,27 @@ class JournalSink final : public spdlog::sinks::base_sink<std::mutex> {
   }
   void flush_() override {}
 };
+
+// "[component]" in stderr's lines: the same name the journal gets.
+class ComponentFlag final : public spdlog::custom_flag_formatter {
+ public:
+  void format(const spdlog::details::log_msg& msg, const std::tm&,
+              spdlog::memory_buf_t& dest) override {
+    const auto component =
+        ComponentOf(std::string_view(msg.logger_name.data(), msg.logger_name.size()),
+                    msg.source.filename ? msg.source.filename : "");
+    dest.append(component.data(), component.data() + component.size());
+  }
+  std::unique_ptr<custom_flag_formatter> clone() const override {
+    return std::make_unique<ComponentFlag>();
+  }
+};
+
+std::unique_ptr<spdlog::formatter> LineFormatter() {
+  auto formatter = std::make_unique<spdlog::pattern_formatter>();
+  formatter->add_flag<ComponentFlag>('*').set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ [%*] %v");
+  return formatter;
+}
 
 std::mutex g_sinks_mutex;
 std::vector<spdlog::sink_ptr> g_sinks;
@@ -73,6 +101,36 @@ std::vector<spdlog::sink_ptr> Sinks() {
 }
 
 }  // namespace
+
+std::string_view ComponentOf(std::string_view logger_name, std::string_view source_file) {
+  if (!logger_name.empty() && logger_name != "rasd") return logger_name;
+  // By file stem first (the daemon's parts), then by library directory.
+  static constexpr std::pair<std::string_view, std::string_view> kByStem[] = {
+      {"control_server", "control"},     {"control_api", "control"},
+      {"ras_ingest", "ras"},             {"ras_pipeline", "ras"},
+      {"actuator", "policy"},            {"subprocess", "policy"},
+      {"scheduler", "scheduler"},        {"device_heartbeat", "liveness"},
+      {"device_lifecycle", "lifecycle"}, {"fault_injection", "inject"},
+      {"daemon_metrics", "metrics"},     {"state_store", "store"},
+      {"write_ahead_log", "store"},      {"state_backup", "store"},
+  };
+  const auto slash = source_file.rfind('/');
+  std::string_view stem = slash == std::string_view::npos ? source_file
+                                                           : source_file.substr(slash + 1);
+  stem = stem.substr(0, stem.find('.'));
+  for (const auto& [file, component] : kByStem) {
+    if (stem == file) return component;
+  }
+  static constexpr std::pair<std::string_view, std::string_view> kByDirectory[] = {
+      {"ras/src/", "ras"},          {"runtime/src/", "runtime"},     {"jobs/src/", "jobs"},
+      {"drivers_shim/", "driver"}, {"exporters/src/", "metrics"},
+  };
+  for (const auto& [directory, component] : kByDirectory) {
+    const auto at = source_file.find(directory);
+    if (at == 0 || (at != std::string_view::npos && source_file[at - 1] == '/')) return component;
+  }
+  return "daemon";
+}
 
 bool StderrIsJournal() {
   const auto stream = GetEnv("JOURNAL_STREAM");
@@ -99,7 +157,7 @@ void InitLogging(spdlog::level::level_enum level) {
   spdlog::drop_all();
   auto main_logger = std::make_shared<spdlog::logger>("rasd", sinks.begin(), sinks.end());
   main_logger->set_level(level);
-  main_logger->set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ [%n] %v");
+  main_logger->set_formatter(LineFormatter());
   spdlog::set_default_logger(main_logger);
   spdlog::set_level(level);
 }
@@ -113,7 +171,7 @@ std::shared_ptr<spdlog::logger> GetLogger(std::string_view component) {
     std::lock_guard lock(g_sinks_mutex);
     logger->set_level(g_level);
   }
-  logger->set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ [%n] %v");
+  logger->set_formatter(LineFormatter());
   // Two threads may race to create the same component; the loser uses the winner's.
   try {
     spdlog::register_logger(logger);

@@ -110,4 +110,41 @@ Result<nlohmann::json> ControlClient::Call(const std::string& command, const nlo
   }
 }
 
+Result<std::optional<nlohmann::json>> ControlClient::Next(std::chrono::milliseconds wait) {
+  const auto deadline = std::chrono::steady_clock::now() + wait;
+  for (;;) {
+    if (const auto newline = pending_.find('\n'); newline != std::string::npos) {
+      const std::string line = pending_.substr(0, newline);
+      pending_.erase(0, newline + 1);
+      auto message = nlohmann::json::parse(line, nullptr, false);
+      if (message.is_discarded() || !message.is_object()) {
+        return Fail(ErrorCode::kCorruptData, "rasd sent a message that is not a JSON object");
+      }
+      return std::optional<nlohmann::json>(std::move(message));
+    }
+    pollfd pfd{fd_.Get(), POLLIN, 0};
+    const int ready = ::poll(&pfd, 1, Remaining(deadline));
+    if (ready == 0) return std::optional<nlohmann::json>();
+    if (ready < 0) {
+      if (errno == EINTR) return std::optional<nlohmann::json>();
+      return Fail(ErrnoError("poll", errno));
+    }
+    char buffer[16384];
+    const ssize_t n = ::recv(fd_.Get(), buffer, sizeof buffer, 0);
+    if (n < 0) {
+      if (errno == EINTR || errno == EAGAIN) continue;
+      return Fail(ErrorCode::kUnavailable,
+                  fmt::format("read from rasd at {}: {}", path_.string(), std::strerror(errno)));
+    }
+    if (n == 0) {
+      return Fail(ErrorCode::kUnavailable,
+                  fmt::format("rasd at {} closed the connection", path_.string()));
+    }
+    pending_.append(buffer, static_cast<std::size_t>(n));
+    if (pending_.size() > 64 * 1024 * 1024) {
+      return Fail(ErrorCode::kCorruptData, "a message from rasd is larger than 64 MiB");
+    }
+  }
+}
+
 }  // namespace rasd::ctl

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 #include "rasd/common/result.h"
@@ -22,6 +23,12 @@ class ControlClient {
 
   Result<nlohmann::json> Call(const std::string& command,
                               const nlohmann::json& args = nlohmann::json::object());
+
+  // After a subscribing command (attach): the next message rasd pushes,
+  // waiting at most `wait`; nullopt when none came. kUnavailable once rasd
+  // closed the connection.
+  Result<std::optional<nlohmann::json>> Next(std::chrono::milliseconds wait);
+  int Fd() const { return fd_.Get(); }
 
  private:
   ControlClient(common::UniqueFd fd, std::filesystem::path path, std::chrono::milliseconds timeout);

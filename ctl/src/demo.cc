@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -269,10 +270,11 @@ int main(int, char** argv) {
       row.latency = Millis(Clock::now() - start);
       std::this_thread::sleep_for(300ms);
       row.ok = demo.Job("allreduce").value("reforms", 0) == reforms_before &&
-               action->value("detail", std::string()).starts_with("job llm:");
+               action->value("detail", std::string()).starts_with("job llm stopped:");
       if (!row.ok) row.check = "allreduce was disturbed";
     }
     fmt::print("    -> {}\n", row.action);
+    if (row.ok) fmt::print("    -> allreduce, on the same devices, kept its steps and checksums\n");
     rows.push_back(row);
   }
   watch();
@@ -281,12 +283,26 @@ int main(int, char** argv) {
     fmt::print("\n[3] Xid 79 (fallen off the bus) on device 2\n");
     const auto since = demo.LastActionId();
     const auto start = Clock::now();
+    const auto llm_before = demo.Job("llm");
     demo.Result("inject", {{"kind", "xid"}, {"device", 2}, {"xid", 79}});
     const auto action = demo.WaitForAction(2, "isolate-device", since);
     Row row{"Xid 79, device 2", "-", "-", "allreduce on 0,1,3; llm lost 0", false};
     if (action) {
       row.action = "drain + isolate-device";
       row.latency = Millis(Clock::now() - start);
+      // What rasd did, in its order: the actions on device 2 since the
+      // fault, oldest first.
+      const auto actions = demo.Result("actions", {{"device", 2}, {"limit", 50}});
+      std::vector<nlohmann::json> taken;
+      if (actions.is_object()) {
+        for (const auto& entry : actions["actions"])
+          if (entry.value("id", 0) > since) taken.insert(taken.begin(), entry);
+      }
+      for (const auto& entry : taken) {
+        fmt::print("    -> {} ({}): {}\n", entry.value("action", std::string("?")),
+                   entry.value("result", std::string("?")),
+                   entry.value("detail", std::string()));
+      }
       const auto deadline = Clock::now() + 15s;
       while (Clock::now() < deadline) {
         const auto allreduce = demo.Job("allreduce");
@@ -298,6 +314,15 @@ int main(int, char** argv) {
         std::this_thread::sleep_for(20ms);
       }
       fmt::print("    -> collective re-formed on {}\n", demo.Job("allreduce")["devices"].dump());
+      const auto llm_after = demo.Job("llm");
+      if (llm_before.is_object() && llm_after.is_object()) {
+        auto moved = [](const nlohmann::json& job) {
+          return job["requests"].value("requeued", 0) + job["requests"].value("rerun", 0);
+        };
+        fmt::print("    -> llm now serves on {}: {} request(s) moved off device 2, {} lost\n",
+                   llm_after["devices"].dump(), moved(llm_after) - moved(llm_before),
+                   llm_after["requests"].value("lost", 0) - llm_before["requests"].value("lost", 0));
+      }
     }
     rows.push_back(row);
   }
@@ -313,6 +338,30 @@ int main(int, char** argv) {
       row.ok = (*undrained)["result"]["state"] == "healthy";
       fmt::print("    -> self-test {}\n",
                  (*undrained)["result"]["self_test"].value("summary", std::string()));
+      // Back in service, it gets work again: the collective grows back to
+      // four ranks at its next checkpoint, and the inference service
+      // returns a replica to it.
+      bool regrown = false;
+      const auto deadline = Clock::now() + 15s;
+      while (row.ok && Clock::now() < deadline) {
+        const auto allreduce = demo.Job("allreduce"), llm_now = demo.Job("llm");
+        if (allreduce.is_object() && llm_now.is_object() &&
+            allreduce["devices"] == nlohmann::json({0, 1, 2, 3}) &&
+            std::find(llm_now["devices"].begin(), llm_now["devices"].end(), 2) !=
+                llm_now["devices"].end()) {
+          regrown = true;
+          fmt::print("    -> device 2 works again: allreduce re-formed on {}, llm serves on {}\n",
+                     allreduce["devices"].dump(), llm_now["devices"].dump());
+          break;
+        }
+        demo.Progress();
+        std::this_thread::sleep_for(20ms);
+      }
+      if (row.ok && !regrown) {
+        row.ok = false;
+        row.check = "device 2 got no work back";
+      }
+      row.check = row.ok ? "back in service, jobs on it again" : row.check;
     } else if (undrained) {
       row.check = (*undrained)["error"].value("message", std::string("refused"));
     }
@@ -341,5 +390,13 @@ int main(int, char** argv) {
   demo.Stop();
   fmt::print("\n{}\n", all_ok ? "demo passed: rasd acted on every fault and nothing was lost"
                               : "demo FAILED: see the table above");
+  fmt::print(
+      "\nNext: `make daemon` runs rasd in the foreground; from another shell,\n"
+      "  export RASD_SOCKET=build/daemon/rasd.sock\n"
+      "  build/bin/rasctl job start inference llm --load 100   # a job to protect\n"
+      "  build/bin/rasctl inject srar --device 1 --job llm     # poison it; see who is stopped\n"
+      "  build/bin/rasctl events; build/bin/rasctl actions; build/bin/rasctl devices\n"
+      "  build/bin/rasctl scan /var/log/kern.log                # a saved log, no daemon needed\n"
+      "README.md lists every command, config key and metric.\n");
   return all_ok ? 0 : 1;
 }

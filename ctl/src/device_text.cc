@@ -88,9 +88,43 @@ std::string FormatActions(const nlohmann::json& result) {
   return out;
 }
 
+namespace {
+
+std::string DeviceList(const nlohmann::json& entry) {
+  std::string devices;
+  if (entry.contains("devices") && entry["devices"].is_array()) {
+    for (const auto& device : entry["devices"]) {
+      if (!devices.empty()) devices += ",";
+      devices += device.dump();
+    }
+  }
+  return devices.empty() ? "-" : devices;
+}
+
+// Processes outside rasd (`rasctl run`, attach), after the built-in jobs.
+std::string FormatWorkloads(const nlohmann::json& result) {
+  if (!result.contains("workloads") || !result["workloads"].is_array() ||
+      result["workloads"].empty())
+    return "";
+  std::string out = fmt::format("\n{:<16} {:<8} {:<10} {:<12} {}\n", "WORKLOAD", "PID", "STATE",
+                                "DEVICES", "ON DRAIN");
+  for (const auto& workload : result["workloads"]) {
+    const std::string then = workload.value("kill_after_grace", true)
+                                 ? fmt::format(", SIGKILL after {} ms", JsonText(workload, "grace_ms"))
+                                 : std::string(", never killed");
+    out += fmt::format("{:<16} {:<8} {:<10} {:<12} {}{}{}\n", JsonText(workload, "name"),
+                       JsonText(workload, "pid"), JsonText(workload, "state"),
+                       DeviceList(workload), JsonText(workload, "drain_signal"), then,
+                       workload.value("connected", false) ? "" : " (not connected)");
+  }
+  return out;
+}
+
+}  // namespace
+
 std::string FormatJobs(const nlohmann::json& result) {
   if (!result.contains("jobs") || !result["jobs"].is_array() || result["jobs"].empty())
-    return "no jobs\n";
+    return "no jobs\n" + FormatWorkloads(result);
   std::string out = fmt::format("{:<16} {:<10} {:<10} {:<12} {}\n", "JOB", "KIND", "STATE",
                                 "DEVICES", "PROGRESS");
   for (const auto& job : result["jobs"]) {
@@ -111,7 +145,7 @@ std::string FormatJobs(const nlohmann::json& result) {
                          load.value("p50_ms", 0.0), load.value("p99_ms", 0.0));
     }
   }
-  return out;
+  return out + FormatWorkloads(result);
 }
 
 std::string FormatRetired(const nlohmann::json& result) {

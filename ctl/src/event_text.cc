@@ -11,26 +11,16 @@ namespace {}  // namespace
 
 std::optional<double> ParseDuration(std::string_view text) {
   if (text.empty()) return std::nullopt;
+  // "ms" before "m" and "s": the longest suffix that matches.
+  static constexpr std::pair<std::string_view, double> kUnits[] = {
+      {"ms", 0.001}, {"s", 1}, {"m", 60}, {"h", 3600}, {"d", 86400}};
   double scale = 1;
-  switch (text.back()) {
-    case 's':
-      scale = 1;
-      text.remove_suffix(1);
+  for (const auto& [suffix, seconds] : kUnits) {
+    if (text.ends_with(suffix)) {
+      scale = seconds;
+      text.remove_suffix(suffix.size());
       break;
-    case 'm':
-      scale = 60;
-      text.remove_suffix(1);
-      break;
-    case 'h':
-      scale = 3600;
-      text.remove_suffix(1);
-      break;
-    case 'd':
-      scale = 86400;
-      text.remove_suffix(1);
-      break;
-    default:
-      break;
+    }
   }
   double value = 0;
   const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);

@@ -7,7 +7,7 @@
 
 namespace rasd::ctl {
 
-// "90", "30s", "5m", "2h", "1d" -> seconds; nullopt for anything else.
+// "90", "400ms", "30s", "5m", "2h", "1d" -> seconds; nullopt for anything else.
 std::optional<double> ParseDuration(std::string_view text);
 
 // One line per event of an `events` result ({"events": [...]}).

@@ -15,11 +15,13 @@
 #include <iostream>
 #include <thread>
 
+#include "completion.h"
 #include "control_client.h"
 #include "device_text.h"
 #include "event_text.h"
 #include "rasd/common/default_paths.h"
 #include "rasd/common/version.h"
+#include "run_command.h"
 #include "scan_command.h"
 #include "status_text.h"
 
@@ -299,12 +301,14 @@ int main(int argc, char** argv) {
   std::string inject_kind, inject_value, inject_address, inject_job;
   int inject_device = -1, inject_peer = -1, inject_mc = -1, inject_dimm = -1;
   std::uint64_t inject_count = 1;
+  const std::vector<std::string> kInjectKinds = {"ce",   "ucna", "srao", "srar", "uce",
+                                                 "fatal", "xid", "link", "hang", "kmsg",
+                                                 "edac", "einj", "hwpoison"};
   inject
       ->add_option("kind", inject_kind,
                    "ce, ucna, srao, srar, uce, fatal, xid, link, hang, kmsg, edac, einj, hwpoison")
       ->required()
-      ->check(CLI::IsMember({"ce", "ucna", "srao", "srar", "uce", "fatal", "xid", "link", "hang",
-                             "kmsg", "edac", "einj", "hwpoison"}));
+      ->check(CLI::IsMember(kInjectKinds));
   inject->add_option("value", inject_value, "xid: the Xid number; kmsg: the record text");
   inject->add_option("--device", inject_device, "the device")->check(DeviceIndex());
   inject->add_option("--address", inject_address,
@@ -366,12 +370,51 @@ int main(int argc, char** argv) {
   backup->add_option("file", backup_file, "where the copy goes (relative: to this directory)")
       ->required();
   backup->add_flag("--force", backup_force, "replace FILE if it exists");
+  auto* run = app.add_subcommand(
+      "run", "run a command on healthy devices, drained by rasd when one leaves service");
+  rasd::ctl::RunOptions run_options;
+  std::vector<int> run_devices;
+  std::string run_grace;
+  run->add_option("--devices", run_devices, "these device indexes (each must take new work)")
+      ->delimiter(',')
+      ->check(DeviceIndex());
+  run->add_option("--count", run_options.count, "this many devices that take new work (default 1)")
+      ->check(PositiveCount(1024));
+  run->add_option("--name", run_options.name, "the workload's name (default: the command's)");
+  run->add_option("--drain-signal", run_options.drain_signal,
+                  "what rasd sends when a device leaves service (TERM, INT, USR1, ...)")
+      ->capture_default_str();
+  run->add_option("--grace", run_grace,
+                  "how long it may run on after that before SIGKILL (default: rasd's "
+                  "workloads.grace_ms)")
+      ->check([](const std::string& text) {
+        return rasd::ctl::ParseDuration(text) ? std::string()
+                                              : std::string("not a duration: ") + text;
+      });
+  // CMD [ARGS...] is everything after `--`, taken off before CLI11 parses
+  // (its options are the command's own, whatever they look like).
+  run->footer("CMD [ARGS...] follows --: rasctl run --count 2 -- python3 serve.py --port 8000");
+  run->get_option("--devices")->excludes(run->get_option("--count"));
   auto* scan = app.add_subcommand("scan", "list the RAS records in a saved kernel log (offline)");
   std::string scan_file = "-";
   scan->add_option("file", scan_file, "dmesg/journalctl/syslog/kmsg text; - for standard input");
   unsigned scan_threads = 0;
   scan->add_option("--threads", scan_threads,
                    "threads that scan a file's parts (default: one per CPU, at most 8)");
+  if (argc >= 2 && std::string_view(argv[1]) == "__complete") {
+    // For packaging/bash-completion/rasctl: candidates, one per line.
+    rasd::ctl::CompletionHints hints;
+    hints.option_values["--severity"] = {"CE", "UCNA", "SRAO", "SRAR", "UCE", "FATAL", "INFO"};
+    hints.option_values["--drain-signal"] = {"TERM", "INT", "HUP", "QUIT", "USR1", "USR2"};
+    hints.file_options = {"--socket"};
+    hints.positional_values["inject"] = kInjectKinds;
+    hints.positional_values["start"] = {"inference", "collective"};
+    hints.file_positionals = {"scan", "backup"};
+    const std::vector<std::string> words(argv + 2, argv + argc);
+    for (const auto& candidate : rasd::ctl::Complete(app, words, hints))
+      std::cout << candidate << "\n";
+    return kExitOk;
+  }
   if (argc == 1) {
     // No command is a usage error, answered with the help.
     std::cout << app.help();
@@ -382,6 +425,16 @@ int main(int argc, char** argv) {
   } catch (const CLI::OptionNotFound&) {
     return UnknownCommand(app, *CommandWord(argc, argv));
   }
+  // `rasctl run ... -- CMD [ARGS...]`: the command is not rasctl's to parse.
+  std::vector<std::string> command_after_dashes;
+  bool has_dashes = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::string_view(argv[i]) != "--") continue;
+    command_after_dashes.assign(argv + i + 1, argv + argc);
+    has_dashes = true;
+    argc = i;
+    break;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
@@ -389,6 +442,10 @@ int main(int argc, char** argv) {
     return rc == 0 ? kExitOk : kExitUsage;
   }
 
+  if (has_dashes && !run->parsed()) {
+    std::cerr << "rasctl: `--` is for `rasctl run ... -- CMD [ARGS...]` only\n";
+    return kExitUsage;
+  }
   if (help->parsed()) {
     // The whole program's help (App::help shows the parsed subcommand's).
     std::cout << app.get_formatter()->make_help(&app, "rasctl", CLI::AppFormatMode::Normal);
@@ -529,6 +586,18 @@ int main(int argc, char** argv) {
                          result.value("file", std::string("?")),
                          result.value("bytes", std::uint64_t{0}), result.value("pages", 0));
     });
+  }
+  if (run->parsed()) {
+    run_options.socket = SocketPath(options);
+    run_options.timeout =
+        std::chrono::milliseconds(static_cast<long long>(options.timeout_seconds * 1000));
+    run_options.devices = run_devices;
+    run_options.command = command_after_dashes;
+    if (!run_grace.empty()) {
+      run_options.grace = std::chrono::milliseconds(
+          static_cast<long long>(*rasd::ctl::ParseDuration(run_grace) * 1000));
+    }
+    return rasd::ctl::RunWorkload(run_options);
   }
   if (scan->parsed()) {
     return rasd::ctl::RunScan({.file = scan_file, .json = options.json, .threads = scan_threads},

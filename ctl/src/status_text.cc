@@ -19,6 +19,30 @@ std::string Field(const json& root, const char* pointer) {
   return value.dump();
 }
 
+// Bytes at a path as "64.0 MiB" (the pool's sizes), or "?" when absent.
+std::string Bytes(const json& root, const char* pointer) {
+  const json::json_pointer path(pointer);
+  if (!root.contains(path) || !root.at(path).is_number()) return "?";
+  const double bytes = root.at(path).get<double>();
+  if (bytes < 1024) return fmt::format("{} B", static_cast<long long>(bytes));
+  if (bytes < 1024.0 * 1024) return fmt::format("{:.1f} KiB", bytes / 1024);
+  if (bytes < 1024.0 * 1024 * 1024) return fmt::format("{:.1f} MiB", bytes / (1024.0 * 1024));
+  return fmt::format("{:.1f} GiB", bytes / (1024.0 * 1024 * 1024));
+}
+
+// Where Prometheus scrapes rasd: the bound port (the listen address may say
+// port 0), "off", or why the endpoint is not there.
+std::string MetricsLine(const json& status) {
+  const std::string listen = Field(status, "/metrics/listen");
+  if (listen == "off") return "off (metrics.listen)";
+  const std::string error = Field(status, "/metrics/error");
+  if (error != "?" && error != "-") return fmt::format("NOT SERVED: {}", error);
+  const std::string port = Field(status, "/metrics/port");
+  const auto colon = listen.rfind(':');
+  if (colon == std::string::npos || port == "?" || port == "-") return listen;
+  return fmt::format("http://{}:{}/metrics", listen.substr(0, colon), port);
+}
+
 }  // namespace
 
 std::string FormatDuration(double seconds) {
@@ -83,8 +107,32 @@ std::string FormatStatus(const json& status) {
       out +=
           fmt::format("  {:>2} {:<10} {:<9} pool {} reserved, {} allocated, {} retired page(s)\n",
                       Field(device, "/index"), Field(device, "/name"), Field(device, "/health"),
-                      Field(device, "/pool/reserved_bytes"), Field(device, "/pool/allocated_bytes"),
+                      Bytes(device, "/pool/reserved_bytes"), Bytes(device, "/pool/allocated_bytes"),
                       Field(device, "/pool/retired_pages"));
+    }
+  }
+  const json::json_pointer liveness("/liveness");
+  if (status.contains(liveness) && status.at(liveness).is_object()) {
+    const json& live = status.at(liveness);
+    if (Field(live, "/period_ms") == "0") {
+      out += fmt::format("{:<12}off (liveness.period_ms: 0)\n", "liveness");
+    } else {
+      out += fmt::format("{:<12}a heartbeat every {} ms, deadline {} ms, hung after {} missed\n",
+                         "liveness", Field(live, "/period_ms"), Field(live, "/deadline_ms"),
+                         Field(live, "/misses"));
+    }
+    if (live.contains("devices") && live["devices"].is_array()) {
+      for (const auto& device : live["devices"]) {
+        const json::json_pointer latency("/last_latency_ms");
+        const std::string last =
+            device.contains(latency) && device.at(latency).is_number()
+                ? fmt::format("{:.1f} ms", device.at(latency).get<double>())
+                : "?";
+        out += fmt::format(
+            "  {:>2} {} beat(s), {} missed, {} hang(s), {} op timeout(s), last {}\n",
+            Field(device, "/device"), Field(device, "/beats"), Field(device, "/misses"),
+            Field(device, "/hangs"), Field(device, "/op_timeouts"), last);
+      }
     }
   }
   out += fmt::format("{:<12}{}\n", "jobs", Field(status, "/jobs/count"));
@@ -101,6 +149,18 @@ std::string FormatStatus(const json& status) {
         "rasd's first start in this boot, {} crash record(s) read\n",
         "kernel log", Field(status, "/ras/kmsg_records"), Field(status, "/ras/kmsg_untrusted"),
         Field(status, "/ras/kmsg_before_start"), Field(status, "/ras/crash_records_read"));
+  }
+  if (status.contains(json::json_pointer("/metrics"))) {
+    out += fmt::format("{:<12}{}\n", "metrics", MetricsLine(status));
+  }
+  if (status.contains(json::json_pointer("/scheduler/kind"))) {
+    const std::string kind = Field(status, "/scheduler/kind");
+    out += kind == "none" ? fmt::format("{:<12}none (scheduler.kind)\n", "scheduler")
+                          : fmt::format("{:<12}{}, node {}{}\n", "scheduler", kind,
+                                        Field(status, "/scheduler/node"),
+                                        Field(status, "/scheduler/drained") == "true"
+                                            ? ", DRAINED by rasd"
+                                            : "");
   }
   const json::json_pointer sources("/ras/sources");
   if (status.contains(sources) && status.at(sources).is_object()) {

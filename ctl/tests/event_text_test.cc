@@ -11,7 +11,8 @@ TEST(ParseDurationTest, AcceptsUnitsAndRejectsNonsense) {
   EXPECT_EQ(ParseDuration("5m"), 300);
   EXPECT_EQ(ParseDuration("2h"), 7200);
   EXPECT_EQ(ParseDuration("1.5d"), 129600);
-  for (const char* bad : {"", "m", "-5m", "5x", "five", "5 m"})
+  EXPECT_EQ(ParseDuration("400ms"), 0.4);
+  for (const char* bad : {"", "m", "ms", "-5m", "5x", "five", "5 m", "5mss"})
     EXPECT_FALSE(ParseDuration(bad).has_value()) << bad;
 }
 

@@ -28,6 +28,11 @@ TEST(StatusTextTest, RendersTheStatusFields) {
                 "list": [{"index": 3, "name": "rasd-sim", "health": "isolated",
                           "pool": {"reserved_bytes": 67108864, "allocated_bytes": 4096, "retired_pages": 2}}]},
     "jobs": {"count": 0},
+    "liveness": {"period_ms": 1000, "deadline_ms": 2000, "misses": 2,
+                 "devices": [{"device": 3, "beats": 120, "misses": 2, "hangs": 1, "op_timeouts": 4,
+                              "last_latency_ms": 0.4}]},
+    "metrics": {"listen": "127.0.0.1:0", "port": 40123, "error": null},
+    "scheduler": {"kind": "slurm", "node": "node7", "drained": true},
     "events": {"total": 5, "by_severity": {"FATAL": 1, "UCE": 0, "SRAR": 0, "SRAO": 0,
                                              "UCNA": 0, "CE": 4, "INFO": 0}},
     "ras": {"kmsg_records": 900, "kmsg_untrusted": 2, "kmsg_before_start": 7, "crash_records_read": 1,
@@ -60,6 +65,35 @@ TEST(StatusTextTest, RendersTheStatusFields) {
                       "  tracefs   no_permission create tracing instance: EPERM\n"),
             std::string::npos)
       << text;
+  EXPECT_NE(text.find("   3 rasd-sim   isolated  pool 64.0 MiB reserved, 4.0 KiB allocated, 2 "
+                      "retired page(s)\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("liveness    a heartbeat every 1000 ms, deadline 2000 ms, hung after 2 "
+                      "missed\n   3 120 beat(s), 2 missed, 1 hang(s), 4 op timeout(s), last 0.4 "
+                      "ms\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("metrics     http://127.0.0.1:40123/metrics\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("scheduler   slurm, node node7, DRAINED by rasd\n"), std::string::npos)
+      << text;
+}
+
+TEST(StatusTextTest, SaysWhyMetricsAreNotServed) {
+  EXPECT_NE(FormatStatus(nlohmann::json::parse(R"({"metrics": {"listen": "off"}})"))
+                .find("metrics     off (metrics.listen)\n"),
+            std::string::npos);
+  const std::string text = FormatStatus(nlohmann::json::parse(
+      R"({"metrics": {"listen": "127.0.0.1:9470", "port": null,
+                      "error": "metrics: cannot listen on 127.0.0.1:9470: address in use"},
+          "liveness": {"period_ms": 0, "devices": []},
+          "scheduler": {"kind": "none"}})"));
+  EXPECT_NE(text.find("metrics     NOT SERVED: metrics: cannot listen on 127.0.0.1:9470: address "
+                      "in use\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("liveness    off (liveness.period_ms: 0)\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("scheduler   none (scheduler.kind)\n"), std::string::npos) << text;
 }
 
 TEST(StatusTextTest, ADatabaseDamagedAtStartIsSaid) {

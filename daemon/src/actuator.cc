@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <fmt/chrono.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
@@ -87,7 +88,7 @@ void Actuator::Restore() {
   for (const auto& device : runtime_.Devices())
     by_uuid[DeviceUuid(runtime_, device->Index())] = device->Index();
   if (auto states = store_.LoadDeviceStates(); !states) {
-    spdlog::error("cannot read the saved device states: {}; every device starts Healthy",
+    RASD_LOG_ERROR("cannot read the saved device states: {}; every device starts Healthy",
                   states.error().message);
   } else {
     for (const auto& saved : *states) {
@@ -97,14 +98,14 @@ void Actuator::Restore() {
       (*runtime_.GetDevice(index->second))->SetHealth(*state);
       status_[index->second] = {*state, saved.reason, saved.since};
       if (*state != runtime::HealthState::kHealthy) {
-        spdlog::warn("device {} is {} since {:%F %T}: {}", index->second, saved.state,
+        RASD_LOG_WARN("device {} is {} since {:%F %T}: {}", index->second, saved.state,
                      std::chrono::floor<std::chrono::seconds>(saved.since), saved.reason);
       }
     }
   }
   auto pages = store_.LoadRetiredPages();
   if (!pages) {
-    spdlog::error("cannot read the retired pages: {}", pages.error().message);
+    RASD_LOG_ERROR("cannot read the retired pages: {}", pages.error().message);
     return;
   }
   std::map<int, std::size_t> restored;
@@ -115,7 +116,7 @@ void Actuator::Restore() {
     if (pool && (*pool)->Retire(page.address)) ++restored[index->second];
   }
   for (const auto& [device, count] : restored)
-    spdlog::info("device {}: {} retired page(s) taken out of the pool again", device, count);
+    RASD_LOG_INFO("device {}: {} retired page(s) taken out of the pool again", device, count);
 }
 
 std::vector<int> Actuator::TakeNewlyIsolated() { return std::exchange(newly_isolated_, {}); }
@@ -145,7 +146,7 @@ ras::ActionRecord Actuator::Store(ras::ActionRecord record) {
   }
   if (auto stored = store_.RecordAction(record); !stored) {
     // The action happened; failing to write it down must not undo it.
-    spdlog::error("cannot store action {}: {}", record.action, stored.error().message);
+    RASD_LOG_ERROR("cannot store action {}: {}", record.action, stored.error().message);
   } else {
     record.id = *stored;
   }
@@ -188,7 +189,7 @@ Status Actuator::PersistState(int device) {
     return {};
   }
   if (auto saved = store_.SaveDeviceState(StateRecord(device)); !saved) {
-    spdlog::error("device {}: cannot save its state {}: {}; retrying", device,
+    RASD_LOG_ERROR("device {}: cannot save its state {}: {}; retrying", device,
                   runtime::HealthStateName(status_[device].state), saved.error().message);
     unsaved_states_.insert(device);
     if (on_unsaved_) on_unsaved_();
@@ -271,7 +272,7 @@ ActionOutcome Actuator::Run(const ras::Action& action, const ras::RasEvent& even
   record.detail = outcome.detail;
   const auto level =
       outcome.result == ActionResult::kFailed ? spdlog::level::err : spdlog::level::warn;
-  common::GetLogger("policy")->log(level, "{}{}{}: {} ({}; rule {}){}", record.action,
+  RASD_LOGGER_LOG(common::GetLogger("policy"), level, "{}{}{}: {} ({}; rule {}){}", record.action,
                                    action.device ? fmt::format(" device {}", *action.device) : "",
                                    action.address ? " " + ras::HexText(*action.address) : "", record.result,
                                    action.reason, action.rule,
@@ -322,10 +323,15 @@ Actuator::Outcome Actuator::KillConsumer(const ras::Action& action) {
   const auto owner = (*pool)->OwnerOf(*address);
   if (!owner) return {ActionResult::kSkipped, "no live allocation holds that address"};
   if (owner->owner.empty()) return {ActionResult::kSkipped, "the allocation holding it has no owner job"};
+  // A job is stopped as a whole, on every device it runs on; its owner
+  // restarts it. Other jobs' streams, on those devices too, are untouched.
+  const auto devices = runtime_.DevicesOf(owner->owner);
   const std::size_t aborted = runtime_.AbortOwner(
       owner->owner,
       fmt::format("consumed poisoned memory at 0x{:x} on device {}", *address, *action.device));
-  return {ActionResult::kOk, fmt::format("job {}: {} stream(s) aborted", owner->owner, aborted)};
+  return {ActionResult::kOk,
+          fmt::format("job {} stopped: its {} stream(s) on device(s) {} aborted; no other job's",
+                      owner->owner, aborted, fmt::join(devices, ","))};
 }
 
 Actuator::Outcome Actuator::MarkAtRisk(const ras::Action& action) {
@@ -378,7 +384,7 @@ Result<ras::ActionRecord> Actuator::SetDeviceState(int device, runtime::HealthSt
   record.result = "ok";
   record.detail =
       fmt::format("{} -> {}", runtime::HealthStateName(before), runtime::HealthStateName(state));
-  common::GetLogger("policy")->warn("{} device {} ({}): {} ({})", action, device,
+  RASD_LOGGER_LOG(common::GetLogger("policy"), spdlog::level::warn, "{} device {} ({}): {} ({})", action, device,
                                     rule == "operator" ? "by an operator" : rule, record.detail,
                                     reason);
   auto stored = Store(std::move(record));
@@ -421,7 +427,7 @@ Actuator::Outcome Actuator::RunHook(const ras::Action& action, const ras::RasEve
                rule = action.rule] {
     const ProgramResult result = RunProgram(argv, env, timeout);
     auto logger = common::GetLogger("policy");
-    logger->log(result.result == "ok" ? spdlog::level::info : spdlog::level::err,
+    RASD_LOGGER_LOG(logger, result.result == "ok" ? spdlog::level::info : spdlog::level::err,
                 "hook {} (rule {}): {}: {}{}", argv[0], rule, result.result, result.detail,
                 result.output.empty() ? "" : "; output: " + result.output);
     std::lock_guard lock(mutex_);

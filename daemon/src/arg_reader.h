@@ -55,6 +55,9 @@ class ArgReader {
   }
 
   bool Has(std::string_view key) const;
+  // The raw value of `key` (null when absent), for a type of the caller's
+  // own; the key counts as known.
+  const nlohmann::json* Raw(std::string_view key) { return Find(key); }
   // The first problem: a bad value, a missing required argument, or an
   // unknown key (checked here, once every accessor has named its key).
   Status Finish();

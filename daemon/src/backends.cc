@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <set>
 
+#include "rasd/common/logging.h"
 #include "rasd/drivers_shim/ascend_driver.h"
 #include "rasd/drivers_shim/composite_driver.h"
 #include "rasd/drivers_shim/cuda_driver.h"
@@ -44,17 +45,17 @@ Result<std::unique_ptr<drivers::Driver>> OpenBackends(const Config& config) {
     if (!driver) {
       // The usual case on a host without that vendor's hardware: say why
       // once and serve with the rest.
-      spdlog::log(asked_for.contains(name) ? spdlog::level::warn : spdlog::level::info,
+      RASD_LOG(asked_for.contains(name) ? spdlog::level::warn : spdlog::level::info,
                   "runtime: the {} backend is not available: {}", name, driver.error().message);
       continue;
     }
     auto devices = (*driver)->EnumerateDevices();
-    spdlog::info("runtime: {} backend with {} device(s)", name, devices ? devices->size() : 0);
+    RASD_LOG_INFO("runtime: {} backend with {} device(s)", name, devices ? devices->size() : 0);
     opened.push_back(std::move(*driver));
   }
   if (opened.size() == 1) return std::move(opened.front());
   if (opened.empty()) {
-    spdlog::warn("runtime: no device backend is available; serving host errors only");
+    RASD_LOG_WARN("runtime: no device backend is available; serving host errors only");
   }
   auto composite = drivers::CompositeDriver::Create(std::move(opened));
   if (!composite) return Fail(composite.error());

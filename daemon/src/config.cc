@@ -114,6 +114,7 @@ void ConfigOverrides::ApplyTo(Config& config) const {
   if (socket) config.control.socket = *socket;
   if (host_root) config.host.root = *host_root;
   if (metrics_listen) config.metrics.listen = *metrics_listen == "off" ? "" : *metrics_listen;
+  if (tracefs_instance) config.ras.tracefs_instance = *tracefs_instance;
   if (log_level) config.daemon.log_level = *log_level;
 }
 

@@ -30,6 +30,11 @@ DeviceLifecycle::Options LifecycleOptions(const Config& config,
   return options;
 }
 
+Workloads::Options WorkloadOptions(const Config& config) {
+  return {.default_grace = config.workloads.grace,
+          .kill_after_grace = config.workloads.on_drain == "kill"};
+}
+
 DeviceHeartbeat::Options HeartbeatOptions(const Config& config) {
   return {.period = config.liveness.period,
           .deadline = config.liveness.deadline,

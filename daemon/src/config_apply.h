@@ -11,6 +11,7 @@
 #include "control_server.h"
 #include "device_heartbeat.h"
 #include "device_lifecycle.h"
+#include "workloads.h"
 #include "ras_pipeline.h"
 #include "rasd/daemon/config.h"
 #include "rasd/runtime/self_test.h"
@@ -23,6 +24,7 @@ ControlServer::Options ServerOptions(const Config& config);
 Actuator::Options ActuatorOptions(const Config& config);
 RasPipeline::Options PipelineOptions(const Config& config);
 DeviceHeartbeat::Options HeartbeatOptions(const Config& config);
+Workloads::Options WorkloadOptions(const Config& config);
 DeviceLifecycle::Options LifecycleOptions(const Config& config,
                                           const runtime::SelfTestOptions& self_test);
 

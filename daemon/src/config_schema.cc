@@ -444,8 +444,19 @@ void AddPolicyKeys(std::vector<ConfigKey>& keys) {
                      Integer<int>(1, 1000),
                      "deadlines in a row a heartbeat stays unfinished before the device is "
                      "reported hung: one `hang` event (UCE), drained and isolated; it returns "
-                     "only through an undrain's or auto-recovery's self-test (`rasctl status` "
-                     "shows beats, misses, hangs and the last latency per device)"));
+                     "only through an undrain's or auto-recovery's self-test. One deadline is "
+                     "enough when jobs gave up on work there meanwhile (their timeouts are "
+                     "evidence, never a hang alone). `rasctl status` shows beats, misses, "
+                     "hangs, op timeouts and the last latency per device"));
+  keys.push_back(Row("workloads.grace_ms", kLive, RASD_CONFIG_FIELD(workloads.grace),
+                     Milliseconds(0, 3'600'000),
+                     "how long an attached workload (`rasctl run`, attach) whose device left "
+                     "service may run on after its drain message and signal, when it names no "
+                     "grace of its own"));
+  keys.push_back(Row("workloads.on_drain", kLive, RASD_CONFIG_FIELD(workloads.on_drain),
+                     OneOf({"kill", "notify"}),
+                     "`kill`: a workload still running at the end of its grace gets SIGKILL; "
+                     "`notify`: only the message and its drain signal (docs/workloads.md)"));
   keys.push_back(Row("policy.hook_timeout_ms", kLive, RASD_CONFIG_FIELD(policy.hook_timeout),
                      Milliseconds(100, 600'000),
                      "a `run-hook` program is killed (with its process group) after this"));

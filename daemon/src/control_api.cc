@@ -3,7 +3,10 @@
 #include <fmt/chrono.h>
 #include <fmt/format.h>
 
+#include <signal.h>
+
 #include <cstdint>
+#include <cstring>
 
 #include "arg_reader.h"
 #include "rasd/common/logging.h"
@@ -102,6 +105,11 @@ std::map<std::string, Command> ControlApi::Commands() {
   commands["actions"] = view(false, &ControlApi::Actions);
   commands["retired"] = view(false, &ControlApi::Retired);
   commands["jobs"] = view(false, &ControlApi::Jobs);
+  // Anyone may attach a process of their own; the handler checks whose.
+  commands["attach"] = {false, nullptr, nullptr,
+                        [this](const auto& request, const auto& peer, Push push) {
+                          return Attach(request.args, peer, std::move(push));
+                        }};
   commands["inject"] = {true, [this](const auto& request, const auto&) {
                           return parts_.injection.Inject(request.args);
                         }};
@@ -310,6 +318,51 @@ Result<nlohmann::json> ControlApi::Retired(const nlohmann::json& args) {
   return nlohmann::json{{"pages", std::move(list)}};
 }
 
+namespace {
+
+// "TERM", "SIGTERM" or 15.
+std::optional<int> ParseSignal(const nlohmann::json& value) {
+  if (value.is_number_integer()) {
+    const auto number = value.get<std::int64_t>();
+    if (number >= 1 && number <= SIGRTMAX) return static_cast<int>(number);
+    return std::nullopt;
+  }
+  if (!value.is_string()) return std::nullopt;
+  std::string name = value.get<std::string>();
+  if (name.starts_with("SIG")) name = name.substr(3);
+  for (int signal = 1; signal < NSIG; ++signal) {
+    const char* abbreviation = ::sigabbrev_np(signal);
+    if (abbreviation && name == abbreviation) return signal;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+Result<Subscribed> ControlApi::Attach(const nlohmann::json& args, const PeerCredentials& peer,
+                                      Push push) {
+  ArgReader reader("attach", args);
+  WorkloadSpec spec;
+  if (auto pid = reader.Int("pid", 1, 4'194'304)) spec.pid = static_cast<pid_t>(*pid);
+  if (auto name = reader.String("name", 64)) spec.name = *name;
+  if (auto devices = reader.Required(reader.IntList("devices", 0, kMaxDevice, 1024), "devices")) {
+    for (auto device : *devices) spec.devices.push_back(static_cast<int>(device));
+  }
+  if (auto grace = reader.Int("grace_ms", 0, 3'600'000)) spec.grace = std::chrono::milliseconds(*grace);
+  const nlohmann::json* signal = reader.Raw("drain_signal");
+  if (auto ok = reader.Finish(); !ok) return Fail(ok.error());
+  if (signal) {
+    const auto parsed = ParseSignal(*signal);
+    if (!parsed) {
+      return Fail(ErrorCode::kInvalidArgument,
+                  fmt::format("attach: drain_signal {} is not a signal (TERM, INT, USR1, 15, ...)",
+                              signal->dump()));
+    }
+    spec.drain_signal = *parsed;
+  }
+  return parts_.workloads.Attach(std::move(spec), peer, parts_.is_admin(peer), std::move(push));
+}
+
 Result<nlohmann::json> ControlApi::Jobs(const nlohmann::json& args) {
   ArgReader reader("jobs", args);
   if (auto ok = reader.Finish(); !ok) return Fail(ok.error());
@@ -340,7 +393,7 @@ Result<nlohmann::json> ControlApi::Jobs(const nlohmann::json& args) {
     }
     list.push_back(std::move(entry));
   }
-  return nlohmann::json{{"jobs", std::move(list)}};
+  return nlohmann::json{{"jobs", std::move(list)}, {"workloads", parts_.workloads.Report()}};
 }
 
 Result<nlohmann::json> ControlApi::StartJob(const nlohmann::json& args) {
@@ -368,7 +421,7 @@ Result<nlohmann::json> ControlApi::StartJob(const nlohmann::json& args) {
   spec.kind = *parsed;
   const std::string name = spec.name;
   if (auto started = parts_.jobs.Start(std::move(spec)); !started) return Fail(started.error());
-  spdlog::info("job '{}' started by an operator", name);
+  RASD_LOG_INFO("job '{}' started by an operator", name);
   return nlohmann::json{{"name", name}, {"started", true}};
 }
 
@@ -377,7 +430,7 @@ Result<nlohmann::json> ControlApi::StopJob(const nlohmann::json& args) {
   const auto name = reader.Required(reader.String("name", 128), "name");
   if (auto ok = reader.Finish(); !ok) return Fail(ok.error());
   if (auto stopped = parts_.jobs.Stop(*name); !stopped) return Fail(stopped.error());
-  spdlog::info("job '{}' stopped by an operator", *name);
+  RASD_LOG_INFO("job '{}' stopped by an operator", *name);
   return nlohmann::json{{"name", *name}, {"stopped", true}};
 }
 
@@ -456,7 +509,7 @@ void ControlApi::Backup(const nlohmann::json& args, AsyncReply reply) {
     }
     return reply(Fail(started.error()));
   }
-  spdlog::info("backup of the state database to {} started", *file);
+  RASD_LOG_INFO("backup of the state database to {} started", *file);
   backup_ = std::make_shared<RunningBackup>(RunningBackup{std::move(*started), std::move(reply)});
   PostBackupSlice();
 }
@@ -473,7 +526,7 @@ void ControlApi::StepBackup() {
   if (done && !*done) return PostBackupSlice();
   rasd::Status detached = done ? running.backup->Detach() : rasd::Status(Fail(done.error()));
   if (!detached) {
-    spdlog::error("backup of the state database failed: {}", detached.error().message);
+    RASD_LOG_ERROR("backup of the state database failed: {}", detached.error().message);
     running.reply(Fail(detached.error()));
     backup_.reset();
     return;
@@ -483,13 +536,13 @@ void ControlApi::StepBackup() {
     auto summary = running.backup->Finish();
     running.backup.reset();
     if (summary) {
-      spdlog::info("backup of the state database written to {} ({} bytes, {} pages)",
+      RASD_LOG_INFO("backup of the state database written to {} ({} bytes, {} pages)",
                    summary->file.string(), summary->bytes, summary->pages);
       running.reply(nlohmann::json{{"file", summary->file.string()},
                                    {"bytes", summary->bytes},
                                    {"pages", summary->pages}});
     } else {
-      spdlog::error("backup of the state database failed: {}", summary.error().message);
+      RASD_LOG_ERROR("backup of the state database failed: {}", summary.error().message);
       running.reply(Fail(summary.error()));
     }
     parts_.loop.Post([this, weak] {

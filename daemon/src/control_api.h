@@ -16,6 +16,7 @@
 #include "rasd/jobs/job_manager.h"
 #include "rasd/ras/state_store.h"
 #include "rasd/runtime/runtime.h"
+#include "workloads.h"
 
 namespace rasd::daemon {
 
@@ -40,6 +41,9 @@ class ControlApi {
     Actuator& actuator;
     DeviceLifecycle& lifecycle;
     FaultInjection& injection;
+    Workloads& workloads;
+    // Whether the peer may change state (the attach of another user's process).
+    std::function<bool(const PeerCredentials&)> is_admin;
     // The daemon's part of `status` (version, paths, sources, config).
     std::function<Result<nlohmann::json>()> status;
     std::function<Result<nlohmann::json>()> reload;
@@ -61,6 +65,7 @@ class ControlApi {
   Result<nlohmann::json> Actions(const nlohmann::json& args);
   Result<nlohmann::json> Retired(const nlohmann::json& args);
   Result<nlohmann::json> Jobs(const nlohmann::json& args);
+  Result<Subscribed> Attach(const nlohmann::json& args, const PeerCredentials& peer, Push push);
   Result<nlohmann::json> StartJob(const nlohmann::json& args);
   Result<nlohmann::json> StopJob(const nlohmann::json& args);
   void Infer(const nlohmann::json& args, AsyncReply reply);

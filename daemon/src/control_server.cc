@@ -85,7 +85,7 @@ Result<std::optional<gid_t>> ResolveAdminGroup(const std::string& name) {
   if (rc != 0 || found == nullptr) {
     // Not fatal: the daemon must run (and protect the hardware) before an
     // operator creates the group; until then only root may change state.
-    spdlog::warn(
+    RASD_LOG_WARN(
         "control.admin_group '{}' is not a group on this host: only root and rasd's own "
         "user may change state",
         name);
@@ -137,10 +137,19 @@ class ControlServer::Client {
   const PeerCredentials& Peer() const { return peer_; }
   bool Admin() const { return admin_; }
 
+  // A subscribed connection waits for rasd's messages, not for requests.
+  void Subscribe(std::shared_ptr<void> token) {
+    subscriptions_.push_back(std::move(token));
+    timeout_->Disarm();
+  }
+  bool Subscribed() const { return !subscriptions_.empty(); }
+
  private:
+
   void OnTimeout() {
+    if (Subscribed() && output_.size() < kOutputHighWater) return;
     if (output_.size() >= kOutputHighWater) {
-      spdlog::warn("control client pid {} uid {} does not read its replies; dropping it",
+      RASD_LOG_WARN("control client pid {} uid {} does not read its replies; dropping it",
                    peer_.pid, peer_.uid);
       return server_.Close(id_);
     }
@@ -162,7 +171,7 @@ class ControlServer::Client {
     }
     if (!Flush()) return server_.Close(id_);
     if (output_.size() > server_.options_.max_pending_output) {
-      spdlog::warn("control client pid {} uid {} does not read its replies; dropping it", peer_.pid,
+      RASD_LOG_WARN("control client pid {} uid {} does not read its replies; dropping it", peer_.pid,
                    peer_.uid);
       return server_.Close(id_);
     }
@@ -238,7 +247,7 @@ class ControlServer::Client {
     if (line.find_first_not_of(" \t\r") == std::string_view::npos) return;  // blank: keep-alive
     tokens_ -= 1.0;
     output_ += server_.HandleLine(id_, peer_, line);
-    timeout_->ArmAfter(server_.options_.client_timeout);
+    if (!Subscribed()) timeout_->ArmAfter(server_.options_.client_timeout);
   }
 
   void Reply(const nlohmann::json& message) { output_ += control::EncodeLine(message); }
@@ -248,6 +257,15 @@ class ControlServer::Client {
   void Deliver(const std::string& line) {
     output_ += line;
     if (!Flush()) return server_.Close(id_);
+    if (output_.size() > server_.options_.max_pending_output) {
+      RASD_LOG_WARN("control client pid {} uid {} does not read its messages; dropping it",
+                    peer_.pid, peer_.uid);
+      return server_.Close(id_);
+    }
+    if (output_.size() >= kOutputHighWater && Subscribed() && !timeout_->Armed()) {
+      // Messages pile up unread: the client has client_timeout to read.
+      timeout_->ArmAfter(server_.options_.client_timeout);
+    }
     UpdateInterest();
   }
 
@@ -284,6 +302,7 @@ class ControlServer::Client {
   std::chrono::nanoseconds refilled_;  // loop time of its last refill
   std::string output_;
   bool stop_reading_ = false;
+  std::vector<std::shared_ptr<void>> subscriptions_;  // their tokens, for the connection's life
   // Destroyed before fd_ (declared after it): the watch never sees a closed fd.
   std::unique_ptr<common::FdWatch> io_watch_;
   std::unique_ptr<common::Timer> timeout_;
@@ -320,6 +339,7 @@ ControlServer::ControlServer(common::EventLoop& loop, common::UniqueFd listen_fd
       commands_(std::move(commands)) {}
 
 ControlServer::~ControlServer() {
+  *alive_ = false;
   {
     std::lock_guard lock(mailbox_->mutex);
     mailbox_->open = false;  // late answers are dropped
@@ -359,13 +379,13 @@ void ControlServer::AcceptAll() {
       if (errno == EAGAIN || errno == EWOULDBLOCK) return;
       if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
         // The pending connection stays readable; pause instead of spinning.
-        spdlog::warn("control socket: cannot accept ({}); pausing for {} ms", std::strerror(errno),
+        RASD_LOG_WARN("control socket: cannot accept ({}); pausing for {} ms", std::strerror(errno),
                      kAcceptPause.count());
         listen_watch_->SetEnabled(false);
         accept_resume_->ArmAfter(kAcceptPause);
         return;
       }
-      spdlog::warn("control socket: accept failed: {}", std::strerror(errno));
+      RASD_LOG_WARN("control socket: accept failed: {}", std::strerror(errno));
       return;
     }
     PeerCredentials peer = ReadPeerCredentials(fd.Get());
@@ -377,7 +397,7 @@ void ControlServer::AcceptAll() {
     const std::uint64_t id = next_client_id_++;
     auto client = std::make_unique<Client>(*this, id, std::move(fd), peer, admin);
     if (auto started = client->Start(); !started) {
-      spdlog::warn("control socket: {}", started.error().message);
+      RASD_LOG_WARN("control socket: {}", started.error().message);
       continue;
     }
     clients_.emplace(id, std::move(client));
@@ -415,7 +435,7 @@ void ControlServer::Refuse(const common::UniqueFd& fd, const PeerCredentials& pe
   ++refused_since_log_;
   const auto now = loop_.Now();
   if (last_refusal_log_ && now - *last_refusal_log_ < kRefusalLogPeriod) return;
-  spdlog::warn("control socket: refused {} connection(s) since the last report; the last from "
+  RASD_LOG_WARN("control socket: refused {} connection(s) since the last report; the last from "
                "pid {} uid {}: {}",
                refused_since_log_, peer.pid, peer.uid, why);
   refused_since_log_ = 0;
@@ -433,7 +453,17 @@ void ControlServer::Close(std::uint64_t client_id) {
              uid != clients_by_uid_.end() && --uid->second == 0) {
     clients_by_uid_.erase(uid);
   }
+  // Out of the map before it is destroyed: its subscriptions' tokens run
+  // handler code that may push to other clients.
+  std::unique_ptr<Client> closing = std::move(found->second);
   clients_.erase(found);
+  closing.reset();
+}
+
+std::size_t ControlServer::SubscriberCount() const {
+  std::size_t count = 0;
+  for (const auto& [id, client] : clients_) count += client->Subscribed() ? 1 : 0;
+  return count;
 }
 
 std::string ControlServer::HandleLine(std::uint64_t client_id, const PeerCredentials& peer,
@@ -461,14 +491,40 @@ std::string ControlServer::HandleLine(std::uint64_t client_id, const PeerCredent
   if (command->second.changes_state) {
     if (!authorizer_.MayChangeState(peer)) {
       ++rejected_requests_;
-      spdlog::warn("control: denied '{}' to pid {} uid {}", request->command, peer.pid, peer.uid);
+      RASD_LOG_WARN("control: denied '{}' to pid {} uid {}", request->command, peer.pid, peer.uid);
       return control::EncodeLine(
           control::MakeErrorReply(control::wire_error::kPermissionDenied,
                                   fmt::format("permission denied: '{}' changes state and needs {}",
                                               request->command, authorizer_.Requirement()),
                                   request->id));
     }
-    spdlog::info("control: '{}' by pid {} uid {}", request->command, peer.pid, peer.uid);
+    RASD_LOG_INFO("control: '{}' by pid {} uid {}", request->command, peer.pid, peer.uid);
+  }
+  if (command->second.run_subscribe) {
+    Push push = [alive = alive_, server = this, client_id](const nlohmann::json& message) {
+      if (!*alive) return false;
+      auto client = server->clients_.find(client_id);
+      if (client == server->clients_.end()) return false;
+      client->second->Deliver(control::EncodeLine(message));
+      return server->clients_.contains(client_id);
+    };
+    Result<Subscribed> subscribed = Fail(ErrorCode::kInternal, "command did not run");
+    try {
+      subscribed = command->second.run_subscribe(*request, peer, std::move(push));
+    } catch (const nlohmann::json::exception& error) {
+      subscribed =
+          Fail(ErrorCode::kInvalidArgument, fmt::format("bad arguments: {}", error.what()));
+    } catch (const std::exception& error) {
+      RASD_LOG_ERROR("control: '{}' failed: {}", request->command, error.what());
+      subscribed = Fail(ErrorCode::kInternal, error.what());
+    }
+    if (!subscribed) {
+      return control::EncodeLine(control::MakeErrorReply(
+          ErrorCodeName(subscribed.error().code), subscribed.error().message, request->id));
+    }
+    if (auto client = clients_.find(client_id); client != clients_.end())
+      client->second->Subscribe(std::move(subscribed->token));
+    return control::EncodeLine(control::MakeOkReply(std::move(subscribed->reply), request->id));
   }
   if (command->second.run_async) {
     auto reply = [mailbox = mailbox_, client_id, id = request->id,
@@ -500,7 +556,7 @@ std::string ControlServer::HandleLine(std::uint64_t client_id, const PeerCredent
   } catch (const nlohmann::json::exception& error) {
     result = Fail(ErrorCode::kInvalidArgument, fmt::format("bad arguments: {}", error.what()));
   } catch (const std::exception& error) {
-    spdlog::error("control: '{}' failed: {}", request->command, error.what());
+    RASD_LOG_ERROR("control: '{}' failed: {}", request->command, error.what());
     result = Fail(ErrorCode::kInternal, error.what());
   }
   if (!result) {

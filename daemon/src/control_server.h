@@ -55,13 +55,30 @@ Result<std::optional<gid_t>> ResolveAdminGroup(const std::string& name);
 // A command whose answer takes time (an inference request) sets `run_async`
 // instead of `run`: it gets a reply function that any thread may call, once;
 // the answer reaches the client through the loop.
+//
+// A long-lived command (attach, watch) sets `run_subscribe`: after its reply
+// the connection stays open, free of the idle timeout, for messages rasd
+// pushes to it. `push` (loop thread only) writes one message line and
+// returns false once the client is gone (a client that does not read its
+// messages is dropped like any other). The handler returns its reply and a
+// token that lives as long as the connection: the token's destructor is how
+// the handler learns that the client left. It must not push before it has
+// returned (its reply comes first), nor call back into the server from the
+// token's destructor.
 using AsyncReply = std::function<void(Result<nlohmann::json>)>;
+using Push = std::function<bool(const nlohmann::json& message)>;
+struct Subscribed {
+  nlohmann::json reply;
+  std::shared_ptr<void> token;
+};
 struct Command {
   bool changes_state = false;
   std::function<Result<nlohmann::json>(const common::control::Request&, const PeerCredentials&)>
       run;
   std::function<void(const common::control::Request&, const PeerCredentials&, AsyncReply)>
       run_async;
+  std::function<Result<Subscribed>(const common::control::Request&, const PeerCredentials&, Push)>
+      run_subscribe;
 };
 
 // Serves the control protocol (rasd/common/control_protocol.h) on a
@@ -107,6 +124,7 @@ class ControlServer {
   void Reconfigure(Options options, Authorizer authorizer);
 
   std::size_t ClientCount() const { return clients_.size(); }
+  std::size_t SubscriberCount() const;
   std::uint64_t RejectedRequests() const { return rejected_requests_; }
   std::uint64_t RefusedConnections() const { return refused_connections_; }
 
@@ -133,6 +151,8 @@ class ControlServer {
     bool open = true;
   };
   std::shared_ptr<Mailbox> mailbox_ = std::make_shared<Mailbox>();
+  // False once the server is destroyed: a Push kept by a handler then fails.
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
   std::unique_ptr<common::FdWatch> mailbox_watch_;
 
   common::EventLoop& loop_;

@@ -65,8 +65,8 @@ Status Daemon::Initialize(Config config) {
   if (auto started = StartRas(); !started) return started;
   if (auto started = StartControl(); !started) return started;
   StartJobsAndMetrics();
-  spdlog::info("rasd {} started: {} {} device(s), state {}, socket {}{}, host root {}", kVersion,
-               runtime_->DeviceCount(), runtime_->DriverName(), state_dir_.string(),
+  RASD_LOG_INFO("rasd {} started: {}, state {}, socket {}{}, host root {}", kVersion,
+               DevicesPhrase(), state_dir_.string(),
                socket_.activated ? "(from systemd) " : "", socket_path_.string(),
                config_.host.root.string());
   return {};
@@ -113,7 +113,7 @@ Status Daemon::OpenStateAndDevices() {
     auto kept = ras::StateStore::SetAsideDamaged(state_dir_, stamp);
     if (!kept) return Fail(kept.error());
     state_damage_ = StateDamage{store.error().message, *kept};
-    spdlog::error("{}; kept as {}; starting on a fresh database with every device isolated until "
+    RASD_LOG_ERROR("{}; kept as {}; starting on a fresh database with every device isolated until "
                   "an operator checks it (rasctl undrain)",
                   store.error().message, kept->string());
     store = ras::StateStore::Open(state_dir_);
@@ -143,7 +143,7 @@ Status Daemon::WatchSignals() {
   for (int signal : {SIGTERM, SIGINT}) {
     if (auto added = add_signal(signal,
                                 [this, signal] {
-                                  spdlog::info("received {}; stopping", ::strsignal(signal));
+                                  RASD_LOG_INFO("received {}; stopping", ::strsignal(signal));
                                   loop_->Exit(0);
                                 });
         !added)
@@ -183,7 +183,7 @@ void Daemon::StartScheduler() {
     scheduler_->Drain(isolated.empty() ? reason : reason + "; isolated accelerators " + isolated);
     return "asked slurm to drain node " + scheduler_->Node();
   });
-  spdlog::info("scheduler: slurm, node {}", scheduler_->Node());
+  RASD_LOG_INFO("scheduler: slurm, node {}", scheduler_->Node());
 }
 
 Status Daemon::StartRas() {
@@ -205,6 +205,7 @@ Status Daemon::StartRas() {
   injection_ = std::make_unique<FaultInjection>(*runtime_, *host_, *ingest_, config_.inject);
   heartbeat_ = std::make_unique<DeviceHeartbeat>(*loop_, *runtime_, HeartbeatOptions(config_));
   heartbeat_->Start();
+  metrics_state_->SetHeartbeat(heartbeat_.get());
 
   return {};
 }
@@ -216,6 +217,10 @@ Status Daemon::StartControl() {
   socket_ = std::move(*socket);
   auto listen_fd = common::UniqueFd(::dup(socket_.fd.Get()));
   if (!listen_fd) return Fail(ErrnoError("dup control socket", errno));
+  processes_ = SystemProcessTable();
+  workloads_ = std::make_unique<Workloads>(
+      *loop_, *runtime_, *processes_, WorkloadOptions(config_),
+      [this](int device) { return actuator_->StatusOf(device).reason; });
   control_api_ = std::make_unique<ControlApi>(
       ControlApi::Parts{.loop = *loop_,
                         .runtime = *runtime_,
@@ -224,9 +229,17 @@ Status Daemon::StartControl() {
                         .actuator = *actuator_,
                         .lifecycle = *lifecycle_,
                         .injection = *injection_,
+                        .workloads = *workloads_,
+                        .is_admin = [this](const PeerCredentials& peer) {
+                          return authorizer_.MayChangeState(peer);
+                        },
                         .status = [this] { return StatusReport(); },
                         .reload = [this] { return Reload(); },
-                        .state_changed = [this] { metrics_state_->Refresh(); }});
+                        .state_changed =
+                            [this] {
+                              metrics_state_->Refresh();
+                              workloads_->Reconcile();
+                            }});
   auto server = ControlServer::Create(*loop_, std::move(listen_fd), ServerOptions(config_),
                                       authorizer_, control_api_->Commands());
   if (!server) return Fail(server.error());
@@ -239,9 +252,9 @@ void Daemon::StartJobsAndMetrics() {
   for (const auto& spec : config_.jobs) {
     if (auto started = jobs_->Start(spec); !started) {
       // A job that cannot start does not keep the daemon down: it says why.
-      spdlog::error("job '{}' not started: {}", spec.name, started.error().message);
+      RASD_LOG_ERROR("job '{}' not started: {}", spec.name, started.error().message);
     } else {
-      spdlog::info("job '{}' ({}) started", spec.name, jobs::JobKindName(spec.kind));
+      RASD_LOG_INFO("job '{}' ({}) started", spec.name, jobs::JobKindName(spec.kind));
     }
   }
   metrics_state_->SetIngest(ingest_.get());
@@ -252,10 +265,10 @@ void Daemon::StartJobsAndMetrics() {
     if (!exposer) {
       // RAS handling matters more than its metrics: say so and go on.
       metrics_error_ = exposer.error().message;
-      spdlog::error("{}; running without a metrics endpoint", metrics_error_);
+      RASD_LOG_ERROR("{}; running without a metrics endpoint", metrics_error_);
     } else {
       metrics_ = std::move(*exposer);
-      spdlog::info("metrics: http://{}/metrics (port {})", config_.metrics.listen,
+      RASD_LOG_INFO("metrics: http://{}/metrics (port {})", config_.metrics.listen,
                    metrics_->Port());
     }
   }
@@ -267,23 +280,29 @@ int Daemon::Run() {
   const int rc = loop_->Run();
   Notify("STOPPING=1\nSTATUS=stopping");
   if (rc < 0) {
-    spdlog::error("event loop failed: {}", std::strerror(-rc));
+    RASD_LOG_ERROR("event loop failed: {}", std::strerror(-rc));
     return 1;
   }
-  spdlog::info("rasd stopped");
+  RASD_LOG_INFO("rasd stopped");
   return 0;
 }
 
 void Daemon::Notify(const std::string& message) {
   // No NOTIFY_SOCKET (not under systemd) is a no-op, not an error.
   if (int rc = sd_notify(0, message.c_str()); rc < 0) {
-    spdlog::debug("sd_notify failed: {}", std::strerror(-rc));
+    RASD_LOG_DEBUG("sd_notify failed: {}", std::strerror(-rc));
   }
 }
 
 void Daemon::NotifyStatus() {
-  Notify(fmt::format("STATUS=serving {} {} device(s); control socket {}", runtime_->DeviceCount(),
-                     runtime_->DriverName(), socket_path_.string()));
+  Notify(fmt::format("STATUS=serving {}; control socket {}", DevicesPhrase(),
+                     socket_path_.string()));
+}
+
+// "4 sim device(s)", or what a host without accelerators gets.
+std::string Daemon::DevicesPhrase() const {
+  if (runtime_->DeviceCount() == 0) return "no devices (host errors only)";
+  return fmt::format("{} {} device(s)", runtime_->DeviceCount(), runtime_->DriverName());
 }
 
 void Daemon::OnWatchdog() {
@@ -300,10 +319,10 @@ Result<nlohmann::json> Daemon::Reload() {
   if (!loaded.errors.empty()) {
     std::string failure;
     for (const auto& error : loaded.errors) {
-      spdlog::error("reload: {}", error);
+      RASD_LOG_ERROR("reload: {}", error);
       failure += (failure.empty() ? "" : "\n") + error;
     }
-    spdlog::error("reload rejected; keeping configuration generation {}", config_generation_);
+    RASD_LOG_ERROR("reload rejected; keeping configuration generation {}", config_generation_);
     last_reload_ = {{"time", when}, {"ok", false}, {"errors", loaded.errors}};
     Notify("READY=1");
     NotifyStatus();
@@ -312,7 +331,7 @@ Result<nlohmann::json> Daemon::Reload() {
 
   const auto restart_required = SchemaRestartRequiredChanges(config_, loaded.config);
   for (const auto& key : restart_required) {
-    spdlog::warn("reload: {} changed; it takes effect when rasd restarts", key);
+    RASD_LOG_WARN("reload: {} changed; it takes effect when rasd restarts", key);
   }
   // Keys that need a restart keep their running values, so that status tells
   // the truth about what is in force.
@@ -327,8 +346,9 @@ Result<nlohmann::json> Daemon::Reload() {
   injection_->SetOptions(config_.inject);
   lifecycle_->SetOptions(LifecycleOptions(config_, options_.self_test));
   heartbeat_->SetOptions(HeartbeatOptions(config_));
+  workloads_->SetOptions(WorkloadOptions(config_));
   ++config_generation_;
-  spdlog::info("configuration reloaded (generation {})", config_generation_);
+  RASD_LOG_INFO("configuration reloaded (generation {})", config_generation_);
   last_reload_ = {{"time", when}, {"ok", true}, {"restart_required", restart_required}};
   Notify("READY=1");
   NotifyStatus();
@@ -343,6 +363,7 @@ nlohmann::json Daemon::LivenessReport() const {
          {"beats", stats.beats},
          {"misses", stats.misses},
          {"hangs", stats.hangs},
+         {"op_timeouts", stats.op_timeouts},
          {"last_latency_ms", std::chrono::duration<double, std::milli>(stats.last_latency).count()}});
   }
   return {{"period_ms", config_.liveness.period.count()},
@@ -403,6 +424,7 @@ Result<nlohmann::json> Daemon::StatusReport() {
 void Daemon::ObserveBatch(const HandledBatch& batch) {
   lifecycle_->OnPolicyActed();
   jobs_->Reconsider();
+  if (workloads_) workloads_->Reconcile();
   metrics_state_->ObserveBatch(batch);
 }
 

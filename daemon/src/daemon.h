@@ -82,6 +82,7 @@ class Daemon {
   Result<nlohmann::json> Reload();
   void Notify(const std::string& message);
   void NotifyStatus();
+  std::string DevicesPhrase() const;
 
   void OnWatchdog();
 
@@ -119,6 +120,9 @@ class Daemon {
   std::unique_ptr<RasIngest> ingest_;
   std::unique_ptr<FaultInjection> injection_;  // after ingest_: goes before it
   std::unique_ptr<DeviceHeartbeat> heartbeat_;  // reports through ingest_: goes before it
+  // Outside processes on the devices; control_ (its attach connections) goes first.
+  std::unique_ptr<ProcessTable> processes_;
+  std::unique_ptr<Workloads> workloads_;
   // Its commands hold references to it: ~Daemon drops control_ first.
   std::unique_ptr<ControlApi> control_api_;
 

@@ -88,7 +88,20 @@ exporters::MetricsSnapshot DaemonMetrics::Now() const {
       metrics.retired_bytes = stats.retired_bytes;
       metrics.retired_pages = stats.retired_pages;
     }
+    metrics.op_timeouts = device->OpTimeouts();
     snapshot.devices.push_back(std::move(metrics));
+  }
+  if (heartbeat_) {
+    for (const auto& stats : heartbeat_->Stats()) {
+      for (auto& metrics : snapshot.devices) {
+        if (metrics.index != stats.device) continue;
+        metrics.heartbeats = stats.beats;
+        metrics.heartbeat_misses = stats.misses;
+        metrics.hangs = stats.hangs;
+        metrics.heartbeat_latency_seconds =
+            std::chrono::duration<double>(stats.last_latency).count();
+      }
+    }
   }
   for (const auto& [key, count] : actuator_.Counts()) {
     const auto space = key.rfind(' ');

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "actuator.h"
+#include "device_heartbeat.h"
 #include "ras_ingest.h"
 #include "ras_pipeline.h"
 #include "rasd/common/event_loop.h"
@@ -33,6 +34,7 @@ class DaemonMetrics {
 
   // The sources' counters, once the ingest exists.
   void SetIngest(const RasIngest* ingest) { ingest_ = ingest; }
+  void SetHeartbeat(const DeviceHeartbeat* heartbeat) { heartbeat_ = heartbeat; }
   void ObserveBatch(const HandledBatch& batch);
   void Refresh();
   exporters::MetricsSnapshot Now() const;
@@ -45,6 +47,7 @@ class DaemonMetrics {
   const SchedulerLink* scheduler_;
   const RasPipeline& pipeline_;
   const RasIngest* ingest_ = nullptr;
+  const DeviceHeartbeat* heartbeat_ = nullptr;
   std::unique_ptr<common::Timer> timer_;
   std::map<int, std::chrono::nanoseconds> draining_since_;  // loop monotonic time
 

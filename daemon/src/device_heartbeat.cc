@@ -5,6 +5,8 @@
 
 #include <algorithm>
 
+#include "rasd/common/logging.h"
+
 namespace rasd::daemon {
 
 namespace {
@@ -12,6 +14,11 @@ namespace {
 // Devices that take new work. A draining device is leaving anyway (its
 // drain deadline bounds what runs there), and one under its self-test is
 // judged by the test.
+// A copy beat moves kCopyBeatBytes between the halves of one block
+// (64-byte aligned, as ACL wants device addresses).
+constexpr std::uint64_t kCopyBeatBlock = 8192;
+constexpr std::uint64_t kCopyBeatBytes = 64;
+
 bool InService(runtime::HealthState state) {
   return state == runtime::HealthState::kHealthy || state == runtime::HealthState::kDegraded;
 }
@@ -22,14 +29,24 @@ DeviceHeartbeat::DeviceHeartbeat(common::EventLoop& loop, runtime::Runtime& runt
                                  Options options)
     : loop_(loop), runtime_(runtime), options_(options), beats_(runtime.DeviceCount()) {
   for (std::size_t i = 0; i < beats_.size(); ++i) beats_[i].stats.device = static_cast<int>(i);
+  Publish();
 }
 
 DeviceHeartbeat::~DeviceHeartbeat() {
   if (timer_) timer_->Disarm();
   // A pending beat on a hung device: its stream is aborted, not waited for.
-  for (auto& beat : beats_) {
-    if (beat.stream && beat.pending) (void)beat.stream->Abort("rasd stopping");
+  for (std::size_t i = 0; i < beats_.size(); ++i)
+    DropStream(static_cast<int>(i), beats_[i], "rasd stopping");
+}
+
+void DeviceHeartbeat::DropStream(int device, Beat& beat, std::string_view why) {
+  if (!beat.stream) return;
+  if (beat.pending) (void)beat.stream->Abort(why);
+  if (beat.scratch.size > 0) {
+    if (auto pool = runtime_.Pool(device)) (void)(*pool)->Free(beat.scratch);
+    beat.scratch = {};
   }
+  beat.stream.reset();
 }
 
 void DeviceHeartbeat::Start() {
@@ -51,9 +68,16 @@ std::chrono::nanoseconds DeviceHeartbeat::TickPeriod() const {
 }
 
 std::vector<DeviceHeartbeat::DeviceStats> DeviceHeartbeat::Stats() const {
+  std::lock_guard lock(stats_mutex_);
+  return published_;
+}
+
+void DeviceHeartbeat::Publish() {
   std::vector<DeviceStats> stats;
+  stats.reserve(beats_.size());
   for (const auto& beat : beats_) stats.push_back(beat.stats);
-  return stats;
+  std::lock_guard lock(stats_mutex_);
+  published_ = std::move(stats);
 }
 
 void DeviceHeartbeat::Tick() {
@@ -66,22 +90,22 @@ void DeviceHeartbeat::Tick() {
     if (!found || !InService((*found)->Health())) {
       // Out of service: forget the episode. A stream stuck on a hung device
       // is aborted and dropped; back in service, the device gets a new one.
-      if (beat.stream) {
-        if (beat.pending) (void)beat.stream->Abort("device out of service");
-        beat.stream.reset();
-      }
+      DropStream(device, beat, "device out of service");
       beat.pending = false;
       beat.missed = 0;
       beat.reported = false;
       continue;
     }
-    if (beat.pending) Poll(device, beat, now);
-    if (!beat.pending && now - beat.launched >= options_.period) Launch(device, beat, now);
+    beat.stats.op_timeouts = (*found)->OpTimeouts();
+    if (beat.pending) Poll(**found, beat, now);
+    if (!beat.pending && now - beat.launched >= options_.period) Launch(**found, beat, now);
   }
+  Publish();
   timer_->ArmAfter(TickPeriod());
 }
 
-void DeviceHeartbeat::Poll(int device, Beat& beat, std::chrono::nanoseconds now) {
+void DeviceHeartbeat::Poll(const runtime::Device& device, Beat& beat,
+                           std::chrono::nanoseconds now) {
   const auto done = beat.stream->Synchronize(std::chrono::nanoseconds(0));
   if (done) {
     beat.pending = false;
@@ -95,39 +119,72 @@ void DeviceHeartbeat::Poll(int device, Beat& beat, std::chrono::nanoseconds now)
     // The device failed otherwise (sticky fault, lost): the driver reports
     // that itself. A fresh stream next time.
     beat.pending = false;
-    beat.stream.reset();
+    DropStream(device.Index(), beat, "heartbeat failed");
     return;
   }
   const auto overdue = now - beat.launched;
   const auto deadlines = static_cast<int>(overdue / options_.deadline);
-  if (deadlines <= beat.missed) return;
-  beat.stats.misses += static_cast<std::uint64_t>(deadlines - beat.missed);
-  beat.missed = deadlines;
-  if (beat.missed < options_.misses || beat.reported) return;
+  if (deadlines > beat.missed) {
+    beat.stats.misses += static_cast<std::uint64_t>(deadlines - beat.missed);
+    beat.missed = deadlines;
+  }
+  if (beat.missed == 0) return;
+  const auto abandoned = device.OpTimeouts() - beat.op_timeouts_at_launch;
+  const bool hung = beat.missed >= options_.misses || abandoned > 0;
+  if (!hung || beat.reported) return;
   beat.reported = true;
   ++beat.stats.hangs;
   const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(overdue);
-  spdlog::error("device {}: a heartbeat kernel has not finished in {} ms ({} deadlines of {} ms)",
-                device, waited.count(), beat.missed, options_.deadline.count());
+  const std::string evidence =
+      abandoned > 0 ? fmt::format("; jobs gave up on {} op(s) there meanwhile", abandoned) : "";
+  RASD_LOG_ERROR(
+      "device {}: a heartbeat kernel has not finished in {} ms ({} deadline(s) of {} ms){}",
+      device.Index(), waited.count(), beat.missed, options_.deadline.count(), evidence);
   drivers::DriverErrorEvent event;
-  event.device = device;
+  event.device = device.Index();
   event.kind = drivers::DriverErrorKind::kHang;
-  event.message = fmt::format("not responding: a heartbeat kernel unfinished after {} ms",
-                              waited.count());
+  event.message = fmt::format("not responding: a heartbeat kernel unfinished after {} ms{}",
+                              waited.count(), evidence);
   event.time = loop_.GetClock().Wall();
   runtime_.ReportError(event);
 }
 
-void DeviceHeartbeat::Launch(int device, Beat& beat, std::chrono::nanoseconds now) {
+void DeviceHeartbeat::Launch(const runtime::Device& device, Beat& beat,
+                             std::chrono::nanoseconds now) {
   if (!beat.stream) {
     auto stream = runtime_.CreateStream(
-        device, {.owner = "rasd-heartbeat", .admission = runtime::Admission::kAdmittedJob});
+        device.Index(), {.owner = "rasd-heartbeat", .admission = runtime::Admission::kAdmittedJob});
     if (!stream) return;  // tried again next period
     beat.stream = std::move(*stream);
   }
   beat.launched = now;
-  if (auto launched = beat.stream->Launch("empty", {}); !launched) {
-    beat.stream.reset();  // the device refused it: a fault the driver reports
+  beat.op_timeouts_at_launch = device.OpTimeouts();
+  if (!beat.copy_beat) {
+    auto launched = beat.stream->Launch("empty", {});
+    if (launched) {
+      beat.pending = true;
+      return;
+    }
+    if (launched.error().code != ErrorCode::kNotSupported) {
+      DropStream(device.Index(), beat, "heartbeat refused");  // a fault the driver reports
+      return;
+    }
+    RASD_LOG_INFO("device {}: no kernels on this backend; its heartbeat is a 64-byte copy",
+                  device.Index());
+    beat.copy_beat = true;
+  }
+  if (beat.scratch.size == 0) {
+    auto pool = runtime_.Pool(device.Index());
+    if (!pool) return;
+    auto scratch = (*pool)->Allocate(kCopyBeatBlock, *beat.stream);
+    if (!scratch) return;  // a full pool: tried again next period
+    beat.scratch = *scratch;
+  }
+  if (auto copied = beat.stream->CopyDeviceToDevice(beat.scratch.address + kCopyBeatBlock / 2,
+                                                    device.Index(), beat.scratch.address,
+                                                    kCopyBeatBytes);
+      !copied) {
+    DropStream(device.Index(), beat, "heartbeat refused");
     return;
   }
   beat.pending = true;

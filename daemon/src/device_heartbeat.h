@@ -3,15 +3,20 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "rasd/common/event_loop.h"
+#include "rasd/runtime/memory_pool.h"
 #include "rasd/runtime/runtime.h"
 
 namespace rasd::daemon {
 
 // Device liveness: a tiny kernel ("empty") per device in service, one at a
-// time on a stream of its own, with a deadline. A device whose heartbeat
+// time on a stream of its own, with a deadline. A backend without kernels
+// (Ascend: rasd builds none) is beaten with a 64-byte copy inside a scratch
+// block of the device's pool instead: its copy engine and stream must still
+// make progress. A device whose heartbeat
 // stays unfinished past `misses` deadlines in a row has stopped completing
 // work (a hang: DCGM's "GPU not responding", a timeout Xid, an Ascend task
 // timeout): it is reported once as a kHang driver error through the
@@ -19,6 +24,12 @@ namespace rasd::daemon {
 // policy's drain and isolate). Only devices that take new work are beaten; the
 // hang clears only when an undrain's or auto-recovery's reset and self-test
 // put the device back in service.
+//
+// The runtime's own evidence shortens the wait: when jobs gave up on work
+// on the device (Device::OpTimeouts() grew since the beat was launched),
+// one missed deadline is enough. Evidence alone never makes a hang: a job
+// may give a long kernel too short a deadline, and a collective's healthy
+// ranks time out waiting for a hung peer.
 //
 // Polled from the event loop (a stream query never blocks), so a hung
 // device costs the loop nothing; no new beat is launched on a device whose
@@ -35,6 +46,7 @@ class DeviceHeartbeat {
     std::uint64_t beats = 0;    // finished
     std::uint64_t misses = 0;   // deadlines passed
     std::uint64_t hangs = 0;    // reported
+    std::uint64_t op_timeouts = 0;  // jobs' work past its deadline (Device::OpTimeouts)
     std::chrono::nanoseconds last_latency{0};  // launch to seen finished
   };
 
@@ -46,6 +58,7 @@ class DeviceHeartbeat {
   void Start();
   // Takes effect from the next tick (config reload).
   void SetOptions(Options options);
+  // Any thread (the metrics exposer reads it): a copy taken at the last tick.
   std::vector<DeviceStats> Stats() const;
 
  private:
@@ -54,12 +67,17 @@ class DeviceHeartbeat {
     bool pending = false;
     std::chrono::nanoseconds launched{0};
     int missed = 0;          // deadlines passed by the pending beat
+    std::uint64_t op_timeouts_at_launch = 0;
+    bool copy_beat = false;         // the backend has no kernels
+    runtime::Allocation scratch;    // for copy beats, from the device's pool
     bool reported = false;   // the hang, once per episode
     DeviceStats stats;
   };
   void Tick();
-  void Poll(int device, Beat& beat, std::chrono::nanoseconds now);
-  void Launch(int device, Beat& beat, std::chrono::nanoseconds now);
+  void Publish();
+  void DropStream(int device, Beat& beat, std::string_view why);
+  void Poll(const runtime::Device& device, Beat& beat, std::chrono::nanoseconds now);
+  void Launch(const runtime::Device& device, Beat& beat, std::chrono::nanoseconds now);
   std::chrono::nanoseconds TickPeriod() const;
 
   common::EventLoop& loop_;
@@ -67,6 +85,8 @@ class DeviceHeartbeat {
   Options options_;
   std::vector<Beat> beats_;  // by device index
   std::unique_ptr<common::Timer> timer_;
+  mutable std::mutex stats_mutex_;
+  std::vector<DeviceStats> published_;  // guarded by stats_mutex_
 };
 
 }  // namespace rasd::daemon

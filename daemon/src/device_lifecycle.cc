@@ -67,9 +67,9 @@ Result<StateChange> DeviceLifecycle::Drain(int device, const std::string& reason
 void DeviceLifecycle::OnDrainDeadline(int device) {
   const auto jobs = runtime_.OwnersOn(device);
   if (jobs.empty()) {
-    spdlog::info("device {}: drain deadline reached; nothing is running there", device);
+    RASD_LOG_INFO("device {}: drain deadline reached; nothing is running there", device);
   } else {
-    spdlog::warn("device {}: drain deadline reached with {} job(s) still there: {}", device,
+    RASD_LOG_WARN("device {}: drain deadline reached with {} job(s) still there: {}", device,
                  jobs.size(), fmt::join(jobs, ", "));
   }
   // Last: this destroys the timer whose callback is running (the loop runs
@@ -138,7 +138,7 @@ void DeviceLifecycle::StartSelfTest(int device, const std::string& why,
   // The self-test runs as an admitted job: open the gate that far, no further.
   if (before == runtime::HealthState::kIsolated) target.SetHealth(runtime::HealthState::kDraining);
   testing_.insert(device);
-  spdlog::info("device {}: self-test started ({})", device, why);
+  RASD_LOG_INFO("device {}: self-test started ({})", device, why);
   const runtime::SelfTestOptions options = options_.self_test;
   workers_[device] =
       std::thread([this, device, why, before, options, then = std::move(then), alive = alive_] {
@@ -178,13 +178,13 @@ void DeviceLifecycle::FinishSelfTest(int device, const std::string& why,
   record.result = report.passed ? "ok" : "failed";
   record.detail = report.Summary();
   RecordAction(std::move(record));
-  spdlog::log(report.passed ? spdlog::level::info : spdlog::level::warn, "device {} self-test {}",
+  RASD_LOG(report.passed ? spdlog::level::info : spdlog::level::warn, "device {} self-test {}",
               device, report.Summary());
 }
 
 void DeviceLifecycle::RecordAction(ras::ActionRecord record) {
   if (auto stored = store_.RecordAction(record); !stored) {
-    spdlog::error("cannot store the {} result: {}", record.action, stored.error().message);
+    RASD_LOG_ERROR("cannot store the {} result: {}", record.action, stored.error().message);
   }
 }
 
@@ -204,7 +204,7 @@ void DeviceLifecycle::OnPolicyActed() {
       const std::string reason = fmt::format(
           "isolated again {} s after it recovered by itself: needs an operator (rasctl undrain)",
           std::chrono::duration_cast<std::chrono::seconds>(now - last->second).count());
-      spdlog::error("device {}: {}", device, reason);
+      RASD_LOG_ERROR("device {}: {}", device, reason);
       (void)actuator_.SetDeviceState(device, runtime::HealthState::kIsolated, reason,
                                      "isolate-device", "auto-recover");
       recovered_at_.erase(last);
@@ -218,7 +218,7 @@ void DeviceLifecycle::OnPolicyActed() {
     });
     timer->ArmAfter(options_.auto_recover_delay);
     recovery_timers_[device] = std::move(timer);
-    spdlog::info("device {}: automatic recovery in {} ms", device,
+    RASD_LOG_INFO("device {}: automatic recovery in {} ms", device,
                  options_.auto_recover_delay.count());
   }
 }
@@ -236,7 +236,7 @@ void DeviceLifecycle::Recover(int device) {
   if (auto reset = runtime_.Driver().ResetDevice(device); !reset) {
     record.result = "failed";
     record.detail = reset.error().message;
-    spdlog::error("device {}: automatic recovery: reset failed: {}; it stays isolated", device,
+    RASD_LOG_ERROR("device {}: automatic recovery: reset failed: {}; it stays isolated", device,
                   reset.error().message);
     RecordAction(std::move(record));
     return;
@@ -245,7 +245,7 @@ void DeviceLifecycle::Recover(int device) {
   RecordAction(std::move(record));
   StartSelfTest(device, "auto-recover", [this, device](const runtime::SelfTestReport& report) {
     if (!report.passed) {
-      spdlog::error("device {}: automatic recovery: self-test {}; it stays isolated", device,
+      RASD_LOG_ERROR("device {}: automatic recovery: self-test {}; it stays isolated", device,
                     report.Summary());
       return;
     }
@@ -263,7 +263,7 @@ void DeviceLifecycle::MaybeResumeNode() {
   if (scheduler_ == nullptr || !options_.resume_on_undrain || !scheduler_->Drained()) return;
   for (const auto& device : runtime_.Devices()) {
     if (device->Health() == runtime::HealthState::kIsolated) {
-      spdlog::info("scheduler: node {} stays drained: device {} is still isolated",
+      RASD_LOG_INFO("scheduler: node {} stays drained: device {} is still isolated",
                    scheduler_->Node(), device->Index());
       return;
     }

@@ -100,7 +100,7 @@ Result<nlohmann::json> FaultInjection::Inject(const nlohmann::json& request) {
   auto done = (this->*handler->second)(args);
   if (!done) return done;
   (*done)["kind"] = args.kind;
-  spdlog::warn("fault injected: {}", done->dump());
+  RASD_LOG_WARN("fault injected: {}", done->dump());
   return done;
 }
 

@@ -43,7 +43,10 @@ int main(int argc, char** argv) {
   std::string config_path;
   std::string check_config_path;
   bool print_config_schema = false;
-  std::string state_dir, socket, host_root, metrics_listen, log_level;
+  std::string state_dir, socket, host_root, metrics_listen, tracefs_instance, log_level;
+  // A flag given twice: the last one wins, so that `make daemon`'s own
+  // flags can be overridden through RUN_ARGS.
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app.add_option("--config", config_path, "YAML config file (default: built-in defaults)");
   app.add_option("--check-config", check_config_path,
                  "validate FILE, print FILE:LINE:COL: message per problem, exit 0 or 2");
@@ -54,6 +57,7 @@ int main(int argc, char** argv) {
   app.add_option("--socket", socket, "override control.socket");
   app.add_option("--host-root", host_root, "override host.root (a fixture tree for tests)");
   app.add_option("--metrics-listen", metrics_listen, "override metrics.listen (ADDR:PORT)");
+  app.add_option("--tracefs-instance", tracefs_instance, "override ras.tracefs_instance");
   app.add_option("--log-level", log_level, "override daemon.log_level");
   app.set_version_flag("--version", std::string("rasd ") + rasd::kVersion);
   try {
@@ -72,6 +76,7 @@ int main(int argc, char** argv) {
   if (!socket.empty()) overrides.socket = std::filesystem::absolute(socket);
   if (!host_root.empty()) overrides.host_root = std::filesystem::absolute(host_root);
   if (!metrics_listen.empty()) overrides.metrics_listen = metrics_listen;
+  if (!tracefs_instance.empty()) overrides.tracefs_instance = tracefs_instance;
   if (!log_level.empty()) {
     auto level = rasd::common::ParseLogLevel(log_level);
     if (!level) {
@@ -115,13 +120,13 @@ int main(int argc, char** argv) {
   try {
     auto daemon = rasd::daemon::Daemon::Start({config_file, overrides}, loaded.config);
     if (!daemon) {
-      spdlog::critical("cannot start: {}", daemon.error().message);
+      RASD_LOG_CRITICAL("cannot start: {}", daemon.error().message);
       return kExitStartFailure;
     }
     return (*daemon)->Run();
   } catch (const std::exception& error) {
     // A bug, not input: say so loudly and let systemd restart us.
-    spdlog::critical("unexpected exception: {}", error.what());
+    RASD_LOG_CRITICAL("unexpected exception: {}", error.what());
     return kExitStartFailure;
   }
 }

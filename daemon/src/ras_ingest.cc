@@ -116,7 +116,7 @@ Status RasIngest::Start() {
     (void)edac_->Poll();  // the baseline: counts since boot are not news
     stats_.edac_controllers = edac_->Last().controllers.size();
     edac_timer_ = loop_.CreateTimer([this] { PollEdac(); });
-    spdlog::info("EDAC sysfs: {} memory controller(s), polled every {} ms", stats_.edac_controllers,
+    RASD_LOG_INFO("EDAC sysfs: {} memory controller(s), polled every {} ms", stats_.edac_controllers,
                  options_.edac_poll.count());
     ArmEdac();
   }
@@ -139,7 +139,7 @@ void RasIngest::StartNvml() {
       [this](const drivers::DriverErrorEvent& event) { QueueDriverEvent(event, "nvml"); });
   if (!monitor) {
     // Most hosts have no NVIDIA GPU: one line, then the other sources.
-    spdlog::info("NVML: not used ({})", monitor.error().message);
+    RASD_LOG_INFO("NVML: not used ({})", monitor.error().message);
     stats_.sources["nvml"] = SourceFailure(monitor.error());
     return;
   }
@@ -147,7 +147,7 @@ void RasIngest::StartNvml() {
   nvml_ = std::move(*monitor);
   stats_.nvml_gpus = nvml_->Gpus().size();
   for (const auto& gpu : nvml_->Gpus()) {
-    spdlog::info("NVML: GPU {} {} at {} ({}), events {}", gpu.index, gpu.name, gpu.pci_bdf,
+    RASD_LOG_INFO("NVML: GPU {} {} at {} ({}), events {}", gpu.index, gpu.name, gpu.pci_bdf,
                  gpu.uuid, gpu.event_types != 0 ? "registered" : "unsupported: counters only");
   }
 }
@@ -155,13 +155,13 @@ void RasIngest::StartNvml() {
 void RasIngest::StartKmsg() {
   auto cursor = store_.LoadCursor(ras::KmsgSource::kSourceName);
   if (!cursor) {
-    spdlog::warn("kmsg: cannot read the saved position ({}); reading the whole log",
+    RASD_LOG_WARN("kmsg: cannot read the saved position ({}); reading the whole log",
                  cursor.error().message);
   }
   kmsg_ =
       std::make_unique<ras::KmsgSource>(host_, boot_id_, cursor ? *cursor : std::nullopt, codes_);
   if (auto opened = kmsg_->Open(); !opened) {
-    spdlog::warn("kmsg source disabled: {}", opened.error().message);
+    RASD_LOG_WARN("kmsg source disabled: {}", opened.error().message);
     stats_.sources["kmsg"] = SourceFailure(opened.error());
     kmsg_.reset();
     return;
@@ -171,7 +171,7 @@ void RasIngest::StartKmsg() {
   if (kmsg_->IsCharacterDevice()) {
     auto watch = loop_.WatchFd(kmsg_->Fd(), EPOLLIN, [this](std::uint32_t) { ReadKmsg(); });
     if (!watch) {
-      spdlog::warn("kmsg source disabled: cannot poll it: {}", watch.error().message);
+      RASD_LOG_WARN("kmsg source disabled: cannot poll it: {}", watch.error().message);
       stats_.sources["kmsg"] = {"failed", "cannot poll it: " + watch.error().message};
       kmsg_.reset();
       return;
@@ -186,7 +186,7 @@ void RasIngest::StartKmsg() {
       "active", kmsg_->IsCharacterDevice()
                     ? "the kernel's records from " + host_.Resolve("/dev/kmsg").string()
                     : "a file, followed as it grows: " + host_.Resolve("/dev/kmsg").string()};
-  spdlog::info("kmsg source: reading {}{}", host_.Resolve("/dev/kmsg").string(),
+  RASD_LOG_INFO("kmsg source: reading {}{}", host_.Resolve("/dev/kmsg").string(),
                kmsg_->IsCharacterDevice() ? "" : " (a file: followed as it grows)");
   ReadKmsg();
 }
@@ -204,7 +204,7 @@ void RasIngest::FollowKmsgFile() {
     }
   }
   kmsg_inotify_.Reset();
-  spdlog::info("kmsg: {} cannot be watched; re-read every {} ms", path.string(),
+  RASD_LOG_INFO("kmsg: {} cannot be watched; re-read every {} ms", path.string(),
                options_.kmsg_file_poll.count());
   kmsg_poll_timer_ = loop_.CreateTimer([this] {
     ReadKmsg();
@@ -269,7 +269,7 @@ void RasIngest::StartTracefs() {
         opened.error().code == ErrorCode::kUnavailable ? spdlog::level::warn : spdlog::level::info;
     // Logged once; the retries only update status.
     if (stats_.sources["tracefs"].state == "disabled") {
-      spdlog::log(level, "tracefs source not used for now: {}", opened.error().message);
+      RASD_LOG(level, "tracefs source not used for now: {}", opened.error().message);
     }
     NoteMissing("tracefs", opened.error(), tracefs_backoff_, *tracefs_retry_timer_);
     return;
@@ -280,7 +280,7 @@ void RasIngest::StartTracefs() {
     auto watch = loop_.WatchFd(tracefs_->CpuFd(index), EPOLLIN,
                                [this, index](std::uint32_t) { ReadTracefs(index); });
     if (!watch) {
-      spdlog::warn("tracefs source disabled: cannot poll cpu{}: {}", index, watch.error().message);
+      RASD_LOG_WARN("tracefs source disabled: cannot poll cpu{}: {}", index, watch.error().message);
       stats_.sources["tracefs"] = {
           "failed", fmt::format("cannot poll cpu{}: {}", index, watch.error().message)};
       tracefs_watches_.clear();
@@ -291,7 +291,7 @@ void RasIngest::StartTracefs() {
   }
   std::string events;
   for (const auto& name : tracefs_->Events()) events += (events.empty() ? "" : ", ") + name;
-  spdlog::info("tracefs source: {} ({} CPUs): {}", tracefs_->InstanceDir().string(),
+  RASD_LOG_INFO("tracefs source: {} ({} CPUs): {}", tracefs_->InstanceDir().string(),
                tracefs_->CpuCount(), events);
   stats_.tracefs_active = true;
   stats_.sources["tracefs"] = {"active", tracefs_->InstanceDir().string() + ": " + events};
@@ -348,7 +348,7 @@ void RasIngest::CheckPstore() {
                             records->size(), host_.Resolve(ras::kPstoreDir).string(),
                             host_.Resolve(ras::kPstoreArchiveDir).string(), fresh, events.size())};
   if (!events.empty()) {
-    spdlog::warn("pstore: {} RAS record(s) from a previous boot in {} new crash dump(s)",
+    RASD_LOG_WARN("pstore: {} RAS record(s) from a previous boot in {} new crash dump(s)",
                  events.size(), fresh);
   }
   Deliver(std::move(events), std::move(seen));
@@ -374,7 +374,7 @@ void RasIngest::CheckBert() {
   stats_.sources["bert"] = {"active", fmt::format("{}: {} error record(s) from the previous boot",
                                                   host_.Resolve(kBertTable).string(),
                                                   events.size())};
-  if (!events.empty()) spdlog::warn("BERT: {} error record(s) from the previous boot", events.size());
+  if (!events.empty()) RASD_LOG_WARN("BERT: {} error record(s) from the previous boot", events.size());
   Deliver(std::move(events), {{std::string(kSeenFilePrefix) + key, boot_id_, "read"}});
 }
 
@@ -382,11 +382,11 @@ void RasIngest::Prune() {
   const auto cutoff = host_.GetClock().Wall() - std::chrono::hours(24) * options_.retention_days;
   auto removed = store_.Prune(cutoff, options_.max_events);
   if (!removed) {
-    spdlog::warn("event retention: {}", removed.error().message);
+    RASD_LOG_WARN("event retention: {}", removed.error().message);
     return;
   }
   stats_.pruned += *removed;
-  if (*removed > 0) spdlog::info("event retention: deleted {} old event(s)", *removed);
+  if (*removed > 0) RASD_LOG_INFO("event retention: deleted {} old event(s)", *removed);
 }
 
 void RasIngest::ArmEdac() {

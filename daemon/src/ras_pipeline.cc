@@ -58,7 +58,7 @@ RasPipeline::RasPipeline(common::EventLoop& loop, runtime::Runtime& runtime,
       retry_timer_(loop.CreateTimer([this] { FlushBacklog(); })),
       checkpoint_timer_(loop.CreateTimer([this] {
         if (auto done = store_.Checkpoint(); !done)
-          spdlog::warn("state store: {}", done.error().message);
+          RASD_LOG_WARN("state store: {}", done.error().message);
       })) {
   actuator_.SetUnsavedCallback([this] { ArmRetry(); });
 }
@@ -106,7 +106,7 @@ void RasPipeline::AfterCommit() {
   if (store_.WalPages() > kCheckpointPages) {
     checkpoint_timer_->Disarm();
     if (auto done = store_.Checkpoint(); !done)
-      spdlog::warn("state store: {}", done.error().message);
+      RASD_LOG_WARN("state store: {}", done.error().message);
     return;
   }
   checkpoint_timer_->ArmAfter(std::chrono::seconds(1));
@@ -130,7 +130,7 @@ void RasPipeline::Bound() {
     merged.events.erase(merged.events.begin(),
                         merged.events.begin() + static_cast<std::ptrdiff_t>(excess));
     stats_.dropped_events += errors;
-    spdlog::error("store backlog full: {} event(s) ({} error(s)) dropped, oldest first", excess,
+    RASD_LOG_ERROR("store backlog full: {} event(s) ({} error(s)) dropped, oldest first", excess,
                   errors);
   }
   backlog_.push_back(std::move(merged));
@@ -140,7 +140,7 @@ void RasPipeline::NoteFailure(const ras::StoreBatch& batch, const Error& error) 
   ++stats_.store_failures;
   if (stats_.store_ok) {
     failing_since_ = loop_.Now();
-    spdlog::error("cannot store {} RAS event(s) and {} action(s): {}; keeping them and retrying",
+    RASD_LOG_ERROR("cannot store {} RAS event(s) and {} action(s): {}; keeping them and retrying",
                   batch.events.size(), batch.actions.size(), error.message);
   }
   stats_.store_ok = false;
@@ -163,7 +163,7 @@ void RasPipeline::FlushBacklog() {
     actuator_.Committed();
     AfterCommit();
     if (!stats_.store_ok) {
-      spdlog::warn("store writable again after {:.1f} s: {} queued event(s) stored",
+      RASD_LOG_WARN("store writable again after {:.1f} s: {} queued event(s) stored",
                    std::chrono::duration<double>(loop_.Now() - failing_since_).count(),
                    merged.events.size());
     }
@@ -250,7 +250,7 @@ void RasPipeline::Log(const std::vector<ras::RasEvent>& events) {
   const std::int64_t second = std::chrono::duration_cast<std::chrono::seconds>(loop_.Now()).count();
   if (second != log_window_second_) {
     if (unlogged_ > 0)
-      spdlog::warn("{} more RAS event(s) in the last second were stored but not logged", unlogged_);
+      RASD_LOG_WARN("{} more RAS event(s) in the last second were stored but not logged", unlogged_);
     log_window_second_ = second;
     logged_in_window_ = 0;
     unlogged_ = 0;
@@ -265,7 +265,7 @@ void RasPipeline::Log(const std::vector<ras::RasEvent>& events) {
     const auto level = event.severity >= ras::Severity::kUcna ? spdlog::level::warn
                        : event.severity == ras::Severity::kCe ? spdlog::level::info
                                                               : spdlog::level::debug;
-    logger->log(level, "RAS event: {}", Describe(event));
+    RASD_LOGGER_LOG(logger, level, "RAS event: {}", Describe(event));
   }
 }
 

@@ -85,13 +85,13 @@ void SchedulerLink::Run() {
     if (result.result == "ok") {
       drained_ = drain;
       ++counts_["ok"];
-      logger->warn("slurm: node {} {}{}", options_.node, drain ? "drained: " : "resumed",
+      RASD_LOGGER_LOG(logger, spdlog::level::warn, "slurm: node {} {}{}", options_.node, drain ? "drained: " : "resumed",
                    drain ? reason : "");
       backoff = std::chrono::milliseconds(250);
       continue;
     }
     ++counts_["failed"];
-    logger->error("slurm: scontrol update NodeName={} State={} failed ({}): {}; retrying in {} ms",
+    RASD_LOGGER_LOG(logger, spdlog::level::err, "slurm: scontrol update NodeName={} State={} failed ({}): {}; retrying in {} ms",
                   options_.node, drain ? "DRAIN" : "RESUME", result.detail, result.output,
                   backoff.count());
     changed_.wait_for(lock, backoff);

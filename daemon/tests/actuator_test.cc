@@ -86,7 +86,8 @@ TEST_F(ActuatorTest, KillConsumerAbortsTheOwnerOfThePoisonedAllocationAndNobodyE
   const auto record =
       actuator_->Execute(Act(ras::ActionKind::kKillConsumer, 0, address), event_, std::nullopt);
   EXPECT_EQ(record.result, "ok");
-  EXPECT_EQ(record.detail, "job job-victim: 2 stream(s) aborted");
+  EXPECT_EQ(record.detail,
+            "job job-victim stopped: its 2 stream(s) on device(s) 0,1 aborted; no other job's");
   EXPECT_TRUE(victim->Aborted());
   EXPECT_TRUE(victim_elsewhere->Aborted()) << "the job is stopped as a whole";
   EXPECT_FALSE(neighbour->Aborted());

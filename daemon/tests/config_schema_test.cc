@@ -83,6 +83,7 @@ inject: {allow_sources: true, allow_hardware: true}
 scheduler: {kind: slurm, node: n1, scontrol: /opt/scontrol, resume_on_undrain: false}
 jobs: [{name: j, kind: inference}]
 liveness: {period_ms: 0, deadline_ms: 300, misses: 5}
+workloads: {grace_ms: 1500, on_drain: notify}
 simulator: {devices: 2, memory_mib: 64}
 )",
                                   "changed.yaml");
@@ -191,6 +192,7 @@ TEST(ConfigSchemaTest, LiveKeysAreTheOnesReloadAlwaysApplied) {
   expected.policy = loaded.policy;
   expected.inject = loaded.inject;
   expected.liveness = loaded.liveness;
+  expected.workloads = loaded.workloads;
   EXPECT_EQ(SchemaApplyLiveChanges(running, loaded), expected);
 }
 

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "rasd/common/simulated_event_loop.h"
+#include "rasd/drivers_shim/ascend_driver.h"
 #include "rasd/drivers_shim/cuda_driver.h"
 #include "rasd/drivers_shim/sim_driver.h"
 
@@ -98,6 +99,68 @@ TEST_F(HeartbeatTest, AHungSimulatedDeviceIsReportedOnceAfterTwoDeadlines) {
   Run(500ms);
   EXPECT_GE(Beats(1), before + 3);
   EXPECT_EQ(Hangs().size(), 1U);
+}
+
+TEST_F(HeartbeatTest, JobsGivingUpOnTheDeviceMakeOneMissedDeadlineAHang) {
+  auto driver = drivers::SimDriver::Create({.device_count = 2, .memory_bytes_per_device = 16 << 20});
+  ASSERT_TRUE(driver.has_value());
+  auto* sim = driver->get();
+  Use(std::move(*driver));
+  Run(300ms);
+  // Evidence alone is no hang: a job gave a kernel too short a deadline on
+  // a device that keeps beating.
+  (*runtime_->GetDevice(0))->NoteOpTimeout();
+  Run(600ms);
+  EXPECT_TRUE(Hangs().empty());
+  EXPECT_EQ(heartbeat_->Stats()[0].op_timeouts, 1U);
+
+  const auto injected = loop_.Now();
+  ASSERT_TRUE(sim->InjectHang(1).has_value());
+  Run(150ms);
+  (*runtime_->GetDevice(1))->NoteOpTimeout();  // a job abandoned its batch there
+  Run(1000ms);
+  const auto hangs = Hangs();
+  ASSERT_EQ(hangs.size(), 1U);
+  EXPECT_EQ(hangs[0].first, 1);
+  // One deadline (200 ms) after the beat that stuck, not two.
+  const auto latency = hangs[0].second - injected;
+  EXPECT_GE(latency, 200ms);
+  EXPECT_LE(latency, 330ms);
+  EXPECT_EQ(heartbeat_->Stats()[1].hangs, 1U);
+}
+
+// Ascend has no kernels in rasd: its heartbeat is a copy on the device,
+// which a held NPU never finishes.
+TEST_F(HeartbeatTest, AHeldNpuOfTheAscendStandInIsReportedHung) {
+  auto driver = drivers::CreateAscendDriver(
+      {.acl_library = RASD_FAKE_ASCENDCL_PATH, .dcmi_library = RASD_FAKE_DCMI_PATH});
+  ASSERT_TRUE(driver.has_value()) << driver.error().ToString();
+  void* fake = ::dlopen(RASD_FAKE_ASCENDCL_PATH, RTLD_NOW | RTLD_NOLOAD);
+  ASSERT_NE(fake, nullptr);
+  auto hold = reinterpret_cast<void (*)(int, int)>(::dlsym(fake, "fake_acl_hold"));
+  ASSERT_NE(hold, nullptr);
+  Use(std::move(*driver));
+  Run(500ms);
+  ASSERT_GE(Beats(0), 3U) << "copy beats finish on a healthy NPU";
+  ASSERT_GE(Beats(1), 3U);
+  const auto held = loop_.Now();
+  hold(1, 1);
+  Run(2000ms);
+  const auto hangs = Hangs();
+  ASSERT_EQ(hangs.size(), 1U);
+  EXPECT_EQ(hangs[0].first, 1);
+  EXPECT_LE(hangs[0].second - held, 530ms);
+  EXPECT_GE(Beats(0), 20U);
+  hold(1, 0);
+  (*runtime_->GetDevice(1))->SetHealth(HealthState::kIsolated);
+  Run(100ms);
+  (*runtime_->GetDevice(1))->SetHealth(HealthState::kHealthy);
+  const auto before = Beats(1);
+  Run(500ms);
+  EXPECT_GE(Beats(1), before + 3);
+  heartbeat_.reset();
+  runtime_.reset();
+  ::dlclose(fake);
 }
 
 #if RASD_HAVE_CUDA_KERNELS

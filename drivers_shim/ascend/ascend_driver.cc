@@ -20,6 +20,7 @@
 #include "acl_api.h"
 #include "acl_errors.h"
 #include "dcmi_monitor.h"
+#include "rasd/common/logging.h"
 
 namespace rasd::drivers {
 namespace {
@@ -237,7 +238,7 @@ class ReportThread {
       const bool not_subscribed =
           rc == ascend::kAclErrorThreadNotSubscribe || rc == ascend::kAclErrorRtThreadSubscribe;
       if (!not_subscribed && !warned) {
-        spdlog::warn("ascend: device {}: aclrtProcessReport failed with ACL error {}", device_, rc);
+        RASD_LOG_WARN("ascend: device {}: aclrtProcessReport failed with ACL error {}", device_, rc);
         warned = true;
       }
       std::unique_lock lock(mutex_);
@@ -293,7 +294,7 @@ std::vector<int> LogicIds(const std::optional<std::string>& option, int device_c
     while (first < last && *first == ' ') ++first;
     const auto parsed = std::from_chars(first, last, id);
     if (parsed.ec != std::errc() || parsed.ptr != last || id < 0) {
-      spdlog::warn(
+      RASD_LOG_WARN(
           "ascend: ASCEND_RT_VISIBLE_DEVICES='{}' is not a list of device ids; "
           "assuming ACL device i is DCMI logic id i",
           visible);
@@ -534,7 +535,7 @@ class AscendDriverImpl final : public Driver {
       (void)acl_.synchronize_stream(stream.acl, kDestroyDrainMs);
       if (device.reporter) (void)acl_.unsubscribe_report(device.reporter->Id(), stream.acl);
       if (const aclError rc = acl_.destroy_stream(stream.acl); rc != ascend::kAclSuccess) {
-        spdlog::warn("ascend: {}", Acl("aclrtDestroyStream", rc, device.index).message);
+        RASD_LOG_WARN("ascend: {}", Acl("aclrtDestroyStream", rc, device.index).message);
       }
     }
     std::vector<PinnedBuffer> quarantine;
@@ -684,7 +685,7 @@ Status AscendDriverImpl::Init(const AscendDriverOptions& options) {
   auto monitor = ascend::DcmiMonitor::Create(
       options.dcmi_library, LogicIds(options.visible_devices, static_cast<int>(count)));
   if (!monitor) {
-    spdlog::info("ascend: {}; running without DCMI health polling", monitor.error().message);
+    RASD_LOG_INFO("ascend: {}; running without DCMI health polling", monitor.error().message);
     return {};
   }
   dcmi_ = std::move(*monitor);
@@ -693,7 +694,7 @@ Status AscendDriverImpl::Init(const AscendDriverOptions& options) {
     device->properties.uuid = dcmi_->Uuid(device->index);
   }
   if (dcmi_->MappedDevices() == 0) {
-    spdlog::info("ascend: DCMI knows none of the {} ACL devices; running without health polling",
+    RASD_LOG_INFO("ascend: DCMI knows none of the {} ACL devices; running without health polling",
                  count);
     dcmi_.reset();
     return {};
@@ -1320,7 +1321,7 @@ Status AscendDriverImpl::AbortStream(StreamHandle handle, const Error& reason) {
     DeviceState& device = *devices_[static_cast<std::size_t>((*stream)->device)];
     (void)WithDevice(device, [&]() -> Status {
       if (const aclError rc = acl_.stream_abort((*stream)->acl); rc != ascend::kAclSuccess) {
-        spdlog::warn("ascend: {}", Acl("aclrtStreamAbort", rc, device.index).message);
+        RASD_LOG_WARN("ascend: {}", Acl("aclrtStreamAbort", rc, device.index).message);
       }
       return {};
     });
@@ -1419,7 +1420,7 @@ Status AscendDriverImpl::ResetDevice(int device_index) {
       device.lost = Error{ErrorCode::kDeviceFault,
                           fmt::format("device {} could not be reset and is unusable: {}",
                                       device_index, result.error().message)};
-      spdlog::error("ascend: {}", device.lost->message);
+      RASD_LOG_ERROR("ascend: {}", device.lost->message);
     } else {
       device.lost.reset();
     }

@@ -7,6 +7,8 @@
 #include <array>
 #include <map>
 
+#include "rasd/common/logging.h"
+
 namespace rasd::drivers::ascend {
 
 Result<DcmiApi> DcmiApi::Load(const common::DynamicLibrary& library) {
@@ -102,7 +104,7 @@ void DcmiMonitor::Locate(const std::vector<int>& logic_ids) {
   std::array<int, kDcmiMaxCards> cards{};
   int card_count = 0;
   if (const int rc = api_.get_card_num_list(&card_count, cards.data(), kDcmiMaxCards); rc != 0) {
-    spdlog::warn("ascend: dcmi_get_card_num_list failed with {}: no DCMI health", rc);
+    RASD_LOG_WARN("ascend: dcmi_get_card_num_list failed with {}: no DCMI health", rc);
     return;
   }
   card_count = std::clamp(card_count, 0, kDcmiMaxCards);

@@ -20,6 +20,7 @@
 #include "cuda_fatbin.h"
 #include "kernel_geometry.h"
 #include "sim_kernels.h"
+#include "rasd/common/logging.h"
 
 namespace rasd::drivers {
 namespace cu {
@@ -370,12 +371,12 @@ class CudaDriverImpl final : public Driver {
     for (int ordinal = 0; ordinal < count; ++ordinal) {
       GpuState gpu{.ordinal = ordinal};
       if (cu::Code rc = api_.DeviceGet(&gpu.handle, ordinal); rc != cu::kSuccess) {
-        spdlog::error("CUDA GPU {} left out: {}", ordinal, api_.Describe("cuDeviceGet", rc));
+        RASD_LOG_ERROR("CUDA GPU {} left out: {}", ordinal, api_.Describe("cuDeviceGet", rc));
         continue;
       }
       if (cu::Code rc = api_.PrimaryCtxRetain(&gpu.context, gpu.handle); rc != cu::kSuccess) {
         // One GPU the driver cannot open must not take the others with it.
-        spdlog::error("CUDA GPU {} left out: {}", ordinal,
+        RASD_LOG_ERROR("CUDA GPU {} left out: {}", ordinal,
                       api_.Describe("cuDevicePrimaryCtxRetain", rc));
         continue;
       }
@@ -401,7 +402,7 @@ class CudaDriverImpl final : public Driver {
         if (auto loaded = LoadKernels(gpu, fatbin); !loaded) {
           // A GPU the fatbin has no code for (an architecture newer than
           // its PTX allows, an older driver) still serves memory and copies.
-          spdlog::warn("CUDA GPU {} ({}): no kernels: {}", ordinal, properties.name,
+          RASD_LOG_WARN("CUDA GPU {} ({}): no kernels: {}", ordinal, properties.name,
                        loaded.error().message);
         }
       }
@@ -409,7 +410,7 @@ class CudaDriverImpl final : public Driver {
     }
     if (gpus_.empty()) return Fail(ErrorCode::kUnavailable, "no CUDA GPU could be opened");
     if (fatbin.empty()) {
-      spdlog::warn(
+      RASD_LOG_WARN(
           "CUDA: rasd was built without nvcc: no kernels; memory, copies and streams only");
     }
     callback_thread_ = std::thread([this] { RunCallbacks(); });
@@ -943,7 +944,7 @@ class CudaDriverImpl final : public Driver {
       }
     }
     if (!busy.empty()) {
-      spdlog::warn("CUDA: {} GPU(s) still running work at shutdown; their memory is left to exit",
+      RASD_LOG_WARN("CUDA: {} GPU(s) still running work at shutdown; their memory is left to exit",
                    busy.size());
     }
     return busy;

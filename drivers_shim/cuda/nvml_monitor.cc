@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "nvml_api.h"
+#include "rasd/common/logging.h"
 
 namespace rasd::drivers {
 namespace nvml {
@@ -105,7 +106,7 @@ class NvmlMonitorImpl final : public NvmlMonitor {
       return Fail(ErrorCode::kUnavailable, api_.Describe("nvmlDeviceGetCount", rc));
     }
     if (nvml::Return rc = api_.EventSetCreate(&events_); rc != nvml::kSuccess) {
-      spdlog::warn("NVML: no event set ({}); reading counters only",
+      RASD_LOG_WARN("NVML: no event set ({}); reading counters only",
                    api_.Describe("nvmlEventSetCreate", rc));
       events_ = nullptr;
     }
@@ -114,7 +115,7 @@ class NvmlMonitorImpl final : public NvmlMonitor {
       if (nvml::Return rc = api_.DeviceGetHandleByIndex(index, &handle); rc != nvml::kSuccess) {
         // A GPU NVML cannot open (lost, no permission) is not a reason to
         // watch none of the others.
-        spdlog::warn("NVML: GPU {} skipped: {}", index,
+        RASD_LOG_WARN("NVML: GPU {} skipped: {}", index,
                      api_.Describe("nvmlDeviceGetHandleByIndex", rc));
         continue;
       }
@@ -127,7 +128,7 @@ class NvmlMonitorImpl final : public NvmlMonitor {
       if (nvml::Return rc = api_.DeviceGetPciInfo(handle, &pci); rc == nvml::kSuccess) {
         gpu.pci_bdf = NormalizeBdf(pci);
       } else {
-        spdlog::warn("NVML: GPU {} has no PCI address ({}); its reports name no device", index,
+        RASD_LOG_WARN("NVML: GPU {} has no PCI address ({}); its reports name no device", index,
                      api_.Describe("nvmlDeviceGetPciInfo", rc));
       }
       if (events_ != nullptr) gpu.event_types = Register(handle, gpu);
@@ -151,14 +152,14 @@ class NvmlMonitorImpl final : public NvmlMonitor {
     unsigned long long supported = 0;
     if (nvml::Return rc = api_.DeviceGetSupportedEventTypes(handle, &supported);
         rc != nvml::kSuccess) {
-      spdlog::info("NVML: GPU {} ({}) reports no event types ({}); counters only", gpu.index,
+      RASD_LOG_INFO("NVML: GPU {} ({}) reports no event types ({}); counters only", gpu.index,
                    gpu.pci_bdf, api_.Describe("nvmlDeviceGetSupportedEventTypes", rc));
       return 0;
     }
     const unsigned long long types = supported & kWanted;
     if (types == 0) return 0;
     if (nvml::Return rc = api_.DeviceRegisterEvents(handle, types, events_); rc != nvml::kSuccess) {
-      spdlog::warn("NVML: GPU {} ({}): {}; counters only", gpu.index, gpu.pci_bdf,
+      RASD_LOG_WARN("NVML: GPU {} ({}): {}; counters only", gpu.index, gpu.pci_bdf,
                    api_.Describe("nvmlDeviceRegisterEvents", rc));
       return 0;
     }
@@ -195,7 +196,7 @@ class NvmlMonitorImpl final : public NvmlMonitor {
       // NVML reports a GPU lost here too; the counters and the kernel log
       // carry on. Do not spin on a persistent error.
       if (++wait_failures_ <= 3) {
-        spdlog::warn("NVML: {}", api_.Describe("nvmlEventSetWait", rc));
+        RASD_LOG_WARN("NVML: {}", api_.Describe("nvmlEventSetWait", rc));
       }
       std::unique_lock lock(mutex_);
       wake_.wait_for(lock, options_.event_wait, [this] { return stopping_; });

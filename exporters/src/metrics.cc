@@ -90,6 +90,17 @@ std::vector<MetricFamily> Families(const MetricsSnapshot& snapshot) {
                          MetricType::Gauge);
     auto retired =
         Family("rasd_retired_pages_total", "Device memory pages retired", MetricType::Counter);
+    auto beats = Family("rasd_device_heartbeats_total",
+                        "Liveness heartbeats by result: finished, or a deadline missed",
+                        MetricType::Counter);
+    auto hangs = Family("rasd_device_hangs_total", "Devices reported hung by their heartbeat",
+                        MetricType::Counter);
+    auto op_timeouts = Family("rasd_device_op_timeouts_total",
+                              "Work on the device that jobs abandoned past its deadline",
+                              MetricType::Counter);
+    auto latency = Family("rasd_device_heartbeat_latency_seconds",
+                          "Launch to seen finished of the device's last heartbeat",
+                          MetricType::Gauge);
     for (const auto& device : snapshot.devices) {
       const std::string index = std::to_string(device.index);
       for (const char* state : kStates) {
@@ -109,11 +120,26 @@ std::vector<MetricFamily> Families(const MetricsSnapshot& snapshot) {
       }
       retired.metric.push_back(Value(MetricType::Counter, static_cast<double>(device.retired_pages),
                                      {{"device", index}}));
+      beats.metric.push_back(Value(MetricType::Counter, static_cast<double>(device.heartbeats),
+                                   {{"device", index}, {"result", "finished"}}));
+      beats.metric.push_back(Value(MetricType::Counter,
+                                   static_cast<double>(device.heartbeat_misses),
+                                   {{"device", index}, {"result", "missed"}}));
+      hangs.metric.push_back(
+          Value(MetricType::Counter, static_cast<double>(device.hangs), {{"device", index}}));
+      op_timeouts.metric.push_back(
+          Value(MetricType::Counter, static_cast<double>(device.op_timeouts), {{"device", index}}));
+      latency.metric.push_back(
+          Value(MetricType::Gauge, device.heartbeat_latency_seconds, {{"device", index}}));
     }
     add(std::move(health));
     add(std::move(info));
     add(std::move(memory));
     add(std::move(retired));
+    add(std::move(beats));
+    add(std::move(hangs));
+    add(std::move(op_timeouts));
+    add(std::move(latency));
   }
   {
     auto family = Family("rasd_actions_total", "Actions rasd took, by action and result",

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <numeric>
 
+#include "rasd/common/logging.h"
+
 namespace rasd::jobs {
 namespace {
 
@@ -348,7 +350,7 @@ void CollectiveJob::Run() {
         if (growing) ++progress_.grown;
       }
       if (growing) {
-        spdlog::info("collective {}: grew back to {} ranks at step {}", options_.id,
+        RASD_LOG_INFO("collective {}: grew back to {} ranks at step {}", options_.id,
                      communicator_->Size(), step);
         growing = false;
       }
@@ -411,7 +413,7 @@ void CollectiveJob::Run() {
       progress_.last_release = progress_.released_at - detected;
       progress_.last_error = reason;
     }
-    spdlog::warn("collective {}: step {}: {}; re-forming from the checkpoint of step {}",
+    RASD_LOG_WARN("collective {}: step {}: {}; re-forming from the checkpoint of step {}",
                  options_.id, step + 1, reason, checkpoint_step_);
     formed = false;
     if (failures >= kMaxFailures) break;

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <random>
 
+#include "rasd/common/logging.h"
+
 namespace rasd::jobs {
 namespace {
 
@@ -308,6 +310,7 @@ Status InferenceService::Wait(Replica& replica) {
     if (now - started > options_.batch_timeout ||
         (drain_seen && now - *drain_seen > drain_deadline())) {
       (void)stream.Abort("abandoned: past its deadline");
+      stream.GetDevice().NoteOpTimeout();
       return Fail(ErrorCode::kTimeout,
                   fmt::format("work on device {} past its deadline", replica.device));
     }
@@ -375,7 +378,7 @@ void InferenceService::RunReplica(Replica& replica) {
   // its first batch.
   if (AdmitsNewWork(replica.device)) {
     if (auto prepared = PrepareReplica(replica); !prepared) {
-      spdlog::warn("inference {}: replica on device {} not ready: {}", options_.id, replica.device,
+      RASD_LOG_WARN("inference {}: replica on device {} not ready: {}", options_.id, replica.device,
                    prepared.error().message);
     }
   }
@@ -433,7 +436,7 @@ void InferenceService::RunReplica(Replica& replica) {
     const bool aborted = ran.error().code == ErrorCode::kAborted;
     replica.prepared = false;
     if (!aborted) replica.unavailable_until = Clock::now() + kFailureBackoff;
-    spdlog::warn("inference {}: batch of {} on device {} failed ({}); re-running it", options_.id,
+    RASD_LOG_WARN("inference {}: batch of {} on device {} failed ({}); re-running it", options_.id,
                  batch.size(), replica.device, ran.error().message);
     std::deque<Request> again;
     std::vector<Request> failed;

@@ -204,6 +204,11 @@ Status Communicator::Synchronize(std::chrono::nanoseconds timeout) {
         std::max(std::chrono::nanoseconds(0), std::chrono::duration_cast<std::chrono::nanoseconds>(
                                                   deadline - std::chrono::steady_clock::now()));
     auto status = rank.stream->Synchronize(left);
+    if (!status && status.error().code == ErrorCode::kTimeout && timeout.count() > 0) {
+      // Evidence for liveness, not a verdict: a rank that waits on a hung
+      // peer times out too, and only the heartbeat tells them apart.
+      rank.stream->GetDevice().NoteOpTimeout();
+    }
     if (!status && first_error) first_error = status;
   }
   return first_error;

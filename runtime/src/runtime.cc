@@ -89,6 +89,18 @@ std::size_t Runtime::AbortOwner(std::string_view owner, std::string_view reason)
   return aborted;
 }
 
+std::vector<int> Runtime::DevicesOf(std::string_view owner) const {
+  std::lock_guard lock(streams_mutex_);
+  std::vector<int> devices;
+  for (const Stream* stream : streams_) {
+    if (owner.empty() || stream->Owner() != owner) continue;
+    devices.push_back(stream->DeviceIndex());
+  }
+  std::sort(devices.begin(), devices.end());
+  devices.erase(std::unique(devices.begin(), devices.end()), devices.end());
+  return devices;
+}
+
 std::vector<std::string> Runtime::OwnersOn(int device) const {
   std::lock_guard lock(streams_mutex_);
   std::vector<std::string> owners;

@@ -95,6 +95,9 @@ TEST_F(CommunicatorTest, AbortReleasesRanksBlockedOnADeadPeerAtOnce) {
   const auto stuck = (*communicator)->Synchronize(100ms);
   ASSERT_FALSE(stuck.has_value());
   EXPECT_EQ(stuck.error().code, ErrorCode::kTimeout);
+  // Liveness evidence: the hung rank's device saw its work time out (ranks
+  // that wait on it may too; the heartbeat tells them apart).
+  EXPECT_GE((*runtime_->GetDevice(2))->OpTimeouts(), 1U);
 
   const auto started = std::chrono::steady_clock::now();
   (*communicator)->Abort("rank 2's device hung");

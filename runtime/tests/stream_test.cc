@@ -103,6 +103,8 @@ TEST_F(RuntimeTest, AbortOwnerStopsEveryStreamOfThatJobAndNoOther) {
   auto b0 = NewStream(0, "job-b");
   auto anonymous = NewStream(0, "");
   EXPECT_EQ(runtime_->OwnersOn(0), (std::vector<std::string>{"job-a", "job-b"}));
+  EXPECT_EQ(runtime_->DevicesOf("job-a"), (std::vector<int>{0, 1}));
+  EXPECT_TRUE(runtime_->DevicesOf("").empty());
   EXPECT_EQ(runtime_->AbortOwner("job-a", "consumed poisoned memory"), 2u);
   EXPECT_TRUE(a0->Aborted());
   EXPECT_TRUE(a1->Aborted());

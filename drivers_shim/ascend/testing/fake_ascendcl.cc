@@ -56,6 +56,14 @@ struct ReportItem {
   std::atomic<bool> done{false};
 };
 
+// Bit d set: device d's streams stop taking tasks (a hung NPU: queued work
+// never completes until released or aborted).
+std::atomic<std::uint32_t> g_held_devices{0};
+
+bool Held(int device) {
+  return device >= 0 && device < 32 && ((g_held_devices.load() >> device) & 1U) != 0;
+}
+
 struct ReportQueue {
   std::mutex mutex;
   std::condition_variable ready;
@@ -121,6 +129,12 @@ class Stream {
     for (;;) {
       changed_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
       if (queue_.empty()) return;  // stopping
+      if (Held(device_) && !stopping_) {
+        lock.unlock();
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        lock.lock();
+        continue;  // an abort meanwhile empties the queue
+      }
       std::function<void()> task = std::move(queue_.front());
       queue_.pop_front();
       lock.unlock();
@@ -668,6 +682,16 @@ void fake_acl_reset(void) {
   fake.device_count = 2;
   fake.init_result = 0;
   fake.fail_next_sync = 0;
+  g_held_devices = 0;
+}
+
+void fake_acl_hold(int device, int on) {
+  if (device < 0 || device >= 32) return;
+  if (on) {
+    g_held_devices.fetch_or(1U << device);
+  } else {
+    g_held_devices.fetch_and(~(1U << device));
+  }
 }
 
 void fake_acl_set_device_count(int count) {

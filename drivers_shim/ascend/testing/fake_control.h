@@ -26,6 +26,9 @@ void fake_acl_set_init_result(int code);
 // The next aclrtSynchronizeStreamWithTimeout that finds its stream done
 // returns `code` instead of success, once.
 void fake_acl_fail_next_sync(int code);
+// on != 0: the device's streams stop running their tasks (a hung NPU) until
+// called again with 0; aborting a stream still empties it.
+void fake_acl_hold(int device, int on);
 // Streams, events, contexts, device and pinned host allocations alive.
 int fake_acl_live_objects(void);
 // 1 between aclInit and aclFinalize.

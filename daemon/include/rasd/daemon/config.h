@@ -128,6 +128,14 @@ struct Config {
     int misses = 2;
     bool operator==(const Liveness&) const = default;
   } liveness;
+  // Processes outside rasd attached to its devices (`rasctl run`, attach):
+  // when a device they use leaves service they get a message and their
+  // drain signal, then SIGKILL after their grace unless on_drain is notify.
+  struct Workloads {
+    std::chrono::milliseconds grace{30000};  // when the workload names none
+    std::string on_drain = "kill";           // kill | notify
+    bool operator==(const Workloads&) const = default;
+  } workloads;
   // Jobs to start at boot (none by default: a production node runs its
   // own; the demo config starts an inference service and a collective).
   std::vector<jobs::JobSpec> jobs;
@@ -172,6 +180,7 @@ struct ConfigOverrides {
   std::optional<std::filesystem::path> socket;
   std::optional<std::filesystem::path> host_root;
   std::optional<std::string> metrics_listen;
+  std::optional<std::string> tracefs_instance;
   std::optional<spdlog::level::level_enum> log_level;
 
   void ApplyTo(Config& config) const;

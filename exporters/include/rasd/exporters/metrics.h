@@ -43,6 +43,10 @@ struct DeviceMetrics {
   std::string vendor, model, bdf;
   std::string state;  // healthy | degraded | draining | isolated
   std::uint64_t reserved_bytes = 0, allocated_bytes = 0, retired_bytes = 0, retired_pages = 0;
+  // Liveness: heartbeats finished and deadlines missed, hangs reported,
+  // jobs' work abandoned past its deadline, the last beat's latency.
+  std::uint64_t heartbeats = 0, heartbeat_misses = 0, hangs = 0, op_timeouts = 0;
+  double heartbeat_latency_seconds = 0;
 };
 
 // Everything /metrics shows, as one value: the daemon assembles it (from

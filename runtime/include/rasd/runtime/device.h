@@ -43,9 +43,17 @@ class Device {
   // device and its state in the message.
   Status CheckGate(Admission admission) const;
 
+  // The runtime's own evidence that the device stopped completing work: a
+  // count of waits on its streams (a job's synchronize with a deadline) that
+  // ran out of time. Liveness reads it; it never decides anything alone, since
+  // a job may give a long kernel too short a deadline.
+  void NoteOpTimeout() { op_timeouts_.fetch_add(1, std::memory_order_relaxed); }
+  std::uint64_t OpTimeouts() const { return op_timeouts_.load(std::memory_order_relaxed); }
+
  private:
   drivers::DeviceProperties properties_;
   std::atomic<HealthState> health_{HealthState::kHealthy};
+  std::atomic<std::uint64_t> op_timeouts_{0};
 };
 
 }  // namespace rasd::runtime

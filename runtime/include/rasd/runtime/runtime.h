@@ -55,6 +55,8 @@ class Runtime {
   std::size_t AbortOwner(std::string_view owner, std::string_view reason);
   // The owners (job ids) with live streams on `device`.
   std::vector<std::string> OwnersOn(int device) const;
+  // The devices where `owner` has live streams, ascending.
+  std::vector<int> DevicesOf(std::string_view owner) const;
 
   // Asynchronous error reports from the driver (ECC, sticky faults, lost
   // devices, links). Subscribers run on driver threads, must be quick, and

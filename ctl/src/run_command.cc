@@ -1,0 +1,265 @@
+#include "run_command.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <iostream>
+
+#include "control_client.h"
+
+namespace rasd::ctl {
+namespace {
+
+constexpr int kExitRefused = 1;
+constexpr int kExitUnreachable = 3;
+constexpr int kExitCannotStart = 127;
+constexpr int kForwarded[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
+
+bool TakesNewWork(const nlohmann::json& device) {
+  const std::string state = device.value("state", std::string());
+  return state == "healthy" || state == "degraded";
+}
+
+std::string Say(const nlohmann::json& message) {
+  const std::string event = message.value("event", std::string("?"));
+  const auto device = message.contains("device") ? message["device"].dump() : std::string("?");
+  if (event == "drain") {
+    return fmt::format(
+        "device {} is {} ({}): rasd sent the drain signal; {}", device,
+        message.value("state", std::string("?")), message.value("reason", std::string("?")),
+        message.value("kill_after_grace", true)
+            ? fmt::format("SIGKILL in {} ms if it still runs", message.value("grace_ms", 0))
+            : std::string("it will not be killed"));
+  }
+  if (event == "isolated") {
+    return fmt::format("device {} is isolated ({})", device,
+                       message.value("reason", std::string("?")));
+  }
+  if (event == "returned") return fmt::format("device {} is back in service", device);
+  if (event == "killed") return "rasd killed the workload: its grace ended";
+  return message.dump();
+}
+
+}  // namespace
+
+Result<std::vector<int>> ChooseDevices(const nlohmann::json& devices, const RunOptions& options) {
+  std::map<int, const nlohmann::json*> by_index;
+  for (const auto& device : devices) by_index[device.value("index", -1)] = &device;
+  if (!options.devices.empty()) {
+    std::vector<int> chosen = options.devices;
+    std::sort(chosen.begin(), chosen.end());
+    chosen.erase(std::unique(chosen.begin(), chosen.end()), chosen.end());
+    for (int index : chosen) {
+      auto found = by_index.find(index);
+      if (found == by_index.end()) {
+        return Fail(ErrorCode::kNotFound,
+                    fmt::format("no device {} (rasd has {})", index, by_index.size()));
+      }
+      if (!TakesNewWork(*found->second)) {
+        return Fail(ErrorCode::kDeviceIsolated,
+                    fmt::format("device {} is {}: it takes no new work", index,
+                                found->second->value("state", std::string("?"))));
+      }
+    }
+    return chosen;
+  }
+  const int wanted = std::max(1, options.count);
+  std::vector<const nlohmann::json*> serving;
+  for (const auto& [index, device] : by_index) {
+    if (TakesNewWork(*device)) serving.push_back(device);
+  }
+  if (static_cast<int>(serving.size()) < wanted) {
+    return Fail(ErrorCode::kUnavailable,
+                fmt::format("{} device(s) wanted, {} take new work", wanted, serving.size()));
+  }
+  std::stable_sort(serving.begin(), serving.end(), [](const auto* a, const auto* b) {
+    const bool a_healthy = a->value("state", std::string()) == "healthy";
+    const bool b_healthy = b->value("state", std::string()) == "healthy";
+    if (a_healthy != b_healthy) return a_healthy;
+    const auto a_jobs = a->contains("jobs") ? (*a)["jobs"].size() : 0;
+    const auto b_jobs = b->contains("jobs") ? (*b)["jobs"].size() : 0;
+    return a_jobs < b_jobs;
+  });
+  std::vector<int> chosen;
+  for (int i = 0; i < wanted; ++i) chosen.push_back(serving[static_cast<std::size_t>(i)]->value("index", -1));
+  std::sort(chosen.begin(), chosen.end());
+  return chosen;
+}
+
+std::map<std::string, std::string> VisibilityEnvironment(const nlohmann::json& devices,
+                                                         const std::vector<int>& chosen) {
+  std::map<std::string, std::string> environment;
+  environment["RASD_DEVICES"] = fmt::format("{}", fmt::join(chosen, ","));
+  std::vector<std::string> cuda, ascend;
+  bool host_has_cuda = false, host_has_ascend = false;
+  int ascend_position = 0;
+  for (const auto& device : devices) {
+    const std::string vendor = device.value("vendor", std::string());
+    const bool is_chosen =
+        std::find(chosen.begin(), chosen.end(), device.value("index", -1)) != chosen.end();
+    if (vendor == "nvidia") {
+      host_has_cuda = true;
+      std::string uuid = device.value("uuid", std::string());
+      if (!uuid.empty() && !uuid.starts_with("GPU-") && !uuid.starts_with("MIG-"))
+        uuid = "GPU-" + uuid;
+      if (is_chosen) cuda.push_back(uuid);
+    } else if (vendor == "huawei") {
+      host_has_ascend = true;
+      if (is_chosen) ascend.push_back(std::to_string(ascend_position));
+      ++ascend_position;
+    }
+  }
+  if (host_has_cuda) environment["CUDA_VISIBLE_DEVICES"] = fmt::format("{}", fmt::join(cuda, ","));
+  if (host_has_ascend) {
+    environment["ASCEND_RT_VISIBLE_DEVICES"] = fmt::format("{}", fmt::join(ascend, ","));
+  }
+  return environment;
+}
+
+int RunWorkload(const RunOptions& options) {
+  if (options.command.empty()) {
+    std::cerr << "rasctl: run: no command (rasctl run [OPTIONS] -- CMD [ARGS...])\n";
+    return 2;
+  }
+  auto client = ControlClient::Connect(options.socket, options.timeout);
+  if (!client) {
+    std::cerr << "rasctl: " << client.error().message << "\n";
+    return kExitUnreachable;
+  }
+  auto listed = client->Call("devices");
+  if (!listed) {
+    std::cerr << "rasctl: " << listed.error().message << "\n";
+    return kExitUnreachable;
+  }
+  if (!listed->value("ok", false)) {
+    std::cerr << "rasctl: run: devices: " << (*listed)["error"].value("message", "?") << "\n";
+    return kExitRefused;
+  }
+  const nlohmann::json devices = (*listed)["result"]["devices"];
+  auto chosen = ChooseDevices(devices, options);
+  if (!chosen) {
+    std::cerr << "rasctl: run: " << chosen.error().message << "\n";
+    return kExitRefused;
+  }
+  const auto environment = VisibilityEnvironment(devices, *chosen);
+  const std::string name =
+      options.name.empty() ? std::filesystem::path(options.command.front()).filename().string()
+                           : options.name;
+
+  // Signals for the child are taken through a signalfd from before the
+  // fork, so none is lost between the fork and the loop below.
+  sigset_t handled, previous;
+  sigemptyset(&handled);
+  for (int signal : kForwarded) sigaddset(&handled, signal);
+  sigaddset(&handled, SIGCHLD);
+  ::sigprocmask(SIG_BLOCK, &handled, &previous);
+  int go[2];
+  if (::pipe2(go, O_CLOEXEC) != 0) {
+    std::cerr << "rasctl: run: pipe: " << std::strerror(errno) << "\n";
+    return kExitCannotStart;
+  }
+  const pid_t child = ::fork();
+  if (child < 0) {
+    std::cerr << "rasctl: run: fork: " << std::strerror(errno) << "\n";
+    return kExitCannotStart;
+  }
+  if (child == 0) {
+    // Waits until rasd has it attached: no work starts unwatched. EOF
+    // (rasctl gave up) ends it before the command runs.
+    ::close(go[1]);
+    char byte = 0;
+    if (::read(go[0], &byte, 1) != 1) ::_exit(kExitCannotStart);
+    ::sigprocmask(SIG_SETMASK, &previous, nullptr);
+    for (const auto& [key, value] : environment) ::setenv(key.c_str(), value.c_str(), 1);
+    ::setenv("RASD_WORKLOAD_NAME", name.c_str(), 1);
+    std::vector<char*> argv;
+    for (const auto& word : options.command) argv.push_back(const_cast<char*>(word.c_str()));
+    argv.push_back(nullptr);
+    ::execvp(argv[0], argv.data());
+    const int error = errno;
+    const std::string why = fmt::format("rasctl: run: cannot start {}: {}\n",
+                                        options.command.front(), std::strerror(error));
+    (void)::write(STDERR_FILENO, why.data(), why.size());
+    ::_exit(kExitCannotStart);
+  }
+  ::close(go[0]);
+
+  nlohmann::json args = {{"pid", child},
+                         {"name", name},
+                         {"devices", *chosen},
+                         {"drain_signal", options.drain_signal}};
+  if (options.grace) args["grace_ms"] = options.grace->count();
+  auto attached = client->Call("attach", args);
+  if (!attached || !attached->value("ok", false)) {
+    ::close(go[1]);
+    int status = 0;
+    ::waitpid(child, &status, 0);
+    if (!attached) {
+      std::cerr << "rasctl: " << attached.error().message << "\n";
+      return kExitUnreachable;
+    }
+    std::cerr << "rasctl: run: attach: " << (*attached)["error"].value("message", "?") << "\n";
+    return kExitRefused;
+  }
+  const auto& result = (*attached)["result"];
+  std::cerr << fmt::format("rasctl run: '{}' (pid {}) on device(s) {}; drain signal {}, grace {} ms\n",
+                           name, child, fmt::join(*chosen, ","),
+                           result.value("drain_signal", std::string("?")),
+                           result.value("grace_ms", 0));
+  const char byte = 1;
+  (void)::write(go[1], &byte, 1);
+  ::close(go[1]);
+
+  const int signals = ::signalfd(-1, &handled, SFD_CLOEXEC | SFD_NONBLOCK);
+  bool connected = true;
+  for (;;) {
+    pollfd fds[2] = {{signals, POLLIN, 0}, {connected ? client->Fd() : -1, POLLIN, 0}};
+    if (::poll(fds, 2, -1) < 0 && errno != EINTR) break;
+    if ((fds[1].revents & (POLLIN | POLLHUP | POLLERR)) != 0) {
+      // Every message that has arrived.
+      for (;;) {
+        auto message = client->Next(std::chrono::milliseconds(0));
+        if (!message) {
+          std::cerr << "rasctl run: rasd closed the connection; '" << name
+                    << "' runs on, no longer watched\n";
+          connected = false;
+          break;
+        }
+        if (!*message) break;
+        std::cerr << "rasctl run: " << Say(**message) << "\n";
+      }
+    }
+    if ((fds[0].revents & POLLIN) != 0) {
+      signalfd_siginfo info{};
+      while (::read(signals, &info, sizeof info) == sizeof info) {
+        if (info.ssi_signo != SIGCHLD) {
+          ::kill(child, static_cast<int>(info.ssi_signo));
+          continue;
+        }
+        int status = 0;
+        if (::waitpid(child, &status, WNOHANG) == child) {
+          if (WIFEXITED(status)) return WEXITSTATUS(status);
+          if (WIFSIGNALED(status)) {
+            std::cerr << "rasctl run: '" << name << "' ended by signal " << WTERMSIG(status)
+                      << "\n";
+            return 128 + WTERMSIG(status);
+          }
+        }
+      }
+    }
+  }
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+}  // namespace rasd::ctl

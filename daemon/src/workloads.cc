@@ -1,0 +1,233 @@
+#include "workloads.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <signal.h>
+#include <sys/epoll.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "rasd/common/logging.h"
+
+namespace rasd::daemon {
+namespace {
+
+constexpr std::chrono::seconds kSweepPeriod{1};
+
+bool InService(runtime::HealthState state) {
+  return state == runtime::HealthState::kHealthy || state == runtime::HealthState::kDegraded;
+}
+
+std::string SignalName(int signal) {
+  const char* abbreviation = ::sigabbrev_np(signal);
+  return abbreviation ? fmt::format("SIG{}", abbreviation) : fmt::format("signal {}", signal);
+}
+
+}  // namespace
+
+Workloads::Workloads(common::EventLoop& loop, runtime::Runtime& runtime,
+                     const ProcessTable& processes, Options options, ReasonOf reason_of)
+    : loop_(loop),
+      runtime_(runtime),
+      processes_(processes),
+      options_(options),
+      reason_of_(std::move(reason_of)),
+      sweep_(loop.CreateTimer([this] {
+        Reconcile();
+        ArmSweep();
+      })) {
+  for (const auto& device : runtime_.Devices()) seen_[device->Index()] = device->Health();
+}
+
+Workloads::~Workloads() {
+  *alive_ = false;
+  sweep_->Disarm();
+  workloads_.clear();
+}
+
+void Workloads::ArmSweep() {
+  if (!workloads_.empty() && !sweep_->Armed()) sweep_->ArmAfter(kSweepPeriod);
+}
+
+Result<Subscribed> Workloads::Attach(WorkloadSpec spec, const PeerCredentials& peer, bool admin,
+                                     Push push) {
+  if (spec.pid < 0) return Fail(ErrorCode::kInvalidArgument, "pid must be positive");
+  const pid_t pid = spec.pid == 0 ? peer.pid : spec.pid;
+  if (pid <= 0) return Fail(ErrorCode::kInvalidArgument, "the connection names no process");
+  if (spec.devices.empty()) return Fail(ErrorCode::kInvalidArgument, "no devices named");
+  if (spec.drain_signal < 1 || spec.drain_signal > SIGRTMAX) {
+    return Fail(ErrorCode::kInvalidArgument,
+                fmt::format("drain_signal {} is not a signal", spec.drain_signal));
+  }
+  for (const auto& [id, workload] : workloads_) {
+    if (workload->pid == pid) {
+      return Fail(ErrorCode::kAlreadyExists,
+                  fmt::format("process {} is attached already (as '{}')", pid, workload->name));
+    }
+  }
+  std::sort(spec.devices.begin(), spec.devices.end());
+  spec.devices.erase(std::unique(spec.devices.begin(), spec.devices.end()), spec.devices.end());
+  for (int device : spec.devices) {
+    auto found = runtime_.GetDevice(device);
+    if (!found) return Fail(ErrorCode::kNotFound, fmt::format("no device {}", device));
+    if (!InService((*found)->Health())) {
+      return Fail(ErrorCode::kDeviceIsolated,
+                  fmt::format("device {} is {}: it takes no new work", device,
+                              runtime::HealthStateName((*found)->Health())));
+    }
+  }
+  // The pidfd first: from here on it names this process, whatever happens
+  // to the pid.
+  auto pidfd = processes_.Open(pid);
+  if (!pidfd) return Fail(pidfd.error());
+  auto owner = processes_.OwnerOf(pid);
+  if (!owner) return Fail(owner.error());
+  if (*owner != peer.uid && !admin) {
+    return Fail(ErrorCode::kPermissionDenied,
+                fmt::format("permission denied: process {} belongs to uid {}, not to uid {}; "
+                            "attaching another user's process needs an administrator",
+                            pid, *owner, peer.uid));
+  }
+
+  auto workload = std::make_unique<Workload>();
+  workload->id = next_id_++;
+  workload->pid = pid;
+  workload->uid = *owner;
+  workload->name = spec.name.empty() ? fmt::format("pid-{}", pid) : spec.name;
+  workload->devices = spec.devices;
+  workload->drain_signal = spec.drain_signal;
+  workload->grace = spec.grace.value_or(options_.default_grace);
+  workload->pidfd = std::move(*pidfd);
+  workload->push = std::move(push);
+  const std::uint64_t id = workload->id;
+  auto watch = loop_.WatchFd(workload->pidfd.Get(), EPOLLIN, [this, id](std::uint32_t) {
+    Forget(id, "exited");
+  });
+  if (!watch) return Fail(watch.error());
+  workload->exit_watch = std::move(*watch);
+  workload->kill_timer = loop_.CreateTimer([this, id] {
+    auto found = workloads_.find(id);
+    if (found == workloads_.end()) return;
+    Workload& late = *found->second;
+    RASD_LOG_WARN("workload '{}' (pid {}) still runs {} ms after its drain began: SIGKILL",
+                  late.name, late.pid, late.grace.count());
+    if (auto killed = processes_.Signal(late.pidfd, SIGKILL); !killed) {
+      RASD_LOG_WARN("workload '{}' (pid {}): {}", late.name, late.pid, killed.error().message);
+    }
+    late.state = "killed";
+    Send(late, {{"event", "killed"}, {"pid", late.pid}, {"signal", "SIGKILL"}});
+  });
+  RASD_LOG_INFO("workload '{}' (pid {}, uid {}) attached on device(s) {}; drain signal {}, grace "
+                "{} ms",
+                workload->name, pid, workload->uid, fmt::join(workload->devices, ","),
+                SignalName(workload->drain_signal), workload->grace.count());
+  nlohmann::json reply = {{"id", id},
+                          {"name", workload->name},
+                          {"pid", pid},
+                          {"devices", workload->devices},
+                          {"drain_signal", SignalName(workload->drain_signal)},
+                          {"grace_ms", workload->grace.count()},
+                          {"kill_after_grace", options_.kill_after_grace}};
+  workloads_.emplace(id, std::move(workload));
+  ArmSweep();
+  // The token: when the connection closes, the process is still followed
+  // (it may run on), but messages have nowhere to go.
+  std::shared_ptr<void> token(nullptr, [this, id, alive = alive_](void*) {
+    if (!*alive) return;
+    if (auto found = workloads_.find(id); found != workloads_.end()) found->second->push = nullptr;
+  });
+  return Subscribed{std::move(reply), std::move(token)};
+}
+
+void Workloads::Forget(std::uint64_t id, const char* why) {
+  auto found = workloads_.find(id);
+  if (found == workloads_.end()) return;
+  RASD_LOG_INFO("workload '{}' (pid {}) {}; forgotten", found->second->name, found->second->pid,
+                why);
+  // Out of the map first: its watch is running this callback.
+  std::unique_ptr<Workload> gone = std::move(found->second);
+  workloads_.erase(found);
+  loop_.Post([gone = std::shared_ptr<Workload>(std::move(gone))] {});
+}
+
+void Workloads::Send(Workload& workload, const nlohmann::json& message) {
+  if (workload.push && !workload.push(message)) workload.push = nullptr;
+}
+
+void Workloads::Reconcile() {
+  for (const auto& device : runtime_.Devices()) {
+    const int index = device->Index();
+    const runtime::HealthState now = device->Health();
+    const runtime::HealthState before = seen_[index];
+    seen_[index] = now;
+    if (now == before) continue;
+    const bool was_serving = InService(before), serving = InService(now);
+    for (auto& [id, workload] : workloads_) {
+      if (!std::binary_search(workload->devices.begin(), workload->devices.end(), index)) continue;
+      if (was_serving && !serving) {
+        Leaving(*workload, index, now);
+      } else if (!was_serving && !serving && now == runtime::HealthState::kIsolated) {
+        Send(*workload, {{"event", "isolated"}, {"device", index}, {"reason", reason_of_(index)}});
+      } else if (!was_serving && serving) {
+        Returned(*workload, index);
+      }
+    }
+  }
+}
+
+void Workloads::Leaving(Workload& workload, int device, runtime::HealthState state) {
+  const std::string reason = reason_of_(device);
+  nlohmann::json message = {{"event", "drain"},
+                            {"device", device},
+                            {"state", std::string(runtime::HealthStateName(state))},
+                            {"reason", reason},
+                            {"grace_ms", workload.grace.count()},
+                            {"kill_after_grace", options_.kill_after_grace}};
+  Send(workload, message);
+  if (workload.state != "running") return;  // signalled already, for another device
+  workload.state = "draining";
+  RASD_LOG_WARN("workload '{}' (pid {}): device {} is {} ({}); {}{}", workload.name, workload.pid,
+                device, runtime::HealthStateName(state), reason, SignalName(workload.drain_signal),
+                options_.kill_after_grace
+                    ? fmt::format(", SIGKILL in {} ms if it still runs", workload.grace.count())
+                    : std::string());
+  if (auto sent = processes_.Signal(workload.pidfd, workload.drain_signal); !sent) {
+    RASD_LOG_WARN("workload '{}' (pid {}): {}", workload.name, workload.pid, sent.error().message);
+  }
+  if (options_.kill_after_grace) workload.kill_timer->ArmAfter(workload.grace);
+}
+
+void Workloads::Returned(Workload& workload, int device) {
+  Send(workload, {{"event", "returned"}, {"device", device}});
+  if (workload.state != "draining") return;
+  for (int other : workload.devices) {
+    auto found = runtime_.GetDevice(other);
+    if (!found || !InService((*found)->Health())) return;
+  }
+  // Every device is back before the grace ended: no kill. The drain
+  // signal was sent; what the workload made of it is its own affair.
+  workload.kill_timer->Disarm();
+  workload.state = "running";
+  RASD_LOG_INFO("workload '{}' (pid {}): its devices are back in service; no kill", workload.name,
+                workload.pid);
+}
+
+nlohmann::json Workloads::Report() const {
+  nlohmann::json list = nlohmann::json::array();
+  for (const auto& [id, workload] : workloads_) {
+    list.push_back({{"id", id},
+                    {"name", workload->name},
+                    {"pid", workload->pid},
+                    {"uid", workload->uid},
+                    {"devices", workload->devices},
+                    {"state", workload->state},
+                    {"drain_signal", SignalName(workload->drain_signal)},
+                    {"grace_ms", workload->grace.count()},
+                    {"kill_after_grace", options_.kill_after_grace},
+                    {"connected", static_cast<bool>(workload->push)}});
+  }
+  return list;
+}
+
+}  // namespace rasd::daemon

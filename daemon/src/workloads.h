@@ -1,0 +1,116 @@
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "control_server.h"
+#include "process_table.h"
+#include "rasd/common/event_loop.h"
+#include "rasd/common/unique_fd.h"
+#include "rasd/runtime/runtime.h"
+
+namespace rasd::daemon {
+
+// What a process asks for when it attaches (`rasctl run` for its child, or
+// a program for itself).
+struct WorkloadSpec {
+  pid_t pid = 0;  // 0: the peer on the control connection itself
+  std::string name;
+  std::vector<int> devices;
+  int drain_signal = 15;                     // SIGTERM
+  std::optional<std::chrono::milliseconds> grace;  // unset: the registry's default
+};
+
+// Processes outside rasd that use its devices: an inference server, the
+// ranks of a training job. Each attaches over the control socket and keeps
+// that connection open; rasd follows the process with a pidfd and forgets
+// it when it exits.
+//
+// When a device a workload uses leaves service (draining or isolated, by
+// the policy, the heartbeat or an operator), the workload gets a pushed
+// {"event": "drain", ...} message on its connection and its drain signal;
+// if it still runs after its grace, SIGKILL (unless kill_after_grace is
+// off: then only the message and the signal). A device that returns to
+// service is announced with {"event": "returned"}; if every device of a
+// draining workload is back before its grace ends, the kill is called off.
+//
+// Who may attach what: anyone may attach a process of their own uid (the
+// peer's uid, from SO_PEERCRED, not from the request); an administrator
+// any process. The devices must exist and take new work.
+//
+// Loop thread only. Reconcile() compares the devices' gates with what was
+// last seen, so any path that changes a device (policy, heartbeat, operator)
+// reaches the workloads; the daemon calls it after each such change, and a
+// 1 s timer runs it while any workload is attached.
+class Workloads {
+ public:
+  struct Options {
+    std::chrono::milliseconds default_grace{30000};
+    bool kill_after_grace = true;
+  };
+  // The reason a device is out of service, for the message.
+  using ReasonOf = std::function<std::string(int device)>;
+
+  Workloads(common::EventLoop& loop, runtime::Runtime& runtime, const ProcessTable& processes,
+            Options options, ReasonOf reason_of);
+  ~Workloads();
+  Workloads(const Workloads&) = delete;
+  Workloads& operator=(const Workloads&) = delete;
+
+  void SetOptions(Options options) { options_ = options; }
+
+  // Registers `spec` for `peer`; `push` reaches the attach connection.
+  // kInvalidArgument, kNotFound (no such process or device),
+  // kPermissionDenied, kDeviceIsolated (a device not in service),
+  // kAlreadyExists (the process is attached already).
+  Result<Subscribed> Attach(WorkloadSpec spec, const PeerCredentials& peer, bool admin, Push push);
+
+  void Reconcile();
+
+  // Every attached workload: id, name, pid, uid, devices, state
+  // (running | draining | killed), grace, connected.
+  nlohmann::json Report() const;
+  std::size_t Count() const { return workloads_.size(); }
+
+ private:
+  struct Workload {
+    std::uint64_t id = 0;
+    pid_t pid = 0;
+    uid_t uid = 0;
+    std::string name;
+    std::vector<int> devices;
+    int drain_signal = 15;
+    std::chrono::milliseconds grace{0};
+    std::string state = "running";
+    common::UniqueFd pidfd;
+    std::unique_ptr<common::FdWatch> exit_watch;
+    std::unique_ptr<common::Timer> kill_timer;
+    Push push;  // empty once the connection closed
+  };
+  void Forget(std::uint64_t id, const char* why);
+  void Send(Workload& workload, const nlohmann::json& message);
+  void Leaving(Workload& workload, int device, runtime::HealthState state);
+  void Returned(Workload& workload, int device);
+  void ArmSweep();
+
+  common::EventLoop& loop_;
+  runtime::Runtime& runtime_;
+  const ProcessTable& processes_;
+  Options options_;
+  ReasonOf reason_of_;
+  std::map<std::uint64_t, std::unique_ptr<Workload>> workloads_;
+  std::map<int, runtime::HealthState> seen_;  // device -> state at the last Reconcile
+  std::uint64_t next_id_ = 1;
+  std::unique_ptr<common::Timer> sweep_;
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
+};
+
+}  // namespace rasd::daemon

@@ -1,0 +1,190 @@
+// Work that runs outside rasd: `rasctl run` against the real rasd, with
+// shell programs as the workloads (they read RASD_DEVICES and handle, or
+// ignore, SIGTERM), and attaches rasd must refuse.
+
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "test_support.h"
+
+namespace rasd::testing {
+namespace {
+
+class WorkloadsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string why;
+    ASSERT_TRUE(rasd_.Start({}, {}, &why)) << why;
+  }
+
+  // `rasctl run OPTIONS -- sh -c SCRIPT` in the background; its stderr in
+  // a file.
+  std::unique_ptr<Process> Run(std::vector<std::string> options, const std::string& script) {
+    std::vector<std::string> argv = {RASCTL_BINARY, "--socket", rasd_.Socket().string(), "run"};
+    argv.insert(argv.end(), options.begin(), options.end());
+    argv.insert(argv.end(), {"--", "/bin/sh", "-c", script});
+    return std::make_unique<Process>(ProcessOptions{
+        .argv = argv, .stdout_path = rasd_.Dir() / "run.out", .stderr_path = rasd_.Dir() / "run.err"});
+  }
+  bool WaitForFile(const std::filesystem::path& path, const std::string& text,
+                   std::chrono::milliseconds timeout = 5s) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (ReadText(path).find(text) != std::string::npos) return true;
+      std::this_thread::sleep_for(10ms);
+    }
+    return false;
+  }
+  nlohmann::json Workloads() { return rasd_.RasctlJson({"jobs"})["workloads"]; }
+
+  RasdInstance rasd_;
+};
+
+TEST_F(WorkloadsTest, RunGivesTheDevicesAndAnIsolationDrainsTheWorkloadWithItsSignal) {
+  const auto marks = rasd_.Dir() / "marks";
+  auto run = Run({"--devices", "1", "--name", "server", "--grace", "5s"},
+                 "echo \"devices=$RASD_DEVICES name=$RASD_WORKLOAD_NAME\" > " + marks.string() +
+                     "; trap 'echo term >> " + marks.string() +
+                     "; exit 7' TERM; while :; do sleep 0.02; done");
+  ASSERT_TRUE(WaitForFile(marks, "devices=1 name=server")) << ReadText(rasd_.Dir() / "run.err");
+  auto listed = Workloads();
+  ASSERT_EQ(listed.size(), 1U) << listed.dump();
+  EXPECT_EQ(listed[0]["name"], "server");
+  EXPECT_EQ(listed[0]["devices"], nlohmann::json({1}));
+  EXPECT_EQ(listed[0]["state"], "running");
+  EXPECT_EQ(listed[0]["connected"], true);
+
+  const auto isolated = std::chrono::steady_clock::now();
+  const auto result = rasd_.Rasctl({"isolate", "1", "--reason", "test isolation"});
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  const auto code = run->Wait(3s);
+  const auto took = std::chrono::steady_clock::now() - isolated;
+  ASSERT_TRUE(code.has_value()) << "the workload did not end after its device was isolated";
+  EXPECT_EQ(*code, 7) << "rasctl run exits with the workload's status";
+  EXPECT_LT(took, 2s);
+  EXPECT_NE(ReadText(marks).find("term"), std::string::npos) << "the drain signal reached it";
+  const std::string said = ReadText(rasd_.Dir() / "run.err");
+  EXPECT_NE(said.find("device 1 is isolated (test isolation): rasd sent the drain signal"),
+            std::string::npos)
+      << said;
+  // Forgotten once it exited.
+  const auto deadline = std::chrono::steady_clock::now() + 2s;
+  while (!Workloads().empty() && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(20ms);
+  EXPECT_TRUE(Workloads().empty()) << Workloads().dump();
+}
+
+TEST_F(WorkloadsTest, AWorkloadThatIgnoresTheSignalIsKilledAtItsGrace) {
+  const auto marks = rasd_.Dir() / "marks";
+  auto run = Run({"--devices", "2", "--grace", "400ms"},
+                 "trap '' TERM; echo up > " + marks.string() + "; while :; do sleep 0.02; done");
+  ASSERT_TRUE(WaitForFile(marks, "up")) << ReadText(rasd_.Dir() / "run.err");
+  const auto drained = std::chrono::steady_clock::now();
+  ASSERT_EQ(rasd_.Rasctl({"drain", "2", "--deadline", "1s"}).exit_code, 0);
+  const auto code = run->Wait(5s);
+  const auto took = std::chrono::steady_clock::now() - drained;
+  ASSERT_TRUE(code.has_value());
+  EXPECT_EQ(*code, 128 + SIGKILL);
+  EXPECT_GE(took, 350ms) << "killed before its grace";
+  EXPECT_LT(took, 2s);
+  EXPECT_NE(ReadText(rasd_.Dir() / "run.err").find("SIGKILL in 400 ms"), std::string::npos)
+      << ReadText(rasd_.Dir() / "run.err");
+}
+
+TEST_F(WorkloadsTest, OnlyTheWorkloadsOnTheDeviceAreDrained) {
+  const auto marks = rasd_.Dir() / "marks";
+  auto on_zero = Run({"--devices", "0", "--name", "zero"},
+                     "trap 'echo zero-term >> " + marks.string() +
+                         "; exit 0' TERM; echo zero-up >> " + marks.string() +
+                         "; while :; do sleep 0.02; done");
+  ASSERT_TRUE(WaitForFile(marks, "zero-up"));
+  auto on_three = std::make_unique<Process>(ProcessOptions{
+      .argv = {RASCTL_BINARY, "--socket", rasd_.Socket().string(), "run", "--devices", "3",
+               "--name", "three", "--", "/bin/sh", "-c",
+               "trap 'echo three-term >> " + marks.string() + "; exit 0' TERM; echo three-up >> " +
+                   marks.string() + "; while :; do sleep 0.02; done"}});
+  ASSERT_TRUE(WaitForFile(marks, "three-up"));
+  ASSERT_EQ(rasd_.Rasctl({"isolate", "3"}).exit_code, 0);
+  EXPECT_EQ(on_three->Wait(3s), 0);
+  std::this_thread::sleep_for(200ms);
+  EXPECT_TRUE(on_zero->Running()) << "a workload on another device was touched";
+  EXPECT_EQ(ReadText(marks).find("zero-term"), std::string::npos);
+  on_zero->Signal(SIGTERM);  // forwarded by rasctl run
+  EXPECT_EQ(on_zero->Wait(3s), 0);
+  EXPECT_NE(ReadText(marks).find("zero-term"), std::string::npos);
+}
+
+TEST_F(WorkloadsTest, RunRefusesADeviceOutOfServiceAndStartsNothing) {
+  ASSERT_EQ(rasd_.Rasctl({"isolate", "1"}).exit_code, 0);
+  const auto marks = rasd_.Dir() / "marks";
+  auto run = Run({"--devices", "1"}, "echo started > " + marks.string());
+  const auto code = run->Wait(5s);
+  ASSERT_TRUE(code.has_value());
+  EXPECT_EQ(*code, 1);
+  EXPECT_FALSE(std::filesystem::exists(marks)) << "the command ran on an isolated device";
+  EXPECT_NE(ReadText(rasd_.Dir() / "run.err").find("device 1 is isolated: it takes no new work"),
+            std::string::npos)
+      << ReadText(rasd_.Dir() / "run.err");
+}
+
+// One request on a connection made as `uid` (SO_PEERCRED is taken at
+// connect time): the reply.
+nlohmann::json AttachAs(const std::filesystem::path& socket, uid_t uid, const nlohmann::json& args) {
+  EXPECT_EQ(::seteuid(uid), 0);
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  std::strcpy(address.sun_path, socket.c_str());
+  const int connected = ::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address);
+  EXPECT_EQ(::seteuid(0), 0);
+  EXPECT_EQ(connected, 0) << std::strerror(errno);
+  const std::string line = nlohmann::json{{"command", "attach"}, {"args", args}}.dump() + "\n";
+  EXPECT_EQ(::send(fd, line.data(), line.size(), MSG_NOSIGNAL), static_cast<ssize_t>(line.size()));
+  std::string reply;
+  char buffer[4096];
+  while (reply.find('\n') == std::string::npos) {
+    pollfd pfd{fd, POLLIN, 0};
+    if (::poll(&pfd, 1, 5000) <= 0) break;
+    const ssize_t n = ::recv(fd, buffer, sizeof buffer, 0);
+    if (n <= 0) break;
+    reply.append(buffer, static_cast<std::size_t>(n));
+  }
+  ::close(fd);
+  return nlohmann::json::parse(reply.substr(0, reply.find('\n')), nullptr, false);
+}
+
+TEST_F(WorkloadsTest, HostileAttachesAreRefused) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root: connects as nobody (uid 65534)";
+  const auto refused = [&](uid_t uid, const nlohmann::json& args, const std::string& code,
+                           const std::string& says) {
+    const auto reply = AttachAs(rasd_.Socket(), uid, args);
+    EXPECT_EQ(reply.value("ok", true), false) << reply.dump();
+    EXPECT_EQ(reply["error"].value("code", ""), code) << reply.dump();
+    EXPECT_NE(reply["error"].value("message", "").find(says), std::string::npos) << reply.dump();
+  };
+  // Another user's process (pid 1 is root's), asked by nobody.
+  refused(65534, {{"pid", 1}, {"devices", {0}}}, "permission_denied", "belongs to uid 0");
+  // A device out of range, one that does not exist, no devices at all.
+  refused(0, {{"pid", ::getpid()}, {"devices", {9999999}}}, "invalid_argument", "devices");
+  refused(0, {{"pid", ::getpid()}, {"devices", {7}}}, "not_found", "no device 7");
+  refused(0, {{"pid", ::getpid()}}, "invalid_argument", "needs devices");
+  // A stale pid: a process that has exited.
+  Process gone({.argv = {"/bin/true"}});
+  ASSERT_EQ(gone.Wait(5s), 0);
+  refused(0, {{"pid", gone.Pid()}, {"devices", {0}}}, "not_found", "no process");
+  refused(0, {{"devices", {0}}, {"drain_signal", "NOPE"}}, "invalid_argument", "not a signal");
+  refused(0, {{"devices", {0}}, {"grace_ms", -1}}, "invalid_argument", "grace_ms");
+  EXPECT_TRUE(Workloads().empty());
+  // rasd is still up.
+  EXPECT_EQ(rasd_.Rasctl({"ping"}).exit_code, 0);
+}
+
+}  // namespace
+}  // namespace rasd::testing
