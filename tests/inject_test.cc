@@ -317,5 +317,40 @@ jobs:
   }
 }
 
+// A device that fails only when busy: nothing reports it, so nothing acts;
+// an operator's drain and undrain runs the self-test, whose load phase
+// refuses it (the one-at-a-time checks alone would pass it).
+TEST(InjectExactlyTest, AFaultOnlyUnderLoadIsReportedByNothingAndFailsTheUndrainsSelfTest) {
+  RasdInstance rasd;
+  rasd.WriteConfig(R"(simulator:
+  memory_mib: 64
+liveness:
+  period_ms: 0
+)");
+  std::string why;
+  ASSERT_TRUE(rasd.Start({}, {}, &why)) << why;
+  const auto injected = Json(rasd, {"inject", "load", "--device", "2"});
+  EXPECT_NE(injected["note"].get<std::string>().find("load phase"), std::string::npos)
+      << injected.dump();
+  std::this_thread::sleep_for(300ms);
+  EXPECT_TRUE(Json(rasd, {"events", "--device", "2"})["events"].empty());
+  EXPECT_TRUE(Json(rasd, {"actions", "--device", "2"})["actions"].empty());
+  EXPECT_EQ(StateOf(rasd, 2), "healthy") << "nothing noticed";
+
+  ASSERT_EQ(rasd.Rasctl({"drain", "2", "--reason", "burn-in"}).exit_code, 0);
+  const auto undrain = rasd.Rasctl({"undrain", "2"});
+  EXPECT_NE(undrain.exit_code, 0) << undrain.out;
+  EXPECT_NE((undrain.out + undrain.err).find("load 4 streams"), std::string::npos)
+      << undrain.out << undrain.err;
+  EXPECT_NE(StateOf(rasd, 2), "healthy");
+  const auto device = Json(rasd, {"devices", "2"})["devices"][0];
+  EXPECT_EQ(device["self_test"]["passed"], false) << device.dump();
+  // The same test passes on a sound device.
+  ASSERT_EQ(rasd.Rasctl({"drain", "1"}).exit_code, 0);
+  const auto sound = rasd.Rasctl({"undrain", "1"});
+  EXPECT_EQ(sound.exit_code, 0) << sound.err;
+  EXPECT_NE(sound.out.find("load 4 streams"), std::string::npos) << sound.out;
+}
+
 }  // namespace
 }  // namespace rasd::testing

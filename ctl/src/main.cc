@@ -302,11 +302,11 @@ int main(int argc, char** argv) {
   int inject_device = -1, inject_peer = -1, inject_mc = -1, inject_dimm = -1;
   std::uint64_t inject_count = 1;
   const std::vector<std::string> kInjectKinds = {"ce",   "ucna", "srao", "srar", "uce",
-                                                 "fatal", "xid", "link", "hang", "kmsg",
+                                                 "fatal", "xid", "link", "hang", "load", "kmsg",
                                                  "edac", "einj", "hwpoison"};
   inject
       ->add_option("kind", inject_kind,
-                   "ce, ucna, srao, srar, uce, fatal, xid, link, hang, kmsg, edac, einj, hwpoison")
+                   "ce, ucna, srao, srar, uce, fatal, xid, link, hang, load, kmsg, edac, einj, hwpoison")
       ->required()
       ->check(CLI::IsMember(kInjectKinds));
   inject->add_option("value", inject_value, "xid: the Xid number; kmsg: the record text");

@@ -66,6 +66,10 @@ struct SimDevice {
   DeviceProperties properties;
   std::atomic<DeviceCondition> condition{DeviceCondition::kOk};
   std::atomic<bool> hung{false};
+  // InjectLoadFault: a device-to-host copy flips a bit while another stream
+  // of the device has work queued or running: the device is busy.
+  std::atomic<bool> load_fault{false};
+  std::atomic<std::int64_t> pending_ops{0};  // enqueued, not yet finished, all streams
   // Guarded by SimDriverImpl::memory_mutex_.
   std::map<DeviceAddress, Reservation> reservations;
   std::set<DeviceAddress> poisoned_pages;
@@ -170,6 +174,7 @@ class SimStream {
       if (error_) return Fail(*error_);
       queue_.push_back(std::move(op));
       ++enqueued_;
+      device_.pending_ops.fetch_add(1);
       queued_.store(queue_.size(), std::memory_order_release);
       wake = sleeping_;
     }
@@ -223,6 +228,7 @@ class SimStream {
         ++reset_epoch_;
       }
       finished_.fetch_add(dropped.size(), std::memory_order_acq_rel);
+      device_.pending_ops.fetch_sub(static_cast<std::int64_t>(dropped.size()));
     }
     done_cv_.notify_all();
     work_cv_.notify_all();
@@ -231,6 +237,13 @@ class SimStream {
   }
 
   void Wake() { work_cv_.notify_all(); }
+  // Whether another stream of the device has work queued or running (this
+  // one's own, the op running now included, subtracted).
+  bool OthersBusy() {
+    std::lock_guard lock(mutex_);
+    const auto own = static_cast<std::int64_t>(enqueued_ - finished_.load());
+    return device_.pending_ops.load() - own > 0;
+  }
   std::uint64_t reset_epoch_ = 0;  // guarded by mutex_: non-sticky aborts (resets) so far
 
  private:
@@ -643,6 +656,13 @@ class SimDriverImpl final : public SimDriver {
     return {};
   }
 
+  Status InjectLoadFault(int device_index) override {
+    auto device = GetDevice(device_index);
+    if (!device) return Fail(device.error());
+    (*device)->load_fault.store(true);
+    return {};
+  }
+
   Status InjectFallOffBus(int device_index) override {
     auto device = GetDevice(device_index);
     if (!device) return Fail(device.error());
@@ -790,6 +810,7 @@ void SimStream::MarkFinished(const Status& status, std::uint64_t epoch) {
   // Sequentially consistent with the waiter's increment of waiters_ and its
   // read of finished_: either it sees this op finished, or we see it waiting.
   finished_.fetch_add(1);
+  device_.pending_ops.fetch_sub(1);
   if (waiters_.load() > 0) {
     { std::lock_guard lock(mutex_); }  // the waiter is inside wait() now
     done_cv_.notify_all();
@@ -906,6 +927,10 @@ Status SimStream::Execute(Op& op) {
           status = Fail(src.error());
         } else if (op.kind == Op::Kind::kDeviceToHost) {
           std::memcpy(op.host_dst, *src, op.bytes);
+          if (op.bytes > 0 && device_.load_fault.load(std::memory_order_relaxed) &&
+              OthersBusy()) {
+            static_cast<unsigned char*>(op.host_dst)[op.bytes / 2] ^= 0x10;
+          }
         } else {
           auto dst_device = driver_.GetDevice(op.dst_device);
           if (driver_.LinkDown(device_.properties.index, op.dst_device)) {

@@ -50,6 +50,11 @@ class CompositeDriver::RoutedFaults final : public FaultInjector {
     if (!target) return Fail(target.error());
     return target->faults->InjectHang(target->device);
   }
+  Status InjectLoadFault(int device) override {
+    auto target = Route(device);
+    if (!target) return Fail(target.error());
+    return target->faults->InjectLoadFault(target->device);
+  }
   Status InjectFallOffBus(int device) override {
     auto target = Route(device);
     if (!target) return Fail(target.error());

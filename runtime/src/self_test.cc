@@ -5,8 +5,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <condition_variable>
 #include <cstring>
 #include <functional>
+#include <mutex>
 #include <numeric>
 #include <span>
 
@@ -332,6 +334,9 @@ class MappedWords {
 
   bool Valid() const { return data_ != nullptr; }
   std::uint32_t* Data() const { return data_; }
+  // The same memory as floats (anonymous pages hold no object of any type
+  // until they are written).
+  float* Floats() const { return reinterpret_cast<float*>(data_); }
 
  private:
   std::size_t bytes_;
@@ -364,6 +369,154 @@ Status PatternChunk(Bench& bench, drivers::DeviceAddress address, std::uint64_t 
   return {};
 }
 
+// The load phase (SelfTestOptions::load_*). Every lane first waits for an
+// event on a gate stream that a host callback holds until all the lanes'
+// work is queued: released together, the lanes run at the same time, with
+// the device busy throughout (not one lane finishing before the next starts).
+// Values are small multiples of 1/2, so 2x + y is exact on any IEEE device
+// and results are compared bit for bit.
+SelfTestCheck LoadCheck(Runtime& runtime, int device, const SelfTestOptions& options) {
+  const auto lanes = static_cast<std::size_t>(options.load_streams);
+  const auto rounds = static_cast<std::size_t>(std::max(options.load_rounds, 1));
+  const std::size_t n = std::max<std::uint64_t>(options.load_bytes / sizeof(float), 1);
+  const std::uint64_t bytes = n * sizeof(float);
+  SelfTestCheck check{fmt::format("load {} streams", lanes), false, ""};
+  const auto names = runtime.Kernels().Names();
+  const bool axpy = std::find(names.begin(), names.end(), "axpy") != names.end();
+  auto pool = runtime.Pool(device);
+  if (!pool) {
+    check.detail = pool.error().message;
+    return check;
+  }
+  // Per lane: x and y inputs, then one result per round.
+  MappedWords inputs(lanes * 2 * n), results(lanes * rounds * n);
+  if (!inputs.Valid() || !results.Valid()) {
+    check.detail = "no host memory for the load phase's buffers";
+    return check;
+  }
+  struct Lane {
+    std::unique_ptr<Stream> stream;
+    Allocation x, y;
+  };
+  std::vector<Lane> running(lanes);
+  auto x_of = [&](std::size_t lane) { return inputs.Floats() + lane * 2 * n; };
+  auto y_of = [&](std::size_t lane) { return inputs.Floats() + (lane * 2 + 1) * n; };
+  auto result_of = [&](std::size_t lane, std::size_t round) {
+    return results.Floats() + (lane * rounds + round) * n;
+  };
+  // The gate: a callback that returns once `open` is set, then the event.
+  auto gate = runtime.CreateStream(device, {.owner = kOwner, .admission = Admission::kAdmittedJob});
+  if (!gate) {
+    check.detail = gate.error().message;
+    return check;
+  }
+  auto ready = runtime.CreateEvent(device);
+  if (!ready) {
+    check.detail = ready.error().message;
+    return check;
+  }
+  struct Latch {
+    std::mutex mutex;
+    std::condition_variable changed;
+    bool open = false;
+  };
+  auto latch = std::make_shared<Latch>();
+  auto open_gate = [&latch] {
+    {
+      std::lock_guard lock(latch->mutex);
+      latch->open = true;
+    }
+    latch->changed.notify_all();
+  };
+  Status queued = (*gate)->AddCallback([latch, limit = options.step_timeout](const Status&) {
+    std::unique_lock lock(latch->mutex);
+    latch->changed.wait_for(lock, limit, [&] { return latch->open; });
+  });
+  if (queued) queued = (*gate)->Record(**ready);
+  for (std::size_t lane = 0; lane < lanes && queued; ++lane) {
+    for (std::size_t i = 0; i < n; ++i) {
+      x_of(lane)[i] = 0.5f * static_cast<float>(static_cast<int>((i + lane) % 17) - 8);
+      y_of(lane)[i] = static_cast<float>(static_cast<int>((i * 7 + lane) % 13) - 6);
+    }
+    auto stream =
+        runtime.CreateStream(device, {.owner = kOwner, .admission = Admission::kAdmittedJob});
+    if (!stream) {
+      queued = Fail(stream.error());
+      break;
+    }
+    Lane& it = running[lane];
+    it.stream = std::move(*stream);
+    auto x = (*pool)->Allocate(bytes, *it.stream);
+    if (!x) {
+      queued = Fail(x.error());
+      break;
+    }
+    it.x = *x;
+    auto y = (*pool)->Allocate(bytes, *it.stream);
+    if (!y) {
+      queued = Fail(y.error());
+      break;
+    }
+    it.y = *y;
+    queued = it.stream->Wait(**ready);
+  }
+  for (std::size_t round = 0; round < rounds && queued; ++round) {
+    for (std::size_t lane = 0; lane < lanes && queued; ++lane) {
+      Lane& it = running[lane];
+      queued = it.stream->CopyToDevice(it.x.address, x_of(lane), bytes);
+      if (queued) queued = it.stream->CopyToDevice(it.y.address, y_of(lane), bytes);
+      if (queued && axpy) {
+        const KernelArg args[] = {KernelArg::Int(static_cast<std::int64_t>(n)),
+                                  KernelArg::Float(2.0f), KernelArg::Address(it.x.address),
+                                  KernelArg::Address(it.y.address)};
+        queued = it.stream->Launch("axpy", args);
+      } else if (queued) {
+        queued = it.stream->CopyDeviceToDevice(it.y.address, device, it.x.address, bytes);
+      }
+      if (queued) queued = it.stream->CopyToHost(result_of(lane, round), it.y.address, bytes);
+    }
+  }
+  // Waits for every lane, whatever happened: no copy may still write into
+  // the host buffers when they are unmapped. A lane past its time is aborted.
+  open_gate();
+  Status finished = queued;
+  if (auto done = (*gate)->Synchronize(options.step_timeout); !done && finished) finished = done;
+  for (auto& lane : running) {
+    if (!lane.stream) continue;
+    auto done = lane.stream->Synchronize(options.step_timeout);
+    if (!done && done.error().code == ErrorCode::kTimeout)
+      (void)lane.stream->Abort("self-test: the load phase did not finish in time");
+    if (!done && finished) finished = done;
+  }
+  for (auto& lane : running) {
+    if (lane.x) (void)(*pool)->Free(lane.x);
+    if (lane.y) (void)(*pool)->Free(lane.y);
+  }
+  if (!finished) {
+    check.detail = finished.error().message;
+    return check;
+  }
+  for (std::size_t lane = 0; lane < lanes; ++lane) {
+    for (std::size_t round = 0; round < rounds; ++round) {
+      const float* got = result_of(lane, round);
+      for (std::size_t i = 0; i < n; ++i) {
+        const float want = axpy ? 2.0f * x_of(lane)[i] + y_of(lane)[i] : x_of(lane)[i];
+        if (std::memcmp(&got[i], &want, sizeof want) != 0) {
+          check.detail = fmt::format(
+              "stream {} of {}, round {}: element {} is {} instead of {} (only under load: the "
+              "kernel checks passed one at a time)",
+              lane + 1, lanes, round + 1, i, got[i], want);
+          return check;
+        }
+      }
+    }
+  }
+  check.passed = true;
+  check.detail = fmt::format("{} rounds of {} KiB on each, {}", rounds, bytes >> 10,
+                             axpy ? "axpy" : "device-to-device copies");
+  return check;
+}
+
 }  // namespace
 
 std::string SelfTestReport::Summary() const {
@@ -372,8 +525,12 @@ std::string SelfTestReport::Summary() const {
   }
   std::size_t kernels = 0;
   for (const auto& check : checks) kernels += check.name.starts_with("kernel ") ? 1 : 0;
-  return fmt::format("passed: {} kernel(s), {} MiB pattern, {} ms", kernels,
-                     pattern_bytes_tested >> 20, duration.count());
+  std::string load;
+  for (const auto& check : checks) {
+    if (check.name.starts_with("load ")) load = ", " + check.name;
+  }
+  return fmt::format("passed: {} kernel(s), {} MiB pattern{}, {} ms", kernels,
+                     pattern_bytes_tested >> 20, load, duration.count());
 }
 
 SelfTestReport RunSelfTest(Runtime& runtime, int device, const SelfTestOptions& options) {
@@ -401,6 +558,11 @@ SelfTestReport RunSelfTest(Runtime& runtime, int device, const SelfTestOptions& 
         {"kernel " + name, result.has_value(), result ? "" : result.error().message});
     bench.ReleaseAll();
     if (!result) return finish();  // a broken device fails the rest the same way
+  }
+  if (options.load_streams > 0) {
+    bench.ReleaseAll();
+    report.checks.push_back(LoadCheck(runtime, device, options));
+    if (!report.checks.back().passed) return finish();
   }
   // Chunks of free memory until the budget or the pool runs out.
   std::vector<Allocation> held;

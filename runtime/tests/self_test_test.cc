@@ -1,5 +1,6 @@
 // The device self-test that gates a return to service: it passes on a
-// healthy device, and catches a sticky fault and a poisoned page.
+// healthy device, and catches a sticky fault, a poisoned page and a device
+// that fails only under load.
 
 #include "rasd/runtime/self_test.h"
 
@@ -30,6 +31,41 @@ TEST_F(RuntimeTest, SelfTestPassesOnAHealthyDeviceAndChecksEveryKernel) {
   EXPECT_EQ(runtime_->OwnersOn(2), std::vector<std::string>{}) << "its stream is gone";
   EXPECT_NE(report.Summary().find("passed: 10 kernel(s), 63 MiB"), std::string::npos)
       << report.Summary();
+}
+
+TEST_F(RuntimeTest, SelfTestLoadsSeveralStreamsAtOnce) {
+  const auto report = RunSelfTest(*runtime_, 2, AllOfIt());
+  ASSERT_TRUE(report.passed) << report.Summary();
+  const auto load = std::find_if(report.checks.begin(), report.checks.end(),
+                                 [](const auto& check) { return check.name == "load 4 streams"; });
+  ASSERT_NE(load, report.checks.end());
+  EXPECT_EQ(load->detail, "16 rounds of 64 KiB on each, axpy");
+  EXPECT_NE(report.Summary().find(", load 4 streams, "), std::string::npos) << report.Summary();
+}
+
+// A fault that shows only when the device is busy: the one-at-a-time kernel
+// checks and the pattern pass it; the load phase does not. Repeated, since
+// whether two streams overlap is up to the scheduler.
+TEST_F(RuntimeTest, OnlyTheLoadPhaseCatchesAFaultThatShowsUnderLoad) {
+  ASSERT_TRUE(sim_->InjectLoadFault(1).has_value());
+  SelfTestOptions idle = AllOfIt();
+  idle.load_streams = 0;
+  const auto without_load = RunSelfTest(*runtime_, 1, idle);
+  EXPECT_TRUE(without_load.passed) << "one operation at a time shows nothing: "
+                                   << without_load.Summary();
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    const auto report = RunSelfTest(*runtime_, 1, AllOfIt());
+    EXPECT_FALSE(report.passed) << "attempt " << attempt;
+    EXPECT_NE(report.Summary().find("failed: load 4 streams: stream "), std::string::npos)
+        << report.Summary();
+    EXPECT_NE(report.Summary().find("only under load"), std::string::npos) << report.Summary();
+  }
+  EXPECT_EQ(Pool(1).Stats().allocated_bytes, 0u) << "a failed load phase frees what it took";
+  EXPECT_EQ(runtime_->OwnersOn(1), std::vector<std::string>{}) << "its streams are gone";
+  // A hardware defect: a reset does not cure it.
+  ASSERT_TRUE(sim_->ResetDevice(1).has_value());
+  EXPECT_FALSE(RunSelfTest(*runtime_, 1, AllOfIt()).passed);
+  EXPECT_TRUE(RunSelfTest(*runtime_, 0, AllOfIt()).passed) << "the other devices are fine";
 }
 
 TEST_F(RuntimeTest, SelfTestRunsOnADrainingDeviceButNotAnIsolatedOne) {

@@ -178,6 +178,13 @@ class FaultInjector {
   // The device stops making progress: streams keep accepting work but run
   // none of it until ResetDevice. Nothing is reported: only timeouts tell.
   virtual Status InjectHang(int device) = 0;
+  // The device computes wrong results only under load: while another stream
+  // of the device is running an operation at the same moment, a copy back to
+  // the host comes back with one bit flipped (a marginal power rail or a
+  // thermal fault that one operation at a time never shows). Nothing is
+  // reported, and a reset does not cure it (a hardware defect): only a test
+  // that loads several streams at once and checks the results finds it.
+  virtual Status InjectLoadFault(int device) = 0;
   // The device falls off the bus (Xid 79): every call fails with
   // kDeviceFault, pending work fails, and no reset brings it back.
   virtual Status InjectFallOffBus(int device) = 0;

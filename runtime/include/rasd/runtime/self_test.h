@@ -17,6 +17,14 @@ struct SelfTestOptions {
   std::uint64_t chunk_bytes = 4ULL << 20;
   // Each step (a kernel and its copies, one chunk) must finish within this.
   std::chrono::milliseconds step_timeout{5000};
+  // The load phase: this many streams at once, each running `load_rounds`
+  // rounds of uploads, an axpy (a device-to-device copy where the backend
+  // has no kernels) and a read-back over buffers of `load_bytes`, every
+  // result compared exactly. A device that fails only when busy passes the
+  // one-at-a-time checks; this is where it shows. 0 streams: no load phase.
+  int load_streams = 4;
+  int load_rounds = 16;
+  std::uint64_t load_bytes = 64ULL << 10;
 };
 
 struct SelfTestCheck {
@@ -37,8 +45,9 @@ struct SelfTestReport {
 // Tells whether a device can be trusted with work again: every kernel of
 // the registry the test knows (fill, axpy, add, mul, relu, gemm, softmax,
 // reduce_sum, empty, sleep_us) runs on small inputs and matches a host
-// reference, then a write/read-back of two patterns over the pool's free
-// memory. Runs as an admitted job ("rasd-self-test"), so the device must be
+// reference, then the same device under load (several streams at once,
+// results checked), then a write/read-back of two patterns over the pool's
+// free memory. Runs as an admitted job ("rasd-self-test"), so the device must be
 // Draining or better; the caller opens the gate that far and decides what
 // the result means. A sticky fault, a lost device or a poisoned page fails
 // it. Never throws; a failure to even start is a failed report, not an
