@@ -9,7 +9,10 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
+
 #include <cstring>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "test_support.h"
@@ -26,12 +29,14 @@ class WorkloadsTest : public ::testing::Test {
 
   // `rasctl run OPTIONS -- sh -c SCRIPT` in the background; its stderr in
   // a file.
-  std::unique_ptr<Process> Run(std::vector<std::string> options, const std::string& script) {
+  std::unique_ptr<Process> Run(std::vector<std::string> options, const std::string& script,
+                               const std::string& files = "run") {
     std::vector<std::string> argv = {RASCTL_BINARY, "--socket", rasd_.Socket().string(), "run"};
     argv.insert(argv.end(), options.begin(), options.end());
     argv.insert(argv.end(), {"--", "/bin/sh", "-c", script});
-    return std::make_unique<Process>(ProcessOptions{
-        .argv = argv, .stdout_path = rasd_.Dir() / "run.out", .stderr_path = rasd_.Dir() / "run.err"});
+    return std::make_unique<Process>(ProcessOptions{.argv = argv,
+                                                    .stdout_path = rasd_.Dir() / (files + ".out"),
+                                                    .stderr_path = rasd_.Dir() / (files + ".err")});
   }
   bool WaitForFile(const std::filesystem::path& path, const std::string& text,
                    std::chrono::milliseconds timeout = 5s) {
@@ -184,6 +189,62 @@ TEST_F(WorkloadsTest, HostileAttachesAreRefused) {
   EXPECT_TRUE(Workloads().empty());
   // rasd is still up.
   EXPECT_EQ(rasd_.Rasctl({"ping"}).exit_code, 0);
+}
+
+// An uncorrectable error that names the process that met it (an Xid 94
+// line's pid=) kills exactly that workload: another on the same device runs
+// on, and a pid rasd does not follow is never signalled.
+TEST_F(WorkloadsTest, AnXidThatNamesAProcessKillsExactlyThatWorkload) {
+  const std::string loop = "while :; do sleep 0.05; done";
+  auto first = Run({"--devices", "1", "--name", "first"}, loop, "first");
+  auto second = Run({"--devices", "1", "--name", "second"}, loop, "second");
+  std::map<std::string, std::int64_t> pids;
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        pids.clear();
+        for (const auto& workload : Workloads())
+          pids[workload["name"].get<std::string>()] = workload["pid"].get<std::int64_t>();
+        return pids.size() == 2;
+      },
+      5s));
+  rasd_.AppendKmsg(fmt::format("3,601,9000000,-;NVRM: Xid (PCI:ffff:c2:00): 94, pid={}, "
+                               "name=sh, Contained: SM (0x1). RST: No, D-RST: No\n",
+                               pids["first"]));
+  const auto code = first->Wait(5s);
+  ASSERT_TRUE(code.has_value()) << "the named workload still runs; " << rasd_.Stderr();
+  EXPECT_EQ(*code, 128 + SIGKILL);
+  EXPECT_TRUE(WaitForFile(rasd_.Dir() / "first.err", "met an uncorrectable error on device 1"))
+      << ReadText(rasd_.Dir() / "first.err");
+  const auto left = Workloads();
+  ASSERT_EQ(left.size(), 1U) << left.dump();
+  EXPECT_EQ(left[0]["name"], "second");
+  EXPECT_EQ(left[0]["state"], "running");
+  const auto actions = rasd_.RasctlJson({"actions", "--device", "1"})["actions"];
+  ASSERT_FALSE(actions.empty());
+  EXPECT_EQ(actions[0]["action"], "kill-consumer");
+  EXPECT_EQ(actions[0]["result"], "ok");
+  EXPECT_NE(actions[0]["detail"].get<std::string>().find(
+                fmt::format("workload 'first' (pid {}) killed", pids["first"])),
+            std::string::npos)
+      << actions.dump();
+  EXPECT_EQ(rasd_.RasctlJson({"devices", "1"})["devices"][0]["state"], "healthy")
+      << "a contained error: the device serves on";
+
+  // A process rasd does not follow (this test itself) is named: nothing is
+  // signalled, and the action says why.
+  rasd_.AppendKmsg(fmt::format("3,602,9100000,-;NVRM: Xid (PCI:ffff:c2:00): 94, pid={}, "
+                               "name=gtest, Contained: SM (0x1). RST: No, D-RST: No\n",
+                               ::getpid()));
+  ASSERT_TRUE(WaitUntil(
+      [&] { return rasd_.RasctlJson({"actions", "--device", "1"})["actions"].size() >= 2; }, 5s));
+  const auto skipped = rasd_.RasctlJson({"actions", "--device", "1"})["actions"][0];
+  EXPECT_EQ(skipped["result"], "skipped") << skipped.dump();
+  EXPECT_NE(skipped["detail"].get<std::string>().find("is not a workload attached to rasd"),
+            std::string::npos)
+      << skipped.dump();
+  EXPECT_FALSE(second->Wait(200ms).has_value()) << "the other workload on device 1 runs on";
+  second->Signal(SIGTERM);
+  EXPECT_TRUE(second->Wait(5s).has_value());
 }
 
 }  // namespace

@@ -45,7 +45,13 @@ std::string Say(const nlohmann::json& message) {
                        message.value("reason", std::string("?")));
   }
   if (event == "returned") return fmt::format("device {} is back in service", device);
-  if (event == "killed") return "rasd killed the workload: its grace ended";
+  if (event == "killed") {
+    return message.contains("reason")
+               ? fmt::format("rasd killed the workload: it met an uncorrectable error on device "
+                             "{} ({})",
+                             device, message.value("reason", std::string("?")))
+               : std::string("rasd killed the workload: its grace ended");
+  }
   return message.dump();
 }
 
@@ -221,23 +227,26 @@ int RunWorkload(const RunOptions& options) {
 
   const int signals = ::signalfd(-1, &handled, SFD_CLOEXEC | SFD_NONBLOCK);
   bool connected = true;
+  // Prints every message that has arrived.
+  auto read_messages = [&](bool child_running) {
+    while (connected) {
+      auto message = client->Next(std::chrono::milliseconds(0));
+      if (!message) {
+        if (child_running) {
+          std::cerr << "rasctl run: rasd closed the connection; '" << name
+                    << "' runs on, no longer watched\n";
+        }
+        connected = false;
+        break;
+      }
+      if (!*message) break;
+      std::cerr << "rasctl run: " << Say(**message) << "\n";
+    }
+  };
   for (;;) {
     pollfd fds[2] = {{signals, POLLIN, 0}, {connected ? client->Fd() : -1, POLLIN, 0}};
     if (::poll(fds, 2, -1) < 0 && errno != EINTR) break;
-    if ((fds[1].revents & (POLLIN | POLLHUP | POLLERR)) != 0) {
-      // Every message that has arrived.
-      for (;;) {
-        auto message = client->Next(std::chrono::milliseconds(0));
-        if (!message) {
-          std::cerr << "rasctl run: rasd closed the connection; '" << name
-                    << "' runs on, no longer watched\n";
-          connected = false;
-          break;
-        }
-        if (!*message) break;
-        std::cerr << "rasctl run: " << Say(**message) << "\n";
-      }
-    }
+    if ((fds[1].revents & (POLLIN | POLLHUP | POLLERR)) != 0) read_messages(true);
     if ((fds[0].revents & POLLIN) != 0) {
       signalfd_siginfo info{};
       while (::read(signals, &info, sizeof info) == sizeof info) {
@@ -247,6 +256,8 @@ int RunWorkload(const RunOptions& options) {
         }
         int status = 0;
         if (::waitpid(child, &status, WNOHANG) == child) {
+          // What rasd said about it before it ended (why it was killed).
+          read_messages(false);
           if (WIFEXITED(status)) return WEXITSTATUS(status);
           if (WIFSIGNALED(status)) {
             std::cerr << "rasctl run: '" << name << "' ended by signal " << WTERMSIG(status)

@@ -317,7 +317,19 @@ Actuator::Outcome Actuator::RetirePage(const ras::Action& action) {
 
 Actuator::Outcome Actuator::KillConsumer(const ras::Action& action) {
   const auto& address = action.address;
-  if (!action.device || !address) return {ActionResult::kSkipped, "no device address in the event"};
+  if (!address && action.pid && action.device) {
+    // The record names the process, not the memory: only a workload rasd
+    // follows (by pidfd) is a process rasd may kill.
+    if (!consumer_killer_) return {ActionResult::kSkipped, "no workloads here to kill"};
+    auto killed = consumer_killer_(*action.pid, *action.device, action.reason);
+    if (!killed) return {ActionResult::kSkipped, killed.error().message};
+    return {ActionResult::kOk, *killed};
+  }
+  if (!action.device || !address) {
+    return {ActionResult::kSkipped,
+            action.pid ? "the event names a process but no device"
+                       : "the event names neither a device address nor a process"};
+  }
   auto pool = runtime_.Pool(*action.device);
   if (!pool) return {ActionResult::kFailed, pool.error().message};
   const auto owner = (*pool)->OwnerOf(*address);

@@ -72,6 +72,14 @@ class Actuator {
     node_drainer_ = std::move(drainer);
   }
 
+  // Where kill-consumer goes for an event that names a process (an Xid's
+  // pid=) rather than a device address: the attached workloads. It returns
+  // what it did, or an error that says why nothing was killed (the action
+  // is then stored as skipped). Unset: such events are skipped.
+  using ConsumerKiller =
+      std::function<Result<std::string>(std::int64_t pid, int device, const std::string& reason)>;
+  void SetConsumerKiller(ConsumerKiller killer) { consumer_killer_ = std::move(killer); }
+
   // Applies what the store remembers: device states close the gates before
   // any work is admitted, retired pages leave the pools again.
   void Restore();
@@ -150,6 +158,7 @@ class Actuator {
   std::vector<ras::RetiredPageRecord> pending_pages_;
   std::vector<int> newly_isolated_;
   std::function<std::string(const std::string& reason)> node_drainer_;
+  ConsumerKiller consumer_killer_;
 
   mutable std::mutex mutex_;  // guards counts_ and the hook bookkeeping
   std::map<std::string, std::uint64_t> counts_;

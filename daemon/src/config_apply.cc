@@ -32,7 +32,8 @@ DeviceLifecycle::Options LifecycleOptions(const Config& config,
 
 Workloads::Options WorkloadOptions(const Config& config) {
   return {.default_grace = config.workloads.grace,
-          .kill_after_grace = config.workloads.on_drain == "kill"};
+          .kill_after_grace = config.workloads.on_drain == "kill",
+          .kill_consumer = config.workloads.kill_consumer};
 }
 
 DeviceHeartbeat::Options HeartbeatOptions(const Config& config) {

@@ -457,6 +457,11 @@ void AddPolicyKeys(std::vector<ConfigKey>& keys) {
                      OneOf({"kill", "notify"}),
                      "`kill`: a workload still running at the end of its grace gets SIGKILL; "
                      "`notify`: only the message and its drain signal (docs/workloads.md)"));
+  keys.push_back(Row("workloads.kill_consumer", kLive, RASD_CONFIG_FIELD(workloads.kill_consumer),
+                     Bool(),
+                     "an uncorrectable error that names the process that met it (an Xid 94 "
+                     "line's `pid=`) SIGKILLs that process if it is an attached workload on that "
+                     "device, and never any other process; off: stored as skipped"));
   keys.push_back(Row("policy.hook_timeout_ms", kLive, RASD_CONFIG_FIELD(policy.hook_timeout),
                      Milliseconds(100, 600'000),
                      "a `run-hook` program is killed (with its process group) after this"));

@@ -240,6 +240,11 @@ Status Daemon::StartControl() {
                               metrics_state_->Refresh();
                               workloads_->Reconcile();
                             }});
+  actuator_->SetConsumerKiller(
+      [this](std::int64_t pid, int device, const std::string& reason) -> Result<std::string> {
+        if (!workloads_) return Fail(ErrorCode::kUnavailable, "rasd is stopping");
+        return workloads_->KillConsumer(pid, device, reason);
+      });
   auto server = ControlServer::Create(*loop_, std::move(listen_fd), ServerOptions(config_),
                                       authorizer_, control_api_->Commands());
   if (!server) return Fail(server.error());

@@ -176,6 +176,48 @@ void Workloads::Reconcile() {
   }
 }
 
+Result<std::string> Workloads::KillConsumer(std::int64_t pid, int device,
+                                            const std::string& reason) {
+  Workload* consumer = nullptr;
+  for (auto& [id, workload] : workloads_) {
+    if (workload->pid == pid) consumer = workload.get();
+  }
+  if (consumer == nullptr) {
+    return Fail(ErrorCode::kNotFound,
+                fmt::format("process {} is not a workload attached to rasd: not killed (rasd "
+                            "kills only the processes it follows)",
+                            pid));
+  }
+  if (!std::binary_search(consumer->devices.begin(), consumer->devices.end(), device)) {
+    return Fail(ErrorCode::kNotFound,
+                fmt::format("workload '{}' (pid {}) is not attached on device {}: not killed",
+                            consumer->name, pid, device));
+  }
+  if (!options_.kill_consumer) {
+    return Fail(ErrorCode::kUnavailable,
+                fmt::format("workload '{}' (pid {}) met the error; workloads.kill_consumer is "
+                            "off: not killed",
+                            consumer->name, pid));
+  }
+  // The message first: whoever watches the connection learns why before
+  // the process is gone.
+  Send(*consumer, {{"event", "killed"},
+                   {"pid", consumer->pid},
+                   {"signal", "SIGKILL"},
+                   {"device", device},
+                   {"reason", reason}});
+  if (auto killed = processes_.Signal(consumer->pidfd, SIGKILL); !killed) {
+    return Fail(killed.error().code, fmt::format("workload '{}' (pid {}): {}", consumer->name,
+                                                 pid, killed.error().message));
+  }
+  consumer->state = "killed";
+  RASD_LOG_WARN("workload '{}' (pid {}) consumed an uncorrectable error on device {}: SIGKILL",
+                consumer->name, pid, device);
+  return fmt::format("workload '{}' (pid {}) killed: it met the error on device {}; no other "
+                     "process",
+                     consumer->name, pid, device);
+}
+
 void Workloads::Leaving(Workload& workload, int device, runtime::HealthState state) {
   const std::string reason = reason_of_(device);
   nlohmann::json message = {{"event", "drain"},

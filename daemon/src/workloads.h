@@ -55,6 +55,7 @@ class Workloads {
   struct Options {
     std::chrono::milliseconds default_grace{30000};
     bool kill_after_grace = true;
+    bool kill_consumer = true;
   };
   // The reason a device is out of service, for the message.
   using ReasonOf = std::function<std::string(int device)>;
@@ -74,6 +75,14 @@ class Workloads {
   Result<Subscribed> Attach(WorkloadSpec spec, const PeerCredentials& peer, bool admin, Push push);
 
   void Reconcile();
+
+  // An error consumed by process `pid` on `device` (an Xid's pid=): the
+  // attached workload with that pid and that device gets SIGKILL (through
+  // its pidfd) and a {"event": "killed", "reason": ...} message. Returns
+  // what was done; kNotFound when no attached workload is that process on
+  // that device (nothing is killed: rasd kills only what it follows),
+  // kUnavailable when kill_consumer is off.
+  Result<std::string> KillConsumer(std::int64_t pid, int device, const std::string& reason);
 
   // Every attached workload: id, name, pid, uid, devices, state
   // (running | draining | killed), grace, connected.

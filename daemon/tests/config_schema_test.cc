@@ -83,7 +83,7 @@ inject: {allow_sources: true, allow_hardware: true}
 scheduler: {kind: slurm, node: n1, scontrol: /opt/scontrol, resume_on_undrain: false}
 jobs: [{name: j, kind: inference}]
 liveness: {period_ms: 0, deadline_ms: 300, misses: 5}
-workloads: {grace_ms: 1500, on_drain: notify}
+workloads: {grace_ms: 1500, on_drain: notify, kill_consumer: false}
 simulator: {devices: 2, memory_mib: 64}
 )",
                                   "changed.yaml");

@@ -122,9 +122,10 @@ std::vector<PolicyRule> DefaultRules(const PolicyConfig& config) {
       // still names it.
       Rule("srar-device-memory", Severity::kSrar, C::kDeviceMemory,
            {A::kKillConsumer, A::kRetirePage}),
-      // Without an address (Xid 94) the driver has already ended the
-      // consumer; the device serves on.
-      Rule("srar-device", Severity::kSrar, C::kDevice, {A::kRecord}),
+      // Without an address (Xid 94, a contained error) the device serves
+      // on; the process the record names (pid=) must end: it is killed if it
+      // is a workload attached to rasd, never another process.
+      Rule("srar-device", Severity::kSrar, C::kDevice, {A::kKillConsumer}),
       // The kernel kills a host consumer itself.
       Rule("srar-host", Severity::kSrar, std::nullopt, {A::kRecord}),
       Rule("uce-device-memory", Severity::kUce, C::kDeviceMemory,
@@ -226,6 +227,7 @@ std::vector<Action> PolicyEngine::DecideLive(const RasEvent& event, std::chrono:
     action.kind = kind;
     action.device = event.device;
     if (event.address) action.address = event.address->value;
+    action.pid = event.pid;
     action.rule = rule;
     action.reason = std::move(reason);
     actions.push_back(std::move(action));

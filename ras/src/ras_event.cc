@@ -101,6 +101,7 @@ RasEvent EventFromRecord(ScannedRecord&& record, std::string source,
   event.pci_bdf = std::move(record.pci_bdf);
   event.address = std::move(record.address);
   event.vendor_code = record.xid;
+  event.pid = record.pid;
   event.count = record.count;
   event.historical = record.historical;
   event.summary = std::move(record.message);

@@ -149,5 +149,25 @@ std::string Name(const ::testing::TestParamInfo<FamilyCase>& info) {
 
 INSTANTIATE_TEST_SUITE_P(Families, FormatFamilyTest, ::testing::ValuesIn(kCases), Name);
 
+// The process an Xid names (NVIDIA's "pid=N, name=..."), for kill-consumer;
+// "pid='<unknown>'" and no pid at all name none.
+TEST(XidPidTest, TheNamedProcessIsKeptAndAnUnknownOneIsNot) {
+  const auto named = ScanKernelLog(
+      "[  365.9] NVRM: Xid (PCI:0000:01:00): 94, pid=13705, name=python3, Contained: SM (0x1). "
+      "RST: No, D-RST: No\n");
+  ASSERT_EQ(named.size(), 1U);
+  EXPECT_EQ(named[0].severity, Severity::kSrar);
+  EXPECT_EQ(named[0].pid, 13705);
+  for (const char* none :
+       {"NVRM: Xid (PCI:0000:00:08): 94, pid='<unknown>', name=<unknown>, Contained: SM (0x1).\n",
+        "NVRM: Xid (PCI:0000:00:08): 79, GPU has fallen off the bus.\n",
+        "NVRM: Xid (PCI:0000:00:08): 94, pid=0, name=x, Contained: SM (0x1).\n",
+        "NVRM: Xid (PCI:0000:00:08): 94, pid=99999999999, name=x, Contained: SM (0x1).\n"}) {
+    const auto records = ScanKernelLog(none);
+    ASSERT_EQ(records.size(), 1U) << none;
+    EXPECT_FALSE(records[0].pid.has_value()) << none;
+  }
+}
+
 }  // namespace
 }  // namespace rasd::ras

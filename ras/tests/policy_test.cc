@@ -72,7 +72,7 @@ INSTANTIATE_TEST_SUITE_P(
         Row{"SRAR_device_memory",
             Event(Severity::kSrar, 2, "0x3000"),
             {A::kKillConsumer, A::kRetirePage}},
-        Row{"SRAR_device_no_address", Event(Severity::kSrar, 2, std::nullopt), {A::kRecord}},
+        Row{"SRAR_device_no_address", Event(Severity::kSrar, 2, std::nullopt), {A::kKillConsumer}},
         Row{"UCE_host_memory", HostEdac(Severity::kUce), {A::kRecord}},
         Row{"UCE_device",
             Event(Severity::kUce, 0, std::nullopt),

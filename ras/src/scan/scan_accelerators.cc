@@ -85,6 +85,14 @@ bool KernelLogScanner::ScanNvidia(const LogLine& line) {
     record.xid = static_cast<int>(*xid);
     record.pci_bdf = std::string(bdf);
     record.address = XidAddress(record.xid.value_or(0), detail);
+    // "pid=13705, name=python": the process that met the error ("pid='<unknown>'"
+    // names none).
+    if (const std::size_t at = detail.find("pid="); at != std::string_view::npos) {
+      std::string_view digits = detail.substr(at + 4);
+      digits = digits.substr(0, digits.find_first_not_of("0123456789"));
+      if (const auto pid = ParseNumber(digits); pid && *pid > 0 && *pid <= 4'194'304)
+        record.pid = static_cast<std::int64_t>(*pid);
+    }
     return true;
   }
   if (StartsWith(body, "GPU ") && Contains(body, "RmInitAdapter failed")) {

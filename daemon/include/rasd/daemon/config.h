@@ -134,6 +134,7 @@ struct Config {
   struct Workloads {
     std::chrono::milliseconds grace{30000};  // when the workload names none
     std::string on_drain = "kill";           // kill | notify
+    bool kill_consumer = true;               // SIGKILL the process an error names
     bool operator==(const Workloads&) const = default;
   } workloads;
   // Jobs to start at boot (none by default: a production node runs its

@@ -32,6 +32,9 @@ struct ScannedRecord {
   std::optional<std::string> pci_bdf;  // as printed
   std::optional<int> mc;
   std::optional<Address> address;
+  // The process the record names as the one that met the error (NVIDIA's
+  // "pid=1234" after an Xid); not in ToJson.
+  std::optional<std::int64_t> pid;
   std::uint64_t count = 1;             // errors the record reports
   std::uint64_t tag = 0;               // the caller's tag of its first line (kmsg: the timestamp)
   // Where its first and last lines sit in the caller's stream (kmsg: their

@@ -136,6 +136,7 @@ struct Action {
   ActionKind kind = ActionKind::kRecord;
   std::optional<int> device;
   std::optional<std::uint64_t> address;  // the event's address, as decoded
+  std::optional<std::int64_t> pid;       // the process the event names (Xid pid=)
   std::string rule;                      // the rule that decided
   std::string reason;                    // one line for people and the store
   std::vector<std::string> hook;

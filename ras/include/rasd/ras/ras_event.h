@@ -25,6 +25,10 @@ struct RasEvent {
   std::optional<std::string> pci_bdf;
   std::optional<Address> address;
   std::optional<int> vendor_code;  // Xid number, Ascend code
+  // The process the source names as the one that met the error (an Xid's
+  // pid=): kill-consumer's target where no device address names one. Not
+  // stored.
+  std::optional<std::int64_t> pid;
   std::uint64_t count = 1;         // errors this event stands for
   bool historical = false;         // from a previous boot (BERT, pstore)
   // Logged in this boot before rasd's first start in it: the kernel's ring
