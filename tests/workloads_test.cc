@@ -243,6 +243,15 @@ TEST_F(WorkloadsTest, AnXidThatNamesAProcessKillsExactlyThatWorkload) {
             std::string::npos)
       << skipped.dump();
   EXPECT_FALSE(second->Wait(200ms).has_value()) << "the other workload on device 1 runs on";
+  const int port = rasd_.RasctlJson({"status"})["metrics"]["port"].get<int>();
+  const std::string metrics = Http(port, "GET", "/metrics");
+  EXPECT_NE(metrics.find("rasd_workload_signals_total{reason=\"consumer_kill\"} 1"),
+            std::string::npos)
+      << metrics;
+  EXPECT_NE(metrics.find("rasd_workload_signals_total{reason=\"grace_kill\"} 0"),
+            std::string::npos);
+  EXPECT_NE(metrics.find("rasd_workloads{state=\"running\"} 1"), std::string::npos);
+  EXPECT_NE(metrics.find("rasd_workload_attaches_total{result=\"ok\"} 2"), std::string::npos);
   second->Signal(SIGTERM);
   EXPECT_TRUE(second->Wait(5s).has_value());
 }

@@ -240,6 +240,7 @@ Status Daemon::StartControl() {
                               metrics_state_->Refresh();
                               workloads_->Reconcile();
                             }});
+  metrics_state_->SetWorkloads(workloads_.get());
   actuator_->SetConsumerKiller(
       [this](std::int64_t pid, int device, const std::string& reason) -> Result<std::string> {
         if (!workloads_) return Fail(ErrorCode::kUnavailable, "rasd is stopping");

@@ -110,6 +110,12 @@ exporters::MetricsSnapshot DaemonMetrics::Now() const {
         count;
   }
   if (scheduler_) snapshot.scheduler_actions = scheduler_->Counts();
+  if (workloads_) {
+    const auto counts = workloads_->PublishedCounts();
+    snapshot.workloads = counts.by_state;
+    snapshot.workload_signals = counts.signals;
+    snapshot.workload_attaches = counts.attaches;
+  }
   const auto reports = jobs_.Report();
   {
     // A collective's re-forms are seen when scraped: no loop timer polls

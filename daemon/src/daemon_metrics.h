@@ -10,6 +10,7 @@
 #include "device_heartbeat.h"
 #include "ras_ingest.h"
 #include "ras_pipeline.h"
+#include "workloads.h"
 #include "rasd/common/event_loop.h"
 #include "rasd/exporters/metrics.h"
 #include "rasd/jobs/job_manager.h"
@@ -35,6 +36,7 @@ class DaemonMetrics {
   // The sources' counters, once the ingest exists.
   void SetIngest(const RasIngest* ingest) { ingest_ = ingest; }
   void SetHeartbeat(const DeviceHeartbeat* heartbeat) { heartbeat_ = heartbeat; }
+  void SetWorkloads(const Workloads* workloads) { workloads_ = workloads; }
   void ObserveBatch(const HandledBatch& batch);
   void Refresh();
   exporters::MetricsSnapshot Now() const;
@@ -48,6 +50,7 @@ class DaemonMetrics {
   const RasPipeline& pipeline_;
   const RasIngest* ingest_ = nullptr;
   const DeviceHeartbeat* heartbeat_ = nullptr;
+  const Workloads* workloads_ = nullptr;
   std::unique_ptr<common::Timer> timer_;
   std::map<int, std::chrono::nanoseconds> draining_since_;  // loop monotonic time
 

@@ -38,6 +38,22 @@ Workloads::Workloads(common::EventLoop& loop, runtime::Runtime& runtime,
         ArmSweep();
       })) {
   for (const auto& device : runtime_.Devices()) seen_[device->Index()] = device->Health();
+  totals_.signals = {{"drain", 0}, {"grace_kill", 0}, {"consumer_kill", 0}};
+  totals_.attaches = {{"ok", 0}, {"refused", 0}};
+  Publish();
+}
+
+void Workloads::Publish() {
+  Counts counts = totals_;
+  counts.by_state = {{"running", 0}, {"draining", 0}, {"killed", 0}};
+  for (const auto& [id, workload] : workloads_) ++counts.by_state[workload->state];
+  std::lock_guard lock(published_mutex_);
+  published_ = std::move(counts);
+}
+
+Workloads::Counts Workloads::PublishedCounts() const {
+  std::lock_guard lock(published_mutex_);
+  return published_;
 }
 
 Workloads::~Workloads() {
@@ -52,6 +68,14 @@ void Workloads::ArmSweep() {
 
 Result<Subscribed> Workloads::Attach(WorkloadSpec spec, const PeerCredentials& peer, bool admin,
                                      Push push) {
+  auto attached = AttachOne(std::move(spec), peer, admin, std::move(push));
+  ++totals_.attaches[attached ? "ok" : "refused"];
+  Publish();
+  return attached;
+}
+
+Result<Subscribed> Workloads::AttachOne(WorkloadSpec spec, const PeerCredentials& peer,
+                                        bool admin, Push push) {
   if (spec.pid < 0) return Fail(ErrorCode::kInvalidArgument, "pid must be positive");
   const pid_t pid = spec.pid == 0 ? peer.pid : spec.pid;
   if (pid <= 0) return Fail(ErrorCode::kInvalidArgument, "the connection names no process");
@@ -116,7 +140,9 @@ Result<Subscribed> Workloads::Attach(WorkloadSpec spec, const PeerCredentials& p
       RASD_LOG_WARN("workload '{}' (pid {}): {}", late.name, late.pid, killed.error().message);
     }
     late.state = "killed";
+    ++totals_.signals["grace_kill"];
     Send(late, {{"event", "killed"}, {"pid", late.pid}, {"signal", "SIGKILL"}});
+    Publish();
   });
   RASD_LOG_INFO("workload '{}' (pid {}, uid {}) attached on device(s) {}; drain signal {}, grace "
                 "{} ms",
@@ -149,6 +175,7 @@ void Workloads::Forget(std::uint64_t id, const char* why) {
   std::unique_ptr<Workload> gone = std::move(found->second);
   workloads_.erase(found);
   loop_.Post([gone = std::shared_ptr<Workload>(std::move(gone))] {});
+  Publish();
 }
 
 void Workloads::Send(Workload& workload, const nlohmann::json& message) {
@@ -211,6 +238,8 @@ Result<std::string> Workloads::KillConsumer(std::int64_t pid, int device,
                                                  pid, killed.error().message));
   }
   consumer->state = "killed";
+  ++totals_.signals["consumer_kill"];
+  Publish();
   RASD_LOG_WARN("workload '{}' (pid {}) consumed an uncorrectable error on device {}: SIGKILL",
                 consumer->name, pid, device);
   return fmt::format("workload '{}' (pid {}) killed: it met the error on device {}; no other "
@@ -236,7 +265,10 @@ void Workloads::Leaving(Workload& workload, int device, runtime::HealthState sta
                     : std::string());
   if (auto sent = processes_.Signal(workload.pidfd, workload.drain_signal); !sent) {
     RASD_LOG_WARN("workload '{}' (pid {}): {}", workload.name, workload.pid, sent.error().message);
+  } else {
+    ++totals_.signals["drain"];
   }
+  Publish();
   if (options_.kill_after_grace) workload.kill_timer->ArmAfter(workload.grace);
 }
 
@@ -251,6 +283,7 @@ void Workloads::Returned(Workload& workload, int device) {
   // signal was sent; what the workload made of it is its own affair.
   workload.kill_timer->Disarm();
   workload.state = "running";
+  Publish();
   RASD_LOG_INFO("workload '{}' (pid {}): its devices are back in service; no kill", workload.name,
                 workload.pid);
 }

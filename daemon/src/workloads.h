@@ -7,6 +7,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -89,6 +90,15 @@ class Workloads {
   nlohmann::json Report() const;
   std::size_t Count() const { return workloads_.size(); }
 
+  // For the metrics thread: any thread; a copy taken after the last change.
+  // Every label is always present (bounded: states, reasons, results).
+  struct Counts {
+    std::map<std::string, std::uint64_t> by_state;  // running, draining, killed
+    std::map<std::string, std::uint64_t> signals;   // drain, grace_kill, consumer_kill
+    std::map<std::string, std::uint64_t> attaches;  // ok, refused
+  };
+  Counts PublishedCounts() const;
+
  private:
   struct Workload {
     std::uint64_t id = 0;
@@ -104,11 +114,14 @@ class Workloads {
     std::unique_ptr<common::Timer> kill_timer;
     Push push;  // empty once the connection closed
   };
+  Result<Subscribed> AttachOne(WorkloadSpec spec, const PeerCredentials& peer, bool admin,
+                               Push push);
   void Forget(std::uint64_t id, const char* why);
   void Send(Workload& workload, const nlohmann::json& message);
   void Leaving(Workload& workload, int device, runtime::HealthState state);
   void Returned(Workload& workload, int device);
   void ArmSweep();
+  void Publish();  // after every change: the counts the metrics thread reads
 
   common::EventLoop& loop_;
   runtime::Runtime& runtime_;
@@ -120,6 +133,9 @@ class Workloads {
   std::uint64_t next_id_ = 1;
   std::unique_ptr<common::Timer> sweep_;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
+  Counts totals_;  // signals and attaches so far (by_state unused): loop thread
+  mutable std::mutex published_mutex_;
+  Counts published_;  // guarded by published_mutex_
 };
 
 }  // namespace rasd::daemon

@@ -241,6 +241,39 @@ std::vector<MetricFamily> Families(const MetricsSnapshot& snapshot) {
     add(std::move(family));
   }
   {
+    auto family = Family("rasd_workloads",
+                         "Processes outside rasd attached to its devices, by state (running, "
+                         "draining, killed)",
+                         MetricType::Gauge);
+    for (const auto& [state, count] : snapshot.workloads) {
+      family.metric.push_back(
+          Value(MetricType::Gauge, static_cast<double>(count), {{"state", state}}));
+    }
+    add(std::move(family));
+  }
+  {
+    auto family = Family("rasd_workload_signals_total",
+                         "Signals rasd sent attached workloads: drain (their drain signal), "
+                         "grace_kill (SIGKILL at the end of the grace), consumer_kill (SIGKILL: "
+                         "an error named the process)",
+                         MetricType::Counter);
+    for (const auto& [reason, count] : snapshot.workload_signals) {
+      family.metric.push_back(
+          Value(MetricType::Counter, static_cast<double>(count), {{"reason", reason}}));
+    }
+    add(std::move(family));
+  }
+  {
+    auto family = Family("rasd_workload_attaches_total",
+                         "Attach requests (rasctl run, attach) by result: ok, refused",
+                         MetricType::Counter);
+    for (const auto& [result, count] : snapshot.workload_attaches) {
+      family.metric.push_back(
+          Value(MetricType::Counter, static_cast<double>(count), {{"result", result}}));
+    }
+    add(std::move(family));
+  }
+  {
     auto family = Family("rasd_scheduler_actions_total",
                          "Calls to the cluster scheduler (drain/resume the node) by result: ok, "
                          "failed (retried with backoff), skipped (already in that state)",

@@ -69,6 +69,10 @@ struct MetricsSnapshot {
   std::uint64_t store_backlog_events = 0;
   std::uint64_t store_dropped_events = 0;
   std::map<std::string, std::uint64_t> scheduler_actions;  // result -> calls
+  // Processes outside rasd attached to its devices (`rasctl run`, attach).
+  std::map<std::string, std::uint64_t> workloads;          // state -> processes
+  std::map<std::string, std::uint64_t> workload_signals;   // drain | grace_kill | consumer_kill
+  std::map<std::string, std::uint64_t> workload_attaches;  // ok | refused
   Histogram fault_to_isolation{{0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5}};
   Histogram drain_duration{{0.1, 0.5, 1, 5, 10, 30, 60, 120, 300}};
   Histogram collective_abort{{0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1}};
