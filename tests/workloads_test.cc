@@ -191,6 +191,50 @@ TEST_F(WorkloadsTest, HostileAttachesAreRefused) {
   EXPECT_EQ(rasd_.Rasctl({"ping"}).exit_code, 0);
 }
 
+// Attachments outlive rasd: a restarted rasd follows the same process
+// again (the same pid with the same start time) and drains it when its
+// device leaves service; a stored process that is gone is forgotten.
+TEST_F(WorkloadsTest, ARestartedRasdFollowsTheWorkloadsAttachedBefore) {
+  const auto marks = rasd_.Dir() / "restart-marks";
+  auto run = Run({"--devices", "2", "--name", "survivor", "--grace", "5s"},
+                 "trap 'echo term >> " + marks.string() +
+                     "; exit 5' TERM; echo up > " + marks.string() +
+                     "; while :; do sleep 0.02; done",
+                 "survivor");
+  ASSERT_TRUE(WaitForFile(marks, "up"));
+  auto shortlived = Run({"--devices", "3", "--name", "gone"}, "sleep 60", "gone");
+  ASSERT_TRUE(WaitUntil([&] { return Workloads().size() == 2; }, 5s));
+  pid_t gone_pid = 0;
+  for (const auto& workload : Workloads())
+    if (workload["name"] == "gone") gone_pid = workload["pid"].get<pid_t>();
+  ASSERT_GT(gone_pid, 0);
+  ASSERT_TRUE(rasd_.Stop().has_value());
+  EXPECT_TRUE(WaitForFile(rasd_.Dir() / "survivor.err", "no longer watched"))
+      << ReadText(rasd_.Dir() / "survivor.err");
+  // One of the two ends while rasd is away.
+  ASSERT_EQ(::kill(gone_pid, SIGKILL), 0);
+  ASSERT_TRUE(shortlived->Wait(5s).has_value());
+  std::string why;
+  ASSERT_TRUE(rasd_.Start({}, {}, &why)) << why;
+  const auto listed = Workloads();
+  ASSERT_EQ(listed.size(), 1U) << listed.dump() << rasd_.Stderr();
+  EXPECT_EQ(listed[0]["name"], "survivor");
+  EXPECT_EQ(listed[0]["devices"], nlohmann::json({2}));
+  EXPECT_EQ(listed[0]["connected"], false);
+  EXPECT_NE(rasd_.Stderr().find("followed again after the restart"), std::string::npos);
+
+  ASSERT_EQ(rasd_.Rasctl({"isolate", "2", "--reason", "after restart"}).exit_code, 0);
+  ASSERT_TRUE(WaitForFile(marks, "term")) << "the re-adopted workload got no drain signal";
+  const auto code = run->Wait(5s);
+  ASSERT_TRUE(code.has_value());
+  EXPECT_EQ(*code, 5);
+  EXPECT_TRUE(WaitUntil([&] { return Workloads().empty(); }, 5s));
+  // Forgotten for good once it exited: another restart finds nothing.
+  ASSERT_TRUE(rasd_.Stop().has_value());
+  ASSERT_TRUE(rasd_.Start({}, {}, &why)) << why;
+  EXPECT_TRUE(Workloads().empty());
+}
+
 // An uncorrectable error that names the process that met it (an Xid 94
 // line's pid=) kills exactly that workload: another on the same device runs
 // on, and a pid rasd does not follow is never signalled.

@@ -219,8 +219,11 @@ Status Daemon::StartControl() {
   if (!listen_fd) return Fail(ErrnoError("dup control socket", errno));
   processes_ = SystemProcessTable();
   workloads_ = std::make_unique<Workloads>(
-      *loop_, *runtime_, *processes_, WorkloadOptions(config_),
+      *loop_, *runtime_, *processes_, store_.get(), WorkloadOptions(config_),
       [this](int device) { return actuator_->StatusOf(device).reason; });
+  // After the actuator restored the device states: a workload re-adopted on
+  // a device isolated meanwhile is drained.
+  workloads_->Readopt();
   control_api_ = std::make_unique<ControlApi>(
       ControlApi::Parts{.loop = *loop_,
                         .runtime = *runtime_,

@@ -27,10 +27,12 @@ std::string SignalName(int signal) {
 }  // namespace
 
 Workloads::Workloads(common::EventLoop& loop, runtime::Runtime& runtime,
-                     const ProcessTable& processes, Options options, ReasonOf reason_of)
+                     const ProcessTable& processes, ras::StateStore* store, Options options,
+                     ReasonOf reason_of)
     : loop_(loop),
       runtime_(runtime),
       processes_(processes),
+      store_(store),
       options_(options),
       reason_of_(std::move(reason_of)),
       sweep_(loop.CreateTimer([this] {
@@ -124,6 +126,33 @@ Result<Subscribed> Workloads::AttachOne(WorkloadSpec spec, const PeerCredentials
   workload->grace = spec.grace.value_or(options_.default_grace);
   workload->pidfd = std::move(*pidfd);
   workload->push = std::move(push);
+  if (auto started = processes_.StartTimeOf(pid)) workload->start_time = *started;
+  const std::uint64_t id = workload->id;
+  Workload& attached = *workload;
+  if (auto followed = Follow(std::move(workload)); !followed) return Fail(followed.error());
+  Save(attached);
+  RASD_LOG_INFO("workload '{}' (pid {}, uid {}) attached on device(s) {}; drain signal {}, grace "
+                "{} ms",
+                attached.name, pid, attached.uid, fmt::join(attached.devices, ","),
+                SignalName(attached.drain_signal), attached.grace.count());
+  nlohmann::json reply = {{"id", id},
+                          {"name", attached.name},
+                          {"pid", pid},
+                          {"devices", attached.devices},
+                          {"drain_signal", SignalName(attached.drain_signal)},
+                          {"grace_ms", attached.grace.count()},
+                          {"kill_after_grace", options_.kill_after_grace}};
+  ArmSweep();
+  // The token: when the connection closes, the process is still followed
+  // (it may run on), but messages have nowhere to go.
+  std::shared_ptr<void> token(nullptr, [this, id, alive = alive_](void*) {
+    if (!*alive) return;
+    if (auto found = workloads_.find(id); found != workloads_.end()) found->second->push = nullptr;
+  });
+  return Subscribed{std::move(reply), std::move(token)};
+}
+
+Status Workloads::Follow(std::unique_ptr<Workload> workload) {
   const std::uint64_t id = workload->id;
   auto watch = loop_.WatchFd(workload->pidfd.Get(), EPOLLIN, [this, id](std::uint32_t) {
     Forget(id, "exited");
@@ -144,26 +173,107 @@ Result<Subscribed> Workloads::AttachOne(WorkloadSpec spec, const PeerCredentials
     Send(late, {{"event", "killed"}, {"pid", late.pid}, {"signal", "SIGKILL"}});
     Publish();
   });
-  RASD_LOG_INFO("workload '{}' (pid {}, uid {}) attached on device(s) {}; drain signal {}, grace "
-                "{} ms",
-                workload->name, pid, workload->uid, fmt::join(workload->devices, ","),
-                SignalName(workload->drain_signal), workload->grace.count());
-  nlohmann::json reply = {{"id", id},
-                          {"name", workload->name},
-                          {"pid", pid},
-                          {"devices", workload->devices},
-                          {"drain_signal", SignalName(workload->drain_signal)},
-                          {"grace_ms", workload->grace.count()},
-                          {"kill_after_grace", options_.kill_after_grace}};
   workloads_.emplace(id, std::move(workload));
+  return {};
+}
+
+// What a restarted rasd needs to follow the process again. Devices by
+// UUID too: indexes may change when the hardware does.
+void Workloads::Save(const Workload& workload) {
+  if (store_ == nullptr || workload.start_time == 0) return;
+  nlohmann::json uuids = nlohmann::json::array();
+  for (int device : workload.devices) {
+    auto found = runtime_.GetDevice(device);
+    uuids.push_back(found ? (*found)->Properties().uuid : std::string());
+  }
+  const nlohmann::json spec = {{"name", workload.name},
+                               {"uid", workload.uid},
+                               {"devices", workload.devices},
+                               {"device_uuids", uuids},
+                               {"drain_signal", workload.drain_signal},
+                               {"grace_ms", workload.grace.count()}};
+  if (auto saved = store_->SaveWorkload({workload.pid, workload.start_time, spec.dump()});
+      !saved) {
+    RASD_LOG_WARN("workload '{}' (pid {}) is not saved ({}): a restarted rasd will not follow it",
+                  workload.name, workload.pid, saved.error().message);
+  }
+}
+
+std::size_t Workloads::Readopt() {
+  if (store_ == nullptr) return 0;
+  auto stored = store_->LoadWorkloads();
+  if (!stored) {
+    RASD_LOG_ERROR("cannot read the attached workloads: {}; none is followed again",
+                   stored.error().message);
+    return 0;
+  }
+  std::map<std::string, int> by_uuid;
+  for (const auto& device : runtime_.Devices()) by_uuid[device->Properties().uuid] = device->Index();
+  std::size_t adopted = 0;
+  for (const auto& record : *stored) {
+    auto forget = [&](const std::string& why) {
+      RASD_LOG_INFO("workload pid {} attached before rasd restarted: {}; forgotten", record.pid,
+                    why);
+      (void)store_->DeleteWorkload(record.pid, record.start_time);
+    };
+    const auto spec = nlohmann::json::parse(record.spec, nullptr, false);
+    if (!spec.is_object() || record.pid <= 0 || record.pid > 4'194'304) {
+      forget("its saved record is unreadable");
+      continue;
+    }
+    const auto pid = static_cast<pid_t>(record.pid);
+    // The pidfd first, then the start time: a pid reused after the open
+    // would show another start time.
+    auto pidfd = processes_.Open(pid);
+    auto started = processes_.StartTimeOf(pid);
+    if (!pidfd || !started || *started != record.start_time) {
+      forget("it no longer runs");
+      continue;
+    }
+    auto owner = processes_.OwnerOf(pid);
+    auto workload = std::make_unique<Workload>();
+    workload->id = next_id_++;
+    workload->pid = pid;
+    workload->start_time = record.start_time;
+    workload->uid = owner ? *owner : spec.value("uid", 0u);
+    workload->name = spec.value("name", fmt::format("pid-{}", pid));
+    workload->drain_signal = spec.value("drain_signal", SIGTERM);
+    workload->grace = std::chrono::milliseconds(
+        spec.value("grace_ms", static_cast<std::int64_t>(options_.default_grace.count())));
+    const auto uuids = spec.value("device_uuids", nlohmann::json::array());
+    for (const auto& uuid : uuids) {
+      if (!uuid.is_string()) continue;
+      if (auto found = by_uuid.find(uuid.get<std::string>()); found != by_uuid.end())
+        workload->devices.push_back(found->second);
+    }
+    std::sort(workload->devices.begin(), workload->devices.end());
+    if (workload->devices.empty()) {
+      forget("none of its devices is here any more");
+      continue;
+    }
+    workload->pidfd = std::move(*pidfd);
+    Workload& adopted_one = *workload;
+    if (auto followed = Follow(std::move(workload)); !followed) {
+      forget(followed.error().message);
+      continue;
+    }
+    ++adopted;
+    RASD_LOG_INFO("workload '{}' (pid {}) on device(s) {} followed again after the restart",
+                  adopted_one.name, pid, fmt::join(adopted_one.devices, ","));
+    // A device that left service while rasd was away: drained now, with
+    // a fresh grace (it may have been drained before; a second drain
+    // signal is the safe side).
+    for (int device : adopted_one.devices) {
+      auto found = runtime_.GetDevice(device);
+      if (found && !InService((*found)->Health())) {
+        Leaving(adopted_one, device, (*found)->Health());
+        break;
+      }
+    }
+  }
   ArmSweep();
-  // The token: when the connection closes, the process is still followed
-  // (it may run on), but messages have nowhere to go.
-  std::shared_ptr<void> token(nullptr, [this, id, alive = alive_](void*) {
-    if (!*alive) return;
-    if (auto found = workloads_.find(id); found != workloads_.end()) found->second->push = nullptr;
-  });
-  return Subscribed{std::move(reply), std::move(token)};
+  Publish();
+  return adopted;
 }
 
 void Workloads::Forget(std::uint64_t id, const char* why) {
@@ -174,6 +284,12 @@ void Workloads::Forget(std::uint64_t id, const char* why) {
   // Out of the map first: its watch is running this callback.
   std::unique_ptr<Workload> gone = std::move(found->second);
   workloads_.erase(found);
+  if (store_ != nullptr && gone->start_time != 0) {
+    if (auto deleted = store_->DeleteWorkload(gone->pid, gone->start_time); !deleted) {
+      RASD_LOG_WARN("workload '{}' (pid {}): {}", gone->name, gone->pid,
+                    deleted.error().message);
+    }
+  }
   loop_.Post([gone = std::shared_ptr<Workload>(std::move(gone))] {});
   Publish();
 }

@@ -16,6 +16,7 @@
 #include "process_table.h"
 #include "rasd/common/event_loop.h"
 #include "rasd/common/unique_fd.h"
+#include "rasd/ras/state_store.h"
 #include "rasd/runtime/runtime.h"
 
 namespace rasd::daemon {
@@ -61,8 +62,10 @@ class Workloads {
   // The reason a device is out of service, for the message.
   using ReasonOf = std::function<std::string(int device)>;
 
+  // `store` (may be null: nothing survives a restart) keeps each attached
+  // workload until it exits, so that a restarted rasd follows it again.
   Workloads(common::EventLoop& loop, runtime::Runtime& runtime, const ProcessTable& processes,
-            Options options, ReasonOf reason_of);
+            ras::StateStore* store, Options options, ReasonOf reason_of);
   ~Workloads();
   Workloads(const Workloads&) = delete;
   Workloads& operator=(const Workloads&) = delete;
@@ -76,6 +79,14 @@ class Workloads {
   Result<Subscribed> Attach(WorkloadSpec spec, const PeerCredentials& peer, bool admin, Push push);
 
   void Reconcile();
+
+  // At start: every stored workload whose process still runs (the same pid
+  // with the same start time) is followed again, unconnected (its old
+  // connection died with the old rasd, so it gets signals, not messages),
+  // with its drain signal and grace; one on
+  // a device that is out of service now is drained at once. The others are
+  // forgotten. Returns how many were re-adopted.
+  std::size_t Readopt();
 
   // An error consumed by process `pid` on `device` (an Xid's pid=): the
   // attached workload with that pid and that device gets SIGKILL (through
@@ -103,6 +114,7 @@ class Workloads {
   struct Workload {
     std::uint64_t id = 0;
     pid_t pid = 0;
+    std::uint64_t start_time = 0;  // /proc starttime: with pid, the store's key
     uid_t uid = 0;
     std::string name;
     std::vector<int> devices;
@@ -116,6 +128,9 @@ class Workloads {
   };
   Result<Subscribed> AttachOne(WorkloadSpec spec, const PeerCredentials& peer, bool admin,
                                Push push);
+  // Follows `workload` (its pidfd set): the exit watch, the kill timer, the map.
+  Status Follow(std::unique_ptr<Workload> workload);
+  void Save(const Workload& workload);
   void Forget(std::uint64_t id, const char* why);
   void Send(Workload& workload, const nlohmann::json& message);
   void Leaving(Workload& workload, int device, runtime::HealthState state);
@@ -126,6 +141,7 @@ class Workloads {
   common::EventLoop& loop_;
   runtime::Runtime& runtime_;
   const ProcessTable& processes_;
+  ras::StateStore* store_;
   Options options_;
   ReasonOf reason_of_;
   std::map<std::uint64_t, std::unique_ptr<Workload>> workloads_;

@@ -110,6 +110,15 @@ const std::vector<const char*>& Migrations() {
       R"sql(
         ALTER TABLE events ADD COLUMN before_start INTEGER NOT NULL DEFAULT 0;
       )sql",
+      // 7: processes outside rasd attached to its devices (WorkloadRecord).
+      R"sql(
+        CREATE TABLE workloads (
+          pid INTEGER NOT NULL,
+          start_time INTEGER NOT NULL,
+          spec TEXT NOT NULL,
+          PRIMARY KEY (pid, start_time)
+        );
+      )sql",
   };
   return kMigrations;
 }
@@ -938,6 +947,53 @@ Result<std::vector<DeviceStateRecord>> StateStore::LoadDeviceStates() {
 
 Status StateStore::SaveRetiredPage(const RetiredPageRecord& page) {
   return InsertRetiredPage(page);
+}
+
+// Workloads change at the pace of processes starting, not of errors: a
+// statement prepared per call.
+Status StateStore::SaveWorkload(const WorkloadRecord& workload) {
+  sqlite3_stmt* statement = nullptr;
+  if (sqlite3_prepare_v2(db_,
+                         "INSERT OR REPLACE INTO workloads(pid, start_time, spec) VALUES (?, ?, ?)",
+                         -1, &statement, nullptr) != SQLITE_OK)
+    return Fail(SqliteError("save workload"));
+  sqlite3_bind_int64(statement, 1, workload.pid);
+  sqlite3_bind_int64(statement, 2, static_cast<sqlite3_int64>(workload.start_time));
+  BindText(statement, 3, workload.spec);
+  const int rc = sqlite3_step(statement);
+  sqlite3_finalize(statement);
+  if (rc != SQLITE_DONE) return Fail(SqliteError("save workload"));
+  return {};
+}
+
+Status StateStore::DeleteWorkload(std::int64_t pid, std::uint64_t start_time) {
+  sqlite3_stmt* statement = nullptr;
+  if (sqlite3_prepare_v2(db_, "DELETE FROM workloads WHERE pid = ? AND start_time = ?", -1,
+                         &statement, nullptr) != SQLITE_OK)
+    return Fail(SqliteError("delete workload"));
+  sqlite3_bind_int64(statement, 1, pid);
+  sqlite3_bind_int64(statement, 2, static_cast<sqlite3_int64>(start_time));
+  const int rc = sqlite3_step(statement);
+  sqlite3_finalize(statement);
+  if (rc != SQLITE_DONE) return Fail(SqliteError("delete workload"));
+  return {};
+}
+
+Result<std::vector<WorkloadRecord>> StateStore::LoadWorkloads() {
+  sqlite3_stmt* statement = nullptr;
+  if (sqlite3_prepare_v2(db_, "SELECT pid, start_time, spec FROM workloads ORDER BY pid", -1,
+                         &statement, nullptr) != SQLITE_OK)
+    return Fail(SqliteError("load workloads"));
+  std::vector<WorkloadRecord> workloads;
+  int rc = SQLITE_ROW;
+  while ((rc = sqlite3_step(statement)) == SQLITE_ROW) {
+    workloads.push_back({sqlite3_column_int64(statement, 0),
+                         static_cast<std::uint64_t>(sqlite3_column_int64(statement, 1)),
+                         ColumnText(statement, 2)});
+  }
+  sqlite3_finalize(statement);
+  if (rc != SQLITE_DONE) return Fail(SqliteError("load workloads"));
+  return workloads;
 }
 
 Result<std::vector<RetiredPageRecord>> StateStore::LoadRetiredPages() {

@@ -102,6 +102,29 @@ TEST_F(StateStoreTest, CreatesTheDirectoryAndMigratesToTheLatestSchema) {
   EXPECT_TRUE(std::filesystem::is_regular_file(dir_ / "state/rasd.db"));
 }
 
+TEST_F(StateStoreTest, WorkloadsSurviveReopenAndAreReplacedAndDeletedByPidAndStartTime) {
+  {
+    auto store = StateStore::Open(dir_ / "state");
+    ASSERT_TRUE(store.has_value()) << store.error().message;
+    ASSERT_TRUE((*store)->SaveWorkload({4242, 1000, R"({"name":"a"})"}).has_value());
+    ASSERT_TRUE((*store)->SaveWorkload({4242, 2000, R"({"name":"b"})"}).has_value());
+    ASSERT_TRUE((*store)->SaveWorkload({4242, 1000, R"({"name":"a2"})"}).has_value());
+  }
+  auto store = StateStore::Open(dir_ / "state");
+  ASSERT_TRUE(store.has_value());
+  auto loaded = (*store)->LoadWorkloads();
+  ASSERT_TRUE(loaded.has_value());
+  ASSERT_EQ(loaded->size(), 2U) << "one row per pid and start time";
+  std::map<std::uint64_t, std::string> by_start;
+  for (const auto& workload : *loaded) by_start[workload.start_time] = workload.spec;
+  EXPECT_EQ(by_start[1000], R"({"name":"a2"})");
+  EXPECT_EQ(by_start[2000], R"({"name":"b"})");
+  ASSERT_TRUE((*store)->DeleteWorkload(4242, 1000).has_value());
+  loaded = (*store)->LoadWorkloads();
+  ASSERT_EQ(loaded->size(), 1U);
+  EXPECT_EQ(loaded->front().start_time, 2000U);
+}
+
 TEST_F(StateStoreTest, UsesWriteAheadLogging) {
   {
     auto store = StateStore::Open(dir_ / "state");
@@ -737,8 +760,8 @@ TEST_F(StateStoreTest, AVersionThreeDatabaseGainsActionCounts) {
   )sql");
   auto store = StateStore::Open(dir_ / "state");
   ASSERT_TRUE(store.has_value()) << store.error().ToString();
-  EXPECT_EQ((*store)->SchemaVersion(), 6);
-  EXPECT_EQ(StateStore::LatestSchemaVersion(), 6);
+  EXPECT_EQ((*store)->SchemaVersion(), 7);
+  EXPECT_EQ(StateStore::LatestSchemaVersion(), 7);
   auto actions = (*store)->QueryActions(std::nullopt, 10);
   ASSERT_TRUE(actions.has_value()) << actions.error().ToString();
   ASSERT_EQ(actions->size(), 1u);

@@ -53,6 +53,16 @@ struct DeviceStateRecord {
   std::chrono::system_clock::time_point since;
 };
 
+// A process outside rasd attached to its devices, as persisted so that a
+// restarted rasd follows it again: the pid with its start time (clock ticks
+// since boot, /proc's starttime) names one process, whatever reuses the pid
+// later. `spec` is the daemon's own JSON (name, uid, devices, signal, grace).
+struct WorkloadRecord {
+  std::int64_t pid = 0;
+  std::uint64_t start_time = 0;
+  std::string spec;
+};
+
 struct RetiredPageRecord {
   std::string device_uuid;
   std::uint64_t address = 0;  // the page's first byte
@@ -204,6 +214,10 @@ class StateStore {
   // Idempotent: a page retired twice keeps its first reason and time.
   Status SaveRetiredPage(const RetiredPageRecord& page);
   Result<std::vector<RetiredPageRecord>> LoadRetiredPages();
+  // Attached workloads: one row per (pid, start_time), replaced on save.
+  Status SaveWorkload(const WorkloadRecord& workload);
+  Status DeleteWorkload(std::int64_t pid, std::uint64_t start_time);
+  Result<std::vector<WorkloadRecord>> LoadWorkloads();
   // Matching events, oldest first.
   Result<std::vector<StoredEvent>> QueryEvents(const EventQuery& query);
   // Counts by origin and severity, like `ras-mc-ctl --summary`.
