@@ -65,6 +65,11 @@ TEST_F(WorkloadsTest, RunGivesTheDevicesAndAnIsolationDrainsTheWorkloadWithItsSi
   EXPECT_EQ(listed[0]["devices"], nlohmann::json({1}));
   EXPECT_EQ(listed[0]["state"], "running");
   EXPECT_EQ(listed[0]["connected"], true);
+  const auto on_device = rasd_.RasctlJson({"devices", "1"})["devices"][0]["workloads"];
+  ASSERT_EQ(on_device.size(), 1U) << on_device.dump();
+  EXPECT_EQ(on_device[0]["name"], "server");
+  const auto text = rasd_.Rasctl({"devices", "1"});
+  EXPECT_NE(text.out.find("workloads outside rasd: server (pid "), std::string::npos) << text.out;
 
   const auto isolated = std::chrono::steady_clock::now();
   const auto result = rasd_.Rasctl({"isolate", "1", "--reason", "test isolation"});

@@ -37,7 +37,8 @@ std::string FormatDevices(const nlohmann::json& result) {
     const bool has_history =
         (device.contains("recent_actions") && !device["recent_actions"].empty()) ||
         (device.contains("self_test") && !device["self_test"].is_null()) ||
-        (device.contains("jobs") && !device["jobs"].empty());
+        (device.contains("jobs") && !device["jobs"].empty()) ||
+        (device.contains("workloads") && !device["workloads"].empty());
     if (!has_history) continue;
     out += fmt::format("\ndevice {} ({} {}):\n", JsonText(device, "index"),
                        JsonText(device, "name"), JsonText(device, "uuid"));
@@ -48,6 +49,16 @@ std::string FormatDevices(const nlohmann::json& result) {
         jobs += job.is_string() ? job.get<std::string>() : job.dump();
       }
       out += "  jobs: " + jobs + "\n";
+    }
+    if (device.contains("workloads") && device["workloads"].is_array() &&
+        !device["workloads"].empty()) {
+      std::string workloads;
+      for (const auto& workload : device["workloads"]) {
+        if (!workloads.empty()) workloads += ", ";
+        workloads += fmt::format("{} (pid {}, {})", JsonText(workload, "name"),
+                                 JsonText(workload, "pid"), JsonText(workload, "state"));
+      }
+      out += "  workloads outside rasd: " + workloads + "\n";
     }
     if (device.contains("self_test") && device["self_test"].is_object()) {
       out += fmt::format("  last self-test {}: {}\n", JsonText(device["self_test"], "time"),

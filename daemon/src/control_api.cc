@@ -249,6 +249,7 @@ nlohmann::json ControlApi::DeviceJson(const runtime::Device& device) {
                     : nlohmann::json(Iso8601(status.since))},
       {"memory_bytes", properties.memory_bytes},
       {"jobs", parts_.runtime.OwnersOn(index)},
+      {"workloads", parts_.workloads.OnDevice(index)},
   };
   if (auto pool = parts_.runtime.Pool(index)) {
     const auto stats = (*pool)->Stats();

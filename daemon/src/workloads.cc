@@ -404,6 +404,16 @@ void Workloads::Returned(Workload& workload, int device) {
                 workload.pid);
 }
 
+nlohmann::json Workloads::OnDevice(int device) const {
+  nlohmann::json list = nlohmann::json::array();
+  for (const auto& [id, workload] : workloads_) {
+    if (!std::binary_search(workload->devices.begin(), workload->devices.end(), device)) continue;
+    list.push_back(
+        {{"name", workload->name}, {"pid", workload->pid}, {"state", workload->state}});
+  }
+  return list;
+}
+
 nlohmann::json Workloads::Report() const {
   nlohmann::json list = nlohmann::json::array();
   for (const auto& [id, workload] : workloads_) {

@@ -99,6 +99,8 @@ class Workloads {
   // Every attached workload: id, name, pid, uid, devices, state
   // (running | draining | killed), grace, connected.
   nlohmann::json Report() const;
+  // The workloads attached on `device`: [{"name", "pid", "state"}].
+  nlohmann::json OnDevice(int device) const;
   std::size_t Count() const { return workloads_.size(); }
 
   // For the metrics thread: any thread; a copy taken after the last change.
