@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <thread>
 
 #include "rasd/ras/state_store.h"
 #include "test_support.h"
@@ -23,6 +24,48 @@ class RasctlTest : public ::testing::Test {
   }
   RasdInstance rasd_;
 };
+
+// `rasctl watch` and `events --follow` read rasd's push stream: a device's
+// change and a stored event arrive without polling (each is printed well
+// within the old poll's second), filters apply, and both end with exit 3
+// when rasd goes away.
+TEST_F(RasctlTest, WatchAndFollowPrintWhatRasdPushes) {
+  const auto watch_out = rasd_.Dir() / "watch.out", follow_out = rasd_.Dir() / "follow.out";
+  rasd_.AppendKmsg("4,701,8000000,-;NVRM: Xid (PCI:ffff:c4:00): 13, pid=1, Graphics Exception\n");
+  ASSERT_TRUE(WaitUntil([&] { return !rasd_.RasctlJson({"events"})["events"].empty(); }, 5s));
+  Process watch({.argv = {RASCTL_BINARY, "--socket", rasd_.Socket().string(), "watch"},
+                 .stdout_path = watch_out});
+  Process follow({.argv = {RASCTL_BINARY, "--socket", rasd_.Socket().string(), "events",
+                           "--follow", "--severity", "FATAL"},
+                  .stdout_path = follow_out});
+  auto wait_for = [](const std::filesystem::path& path, const std::string& text) {
+    return WaitUntil([&] { return ReadText(path).find(text) != std::string::npos; }, 3s);
+  };
+  std::this_thread::sleep_for(300ms);  // both subscribed
+  EXPECT_EQ(ReadText(watch_out), "") << "watch prints only what happens next";
+
+  const auto isolated = std::chrono::steady_clock::now();
+  ASSERT_EQ(rasd_.Rasctl({"isolate", "2", "--reason", "watch test"}).exit_code, 0);
+  ASSERT_TRUE(wait_for(watch_out, "device 2: healthy -> isolated (watch test)"))
+      << ReadText(watch_out);
+  EXPECT_LT(std::chrono::steady_clock::now() - isolated, 900ms) << "pushed, not polled";
+
+  rasd_.AppendKmsg("4,702,9000000,-;NVRM: Xid (PCI:ffff:c2:00): 48, pid=1, DBE\n"
+                   "4,703,9000001,-;NVRM: Xid (PCI:ffff:c4:00): 79, pid=1, GPU has fallen off "
+                   "the bus.\n");
+  ASSERT_TRUE(wait_for(follow_out, "FATAL")) << ReadText(follow_out);
+  ASSERT_TRUE(wait_for(watch_out, "device 3: healthy -> ")) << ReadText(watch_out);
+  ASSERT_TRUE(wait_for(watch_out, "code=79")) << ReadText(watch_out);
+  EXPECT_NE(ReadText(watch_out).find("code=48"), std::string::npos) << ReadText(watch_out);
+  const std::string followed = ReadText(follow_out);
+  EXPECT_NE(followed.find("code=79"), std::string::npos) << followed;
+  EXPECT_EQ(followed.find("code=48"), std::string::npos) << "--severity FATAL: " << followed;
+  EXPECT_EQ(followed.find("code=13"), std::string::npos) << "not FATAL: " << followed;
+
+  ASSERT_TRUE(rasd_.Stop().has_value());
+  EXPECT_EQ(watch.Wait(5s), 3);
+  EXPECT_EQ(follow.Wait(5s), 3);
+}
 
 TEST_F(RasctlTest, StatusIsHumanReadableByDefault) {
   const auto result = rasd_.Rasctl({"status"});

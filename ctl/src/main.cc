@@ -77,21 +77,39 @@ int RunCommand(const GlobalOptions& options, const std::string& command, const n
 }
 
 // --follow: asks for events after the last one seen, once a second.
-int FollowEvents(const GlobalOptions& options, nlohmann::json args) {
+// `events --follow` and `watch`: rasd pushes a notice on a `watch`
+// connection when events are stored and when a device changes state; the
+// events themselves are fetched on a second connection with the caller's
+// filters (after the last id seen), so nothing polls. `with_devices` prints
+// the device changes too (watch). Ends when rasd goes away (exit 3).
+int Watch(const GlobalOptions& options, nlohmann::json args, bool with_devices) {
   const auto timeout =
       std::chrono::milliseconds(static_cast<long long>(options.timeout_seconds * 1000));
-  std::int64_t last_id = -1;
-  for (;;) {
-    auto client = rasd::ctl::ControlClient::Connect(SocketPath(options), timeout);
-    if (!client) {
-      std::cerr << "rasctl: " << client.error().message << "\n";
-      return kExitUnreachable;
-    }
+  auto watching = rasd::ctl::ControlClient::Connect(SocketPath(options), timeout);
+  auto fetching = rasd::ctl::ControlClient::Connect(SocketPath(options), timeout);
+  if (!watching || !fetching) {
+    std::cerr << "rasctl: " << (watching ? fetching : watching).error().message << "\n";
+    return kExitUnreachable;
+  }
+  auto subscribed = watching->Call("watch");
+  if (!subscribed) {
+    std::cerr << "rasctl: " << subscribed.error().message << "\n";
+    return kExitUnreachable;
+  }
+  if (!subscribed->value("ok", false)) {
+    std::cerr << "rasctl: watch: " << (*subscribed)["error"].value("message", "(no message)")
+              << "\n";
+    return kExitDaemonError;
+  }
+  std::int64_t last_id = -1;  // -1: the first fetch takes the caller's --since/--limit
+  auto fetch = [&]() -> int {
+    nlohmann::json query = args;
     if (last_id >= 0) {
-      args["after_id"] = last_id;
-      args.erase("since_seconds");
+      query["after_id"] = last_id;
+      query.erase("since_seconds");
+      query["limit"] = 10000;
     }
-    auto reply = client->Call("events", args);
+    auto reply = fetching->Call("events", query);
     if (!reply) {
       std::cerr << "rasctl: " << reply.error().message << "\n";
       return kExitUnreachable;
@@ -101,12 +119,40 @@ int FollowEvents(const GlobalOptions& options, nlohmann::json args) {
       return kExitDaemonError;
     }
     for (const auto& event : (*reply)["result"]["events"]) {
-      std::cout << (options.json ? event.dump() + "\n" : rasd::ctl::FormatEvent(event))
-                << std::flush;
+      std::cout << (options.json ? event.dump() + "\n" : rasd::ctl::FormatEvent(event));
       last_id = std::max(last_id, event.value("id", last_id));
     }
-    if (last_id < 0) last_id = 0;
-    std::this_thread::sleep_for(std::chrono::seconds(1));
+    std::cout << std::flush;
+    return kExitOk;
+  };
+  if (with_devices) {
+    // Watch starts from now: only what happens next.
+    last_id = (*subscribed)["result"].value("last_id", std::int64_t{0});
+  } else if (const int rc = fetch(); rc != kExitOk) {
+    return rc;
+  }
+  // Nothing matched the first fetch: later ones start after the newest id.
+  if (last_id < 0) last_id = (*subscribed)["result"].value("last_id", std::int64_t{0});
+  for (;;) {
+    auto message = watching->Next(std::chrono::hours(24));
+    if (!message) {
+      std::cerr << "rasctl: rasd closed the connection\n";
+      return kExitUnreachable;
+    }
+    if (!*message) continue;
+    const auto& notice = **message;
+    const std::string event = notice.value("event", std::string());
+    if (event == "events" && notice.value("last_id", std::int64_t{0}) > last_id) {
+      if (const int rc = fetch(); rc != kExitOk) return rc;
+    } else if (event == "device" && with_devices) {
+      std::cout << (options.json ? notice.dump() + "\n"
+                                 : fmt::format("device {}: {} -> {} ({})\n",
+                                               notice.value("device", -1),
+                                               notice.value("from", std::string("?")),
+                                               notice.value("state", std::string("?")),
+                                               notice.value("reason", std::string())))
+                << std::flush;
+    }
   }
 }
 
@@ -254,6 +300,8 @@ int main(int argc, char** argv) {
       ->check(PositiveCount(10000))->capture_default_str();
   events->add_flag("--follow", events_follow,
                    "keep printing new events as they arrive (Ctrl-C ends)");
+  auto* watch = app.add_subcommand(
+      "watch", "print new events and device state changes as rasd reports them (Ctrl-C ends)");
   auto* summary = app.add_subcommand("summary", "event counts by origin and severity");
   auto* devices = app.add_subcommand("devices", "device health, reasons, memory, recent actions");
   int devices_device = -1;
@@ -463,13 +511,14 @@ int main(int argc, char** argv) {
   }
   if (reload->parsed()) return RunCommand(options, "reload", no_args, RenderReload);
   if (summary->parsed()) return RunCommand(options, "summary", no_args, rasd::ctl::FormatSummary);
+  if (watch->parsed()) return Watch(options, nlohmann::json::object(), /*with_devices=*/true);
   if (events->parsed()) {
     nlohmann::json args = {{"limit", events_limit}};
     if (!events_since.empty()) args["since_seconds"] = *rasd::ctl::ParseDuration(events_since);
     if (!events_severity.empty()) args["severity"] = events_severity;
     if (events_device >= 0) args["device"] = events_device;
     if (!events_follow) return RunCommand(options, "events", args, rasd::ctl::FormatEvents);
-    return FollowEvents(options, args);
+    return Watch(options, args, /*with_devices=*/false);
   }
   if (devices->parsed()) {
     nlohmann::json args = nlohmann::json::object();

@@ -110,6 +110,10 @@ std::map<std::string, Command> ControlApi::Commands() {
                         [this](const auto& request, const auto& peer, Push push) {
                           return Attach(request.args, peer, std::move(push));
                         }};
+  commands["watch"] = {false, nullptr, nullptr,
+                       [this](const auto& request, const auto&, Push push) {
+                         return Watch(request.args, std::move(push));
+                       }};
   commands["inject"] = {true, [this](const auto& request, const auto&) {
                           return parts_.injection.Inject(request.args);
                         }};
@@ -362,6 +366,18 @@ Result<Subscribed> ControlApi::Attach(const nlohmann::json& args, const PeerCred
     spec.drain_signal = *parsed;
   }
   return parts_.workloads.Attach(std::move(spec), peer, parts_.is_admin(peer), std::move(push));
+}
+
+Result<Subscribed> ControlApi::Watch(const nlohmann::json& args, Push push) {
+  ArgReader reader("watch", args);
+  if (auto ok = reader.Finish(); !ok) return Fail(ok.error());
+  // The newest event's id, from which the watcher fetches what follows.
+  ras::EventQuery newest;
+  newest.limit = 1;
+  auto events = parts_.store.QueryEvents(newest);
+  if (!events) return Fail(events.error());
+  const std::int64_t last_id = events->empty() ? 0 : events->back().id;
+  return parts_.watchers.Subscribe(std::move(push), last_id);
 }
 
 Result<nlohmann::json> ControlApi::Jobs(const nlohmann::json& args) {

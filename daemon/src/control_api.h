@@ -16,6 +16,7 @@
 #include "rasd/jobs/job_manager.h"
 #include "rasd/ras/state_store.h"
 #include "rasd/runtime/runtime.h"
+#include "watchers.h"
 #include "workloads.h"
 
 namespace rasd::daemon {
@@ -42,6 +43,7 @@ class ControlApi {
     DeviceLifecycle& lifecycle;
     FaultInjection& injection;
     Workloads& workloads;
+    Watchers& watchers;
     // Whether the peer may change state (the attach of another user's process).
     std::function<bool(const PeerCredentials&)> is_admin;
     // The daemon's part of `status` (version, paths, sources, config).
@@ -66,6 +68,7 @@ class ControlApi {
   Result<nlohmann::json> Retired(const nlohmann::json& args);
   Result<nlohmann::json> Jobs(const nlohmann::json& args);
   Result<Subscribed> Attach(const nlohmann::json& args, const PeerCredentials& peer, Push push);
+  Result<Subscribed> Watch(const nlohmann::json& args, Push push);
   Result<nlohmann::json> StartJob(const nlohmann::json& args);
   Result<nlohmann::json> StopJob(const nlohmann::json& args);
   void Infer(const nlohmann::json& args, AsyncReply reply);

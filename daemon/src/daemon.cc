@@ -221,6 +221,8 @@ Status Daemon::StartControl() {
   workloads_ = std::make_unique<Workloads>(
       *loop_, *runtime_, *processes_, store_.get(), WorkloadOptions(config_),
       [this](int device) { return actuator_->StatusOf(device).reason; });
+  watchers_ = std::make_unique<Watchers>(
+      *loop_, *runtime_, [this](int device) { return actuator_->StatusOf(device).reason; });
   // After the actuator restored the device states: a workload re-adopted on
   // a device isolated meanwhile is drained.
   workloads_->Readopt();
@@ -233,6 +235,7 @@ Status Daemon::StartControl() {
                         .lifecycle = *lifecycle_,
                         .injection = *injection_,
                         .workloads = *workloads_,
+                        .watchers = *watchers_,
                         .is_admin = [this](const PeerCredentials& peer) {
                           return authorizer_.MayChangeState(peer);
                         },
@@ -242,6 +245,7 @@ Status Daemon::StartControl() {
                             [this] {
                               metrics_state_->Refresh();
                               workloads_->Reconcile();
+                              watchers_->Reconcile();
                             }});
   metrics_state_->SetWorkloads(workloads_.get());
   actuator_->SetConsumerKiller(
@@ -434,6 +438,12 @@ void Daemon::ObserveBatch(const HandledBatch& batch) {
   lifecycle_->OnPolicyActed();
   jobs_->Reconsider();
   if (workloads_) workloads_->Reconcile();
+  if (watchers_) {
+    if (batch.stored && !batch.event_ids.empty()) {
+      watchers_->OnStored(*std::max_element(batch.event_ids.begin(), batch.event_ids.end()));
+    }
+    watchers_->Reconcile();
+  }
   metrics_state_->ObserveBatch(batch);
 }
 

@@ -123,6 +123,7 @@ class Daemon {
   // Outside processes on the devices; control_ (its attach connections) goes first.
   std::unique_ptr<ProcessTable> processes_;
   std::unique_ptr<Workloads> workloads_;
+  std::unique_ptr<Watchers> watchers_;
   // Its commands hold references to it: ~Daemon drops control_ first.
   std::unique_ptr<ControlApi> control_api_;
 

@@ -1,0 +1,81 @@
+#include "watchers.h"
+
+#include <vector>
+
+namespace rasd::daemon {
+namespace {
+
+constexpr std::chrono::seconds kSweepPeriod{1};
+
+}  // namespace
+
+Watchers::Watchers(common::EventLoop& loop, runtime::Runtime& runtime, ReasonOf reason_of)
+    : loop_(loop), runtime_(runtime), reason_of_(std::move(reason_of)), sweep_(loop.CreateTimer([this] {
+        Reconcile();
+        ArmSweep();
+      })) {
+  for (const auto& device : runtime_.Devices()) seen_[device->Index()] = device->Health();
+}
+
+Watchers::~Watchers() {
+  *alive_ = false;
+  sweep_->Disarm();
+}
+
+void Watchers::ArmSweep() {
+  if (!pushes_.empty() && !sweep_->Armed()) sweep_->ArmAfter(kSweepPeriod);
+}
+
+Result<Subscribed> Watchers::Subscribe(Push push, std::int64_t last_event_id) {
+  // What the subscriber compares later messages with: the states as of now.
+  Reconcile();
+  nlohmann::json devices = nlohmann::json::array();
+  for (const auto& device : runtime_.Devices()) {
+    devices.push_back({{"device", device->Index()},
+                       {"state", std::string(runtime::HealthStateName(device->Health()))}});
+  }
+  const std::uint64_t id = next_id_++;
+  pushes_.emplace(id, std::move(push));
+  ArmSweep();
+  std::shared_ptr<void> token(nullptr, [this, id, alive = alive_](void*) {
+    if (*alive) pushes_.erase(id);
+  });
+  return Subscribed{{{"watching", true}, {"devices", devices}, {"last_id", last_event_id}},
+                    std::move(token)};
+}
+
+void Watchers::Broadcast(const nlohmann::json& message) {
+  // A push may close a client, whose token erases its entry: iterate a copy.
+  std::vector<std::uint64_t> ids;
+  for (const auto& [id, push] : pushes_) ids.push_back(id);
+  for (std::uint64_t id : ids) {
+    auto found = pushes_.find(id);
+    if (found == pushes_.end()) continue;
+    Push push = found->second;
+    if (!push(message)) pushes_.erase(id);
+  }
+}
+
+void Watchers::OnStored(std::int64_t last_event_id) {
+  if (pushes_.empty()) return;
+  Broadcast({{"event", "events"}, {"last_id", last_event_id}});
+}
+
+void Watchers::Reconcile() {
+  for (const auto& device : runtime_.Devices()) {
+    const int index = device->Index();
+    const runtime::HealthState now = device->Health();
+    auto& before = seen_[index];
+    if (now == before) continue;
+    const runtime::HealthState from = before;
+    before = now;
+    if (pushes_.empty()) continue;
+    Broadcast({{"event", "device"},
+               {"device", index},
+               {"from", std::string(runtime::HealthStateName(from))},
+               {"state", std::string(runtime::HealthStateName(now))},
+               {"reason", reason_of_(index)}});
+  }
+}
+
+}  // namespace rasd::daemon
