@@ -48,5 +48,8 @@ trap 'rm -rf "$dir"' EXIT
 touch "$dir/dmesg-one.txt" "$dir/dmesg-two.txt"
 expect "scan completes file names" "$dir/dmesg-one.txt $dir/dmesg-two.txt" "scan" "$dir/dmesg-"
 expect "--socket completes file names" "$dir/dmesg-one.txt $dir/dmesg-two.txt" "--socket" "$dir/dm"
+# After `--` the words are the command's: files, never rasctl's options.
+expect "run's command after --" "$dir/dmesg-one.txt $dir/dmesg-two.txt" "run" "--" "$dir/dm"
+expect "the command's own options after --" "" "run" "--" "sh" "--"
 [[ $fail == 0 ]] && echo "bash completion ok"
 exit $fail

@@ -196,6 +196,49 @@ TEST_F(WorkloadsTest, HostileAttachesAreRefused) {
   EXPECT_EQ(rasd_.Rasctl({"ping"}).exit_code, 0);
 }
 
+// What a new operator types wrong is refused before anything runs, saying
+// what is wanted; a drain signal may be given by number.
+TEST_F(WorkloadsTest, RunsMistakesAreClearAndANumericSignalWorks) {
+  auto run_now = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), "run");
+    return rasd_.Rasctl(args);
+  };
+  auto missing = run_now({"--devices", "1", "--", "/nonexistent/cmd"});
+  EXPECT_EQ(missing.exit_code, 127);
+  EXPECT_NE(missing.err.find("cannot start /nonexistent/cmd: No such file or directory"),
+            std::string::npos)
+      << missing.err;
+  EXPECT_EQ(missing.err.find("on device(s)"), std::string::npos) << "nothing was attached";
+  auto typo = run_now({"--", "no_such_command_xyz"});
+  EXPECT_EQ(typo.exit_code, 127);
+  EXPECT_NE(typo.err.find("not found in PATH"), std::string::npos) << typo.err;
+  auto no_dashes = run_now({"--devices", "1", "env"});
+  EXPECT_EQ(no_dashes.exit_code, 2);
+  EXPECT_NE(no_dashes.err.find("the command goes after --"), std::string::npos) << no_dashes.err;
+  auto long_grace = run_now({"--grace", "2h", "--", "true"});
+  EXPECT_EQ(long_grace.exit_code, 2);
+  EXPECT_NE(long_grace.err.find("at most 1h"), std::string::npos) << long_grace.err;
+  auto kill = run_now({"--drain-signal", "KILL", "--", "true"});
+  EXPECT_EQ(kill.exit_code, 1);
+  EXPECT_NE(kill.err.find("SIGKILL cannot be handled by the workload"), std::string::npos)
+      << kill.err;
+  EXPECT_EQ(kill.err.find("attach: attach:"), std::string::npos) << kill.err;
+  EXPECT_TRUE(Workloads().empty());
+
+  const auto marks = rasd_.Dir() / "numeric-marks";
+  auto numeric = Run({"--devices", "0", "--drain-signal", "10"},
+                     "trap 'echo usr1 >> " + marks.string() + "; exit 3' USR1; echo up > " +
+                         marks.string() + "; while :; do sleep 0.02; done",
+                     "numeric");
+  ASSERT_TRUE(WaitForFile(marks, "up")) << ReadText(rasd_.Dir() / "numeric.err");
+  ASSERT_EQ(Workloads()[0]["drain_signal"], "SIGUSR1");
+  ASSERT_EQ(rasd_.Rasctl({"drain", "0"}).exit_code, 0);
+  EXPECT_TRUE(WaitForFile(marks, "usr1"));
+  EXPECT_EQ(numeric->Wait(5s), 3);
+  const auto status = rasd_.Rasctl({"status"});
+  EXPECT_NE(status.out.find("workloads"), std::string::npos) << status.out;
+}
+
 // Attachments outlive rasd: a restarted rasd follows the same process
 // again (the same pid with the same start time) and drains it when its
 // device leaves service; a stored process that is gone is forgotten.

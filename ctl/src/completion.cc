@@ -35,6 +35,8 @@ std::vector<std::string> Complete(const CLI::App& app, const std::vector<std::st
   std::size_t positionals = 0;  // given to the innermost command
   for (std::size_t i = 0; i + 1 < words.size(); ++i) {
     const std::string& word = words[i];
+    // After `--` (rasctl run -- CMD ...) the words are the command's own.
+    if (word == "--") return {kCompleteFiles};
     if (wants_value) {
       wants_value = nullptr;
       continue;

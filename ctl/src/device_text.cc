@@ -172,8 +172,12 @@ std::string FormatRetired(const nlohmann::json& result) {
 }
 
 std::string FormatStateChange(const nlohmann::json& result) {
-  std::string out = fmt::format("device {}: {} -> {}\n", JsonText(result, "device"),
-                                JsonText(result, "was"), JsonText(result, "state"));
+  std::string out =
+      JsonText(result, "was") == JsonText(result, "state")
+          ? fmt::format("device {}: already {}\n", JsonText(result, "device"),
+                        JsonText(result, "state"))
+          : fmt::format("device {}: {} -> {}\n", JsonText(result, "device"),
+                        JsonText(result, "was"), JsonText(result, "state"));
   if (result.contains("self_test") && result["self_test"].is_object()) {
     out += "self-test " + JsonText(result["self_test"], "summary") + "\n";
   }

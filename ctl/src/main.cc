@@ -434,10 +434,12 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   run->add_option("--grace", run_grace,
                   "how long it may run on after that before SIGKILL (default: rasd's "
-                  "workloads.grace_ms)")
+                  "workloads.grace_ms; at most 1h)")
       ->check([](const std::string& text) {
-        return rasd::ctl::ParseDuration(text) ? std::string()
-                                              : std::string("not a duration: ") + text;
+        const auto seconds = rasd::ctl::ParseDuration(text);
+        if (!seconds) return std::string("not a duration: ") + text;
+        if (*seconds > 3600) return "at most 1h (3600s), not " + text;
+        return std::string();
       });
   // CMD [ARGS...] is everything after `--`, taken off before CLI11 parses
   // (its options are the command's own, whatever they look like).
@@ -487,6 +489,9 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
     const int rc = app.exit(error);
+    if (rc != 0 && !has_dashes && CommandWord(argc, argv) == std::optional<std::string>("run")) {
+      std::cerr << "rasctl run: the command goes after --: rasctl run [OPTIONS] -- CMD [ARGS...]\n";
+    }
     return rc == 0 ? kExitOk : kExitUsage;
   }
 

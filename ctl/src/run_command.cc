@@ -6,11 +6,13 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/signalfd.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 
@@ -50,9 +52,39 @@ std::string Say(const nlohmann::json& message) {
                ? fmt::format("rasd killed the workload: it met an uncorrectable error on device "
                              "{} ({})",
                              device, message.value("reason", std::string("?")))
-               : std::string("rasd killed the workload: its grace ended");
+               : fmt::format("rasd killed the workload (SIGKILL): it still ran {} ms after its "
+                             "drain signal",
+                             message.value("grace_ms", 0));
   }
   return message.dump();
+}
+
+// Why `command` cannot be executed as execvp would look for it, or empty:
+// checked before rasd is asked, so that a typo attaches nothing.
+std::string CannotExecute(const std::string& command) {
+  auto check = [](const std::string& path) -> int {
+    struct stat info {};
+    if (::stat(path.c_str(), &info) != 0) return errno;
+    if (S_ISDIR(info.st_mode)) return EISDIR;
+    return ::access(path.c_str(), X_OK) == 0 ? 0 : errno;
+  };
+  if (command.find('/') != std::string::npos) {
+    const int error = check(command);
+    return error == 0 ? std::string() : std::strerror(error);
+  }
+  const char* path = std::getenv("PATH");
+  std::string_view dirs = path ? path : "/usr/local/bin:/usr/bin:/bin";
+  int first_error = ENOENT;
+  while (true) {
+    const std::size_t colon = dirs.find(':');
+    const std::string_view dir = dirs.substr(0, colon);  // empty: the current directory
+    const int error = check(fmt::format("{}/{}", dir.empty() ? "." : dir, command));
+    if (error == 0) return {};
+    if (error != ENOENT && first_error == ENOENT) first_error = error;
+    if (colon == std::string_view::npos) break;
+    dirs.remove_prefix(colon + 1);
+  }
+  return first_error == ENOENT ? std::string("not found in PATH") : std::strerror(first_error);
 }
 
 }  // namespace
@@ -136,6 +168,10 @@ int RunWorkload(const RunOptions& options) {
     std::cerr << "rasctl: run: no command (rasctl run [OPTIONS] -- CMD [ARGS...])\n";
     return 2;
   }
+  if (const std::string why = CannotExecute(options.command.front()); !why.empty()) {
+    std::cerr << "rasctl: run: cannot start " << options.command.front() << ": " << why << "\n";
+    return kExitCannotStart;
+  }
   auto client = ControlClient::Connect(options.socket, options.timeout);
   if (!client) {
     std::cerr << "rasctl: " << client.error().message << "\n";
@@ -213,7 +249,7 @@ int RunWorkload(const RunOptions& options) {
       std::cerr << "rasctl: " << attached.error().message << "\n";
       return kExitUnreachable;
     }
-    std::cerr << "rasctl: run: attach: " << (*attached)["error"].value("message", "?") << "\n";
+    std::cerr << "rasctl: run: " << (*attached)["error"].value("message", "?") << "\n";
     return kExitRefused;
   }
   const auto& result = (*attached)["result"];

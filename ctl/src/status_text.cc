@@ -136,6 +136,10 @@ std::string FormatStatus(const json& status) {
     }
   }
   out += fmt::format("{:<12}{}\n", "jobs", Field(status, "/jobs/count"));
+  if (status.contains(json::json_pointer("/workloads/count"))) {
+    out += fmt::format("{:<12}{} attached from outside rasd (rasctl run, attach)\n", "workloads",
+                       Field(status, "/workloads/count"));
+  }
   std::string severities;
   for (const char* severity : {"FATAL", "UCE", "SRAR", "SRAO", "UCNA", "CE", "INFO"}) {
     severities +=

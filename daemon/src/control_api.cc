@@ -5,6 +5,8 @@
 
 #include <signal.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cstdint>
 #include <cstring>
 
@@ -175,6 +177,7 @@ Result<nlohmann::json> ControlApi::Status(const nlohmann::json& args) {
                           {"by_health", std::move(by_health)},
                           {"list", std::move(device_list)}};
   (*status)["jobs"] = {{"count", parts_.jobs.Count()}};
+  (*status)["workloads"] = {{"count", parts_.workloads.Count()}};
   (*status)["events"] = {{"total", total}, {"by_severity", std::move(by_severity)}};
   return status;
 }
@@ -252,7 +255,7 @@ nlohmann::json ControlApi::DeviceJson(const runtime::Device& device) {
                     ? nlohmann::json()
                     : nlohmann::json(Iso8601(status.since))},
       {"memory_bytes", properties.memory_bytes},
-      {"jobs", parts_.runtime.OwnersOn(index)},
+      {"jobs", parts_.runtime.JobsOn(index)},
       {"workloads", parts_.workloads.OnDevice(index)},
   };
   if (auto pool = parts_.runtime.Pool(index)) {
@@ -325,7 +328,7 @@ Result<nlohmann::json> ControlApi::Retired(const nlohmann::json& args) {
 
 namespace {
 
-// "TERM", "SIGTERM" or 15.
+// "TERM", "term", "SIGTERM", 15 or "15".
 std::optional<int> ParseSignal(const nlohmann::json& value) {
   if (value.is_number_integer()) {
     const auto number = value.get<std::int64_t>();
@@ -334,6 +337,11 @@ std::optional<int> ParseSignal(const nlohmann::json& value) {
   }
   if (!value.is_string()) return std::nullopt;
   std::string name = value.get<std::string>();
+  if (!name.empty() && name.size() <= 3 &&
+      std::all_of(name.begin(), name.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    return ParseSignal(std::stoi(name));
+  }
+  for (char& c : name) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   if (name.starts_with("SIG")) name = name.substr(3);
   for (int signal = 1; signal < NSIG; ++signal) {
     const char* abbreviation = ::sigabbrev_np(signal);

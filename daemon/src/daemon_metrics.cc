@@ -41,7 +41,7 @@ void DaemonMetrics::Refresh() {
     auto since = draining_since_.find(index);
     if (draining && since == draining_since_.end()) {
       draining_since_[index] = now;
-    } else if (since != draining_since_.end() && (!draining || runtime_.OwnersOn(index).empty())) {
+    } else if (since != draining_since_.end() && (!draining || runtime_.JobsOn(index).empty())) {
       drains.push_back(std::chrono::duration<double>(now - since->second).count());
       if (!draining) {
         draining_since_.erase(since);

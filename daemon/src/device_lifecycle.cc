@@ -61,11 +61,11 @@ Result<StateChange> DeviceLifecycle::Drain(int device, const std::string& reason
                      .state = runtime::HealthState::kDraining,
                      .was = was,
                      .deadline = limit,
-                     .jobs = runtime_.OwnersOn(device)};
+                     .jobs = runtime_.JobsOn(device)};
 }
 
 void DeviceLifecycle::OnDrainDeadline(int device) {
-  const auto jobs = runtime_.OwnersOn(device);
+  const auto jobs = runtime_.JobsOn(device);
   if (jobs.empty()) {
     RASD_LOG_INFO("device {}: drain deadline reached; nothing is running there", device);
   } else {

@@ -86,6 +86,14 @@ Result<Subscribed> Workloads::AttachOne(WorkloadSpec spec, const PeerCredentials
     return Fail(ErrorCode::kInvalidArgument,
                 fmt::format("drain_signal {} is not a signal", spec.drain_signal));
   }
+  // A drain signal is a request the workload can act on: SIGSTOP would
+  // freeze it for its grace, SIGKILL leave it none (grace_ms 0 does that).
+  if (spec.drain_signal == SIGKILL || spec.drain_signal == SIGSTOP) {
+    return Fail(ErrorCode::kInvalidArgument,
+                fmt::format("drain_signal {} cannot be handled by the workload; for an "
+                            "immediate kill give grace_ms 0",
+                            SignalName(spec.drain_signal)));
+  }
   for (const auto& [id, workload] : workloads_) {
     if (workload->pid == pid) {
       return Fail(ErrorCode::kAlreadyExists,
@@ -165,12 +173,16 @@ Status Workloads::Follow(std::unique_ptr<Workload> workload) {
     Workload& late = *found->second;
     RASD_LOG_WARN("workload '{}' (pid {}) still runs {} ms after its drain began: SIGKILL",
                   late.name, late.pid, late.grace.count());
+    // The message first: the watcher learns why before the process is gone.
+    Send(late, {{"event", "killed"},
+                {"pid", late.pid},
+                {"signal", "SIGKILL"},
+                {"grace_ms", late.grace.count()}});
     if (auto killed = processes_.Signal(late.pidfd, SIGKILL); !killed) {
       RASD_LOG_WARN("workload '{}' (pid {}): {}", late.name, late.pid, killed.error().message);
     }
     late.state = "killed";
     ++totals_.signals["grace_kill"];
-    Send(late, {{"event", "killed"}, {"pid", late.pid}, {"signal", "SIGKILL"}});
     Publish();
   });
   workloads_.emplace(id, std::move(workload));

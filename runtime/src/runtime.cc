@@ -101,6 +101,12 @@ std::vector<int> Runtime::DevicesOf(std::string_view owner) const {
   return devices;
 }
 
+std::vector<std::string> Runtime::JobsOn(int device) const {
+  auto owners = OwnersOn(device);
+  std::erase_if(owners, [](const std::string& owner) { return owner.starts_with("rasd-"); });
+  return owners;
+}
+
 std::vector<std::string> Runtime::OwnersOn(int device) const {
   std::lock_guard lock(streams_mutex_);
   std::vector<std::string> owners;

@@ -55,6 +55,9 @@ class Runtime {
   std::size_t AbortOwner(std::string_view owner, std::string_view reason);
   // The owners (job ids) with live streams on `device`.
   std::vector<std::string> OwnersOn(int device) const;
+  // The same without rasd's own streams (owners named "rasd-...": the
+  // heartbeat, the self-test): the jobs an operator would name.
+  std::vector<std::string> JobsOn(int device) const;
   // The devices where `owner` has live streams, ascending.
   std::vector<int> DevicesOf(std::string_view owner) const;
 
