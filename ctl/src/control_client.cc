@@ -92,22 +92,27 @@ Result<nlohmann::json> ControlClient::Call(const std::string& command, const nlo
       if (errno == EINTR) continue;
       return Fail(ErrnoError("poll", errno));
     }
-    char buffer[16384];
-    const ssize_t n = ::recv(fd_.Get(), buffer, sizeof buffer, 0);
-    if (n < 0) {
-      if (errno == EINTR || errno == EAGAIN) continue;
-      return Fail(ErrorCode::kUnavailable,
-                  fmt::format("read from rasd at {}: {}", path_.string(), std::strerror(errno)));
-    }
-    if (n == 0) {
-      return Fail(ErrorCode::kUnavailable,
-                  fmt::format("rasd at {} closed the connection without a reply", path_.string()));
-    }
-    pending_.append(buffer, static_cast<std::size_t>(n));
-    if (pending_.size() > 64 * 1024 * 1024) {
-      return Fail(ErrorCode::kCorruptData, "reply from rasd is larger than 64 MiB");
-    }
+    if (auto read = ReadMore(" without a reply", "reply"); !read) return Fail(read.error());
   }
+}
+
+Status ControlClient::ReadMore(std::string_view closed, std::string_view what) {
+  char buffer[16384];
+  const ssize_t n = ::recv(fd_.Get(), buffer, sizeof buffer, 0);
+  if (n < 0) {
+    if (errno == EINTR || errno == EAGAIN) return {};
+    return Fail(ErrorCode::kUnavailable,
+                fmt::format("read from rasd at {}: {}", path_.string(), std::strerror(errno)));
+  }
+  if (n == 0) {
+    return Fail(ErrorCode::kUnavailable,
+                fmt::format("rasd at {} closed the connection{}", path_.string(), closed));
+  }
+  pending_.append(buffer, static_cast<std::size_t>(n));
+  if (pending_.size() > 64 * 1024 * 1024) {
+    return Fail(ErrorCode::kCorruptData, fmt::format("a {} from rasd is larger than 64 MiB", what));
+  }
+  return {};
 }
 
 Result<std::optional<nlohmann::json>> ControlClient::Next(std::chrono::milliseconds wait) {
@@ -129,21 +134,7 @@ Result<std::optional<nlohmann::json>> ControlClient::Next(std::chrono::milliseco
       if (errno == EINTR) return std::optional<nlohmann::json>();
       return Fail(ErrnoError("poll", errno));
     }
-    char buffer[16384];
-    const ssize_t n = ::recv(fd_.Get(), buffer, sizeof buffer, 0);
-    if (n < 0) {
-      if (errno == EINTR || errno == EAGAIN) continue;
-      return Fail(ErrorCode::kUnavailable,
-                  fmt::format("read from rasd at {}: {}", path_.string(), std::strerror(errno)));
-    }
-    if (n == 0) {
-      return Fail(ErrorCode::kUnavailable,
-                  fmt::format("rasd at {} closed the connection", path_.string()));
-    }
-    pending_.append(buffer, static_cast<std::size_t>(n));
-    if (pending_.size() > 64 * 1024 * 1024) {
-      return Fail(ErrorCode::kCorruptData, "a message from rasd is larger than 64 MiB");
-    }
+    if (auto read = ReadMore("", "message"); !read) return Fail(read.error());
   }
 }
 

@@ -32,6 +32,10 @@ class ControlClient {
 
  private:
   ControlClient(common::UniqueFd fd, std::filesystem::path path, std::chrono::milliseconds timeout);
+  // One recv into pending_ once poll said readable: an error when rasd
+  // closed the connection (`closed` says what was cut short) or the read
+  // failed; EINTR and EAGAIN are nothing read, not errors.
+  Status ReadMore(std::string_view closed, std::string_view what);
 
   common::UniqueFd fd_;
   std::filesystem::path path_;
