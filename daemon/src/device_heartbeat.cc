@@ -11,14 +11,14 @@ namespace rasd::daemon {
 
 namespace {
 
-// Devices that take new work. A draining device is leaving anyway (its
-// drain deadline bounds what runs there), and one under its self-test is
-// judged by the test.
 // A copy beat moves kCopyBeatBytes between the halves of one block
 // (64-byte aligned, as ACL wants device addresses).
 constexpr std::uint64_t kCopyBeatBlock = 8192;
 constexpr std::uint64_t kCopyBeatBytes = 64;
 
+// Devices that take new work. A draining device is leaving anyway (its
+// drain deadline bounds what runs there), and one under its self-test is
+// judged by the test.
 bool InService(runtime::HealthState state) {
   return state == runtime::HealthState::kHealthy || state == runtime::HealthState::kDegraded;
 }
