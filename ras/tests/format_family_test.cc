@@ -171,3 +171,30 @@ TEST(XidPidTest, TheNamedProcessIsKeptAndAnUnknownOneIsNot) {
 
 }  // namespace
 }  // namespace rasd::ras
+
+namespace rasd::ras {
+namespace {
+
+// A checkmk section ends at its first line that is not a row, and a path
+// printed without its value waits for one line only: the lines of the log
+// after a dump are not taken into its record (they were, to the end of the
+// log, before: a bench log's every later line landed in one record).
+TEST(SysfsDumpTest, TheLinesAfterADumpAreNotPartOfIt) {
+  const std::string chatter =
+      "usb 1-1: new high-speed USB device number 7 using xhci_hcd\n"
+      "systemd[1]: Started Session 42 of user root.\n";
+  const auto checkmk = ScanKernelLog("<<<edac>>>\nmc1 csrow0 32768 Registered-DDR3 22 0 S4ECD4ED\n" +
+                                     chatter + "mc1 csrow1 32768 Registered-DDR3 5 0 S4ECD4ED\n");
+  ASSERT_EQ(checkmk.size(), 1U);
+  EXPECT_EQ(checkmk[0].lines.size(), 2U);  // the heading and the one row before the chatter
+  EXPECT_EQ(checkmk[0].severity, Severity::kCe);
+
+  const auto pending = ScanKernelLog("/sys/devices/system/edac/mc/mc0/ue_count\n" + chatter +
+                                     "1\n");
+  ASSERT_EQ(pending.size(), 1U);
+  EXPECT_EQ(pending[0].lines.size(), 1U);
+  EXPECT_EQ(pending[0].severity, Severity::kInfo);  // the "1" three lines on is not its value
+}
+
+}  // namespace
+}  // namespace rasd::ras

@@ -308,10 +308,19 @@ bool KernelLogScanner::ScanSysfs(const LogLine& line) {
     return true;
   }
   const bool path_line = Contains(text, kEdacSysfs);
-  auto block = OpenBlock(BlockKind::kSysfs);
   if (!path_line) {
+    // A checkmk section goes on with its rows, a pending path with its
+    // value: any other line ends them (left open, they would take in every
+    // line of the log after them).
+    const bool checkmk_row = checkmk_section_ && StartsWith(text, "mc");
+    if (!checkmk_row) checkmk_section_ = false;
+    const std::string path = std::move(sysfs_pending_path_);
+    sysfs_pending_path_.clear();
+    const bool pending_value = !path.empty() && IsDigitAt(text, 0);
+    if (!checkmk_row && !pending_value && !Contains(text, "/edac/")) return false;
+    const auto block = OpenBlock(BlockKind::kSysfs);
     if (!block) return false;
-    if (checkmk_section_ && StartsWith(text, "mc")) {
+    if (checkmk_row) {
       // "mc1 csrow0 32768 Registered-DDR3 22 0 S4ECD4ED": ce and ue are columns 5 and 6.
       std::array<std::string_view, 7> columns{};
       std::string_view rest = text;
@@ -328,24 +337,19 @@ bool KernelLogScanner::ScanSysfs(const LogLine& line) {
       if (ce > 0 || ue > 0) nonzero_mcs_[*block].push_back(static_cast<int>(*mc));
       if (ce > 0) Raise(Record(*block), Severity::kCe);
       if (ue > 0) Raise(Record(*block), Severity::kUce);
-      Attach(*block, line);
-      return true;
-    }
-    if (!sysfs_pending_path_.empty() && IsDigitAt(text, 0)) {
+    } else if (pending_value) {
       // The value of the path printed on the line before.
-      const std::string path = std::move(sysfs_pending_path_);
-      sysfs_pending_path_.clear();
       const auto value = ParseNumber(text).value_or(0);
       if (value > 0) {
         if (auto mc = ControllerIn(path)) nonzero_mcs_[*block].push_back(*mc);
         Raise(Record(*block), Contains(path, "ue_count") ? Severity::kUce : Severity::kCe);
       }
-      Attach(*block, line);
-      return true;
     }
-    Attach(*block, line);  // ls output and the like
+    Attach(*block, line);  // a row, a value, or an ls of an EDAC directory
     return true;
   }
+  sysfs_pending_path_.clear();  // a path without its value: the value is not known
+  auto block = OpenBlock(BlockKind::kSysfs);
   if (!block) {
     block = NewRecord("sysfs", line, Severity::kInfo);
     OpenAs(BlockKind::kSysfs, *block);
