@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <cstring>
 #include <thread>
 
@@ -44,13 +45,32 @@ constexpr std::array<bool, 256> kJsonSpecial = [] {
   return special;
 }();
 
+// The length of `text`'s start that has none of kJsonSpecial's bytes,
+// eight bytes a step (SWAR: a byte test on every lane of a 64-bit word at
+// once): a third of the per-byte loop's work on a scan's messages.
+std::size_t PlainPrefix(std::string_view text) {
+  constexpr std::uint64_t kOnes = 0x0101010101010101ULL;
+  constexpr std::uint64_t kHighs = 0x8080808080808080ULL;
+  auto has_zero = [](std::uint64_t v) { return ((v - kOnes) & ~v & kHighs) != 0; };
+  std::size_t at = 0;
+  for (; at + 8 <= text.size(); at += 8) {
+    std::uint64_t lanes = 0;
+    std::memcpy(&lanes, text.data() + at, 8);
+    const bool below_space = ((lanes - kOnes * 0x20) & ~lanes & kHighs) != 0;
+    if (below_space || (lanes & kHighs) != 0 || has_zero(lanes ^ (kOnes * '"')) ||
+        has_zero(lanes ^ (kOnes * '\\')))
+      break;
+  }
+  while (at < text.size() && !kJsonSpecial[static_cast<unsigned char>(text[at])]) ++at;
+  return at;
+}
+
 void AppendJsonString(std::string& out, std::string_view text) {
   // Most messages need no escape: one pass tells, and they are copied whole.
-  std::size_t plain = 0;
-  while (plain < text.size() && !kJsonSpecial[static_cast<unsigned char>(text[plain])]) ++plain;
+  const std::size_t plain = PlainPrefix(text);
   if (plain == text.size()) {
     out += '"';
-    out += text;
+    out.append(text.data(), text.size());
     out += '"';
     return;
   }
@@ -102,33 +122,49 @@ void AppendJsonString(std::string& out, std::string_view text) {
 }  // namespace
 
 void ScannedRecord::AppendJson(std::string& out) const {
-  // Keys in nlohmann's (sorted) order.
-  out += "{\"address\":";
+  // Keys in nlohmann's (sorted) order. A scan prints a record a line:
+  // string_view pieces (no strlen) and to_chars (no temporary string).
+  using namespace std::string_view_literals;
+  auto append_number = [&out](long long value) {
+    std::array<char, 24> digits{};
+    const auto end = std::to_chars(digits.data(), digits.data() + digits.size(), value).ptr;
+    out.append(digits.data(), static_cast<std::size_t>(end - digits.data()));
+  };
+  out.reserve(out.size() + message.size() + origin.size() + 160);
+  out += "{\"address\":"sv;
   if (address) {
     AppendJsonString(out, address->printed);
   } else {
-    out += "null";
+    out += "null"sv;
   }
-  out += ",\"count\":";
-  out += std::to_string(count);
-  if (historical) out += ",\"historical\":true";
-  out += ",\"mc\":";
-  out += mc ? std::to_string(*mc) : "null";
-  out += ",\"message\":";
+  out += ",\"count\":"sv;
+  append_number(static_cast<long long>(count));
+  if (historical) out += ",\"historical\":true"sv;
+  out += ",\"mc\":"sv;
+  if (mc) {
+    append_number(*mc);
+  } else {
+    out += "null"sv;
+  }
+  out += ",\"message\":"sv;
   AppendJsonString(out, message);
-  if (notice) out += ",\"notice\":true";
-  out += ",\"origin\":";
+  if (notice) out += ",\"notice\":true"sv;
+  out += ",\"origin\":"sv;
   AppendJsonString(out, origin);
-  out += ",\"pci_bdf\":";
+  out += ",\"pci_bdf\":"sv;
   if (pci_bdf) {
     AppendJsonString(out, *pci_bdf);
   } else {
-    out += "null";
+    out += "null"sv;
   }
-  out += ",\"severity\":";
-  AppendJsonString(out, SeverityName(severity));
-  out += ",\"xid\":";
-  out += xid ? std::to_string(*xid) : "null";
+  out += ",\"severity\":\""sv;
+  out += SeverityName(severity);  // plain ASCII names
+  out += "\",\"xid\":"sv;
+  if (xid) {
+    append_number(*xid);
+  } else {
+    out += "null"sv;
+  }
   out += '}';
 }
 

@@ -128,6 +128,26 @@ bool StartsWithAnchor(std::string_view text) {
   return StartsWithDeviceMessage(text);
 }
 
+// StartsWithAnchor with its last answer kept: the peeling steps ask it of
+// the same text more than once (a step before stripping a tag, then the
+// next round), a quarter of a line's split otherwise.
+class AnchorTest {
+ public:
+  bool operator()(std::string_view text) {
+    if (text.data() != data_ || text.size() != size_) {
+      data_ = text.data();
+      size_ = text.size();
+      anchored_ = StartsWithAnchor(text);
+    }
+    return anchored_;
+  }
+
+ private:
+  const char* data_ = nullptr;
+  std::size_t size_ = 0;
+  bool anchored_ = false;
+};
+
 // "<digits>,<digits>,<digits>,<flags>;" as /dev/kmsg prints a record header
 // (flags may carry ",caller=T123").
 bool StripKmsgHeader(std::string_view& text) {
@@ -251,8 +271,9 @@ std::string_view TagName(std::string_view tag) {
 
 // "host tag:" or "tag:" after a syslog or journal stamp. With
 // `kernel_only`, after a dmesg-style stamp, only the kernel's own tag.
-bool StripHostTag(std::string_view& text, std::string_view& producer, bool kernel_only) {
-  if (StartsWithAnchor(text)) return false;
+bool StripHostTag(std::string_view& text, std::string_view& producer, bool kernel_only,
+                  AnchorTest& starts_with_anchor) {
+  if (starts_with_anchor(text)) return false;
   const std::string_view first = FirstToken(text);
   std::string_view tag;
   std::string_view rest;
@@ -309,7 +330,25 @@ bool IsDayToken(std::string_view token) {
 // "Sun 2024-06-09 16:21:24 CEST", "2019-08-19T04:18:38.274699-04:00",
 // "2024-05-19T19:57:01,123456+00:00" (dmesg --time-format iso),
 // "1717942884.123456" (short-unix); then the host and tag if present.
-bool StripWallStamp(std::string_view& text, std::string_view& producer) {
+// Whether an "HH:MM:SS" starts within the first bytes of `text`, where
+// StripWallStamp's forms have their clock (after at most three tokens of
+// up to 16 bytes): most lines it is asked about have none, and are turned
+// away before their tokens are taken apart.
+bool ClockNearStart(std::string_view text) {
+  constexpr std::size_t kClockWithin = 96;
+  const std::size_t limit = std::min(text.size(), kClockWithin);
+  for (std::size_t colon = text.find(':', 2); colon < limit; colon = text.find(':', colon + 1)) {
+    if (colon + 5 < text.size() && IsDigit(text[colon - 2]) && IsDigit(text[colon - 1]) &&
+        IsDigit(text[colon + 1]) && IsDigit(text[colon + 2]) && text[colon + 3] == ':')
+      return true;
+  }
+  return false;
+}
+
+bool StripWallStamp(std::string_view& text, std::string_view& producer,
+                    AnchorTest& starts_with_anchor) {
+  // No clock: only short-unix ("1717942884.123456 host tag:") may be here.
+  if (text.empty() || (!IsDigit(text.front()) && !ClockNearStart(text))) return false;
   std::array<std::string_view, 4> tokens{};
   std::string_view rest = text;
   std::size_t count = 0;
@@ -332,7 +371,7 @@ bool StripWallStamp(std::string_view& text, std::string_view& producer) {
         !AllDigits(first.substr(dot + 1)))
       return false;
     rest = AfterToken(text);
-    if (!StripHostTag(rest, producer, false)) return false;
+    if (!StripHostTag(rest, producer, false, starts_with_anchor)) return false;
     text = rest;
     return true;
   }
@@ -352,7 +391,7 @@ bool StripWallStamp(std::string_view& text, std::string_view& producer) {
     if (before == 3 && !IsNameToken(tokens[0])) return false;
   }
   // A time zone or a year after the clock, unless the message begins there.
-  for (int extra = 0; extra < 2 && !rest.empty() && !StartsWithAnchor(rest); ++extra) {
+  for (int extra = 0; extra < 2 && !rest.empty() && !starts_with_anchor(rest); ++extra) {
     const std::string_view token = FirstToken(rest);
     const bool zone = token.size() >= 2 && token.size() <= 5 &&
                       std::all_of(token.begin(), token.end(), IsAsciiUpper) &&
@@ -363,7 +402,7 @@ bool StripWallStamp(std::string_view& text, std::string_view& producer) {
     if (!zone && !offset && !year) break;
     rest = AfterToken(rest);
   }
-  StripHostTag(rest, producer, false);
+  StripHostTag(rest, producer, false, starts_with_anchor);
   text = rest;
   return true;
 }
@@ -458,9 +497,9 @@ bool StripCutKernelTag(std::string_view& text) {
 
 // The message moved to the first anchor when something unrecognised (a cut
 // line, a tool's prefix) stands in front of it.
-std::string_view RebaseToAnchor(std::string_view text) {
+std::string_view RebaseToAnchor(std::string_view text, AnchorTest& starts_with_anchor) {
   // Report rows (rasdaemon, ras-mc-ctl, sysfs values) begin with a number.
-  if (text.empty() || IsDigit(text.front()) || StartsWithAnchor(text)) return text;
+  if (text.empty() || IsDigit(text.front()) || starts_with_anchor(text)) return text;
   constexpr std::size_t kMaxPrefix = 120;
   // The first position where an anchor starts (one pass, whatever the
   // number of anchors).
@@ -511,6 +550,7 @@ std::string_view TrimView(std::string_view text) {
 
 LogLine SplitLogLine(std::string_view raw, bool find_anchor) {
   LogLine line{raw, raw, {}};
+  AnchorTest starts_with_anchor;
   std::string_view text = raw;
   while (!text.empty() && (text.back() == '\r' || text.back() == '\n')) text.remove_suffix(1);
   // Publishers stack prefixes in any order: peel until nothing changes.
@@ -521,7 +561,7 @@ LogLine SplitLogLine(std::string_view raw, bool find_anchor) {
       text.remove_prefix(text.front() == '+' ? 2 : 1);
       continue;
     }
-    if (StartsWithAnchor(text)) break;
+    if (starts_with_anchor(text)) break;
     if (StripPrintkLevel(text)) {
       StripRfc5424(text, line.producer);
       continue;
@@ -531,17 +571,17 @@ LogLine SplitLogLine(std::string_view raw, bool find_anchor) {
       continue;
     }
     if (StripBracketStamp(text)) {
-      StripHostTag(text, line.producer, /*kernel_only=*/true);
+      StripHostTag(text, line.producer, /*kernel_only=*/true, starts_with_anchor);
       continue;
     }
-    if (StripWallStamp(text, line.producer) || StripCutStamp(text)) continue;
+    if (StripWallStamp(text, line.producer, starts_with_anchor) || StripCutStamp(text)) continue;
     // The tag once: "rasdaemon[1]: rasdaemon: ..." keeps the message's own word.
     if (line.producer.empty() && StripProducerTag(text, line.producer)) continue;
     if (round == 0 && StripCutKernelTag(text)) continue;
     break;
   }
   line.text = TrimView(text);
-  if (find_anchor) line.text = RebaseToAnchor(line.text);
+  if (find_anchor) line.text = RebaseToAnchor(line.text, starts_with_anchor);
   return line;
 }
 

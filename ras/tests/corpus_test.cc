@@ -80,6 +80,22 @@ TEST_P(CorpusTest, TheFastJsonWriterGivesNlohmannsBytes) {
   }
 }
 
+// The plain-text test looks at eight bytes at a time: an escaped or
+// non-ASCII byte is found at every offset of the lanes and at the tail.
+TEST(ScannedRecordJsonTest, ASpecialByteIsEscapedWhereverItFalls) {
+  ScannedRecord record;
+  record.origin = "mce";
+  for (const char special : {'"', '\\', '\n', '\x01', '\x1f', '\x7f', '\x80', ' '}) {
+    for (std::size_t length = 1; length <= 27; ++length) {
+      for (std::size_t at = 0; at < length; ++at) {
+        record.message.assign(length, 'a');
+        record.message[at] = special;
+        EXPECT_EQ(Appended(record), Dumped(record)) << "byte " << int(special) << " at " << at;
+      }
+    }
+  }
+}
+
 TEST(ScannedRecordJsonTest, EscapesAndReplacesAsNlohmannDoes) {
   ScannedRecord record;
   record.origin = "edac";
