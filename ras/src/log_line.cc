@@ -81,7 +81,10 @@ constexpr std::array<std::string_view, 19> kAnchors = {
 bool StartsWithDeviceMessage(std::string_view text) {
   const std::string_view driver = FirstToken(text);
   if (driver.empty() || driver.back() == ':') return false;
-  const std::string_view device = FirstToken(AfterToken(text));
+  const std::string_view rest = SkipSpaces(text.substr(driver.size()));
+  // "dddd:bb:dd.f:" (or a 5-digit domain): most lines fail here already.
+  if (rest.size() < 13 || (rest[4] != ':' && rest[5] != ':')) return false;
+  const std::string_view device = FirstToken(rest);
   return device.size() > 1 && device.back() == ':' && IsBdf(device.substr(0, device.size() - 1));
 }
 
@@ -116,7 +119,10 @@ std::string_view AnchorAtStart(std::string_view text) {
   const auto first = static_cast<unsigned char>(text.front());
   for (std::uint8_t i = 0; i < kAnchorsByFirstByte.count[first]; ++i) {
     const std::string_view anchor = kAnchors[kAnchorsByFirstByte.index[first][i]];
-    if (text.starts_with(anchor)) return anchor;
+    // The second byte first: a dmesg stamp's "[ " starts three anchors'
+    // first byte and none's second, and no memcmp is called for it.
+    if (text.size() >= anchor.size() && text[1] == anchor[1] && text.starts_with(anchor))
+      return anchor;
   }
   return {};
 }
@@ -232,6 +238,8 @@ bool StripDmesgDecode(std::string_view& text) {
       "authpriv", "ftp"};
   static constexpr std::array<std::string_view, 8> kLevels = {
       "emerg", "alert", "crit", "err", "warn", "notice", "info", "debug"};
+  // Every facility is a lower-case word.
+  if (text.empty() || text.front() < 'a' || text.front() > 'z') return false;
   const std::size_t first = text.find(':');
   if (first == std::string_view::npos || first > 10) return false;
   const std::string_view facility = TrimView(text.substr(0, first));

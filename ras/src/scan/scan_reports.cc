@@ -106,6 +106,7 @@ std::string SectionOfRow(std::string_view row) {
 
 // "Label  CE  UE" heading `ras-mc-ctl --error-count`.
 bool IsErrorCountHeading(std::string_view text) {
+  if (!TrimView(text).starts_with("Label")) return false;
   std::array<std::string_view, 3> words{};
   for (auto& word : words) {
     text = TrimView(text);
@@ -133,7 +134,10 @@ bool IsMcelogLine(std::string_view text) {
 
 bool KernelLogScanner::ScanRasdaemon(const LogLine& line) {
   const std::string_view text = line.text;
+  // Every trace event's marker ends so: one search turns most lines away.
+  const bool trace_event = Contains(text, "_event: ");
   for (const auto& event : kTraceEvents) {
+    if (!trace_event) break;
     const std::size_t at = text.find(event.marker);
     if (at == std::string_view::npos) continue;
     const std::string_view body = text.substr(at + event.marker.size());
@@ -158,8 +162,9 @@ bool KernelLogScanner::ScanRasdaemon(const LogLine& line) {
     NewRecord("rasdaemon", line, Severity::kInfo, /*notice=*/true);
     return true;
   }
-  if (Contains(text, "mce_erst_record: ") ||
-      (Contains(text, "mce_record: ") && Contains(text, "status="))) {
+  if (Contains(text, "_record: ") &&
+      (Contains(text, "mce_erst_record: ") ||
+       (Contains(text, "mce_record: ") && Contains(text, "status=")))) {
     const std::size_t index = NewRecord("rasdaemon", line, Severity::kInfo);
     std::string_view status = WordAfter(text, "status=");
     if (StartsWith(status, "0x")) status.remove_prefix(2);
