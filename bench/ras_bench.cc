@@ -445,7 +445,7 @@ void BM_ScanVsGrep(benchmark::State& state) {
   state.counters["rasctl_lines_per_s"] = 1e6 / best_rasctl;
   state.counters["ratio"] = best_grep / best_rasctl;
 }
-BENCHMARK(BM_ScanVsGrep)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(7);
+BENCHMARK(BM_ScanVsGrep)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(15);
 
 // An online backup of a state database with 1M event rows (kmsg-like text):
 // the whole copy, and one slice of the size the daemon copies per turn of

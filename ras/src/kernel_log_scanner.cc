@@ -6,6 +6,7 @@
 #include <cctype>
 #include <charconv>
 #include <cstring>
+#include <limits>
 #include <thread>
 
 #include "keyword_matcher.h"
@@ -46,20 +47,19 @@ constexpr std::array<bool, 256> kJsonSpecial = [] {
 }();
 
 // The length of `text`'s start that has none of kJsonSpecial's bytes,
-// eight bytes a step (SWAR: a byte test on every lane of a 64-bit word at
-// once): a third of the per-byte loop's work on a scan's messages.
+// sixteen bytes a step with the compiler's generic vectors (SSE2 on x86-64,
+// NEON on the ARM hosts of Ascend nodes), then byte by byte: the per-byte
+// loop alone was a tenth of a JSON scan.
 std::size_t PlainPrefix(std::string_view text) {
-  constexpr std::uint64_t kOnes = 0x0101010101010101ULL;
-  constexpr std::uint64_t kHighs = 0x8080808080808080ULL;
-  auto has_zero = [](std::uint64_t v) { return ((v - kOnes) & ~v & kHighs) != 0; };
+  using Lanes = unsigned char __attribute__((vector_size(16)));
   std::size_t at = 0;
-  for (; at + 8 <= text.size(); at += 8) {
-    std::uint64_t lanes = 0;
-    std::memcpy(&lanes, text.data() + at, 8);
-    const bool below_space = ((lanes - kOnes * 0x20) & ~lanes & kHighs) != 0;
-    if (below_space || (lanes & kHighs) != 0 || has_zero(lanes ^ (kOnes * '"')) ||
-        has_zero(lanes ^ (kOnes * '\\')))
-      break;
+  for (; at + sizeof(Lanes) <= text.size(); at += sizeof(Lanes)) {
+    Lanes lanes;
+    std::memcpy(&lanes, text.data() + at, sizeof(Lanes));
+    const auto special = (lanes < 0x20) | (lanes >= 0x80) | (lanes == '"') | (lanes == '\\');
+    std::array<std::uint64_t, 2> halves{};
+    std::memcpy(halves.data(), &special, sizeof(halves));
+    if ((halves[0] | halves[1]) != 0) break;
   }
   while (at < text.size() && !kJsonSpecial[static_cast<unsigned char>(text[at])]) ++at;
   return at;
@@ -286,12 +286,16 @@ KernelLogScanner::BlockKey KernelLogScanner::BlockKey::Amdgpu(std::string_view b
 }
 
 void KernelLogScanner::ExpireBlocks() {
-  if (open_count_ == 0) return;
+  if (open_count_ == 0 || line_number_ < next_expiry_line_) return;
+  std::uint64_t next_expiry = std::numeric_limits<std::uint64_t>::max();
   for (auto& blocks : open_) {
     open_count_ -= std::erase_if(blocks, [this](const OpenBlockEntry& block) {
       return line_number_ - block.entry.last_line > kBlockGapLines;
     });
+    for (const auto& block : blocks)
+      next_expiry = std::min(next_expiry, block.entry.last_line + kBlockGapLines + 1);
   }
+  next_expiry_line_ = next_expiry;
 }
 
 std::optional<std::size_t> KernelLogScanner::OpenBlock(BlockKey key) {
@@ -319,6 +323,7 @@ void KernelLogScanner::OpenAs(BlockKey key, std::size_t index) {
   }
   blocks.push_back({key.sub, OpenEntry{index, line_number_}});
   ++open_count_;
+  next_expiry_line_ = std::min(next_expiry_line_, line_number_ + kBlockGapLines + 1);
 }
 
 void KernelLogScanner::CloseBlock(BlockKey key) {

@@ -232,6 +232,9 @@ class KernelLogScanner {
   std::size_t open_count_ = 0;  // entries in open_, so that no-block lines skip it
   // Drops the blocks nobody continued within the gap.
   void ExpireBlocks();
+  // No open block expires before this line (touching a block only moves
+  // its expiry later), so ExpireBlocks looks at them only from here on.
+  std::uint64_t next_expiry_line_ = 0;
   std::uint64_t line_number_ = 0;
   std::uint64_t line_tag_ = 0;
   std::uint64_t line_position_ = 0;
