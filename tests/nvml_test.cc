@@ -6,8 +6,12 @@
 
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+#include <signal.h>
+
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "test_support.h"
@@ -89,6 +93,62 @@ TEST_F(NvmlTest, CorrectedEccCountsAreEventsOfThatDeviceAndAnApplicationXidIsOnl
   EXPECT_TRUE(saw_ce && saw_info) << events.dump(2);
   EXPECT_EQ(StateOf(rasd_, 0), "healthy");
   EXPECT_EQ(StateOf(rasd_, 1), "healthy");
+}
+
+// An Xid that names no process (NVML's events never do): the GPU's compute
+// processes at that moment are the evidence. One process listed is the
+// consumer and only it is killed; two listed prove nothing, and nobody is.
+TEST_F(NvmlTest, AnXidWithoutAPidKillsTheOnlyProcessNvmlListsOnTheGpu) {
+  ASSERT_TRUE(Start());
+  auto run = [&](const std::string& name) {
+    return std::make_unique<Process>(ProcessOptions{
+        .argv = {RASCTL_BINARY, "--socket", rasd_.Socket().string(), "run", "--devices", "2",
+                 "--name", name, "--", "/bin/sh", "-c", "while :; do sleep 0.05; done"},
+        .stdout_path = rasd_.Dir() / (name + ".out"),
+        .stderr_path = rasd_.Dir() / (name + ".err")});
+  };
+  auto first = run("first");
+  auto second = run("second");
+  std::map<std::string, std::int64_t> pids;
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        pids.clear();
+        const auto jobs = rasd_.RasctlJson({"jobs"});  // not a temporary's member in the for
+        for (const auto& workload : jobs["workloads"])
+          pids[workload["name"].get<std::string>()] = workload["pid"].get<std::int64_t>();
+        return pids.size() == 2;
+      },
+      5s))
+      << ReadText(rasd_.Dir() / "first.err") << ReadText(rasd_.Dir() / "second.err");
+  auto actions = [&] { return rasd_.RasctlJson({"actions", "--device", "2"})["actions"]; };
+
+  Script(fmt::format("procs 2 {} {}", pids["first"], pids["second"]));
+  Script("xid 2 94");
+  ASSERT_TRUE(WaitUntil([&] { return !actions().empty(); }, 5s)) << rasd_.Stderr();
+  auto action = actions()[0];
+  EXPECT_EQ(action["action"], "kill-consumer");
+  EXPECT_EQ(action["result"], "skipped") << action.dump();
+  EXPECT_NE(action["detail"].get<std::string>().find("NVML lists 2 computing on the device"),
+            std::string::npos)
+      << action.dump();
+  EXPECT_FALSE(first->Wait(200ms).has_value());
+  EXPECT_FALSE(second->Wait(0ms).has_value());
+
+  Script(fmt::format("procs 2 {}", pids["first"]));
+  Script("xid 2 94");
+  const auto code = first->Wait(5s);
+  ASSERT_TRUE(code.has_value()) << "the only process on the GPU still runs; " << rasd_.Stderr();
+  EXPECT_EQ(*code, 128 + SIGKILL);
+  action = actions()[0];
+  EXPECT_EQ(action["result"], "ok") << action.dump();
+  EXPECT_NE(action["detail"].get<std::string>().find(
+                fmt::format("workload 'first' (pid {}) killed", pids["first"])),
+            std::string::npos)
+      << action.dump();
+  EXPECT_NE(action["detail"].get<std::string>().find("the only one NVML lists"),
+            std::string::npos);
+  EXPECT_FALSE(second->Wait(200ms).has_value()) << "the other workload runs on";
+  EXPECT_EQ(StateOf(rasd_, 2), "healthy") << "a contained error: the GPU serves on";
 }
 
 TEST(NvmlAbsentTest, AHostWithoutNvmlRunsOnAndSaysWhy) {

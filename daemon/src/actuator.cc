@@ -325,6 +325,9 @@ Actuator::Outcome Actuator::KillConsumer(const ras::Action& action) {
     if (!killed) return {ActionResult::kSkipped, killed.error().message};
     return {ActionResult::kOk, *killed};
   }
+  if (!address && !action.pid && action.device && process_lister_ && consumer_killer_) {
+    return KillOnlyProcessOnDevice(action);
+  }
   if (!action.device || !address) {
     return {ActionResult::kSkipped,
             action.pid ? "the event names a process but no device"
@@ -344,6 +347,36 @@ Actuator::Outcome Actuator::KillConsumer(const ras::Action& action) {
   return {ActionResult::kOk,
           fmt::format("job {} stopped: its {} stream(s) on device(s) {} aborted; no other job's",
                       owner->owner, aborted, fmt::join(devices, ","))};
+}
+
+Actuator::Outcome Actuator::KillOnlyProcessOnDevice(const ras::Action& action) {
+  // Several processes on the GPU: any of them may have met the error, and
+  // killing one on a guess could kill the wrong one. Only one is proof.
+  auto listed = process_lister_(*action.device);
+  if (!listed) {
+    return {ActionResult::kSkipped,
+            fmt::format("the event names no process, and the device's processes are not known: {}",
+                        listed.error().message)};
+  }
+  if (listed->empty()) {
+    return {ActionResult::kSkipped,
+            "the event names no process, and NVML lists none computing on the device"};
+  }
+  if (listed->size() > 1) {
+    return {ActionResult::kSkipped,
+            fmt::format("the event names no process, and NVML lists {} computing on the device "
+                        "(pids {}): which one met the error is not known, so none is killed",
+                        listed->size(), fmt::join(*listed, ","))};
+  }
+  auto killed = consumer_killer_(listed->front(), *action.device, action.reason);
+  if (!killed) {
+    return {ActionResult::kSkipped,
+            fmt::format("the only process NVML lists on the device: {}", killed.error().message)};
+  }
+  return {ActionResult::kOk,
+          fmt::format("{} (the event named no process; it is the only one NVML lists on the "
+                      "device)",
+                      *killed)};
 }
 
 Actuator::Outcome Actuator::MarkAtRisk(const ras::Action& action) {

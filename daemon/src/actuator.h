@@ -79,6 +79,12 @@ class Actuator {
   using ConsumerKiller =
       std::function<Result<std::string>(std::int64_t pid, int device, const std::string& reason)>;
   void SetConsumerKiller(ConsumerKiller killer) { consumer_killer_ = std::move(killer); }
+  // The processes computing on a device now, by its driver's account
+  // (NVML's list): kill-consumer's evidence for an event that names
+  // neither the memory nor the process (an Xid 94 without pid=, NVML's own
+  // Xid event). Only a list of exactly one process names the consumer.
+  using ProcessLister = std::function<Result<std::vector<std::int64_t>>(int device)>;
+  void SetProcessLister(ProcessLister lister) { process_lister_ = std::move(lister); }
 
   // Applies what the store remembers: device states close the gates before
   // any work is admitted, retired pages leave the pools again.
@@ -133,6 +139,7 @@ class Actuator {
                     std::optional<std::int64_t> event_id);
   Outcome RetirePage(const ras::Action& action);
   Outcome KillConsumer(const ras::Action& action);
+  Outcome KillOnlyProcessOnDevice(const ras::Action& action);
   Outcome MarkAtRisk(const ras::Action& action);
   Outcome RaiseHealth(const ras::Action& action, runtime::HealthState state);
   Outcome OfflineHostPage(const ras::Action& action, bool hard);
@@ -159,6 +166,7 @@ class Actuator {
   std::vector<int> newly_isolated_;
   std::function<std::string(const std::string& reason)> node_drainer_;
   ConsumerKiller consumer_killer_;
+  ProcessLister process_lister_;
 
   mutable std::mutex mutex_;  // guards counts_ and the hook bookkeeping
   std::map<std::string, std::uint64_t> counts_;

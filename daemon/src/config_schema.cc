@@ -460,8 +460,9 @@ void AddPolicyKeys(std::vector<ConfigKey>& keys) {
   keys.push_back(Row("workloads.kill_consumer", kLive, RASD_CONFIG_FIELD(workloads.kill_consumer),
                      Bool(),
                      "an uncorrectable error that names the process that met it (an Xid 94 "
-                     "line's `pid=`) SIGKILLs that process if it is an attached workload on that "
-                     "device, and never any other process; off: stored as skipped"));
+                     "line's `pid=`; where it names none, the only process NVML lists on that "
+                     "GPU) SIGKILLs that process if it is an attached workload on that device, "
+                     "and never any other process; off: stored as skipped"));
   keys.push_back(Row("policy.hook_timeout_ms", kLive, RASD_CONFIG_FIELD(policy.hook_timeout),
                      Milliseconds(100, 600'000),
                      "a `run-hook` program is killed (with its process group) after this"));

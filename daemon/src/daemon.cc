@@ -253,6 +253,13 @@ Status Daemon::StartControl() {
         if (!workloads_) return Fail(ErrorCode::kUnavailable, "rasd is stopping");
         return workloads_->KillConsumer(pid, device, reason);
       });
+  actuator_->SetProcessLister([this](int device) -> Result<std::vector<std::int64_t>> {
+    auto found = runtime_->GetDevice(device);
+    if (!found) return Fail(found.error());
+    const std::string& pci_bdf = (*found)->Properties().pci_bdf;
+    if (pci_bdf.empty()) return Fail(ErrorCode::kNotFound, "the device has no PCI address");
+    return ingest_->ComputeProcesses(pci_bdf);
+  });
   auto server = ControlServer::Create(*loop_, std::move(listen_fd), ServerOptions(config_),
                                       authorizer_, control_api_->Commands());
   if (!server) return Fail(server.error());

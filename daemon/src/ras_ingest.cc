@@ -523,6 +523,16 @@ nlohmann::json RasIngest::Stats::ToJson() const {
   return json;
 }
 
+Result<std::vector<std::int64_t>> RasIngest::ComputeProcesses(std::string_view pci_bdf) const {
+  if (!nvml_) {
+    const auto source = stats_.sources.find("nvml");
+    return Fail(ErrorCode::kUnavailable,
+                fmt::format("NVML is not in use here ({})",
+                            source != stats_.sources.end() ? source->second.reason : "not started"));
+  }
+  return nvml_->ComputeProcesses(pci_bdf);
+}
+
 RasIngest::Stats RasIngest::GetStats() const {
   Stats stats = stats_;
   if (nvml_) stats.nvml_reports = nvml_->Reports();

@@ -117,6 +117,10 @@ class RasIngest {
   // The EDAC counters as last polled (empty without EDAC).
   ras::EdacSnapshot EdacCounters() const;
   Stats GetStats() const;
+  // The processes NVML lists as computing on the GPU at `pci_bdf` now
+  // (kill-consumer's evidence when a record names no process);
+  // kUnavailable without NVML, kNotFound where NVML has no GPU there.
+  Result<std::vector<std::int64_t>> ComputeProcesses(std::string_view pci_bdf) const;
   // The classes of accelerator codes for records decoded from now on.
   void SetCodeTable(const ras::CodeTable& codes) { codes_ = codes; }
 

@@ -14,6 +14,7 @@ namespace rasd::drivers::nvml {
 using Return = int;  // nvmlReturn_t
 inline constexpr Return kSuccess = 0;
 inline constexpr Return kErrorNotSupported = 3;
+inline constexpr Return kErrorInsufficientSize = 7;
 inline constexpr Return kErrorTimeout = 10;
 inline constexpr Return kErrorGpuIsLost = 15;
 
@@ -38,6 +39,23 @@ struct EventData {
   Device device;
   unsigned long long event_type;
   unsigned long long event_data;  // the Xid for an Xid event (999: unknown)
+  unsigned int gpu_instance_id;
+  unsigned int compute_instance_id;
+};
+
+// nvmlProcessInfo_v1_t, as the unversioned nvmlDeviceGetComputeRunningProcesses
+// of older drivers fills it.
+struct ProcessInfoV1 {
+  unsigned int pid;
+  unsigned long long used_gpu_memory;
+};
+
+// nvmlProcessInfo_v2_t (nvmlDeviceGetComputeRunningProcesses_v2): with the
+// MIG instance ids (0xFFFFFFFF without MIG). The _v3 call is not used: its
+// struct gained a field in some headers and not in others.
+struct ProcessInfoV2 {
+  unsigned int pid;
+  unsigned long long used_gpu_memory;
   unsigned int gpu_instance_id;
   unsigned int compute_instance_id;
 };
@@ -74,9 +92,13 @@ struct Api {
   Return (*DeviceGetRemappedRows)(Device, unsigned int*, unsigned int*, unsigned int*,
                                   unsigned int*) = nullptr;
   Return (*DeviceGetPcieReplayCounter)(Device, unsigned int*) = nullptr;
+  // Optional (null where the library lacks them): the processes computing
+  // on a GPU, by the newest of the two that the library has.
+  Return (*DeviceGetComputeRunningProcessesV2)(Device, unsigned int*, ProcessInfoV2*) = nullptr;
+  Return (*DeviceGetComputeRunningProcessesV1)(Device, unsigned int*, ProcessInfoV1*) = nullptr;
 
   // Loads `library_name` and resolves every entry point: kUnavailable
-  // naming what is missing.
+  // naming what is missing (of those that are not optional).
   static Result<Api> Load(const std::string& library_name);
 
   // "nvmlFoo: <NVML's text> (code)".

@@ -3,7 +3,9 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
@@ -48,6 +50,15 @@ Result<Api> Api::Load(const std::string& library_name) {
                                                        binding.bound.error().message));
     }
   }
+  // The process list is evidence for kill-consumer only: a library without
+  // it still reports errors.
+  if (!api.library.Bind(api.DeviceGetComputeRunningProcessesV2,
+                        "nvmlDeviceGetComputeRunningProcesses_v2")) {
+    api.DeviceGetComputeRunningProcessesV2 = nullptr;
+    if (!api.library.Bind(api.DeviceGetComputeRunningProcessesV1,
+                          "nvmlDeviceGetComputeRunningProcesses"))
+      api.DeviceGetComputeRunningProcessesV1 = nullptr;
+  }
   return api;
 }
 
@@ -66,6 +77,44 @@ std::string NormalizeBdf(const nvml::PciInfo& info) {
   const char* dot = std::strrchr(info.bus_id, '.');
   if (dot != nullptr) function = static_cast<unsigned>(std::strtoul(dot + 1, nullptr, 16));
   return fmt::format("{:04x}:{:02x}:{:02x}.{:x}", info.domain, info.bus, info.device, function);
+}
+
+// PCI addresses as NVML and the runtime print them may differ in case.
+bool EqualBdf(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+           return std::tolower(static_cast<unsigned char>(x)) ==
+                  std::tolower(static_cast<unsigned char>(y));
+         });
+}
+
+// The pids of nvmlDeviceGetComputeRunningProcesses (either version): asked
+// with room for 64, then again with the size NVML says it needs, as the
+// list may grow between two calls.
+template <typename Info>
+Result<std::vector<std::int64_t>> ListProcesses(nvml::Return (*list)(nvml::Device, unsigned int*,
+                                                                     Info*),
+                                                nvml::Device handle) {
+  std::vector<Info> infos(64);
+  for (int attempt = 0; attempt < 4; ++attempt) {
+    auto count = static_cast<unsigned int>(infos.size());
+    const nvml::Return rc = list(handle, &count, infos.data());
+    if (rc == nvml::kErrorInsufficientSize) {
+      infos.resize(std::max<std::size_t>(count + 16, infos.size() * 2));
+      continue;
+    }
+    if (rc != nvml::kSuccess) {
+      return Fail(ErrorCode::kUnavailable,
+                  fmt::format("nvmlDeviceGetComputeRunningProcesses failed ({})", rc));
+    }
+    std::vector<std::int64_t> pids;
+    for (unsigned int i = 0; i < count && i < infos.size(); ++i) {
+      if (infos[i].pid != 0) pids.push_back(infos[i].pid);  // 0: a process out of our sight
+    }
+    std::sort(pids.begin(), pids.end());
+    pids.erase(std::unique(pids.begin(), pids.end()), pids.end());
+    return pids;
+  }
+  return Fail(ErrorCode::kUnavailable, "nvmlDeviceGetComputeRunningProcesses: the list kept growing");
 }
 
 // What one GPU's counters read last time; absent values were unsupported.
@@ -142,6 +191,23 @@ class NvmlMonitorImpl final : public NvmlMonitor {
 
   const std::vector<NvmlGpu>& Gpus() const override { return gpus_; }
   std::uint64_t Reports() const override { return reports_.load(std::memory_order_relaxed); }
+
+  Result<std::vector<std::int64_t>> ComputeProcesses(std::string_view pci_bdf) const override {
+    std::size_t at = 0;
+    while (at < gpus_.size() && !EqualBdf(gpus_[at].pci_bdf, pci_bdf)) ++at;
+    if (at == gpus_.size()) {
+      return Fail(ErrorCode::kNotFound, fmt::format("NVML has no GPU at {}", pci_bdf));
+    }
+    if (api_.DeviceGetComputeRunningProcessesV2 != nullptr) {
+      return ListProcesses(api_.DeviceGetComputeRunningProcessesV2, handles_[at]);
+    }
+    if (api_.DeviceGetComputeRunningProcessesV1 != nullptr) {
+      return ListProcesses(api_.DeviceGetComputeRunningProcessesV1, handles_[at]);
+    }
+    return Fail(ErrorCode::kUnavailable,
+                fmt::format("{} lists no processes (no nvmlDeviceGetComputeRunningProcesses)",
+                            api_.library.name()));
+  }
 
  private:
   std::uint64_t Register(nvml::Device handle, const NvmlGpu& gpu) {

@@ -12,6 +12,7 @@
 //     remap GPU CORRECTED UNCORRECTED PENDING FAILED
 //     replay GPU COUNT                         the PCIe replay counter
 //     noevents GPU                             the GPU supports no events
+//     procs GPU [PID...]                       the processes computing on it
 
 #include <chrono>
 #include <cstdio>
@@ -33,6 +34,7 @@ struct FakeGpu {
   std::vector<unsigned long long> retired_sbe, retired_dbe;
   unsigned remap[4] = {};
   unsigned replays = 0;
+  std::vector<unsigned> processes;
   bool events_supported = true;
   unsigned long long registered = 0;
 };
@@ -102,6 +104,9 @@ void ReadScript() {
       words >> target.replays;
     } else if (verb == "noevents") {
       target.events_supported = false;
+    } else if (verb == "procs") {
+      target.processes.clear();
+      for (unsigned pid = 0; words >> pid;) target.processes.push_back(pid);
     }
   }
 }
@@ -305,6 +310,31 @@ int nvmlDeviceGetPcieReplayCounter(void* device, unsigned* value) {
   FakeGpu* gpu = Find(device);
   if (gpu == nullptr) return kInvalidArgument;
   *value = gpu->replays;
+  return kSuccess;
+}
+
+struct ProcessInfoV2 {
+  unsigned pid;
+  unsigned long long used_gpu_memory;
+  unsigned gpu_instance_id;
+  unsigned compute_instance_id;
+};
+
+// As NVML: too small a buffer is kInsufficientSize with the count needed.
+int nvmlDeviceGetComputeRunningProcesses_v2(void* device, unsigned* count,
+                                            ProcessInfoV2* infos) {
+  std::lock_guard lock(mutex);
+  ReadScript();
+  FakeGpu* gpu = Find(device);
+  if (gpu == nullptr || count == nullptr) return kInvalidArgument;
+  const auto needed = static_cast<unsigned>(gpu->processes.size());
+  if (*count < needed) {
+    *count = needed;
+    return kInsufficientSize;
+  }
+  *count = needed;
+  for (unsigned i = 0; i < needed; ++i)
+    infos[i] = {gpu->processes[i], 1ULL << 30, 0xFFFFFFFFU, 0xFFFFFFFFU};
   return kSuccess;
 }
 

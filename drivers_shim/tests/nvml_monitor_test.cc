@@ -176,6 +176,34 @@ TEST_F(NvmlMonitorTest, CounterIncreasesAreReportedAndTheFirstReadingIsTheBaseli
   EXPECT_EQ(Count(), 6u) << "an unchanged counter is reported once";
 }
 
+// The compute processes of one GPU, for kill-consumer's evidence: by PCI
+// address in either case, more than the first buffer holds, none, and an
+// address no GPU has.
+TEST_F(NvmlMonitorTest, ListsTheComputeProcessesOfTheGpuAtAnAddress) {
+  ASSERT_TRUE(Start(/*poll=*/10s));
+  Script("procs 1 4242 17");
+  auto listed = monitor_->ComputeProcesses("0000:c2:00.0");
+  ASSERT_TRUE(listed.has_value()) << listed.error().message;
+  EXPECT_EQ(*listed, (std::vector<std::int64_t>{17, 4242}));
+  auto none = monitor_->ComputeProcesses("0000:C1:00.0");
+  ASSERT_TRUE(none.has_value()) << none.error().message;
+  EXPECT_TRUE(none->empty());
+
+  std::string many = "procs 0";
+  for (int pid = 1000; pid < 1100; ++pid) {
+    many += ' ';
+    many += std::to_string(pid);  // not " " + ...: GCC 12's -Wrestrict false positive
+  }
+  Script(many);
+  auto hundred = monitor_->ComputeProcesses("0000:c1:00.0");
+  ASSERT_TRUE(hundred.has_value()) << hundred.error().message;
+  EXPECT_EQ(hundred->size(), 100U) << "a list longer than the first buffer is read whole";
+
+  auto elsewhere = monitor_->ComputeProcesses("0000:99:00.0");
+  ASSERT_FALSE(elsewhere.has_value());
+  EXPECT_EQ(elsewhere.error().code, ErrorCode::kNotFound);
+}
+
 TEST_F(NvmlMonitorTest, StopsPromptly) {
   ASSERT_TRUE(Start(/*poll=*/10s));
   const auto begin = std::chrono::steady_clock::now();

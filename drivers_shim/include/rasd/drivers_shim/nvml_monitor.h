@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "rasd/common/result.h"
@@ -65,6 +66,12 @@ class NvmlMonitor {
   virtual const std::vector<NvmlGpu>& Gpus() const = 0;
   // Reports delivered to the listener so far.
   virtual std::uint64_t Reports() const = 0;
+  // The processes NVML lists as computing on the GPU at `pci_bdf` now
+  // (nvmlDeviceGetComputeRunningProcesses), as host pids, sorted; a
+  // process NVML names without a pid (one in another pid namespace) is left
+  // out. kNotFound: no GPU there; kUnavailable: the library has no such
+  // call, or it failed. Any thread (NVML is thread-safe).
+  virtual Result<std::vector<std::int64_t>> ComputeProcesses(std::string_view pci_bdf) const = 0;
 };
 
 }  // namespace rasd::drivers
