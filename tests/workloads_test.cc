@@ -65,6 +65,7 @@ TEST_F(WorkloadsTest, RunGivesTheDevicesAndAnIsolationDrainsTheWorkloadWithItsSi
   EXPECT_EQ(listed[0]["devices"], nlohmann::json({1}));
   EXPECT_EQ(listed[0]["state"], "running");
   EXPECT_EQ(listed[0]["connected"], true);
+  EXPECT_EQ(rasd_.RasctlJson({"devices", "1"})["devices"][0]["takes_new_work"], true);
   const auto on_device = rasd_.RasctlJson({"devices", "1"})["devices"][0]["workloads"];
   ASSERT_EQ(on_device.size(), 1U) << on_device.dump();
   EXPECT_EQ(on_device[0]["name"], "server");
@@ -78,6 +79,7 @@ TEST_F(WorkloadsTest, RunGivesTheDevicesAndAnIsolationDrainsTheWorkloadWithItsSi
   const auto took = std::chrono::steady_clock::now() - isolated;
   ASSERT_TRUE(code.has_value()) << "the workload did not end after its device was isolated";
   EXPECT_EQ(*code, 7) << "rasctl run exits with the workload's status";
+  EXPECT_EQ(rasd_.RasctlJson({"devices", "1"})["devices"][0]["takes_new_work"], false);
   EXPECT_LT(took, 2s);
   EXPECT_NE(ReadText(marks).find("term"), std::string::npos) << "the drain signal reached it";
   const std::string said = ReadText(rasd_.Dir() / "run.err");

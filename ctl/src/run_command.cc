@@ -26,10 +26,8 @@ constexpr int kExitUnreachable = 3;
 constexpr int kExitCannotStart = 127;
 constexpr int kForwarded[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
 
-bool TakesNewWork(const nlohmann::json& device) {
-  const std::string state = device.value("state", std::string());
-  return state == "healthy" || state == "degraded";
-}
+// rasd's own answer (the devices reply), not a reading of the state name.
+bool TakesNewWork(const nlohmann::json& device) { return device.value("takes_new_work", false); }
 
 std::string Say(const nlohmann::json& message) {
   const std::string event = message.value("event", std::string("?"));

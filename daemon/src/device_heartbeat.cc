@@ -16,13 +16,6 @@ namespace {
 constexpr std::uint64_t kCopyBeatBlock = 8192;
 constexpr std::uint64_t kCopyBeatBytes = 64;
 
-// Devices that take new work. A draining device is leaving anyway (its
-// drain deadline bounds what runs there), and one under its self-test is
-// judged by the test.
-bool InService(runtime::HealthState state) {
-  return state == runtime::HealthState::kHealthy || state == runtime::HealthState::kDegraded;
-}
-
 }  // namespace
 
 DeviceHeartbeat::DeviceHeartbeat(common::EventLoop& loop, runtime::Runtime& runtime,
@@ -87,9 +80,11 @@ void DeviceHeartbeat::Tick() {
     const int device = static_cast<int>(i);
     Beat& beat = beats_[i];
     auto found = runtime_.GetDevice(device);
-    if (!found || !InService((*found)->Health())) {
-      // Out of service: forget the episode. A stream stuck on a hung device
-      // is aborted and dropped; back in service, the device gets a new one.
+    if (!found || !runtime::TakesNewWork((*found)->Health())) {
+      // Out of service (a draining device is leaving anyway, and one under
+      // its self-test is judged by the test): forget the episode. A stream
+      // stuck on a hung device is aborted and dropped; back in service, the
+      // device gets a new one.
       DropStream(device, beat, "device out of service");
       beat.pending = false;
       beat.missed = 0;

@@ -15,10 +15,6 @@ namespace {
 
 constexpr std::chrono::seconds kSweepPeriod{1};
 
-bool InService(runtime::HealthState state) {
-  return state == runtime::HealthState::kHealthy || state == runtime::HealthState::kDegraded;
-}
-
 std::string SignalName(int signal) {
   const char* abbreviation = ::sigabbrev_np(signal);
   return abbreviation ? fmt::format("SIG{}", abbreviation) : fmt::format("signal {}", signal);
@@ -105,7 +101,7 @@ Result<Subscribed> Workloads::AttachOne(WorkloadSpec spec, const PeerCredentials
   for (int device : spec.devices) {
     auto found = runtime_.GetDevice(device);
     if (!found) return Fail(ErrorCode::kNotFound, fmt::format("no device {}", device));
-    if (!InService((*found)->Health())) {
+    if (!runtime::TakesNewWork((*found)->Health())) {
       return Fail(ErrorCode::kDeviceIsolated,
                   fmt::format("device {} is {}: it takes no new work", device,
                               runtime::HealthStateName((*found)->Health())));
@@ -277,7 +273,7 @@ std::size_t Workloads::Readopt() {
     // signal is the safe side).
     for (int device : adopted_one.devices) {
       auto found = runtime_.GetDevice(device);
-      if (found && !InService((*found)->Health())) {
+      if (found && !runtime::TakesNewWork((*found)->Health())) {
         Leaving(adopted_one, device, (*found)->Health());
         break;
       }
@@ -317,7 +313,7 @@ void Workloads::Reconcile() {
     const runtime::HealthState before = seen_[index];
     seen_[index] = now;
     if (now == before) continue;
-    const bool was_serving = InService(before), serving = InService(now);
+    const bool was_serving = runtime::TakesNewWork(before), serving = runtime::TakesNewWork(now);
     for (auto& [id, workload] : workloads_) {
       if (!std::binary_search(workload->devices.begin(), workload->devices.end(), index)) continue;
       if (was_serving && !serving) {
@@ -405,7 +401,7 @@ void Workloads::Returned(Workload& workload, int device) {
   if (workload.state != "draining") return;
   for (int other : workload.devices) {
     auto found = runtime_.GetDevice(other);
-    if (!found || !InService((*found)->Health())) return;
+    if (!found || !runtime::TakesNewWork((*found)->Health())) return;
   }
   // Every device is back before the grace ended: no kill. The drain
   // signal was sent; what the workload made of it is its own affair.

@@ -155,8 +155,7 @@ InferenceService::~InferenceService() {
 bool InferenceService::AdmitsNewWork(int device) const {
   auto found = runtime_.GetDevice(device);
   if (!found) return false;
-  const auto health = (*found)->Health();
-  return health == runtime::HealthState::kHealthy || health == runtime::HealthState::kDegraded;
+  return runtime::TakesNewWork((*found)->Health());
 }
 
 void InferenceService::RouteLocked(std::deque<Request> requests) {

@@ -20,6 +20,13 @@ enum class HealthState : std::uint8_t {
 };
 
 std::string_view HealthStateName(HealthState state);
+
+// Whether a device in `state` takes new work: a new job, a new outside
+// workload, a request routed to it. A draining device is leaving (only
+// what it already runs may finish there) and an isolated one takes none.
+constexpr bool TakesNewWork(HealthState state) {
+  return state == HealthState::kHealthy || state == HealthState::kDegraded;
+}
 std::optional<HealthState> ParseHealthState(std::string_view name);
 
 // Who is asking to put work on a device: a job that is already running there
