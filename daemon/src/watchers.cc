@@ -10,11 +10,14 @@ constexpr std::chrono::seconds kSweepPeriod{1};
 }  // namespace
 
 Watchers::Watchers(common::EventLoop& loop, runtime::Runtime& runtime, ReasonOf reason_of)
-    : loop_(loop), runtime_(runtime), reason_of_(std::move(reason_of)), sweep_(loop.CreateTimer([this] {
+    : loop_(loop),
+      runtime_(runtime),
+      reason_of_(std::move(reason_of)),
+      changes_(runtime),
+      sweep_(loop.CreateTimer([this] {
         Reconcile();
         ArmSweep();
       })) {
-  for (const auto& device : runtime_.Devices()) seen_[device->Index()] = device->Health();
 }
 
 Watchers::~Watchers() {
@@ -62,19 +65,13 @@ void Watchers::OnStored(std::int64_t last_event_id) {
 }
 
 void Watchers::Reconcile() {
-  for (const auto& device : runtime_.Devices()) {
-    const int index = device->Index();
-    const runtime::HealthState now = device->Health();
-    auto& before = seen_[index];
-    if (now == before) continue;
-    const runtime::HealthState from = before;
-    before = now;
-    if (pushes_.empty()) continue;
+  for (const auto& change : changes_.Take()) {
+    if (pushes_.empty()) continue;  // still taken: a later watcher starts from now
     Broadcast({{"event", "device"},
-               {"device", index},
-               {"from", std::string(runtime::HealthStateName(from))},
-               {"state", std::string(runtime::HealthStateName(now))},
-               {"reason", reason_of_(index)}});
+               {"device", change.device},
+               {"from", std::string(runtime::HealthStateName(change.from))},
+               {"state", std::string(runtime::HealthStateName(change.to))},
+               {"reason", reason_of_(change.device)}});
   }
 }
 

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "control_server.h"
+#include "device_state_changes.h"
 #include "rasd/common/event_loop.h"
 #include "rasd/runtime/runtime.h"
 
@@ -48,7 +49,7 @@ class Watchers {
   runtime::Runtime& runtime_;
   ReasonOf reason_of_;
   std::map<std::uint64_t, Push> pushes_;
-  std::map<int, runtime::HealthState> seen_;
+  DeviceStateChanges changes_;
   std::uint64_t next_id_ = 1;
   std::unique_ptr<common::Timer> sweep_;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);

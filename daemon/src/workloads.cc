@@ -31,11 +31,11 @@ Workloads::Workloads(common::EventLoop& loop, runtime::Runtime& runtime,
       store_(store),
       options_(options),
       reason_of_(std::move(reason_of)),
+      changes_(runtime),
       sweep_(loop.CreateTimer([this] {
         Reconcile();
         ArmSweep();
       })) {
-  for (const auto& device : runtime_.Devices()) seen_[device->Index()] = device->Health();
   totals_.signals = {{"drain", 0}, {"grace_kill", 0}, {"consumer_kill", 0}};
   totals_.attaches = {{"ok", 0}, {"refused", 0}};
   Publish();
@@ -307,13 +307,11 @@ void Workloads::Send(Workload& workload, const nlohmann::json& message) {
 }
 
 void Workloads::Reconcile() {
-  for (const auto& device : runtime_.Devices()) {
-    const int index = device->Index();
-    const runtime::HealthState now = device->Health();
-    const runtime::HealthState before = seen_[index];
-    seen_[index] = now;
-    if (now == before) continue;
-    const bool was_serving = runtime::TakesNewWork(before), serving = runtime::TakesNewWork(now);
+  for (const auto& change : changes_.Take()) {
+    const int index = change.device;
+    const runtime::HealthState now = change.to;
+    const bool was_serving = runtime::TakesNewWork(change.from);
+    const bool serving = runtime::TakesNewWork(now);
     for (auto& [id, workload] : workloads_) {
       if (!std::binary_search(workload->devices.begin(), workload->devices.end(), index)) continue;
       if (was_serving && !serving) {

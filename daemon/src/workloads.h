@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "control_server.h"
+#include "device_state_changes.h"
 #include "process_table.h"
 #include "rasd/common/event_loop.h"
 #include "rasd/common/unique_fd.h"
@@ -147,7 +148,7 @@ class Workloads {
   Options options_;
   ReasonOf reason_of_;
   std::map<std::uint64_t, std::unique_ptr<Workload>> workloads_;
-  std::map<int, runtime::HealthState> seen_;  // device -> state at the last Reconcile
+  DeviceStateChanges changes_;  // since the last Reconcile
   std::uint64_t next_id_ = 1;
   std::unique_ptr<common::Timer> sweep_;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
