@@ -15,6 +15,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "rasd/ras/state_store.h"
 #include "test_support.h"
 
 namespace rasd::testing {
@@ -283,6 +284,68 @@ TEST_F(WorkloadsTest, ARestartedRasdFollowsTheWorkloadsAttachedBefore) {
   ASSERT_TRUE(rasd_.Stop().has_value());
   ASSERT_TRUE(rasd_.Start({}, {}, &why)) << why;
   EXPECT_TRUE(Workloads().empty());
+}
+
+// A damaged row in the state database (a field of the wrong type, a
+// drain signal no attach would take, text that is not JSON): the restarted
+// rasd starts, says which record it dropped and why, and never signals the
+// process it names.
+TEST_F(WorkloadsTest, ADamagedSavedWorkloadIsDroppedWithItsReasonAndNeverSignalled) {
+  const auto marks = rasd_.Dir() / "damaged-marks";
+  auto run = Run({"--devices", "1", "--name", "victim", "--grace", "1s"},
+                 "trap 'echo signalled >> " + marks.string() +
+                     "' TERM INT HUP USR1 USR2; echo up > " + marks.string() +
+                     "; while :; do sleep 0.02; done",
+                 "victim");
+  ASSERT_TRUE(WaitForFile(marks, "up"));
+  ASSERT_TRUE(WaitUntil([&] { return Workloads().size() == 1; }, 5s));
+  ASSERT_TRUE(rasd_.Stop().has_value());
+  ras::WorkloadRecord saved;
+  {
+    auto store = ras::StateStore::Open(rasd_.StateDir());
+    ASSERT_TRUE(store.has_value()) << store.error().message;
+    auto records = (*store)->LoadWorkloads();
+    ASSERT_TRUE(records.has_value() && records->size() == 1U);
+    saved = records->front();
+  }
+  const auto spec = nlohmann::json::parse(saved.spec);
+  auto with = [&spec](const char* key, nlohmann::json value) {
+    auto damaged = spec;
+    damaged[key] = std::move(value);
+    return damaged.dump();
+  };
+  const std::pair<std::string, std::string> damages[] = {
+      {with("name", 5), "bad argument 'name'"},
+      {with("drain_signal", SIGKILL), "cannot be handled by the workload"},
+      {with("grace_ms", -1), "bad argument 'grace_ms'"},
+      {with("device_uuids", "GPU-1"), "it names no device UUIDs"},
+      {"{\"name\": \"victim\", ", "unreadable"},
+  };
+  for (const auto& [damaged, reason] : damages) {
+    {
+      auto store = ras::StateStore::Open(rasd_.StateDir());
+      ASSERT_TRUE(store.has_value()) << store.error().message;
+      ASSERT_TRUE((*store)->SaveWorkload({saved.pid, saved.start_time, damaged}).has_value());
+    }
+    std::string why;
+    ASSERT_TRUE(rasd_.Start({}, {}, &why)) << why;
+    EXPECT_TRUE(Workloads().empty()) << damaged;
+    EXPECT_NE(rasd_.Stderr().find("saved record is unreadable"), std::string::npos)
+        << damaged << "\n" << rasd_.Stderr();
+    EXPECT_NE(rasd_.Stderr().find(reason), std::string::npos) << damaged << "\n"
+                                                              << rasd_.Stderr();
+    // Device 1 out of service: a workload adopted on it would be drained at
+    // once (isolated on the first start, and so on the later ones).
+    if (&damaged == &damages[0].first) {
+      ASSERT_EQ(rasd_.Rasctl({"isolate", "1", "--reason", "damaged row"}).exit_code, 0);
+    }
+    EXPECT_EQ(rasd_.RasctlJson({"devices", "1"})["devices"][0]["state"], "isolated");
+    ASSERT_TRUE(rasd_.Stop().has_value());
+  }
+  EXPECT_EQ(ReadText(marks), "up\n") << "a process named only by a damaged row was signalled";
+  EXPECT_FALSE(run->Wait(0ms).has_value());
+  ::kill(static_cast<pid_t>(saved.pid), SIGKILL);
+  EXPECT_TRUE(run->Wait(5s).has_value());
 }
 
 // An uncorrectable error that names the process that met it (an Xid 94

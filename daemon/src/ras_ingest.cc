@@ -527,8 +527,9 @@ Result<std::vector<std::int64_t>> RasIngest::ComputeProcesses(std::string_view p
   if (!nvml_) {
     const auto source = stats_.sources.find("nvml");
     return Fail(ErrorCode::kUnavailable,
-                fmt::format("NVML is not in use here ({})",
-                            source != stats_.sources.end() ? source->second.reason : "not started"));
+                fmt::format("NVML is not in use here ({})", source != stats_.sources.end()
+                                                                ? source->second.reason
+                                                                : "not started"));
   }
   return nvml_->ComputeProcesses(pci_bdf);
 }

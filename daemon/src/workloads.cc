@@ -7,7 +7,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 
+#include "arg_reader.h"
 #include "rasd/common/logging.h"
 
 namespace rasd::daemon {
@@ -18,6 +20,22 @@ constexpr std::chrono::seconds kSweepPeriod{1};
 std::string SignalName(int signal) {
   const char* abbreviation = ::sigabbrev_np(signal);
   return abbreviation ? fmt::format("SIG{}", abbreviation) : fmt::format("signal {}", signal);
+}
+
+// A drain signal is a request the workload can act on: SIGSTOP would
+// freeze it for its grace, SIGKILL leave it none (grace_ms 0 does that).
+Status CheckDrainSignal(int signal) {
+  if (signal < 1 || signal > SIGRTMAX) {
+    return Fail(ErrorCode::kInvalidArgument,
+                fmt::format("drain_signal {} is not a signal", signal));
+  }
+  if (signal == SIGKILL || signal == SIGSTOP) {
+    return Fail(ErrorCode::kInvalidArgument,
+                fmt::format("drain_signal {} cannot be handled by the workload; for an "
+                            "immediate kill give grace_ms 0",
+                            SignalName(signal)));
+  }
+  return {};
 }
 
 }  // namespace
@@ -78,18 +96,7 @@ Result<Subscribed> Workloads::AttachOne(WorkloadSpec spec, const PeerCredentials
   const pid_t pid = spec.pid == 0 ? peer.pid : spec.pid;
   if (pid <= 0) return Fail(ErrorCode::kInvalidArgument, "the connection names no process");
   if (spec.devices.empty()) return Fail(ErrorCode::kInvalidArgument, "no devices named");
-  if (spec.drain_signal < 1 || spec.drain_signal > SIGRTMAX) {
-    return Fail(ErrorCode::kInvalidArgument,
-                fmt::format("drain_signal {} is not a signal", spec.drain_signal));
-  }
-  // A drain signal is a request the workload can act on: SIGSTOP would
-  // freeze it for its grace, SIGKILL leave it none (grace_ms 0 does that).
-  if (spec.drain_signal == SIGKILL || spec.drain_signal == SIGSTOP) {
-    return Fail(ErrorCode::kInvalidArgument,
-                fmt::format("drain_signal {} cannot be handled by the workload; for an "
-                            "immediate kill give grace_ms 0",
-                            SignalName(spec.drain_signal)));
-  }
+  if (auto usable = CheckDrainSignal(spec.drain_signal); !usable) return Fail(usable.error());
   for (const auto& [id, workload] : workloads_) {
     if (workload->pid == pid) {
       return Fail(ErrorCode::kAlreadyExists,
@@ -120,17 +127,14 @@ Result<Subscribed> Workloads::AttachOne(WorkloadSpec spec, const PeerCredentials
                             pid, *owner, peer.uid));
   }
 
-  auto workload = std::make_unique<Workload>();
-  workload->id = next_id_++;
-  workload->pid = pid;
-  workload->uid = *owner;
-  workload->name = spec.name.empty() ? fmt::format("pid-{}", pid) : spec.name;
-  workload->devices = spec.devices;
-  workload->drain_signal = spec.drain_signal;
-  workload->grace = spec.grace.value_or(options_.default_grace);
-  workload->pidfd = std::move(*pidfd);
+  auto started = processes_.StartTimeOf(pid);
+  auto workload = NewWorkload({.pid = pid,
+                               .name = spec.name,
+                               .devices = spec.devices,
+                               .drain_signal = spec.drain_signal,
+                               .grace = spec.grace},
+                              *owner, started ? *started : 0, std::move(*pidfd));
   workload->push = std::move(push);
-  if (auto started = processes_.StartTimeOf(pid)) workload->start_time = *started;
   const std::uint64_t id = workload->id;
   Workload& attached = *workload;
   if (auto followed = Follow(std::move(workload)); !followed) return Fail(followed.error());
@@ -207,6 +211,22 @@ void Workloads::Save(const Workload& workload) {
   }
 }
 
+std::unique_ptr<Workloads::Workload> Workloads::NewWorkload(const WorkloadSpec& spec, uid_t uid,
+                                                            std::uint64_t start_time,
+                                                            common::UniqueFd pidfd) {
+  auto workload = std::make_unique<Workload>();
+  workload->id = next_id_++;
+  workload->pid = spec.pid;
+  workload->start_time = start_time;
+  workload->uid = uid;
+  workload->name = spec.name.empty() ? fmt::format("pid-{}", spec.pid) : spec.name;
+  workload->devices = spec.devices;
+  workload->drain_signal = spec.drain_signal;
+  workload->grace = spec.grace.value_or(options_.default_grace);
+  workload->pidfd = std::move(pidfd);
+  return workload;
+}
+
 std::size_t Workloads::Readopt() {
   if (store_ == nullptr) return 0;
   auto stored = store_->LoadWorkloads();
@@ -238,28 +258,41 @@ std::size_t Workloads::Readopt() {
       forget("it no longer runs");
       continue;
     }
-    auto owner = processes_.OwnerOf(pid);
-    auto workload = std::make_unique<Workload>();
-    workload->id = next_id_++;
-    workload->pid = pid;
-    workload->start_time = record.start_time;
-    workload->uid = owner ? *owner : spec.value("uid", 0u);
-    workload->name = spec.value("name", fmt::format("pid-{}", pid));
-    workload->drain_signal = spec.value("drain_signal", SIGTERM);
-    workload->grace = std::chrono::milliseconds(
-        spec.value("grace_ms", static_cast<std::int64_t>(options_.default_grace.count())));
-    const auto uuids = spec.value("device_uuids", nlohmann::json::array());
-    for (const auto& uuid : uuids) {
+    // Save wrote it, but a damaged or edited row must neither stop the start
+    // nor give a drain a signal an attach would refuse: read as a request.
+    WorkloadSpec saved{.pid = pid};
+    ArgReader fields("the saved workload", spec);
+    if (auto name = fields.String("name", 64)) saved.name = *name;
+    const auto saved_uid = fields.Int("uid", 0, std::numeric_limits<std::uint32_t>::max() - 1);
+    if (auto signal = fields.Int("drain_signal", 1, SIGRTMAX))
+      saved.drain_signal = static_cast<int>(*signal);
+    if (auto grace = fields.Int("grace_ms", 0, 3'600'000))
+      saved.grace = std::chrono::milliseconds(*grace);
+    (void)fields.Raw("devices");  // the saving rasd's indices: the UUIDs decide
+    const nlohmann::json* uuids = fields.Raw("device_uuids");
+    Status readable = fields.Finish();
+    if (readable) readable = CheckDrainSignal(saved.drain_signal);
+    if (readable && (uuids == nullptr || !uuids->is_array()))
+      readable = Fail(ErrorCode::kInvalidArgument, "it names no device UUIDs");
+    if (!readable) {
+      forget(fmt::format("its saved record is unreadable ({})", readable.error().message));
+      continue;
+    }
+    for (const auto& uuid : *uuids) {
       if (!uuid.is_string()) continue;
       if (auto found = by_uuid.find(uuid.get<std::string>()); found != by_uuid.end())
-        workload->devices.push_back(found->second);
+        saved.devices.push_back(found->second);
     }
-    std::sort(workload->devices.begin(), workload->devices.end());
-    if (workload->devices.empty()) {
+    std::sort(saved.devices.begin(), saved.devices.end());
+    saved.devices.erase(std::unique(saved.devices.begin(), saved.devices.end()),
+                        saved.devices.end());
+    if (saved.devices.empty()) {
       forget("none of its devices is here any more");
       continue;
     }
-    workload->pidfd = std::move(*pidfd);
+    auto owner = processes_.OwnerOf(pid);
+    const uid_t uid = owner ? *owner : static_cast<uid_t>(saved_uid.value_or(0));
+    auto workload = NewWorkload(saved, uid, record.start_time, std::move(*pidfd));
     Workload& adopted_one = *workload;
     if (auto followed = Follow(std::move(workload)); !followed) {
       forget(followed.error().message);

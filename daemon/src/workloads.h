@@ -131,6 +131,9 @@ class Workloads {
   };
   Result<Subscribed> AttachOne(WorkloadSpec spec, const PeerCredentials& peer, bool admin,
                                Push push);
+  // A workload of `spec` (its pid set, devices sorted), not yet followed.
+  std::unique_ptr<Workload> NewWorkload(const WorkloadSpec& spec, uid_t uid,
+                                        std::uint64_t start_time, common::UniqueFd pidfd);
   // Follows `workload` (its pidfd set): the exit watch, the kill timer, the map.
   Status Follow(std::unique_ptr<Workload> workload);
   void Save(const Workload& workload);

@@ -114,7 +114,8 @@ Result<std::vector<std::int64_t>> ListProcesses(nvml::Return (*list)(nvml::Devic
     pids.erase(std::unique(pids.begin(), pids.end()), pids.end());
     return pids;
   }
-  return Fail(ErrorCode::kUnavailable, "nvmlDeviceGetComputeRunningProcesses: the list kept growing");
+  return Fail(ErrorCode::kUnavailable,
+              "nvmlDeviceGetComputeRunningProcesses: the list kept growing");
 }
 
 // What one GPU's counters read last time; absent values were unsupported.

@@ -183,7 +183,8 @@ TEST(SysfsDumpTest, TheLinesAfterADumpAreNotPartOfIt) {
   const std::string chatter =
       "usb 1-1: new high-speed USB device number 7 using xhci_hcd\n"
       "systemd[1]: Started Session 42 of user root.\n";
-  const auto checkmk = ScanKernelLog("<<<edac>>>\nmc1 csrow0 32768 Registered-DDR3 22 0 S4ECD4ED\n" +
+  const auto checkmk = ScanKernelLog("<<<edac>>>\n"
+                                     "mc1 csrow0 32768 Registered-DDR3 22 0 S4ECD4ED\n" +
                                      chatter + "mc1 csrow1 32768 Registered-DDR3 5 0 S4ECD4ED\n");
   ASSERT_EQ(checkmk.size(), 1U);
   EXPECT_EQ(checkmk[0].lines.size(), 2U);  // the heading and the one row before the chatter
