@@ -228,6 +228,31 @@ TEST_F(ControlApiTest, AClientThatNeverReadsIsDroppedAndOthersAreServed) {
   EXPECT_NE(rasd_.Stderr().find("does not read its replies"), std::string::npos);
 }
 
+// Subscribed connections (attached workloads, watchers) stay open for hours:
+// they have a pool of their own, so that more of them than max_clients
+// never lock an operator out (root's 64 `rasctl run` did).
+TEST_F(ControlApiTest, SubscribersBeyondMaxClientsLeaveTheOperatorItsSlots) {
+  StartRasd("control:\n  max_clients: 4\n");
+  std::vector<std::unique_ptr<RawClient>> watchers;
+  for (int i = 0; i < 12; ++i) {
+    auto watcher = std::make_unique<RawClient>(rasd_.Socket());
+    ASSERT_TRUE(watcher->Connected());
+    const auto reply = Ask(*watcher, R"({"command":"watch"})");
+    ASSERT_EQ(reply["ok"], true) << "watcher " << i << ": " << reply.dump();
+    watchers.push_back(std::move(watcher));
+  }
+  const auto status = rasd_.Rasctl({"status"});
+  EXPECT_EQ(status.exit_code, 0) << status.err;
+  const auto isolated = rasd_.Rasctl({"isolate", "0", "--reason", "with 12 watchers"});
+  EXPECT_EQ(isolated.exit_code, 0) << isolated.err;
+  // Each watcher got the change: they are served, not just counted.
+  for (auto& watcher : watchers) {
+    const auto line = watcher->ReadLine(2s);
+    ASSERT_TRUE(line.has_value());
+    EXPECT_NE(line->find("\"isolated\""), std::string::npos) << *line;
+  }
+}
+
 TEST_F(ControlApiTest, ManyConnectAndDisconnectCyclesLeaveNoClientsBehind) {
   StartRasd();
   for (int i = 0; i < 200; ++i) {

@@ -295,7 +295,7 @@ void AddServiceKeys(std::vector<ConfigKey>& keys) {
                      "a client with no complete request for this long is disconnected"));
   keys.push_back(Row("control.max_clients", kLive, RASD_CONFIG_FIELD(control.max_clients),
                      Integer<int>(1, 4096),
-                     "control connections of administrators, and separately of everyone else (at most a quarter of those per uid); more are refused with an error"));
+                     "control connections of administrators, and separately of everyone else (at most a quarter of those per uid); more are refused with an error. Attached workloads and watchers are not counted here: they have 1024 slots of their own, shared the same way"));
   keys.push_back(Row("metrics.listen", kRestart, RASD_CONFIG_FIELD(metrics.listen), ListenAddress(),
                      "ADDR:PORT of the Prometheus endpoint; port 0 picks a free one (status "
                      "shows it); `off` or empty: none; a port in use is logged and rasd runs on "

@@ -390,7 +390,8 @@ void ControlServer::AcceptAll() {
     }
     PeerCredentials peer = ReadPeerCredentials(fd.Get());
     const bool admin = authorizer_.MayChangeState(peer);
-    if (auto full = Admit(peer, admin)) {
+    if (auto full = Admit(connections_, static_cast<std::size_t>(std::max(1, options_.max_clients)),
+                          peer, admin, "control clients")) {
       Refuse(fd, peer, *full);
       continue;
     }
@@ -401,25 +402,37 @@ void ControlServer::AcceptAll() {
       continue;
     }
     clients_.emplace(id, std::move(client));
-    ++(admin ? admin_clients_ : clients_by_uid_[peer.uid]);
+    connections_.Add(peer, admin);
   }
 }
 
-std::optional<std::string> ControlServer::Admit(const PeerCredentials& peer, bool admin) const {
-  const std::size_t max = static_cast<std::size_t>(std::max(1, options_.max_clients));
+void ControlServer::ClientCounts::Add(const PeerCredentials& peer, bool admin) {
+  ++(admin ? admins : by_uid[peer.uid]);
+}
+
+void ControlServer::ClientCounts::Remove(const PeerCredentials& peer, bool admin) {
   if (admin) {
-    if (admin_clients_ >= max)
-      return fmt::format("rasd already serves {} administrators' control clients", max);
+    --admins;
+  } else if (auto uid = by_uid.find(peer.uid); uid != by_uid.end() && --uid->second == 0) {
+    by_uid.erase(uid);
+  }
+}
+
+std::optional<std::string> ControlServer::Admit(const ClientCounts& counts, std::size_t max,
+                                                const PeerCredentials& peer, bool admin,
+                                                std::string_view what) {
+  if (admin) {
+    if (counts.admins >= max)
+      return fmt::format("rasd already serves {} administrators' {}", max, what);
     return std::nullopt;
   }
   std::size_t others = 0;
-  for (const auto& [uid, count] : clients_by_uid_) others += count;
-  if (others >= max) return fmt::format("rasd already serves {} control clients", max);
+  for (const auto& [uid, count] : counts.by_uid) others += count;
+  if (others >= max) return fmt::format("rasd already serves {} {}", max, what);
   const std::size_t share = std::max<std::size_t>(1, max / 4);
-  if (auto mine = clients_by_uid_.find(peer.uid);
-      mine != clients_by_uid_.end() && mine->second >= share) {
-    return fmt::format("uid {} already has {} control connections (at most {} a user)", peer.uid,
-                       mine->second, share);
+  if (auto mine = counts.by_uid.find(peer.uid); mine != counts.by_uid.end() && mine->second >= share) {
+    return fmt::format("uid {} already has {} {} (at most {} a user)", peer.uid, mine->second,
+                       what, share);
   }
   return std::nullopt;
 }
@@ -447,12 +460,8 @@ void ControlServer::Close(std::uint64_t client_id) {
   // inside its own callback (and returns at once after doing so).
   auto found = clients_.find(client_id);
   if (found == clients_.end()) return;
-  if (found->second->Admin()) {
-    --admin_clients_;
-  } else if (auto uid = clients_by_uid_.find(found->second->Peer().uid);
-             uid != clients_by_uid_.end() && --uid->second == 0) {
-    clients_by_uid_.erase(uid);
-  }
+  (found->second->Subscribed() ? subscribers_ : connections_)
+      .Remove(found->second->Peer(), found->second->Admin());
   // Out of the map before it is destroyed: its subscriptions' tokens run
   // handler code that may push to other clients.
   std::unique_ptr<Client> closing = std::move(found->second);
@@ -501,6 +510,17 @@ std::string ControlServer::HandleLine(std::uint64_t client_id, const PeerCredent
     RASD_LOG_INFO("control: '{}' by pid {} uid {}", request->command, peer.pid, peer.uid);
   }
   if (command->second.run_subscribe) {
+    const auto asking = clients_.find(client_id);
+    if (asking != clients_.end() && !asking->second->Subscribed()) {
+      if (auto full = Admit(subscribers_,
+                            static_cast<std::size_t>(std::max(1, options_.max_subscribers)), peer,
+                            asking->second->Admin(), "attached or watching connections")) {
+        ++refused_connections_;
+        return control::EncodeLine(control::MakeErrorReply(control::wire_error::kTooManyClients,
+                                                           *full + "; try again later",
+                                                           request->id));
+      }
+    }
     Push push = [alive = alive_, server = this, client_id](const nlohmann::json& message) {
       if (!*alive) return false;
       auto client = server->clients_.find(client_id);
@@ -522,8 +542,15 @@ std::string ControlServer::HandleLine(std::uint64_t client_id, const PeerCredent
       return control::EncodeLine(control::MakeErrorReply(
           ErrorCodeName(subscribed.error().code), subscribed.error().message, request->id));
     }
-    if (auto client = clients_.find(client_id); client != clients_.end())
+    if (auto client = clients_.find(client_id); client != clients_.end()) {
+      if (!client->second->Subscribed()) {
+        // From the request pool to the subscribers': a workload attached for
+        // hours holds no slot an operator's rasctl needs.
+        connections_.Remove(client->second->Peer(), client->second->Admin());
+        subscribers_.Add(client->second->Peer(), client->second->Admin());
+      }
       client->second->Subscribe(std::move(subscribed->token));
+    }
     return control::EncodeLine(control::MakeOkReply(std::move(subscribed->reply), request->id));
   }
   if (command->second.run_async) {

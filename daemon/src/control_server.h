@@ -94,7 +94,9 @@ struct Command {
 // Connections: administrators (whom the Authorizer lets change state) have
 // `max_clients` slots of their own, so that no local user can lock root
 // out; everyone else shares another `max_clients`, at most a quarter of
-// them per uid. Refusals answer with too_many_clients and are logged at
+// them per uid. A connection that subscribes (attach, watch) moves to a
+// second pool, `max_subscribers`, shared the same way: workloads attached
+// for hours never hold the slots an operator needs. Refusals answer with too_many_clients and are logged at
 // most once a minute, with a count. Non-administrators are held to
 // `requests_per_second` (a bucket of `request_burst`): past it their
 // requests wait, they are not refused.
@@ -108,6 +110,10 @@ class ControlServer {
     std::size_t max_pending_output = 4 * 1024 * 1024;
     std::chrono::milliseconds client_timeout{10000};
     int max_clients = 64;
+    // Subscribed connections (an attached workload's, a watcher's), apart
+    // from max_clients: administrators have this many, everyone else shares
+    // as many more, at most a quarter of them per uid.
+    int max_subscribers = 1024;
     double requests_per_second = 500;  // 0: no limit
     int request_burst = 200;
   };
@@ -136,7 +142,6 @@ class ControlServer {
   void AcceptAll();
   void Close(std::uint64_t client_id);
   // Why a new connection is refused, or nullopt when it is admitted.
-  std::optional<std::string> Admit(const PeerCredentials& peer, bool admin) const;
   void Refuse(const common::UniqueFd& fd, const PeerCredentials& peer, const std::string& why);
   // The reply line, or "" when the command answers later (run_async).
   std::string HandleLine(std::uint64_t client_id, const PeerCredentials& peer,
@@ -166,8 +171,21 @@ class ControlServer {
   std::uint64_t next_client_id_ = 1;
   std::uint64_t rejected_requests_ = 0;
   std::uint64_t refused_connections_ = 0;
-  std::size_t admin_clients_ = 0;
-  std::map<uid_t, std::size_t> clients_by_uid_;  // non-administrators' connections
+  // Connections by who holds them: administrators' apart, everyone
+  // else's by uid. Request connections and subscribed ones (attach, watch:
+  // they stay open for as long as a workload runs) are two pools, so that
+  // attached workloads never take the slots an operator needs to act.
+  struct ClientCounts {
+    std::size_t admins = 0;
+    std::map<uid_t, std::size_t> by_uid;  // non-administrators'
+    void Add(const PeerCredentials& peer, bool admin);
+    void Remove(const PeerCredentials& peer, bool admin);
+  };
+  static std::optional<std::string> Admit(const ClientCounts& counts, std::size_t max,
+                                          const PeerCredentials& peer, bool admin,
+                                          std::string_view what);
+  ClientCounts connections_;
+  ClientCounts subscribers_;
   std::uint64_t refused_since_log_ = 0;
   std::optional<std::chrono::nanoseconds> last_refusal_log_;
 };

@@ -5,9 +5,13 @@
 // Exit codes: 0 clean stop; 1 start-up failure; 2 bad command line or config.
 
 #include <signal.h>
+#include <sys/resource.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <iostream>
 
 #include "config_schema.h"
@@ -34,6 +38,22 @@ int CheckConfig(const std::string& path) {
 int PrintConfigSchema() {
   for (const auto& line : rasd::daemon::ConfigSchemaMarkdown()) std::cout << line << "\n";
   return 0;
+}
+
+// Every attached workload holds a connection and a pidfd, every watcher a
+// connection: the soft descriptor limit systemd gives a service (1024) is
+// raised to the hard one (at most 65536), as control.max_clients and the
+// subscribers' pools together need more than 1024.
+void RaiseDescriptorLimit() {
+  constexpr rlim_t kWanted = 65536;
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) return;
+  const rlim_t wanted = std::min(limit.rlim_max, kWanted);
+  if (limit.rlim_cur >= wanted) return;
+  limit.rlim_cur = wanted;
+  if (::setrlimit(RLIMIT_NOFILE, &limit) != 0) {
+    RASD_LOG_WARN("cannot raise the descriptor limit to {}: {}", wanted, std::strerror(errno));
+  }
 }
 
 }  // namespace
@@ -106,6 +126,7 @@ int main(int argc, char** argv) {
   }
 
   rasd::common::InitLogging(loaded.config.daemon.log_level);
+  RaiseDescriptorLimit();
 
   // Signals are taken through sd-event's signalfd; they must be blocked
   // before any thread exists so that every thread inherits the mask.
