@@ -5,6 +5,7 @@
 // root (mount); skips with that reason otherwise.
 
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/mount.h>
 #include <unistd.h>
 
@@ -86,6 +87,38 @@ TEST_F(StoreFullDiskTest, NothingIsLostAndNoIsolationForgottenWhileTheDiskIsFull
   EXPECT_EQ(Status()["events"]["total"], 2010) << "nothing lost, nothing read twice";
   EXPECT_EQ(rasd_.RasctlJson({"devices", "1"})["devices"][0]["state"], "isolated")
       << "a restart does not forget the isolation";
+}
+
+// An attachment made while the disk is full: `rasctl run` says it is not
+// saved, rasd retries, and once there is room a rasd killed and restarted
+// follows the workload again.
+TEST_F(StoreFullDiskTest, AnAttachmentTheDiskCouldNotTakeIsSavedOnceThereIsRoom) {
+  rasd_.WriteConfig("simulator:\n  devices: 2\n  memory_mib: 64\n");
+  std::string why;
+  ASSERT_TRUE(rasd_.Start({}, {}, &why)) << why;
+  Fill();
+  const auto err = rasd_.Dir() / "run.err";
+  Process run({.argv = {RASCTL_BINARY, "--socket", rasd_.Socket().string(), "run", "--devices",
+                        "1", "--name", "unsaved", "--", "/bin/sh", "-c",
+                        "while :; do sleep 0.05; done"},
+               .stderr_path = err});
+  ASSERT_TRUE(WaitUntil([&] { return ReadText(err).find("on device(s) 1") != std::string::npos; },
+                        5s))
+      << ReadText(err);
+  EXPECT_NE(ReadText(err).find("could not save the attachment"), std::string::npos)
+      << ReadText(err);
+  MakeRoom();
+  ASSERT_TRUE(WaitUntil([&] { return rasd_.Stderr().find("is saved now") != std::string::npos; },
+                        5s))
+      << rasd_.Stderr();
+  rasd_.Proc().Signal(SIGKILL);
+  (void)rasd_.Proc().Wait(5s);
+  ASSERT_TRUE(rasd_.Start({}, {}, &why)) << why;
+  const auto workloads = rasd_.RasctlJson({"jobs"})["workloads"];
+  ASSERT_EQ(workloads.size(), 1U) << workloads.dump();
+  EXPECT_EQ(workloads[0]["name"], "unsaved");
+  ASSERT_EQ(rasd_.Rasctl({"isolate", "1"}).exit_code, 0);
+  EXPECT_TRUE(run.Wait(5s).has_value()) << "the re-adopted workload was drained";
 }
 
 }  // namespace

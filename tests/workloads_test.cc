@@ -182,8 +182,20 @@ TEST_F(WorkloadsTest, HostileAttachesAreRefused) {
     EXPECT_EQ(reply["error"].value("code", ""), code) << reply.dump();
     EXPECT_NE(reply["error"].value("message", "").find(says), std::string::npos) << reply.dump();
   };
-  // Another user's process (pid 1 is root's), asked by nobody.
-  refused(65534, {{"pid", 1}, {"devices", {0}}}, "permission_denied", "belongs to uid 0");
+  // Another user's process (a root one), asked by nobody.
+  Process roots({.argv = {"/bin/sleep", "30"}});
+  refused(65534, {{"pid", roots.Pid()}, {"devices", {0}}}, "permission_denied",
+          "belongs to uid 0");
+  roots.Signal(SIGKILL);
+  // Init and rasd itself, even asked by root: a drain would signal them.
+  refused(0, {{"pid", 1}, {"devices", {0}}}, "invalid_argument", "is init");
+  refused(0, {{"pid", rasd_.Proc().Pid()}, {"devices", {0}}}, "invalid_argument",
+          "rasd itself");
+  // A name that would forge a log line or drive the terminal.
+  refused(0, {{"devices", {0}}, {"name", "ev\n2026-12-02 critical [policy] FAKE"}},
+          "invalid_argument", "control character");
+  refused(0, {{"devices", {0}}, {"name", "x\u001b[2J"}}, "invalid_argument",
+          "control character");
   // A device out of range, one that does not exist, no devices at all.
   refused(0, {{"pid", ::getpid()}, {"devices", {9999999}}}, "invalid_argument", "devices");
   refused(0, {{"pid", ::getpid()}, {"devices", {7}}}, "not_found", "no device 7");

@@ -255,6 +255,12 @@ int RunWorkload(const RunOptions& options) {
                            name, child, fmt::join(*chosen, ","),
                            result.value("drain_signal", std::string("?")),
                            result.value("grace_ms", 0));
+  if (!result.value("saved", true)) {
+    std::cerr << fmt::format(
+        "rasctl run: warning: rasd could not save the attachment ({}); until it can (it retries "
+        "every second), a restarted rasd will not follow '{}'\n",
+        result.value("unsaved_reason", std::string("?")), name);
+  }
   const char byte = 1;
   (void)::write(go[1], &byte, 1);
   ::close(go[1]);

@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 #include <signal.h>
 #include <sys/epoll.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -20,6 +21,20 @@ constexpr std::chrono::seconds kSweepPeriod{1};
 std::string SignalName(int signal) {
   const char* abbreviation = ::sigabbrev_np(signal);
   return abbreviation ? fmt::format("SIG{}", abbreviation) : fmt::format("signal {}", signal);
+}
+
+// A name is printed in logs and tables: control characters (a newline
+// forging a log line, a terminal escape) are refused.
+Status CheckName(std::string_view name) {
+  for (char c : name) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte < 0x20 || byte == 0x7f) {
+      return Fail(ErrorCode::kInvalidArgument,
+                  fmt::format("name has a control character (0x{:02x}): printable text only",
+                              byte));
+    }
+  }
+  return {};
 }
 
 // A drain signal is a request the workload can act on: SIGSTOP would
@@ -52,6 +67,9 @@ Workloads::Workloads(common::EventLoop& loop, runtime::Runtime& runtime,
       changes_(runtime),
       sweep_(loop.CreateTimer([this] {
         Reconcile();
+        for (auto& [id, workload] : workloads_) {
+          if (!workload->unsaved_reason.empty()) (void)Save(*workload);
+        }
         ArmSweep();
       })) {
   totals_.signals = {{"drain", 0}, {"grace_kill", 0}, {"consumer_kill", 0}};
@@ -95,6 +113,14 @@ Result<Subscribed> Workloads::AttachOne(WorkloadSpec spec, const PeerCredentials
   if (spec.pid < 0) return Fail(ErrorCode::kInvalidArgument, "pid must be positive");
   const pid_t pid = spec.pid == 0 ? peer.pid : spec.pid;
   if (pid <= 0) return Fail(ErrorCode::kInvalidArgument, "the connection names no process");
+  // A drain of rasd's own device would signal rasd itself, one of init the
+  // whole host.
+  if (pid == ::getpid() || pid == 1) {
+    return Fail(ErrorCode::kInvalidArgument,
+                fmt::format("process {} is {}: it cannot be a workload", pid,
+                            pid == 1 ? "init" : "rasd itself"));
+  }
+  if (auto named = CheckName(spec.name); !named) return Fail(named.error());
   if (spec.devices.empty()) return Fail(ErrorCode::kInvalidArgument, "no devices named");
   if (auto usable = CheckDrainSignal(spec.drain_signal); !usable) return Fail(usable.error());
   for (const auto& [id, workload] : workloads_) {
@@ -138,7 +164,7 @@ Result<Subscribed> Workloads::AttachOne(WorkloadSpec spec, const PeerCredentials
   const std::uint64_t id = workload->id;
   Workload& attached = *workload;
   if (auto followed = Follow(std::move(workload)); !followed) return Fail(followed.error());
-  Save(attached);
+  const bool saved = Save(attached);
   RASD_LOG_INFO("workload '{}' (pid {}, uid {}) attached on device(s) {}; drain signal {}, grace "
                 "{} ms",
                 attached.name, pid, attached.uid, fmt::join(attached.devices, ","),
@@ -149,7 +175,9 @@ Result<Subscribed> Workloads::AttachOne(WorkloadSpec spec, const PeerCredentials
                           {"devices", attached.devices},
                           {"drain_signal", SignalName(attached.drain_signal)},
                           {"grace_ms", attached.grace.count()},
-                          {"kill_after_grace", options_.kill_after_grace}};
+                          {"kill_after_grace", options_.kill_after_grace},
+                          {"saved", saved}};
+  if (!saved) reply["unsaved_reason"] = attached.unsaved_reason;
   ArmSweep();
   // The token: when the connection closes, the process is still followed
   // (it may run on), but messages have nowhere to go.
@@ -191,8 +219,8 @@ Status Workloads::Follow(std::unique_ptr<Workload> workload) {
 
 // What a restarted rasd needs to follow the process again. Devices by
 // UUID too: indexes may change when the hardware does.
-void Workloads::Save(const Workload& workload) {
-  if (store_ == nullptr || workload.start_time == 0) return;
+bool Workloads::Save(Workload& workload) {
+  if (store_ == nullptr || workload.start_time == 0) return true;
   nlohmann::json uuids = nlohmann::json::array();
   for (int device : workload.devices) {
     auto found = runtime_.GetDevice(device);
@@ -204,11 +232,22 @@ void Workloads::Save(const Workload& workload) {
                                {"device_uuids", uuids},
                                {"drain_signal", workload.drain_signal},
                                {"grace_ms", workload.grace.count()}};
-  if (auto saved = store_->SaveWorkload({workload.pid, workload.start_time, spec.dump()});
-      !saved) {
-    RASD_LOG_WARN("workload '{}' (pid {}) is not saved ({}): a restarted rasd will not follow it",
-                  workload.name, workload.pid, saved.error().message);
+  auto saved = store_->SaveWorkload({workload.pid, workload.start_time, spec.dump()});
+  if (!saved) {
+    // Once a second until it is (the sweep): a full disk empties again.
+    if (workload.unsaved_reason.empty()) {
+      RASD_LOG_WARN("workload '{}' (pid {}) is not saved ({}): a restarted rasd will not follow it "
+                    "until it is; retried every second",
+                    workload.name, workload.pid, saved.error().message);
+    }
+    workload.unsaved_reason = saved.error().message;
+    return false;
   }
+  if (!workload.unsaved_reason.empty()) {
+    RASD_LOG_INFO("workload '{}' (pid {}) is saved now", workload.name, workload.pid);
+    workload.unsaved_reason.clear();
+  }
+  return true;
 }
 
 std::unique_ptr<Workloads::Workload> Workloads::NewWorkload(const WorkloadSpec& spec, uid_t uid,
@@ -272,6 +311,7 @@ std::size_t Workloads::Readopt() {
     const nlohmann::json* uuids = fields.Raw("device_uuids");
     Status readable = fields.Finish();
     if (readable) readable = CheckDrainSignal(saved.drain_signal);
+    if (readable) readable = CheckName(saved.name);
     if (readable && (uuids == nullptr || !uuids->is_array()))
       readable = Fail(ErrorCode::kInvalidArgument, "it names no device UUIDs");
     if (!readable) {

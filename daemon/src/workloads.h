@@ -128,6 +128,7 @@ class Workloads {
     std::unique_ptr<common::FdWatch> exit_watch;
     std::unique_ptr<common::Timer> kill_timer;
     Push push;  // empty once the connection closed
+    std::string unsaved_reason;  // why the store does not have it yet; empty: saved
   };
   Result<Subscribed> AttachOne(WorkloadSpec spec, const PeerCredentials& peer, bool admin,
                                Push push);
@@ -136,7 +137,9 @@ class Workloads {
                                         std::uint64_t start_time, common::UniqueFd pidfd);
   // Follows `workload` (its pidfd set): the exit watch, the kill timer, the map.
   Status Follow(std::unique_ptr<Workload> workload);
-  void Save(const Workload& workload);
+  // Saves `workload` to the store; false (and why, in unsaved_reason) if it
+  // could not be, retried by the sweep.
+  bool Save(Workload& workload);
   void Forget(std::uint64_t id, const char* why);
   void Send(Workload& workload, const nlohmann::json& message);
   void Leaving(Workload& workload, int device, runtime::HealthState state);
