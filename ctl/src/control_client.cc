@@ -66,8 +66,18 @@ Result<nlohmann::json> ControlClient::Call(const std::string& command, const nlo
         ::send(fd_.Get(), line.data() + sent, line.size() - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n < 0) {
       if (errno == EINTR || errno == EAGAIN) continue;
+      const int send_error = errno;
+      // rasd refuses a connection it cannot serve (too many clients) with a
+      // reply and closes it, maybe before the request arrived: that reply
+      // says why, where "Broken pipe" would not.
+      if (send_error == EPIPE || send_error == ECONNRESET) {
+        char buffer[4096];
+        const ssize_t got = ::recv(fd_.Get(), buffer, sizeof buffer, MSG_DONTWAIT);
+        if (got > 0) pending_.append(buffer, static_cast<std::size_t>(got));
+        if (pending_.find('\n') != std::string::npos) break;
+      }
       return Fail(ErrorCode::kUnavailable,
-                  fmt::format("send to rasd at {}: {}", path_.string(), std::strerror(errno)));
+                  fmt::format("send to rasd at {}: {}", path_.string(), std::strerror(send_error)));
     }
     sent += static_cast<std::size_t>(n);
   }
