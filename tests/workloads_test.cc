@@ -233,6 +233,10 @@ TEST_F(WorkloadsTest, RunsMistakesAreClearAndANumericSignalWorks) {
   auto long_grace = run_now({"--grace", "2h", "--", "true"});
   EXPECT_EQ(long_grace.exit_code, 2);
   EXPECT_NE(long_grace.err.find("at most 1h"), std::string::npos) << long_grace.err;
+  // A bare number could be seconds or rasd's milliseconds: a unit is asked for.
+  auto bare_grace = run_now({"--grace", "500", "--", "true"});
+  EXPECT_EQ(bare_grace.exit_code, 2);
+  EXPECT_NE(bare_grace.err.find("give a unit"), std::string::npos) << bare_grace.err;
   auto kill = run_now({"--drain-signal", "KILL", "--", "true"});
   EXPECT_EQ(kill.exit_code, 1);
   EXPECT_NE(kill.err.find("SIGKILL cannot be handled by the workload"), std::string::npos)

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
+#include <cctype>
 #include <charconv>
 #include <chrono>
 #include <filesystem>
@@ -438,7 +439,11 @@ int main(int argc, char** argv) {
       ->check([](const std::string& text) {
         const auto seconds = rasd::ctl::ParseDuration(text);
         if (!seconds) return std::string("not a duration: ") + text;
+        // "500" could be seconds or rasd's milliseconds (workloads.grace_ms).
+        const bool unit = !text.empty() && std::isalpha(static_cast<unsigned char>(text.back()));
+        if (!unit && *seconds != 0) return "give a unit (500ms, 30s, 2m), not " + text;
         if (*seconds > 3600) return "at most 1h (3600s), not " + text;
+        if (*seconds > 0 && *seconds < 0.001) return "at least 1ms (or 0), not " + text;
         return std::string();
       });
   // CMD [ARGS...] is everything after `--`, taken off before CLI11 parses
