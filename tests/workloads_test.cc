@@ -302,6 +302,30 @@ TEST_F(WorkloadsTest, ARestartedRasdFollowsTheWorkloadsAttachedBefore) {
   EXPECT_TRUE(Workloads().empty());
 }
 
+// rasd killed during a drain: the restarted rasd keeps the deadline the
+// drain began with (a crash loop granted a fresh grace each time).
+TEST_F(WorkloadsTest, ARestartDuringADrainKeepsItsDeadline) {
+  auto run = Run({"--devices", "3", "--name", "stubborn", "--grace", "4s"},
+                 "trap '' TERM; while :; do sleep 0.02; done", "stubborn");
+  ASSERT_TRUE(WaitUntil([&] { return Workloads().size() == 1; }, 5s));
+  const auto isolated = std::chrono::steady_clock::now();
+  ASSERT_EQ(rasd_.Rasctl({"isolate", "3", "--reason", "drain then crash"}).exit_code, 0);
+  std::this_thread::sleep_for(2s);
+  rasd_.Proc().Signal(SIGKILL);
+  (void)rasd_.Proc().Wait(5s);
+  std::string why;
+  ASSERT_TRUE(rasd_.Start({}, {}, &why)) << why;
+  const auto code = run->Wait(8s);
+  const auto took = std::chrono::steady_clock::now() - isolated;
+  ASSERT_TRUE(code.has_value()) << rasd_.Stderr();
+  EXPECT_EQ(*code, 128 + SIGKILL);
+  EXPECT_GE(took, 3900ms);
+  EXPECT_LT(took, 5500ms) << "killed at the first drain's deadline (4 s), not 2 s + a new 4 s";
+  EXPECT_NE(rasd_.Stderr().find("the rest of its grace from before the restart"),
+            std::string::npos)
+      << rasd_.Stderr();
+}
+
 // A damaged row in the state database (a field of the wrong type, a
 // drain signal no attach would take, text that is not JSON): the restarted
 // rasd starts, says which record it dropped and why, and never signals the

@@ -232,7 +232,13 @@ bool Workloads::Save(Workload& workload) {
                                {"device_uuids", uuids},
                                {"drain_signal", workload.drain_signal},
                                {"grace_ms", workload.grace.count()}};
-  auto saved = store_->SaveWorkload({workload.pid, workload.start_time, spec.dump()});
+  nlohmann::json saved_spec = spec;
+  if (workload.kill_at) {
+    saved_spec["kill_at_unix_ms"] = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                        workload.kill_at->time_since_epoch())
+                                        .count();
+  }
+  auto saved = store_->SaveWorkload({workload.pid, workload.start_time, saved_spec.dump()});
   if (!saved) {
     // Once a second until it is (the sweep): a full disk empties again.
     if (workload.unsaved_reason.empty()) {
@@ -308,6 +314,8 @@ std::size_t Workloads::Readopt() {
     if (auto grace = fields.Int("grace_ms", 0, 3'600'000))
       saved.grace = std::chrono::milliseconds(*grace);
     (void)fields.Raw("devices");  // the saving rasd's indices: the UUIDs decide
+    const auto kill_at_ms =
+        fields.Int("kill_at_unix_ms", 0, std::numeric_limits<std::int64_t>::max());
     const nlohmann::json* uuids = fields.Raw("device_uuids");
     Status readable = fields.Finish();
     if (readable) readable = CheckDrainSignal(saved.drain_signal);
@@ -341,13 +349,20 @@ std::size_t Workloads::Readopt() {
     ++adopted;
     RASD_LOG_INFO("workload '{}' (pid {}) on device(s) {} followed again after the restart",
                   adopted_one.name, pid, fmt::join(adopted_one.devices, ","));
-    // A device that left service while rasd was away: drained now, with
-    // a fresh grace (it may have been drained before; a second drain
-    // signal is the safe side).
+    // A device that left service while rasd was away: drained now (it may
+    // have been drained before; a second drain signal is the safe side),
+    // with what is left of the grace of a drain under way before the
+    // restart, else a fresh one: a crash loop cannot stretch a grace.
+    std::optional<std::chrono::milliseconds> remaining;
+    if (kill_at_ms) {
+      const std::chrono::system_clock::time_point kill_at{std::chrono::milliseconds(*kill_at_ms)};
+      remaining = std::chrono::duration_cast<std::chrono::milliseconds>(
+          kill_at - loop_.GetClock().Wall());
+    }
     for (int device : adopted_one.devices) {
       auto found = runtime_.GetDevice(device);
       if (found && !runtime::TakesNewWork((*found)->Health())) {
-        Leaving(adopted_one, device, (*found)->Health());
+        Leaving(adopted_one, device, (*found)->Health(), remaining);
         break;
       }
     }
@@ -442,13 +457,16 @@ Result<std::string> Workloads::KillConsumer(std::int64_t pid, int device,
                      consumer->name, pid, device);
 }
 
-void Workloads::Leaving(Workload& workload, int device, runtime::HealthState state) {
+void Workloads::Leaving(Workload& workload, int device, runtime::HealthState state,
+                        std::optional<std::chrono::milliseconds> remaining) {
   const std::string reason = reason_of_(device);
+  const std::chrono::milliseconds grace = std::clamp(
+      remaining.value_or(workload.grace), std::chrono::milliseconds(0), workload.grace);
   nlohmann::json message = {{"event", "drain"},
                             {"device", device},
                             {"state", std::string(runtime::HealthStateName(state))},
                             {"reason", reason},
-                            {"grace_ms", workload.grace.count()},
+                            {"grace_ms", grace.count()},
                             {"kill_after_grace", options_.kill_after_grace}};
   Send(workload, message);
   if (workload.state != "running") return;  // signalled already, for another device
@@ -456,7 +474,9 @@ void Workloads::Leaving(Workload& workload, int device, runtime::HealthState sta
   RASD_LOG_WARN("workload '{}' (pid {}): device {} is {} ({}); {}{}", workload.name, workload.pid,
                 device, runtime::HealthStateName(state), reason, SignalName(workload.drain_signal),
                 options_.kill_after_grace
-                    ? fmt::format(", SIGKILL in {} ms if it still runs", workload.grace.count())
+                    ? fmt::format(", SIGKILL in {} ms if it still runs{}", grace.count(),
+                                  remaining ? " (the rest of its grace from before the restart)"
+                                            : "")
                     : std::string());
   if (auto sent = processes_.Signal(workload.pidfd, workload.drain_signal); !sent) {
     RASD_LOG_WARN("workload '{}' (pid {}): {}", workload.name, workload.pid, sent.error().message);
@@ -464,7 +484,11 @@ void Workloads::Leaving(Workload& workload, int device, runtime::HealthState sta
     ++totals_.signals["drain"];
   }
   Publish();
-  if (options_.kill_after_grace) workload.kill_timer->ArmAfter(workload.grace);
+  if (options_.kill_after_grace) {
+    workload.kill_timer->ArmAfter(grace);
+    workload.kill_at = loop_.GetClock().Wall() + grace;
+    (void)Save(workload);
+  }
 }
 
 void Workloads::Returned(Workload& workload, int device) {
@@ -477,6 +501,8 @@ void Workloads::Returned(Workload& workload, int device) {
   // Every device is back before the grace ended: no kill. The drain
   // signal was sent; what the workload made of it is its own affair.
   workload.kill_timer->Disarm();
+  workload.kill_at.reset();
+  (void)Save(workload);
   workload.state = "running";
   Publish();
   RASD_LOG_INFO("workload '{}' (pid {}): its devices are back in service; no kill", workload.name,

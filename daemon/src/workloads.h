@@ -9,6 +9,7 @@
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -129,6 +130,9 @@ class Workloads {
     std::unique_ptr<common::Timer> kill_timer;
     Push push;  // empty once the connection closed
     std::string unsaved_reason;  // why the store does not have it yet; empty: saved
+    // When its grace ends (wall clock), while it drains: saved, so that a
+    // restarted rasd keeps the deadline rather than granting a fresh grace.
+    std::optional<std::chrono::system_clock::time_point> kill_at;
   };
   Result<Subscribed> AttachOne(WorkloadSpec spec, const PeerCredentials& peer, bool admin,
                                Push push);
@@ -142,7 +146,9 @@ class Workloads {
   bool Save(Workload& workload);
   void Forget(std::uint64_t id, const char* why);
   void Send(Workload& workload, const nlohmann::json& message);
-  void Leaving(Workload& workload, int device, runtime::HealthState state);
+  // `remaining`: the grace left of a drain that began before a restart.
+  void Leaving(Workload& workload, int device, runtime::HealthState state,
+               std::optional<std::chrono::milliseconds> remaining = std::nullopt);
   void Returned(Workload& workload, int device);
   void ArmSweep();
   void Publish();  // after every change: the counts the metrics thread reads
