@@ -16,6 +16,7 @@
 #include <iostream>
 #include <thread>
 
+#include "check_command.h"
 #include "completion.h"
 #include "control_client.h"
 #include "device_text.h"
@@ -308,6 +309,24 @@ int main(int argc, char** argv) {
   int devices_device = -1;
   devices->add_option("device", devices_device, "only this device index")
       ->check(DeviceIndex());
+  auto* check = app.add_subcommand(
+      "check", "one health verdict for node agents: exit 0 OK, 1 problem, 2 unknown");
+  rasd::ctl::CheckOptions check_options;
+  check->add_option("--format", check_options.format,
+                    "text; npd (node-problem-detector plugin: one line, at most 80 characters); "
+                    "nhc (Slurm HealthCheckProgram: drains on a problem, resumes only rasd's "
+                    "drains)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"text", "npd", "nhc"}));
+  check->add_option("--node", check_options.node,
+                    "nhc: Slurm's name for this node (default: rasd's scheduler.node, else the "
+                    "short host name)");
+  check->add_option("--scontrol", check_options.scontrol,
+                    "nhc: the scontrol to run; sinfo is taken from beside it")
+      ->capture_default_str();
+  check->footer(
+      "A degraded device still takes work: the node is OK. A rasd that does not answer is "
+      "unknown (exit 2), never healthy; nhc drains then, under the blast-radius guard.");
   auto* actions = app.add_subcommand("actions", "what rasd did about events, newest first");
   int actions_device = -1;
   int actions_limit = 50;
@@ -460,6 +479,7 @@ int main(int argc, char** argv) {
     // For packaging/bash-completion/rasctl: candidates, one per line.
     rasd::ctl::CompletionHints hints;
     hints.option_values["--severity"] = {"CE", "UCNA", "SRAO", "SRAR", "UCE", "FATAL", "INFO"};
+    hints.option_values["--format"] = {"text", "npd", "nhc"};
     hints.option_values["--drain-signal"] = {"TERM", "INT", "HUP", "QUIT", "USR1", "USR2"};
     hints.file_options = {"--socket"};
     hints.positional_values["inject"] = kInjectKinds;
@@ -515,6 +535,13 @@ int main(int argc, char** argv) {
   }
   const nlohmann::json no_args = nlohmann::json::object();
   if (status->parsed()) return RunCommand(options, "status", no_args, rasd::ctl::FormatStatus);
+  if (check->parsed()) {
+    check_options.socket = SocketPath(options);
+    check_options.timeout =
+        std::chrono::milliseconds(static_cast<long long>(options.timeout_seconds * 1000));
+    check_options.json = options.json;
+    return rasd::ctl::RunCheck(check_options, std::cout, std::cerr);
+  }
   if (ping->parsed()) {
     return RunCommand(options, "ping", no_args,
                       [](const nlohmann::json&) { return std::string("pong\n"); });

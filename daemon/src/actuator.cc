@@ -18,7 +18,7 @@
 
 #include "rasd/common/logging.h"
 #include "rasd/common/unique_fd.h"
-#include "subprocess.h"
+#include "rasd/common/subprocess.h"
 
 namespace rasd::daemon {
 
@@ -243,6 +243,10 @@ ActionOutcome Actuator::Run(const ras::Action& action, const ras::RasEvent& even
       outcome = RaiseHealth(action, runtime::HealthState::kIsolated);
       break;
     case ras::ActionKind::kDrainNode:
+      if (!node_fault_) {
+        node_fault_ = NodeFault{event.summary.empty() ? action.reason : event.summary,
+                                host_.GetClock().Wall()};
+      }
       outcome =
           node_drainer_
               ? Outcome{ActionResult::kOk,
@@ -470,7 +474,7 @@ Actuator::Outcome Actuator::RunHook(const ras::Action& action, const ras::RasEve
   auto env = HookEnvironment(action, event, event_id);
   std::thread([this, argv = action.hook, env = std::move(env), timeout = options_.hook_timeout,
                rule = action.rule] {
-    const ProgramResult result = RunProgram(argv, env, timeout);
+    const common::ProgramResult result = common::RunProgram(argv, env, timeout);
     auto logger = common::GetLogger("policy");
     RASD_LOGGER_LOG(logger, result.result == "ok" ? spdlog::level::info : spdlog::level::err,
                 "hook {} (rule {}): {}: {}{}", argv[0], rule, result.result, result.detail,

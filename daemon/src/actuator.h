@@ -71,6 +71,16 @@ class Actuator {
   void SetNodeDrainer(std::function<std::string(const std::string& reason)> drainer) {
     node_drainer_ = std::move(drainer);
   }
+  // The node as a whole cannot continue (a drain-node action ran, with or
+  // without a scheduler to tell): why and since when. Held in memory until
+  // ClearNodeFault (an operator's undrain that leaves no device isolated);
+  // `rasctl check` reports it as a problem.
+  struct NodeFault {
+    std::string reason;
+    std::chrono::system_clock::time_point since;
+  };
+  const std::optional<NodeFault>& CurrentNodeFault() const { return node_fault_; }
+  void ClearNodeFault() { node_fault_.reset(); }
 
   // Where kill-consumer goes for an event that names a process (an Xid's
   // pid=) rather than a device address: the attached workloads. It returns
@@ -165,6 +175,7 @@ class Actuator {
   std::vector<ras::RetiredPageRecord> pending_pages_;
   std::vector<int> newly_isolated_;
   std::function<std::string(const std::string& reason)> node_drainer_;
+  std::optional<NodeFault> node_fault_;
   ConsumerKiller consumer_killer_;
   ProcessLister process_lister_;
 

@@ -109,6 +109,28 @@ Kind<std::chrono::seconds> Seconds(std::int64_t min, std::int64_t max) {
   return Integer<std::chrono::seconds>(min, max, "s");
 }
 
+// A number above 0 and at most 1.
+Kind<double> Fraction() {
+  return {"number 0..1 (above 0)",
+          [](ConfigValueReader& reader, const YAML::Node& value, const std::string& path,
+             double& out) {
+            auto text = reader.ReadString(value, path);
+            if (!text) return;
+            double number = 0;
+            const auto [end, error] =
+                std::from_chars(text->data(), text->data() + text->size(), number);
+            if (error != std::errc() || end != text->data() + text->size() || !(number > 0) ||
+                number > 1) {
+              reader.Problem(value.Mark(), fmt::format("'{}' must be a number above 0 and at "
+                                                       "most 1 (0.5 is half), not '{}'",
+                                                       path, *text));
+              return;
+            }
+            out = number;
+          },
+          [](const double& number) { return fmt::format("{}", number); }};
+}
+
 // A string; `check` returns the problem with a value, or "" for a good one.
 Kind<std::string> Text(std::string type = "string",
                        std::function<std::string(const std::string& text)> check = nullptr) {
@@ -494,6 +516,15 @@ void AddOtherKeys(std::vector<ConfigKey>& keys) {
   keys.push_back(Row("scheduler.resume_on_undrain", kRestart,
                      RASD_CONFIG_FIELD(scheduler.resume_on_undrain), Bool(),
                      "whether an undrain that leaves no device isolated resumes the node"));
+  keys.push_back(Row("scheduler.max_drained_fraction", kRestart,
+                     RASD_CONFIG_FIELD(scheduler.max_drained_fraction), Fraction(),
+                     "the blast-radius guard: rasd does not drain its node while this fraction "
+                     "of the cluster's nodes or more are drained with a `rasd:` reason (set "
+                     "within `guard_window_s`); 1: no guard (docs/scheduler.md)"));
+  keys.push_back(Row("scheduler.guard_window_s", kRestart,
+                     RASD_CONFIG_FIELD(scheduler.guard_window), Seconds(0, kYearSeconds),
+                     "which drains the guard counts: those set within this many seconds; 0: "
+                     "every node drained with a `rasd:` reason"));
   keys.push_back(Row("jobs", kRestart, RASD_CONFIG_FIELD(jobs), Jobs(),
                      "jobs to start at boot: `name`, `kind` (inference: `devices`, `max_batch`, "
                      "`max_wait_us`, `max_queue` (default 4096), `load_rps`; collective: `devices`, `elements`, `steps`, "

@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "arg_reader.h"
+#include "node_verdict.h"
 #include "rasd/common/logging.h"
 #include "rasd/jobs/load_generator.h"
 
@@ -104,6 +105,7 @@ std::map<std::string, Command> ControlApi::Commands() {
   commands["events"] = view(false, &ControlApi::Events);
   commands["summary"] = view(false, &ControlApi::Summary);
   commands["devices"] = view(false, &ControlApi::Devices);
+  commands["check"] = view(false, &ControlApi::Check);
   commands["actions"] = view(false, &ControlApi::Actions);
   commands["retired"] = view(false, &ControlApi::Retired);
   commands["jobs"] = view(false, &ControlApi::Jobs);
@@ -237,6 +239,43 @@ Result<nlohmann::json> ControlApi::Devices(const nlohmann::json& args) {
     list.push_back(DeviceJson(*device));
   }
   return nlohmann::json{{"devices", std::move(list)}};
+}
+
+Result<nlohmann::json> ControlApi::Check(const nlohmann::json& args) {
+  ArgReader reader("check", args);
+  if (auto ok = reader.Finish(); !ok) return Fail(ok.error());
+  std::vector<DeviceCondition> conditions;
+  nlohmann::json by_state = nlohmann::json::object();
+  for (auto state : {runtime::HealthState::kHealthy, runtime::HealthState::kDegraded,
+                     runtime::HealthState::kDraining, runtime::HealthState::kIsolated}) {
+    by_state[std::string(runtime::HealthStateName(state))] = 0;
+  }
+  for (const auto& device : parts_.runtime.Devices()) {
+    const auto state = device->Health();
+    const std::string name(runtime::HealthStateName(state));
+    by_state[name] = by_state[name].get<int>() + 1;
+    conditions.push_back(DeviceCondition{.index = device->Index(),
+                                         .state = state,
+                                         .reason = parts_.actuator.StatusOf(device->Index()).reason});
+  }
+  const auto& fault = parts_.actuator.CurrentNodeFault();
+  const NodeVerdict verdict =
+      JudgeNode(conditions, fault ? std::optional<std::string>(fault->reason) : std::nullopt);
+  nlohmann::json findings = nlohmann::json::array();
+  for (const auto& finding : verdict.findings) {
+    findings.push_back({{"level", std::string(NodeHealthName(finding.level))},
+                        {"device", finding.device ? nlohmann::json(*finding.device) : nlohmann::json()},
+                        {"state", finding.state},
+                        {"reason", finding.reason}});
+  }
+  return nlohmann::json{
+      {"health", std::string(NodeHealthName(verdict.health))},
+      {"devices", {{"count", conditions.size()}, {"by_state", std::move(by_state)}}},
+      {"findings", std::move(findings)},
+      {"node_fault", fault ? nlohmann::json{{"reason", fault->reason}, {"since", Iso8601(fault->since)}}
+                           : nlohmann::json()},
+      {"scheduler", parts_.scheduler ? parts_.scheduler() : nlohmann::json{{"kind", "none"}}},
+  };
 }
 
 nlohmann::json ControlApi::DeviceJson(const runtime::Device& device) {

@@ -49,6 +49,9 @@ class ControlApi {
     // The daemon's part of `status` (version, paths, sources, config).
     std::function<Result<nlohmann::json>()> status;
     std::function<Result<nlohmann::json>()> reload;
+    // The scheduler link as `status` and `check` show it ({"kind": "none"}
+    // without one), with the blast-radius guard's settings.
+    std::function<nlohmann::json()> scheduler;
     // After an operator's isolate, drain or undrain (metrics time drains).
     std::function<void()> state_changed;
   };
@@ -64,6 +67,9 @@ class ControlApi {
   Result<nlohmann::json> Events(const nlohmann::json& args);
   Result<nlohmann::json> Summary(const nlohmann::json& args);
   Result<nlohmann::json> Devices(const nlohmann::json& args);
+  // One verdict for node agents (rasctl check): JudgeNode over the devices
+  // and the node fault, with the findings' reasons.
+  Result<nlohmann::json> Check(const nlohmann::json& args);
   Result<nlohmann::json> Actions(const nlohmann::json& args);
   Result<nlohmann::json> Retired(const nlohmann::json& args);
   Result<nlohmann::json> Jobs(const nlohmann::json& args);

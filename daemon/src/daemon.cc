@@ -170,8 +170,12 @@ void Daemon::StartScheduler() {
     link.node = name;
   }
   link.scontrol = config_.scheduler.scontrol.string();
-  if (const char* conf = std::getenv("SLURM_CONF"))
-    link.environment.push_back(std::string("SLURM_CONF=") + conf);
+  // sinfo sits beside scontrol (both from slurm-client).
+  link.sinfo = (config_.scheduler.scontrol.parent_path() / "sinfo").string();
+  link.environment = cluster::SlurmClient::EnvironmentFromCaller();
+  link.max_drained_fraction = config_.scheduler.max_drained_fraction;
+  link.guard_window = config_.scheduler.guard_window;
+  link.wall_clock = [this] { return host_->GetClock().Wall(); };
   scheduler_ = std::make_unique<SchedulerLink>(link);
   actuator_->SetNodeDrainer([this](const std::string& reason) {
     std::string isolated;
@@ -241,6 +245,7 @@ Status Daemon::StartControl() {
                         },
                         .status = [this] { return StatusReport(); },
                         .reload = [this] { return Reload(); },
+                        .scheduler = [this] { return SchedulerView(); },
                         .state_changed =
                             [this] {
                               metrics_state_->Refresh();
@@ -429,16 +434,25 @@ Result<nlohmann::json> Daemon::StatusReport() {
       {"ras", ras},
       {"liveness", LivenessReport()},
       {"actions", actuator_->Counts()},
-      {"scheduler", scheduler_ ? nlohmann::json{{"kind", config_.scheduler.kind},
-                                                {"node", scheduler_->Node()},
-                                                {"drained", scheduler_->Drained()},
-                                                {"calls", scheduler_->Counts()}}
-                               : nlohmann::json{{"kind", "none"}}},
+      {"scheduler", SchedulerView()},
       {"metrics",
        {{"listen", config_.metrics.listen},
         {"port", metrics_ ? nlohmann::json(metrics_->Port()) : nlohmann::json()},
         {"error", metrics_error_.empty() ? nlohmann::json() : nlohmann::json(metrics_error_)}}},
   };
+}
+
+nlohmann::json Daemon::SchedulerView() const {
+  if (!scheduler_) return nlohmann::json{{"kind", "none"}};
+  const auto guarded = scheduler_->Guarded();
+  return nlohmann::json{
+      {"kind", config_.scheduler.kind},
+      {"node", scheduler_->Node()},
+      {"drained", scheduler_->Drained()},
+      {"guarded", guarded ? nlohmann::json(*guarded) : nlohmann::json()},
+      {"max_drained_fraction", config_.scheduler.max_drained_fraction},
+      {"guard_window_s", config_.scheduler.guard_window.count()},
+      {"calls", scheduler_->Counts()}};
 }
 
 void Daemon::ObserveBatch(const HandledBatch& batch) {

@@ -70,6 +70,8 @@ class Daemon {
   Status OpenStateAndDevices();
   Status WatchSignals();
   void StartScheduler();
+  // The scheduler link as status and check show it.
+  nlohmann::json SchedulerView() const;
   Status StartRas();
   Status StartControl();
   void StartJobsAndMetrics();

@@ -109,7 +109,10 @@ exporters::MetricsSnapshot DaemonMetrics::Now() const {
         .actions[{key.substr(0, space), space == std::string::npos ? "" : key.substr(space + 1)}] =
         count;
   }
-  if (scheduler_) snapshot.scheduler_actions = scheduler_->Counts();
+  if (scheduler_) {
+    snapshot.scheduler_actions = scheduler_->Counts();
+    snapshot.scheduler_drain_guarded = scheduler_->Guarded().has_value();
+  }
   if (workloads_) {
     const auto counts = workloads_->PublishedCounts();
     snapshot.workloads = counts.by_state;

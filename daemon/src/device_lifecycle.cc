@@ -260,14 +260,22 @@ void DeviceLifecycle::Recover(int device) {
 }
 
 void DeviceLifecycle::MaybeResumeNode() {
-  if (scheduler_ == nullptr || !options_.resume_on_undrain || !scheduler_->Drained()) return;
   for (const auto& device : runtime_.Devices()) {
     if (device->Health() == runtime::HealthState::kIsolated) {
-      RASD_LOG_INFO("scheduler: node {} stays drained: device {} is still isolated",
-                   scheduler_->Node(), device->Index());
+      if (scheduler_ != nullptr && scheduler_->Drained()) {
+        RASD_LOG_INFO("scheduler: node {} stays drained: device {} is still isolated",
+                      scheduler_->Node(), device->Index());
+      }
       return;
     }
   }
+  // An operator's undrain with nothing isolated left: the node fault is
+  // over for rasctl check too.
+  if (const auto& fault = actuator_.CurrentNodeFault()) {
+    RASD_LOG_INFO("node fault cleared by an operator's undrain (was: {})", fault->reason);
+    actuator_.ClearNodeFault();
+  }
+  if (scheduler_ == nullptr || !options_.resume_on_undrain || !scheduler_->Drained()) return;
   scheduler_->Resume();
 }
 

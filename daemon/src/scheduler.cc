@@ -3,11 +3,19 @@
 #include <algorithm>
 
 #include "rasd/common/logging.h"
-#include "subprocess.h"
 
 namespace rasd::daemon {
 
-SchedulerLink::SchedulerLink(Options options) : options_(std::move(options)) {
+SchedulerLink::SchedulerLink(Options options)
+    : options_(std::move(options)),
+      slurm_(cluster::SlurmClient::Options{.scontrol = options_.scontrol,
+                                           .sinfo = options_.sinfo,
+                                           .environment = options_.environment,
+                                           .timeout = options_.timeout}) {
+  if (!options_.wall_clock) options_.wall_clock = [] { return std::chrono::system_clock::now(); };
+  // Every count is there from the start: a metric that appears only once
+  // something happened cannot be alerted on with rate().
+  for (const char* result : {"ok", "failed", "skipped", "guarded"}) counts_[result] = 0;
   worker_ = std::thread([this] { Run(); });
 }
 
@@ -50,9 +58,25 @@ bool SchedulerLink::Drained() const {
   return want_drained_ || drained_;
 }
 
+std::optional<std::string> SchedulerLink::Guarded() const {
+  std::lock_guard lock(mutex_);
+  return guarded_;
+}
+
 std::map<std::string, std::uint64_t> SchedulerLink::Counts() const {
   std::lock_guard lock(mutex_);
   return counts_;
+}
+
+std::optional<cluster::DrainGuardVerdict> SchedulerLink::AskGuard(std::string* error) const {
+  if (options_.max_drained_fraction >= 1.0) return cluster::DrainGuardVerdict{};
+  auto nodes = slurm_.Nodes();
+  if (!nodes) {
+    *error = nodes.error().message;
+    return std::nullopt;
+  }
+  return cluster::CheckDrainGuard(*nodes, options_.node, options_.max_drained_fraction,
+                                  options_.guard_window, options_.wall_clock());
 }
 
 void SchedulerLink::Run() {
@@ -61,39 +85,57 @@ void SchedulerLink::Run() {
   std::unique_lock lock(mutex_);
   while (!stop_) {
     if (want_drained_ == drained_) {
+      guarded_.reset();
       changed_.wait(lock);
       backoff = std::chrono::milliseconds(250);
       continue;
     }
     const bool drain = want_drained_;
-    // Slurm keeps the reason short in its tables: one line, 200 bytes.
-    std::string reason = "rasd: " + reason_;
-    std::replace(reason.begin(), reason.end(), '\n', ' ');
-    if (reason.size() > 200) reason.resize(200);
-    std::vector<std::string> argv = {options_.scontrol, "update", "NodeName=" + options_.node};
-    if (drain) {
-      argv.push_back("State=DRAIN");
-      argv.push_back("Reason=" + reason);
-    } else {
-      argv.push_back("State=RESUME");
-    }
-    std::vector<std::string> environment = options_.environment;
-    environment.push_back("PATH=/usr/sbin:/usr/bin:/sbin:/bin");
+    const std::string reason = reason_;
     lock.unlock();
-    const ProgramResult result = RunProgram(argv, environment, options_.timeout);
+    std::string error;
+    std::optional<cluster::DrainGuardVerdict> guard;
+    if (drain) guard = AskGuard(&error);
+    Status done;
+    if (drain && !guard) {
+      done = Fail(ErrorCode::kUnavailable, "the blast-radius guard cannot count: " + error);
+    } else if (drain && !guard->allowed) {
+      lock.lock();
+      if (!guarded_) {
+        ++counts_["guarded"];
+        RASD_LOGGER_LOG(logger, spdlog::level::err,
+                        "slurm: not draining node {}: the blast-radius guard holds: {} "
+                        "(scheduler.max_drained_fraction); looking again every {} s; wanted: {}",
+                        options_.node, guard->why,
+                        std::chrono::duration_cast<std::chrono::seconds>(options_.guard_recheck)
+                            .count(),
+                        cluster::DrainReason(reason));
+      }
+      guarded_ = guard->why;
+      changed_.wait_for(lock, options_.guard_recheck);
+      continue;
+    } else {
+      done = drain ? slurm_.Drain(options_.node, reason) : slurm_.Resume(options_.node);
+    }
     lock.lock();
-    if (result.result == "ok") {
+    if (done) {
+      if (drain && guarded_) {
+        RASD_LOGGER_LOG(logger, spdlog::level::warn,
+                        "slurm: the blast-radius guard lets the drain of {} go ahead now: {}",
+                        options_.node, guard->why);
+      }
+      guarded_.reset();
       drained_ = drain;
       ++counts_["ok"];
-      RASD_LOGGER_LOG(logger, spdlog::level::warn, "slurm: node {} {}{}", options_.node, drain ? "drained: " : "resumed",
-                   drain ? reason : "");
+      RASD_LOGGER_LOG(logger, spdlog::level::warn, "slurm: node {} {}{}", options_.node,
+                      drain ? "drained: " : "resumed", drain ? cluster::DrainReason(reason) : "");
       backoff = std::chrono::milliseconds(250);
       continue;
     }
     ++counts_["failed"];
-    RASD_LOGGER_LOG(logger, spdlog::level::err, "slurm: scontrol update NodeName={} State={} failed ({}): {}; retrying in {} ms",
-                  options_.node, drain ? "DRAIN" : "RESUME", result.detail, result.output,
-                  backoff.count());
+    RASD_LOGGER_LOG(logger, spdlog::level::err, "slurm: {} of node {} failed: {}; retrying in {} ms",
+                    drain ? "drain" : "resume", options_.node, done.error().message,
+                    backoff.count());
     changed_.wait_for(lock, backoff);
     backoff = std::min(backoff * 2, std::chrono::milliseconds(30000));
   }

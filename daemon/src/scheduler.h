@@ -3,6 +3,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -10,24 +11,38 @@
 #include <thread>
 #include <vector>
 
+#include "rasd/cluster/slurm.h"
+
 namespace rasd::daemon {
 
 // Tells the cluster's scheduler that this node can or cannot take work. rasd
 // keeps no cluster state of its own: it asks the scheduler the cluster
-// already runs. Slurm today (scontrol, argv, no shell); Kubernetes would
-// cordon through the API server (docs/scheduler.md).
+// already runs. Slurm today (scontrol and sinfo, argv, no shell); Kubernetes
+// would cordon through the API server (docs/scheduler.md).
 //
 // Requests are carried out on a worker thread, so the event loop never
-// waits for scontrol. Idempotent: asking for the state the node is already
+// waits for Slurm. Idempotent: asking for the state the node is already
 // in (as far as rasd made it) runs nothing. A failed call is retried with
-// backoff (0.25 s doubling to 30 s) while the request stands. Thread-safe.
+// backoff (0.25 s doubling to 30 s) while the request stands.
+//
+// The blast-radius guard: before a drain, the worker asks Slurm for every
+// node (sinfo --json) and does not drain while too many were drained by
+// rasd already (cluster::CheckDrainGuard). A guarded drain is logged once,
+// counted once ("guarded"), and looked at again every guard_recheck while
+// it stands, so it goes ahead once the cluster has recovered. Thread-safe.
 class SchedulerLink {
  public:
   struct Options {
     std::string node;  // the scheduler's name for this host
     std::string scontrol = "/usr/bin/scontrol";
+    std::string sinfo = "/usr/bin/sinfo";
     std::vector<std::string> environment;      // e.g. SLURM_CONF=...
-    std::chrono::milliseconds timeout{10000};  // per scontrol call
+    std::chrono::milliseconds timeout{10000};  // per call
+    double max_drained_fraction = 0.5;         // 1: no guard
+    std::chrono::seconds guard_window{300};    // 0: every drain by rasd counts
+    std::chrono::milliseconds guard_recheck{30000};
+    // Wall time for the guard's window (the daemon's clock in production).
+    std::function<std::chrono::system_clock::time_point()> wall_clock;
   };
   explicit SchedulerLink(Options options);
   ~SchedulerLink();
@@ -38,20 +53,29 @@ class SchedulerLink {
   void Drain(const std::string& reason);
   // RESUME, if rasd drained it.
   void Resume();
+  // Drained, or a drain is wanted (and may be guarded or failing).
   bool Drained() const;
-  // Calls by result (ok, failed) and requests that needed no call (skipped).
+  // The guard holds a drain back now: its sentence, else unset.
+  std::optional<std::string> Guarded() const;
+  // Calls by result (ok, failed), requests that needed no call (skipped),
+  // and drains the guard held back (guarded, once per held drain).
   std::map<std::string, std::uint64_t> Counts() const;
   const std::string& Node() const { return options_.node; }
 
  private:
   void Run();
+  // Whether the guard lets the drain go ahead; unset when Slurm could not
+  // be asked (an error to retry). Called without the lock.
+  std::optional<cluster::DrainGuardVerdict> AskGuard(std::string* error) const;
 
   Options options_;
+  cluster::SlurmClient slurm_;
   mutable std::mutex mutex_;
   std::condition_variable changed_;
   bool want_drained_ = false;
   std::string reason_;
   bool drained_ = false;  // what the scheduler was last told, successfully
+  std::optional<std::string> guarded_;
   bool stop_ = false;
   std::map<std::string, std::uint64_t> counts_;
   std::thread worker_;

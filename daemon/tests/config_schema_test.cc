@@ -80,7 +80,8 @@ policy:
   auto_recover_window_s: 63
   hook_timeout_ms: 200
 inject: {allow_sources: true, allow_hardware: true}
-scheduler: {kind: slurm, node: n1, scontrol: /opt/scontrol, resume_on_undrain: false}
+scheduler: {kind: slurm, node: n1, scontrol: /opt/scontrol, resume_on_undrain: false,
+            max_drained_fraction: 0.25, guard_window_s: 0}
 jobs: [{name: j, kind: inference}]
 liveness: {period_ms: 0, deadline_ms: 300, misses: 5}
 workloads: {grace_ms: 1500, on_drain: notify, kill_consumer: false}
@@ -170,6 +171,8 @@ TEST(ConfigSchemaTest, RestartKeysAreTheOnesReloadAlwaysKept) {
       "scheduler.node",
       "scheduler.scontrol",
       "scheduler.resume_on_undrain",
+      "scheduler.max_drained_fraction",
+      "scheduler.guard_window_s",
       "jobs",
       "simulator.devices",
       "simulator.memory_mib",

@@ -276,12 +276,22 @@ std::vector<MetricFamily> Families(const MetricsSnapshot& snapshot) {
   {
     auto family = Family("rasd_scheduler_actions_total",
                          "Calls to the cluster scheduler (drain/resume the node) by result: ok, "
-                         "failed (retried with backoff), skipped (already in that state)",
+                         "failed (retried with backoff), skipped (already in that state), "
+                         "guarded (a drain the blast-radius guard held back)",
                          MetricType::Counter);
     for (const auto& [result, count] : snapshot.scheduler_actions) {
       family.metric.push_back(
           Value(MetricType::Counter, static_cast<double>(count), {{"result", result}}));
     }
+    add(std::move(family));
+  }
+  if (snapshot.scheduler_drain_guarded) {
+    auto family = Family("rasd_scheduler_drain_guarded",
+                         "1 while the blast-radius guard holds this node's drain back "
+                         "(scheduler.max_drained_fraction)",
+                         MetricType::Gauge);
+    family.metric.push_back(
+        Value(MetricType::Gauge, *snapshot.scheduler_drain_guarded ? 1.0 : 0.0));
     add(std::move(family));
   }
   {

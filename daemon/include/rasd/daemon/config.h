@@ -88,6 +88,11 @@ struct Config {
     std::filesystem::path scontrol = "/usr/bin/scontrol";
     // Resume the node when an operator undrains a device and none is left isolated.
     bool resume_on_undrain = true;
+    // The blast-radius guard: rasd does not drain its node while this
+    // fraction of the cluster's nodes or more were drained by rasd within
+    // guard_window (0 s: whenever). 1: no guard.
+    double max_drained_fraction = 0.5;
+    std::chrono::seconds guard_window{300};
     bool operator==(const Scheduler&) const = default;
   } scheduler;
   struct Inject {

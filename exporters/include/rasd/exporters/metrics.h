@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <memory>
 #include <string>
 #include <tuple>
@@ -69,6 +70,8 @@ struct MetricsSnapshot {
   std::uint64_t store_backlog_events = 0;
   std::uint64_t store_dropped_events = 0;
   std::map<std::string, std::uint64_t> scheduler_actions;  // result -> calls
+  // The blast-radius guard holds this node's drain back now (scheduler set).
+  std::optional<bool> scheduler_drain_guarded;
   // Processes outside rasd attached to its devices (`rasctl run`, attach).
   std::map<std::string, std::uint64_t> workloads;          // state -> processes
   std::map<std::string, std::uint64_t> workload_signals;   // drain | grace_kill | consumer_kill

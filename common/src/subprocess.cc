@@ -1,4 +1,4 @@
-#include "subprocess.h"
+#include "rasd/common/subprocess.h"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -14,20 +14,29 @@
 
 #include "rasd/common/unique_fd.h"
 
-namespace rasd::daemon {
+namespace rasd::common {
 
 ProgramResult RunProgram(const std::vector<std::string>& argv, const std::vector<std::string>& env,
-                         std::chrono::milliseconds timeout) {
+                         const ProgramOptions& options) {
+  const auto timeout = options.timeout;
   int pipe_fds[2];
   if (::pipe2(pipe_fds, O_CLOEXEC) != 0)
-    return {"failed", fmt::format("pipe: {}", std::strerror(errno)), ""};
-  common::UniqueFd read_end(pipe_fds[0]);
-  common::UniqueFd write_end(pipe_fds[1]);
+    return {"failed", fmt::format("pipe: {}", std::strerror(errno)), "", ""};
+  UniqueFd read_end(pipe_fds[0]);
+  UniqueFd write_end(pipe_fds[1]);
+  UniqueFd error_read_end, error_write_end;
+  if (options.separate_errors) {
+    if (::pipe2(pipe_fds, O_CLOEXEC) != 0)
+      return {"failed", fmt::format("pipe: {}", std::strerror(errno)), "", ""};
+    error_read_end = UniqueFd(pipe_fds[0]);
+    error_write_end = UniqueFd(pipe_fds[1]);
+  }
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
   posix_spawn_file_actions_adddup2(&actions, write_end.Get(), 1);
-  posix_spawn_file_actions_adddup2(&actions, write_end.Get(), 2);
+  posix_spawn_file_actions_adddup2(&actions,
+                                   options.separate_errors ? error_write_end.Get() : write_end.Get(), 2);
   posix_spawnattr_t attributes;
   posix_spawnattr_init(&attributes);
   // The daemon blocks its signals in every thread; the hook starts clean.
@@ -51,31 +60,44 @@ ProgramResult RunProgram(const std::vector<std::string>& argv, const std::vector
   posix_spawn_file_actions_destroy(&actions);
   posix_spawnattr_destroy(&attributes);
   write_end.Reset();
+  error_write_end.Reset();
   if (spawned != 0)
-    return {"failed", fmt::format("cannot run {}: {}", argv[0], std::strerror(spawned)), ""};
+    return {"failed", fmt::format("cannot run {}: {}", argv[0], std::strerror(spawned)), "", ""};
 
   ProgramResult result;
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   bool timed_out = false;
-  char buffer[1024];
-  while (true) {
+  char buffer[4096];
+  // Both ends are read until both are closed (a full stderr pipe would
+  // stall a program that writes much there).
+  std::vector<std::pair<int, std::string*>> open;
+  open.emplace_back(read_end.Get(), &result.output);
+  if (options.separate_errors) open.emplace_back(error_read_end.Get(), &result.errors);
+  while (!open.empty()) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) {
       timed_out = true;
       break;
     }
-    pollfd fd{read_end.Get(), POLLIN, 0};
-    const int ready = ::poll(&fd, 1, static_cast<int>(left.count()));
+    pollfd fds[2];
+    for (std::size_t i = 0; i < open.size(); ++i) fds[i] = pollfd{open[i].first, POLLIN, 0};
+    const int ready = ::poll(fds, open.size(), static_cast<int>(left.count()));
     if (ready < 0 && errno == EINTR) continue;
     if (ready <= 0) continue;  // the deadline is checked at the top
-    const ssize_t got = ::read(read_end.Get(), buffer, sizeof buffer);
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) break;  // end of output: the program closed it or exited
-    if (result.output.size() < kProgramOutputLimit) {
-      result.output.append(buffer,
-                           std::min<std::size_t>(static_cast<std::size_t>(got),
-                                                 kProgramOutputLimit - result.output.size()));
+    for (std::size_t i = open.size(); i-- > 0;) {
+      if (fds[i].revents == 0) continue;
+      const ssize_t got = ::read(open[i].first, buffer, sizeof buffer);
+      if (got < 0 && errno == EINTR) continue;
+      if (got <= 0) {  // end of output: the program closed it or exited
+        open.erase(open.begin() + static_cast<std::ptrdiff_t>(i));
+        continue;
+      }
+      std::string& text = *open[i].second;
+      if (text.size() < options.output_limit) {
+        text.append(buffer, std::min<std::size_t>(static_cast<std::size_t>(got),
+                                                  options.output_limit - text.size()));
+      }
     }
   }
   // Kill the whole session: a hook's own children must not linger either.
@@ -102,4 +124,4 @@ ProgramResult RunProgram(const std::vector<std::string>& argv, const std::vector
   return result;
 }
 
-}  // namespace rasd::daemon
+}  // namespace rasd::common

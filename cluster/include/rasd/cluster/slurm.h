@@ -1,0 +1,88 @@
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "rasd/common/result.h"
+
+namespace rasd::cluster {
+
+// Every drain rasd (or `rasctl check --format nhc`) asks of Slurm carries
+// this prefix in its reason, as NHC's carry "NHC:". It is how rasd tells its
+// own drains from an administrator's: it resumes only the former, and the
+// blast-radius guard counts only the former.
+inline constexpr std::string_view kReasonPrefix = "rasd:";
+
+// One node as Slurm reports it.
+struct SlurmNode {
+  std::string name;
+  std::string state;    // base state, lower case: idle, allocated, mixed, down, ...
+  bool drain = false;   // the DRAIN flag: draining or drained
+  std::string reason;   // empty when none
+  // When the reason was set; unset when Slurm does not say.
+  std::optional<std::chrono::system_clock::time_point> reason_changed_at;
+};
+
+// Drained (or draining) with a reason that rasd wrote.
+bool DrainedByRasd(const SlurmNode& node);
+
+// "rasd: <reason>" on one line, at most 200 bytes (Slurm keeps reasons
+// short in its tables): what rasd writes as a drain reason.
+std::string DrainReason(std::string_view reason);
+
+// The nodes of `sinfo --json`, each once (sinfo lists a node in several
+// partitions once per partition on older releases). Reads Slurm 22.05's
+// shape (state a string, state_flags a list, reason_changed_at a number)
+// and the later one (state a list of flags, numbers as {"set","number"}).
+// Errors: kCorruptData when the text is not that JSON.
+Result<std::vector<SlurmNode>> ParseSinfoJson(std::string_view text);
+
+// The blast-radius guard: whether one more node may be drained by rasd
+// while `nodes` stand as they do. Counts the nodes other than `self` that
+// rasd drained (within `window` of `now` when the window is not zero: an
+// old drain has been looked at by people already) and refuses once they are
+// `max_fraction` or more of all nodes. A one-node cluster can always drain
+// its node. Pure.
+struct DrainGuardVerdict {
+  bool allowed = true;
+  std::size_t drained_by_rasd = 0;  // not counting `self`
+  std::size_t nodes = 0;
+  std::string why;  // a sentence for the log: the counts and the limit
+};
+DrainGuardVerdict CheckDrainGuard(const std::vector<SlurmNode>& nodes, std::string_view self,
+                                  double max_fraction, std::chrono::seconds window,
+                                  std::chrono::system_clock::time_point now);
+
+// Runs Slurm's client commands (argv, no shell) with their configuration
+// from the environment given. Each call blocks up to the timeout. Stateless
+// apart from its options: safe from any thread.
+class SlurmClient {
+ public:
+  struct Options {
+    std::string scontrol = "/usr/bin/scontrol";
+    std::string sinfo = "/usr/bin/sinfo";
+    std::vector<std::string> environment;  // e.g. SLURM_CONF=...; PATH is added
+    std::chrono::milliseconds timeout{10000};
+  };
+  explicit SlurmClient(Options options) : options_(std::move(options)) {}
+
+  // Every node of the cluster. Errors: kUnavailable (sinfo failed, with
+  // its message), kCorruptData.
+  Result<std::vector<SlurmNode>> Nodes() const;
+  // DRAIN with DrainReason(reason).
+  Status Drain(const std::string& node, std::string_view reason) const;
+  Status Resume(const std::string& node) const;
+
+  // The environment that carries the caller's SLURM_CONF (if any).
+  static std::vector<std::string> EnvironmentFromCaller();
+
+ private:
+  Status Update(const std::vector<std::string>& arguments) const;
+  Options options_;
+};
+
+}  // namespace rasd::cluster

@@ -1,0 +1,195 @@
+#include "rasd/cluster/slurm.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "rasd/common/default_paths.h"
+#include "rasd/common/subprocess.h"
+
+namespace rasd::cluster {
+namespace {
+
+std::string Lower(std::string text) {
+  std::transform(text.begin(), text.end(), text.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return text;
+}
+
+// A number as 22.05 writes it (42) or as later releases do
+// ({"set": true, "infinite": false, "number": 42}); unset otherwise.
+std::optional<std::int64_t> SlurmNumber(const nlohmann::json& value) {
+  if (value.is_number_integer()) return value.get<std::int64_t>();
+  if (value.is_object() && value.value("set", true) && !value.value("infinite", false) &&
+      value.contains("number") && value["number"].is_number_integer()) {
+    return value["number"].get<std::int64_t>();
+  }
+  return std::nullopt;
+}
+
+// A program's complaint on one line: its lines joined with "; ".
+std::string OneLineMessage(std::string text) {
+  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.pop_back();
+  std::string line;
+  for (const char c : text) {
+    if (c == '\n') {
+      line += "; ";
+    } else {
+      line += c;
+    }
+  }
+  return line;
+}
+
+// The states Slurm lists as flags beside the base state.
+bool IsBaseState(const std::string& state) {
+  static const std::set<std::string> kBase = {"idle",      "allocated", "mixed",  "down",
+                                              "error",     "future",    "unknown", "completing"};
+  return kBase.contains(state);
+}
+
+}  // namespace
+
+bool DrainedByRasd(const SlurmNode& node) {
+  return node.drain && node.reason.starts_with(kReasonPrefix);
+}
+
+std::string DrainReason(std::string_view reason) {
+  std::string text = std::string(kReasonPrefix) + " ";
+  for (const char c : reason) {
+    text += (c == '\n' || c == '\r' || c == '\t') ? ' ' : c;
+  }
+  if (text.size() > 200) text.resize(200);
+  return text;
+}
+
+Result<std::vector<SlurmNode>> ParseSinfoJson(std::string_view text) {
+  nlohmann::json document;
+  try {
+    document = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& error) {
+    return Fail(ErrorCode::kCorruptData, fmt::format("sinfo --json: not JSON: {}", error.what()));
+  }
+  if (!document.is_object() || !document.contains("nodes") || !document["nodes"].is_array()) {
+    // sinfo answers with errors and no nodes when slurmctld is down.
+    std::string errors;
+    if (document.is_object() && document.contains("errors") && document["errors"].is_array()) {
+      for (const auto& error : document["errors"]) {
+        if (error.is_object() && error.contains("error") && error["error"].is_string())
+          errors += (errors.empty() ? "" : "; ") + error["error"].get<std::string>();
+      }
+    }
+    return Fail(ErrorCode::kCorruptData,
+                "sinfo --json: no node list" + (errors.empty() ? "" : ": " + errors));
+  }
+  std::vector<SlurmNode> nodes;
+  std::set<std::string> seen;
+  for (const auto& entry : document["nodes"]) {
+    if (!entry.is_object() || !entry.contains("name") || !entry["name"].is_string()) continue;
+    SlurmNode node;
+    node.name = entry["name"].get<std::string>();
+    if (!seen.insert(node.name).second) continue;
+    std::vector<std::string> flags;
+    if (entry.contains("state") && entry["state"].is_string()) {
+      node.state = Lower(entry["state"].get<std::string>());
+    } else if (entry.contains("state") && entry["state"].is_array()) {
+      for (const auto& part : entry["state"]) {
+        if (!part.is_string()) continue;
+        const std::string name = Lower(part.get<std::string>());
+        if (node.state.empty() && IsBaseState(name)) {
+          node.state = name;
+        } else {
+          flags.push_back(name);
+        }
+      }
+    }
+    if (entry.contains("state_flags") && entry["state_flags"].is_array()) {
+      for (const auto& part : entry["state_flags"])
+        if (part.is_string()) flags.push_back(Lower(part.get<std::string>()));
+    }
+    node.drain = std::find(flags.begin(), flags.end(), "drain") != flags.end();
+    if (entry.contains("reason") && entry["reason"].is_string())
+      node.reason = entry["reason"].get<std::string>();
+    if (entry.contains("reason_changed_at")) {
+      if (const auto seconds = SlurmNumber(entry["reason_changed_at"]); seconds && *seconds > 0) {
+        node.reason_changed_at =
+            std::chrono::system_clock::time_point(std::chrono::seconds(*seconds));
+      }
+    }
+    nodes.push_back(std::move(node));
+  }
+  return nodes;
+}
+
+DrainGuardVerdict CheckDrainGuard(const std::vector<SlurmNode>& nodes, std::string_view self,
+                                  double max_fraction, std::chrono::seconds window,
+                                  std::chrono::system_clock::time_point now) {
+  DrainGuardVerdict verdict;
+  verdict.nodes = nodes.size();
+  for (const auto& node : nodes) {
+    if (node.name == self || !DrainedByRasd(node)) continue;
+    // A drain whose time Slurm does not give counts: the guard errs on the
+    // side of draining less.
+    if (window.count() > 0 && node.reason_changed_at && now - *node.reason_changed_at > window)
+      continue;
+    ++verdict.drained_by_rasd;
+  }
+  const double fraction = verdict.nodes == 0 ? 0.0
+                                             : static_cast<double>(verdict.drained_by_rasd) /
+                                                   static_cast<double>(verdict.nodes);
+  verdict.allowed = verdict.drained_by_rasd == 0 || fraction < max_fraction;
+  const std::string within =
+      window.count() > 0 ? fmt::format(" within the last {} s", window.count()) : "";
+  verdict.why = fmt::format("{} of {} node(s) drained by rasd{} ({:.0f}%; the limit is {:.0f}%)",
+                            verdict.drained_by_rasd, verdict.nodes, within, fraction * 100,
+                            max_fraction * 100);
+  return verdict;
+}
+
+std::vector<std::string> SlurmClient::EnvironmentFromCaller() {
+  std::vector<std::string> environment;
+  if (auto conf = common::GetEnv("SLURM_CONF")) environment.push_back("SLURM_CONF=" + *conf);
+  return environment;
+}
+
+Result<std::vector<SlurmNode>> SlurmClient::Nodes() const {
+  std::vector<std::string> environment = options_.environment;
+  environment.push_back("PATH=/usr/sbin:/usr/bin:/sbin:/bin");
+  // A node's JSON is about 2 KiB: 64 MiB is room for 30,000 nodes.
+  const auto result = common::RunProgram(
+      {options_.sinfo, "--json"}, environment,
+      {.timeout = options_.timeout, .output_limit = 64u << 20, .separate_errors = true});
+  if (result.result != "ok") {
+    const std::string message = OneLineMessage(result.errors.empty() ? result.output : result.errors);
+    return Fail(ErrorCode::kUnavailable, fmt::format("{} --json: {}{}", options_.sinfo,
+                                                     result.detail,
+                                                     message.empty() ? "" : ": " + message));
+  }
+  return ParseSinfoJson(result.output);
+}
+
+Status SlurmClient::Update(const std::vector<std::string>& arguments) const {
+  std::vector<std::string> argv = {options_.scontrol, "update"};
+  argv.insert(argv.end(), arguments.begin(), arguments.end());
+  std::vector<std::string> environment = options_.environment;
+  environment.push_back("PATH=/usr/sbin:/usr/bin:/sbin:/bin");
+  const auto result = common::RunProgram(argv, environment, options_.timeout);
+  if (result.result == "ok") return {};
+  const std::string message = OneLineMessage(result.output);
+  return Fail(ErrorCode::kUnavailable,
+              fmt::format("scontrol update {}: {}{}", fmt::join(arguments, " "), result.detail,
+                          message.empty() ? "" : ": " + message));
+}
+
+Status SlurmClient::Drain(const std::string& node, std::string_view reason) const {
+  return Update({"NodeName=" + node, "State=DRAIN", "Reason=" + DrainReason(reason)});
+}
+
+Status SlurmClient::Resume(const std::string& node) const {
+  return Update({"NodeName=" + node, "State=RESUME"});
+}
+
+}  // namespace rasd::cluster

@@ -1,0 +1,134 @@
+#include "rasd/cluster/slurm.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <map>
+#include <sstream>
+
+namespace rasd::cluster {
+namespace {
+
+using std::chrono::seconds;
+using std::chrono::system_clock;
+
+std::string ReadTestData(const std::string& name) {
+  std::ifstream in(std::string(RASD_CLUSTER_TESTDATA) + "/" + name);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+SlurmNode Node(std::string name, bool drain, std::string reason,
+               std::optional<system_clock::time_point> at = std::nullopt) {
+  return SlurmNode{.name = std::move(name),
+                   .state = "idle",
+                   .drain = drain,
+                   .reason = std::move(reason),
+                   .reason_changed_at = at};
+}
+
+// Real output of Slurm 22.05.8's `sinfo --json`: localhost and gpu1 drained
+// with rasd's reason, gpu2 drained by an administrator, gpu3 down without
+// a drain.
+TEST(SinfoJsonTest, ReadsSlurm2205) {
+  auto nodes = ParseSinfoJson(ReadTestData("sinfo-22.05.json"));
+  ASSERT_TRUE(nodes) << nodes.error().message;
+  ASSERT_EQ(nodes->size(), 4u);
+  std::map<std::string, SlurmNode> by_name;
+  for (const auto& node : *nodes) by_name[node.name] = node;
+  EXPECT_TRUE(by_name["gpu1"].drain);
+  EXPECT_EQ(by_name["gpu1"].state, "down");
+  EXPECT_EQ(by_name["gpu1"].reason, "rasd: device 1 isolated | x");
+  ASSERT_TRUE(by_name["gpu1"].reason_changed_at.has_value());
+  EXPECT_GT(by_name["gpu1"].reason_changed_at->time_since_epoch(), seconds(1'700'000'000));
+  EXPECT_TRUE(DrainedByRasd(by_name["gpu1"]));
+  EXPECT_TRUE(by_name["gpu2"].drain);
+  EXPECT_FALSE(DrainedByRasd(by_name["gpu2"]));  // an administrator's
+  EXPECT_FALSE(by_name["gpu3"].drain);
+  EXPECT_FALSE(by_name["gpu3"].reason_changed_at.has_value());  // 0: never set
+  EXPECT_EQ(by_name["localhost"].state, "idle");
+  EXPECT_TRUE(DrainedByRasd(by_name["localhost"]));
+}
+
+// Later releases (data_parser v0.0.40 and on) list the state as flags and
+// numbers as objects; a node listed twice is one node.
+TEST(SinfoJsonTest, ReadsTheLaterShapeAndListsANodeOnce) {
+  const std::string text = R"({"nodes": [
+    {"name": "n1", "state": ["IDLE", "DRAIN"], "reason": "rasd: x",
+     "reason_changed_at": {"set": true, "infinite": false, "number": 1800000000}},
+    {"name": "n2", "state": ["MIXED"], "reason": "",
+     "reason_changed_at": {"set": false, "infinite": false, "number": 0}},
+    {"name": "n1", "state": ["IDLE", "DRAIN"], "reason": "rasd: x"}
+  ], "errors": []})";
+  auto nodes = ParseSinfoJson(text);
+  ASSERT_TRUE(nodes) << nodes.error().message;
+  ASSERT_EQ(nodes->size(), 2u);
+  EXPECT_EQ((*nodes)[0].state, "idle");
+  EXPECT_TRUE((*nodes)[0].drain);
+  ASSERT_TRUE((*nodes)[0].reason_changed_at.has_value());
+  EXPECT_EQ((*nodes)[0].reason_changed_at->time_since_epoch(), seconds(1'800'000'000));
+  EXPECT_EQ((*nodes)[1].state, "mixed");
+  EXPECT_FALSE((*nodes)[1].drain);
+  EXPECT_FALSE((*nodes)[1].reason_changed_at.has_value());
+}
+
+TEST(SinfoJsonTest, AControllerThatDoesNotAnswerIsAnErrorWithSlurmsWords) {
+  auto nodes = ParseSinfoJson(
+      R"({"errors": [{"error": "Unable to contact slurm controller", "errno": -1}]})");
+  ASSERT_FALSE(nodes);
+  EXPECT_EQ(nodes.error().code, ErrorCode::kCorruptData);
+  EXPECT_NE(nodes.error().message.find("Unable to contact slurm controller"), std::string::npos);
+  EXPECT_FALSE(ParseSinfoJson("sinfo: error: something\n{"));
+  EXPECT_FALSE(ParseSinfoJson(""));
+  EXPECT_FALSE(ParseSinfoJson("[1,2]"));
+}
+
+TEST(DrainReasonTest, PrefixedOneLineAndShort) {
+  EXPECT_EQ(DrainReason("device 2 isolated"), "rasd: device 2 isolated");
+  EXPECT_EQ(DrainReason("a\nb\tc"), "rasd: a b c");
+  EXPECT_EQ(DrainReason(std::string(500, 'x')).size(), 200u);
+}
+
+TEST(DrainGuardTest, RefusesOnceTheFractionDrainedByRasdIsReached) {
+  const auto now = system_clock::now();
+  std::vector<SlurmNode> nodes = {Node("self", false, ""), Node("a", true, "rasd: x"),
+                                  Node("b", true, "admin: bios update"), Node("c", false, "")};
+  // 1 of 4 drained by rasd (the administrator's drain does not count).
+  auto verdict = CheckDrainGuard(nodes, "self", 0.5, seconds(0), now);
+  EXPECT_TRUE(verdict.allowed) << verdict.why;
+  EXPECT_EQ(verdict.drained_by_rasd, 1u);
+  EXPECT_EQ(verdict.nodes, 4u);
+  nodes[3] = Node("c", true, "rasd: y");  // 2 of 4: at the limit
+  verdict = CheckDrainGuard(nodes, "self", 0.5, seconds(0), now);
+  EXPECT_FALSE(verdict.allowed);
+  EXPECT_EQ(verdict.drained_by_rasd, 2u);
+  EXPECT_NE(verdict.why.find("2 of 4 node(s) drained by rasd"), std::string::npos) << verdict.why;
+  EXPECT_NE(verdict.why.find("limit is 50%"), std::string::npos) << verdict.why;
+  // The node itself never counts against itself.
+  nodes[0] = Node("self", true, "rasd: z");
+  EXPECT_EQ(CheckDrainGuard(nodes, "self", 0.75, seconds(0), now).drained_by_rasd, 2u);
+  EXPECT_TRUE(CheckDrainGuard(nodes, "self", 0.75, seconds(0), now).allowed);
+}
+
+TEST(DrainGuardTest, AOneNodeClusterDrainsItsNode) {
+  EXPECT_TRUE(CheckDrainGuard({Node("self", false, "")}, "self", 0.01, seconds(300),
+                              system_clock::now())
+                  .allowed);
+  EXPECT_TRUE(CheckDrainGuard({}, "self", 0.5, seconds(300), system_clock::now()).allowed);
+}
+
+TEST(DrainGuardTest, TheWindowLeavesOutOldDrainsButNotUntimedOnes) {
+  const auto now = system_clock::now();
+  const std::vector<SlurmNode> nodes = {
+      Node("self", false, ""), Node("old", true, "rasd: x", now - seconds(3600)),
+      Node("new", true, "rasd: y", now - seconds(10)), Node("untimed", true, "rasd: z")};
+  auto verdict = CheckDrainGuard(nodes, "self", 0.5, seconds(300), now);
+  EXPECT_EQ(verdict.drained_by_rasd, 2u);  // new and untimed
+  EXPECT_FALSE(verdict.allowed);
+  EXPECT_NE(verdict.why.find("within the last 300 s"), std::string::npos) << verdict.why;
+  EXPECT_EQ(CheckDrainGuard(nodes, "self", 0.5, seconds(0), now).drained_by_rasd, 3u);
+}
+
+}  // namespace
+}  // namespace rasd::cluster

@@ -1,0 +1,254 @@
+#include "check_command.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <ostream>
+
+#include "control_client.h"
+#include "rasd/cluster/slurm.h"
+
+namespace rasd::ctl {
+namespace {
+
+constexpr std::size_t kLineLimit = 80;  // node-problem-detector's max_output_length default
+
+int ExitCode(CheckHealth health, const std::string& format) {
+  switch (health) {
+    case CheckHealth::kOk:
+    case CheckHealth::kDegraded:
+      return 0;
+    case CheckHealth::kProblem:
+      return 1;
+    case CheckHealth::kUnknown:
+      return format == "nhc" ? 1 : 2;
+  }
+  return 2;
+}
+
+std::string Finding(const nlohmann::json& finding) {
+  const std::string state = finding.value("state", std::string("?"));
+  const std::string reason = finding.value("reason", std::string());
+  std::string text;
+  if (finding.contains("device") && finding["device"].is_number_integer()) {
+    text = fmt::format("device {} {}", finding["device"].get<int>(), state);
+  } else {
+    text = "node fault";
+  }
+  if (!reason.empty()) text += ": " + reason;
+  return text;
+}
+
+std::string ShortHostName() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof name - 1) != 0) return {};
+  std::string host = name;
+  if (const auto dot = host.find('.'); dot != std::string::npos) host.resize(dot);
+  return host;
+}
+
+struct NhcOutcome {
+  std::string action;  // drained, resumed, none, guarded, left-alone, failed
+  std::string detail;
+};
+
+// What a HealthCheckProgram does with the verdict: drain on a problem (the
+// node rasd's own or nobody's), resume a node rasd drained once it is
+// healthy, leave an administrator's drain alone.
+NhcOutcome ApplyToSlurm(const CheckOptions& options, const CheckVerdict& verdict,
+                        const std::optional<nlohmann::json>& result) {
+  nlohmann::json scheduler = result && result->contains("scheduler") ? (*result)["scheduler"]
+                                                                      : nlohmann::json::object();
+  std::string node = options.node;
+  if (node.empty() && scheduler.is_object()) node = scheduler.value("node", std::string());
+  if (node.empty()) node = ShortHostName();
+  double max_fraction = 0.5;
+  long long window_s = 300;
+  if (scheduler.is_object()) {
+    max_fraction = scheduler.value("max_drained_fraction", max_fraction);
+    window_s = scheduler.value("guard_window_s", window_s);
+  }
+  const std::filesystem::path scontrol(options.scontrol);
+  cluster::SlurmClient slurm(
+      {.scontrol = scontrol.string(),
+       .sinfo = (scontrol.parent_path() / "sinfo").string(),
+       .environment = cluster::SlurmClient::EnvironmentFromCaller(),
+       .timeout = std::chrono::milliseconds(10000)});
+  auto nodes = slurm.Nodes();
+  if (!nodes) return {"failed", "cannot read Slurm's nodes: " + nodes.error().message};
+  const cluster::SlurmNode* self = nullptr;
+  for (const auto& candidate : *nodes) {
+    if (candidate.name == node) self = &candidate;
+  }
+  if (self == nullptr) {
+    return {"failed", fmt::format("Slurm has no node '{}' (rasctl check --node NAME)", node)};
+  }
+  const bool problem =
+      verdict.health == CheckHealth::kProblem || verdict.health == CheckHealth::kUnknown;
+  if (problem) {
+    if (cluster::DrainedByRasd(*self)) {
+      return {"none", fmt::format("node {} is drained already: {}", node, self->reason)};
+    }
+    if (self->drain) {
+      return {"left-alone", fmt::format("node {} is drained by an administrator ({}): left as it is",
+                                        node, self->reason)};
+    }
+    const auto guard = cluster::CheckDrainGuard(
+        *nodes, node, max_fraction, std::chrono::seconds(window_s), std::chrono::system_clock::now());
+    if (!guard.allowed) {
+      return {"guarded", fmt::format("not draining node {}: the blast-radius guard holds: {}", node,
+                                     guard.why)};
+    }
+    // The line without its "rasd: ": DrainReason puts the prefix back.
+    const std::string reason = verdict.line.substr(verdict.line.starts_with("rasd: ") ? 6 : 0);
+    if (auto drained = slurm.Drain(node, reason); !drained) {
+      return {"failed", drained.error().message};
+    }
+    return {"drained", fmt::format("node {} drained: {}", node, cluster::DrainReason(reason))};
+  }
+  if (!cluster::DrainedByRasd(*self)) {
+    if (self->drain) {
+      return {"left-alone", fmt::format("node {} is drained by an administrator ({}): not resumed",
+                                        node, self->reason)};
+    }
+    return {"none", ""};
+  }
+  if (auto resumed = slurm.Resume(node); !resumed) return {"failed", resumed.error().message};
+  return {"resumed", fmt::format("node {} resumed (it was drained with '{}')", node, self->reason)};
+}
+
+}  // namespace
+
+std::string_view CheckHealthName(CheckHealth health) {
+  switch (health) {
+    case CheckHealth::kOk:
+      return "ok";
+    case CheckHealth::kDegraded:
+      return "degraded";
+    case CheckHealth::kProblem:
+      return "problem";
+    case CheckHealth::kUnknown:
+      return "unknown";
+  }
+  return "unknown";
+}
+
+std::string OneLine(std::string_view text, std::size_t most) {
+  std::string line;
+  line.reserve(std::min(text.size(), most));
+  for (const char c : text) {
+    const auto byte = static_cast<unsigned char>(c);
+    line += (byte < 0x20 || byte == 0x7f) ? ' ' : c;
+  }
+  if (line.size() <= most) return line;
+  std::size_t cut = most - 3;
+  // Back off to the start of a UTF-8 character.
+  while (cut > 0 && (static_cast<unsigned char>(line[cut]) & 0xC0) == 0x80) --cut;
+  line.resize(cut);
+  return line + "...";
+}
+
+CheckVerdict VerdictFrom(const std::optional<nlohmann::json>& result,
+                         const std::string& unreachable_why) {
+  CheckVerdict verdict;
+  if (!result || !result->is_object() || !result->contains("health") ||
+      !(*result)["health"].is_string()) {
+    verdict.health = CheckHealth::kUnknown;
+    const std::string why =
+        result ? "rasd's check reply has no verdict" : unreachable_why;
+    verdict.line = OneLine("rasd: unknown: " + why, kLineLimit);
+    verdict.details.push_back(why);
+    return verdict;
+  }
+  const std::string health = (*result)["health"].get<std::string>();
+  std::vector<std::string> problems, warnings;
+  if (result->contains("findings") && (*result)["findings"].is_array()) {
+    for (const auto& finding : (*result)["findings"]) {
+      if (!finding.is_object()) continue;
+      (finding.value("level", std::string()) == "problem" ? problems : warnings)
+          .push_back(Finding(finding));
+    }
+  }
+  int devices = 0;
+  if (result->contains("devices") && (*result)["devices"].is_object())
+    devices = (*result)["devices"].value("count", 0);
+  auto first_and_more = [](const std::vector<std::string>& list, const std::string& lead) {
+    std::string more = list.size() > 1 ? fmt::format(" (+{} more)", list.size() - 1) : "";
+    const std::string head = "rasd: " + lead;
+    // The count of the others stays visible however long the first is.
+    return OneLine(head + list.front(), kLineLimit - more.size()) + more;
+  };
+  if (health == "problem" && !problems.empty()) {
+    verdict.health = CheckHealth::kProblem;
+    verdict.line = first_and_more(problems, "");
+  } else if (health == "degraded" && !warnings.empty()) {
+    verdict.health = CheckHealth::kDegraded;
+    verdict.line = first_and_more(warnings, "OK, ");
+  } else if (health == "ok") {
+    verdict.health = CheckHealth::kOk;
+    verdict.line = OneLine(fmt::format("rasd: OK: {} device(s) healthy", devices), kLineLimit);
+  } else {
+    verdict.health = CheckHealth::kUnknown;
+    verdict.line = OneLine("rasd: unknown: a verdict rasctl does not know: " + health, kLineLimit);
+  }
+  verdict.details = problems;
+  verdict.details.insert(verdict.details.end(), warnings.begin(), warnings.end());
+  return verdict;
+}
+
+int RunCheck(const CheckOptions& options, std::ostream& out, std::ostream& err) {
+  std::optional<nlohmann::json> result;
+  std::string why;
+  if (auto client = ControlClient::Connect(options.socket, options.timeout); !client) {
+    why = "rasd does not answer: " + client.error().message;
+  } else if (auto reply = client->Call("check"); !reply) {
+    why = "rasd does not answer: " + reply.error().message;
+  } else if (!reply->value("ok", false)) {
+    const auto& error = (*reply)["error"];
+    why = "rasd refused check: " +
+          (error.is_object() ? error.value("message", std::string("(no message)"))
+                             : std::string("(no message)"));
+  } else {
+    result = reply->value("result", nlohmann::json());
+  }
+  const CheckVerdict verdict = VerdictFrom(result, why);
+  std::optional<NhcOutcome> nhc;
+  if (options.format == "nhc") nhc = ApplyToSlurm(options, verdict, result);
+
+  if (options.json) {
+    nlohmann::json document = {{"health", std::string(CheckHealthName(verdict.health))},
+                               {"line", verdict.line},
+                               {"details", verdict.details},
+                               {"rasd", result ? *result : nlohmann::json()},
+                               {"error", why.empty() ? nlohmann::json() : nlohmann::json(why)}};
+    if (nhc) document["slurm"] = {{"action", nhc->action}, {"detail", nhc->detail}};
+    out << document.dump(2) << "\n";
+  } else if (options.format == "npd") {
+    out << verdict.line << "\n";
+  } else if (options.format == "nhc") {
+    const bool problem =
+        verdict.health == CheckHealth::kProblem || verdict.health == CheckHealth::kUnknown;
+    // NHC's own words for a failed check, on standard output.
+    if (problem) {
+      out << "ERROR:  rasd:  Health check failed:  "
+          << verdict.line.substr(verdict.line.starts_with("rasd: ") ? 6 : 0) << "\n";
+    }
+    if (nhc && !nhc->detail.empty()) {
+      (nhc->action == "failed" || nhc->action == "guarded" ? err : out)
+          << "rasctl check: " << nhc->detail << "\n";
+    }
+  } else {
+    // The whole of each finding: a person reads this, not an agent.
+    out << CheckHealthName(verdict.health) << ": "
+        << (verdict.details.empty() ? verdict.line.substr(verdict.line.find(": ", 6) + 2)
+                                    : verdict.details.front())
+        << "\n";
+    for (std::size_t i = 1; i < verdict.details.size(); ++i) out << "  " << verdict.details[i] << "\n";
+  }
+  int code = ExitCode(verdict.health, options.format);
+  // A HealthCheckProgram that could not tell Slurm has failed too.
+  if (nhc && nhc->action == "failed" && code == 0) code = 1;
+  return code;
+}
+
+}  // namespace rasd::ctl
