@@ -66,8 +66,8 @@ Status ValidateOptions(const DevicePlugin::Options& options) {
   }
   std::error_code error;
   if (!std::filesystem::is_directory(options.plugin_dir, error)) {
-    return Fail(ErrorCode::kNotFound,
-                fmt::format("device-plugin directory {} does not exist", options.plugin_dir.string()));
+    return Fail(ErrorCode::kNotFound, fmt::format("device-plugin directory {} does not exist",
+                                                  options.plugin_dir.string()));
   }
   return {};
 }
@@ -137,7 +137,9 @@ class DevicePlugin::Impl {
     service_.reset();
   }
 
-  void StartWatcher() { watcher_ = std::thread([this] { WatchLoop(); }); }
+  void StartWatcher() {
+    watcher_ = std::thread([this] { WatchLoop(); });
+  }
 
   void DevicesChanged() { signal_.Notify(); }
 
@@ -282,7 +284,7 @@ class DevicePlugin::Impl {
 
   std::mutex stop_mutex_;
   std::condition_variable stop_cv_;
-  bool stopping_ = false;                       // guarded by stop_mutex_
+  bool stopping_ = false;                         // guarded by stop_mutex_
   grpc::ClientContext* register_call_ = nullptr;  // guarded by stop_mutex_
   std::thread watcher_;
 };

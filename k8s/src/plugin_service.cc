@@ -77,8 +77,9 @@ grpc::Status PluginService::GetDevicePluginOptions(grpc::ServerContext*, const v
   return grpc::Status::OK;
 }
 
-grpc::Status PluginService::ListAndWatch(grpc::ServerContext* context, const v1beta1::Empty*,
-                                         grpc::ServerWriter<v1beta1::ListAndWatchResponse>* writer) {
+grpc::Status PluginService::ListAndWatch(
+    grpc::ServerContext* context, const v1beta1::Empty*,
+    grpc::ServerWriter<v1beta1::ListAndWatchResponse>* writer) {
   counters_.list_and_watch_streams.fetch_add(1);
   counters_.list_and_watch_active.fetch_add(1);
   struct ActiveStream {
@@ -140,7 +141,8 @@ grpc::Status PluginService::Allocate(grpc::ServerContext*, const v1beta1::Alloca
 grpc::Status PluginService::AllocateOrRefuse(const v1beta1::AllocateRequest& request,
                                              v1beta1::AllocateResponse* response) {
   std::unordered_map<std::string, bool> healthy_by_id;
-  for (auto& device : source_.Devices()) healthy_by_id.emplace(std::move(device.id), device.healthy);
+  for (auto& device : source_.Devices())
+    healthy_by_id.emplace(std::move(device.id), device.healthy);
   for (const auto& container : request.container_requests()) {
     std::vector<std::string> ids(container.devices_ids().begin(), container.devices_ids().end());
     for (const auto& id : ids) {

@@ -50,27 +50,29 @@ bool IsQualifiedNamePart(std::string_view name) {
 Status ValidateResourceName(std::string_view name) {
   const auto slash = name.find('/');
   if (slash == std::string_view::npos) {
-    return Fail(ErrorCode::kInvalidArgument,
-                fmt::format("resource name '{}' needs a domain: domain/name, e.g. rasd.io/gpu", name));
+    return Fail(
+        ErrorCode::kInvalidArgument,
+        fmt::format("resource name '{}' needs a domain: domain/name, e.g. rasd.io/gpu", name));
   }
   const auto domain = name.substr(0, slash);
   const auto resource = name.substr(slash + 1);
-  if (!IsDnsSubdomain(domain) ||
-      domain.size() + kRequestsPrefix.size() > kMaxDomainLength) {
+  if (!IsDnsSubdomain(domain) || domain.size() + kRequestsPrefix.size() > kMaxDomainLength) {
     return Fail(ErrorCode::kInvalidArgument,
                 fmt::format("resource name '{}': '{}' is not a DNS subdomain of at most {} "
                             "characters (lower-case letters, digits, '-' and '.')",
                             name, domain, kMaxDomainLength - kRequestsPrefix.size()));
   }
   if (domain == "kubernetes.io" || domain.ends_with(".kubernetes.io")) {
-    return Fail(ErrorCode::kInvalidArgument,
-                fmt::format("resource name '{}': the kubernetes.io domain is Kubernetes' own", name));
+    return Fail(
+        ErrorCode::kInvalidArgument,
+        fmt::format("resource name '{}': the kubernetes.io domain is Kubernetes' own", name));
   }
   if (!IsQualifiedNamePart(resource)) {
-    return Fail(ErrorCode::kInvalidArgument,
-                fmt::format("resource name '{}': '{}' must be 1 to {} characters of letters, digits, "
-                            "'-', '_' and '.', starting and ending with a letter or digit",
-                            name, resource, kMaxNameLength));
+    return Fail(
+        ErrorCode::kInvalidArgument,
+        fmt::format("resource name '{}': '{}' must be 1 to {} characters of letters, digits, "
+                    "'-', '_' and '.', starting and ending with a letter or digit",
+                    name, resource, kMaxNameLength));
   }
   return {};
 }

@@ -13,15 +13,15 @@
 namespace rasd::k8s {
 namespace {
 
-using std::chrono::milliseconds;
-using ::testing::HasSubstr;
 using ::rasd::k8s::fake::FakeKubelet;
 using ::rasd::k8s::fake::PluginClient;
+using std::chrono::milliseconds;
+using ::testing::HasSubstr;
 
 constexpr milliseconds kCheckPeriod{20};
-constexpr milliseconds kWait{3000};          // a deadline that only a failure reaches
-constexpr int kGrpcInvalidArgument = 3;      // grpc::StatusCode::INVALID_ARGUMENT
-constexpr int kGrpcUnimplemented = 12;       // grpc::StatusCode::UNIMPLEMENTED
+constexpr milliseconds kWait{3000};      // a deadline that only a failure reaches
+constexpr int kGrpcInvalidArgument = 3;  // grpc::StatusCode::INVALID_ARGUMENT
+constexpr int kGrpcUnimplemented = 12;   // grpc::StatusCode::UNIMPLEMENTED
 
 // A device source the test sets health on. Thread-safe, as the contract wants.
 class FakeDeviceSource final : public DeviceSource {
@@ -117,9 +117,8 @@ class DevicePluginTest : public ::testing::Test {
   }
 
   std::filesystem::path dir_;
-  FakeDeviceSource source_{{{.id = "gpu0", .numa_node = 0},
-                            {.id = "gpu1", .numa_node = 1},
-                            {.id = "gpu2"}}};
+  FakeDeviceSource source_{
+      {{.id = "gpu0", .numa_node = 0}, {.id = "gpu1", .numa_node = 1}, {.id = "gpu2"}}};
   std::unique_ptr<FakeKubelet> kubelet_;
   std::unique_ptr<DevicePlugin> plugin_;
 };
@@ -279,6 +278,18 @@ TEST_F(DevicePluginTest, RegistersOnceTheKubeletAppears) {
   ASSERT_TRUE(kubelet_->WaitForRegistrations(1, kWait));
   EXPECT_TRUE(WaitUntil([&] { return plugin_->Registered(); }));
   EXPECT_EQ(plugin_->GetStats().registrations, 1u);
+}
+
+TEST_F(DevicePluginTest, KubeletDownIsNotRegisteredAndBackRegistersAgain) {
+  StartKubelet();
+  StartPlugin();
+  ASSERT_TRUE(kubelet_->WaitForRegistrations(1, kWait));
+  ASSERT_TRUE(WaitUntil([&] { return plugin_->Registered(); }));
+  kubelet_->Stop();  // kubelet.sock goes
+  EXPECT_TRUE(WaitUntil([&] { return !plugin_->Registered(); }));
+  ASSERT_TRUE(kubelet_->Resume());
+  ASSERT_TRUE(kubelet_->WaitForRegistrations(2, kWait));
+  EXPECT_TRUE(WaitUntil([&] { return plugin_->Registered(); }));
 }
 
 TEST_F(DevicePluginTest, RefusedRegistrationIsRetriedAndCounted) {

@@ -217,7 +217,8 @@ class FakeKubelet::Impl {
     builder.RegisterService(service.get());
     auto server = builder.BuildAndStart();
     if (!server) {
-      return Fail(ErrorCode::kUnavailable, fmt::format("fake kubelet cannot serve {}", socket.string()));
+      return Fail(ErrorCode::kUnavailable,
+                  fmt::format("fake kubelet cannot serve {}", socket.string()));
     }
     service_ = std::move(service);
     server_ = std::move(server);

@@ -118,8 +118,9 @@ class FakeKubelet {
   void OnRegistration(std::function<void(const Registration&)> callback);
 
   // Dials <dir>/<endpoint>.
-  std::unique_ptr<PluginClient> Dial(const std::string& endpoint,
-                                     std::chrono::milliseconds timeout = std::chrono::seconds(5)) const;
+  std::unique_ptr<PluginClient> Dial(
+      const std::string& endpoint,
+      std::chrono::milliseconds timeout = std::chrono::seconds(5)) const;
 
   const std::filesystem::path& Dir() const;
 

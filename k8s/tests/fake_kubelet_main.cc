@@ -6,7 +6,8 @@
 //    "pre_start_required":..,"get_preferred_allocation_available":..}
 //   {"event":"devices","endpoint":..,"devices":[{"id":..,"health":..,"numa_nodes":[..]}]}
 //   {"event":"stream_end","endpoint":..,"code":N}
-//   {"event":"allocate","ok":true,"envs":{..}} or {"event":"allocate","ok":false,"code":N,"message":..}
+//   {"event":"allocate","ok":true,"envs":{..}} or
+//   {"event":"allocate","ok":false,"code":N,"message":..}
 //   {"event":"restarted"}, {"event":"error","message":..}
 // Reads commands on stdin, one a line: "allocate ID[,ID...]" (one
 // container, sent to the plugin that registered last), "restart" (what a
@@ -59,12 +60,13 @@ int main(int argc, char** argv) {
   std::mutex clients_mutex;
   std::vector<std::unique_ptr<PluginClient>> clients;  // the last one is the current plugin
   (*kubelet)->OnRegistration([&](const Registration& registration) {
-    Print({{"event", "registered"},
-           {"version", registration.version},
-           {"endpoint", registration.endpoint},
-           {"resource_name", registration.resource_name},
-           {"pre_start_required", registration.pre_start_required},
-           {"get_preferred_allocation_available", registration.get_preferred_allocation_available}});
+    Print(
+        {{"event", "registered"},
+         {"version", registration.version},
+         {"endpoint", registration.endpoint},
+         {"resource_name", registration.resource_name},
+         {"pre_start_required", registration.pre_start_required},
+         {"get_preferred_allocation_available", registration.get_preferred_allocation_available}});
     auto client = (*kubelet)->Dial(registration.endpoint);
     const auto endpoint = registration.endpoint;
     client->Watch(

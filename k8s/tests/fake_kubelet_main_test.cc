@@ -96,8 +96,8 @@ class FakeKubeletProcess {
         if (name == event) return line;
         continue;
       }
-      const auto left = std::chrono::duration_cast<milliseconds>(
-          deadline - std::chrono::steady_clock::now());
+      const auto left =
+          std::chrono::duration_cast<milliseconds>(deadline - std::chrono::steady_clock::now());
       if (left <= milliseconds::zero()) return std::nullopt;
       pollfd readable{.fd = stdout_, .events = POLLIN};
       if (::poll(&readable, 1, static_cast<int>(left.count())) <= 0) return std::nullopt;

@@ -14,18 +14,18 @@ TEST(DevicePluginResourceNameTest, AcceptsWhatTheKubeletAccepts) {
 
 TEST(DevicePluginResourceNameTest, RefusesWhatTheKubeletRefuses) {
   for (const auto* name : {
-           "gpu",                   // no domain: a native resource
-           "/gpu",                  // empty domain
-           "rasd.io/",              // empty name
-           "Rasd.io/gpu",           // upper-case domain
-           "rasd..io/gpu",          // empty label
-           "-rasd.io/gpu",          // label starts with '-'
-           "kubernetes.io/gpu",     // Kubernetes' own
+           "gpu",                // no domain: a native resource
+           "/gpu",               // empty domain
+           "rasd.io/",           // empty name
+           "Rasd.io/gpu",        // upper-case domain
+           "rasd..io/gpu",       // empty label
+           "-rasd.io/gpu",       // label starts with '-'
+           "kubernetes.io/gpu",  // Kubernetes' own
            "node.kubernetes.io/gpu",
-           "rasd.io/gpu/0",         // a slash in the name
-           "rasd.io/-gpu",          // name starts with '-'
-           "rasd.io/gpu.",          // name ends with '.'
-           "rasd.io/g pu",          // a space
+           "rasd.io/gpu/0",  // a slash in the name
+           "rasd.io/-gpu",   // name starts with '-'
+           "rasd.io/gpu.",   // name ends with '.'
+           "rasd.io/g pu",   // a space
        }) {
     const auto valid = ValidateResourceName(name);
     ASSERT_FALSE(valid) << name;

@@ -100,9 +100,9 @@ class DevicePlugin {
 
   // Counters since Start; each but list_and_watch_active only grows.
   struct Stats {
-    std::uint64_t registrations = 0;          // Register calls the kubelet accepted
-    std::uint64_t registration_failures = 0;  // Register calls that failed or were refused
-    std::uint64_t server_starts = 0;          // sockets served: 1 + restarts
+    std::uint64_t registrations = 0;           // Register calls the kubelet accepted
+    std::uint64_t registration_failures = 0;   // Register calls that failed or were refused
+    std::uint64_t server_starts = 0;           // sockets served: 1 + restarts
     std::uint64_t list_and_watch_streams = 0;  // ListAndWatch streams opened
     std::uint64_t list_and_watch_active = 0;   // of which still open
     std::uint64_t list_and_watch_updates = 0;  // device lists sent on them
