@@ -70,10 +70,12 @@ class DeviceSource {
 //   get_preferred_allocation_available=false, so the kubelet never calls it.
 // - PreStartContainer answers an empty response (pre_start_required=false).
 //
-// Thread safety: DevicesChanged() and GetStats() may be called from any
-// thread at any time. Lifetime: the DeviceSource must outlive the plugin.
-// Destruction ends every stream, stops the server and the watcher, and
-// removes the plugin's socket (when it is still the one it created).
+// Thread safety: every member function may be called from any thread at
+// any time. Lifetime: the DeviceSource must outlive the plugin.
+// Destruction ends every stream, cancels a Register in flight, stops the
+// server and the watcher, and removes the plugin's socket (when it is still
+// the one it created). It waits for running handlers: a DeviceSource call
+// still running after 2 s has its RPC cancelled, and is waited for.
 class DevicePlugin {
  public:
   struct Options {
