@@ -123,7 +123,7 @@ std::string_view ComponentOf(std::string_view logger_name, std::string_view sour
   }
   static constexpr std::pair<std::string_view, std::string_view> kByDirectory[] = {
       {"ras/src/", "ras"},          {"runtime/src/", "runtime"},     {"jobs/src/", "jobs"},
-      {"drivers_shim/", "driver"}, {"exporters/src/", "metrics"},
+      {"drivers_shim/", "driver"}, {"exporters/src/", "metrics"},     {"k8s/src/", "k8s"},
   };
   for (const auto& [directory, component] : kByDirectory) {
     const auto at = source_file.find(directory);

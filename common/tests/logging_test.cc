@@ -14,6 +14,7 @@ TEST(LoggingTest, EveryLineGetsAComponentFromItsLoggerOrItsFile) {
   EXPECT_EQ(ComponentOf("rasd", "ras/src/sources/kmsg_source.cc"), "ras");
   EXPECT_EQ(ComponentOf("rasd", "drivers_shim/cuda/cuda_driver.cc"), "driver");
   EXPECT_EQ(ComponentOf("rasd", "jobs/src/collective_job.cc"), "jobs");
+  EXPECT_EQ(ComponentOf("rasd", "k8s/src/device_plugin.cc"), "k8s");
   EXPECT_EQ(ComponentOf("rasd", "daemon/src/main.cc"), "daemon");
   // A build without the prefix map still names the library, never the
   // directories above the tree.

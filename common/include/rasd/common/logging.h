@@ -28,7 +28,7 @@ namespace rasd::common {
 // stderr: the logger's own name when it has one other than "rasd", else
 // told from the caller's source file ("daemon/src/control_server.cc" ->
 // "control"). One of: daemon, control, ras, store, policy, scheduler,
-// liveness, lifecycle, inject, metrics, jobs, runtime, driver.
+// liveness, lifecycle, inject, metrics, jobs, runtime, driver, k8s.
 std::string_view ComponentOf(std::string_view logger_name, std::string_view source_file);
 
 // Sets up the process-wide logging once, before threads start. Messages go
