@@ -17,6 +17,7 @@
 #include <iostream>
 
 #include "control_client.h"
+#include "rasd/common/device_visibility.h"
 
 namespace rasd::ctl {
 namespace {
@@ -133,32 +134,13 @@ Result<std::vector<int>> ChooseDevices(const nlohmann::json& devices, const RunO
 
 std::map<std::string, std::string> VisibilityEnvironment(const nlohmann::json& devices,
                                                          const std::vector<int>& chosen) {
-  std::map<std::string, std::string> environment;
-  environment["RASD_DEVICES"] = fmt::format("{}", fmt::join(chosen, ","));
-  std::vector<std::string> cuda, ascend;
-  bool host_has_cuda = false, host_has_ascend = false;
-  int ascend_position = 0;
+  std::vector<common::VisibleDevice> all;
   for (const auto& device : devices) {
-    const std::string vendor = device.value("vendor", std::string());
-    const bool is_chosen =
-        std::find(chosen.begin(), chosen.end(), device.value("index", -1)) != chosen.end();
-    if (vendor == "nvidia") {
-      host_has_cuda = true;
-      std::string uuid = device.value("uuid", std::string());
-      if (!uuid.empty() && !uuid.starts_with("GPU-") && !uuid.starts_with("MIG-"))
-        uuid = "GPU-" + uuid;
-      if (is_chosen) cuda.push_back(uuid);
-    } else if (vendor == "huawei") {
-      host_has_ascend = true;
-      if (is_chosen) ascend.push_back(std::to_string(ascend_position));
-      ++ascend_position;
-    }
+    all.push_back({.index = device.value("index", -1),
+                   .vendor = device.value("vendor", std::string()),
+                   .uuid = device.value("uuid", std::string())});
   }
-  if (host_has_cuda) environment["CUDA_VISIBLE_DEVICES"] = fmt::format("{}", fmt::join(cuda, ","));
-  if (host_has_ascend) {
-    environment["ASCEND_RT_VISIBLE_DEVICES"] = fmt::format("{}", fmt::join(ascend, ","));
-  }
-  return environment;
+  return common::VisibilityEnvironment(all, chosen);
 }
 
 int RunWorkload(const RunOptions& options) {

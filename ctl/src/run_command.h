@@ -32,11 +32,7 @@ struct RunOptions {
 // command's list.
 Result<std::vector<int>> ChooseDevices(const nlohmann::json& devices, const RunOptions& options);
 
-// The environment that makes a vendor runtime see only the chosen devices:
-// RASD_DEVICES always (rasd's indexes); CUDA_VISIBLE_DEVICES by UUID where
-// the host has NVIDIA devices (empty when none of them was chosen: the
-// others stay hidden); ASCEND_RT_VISIBLE_DEVICES by the chip's position
-// among the host's Ascend devices.
+// common::VisibilityEnvironment over the `devices` command's list.
 std::map<std::string, std::string> VisibilityEnvironment(const nlohmann::json& devices,
                                                          const std::vector<int>& chosen);
 

@@ -403,6 +403,7 @@ Actuator::Outcome Actuator::RaiseHealth(const ras::Action& action, runtime::Heal
     return {ActionResult::kOk, fmt::format("already {}", runtime::HealthStateName(current))};
   }
   (*device)->SetHealth(state);
+  if (state_observer_) state_observer_();
   ++generation_[*action.device];
   status_[*action.device] = {state, action.reason, host_.GetClock().Wall()};
   (void)PersistState(*action.device);  // a failure is retried (unsaved_states_)
@@ -421,6 +422,7 @@ Result<ras::ActionRecord> Actuator::SetDeviceState(int device, runtime::HealthSt
   if (!found) return Fail(found.error());
   const runtime::HealthState before = (*found)->Health();
   (*found)->SetHealth(state);
+  if (state_observer_) state_observer_();
   ++generation_[device];
   status_[device] = {state, reason, host_.GetClock().Wall()};
   const Status saved = PersistState(device);

@@ -81,6 +81,9 @@ class Actuator {
   };
   const std::optional<NodeFault>& CurrentNodeFault() const { return node_fault_; }
   void ClearNodeFault() { node_fault_.reset(); }
+  // Called on the loop after every change of a device's gate made here (the
+  // policy's, an operator's, the restore at start).
+  void SetStateObserver(std::function<void()> observer) { state_observer_ = std::move(observer); }
 
   // Where kill-consumer goes for an event that names a process (an Xid's
   // pid=) rather than a device address: the attached workloads. It returns
@@ -176,6 +179,7 @@ class Actuator {
   std::vector<int> newly_isolated_;
   std::function<std::string(const std::string& reason)> node_drainer_;
   std::optional<NodeFault> node_fault_;
+  std::function<void()> state_observer_;
   ConsumerKiller consumer_killer_;
   ProcessLister process_lister_;
 

@@ -12,6 +12,7 @@
 #include "config_compound_keys.h"
 #include "rasd/common/logging.h"
 #include "rasd/exporters/listen_address.h"
+#include "rasd/k8s/device_plugin.h"
 
 namespace rasd::daemon {
 namespace {
@@ -525,6 +526,27 @@ void AddOtherKeys(std::vector<ConfigKey>& keys) {
                      RASD_CONFIG_FIELD(scheduler.guard_window), Seconds(0, kYearSeconds),
                      "which drains the guard counts: those set within this many seconds; 0: "
                      "every node drained with a `rasd:` reason"));
+  keys.push_back(Row("kubernetes.device_plugin", kRestart,
+                     RASD_CONFIG_FIELD(kubernetes.device_plugin), Bool(),
+                     "serve the kubelet device-plugin API (v1beta1) on "
+                     "`<host.root>/var/lib/kubelet/device-plugins`: one resource per vendor, "
+                     "each device Healthy while it takes new work; Allocate sets the variables "
+                     "`rasctl run` sets (docs/kubernetes.md)"));
+  const auto resource_name = [] {
+    return Text("extended resource name (domain/name)", [](const std::string& name) {
+      const auto valid = k8s::ValidateResourceName(name);
+      return valid ? std::string() : "is not a resource name: " + valid.error().message;
+    });
+  };
+  keys.push_back(Row("kubernetes.gpu_resource", kRestart,
+                     RASD_CONFIG_FIELD(kubernetes.gpu_resource), resource_name(),
+                     "the kubelet resource of the NVIDIA devices"));
+  keys.push_back(Row("kubernetes.npu_resource", kRestart,
+                     RASD_CONFIG_FIELD(kubernetes.npu_resource), resource_name(),
+                     "the kubelet resource of the Ascend devices"));
+  keys.push_back(Row("kubernetes.sim_resource", kRestart,
+                     RASD_CONFIG_FIELD(kubernetes.sim_resource), resource_name(),
+                     "the kubelet resource of the simulated devices"));
   keys.push_back(Row("jobs", kRestart, RASD_CONFIG_FIELD(jobs), Jobs(),
                      "jobs to start at boot: `name`, `kind` (inference: `devices`, `max_batch`, "
                      "`max_wait_us`, `max_queue` (default 4096), `load_rps`; collective: `devices`, `elements`, `steps`, "

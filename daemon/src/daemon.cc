@@ -31,6 +31,9 @@ Daemon::Daemon(StartOptions options) : options_(std::move(options)) {}
 Daemon::~Daemon() {
   metrics_.reset();  // no scrape may run past this point
   metrics_state_.reset();
+  // The kubelet hears nothing more: its plugins stop serving first.
+  if (actuator_) actuator_->SetStateObserver(nullptr);
+  kubelet_plugins_.reset();
   control_.reset();
   injection_.reset();
   heartbeat_.reset();
@@ -65,6 +68,7 @@ Status Daemon::Initialize(Config config) {
   if (auto started = StartRas(); !started) return started;
   if (auto started = StartControl(); !started) return started;
   StartJobsAndMetrics();
+  StartKubeletPlugins();
   RASD_LOG_INFO("rasd {} started: {}, state {}, socket {}{}, host root {}", kVersion,
                DevicesPhrase(), state_dir_.string(),
                socket_.activated ? "(from systemd) " : "", socket_path_.string(),
@@ -273,6 +277,27 @@ Status Daemon::StartControl() {
   return {};
 }
 
+void Daemon::StartKubeletPlugins() {
+  if (!config_.kubernetes.device_plugin) return;
+  KubeletPlugins::Options options;
+  options.plugin_dir = config_.host.root / "var/lib/kubelet/device-plugins";
+  options.resource_by_vendor = {{"nvidia", config_.kubernetes.gpu_resource},
+                                {"huawei", config_.kubernetes.npu_resource},
+                                {"sim", config_.kubernetes.sim_resource}};
+  auto plugins = KubeletPlugins::Start(*loop_, *runtime_, options);
+  if (!plugins) {
+    kubelet_plugins_error_ = plugins.error().message;
+    RASD_LOG_ERROR("{}; rasd serves on without the kubelet device plugin", kubelet_plugins_error_);
+    return;
+  }
+  kubelet_plugins_ = std::move(*plugins);
+  // Every gate change reaches the kubelet at once (the plugins' own poll is
+  // the backstop).
+  actuator_->SetStateObserver([this] {
+    if (kubelet_plugins_) kubelet_plugins_->DevicesChanged();
+  });
+}
+
 void Daemon::StartJobsAndMetrics() {
   for (const auto& spec : config_.jobs) {
     if (auto started = jobs_->Start(spec); !started) {
@@ -435,6 +460,11 @@ Result<nlohmann::json> Daemon::StatusReport() {
       {"liveness", LivenessReport()},
       {"actions", actuator_->Counts()},
       {"scheduler", SchedulerView()},
+      {"kubernetes",
+       {{"device_plugin", config_.kubernetes.device_plugin},
+        {"plugins", kubelet_plugins_ ? kubelet_plugins_->View() : nlohmann::json::array()},
+        {"error", kubelet_plugins_error_.empty() ? nlohmann::json()
+                                                 : nlohmann::json(kubelet_plugins_error_)}}},
       {"metrics",
        {{"listen", config_.metrics.listen},
         {"port", metrics_ ? nlohmann::json(metrics_->Port()) : nlohmann::json()},

@@ -29,6 +29,7 @@
 #include "rasd/ras/state_store.h"
 #include "rasd/runtime/runtime.h"
 #include "rasd/runtime/self_test.h"
+#include "kubelet_plugins.h"
 #include "scheduler.h"
 
 namespace rasd::daemon {
@@ -70,6 +71,9 @@ class Daemon {
   Status OpenStateAndDevices();
   Status WatchSignals();
   void StartScheduler();
+  // The kubelet device plugins, when kubernetes.device_plugin is on; a
+  // failure is logged and shown in status, and rasd serves on without them.
+  void StartKubeletPlugins();
   // The scheduler link as status and check show it.
   nlohmann::json SchedulerView() const;
   Status StartRas();
@@ -126,6 +130,9 @@ class Daemon {
   std::unique_ptr<ProcessTable> processes_;
   std::unique_ptr<Workloads> workloads_;
   std::unique_ptr<Watchers> watchers_;
+  // The kubelet device plugins read the runtime's gates from gRPC threads.
+  std::unique_ptr<KubeletPlugins> kubelet_plugins_;
+  std::string kubelet_plugins_error_;
   // Its commands hold references to it: ~Daemon drops control_ first.
   std::unique_ptr<ControlApi> control_api_;
 

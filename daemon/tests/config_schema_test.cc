@@ -82,6 +82,8 @@ policy:
 inject: {allow_sources: true, allow_hardware: true}
 scheduler: {kind: slurm, node: n1, scontrol: /opt/scontrol, resume_on_undrain: false,
             max_drained_fraction: 0.25, guard_window_s: 0}
+kubernetes: {device_plugin: true, gpu_resource: example.com/gpu, npu_resource: example.com/npu,
+             sim_resource: example.com/sim}
 jobs: [{name: j, kind: inference}]
 liveness: {period_ms: 0, deadline_ms: 300, misses: 5}
 workloads: {grace_ms: 1500, on_drain: notify, kill_consumer: false}
@@ -173,6 +175,10 @@ TEST(ConfigSchemaTest, RestartKeysAreTheOnesReloadAlwaysKept) {
       "scheduler.resume_on_undrain",
       "scheduler.max_drained_fraction",
       "scheduler.guard_window_s",
+      "kubernetes.device_plugin",
+      "kubernetes.gpu_resource",
+      "kubernetes.npu_resource",
+      "kubernetes.sim_resource",
       "jobs",
       "simulator.devices",
       "simulator.memory_mib",

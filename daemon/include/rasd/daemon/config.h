@@ -95,6 +95,15 @@ struct Config {
     std::chrono::seconds guard_window{300};
     bool operator==(const Scheduler&) const = default;
   } scheduler;
+  struct Kubernetes {
+    // Serve the kubelet device-plugin API on
+    // <host.root>/var/lib/kubelet/device-plugins (docs/kubernetes.md).
+    bool device_plugin = false;
+    std::string gpu_resource = "rasd.io/gpu";  // NVIDIA devices
+    std::string npu_resource = "rasd.io/npu";  // Ascend devices
+    std::string sim_resource = "rasd.io/sim";  // simulated devices
+    bool operator==(const Kubernetes&) const = default;
+  } kubernetes;
   struct Inject {
     // `rasctl inject kmsg|edac`: records into the kernel-log decoder and
     // counters into a simulated EDAC tree (never the real sysfs). Faults
