@@ -1,0 +1,111 @@
+// `rasctl check` against the real rasd: healthy, degraded, isolated, a node
+// fault, and stopped; the text, npd and --json forms. (The nhc form, which
+// talks to Slurm, is in slurm_test.cc.)
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "test_support.h"
+
+namespace rasd::testing {
+namespace {
+
+std::string FirstLine(const std::string& text) { return text.substr(0, text.find('\n')); }
+
+class CheckTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    rasd_.WriteConfig(
+        "policy:\n  ce_device_threshold: 2\ninject:\n  allow_sources: true\n");
+    std::string why;
+    ASSERT_TRUE(rasd_.Start({}, {}, &why)) << why;
+  }
+  CommandResult Npd() { return rasd_.Rasctl({"check", "--format", "npd"}); }
+
+  RasdInstance rasd_;
+};
+
+TEST_F(CheckTest, HealthyIsOkInEveryForm) {
+  auto npd = Npd();
+  EXPECT_EQ(npd.exit_code, 0);
+  EXPECT_EQ(npd.out, "rasd: OK: 4 device(s) healthy\n");
+  auto text = rasd_.Rasctl({"check"});
+  EXPECT_EQ(text.exit_code, 0);
+  EXPECT_EQ(text.out, "ok: 4 device(s) healthy\n");
+  auto json = rasd_.Rasctl({"check", "--json"});
+  EXPECT_EQ(json.exit_code, 0);
+  const auto document = nlohmann::json::parse(json.out);
+  EXPECT_EQ(document["health"], "ok");
+  EXPECT_EQ(document["rasd"]["devices"]["count"], 4);
+  EXPECT_TRUE(document["rasd"]["findings"].empty());
+}
+
+TEST_F(CheckTest, ADegradedDeviceIsOkAndNamed) {
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_EQ(rasd_.Rasctl({"inject", "xid", "92", "--device", "1"}).exit_code, 0);
+  }
+  ASSERT_TRUE(WaitUntil([&] { return Npd().out.find("degraded") != std::string::npos; }, 5s))
+      << Npd().out << rasd_.Stderr();
+  auto npd = Npd();
+  EXPECT_EQ(npd.exit_code, 0);
+  EXPECT_TRUE(npd.out.starts_with("rasd: OK, device 1 degraded: ")) << npd.out;
+  EXPECT_EQ(nlohmann::json::parse(rasd_.Rasctl({"check", "--json"}).out)["health"], "degraded");
+}
+
+TEST_F(CheckTest, AnIsolatedDeviceIsAProblemOnOneLineOfAtMost80Characters) {
+  ASSERT_EQ(rasd_.Rasctl({"isolate", "2", "--reason",
+                          "Xid 79: GPU has fallen off the bus; the board needs a reseat and a "
+                          "look at its power cables before it goes back"})
+                .exit_code,
+            0);
+  ASSERT_EQ(rasd_.Rasctl({"drain", "0", "--reason", "maintenance"}).exit_code, 0);
+  auto npd = Npd();
+  EXPECT_EQ(npd.exit_code, 1);
+  ASSERT_EQ(npd.out.back(), '\n');
+  const std::string line = npd.out.substr(0, npd.out.size() - 1);
+  EXPECT_EQ(line.find('\n'), std::string::npos) << npd.out;
+  EXPECT_LE(line.size(), 80u) << line;
+  EXPECT_TRUE(line.starts_with("rasd: device 0 draining: maintenance")) << line;
+  EXPECT_TRUE(line.ends_with("(+1 more)")) << line;
+  auto text = rasd_.Rasctl({"check"});
+  EXPECT_EQ(text.exit_code, 1);
+  EXPECT_NE(text.out.find("device 2 isolated: Xid 79: GPU has fallen off the bus; the board needs "
+                          "a reseat and a look at its power cables before it goes back"),
+            std::string::npos)
+      << text.out;  // the text form keeps every finding whole
+}
+
+TEST_F(CheckTest, ANodeFaultIsAProblemUntilAnOperatorUndrains) {
+  ASSERT_EQ(rasd_.Rasctl({"inject", "kmsg",
+                          "{1}[Hardware Error]: Hardware error from APEI Generic Hardware Error "
+                          "Source: 0\n{1}[Hardware Error]: event severity: fatal"})
+                .exit_code,
+            0);
+  ASSERT_TRUE(WaitUntil([&] { return Npd().exit_code == 1; }, 5s)) << Npd().out << rasd_.Stderr();
+  EXPECT_TRUE(Npd().out.starts_with("rasd: node fault: ")) << Npd().out;
+  // An operator's undrain that leaves no device isolated ends it.
+  ASSERT_EQ(rasd_.Rasctl({"undrain", "0"}).exit_code, 0);
+  EXPECT_EQ(Npd().exit_code, 0) << Npd().out;
+}
+
+TEST_F(CheckTest, AStoppedRasdIsUnknownNeverHealthy) {
+  ASSERT_TRUE(rasd_.Stop().has_value());
+  auto npd = Npd();
+  EXPECT_EQ(npd.exit_code, 2);
+  EXPECT_TRUE(npd.out.starts_with("rasd: unknown: rasd does not answer")) << npd.out;
+  EXPECT_LE(FirstLine(npd.out).size(), 80u);
+  auto json = rasd_.Rasctl({"check", "--json"});
+  EXPECT_EQ(json.exit_code, 2);
+  EXPECT_EQ(nlohmann::json::parse(json.out)["health"], "unknown");
+  EXPECT_EQ(rasd_.Rasctl({"check"}).exit_code, 2);
+}
+
+TEST_F(CheckTest, AWrongFormatIsAUsageError) {
+  auto wrong = rasd_.Rasctl({"check", "--format", "nagios"});
+  EXPECT_EQ(wrong.exit_code, 2);
+  EXPECT_NE(wrong.err.find("nagios"), std::string::npos) << wrong.err;
+}
+
+}  // namespace
+}  // namespace rasd::testing
