@@ -20,7 +20,9 @@ class SlurmCluster {
  public:
   // Empty `why` when the cluster runs; `missing` names a tool that
   // scripts/bootstrap should have installed.
-  SlurmCluster(std::string* why, std::string* missing) {
+  // `extra_nodes`: more nodes in the config, with no slurmd behind them
+  // (down): the rest of a cluster, for the blast-radius guard.
+  SlurmCluster(std::string* why, std::string* missing, std::vector<std::string> extra_nodes = {}) {
     for (const char* tool : {"/usr/sbin/munged", "/usr/sbin/mungekey", "/usr/sbin/slurmctld",
                              "/usr/sbin/slurmd", "/usr/bin/scontrol", "/usr/bin/sinfo"}) {
       if (::access(tool, X_OK) != 0) {
@@ -47,6 +49,15 @@ class SlurmCluster {
       return;
     }
     const int controller_port = FreePort(), node_port = FreePort();
+    // The extra nodes come first: with "localhost" alone in the table so far,
+    // slurmctld 22.05 takes every other name for it ("Duplicated
+    // NodeHostName").
+    std::string extra_lines, extra_names;
+    for (std::size_t i = 0; i < extra_nodes.size(); ++i) {
+      extra_lines += fmt::format("NodeName={} NodeAddr=127.0.0.{} CPUs=2 RealMemory=2000 State=DOWN\n",
+                                 extra_nodes[i], i + 2);
+      extra_names += "," + extra_nodes[i];
+    }
     WriteText(d / "slurm.conf",
               fmt::format(R"(ClusterName=rasdtest
 SlurmctldHost=localhost
@@ -72,11 +83,12 @@ SelectTypeParameters=CR_Core
 MpiDefault=none
 MailProg=/bin/true
 ReturnToService=2
-NodeName=localhost CPUs=2 RealMemory=2000 State=UNKNOWN
-PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP
+{}NodeName=localhost CPUs=2 RealMemory=2000 State=UNKNOWN
+PartitionName=debug Nodes=localhost{} Default=YES MaxTime=INFINITE State=UP
 )",
                           controller_port, node_port, d.string(), d.string(), d.string(),
-                          d.string(), d.string(), d.string(), d.string()));
+                          d.string(), d.string(), d.string(), d.string(), extra_lines,
+                          extra_names));
     conf_ = (d / "slurm.conf").string();
     if (Run({"/usr/sbin/slurmctld", "-c", "-i"}) != 0 ||
         Run({"/usr/sbin/slurmd", "-N", "localhost"}) != 0) {
@@ -100,8 +112,14 @@ PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP
   const std::string& Conf() const { return conf_; }
 
   // "idle", "drained", ... and the reason, from sinfo.
-  std::string State() { return Sinfo("%T"); }
-  std::string Reason() { return Sinfo("%E"); }
+  std::string State(const std::string& node = "localhost") { return Sinfo("%T", node); }
+  std::string Reason(const std::string& node = "localhost") { return Sinfo("%E", node); }
+  // scontrol update NodeName=NODE ARGS...: 0 when it took.
+  int Update(const std::string& node, std::vector<std::string> args) {
+    std::vector<std::string> argv = {"/usr/bin/scontrol", "update", "NodeName=" + node};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return Run(std::move(argv));
+  }
 
  private:
   int Run(std::vector<std::string> argv) {
@@ -109,10 +127,10 @@ PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP
     if (!conf_.empty()) env["SLURM_CONF"] = conf_;
     return RunToCompletion({.argv = std::move(argv), .set_env = env}, 30s).exit_code;
   }
-  std::string Sinfo(const char* format) {
-    auto result = RunToCompletion(
-        {.argv = {"/usr/bin/sinfo", "-h", "-N", "-o", format}, .set_env = {{"SLURM_CONF", conf_}}},
-        10s);
+  std::string Sinfo(const char* format, const std::string& node) {
+    auto result = RunToCompletion({.argv = {"/usr/bin/sinfo", "-h", "-N", "-n", node, "-o", format},
+                                   .set_env = {{"SLURM_CONF", conf_}}},
+                                  10s);
     std::string out = result.out;
     while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
     return out;
@@ -171,6 +189,117 @@ TEST(SlurmTest, AFatalHostErrorDrainsTheNodeAndAnUndrainResumesIt) {
   const std::string metrics = Http(status["metrics"]["port"].get<int>(), "GET", "/metrics");
   EXPECT_NE(metrics.find("rasd_scheduler_actions_total{result=\"ok\"} 2\n"), std::string::npos)
       << metrics.substr(0, 300);
+}
+
+// `rasctl check --format nhc` as Slurm's HealthCheckProgram, with the
+// cluster's SLURM_CONF.
+CommandResult Nhc(const RasdInstance& rasd, const SlurmCluster& slurm) {
+  return RunToCompletion({.argv = {RASCTL_BINARY, "check", "--format", "nhc", "--node", "localhost"},
+                          .set_env = {{"RASD_SOCKET", rasd.Socket().string()},
+                                      {"SLURM_CONF", slurm.Conf()}}},
+                         30s);
+}
+
+TEST(SlurmTest, CheckAsAHealthCheckProgramDrainsOnAProblemAndResumesOnlyItsOwnDrains) {
+  std::string why, missing;
+  SlurmCluster slurm(&why, &missing);
+  ASSERT_TRUE(missing.empty()) << missing;
+  if (::geteuid() != 0) GTEST_SKIP() << "the one-node cluster runs its daemons as root";
+  ASSERT_TRUE(why.empty()) << "the one-node Slurm did not start: " << why;
+  RasdInstance rasd;  // no scheduler of its own: the health check tells Slurm
+  ASSERT_TRUE(rasd.Start({}, {}, &why)) << why;
+
+  auto healthy = Nhc(rasd, slurm);
+  EXPECT_EQ(healthy.exit_code, 0) << healthy.out << healthy.err;
+  EXPECT_EQ(healthy.out, "");
+  EXPECT_EQ(slurm.State(), "idle");
+
+  ASSERT_EQ(rasd.Rasctl({"isolate", "1", "--reason", "Xid 79"}).exit_code, 0);
+  auto problem = Nhc(rasd, slurm);
+  EXPECT_EQ(problem.exit_code, 1);
+  EXPECT_TRUE(problem.out.starts_with("ERROR:  rasd:  Health check failed:  device 1 isolated: Xid 79\n"))
+      << problem.out;
+  EXPECT_EQ(slurm.State(), "drained");
+  EXPECT_EQ(slurm.Reason(), "rasd: device 1 isolated: Xid 79");
+
+  // Repaired: the next run resumes the node rasd's check drained.
+  ASSERT_EQ(rasd.Rasctl({"undrain", "1"}).exit_code, 0);
+  auto repaired = Nhc(rasd, slurm);
+  EXPECT_EQ(repaired.exit_code, 0) << repaired.out << repaired.err;
+  EXPECT_NE(repaired.out.find("resumed"), std::string::npos) << repaired.out;
+  ASSERT_TRUE(WaitUntil([&] { return slurm.State() == "idle"; }, 15s)) << slurm.State();
+
+  // An administrator's drain is never lifted by the check, healthy or not.
+  ASSERT_EQ(slurm.Update("localhost", {"State=DRAIN", "Reason=bios update"}), 0);
+  auto admin = Nhc(rasd, slurm);
+  EXPECT_EQ(admin.exit_code, 0);
+  EXPECT_NE(admin.out.find("drained by an administrator (bios update): not resumed"),
+            std::string::npos)
+      << admin.out;
+  ASSERT_EQ(rasd.Rasctl({"isolate", "2"}).exit_code, 0);
+  EXPECT_EQ(Nhc(rasd, slurm).exit_code, 1);
+  EXPECT_EQ(slurm.State(), "drained");
+  EXPECT_EQ(slurm.Reason(), "bios update");  // not overwritten
+  ASSERT_EQ(slurm.Update("localhost", {"State=RESUME"}), 0);
+  ASSERT_TRUE(WaitUntil([&] { return slurm.State() == "idle"; }, 15s)) << slurm.State();
+
+  // A rasd that does not answer is no proof of health: the node is drained.
+  ASSERT_TRUE(rasd.Stop().has_value());
+  auto unknown = Nhc(rasd, slurm);
+  EXPECT_EQ(unknown.exit_code, 1);
+  EXPECT_TRUE(unknown.out.starts_with("ERROR:  rasd:  Health check failed:  unknown: rasd does not answer"))
+      << unknown.out;
+  EXPECT_EQ(slurm.State(), "drained");
+  EXPECT_TRUE(slurm.Reason().starts_with("rasd: unknown: rasd does not answer")) << slurm.Reason();
+}
+
+TEST(SlurmTest, TheBlastRadiusGuardHoldsADrainWhileHalfTheClusterIsDrainedByRasd) {
+  std::string why, missing;
+  SlurmCluster slurm(&why, &missing, {"gpu1", "gpu2", "gpu3"});
+  ASSERT_TRUE(missing.empty()) << missing;
+  if (::geteuid() != 0) GTEST_SKIP() << "the one-node cluster runs its daemons as root";
+  ASSERT_TRUE(why.empty()) << "the Slurm cluster did not start: " << why;
+  ASSERT_EQ(slurm.Update("gpu1", {"State=DRAIN", "Reason=rasd: device 0 isolated"}), 0);
+  ASSERT_EQ(slurm.Update("gpu2", {"State=DRAIN", "Reason=rasd: fatal host error"}), 0);
+  // An administrator's drain is not rasd's blast radius.
+  ASSERT_EQ(slurm.Update("gpu3", {"State=DRAIN", "Reason=bios update"}), 0);
+
+  RasdInstance rasd;
+  rasd.WriteConfig(
+      "scheduler:\n  kind: slurm\n  node: localhost\n  max_drained_fraction: 0.5\n"
+      "inject:\n  allow_sources: true\n");
+  ASSERT_TRUE(rasd.Start({}, {{"SLURM_CONF", slurm.Conf()}}, &why)) << why;
+  const std::string fatal =
+      "{1}[Hardware Error]: Hardware error from APEI Generic Hardware Error Source: 0\n"
+      "{1}[Hardware Error]: event severity: fatal";
+  ASSERT_EQ(rasd.Rasctl({"inject", "kmsg", fatal}).exit_code, 0);
+  ASSERT_TRUE(WaitUntil([&] { return rasd.RasctlJson({"status"})["scheduler"]["guarded"].is_string(); },
+                        15s))
+      << rasd.Stderr();
+  auto status = rasd.RasctlJson({"status"});
+  const std::string guarded = status["scheduler"]["guarded"];
+  EXPECT_NE(guarded.find("2 of 4 node(s) drained by rasd"), std::string::npos) << guarded;
+  EXPECT_EQ(slurm.State(), "idle");  // held back
+  EXPECT_NE(rasd.Stderr().find("the blast-radius guard holds"), std::string::npos);
+  // `rasctl check` still tells the truth about the node.
+  EXPECT_EQ(rasd.Rasctl({"check"}).exit_code, 1);
+  std::string metrics = Http(status["metrics"]["port"].get<int>(), "GET", "/metrics");
+  EXPECT_NE(metrics.find("rasd_scheduler_actions_total{result=\"guarded\"} 1\n"), std::string::npos)
+      << metrics;
+  EXPECT_NE(metrics.find("rasd_scheduler_drain_guarded 1\n"), std::string::npos);
+
+  // gpu2 is an administrator's now: 1 of 4, under the limit. The next
+  // request (a second fault) goes ahead without waiting for the recheck.
+  ASSERT_EQ(slurm.Update("gpu2", {"State=DRAIN", "Reason=DIMM replaced, under test"}), 0);
+  ASSERT_EQ(rasd.Rasctl({"inject", "kmsg", fatal}).exit_code, 0);
+  ASSERT_TRUE(WaitUntil([&] { return slurm.State() == "drained"; }, 15s))
+      << slurm.State() << rasd.Stderr();
+  EXPECT_TRUE(slurm.Reason().starts_with("rasd: ")) << slurm.Reason();
+  status = rasd.RasctlJson({"status"});
+  EXPECT_TRUE(status["scheduler"]["guarded"].is_null());
+  metrics = Http(status["metrics"]["port"].get<int>(), "GET", "/metrics");
+  EXPECT_NE(metrics.find("rasd_scheduler_drain_guarded 0\n"), std::string::npos);
+  EXPECT_NE(metrics.find("rasd_scheduler_actions_total{result=\"guarded\"} 1\n"), std::string::npos);
 }
 
 }  // namespace
