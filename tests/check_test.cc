@@ -101,6 +101,33 @@ TEST_F(CheckTest, AStoppedRasdIsUnknownNeverHealthy) {
   EXPECT_EQ(rasd_.Rasctl({"check"}).exit_code, 2);
 }
 
+// The packaged node-problem-detector plugin config, run as NPD would run
+// it (its path swapped for the built rasctl): the rule's command answers
+// within the config's output length and NPD's exit-code meanings.
+TEST_F(CheckTest, ThePackagedNodeProblemDetectorConfigRunsTheCheck) {
+  const auto config = nlohmann::json::parse(
+      ReadText(std::filesystem::path(RASD_SOURCE_DIR) /
+               "packaging/node-problem-detector/rasd-plugin.json"));
+  ASSERT_EQ(config["plugin"], "custom");
+  const std::size_t limit = config["pluginConfig"]["max_output_length"].get<std::size_t>();
+  ASSERT_EQ(config["rules"].size(), 1u);
+  const auto& rule = config["rules"][0];
+  EXPECT_EQ(rule["condition"], config["conditions"][0]["type"]);
+  EXPECT_EQ(rule["path"], "/usr/bin/rasctl");
+  std::vector<std::string> argv = {RASCTL_BINARY};
+  for (const auto& arg : rule["args"]) argv.push_back(arg.get<std::string>());
+  auto run = [&] {
+    return RunToCompletion(
+        {.argv = argv, .set_env = {{"RASD_SOCKET", rasd_.Socket().string()}}}, 20s);
+  };
+  auto ok = run();
+  EXPECT_EQ(ok.exit_code, 0) << ok.out << ok.err;
+  ASSERT_EQ(rasd_.Rasctl({"isolate", "3", "--reason", std::string(200, 'r')}).exit_code, 0);
+  auto problem = run();
+  EXPECT_EQ(problem.exit_code, 1);
+  EXPECT_LE(FirstLine(problem.out).size(), limit) << problem.out;
+}
+
 TEST_F(CheckTest, AWrongFormatIsAUsageError) {
   auto wrong = rasd_.Rasctl({"check", "--format", "nagios"});
   EXPECT_EQ(wrong.exit_code, 2);

@@ -21,13 +21,14 @@ for path in ./usr/bin/rasd ./usr/bin/rasctl ./etc/rasd/rasd.yaml \
     ./usr/lib/sysusers.d/rasd.conf ./usr/lib/tmpfiles.d/rasd.conf \
     ./usr/share/rasd/prometheus/rasd-alerts.yml ./usr/share/rasd/grafana/rasd-dashboard.json \
     ./usr/share/man/man8/rasd.8.gz ./usr/share/man/man8/rasctl.8.gz \
-    ./usr/share/bash-completion/completions/rasctl ./usr/share/doc/rasd/copyright; do
+    ./usr/share/bash-completion/completions/rasctl ./usr/share/doc/rasd/copyright \
+    ./usr/share/rasd/node-problem-detector/rasd-plugin.json ./usr/lib/rasd/rasd-healthcheck; do
   grep -qx "$path" <<<"$contents" || fail "$path is not in the package"
 done
 dpkg-deb -e "$deb" "$work/control"
 grep -qx /etc/rasd/rasd.yaml "$work/control/conffiles" || fail "rasd.yaml is not a conffile"
 depends=$(dpkg-deb -f "$deb" Depends)
-for library in libsqlite3-0 libsystemd0 libprometheus-cpp-pull libyaml-cpp0.7 libspdlog; do
+for library in libsqlite3-0 libsystemd0 libprometheus-cpp-pull libyaml-cpp0.7 libspdlog libgrpc++1.51; do
   grep -q "$library" <<<"$depends" || fail "Depends lacks $library: $depends"
 done
 
