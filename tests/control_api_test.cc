@@ -107,7 +107,7 @@ TEST_F(ControlApiTest, UnknownCommandNamesTheKnownOnes) {
   EXPECT_EQ(reply["error"]["code"], "unknown_command");
   EXPECT_NE(
       reply["error"]["message"].get<std::string>().find(
-          "known: actions, attach, backup, devices, drain, events, infer, inject, isolate, job-start, "
+          "known: actions, attach, backup, check, devices, drain, events, infer, inject, isolate, job-start, "
           "job-stop, "
           "jobs, ping, reload, retired, status, summary, "
           "undrain"),

@@ -51,6 +51,10 @@ TEST_F(DevicePluginTest, RegistersAndStreamsEveryDeviceHealthy) {
   EXPECT_EQ(registration.version, "v1beta1");
   EXPECT_EQ(registration.resource_name, "example.com/accel");
   EXPECT_EQ(registration.endpoint, "rasd-accel.sock");
+  // Only the kubelet (root) may talk to it.
+  const auto mode = std::filesystem::status(plugin_dir_ / registration.endpoint).permissions();
+  EXPECT_EQ(mode & std::filesystem::perms::all, std::filesystem::perms::owner_read |
+                                                    std::filesystem::perms::owner_write);
   auto client = kubelet_->Dial(registration.endpoint);
   ASSERT_TRUE(client);
   auto options = client->GetDevicePluginOptions();

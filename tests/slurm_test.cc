@@ -207,11 +207,20 @@ TEST(SlurmTest, CheckAsAHealthCheckProgramDrainsOnAProblemAndResumesOnlyItsOwnDr
   if (::geteuid() != 0) GTEST_SKIP() << "the one-node cluster runs its daemons as root";
   ASSERT_TRUE(why.empty()) << "the one-node Slurm did not start: " << why;
   RasdInstance rasd;  // no scheduler of its own: the health check tells Slurm
+  rasd.WriteConfig("policy:\n  ce_device_threshold: 2\n");
   ASSERT_TRUE(rasd.Start({}, {}, &why)) << why;
 
   auto healthy = Nhc(rasd, slurm);
   EXPECT_EQ(healthy.exit_code, 0) << healthy.out << healthy.err;
   EXPECT_EQ(healthy.out, "");
+  EXPECT_EQ(slurm.State(), "idle");
+  // A degraded device still takes work: no drain.
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_EQ(rasd.Rasctl({"inject", "xid", "92", "--device", "0"}).exit_code, 0);
+  }
+  ASSERT_TRUE(WaitUntil([&] { return rasd.Rasctl({"check"}).out.starts_with("degraded"); }, 5s));
+  auto degraded = Nhc(rasd, slurm);
+  EXPECT_EQ(degraded.exit_code, 0) << degraded.out << degraded.err;
   EXPECT_EQ(slurm.State(), "idle");
 
   ASSERT_EQ(rasd.Rasctl({"isolate", "1", "--reason", "Xid 79"}).exit_code, 0);

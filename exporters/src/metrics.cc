@@ -285,13 +285,16 @@ std::vector<MetricFamily> Families(const MetricsSnapshot& snapshot) {
     }
     add(std::move(family));
   }
-  if (snapshot.scheduler_drain_guarded) {
+  {
+    // No sample without a scheduler: "not guarded" would claim a guard.
     auto family = Family("rasd_scheduler_drain_guarded",
                          "1 while the blast-radius guard holds this node's drain back "
                          "(scheduler.max_drained_fraction)",
                          MetricType::Gauge);
-    family.metric.push_back(
-        Value(MetricType::Gauge, *snapshot.scheduler_drain_guarded ? 1.0 : 0.0));
+    if (snapshot.scheduler_drain_guarded) {
+      family.metric.push_back(
+          Value(MetricType::Gauge, *snapshot.scheduler_drain_guarded ? 1.0 : 0.0));
+    }
     add(std::move(family));
   }
   {

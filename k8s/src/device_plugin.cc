@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <condition_variable>
+#include <cstring>
 #include <mutex>
 #include <thread>
 #include <utility>
@@ -118,6 +119,12 @@ class DevicePlugin::Impl {
     if (!server) {
       return Fail(ErrorCode::kUnavailable,
                   fmt::format("cannot serve the device plugin on {}", socket_path_.string()));
+    }
+    // Only the kubelet (root) has business here: Allocate and the device
+    // list are not for every local user.
+    if (::chmod(socket_path_.c_str(), 0600) != 0) {
+      RASD_LOG_WARN("device plugin socket {}: chmod 0600: {}", socket_path_.string(),
+                    std::strerror(errno));
     }
     socket_id_ = IdentityOf(socket_path_);
     service_ = std::move(service);
