@@ -34,7 +34,11 @@ std::string FormatDevices(const nlohmann::json& result) {
                        Number(pool, "retired_pages"), why.empty() ? "-" : why);
   }
   for (const auto& device : result["devices"]) {
+    const std::string suggested = JsonText(device, "suggested_action");
+    const std::string clears = JsonText(device, "clears");
+    const bool has_advice = (!suggested.empty() && suggested != "none") || !clears.empty();
     const bool has_history =
+        has_advice ||
         (device.contains("recent_actions") && !device["recent_actions"].empty()) ||
         (device.contains("self_test") && !device["self_test"].is_null()) ||
         (device.contains("jobs") && !device["jobs"].empty()) ||
@@ -42,6 +46,10 @@ std::string FormatDevices(const nlohmann::json& result) {
     if (!has_history) continue;
     out += fmt::format("\ndevice {} ({} {}):\n", JsonText(device, "index"),
                        JsonText(device, "name"), JsonText(device, "uuid"));
+    if (!suggested.empty() && suggested != "none") {
+      out += fmt::format("  suggested: {}\n", JsonText(device, "suggested_why"));
+    }
+    if (!clears.empty()) out += "  clears by: " + clears + "\n";
     if (device.contains("jobs") && !device["jobs"].empty()) {
       std::string jobs;
       for (const auto& job : device["jobs"]) {

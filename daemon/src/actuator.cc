@@ -474,6 +474,7 @@ Actuator::Outcome Actuator::RunHook(const ras::Action& action, const ras::RasEve
     ++hooks_running_;
   }
   auto env = HookEnvironment(action, event, event_id);
+  if (suggester_) env.push_back("RASD_SUGGESTED_ACTION=" + suggester_(event));
   std::thread([this, argv = action.hook, env = std::move(env), timeout = options_.hook_timeout,
                rule = action.rule] {
     const common::ProgramResult result = common::RunProgram(argv, env, timeout);

@@ -81,6 +81,11 @@ class Actuator {
   };
   const std::optional<NodeFault>& CurrentNodeFault() const { return node_fault_; }
   void ClearNodeFault() { node_fault_.reset(); }
+  // The suggested recovery action for an event (RASD_SUGGESTED_ACTION in a
+  // hook's environment); unset: the variable is left out.
+  void SetSuggester(std::function<std::string(const ras::RasEvent&)> suggester) {
+    suggester_ = std::move(suggester);
+  }
   // Called on the loop after every change of a device's gate made here (the
   // policy's, an operator's, the restore at start).
   void SetStateObserver(std::function<void()> observer) { state_observer_ = std::move(observer); }
@@ -180,6 +185,7 @@ class Actuator {
   std::function<std::string(const std::string& reason)> node_drainer_;
   std::optional<NodeFault> node_fault_;
   std::function<void()> state_observer_;
+  std::function<std::string(const ras::RasEvent&)> suggester_;
   ConsumerKiller consumer_killer_;
   ProcessLister process_lister_;
 

@@ -298,6 +298,11 @@ nlohmann::json ControlApi::DeviceJson(const runtime::Device& device) {
       {"jobs", parts_.runtime.JobsOn(index)},
       {"workloads", parts_.workloads.OnDevice(index)},
   };
+  const auto recovery = parts_.recovery.For(index);
+  entry["suggested_action"] = std::string(ras::RecoveryActionName(recovery.action));
+  entry["suggested_why"] = recovery.why;
+  entry["clears"] = recovery.clears;
+  entry["recoveries_24h"] = recovery.recoveries_24h;
   if (auto pool = parts_.runtime.Pool(index)) {
     const auto stats = (*pool)->Stats();
     entry["pool"] = {{"reserved_bytes", stats.reserved_bytes},

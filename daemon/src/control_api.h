@@ -11,6 +11,7 @@
 #include "actuator.h"
 #include "control_server.h"
 #include "device_lifecycle.h"
+#include "device_recovery.h"
 #include "fault_injection.h"
 #include "rasd/common/event_loop.h"
 #include "rasd/jobs/job_manager.h"
@@ -44,6 +45,7 @@ class ControlApi {
     FaultInjection& injection;
     Workloads& workloads;
     Watchers& watchers;
+    const DeviceRecovery& recovery;
     // Whether the peer may change state (the attach of another user's process).
     std::function<bool(const PeerCredentials&)> is_admin;
     // The daemon's part of `status` (version, paths, sources, config).

@@ -1,5 +1,6 @@
 #include "daemon.h"
 
+#include <algorithm>
 #include <fmt/chrono.h>
 #include <fmt/format.h>
 #include <sys/stat.h>
@@ -210,6 +211,7 @@ Status Daemon::StartRas() {
       });
   if (!ingest) return Fail(ingest.error());
   ingest_ = std::move(*ingest);
+  StartRecovery();
   injection_ = std::make_unique<FaultInjection>(*runtime_, *host_, *ingest_, config_.inject);
   heartbeat_ = std::make_unique<DeviceHeartbeat>(*loop_, *runtime_, HeartbeatOptions(config_));
   heartbeat_->Start();
@@ -244,6 +246,7 @@ Status Daemon::StartControl() {
                         .injection = *injection_,
                         .workloads = *workloads_,
                         .watchers = *watchers_,
+                        .recovery = *recovery_,
                         .is_admin = [this](const PeerCredentials& peer) {
                           return authorizer_.MayChangeState(peer);
                         },
@@ -275,6 +278,27 @@ Status Daemon::StartControl() {
   control_ = std::move(*server);
 
   return {};
+}
+
+void Daemon::StartRecovery() {
+  recovery_ = std::make_unique<DeviceRecovery>(*loop_, *runtime_, store_.get(), ingest_->BootId());
+  recovery_->Load();
+  pipeline_->SetDecisionObserver(
+      [this](const ras::RasEvent& event, const std::vector<ras::Action>& actions) {
+        const bool sticks = std::any_of(actions.begin(), actions.end(), [](const auto& action) {
+          return !action.withheld && (action.kind == ras::ActionKind::kDegradeDevice ||
+                                      action.kind == ras::ActionKind::kDrainDevice ||
+                                      action.kind == ras::ActionKind::kIsolateDevice);
+        });
+        (void)recovery_->OnEvent(event, sticks);
+      });
+  actuator_->SetSuggester([this](const ras::RasEvent& event) {
+    return std::string(ras::RecoveryActionName(recovery_->SuggestFor(event).action));
+  });
+  lifecycle_->SetRecoveredObserver(
+      [this](int device, std::string_view how) { recovery_->OnRecovered(device, how); });
+  lifecycle_->SetRecoveryAdvisor([this](int device) { return recovery_->For(device).action; });
+  metrics_state_->SetRecovery(recovery_.get());
 }
 
 void Daemon::StartKubeletPlugins() {

@@ -29,6 +29,7 @@
 #include "rasd/ras/state_store.h"
 #include "rasd/runtime/runtime.h"
 #include "rasd/runtime/self_test.h"
+#include "device_recovery.h"
 #include "kubelet_plugins.h"
 #include "scheduler.h"
 
@@ -71,6 +72,9 @@ class Daemon {
   Status OpenStateAndDevices();
   Status WatchSignals();
   void StartScheduler();
+  // The recovery advisor, wired into the pipeline, actuator, lifecycle and
+  // metrics.
+  void StartRecovery();
   // The kubelet device plugins, when kubernetes.device_plugin is on; a
   // failure is logged and shown in status, and rasd serves on without them.
   void StartKubeletPlugins();
@@ -111,6 +115,9 @@ class Daemon {
   std::unique_ptr<runtime::Runtime> runtime_;
   ras::PolicyEngine policy_;
   std::unique_ptr<SchedulerLink> scheduler_;  // before actuator_, whose drain-node uses it
+  // What to do next about each device; the pipeline, actuator and lifecycle
+  // call into it, so it is destroyed after them.
+  std::unique_ptr<DeviceRecovery> recovery_;
   std::unique_ptr<Actuator> actuator_;        // after runtime_ and store_: destroyed before them
   std::unique_ptr<jobs::JobManager> jobs_;    // after runtime_: stopped before it goes
 

@@ -50,7 +50,13 @@ void DaemonMetrics::Refresh() {
       }
     }
   }
+  std::map<int, std::string> suggested;
+  if (recovery_) {
+    for (const auto& [device, action] : recovery_->Actions())
+      suggested[device] = std::string(ras::RecoveryActionName(action));
+  }
   std::lock_guard lock(mutex_);
+  loop_part_.suggested_actions = std::move(suggested);
   loop_part_.edac = std::move(edac);
   loop_part_.kmsg_gaps = stats.kmsg_gaps;
   loop_part_.kmsg_untrusted = stats.kmsg_untrusted;

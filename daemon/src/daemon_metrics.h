@@ -15,6 +15,7 @@
 #include "rasd/exporters/metrics.h"
 #include "rasd/jobs/job_manager.h"
 #include "rasd/runtime/runtime.h"
+#include "device_recovery.h"
 #include "scheduler.h"
 
 namespace rasd::daemon {
@@ -37,6 +38,7 @@ class DaemonMetrics {
   void SetIngest(const RasIngest* ingest) { ingest_ = ingest; }
   void SetHeartbeat(const DeviceHeartbeat* heartbeat) { heartbeat_ = heartbeat; }
   void SetWorkloads(const Workloads* workloads) { workloads_ = workloads; }
+  void SetRecovery(const DeviceRecovery* recovery) { recovery_ = recovery; }
   void ObserveBatch(const HandledBatch& batch);
   void Refresh();
   exporters::MetricsSnapshot Now() const;
@@ -48,6 +50,7 @@ class DaemonMetrics {
   Actuator& actuator_;
   const SchedulerLink* scheduler_;
   const RasPipeline& pipeline_;
+  const DeviceRecovery* recovery_ = nullptr;
   const RasIngest* ingest_ = nullptr;
   const DeviceHeartbeat* heartbeat_ = nullptr;
   const Workloads* workloads_ = nullptr;

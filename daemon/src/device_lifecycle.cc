@@ -122,6 +122,7 @@ void DeviceLifecycle::Undrain(int device, const std::string& reason, bool force,
         jobs_.Reconsider();
         if (!changed) return done(Fail(changed.error()));
         drain_timers_.erase(device);
+        if (recovered_ && report.passed) recovered_(device, "undrain");
         MaybeResumeNode();
         done(StateChange{.device = device,
                          .state = runtime::HealthState::kHealthy,
@@ -197,6 +198,14 @@ std::optional<SelfTestResult> DeviceLifecycle::LastSelfTest(int device) const {
 void DeviceLifecycle::OnPolicyActed() {
   for (int device : actuator_.TakeNewlyIsolated()) {
     if (!options_.auto_recover) continue;
+    if (advisor_) {
+      if (const auto suggested = advisor_(device); suggested > ras::RecoveryAction::kResetDevice) {
+        RASD_LOG_WARN("device {}: no automatic recovery: {} is suggested, more than a reset; it "
+                      "waits for an operator",
+                      device, ras::RecoveryActionName(suggested));
+        continue;
+      }
+    }
     const auto now = loop_.Now();
     if (auto last = recovered_at_.find(device);
         last != recovered_at_.end() &&
@@ -255,6 +264,7 @@ void DeviceLifecycle::Recover(int device) {
     (void)actuator_.SetDeviceState(device, runtime::HealthState::kHealthy,
                                    "recovered by itself: reset, self-test passed", "undrain-device",
                                    "auto-recover");
+    if (recovered_) recovered_(device, "auto-recover");
     jobs_.Reconsider();
   });
 }

@@ -13,6 +13,7 @@
 #include "actuator.h"
 #include "rasd/common/event_loop.h"
 #include "rasd/jobs/job_manager.h"
+#include "rasd/ras/recovery.h"
 #include "rasd/ras/state_store.h"
 #include "rasd/runtime/runtime.h"
 #include "rasd/runtime/self_test.h"
@@ -86,8 +87,20 @@ class DeviceLifecycle {
   void Undrain(int device, const std::string& reason, bool force, Done done);
 
   // After the policy acted on a batch: devices it isolated get their
-  // automatic recovery scheduled (policy.auto_recover).
+  // automatic recovery scheduled (policy.auto_recover), unless what is
+  // suggested for them is more than a reset (a reboot, a repair): a reset
+  // and self-test would only loop then, so they wait for an operator.
   void OnPolicyActed();
+
+  // Told when a device is back in service after a self-test passed (an
+  // undrain, "undrain"; an automatic recovery, "auto-recover").
+  void SetRecoveredObserver(std::function<void(int device, std::string_view how)> observer) {
+    recovered_ = std::move(observer);
+  }
+  // What is suggested for a device now; unset: any recovery may run.
+  void SetRecoveryAdvisor(std::function<ras::RecoveryAction(int device)> advisor) {
+    advisor_ = std::move(advisor);
+  }
 
   std::optional<SelfTestResult> LastSelfTest(int device) const;
   bool SelfTestRunning(int device) const { return testing_.contains(device); }
@@ -115,6 +128,8 @@ class DeviceLifecycle {
   ras::StateStore& store_;
   SchedulerLink* scheduler_;  // null without a scheduler
   Options options_;
+  std::function<void(int, std::string_view)> recovered_;
+  std::function<ras::RecoveryAction(int)> advisor_;
 
   std::map<int, std::unique_ptr<common::Timer>> drain_timers_;
   std::map<int, std::unique_ptr<common::Timer>> recovery_timers_;

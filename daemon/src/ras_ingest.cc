@@ -37,7 +37,7 @@ RasIngest::Stats::SourceState SourceFailure(const Error& error) {
 constexpr auto kPrunePeriod = std::chrono::hours(1);
 constexpr std::string_view kBertTable = "/sys/firmware/acpi/tables/data/BERT";
 
-std::string BootId(const common::HostEnv& host) {
+std::string ReadBootId(const common::HostEnv& host) {
   auto boot_id = host.ReadFile("/proc/sys/kernel/random/boot_id", 128);
   if (!boot_id) return "unknown";
   std::string id = *boot_id;
@@ -77,7 +77,7 @@ RasIngest::~RasIngest() {
 }
 
 Status RasIngest::Start() {
-  boot_id_ = BootId(host_);
+  boot_id_ = ReadBootId(host_);
   driver_eventfd_.Reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
   if (!driver_eventfd_) return Fail(ErrnoError("eventfd", errno));
   auto driver_watch =

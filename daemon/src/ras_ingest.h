@@ -60,6 +60,8 @@ ras::RasEvent EventFromDriver(const drivers::DriverErrorEvent& event, std::strin
 // sources not there (at most one look each per 10 minutes).
 class RasIngest {
  public:
+  // This boot's id (/proc/sys/kernel/random/boot_id), read once at start.
+  const std::string& BootId() const { return boot_id_; }
   // Where each batch goes, with the sources' positions after it.
   using EventSink =
       std::function<void(std::vector<ras::RasEvent> events, std::vector<ras::SourceCursor>)>;

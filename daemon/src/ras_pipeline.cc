@@ -203,7 +203,9 @@ void RasPipeline::Handle(std::vector<ras::RasEvent> events,
   // Effects first: the rows follow in the batch below.
   std::vector<double> isolations;
   for (std::size_t i = 0; i < events.size(); ++i) {
-    for (const auto& action : policy_.Decide(events[i], loop_.Now())) {
+    const auto actions = policy_.Decide(events[i], loop_.Now());
+    if (decided_) decided_(events[i], actions);
+    for (const auto& action : actions) {
       const ActionOutcome outcome = actuator_.Apply(action, events[i], i);
       if (!outcome.health_change || outcome.health_change->to != runtime::HealthState::kIsolated)
         continue;

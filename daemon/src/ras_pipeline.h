@@ -66,6 +66,11 @@ class RasPipeline {
 
   void SetOptions(Options options) { options_ = options; }
   void AddObserver(Observer observer) { observers_.push_back(std::move(observer)); }
+  // Called for each event with the policy's decision, before any of its
+  // actions is taken (the recovery suggestion is known to a hook then).
+  using DecisionObserver =
+      std::function<void(const ras::RasEvent& event, const std::vector<ras::Action>& actions)>;
+  void SetDecisionObserver(DecisionObserver observer) { decided_ = std::move(observer); }
 
   // `cursors` are the positions of the sources after these events: stored
   // in the same transaction, so that a restart resumes exactly behind what
@@ -95,6 +100,7 @@ class RasPipeline {
   ras::StateStore& store_;
   Options options_;
   std::vector<Observer> observers_;
+  DecisionObserver decided_;
   Stats stats_;
   std::deque<ras::StoreBatch> backlog_;
   std::unique_ptr<common::Timer> retry_timer_;

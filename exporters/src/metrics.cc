@@ -1,5 +1,7 @@
 #include "rasd/exporters/metrics.h"
 
+#include "rasd/ras/recovery.h"
+
 #include <fmt/format.h>
 #include <netdb.h>
 #include <prometheus/collectable.h>
@@ -140,6 +142,21 @@ std::vector<MetricFamily> Families(const MetricsSnapshot& snapshot) {
     add(std::move(hangs));
     add(std::move(op_timeouts));
     add(std::move(latency));
+  }
+  {
+    auto family = Family("rasd_device_suggested_action",
+                         "1 for the recovery action suggested for the device (none, restart-app, "
+                         "reset-device, reboot-node, hardware-inspection, contact-vendor), 0 for "
+                         "the others",
+                         MetricType::Gauge);
+    for (const auto& [device, suggested] : snapshot.suggested_actions) {
+      for (int i = 0; i < ras::kRecoveryActionCount; ++i) {
+        const std::string action(ras::RecoveryActionName(static_cast<ras::RecoveryAction>(i)));
+        family.metric.push_back(Value(MetricType::Gauge, suggested == action ? 1 : 0,
+                                      {{"device", std::to_string(device)}, {"action", action}}));
+      }
+    }
+    add(std::move(family));
   }
   {
     auto family = Family("rasd_actions_total", "Actions rasd took, by action and result",

@@ -119,6 +119,14 @@ const std::vector<const char*>& Migrations() {
           PRIMARY KEY (pid, start_time)
         );
       )sql",
+      // 8: each device's recovery history and suggested action, by UUID
+      // (DeviceRecoveryRecord).
+      R"sql(
+        CREATE TABLE device_recovery (
+          device_uuid TEXT PRIMARY KEY,
+          spec TEXT NOT NULL
+        );
+      )sql",
   };
   return kMigrations;
 }
@@ -977,6 +985,36 @@ Status StateStore::DeleteWorkload(std::int64_t pid, std::uint64_t start_time) {
   sqlite3_finalize(statement);
   if (rc != SQLITE_DONE) return Fail(SqliteError("delete workload"));
   return {};
+}
+
+// Recoveries happen at the pace of repairs: a statement prepared per call.
+Status StateStore::SaveDeviceRecovery(const DeviceRecoveryRecord& record) {
+  sqlite3_stmt* statement = nullptr;
+  if (sqlite3_prepare_v2(db_,
+                         "INSERT OR REPLACE INTO device_recovery(device_uuid, spec) VALUES (?, ?)",
+                         -1, &statement, nullptr) != SQLITE_OK)
+    return Fail(SqliteError("save device recovery"));
+  BindText(statement, 1, record.device_uuid);
+  BindText(statement, 2, record.spec);
+  const int rc = sqlite3_step(statement);
+  sqlite3_finalize(statement);
+  if (rc != SQLITE_DONE) return Fail(SqliteError("save device recovery"));
+  return {};
+}
+
+Result<std::vector<DeviceRecoveryRecord>> StateStore::LoadDeviceRecoveries() {
+  sqlite3_stmt* statement = nullptr;
+  if (sqlite3_prepare_v2(db_, "SELECT device_uuid, spec FROM device_recovery ORDER BY device_uuid",
+                         -1, &statement, nullptr) != SQLITE_OK)
+    return Fail(SqliteError("load device recovery"));
+  std::vector<DeviceRecoveryRecord> records;
+  int rc = SQLITE_ROW;
+  while ((rc = sqlite3_step(statement)) == SQLITE_ROW) {
+    records.push_back({ColumnText(statement, 0), ColumnText(statement, 1)});
+  }
+  sqlite3_finalize(statement);
+  if (rc != SQLITE_DONE) return Fail(SqliteError("load device recovery"));
+  return records;
 }
 
 Result<std::vector<WorkloadRecord>> StateStore::LoadWorkloads() {

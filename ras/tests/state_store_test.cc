@@ -125,6 +125,25 @@ TEST_F(StateStoreTest, WorkloadsSurviveReopenAndAreReplacedAndDeletedByPidAndSta
   EXPECT_EQ(loaded->front().start_time, 2000U);
 }
 
+TEST_F(StateStoreTest, DeviceRecoveryRowsSurviveReopenOnePerUuid) {
+  {
+    auto store = StateStore::Open(dir_ / "state");
+    ASSERT_TRUE(store.has_value()) << store.error().message;
+    ASSERT_TRUE((*store)->SaveDeviceRecovery({"GPU-a", R"({"action":"reboot-node"})"}).has_value());
+    ASSERT_TRUE((*store)->SaveDeviceRecovery({"GPU-b", R"({"action":"none"})"}).has_value());
+    ASSERT_TRUE(
+        (*store)->SaveDeviceRecovery({"GPU-a", R"({"action":"hardware-inspection"})"}).has_value());
+  }
+  auto store = StateStore::Open(dir_ / "state");
+  ASSERT_TRUE(store.has_value());
+  auto loaded = (*store)->LoadDeviceRecoveries();
+  ASSERT_TRUE(loaded.has_value()) << loaded.error().message;
+  ASSERT_EQ(loaded->size(), 2U);
+  EXPECT_EQ(loaded->at(0).device_uuid, "GPU-a");
+  EXPECT_EQ(loaded->at(0).spec, R"({"action":"hardware-inspection"})");
+  EXPECT_EQ(loaded->at(1).device_uuid, "GPU-b");
+}
+
 TEST_F(StateStoreTest, UsesWriteAheadLogging) {
   {
     auto store = StateStore::Open(dir_ / "state");
@@ -760,8 +779,8 @@ TEST_F(StateStoreTest, AVersionThreeDatabaseGainsActionCounts) {
   )sql");
   auto store = StateStore::Open(dir_ / "state");
   ASSERT_TRUE(store.has_value()) << store.error().ToString();
-  EXPECT_EQ((*store)->SchemaVersion(), 7);
-  EXPECT_EQ(StateStore::LatestSchemaVersion(), 7);
+  EXPECT_EQ((*store)->SchemaVersion(), 8);
+  EXPECT_EQ(StateStore::LatestSchemaVersion(), 8);
   auto actions = (*store)->QueryActions(std::nullopt, 10);
   ASSERT_TRUE(actions.has_value()) << actions.error().ToString();
   ASSERT_EQ(actions->size(), 1u);

@@ -70,6 +70,8 @@ struct MetricsSnapshot {
   std::uint64_t store_backlog_events = 0;
   std::uint64_t store_dropped_events = 0;
   std::map<std::string, std::uint64_t> scheduler_actions;  // result -> calls
+  // Each device's suggested recovery action (ras::RecoveryActionName).
+  std::map<int, std::string> suggested_actions;
   // The blast-radius guard holds this node's drain back now (scheduler set).
   std::optional<bool> scheduler_drain_guarded;
   // Processes outside rasd attached to its devices (`rasctl run`, attach).

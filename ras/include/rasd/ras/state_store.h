@@ -53,6 +53,14 @@ struct DeviceStateRecord {
   std::chrono::system_clock::time_point since;
 };
 
+// A device's recovery history and suggested action, by UUID, so that an
+// escalation counts recoveries across restarts and reboots. `spec` is the
+// daemon's own JSON.
+struct DeviceRecoveryRecord {
+  std::string device_uuid;
+  std::string spec;
+};
+
 // A process outside rasd attached to its devices, as persisted so that a
 // restarted rasd follows it again: the pid with its start time (clock ticks
 // since boot, /proc's starttime) names one process, whatever reuses the pid
@@ -217,6 +225,9 @@ class StateStore {
   // Attached workloads: one row per (pid, start_time), replaced on save.
   Status SaveWorkload(const WorkloadRecord& workload);
   Status DeleteWorkload(std::int64_t pid, std::uint64_t start_time);
+  // One row per device UUID, replaced on save.
+  Status SaveDeviceRecovery(const DeviceRecoveryRecord& record);
+  Result<std::vector<DeviceRecoveryRecord>> LoadDeviceRecoveries();
   Result<std::vector<WorkloadRecord>> LoadWorkloads();
   // Matching events, oldest first.
   Result<std::vector<StoredEvent>> QueryEvents(const EventQuery& query);

@@ -1,0 +1,212 @@
+#include "device_recovery.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "rasd/common/logging.h"
+
+namespace rasd::daemon {
+namespace {
+
+constexpr std::size_t kKeptRecoveries = 64;
+constexpr std::chrono::seconds kRetryPeriod{1};
+
+std::int64_t Nanos(std::chrono::system_clock::time_point time) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(time.time_since_epoch()).count();
+}
+
+std::chrono::system_clock::time_point FromNanos(std::int64_t nanos) {
+  return std::chrono::system_clock::time_point(
+      std::chrono::duration_cast<std::chrono::system_clock::duration>(
+          std::chrono::nanoseconds(nanos)));
+}
+
+}  // namespace
+
+std::string ClearsBy(runtime::HealthState state, ras::RecoveryAction action) {
+  using ras::RecoveryAction;
+  switch (state) {
+    case runtime::HealthState::kHealthy:
+      return "";
+    case runtime::HealthState::kDegraded:
+      return "an operator: rasctl undrain (self-test)";
+    case runtime::HealthState::kDraining:
+    case runtime::HealthState::kIsolated:
+      break;
+  }
+  switch (action) {
+    case RecoveryAction::kResetDevice:
+      return "reset + self-test (policy.auto_recover does both; or rasctl undrain after a reset)";
+    case RecoveryAction::kRebootNode:
+      return "reboot of the node, then rasctl undrain (self-test)";
+    case RecoveryAction::kHardwareInspection:
+      return "repair or replacement, then rasctl undrain (self-test)";
+    case RecoveryAction::kContactVendor:
+      return "the vendor's support, then rasctl undrain (self-test)";
+    case RecoveryAction::kNone:
+    case RecoveryAction::kRestartApp:
+      return "self-test: rasctl undrain";
+  }
+  return "rasctl undrain (self-test)";
+}
+
+DeviceRecovery::DeviceRecovery(common::EventLoop& loop, runtime::Runtime& runtime,
+                               ras::StateStore* store, std::string boot_id)
+    : loop_(loop), runtime_(runtime), store_(store), boot_id_(std::move(boot_id)) {}
+
+DeviceRecovery::~DeviceRecovery() = default;
+
+void DeviceRecovery::Load() {
+  if (store_ == nullptr) return;
+  auto records = store_->LoadDeviceRecoveries();
+  if (!records) {
+    RASD_LOG_ERROR("recovery history: cannot load: {}; every device starts without one",
+                   records.error().message);
+    return;
+  }
+  std::map<std::string, int> index_by_uuid;
+  for (const auto& device : runtime_.Devices())
+    index_by_uuid[device->Properties().uuid] = device->Index();
+  for (const auto& record : *records) {
+    const auto index = index_by_uuid.find(record.device_uuid);
+    if (index == index_by_uuid.end()) continue;  // a device that is not here now
+    State state;
+    try {
+      const auto spec = nlohmann::json::parse(record.spec);
+      state.action = ras::ParseRecoveryAction(spec.at("action").get<std::string>())
+                         .value_or(ras::RecoveryAction::kNone);
+      state.why = spec.value("why", std::string());
+      state.boot_id = spec.value("boot_id", std::string());
+      state.open = spec.value("open", false);
+      for (const auto& recovery : spec.at("recoveries")) {
+        state.recoveries.push_back(
+            {FromNanos(recovery.at("time").get<std::int64_t>()), recovery.value("how", std::string())});
+      }
+    } catch (const nlohmann::json::exception& error) {
+      RASD_LOG_ERROR("recovery history of device {} ({}) is damaged ({}): started afresh",
+                     index->second, record.device_uuid, error.what());
+      continue;
+    }
+    const int device = index->second;
+    if (state.open && state.action == ras::RecoveryAction::kRebootNode &&
+        !state.boot_id.empty() && state.boot_id != boot_id_) {
+      state.recoveries.push_back({loop_.GetClock().Wall(), "reboot"});
+      state.open = false;
+      RASD_LOG_INFO("device {}: the node was rebooted as suggested ({}): counted as a recovery",
+                    device, state.why);
+      state.action = ras::RecoveryAction::kNone;
+      state.why.clear();
+      states_[device] = std::move(state);
+      Save(device);
+      continue;
+    }
+    states_[device] = std::move(state);
+  }
+}
+
+std::vector<std::chrono::system_clock::time_point> DeviceRecovery::Times(int device) const {
+  std::vector<std::chrono::system_clock::time_point> times;
+  if (auto found = states_.find(device); found != states_.end()) {
+    for (const auto& recovery : found->second.recoveries) times.push_back(recovery.time);
+  }
+  return times;
+}
+
+ras::RecoverySuggestion DeviceRecovery::SuggestFor(const ras::RasEvent& event) const {
+  return table_.Suggest(event, event.device ? Times(*event.device) : decltype(Times(0)){},
+                        loop_.GetClock().Wall());
+}
+
+ras::RecoverySuggestion DeviceRecovery::OnEvent(const ras::RasEvent& event, bool sticks) {
+  auto suggestion = SuggestFor(event);
+  if (!sticks || !event.device || !ras::SticksToDevice(suggestion.action)) return suggestion;
+  State& state = states_[*event.device];
+  if (suggestion.action < state.action) return suggestion;  // a stronger one stands
+  if (suggestion.action == state.action && state.why == suggestion.why) return suggestion;
+  state.action = suggestion.action;
+  state.why = suggestion.why;
+  state.boot_id = boot_id_;
+  state.open = true;
+  RASD_LOG_WARN("device {}: suggested {}: {}", *event.device,
+                ras::RecoveryActionName(suggestion.action), suggestion.why);
+  Save(*event.device);
+  return suggestion;
+}
+
+void DeviceRecovery::OnRecovered(int device, std::string_view how) {
+  State& state = states_[device];
+  if (!state.open) {
+    // Counted already (the reboot before this undrain), or no fault at all.
+    if (state.action == ras::RecoveryAction::kNone) return;
+  } else {
+    state.recoveries.push_back({loop_.GetClock().Wall(), std::string(how)});
+    if (state.recoveries.size() > kKeptRecoveries)
+      state.recoveries.erase(state.recoveries.begin());
+    RASD_LOG_INFO("device {}: recovered ({}), {} time(s) in all", device, how,
+                  state.recoveries.size());
+  }
+  state.open = false;
+  state.action = ras::RecoveryAction::kNone;
+  state.why.clear();
+  Save(device);
+}
+
+DeviceRecovery::View DeviceRecovery::For(int device) const {
+  View view;
+  auto found = states_.find(device);
+  if (found != states_.end()) {
+    view.action = found->second.action;
+    view.why = found->second.why;
+    view.recoveries = found->second.recoveries.size();
+    const auto now = loop_.GetClock().Wall();
+    view.recoveries_24h = static_cast<std::size_t>(std::count_if(
+        found->second.recoveries.begin(), found->second.recoveries.end(),
+        [&](const Recovery& recovery) { return now - recovery.time <= std::chrono::hours(24); }));
+  }
+  if (auto gate = runtime_.GetDevice(device)) view.clears = ClearsBy((*gate)->Health(), view.action);
+  return view;
+}
+
+std::map<int, ras::RecoveryAction> DeviceRecovery::Actions() const {
+  std::map<int, ras::RecoveryAction> actions;
+  for (const auto& device : runtime_.Devices()) {
+    auto found = states_.find(device->Index());
+    actions[device->Index()] =
+        found == states_.end() ? ras::RecoveryAction::kNone : found->second.action;
+  }
+  return actions;
+}
+
+void DeviceRecovery::Save(int device) {
+  if (store_ == nullptr) return;
+  auto gate = runtime_.GetDevice(device);
+  if (!gate) return;
+  const State& state = states_[device];
+  nlohmann::json recoveries = nlohmann::json::array();
+  for (const auto& recovery : state.recoveries)
+    recoveries.push_back({{"time", Nanos(recovery.time)}, {"how", recovery.how}});
+  const nlohmann::json spec = {{"action", std::string(ras::RecoveryActionName(state.action))},
+                               {"why", state.why},
+                               {"boot_id", state.boot_id},
+                               {"open", state.open},
+                               {"recoveries", std::move(recoveries)}};
+  if (auto saved = store_->SaveDeviceRecovery({(*gate)->Properties().uuid, spec.dump()}); !saved) {
+    if (unsaved_.insert(device).second) {
+      RASD_LOG_ERROR("device {}: cannot save its recovery history: {}; retrying every second",
+                     device, saved.error().message);
+    }
+    if (!retry_) retry_ = loop_.CreateTimer([this] { RetryUnsaved(); });
+    if (!retry_->Armed()) retry_->ArmAfter(kRetryPeriod);
+    return;
+  }
+  unsaved_.erase(device);
+}
+
+void DeviceRecovery::RetryUnsaved() {
+  const std::set<int> devices = unsaved_;
+  for (int device : devices) Save(device);
+  if (unsaved_.empty()) RASD_LOG_INFO("recovery history saved again");
+}
+
+}  // namespace rasd::daemon
