@@ -258,7 +258,94 @@ std::optional<int> ReadCode(ConfigValueReader& reader, const YAML::Node& key,
   return static_cast<int>(static_cast<std::int32_t>(bits));
 }
 
+// A recovery action by name, or a problem at `value`.
+std::optional<ras::RecoveryAction> ReadRecoveryAction(ConfigValueReader& reader,
+                                                      const YAML::Node& value,
+                                                      const std::string& path) {
+  auto text = reader.ReadString(value, path);
+  if (!text) return std::nullopt;
+  auto action = ras::ParseRecoveryAction(*text);
+  if (!action) {
+    reader.Problem(value.Mark(), fmt::format("'{}' must be one of none, restart-app, reset-device, "
+                                             "reboot-node, hardware-inspection, contact-vendor, "
+                                             "not '{}'",
+                                             path, *text));
+  }
+  return action;
+}
+
+std::optional<ras::RecoveryRow> ReadRecoveryRow(ConfigValueReader& reader, const YAML::Node& node,
+                                                const std::string& path) {
+  ras::RecoveryRow row;
+  row.source = "site: " + path;
+  bool ok = true;
+  bool has_action = false;
+  // The policy's matchers, read into a rule and copied: one spelling of a
+  // match in the whole config.
+  ras::PolicyRule match;
+  std::vector<Key> match_keys = MatchKeys(reader, match, ok);
+  // vendor_code here also takes DCMI's hex codes, as ras.codes.ascend does.
+  for (auto& key : match_keys) {
+    if (key.name != "vendor_code") continue;
+    key.read = [&reader, &match](const YAML::Node& value, const std::string& key_path) {
+      if (auto code = ReadCode(reader, value, key_path, /*hex_keys=*/true)) match.vendor_code = *code;
+    };
+  }
+  const std::vector<Key> row_keys = {
+      {"match",
+       [&](const YAML::Node& value, const std::string& key_path) {
+         reader.ReadMapping(value, key_path, match_keys);
+       }},
+      {"action",
+       [&](const YAML::Node& value, const std::string& key_path) {
+         has_action = true;
+         if (auto action = ReadRecoveryAction(reader, value, key_path)) {
+           row.action = *action;
+         } else {
+           ok = false;
+         }
+       }},
+      IntegerKey(reader, "escalate_after", 0, 1000,
+                 [&row](std::int64_t n) { row.escalate_after = static_cast<std::uint32_t>(n); }),
+      IntegerKey(reader, "escalate_window_s", 1, 365LL * 86400,
+                 [&row](std::int64_t n) { row.escalate_window = std::chrono::seconds(n); }),
+      {"escalate_to",
+       [&](const YAML::Node& value, const std::string& key_path) {
+         if (auto action = ReadRecoveryAction(reader, value, key_path)) {
+           row.escalate_to = *action;
+         } else {
+           ok = false;
+         }
+       }},
+  };
+  const std::size_t problems_before = reader.ProblemCount();
+  reader.ReadMapping(node, path, row_keys);
+  if (!node.IsMap()) return std::nullopt;
+  if (!has_action) {
+    reader.Problem(node.Mark(), fmt::format("'{}' needs an 'action'", path));
+    ok = false;
+  }
+  if (!ok || reader.ProblemCount() != problems_before) return std::nullopt;
+  row.origin = match.origin;
+  row.vendor_code = match.vendor_code;
+  row.severity = match.severity;
+  row.component = match.component;
+  return row;
+}
+
 }  // namespace
+
+void ReadRecoveryRows(ConfigValueReader& reader, const YAML::Node& value, const std::string& path,
+                      std::vector<ras::RecoveryRow>& rows) {
+  if (!value.IsSequence()) {
+    reader.Problem(value.Mark(), fmt::format("'{}' must be a list of rows", path));
+    return;
+  }
+  for (std::size_t i = 0; i < value.size(); ++i) {
+    if (auto row = ReadRecoveryRow(reader, value[i], fmt::format("{}[{}]", path, i)))
+      rows.push_back(std::move(*row));
+  }
+}
 
 void ReadDrivers(ConfigValueReader& reader, const YAML::Node& value, const std::string& path,
                  std::vector<std::string>& drivers) {

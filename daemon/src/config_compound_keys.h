@@ -9,6 +9,7 @@
 #include "config_value_reader.h"
 #include "rasd/jobs/job_manager.h"
 #include "rasd/ras/policy.h"
+#include "rasd/ras/recovery.h"
 #include "rasd/ras/severity.h"
 
 namespace rasd::daemon {
@@ -34,6 +35,12 @@ void ReadCodeMap(ConfigValueReader& reader, const YAML::Node& value, const std::
 // with a problem is left out, and so is the second of two with one name.
 void ReadPolicyRules(ConfigValueReader& reader, const YAML::Node& value, const std::string& path,
                      std::vector<ras::PolicyRule>& rules);
+
+// ras.recovery: a list of {match: {origin, vendor_code (DCMI codes also in
+// hex), severity, component}, action, escalate_after, escalate_window_s,
+// escalate_to}; a row with a problem is left out.
+void ReadRecoveryRows(ConfigValueReader& reader, const YAML::Node& value, const std::string& path,
+                      std::vector<ras::RecoveryRow>& rows);
 
 // jobs: a list of {name, kind, devices, ...}; as rules, a bad one is left out.
 void ReadJobs(ConfigValueReader& reader, const YAML::Node& value, const std::string& path,

@@ -278,6 +278,8 @@ Kind<std::vector<ras::PolicyRule>> PolicyRules() { return {"list of rules", &Rea
 
 Kind<std::vector<jobs::JobSpec>> Jobs() { return {"list of jobs", &ReadJobs}; }
 
+Kind<std::vector<ras::RecoveryRow>> RecoveryRows() { return {"list of rows", &ReadRecoveryRows}; }
+
 }  // namespace
 
 namespace {
@@ -400,6 +402,13 @@ void AddRasKeys(std::vector<ConfigKey>& keys) {
                      CodeMap(/*hex_keys=*/true),
                      "`code: CLASS` entries over the built-in table of Ascend codes (runtime "
                      "codes in decimal; DCMI fault codes also in hex, e.g. `0x80E01801`)"));
+  keys.push_back(Row("ras.recovery", kLive, RASD_CONFIG_FIELD(ras.recovery), RecoveryRows(),
+                     "site rows of the recovery table, tried in order before the built-in ones "
+                     "(docs/recovery.md): `match` (`origin`, `vendor_code`, `severity`, "
+                     "`component`), `action` (none, restart-app, reset-device, reboot-node, "
+                     "hardware-inspection, contact-vendor), optional `escalate_after` (recoveries "
+                     "of the device), `escalate_window_s` (default 86400), `escalate_to` (default: "
+                     "the next action)"));
 }
 
 void AddPolicyKeys(std::vector<ConfigKey>& keys) {

@@ -282,6 +282,7 @@ Status Daemon::StartControl() {
 
 void Daemon::StartRecovery() {
   recovery_ = std::make_unique<DeviceRecovery>(*loop_, *runtime_, store_.get(), ingest_->BootId());
+  recovery_->SetTable(ras::RecoveryTable::WithOverrides(config_.ras.recovery));
   recovery_->Load();
   pipeline_->SetDecisionObserver(
       [this](const ras::RasEvent& event, const std::vector<ras::Action>& actions) {
@@ -414,6 +415,7 @@ Result<nlohmann::json> Daemon::Reload() {
   authorizer_ = Authorizer{::geteuid(), loaded.admin_gid, config_.control.admin_group};
   control_->Reconfigure(ServerOptions(config_), authorizer_);
   ingest_->SetCodeTable(config_.ras.codes);
+  recovery_->SetTable(ras::RecoveryTable::WithOverrides(config_.ras.recovery));
   policy_.Reconfigure(config_.policy.engine);  // keeps the counters of unchanged rules
   actuator_->SetOptions(ActuatorOptions(config_));
   pipeline_->SetOptions(PipelineOptions(config_));

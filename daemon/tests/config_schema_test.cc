@@ -64,6 +64,7 @@ ras:
   max_events: 5000
   storm_threshold: 8
   codes: {nvidia_xid: {31: UCE}, ascend: {0x80E01801: UCE}}
+  recovery: [{match: {origin: ascend, vendor_code: 0x80E01801}, action: contact-vendor}]
 policy:
   rules: [{name: r, actions: [record]}]
   ce_page_threshold: 3
@@ -198,6 +199,7 @@ TEST(ConfigSchemaTest, LiveKeysAreTheOnesReloadAlwaysApplied) {
   expected.control.client_timeout = loaded.control.client_timeout;
   expected.control.max_clients = loaded.control.max_clients;
   expected.ras.codes = loaded.ras.codes;
+  expected.ras.recovery = loaded.ras.recovery;
   expected.policy = loaded.policy;
   expected.inject = loaded.inject;
   expected.liveness = loaded.liveness;

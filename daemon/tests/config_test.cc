@@ -70,6 +70,53 @@ simulator:
   EXPECT_EQ(config.ras.edac_poll, std::chrono::milliseconds(0));
 }
 
+TEST(ConfigTest, RecoveryRowsAreReadWithTheirEscalationAndBadOnesNamed) {
+  const auto result = ParseConfig(R"(ras:
+  recovery:
+    - match: {origin: nvidia_xid, vendor_code: 79}
+      action: contact-vendor
+    - match: {origin: ascend, vendor_code: 0x80E18005, severity: UCE, component: device}
+      action: reset-device
+      escalate_after: 1
+      escalate_window_s: 3600
+      escalate_to: reboot-node
+)",
+                                  "recovery.yaml");
+  ASSERT_TRUE(result.ok()) << testing::PrintToString(Problems(result));
+  const auto& rows = result.config.ras.recovery;
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0].vendor_code, 79);
+  EXPECT_EQ(rows[0].action, ras::RecoveryAction::kContactVendor);
+  EXPECT_EQ(rows[0].escalate_after, 0u);
+  EXPECT_EQ(rows[1].vendor_code, static_cast<int>(static_cast<std::int32_t>(0x80E18005u)));
+  EXPECT_EQ(rows[1].severity, ras::Severity::kUce);
+  EXPECT_EQ(rows[1].component, ras::ComponentKind::kDevice);
+  EXPECT_EQ(rows[1].escalate_after, 1u);
+  EXPECT_EQ(rows[1].escalate_window, std::chrono::seconds(3600));
+  EXPECT_EQ(rows[1].escalate_to, ras::RecoveryAction::kRebootNode);
+  EXPECT_EQ(rows[1].source, "site: ras.recovery[1]");
+
+  const auto bad = ParseConfig(R"(ras:
+  recovery:
+    - match: {origin: nvidia_xid}
+      action: reboot
+    - match: {severity: LOUD}
+      action: none
+    - action: none
+      escalate_to: pray
+    - match: {vendor_code: 79}
+)",
+                               "bad.yaml");
+  const auto problems = Problems(bad);
+  ASSERT_EQ(problems.size(), 4u) << testing::PrintToString(problems);
+  EXPECT_NE(problems[0].find("bad.yaml:4:15: 'ras.recovery[0].action' must be one of none, "
+                             "restart-app"),
+            std::string::npos)
+      << problems[0];
+  EXPECT_NE(problems[3].find("'ras.recovery[3]' needs an 'action'"), std::string::npos)
+      << problems[3];
+}
+
 TEST(ConfigTest, CodeTablesOverrideTheBuiltInOnes) {
   const auto result = ParseConfig(
       "ras:\n  codes:\n    nvidia_xid:\n      31: UCE\n      999: fatal\n    ascend:\n      "

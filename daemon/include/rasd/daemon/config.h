@@ -13,6 +13,7 @@
 
 #include "rasd/jobs/job_manager.h"
 #include "rasd/ras/code_table.h"
+#include "rasd/ras/recovery.h"
 #include "rasd/ras/policy.h"
 
 namespace rasd::daemon {
@@ -80,6 +81,9 @@ struct Config {
     // Classes of accelerator error codes: the built-in table with the
     // config's entries over it. Applied on reload.
     ras::CodeTable codes = ras::CodeTable::Default();
+    // Site rows of the recovery table, tried before the built-in ones.
+    // Applied on reload.
+    std::vector<ras::RecoveryRow> recovery;
     bool operator==(const Ras&) const = default;
   } ras;
   struct Scheduler {
