@@ -242,13 +242,25 @@ TEST(SlurmTest, CheckAsAHealthCheckProgramDrainsOnAProblemAndResumesOnlyItsOwnDr
   ASSERT_EQ(slurm.Update("localhost", {"State=DRAIN", "Reason=bios update"}), 0);
   auto admin = Nhc(rasd, slurm);
   EXPECT_EQ(admin.exit_code, 0);
-  EXPECT_NE(admin.out.find("drained by an administrator (bios update): not resumed"),
+  EXPECT_NE(admin.out.find("out of service for someone else (drained, reason 'bios update'): "
+                           "not resumed"),
             std::string::npos)
       << admin.out;
   ASSERT_EQ(rasd.Rasctl({"isolate", "2"}).exit_code, 0);
   EXPECT_EQ(Nhc(rasd, slurm).exit_code, 1);
   EXPECT_EQ(slurm.State(), "drained");
   EXPECT_EQ(slurm.Reason(), "bios update");  // not overwritten
+  ASSERT_EQ(slurm.Update("localhost", {"State=RESUME"}), 0);
+  ASSERT_TRUE(WaitUntil([&] { return slurm.State() == "idle"; }, 15s)) << slurm.State();
+  // Nor a node set DOWN by someone: draining it would replace its reason,
+  // and a later healthy run would resume it.
+  ASSERT_EQ(slurm.Update("localhost", {"State=DOWN", "Reason=admin: hw swap"}), 0);
+  EXPECT_EQ(Nhc(rasd, slurm).exit_code, 1);
+  EXPECT_EQ(slurm.Reason(), "admin: hw swap");
+  ASSERT_EQ(rasd.Rasctl({"undrain", "2"}).exit_code, 0);
+  EXPECT_EQ(Nhc(rasd, slurm).exit_code, 0);
+  EXPECT_TRUE(slurm.State().starts_with("down")) << slurm.State();
+  EXPECT_EQ(slurm.Reason(), "admin: hw swap");
   ASSERT_EQ(slurm.Update("localhost", {"State=RESUME"}), 0);
   ASSERT_TRUE(WaitUntil([&] { return slurm.State() == "idle"; }, 15s)) << slurm.State();
 
@@ -309,6 +321,68 @@ TEST(SlurmTest, TheBlastRadiusGuardHoldsADrainWhileHalfTheClusterIsDrainedByRasd
   metrics = Http(status["metrics"]["port"].get<int>(), "GET", "/metrics");
   EXPECT_NE(metrics.find("rasd_scheduler_drain_guarded 0\n"), std::string::npos);
   EXPECT_NE(metrics.find("rasd_scheduler_actions_total{result=\"guarded\"} 1\n"), std::string::npos);
+}
+
+// rasd's own link never drains over, nor resumes, a node someone else took
+// out of service; a node name Slurm does not list drains nothing.
+TEST(SlurmTest, RasdLeavesANodeSomeoneElseHoldsAndANameSlurmDoesNotListAlone) {
+  std::string why, missing;
+  SlurmCluster slurm(&why, &missing, {"gpu1"});
+  ASSERT_TRUE(missing.empty()) << missing;
+  if (::geteuid() != 0) GTEST_SKIP() << "the one-node cluster runs its daemons as root";
+  ASSERT_TRUE(why.empty()) << "the Slurm cluster did not start: " << why;
+  const std::string fatal =
+      "{1}[Hardware Error]: Hardware error from APEI Generic Hardware Error Source: 0\n"
+      "{1}[Hardware Error]: event severity: fatal";
+  {
+    RasdInstance rasd;
+    rasd.WriteConfig(
+        "scheduler:\n  kind: slurm\n  node: localhost\ninject:\n  allow_sources: true\n");
+    ASSERT_TRUE(rasd.Start({}, {{"SLURM_CONF", slurm.Conf()}}, &why)) << why;
+    // An administrator's drain first: rasd's fatal error does not replace it.
+    ASSERT_EQ(slurm.Update("localhost", {"State=DRAIN", "Reason=bios update"}), 0);
+    ASSERT_EQ(rasd.Rasctl({"inject", "kmsg", fatal}).exit_code, 0);
+    ASSERT_TRUE(WaitUntil(
+        [&] { return rasd.RasctlJson({"status"})["scheduler"]["calls"]["skipped"] == 1; }, 15s))
+        << rasd.Stderr();
+    EXPECT_EQ(slurm.Reason(), "bios update");
+    EXPECT_NE(rasd.Stderr().find("out of service for someone else"), std::string::npos);
+    // Nor does an undrain resume it.
+    ASSERT_EQ(rasd.Rasctl({"undrain", "0"}).exit_code, 0);
+    ASSERT_TRUE(WaitUntil(
+        [&] { return rasd.RasctlJson({"status"})["scheduler"]["calls"]["skipped"] == 2; }, 15s))
+        << rasd.Stderr();
+    EXPECT_EQ(slurm.State(), "drained");
+    EXPECT_EQ(slurm.Reason(), "bios update");
+
+    // rasd drains; an administrator takes the node over; the undrain leaves it.
+    ASSERT_EQ(slurm.Update("localhost", {"State=RESUME"}), 0);
+    ASSERT_TRUE(WaitUntil([&] { return slurm.State() == "idle"; }, 15s)) << slurm.State();
+    ASSERT_EQ(rasd.Rasctl({"inject", "kmsg", fatal}).exit_code, 0);
+    ASSERT_TRUE(WaitUntil([&] { return slurm.State() == "drained"; }, 15s)) << rasd.Stderr();
+    EXPECT_TRUE(slurm.Reason().starts_with("rasd: ")) << slurm.Reason();
+    ASSERT_EQ(slurm.Update("localhost", {"State=DRAIN", "Reason=admin: investigating"}), 0);
+    ASSERT_EQ(rasd.Rasctl({"undrain", "0"}).exit_code, 0);
+    ASSERT_TRUE(WaitUntil(
+        [&] { return rasd.RasctlJson({"status"})["scheduler"]["calls"]["skipped"] == 3; }, 15s))
+        << rasd.Stderr();
+    EXPECT_EQ(slurm.State(), "drained");
+    EXPECT_EQ(slurm.Reason(), "admin: investigating");
+    ASSERT_EQ(slurm.Update("localhost", {"State=RESUME"}), 0);
+    ASSERT_TRUE(WaitUntil([&] { return slurm.State() == "idle"; }, 15s)) << slurm.State();
+  }
+  // `ALL` is Slurm's word for every node: it is no node's name.
+  RasdInstance rasd;
+  rasd.WriteConfig("scheduler:\n  kind: slurm\n  node: ALL\ninject:\n  allow_sources: true\n");
+  ASSERT_TRUE(rasd.Start({}, {{"SLURM_CONF", slurm.Conf()}}, &why)) << why;
+  ASSERT_EQ(rasd.Rasctl({"inject", "kmsg", fatal}).exit_code, 0);
+  ASSERT_TRUE(WaitUntil(
+      [&] { return rasd.RasctlJson({"status"})["scheduler"]["calls"]["failed"] >= 1; }, 15s))
+      << rasd.Stderr();
+  EXPECT_NE(rasd.Stderr().find("Slurm lists no node 'ALL'"), std::string::npos);
+  EXPECT_EQ(slurm.State("localhost"), "idle");
+  EXPECT_FALSE(slurm.State("gpu1").starts_with("drain")) << slurm.State("gpu1");
+  EXPECT_EQ(rasd.RasctlJson({"status"})["scheduler"]["drained"], false);
 }
 
 }  // namespace

@@ -57,6 +57,17 @@ bool DrainedByRasd(const SlurmNode& node) {
   return node.drain && node.reason.starts_with(kReasonPrefix);
 }
 
+bool HeldByOthers(const SlurmNode& node) {
+  return !node.reason.empty() && !node.reason.starts_with(kReasonPrefix);
+}
+
+const SlurmNode* FindNode(const std::vector<SlurmNode>& nodes, std::string_view name) {
+  for (const auto& node : nodes) {
+    if (node.name == name) return &node;
+  }
+  return nullptr;
+}
+
 std::string DrainReason(std::string_view reason) {
   std::string text = std::string(kReasonPrefix) + " ";
   for (const char c : reason) {
@@ -73,17 +84,22 @@ Result<std::vector<SlurmNode>> ParseSinfoJson(std::string_view text) {
   } catch (const nlohmann::json::exception& error) {
     return Fail(ErrorCode::kCorruptData, fmt::format("sinfo --json: not JSON: {}", error.what()));
   }
-  if (!document.is_object() || !document.contains("nodes") || !document["nodes"].is_array()) {
-    // sinfo answers with errors and no nodes when slurmctld is down.
+  // sinfo answers with errors and no nodes (and exits 0) when slurmctld is
+  // down: a list it could not fetch is no list.
+  if (document.is_object() && document.contains("errors") && document["errors"].is_array() &&
+      !document["errors"].empty()) {
     std::string errors;
-    if (document.is_object() && document.contains("errors") && document["errors"].is_array()) {
-      for (const auto& error : document["errors"]) {
-        if (error.is_object() && error.contains("error") && error["error"].is_string())
-          errors += (errors.empty() ? "" : "; ") + error["error"].get<std::string>();
+    for (const auto& error : document["errors"]) {
+      if (error.is_object() && error.contains("error") && error["error"].is_string()) {
+        errors += (errors.empty() ? "" : "; ") + error["error"].get<std::string>();
+      } else {
+        errors += (errors.empty() ? "" : "; ") + error.dump();
       }
     }
-    return Fail(ErrorCode::kCorruptData,
-                "sinfo --json: no node list" + (errors.empty() ? "" : ": " + errors));
+    return Fail(ErrorCode::kUnavailable, "sinfo --json reports errors: " + errors);
+  }
+  if (!document.is_object() || !document.contains("nodes") || !document["nodes"].is_array()) {
+    return Fail(ErrorCode::kCorruptData, "sinfo --json: no node list");
   }
   std::vector<SlurmNode> nodes;
   std::set<std::string> seen;

@@ -77,11 +77,28 @@ TEST(SinfoJsonTest, AControllerThatDoesNotAnswerIsAnErrorWithSlurmsWords) {
   auto nodes = ParseSinfoJson(
       R"({"errors": [{"error": "Unable to contact slurm controller", "errno": -1}]})");
   ASSERT_FALSE(nodes);
-  EXPECT_EQ(nodes.error().code, ErrorCode::kCorruptData);
+  EXPECT_EQ(nodes.error().code, ErrorCode::kUnavailable);
   EXPECT_NE(nodes.error().message.find("Unable to contact slurm controller"), std::string::npos);
+  // As 22.05 prints it: an empty node list beside the error (and exit 0).
+  auto empty = ParseSinfoJson(R"({"errors": [{"error": "Unspecified error", "errno": -1}],
+                                  "nodes": []})");
+  ASSERT_FALSE(empty);
+  EXPECT_NE(empty.error().message.find("Unspecified error"), std::string::npos);
   EXPECT_FALSE(ParseSinfoJson("sinfo: error: something\n{"));
   EXPECT_FALSE(ParseSinfoJson(""));
   EXPECT_FALSE(ParseSinfoJson("[1,2]"));
+}
+
+TEST(SlurmNodeTest, AnyReasonNotRasdsHoldsTheNodeForOthers) {
+  EXPECT_TRUE(HeldByOthers(Node("a", true, "bios update")));
+  EXPECT_TRUE(HeldByOthers(SlurmNode{.name = "b", .state = "down", .reason = "Not responding"}));
+  EXPECT_TRUE(HeldByOthers(SlurmNode{.name = "c", .state = "down", .reason = "admin: hw swap"}));
+  EXPECT_FALSE(HeldByOthers(Node("d", true, "rasd: device 1 isolated")));
+  EXPECT_FALSE(HeldByOthers(Node("e", false, "")));
+  const std::vector<SlurmNode> nodes = {Node("x", false, ""), Node("y", false, "")};
+  ASSERT_NE(FindNode(nodes, "y"), nullptr);
+  EXPECT_EQ(FindNode(nodes, "y")->name, "y");
+  EXPECT_EQ(FindNode(nodes, "ALL"), nullptr);
 }
 
 TEST(DrainReasonTest, PrefixedOneLineAndShort) {

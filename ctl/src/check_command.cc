@@ -76,10 +76,7 @@ NhcOutcome ApplyToSlurm(const CheckOptions& options, const CheckVerdict& verdict
        .timeout = std::chrono::milliseconds(10000)});
   auto nodes = slurm.Nodes();
   if (!nodes) return {"failed", "cannot read Slurm's nodes: " + nodes.error().message};
-  const cluster::SlurmNode* self = nullptr;
-  for (const auto& candidate : *nodes) {
-    if (candidate.name == node) self = &candidate;
-  }
+  const cluster::SlurmNode* self = cluster::FindNode(*nodes, node);
   if (self == nullptr) {
     return {"failed", fmt::format("Slurm has no node '{}' (rasctl check --node NAME)", node)};
   }
@@ -89,9 +86,10 @@ NhcOutcome ApplyToSlurm(const CheckOptions& options, const CheckVerdict& verdict
     if (cluster::DrainedByRasd(*self)) {
       return {"none", fmt::format("node {} is drained already: {}", node, self->reason)};
     }
-    if (self->drain) {
-      return {"left-alone", fmt::format("node {} is drained by an administrator ({}): left as it is",
-                                        node, self->reason)};
+    if (cluster::HeldByOthers(*self)) {
+      return {"left-alone", fmt::format("node {} is out of service for someone else ({}, reason "
+                                        "'{}'): left as it is",
+                                        node, self->drain ? "drained" : self->state, self->reason)};
     }
     const auto guard = cluster::CheckDrainGuard(
         *nodes, node, max_fraction, std::chrono::seconds(window_s), std::chrono::system_clock::now());
@@ -107,9 +105,10 @@ NhcOutcome ApplyToSlurm(const CheckOptions& options, const CheckVerdict& verdict
     return {"drained", fmt::format("node {} drained: {}", node, cluster::DrainReason(reason))};
   }
   if (!cluster::DrainedByRasd(*self)) {
-    if (self->drain) {
-      return {"left-alone", fmt::format("node {} is drained by an administrator ({}): not resumed",
-                                        node, self->reason)};
+    if (cluster::HeldByOthers(*self)) {
+      return {"left-alone", fmt::format("node {} is out of service for someone else ({}, reason "
+                                        "'{}'): not resumed",
+                                        node, self->drain ? "drained" : self->state, self->reason)};
     }
     return {"none", ""};
   }

@@ -159,12 +159,18 @@ std::string FormatStatus(const json& status) {
   }
   if (status.contains(json::json_pointer("/scheduler/kind"))) {
     const std::string kind = Field(status, "/scheduler/kind");
+    std::string state;
+    if (Field(status, "/scheduler/drained") == "true") {
+      state = ", DRAINED by rasd";
+    } else if (Field(status, "/scheduler/drain_wanted") == "true") {
+      const std::string guarded = Field(status, "/scheduler/guarded");
+      state = guarded == "-" || guarded == "?"
+                  ? ", drain wanted, not done yet (see the log)"
+                  : ", drain HELD by the blast-radius guard: " + guarded;
+    }
     out += kind == "none" ? fmt::format("{:<12}none (scheduler.kind)\n", "scheduler")
                           : fmt::format("{:<12}{}, node {}{}\n", "scheduler", kind,
-                                        Field(status, "/scheduler/node"),
-                                        Field(status, "/scheduler/drained") == "true"
-                                            ? ", DRAINED by rasd"
-                                            : "");
+                                        Field(status, "/scheduler/node"), state);
   }
   const json::json_pointer sources("/ras/sources");
   if (status.contains(sources) && status.at(sources).is_object()) {

@@ -504,7 +504,8 @@ nlohmann::json Daemon::SchedulerView() const {
   return nlohmann::json{
       {"kind", config_.scheduler.kind},
       {"node", scheduler_->Node()},
-      {"drained", scheduler_->Drained()},
+      {"drained", scheduler_->DrainedByRasd()},
+      {"drain_wanted", scheduler_->Drained()},
       {"guarded", guarded ? nlohmann::json(*guarded) : nlohmann::json()},
       {"max_drained_fraction", config_.scheduler.max_drained_fraction},
       {"guard_window_s", config_.scheduler.guard_window.count()},

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include <fmt/format.h>
+
 #include "rasd/common/logging.h"
 
 namespace rasd::daemon {
@@ -68,15 +70,56 @@ std::map<std::string, std::uint64_t> SchedulerLink::Counts() const {
   return counts_;
 }
 
-std::optional<cluster::DrainGuardVerdict> SchedulerLink::AskGuard(std::string* error) const {
-  if (options_.max_drained_fraction >= 1.0) return cluster::DrainGuardVerdict{};
+bool SchedulerLink::DrainedByRasd() const {
+  std::lock_guard lock(mutex_);
+  return drained_by_rasd_;
+}
+
+SchedulerLink::Outcome SchedulerLink::Carry(
+    bool drain, const std::string& reason, std::string* detail,
+    std::optional<cluster::DrainGuardVerdict>* guard) const {
   auto nodes = slurm_.Nodes();
   if (!nodes) {
-    *error = nodes.error().message;
-    return std::nullopt;
+    *detail = nodes.error().message;
+    return Outcome::kFailed;
   }
-  return cluster::CheckDrainGuard(*nodes, options_.node, options_.max_drained_fraction,
-                                  options_.guard_window, options_.wall_clock());
+  const cluster::SlurmNode* self = cluster::FindNode(*nodes, options_.node);
+  if (self == nullptr) {
+    *detail = fmt::format("Slurm lists no node '{}' (scheduler.node)", options_.node);
+    return Outcome::kFailed;
+  }
+  if (cluster::HeldByOthers(*self)) {
+    *detail = fmt::format("node {} is out of service for someone else ({}, reason '{}'): rasd "
+                          "leaves it as it is",
+                          options_.node, self->drain ? "drained" : self->state, self->reason);
+    return Outcome::kSkipped;
+  }
+  if (drain) {
+    if (cluster::DrainedByRasd(*self)) {
+      *detail = fmt::format("node {} is drained by rasd already: {}", options_.node, self->reason);
+      return Outcome::kAlreadyRasds;
+    }
+    if (options_.max_drained_fraction < 1.0) {
+      *guard = cluster::CheckDrainGuard(*nodes, options_.node, options_.max_drained_fraction,
+                                        options_.guard_window, options_.wall_clock());
+      if (!(*guard)->allowed) return Outcome::kGuarded;
+    }
+    if (auto done = slurm_.Drain(options_.node, reason); !done) {
+      *detail = done.error().message;
+      return Outcome::kFailed;
+    }
+    return Outcome::kDone;
+  }
+  if (!cluster::DrainedByRasd(*self)) {
+    *detail = fmt::format("node {} is not drained by rasd (now {}): nothing to resume",
+                          options_.node, self->state);
+    return Outcome::kSkipped;
+  }
+  if (auto done = slurm_.Resume(options_.node); !done) {
+    *detail = done.error().message;
+    return Outcome::kFailed;
+  }
+  return Outcome::kDone;
 }
 
 void SchedulerLink::Run() {
@@ -93,49 +136,57 @@ void SchedulerLink::Run() {
     const bool drain = want_drained_;
     const std::string reason = reason_;
     lock.unlock();
-    std::string error;
+    std::string detail;
     std::optional<cluster::DrainGuardVerdict> guard;
-    if (drain) guard = AskGuard(&error);
-    Status done;
-    if (drain && !guard) {
-      done = Fail(ErrorCode::kUnavailable, "the blast-radius guard cannot count: " + error);
-    } else if (drain && !guard->allowed) {
-      lock.lock();
-      if (!guarded_) {
-        ++counts_["guarded"];
-        RASD_LOGGER_LOG(logger, spdlog::level::err,
-                        "slurm: not draining node {}: the blast-radius guard holds: {} "
-                        "(scheduler.max_drained_fraction); looking again every {} s; wanted: {}",
-                        options_.node, guard->why,
-                        std::chrono::duration_cast<std::chrono::seconds>(options_.guard_recheck)
-                            .count(),
-                        cluster::DrainReason(reason));
-      }
-      guarded_ = guard->why;
-      changed_.wait_for(lock, options_.guard_recheck);
-      continue;
-    } else {
-      done = drain ? slurm_.Drain(options_.node, reason) : slurm_.Resume(options_.node);
-    }
+    const Outcome outcome = Carry(drain, reason, &detail, &guard);
     lock.lock();
-    if (done) {
-      if (drain && guarded_) {
-        RASD_LOGGER_LOG(logger, spdlog::level::warn,
-                        "slurm: the blast-radius guard lets the drain of {} go ahead now: {}",
-                        options_.node, guard->why);
-      }
-      guarded_.reset();
-      drained_ = drain;
-      ++counts_["ok"];
-      RASD_LOGGER_LOG(logger, spdlog::level::warn, "slurm: node {} {}{}", options_.node,
-                      drain ? "drained: " : "resumed", drain ? cluster::DrainReason(reason) : "");
-      backoff = std::chrono::milliseconds(250);
-      continue;
+    switch (outcome) {
+      case Outcome::kGuarded:
+        if (!guarded_) {
+          ++counts_["guarded"];
+          RASD_LOGGER_LOG(logger, spdlog::level::err,
+                          "slurm: not draining node {}: the blast-radius guard holds: {} "
+                          "(scheduler.max_drained_fraction); looking again every {} s; wanted: {}",
+                          options_.node, guard->why,
+                          std::chrono::duration_cast<std::chrono::seconds>(options_.guard_recheck)
+                              .count(),
+                          cluster::DrainReason(reason));
+        }
+        guarded_ = guard->why;
+        changed_.wait_for(lock, options_.guard_recheck);
+        continue;
+      case Outcome::kAlreadyRasds:
+      case Outcome::kSkipped:
+        ++counts_["skipped"];
+        RASD_LOGGER_LOG(logger, spdlog::level::warn, "slurm: {}", detail);
+        guarded_.reset();
+        drained_ = drain;
+        // A node found drained by rasd (nhc's, or rasd's before a restart)
+        // is rasd's to resume; someone else's never is.
+        drained_by_rasd_ = outcome == Outcome::kAlreadyRasds;
+        backoff = std::chrono::milliseconds(250);
+        continue;
+      case Outcome::kDone:
+        if (drain && guarded_) {
+          RASD_LOGGER_LOG(logger, spdlog::level::warn,
+                          "slurm: the blast-radius guard lets the drain of {} go ahead now: {}",
+                          options_.node, guard ? guard->why : "");
+        }
+        guarded_.reset();
+        drained_ = drain;
+        drained_by_rasd_ = drain;
+        ++counts_["ok"];
+        RASD_LOGGER_LOG(logger, spdlog::level::warn, "slurm: node {} {}{}", options_.node,
+                        drain ? "drained: " : "resumed",
+                        drain ? cluster::DrainReason(reason) : "");
+        backoff = std::chrono::milliseconds(250);
+        continue;
+      case Outcome::kFailed:
+        break;
     }
     ++counts_["failed"];
     RASD_LOGGER_LOG(logger, spdlog::level::err, "slurm: {} of node {} failed: {}; retrying in {} ms",
-                    drain ? "drain" : "resume", options_.node, done.error().message,
-                    backoff.count());
+                    drain ? "drain" : "resume", options_.node, detail, backoff.count());
     changed_.wait_for(lock, backoff);
     backoff = std::min(backoff * 2, std::chrono::milliseconds(30000));
   }

@@ -25,11 +25,20 @@ namespace rasd::daemon {
 // in (as far as rasd made it) runs nothing. A failed call is retried with
 // backoff (0.25 s doubling to 30 s) while the request stands.
 //
-// The blast-radius guard: before a drain, the worker asks Slurm for every
-// node (sinfo --json) and does not drain while too many were drained by
-// rasd already (cluster::CheckDrainGuard). A guarded drain is logged once,
-// counted once ("guarded"), and looked at again every guard_recheck while
-// it stands, so it goes ahead once the cluster has recovered. Thread-safe.
+// Before every call the worker asks Slurm for every node (sinfo --json):
+//  - a node Slurm does not list (a typo, `ALL`) or a list Slurm could not
+//    give is a failed call, retried;
+//  - a node held by someone else (any reason not rasd's: an
+//    administrator's drain, DOWN, FAIL) is never drained over nor resumed:
+//    the request is logged and counted as skipped;
+//  - a node rasd drained already (its reason starts "rasd:") is not drained
+//    again, so its reason and time stay those of the first drain;
+//  - the blast-radius guard: rasd does not drain while too many nodes were
+//    drained by rasd already (cluster::CheckDrainGuard). A guarded drain is
+//    logged once, counted once ("guarded"), and looked at again every
+//    guard_recheck while it stands, so it goes ahead once the cluster has
+//    recovered.
+// Thread-safe.
 class SchedulerLink {
  public:
   struct Options {
@@ -55,6 +64,8 @@ class SchedulerLink {
   void Resume();
   // Drained, or a drain is wanted (and may be guarded or failing).
   bool Drained() const;
+  // What Slurm was last told by rasd: the node is drained by rasd now.
+  bool DrainedByRasd() const;
   // The guard holds a drain back now: its sentence, else unset.
   std::optional<std::string> Guarded() const;
   // Calls by result (ok, failed), requests that needed no call (skipped),
@@ -64,9 +75,11 @@ class SchedulerLink {
 
  private:
   void Run();
-  // Whether the guard lets the drain go ahead; unset when Slurm could not
-  // be asked (an error to retry). Called without the lock.
-  std::optional<cluster::DrainGuardVerdict> AskGuard(std::string* error) const;
+  // One drain or resume, with the node's state looked at first. Called
+  // without the lock. `guard` is set when the blast-radius guard held it.
+  enum class Outcome { kDone, kAlreadyRasds, kSkipped, kGuarded, kFailed };
+  Outcome Carry(bool drain, const std::string& reason, std::string* detail,
+                std::optional<cluster::DrainGuardVerdict>* guard) const;
 
   Options options_;
   cluster::SlurmClient slurm_;
@@ -74,7 +87,8 @@ class SchedulerLink {
   std::condition_variable changed_;
   bool want_drained_ = false;
   std::string reason_;
-  bool drained_ = false;  // what the scheduler was last told, successfully
+  bool drained_ = false;  // the request carried out last (drain or resume)
+  bool drained_by_rasd_ = false;  // Slurm shows the node drained by rasd
   std::optional<std::string> guarded_;
   bool stop_ = false;
   std::map<std::string, std::uint64_t> counts_;

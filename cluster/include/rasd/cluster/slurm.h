@@ -30,6 +30,16 @@ struct SlurmNode {
 // Drained (or draining) with a reason that rasd wrote.
 bool DrainedByRasd(const SlurmNode& node);
 
+// Out of service for someone else's reason: an administrator's drain, DOWN
+// or FAIL, or Slurm's own ("Not responding"). Slurm clears a node's reason
+// when it returns to service, so any reason not rasd's means the node is
+// someone else's to return: rasd neither drains over it (which would
+// replace the reason) nor resumes it.
+bool HeldByOthers(const SlurmNode& node);
+
+// The node named `name` in `nodes`, or null.
+const SlurmNode* FindNode(const std::vector<SlurmNode>& nodes, std::string_view name);
+
 // "rasd: <reason>" on one line, at most 200 bytes (Slurm keeps reasons
 // short in its tables): what rasd writes as a drain reason.
 std::string DrainReason(std::string_view reason);
@@ -38,7 +48,9 @@ std::string DrainReason(std::string_view reason);
 // partitions once per partition on older releases). Reads Slurm 22.05's
 // shape (state a string, state_flags a list, reason_changed_at a number)
 // and the later one (state a list of flags, numbers as {"set","number"}).
-// Errors: kCorruptData when the text is not that JSON.
+// Errors: kCorruptData when the text is not that JSON; kUnavailable when
+// sinfo says it could not ask slurmctld (22.05 exits 0 then, with an empty
+// node list and its errors beside it).
 Result<std::vector<SlurmNode>> ParseSinfoJson(std::string_view text);
 
 // The blast-radius guard: whether one more node may be drained by rasd
@@ -70,8 +82,8 @@ class SlurmClient {
   };
   explicit SlurmClient(Options options) : options_(std::move(options)) {}
 
-  // Every node of the cluster. Errors: kUnavailable (sinfo failed, with
-  // its message), kCorruptData.
+  // Every node of the cluster. Errors: kUnavailable (sinfo failed or could
+  // not reach slurmctld, with its message), kCorruptData.
   Result<std::vector<SlurmNode>> Nodes() const;
   // DRAIN with DrainReason(reason).
   Status Drain(const std::string& node, std::string_view reason) const;
