@@ -3,6 +3,7 @@
 // talks to Slurm, is in slurm_test.cc.)
 
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <nlohmann/json.hpp>
 
@@ -84,8 +85,18 @@ TEST_F(CheckTest, ANodeFaultIsAProblemUntilAnOperatorUndrains) {
             0);
   ASSERT_TRUE(WaitUntil([&] { return Npd().exit_code == 1; }, 5s)) << Npd().out << rasd_.Stderr();
   EXPECT_TRUE(Npd().out.starts_with("rasd: node fault: ")) << Npd().out;
-  // An operator's undrain that leaves no device isolated ends it.
+  // It outlives rasd: a kill -9 and a restart still report it.
+  rasd_.Proc().Signal(SIGKILL);
+  ASSERT_TRUE(rasd_.Proc().Wait(5s).has_value());
+  std::string why;
+  ASSERT_TRUE(rasd_.Start({}, {}, &why)) << why;
+  EXPECT_EQ(Npd().exit_code, 1) << Npd().out;
+  EXPECT_TRUE(Npd().out.starts_with("rasd: node fault: ")) << Npd().out;
+  // An operator's undrain that leaves no device isolated ends it, for good.
   ASSERT_EQ(rasd_.Rasctl({"undrain", "0"}).exit_code, 0);
+  EXPECT_EQ(Npd().exit_code, 0) << Npd().out;
+  ASSERT_TRUE(rasd_.Stop().has_value());
+  ASSERT_TRUE(rasd_.Start({}, {}, &why)) << why;
   EXPECT_EQ(Npd().exit_code, 0) << Npd().out;
 }
 

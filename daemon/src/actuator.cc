@@ -12,6 +12,7 @@
 
 #include <cerrno>
 #include <charconv>
+#include <nlohmann/json.hpp>
 #include <cstring>
 #include <thread>
 #include <utility>
@@ -83,7 +84,53 @@ Actuator::~Actuator() {
 
 void Actuator::SetOptions(Options options) { options_ = options; }
 
+namespace {
+constexpr const char* kNodeFaultKey = "node_fault";
+}  // namespace
+
+void Actuator::SaveNodeFault() {
+  const nlohmann::json value = {
+      {"reason", node_fault_->reason},
+      {"since_ns", std::chrono::duration_cast<std::chrono::nanoseconds>(
+                       node_fault_->since.time_since_epoch())
+                       .count()}};
+  if (auto saved = store_.SaveNodeValue(kNodeFaultKey, value.dump()); !saved) {
+    // It stands in memory; a restart before the next save would lose it.
+    RASD_LOG_ERROR("cannot save the node fault ({}): {}; it holds until rasd stops",
+                   node_fault_->reason, saved.error().message);
+  }
+}
+
+void Actuator::ClearNodeFault() {
+  node_fault_.reset();
+  if (auto deleted = store_.DeleteNodeValue(kNodeFaultKey); !deleted) {
+    RASD_LOG_ERROR("cannot clear the saved node fault: {}; a restart would bring it back",
+                   deleted.error().message);
+  }
+}
+
 void Actuator::Restore() {
+  if (auto fault = store_.LoadNodeValue(kNodeFaultKey); !fault) {
+    RASD_LOG_ERROR("cannot read the saved node fault: {}", fault.error().message);
+  } else if (*fault) {
+    try {
+      const auto value = nlohmann::json::parse(**fault);
+      node_fault_ = NodeFault{
+          value.at("reason").get<std::string>(),
+          std::chrono::system_clock::time_point(std::chrono::duration_cast<
+                                                std::chrono::system_clock::duration>(
+              std::chrono::nanoseconds(value.at("since_ns").get<std::int64_t>())))};
+      RASD_LOG_WARN("the node has a fault since {:%F %T}: {} (an operator's undrain clears it)",
+                    std::chrono::floor<std::chrono::seconds>(node_fault_->since),
+                    node_fault_->reason);
+    } catch (const nlohmann::json::exception& error) {
+      // Damaged: the safe reading is that the fault stands.
+      node_fault_ = NodeFault{"a node fault was saved but cannot be read back (" +
+                                  std::string(error.what()) + ")",
+                              host_.GetClock().Wall()};
+      RASD_LOG_ERROR("{}", node_fault_->reason);
+    }
+  }
   std::map<std::string, int> by_uuid;
   for (const auto& device : runtime_.Devices())
     by_uuid[DeviceUuid(runtime_, device->Index())] = device->Index();
@@ -246,6 +293,7 @@ ActionOutcome Actuator::Run(const ras::Action& action, const ras::RasEvent& even
       if (!node_fault_) {
         node_fault_ = NodeFault{event.summary.empty() ? action.reason : event.summary,
                                 host_.GetClock().Wall()};
+        SaveNodeFault();
       }
       outcome =
           node_drainer_

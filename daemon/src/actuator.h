@@ -72,15 +72,15 @@ class Actuator {
     node_drainer_ = std::move(drainer);
   }
   // The node as a whole cannot continue (a drain-node action ran, with or
-  // without a scheduler to tell): why and since when. Held in memory until
-  // ClearNodeFault (an operator's undrain that leaves no device isolated);
-  // `rasctl check` reports it as a problem.
+  // without a scheduler to tell): why and since when. Saved (it outlives
+  // restarts and reboots) until ClearNodeFault (an operator's undrain that
+  // leaves no device isolated); `rasctl check` reports it as a problem.
   struct NodeFault {
     std::string reason;
     std::chrono::system_clock::time_point since;
   };
   const std::optional<NodeFault>& CurrentNodeFault() const { return node_fault_; }
-  void ClearNodeFault() { node_fault_.reset(); }
+  void ClearNodeFault();
   // The suggested recovery action for an event (RASD_SUGGESTED_ACTION in a
   // hook's environment); unset: the variable is left out.
   void SetSuggester(std::function<std::string(const ras::RasEvent&)> suggester) {
@@ -166,6 +166,7 @@ class Actuator {
   Status PersistState(int device);
   ras::ActionRecord Store(ras::ActionRecord record);
   ras::DeviceStateRecord StateRecord(int device);
+  void SaveNodeFault();
   void Count(const std::string& action, const std::string& result);
 
   const common::HostEnv& host_;

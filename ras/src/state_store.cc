@@ -120,11 +120,15 @@ const std::vector<const char*>& Migrations() {
         );
       )sql",
       // 8: each device's recovery history and suggested action, by UUID
-      // (DeviceRecoveryRecord).
+      // (DeviceRecoveryRecord); the node's own state (a node fault).
       R"sql(
         CREATE TABLE device_recovery (
           device_uuid TEXT PRIMARY KEY,
           spec TEXT NOT NULL
+        );
+        CREATE TABLE node_state (
+          key TEXT PRIMARY KEY,
+          value TEXT NOT NULL
         );
       )sql",
   };
@@ -1000,6 +1004,45 @@ Status StateStore::SaveDeviceRecovery(const DeviceRecoveryRecord& record) {
   sqlite3_finalize(statement);
   if (rc != SQLITE_DONE) return Fail(SqliteError("save device recovery"));
   return {};
+}
+
+Status StateStore::SaveNodeValue(const std::string& key, const std::string& value) {
+  sqlite3_stmt* statement = nullptr;
+  if (sqlite3_prepare_v2(db_, "INSERT OR REPLACE INTO node_state(key, value) VALUES (?, ?)", -1,
+                         &statement, nullptr) != SQLITE_OK)
+    return Fail(SqliteError("save node state"));
+  BindText(statement, 1, key);
+  BindText(statement, 2, value);
+  const int rc = sqlite3_step(statement);
+  sqlite3_finalize(statement);
+  if (rc != SQLITE_DONE) return Fail(SqliteError("save node state"));
+  return {};
+}
+
+Status StateStore::DeleteNodeValue(const std::string& key) {
+  sqlite3_stmt* statement = nullptr;
+  if (sqlite3_prepare_v2(db_, "DELETE FROM node_state WHERE key = ?", -1, &statement, nullptr) !=
+      SQLITE_OK)
+    return Fail(SqliteError("delete node state"));
+  BindText(statement, 1, key);
+  const int rc = sqlite3_step(statement);
+  sqlite3_finalize(statement);
+  if (rc != SQLITE_DONE) return Fail(SqliteError("delete node state"));
+  return {};
+}
+
+Result<std::optional<std::string>> StateStore::LoadNodeValue(const std::string& key) {
+  sqlite3_stmt* statement = nullptr;
+  if (sqlite3_prepare_v2(db_, "SELECT value FROM node_state WHERE key = ?", -1, &statement,
+                         nullptr) != SQLITE_OK)
+    return Fail(SqliteError("load node state"));
+  BindText(statement, 1, key);
+  std::optional<std::string> value;
+  const int rc = sqlite3_step(statement);
+  if (rc == SQLITE_ROW) value = ColumnText(statement, 0);
+  sqlite3_finalize(statement);
+  if (rc != SQLITE_ROW && rc != SQLITE_DONE) return Fail(SqliteError("load node state"));
+  return value;
 }
 
 Result<std::vector<DeviceRecoveryRecord>> StateStore::LoadDeviceRecoveries() {

@@ -228,6 +228,10 @@ class StateStore {
   // One row per device UUID, replaced on save.
   Status SaveDeviceRecovery(const DeviceRecoveryRecord& record);
   Result<std::vector<DeviceRecoveryRecord>> LoadDeviceRecoveries();
+  // The node's own state by key (the daemon's "node_fault"), a value each.
+  Status SaveNodeValue(const std::string& key, const std::string& value);
+  Status DeleteNodeValue(const std::string& key);
+  Result<std::optional<std::string>> LoadNodeValue(const std::string& key);
   Result<std::vector<WorkloadRecord>> LoadWorkloads();
   // Matching events, oldest first.
   Result<std::vector<StoredEvent>> QueryEvents(const EventQuery& query);
