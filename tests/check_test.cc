@@ -4,9 +4,14 @@
 
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+
+#include <cstring>
 
 #include <nlohmann/json.hpp>
 
+#include "rasd/common/unique_fd.h"
 #include "test_support.h"
 
 namespace rasd::testing {
@@ -137,6 +142,35 @@ TEST_F(CheckTest, ThePackagedNodeProblemDetectorConfigRunsTheCheck) {
   auto problem = run();
   EXPECT_EQ(problem.exit_code, 1);
   EXPECT_LE(FirstLine(problem.out).size(), limit) << problem.out;
+}
+
+// A rasd that is wedged (alive, never accepting) fills its listen queue;
+// a check must still answer unknown within its timeout, not hang in
+// connect() (helper's find).
+TEST(CheckQueueTest, ASocketWhoseQueueIsFullIsUnknownWithinTheTimeout) {
+  TempDir dir;
+  const auto path = dir.Path() / "wedged.sock";
+  common::UniqueFd listener(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  ASSERT_TRUE(listener);
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  std::strncpy(address.sun_path, path.c_str(), sizeof address.sun_path - 1);
+  ASSERT_EQ(::bind(listener.Get(), reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
+  ASSERT_EQ(::listen(listener.Get(), 1), 0);
+  std::vector<common::UniqueFd> queued;
+  for (int i = 0; i < 16; ++i) {
+    common::UniqueFd client(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+    if (::connect(client.Get(), reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) break;
+    queued.push_back(std::move(client));
+  }
+  const auto started = std::chrono::steady_clock::now();
+  auto npd = RunToCompletion({.argv = {RASCTL_BINARY, "--timeout", "1", "--socket", path.string(),
+                                       "check", "--format", "npd"}},
+                             20s);
+  const auto took = std::chrono::steady_clock::now() - started;
+  EXPECT_EQ(npd.exit_code, 2) << npd.out << npd.err;
+  EXPECT_NE(npd.out.find("rasd: unknown: rasd does not answer"), std::string::npos) << npd.out;
+  EXPECT_LT(took, 5s);
 }
 
 TEST_F(CheckTest, AWrongFormatIsAUsageError) {

@@ -1,10 +1,12 @@
 #include "control_client.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -32,15 +34,35 @@ Result<ControlClient> ControlClient::Connect(const std::filesystem::path& socket
                 fmt::format("socket path '{}' is empty or too long", path));
   }
   std::memcpy(address.sun_path, path.c_str(), path.size() + 1);
-  common::UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  common::UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
   if (!fd) return Fail(ErrnoError("socket", errno));
-  if (::connect(fd.Get(), reinterpret_cast<const sockaddr*>(&address), sizeof address) != 0) {
+  // A blocking connect to a socket whose backlog is full (a wedged rasd)
+  // waits for ever; a non-blocking one says EAGAIN at once, and is tried
+  // again until the timeout.
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  int connected = -1;
+  while ((connected = ::connect(fd.Get(), reinterpret_cast<const sockaddr*>(&address),
+                                sizeof address)) != 0 &&
+         (errno == EAGAIN || errno == EINTR)) {
+    if (std::chrono::steady_clock::now() >= deadline) {
+      return Fail(ErrorCode::kTimeout,
+                  fmt::format("rasd at {} accepts no connection (its queue is full) within {} ms",
+                              path, timeout.count()));
+    }
+    ::poll(nullptr, 0, std::min(20, Remaining(deadline)));
+  }
+  if (connected != 0) {
     const int error = errno;
     std::string hint;
     if (error == ENOENT || error == ECONNREFUSED)
       hint = " (is rasd running? set --socket or RASD_SOCKET)";
     return Fail(ErrorCode::kUnavailable, fmt::format("cannot connect to rasd at {}: {}{}", path,
                                                      std::strerror(error), hint));
+  }
+  // The rest of the client waits with poll() and expects whole writes.
+  if (const int flags = ::fcntl(fd.Get(), F_GETFL); flags < 0 ||
+      ::fcntl(fd.Get(), F_SETFL, flags & ~O_NONBLOCK) != 0) {
+    return Fail(ErrnoError("fcntl", errno));
   }
   return ControlClient(std::move(fd), socket_path, timeout);
 }
