@@ -130,6 +130,29 @@ TEST_F(DevicePluginTest, AllocateGivesTheVisibilityVariablesAndRefusesAnIsolated
   EXPECT_FALSE(refused.ok());
   EXPECT_NE(refused.error.message.find(uuids_[1]), std::string::npos) << refused.error.message;
   EXPECT_FALSE(client->Allocate({{"no-such-device"}}).ok());
+  EXPECT_FALSE(client->Allocate({{uuids_[0], uuids_[0]}}).ok()) << "a device twice";
+  EXPECT_FALSE(client->Allocate({{}}).ok()) << "no device";
+}
+
+// rasd may start before the kubelet made its directory: it says so, serves
+// on, and registers once the directory and the kubelet are there.
+TEST(DevicePluginStartTest, AMissingDirectoryIsRetriedUntilTheKubeletIsThere) {
+  RasdInstance rasd;
+  rasd.WriteConfig("kubernetes:\n  device_plugin: true\n");
+  std::string why;
+  ASSERT_TRUE(rasd.Start({}, {}, &why)) << why;
+  auto kubernetes = rasd.RasctlJson({"status"})["kubernetes"];
+  ASSERT_TRUE(kubernetes["error"].is_string()) << kubernetes.dump();
+  EXPECT_NE(kubernetes["error"].get<std::string>().find("does not exist"), std::string::npos);
+  EXPECT_TRUE(kubernetes["plugins"].empty());
+  const auto plugin_dir = rasd.HostRoot() / "var/lib/kubelet/device-plugins";
+  std::filesystem::create_directories(plugin_dir);
+  auto kubelet = k8s::fake::FakeKubelet::Start(plugin_dir);
+  ASSERT_TRUE(kubelet) << kubelet.error().message;
+  ASSERT_TRUE((*kubelet)->WaitForRegistrations(1, 20s)) << rasd.Stderr();
+  kubernetes = rasd.RasctlJson({"status"})["kubernetes"];
+  EXPECT_TRUE(kubernetes["error"].is_null()) << kubernetes.dump();
+  EXPECT_EQ(kubernetes["plugins"][0]["registered"], true);
 }
 
 }  // namespace

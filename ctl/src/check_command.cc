@@ -238,11 +238,15 @@ int RunCheck(const CheckOptions& options, std::ostream& out, std::ostream& err) 
     }
   } else {
     // The whole of each finding: a person reads this, not an agent.
+    // Reasons come from kernel records and operators: no control character
+    // reaches the terminal.
+    constexpr std::size_t kWhole = 4096;
     out << CheckHealthName(verdict.health) << ": "
         << (verdict.details.empty() ? verdict.line.substr(verdict.line.find(": ", 6) + 2)
-                                    : verdict.details.front())
+                                    : OneLine(verdict.details.front(), kWhole))
         << "\n";
-    for (std::size_t i = 1; i < verdict.details.size(); ++i) out << "  " << verdict.details[i] << "\n";
+    for (std::size_t i = 1; i < verdict.details.size(); ++i)
+      out << "  " << OneLine(verdict.details[i], kWhole) << "\n";
   }
   int code = ExitCode(verdict.health, options.format);
   // A HealthCheckProgram that could not tell Slurm has failed too.

@@ -34,6 +34,7 @@ Daemon::~Daemon() {
   metrics_state_.reset();
   // The kubelet hears nothing more: its plugins stop serving first.
   if (actuator_) actuator_->SetStateObserver(nullptr);
+  kubelet_plugins_retry_.reset();
   kubelet_plugins_.reset();
   control_.reset();
   injection_.reset();
@@ -302,6 +303,10 @@ void Daemon::StartRecovery() {
   metrics_state_->SetRecovery(recovery_.get());
 }
 
+namespace {
+constexpr std::chrono::seconds kKubeletPluginRetry{10};
+}  // namespace
+
 void Daemon::StartKubeletPlugins() {
   if (!config_.kubernetes.device_plugin) return;
   KubeletPlugins::Options options;
@@ -311,10 +316,20 @@ void Daemon::StartKubeletPlugins() {
                                 {"sim", config_.kubernetes.sim_resource}};
   auto plugins = KubeletPlugins::Start(*loop_, *runtime_, options);
   if (!plugins) {
+    // rasd may start before the kubelet has made its directory: try again.
+    if (kubelet_plugins_error_ != plugins.error().message) {
+      RASD_LOG_ERROR("{}; rasd serves on without the kubelet device plugin and tries again every "
+                     "{} s",
+                     plugins.error().message, kKubeletPluginRetry.count());
+    }
     kubelet_plugins_error_ = plugins.error().message;
-    RASD_LOG_ERROR("{}; rasd serves on without the kubelet device plugin", kubelet_plugins_error_);
+    if (!kubelet_plugins_retry_)
+      kubelet_plugins_retry_ = loop_->CreateTimer([this] { StartKubeletPlugins(); });
+    kubelet_plugins_retry_->ArmAfter(kKubeletPluginRetry);
     return;
   }
+  if (!kubelet_plugins_error_.empty()) RASD_LOG_INFO("kubernetes: the device plugin serves now");
+  kubelet_plugins_error_.clear();
   kubelet_plugins_ = std::move(*plugins);
   // Every gate change reaches the kubelet at once (the plugins' own poll is
   // the backstop).

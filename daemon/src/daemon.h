@@ -140,6 +140,7 @@ class Daemon {
   // The kubelet device plugins read the runtime's gates from gRPC threads.
   std::unique_ptr<KubeletPlugins> kubelet_plugins_;
   std::string kubelet_plugins_error_;
+  std::unique_ptr<common::Timer> kubelet_plugins_retry_;  // while the plugins cannot start
   // Its commands hold references to it: ~Daemon drops control_ first.
   std::unique_ptr<ControlApi> control_api_;
 

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <set>
 
 #include "rasd/common/device_visibility.h"
@@ -46,11 +47,14 @@ class KubeletPlugins::VendorDevices final : public k8s::DeviceSource {
       all.push_back({.index = properties.index, .vendor = properties.vendor, .uuid = properties.uuid});
       if (properties.vendor == vendor_) index_by_id[PluginDeviceId(properties)] = properties.index;
     }
+    if (ids.empty()) return Fail(ErrorCode::kInvalidArgument, "no device ids to allocate");
     std::vector<int> chosen;
     for (const auto& id : ids) {
       const auto found = index_by_id.find(id);
       if (found == index_by_id.end())
         return Fail(ErrorCode::kNotFound, fmt::format("no {} device '{}'", vendor_, id));
+      if (std::find(chosen.begin(), chosen.end(), found->second) != chosen.end())
+        return Fail(ErrorCode::kInvalidArgument, fmt::format("device '{}' asked twice", id));
       chosen.push_back(found->second);
     }
     auto environment = common::VisibilityEnvironment(all, chosen);

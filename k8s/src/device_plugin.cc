@@ -66,9 +66,16 @@ Status ValidateOptions(const DevicePlugin::Options& options) {
                 "max_registration_backoff at least kubelet_check_period");
   }
   std::error_code error;
-  if (!std::filesystem::is_directory(options.plugin_dir, error)) {
-    return Fail(ErrorCode::kNotFound, fmt::format("device-plugin directory {} does not exist",
-                                                  options.plugin_dir.string()));
+  const auto status = std::filesystem::status(options.plugin_dir, error);
+  if (!std::filesystem::exists(status)) {
+    return Fail(ErrorCode::kNotFound,
+                fmt::format("device-plugin directory {} does not exist (no kubelet here yet?)",
+                            options.plugin_dir.string()));
+  }
+  if (!std::filesystem::is_directory(status)) {
+    return Fail(ErrorCode::kInvalidArgument,
+                fmt::format("device-plugin directory {} is not a directory",
+                            options.plugin_dir.string()));
   }
   return {};
 }
@@ -215,10 +222,20 @@ class DevicePlugin::Impl {
       registered_.store(false);
       registered_with_.reset();
       if (auto started = StartServer(); !started) {
-        RASD_LOG_ERROR("{}; trying again in {} ms", started.error().message,
-                       options_.kubelet_check_period.count());
+        // Once per streak: a directory gone for an hour is one error, not
+        // 7200 lines.
+        if (!serve_failing_) {
+          RASD_LOG_ERROR("{}; trying again every {} ms (logged again once it serves)",
+                         started.error().message, options_.kubelet_check_period.count());
+        }
+        serve_failing_ = true;
         return;
       }
+      if (serve_failing_) {
+        RASD_LOG_INFO("device plugin for {} serves again on {}", options_.resource_name,
+                      socket_path_.string());
+      }
+      serve_failing_ = false;
       next_attempt_ = now;
       backoff_ = options_.kubelet_check_period;
     }
@@ -284,6 +301,7 @@ class DevicePlugin::Impl {
   std::unique_ptr<grpc::Server> server_;
   std::optional<FileId> socket_id_;
   bool first_check_ = true;
+  bool serve_failing_ = false;  // watcher thread only
   std::optional<FileId> kubelet_seen_;
   std::optional<FileId> registered_with_;
   std::chrono::steady_clock::time_point next_attempt_{};
