@@ -144,6 +144,18 @@ TEST_F(CheckTest, ThePackagedNodeProblemDetectorConfigRunsTheCheck) {
   EXPECT_LE(FirstLine(problem.out).size(), limit) << problem.out;
 }
 
+// A backend the config names that is not here leaves its devices unwatched:
+// a problem, not "OK: 0 device(s)" (helper's find).
+TEST(CheckBackendTest, ANamedBackendThatIsMissingIsAProblem) {
+  RasdInstance rasd;
+  rasd.WriteConfig("runtime:\n  driver: [sim, cuda]\n  cuda_library: /nonexistent/libcuda.so.1\n");
+  std::string why;
+  ASSERT_TRUE(rasd.Start({}, {}, &why)) << why;
+  auto npd = rasd.Rasctl({"check", "--format", "npd"});
+  EXPECT_EQ(npd.exit_code, 1) << npd.out;
+  EXPECT_TRUE(npd.out.starts_with("rasd: backend missing: cuda: ")) << npd.out;
+}
+
 // A rasd that is wedged (alive, never accepting) fills its listen queue;
 // a check must still answer unknown within its timeout, not hang in
 // connect() (helper's find).

@@ -32,6 +32,8 @@ std::string Finding(const nlohmann::json& finding) {
   std::string text;
   if (finding.contains("device") && finding["device"].is_number_integer()) {
     text = fmt::format("device {} {}", finding["device"].get<int>(), state);
+  } else if (state == "backend-missing") {
+    text = "backend missing";
   } else {
     text = "node fault";
   }

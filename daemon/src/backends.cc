@@ -13,7 +13,8 @@
 
 namespace rasd::daemon {
 
-Result<std::unique_ptr<drivers::Driver>> OpenBackends(const Config& config) {
+Result<std::unique_ptr<drivers::Driver>> OpenBackends(const Config& config,
+                                                      std::vector<std::string>* missing) {
   std::vector<std::string> names;
   // Named outright, a missing backend is worth a warning; found missing by
   // "auto", it is what most hosts look like.
@@ -47,6 +48,8 @@ Result<std::unique_ptr<drivers::Driver>> OpenBackends(const Config& config) {
       // once and serve with the rest.
       RASD_LOG(asked_for.contains(name) ? spdlog::level::warn : spdlog::level::info,
                   "runtime: the {} backend is not available: {}", name, driver.error().message);
+      if (missing != nullptr && asked_for.contains(name))
+        missing->push_back(name + ": " + driver.error().message);
       continue;
     }
     auto devices = (*driver)->EnumerateDevices();

@@ -1,6 +1,8 @@
 #pragma once
 
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "rasd/common/result.h"
 #include "rasd/daemon/config.h"
@@ -14,6 +16,9 @@ namespace rasd::daemon {
 // One backend is returned as itself (so `rasctl inject` still reaches the
 // simulator); several, or none, as a CompositeDriver. Errors: a simulator
 // that cannot be created (bad simulator.* values).
-Result<std::unique_ptr<drivers::Driver>> OpenBackends(const Config& config);
+// `missing`, when given, gets "NAME: why" for each backend named outright
+// (not found by "auto") that is not available: `rasctl check` reports them.
+Result<std::unique_ptr<drivers::Driver>> OpenBackends(const Config& config,
+                                                      std::vector<std::string>* missing = nullptr);
 
 }  // namespace rasd::daemon

@@ -260,7 +260,8 @@ Result<nlohmann::json> ControlApi::Check(const nlohmann::json& args) {
   }
   const auto& fault = parts_.actuator.CurrentNodeFault();
   const NodeVerdict verdict =
-      JudgeNode(conditions, fault ? std::optional<std::string>(fault->reason) : std::nullopt);
+      JudgeNode(conditions, fault ? std::optional<std::string>(fault->reason) : std::nullopt,
+                parts_.missing_backends);
   nlohmann::json findings = nlohmann::json::array();
   for (const auto& finding : verdict.findings) {
     findings.push_back({{"level", std::string(NodeHealthName(finding.level))},

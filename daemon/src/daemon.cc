@@ -130,7 +130,7 @@ Status Daemon::OpenStateAndDevices() {
   }
   store_ = std::move(*store);
 
-  auto driver = OpenBackends(config_);
+  auto driver = OpenBackends(config_, &missing_backends_);
   if (!driver) return Fail(driver.error());
   auto runtime = runtime::Runtime::Create(std::move(*driver));
   if (!runtime) return Fail(runtime.error());
@@ -253,6 +253,7 @@ Status Daemon::StartControl() {
                         },
                         .status = [this] { return StatusReport(); },
                         .reload = [this] { return Reload(); },
+                        .missing_backends = missing_backends_,
                         .scheduler = [this] { return SchedulerView(); },
                         .state_changed =
                             [this] {

@@ -113,6 +113,7 @@ class Daemon {
 
   std::unique_ptr<ras::StateStore> store_;
   std::unique_ptr<runtime::Runtime> runtime_;
+  std::vector<std::string> missing_backends_;  // named in the config, not available
   ras::PolicyEngine policy_;
   std::unique_ptr<SchedulerLink> scheduler_;  // before actuator_, whose drain-node uses it
   // What to do next about each device; the pipeline, actuator and lifecycle

@@ -17,8 +17,15 @@ std::string_view NodeHealthName(NodeHealth health) {
 }
 
 NodeVerdict JudgeNode(const std::vector<DeviceCondition>& devices,
-                      const std::optional<std::string>& node_fault) {
+                      const std::optional<std::string>& node_fault,
+                      const std::vector<std::string>& missing_backends) {
   NodeVerdict verdict;
+  for (const auto& backend : missing_backends) {
+    verdict.findings.push_back(NodeFinding{.level = NodeHealth::kProblem,
+                                           .device = std::nullopt,
+                                           .state = "backend-missing",
+                                           .reason = backend});
+  }
   if (node_fault) {
     verdict.findings.push_back(NodeFinding{.level = NodeHealth::kProblem,
                                            .device = std::nullopt,

@@ -14,7 +14,9 @@ namespace rasd::daemon {
 // node-problem-detector, a Slurm HealthCheckProgram, a kubelet probe).
 //
 //   problem:  the node cannot serve as it should: a device is draining or
-//             isolated, or a fault of the node itself asked for a node drain;
+//             isolated, a fault of the node itself asked for a node drain,
+//             or a device backend named in the config is not available
+//             (its devices are unwatched and unusable);
 //   degraded: a device is degraded (it still takes work; its errors are
 //             watched);
 //   ok:       every device is healthy.
@@ -33,7 +35,7 @@ struct DeviceCondition {
 struct NodeFinding {
   NodeHealth level = NodeHealth::kProblem;
   std::optional<int> device;  // unset: the node itself
-  std::string state;          // the device's state name, or "node-fault"
+  std::string state;          // the device's state name, "node-fault" or "backend-missing"
   std::string reason;
 };
 
@@ -46,6 +48,7 @@ struct NodeVerdict {
 
 // Pure.
 NodeVerdict JudgeNode(const std::vector<DeviceCondition>& devices,
-                      const std::optional<std::string>& node_fault);
+                      const std::optional<std::string>& node_fault,
+                      const std::vector<std::string>& missing_backends = {});
 
 }  // namespace rasd::daemon

@@ -51,5 +51,13 @@ TEST(NodeVerdictTest, ANodeFaultIsAProblemWithEveryDeviceHealthyAndComesFirst) {
             NodeHealth::kProblem);
 }
 
+TEST(NodeVerdictTest, ABackendNamedInTheConfigButMissingIsAProblem) {
+  const auto verdict = JudgeNode({}, std::nullopt, {"cuda: cannot load libcuda.so.1"});
+  EXPECT_EQ(verdict.health, NodeHealth::kProblem);
+  ASSERT_EQ(verdict.findings.size(), 1u);
+  EXPECT_EQ(verdict.findings[0].state, "backend-missing");
+  EXPECT_EQ(verdict.findings[0].reason, "cuda: cannot load libcuda.so.1");
+}
+
 }  // namespace
 }  // namespace rasd::daemon
