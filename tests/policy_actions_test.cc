@@ -256,6 +256,32 @@ TEST(PolicyActionsTest, AutoRecoveryResetsAndTestsADeviceOnceThenLeavesItToAnOpe
 }
 
 
+// A rule's boot grace, with the node's boot from <host.root>/proc/uptime:
+// 5 s after boot, a link fault the rule covers is recorded, not acted on.
+TEST(PolicyActionsTest, AnEventWithinARulesBootGraceIsRecordedOnly) {
+  RasdInstance rasd;
+  WriteText(rasd.HostRoot() / "proc/uptime", "5.00 9.00\n");
+  rasd.WriteConfig(R"(policy:
+  rules:
+    - name: links-at-boot
+      match: {severity: UCE, component: device}
+      boot_grace_s: 600
+      actions: [isolate-device]
+)");
+  ASSERT_TRUE(Start(rasd));
+  ASSERT_EQ(rasd.Rasctl({"inject", "link", "--device", "1", "--peer", "2"}).exit_code, 0);
+  ASSERT_TRUE(WaitUntil(
+      [&] { return !rasd.RasctlJson({"actions", "--device", "1"})["actions"].empty(); }, 5s));
+  const auto action = rasd.RasctlJson({"actions", "--device", "1"})["actions"][0];
+  EXPECT_EQ(action["action"], "isolate-device");
+  EXPECT_EQ(action["result"], "skipped");
+  EXPECT_EQ(action["rule"], "links-at-boot");
+  EXPECT_NE(action["detail"].get<std::string>().find("within the rule's boot grace of 600 s"),
+            std::string::npos)
+      << action.dump();
+  EXPECT_EQ(StateOf(rasd, 1), "healthy");
+}
+
 TEST(PolicyActionsTest, ARealGpusXidNeverLandsOnASimulatedDevice) {
   RasdInstance rasd;
   ASSERT_TRUE(Start(rasd));

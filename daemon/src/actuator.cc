@@ -267,8 +267,10 @@ ActionOutcome Actuator::Run(const ras::Action& action, const ras::RasEvent& even
     case ras::ActionKind::kRecord:
       if (action.withheld) {
         outcome = {ActionResult::kSkipped,
-                   "not taken: logged before rasd's first start in this boot, and what it acts "
-                   "on has passed"};
+                   action.withheld_why.empty()
+                       ? "not taken: logged before rasd's first start in this boot, and what it "
+                         "acts on has passed"
+                       : "not taken: " + action.withheld_why};
       }
       break;
     case ras::ActionKind::kRetirePage:

@@ -146,6 +146,8 @@ std::optional<ras::PolicyRule> ReadRule(ConfigValueReader& reader, const YAML::N
        }},
       {"hook", [&](const YAML::Node& value,
                    const std::string& key_path) { ReadHook(reader, value, key_path, rule, ok); }},
+      IntegerKey(reader, "boot_grace_s", 0, 86400,
+                 [&rule](std::int64_t n) { rule.boot_grace = std::chrono::seconds(n); }),
   };
   const std::size_t problems_before = reader.ProblemCount();
   reader.ReadMapping(node, path, rule_keys);

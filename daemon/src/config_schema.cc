@@ -416,7 +416,8 @@ void AddPolicyKeys(std::vector<ConfigKey>& keys) {
                      "site rules, tried in order before the built-in ones; the first match "
                      "decides: `name`, `match` (`origin`, `severity`, `component`: host-memory, "
                      "device-memory, device, pci-device, cpu, other; `vendor_code`), optional "
-                     "`threshold` (`count`, `window_s`, `per`: page, dimm, device), `actions`, "
+                     "`threshold` (`count`, `window_s`, `per`: page, dimm, device: a debounce), "
+                     "`boot_grace_s` (events this soon after boot are recorded only), `actions`, "
                      "`hook` (argv; absolute path, no shell); counters of unchanged rules are "
                      "kept on reload"));
   keys.push_back(Row("policy.ce_page_threshold", kLive,

@@ -1,13 +1,14 @@
 #include "daemon.h"
 
-#include <algorithm>
 #include <fmt/chrono.h>
 #include <fmt/format.h>
 #include <sys/stat.h>
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <csignal>
 #include <cstring>
 
@@ -54,6 +55,7 @@ Status Daemon::Initialize(Config config) {
   if (auto watched = WatchSignals(); !watched) return watched;
   jobs_ = std::make_unique<jobs::JobManager>(*runtime_, config_.policy.drain_deadline);
   policy_.Reconfigure(config_.policy.engine);
+  SetBootTime();
   actuator_ = std::make_unique<Actuator>(*host_, *store_, *runtime_, ActuatorOptions(config_));
   // Before anything can admit work: an isolated device stays isolated.
   actuator_->Restore();
@@ -280,6 +282,26 @@ Status Daemon::StartControl() {
   control_ = std::move(*server);
 
   return {};
+}
+
+void Daemon::SetBootTime() {
+  // /proc/uptime: "12345.67 23456.78", seconds since boot first.
+  auto uptime = host_->ReadFile("/proc/uptime", 128);
+  double seconds = -1;
+  if (uptime) {
+    const std::string text = *uptime;
+    const auto space = text.find(' ');
+    const std::string first = text.substr(0, space);
+    std::from_chars(first.data(), first.data() + first.size(), seconds);
+  }
+  if (!uptime || !(seconds >= 0)) {
+    RASD_LOG_INFO("policy: the node's uptime is unknown ({}): no rule's boot grace applies",
+                  uptime ? "unreadable /proc/uptime" : uptime.error().message);
+    return;
+  }
+  policy_.SetBootTime(host_->GetClock().Wall() -
+                      std::chrono::duration_cast<std::chrono::system_clock::duration>(
+                          std::chrono::duration<double>(seconds)));
 }
 
 void Daemon::StartRecovery() {

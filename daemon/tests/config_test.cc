@@ -70,6 +70,24 @@ simulator:
   EXPECT_EQ(config.ras.edac_poll, std::chrono::milliseconds(0));
 }
 
+TEST(ConfigTest, ARuleMayHaveABootGrace) {
+  const auto result = ParseConfig(R"(policy:
+  rules:
+    - name: links
+      match: {severity: UCE, component: device}
+      boot_grace_s: 300
+      actions: [degrade-device]
+)",
+                                  "grace.yaml");
+  ASSERT_TRUE(result.ok()) << testing::PrintToString(Problems(result));
+  ASSERT_EQ(result.config.policy.engine.rules.size(), 1u);
+  EXPECT_EQ(result.config.policy.engine.rules[0].boot_grace, std::chrono::seconds(300));
+  EXPECT_FALSE(ParseConfig("policy:\n  rules:\n    - name: x\n      boot_grace_s: -1\n      "
+                           "actions: [record]\n",
+                           "bad.yaml")
+                   .ok());
+}
+
 TEST(ConfigTest, RecoveryRowsAreReadWithTheirEscalationAndBadOnesNamed) {
   const auto result = ParseConfig(R"(ras:
   recovery:

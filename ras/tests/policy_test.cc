@@ -278,3 +278,42 @@ TEST(PolicyNamesTest, RoundTrip) {
 
 }  // namespace
 }  // namespace rasd::ras
+
+namespace rasd::ras {
+namespace {
+
+// A rule's boot grace: a link that flaps while the node comes up is
+// recorded, not acted on; the same event later acts.
+TEST(PolicyBootGraceTest, EventsWithinTheGraceAfterBootAreRecordedOnly) {
+  PolicyConfig config;
+  PolicyRule rule;
+  rule.name = "link-flap";
+  rule.origin = "sim";
+  rule.severity = Severity::kUce;
+  rule.boot_grace = std::chrono::seconds(300);
+  rule.actions = {ActionKind::kDegradeDevice};
+  config.rules.push_back(rule);
+  PolicyEngine engine(config);
+  const auto boot = std::chrono::system_clock::now() - std::chrono::hours(1);
+  RasEvent event;
+  event.origin = "sim";
+  event.severity = Severity::kUce;
+  event.device = 1;
+  // Without a boot time nothing is withheld.
+  event.time = boot + std::chrono::seconds(10);
+  ASSERT_EQ(engine.Decide(event, std::chrono::seconds(1)).front().kind, ActionKind::kDegradeDevice);
+  engine.SetBootTime(boot);
+  auto early = engine.Decide(event, std::chrono::seconds(2));
+  ASSERT_EQ(early.size(), 1u);
+  EXPECT_EQ(early.front().kind, ActionKind::kDegradeDevice);
+  EXPECT_TRUE(early.front().withheld) << "decided, not taken";
+  EXPECT_EQ(early.front().rule, "link-flap");
+  EXPECT_EQ(early.front().withheld_why, "10 s after boot, within the rule's boot grace of 300 s");
+  event.time = boot + std::chrono::seconds(301);
+  auto later = engine.Decide(event, std::chrono::seconds(3));
+  EXPECT_EQ(later.front().kind, ActionKind::kDegradeDevice);
+  EXPECT_FALSE(later.front().withheld);
+}
+
+}  // namespace
+}  // namespace rasd::ras

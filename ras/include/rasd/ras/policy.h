@@ -88,6 +88,10 @@ struct PolicyRule {
   std::optional<ComponentKind> component;
   std::optional<int> vendor_code;
   std::optional<Threshold> threshold;
+  // Signals that flap while the node comes up (links training, devices
+  // enumerating): an event within this long of the node's boot is recorded
+  // only, its actions withheld. 0: none.
+  std::chrono::seconds boot_grace{0};
   std::vector<ActionKind> actions;
   std::vector<std::string> hook;  // argv of run-hook
   bool operator==(const PolicyRule&) const = default;
@@ -145,6 +149,8 @@ struct Action {
   // The actuator stores it as skipped, so that `rasctl actions` shows what
   // a live record would have done.
   bool withheld = false;
+  // Why, when it is not the before-start rule: a rule's boot grace.
+  std::string withheld_why;
   bool operator==(const Action&) const = default;
 };
 
@@ -163,6 +169,9 @@ class PolicyEngine {
   // New rules and thresholds (SIGHUP). Counters of rules that keep their
   // name and threshold carry on; the others start again.
   void Reconfigure(PolicyConfig config);
+  // When the node booted (wall time), for the rules' boot grace; unset: no
+  // grace applies.
+  void SetBootTime(std::chrono::system_clock::time_point boot) { boot_time_ = boot; }
   const PolicyConfig& Config() const { return config_; }
   const std::vector<PolicyRule>& Rules() const { return rules_; }
 
@@ -174,6 +183,7 @@ class PolicyEngine {
   void Escalate(const RasEvent& event, std::chrono::nanoseconds now, std::vector<Action>& actions);
 
   PolicyConfig config_;
+  std::optional<std::chrono::system_clock::time_point> boot_time_;
   std::vector<PolicyRule> rules_;  // the config's, then the built-in ones
   struct Bucket {
     Threshold threshold;
