@@ -85,6 +85,10 @@ TEST(SinfoJsonTest, AControllerThatDoesNotAnswerIsAnErrorWithSlurmsWords) {
   ASSERT_FALSE(empty);
   EXPECT_NE(empty.error().message.find("Unspecified error"), std::string::npos);
   EXPECT_FALSE(ParseSinfoJson("sinfo: error: something\n{"));
+  const std::string deep = R"({"nodes": )" + std::string(100000, '[') + std::string(100000, ']') + "}";
+  auto too_deep = ParseSinfoJson(deep);
+  ASSERT_FALSE(too_deep);
+  EXPECT_NE(too_deep.error().message.find("nested deeper than 32"), std::string::npos);
   EXPECT_FALSE(ParseSinfoJson(""));
   EXPECT_FALSE(ParseSinfoJson("[1,2]"));
 }

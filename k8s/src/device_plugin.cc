@@ -1,6 +1,7 @@
 #include "rasd/k8s/device_plugin.h"
 
 #include <fmt/format.h>
+#include <grpc/support/log.h>
 #include <grpcpp/grpcpp.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -314,8 +315,28 @@ class DevicePlugin::Impl {
   std::thread watcher_;
 };
 
+namespace {
+
+// gRPC's own messages ("E1202 ... chttp2_server.cc ...") went straight to
+// stderr, past rasd's logger and the journal's fields: they go through the
+// logger, at warning for gRPC's errors and debug for the rest.
+void RouteGrpcLogs() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    gpr_set_log_function([](gpr_log_func_args* args) {
+      const auto level =
+          args->severity == GPR_LOG_SEVERITY_ERROR ? spdlog::level::warn : spdlog::level::debug;
+      RASD_LOG(level, "grpc: {} ({}:{})", args->message ? args->message : "",
+               args->file ? args->file : "?", args->line);
+    });
+  });
+}
+
+}  // namespace
+
 Result<std::unique_ptr<DevicePlugin>> DevicePlugin::Start(Options options, DeviceSource& source) {
   if (auto valid = ValidateOptions(options); !valid) return Fail(valid.error());
+  RouteGrpcLogs();
   auto impl = std::make_unique<Impl>(std::move(options), source);
   if (auto started = impl->StartServer(); !started) return Fail(started.error());
   impl->StartWatcher();
