@@ -20,6 +20,7 @@
 #include "rasd/common/logging.h"
 #include "rasd/common/unique_fd.h"
 #include "rasd/common/subprocess.h"
+#include "rasd/common/unix_nanos.h"
 
 namespace rasd::daemon {
 
@@ -91,9 +92,7 @@ constexpr const char* kNodeFaultKey = "node_fault";
 void Actuator::SaveNodeFault() {
   const nlohmann::json value = {
       {"reason", node_fault_->reason},
-      {"since_ns", std::chrono::duration_cast<std::chrono::nanoseconds>(
-                       node_fault_->since.time_since_epoch())
-                       .count()}};
+      {"since_ns", common::UnixNanos(node_fault_->since)}};
   if (auto saved = store_.SaveNodeValue(kNodeFaultKey, value.dump()); !saved) {
     // It stands in memory; a restart before the next save would lose it.
     RASD_LOG_ERROR("cannot save the node fault ({}): {}; it holds until rasd stops",
@@ -115,11 +114,8 @@ void Actuator::Restore() {
   } else if (*fault) {
     try {
       const auto value = nlohmann::json::parse(**fault);
-      node_fault_ = NodeFault{
-          value.at("reason").get<std::string>(),
-          std::chrono::system_clock::time_point(std::chrono::duration_cast<
-                                                std::chrono::system_clock::duration>(
-              std::chrono::nanoseconds(value.at("since_ns").get<std::int64_t>())))};
+      node_fault_ = NodeFault{value.at("reason").get<std::string>(),
+                              common::FromUnixNanos(value.at("since_ns").get<std::int64_t>())};
       RASD_LOG_WARN("the node has a fault since {:%F %T}: {} (an operator's undrain clears it)",
                     std::chrono::floor<std::chrono::seconds>(node_fault_->since),
                     node_fault_->reason);

@@ -5,22 +5,13 @@
 #include <algorithm>
 
 #include "rasd/common/logging.h"
+#include "rasd/common/unix_nanos.h"
 
 namespace rasd::daemon {
 namespace {
 
 constexpr std::size_t kKeptRecoveries = 64;
 constexpr std::chrono::seconds kRetryPeriod{1};
-
-std::int64_t Nanos(std::chrono::system_clock::time_point time) {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(time.time_since_epoch()).count();
-}
-
-std::chrono::system_clock::time_point FromNanos(std::int64_t nanos) {
-  return std::chrono::system_clock::time_point(
-      std::chrono::duration_cast<std::chrono::system_clock::duration>(
-          std::chrono::nanoseconds(nanos)));
-}
 
 }  // namespace
 
@@ -81,7 +72,7 @@ void DeviceRecovery::Load() {
       state.open = spec.value("open", false);
       for (const auto& recovery : spec.at("recoveries")) {
         state.recoveries.push_back(
-            {FromNanos(recovery.at("time").get<std::int64_t>()), recovery.value("how", std::string())});
+            {common::FromUnixNanos(recovery.at("time").get<std::int64_t>()), recovery.value("how", std::string())});
       }
     } catch (const nlohmann::json::exception& error) {
       RASD_LOG_ERROR("recovery history of device {} ({}) is damaged ({}): started afresh",
@@ -185,7 +176,7 @@ void DeviceRecovery::Save(int device) {
   const State& state = states_[device];
   nlohmann::json recoveries = nlohmann::json::array();
   for (const auto& recovery : state.recoveries)
-    recoveries.push_back({{"time", Nanos(recovery.time)}, {"how", recovery.how}});
+    recoveries.push_back({{"time", common::UnixNanos(recovery.time)}, {"how", recovery.how}});
   const nlohmann::json spec = {{"action", std::string(ras::RecoveryActionName(state.action))},
                                {"why", state.why},
                                {"boot_id", state.boot_id},

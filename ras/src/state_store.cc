@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "rasd/common/unix_nanos.h"
 #include "write_ahead_log.h"
 
 namespace rasd::ras {
@@ -361,17 +362,10 @@ std::string ColumnText(sqlite3_stmt* statement, int column) {
   return text != nullptr ? std::string(text) : std::string();
 }
 
-std::int64_t Nanos(std::chrono::system_clock::time_point time) {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(time.time_since_epoch()).count();
-}
+using common::FromUnixNanos;
+using common::UnixNanos;
 
-std::chrono::system_clock::time_point FromNanos(std::int64_t nanos) {
-  return std::chrono::system_clock::time_point(
-      std::chrono::duration_cast<std::chrono::system_clock::duration>(
-          std::chrono::nanoseconds(nanos)));
-}
-
-std::int64_t NowNanos() { return Nanos(std::chrono::system_clock::now()); }
+std::int64_t NowNanos() { return UnixNanos(std::chrono::system_clock::now()); }
 
 // The row a repeated decision merges into: the same action, rule, result and
 // device in the same wall-clock minute. Text fields are length-prefixed so
@@ -572,7 +566,7 @@ Status StateStore::MarkInUse(bool wal_has_frames) {
                             "and its write-ahead log is missing or empty: the changes committed "
                             "after its last checkpoint are lost",
                             database_path_.string(), pid,
-                            std::chrono::floor<std::chrono::seconds>(FromNanos(since_ns))));
+                            std::chrono::floor<std::chrono::seconds>(FromUnixNanos(since_ns))));
   }
   const std::string mark =
       fmt::format("UPDATE in_use SET running = 1, pid = {}, since_ns = {} WHERE id = 1;",
@@ -734,7 +728,7 @@ Status StateStore::SumBySeverity(sqlite3_stmt* statement, std::string_view what,
 Result<std::int64_t> StateStore::InsertEvent(const RasEvent& event, SeverityCounts& added) {
   StatementUse insert(statements_->insert_event);
   sqlite3_stmt* statement = insert.get();
-  sqlite3_bind_int64(statement, 1, Nanos(event.time));
+  sqlite3_bind_int64(statement, 1, UnixNanos(event.time));
   BindText(statement, 2, event.origin);
   BindText(statement, 3, SeverityName(event.severity));
   BindOptionalInt(statement, 4, event.device);
@@ -765,7 +759,7 @@ Result<std::int64_t> StateStore::InsertAction(const ActionRecord& action,
   StatementUse insert(statements_->insert_action);
   sqlite3_stmt* statement = insert.get();
   BindOptionalInt64(statement, 1, event_id);
-  sqlite3_bind_int64(statement, 2, Nanos(action.time));
+  sqlite3_bind_int64(statement, 2, UnixNanos(action.time));
   BindText(statement, 3, action.action);
   BindOptionalInt(statement, 4, action.device);
   BindOptionalText(statement, 5,
@@ -789,7 +783,7 @@ Status StateStore::UpsertDeviceState(const DeviceStateRecord& state) {
   BindText(statement, 1, state.device_uuid);
   BindText(statement, 2, state.state);
   BindText(statement, 3, state.reason);
-  sqlite3_bind_int64(statement, 4, Nanos(state.since));
+  sqlite3_bind_int64(statement, 4, UnixNanos(state.since));
   if (sqlite3_step(statement) != SQLITE_DONE) return Fail(SqliteError("save device state"));
   return {};
 }
@@ -800,7 +794,7 @@ Status StateStore::InsertRetiredPage(const RetiredPageRecord& page) {
   BindText(statement, 1, page.device_uuid);
   sqlite3_bind_int64(statement, 2, static_cast<sqlite3_int64>(page.address));
   BindText(statement, 3, page.reason);
-  sqlite3_bind_int64(statement, 4, Nanos(page.retired));
+  sqlite3_bind_int64(statement, 4, UnixNanos(page.retired));
   if (sqlite3_step(statement) != SQLITE_DONE) return Fail(SqliteError("save retired page"));
   return {};
 }
@@ -923,7 +917,7 @@ Result<std::vector<ActionRecord>> StateStore::QueryActions(std::optional<int> de
     action.id = sqlite3_column_int64(statement, 0);
     if (sqlite3_column_type(statement, 1) != SQLITE_NULL)
       action.event_id = sqlite3_column_int64(statement, 1);
-    action.time = FromNanos(sqlite3_column_int64(statement, 2));
+    action.time = FromUnixNanos(sqlite3_column_int64(statement, 2));
     action.action = ColumnText(statement, 3);
     action.device = ColumnOptionalInt(statement, 4);
     if (const auto text = ColumnOptionalText(statement, 5)) {
@@ -951,7 +945,7 @@ Result<std::vector<DeviceStateRecord>> StateStore::LoadDeviceStates() {
   int rc = SQLITE_ROW;
   while ((rc = sqlite3_step(statement)) == SQLITE_ROW) {
     states.push_back({ColumnText(statement, 0), ColumnText(statement, 1), ColumnText(statement, 2),
-                      FromNanos(sqlite3_column_int64(statement, 3))});
+                      FromUnixNanos(sqlite3_column_int64(statement, 3))});
   }
   if (rc != SQLITE_DONE) return Fail(SqliteError("load device states"));
   return states;
@@ -1085,7 +1079,7 @@ Result<std::vector<RetiredPageRecord>> StateStore::LoadRetiredPages() {
   while ((rc = sqlite3_step(statement)) == SQLITE_ROW) {
     pages.push_back({ColumnText(statement, 0),
                      static_cast<std::uint64_t>(sqlite3_column_int64(statement, 1)),
-                     ColumnText(statement, 2), FromNanos(sqlite3_column_int64(statement, 3))});
+                     ColumnText(statement, 2), FromUnixNanos(sqlite3_column_int64(statement, 3))});
   }
   if (rc != SQLITE_DONE) return Fail(SqliteError("load retired pages"));
   return pages;
@@ -1108,7 +1102,7 @@ Result<std::vector<StoredEvent>> StateStore::QueryEvents(const EventQuery& query
     return Fail(SqliteError("prepare event query"));
   }
   int column = 1;
-  sqlite3_bind_int64(statement, column++, Nanos(query.since));
+  sqlite3_bind_int64(statement, column++, UnixNanos(query.since));
   if (query.severity) BindText(statement, column++, SeverityName(*query.severity));
   if (query.device) sqlite3_bind_int(statement, column++, *query.device);
   if (query.after_id) sqlite3_bind_int64(statement, column++, *query.after_id);
@@ -1119,7 +1113,7 @@ Result<std::vector<StoredEvent>> StateStore::QueryEvents(const EventQuery& query
     StoredEvent stored;
     stored.id = sqlite3_column_int64(statement, 0);
     RasEvent& event = stored.event;
-    event.time = FromNanos(sqlite3_column_int64(statement, 1));
+    event.time = FromUnixNanos(sqlite3_column_int64(statement, 1));
     event.origin = ColumnText(statement, 2);
     event.severity = ParseSeverity(ColumnText(statement, 3)).value_or(Severity::kInfo);
     event.device = ColumnOptionalInt(statement, 4);
@@ -1153,7 +1147,7 @@ Result<std::vector<EventSummaryRow>> StateStore::Summarize() {
     row.severity = ParseSeverity(ColumnText(statement, 1)).value_or(Severity::kInfo);
     row.events = static_cast<std::uint64_t>(sqlite3_column_int64(statement, 2));
     row.errors = static_cast<std::uint64_t>(sqlite3_column_int64(statement, 3));
-    row.last = FromNanos(sqlite3_column_int64(statement, 4));
+    row.last = FromUnixNanos(sqlite3_column_int64(statement, 4));
     rows.push_back(std::move(row));
   }
   if (rc != SQLITE_DONE) return Fail(SqliteError("summarize events"));
@@ -1176,13 +1170,13 @@ Result<std::uint64_t> StateStore::Prune(std::chrono::system_clock::time_point ol
   SeverityCounts deleted{};
   {
     StatementUse sum(statements_->count_older_events);
-    sqlite3_bind_int64(sum.get(), 1, Nanos(older_than));
+    sqlite3_bind_int64(sum.get(), 1, UnixNanos(older_than));
     if (auto summed = SumBySeverity(sum.get(), "count old events", deleted); !summed)
       return Fail(summed.error());
   }
   {
     StatementUse by_age(statements_->prune_by_age);
-    sqlite3_bind_int64(by_age.get(), 1, Nanos(older_than));
+    sqlite3_bind_int64(by_age.get(), 1, UnixNanos(older_than));
     if (sqlite3_step(by_age.get()) != SQLITE_DONE) return Fail(SqliteError("prune old events"));
     removed += static_cast<std::uint64_t>(sqlite3_changes(db_));
   }
