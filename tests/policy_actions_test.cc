@@ -282,6 +282,23 @@ TEST(PolicyActionsTest, AnEventWithinARulesBootGraceIsRecordedOnly) {
   EXPECT_EQ(StateOf(rasd, 1), "healthy");
 }
 
+// An uptime no machine has ("1e308", "inf") is unknown, not a grace for ever.
+TEST(PolicyActionsTest, AnImpossibleUptimeGivesNoBootGrace) {
+  RasdInstance rasd;
+  WriteText(rasd.HostRoot() / "proc/uptime", "1e308 0\n");
+  rasd.WriteConfig(R"(policy:
+  rules:
+    - name: links-at-boot
+      match: {severity: UCE, component: device}
+      boot_grace_s: 600
+      actions: [isolate-device]
+)");
+  ASSERT_TRUE(Start(rasd));
+  EXPECT_NE(rasd.Stderr().find("the node's uptime is unknown"), std::string::npos);
+  ASSERT_EQ(rasd.Rasctl({"inject", "link", "--device", "1", "--peer", "2"}).exit_code, 0);
+  EXPECT_TRUE(WaitUntil([&] { return StateOf(rasd, 1) == "isolated"; }, 5s));
+}
+
 TEST(PolicyActionsTest, ARealGpusXidNeverLandsOnASimulatedDevice) {
   RasdInstance rasd;
   ASSERT_TRUE(Start(rasd));

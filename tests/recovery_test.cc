@@ -123,6 +123,41 @@ TEST(RecoveryTest, AutomaticRecoveryStopsOnceTheSuggestionIsMoreThanAReset) {
   EXPECT_EQ(Device(rasd, 2)["recoveries_24h"], 2);
 }
 
+// A fault during the recovery's delay is looked at when the delay ends: an
+// Xid 79 after an Xid 48 makes the reset pointless (helper's find).
+TEST(RecoveryTest, AFaultDuringTheRecoveryDelayIsLookedAtWhenItEnds) {
+  RasdInstance rasd;
+  rasd.WriteConfig("policy:\n  auto_recover: true\n  auto_recover_delay_ms: 1500\n");
+  std::string why;
+  ASSERT_TRUE(rasd.Start({}, {}, &why)) << why;
+  ASSERT_EQ(rasd.Rasctl({"inject", "xid", "48", "--device", "3"}).exit_code, 0);
+  ASSERT_TRUE(WaitForState(rasd, 3, "isolated"));
+  ASSERT_EQ(rasd.Rasctl({"inject", "xid", "79", "--device", "3"}).exit_code, 0);
+  ASSERT_TRUE(WaitUntil(
+      [&] { return rasd.Stderr().find("no automatic recovery: reboot-node is suggested now") !=
+                   std::string::npos; },
+      10s))
+      << rasd.Stderr();
+  EXPECT_EQ(Device(rasd, 3)["state"], "isolated");
+  EXPECT_EQ(Device(rasd, 3)["suggested_action"], "reboot-node");
+  EXPECT_EQ(Device(rasd, 3)["recoveries_24h"], 0);
+}
+
+// A boot id rasd cannot read is no proof of a reboot.
+TEST(RecoveryTest, AnUnreadableBootIdCountsNoReboot) {
+  RasdInstance rasd;
+  std::string why;
+  ASSERT_TRUE(rasd.Start({}, {}, &why)) << why;
+  ASSERT_EQ(rasd.Rasctl({"inject", "xid", "79", "--device", "0"}).exit_code, 0);
+  ASSERT_TRUE(WaitForState(rasd, 0, "isolated"));
+  ASSERT_TRUE(rasd.Stop().has_value());
+  std::filesystem::remove(rasd.HostRoot() / "proc/sys/kernel/random/boot_id");
+  ASSERT_TRUE(rasd.Start({}, {}, &why)) << why;
+  EXPECT_EQ(Device(rasd, 0)["suggested_action"], "reboot-node");
+  EXPECT_EQ(Device(rasd, 0)["recoveries_24h"], 0);
+  EXPECT_NE(rasd.Stderr().find("the boot id is unknown"), std::string::npos);
+}
+
 // A GPU fallen off the bus (Xid 79) needs the node rebooted: a reset and a
 // self-test would prove nothing, so automatic recovery leaves it alone.
 TEST(RecoveryTest, AnXidThatSuggestsARebootIsNotResetAutomatically) {

@@ -240,11 +240,13 @@ std::optional<jobs::JobSpec> ReadJob(ConfigValueReader& reader, const YAML::Node
 }
 
 // A code of ras.codes: decimal, or with `hex_keys` also 0x + 32 bits.
+// A code: a mapping's key (`is_key`: messages say "PATH key") or a value.
 std::optional<int> ReadCode(ConfigValueReader& reader, const YAML::Node& key,
-                            const std::string& path, bool hex_keys) {
+                            const std::string& path, bool hex_keys, bool is_key = true) {
   const std::string key_text = key.IsScalar() ? key.Scalar() : "";
+  const std::string where = is_key ? path + " key" : path;
   if (!hex_keys || !(key_text.starts_with("0x") || key_text.starts_with("0X"))) {
-    auto code = reader.ReadInteger(key, path + " key", 0, 99'999'999);
+    auto code = reader.ReadInteger(key, where, 0, 99'999'999);
     if (!code) return std::nullopt;
     return static_cast<int>(*code);
   }
@@ -252,9 +254,9 @@ std::optional<int> ReadCode(ConfigValueReader& reader, const YAML::Node& key,
   const auto [end, ec] =
       std::from_chars(key_text.data() + 2, key_text.data() + key_text.size(), bits, 16);
   if (key_text.size() == 2 || ec != std::errc() || end != key_text.data() + key_text.size()) {
-    reader.Problem(key.Mark(), fmt::format("'{} key' must be a code such as 507053 or "
+    reader.Problem(key.Mark(), fmt::format("'{}' must be a code such as 507053 or "
                                            "0x80E01801, not '{}'",
-                                           path, key_text));
+                                           where, key_text));
     return std::nullopt;
   }
   return static_cast<int>(static_cast<std::int32_t>(bits));
@@ -290,7 +292,8 @@ std::optional<ras::RecoveryRow> ReadRecoveryRow(ConfigValueReader& reader, const
   for (auto& key : match_keys) {
     if (key.name != "vendor_code") continue;
     key.read = [&reader, &match](const YAML::Node& value, const std::string& key_path) {
-      if (auto code = ReadCode(reader, value, key_path, /*hex_keys=*/true)) match.vendor_code = *code;
+      if (auto code = ReadCode(reader, value, key_path, /*hex_keys=*/true, /*is_key=*/false))
+        match.vendor_code = *code;
     };
   }
   const std::vector<Key> row_keys = {
@@ -325,6 +328,13 @@ std::optional<ras::RecoveryRow> ReadRecoveryRow(ConfigValueReader& reader, const
   if (!node.IsMap()) return std::nullopt;
   if (!has_action) {
     reader.Problem(node.Mark(), fmt::format("'{}' needs an 'action'", path));
+    ok = false;
+  }
+  if (has_action && row.escalate_to && *row.escalate_to <= row.action) {
+    reader.Problem(node.Mark(),
+                   fmt::format("'{}': escalate_to ({}) must be stronger than action ({})", path,
+                               ras::RecoveryActionName(*row.escalate_to),
+                               ras::RecoveryActionName(row.action)));
     ok = false;
   }
   if (!ok || reader.ProblemCount() != problems_before) return std::nullopt;

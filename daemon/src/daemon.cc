@@ -294,7 +294,9 @@ void Daemon::SetBootTime() {
     const std::string first = text.substr(0, space);
     std::from_chars(first.data(), first.data() + first.size(), seconds);
   }
-  if (!uptime || !(seconds >= 0)) {
+  // At most a century: "1e308" or "inf" would overflow the subtraction and
+  // put every boot-grace rule in grace for ever.
+  if (!uptime || !(seconds >= 0) || !(seconds < 100.0 * 365 * 86400)) {
     RASD_LOG_INFO("policy: the node's uptime is unknown ({}): no rule's boot grace applies",
                   uptime ? "unreadable /proc/uptime" : uptime.error().message);
     return;

@@ -120,9 +120,11 @@ void DeviceLifecycle::Undrain(int device, const std::string& reason, bool force,
                            : reason,
             "undrain-device");
         jobs_.Reconsider();
+        // Back in service even when the state could not be saved (that is
+        // retried): the recovery counts either way.
+        if (recovered_ && report.passed) recovered_(device, "undrain");
         if (!changed) return done(Fail(changed.error()));
         drain_timers_.erase(device);
-        if (recovered_ && report.passed) recovered_(device, "undrain");
         MaybeResumeNode();
         done(StateChange{.device = device,
                          .state = runtime::HealthState::kHealthy,
@@ -236,6 +238,16 @@ void DeviceLifecycle::Recover(int device) {
   auto found = runtime_.GetDevice(device);
   if (!found || (*found)->Health() != runtime::HealthState::kIsolated) return;  // an operator acted
   if (testing_.contains(device)) return;  // an operator's undrain is testing it now
+  // Looked at again now: a fault during the delay (an Xid 79 after an Xid
+  // 48) may have made a reset pointless (helper's find).
+  if (advisor_) {
+    if (const auto suggested = advisor_(device); suggested > ras::RecoveryAction::kResetDevice) {
+      RASD_LOG_WARN("device {}: no automatic recovery: {} is suggested now, more than a reset; it "
+                    "waits for an operator",
+                    device, ras::RecoveryActionName(suggested));
+      return;
+    }
+  }
   ras::ActionRecord record;
   record.time = loop_.GetClock().Wall();
   record.action = "reset-device";

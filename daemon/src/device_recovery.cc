@@ -11,6 +11,10 @@ namespace rasd::daemon {
 namespace {
 
 constexpr std::size_t kKeptRecoveries = 64;
+constexpr std::size_t kMaxWhy = 512;
+
+// A boot id rasd could not read is no evidence of a reboot.
+bool KnownBootId(const std::string& id) { return !id.empty() && id != "unknown"; }
 constexpr std::chrono::seconds kRetryPeriod{1};
 
 }  // namespace
@@ -67,12 +71,16 @@ void DeviceRecovery::Load() {
       const auto spec = nlohmann::json::parse(record.spec);
       state.action = ras::ParseRecoveryAction(spec.at("action").get<std::string>())
                          .value_or(ras::RecoveryAction::kNone);
-      state.why = spec.value("why", std::string());
+      state.why = spec.value("why", std::string()).substr(0, kMaxWhy);
       state.boot_id = spec.value("boot_id", std::string());
       state.open = spec.value("open", false);
-      for (const auto& recovery : spec.at("recoveries")) {
-        state.recoveries.push_back(
-            {common::FromUnixNanos(recovery.at("time").get<std::int64_t>()), recovery.value("how", std::string())});
+      const auto& recoveries = spec.at("recoveries");
+      // The newest kKeptRecoveries, as saved; a damaged row may hold more.
+      const std::size_t skip =
+          recoveries.size() > kKeptRecoveries ? recoveries.size() - kKeptRecoveries : 0;
+      for (std::size_t i = skip; i < recoveries.size(); ++i) {
+        state.recoveries.push_back({common::FromUnixNanos(recoveries[i].at("time").get<std::int64_t>()),
+                                    recoveries[i].value("how", std::string()).substr(0, 64)});
       }
     } catch (const nlohmann::json::exception& error) {
       RASD_LOG_ERROR("recovery history of device {} ({}) is damaged ({}): started afresh",
@@ -81,7 +89,13 @@ void DeviceRecovery::Load() {
     }
     const int device = index->second;
     if (state.open && state.action == ras::RecoveryAction::kRebootNode &&
-        !state.boot_id.empty() && state.boot_id != boot_id_) {
+        (!KnownBootId(state.boot_id) || !KnownBootId(boot_id_))) {
+      RASD_LOG_WARN("device {}: a reboot was suggested, but the boot id is unknown (saved '{}', "
+                    "now '{}'): no reboot is counted",
+                    device, state.boot_id, boot_id_);
+    }
+    if (state.open && state.action == ras::RecoveryAction::kRebootNode &&
+        KnownBootId(state.boot_id) && KnownBootId(boot_id_) && state.boot_id != boot_id_) {
       state.recoveries.push_back({loop_.GetClock().Wall(), "reboot"});
       state.open = false;
       RASD_LOG_INFO("device {}: the node was rebooted as suggested ({}): counted as a recovery",
@@ -153,7 +167,11 @@ DeviceRecovery::View DeviceRecovery::For(int device) const {
     const auto now = loop_.GetClock().Wall();
     view.recoveries_24h = static_cast<std::size_t>(std::count_if(
         found->second.recoveries.begin(), found->second.recoveries.end(),
-        [&](const Recovery& recovery) { return now - recovery.time <= std::chrono::hours(24); }));
+        [&](const Recovery& recovery) {
+          // As the escalation counts them: none from the future (a clock
+          // stepped back).
+          return recovery.time <= now && now - recovery.time <= std::chrono::hours(24);
+        }));
   }
   if (auto gate = runtime_.GetDevice(device)) view.clears = ClearsBy((*gate)->Health(), view.action);
   return view;

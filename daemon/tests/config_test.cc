@@ -123,10 +123,16 @@ TEST(ConfigTest, RecoveryRowsAreReadWithTheirEscalationAndBadOnesNamed) {
     - action: none
       escalate_to: pray
     - match: {vendor_code: 79}
+    - match: {vendor_code: 79}
+      action: reboot-node
+      escalate_to: none
 )",
                                "bad.yaml");
   const auto problems = Problems(bad);
-  ASSERT_EQ(problems.size(), 4u) << testing::PrintToString(problems);
+  ASSERT_EQ(problems.size(), 5u) << testing::PrintToString(problems);
+  EXPECT_NE(problems[4].find("escalate_to (none) must be stronger than action (reboot-node)"),
+            std::string::npos)
+      << problems[4];
   EXPECT_NE(problems[0].find("bad.yaml:4:15: 'ras.recovery[0].action' must be one of none, "
                              "restart-app"),
             std::string::npos)

@@ -257,7 +257,7 @@ std::vector<Action> PolicyEngine::DecideLive(const RasEvent& event, std::chrono:
                     std::chrono::duration<double>(event.time - *boot_time_).count(),
                     rule->boot_grace.count());
     for (ActionKind kind : rule->actions) {
-      act(kind, rule->name, what + ": " + why);
+      act(kind, rule->name, what + ": boot grace");
       actions.back().withheld = kind != ActionKind::kRecord;
       actions.back().withheld_why = why;
     }
