@@ -40,8 +40,9 @@ struct InfinibandSnapshot {
   struct Device {
     std::string name;                        // mlx5_0, i40iw0
     std::string board_id, fw_ver, hca_type;  // empty where not given
-    // The PCI function behind the device (its `device` link), for pairing
-    // a NIC with the accelerators beside it; absent where not known.
+    // The PCI function behind the device (its `device` link, else the PCI
+    // directory its class entry links into), for pairing a NIC with the
+    // accelerators beside it; absent where neither names one.
     std::optional<std::string> pci_bdf;
     std::map<int, Port> ports;
   };
