@@ -17,7 +17,7 @@ struct ScannedRecord;
 // it; the store, the exporters and the policy read it. A plain value.
 struct RasEvent {
   std::chrono::system_clock::time_point time;
-  std::string source;  // kmsg | edac_sysfs | driver | bert | pstore | tracefs
+  std::string source;  // kmsg | edac_sysfs | infiniband_sysfs | driver | bert | pstore | tracefs
   std::string origin;  // edac | mce | ghes | aer | memory_failure | nvidia_xid | ... | sim
   Severity severity = Severity::kInfo;
   std::optional<int> device;  // runtime device index, for accelerator events
