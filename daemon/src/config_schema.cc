@@ -367,6 +367,13 @@ void AddRasKeys(std::vector<ConfigKey>& keys) {
                      "the instance's name under `<host.root>/sys/kernel/tracing/instances`; "
                      "one rasd owns it (a lock on it): a second rasd on the same name goes "
                      "without tracepoints and says so, leaving the owner's instance alone"));
+  keys.push_back(Row("ras.infiniband_poll_ms", kRestart, RASD_CONFIG_FIELD(ras.infiniband_poll),
+                     EdacPoll(),
+                     "how often the RDMA ports under `/sys/class/infiniband` (InfiniBand, RoCE) "
+                     "are read: state, rate and counters, published as `rasd_infiniband_*` (node_"
+                     "exporter's values); an error counter's increase is a CE event, a port "
+                     "leaving ACTIVE/LinkUp a UCE one (origin `infiniband`); 0: off. Without "
+                     "RDMA devices rasd looks for them once a minute and more rarely after"));
   keys.push_back(Row("ras.edac_poll_ms", kRestart, RASD_CONFIG_FIELD(ras.edac_poll), EdacPoll(),
                      "how often the EDAC sysfs counters are read (csrow, dimm, rank layouts); "
                      "every increase is an event; 0: off. Without any EDAC controller rasd looks "

@@ -78,6 +78,7 @@ exporters::MetricsSnapshot DaemonMetrics::Now() const {
     snapshot = loop_part_;
   }
   snapshot.version = kVersion;
+  if (ingest_) snapshot.infiniband = ingest_->InfinibandPorts();
   // Thread-safe reads: device gates are atomics, pools and the actuator's
   // counts and the jobs have their own locks.
   for (const auto& device : runtime_.Devices()) {

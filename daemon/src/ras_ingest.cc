@@ -102,6 +102,7 @@ Status RasIngest::Start() {
   stats_.sources["tracefs"] = {"disabled", "ras.tracefs is off"};
   stats_.sources["edac"] = {"disabled", "ras.edac_poll_ms is 0"};
   stats_.sources["nvml"] = {"disabled", "ras.nvml is off"};
+  stats_.sources["infiniband"] = {"disabled", "ras.infiniband_poll_ms is 0"};
   if (options_.kmsg) StartKmsg();
   if (options_.tracefs) {
     tracefs_retry_timer_ = loop_.CreateTimer([this] { StartTracefs(); });
@@ -111,6 +112,16 @@ Status RasIngest::Start() {
   CheckPstore();
   bert_timer_ = loop_.CreateTimer([this] { CheckBert(); });
   CheckBert();
+  if (options_.infiniband_poll.count() > 0) {
+    infiniband_ = std::make_unique<ras::InfinibandSysfsSource>(host_);
+    (void)infiniband_->Poll();  // the baseline: counts since boot are not news
+    {
+      std::lock_guard lock(infiniband_mutex_);
+      infiniband_published_ = infiniband_->Last();
+    }
+    infiniband_timer_ = loop_.CreateTimer([this] { PollInfiniband(); });
+    ArmInfiniband();
+  }
   if (options_.edac_poll.count() > 0) {
     edac_ = std::make_unique<ras::EdacSysfsSource>(host_);
     (void)edac_->Poll();  // the baseline: counts since boot are not news
@@ -411,6 +422,39 @@ void RasIngest::PollEdac() {
   Deliver(edac_->Poll());
   stats_.edac_controllers = edac_->Last().controllers.size();
   ArmEdac();
+}
+
+void RasIngest::ArmInfiniband() {
+  const std::size_t devices = infiniband_->Last().devices.size();
+  if (devices > 0) {
+    infiniband_backoff_.Reset();
+    std::size_t ports = 0;
+    for (const auto& [name, device] : infiniband_->Last().devices) ports += device.ports.size();
+    stats_.sources["infiniband"] = {
+        "active", fmt::format("{} RDMA device(s), {} port(s), polled every {} ms", devices, ports,
+                              options_.infiniband_poll.count())};
+    infiniband_timer_->ArmAfter(options_.infiniband_poll);
+    return;
+  }
+  const auto delay = infiniband_backoff_.Next();
+  stats_.sources["infiniband"] = {
+      "absent", fmt::format("no RDMA device under {}; looked for again in {} s",
+                            host_.Resolve("/sys/class/infiniband").string(), delay.count())};
+  infiniband_timer_->ArmAfter(delay);
+}
+
+void RasIngest::PollInfiniband() {
+  Deliver(infiniband_->Poll());
+  {
+    std::lock_guard lock(infiniband_mutex_);
+    infiniband_published_ = infiniband_->Last();
+  }
+  ArmInfiniband();
+}
+
+ras::InfinibandSnapshot RasIngest::InfinibandPorts() const {
+  std::lock_guard lock(infiniband_mutex_);
+  return infiniband_published_;
 }
 
 void RasIngest::OnDriverEvents() {

@@ -15,6 +15,7 @@
 #include "rasd/daemon/config.h"
 #include "rasd/drivers_shim/nvml_monitor.h"
 #include "rasd/ras/edac_sysfs_source.h"
+#include "rasd/ras/infiniband_sysfs_source.h"
 #include "rasd/ras/kmsg_source.h"
 #include "rasd/ras/ras_event.h"
 #include "rasd/ras/state_store.h"
@@ -118,6 +119,8 @@ class RasIngest {
   }
   // The EDAC counters as last polled (empty without EDAC).
   ras::EdacSnapshot EdacCounters() const;
+  // The RDMA ports as last read. Thread-safe (the metrics exposer reads it).
+  ras::InfinibandSnapshot InfinibandPorts() const;
   Stats GetStats() const;
   // The processes NVML lists as computing on the GPU at `pci_bdf` now
   // (kill-consumer's evidence when a record names no process);
@@ -158,6 +161,8 @@ class RasIngest {
   void PollEdac();
   // The EDAC timer: every edac_poll while controllers exist, else backoff.
   void ArmEdac();
+  void PollInfiniband();
+  void ArmInfiniband();
   void OnDriverEvents();
 
   common::EventLoop& loop_;
@@ -197,6 +202,11 @@ class RasIngest {
   std::unique_ptr<common::Timer> prune_timer_;
   std::unique_ptr<ras::EdacSysfsSource> edac_;
   std::unique_ptr<common::Timer> edac_timer_;
+  std::unique_ptr<ras::InfinibandSysfsSource> infiniband_;
+  std::unique_ptr<common::Timer> infiniband_timer_;
+  SourceBackoff infiniband_backoff_;
+  mutable std::mutex infiniband_mutex_;
+  ras::InfinibandSnapshot infiniband_published_;  // guarded by infiniband_mutex_
 
   common::UniqueFd driver_eventfd_;
   std::unique_ptr<common::FdWatch> driver_watch_;

@@ -57,6 +57,7 @@ ras:
   tracefs: false
   tracefs_instance: other
   edac_poll_ms: 0
+  infiniband_poll_ms: 0
   nvml: false
   nvml_library: /opt/libnvidia-ml.so
   nvml_poll_ms: 500
@@ -163,6 +164,7 @@ TEST(ConfigSchemaTest, RestartKeysAreTheOnesReloadAlwaysKept) {
       "ras.kmsg_file_poll_ms",
       "ras.tracefs",
       "ras.tracefs_instance",
+      "ras.infiniband_poll_ms",
       "ras.edac_poll_ms",
       "ras.nvml",
       "ras.nvml_library",

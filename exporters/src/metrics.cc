@@ -57,6 +57,103 @@ ClientMetric HistogramMetric(const Histogram& histogram) {
   return metric;
 }
 
+// The RDMA ports: node_exporter's infiniband families (the same names with
+// rasd_ for node_, the same labels and values, so dashboards carry over),
+// each declared even on a host without ports, and the error counters
+// node_exporter does not publish (symbol_error, hw_counters) in one family
+// of rasd's own.
+template <typename Add>
+void AddInfiniband(const ras::InfinibandSnapshot& infiniband, Add& add) {
+  struct Known {
+    const char* name;
+    const char* help;
+  };
+  static const Known kCounters[] = {
+      {"link_downed_total", "Times the port's link went down after failing to recover"},
+      {"link_error_recovery_total", "Times the port's link recovered from an error"},
+      {"multicast_packets_received_total", "Multicast packets received (counters/)"},
+      {"multicast_packets_transmitted_total", "Multicast packets sent (counters/)"},
+      {"port_constraint_errors_received_total", "Received packets a switch port discarded"},
+      {"port_constraint_errors_transmitted_total", "Packets a switch port did not send"},
+      {"port_data_received_bytes_total", "Data received, in bytes (counters/, 32-bit)"},
+      {"port_data_transmitted_bytes_total", "Data sent, in bytes (counters/, 32-bit)"},
+      {"port_discards_received_total", "Inbound packets discarded (port down or congested)"},
+      {"port_discards_transmitted_total", "Outbound packets discarded (port down or congested)"},
+      {"port_errors_received_total", "Received packets that held an error"},
+      {"port_packets_received_total", "Packets received on all virtual lanes"},
+      {"port_packets_transmitted_total", "Packets sent on all virtual lanes"},
+      {"port_transmit_wait_total", "Ticks the port had data to send and sent none"},
+      {"unicast_packets_received_total", "Unicast packets received (counters/)"},
+      {"unicast_packets_transmitted_total", "Unicast packets sent (counters/)"},
+      {"legacy_data_received_bytes_total", "Data received, in bytes (counters_ext/, 64-bit)"},
+      {"legacy_data_transmitted_bytes_total", "Data sent, in bytes (counters_ext/, 64-bit)"},
+      {"legacy_multicast_packets_received_total", "Multicast packets received (counters_ext/)"},
+      {"legacy_multicast_packets_transmitted_total", "Multicast packets sent (counters_ext/)"},
+      {"legacy_packets_received_total", "Packets received (counters_ext/)"},
+      {"legacy_packets_transmitted_total", "Packets sent (counters_ext/)"},
+      {"legacy_unicast_packets_received_total", "Unicast packets received (counters_ext/)"},
+      {"legacy_unicast_packets_transmitted_total", "Unicast packets sent (counters_ext/)"},
+  };
+  std::map<std::string, MetricFamily> counters;
+  for (const auto& known : kCounters) {
+    counters.emplace(known.name, Family(std::string("rasd_infiniband_") + known.name, known.help,
+                                        MetricType::Counter));
+  }
+  auto info = Family("rasd_infiniband_info", "An RDMA device's identity; always 1",
+                     MetricType::Gauge);
+  auto state = Family("rasd_infiniband_state_id",
+                      "Port state (1 down, 2 init, 3 armed, 4 active, 5 active defer)",
+                      MetricType::Gauge);
+  auto physical = Family("rasd_infiniband_physical_state_id",
+                         "Port physical state (1 sleep, 2 polling, 3 disabled, 4 training, 5 "
+                         "link up, 6 error recovery, 7 phy test)",
+                         MetricType::Gauge);
+  auto rate = Family("rasd_infiniband_rate_bytes_per_second", "The port's signalling rate",
+                     MetricType::Gauge);
+  auto errors = Family("rasd_infiniband_error_counter_total",
+                       "Error counters node_exporter does not publish (symbol_error, VL15_dropped, "
+                       "hw_counters), by counter, as sysfs gives them",
+                       MetricType::Counter);
+  for (const auto& [name, device] : infiniband.devices) {
+    info.metric.push_back(Value(MetricType::Gauge, 1,
+                                {{"board_id", device.board_id},
+                                 {"device", name},
+                                 {"firmware_version", device.fw_ver},
+                                 {"hca_type", device.hca_type}}));
+    for (const auto& [number, port] : device.ports) {
+      const std::vector<std::pair<std::string, std::string>> labels = {
+          {"device", name}, {"port", std::to_string(number)}};
+      if (port.state) state.metric.push_back(Value(MetricType::Gauge, port.state->id, labels));
+      if (port.phys_state)
+        physical.metric.push_back(Value(MetricType::Gauge, port.phys_state->id, labels));
+      if (port.rate_bytes_per_second) {
+        rate.metric.push_back(
+            Value(MetricType::Gauge, static_cast<double>(*port.rate_bytes_per_second), labels));
+      }
+      for (const auto& [counter, raw] : port.counters) {
+        const auto published = ras::NodeExporterName(counter);
+        auto family = published ? counters.find(std::string(*published)) : counters.end();
+        if (family != counters.end()) {
+          family->second.metric.push_back(
+              Value(MetricType::Counter,
+                    static_cast<double>(ras::NodeExporterValue(counter, raw)), labels));
+        } else if (ras::IsInfinibandErrorCounter(counter)) {
+          auto with_counter = labels;
+          with_counter.emplace_back("counter", counter);
+          errors.metric.push_back(
+              Value(MetricType::Counter, static_cast<double>(raw), with_counter));
+        }
+      }
+    }
+  }
+  add(std::move(info));
+  add(std::move(state));
+  add(std::move(physical));
+  add(std::move(rate));
+  for (auto& [name, family] : counters) add(std::move(family));
+  add(std::move(errors));
+}
+
 std::vector<MetricFamily> Families(const MetricsSnapshot& snapshot) {
   std::vector<MetricFamily> families;
   auto add = [&families](MetricFamily family) {
@@ -143,6 +240,7 @@ std::vector<MetricFamily> Families(const MetricsSnapshot& snapshot) {
     add(std::move(op_timeouts));
     add(std::move(latency));
   }
+  AddInfiniband(snapshot.infiniband, add);
   {
     auto family = Family("rasd_device_suggested_action",
                          "1 for the recovery action suggested for the device (none, restart-app, "

@@ -49,6 +49,43 @@ TEST(MetricsTest, EdacCountersAreNodeExportersForTheSameTree) {
   }
 }
 
+// Every sample node_exporter 1.x printed for its own infiniband fixture
+// (beside the tree in the corpus) is in rasd's exposition with rasd_ for
+// node_, the same labels and the same value.
+TEST(MetricsTest, InfinibandIsNodeExportersForTheSameTree) {
+  const std::string fixture =
+      std::string(RASD_CORPUS_DIR) + "/infiniband_sysfs/node_exporter-fixture";
+  common::HostEnv host(fixture, std::make_shared<common::SystemClock>());
+  MetricsSnapshot snapshot;
+  snapshot.infiniband = ras::ReadInfinibandSnapshot(host);
+  ASSERT_EQ(snapshot.infiniband.devices.size(), 2u);
+  const std::string text = RenderText(snapshot);
+  std::ifstream expected(fixture + "/node_exporter-e2e-output.prom");
+  ASSERT_TRUE(expected) << fixture;
+  std::string line;
+  int compared = 0;
+  while (std::getline(expected, line)) {
+    if (line.empty() || line.starts_with("#")) continue;
+    ASSERT_TRUE(line.starts_with("node_infiniband_")) << line;
+    // node_exporter prints 1.8527668e+07 where prometheus-cpp prints
+    // 18527668: compare the numbers, not the text.
+    const auto space = line.rfind(' ');
+    const std::string series = "rasd_" + line.substr(5, space - 5);
+    const double value = std::stod(line.substr(space + 1));
+    const auto at = text.find(series + " ");
+    ASSERT_NE(at, std::string::npos) << series << "\n" << text;
+    const auto end = text.find('\n', at);
+    const double ours = std::stod(text.substr(at + series.size() + 1, end - at - series.size() - 1));
+    EXPECT_DOUBLE_EQ(ours, value) << series;
+    ++compared;
+  }
+  EXPECT_EQ(compared, 51);
+  // A counter node_exporter leaves out is still there for rasd's alerts.
+  EXPECT_EQ(text.find("rasd_infiniband_error_counter_total{counter=\"counters/symbol_error\""),
+            std::string::npos)
+      << "the fixture has no symbol_error: nothing invented";
+}
+
 TEST(MetricsTest, APartialTreeStillReportsEveryCounterThatExists) {
   MetricsSnapshot snapshot;
   snapshot.edac = Edac("edac-utils-15");

@@ -70,6 +70,8 @@ struct Config {
     std::string tracefs_instance = "rasd";
     // How often the EDAC sysfs counters are read; 0 turns the poller off.
     std::chrono::milliseconds edac_poll{10000};
+    // RDMA ports under <host.root>/sys/class/infiniband; 0: off.
+    std::chrono::milliseconds infiniband_poll{10000};
     // Read NVIDIA's Xid and ECC reports through NVML where the library and
     // a driver are present (a host without them logs one line).
     bool nvml = true;

@@ -12,6 +12,7 @@
 
 #include "rasd/common/result.h"
 #include "rasd/ras/edac_sysfs_source.h"
+#include "rasd/ras/infiniband_sysfs_source.h"
 
 namespace prometheus {
 class Exposer;
@@ -62,6 +63,9 @@ struct MetricsSnapshot {
   std::map<std::pair<std::string, std::string>, std::uint64_t> jobs;      // (kind, state) -> jobs
   std::map<std::pair<std::string, std::string>, std::uint64_t> requests;  // (job, outcome)
   ras::EdacSnapshot edac;
+  // RDMA ports (InfiniBand, RoCE) as sysfs shows them: published under
+  // node_exporter's infiniband names and values, with rasd_ for node_.
+  ras::InfinibandSnapshot infiniband;
   std::map<std::string, std::uint64_t> source_errors;  // undecodable input, by source
   std::uint64_t kmsg_gaps = 0;
   std::uint64_t kmsg_untrusted = 0;
