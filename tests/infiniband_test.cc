@@ -80,5 +80,48 @@ TEST(InfinibandTest, PortsAreMetricsCounterIncreasesAndLinkDownsAreEvents) {
   }
 }
 
+// The NIC behind the same PCIe switch as simulated device 1 serves it: the
+// devices view says so, and a port's fault names the device it reaches.
+TEST(InfinibandTest, APortsFaultNamesTheAcceleratorsBehindItsSwitch) {
+  RasdInstance rasd;
+  const auto host = rasd.HostRoot();
+  const auto tree = host / "sys/class/infiniband";
+  std::filesystem::create_directories(tree.parent_path());
+  std::filesystem::copy(Fixture(), tree,
+                        std::filesystem::copy_options::recursive |
+                            std::filesystem::copy_options::copy_symlinks);
+  // Simulated device 1 is ffff:c2:00.0; the NIC sits on the same switch.
+  auto add = [&](const std::string& bdf, const std::string& path) {
+    std::filesystem::create_directories(host / "sys/devices" / path);
+    WriteText(host / "sys/devices" / path / "numa_node", "0\n");
+    std::filesystem::create_directories(host / "sys/bus/pci/devices");
+    std::filesystem::create_directory_symlink("../../../devices/" + path,
+                                              host / "sys/bus/pci/devices" / bdf);
+  };
+  add("ffff:c2:00.0", "pciffff:00/ffff:00:01.0/ffff:01:00.0/ffff:02:08.0/ffff:c2:00.0");
+  add("ffff:c9:00.0", "pciffff:00/ffff:00:01.0/ffff:01:00.0/ffff:02:10.0/ffff:c9:00.0");
+  std::filesystem::create_directory_symlink(
+      "../../../devices/pciffff:00/ffff:00:01.0/ffff:01:00.0/ffff:02:10.0/ffff:c9:00.0",
+      tree / "mlx4_0/device");
+  rasd.WriteConfig("ras:\n  infiniband_poll_ms: 100\n");
+  std::string why;
+  ASSERT_TRUE(rasd.Start({}, {}, &why)) << why;
+  const nlohmann::json devices = rasd.RasctlJson({"devices"});
+  EXPECT_EQ(devices["devices"][1]["rdma_ports"],
+            nlohmann::json::parse(R"([{"device": "mlx4_0", "port": 1, "how": "same PCIe switch"},
+                                      {"device": "mlx4_0", "port": 2, "how": "same PCIe switch"}])"));
+  EXPECT_TRUE(devices["devices"][0]["rdma_ports"].empty());
+  EXPECT_NE(rasd.Rasctl({"devices", "1"}).out.find("RDMA: mlx4_0 port 1, mlx4_0 port 2 (same PCIe "
+                                                   "switch)"),
+            std::string::npos);
+  WriteText(tree / "mlx4_0/ports/1/state", "1: DOWN\n");
+  ASSERT_TRUE(WaitUntil([&] { return InfinibandEvents(rasd).size() == 1; }, 10s))
+      << rasd.Stderr();
+  EXPECT_NE(InfinibandEvents(rasd)[0]["summary"].get<std::string>().find(
+                "[serves device(s) 1: same PCIe switch]"),
+            std::string::npos)
+      << InfinibandEvents(rasd)[0].dump();
+}
+
 }  // namespace
 }  // namespace rasd::testing

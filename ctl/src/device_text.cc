@@ -37,8 +37,10 @@ std::string FormatDevices(const nlohmann::json& result) {
     const std::string suggested = JsonText(device, "suggested_action");
     const std::string clears = JsonText(device, "clears");
     const bool has_advice = (!suggested.empty() && suggested != "none") || !clears.empty();
+    const bool has_rdma = device.contains("rdma_ports") && device["rdma_ports"].is_array() &&
+                          !device["rdma_ports"].empty();
     const bool has_history =
-        has_advice ||
+        has_advice || has_rdma ||
         (device.contains("recent_actions") && !device["recent_actions"].empty()) ||
         (device.contains("self_test") && !device["self_test"].is_null()) ||
         (device.contains("jobs") && !device["jobs"].empty()) ||
@@ -50,6 +52,14 @@ std::string FormatDevices(const nlohmann::json& result) {
       out += fmt::format("  suggested: {}\n", JsonText(device, "suggested_why"));
     }
     if (!clears.empty()) out += "  clears by: " + clears + "\n";
+    if (has_rdma) {
+      std::string ports;
+      for (const auto& port : device["rdma_ports"]) {
+        if (!ports.empty()) ports += ", ";
+        ports += fmt::format("{} port {}", JsonText(port, "device"), JsonText(port, "port"));
+      }
+      out += fmt::format("  RDMA: {} ({})\n", ports, JsonText(device["rdma_ports"][0], "how"));
+    }
     if (device.contains("jobs") && !device["jobs"].empty()) {
       std::string jobs;
       for (const auto& job : device["jobs"]) {

@@ -304,6 +304,7 @@ nlohmann::json ControlApi::DeviceJson(const runtime::Device& device) {
   entry["suggested_why"] = recovery.why;
   entry["clears"] = recovery.clears;
   entry["recoveries_24h"] = recovery.recoveries_24h;
+  entry["rdma_ports"] = parts_.rdma_ports ? parts_.rdma_ports(index) : nlohmann::json::array();
   if (auto pool = parts_.runtime.Pool(index)) {
     const auto stats = (*pool)->Stats();
     entry["pool"] = {{"reserved_bytes", stats.reserved_bytes},

@@ -51,6 +51,8 @@ class ControlApi {
     // The daemon's part of `status` (version, paths, sources, config).
     std::function<Result<nlohmann::json>()> status;
     std::function<Result<nlohmann::json>()> reload;
+    // The RDMA ports a device uses, as the devices view shows them.
+    std::function<nlohmann::json(int device)> rdma_ports;
     // Backends the config named that are not available ("cuda: why").
     std::vector<std::string> missing_backends;
     // The scheduler link as `status` and `check` show it ({"kind": "none"}

@@ -255,6 +255,15 @@ Status Daemon::StartControl() {
                         },
                         .status = [this] { return StatusReport(); },
                         .reload = [this] { return Reload(); },
+                        .rdma_ports =
+                            [this](int device) {
+                              nlohmann::json ports = nlohmann::json::array();
+                              for (const auto& port : ingest_->RdmaPortsOf(device)) {
+                                ports.push_back(
+                                    {{"device", port.device}, {"port", port.port}, {"how", port.how}});
+                              }
+                              return ports;
+                            },
                         .missing_backends = missing_backends_,
                         .scheduler = [this] { return SchedulerView(); },
                         .state_changed =

@@ -1,6 +1,7 @@
 #include "ras_ingest.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <malloc.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -115,6 +116,7 @@ Status RasIngest::Start() {
   if (options_.infiniband_poll.count() > 0) {
     infiniband_ = std::make_unique<ras::InfinibandSysfsSource>(host_);
     (void)infiniband_->Poll();  // the baseline: counts since boot are not news
+    UpdateNicAffinity();
     {
       std::lock_guard lock(infiniband_mutex_);
       infiniband_published_ = infiniband_->Last();
@@ -443,8 +445,62 @@ void RasIngest::ArmInfiniband() {
   infiniband_timer_->ArmAfter(delay);
 }
 
+void RasIngest::UpdateNicAffinity() {
+  std::set<std::string> names;
+  for (const auto& [name, device] : infiniband_->Last().devices) names.insert(name);
+  if (names == affinity_of_) return;
+  affinity_of_ = names;
+  nic_affinity_.clear();
+  std::vector<std::pair<int, ras::PciPlacement>> accelerators;
+  for (const auto& device : runtime_.Devices()) {
+    if (auto placement = ras::ReadPciPlacement(host_, device->Properties().pci_bdf))
+      accelerators.emplace_back(device->Index(), std::move(*placement));
+  }
+  for (const auto& [name, device] : infiniband_->Last().devices) {
+    if (!device.pci_bdf) continue;
+    auto nic = ras::ReadPciPlacement(host_, *device.pci_bdf);
+    if (!nic) continue;
+    auto affinity = ras::AcceleratorsOfNic(*nic, accelerators);
+    if (!affinity.devices.empty()) {
+      RASD_LOG_INFO("RDMA device {} ({}) serves device(s) {}: {}", name, *device.pci_bdf,
+                    fmt::join(affinity.devices, ", "), affinity.how);
+    }
+    nic_affinity_[name] = std::move(affinity);
+  }
+}
+
+std::vector<RasIngest::RdmaPort> RasIngest::RdmaPortsOf(int device) const {
+  std::vector<RdmaPort> ports;
+  if (!infiniband_) return ports;
+  for (const auto& [name, affinity] : nic_affinity_) {
+    if (std::find(affinity.devices.begin(), affinity.devices.end(), device) ==
+        affinity.devices.end())
+      continue;
+    auto found = infiniband_->Last().devices.find(name);
+    if (found == infiniband_->Last().devices.end()) continue;
+    for (const auto& [number, port] : found->second.ports)
+      ports.push_back({name, number, affinity.how});
+  }
+  return ports;
+}
+
 void RasIngest::PollInfiniband() {
-  Deliver(infiniband_->Poll());
+  auto events = infiniband_->Poll();
+  UpdateNicAffinity();
+  // People see which accelerators a NIC's fault reaches (the event names
+  // the NIC by its PCI address).
+  for (auto& event : events) {
+    if (!event.pci_bdf) continue;
+    for (const auto& [name, device] : infiniband_->Last().devices) {
+      if (device.pci_bdf != event.pci_bdf) continue;
+      auto affinity = nic_affinity_.find(name);
+      if (affinity == nic_affinity_.end() || affinity->second.devices.empty()) break;
+      event.summary += fmt::format(" [serves device(s) {}: {}]",
+                                   fmt::join(affinity->second.devices, ", "), affinity->second.how);
+      break;
+    }
+  }
+  Deliver(std::move(events));
   {
     std::lock_guard lock(infiniband_mutex_);
     infiniband_published_ = infiniband_->Last();

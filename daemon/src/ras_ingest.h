@@ -8,6 +8,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 
 #include "rasd/common/event_loop.h"
 #include "rasd/common/host_env.h"
@@ -17,6 +18,7 @@
 #include "rasd/ras/edac_sysfs_source.h"
 #include "rasd/ras/infiniband_sysfs_source.h"
 #include "rasd/ras/kmsg_source.h"
+#include "rasd/ras/pci_topology.h"
 #include "rasd/ras/ras_event.h"
 #include "rasd/ras/state_store.h"
 #include "rasd/ras/tracefs_source.h"
@@ -121,6 +123,15 @@ class RasIngest {
   ras::EdacSnapshot EdacCounters() const;
   // The RDMA ports as last read. Thread-safe (the metrics exposer reads it).
   ras::InfinibandSnapshot InfinibandPorts() const;
+  // The RDMA ports an accelerator uses ("mlx5_0 port 1"), with how that was
+  // decided (the NIC behind the same PCIe switch, else on the same NUMA
+  // node: ras::AcceleratorsOfNic). Loop thread.
+  struct RdmaPort {
+    std::string device;
+    int port = 0;
+    std::string how;
+  };
+  std::vector<RdmaPort> RdmaPortsOf(int device) const;
   Stats GetStats() const;
   // The processes NVML lists as computing on the GPU at `pci_bdf` now
   // (kill-consumer's evidence when a record names no process);
@@ -162,6 +173,9 @@ class RasIngest {
   // The EDAC timer: every edac_poll while controllers exist, else backoff.
   void ArmEdac();
   void PollInfiniband();
+  // Which accelerators each RDMA device serves, from the PCI topology; read
+  // again when the set of RDMA devices changes.
+  void UpdateNicAffinity();
   void ArmInfiniband();
   void OnDriverEvents();
 
@@ -205,6 +219,8 @@ class RasIngest {
   std::unique_ptr<ras::InfinibandSysfsSource> infiniband_;
   std::unique_ptr<common::Timer> infiniband_timer_;
   SourceBackoff infiniband_backoff_;
+  std::set<std::string> affinity_of_;  // the RDMA devices nic_affinity_ was made for
+  std::map<std::string, ras::NicAffinity> nic_affinity_;  // by RDMA device
   mutable std::mutex infiniband_mutex_;
   ras::InfinibandSnapshot infiniband_published_;  // guarded by infiniband_mutex_
 
