@@ -1,6 +1,7 @@
 #include "rasd/common/host_env.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -44,8 +45,17 @@ std::filesystem::path HostEnv::Resolve(std::string_view host_path) const {
 
 Result<std::string> HostEnv::ReadFile(std::string_view host_path, std::size_t max_bytes) const {
   const std::filesystem::path path = Resolve(host_path);
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  // O_NONBLOCK: opening a FIFO put where a sysfs attribute belongs would
+  // otherwise wait for a writer, and the event loop with it. Only regular
+  // files are read (sysfs and procfs attributes are): a FIFO, a socket or a
+  // device node is refused.
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
   if (!fd) return Fail(ErrnoError("open " + path.string(), errno));
+  struct stat info {};
+  if (::fstat(fd.Get(), &info) != 0) return Fail(ErrnoError("stat " + path.string(), errno));
+  if (!S_ISREG(info.st_mode)) {
+    return Fail(ErrorCode::kInvalidArgument, path.string() + " is not a regular file");
+  }
   std::string content;
   char buffer[4096];
   while (content.size() < max_bytes) {

@@ -1,6 +1,7 @@
 #include "rasd/common/host_env.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <fstream>
@@ -53,6 +54,20 @@ TEST_F(HostEnvTest, ReadIsBounded) {
   auto content = env.ReadFile("/big", 100);
   ASSERT_TRUE(content.has_value());
   EXPECT_EQ(content->size(), 100u);
+}
+
+// A FIFO where an attribute belongs must not stall the reader (the event
+// loop): refused at once, as any file that is not a regular one.
+TEST_F(HostEnvTest, AFifoOrADeviceNodeIsRefusedWithoutWaiting) {
+  const auto fifo = root_ / "sys/devices/system/edac/mc/mc0/ue_count";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  HostEnv host(root_, std::make_shared<SystemClock>());
+  auto read = host.ReadFile("/sys/devices/system/edac/mc/mc0/ue_count");
+  ASSERT_FALSE(read);
+  EXPECT_EQ(read.error().code, ErrorCode::kInvalidArgument);
+  EXPECT_NE(read.error().message.find("not a regular file"), std::string::npos);
+  std::filesystem::create_symlink("/dev/zero", root_ / "zero");
+  EXPECT_FALSE(host.ReadFile("/zero"));
 }
 
 TEST(ManualClockTest, MovesOnlyWhenAdvanced) {

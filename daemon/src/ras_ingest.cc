@@ -428,6 +428,15 @@ void RasIngest::PollEdac() {
 
 void RasIngest::ArmInfiniband() {
   const std::size_t devices = infiniband_->Last().devices.size();
+  if (infiniband_->Last().unreadable) {
+    stats_.sources["infiniband"] = {
+        "failed", fmt::format("cannot list {} (permissions?): the last reading stands, looked at "
+                              "again in {} ms",
+                              host_.Resolve("/sys/class/infiniband").string(),
+                              options_.infiniband_poll.count())};
+    infiniband_timer_->ArmAfter(options_.infiniband_poll);
+    return;
+  }
   if (devices > 0) {
     infiniband_backoff_.Reset();
     std::size_t ports = 0;

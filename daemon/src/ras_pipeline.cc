@@ -8,6 +8,10 @@
 #include "rasd/common/logging.h"
 
 namespace rasd::daemon {
+
+namespace {
+constexpr std::uint64_t kMaxEventCount = std::uint64_t{1} << 40;
+}  // namespace
 namespace {
 
 constexpr int kMaxLoggedPerSecond = 20;
@@ -195,6 +199,9 @@ void RasPipeline::Handle(std::vector<ras::RasEvent> events,
   // A kernel record about a PCI device rasd runs (an Xid, an AER error on a
   // GPU) is about that runtime device.
   AttributeToDevices(events);
+  // No source reports 2^40 errors at once; a larger count is garbled input,
+  // and it would overflow the store's sums (rasctl summary failed for good).
+  for (auto& event : events) event.count = std::min(event.count, kMaxEventCount);
   stats_.events += events.size();
   const std::size_t before = events.size();
   events = ras::CoalesceStorm(std::move(events), options_.storm_threshold);

@@ -32,10 +32,39 @@ MetricFamily Family(std::string name, std::string help, MetricType type) {
   return family;
 }
 
+// A label value as the exposition format wants it: valid UTF-8 (one bad
+// byte in a firmware string made Prometheus drop the whole scrape), no
+// control characters, at most 256 bytes.
+std::string CleanLabel(std::string text) {
+  std::string clean;
+  clean.reserve(std::min<std::size_t>(text.size(), 256));
+  for (std::size_t i = 0; i < text.size() && clean.size() < 256;) {
+    const auto byte = static_cast<unsigned char>(text[i]);
+    std::size_t length = byte < 0x80 ? 1 : (byte >> 5) == 0x6 ? 2 : (byte >> 4) == 0xE ? 3
+                                         : (byte >> 3) == 0x1E ? 4 : 0;
+    bool valid = length > 0 && i + length <= text.size();
+    for (std::size_t k = 1; valid && k < length; ++k)
+      valid = (static_cast<unsigned char>(text[i + k]) & 0xC0) == 0x80;
+    if (!valid) {
+      clean += '?';
+      ++i;
+      continue;
+    }
+    if (length == 1 && (byte < 0x20 || byte == 0x7F)) {
+      clean += ' ';
+    } else {
+      clean.append(text, i, length);
+    }
+    i += length;
+  }
+  return clean;
+}
+
 ClientMetric Value(MetricType type, double value,
                    std::vector<std::pair<std::string, std::string>> labels = {}) {
   ClientMetric metric;
-  for (auto& [name, label] : labels) metric.label.push_back({std::move(name), std::move(label)});
+  for (auto& [name, label] : labels)
+    metric.label.push_back({std::move(name), CleanLabel(std::move(label))});
   if (type == MetricType::Counter) {
     metric.counter.value = value;
   } else {
@@ -110,7 +139,7 @@ void AddInfiniband(const ras::InfinibandSnapshot& infiniband, Add& add) {
                          MetricType::Gauge);
   auto rate = Family("rasd_infiniband_rate_bytes_per_second", "The port's signalling rate",
                      MetricType::Gauge);
-  auto errors = Family("rasd_infiniband_error_counter_total",
+  auto errors = Family("rasd_infiniband_other_errors_total",
                        "Error counters node_exporter does not publish (symbol_error, VL15_dropped, "
                        "hw_counters), by counter, as sysfs gives them",
                        MetricType::Counter);

@@ -81,9 +81,22 @@ TEST(MetricsTest, InfinibandIsNodeExportersForTheSameTree) {
   }
   EXPECT_EQ(compared, 51);
   // A counter node_exporter leaves out is still there for rasd's alerts.
-  EXPECT_EQ(text.find("rasd_infiniband_error_counter_total{counter=\"counters/symbol_error\""),
+  EXPECT_EQ(text.find("rasd_infiniband_other_errors_total{counter=\"counters/symbol_error\""),
             std::string::npos)
       << "the fixture has no symbol_error: nothing invented";
+}
+
+// A firmware string that is not UTF-8 must not cost the whole scrape
+// (Prometheus rejects the text): the label is cleaned (helper's find).
+TEST(MetricsTest, ALabelThatIsNotUtf8IsCleanedNotPassedOn) {
+  MetricsSnapshot snapshot;
+  ras::InfinibandSnapshot::Device device;
+  device.name = "mlx5_0";
+  device.hca_type = std::string("\xff\xfe\x01" "bad" "\xc3\xa9");
+  snapshot.infiniband.devices["mlx5_0"] = device;
+  const std::string text = RenderText(snapshot);
+  EXPECT_NE(text.find("hca_type=\"?? bad\xc3\xa9\""), std::string::npos) << text.substr(0, 400);
+  EXPECT_EQ(text.find('\xff'), std::string::npos);
 }
 
 TEST(MetricsTest, APartialTreeStillReportsEveryCounterThatExists) {

@@ -288,6 +288,46 @@ TEST_F(InfinibandSysfsTest, AResetIsRebasedWithoutAnEvent) {
   EXPECT_EQ(events[0].count, 1u);
 }
 
+// The error counters are at most 32 bits in the hardware: a step larger
+// than that is a garbled or rewritten file, not 2^63 errors (they overflowed
+// every sum downstream: helper's find).
+TEST_F(InfinibandSysfsTest, AnImpossibleIncreaseIsRebasedWithoutAnEvent) {
+  InfinibandSysfsSource source(*host_);
+  (void)source.Poll();
+  Set("mlx4_0/ports/1/counters/symbol_error", "0");
+  (void)source.Poll();
+  Set("mlx4_0/ports/1/counters/symbol_error", "9223372036854775807");
+  EXPECT_TRUE(source.Poll().empty());
+  Set("mlx4_0/ports/1/counters/symbol_error", "9223372036854775809");
+  const auto events = source.Poll();
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].count, 2u);
+}
+
+// A class directory rasd may not list says nothing about the hardware: no
+// device is "gone", the last reading stands (helper's find).
+TEST_F(InfinibandSysfsTest, AnUnlistableClassDirectoryIsNoDeviceGone) {
+  InfinibandSysfsSource source(*host_);
+  (void)source.Poll();
+  std::filesystem::permissions(Class(), std::filesystem::perms::none);
+  // Root lists any directory: the poll looks as nobody does.
+  const bool as_root = ::geteuid() == 0;
+  if (as_root) {
+    ASSERT_EQ(::chmod(root_.c_str(), 0755), 0);
+    ASSERT_EQ(::seteuid(65534), 0);
+  }
+  const auto events = source.Poll();
+  if (as_root) {
+    ASSERT_EQ(::seteuid(0), 0);
+  }
+  EXPECT_TRUE(events.empty());
+  EXPECT_TRUE(source.Last().unreadable);
+  EXPECT_EQ(source.Last().devices.size(), 2u);
+  std::filesystem::permissions(Class(), std::filesystem::perms::owner_all);
+  EXPECT_TRUE(source.Poll().empty());
+  EXPECT_FALSE(source.Last().unreadable);
+}
+
 TEST_F(InfinibandSysfsTest, NoPmaAndMissingCountersAreAbsentNotErrors) {
   InfinibandSysfsSource source(*host_);
   (void)source.Poll();

@@ -22,6 +22,8 @@ constexpr int kPhysStateLinkUp = 5;
 
 // The counter directories of a port: the IBA PMA counters, their pre-4.5
 // 64-bit forms, and the driver's own (mlx5's RoCE/transport counters).
+constexpr std::uint64_t kMaxPlausibleIncrease = 0xFFFFFFFFull;
+
 constexpr std::array<std::string_view, 3> kCounterDirectories = {"counters", "counters_ext",
                                                                  "hw_counters"};
 
@@ -97,11 +99,18 @@ std::string ReadText(const common::HostEnv& host, const std::string& path) {
   return text ? std::string(TrimView(*text)) : std::string();
 }
 
-std::vector<std::string> EntriesOf(const std::filesystem::path& directory) {
+// `unreadable`, when given, is set when the directory exists but cannot be
+// listed (no permission): not the same as no entries.
+std::vector<std::string> EntriesOf(const std::filesystem::path& directory,
+                                   bool* unreadable = nullptr) {
   std::vector<std::string> names;
   std::error_code ec;
-  for (std::filesystem::directory_iterator it(directory, ec), end; !ec && it != end;
-       it.increment(ec)) {
+  std::filesystem::directory_iterator it(directory, ec);
+  if (ec && unreadable != nullptr && ec != std::errc::no_such_file_or_directory &&
+      ec != std::errc::not_a_directory) {
+    *unreadable = true;
+  }
+  for (std::filesystem::directory_iterator end; !ec && it != end; it.increment(ec)) {
     names.push_back(it->path().filename().string());
   }
   std::sort(names.begin(), names.end());
@@ -214,7 +223,13 @@ std::optional<std::uint64_t> ParseInfinibandRate(std::string_view text) {
 
 InfinibandSnapshot ReadInfinibandSnapshot(const common::HostEnv& host) {
   InfinibandSnapshot snapshot;
-  for (const auto& name : EntriesOf(host.Resolve(kClassInfiniband))) {
+  bool unreadable = false;
+  const auto names = EntriesOf(host.Resolve(kClassInfiniband), &unreadable);
+  if (unreadable) {
+    snapshot.unreadable = true;
+    return snapshot;
+  }
+  for (const auto& name : names) {
     const std::string base = std::string(kClassInfiniband) + "/" + name;
     std::error_code ec;
     if (!std::filesystem::is_directory(host.Resolve(base), ec)) continue;
@@ -257,6 +272,12 @@ std::uint64_t NodeExporterValue(std::string_view counter, std::uint64_t raw) {
 
 std::vector<RasEvent> InfinibandSysfsSource::Poll() {
   InfinibandSnapshot current = ReadInfinibandSnapshot(host_);
+  // A class directory rasd may not list (permissions) says nothing about
+  // the hardware: the last picture stands, and no device is "gone".
+  if (current.unreadable) {
+    last_.unreadable = true;
+    return {};
+  }
   std::vector<RasEvent> events;
   const auto now = host_.GetClock().Wall();
   auto emit = [&](const InfinibandSnapshot::Device& device, Severity severity, std::uint64_t count,
@@ -333,6 +354,10 @@ std::vector<RasEvent> InfinibandSysfsSource::Poll() {
         if (previous == before_port->second.counters.end()) continue;  // new: baseline
         if (value <= previous->second) continue;  // unchanged, or reset: re-based below
         const std::uint64_t increase = value - previous->second;
+        // The error counters are 16- and 32-bit in the hardware: a larger
+        // step is a garbled file or a rewritten one, not errors (it would
+        // also overflow every sum downstream). Re-based without an event.
+        if (increase > kMaxPlausibleIncrease) continue;
         const std::string_view short_name = std::string_view(counter).substr(counter.find('/') + 1);
         emit(device, Severity::kCe, increase,
              fmt::format("{} port {}: {} +{} ({} since the counters were reset)", name, number,

@@ -63,7 +63,9 @@ class HostEnv {
   std::filesystem::path Resolve(std::string_view host_path) const;
 
   // Reads a whole (small) file such as a sysfs attribute. A vanished file is
-  // kNotFound, not a crash: devices and EDAC controllers come and go.
+  // kNotFound, not a crash: devices and EDAC controllers come and go. Only a
+  // regular file is read, never waited on: a FIFO, socket or device node in
+  // its place is kInvalidArgument.
   Result<std::string> ReadFile(std::string_view host_path, std::size_t max_bytes = 1 << 20) const;
 
   bool Exists(std::string_view host_path) const;

@@ -47,6 +47,9 @@ struct InfinibandSnapshot {
     std::map<int, Port> ports;
   };
   std::map<std::string, Device> devices;
+  // The class directory exists but could not be listed (permissions): the
+  // snapshot holds nothing, and that means nothing about the hardware.
+  bool unreadable = false;
 };
 
 // "4: ACTIVE" -> {4, "ACTIVE"}; surrounding white space is ignored. nullopt
