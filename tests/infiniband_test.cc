@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "test_support.h"
 
@@ -80,17 +81,8 @@ TEST(InfinibandTest, PortsAreMetricsCounterIncreasesAndLinkDownsAreEvents) {
   }
 }
 
-// The NIC behind the same PCIe switch as simulated device 1 serves it: the
-// devices view says so, and a port's fault names the device it reaches.
-TEST(InfinibandTest, APortsFaultNamesTheAcceleratorsBehindItsSwitch) {
-  RasdInstance rasd;
-  const auto host = rasd.HostRoot();
-  const auto tree = host / "sys/class/infiniband";
-  std::filesystem::create_directories(tree.parent_path());
-  std::filesystem::copy(Fixture(), tree,
-                        std::filesystem::copy_options::recursive |
-                            std::filesystem::copy_options::copy_symlinks);
-  // Simulated device 1 is ffff:c2:00.0; the NIC sits on the same switch.
+// Simulated device 1 is ffff:c2:00.0; mlx4_0 sits on the same PCIe switch.
+void ServeDeviceOneFromMlx4(const std::filesystem::path& host, const std::filesystem::path& tree) {
   auto add = [&](const std::string& bdf, const std::string& path) {
     std::filesystem::create_directories(host / "sys/devices" / path);
     WriteText(host / "sys/devices" / path / "numa_node", "0\n");
@@ -103,6 +95,111 @@ TEST(InfinibandTest, APortsFaultNamesTheAcceleratorsBehindItsSwitch) {
   std::filesystem::create_directory_symlink(
       "../../../devices/pciffff:00/ffff:00:01.0/ffff:01:00.0/ffff:02:10.0/ffff:c9:00.0",
       tree / "mlx4_0/device");
+}
+
+void CopyFixture(const std::filesystem::path& tree) {
+  std::filesystem::create_directories(tree.parent_path());
+  std::filesystem::copy(Fixture(), tree,
+                        std::filesystem::copy_options::recursive |
+                            std::filesystem::copy_options::copy_symlinks);
+}
+
+nlohmann::json Job(RasdInstance& rasd, const std::string& name) {
+  const nlohmann::json reply = rasd.RasctlJson({"jobs"});
+  for (const auto& job : reply["jobs"])
+    if (job["name"] == name) return job;
+  return nullptr;
+}
+
+nlohmann::json DeviceOf(RasdInstance& rasd, int index) {
+  const nlohmann::json reply = rasd.RasctlJson({"devices", std::to_string(index)});
+  return reply["devices"][0];
+}
+
+// A port down under a collective's rank: the rank leaves (the job re-forms
+// on the others), the device is Degraded, not isolated; once the port has
+// stayed up for the debounce the device is Healthy and the job grows back,
+// with every checksum equal to a fault-free run's.
+TEST(InfinibandTest, APortDownMovesTheCollectiveOffItsDeviceUntilTheLinkIsStable) {
+  RasdInstance rasd;
+  const auto tree = rasd.HostRoot() / "sys/class/infiniband";
+  CopyFixture(tree);
+  ServeDeviceOneFromMlx4(rasd.HostRoot(), tree);
+  rasd.WriteConfig(R"(ras:
+  infiniband_poll_ms: 100
+policy:
+  link_up_debounce_s: 1
+jobs:
+  - name: allreduce
+    kind: collective
+    elements: 16384
+    steps: 100000000
+    checkpoint_every: 10
+)");
+  std::string why;
+  ASSERT_TRUE(rasd.Start({}, {}, &why)) << why;
+  ASSERT_TRUE(WaitUntil([&] { return Job(rasd, "allreduce")["devices"] ==
+                                     nlohmann::json({0, 1, 2, 3}); }, 10s))
+      << Job(rasd, "allreduce").dump();
+  WriteText(tree / "mlx4_0/ports/1/state", "1: DOWN\n");
+  ASSERT_TRUE(WaitUntil([&] { return Job(rasd, "allreduce")["devices"] ==
+                                     nlohmann::json({0, 2, 3}); }, 10s))
+      << Job(rasd, "allreduce").dump() << rasd.Stderr();
+  auto device = DeviceOf(rasd, 1);
+  EXPECT_EQ(device["state"], "degraded");  // its compute is fine
+  EXPECT_NE(device["reason"].get<std::string>().find("RDMA link down (mlx4_0 port 1)"),
+            std::string::npos)
+      << device.dump();
+  const auto up_at = std::chrono::steady_clock::now();
+  WriteText(tree / "mlx4_0/ports/1/state", "4: ACTIVE\n");
+  ASSERT_TRUE(WaitUntil([&] { return DeviceOf(rasd, 1)["state"] == "healthy"; }, 10s))
+      << rasd.Stderr();
+  EXPECT_GE(std::chrono::steady_clock::now() - up_at, 900ms) << "rejoined before the debounce";
+  ASSERT_TRUE(WaitUntil([&] { return Job(rasd, "allreduce")["devices"] ==
+                                     nlohmann::json({0, 1, 2, 3}); }, 15s))
+      << Job(rasd, "allreduce").dump();
+  const auto job = Job(rasd, "allreduce");
+  EXPECT_EQ(job["checksums_match"], true) << job.dump();
+  EXPECT_GE(job["grown"], 1) << job.dump();
+}
+
+// A link that keeps going down keeps its device out until an operator acts.
+TEST(InfinibandTest, AFlappingLinkKeepsItsDeviceOutUntilAnOperatorUndrains) {
+  RasdInstance rasd;
+  const auto tree = rasd.HostRoot() / "sys/class/infiniband";
+  CopyFixture(tree);
+  ServeDeviceOneFromMlx4(rasd.HostRoot(), tree);
+  rasd.WriteConfig(
+      "ras:\n  infiniband_poll_ms: 100\npolicy:\n  link_up_debounce_s: 1\n  link_flap_limit: 2\n");
+  std::string why;
+  ASSERT_TRUE(rasd.Start({}, {}, &why)) << why;
+  for (int flap = 0; flap < 2; ++flap) {
+    WriteText(tree / "mlx4_0/ports/2/state", "1: DOWN\n");
+    ASSERT_TRUE(WaitUntil([&] { return DeviceOf(rasd, 1)["state"] == "degraded"; }, 10s));
+    std::this_thread::sleep_for(300ms);  // polls see it down
+    WriteText(tree / "mlx4_0/ports/2/state", "4: ACTIVE\n");
+    std::this_thread::sleep_for(300ms);  // and up, well within the debounce
+  }
+  ASSERT_TRUE(WaitUntil(
+      [&] { return rasd.Stderr().find("flapping") != std::string::npos; }, 5s))
+      << rasd.Stderr();
+  std::this_thread::sleep_for(1500ms);  // past the debounce: still out
+  EXPECT_EQ(DeviceOf(rasd, 1)["state"], "degraded");
+  ASSERT_EQ(rasd.Rasctl({"undrain", "1"}).exit_code, 0);
+  EXPECT_EQ(DeviceOf(rasd, 1)["state"], "healthy");
+}
+
+// The NIC behind the same PCIe switch as simulated device 1 serves it: the
+// devices view says so, and a port's fault names the device it reaches.
+TEST(InfinibandTest, APortsFaultNamesTheAcceleratorsBehindItsSwitch) {
+  RasdInstance rasd;
+  const auto host = rasd.HostRoot();
+  const auto tree = host / "sys/class/infiniband";
+  std::filesystem::create_directories(tree.parent_path());
+  std::filesystem::copy(Fixture(), tree,
+                        std::filesystem::copy_options::recursive |
+                            std::filesystem::copy_options::copy_symlinks);
+  ServeDeviceOneFromMlx4(host, tree);
   rasd.WriteConfig("ras:\n  infiniband_poll_ms: 100\n");
   std::string why;
   ASSERT_TRUE(rasd.Start({}, {}, &why)) << why;

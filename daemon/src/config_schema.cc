@@ -474,6 +474,14 @@ void AddPolicyKeys(std::vector<ConfigKey>& keys) {
                      RASD_CONFIG_FIELD(policy.auto_recover_window), Seconds(1, kYearSeconds),
                      "a device isolated again within this long of its recovery waits for an "
                      "operator"));
+  keys.push_back(Row("policy.link_up_debounce_s", kLive,
+                     RASD_CONFIG_FIELD(policy.link_up_debounce), Seconds(1, 86400),
+                     "a device whose RDMA port went down (it left its collectives and is Degraded, "
+                     "not isolated) rejoins, Healthy, once every port it uses stayed up this long"));
+  keys.push_back(Row("policy.link_flap_limit", kLive, RASD_CONFIG_FIELD(policy.link_flap_limit),
+                     Integer<int>(1, 1000),
+                     "a device's RDMA link that went down this many times within an hour is "
+                     "flapping: the device stays out of collectives until an operator's undrain"));
   keys.push_back(Row("liveness.period_ms", kLive, RASD_CONFIG_FIELD(liveness.period),
                      Milliseconds(0, 3'600'000),
                      "a heartbeat kernel (`empty`) on each device that takes new work this "

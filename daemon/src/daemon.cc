@@ -293,6 +293,15 @@ Status Daemon::StartControl() {
   return {};
 }
 
+namespace {
+LinkHealth::Options LinkHealthOptions(const Config& config) {
+  return {.up_debounce = std::chrono::duration_cast<std::chrono::milliseconds>(
+              config.policy.link_up_debounce),
+          .flap_limit = static_cast<std::size_t>(config.policy.link_flap_limit),
+          .flap_window = std::chrono::hours(1)};
+}
+}  // namespace
+
 void Daemon::SetBootTime() {
   // /proc/uptime: "12345.67 23456.78", seconds since boot first.
   auto uptime = host_->ReadFile("/proc/uptime", 128);
@@ -331,8 +340,18 @@ void Daemon::StartRecovery() {
   actuator_->SetSuggester([this](const ras::RasEvent& event) {
     return std::string(ras::RecoveryActionName(recovery_->SuggestFor(event).action));
   });
-  lifecycle_->SetRecoveredObserver(
-      [this](int device, std::string_view how) { recovery_->OnRecovered(device, how); });
+  link_health_ = std::make_unique<LinkHealth>(*loop_, *runtime_, *actuator_, *jobs_,
+                                              LinkHealthOptions(config_));
+  ingest_->SetLinkObserver([this](const std::map<int, std::vector<std::string>>& down) {
+    link_health_->Observe(down);
+    metrics_state_->Refresh();
+    if (workloads_) workloads_->Reconcile();
+    if (watchers_) watchers_->Reconcile();
+  });
+  lifecycle_->SetRecoveredObserver([this](int device, std::string_view how) {
+    recovery_->OnRecovered(device, how);
+    if (how == "undrain") link_health_->OnOperatorReturned(device);
+  });
   lifecycle_->SetRecoveryAdvisor([this](int device) { return recovery_->For(device).action; });
   metrics_state_->SetRecovery(recovery_.get());
 }
@@ -470,6 +489,7 @@ Result<nlohmann::json> Daemon::Reload() {
   pipeline_->SetOptions(PipelineOptions(config_));
   injection_->SetOptions(config_.inject);
   lifecycle_->SetOptions(LifecycleOptions(config_, options_.self_test));
+  link_health_->SetOptions(LinkHealthOptions(config_));
   heartbeat_->SetOptions(HeartbeatOptions(config_));
   workloads_->SetOptions(WorkloadOptions(config_));
   ++config_generation_;

@@ -31,6 +31,7 @@
 #include "rasd/runtime/self_test.h"
 #include "device_recovery.h"
 #include "kubelet_plugins.h"
+#include "link_health.h"
 #include "scheduler.h"
 
 namespace rasd::daemon {
@@ -122,6 +123,7 @@ class Daemon {
   // What to do next about each device; the pipeline, actuator and lifecycle
   // call into it, so it is destroyed after them.
   std::unique_ptr<DeviceRecovery> recovery_;
+  std::unique_ptr<LinkHealth> link_health_;
   std::unique_ptr<Actuator> actuator_;        // after runtime_ and store_: destroyed before them
   std::unique_ptr<jobs::JobManager> jobs_;    // after runtime_: stopped before it goes
 

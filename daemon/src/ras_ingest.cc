@@ -514,6 +514,23 @@ void RasIngest::PollInfiniband() {
     std::lock_guard lock(infiniband_mutex_);
     infiniband_published_ = infiniband_->Last();
   }
+  if (link_observer_ && !infiniband_->Last().unreadable) {
+    std::map<int, std::vector<std::string>> down;
+    for (const auto& [name, affinity] : nic_affinity_) {
+      auto device = infiniband_->Last().devices.find(name);
+      if (device == infiniband_->Last().devices.end()) continue;
+      for (int accelerator : affinity.devices) {
+        auto& ports = down[accelerator];
+        for (const auto& [number, port] : device->second.ports) {
+          // Unreadable state: not evidence either way.
+          if (!port.state || !port.phys_state) continue;
+          if (port.state->id != 4 || port.phys_state->id != 5)
+            ports.push_back(fmt::format("{} port {}", name, number));
+        }
+      }
+    }
+    link_observer_(down);
+  }
   ArmInfiniband();
 }
 

@@ -132,6 +132,10 @@ class RasIngest {
     std::string how;
   };
   std::vector<RdmaPort> RdmaPortsOf(int device) const;
+  // After each RDMA poll: every accelerator that uses RDMA ports, with those
+  // of its ports that are down (not ACTIVE and LinkUp) now.
+  using LinkObserver = std::function<void(const std::map<int, std::vector<std::string>>&)>;
+  void SetLinkObserver(LinkObserver observer) { link_observer_ = std::move(observer); }
   Stats GetStats() const;
   // The processes NVML lists as computing on the GPU at `pci_bdf` now
   // (kill-consumer's evidence when a record names no process);
@@ -221,6 +225,7 @@ class RasIngest {
   SourceBackoff infiniband_backoff_;
   std::set<std::string> affinity_of_;  // the RDMA devices nic_affinity_ was made for
   std::map<std::string, ras::NicAffinity> nic_affinity_;  // by RDMA device
+  LinkObserver link_observer_;
   mutable std::mutex infiniband_mutex_;
   ras::InfinibandSnapshot infiniband_published_;  // guarded by infiniband_mutex_
 

@@ -173,8 +173,9 @@ std::vector<int> CollectiveJob::AdmittingDevices() const {
   for (int device : options_.devices) {
     auto found = runtime_.GetDevice(device);
     if (!found) continue;
-    const auto health = (*found)->Health();
-    if (health == runtime::HealthState::kHealthy || health == runtime::HealthState::kDegraded)
+    // A rank needs the device's compute and its links: a device whose RDMA
+    // port is down leaves the collective and serves on otherwise.
+    if (runtime::TakesNewWork((*found)->Health()) && (*found)->LinksUsable())
       devices.push_back(device);
   }
   return devices;

@@ -137,6 +137,11 @@ struct Config {
     bool auto_recover = false;
     std::chrono::milliseconds auto_recover_delay{5000};
     std::chrono::seconds auto_recover_window{std::chrono::hours(24)};
+    // A device whose RDMA port went down rejoins collectives once its ports
+    // stayed up this long; a link that went down link_flap_limit times in an
+    // hour keeps it out until an operator's undrain.
+    std::chrono::seconds link_up_debounce{30};
+    int link_flap_limit = 5;
     bool operator==(const Policy&) const = default;
   } policy;
   // Device liveness: a tiny kernel per device in service every `period`

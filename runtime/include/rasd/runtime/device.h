@@ -57,10 +57,18 @@ class Device {
   void NoteOpTimeout() { op_timeouts_.fetch_add(1, std::memory_order_relaxed); }
   std::uint64_t OpTimeouts() const { return op_timeouts_.load(std::memory_order_relaxed); }
 
+  // Whether the device's links to other nodes (the RDMA ports it uses) are
+  // up and stable: a collective job takes a rank there only then. Its
+  // compute is another matter (the health gate): a device whose link is down
+  // still serves work that stays on the node.
+  bool LinksUsable() const { return links_usable_.load(std::memory_order_acquire); }
+  void SetLinksUsable(bool usable) { links_usable_.store(usable, std::memory_order_release); }
+
  private:
   drivers::DeviceProperties properties_;
   std::atomic<HealthState> health_{HealthState::kHealthy};
   std::atomic<std::uint64_t> op_timeouts_{0};
+  std::atomic<bool> links_usable_{true};
 };
 
 }  // namespace rasd::runtime
