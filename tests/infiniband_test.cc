@@ -161,6 +161,45 @@ jobs:
   const auto job = Job(rasd, "allreduce");
   EXPECT_EQ(job["checksums_match"], true) << job.dump();
   EXPECT_GE(job["grown"], 1) << job.dump();
+
+  // Degraded by its link when rasd stops: after a restart it is kept out
+  // until the link has stayed up again, then Healthy (helper's find: it
+  // stayed Degraded for good).
+  WriteText(tree / "mlx4_0/ports/1/state", "1: DOWN\n");
+  ASSERT_TRUE(WaitUntil([&] { return DeviceOf(rasd, 1)["state"] == "degraded"; }, 10s));
+  ASSERT_TRUE(rasd.Stop().has_value());
+  ASSERT_TRUE(rasd.Start({}, {}, &why)) << why;
+  EXPECT_EQ(DeviceOf(rasd, 1)["links_usable"], false);
+  WriteText(tree / "mlx4_0/ports/1/state", "4: ACTIVE\n");
+  ASSERT_TRUE(WaitUntil([&] { return DeviceOf(rasd, 1)["state"] == "healthy"; }, 10s))
+      << rasd.Stderr();
+  EXPECT_EQ(DeviceOf(rasd, 1)["links_usable"], true);
+}
+
+// Corrected errors past their threshold while the link holds the device
+// Degraded are a decision of their own: the link's return does not lift it
+// (helper's find: it did).
+TEST(InfinibandTest, TheLinksReturnDoesNotLiftADegradationDecidedMeanwhile) {
+  RasdInstance rasd;
+  const auto tree = rasd.HostRoot() / "sys/class/infiniband";
+  CopyFixture(tree);
+  ServeDeviceOneFromMlx4(rasd.HostRoot(), tree);
+  rasd.WriteConfig(
+      "ras:\n  infiniband_poll_ms: 100\npolicy:\n  link_up_debounce_s: 1\n  "
+      "ce_device_threshold: 2\n");
+  std::string why;
+  ASSERT_TRUE(rasd.Start({}, {}, &why)) << why;
+  WriteText(tree / "mlx4_0/ports/1/state", "1: DOWN\n");
+  ASSERT_TRUE(WaitUntil([&] { return DeviceOf(rasd, 1)["state"] == "degraded"; }, 10s));
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_EQ(rasd.Rasctl({"inject", "xid", "92", "--device", "1"}).exit_code, 0);
+  }
+  ASSERT_TRUE(WaitUntil(
+      [&] { return rasd.Stderr().find("already degraded") != std::string::npos; }, 5s))
+      << rasd.Stderr();
+  WriteText(tree / "mlx4_0/ports/1/state", "4: ACTIVE\n");
+  ASSERT_TRUE(WaitUntil([&] { return DeviceOf(rasd, 1)["links_usable"] == true; }, 10s));
+  EXPECT_EQ(DeviceOf(rasd, 1)["state"], "degraded");
 }
 
 // A link that keeps going down keeps its device out until an operator acts.
@@ -185,8 +224,16 @@ TEST(InfinibandTest, AFlappingLinkKeepsItsDeviceOutUntilAnOperatorUndrains) {
       << rasd.Stderr();
   std::this_thread::sleep_for(1500ms);  // past the debounce: still out
   EXPECT_EQ(DeviceOf(rasd, 1)["state"], "degraded");
+  EXPECT_EQ(DeviceOf(rasd, 1)["links_usable"], false);
+  // The hold outlives a restart (helper's find: it rejoined).
+  ASSERT_TRUE(rasd.Stop().has_value());
+  ASSERT_TRUE(rasd.Start({}, {}, &why)) << why;
+  std::this_thread::sleep_for(1500ms);
+  EXPECT_EQ(DeviceOf(rasd, 1)["links_usable"], false);
+  EXPECT_EQ(DeviceOf(rasd, 1)["state"], "degraded");
   ASSERT_EQ(rasd.Rasctl({"undrain", "1"}).exit_code, 0);
   EXPECT_EQ(DeviceOf(rasd, 1)["state"], "healthy");
+  EXPECT_EQ(DeviceOf(rasd, 1)["links_usable"], true);
 }
 
 // The NIC behind the same PCIe switch as simulated device 1 serves it: the

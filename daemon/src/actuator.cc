@@ -446,6 +446,9 @@ Actuator::Outcome Actuator::RaiseHealth(const ras::Action& action, runtime::Heal
   const runtime::HealthState current = (*device)->Health();
   // The policy only makes things worse; making them better is an operator's call.
   if (current >= state) {
+    // A decision all the same: whoever would lift the state later (an
+    // undrain's self-test, a link's return) sees that someone decided anew.
+    ++generation_[*action.device];
     return {ActionResult::kOk, fmt::format("already {}", runtime::HealthStateName(current))};
   }
   (*device)->SetHealth(state);

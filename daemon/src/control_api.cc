@@ -291,6 +291,7 @@ nlohmann::json ControlApi::DeviceJson(const runtime::Device& device) {
       {"pci_bdf", properties.pci_bdf},
       {"state", std::string(runtime::HealthStateName(device.Health()))},
       {"takes_new_work", runtime::TakesNewWork(device.Health())},
+      {"links_usable", device.LinksUsable()},
       {"reason", status.reason},
       {"since", status.since.time_since_epoch().count() == 0
                     ? nlohmann::json()

@@ -340,8 +340,9 @@ void Daemon::StartRecovery() {
   actuator_->SetSuggester([this](const ras::RasEvent& event) {
     return std::string(ras::RecoveryActionName(recovery_->SuggestFor(event).action));
   });
-  link_health_ = std::make_unique<LinkHealth>(*loop_, *runtime_, *actuator_, *jobs_,
+  link_health_ = std::make_unique<LinkHealth>(*loop_, *runtime_, *actuator_, *jobs_, *store_,
                                               LinkHealthOptions(config_));
+  link_health_->Load();
   ingest_->SetLinkObserver([this](const std::map<int, std::vector<std::string>>& down) {
     link_health_->Observe(down);
     metrics_state_->Refresh();

@@ -4,14 +4,69 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <nlohmann/json.hpp>
 
 #include "rasd/common/logging.h"
 
 namespace rasd::daemon {
 
 LinkHealth::LinkHealth(common::EventLoop& loop, runtime::Runtime& runtime, Actuator& actuator,
-                       jobs::JobManager& jobs, Options options)
-    : loop_(loop), runtime_(runtime), actuator_(actuator), jobs_(jobs), options_(options) {}
+                       jobs::JobManager& jobs, ras::StateStore& store, Options options)
+    : loop_(loop),
+      runtime_(runtime),
+      actuator_(actuator),
+      jobs_(jobs),
+      store_(store),
+      options_(options) {}
+
+namespace {
+constexpr const char* kStoreKey = "link_health";
+}  // namespace
+
+void LinkHealth::Load() {
+  auto saved = store_.LoadNodeValue(kStoreKey);
+  if (!saved || !*saved) return;
+  nlohmann::json value;
+  try {
+    value = nlohmann::json::parse(**saved);
+  } catch (const nlohmann::json::exception& error) {
+    RASD_LOG_ERROR("link health: the saved state cannot be read ({}): started afresh",
+                   error.what());
+    return;
+  }
+  if (!value.is_object()) return;
+  for (const auto& device : runtime_.Devices()) {
+    const auto& uuid = device->Properties().uuid;
+    if (!value.contains(uuid) || !value[uuid].is_object()) continue;
+    State& state = states_[device->Index()];
+    state.held = value[uuid].value("held", false);
+    state.degraded_by_us = value[uuid].value("degraded_by_link", false);
+    state.generation = actuator_.StateGeneration(device->Index());
+    if (state.held || state.degraded_by_us) {
+      // Out until the links prove themselves again: the first poll that
+      // finds them up starts the debounce (a held one waits for an operator).
+      state.down = true;
+      device->SetLinksUsable(false);
+      RASD_LOG_WARN("device {}: out of collectives since before the restart ({})",
+                    device->Index(), state.held ? "its link was flapping" : "its link was down");
+    }
+  }
+}
+
+void LinkHealth::Save() {
+  nlohmann::json value = nlohmann::json::object();
+  for (const auto& [device, state] : states_) {
+    if (!state.held && !state.degraded_by_us) continue;
+    auto gate = runtime_.GetDevice(device);
+    if (!gate) continue;
+    value[(*gate)->Properties().uuid] = {{"held", state.held},
+                                         {"degraded_by_link", state.degraded_by_us}};
+  }
+  if (auto saved = store_.SaveNodeValue(kStoreKey, value.dump()); !saved) {
+    RASD_LOG_ERROR("link health: cannot save ({}): a restart now would forget it",
+                   saved.error().message);
+  }
+}
 
 void LinkHealth::Observe(const std::map<int, std::vector<std::string>>& down_ports) {
   const auto now = loop_.Now();
@@ -43,8 +98,10 @@ void LinkHealth::Observe(const std::map<int, std::vector<std::string>>& down_por
         (void)actuator_.SetDeviceState(device, runtime::HealthState::kDegraded, reason,
                                        "degrade-device", "link-down");
         state.degraded_by_us = true;
+        state.generation = actuator_.StateGeneration(device);
       }
       RASD_LOG_WARN("device {}: {}", device, reason);
+      Save();
       jobs_.Reconsider();
     } else if (!down && state.down) {
       state.down = false;
@@ -62,7 +119,10 @@ void LinkHealth::Rejoin(int device) {
   auto gate = runtime_.GetDevice(device);
   if (!gate) return;
   (*gate)->SetLinksUsable(true);
-  if (state.degraded_by_us && (*gate)->Health() == runtime::HealthState::kDegraded) {
+  // Only the link's own Degraded is lifted: a fault decided meanwhile (CE
+  // errors past their threshold while the link was down) stands.
+  if (state.degraded_by_us && (*gate)->Health() == runtime::HealthState::kDegraded &&
+      actuator_.StateGeneration(device) == state.generation) {
     (void)actuator_.SetDeviceState(
         device, runtime::HealthState::kHealthy,
         fmt::format("RDMA links up for {} s",
@@ -70,6 +130,7 @@ void LinkHealth::Rejoin(int device) {
         "undrain-device", "link-up");
   }
   state.degraded_by_us = false;
+  Save();
   RASD_LOG_INFO("device {}: its RDMA links stayed up: back in collectives", device);
   jobs_.Reconsider();
 }
@@ -81,6 +142,7 @@ void LinkHealth::OnOperatorReturned(int device) {
   state.held = false;
   state.downs.clear();
   state.degraded_by_us = false;
+  Save();
   if (!state.down) {
     if (auto gate = runtime_.GetDevice(device)) (*gate)->SetLinksUsable(true);
     jobs_.Reconsider();

@@ -9,6 +9,7 @@
 #include "actuator.h"
 #include "rasd/common/event_loop.h"
 #include "rasd/jobs/job_manager.h"
+#include "rasd/ras/state_store.h"
 #include "rasd/runtime/runtime.h"
 
 namespace rasd::daemon {
@@ -31,7 +32,11 @@ class LinkHealth {
     std::chrono::seconds flap_window{3600};
   };
   LinkHealth(common::EventLoop& loop, runtime::Runtime& runtime, Actuator& actuator,
-             jobs::JobManager& jobs, Options options);
+             jobs::JobManager& jobs, ras::StateStore& store, Options options);
+  // At start: devices held for flapping, or Degraded by their link, when
+  // rasd stopped stay out of collectives until the links prove themselves
+  // again (saved by device UUID under the node_state key "link_health").
+  void Load();
   void SetOptions(Options options) { options_ = options; }
 
   // Every device with RDMA ports, and which of them are down now
@@ -44,16 +49,19 @@ class LinkHealth {
   struct State {
     bool down = false;            // as last observed
     bool degraded_by_us = false;  // the Degraded state is the link's doing
+    std::uint64_t generation = 0;  // the actuator's, just after the link degraded it
     bool held = false;            // flapping: out until an operator acts
     std::vector<std::chrono::nanoseconds> downs;  // loop monotonic times, within flap_window
     std::unique_ptr<common::Timer> rejoin;
   };
   void Rejoin(int device);
+  void Save();
 
   common::EventLoop& loop_;
   runtime::Runtime& runtime_;
   Actuator& actuator_;
   jobs::JobManager& jobs_;
+  ras::StateStore& store_;
   Options options_;
   std::map<int, State> states_;
 };
