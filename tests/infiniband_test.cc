@@ -104,6 +104,14 @@ void CopyFixture(const std::filesystem::path& tree) {
                             std::filesystem::copy_options::copy_symlinks);
 }
 
+// node_exporter's tree as the host's RDMA devices, mlx4_0 serving device 1.
+std::filesystem::path FixtureWithDeviceOneOnMlx4(const RasdInstance& rasd) {
+  const auto tree = rasd.HostRoot() / "sys/class/infiniband";
+  CopyFixture(tree);
+  ServeDeviceOneFromMlx4(rasd.HostRoot(), tree);
+  return tree;
+}
+
 nlohmann::json Job(RasdInstance& rasd, const std::string& name) {
   const nlohmann::json reply = rasd.RasctlJson({"jobs"});
   for (const auto& job : reply["jobs"])
@@ -122,9 +130,7 @@ nlohmann::json DeviceOf(RasdInstance& rasd, int index) {
 // with every checksum equal to a fault-free run's.
 TEST(InfinibandTest, APortDownMovesTheCollectiveOffItsDeviceUntilTheLinkIsStable) {
   RasdInstance rasd;
-  const auto tree = rasd.HostRoot() / "sys/class/infiniband";
-  CopyFixture(tree);
-  ServeDeviceOneFromMlx4(rasd.HostRoot(), tree);
+  const auto tree = FixtureWithDeviceOneOnMlx4(rasd);
   rasd.WriteConfig(R"(ras:
   infiniband_poll_ms: 100
 policy:
@@ -181,9 +187,7 @@ jobs:
 // (helper's find: it did).
 TEST(InfinibandTest, TheLinksReturnDoesNotLiftADegradationDecidedMeanwhile) {
   RasdInstance rasd;
-  const auto tree = rasd.HostRoot() / "sys/class/infiniband";
-  CopyFixture(tree);
-  ServeDeviceOneFromMlx4(rasd.HostRoot(), tree);
+  const auto tree = FixtureWithDeviceOneOnMlx4(rasd);
   rasd.WriteConfig(
       "ras:\n  infiniband_poll_ms: 100\npolicy:\n  link_up_debounce_s: 1\n  "
       "ce_device_threshold: 2\n");
@@ -205,9 +209,7 @@ TEST(InfinibandTest, TheLinksReturnDoesNotLiftADegradationDecidedMeanwhile) {
 // A link that keeps going down keeps its device out until an operator acts.
 TEST(InfinibandTest, AFlappingLinkKeepsItsDeviceOutUntilAnOperatorUndrains) {
   RasdInstance rasd;
-  const auto tree = rasd.HostRoot() / "sys/class/infiniband";
-  CopyFixture(tree);
-  ServeDeviceOneFromMlx4(rasd.HostRoot(), tree);
+  const auto tree = FixtureWithDeviceOneOnMlx4(rasd);
   rasd.WriteConfig(
       "ras:\n  infiniband_poll_ms: 100\npolicy:\n  link_up_debounce_s: 1\n  link_flap_limit: 2\n");
   std::string why;

@@ -256,18 +256,21 @@ TEST(PolicyActionsTest, AutoRecoveryResetsAndTestsADeviceOnceThenLeavesItToAnOpe
 }
 
 
-// A rule's boot grace, with the node's boot from <host.root>/proc/uptime:
-// 5 s after boot, a link fault the rule covers is recorded, not acted on.
-TEST(PolicyActionsTest, AnEventWithinARulesBootGraceIsRecordedOnly) {
-  RasdInstance rasd;
-  WriteText(rasd.HostRoot() / "proc/uptime", "5.00 9.00\n");
-  rasd.WriteConfig(R"(policy:
+// A rule that isolates a device on a UCE, except within 600 s of boot.
+constexpr const char* kBootGraceRule = R"(policy:
   rules:
     - name: links-at-boot
       match: {severity: UCE, component: device}
       boot_grace_s: 600
       actions: [isolate-device]
-)");
+)";
+
+// A rule's boot grace, with the node's boot from <host.root>/proc/uptime:
+// 5 s after boot, a link fault the rule covers is recorded, not acted on.
+TEST(PolicyActionsTest, AnEventWithinARulesBootGraceIsRecordedOnly) {
+  RasdInstance rasd;
+  WriteText(rasd.HostRoot() / "proc/uptime", "5.00 9.00\n");
+  rasd.WriteConfig(kBootGraceRule);
   ASSERT_TRUE(Start(rasd));
   ASSERT_EQ(rasd.Rasctl({"inject", "link", "--device", "1", "--peer", "2"}).exit_code, 0);
   ASSERT_TRUE(WaitUntil(
@@ -286,13 +289,7 @@ TEST(PolicyActionsTest, AnEventWithinARulesBootGraceIsRecordedOnly) {
 TEST(PolicyActionsTest, AnImpossibleUptimeGivesNoBootGrace) {
   RasdInstance rasd;
   WriteText(rasd.HostRoot() / "proc/uptime", "1e308 0\n");
-  rasd.WriteConfig(R"(policy:
-  rules:
-    - name: links-at-boot
-      match: {severity: UCE, component: device}
-      boot_grace_s: 600
-      actions: [isolate-device]
-)");
+  rasd.WriteConfig(kBootGraceRule);
   ASSERT_TRUE(Start(rasd));
   EXPECT_NE(rasd.Stderr().find("the node's uptime is unknown"), std::string::npos);
   ASSERT_EQ(rasd.Rasctl({"inject", "link", "--device", "1", "--peer", "2"}).exit_code, 0);
