@@ -254,7 +254,8 @@ void DeviceLifecycle::Recover(int device) {
   record.device = device;
   record.rule = "auto-recover";
   record.reason = "automatic recovery";
-  if (auto reset = runtime_.Driver().ResetDevice(device); !reset) {
+  auto reset = runtime_.ResetDevice(device);
+  if (!reset) {
     record.result = "failed";
     record.detail = reset.error().message;
     RASD_LOG_ERROR("device {}: automatic recovery: reset failed: {}; it stays isolated", device,
@@ -263,6 +264,11 @@ void DeviceLifecycle::Recover(int device) {
     return;
   }
   record.result = "ok";
+  if (reset->memory_freed) {
+    record.detail = fmt::format("the reset freed the device's memory; {} live allocation(s) lost it",
+                                reset->allocations_lost);
+    RASD_LOG_WARN("device {}: {}", device, record.detail);
+  }
   RecordAction(std::move(record));
   StartSelfTest(device, "auto-recover", [this, device](const runtime::SelfTestReport& report) {
     if (!report.passed) {

@@ -362,7 +362,7 @@ class AscendDriverImpl final : public Driver {
 
   Status SynchronizeStream(StreamHandle handle, std::chrono::nanoseconds timeout) override;
   Status AbortStream(StreamHandle handle, const Error& reason) override;
-  Status ResetDevice(int device_index) override;
+  Result<MemoryAfterReset> ResetDevice(int device_index) override;
 
   void SetErrorListener(ErrorListener listener) override {
     std::lock_guard lock(listener_mutex_);
@@ -804,7 +804,14 @@ Result<DeviceAddress> AscendDriverImpl::ReserveMemory(int device_index, std::uin
       base = RoundUp(ToAddress(raw), kRetireGranularity);
     }
     std::lock_guard lock((*device)->memory_mutex);
-    (*device)->reservations[base] = Reservation{raw, rounded, false};
+    // The runtime forgets what a reset freed (MemoryAfterReset::kFreed)
+    // and never releases it; ACL may hand those addresses out again.
+    auto& reservations = (*device)->reservations;
+    for (auto it = reservations.begin(); it != reservations.end();) {
+      const bool overlaps = it->first < base + rounded && base < it->first + it->second.size;
+      it = it->second.lost && overlaps ? reservations.erase(it) : std::next(it);
+    }
+    reservations[base] = Reservation{raw, rounded, false};
     return {};
   });
   if (!reserved) return Fail(reserved.error());
@@ -1329,7 +1336,7 @@ Status AscendDriverImpl::AbortStream(StreamHandle handle, const Error& reason) {
   return {};
 }
 
-Status AscendDriverImpl::ResetDevice(int device_index) {
+Result<MemoryAfterReset> AscendDriverImpl::ResetDevice(int device_index) {
   auto found = GetDevice(device_index);
   if (!found) return Fail(found.error());
   DeviceState& device = **found;
@@ -1434,7 +1441,7 @@ Status AscendDriverImpl::ResetDevice(int device_index) {
     });
   }
   if (!result) return Fail(*device.lost);
-  return {};
+  return MemoryAfterReset::kFreed;  // aclrtResetDevice frees everything the device held
 }
 
 }  // namespace

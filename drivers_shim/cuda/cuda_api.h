@@ -66,6 +66,9 @@ struct Api {
   Code (*DeviceGetUuid)(Uuid*, Device) = nullptr;  // _v2 where present
   Code (*PrimaryCtxRetain)(Context*, Device) = nullptr;
   Code (*PrimaryCtxRelease)(Device) = nullptr;  // _v2
+  // Optional (null where the library lacks it): destroys every allocation,
+  // stream, event and module of the primary context, and a sticky error with them.
+  Code (*PrimaryCtxReset)(Device) = nullptr;  // _v2 where present
   Code (*CtxSetCurrent)(Context) = nullptr;
   Code (*CtxSynchronize)() = nullptr;
   Code (*StreamCreate)(Stream*, unsigned) = nullptr;

@@ -78,6 +78,10 @@ Result<Api> Api::Load(const std::string& library_name) {
                                                        library_name, bound.error().message));
     }
   }
+  // Without it a sticky error is repaired only by restarting rasd.
+  if (!either(api.PrimaryCtxReset, "cuDevicePrimaryCtxReset_v2", "cuDevicePrimaryCtxReset")) {
+    api.PrimaryCtxReset = nullptr;
+  }
   return api;
 }
 
@@ -171,22 +175,6 @@ struct EventState {
   bool destroyed = false;  // guarded by use
 };
 
-struct Reservation {
-  cu::DevicePointer raw = 0;  // what cuMemAlloc returned
-  std::uint64_t bytes = 0;
-};
-
-struct GpuState {
-  int ordinal = 0;  // CUDA's
-  cu::Device handle = 0;
-  cu::Context context = nullptr;
-  cu::Module module = nullptr;
-  std::map<std::string, cu::Function, std::less<>> functions;
-  DeviceProperties properties;
-  std::map<DeviceAddress, Reservation> reservations;  // guarded by the driver's mutex
-  bool ecc_reported = false;                          // guarded by the driver's mutex
-};
-
 // Pinned host buffers for copies. cuMemcpy*Async from pageable memory is
 // not asynchronous (a device-to-host copy returns only when it is done,
 // behind everything queued before it), so copies go through these, as the
@@ -260,6 +248,30 @@ class StagingPool {
   bool abandoned_ = false;                          // guarded by mutex_
 };
 
+struct Reservation {
+  cu::DevicePointer raw = 0;  // what cuMemAlloc returned
+  std::uint64_t bytes = 0;
+};
+
+struct GpuState {
+  int ordinal = 0;  // CUDA's
+  cu::Device handle = 0;
+  cu::Context context = nullptr;
+  cu::Module module = nullptr;
+  std::map<std::string, cu::Function, std::less<>> functions;
+  DeviceProperties properties;
+  std::map<DeviceAddress, Reservation> reservations;  // guarded by the driver's mutex
+  bool ecc_reported = false;                          // guarded by the driver's mutex
+  // Pinned buffers belong to the context current when they were allocated,
+  // and a context reset frees them: each GPU stages through its own. Read
+  // under a stream's `use` (shared), replaced under every one of the GPU's
+  // streams' `use` (exclusive).
+  std::shared_ptr<StagingPool> staging;
+  // Held shared by the calls that use the context without a stream or
+  // event (reserve, release, create), exclusively by a context reset.
+  std::unique_ptr<std::shared_mutex> context_gate = std::make_unique<std::shared_mutex>();
+};
+
 // A staged copy's host side, finished by a stream callback on CUDA's
 // thread: copy out (device-to-host) and return the buffer. The copy-out
 // happens under the stream's mutex and only while nobody has given up on
@@ -289,6 +301,13 @@ struct StagedCopy {
 
 struct CallbackHub;
 
+// What CUDA holds for a stream callback: the callback itself stays in the
+// hub (CallbackHub::in_cuda), so that a context reset can fail it.
+struct CallbackTicket {
+  std::shared_ptr<CallbackHub> hub;
+  std::uint64_t id = 0;
+};
+
 struct CallbackBox {
   std::shared_ptr<CallbackHub> hub;
   std::shared_ptr<StreamState> stream;
@@ -309,6 +328,11 @@ struct CallbackHub {
   std::condition_variable ready;
   std::deque<Pending> pending;  // guarded by mutex
   bool stopping = false;        // guarded by mutex
+  // Callbacks CUDA holds, by the id CUDA was given instead of a pointer: a
+  // context reset drops them in CUDA and fails them here, and CUDA calling
+  // one late finds it gone rather than freed memory. Guarded by mutex.
+  std::unordered_map<std::uint64_t, std::unique_ptr<CallbackBox>> in_cuda;
+  std::uint64_t next_id = 1;  // guarded by mutex
 };
 
 class CudaDriverImpl final : public Driver {
@@ -346,8 +370,10 @@ class CudaDriverImpl final : public Driver {
       for (auto& [base, reservation] : gpu.reservations) (void)api_.MemFree(reservation.raw);
       if (gpu.module != nullptr) (void)api_.ModuleUnload(gpu.module);
     }
-    if (!busy.empty()) staging_->Abandon();
-    staging_.reset();  // pinned buffers, while the contexts exist
+    for (auto& gpu : gpus_) {
+      if (!busy.empty()) gpu.staging->Abandon();
+      gpu.staging.reset();  // pinned buffers, while the contexts exist
+    }
     for (std::size_t i = 0; i < gpus_.size(); ++i) {
       if (!busy.contains(static_cast<int>(i))) (void)api_.PrimaryCtxRelease(gpus_[i].handle);
     }
@@ -369,7 +395,7 @@ class CudaDriverImpl final : public Driver {
     if (count <= 0) return Fail(ErrorCode::kUnavailable, "the CUDA driver sees no GPU");
     const auto fatbin = cuda::KernelFatbin();
     for (int ordinal = 0; ordinal < count; ++ordinal) {
-      GpuState gpu{.ordinal = ordinal};
+      GpuState gpu{.ordinal = ordinal, .staging = std::make_shared<StagingPool>(api_)};
       if (cu::Code rc = api_.DeviceGet(&gpu.handle, ordinal); rc != cu::kSuccess) {
         RASD_LOG_ERROR("CUDA GPU {} left out: {}", ordinal, api_.Describe("cuDeviceGet", rc));
         continue;
@@ -443,6 +469,7 @@ class CudaDriverImpl final : public Driver {
     }
     const std::uint64_t rounded =
         (bytes + kRetireGranularity - 1) / kRetireGranularity * kRetireGranularity;
+    std::shared_lock context(ContextGate(device));
     if (auto used = Use(device); !used) return Fail(used.error());
     // cuMemAlloc aligns large allocations at 2 MiB but promises only 256
     // bytes: ask for a granule more and align the base.
@@ -461,6 +488,7 @@ class CudaDriverImpl final : public Driver {
   Status ReleaseMemory(int device, DeviceAddress base) override {
     auto gpu = Gpu(device);
     if (!gpu) return Fail(gpu.error());
+    std::shared_lock context(ContextGate(device));  // a reset frees and forgets them meanwhile
     Reservation reservation;
     {
       std::lock_guard lock(mutex_);
@@ -478,6 +506,7 @@ class CudaDriverImpl final : public Driver {
 
   Result<StreamHandle> CreateStream(int device) override {
     if (auto gpu = Gpu(device); !gpu) return Fail(gpu.error());
+    std::shared_lock context(ContextGate(device));  // listed before a reset looks
     if (auto used = Use(device); !used) return Fail(used.error());
     auto state = std::make_shared<StreamState>();
     state->device = device;
@@ -502,6 +531,7 @@ class CudaDriverImpl final : public Driver {
       streams_.erase(it);
     }
     MarkAborted(*state, Error{ErrorCode::kAborted, "stream destroyed"});
+    std::shared_lock context(ContextGate(state->device));  // before `use`, as a reset takes them
     std::unique_lock use(state->use);  // waits for calls in flight on it
     state->destroyed = true;
     if (auto used = Use(state->device); !used) return used;
@@ -515,15 +545,16 @@ class CudaDriverImpl final : public Driver {
     if (bytes == 0) return {};
     return OnStream(handle, "cuMemcpyHtoDAsync", [&](StreamState& stream) -> cu::Code {
       // The source is copied now, so the caller's buffer is free at return.
-      auto staging = staging_->Acquire(bytes);
+      const auto& pool = StagingOf(stream);
+      auto staging = pool->Acquire(bytes);
       if (!staging) return cu::kErrorOutOfMemory;
       std::memcpy(*staging, src, bytes);
       auto copy = std::make_unique<StagedCopy>(
-          StagedCopy{staging_, stream.shared_from_this(), *staging, bytes, nullptr,
+          StagedCopy{pool, stream.shared_from_this(), *staging, bytes, nullptr,
                      stream.resets.load(std::memory_order_acquire)});
       if (cu::Code rc = api_.MemcpyHtoDAsync(dst, *staging, bytes, stream.stream);
           rc != cu::kSuccess) {
-        staging_->Release(*staging, bytes);
+        pool->Release(*staging, bytes);
         return rc;
       }
       return FinishStaged(stream, std::move(copy));
@@ -534,14 +565,15 @@ class CudaDriverImpl final : public Driver {
                           std::uint64_t bytes) override {
     if (bytes == 0) return {};
     return OnStream(handle, "cuMemcpyDtoHAsync", [&](StreamState& stream) -> cu::Code {
-      auto staging = staging_->Acquire(bytes);
+      const auto& pool = StagingOf(stream);
+      auto staging = pool->Acquire(bytes);
       if (!staging) return cu::kErrorOutOfMemory;
       auto copy = std::make_unique<StagedCopy>(
-          StagedCopy{staging_, stream.shared_from_this(), *staging, bytes, dst,
+          StagedCopy{pool, stream.shared_from_this(), *staging, bytes, dst,
                      stream.resets.load(std::memory_order_acquire)});
       if (cu::Code rc = api_.MemcpyDtoHAsync(*staging, src, bytes, stream.stream);
           rc != cu::kSuccess) {
-        staging_->Release(*staging, bytes);
+        pool->Release(*staging, bytes);
         return rc;
       }
       return FinishStaged(stream, std::move(copy));
@@ -613,17 +645,37 @@ class CudaDriverImpl final : public Driver {
 
   Status EnqueueCallback(StreamHandle handle, StreamCallback callback) override {
     return OnStream(handle, "cuStreamAddCallback", [&](StreamState& stream) {
-      auto* box =
-          new CallbackBox{hub_, FindStream(StreamHandle{handle.value}).value_or(nullptr),
-                          std::move(callback), stream.resets.load(std::memory_order_acquire)};
-      const cu::Code rc = api_.StreamAddCallback(stream.stream, &OnStreamCallback, box, 0);
-      if (rc != cu::kSuccess) delete box;
+      auto box = std::make_unique<CallbackBox>(
+          CallbackBox{hub_, FindStream(StreamHandle{handle.value}).value_or(nullptr),
+                      std::move(callback), stream.resets.load(std::memory_order_acquire)});
+      std::uint64_t id = 0;
+      {
+        std::lock_guard lock(hub_->mutex);
+        id = hub_->next_id++;
+        hub_->in_cuda.emplace(id, std::move(box));
+      }
+      auto ticket = std::make_unique<CallbackTicket>(CallbackTicket{hub_, id});
+      const cu::Code rc =
+          api_.StreamAddCallback(stream.stream, &OnStreamCallback, ticket.get(), 0);
+      if (rc == cu::kSuccess) {
+        // OnStreamCallback owns it now. Where a context reset means CUDA
+        // never calls back, it is leaked: a few bytes per callback pending then.
+        (void)ticket.release();
+      } else {
+        std::unique_ptr<CallbackBox> refused;  // destroyed outside the hub's lock
+        std::lock_guard lock(hub_->mutex);
+        if (auto it = hub_->in_cuda.find(id); it != hub_->in_cuda.end()) {
+          refused = std::move(it->second);
+          hub_->in_cuda.erase(it);
+        }
+      }
       return rc;
     });
   }
 
   Result<EventHandle> CreateEvent(int device) override {
     if (auto gpu = Gpu(device); !gpu) return Fail(gpu.error());
+    std::shared_lock context(ContextGate(device));  // listed before a reset looks
     if (auto used = Use(device); !used) return Fail(used.error());
     auto state = std::make_shared<EventState>();
     state->device = device;
@@ -647,6 +699,7 @@ class CudaDriverImpl final : public Driver {
       state = std::move(it->second);
       events_.erase(it);
     }
+    std::shared_lock context(ContextGate(state->device));  // before `use`, as a reset takes them
     std::unique_lock use(state->use);
     state->destroyed = true;
     if (auto used = Use(state->device); !used) return used;
@@ -698,8 +751,14 @@ class CudaDriverImpl final : public Driver {
     if (!first) return Fail(first.error());
     auto last = FindEvent(end);
     if (!last) return Fail(last.error());
-    std::shared_lock first_use((*first)->use);
-    std::shared_lock last_use((*last)->use);
+    // Both at once: a context reset takes every event's `use` in its own order.
+    std::shared_lock first_use((*first)->use, std::defer_lock);
+    std::shared_lock last_use((*last)->use, std::defer_lock);
+    if (*first == *last) {
+      first_use.lock();
+    } else {
+      std::lock(first_use, last_use);
+    }
     if ((*first)->destroyed || (*last)->destroyed) {
       return Fail(ErrorCode::kInvalidArgument, "unknown event");
     }
@@ -747,34 +806,38 @@ class CudaDriverImpl final : public Driver {
     return {};
   }
 
-  Status ResetDevice(int device) override {
+  Result<MemoryAfterReset> ResetDevice(int device) override {
     if (auto gpu = Gpu(device); !gpu) return Fail(gpu.error());
-    std::vector<std::shared_ptr<StreamState>> on_device;
-    {
-      std::lock_guard lock(mutex_);
-      for (auto& [id, stream] : streams_) {
-        if (stream->device == device) on_device.push_back(stream);
-      }
-    }
-    for (auto& stream : on_device) {
+    const auto [on_device, events_on_device] = ObjectsOf(device);
+    for (const auto& stream : on_device) {
       std::lock_guard lock(stream->mutex);  // no staged copy-out runs past this
       stream->resets.fetch_add(1, std::memory_order_acq_rel);
     }
-    if (auto used = Use(device); !used) return used;
+    if (auto used = Use(device); !used) return Fail(used.error());
     // A sticky error fails every call in the context; a small allocation
     // finds it without waiting for work (cuCtxSynchronize would block on a
     // hung GPU). A full GPU (out of memory) is not a sticky error.
-    cu::DevicePointer probe = 0;
-    const cu::Code rc = api_.MemAlloc(&probe, 256);
-    if (rc == cu::kSuccess) {
-      (void)api_.MemFree(probe);
-      return {};
+    const cu::Code rc = ProbeContext();
+    if (rc == cu::kSuccess || rc == cu::kErrorOutOfMemory) return MemoryAfterReset::kKept;
+    if (api_.PrimaryCtxReset == nullptr) {
+      return Fail(ErrorCode::kNotSupported,
+                  fmt::format("GPU {}: the context has a sticky error ({}) and {} has no "
+                              "cuDevicePrimaryCtxReset: restart rasd or reset the GPU",
+                              device, api_.Describe("cuMemAlloc", rc), "the CUDA driver"));
     }
-    if (rc == cu::kErrorOutOfMemory) return {};
-    return Fail(ErrorCode::kNotSupported,
-                fmt::format("GPU {}: the context has a sticky error ({}); repairing it frees "
-                            "every allocation rasd holds there: restart rasd or reset the GPU",
-                            device, api_.Describe("cuMemAlloc", rc)));
+    if (auto reset = ResetContext(device); !reset) {
+      return Fail(reset.error());
+    }
+    // Some errors outlive the context (a GPU that needs a bus reset).
+    if (const cu::Code after = ProbeContext(); after != cu::kSuccess &&
+                                               after != cu::kErrorOutOfMemory) {
+      return Fail(ErrorCode::kDeviceFault,
+                  fmt::format("GPU {}: the sticky error ({}) outlived a context reset ({}): "
+                              "restart rasd or reset the GPU",
+                              device, api_.Describe("cuMemAlloc", rc),
+                              api_.Describe("cuMemAlloc", after)));
+    }
+    return MemoryAfterReset::kFreed;
   }
 
   void SetErrorListener(ErrorListener listener) override {
@@ -813,6 +876,103 @@ class CudaDriverImpl final : public Driver {
 
   // Makes the GPU's primary context current on the calling thread (CUDA's
   // current context is per thread).
+  // A 256-byte allocation in the current context: kSuccess, or the error
+  // every call in a failed context returns.
+  cu::Code ProbeContext() {
+    cu::DevicePointer probe = 0;
+    const cu::Code rc = api_.MemAlloc(&probe, 256);
+    if (rc == cu::kSuccess) (void)api_.MemFree(probe);
+    return rc;
+  }
+
+  // cuDevicePrimaryCtxReset, with the driver's state brought along: the
+  // streams and events keep their handles and get new CUDA objects, the
+  // kernels are loaded again, the callbacks CUDA dropped fail with kAborted,
+  // and the reservations and pinned buffers are forgotten (the reset freed
+  // them). Every call that uses the context waits meanwhile: on the streams'
+  // and events' `use`, or on the GPU's context gate. The primary context is
+  // still retained after the reset, so its handle stays valid.
+  Status ResetContext(int device) {
+    GpuState& gpu = gpus_[static_cast<std::size_t>(device)];
+    std::unique_lock context_gate(*gpu.context_gate);
+    const auto [streams, events] = ObjectsOf(device);  // none is made or destroyed from here
+    std::vector<std::unique_lock<std::shared_mutex>> held;
+    // Events before streams, as RecordEvent and StreamWaitEvent take them.
+    for (const auto& event : events) held.emplace_back(event->use);
+    for (const auto& stream : streams) held.emplace_back(stream->use);
+    if (const cu::Code rc = api_.PrimaryCtxReset(gpu.handle); rc != cu::kSuccess) {
+      return Check(rc, "cuDevicePrimaryCtxReset", device);
+    }
+    {
+      std::lock_guard lock(mutex_);
+      gpu.reservations.clear();
+      gpu.ecc_reported = false;
+    }
+    gpu.staging->Abandon();  // its buffers went with the context
+    gpu.staging = std::make_shared<StagingPool>(api_);
+    std::vector<std::unique_ptr<CallbackBox>> dropped;
+    {
+      std::lock_guard lock(hub_->mutex);
+      for (auto it = hub_->in_cuda.begin(); it != hub_->in_cuda.end();) {
+        if (it->second->stream && it->second->stream->device == device) {
+          // Its stream's reset count moved on: it runs with kAborted.
+          hub_->pending.push_back({std::move(it->second), cu::kSuccess});
+          it = hub_->in_cuda.erase(it);
+        } else {
+          ++it;
+        }
+      }
+    }
+    hub_->ready.notify_one();
+    if (auto used = Use(device); !used) return used;
+    Status result;
+    for (const auto& stream : streams) {
+      if (stream->destroyed) continue;
+      if (auto made = Check(api_.StreamCreate(&stream->stream, cu::kStreamNonBlocking),
+                            "cuStreamCreate", device);
+          !made && result) {
+        result = made;
+      }
+    }
+    for (const auto& event : events) {
+      if (event->destroyed) continue;
+      if (auto made = Check(api_.EventCreate(&event->event, cu::kEventDefault), "cuEventCreate",
+                            device);
+          !made && result) {
+        result = made;
+      }
+    }
+    gpu.module = nullptr;
+    gpu.functions.clear();
+    if (const auto fatbin = cuda::KernelFatbin(); !fatbin.empty()) {
+      if (auto loaded = LoadKernels(gpu, fatbin); !loaded && result) result = loaded;
+    }
+    return result;
+  }
+
+  std::pair<std::vector<std::shared_ptr<StreamState>>, std::vector<std::shared_ptr<EventState>>>
+  ObjectsOf(int device) {
+    std::pair<std::vector<std::shared_ptr<StreamState>>, std::vector<std::shared_ptr<EventState>>>
+        objects;
+    std::lock_guard lock(mutex_);
+    for (auto& [id, stream] : streams_) {
+      if (stream->device == device) objects.first.push_back(stream);
+    }
+    for (auto& [id, event] : events_) {
+      if (event->device == device) objects.second.push_back(event);
+    }
+    return objects;
+  }
+
+  std::shared_mutex& ContextGate(int device) {
+    return *gpus_[static_cast<std::size_t>(device)].context_gate;
+  }
+
+  // The stream's GPU's staging pool; call under the stream's `use`.
+  const std::shared_ptr<StagingPool>& StagingOf(const StreamState& stream) const {
+    return gpus_[static_cast<std::size_t>(stream.device)].staging;
+  }
+
   Status Use(int device) {
     return Check(api_.CtxSetCurrent(gpus_[static_cast<std::size_t>(device)].context),
                  "cuCtxSetCurrent", device);
@@ -853,7 +1013,7 @@ class CudaDriverImpl final : public Driver {
       if (done == cu::kSuccess && copy->copy_out_to != nullptr) {
         std::memcpy(copy->copy_out_to, copy->staging, copy->bytes);
       }
-      staging_->Release(copy->staging, copy->bytes);
+      copy->pool->Release(copy->staging, copy->bytes);
     }
     return rc;
   }
@@ -977,21 +1137,23 @@ class CudaDriverImpl final : public Driver {
 
   // Runs on a CUDA thread, which must not call CUDA: hand over.
   static void OnStreamCallback(cu::Stream, cu::Code status, void* user) {
-    std::unique_ptr<CallbackBox> box(static_cast<CallbackBox*>(user));
-    const std::shared_ptr<CallbackHub> hub = box->hub;
+    const std::unique_ptr<CallbackTicket> ticket(static_cast<CallbackTicket*>(user));
+    const std::uint64_t id = ticket->id;
+    const std::shared_ptr<CallbackHub> hub = ticket->hub;
     {
       std::lock_guard lock(hub->mutex);
-      if (hub->stopping) {
-        // The driver is gone or going. Destroying the callback here could
-        // run its captures' destructors, CUDA calls among them, on CUDA's
-        // thread: leak it instead (this happens only at exit).
-        (void)box.release();
-        return;
-      }
-      hub->pending.push_back({std::move(box), status});
+      // The driver is gone or going: destroying the callback here could
+      // run its captures' destructors, CUDA calls among them, on CUDA's
+      // thread, so it stays where it is (this happens only at exit).
+      if (hub->stopping) return;
+      auto it = hub->in_cuda.find(id);
+      if (it == hub->in_cuda.end()) return;  // failed already by a context reset
+      hub->pending.push_back({std::move(it->second), status});
+      hub->in_cuda.erase(it);
     }
     hub->ready.notify_one();
   }
+
 
   void RunCallbacks() {
     while (true) {
@@ -1042,7 +1204,6 @@ class CudaDriverImpl final : public Driver {
   std::mutex listener_mutex_;
   ErrorListener listener_;
 
-  std::shared_ptr<StagingPool> staging_ = std::make_shared<StagingPool>(api_);
   const std::shared_ptr<CallbackHub> hub_ = std::make_shared<CallbackHub>();
   std::thread callback_thread_;
 };

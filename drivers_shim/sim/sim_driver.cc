@@ -565,7 +565,7 @@ class SimDriverImpl final : public SimDriver {
     return {};
   }
 
-  Status ResetDevice(int device_index) override {
+  Result<MemoryAfterReset> ResetDevice(int device_index) override {
     auto device = GetDevice(device_index);
     if (!device) return Fail(device.error());
     if ((*device)->condition.load() == DeviceCondition::kLost) {
@@ -584,7 +584,7 @@ class SimDriverImpl final : public SimDriver {
       });
     }
     for (auto& stream : StreamsOf(device_index)) stream->Wake();
-    return {};
+    return MemoryAfterReset::kKept;  // the simulator's memory is the process's: nothing is lost
   }
 
   void SetErrorListener(ErrorListener listener) override {

@@ -305,7 +305,7 @@ Status CompositeDriver::AbortStream(StreamHandle stream, const Error& reason) {
 
 #undef RASD_ROUTE
 
-Status CompositeDriver::ResetDevice(int device) {
+Result<MemoryAfterReset> CompositeDriver::ResetDevice(int device) {
   auto local = DeviceOf(device);
   if (!local) return Fail(local.error());
   return backends_[local->backend].driver->ResetDevice(local->device);

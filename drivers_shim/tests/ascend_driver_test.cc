@@ -508,7 +508,7 @@ TEST_F(AscendDriverTest, ResetFailsPendingWorkAndKeepsHandles) {
   const DeviceAddress old_buffer = Reserve(8192, 0);
   const DeviceAddress kept = Reserve(4096, 1);
 
-  std::future<Status> reset;  // before the gate: the gate opens first on the way out
+  std::future<Result<MemoryAfterReset>> reset;  // before the gate: the gate opens first on the way out
   Gate gate;
   ASSERT_TRUE(driver_->EnqueueCallback(stream, gate.Blocker()).has_value());
   StatusBox behind;
@@ -521,8 +521,9 @@ TEST_F(AscendDriverTest, ResetFailsPendingWorkAndKeepsHandles) {
   EXPECT_EQ(dropped->error().code, ErrorCode::kAborted);
   gate.Open();  // the running callback finishes; the reset goes on
   ASSERT_EQ(reset.wait_for(5s), std::future_status::ready);
-  const Status reset_status = reset.get();
+  const auto reset_status = reset.get();
   ASSERT_TRUE(reset_status.has_value()) << reset_status.error().ToString();
+  EXPECT_EQ(*reset_status, MemoryAfterReset::kFreed) << "aclrtResetDevice frees the device's memory";
 
   // The reset freed device 0's memory; the other device's is untouched.
   std::vector<std::uint32_t> values = Pattern(1024, 9);

@@ -66,7 +66,7 @@ class DevicesOnlyDriver final : public Driver {
   }
   Status SynchronizeStream(StreamHandle, std::chrono::nanoseconds) override { return Refuse(); }
   Status AbortStream(StreamHandle, const Error&) override { return Refuse(); }
-  Status ResetDevice(int) override { return Refuse(); }
+  Result<MemoryAfterReset> ResetDevice(int) override { return Refuse(); }
   void SetErrorListener(ErrorListener) override {}
 
  private:

@@ -300,16 +300,118 @@ TEST_F(CudaDriverTest, AnUncorrectableEccErrorIsReportedAsConsumedByTheStream) {
     std::lock_guard lock(mutex);
     EXPECT_EQ(reports.size(), 1u);
   }
-  // The context is sticky now: a reset cannot repair it without freeing
-  // every allocation, and says so.
-  auto reset = driver_->ResetDevice(1);
-  ASSERT_FALSE(reset);
-  EXPECT_EQ(reset.error().code, ErrorCode::kNotSupported);
-  EXPECT_NE(reset.error().message.find("sticky"), std::string::npos);
   const StreamHandle other = NewStream(0);
   EXPECT_TRUE(driver_->CopyHostToDevice(other, Reserve(4096, 0), host.data(), 16));
   EXPECT_TRUE(driver_->SynchronizeStream(other, 5s)) << "the other GPU serves on";
   driver_->SetErrorListener(nullptr);
+}
+
+// A sticky error is repaired by resetting the primary context, which frees
+// the GPU's memory: the reset says so, and the stream handles, events and
+// kernels serve again on new CUDA objects.
+TEST_F(CudaDriverTest, AStickyContextIsResetAndSaysItsMemoryIsGone) {
+  auto resets = reinterpret_cast<int (*)(int)>(::dlsym(fake_, "fake_cuda_context_resets"));
+  ASSERT_NE(resets, nullptr);
+  const int resets_before = resets(1);
+  const StreamHandle stream = NewStream(1);
+  auto event = driver_->CreateEvent(1);
+  ASSERT_TRUE(event);
+  const DeviceAddress old_buffer = Reserve(4096, 1);
+  const DeviceAddress kept = Reserve(4096, 0);
+  std::vector<char> host(4096, 'k');
+  const StreamHandle on_zero = NewStream(0);
+  ASSERT_TRUE(driver_->CopyHostToDevice(on_zero, kept, host.data(), host.size()));
+  ASSERT_TRUE(driver_->SynchronizeStream(on_zero, 5s));
+
+  // A callback queued behind the failing copy, which CUDA never runs in a
+  // failed context, still hears about the reset.
+  hold_(1, 1);
+  inject_ecc_(1);
+  ASSERT_TRUE(driver_->CopyHostToDevice(stream, old_buffer, host.data(), host.size()));
+  std::promise<Status> dropped;
+  ASSERT_TRUE(
+      driver_->EnqueueCallback(stream, [&](const Status& status) { dropped.set_value(status); }));
+  hold_(1, 0);
+  ASSERT_FALSE(driver_->SynchronizeStream(stream, 5s));
+
+  auto reset = driver_->ResetDevice(1);
+  ASSERT_TRUE(reset) << reset.error().ToString();
+  EXPECT_EQ(*reset, MemoryAfterReset::kFreed);
+  EXPECT_EQ(resets(1), resets_before + 1);
+  auto heard = dropped.get_future();
+  ASSERT_EQ(heard.wait_for(2s), std::future_status::ready);
+  const Status dropped_status = heard.get();
+  ASSERT_FALSE(dropped_status);
+  EXPECT_EQ(dropped_status.error().code, ErrorCode::kAborted);
+
+  // The old reservation is gone; the same stream and event work on new memory.
+  EXPECT_FALSE(driver_->ReleaseMemory(1, old_buffer)) << "forgotten, never freed twice";
+  const DeviceAddress fresh = Reserve(4096, 1);
+  std::vector<char> pattern(4096);
+  std::iota(pattern.begin(), pattern.end(), 0);
+  std::vector<char> back(4096);
+  ASSERT_TRUE(driver_->CopyHostToDevice(stream, fresh, pattern.data(), pattern.size()));
+  ASSERT_TRUE(driver_->RecordEvent(*event, stream));
+  ASSERT_TRUE(driver_->CopyDeviceToHost(stream, back.data(), fresh, back.size()));
+  ASSERT_TRUE(driver_->SynchronizeStream(stream, 5s));
+  ASSERT_TRUE(driver_->SynchronizeEvent(*event, 5s));
+  EXPECT_EQ(back, pattern);
+  // The other GPU's memory was never touched.
+  ASSERT_TRUE(driver_->CopyDeviceToHost(on_zero, back.data(), kept, back.size()));
+  ASSERT_TRUE(driver_->SynchronizeStream(on_zero, 5s));
+  EXPECT_EQ(back, host);
+  // A reset that finds nothing to repair keeps the memory.
+  auto again = driver_->ResetDevice(1);
+  ASSERT_TRUE(again);
+  EXPECT_EQ(*again, MemoryAfterReset::kKept);
+  EXPECT_EQ(resets(1), resets_before + 1);
+  ASSERT_TRUE(driver_->DestroyEvent(*event));
+}
+
+TEST_F(CudaDriverTest, AStickyErrorThatOutlivesTheContextResetIsAFault) {
+  auto survives =
+      reinterpret_cast<void (*)(int, int)>(::dlsym(fake_, "fake_cuda_sticky_survives_reset"));
+  ASSERT_NE(survives, nullptr);
+  const StreamHandle stream = NewStream(1);
+  const DeviceAddress buffer = Reserve(4096, 1);
+  std::vector<char> host(4096);
+  survives(1, 1);
+  inject_ecc_(1);
+  (void)driver_->CopyDeviceToHost(stream, host.data(), buffer, host.size());
+  ASSERT_FALSE(driver_->SynchronizeStream(stream, 5s));
+  auto reset = driver_->ResetDevice(1);
+  ASSERT_FALSE(reset);
+  EXPECT_EQ(reset.error().code, ErrorCode::kDeviceFault);
+  EXPECT_NE(reset.error().message.find("outlived a context reset"), std::string::npos)
+      << reset.error().message;
+}
+
+// An old driver without cuDevicePrimaryCtxReset: the sticky context stays,
+// and the reset says what repairs it.
+TEST(CudaDriverOldLibraryTest, WithoutAContextResetAStickyErrorNeedsARestart) {
+  ::unsetenv("RASD_FAKE_CUDA_INIT");
+  ::setenv("RASD_FAKE_CUDA_DEVICES", "1", 1);
+  auto driver = CudaDriver::Create({.library = RASD_FAKE_CUDA_NORESET_PATH});
+  ASSERT_TRUE(driver) << driver.error().ToString();
+  void* fake = ::dlopen(RASD_FAKE_CUDA_NORESET_PATH, RTLD_NOW | RTLD_NOLOAD);
+  ASSERT_NE(fake, nullptr);
+  EXPECT_EQ(::dlsym(fake, "cuDevicePrimaryCtxReset_v2"), nullptr);
+  auto inject = reinterpret_cast<void (*)(int)>(::dlsym(fake, "fake_cuda_inject_ecc"));
+  ASSERT_NE(inject, nullptr);
+  const StreamHandle stream = testing::NewStreamOn(**driver, 0);
+  const DeviceAddress buffer = testing::ReserveOn(**driver, 4096, 0);
+  std::vector<char> host(4096);
+  inject(0);
+  (void)(*driver)->CopyDeviceToHost(stream, host.data(), buffer, host.size());
+  ASSERT_FALSE((*driver)->SynchronizeStream(stream, 5s));
+  auto reset = (*driver)->ResetDevice(0);
+  ASSERT_FALSE(reset);
+  EXPECT_EQ(reset.error().code, ErrorCode::kNotSupported);
+  EXPECT_NE(reset.error().message.find("restart rasd"), std::string::npos)
+      << reset.error().message;
+  ::setenv("RASD_FAKE_CUDA_DEVICES", "2", 1);
+  driver->reset();
+  ::dlclose(fake);
 }
 
 // Which of the two tests below exists depends on the build: nvcc found at

@@ -10,7 +10,13 @@
 // device's streams from running work; fake_cuda_inject_ecc(device) makes
 // the device's next operation fail with CUDA_ERROR_ECC_UNCORRECTABLE, and
 // the context sticky, as a real uncorrectable error does.
+// cuDevicePrimaryCtxReset_v2 destroys the context's streams, events and
+// memory and clears a sticky error, unless fake_cuda_sticky_survives_reset
+// (device, on) says it outlives the reset; fake_cuda_context_resets(device)
+// counts resets. Built with FAKE_CUDA_WITHOUT_CTX_RESET the library has no
+// cuDevicePrimaryCtxReset at all, as an old driver.
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -35,13 +41,38 @@ namespace {
 
 using Code = int;
 constexpr Code kSuccess = 0, kInvalidValue = 1, kNotInitialized = 3, kInvalidHandle = 400,
-               kNotFound = 500, kNotReady = 600, kEccUncorrectable = 214, kInvalidContext = 201;
+               kNotFound = 500, kNotReady = 600, kEccUncorrectable = 214, kInvalidContext = 201,
+               kContextIsDestroyed = 709;
+
+// Device allocations by the pointer handed out: a context reset frees the
+// context's, and a copy outside every live one fails as on a GPU rather
+// than touching freed host memory.
+struct FakeDevice;
+
+struct DeviceAllocation {
+  FakeDevice* device = nullptr;
+  std::size_t bytes = 0;
+};
+std::mutex allocations_mutex;
+std::map<unsigned long long, DeviceAllocation> allocations;  // guarded by allocations_mutex
+
+bool LiveRange(unsigned long long address, std::size_t bytes) {
+  std::lock_guard lock(allocations_mutex);
+  auto it = allocations.upper_bound(address);
+  if (it == allocations.begin()) return false;
+  --it;
+  return address + bytes <= it->first + it->second.bytes;
+}
 
 struct FakeDevice {
   int index = 0;
   std::atomic<bool> held{false};
   std::atomic<Code> sticky{kSuccess};
   std::atomic<bool> ecc_pending{false};
+  std::atomic<bool> sticky_survives_reset{false};
+  // Bumped by cuDevicePrimaryCtxReset: streams of an older context are gone.
+  std::atomic<std::uint64_t> context_epoch{0};
+  std::atomic<int> context_resets{0};
 };
 
 std::mutex global_mutex;
@@ -68,7 +99,8 @@ struct FakeEvent {
 
 class FakeStream {
  public:
-  explicit FakeStream(FakeDevice* device) : device_(device), worker_([this] { Run(); }) {}
+  explicit FakeStream(FakeDevice* device)
+      : device_(device), epoch_(device->context_epoch.load()), worker_([this] { Run(); }) {}
   ~FakeStream() {
     {
       std::lock_guard lock(mutex_);
@@ -79,6 +111,9 @@ class FakeStream {
   }
 
   FakeDevice* device() const { return device_; }
+  std::atomic<bool> destroying{false};
+  // Its context was reset: nothing it holds runs, callbacks included.
+  bool Destroyed() const { return device_->context_epoch.load() != epoch_; }
 
   void Enqueue(std::function<Code()> op) {
     {
@@ -89,6 +124,7 @@ class FakeStream {
   }
 
   Code Query() {
+    if (Destroyed()) return kContextIsDestroyed;
     if (Code sticky = device_->sticky.load(); sticky != kSuccess) return sticky;
     std::lock_guard lock(mutex_);
     if (!ops_.empty() || running_) return kNotReady;
@@ -110,6 +146,7 @@ class FakeStream {
       if (ops_.empty() || device_->held.load()) continue;
       auto op = std::move(ops_.front());
       ops_.pop_front();
+      if (Destroyed()) continue;
       running_ = true;
       lock.unlock();
       Code result = kSuccess;
@@ -128,6 +165,7 @@ class FakeStream {
   }
 
   FakeDevice* const device_;
+  const std::uint64_t epoch_;
   std::mutex mutex_;
   std::condition_variable wake_;
   std::deque<std::function<Code()>> ops_;
@@ -139,6 +177,19 @@ class FakeStream {
 
 std::mutex streams_mutex;
 std::vector<FakeStream*> live_streams;  // guarded by streams_mutex
+
+// cuStreamDestroy's threads: the process's exit waits for them (up to 5 s)
+// before the globals they use are destroyed. Defined after those globals,
+// so destroyed before them.
+std::atomic<int> destroy_threads{0};
+struct DestroyThreadsAtExit {
+  ~DestroyThreadsAtExit() {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (destroy_threads.load() > 0 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+} destroy_threads_at_exit;
 
 // Host pointers are device pointers; the fake trusts the addresses.
 class HostMemory final : public rasd::drivers::sim::DeviceMemoryAccess {
@@ -159,6 +210,7 @@ struct FakeModule {
 Code Enqueue(void* stream, std::function<Code()> op) {
   auto* target = static_cast<FakeStream*>(stream);
   if (target == nullptr) return kInvalidHandle;  // rasd never uses the legacy stream
+  if (target->Destroyed()) return kContextIsDestroyed;
   if (Code sticky = target->device()->sticky.load(); sticky != kSuccess) return sticky;
   target->Enqueue(std::move(op));
   return kSuccess;
@@ -176,6 +228,7 @@ FAKE_API void fake_cuda_clear(int device) {
   target.held.store(false);
   target.ecc_pending.store(false);
   target.sticky.store(kSuccess);
+  target.sticky_survives_reset.store(false);
 }
 
 FAKE_API void fake_cuda_inject_ecc(int device) {
@@ -276,6 +329,54 @@ FAKE_API Code cuDevicePrimaryCtxRetain(void** context, int device) {
 
 FAKE_API Code cuDevicePrimaryCtxRelease_v2(int) { return kSuccess; }
 
+#ifndef FAKE_CUDA_WITHOUT_CTX_RESET
+// Called with no work of the context running through rasd (the backend
+// holds every stream of the GPU meanwhile): its streams are gone at once.
+FAKE_API Code cuDevicePrimaryCtxReset_v2(int device) {
+  if (device < 0 || device >= static_cast<int>(devices.size())) return kInvalidValue;
+  FakeDevice& target = *devices[static_cast<std::size_t>(device)];
+  target.context_epoch.fetch_add(1);
+  target.context_resets.fetch_add(1);
+  target.ecc_pending.store(false);
+  if (!target.sticky_survives_reset.load()) target.sticky.store(kSuccess);
+  std::vector<void*> freed;
+  {
+    std::lock_guard lock(allocations_mutex);
+    for (auto it = allocations.begin(); it != allocations.end();) {
+      if (it->second.device == &target) {
+        freed.push_back(reinterpret_cast<void*>(it->first - 256));
+        it = allocations.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (void* memory : freed) std::free(memory);
+  // The context's streams go with it (their threads too: nothing may run
+  // past the library's static destructors).
+  std::vector<FakeStream*> gone;
+  {
+    std::lock_guard lock(streams_mutex);
+    for (FakeStream* stream : live_streams) {
+      if (stream->device() == &target && !stream->destroying.load()) gone.push_back(stream);
+    }
+    std::erase_if(live_streams, [&](FakeStream* stream) {
+      return std::find(gone.begin(), gone.end(), stream) != gone.end();
+    });
+  }
+  for (FakeStream* stream : gone) delete stream;
+  return kSuccess;
+}
+#endif
+
+FAKE_API void fake_cuda_sticky_survives_reset(int device, int on) {
+  devices.at(static_cast<std::size_t>(device))->sticky_survives_reset.store(on != 0);
+}
+
+FAKE_API int fake_cuda_context_resets(int device) {
+  return devices.at(static_cast<std::size_t>(device))->context_resets.load();
+}
+
 FAKE_API Code cuCtxSetCurrent(void* context) {
   std::lock_guard lock(current_mutex);
   current_by_thread[std::this_thread::get_id()] = static_cast<FakeDevice*>(context);
@@ -315,6 +416,8 @@ FAKE_API Code cuStreamCreate(void** stream, unsigned) {
 FAKE_API Code cuStreamDestroy_v2(void* stream) {
   // The real driver lets pending work finish first; so does the worker.
   auto* target = static_cast<FakeStream*>(stream);
+  target->destroying.store(true);  // its own thread deletes it, not a context reset
+  destroy_threads.fetch_add(1);
   std::thread([target] {
     while (target->Query() == kNotReady) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     {
@@ -322,6 +425,7 @@ FAKE_API Code cuStreamDestroy_v2(void* stream) {
       std::erase(live_streams, target);
     }
     delete target;
+    destroy_threads.fetch_sub(1);
   }).detach();
   return kSuccess;
 }
@@ -400,6 +504,8 @@ FAKE_API Code cuMemAlloc_v2(unsigned long long* pointer, std::size_t bytes) {
   void* memory = std::aligned_alloc(256, (bytes + 255) / 256 * 256 + 256);
   if (memory == nullptr) return 2;
   *pointer = reinterpret_cast<std::uintptr_t>(memory) + 256;
+  std::lock_guard lock(allocations_mutex);
+  allocations[*pointer] = DeviceAllocation{current, bytes};
   return kSuccess;
 }
 
@@ -414,12 +520,17 @@ FAKE_API Code cuMemFreeHost(void* pointer) {
 }
 
 FAKE_API Code cuMemFree_v2(unsigned long long pointer) {
+  {
+    std::lock_guard lock(allocations_mutex);
+    if (allocations.erase(pointer) == 0) return kInvalidValue;
+  }
   std::free(reinterpret_cast<void*>(pointer - 256));
   return kSuccess;
 }
 
 FAKE_API Code cuMemcpyHtoDAsync_v2(unsigned long long dst, const void* src, std::size_t bytes,
                                    void* stream) {
+  if (!LiveRange(dst, bytes)) return kInvalidValue;
   return Enqueue(stream, [=] {
     std::memcpy(reinterpret_cast<void*>(dst), src, bytes);
     return kSuccess;
@@ -428,6 +539,7 @@ FAKE_API Code cuMemcpyHtoDAsync_v2(unsigned long long dst, const void* src, std:
 
 FAKE_API Code cuMemcpyDtoHAsync_v2(void* dst, unsigned long long src, std::size_t bytes,
                                    void* stream) {
+  if (!LiveRange(src, bytes)) return kInvalidValue;
   return Enqueue(stream, [=] {
     std::memcpy(dst, reinterpret_cast<const void*>(src), bytes);
     return kSuccess;
@@ -436,6 +548,7 @@ FAKE_API Code cuMemcpyDtoHAsync_v2(void* dst, unsigned long long src, std::size_
 
 FAKE_API Code cuMemcpyDtoDAsync_v2(unsigned long long dst, unsigned long long src,
                                    std::size_t bytes, void* stream) {
+  if (!LiveRange(src, bytes) || !LiveRange(dst, bytes)) return kInvalidValue;
   return Enqueue(stream, [=] {
     std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), bytes);
     return kSuccess;

@@ -54,6 +54,9 @@ struct MemoryPool::State {
     std::uint64_t stream = 0;
     std::uint64_t free_sequence = 0;
     bool in_pending_list = false;  // listed once in its stream's PendingFrees
+    // Allocated from an arena a device reset freed (ForgetArenas): in no
+    // arena any more; its Free only settles the accounts.
+    bool orphaned = false;
     // Bumped whenever the node is recycled, so that a list entry made for an
     // earlier use of the node is recognised as stale.
     std::uint64_t generation = 0;
@@ -545,6 +548,16 @@ Status MemoryPool::Free(Allocation& allocation) {
   std::uint64_t sequence = 0;
   {
     std::lock_guard lock(state.mutex);
+    if (block != nullptr && block->orphaned && block->state == State::BlockState::kAllocated &&
+        block->address == allocation.address) {
+      state.stats.allocated_bytes -= block->requested;
+      state.stats.live_allocations -= 1;
+      block->orphaned = false;
+      block->state = State::BlockState::kFree;  // a stale copy of the allocation is a double free
+      state.DropBlock(block);
+      allocation = Allocation{};
+      return {};
+    }
     if (block == nullptr || block->state != State::BlockState::kAllocated ||
         block->address != allocation.address) {
       return Fail(
@@ -626,6 +639,45 @@ Status MemoryPool::CheckConsistency() const {
 void MemoryPool::StreamCompleted(drivers::StreamHandle stream) {
   std::lock_guard lock(state_->mutex);
   state_->Promote(stream.value, UINT64_MAX);
+}
+
+std::uint64_t MemoryPool::ForgetArenas() {
+  State& state = *state_;
+  std::lock_guard lock(state.mutex);
+  std::uint64_t orphaned = 0;
+  for (auto& [base, arena] : state.arenas) {
+    for (State::Block* block = arena.first; block != nullptr;) {
+      State::Block* next = block->next;
+      if (block->state == State::BlockState::kAllocated) {
+        block->orphaned = true;
+        block->prev = block->next = nullptr;
+        block->arena = nullptr;
+        block->retire_on_free.clear();
+        ++orphaned;
+      } else {
+        state.DropBlock(block);  // a stale PendingFrees entry is recognised by its generation
+      }
+      block = next;
+    }
+  }
+  state.arenas.clear();
+  state.free_blocks.clear();
+  state.caches.clear();
+  state.stats.reserved_bytes = 0;
+  state.stats.arenas = 0;
+  // A stable address names the same memory after the reset: kept out of
+  // the arenas reserved from now on. Any other was a virtual address of
+  // the context the reset destroyed and names nothing now.
+  std::set<drivers::DeviceAddress> kept;
+  for (drivers::DeviceAddress page : state.retired_pages) {
+    if (driver_.IsStableDeviceAddress(device_.Index(), page)) kept.insert(page);
+  }
+  const std::uint64_t dropped = state.retired_pages.size() - kept.size();
+  state.stats.retired_pages -= dropped;
+  state.stats.retired_bytes -= dropped * state.retire_granularity;
+  state.pending_retired = kept;
+  state.retired_pages = std::move(kept);
+  return orphaned;
 }
 
 bool MemoryPool::IsRetired(drivers::DeviceAddress address) const {

@@ -48,6 +48,19 @@ Result<MemoryPool*> Runtime::Pool(int device) {
   return pools_[static_cast<std::size_t>(device)].get();
 }
 
+Result<ResetReport> Runtime::ResetDevice(int device) {
+  auto pool = Pool(device);
+  if (!pool) return Fail(pool.error());
+  auto memory = driver_->ResetDevice(device);
+  if (!memory) return Fail(memory.error());
+  ResetReport report;
+  if (*memory == drivers::MemoryAfterReset::kFreed) {
+    report.memory_freed = true;
+    report.allocations_lost = (*pool)->ForgetArenas();
+  }
+  return report;
+}
+
 Result<std::unique_ptr<Stream>> Runtime::CreateStream(int device_index, StreamOptions options) {
   auto device = GetDevice(device_index);
   if (!device) return Fail(device.error());

@@ -185,6 +185,48 @@ TEST_F(MemoryPoolTest, RetiringAnAllocatedPageTakesEffectOnFree) {
   EXPECT_EQ(Pool().Retire(0x1234).error().code, ErrorCode::kNotFound);
 }
 
+// After a reset that freed the device's memory: the arenas are forgotten,
+// never released; a live allocation's Free settles the accounts; retired
+// pages at stable addresses (the simulator's) stay out.
+TEST_F(MemoryPoolTest, ForgettingTheArenasKeepsTheAccountsAndReservesAfresh) {
+  auto stream = NewStream(0, "job-a");
+  auto live = Alloc(10000, *stream);
+  auto freed = Alloc(64 * 1024, *stream);
+  const DeviceAddress bad_page = freed.address + 4096;
+  ASSERT_TRUE(Pool().Free(freed).has_value());
+  ASSERT_TRUE(Pool().Retire(bad_page).has_value());
+  const PoolStats before = Pool().Stats();
+  ASSERT_GE(before.arenas, 1u);
+
+  EXPECT_EQ(Pool().ForgetArenas(), 1u);
+  PoolStats after = Pool().Stats();
+  EXPECT_EQ(after.arenas, 0u);
+  EXPECT_EQ(after.reserved_bytes, 0u);
+  EXPECT_EQ(after.live_allocations, 1u) << "its holder still has it";
+  EXPECT_EQ(after.allocated_bytes, 10000u);
+  EXPECT_EQ(after.retired_pages, 1u) << "a stable address names the same memory";
+  EXPECT_TRUE(Pool().IsRetired(bad_page));
+  EXPECT_FALSE(Pool().OwnerOf(live.address).has_value()) << "in no arena any more";
+  EXPECT_TRUE(Pool().Allocations().empty());
+  ASSERT_TRUE(Pool().CheckConsistency().has_value());
+
+  auto fresh = Alloc(4096, *stream);
+  EXPECT_EQ(Pool().Stats().arenas, 1u) << "reserved afresh";
+  auto owner = Pool().OwnerOf(fresh.address);
+  ASSERT_TRUE(owner.has_value());
+  EXPECT_EQ(owner->owner, "job-a");
+
+  const Allocation stale = live;
+  ASSERT_TRUE(Pool().Free(live).has_value());
+  Allocation twice = stale;
+  EXPECT_EQ(Pool().Free(twice).error().code, ErrorCode::kInvalidArgument);
+  after = Pool().Stats();
+  EXPECT_EQ(after.live_allocations, 1u);
+  EXPECT_EQ(after.allocated_bytes, 4096u);
+  ASSERT_TRUE(Pool().Free(fresh).has_value());
+  ASSERT_TRUE(Pool().CheckConsistency().has_value());
+}
+
 TEST_F(MemoryPoolTest, OwnerOfNamesTheAllocationItsJobAndStream) {
   auto llm = NewStream(0, "llm-0");
   auto train = NewStream(0, "train-3");

@@ -59,7 +59,7 @@ class CompositeDriver final : public Driver {
   Result<std::chrono::nanoseconds> ElapsedTime(EventHandle start, EventHandle end) override;
   Status SynchronizeStream(StreamHandle stream, std::chrono::nanoseconds timeout) override;
   Status AbortStream(StreamHandle stream, const Error& reason) override;
-  Status ResetDevice(int device) override;
+  Result<MemoryAfterReset> ResetDevice(int device) override;
   void SetErrorListener(ErrorListener listener) override;
   // Null when no backend can inject faults (or there is no backend).
   FaultInjector* Faults() override;

@@ -196,6 +196,12 @@ class FaultInjector {
   virtual ~FaultInjector() = default;
 };
 
+// What a device reset did to the memory reserved on the device.
+enum class MemoryAfterReset {
+  kKept,   // every reservation is as it was (the simulator; a reset that found nothing to repair)
+  kFreed,  // every reservation is gone with the context the reset destroyed
+};
+
 // The boundary between rasd and a vendor's device library. Everything vendor
 // specific (CUDA driver API + NVML, Ascend ACL + DCMI, the CPU simulator)
 // lives behind it, so the runtime above never includes a vendor header.
@@ -282,7 +288,11 @@ class Driver {
 
   // Resets the device: pending work on it fails with kAborted and a sticky
   // fault or hang is cleared. A device that fell off the bus stays lost.
-  virtual Status ResetDevice(int device) = 0;
+  // Says whether the device's reservations outlived the reset: where the
+  // vendor's reset frees them (aclrtResetDevice, cuDevicePrimaryCtxReset),
+  // kFreed, and the caller must forget them (never ReleaseMemory them: their
+  // addresses may be handed out again by the next ReserveMemory).
+  virtual Result<MemoryAfterReset> ResetDevice(int device) = 0;
 
   // Replaces the listener for asynchronous error reports. It is called on
   // driver threads and must not call back into the driver.

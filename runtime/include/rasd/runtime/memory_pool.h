@@ -97,6 +97,16 @@ class MemoryPool {
   // every stream.
   void StreamCompleted(drivers::StreamHandle stream);
 
+  // After a device reset that freed every reservation
+  // (drivers::MemoryAfterReset::kFreed): forgets the arenas without
+  // releasing them, so the next allocation reserves afresh. Live
+  // allocations stay live for their holders, in no arena: their Free only
+  // settles the accounts, and OwnerOf and Allocations no longer list them.
+  // Retired pages at stable addresses stay out of new arenas; the others
+  // named the destroyed context's memory and are dropped. Returns how many
+  // live allocations lost their memory.
+  std::uint64_t ForgetArenas();
+
   // Walks the pool's structures and reports the first inconsistency (tests,
   // and `rasctl` diagnostics). O(blocks).
   Status CheckConsistency() const;

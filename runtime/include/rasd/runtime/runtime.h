@@ -16,6 +16,14 @@
 
 namespace rasd::runtime {
 
+// What Runtime::ResetDevice did beyond clearing the device's faults.
+struct ResetReport {
+  // The vendor's reset freed the device's memory; the pool reserves afresh.
+  bool memory_freed = false;
+  // Live allocations whose memory went with it (their holders' data is gone).
+  std::uint64_t allocations_lost = 0;
+};
+
 struct RuntimeOptions {
   PoolOptions pool;
 };
@@ -42,6 +50,13 @@ class Runtime {
   Result<Device*> GetDevice(int index);
   const std::vector<std::unique_ptr<Device>>& Devices() const { return devices_; }
   Result<MemoryPool*> Pool(int device);
+
+  // Resets the device through the driver (pending work fails with
+  // kAborted, a sticky fault or hang is cleared) and, where the reset freed
+  // the device's memory, makes its pool forget the arenas it held. Call it
+  // on an isolated device: work admitted meanwhile may find its memory
+  // gone. Errors are the driver's.
+  Result<ResetReport> ResetDevice(int device);
 
   // A new stream on `device`. Fails with kDeviceIsolated when the device's
   // gate refuses the admission asked for.

@@ -1,0 +1,78 @@
+// A device reset that frees the device's memory, end to end over the CUDA
+// backend and its stand-in libcuda (drivers_shim/tests/fake_cuda.cc): a
+// sticky error, the context reset, the pool forgetting its arenas, and the
+// device serving again (the self-test passes on fresh memory).
+
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <numeric>
+#include <vector>
+
+#include "rasd/drivers_shim/cuda_driver.h"
+#include "rasd/runtime/runtime.h"
+#include "rasd/runtime/self_test.h"
+
+namespace rasd::runtime {
+namespace {
+
+using namespace std::chrono_literals;
+
+TEST(DeviceResetTest, AStickyGpuIsResetAndItsPoolReservesAfresh) {
+  ::unsetenv("RASD_FAKE_CUDA_INIT");
+  ::setenv("RASD_FAKE_CUDA_DEVICES", "2", 1);
+  auto driver = drivers::CudaDriver::Create({.library = RASD_FAKE_CUDA_PATH});
+  ASSERT_TRUE(driver) << driver.error().ToString();
+  auto created = Runtime::Create(std::move(*driver), {.pool = {.arena_bytes = 1 << 20}});
+  ASSERT_TRUE(created) << created.error().ToString();
+  Runtime& runtime = **created;
+  void* fake = ::dlopen(RASD_FAKE_CUDA_PATH, RTLD_NOW | RTLD_NOLOAD);
+  ASSERT_NE(fake, nullptr);
+  auto inject_ecc = reinterpret_cast<void (*)(int)>(::dlsym(fake, "fake_cuda_inject_ecc"));
+  auto clear = reinterpret_cast<void (*)(int)>(::dlsym(fake, "fake_cuda_clear"));
+  ASSERT_TRUE(inject_ecc && clear);
+  clear(1);
+
+  auto stream = runtime.CreateStream(1, {.owner = "job-a"});
+  ASSERT_TRUE(stream) << stream.error().ToString();
+  MemoryPool& pool = **runtime.Pool(1);
+  auto held = pool.Allocate(8192, **stream);
+  ASSERT_TRUE(held) << held.error().ToString();
+  std::vector<char> pattern(8192);
+  std::iota(pattern.begin(), pattern.end(), 0);
+  ASSERT_TRUE((*stream)->CopyToDevice(held->address, pattern.data(), pattern.size()));
+  ASSERT_TRUE((*stream)->Synchronize(5s));
+
+  inject_ecc(1);
+  (void)(*stream)->CopyToDevice(held->address, pattern.data(), pattern.size());
+  ASSERT_FALSE((*stream)->Synchronize(5s)) << "the context is sticky now";
+
+  auto reset = runtime.ResetDevice(1);
+  ASSERT_TRUE(reset) << reset.error().ToString();
+  EXPECT_TRUE(reset->memory_freed);
+  EXPECT_EQ(reset->allocations_lost, 1u);
+  EXPECT_EQ(pool.Stats().arenas, 0u);
+
+  // The same stream handle serves on new memory; the old allocation's
+  // free only settles the accounts.
+  auto fresh = pool.Allocate(8192, **stream);
+  ASSERT_TRUE(fresh) << fresh.error().ToString();
+  std::vector<char> back(8192);
+  ASSERT_TRUE((*stream)->CopyToDevice(fresh->address, pattern.data(), pattern.size()));
+  ASSERT_TRUE((*stream)->CopyToHost(back.data(), fresh->address, back.size()));
+  ASSERT_TRUE((*stream)->Synchronize(5s));
+  EXPECT_EQ(back, pattern);
+  ASSERT_TRUE(pool.Free(*held));
+  ASSERT_TRUE(pool.Free(*fresh));
+  EXPECT_EQ(pool.Stats().live_allocations, 0u);
+
+  const SelfTestReport report = RunSelfTest(runtime, 1);
+  EXPECT_TRUE(report.passed) << report.Summary();
+  stream->reset();
+  created->reset();
+  ::dlclose(fake);
+}
+
+}  // namespace
+}  // namespace rasd::runtime
