@@ -4,6 +4,7 @@
 target_sources(rasd_drivers PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/acl_api.cc
   ${CMAKE_CURRENT_LIST_DIR}/acl_errors.cc
+  ${CMAKE_CURRENT_LIST_DIR}/aclnn_ops.cc
   ${CMAKE_CURRENT_LIST_DIR}/ascend_driver.cc
   ${CMAKE_CURRENT_LIST_DIR}/dcmi_monitor.cc
 )
