@@ -35,7 +35,7 @@ std::vector<const char*> OperatorsOf(std::string_view kernel, const AclnnApi& ap
     return {api.reduce_sum ? nullptr : "aclnnReduceSum", zeroing ? nullptr : "aclnnInplaceZero"};
   }
   if (kernel == "empty") return {zeroing ? nullptr : "aclnnInplaceZero"};
-  return {"(no aclnn operator)"};
+  return {"none: no aclnn operator waits for a time"};
 }
 
 Error Failed(std::string_view call, aclnnStatus status, std::string_view kernel) {
