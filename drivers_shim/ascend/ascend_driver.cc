@@ -590,9 +590,32 @@ class AscendDriverImpl final : public Driver {
     stream.workspace_bytes = 0;
   }
 
-  // aclrtMalloc of `bytes`, page aligned, filed as a reservation. Gate held,
-  // context current.
+  // aclrtMalloc of `bytes`, page aligned, filed as a reservation. A base
+  // that a reservation lost in a reset still names is not handed out again
+  // (that reservation's owner may yet release it, and must not free the
+  // new one): ACL is asked again while the colliding memory is held. Gate
+  // held, context current.
   Result<DeviceAddress> ReserveInContext(DeviceState& device, std::uint64_t bytes) {
+    std::vector<void*> colliding;
+    Result<DeviceAddress> made = Fail(ErrorCode::kInternal, "no attempt");
+    for (int attempt = 0; attempt < 8; ++attempt) {
+      made = ReserveOnce(device, bytes, &colliding);
+      if (!made || *made != 0) break;
+    }
+    for (void* raw : colliding) (void)acl_.free_device(raw);
+    if (made && *made == 0) {
+      return Fail(ErrorCode::kOutOfMemory,
+                  fmt::format("device {}: ACL keeps returning addresses of reservations lost in "
+                              "a reset",
+                              device.index));
+    }
+    return made;
+  }
+
+  // One try of ReserveInContext: the base, or 0 (the memory added to
+  // `colliding`) when a lost reservation names it.
+  Result<DeviceAddress> ReserveOnce(DeviceState& device, std::uint64_t bytes,
+                                    std::vector<void*>* colliding) {
     const std::uint64_t rounded = RoundUp(bytes, kRetireGranularity);
     void* raw = nullptr;
     if (const aclError rc = acl_.malloc_device(&raw, rounded, ACL_MEM_MALLOC_HUGE_FIRST);
@@ -613,6 +636,10 @@ class AscendDriverImpl final : public Driver {
       base = RoundUp(ToAddress(raw), kRetireGranularity);
     }
     std::lock_guard lock(device.memory_mutex);
+    if (device.reservations.contains(base)) {
+      colliding->push_back(raw);
+      return DeviceAddress{0};
+    }
     device.reservations[base] = Reservation{raw, rounded, false};
     return base;
   }

@@ -298,6 +298,7 @@ TEST_F(AscendKernelsTest, LaunchesRacingResetsFailCleanlyAndWorkAfter) {
   std::thread launcher([&] {
     auto stream = driver_->CreateStream(0);
     ASSERT_TRUE(stream.has_value());
+    std::vector<DeviceAddress> unsynced;
     while (!stop) {
       auto buffer = driver_->ReserveMemory(0, 4096);
       if (!buffer) continue;
@@ -316,10 +317,16 @@ TEST_F(AscendKernelsTest, LaunchesRacingResetsFailCleanlyAndWorkAfter) {
               << result.error().ToString();
         }
       }
-      (void)driver_->SynchronizeStream(*stream, 1s);
-      (void)driver_->ReleaseMemory(0, *buffer);
+      // A synchronize a reset cut short says nothing of the work still on
+      // the device: memory goes back only once a synchronize succeeds.
+      unsynced.push_back(*buffer);
+      if (driver_->SynchronizeStream(*stream, 1s)) {
+        for (DeviceAddress done : unsynced) EXPECT_TRUE(driver_->ReleaseMemory(0, done));
+        unsynced.clear();
+      }
     }
     EXPECT_TRUE(driver_->DestroyStream(*stream));
+    for (DeviceAddress done : unsynced) EXPECT_TRUE(driver_->ReleaseMemory(0, done));
   });
   for (int i = 0; i < 20; ++i) {
     std::this_thread::sleep_for(2ms);
