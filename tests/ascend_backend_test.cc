@@ -2,7 +2,8 @@
 // libdcmi (drivers_shim/ascend/testing): two NPUs served with their DCMI
 // PCI addresses, and a DCMI fault code that the site's ras.codes.ascend
 // table classes FATAL isolates exactly that NPU; a code no table knows is
-// recorded. Nothing here has run on Ascend hardware.
+// recorded; kernels run through the stand-in operator library. Nothing here
+// has run on Ascend hardware.
 
 #include <gtest/gtest.h>
 
@@ -52,6 +53,64 @@ TEST(AscendBackendTest, ADcmiFaultCodeClassedFatalIsolatesThatNpu) {
     }
   }
   EXPECT_TRUE(info_on_0) << events.dump(2);
+}
+
+nlohmann::json Job(RasdInstance& rasd, const std::string& name) {
+  const auto listed = rasd.RasctlJson({"jobs"});  // named: a temporary's member would dangle
+  for (const auto& job : listed["jobs"])
+    if (job["name"] == name) return job;
+  return nullptr;
+}
+
+// Kernels run through the stand-in operator library (libopapi.so beside the
+// stand-in libascendcl, where rasd looks for it): an inference job serves
+// on both NPUs with every answer checked, a DCMI fault code moves it off
+// one with nothing lost, and the undrain's self-test runs every kernel the
+// NPU offers.
+TEST(AscendBackendTest, AnInferenceJobRunsOnTheNpusAndTheSelfTestPasses) {
+  RasdInstance rasd;
+  const auto script = rasd.HostRoot().parent_path() / "dcmi-script";
+  std::ofstream(script).flush();
+  rasd.WriteConfig(std::string("runtime:\n  driver: ascend\n  ascend_library: ") +
+                   RASD_FAKE_ASCENDCL_PATH + "\n  dcmi_library: " + RASD_FAKE_DCMI_PATH +
+                   "\nras:\n  codes:\n    ascend:\n      0x80E01801: FATAL\n"
+                   "jobs:\n  - name: llm\n    kind: inference\n    load_rps: 300\n");
+  std::string why;
+  ASSERT_TRUE(rasd.Start({}, {{"RASD_FAKE_DCMI_SCRIPT", script.string()}}, &why)) << why;
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        auto llm = Job(rasd, "llm");
+        return llm.is_object() && llm["requests"]["served"] > 100;
+      },
+      std::chrono::seconds(10)))
+      << Job(rasd, "llm").dump(2) << rasd.Stderr();
+  EXPECT_NE(rasd.Stderr().find("kernels through aclnn"), std::string::npos) << rasd.Stderr();
+
+  std::ofstream(script, std::ios::app) << "codes 1 0x80E01801\n";
+  auto state = [&](int device) {
+    const auto listed = rasd.RasctlJson({"devices"});
+    return listed["devices"][device]["state"].get<std::string>();
+  };
+  ASSERT_TRUE(WaitUntil([&] { return state(1) == "isolated"; }, std::chrono::seconds(10)))
+      << rasd.Stderr();
+  EXPECT_EQ(state(0), "healthy");
+  ASSERT_TRUE(WaitUntil([&] { return Job(rasd, "llm")["devices"] == nlohmann::json({0}); },
+                        std::chrono::seconds(10)))
+      << Job(rasd, "llm").dump(2);
+  const auto served = Job(rasd, "llm")["requests"]["served"].get<std::int64_t>();
+  ASSERT_TRUE(WaitUntil(
+      [&] { return Job(rasd, "llm")["requests"]["served"].get<std::int64_t>() > served + 50; },
+      std::chrono::seconds(10)));
+
+  // The code cleared (it was scripted): the NPU passes its self-test.
+  std::ofstream(script, std::ios::app) << "codes 1\n";
+  const auto undrain = rasd.Rasctl({"undrain", "1"});
+  EXPECT_EQ(undrain.exit_code, 0) << undrain.err;
+  EXPECT_NE(undrain.out.find("self-test passed"), std::string::npos) << undrain.out;
+  EXPECT_EQ(state(1), "healthy");
+  auto llm = Job(rasd, "llm");
+  EXPECT_EQ(llm["requests"]["lost"], 0) << llm.dump(2);
+  EXPECT_EQ(llm["load"]["wrong"], 0) << llm.dump(2);
 }
 
 }  // namespace

@@ -129,8 +129,8 @@ TEST_F(HeartbeatTest, JobsGivingUpOnTheDeviceMakeOneMissedDeadlineAHang) {
   EXPECT_EQ(heartbeat_->Stats()[1].hangs, 1U);
 }
 
-// Ascend has no kernels in rasd: its heartbeat is a copy on the device,
-// which a held NPU never finishes.
+// Ascend's heartbeat is the "empty" kernel through the stand-in operator
+// library (aclnnInplaceZero on the stream), which a held NPU never finishes.
 TEST_F(HeartbeatTest, AHeldNpuOfTheAscendStandInIsReportedHung) {
   auto driver = drivers::CreateAscendDriver(
       {.acl_library = RASD_FAKE_ASCENDCL_PATH, .dcmi_library = RASD_FAKE_DCMI_PATH});
@@ -141,7 +141,7 @@ TEST_F(HeartbeatTest, AHeldNpuOfTheAscendStandInIsReportedHung) {
   ASSERT_NE(hold, nullptr);
   Use(std::move(*driver));
   Run(500ms);
-  ASSERT_GE(Beats(0), 3U) << "copy beats finish on a healthy NPU";
+  ASSERT_GE(Beats(0), 3U) << "kernel beats finish on a healthy NPU";
   ASSERT_GE(Beats(1), 3U);
   const auto held = loop_.Now();
   hold(1, 1);

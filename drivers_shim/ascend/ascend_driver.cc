@@ -1,6 +1,7 @@
 #include "rasd/drivers_shim/ascend_driver.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -19,7 +20,9 @@
 
 #include "acl_api.h"
 #include "acl_errors.h"
+#include "aclnn_ops.h"
 #include "dcmi_monitor.h"
+#include "kernel_geometry.h"
 #include "rasd/common/logging.h"
 
 namespace rasd::drivers {
@@ -43,6 +46,12 @@ constexpr std::int32_t kDestroyDrainMs = 1000;
 // Pinned staging memory kept per device for reuse.
 constexpr std::uint64_t kStagingCacheBytes = std::uint64_t{64} << 20;
 constexpr std::uint64_t kMinStagingBytes = 4096;
+// A kernel's fp32 tensors must start on an element.
+constexpr std::uint64_t kTensorElementAlignment = 4;
+// The per-stream device scratch the "empty" kernel zeroes, and the least
+// workspace a stream keeps once it needs one.
+constexpr std::uint64_t kScratchBytes = 64;
+constexpr std::uint64_t kMinWorkspaceBytes = 64 << 10;
 
 // now + timeout, saturating: callers pass nanoseconds::max() for "forever".
 std::chrono::steady_clock::time_point Deadline(std::chrono::nanoseconds timeout) {
@@ -152,6 +161,20 @@ struct StreamState {
   // Staging buffers of dropped copies: ACL may still touch them until the
   // ACL stream is destroyed. Guarded by mutex.
   std::vector<PinnedBuffer> quarantine;
+
+  // Device memory for aclnn operators run on this stream, held as the
+  // driver's own reservations (so a reset frees them as it frees every
+  // reservation): the current workspace, grown on demand; workspaces it
+  // outgrew, freed once a synchronize shows the launches that used them
+  // done (`retired_at` is the launch count when they were replaced); the
+  // "empty" kernel's scratch. Guarded by workspace_mutex, which a launch
+  // holds from choosing its workspace until the operator is queued.
+  std::mutex workspace_mutex;
+  DeviceAddress workspace = 0;
+  std::uint64_t workspace_bytes = 0;
+  DeviceAddress scratch = 0;
+  std::vector<std::pair<DeviceAddress, std::uint64_t>> retired;  // (base, retired_at)
+  std::uint64_t launches = 0;
 
   Status Current() {
     std::lock_guard lock(mutex);
@@ -328,7 +351,10 @@ class AscendDriverImpl final : public Driver {
     return properties;
   }
 
-  std::vector<KernelSignature> Kernels() const override { return {}; }
+  std::vector<KernelSignature> Kernels() const override {
+    if (!ops_) return {};
+    return ops_->Kernels();
+  }
 
   Result<DeviceAddress> ReserveMemory(int device_index, std::uint64_t bytes) override;
   Status ReleaseMemory(int device_index, DeviceAddress base) override;
@@ -343,13 +369,8 @@ class AscendDriverImpl final : public Driver {
   Status CopyDeviceToDevice(StreamHandle handle, DeviceAddress dst, int dst_device,
                             DeviceAddress src, std::uint64_t bytes) override;
 
-  Status LaunchKernel(StreamHandle, std::string_view kernel, const LaunchConfig&,
-                      std::span<const KernelArg>) override {
-    return Fail(ErrorCode::kNotSupported,
-                fmt::format("no Ascend kernels are built into rasd, so there is no '{}': AscendC "
-                            "kernels need the CANN toolchain",
-                            kernel));
-  }
+  Status LaunchKernel(StreamHandle handle, std::string_view kernel, const LaunchConfig& config,
+                      std::span<const KernelArg> args) override;
 
   Status EnqueueCallback(StreamHandle handle, StreamCallback callback) override;
 
@@ -373,6 +394,18 @@ class AscendDriverImpl final : public Driver {
   void RunHostWork(std::uint64_t id);
 
  private:
+  // ": <aclGetRecentErrMsg's text>", or "" without one.
+  std::string RecentAclMessage() const {
+    const char* detail =
+        acl_.recent_error_message != nullptr ? acl_.recent_error_message() : nullptr;
+    if (detail == nullptr || *detail == '\0') return "";
+    return fmt::format(": {}", detail);
+  }
+
+  // Loads the operator library (aclnn) for kernels; without it, logs one
+  // line and serves everything else.
+  void LoadOperatorLibrary(const AscendDriverOptions& options);
+
   Error Acl(std::string_view call, aclError rc, std::optional<int> device) const {
     const char* detail =
         acl_.recent_error_message != nullptr ? acl_.recent_error_message() : nullptr;
@@ -435,12 +468,14 @@ class AscendDriverImpl final : public Driver {
   }
 
   // Reservation check for a copy: aligned and inside a live reservation.
-  Status CheckRange(DeviceState& device, DeviceAddress address, std::uint64_t bytes) {
-    if (address % kCopyAlignment != 0) {
+  Status CheckRange(DeviceState& device, DeviceAddress address, std::uint64_t bytes,
+                    std::uint64_t alignment = kCopyAlignment,
+                    std::string_view requirer = "aclrtMemcpyAsync") {
+    if (address % alignment != 0) {
       return Fail(ErrorCode::kInvalidArgument,
                   fmt::format("device {}: address 0x{:x} is not {}-byte aligned, as "
-                              "aclrtMemcpyAsync requires",
-                              device.index, address, kCopyAlignment));
+                              "{} requires",
+                              device.index, address, alignment, requirer));
     }
     std::lock_guard lock(device.memory_mutex);
     auto it = device.reservations.upper_bound(address);
@@ -544,6 +579,104 @@ class AscendDriverImpl final : public Driver {
       quarantine.swap(stream.quarantine);
     }
     for (const auto& buffer : quarantine) device.staging->Release(buffer);
+    // The stream's operators are done or dropped: their device memory goes.
+    std::lock_guard lock(stream.workspace_mutex);
+    for (const auto& [base, retired_at] : stream.retired) FreeInContext(device, base);
+    stream.retired.clear();
+    for (DeviceAddress* base : {&stream.workspace, &stream.scratch}) {
+      if (*base != 0) FreeInContext(device, *base);
+      *base = 0;
+    }
+    stream.workspace_bytes = 0;
+  }
+
+  // aclrtMalloc of `bytes`, page aligned, filed as a reservation. A
+  // reservation lost in a reset gives its addresses up to the new one (its
+  // owner forgets it: MemoryAfterReset::kFreed); a base a live reservation
+  // still names (ACL's bookkeeping, not ours) is asked for again while the
+  // colliding memory is held. Gate held, context current.
+  Result<DeviceAddress> ReserveInContext(DeviceState& device, std::uint64_t bytes) {
+    std::vector<void*> colliding;
+    Result<DeviceAddress> made = Fail(ErrorCode::kInternal, "no attempt");
+    for (int attempt = 0; attempt < 8; ++attempt) {
+      made = ReserveOnce(device, bytes, &colliding);
+      if (!made || *made != 0) break;
+    }
+    for (void* raw : colliding) (void)acl_.free_device(raw);
+    if (made && *made == 0) {
+      return Fail(ErrorCode::kOutOfMemory,
+                  fmt::format("device {}: ACL keeps returning addresses of live reservations",
+                              device.index));
+    }
+    return made;
+  }
+
+  // One try of ReserveInContext: the base, or 0 (the memory added to
+  // `colliding`) when a live reservation names it.
+  Result<DeviceAddress> ReserveOnce(DeviceState& device, std::uint64_t bytes,
+                                    std::vector<void*>* colliding) {
+    const std::uint64_t rounded = RoundUp(bytes, kRetireGranularity);
+    void* raw = nullptr;
+    if (const aclError rc = acl_.malloc_device(&raw, rounded, ACL_MEM_MALLOC_HUGE_FIRST);
+        rc != ascend::kAclSuccess) {
+      return Fail(Acl("aclrtMalloc", rc, device.index));
+    }
+    DeviceAddress base = ToAddress(raw);
+    if (base % kRetireGranularity != 0) {
+      // Small allocations come back less aligned: take a page more and
+      // start at the first page boundary in it.
+      (void)acl_.free_device(raw);
+      raw = nullptr;
+      if (const aclError rc =
+              acl_.malloc_device(&raw, rounded + kRetireGranularity, ACL_MEM_MALLOC_HUGE_FIRST);
+          rc != ascend::kAclSuccess) {
+        return Fail(Acl("aclrtMalloc", rc, device.index));
+      }
+      base = RoundUp(ToAddress(raw), kRetireGranularity);
+    }
+    std::lock_guard lock(device.memory_mutex);
+    // A reservation a reset freed is forgotten by its owner, never released
+    // (Driver::ResetDevice, MemoryAfterReset::kFreed): ACL may hand its
+    // addresses out again, and the new reservation takes them over.
+    auto& reservations = device.reservations;
+    for (auto it = reservations.begin(); it != reservations.end();) {
+      const bool overlaps = it->first < base + rounded && base < it->first + it->second.size;
+      it = it->second.lost && overlaps ? reservations.erase(it) : std::next(it);
+    }
+    if (reservations.contains(base)) {  // a live one: ACL's bookkeeping is not ours
+      colliding->push_back(raw);
+      return DeviceAddress{0};
+    }
+    reservations[base] = Reservation{raw, rounded, false};
+    return base;
+  }
+
+  // Returns a reservation of the driver's own; one a reset freed is only
+  // forgotten. Gate held, context current.
+  void FreeInContext(DeviceState& device, DeviceAddress base) {
+    Reservation reservation;
+    {
+      std::lock_guard lock(device.memory_mutex);
+      auto it = device.reservations.find(base);
+      if (it == device.reservations.end()) return;
+      reservation = it->second;
+      device.reservations.erase(it);
+    }
+    if (reservation.lost) return;
+    if (const aclError rc = acl_.free_device(reservation.raw); rc != ascend::kAclSuccess) {
+      RASD_LOG_WARN("ascend: {}", Acl("aclrtFree", rc, device.index).message);
+    }
+  }
+
+  // Frees the workspaces `stream` outgrew before its `launches`-th launch.
+  // Gate held, context current.
+  void ReleaseRetiredWorkspaces(DeviceState& device, StreamState& stream, std::uint64_t launches) {
+    std::lock_guard lock(stream.workspace_mutex);
+    std::erase_if(stream.retired, [&](const auto& entry) {
+      if (entry.second > launches) return false;
+      FreeInContext(device, entry.first);
+      return true;
+    });
   }
 
   // Makes a new ACL stream for `stream`, bound to the device's report
@@ -609,6 +742,10 @@ class AscendDriverImpl final : public Driver {
   ErrorListener listener_;
 
   std::unique_ptr<ascend::DcmiMonitor> dcmi_;
+  // The operator library; null when it could not be loaded (`ops_error_`
+  // says why), and then no kernel is offered.
+  std::unique_ptr<ascend::AclnnOps> ops_;
+  std::string ops_error_;
 };
 
 void HostWorkTrampoline(void* user_data) {
@@ -681,6 +818,8 @@ Status AscendDriverImpl::Init(const AscendDriverOptions& options) {
     device.properties.retire_granularity = kRetireGranularity;
     device.reporter = std::make_unique<ReportThread>(acl_, device.context, this, index);
   }
+
+  LoadOperatorLibrary(options);
 
   auto monitor = ascend::DcmiMonitor::Create(
       options.dcmi_library, LogicIds(options.visible_devices, static_cast<int>(count)));
@@ -782,36 +921,11 @@ Result<DeviceAddress> AscendDriverImpl::ReserveMemory(int device_index, std::uin
   auto device = GetDevice(device_index);
   if (!device) return Fail(device.error());
   if (bytes == 0) return Fail(ErrorCode::kInvalidArgument, "cannot reserve 0 bytes");
-  const std::uint64_t rounded = RoundUp(bytes, kRetireGranularity);
   DeviceAddress base = 0;
   Status reserved = WithDevice(**device, [&]() -> Status {
-    void* raw = nullptr;
-    if (const aclError rc = acl_.malloc_device(&raw, rounded, ACL_MEM_MALLOC_HUGE_FIRST);
-        rc != ascend::kAclSuccess) {
-      return Fail(Acl("aclrtMalloc", rc, device_index));
-    }
-    base = ToAddress(raw);
-    if (base % kRetireGranularity != 0) {
-      // Small allocations come back less aligned: take a page more and
-      // start at the first page boundary in it.
-      (void)acl_.free_device(raw);
-      raw = nullptr;
-      if (const aclError rc =
-              acl_.malloc_device(&raw, rounded + kRetireGranularity, ACL_MEM_MALLOC_HUGE_FIRST);
-          rc != ascend::kAclSuccess) {
-        return Fail(Acl("aclrtMalloc", rc, device_index));
-      }
-      base = RoundUp(ToAddress(raw), kRetireGranularity);
-    }
-    std::lock_guard lock((*device)->memory_mutex);
-    // The runtime forgets what a reset freed (MemoryAfterReset::kFreed)
-    // and never releases it; ACL may hand those addresses out again.
-    auto& reservations = (*device)->reservations;
-    for (auto it = reservations.begin(); it != reservations.end();) {
-      const bool overlaps = it->first < base + rounded && base < it->first + it->second.size;
-      it = it->second.lost && overlaps ? reservations.erase(it) : std::next(it);
-    }
-    reservations[base] = Reservation{raw, rounded, false};
+    auto made = ReserveInContext(**device, bytes);
+    if (!made) return Fail(made.error());
+    base = *made;
     return {};
   });
   if (!reserved) return Fail(reserved.error());
@@ -1064,6 +1178,93 @@ Status AscendDriverImpl::EnqueueCallback(StreamHandle handle, StreamCallback cal
   return launched;
 }
 
+void AscendDriverImpl::LoadOperatorLibrary(const AscendDriverOptions& options) {
+  // Beside libascendcl when that was given as a path (CANN installs both in
+  // its lib64), else by soname.
+  auto beside_acl = [&](const std::string& soname) {
+    const auto slash = options.acl_library.rfind('/');
+    if (slash == std::string::npos) return soname;
+    return options.acl_library.substr(0, slash + 1) + soname;
+  };
+  const std::string op_library =
+      options.op_library.empty() ? beside_acl("libopapi.so") : options.op_library;
+  const std::string base_library =
+      options.nnopbase_library.empty() ? beside_acl("libnnopbase.so") : options.nnopbase_library;
+  auto loaded = ascend::AclnnOps::Load(op_library, base_library);
+  if (!loaded) {
+    ops_error_ = fmt::format("no operator library: {}", loaded.error().message);
+    RASD_LOG_INFO("ascend: {}; kernels are unavailable, memory, copies and streams serve",
+                  ops_error_);
+    return;
+  }
+  ops_ = std::move(*loaded);
+  if (!ops_->Missing().empty()) {
+    RASD_LOG_INFO("ascend: {}: {} kernels through aclnn; unavailable: {}", ops_->Name(),
+                  ops_->Kernels().size(), fmt::join(ops_->Missing(), "; "));
+  } else {
+    RASD_LOG_INFO("ascend: {}: {} kernels through aclnn", ops_->Name(), ops_->Kernels().size());
+  }
+}
+
+Status AscendDriverImpl::LaunchKernel(StreamHandle handle, std::string_view kernel,
+                                      const LaunchConfig&, std::span<const KernelArg> args) {
+  // Grid and block mean nothing to an aclnn operator: it tiles itself.
+  if (!ops_) {
+    return Fail(ErrorCode::kNotSupported,
+                fmt::format("kernel '{}' cannot run on Ascend: {}", kernel, ops_error_));
+  }
+  if (auto checked = ops_->Check(kernel, args); !checked) return checked;
+  auto stream = FindStream(handle);
+  if (!stream) return Fail(stream.error());
+  StreamState& s = **stream;
+  if (auto current = s.Current(); !current) return current;
+  DeviceState& device = *devices_[static_cast<std::size_t>(s.device)];
+  return WithDevice(device, [&]() -> Status {
+    for (const auto& [address, bytes] : cuda::KernelBuffers(kernel, args)) {
+      if (bytes == 0) continue;
+      if (auto range = CheckRange(device, address, bytes, kTensorElementAlignment,
+                                  fmt::format("an fp32 tensor of kernel '{}'", kernel));
+          !range) {
+        return range;
+      }
+    }
+    std::lock_guard lock(s.workspace_mutex);
+    // A destroy that failed the stream meanwhile has freed its memory.
+    if (auto current = s.Current(); !current) return current;
+    if (kernel == "empty" && s.scratch == 0) {
+      auto scratch = ReserveInContext(device, kScratchBytes);
+      if (!scratch) return Fail(scratch.error());
+      s.scratch = *scratch;
+    }
+    auto launch = ops_->Prepare(kernel, args, s.scratch);
+    if (!launch) {
+      return Fail(launch.error().code,
+                  fmt::format("device {}: {}{}", s.device, launch.error().message, RecentAclMessage()));
+    }
+    if (launch->Empty()) return {};
+    const std::uint64_t need = launch->WorkspaceBytes();
+    if (need > s.workspace_bytes) {
+      const std::uint64_t bytes = std::max(std::bit_ceil(need), kMinWorkspaceBytes);
+      auto grown = ReserveInContext(device, bytes);
+      if (!grown) return Fail(grown.error());
+      // Queued operators may still use the old one: freed after a synchronize.
+      if (s.workspace != 0) s.retired.emplace_back(s.workspace, s.launches);
+      s.workspace = *grown;
+      s.workspace_bytes = bytes;
+    }
+    const aclnnStatus status =
+        launch->Run(need > 0 ? ToPointer(s.workspace) : nullptr, need, s.acl);
+    ++s.launches;
+    if (status != ascend::kAclnnSuccess) {
+      ReportRuntimeCode(status, s.device, handle, launch->Operator());
+      return Fail(ascend::AclnnErrorCode(status),
+                  fmt::format("kernel '{}' on device {}: {} failed with status {}{}", kernel,
+                              s.device, launch->Operator(), status, RecentAclMessage()));
+    }
+    return {};
+  });
+}
+
 Result<EventHandle> AscendDriverImpl::CreateEvent(int device_index) {
   auto device = GetDevice(device_index);
   if (!device) return Fail(device.error());
@@ -1249,6 +1450,11 @@ Status AscendDriverImpl::SynchronizeStream(StreamHandle handle, std::chrono::nan
     if (s.error) return Fail(*s.error);
     epoch = s.epoch;
   }
+  std::uint64_t launches = 0;  // operators queued so far: done once this wait succeeds
+  {
+    std::lock_guard lock(s.workspace_mutex);
+    launches = s.launches;
+  }
   // Where the library has aclrtStreamQuery, a wait polls it (with a
   // back-off up to 1 ms) and synchronizes only a finished stream, to
   // collect its status: CANN logs every timed-out synchronize, with a
@@ -1299,7 +1505,13 @@ Status AscendDriverImpl::SynchronizeStream(StreamHandle handle, std::chrono::nan
       }
       continue;
     }
-    if (rc == ascend::kAclSuccess) return {};
+    if (rc == ascend::kAclSuccess) {
+      (void)WithDevice(device, [&]() -> Status {
+        ReleaseRetiredWorkspaces(device, s, launches);
+        return {};
+      });
+      return {};
+    }
     if (rc == ascend::kAclErrorRtStreamSyncTimeout || rc == ascend::kAclErrorRtWaitTimeout) {
       if (std::chrono::steady_clock::now() >= deadline) {
         return Fail(

@@ -286,20 +286,11 @@ TEST_F(AscendDriverTest, EnumeratesTheFakeDevices) {
   EXPECT_EQ((*devices)[0].pci_bdf, "0000:c1:00.0");
   EXPECT_EQ((*devices)[1].pci_bdf, "0000:c2:00.0");
   EXPECT_EQ(uuids.size(), 2u);
-  EXPECT_TRUE(driver_->Kernels().empty());
+  EXPECT_FALSE(driver_->Kernels().empty()) << "the stand-in libopapi.so beside libascendcl";
 }
 
 TEST_F(AscendDriverTest, HasNoFaultInjector) {
   EXPECT_EQ(driver_->Faults(), nullptr) << "a real NPU takes no injected faults";
-}
-
-TEST_F(AscendDriverTest, LaunchKernelIsNotSupported) {
-  const StreamHandle stream = NewStream();
-  auto launched = driver_->LaunchKernel(stream, "fill", {}, {});
-  ASSERT_FALSE(launched.has_value());
-  EXPECT_EQ(launched.error().code, ErrorCode::kNotSupported);
-  EXPECT_NE(launched.error().message.find("no Ascend kernels are built into rasd"),
-            std::string::npos);
 }
 
 TEST_F(AscendDriverTest, ReservationsArePageAlignedAndChecked) {

@@ -674,6 +674,37 @@ aclError aclrtDeviceEnablePeerAccess(int32_t peer_device_id, uint32_t flags) {
   return kAclSuccess;
 }
 
+// ---- for the stand-in operator library (fake_opapi.cc) ----
+
+int fake_acl_device_of(const void* address, size_t bytes) {
+  Fake& fake = State();
+  std::lock_guard lock(fake.mutex);
+  const DeviceAllocation* allocation = FindDeviceRange(fake, address, bytes);
+  return allocation == nullptr ? -1 : allocation->device;
+}
+
+int fake_acl_current_device(void) {
+  Fake& fake = State();
+  std::lock_guard lock(fake.mutex);
+  return CurrentDevice(fake);
+}
+
+int fake_acl_stream_device(aclrtStream handle) {
+  Fake& fake = State();
+  std::lock_guard lock(fake.mutex);
+  Stream* stream = FindStream(fake, handle);
+  return stream == nullptr ? -1 : stream->device();
+}
+
+int fake_acl_stream_push(aclrtStream handle, void (*task)(void*), void* argument) {
+  Fake& fake = State();
+  std::lock_guard lock(fake.mutex);
+  Stream* stream = FindStream(fake, handle);
+  if (stream == nullptr || task == nullptr) return kAclErrorInvalidParam;
+  stream->Push([task, argument] { task(argument); });
+  return kAclSuccess;
+}
+
 // ---- test controls ----
 
 void fake_acl_reset(void) {

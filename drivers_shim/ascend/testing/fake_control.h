@@ -5,6 +5,7 @@
 // driver does, and resolve these by name; both handles name one loaded copy,
 // so the controls act on the library the driver uses.
 
+#include <cstddef>
 #include <cstdint>
 
 namespace rasd::drivers::ascend::testing {
@@ -33,6 +34,33 @@ void fake_acl_hold(int device, int on);
 int fake_acl_live_objects(void);
 // 1 between aclInit and aclFinalize.
 int fake_acl_initialized(void);
+
+// What the stand-in operator library (fake_opapi.cc) asks of the stand-in
+// ACL, as the real libopapi asks the runtime underneath it:
+// the device whose memory holds [address, address + bytes), or -1;
+int fake_acl_device_of(const void* address, size_t bytes);
+// the device of the calling thread's current context, or -1;
+int fake_acl_current_device(void);
+// the device of an ACL stream, or -1 for a stream that does not exist;
+int fake_acl_stream_device(void* stream);
+// queues task(argument) on the stream, in order with its copies and events
+// (0, or an ACL error for an unknown stream).
+int fake_acl_stream_push(void* stream, void (*task)(void*), void* argument);
+
+// The stand-in operator library's controls (fake_opapi.cc).
+// Back to the default workspaces, counters zeroed.
+void fake_opapi_reset(void);
+// Every operator asks for `bytes` of workspace; -1: each its default
+// (aclnnMatmul 16 KiB, aclnnSoftmax 4 bytes a row, aclnnReduceSum 1 KiB,
+// the rest none).
+void fake_opapi_set_workspace(long long bytes);
+// Tensors, scalars, int arrays and executors alive.
+int fake_opapi_live_objects(void);
+// Operators run on a stream so far.
+int fake_opapi_runs(void);
+// Faults the stand-in saw while an operator ran (its workspace or a tensor
+// no longer device memory, the kernel's own error): tests expect none.
+int fake_opapi_run_faults(void);
 
 // Two cards (ids 1 and 2), one chip each, logic ids 0 and 1, healthy.
 void fake_dcmi_reset(void);

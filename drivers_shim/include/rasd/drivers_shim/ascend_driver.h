@@ -16,6 +16,12 @@ struct AscendDriverOptions {
   // to start.
   std::string acl_library = "libascendcl.so";
   std::string dcmi_library = "libdcmi.so";
+  // CANN's operator library (aclnn) and its tensor library, through which
+  // kernels run. "" (the default): libopapi.so / libnnopbase.so in the
+  // directory of `acl_library` when that is a path (CANN installs all three
+  // in one lib64), else those sonames as dlopen searches them.
+  std::string op_library;
+  std::string nnopbase_library;
   // How often DCMI health and error codes are read.
   std::chrono::milliseconds health_poll{1000};
   // The value of ASCEND_RT_VISIBLE_DEVICES (comma-separated DCMI logic ids,
@@ -69,9 +75,24 @@ struct AscendDriverOptions {
 //   and recreates the context, streams and events behind the same handles.
 //   aclrtResetDevice frees the device's memory: its reservations are gone
 //   (ReleaseMemory on them succeeds, copies into them fail).
-// - LaunchKernel returns kNotSupported and Kernels() is empty: no Ascend
-//   kernels are built into rasd, because AscendC kernels need the CANN
-//   toolchain (bisheng/ascendc), which the build does not have.
+// - Kernels run through CANN's prebuilt operator library, as the framework
+//   adapters (torch_npu, MindSpore) call it: the two-phase aclnn API
+//   (aclnnXxxGetWorkspaceSize, then aclnnXxx on the ACL stream) over
+//   aclCreateTensor descriptors of the kernel's device addresses (mapping
+//   in drivers_shim/ascend/aclnn_ops.h; CANN 8.0 signatures). Kernels() is
+//   every registry kernel whose operators the library has, with the
+//   simulator's signatures; sleep_us is never offered (no operator waits for
+//   a time) and LaunchKernel answers it kNotSupported. Grid and block are
+//   ignored. Tensors must lie in a live reservation of the stream's device
+//   and start on a 4-byte boundary (kInvalidArgument). Each stream keeps its
+//   operators' workspace as driver-owned device memory (aclrtMalloc),
+//   grown on demand; a workspace it outgrew is freed once a synchronize of
+//   the stream shows the launches that used it done, the rest when the
+//   stream is destroyed or its device reset. Without the operator library
+//   (or without its tensor entry points) the driver logs one line, offers
+//   no kernels and LaunchKernel answers kNotSupported saying why; the rest
+//   of the backend serves. A library lacking one operator loses only the
+//   kernels that need it (logged once, named in the error).
 // - Errors: aclError values map to kInvalidArgument (parameters),
 //   kOutOfMemory, kNotSupported, kTimeout, kAborted or kDeviceFault; the
 //   message names the call, the device and the code, with
