@@ -113,5 +113,68 @@ TEST(AscendBackendTest, AnInferenceJobRunsOnTheNpusAndTheSelfTestPasses) {
   EXPECT_EQ(llm["load"]["wrong"], 0) << llm.dump(2);
 }
 
+// policy.auto_recover on an NPU: aclrtResetDevice frees the NPU's memory,
+// the runtime's pool forgets its arenas (the action says so), the
+// self-test passes on fresh memory, and the job grows back onto the NPU
+// with nothing lost.
+TEST(AscendBackendTest, AutoRecoveryResetsTheNpuAndItServesOnFreshMemory) {
+  RasdInstance rasd;
+  const auto script = rasd.HostRoot().parent_path() / "dcmi-script";
+  std::ofstream(script).flush();
+  // 0x80E18005: MindCluster's RestartNPU, a reset (docs/recovery.md).
+  rasd.WriteConfig(std::string("runtime:\n  driver: ascend\n  ascend_library: ") +
+                   RASD_FAKE_ASCENDCL_PATH + "\n  dcmi_library: " + RASD_FAKE_DCMI_PATH +
+                   "\nras:\n  codes:\n    ascend:\n      0x80E18005: FATAL\n"
+                   "policy:\n  auto_recover: true\n  auto_recover_delay_ms: 200\n"
+                   "jobs:\n  - name: llm\n    kind: inference\n    load_rps: 300\n");
+  std::string why;
+  ASSERT_TRUE(rasd.Start({}, {{"RASD_FAKE_DCMI_SCRIPT", script.string()}}, &why)) << why;
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        auto llm = Job(rasd, "llm");
+        return llm.is_object() && llm["devices"] == nlohmann::json({0, 1}) &&
+               llm["requests"]["served"] > 100;
+      },
+      std::chrono::seconds(10)))
+      << Job(rasd, "llm").dump(2) << rasd.Stderr();
+
+  std::ofstream(script, std::ios::app) << "codes 1 0x80E18005\n";
+  nlohmann::json reset;
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        const auto listed = rasd.RasctlJson({"actions", "--device", "1"});
+        for (const auto& action : listed["actions"]) {
+          if (action["action"] == "reset-device" && action["rule"] == "auto-recover") {
+            reset = action;
+            return true;
+          }
+        }
+        return false;
+      },
+      std::chrono::seconds(10)))
+      << rasd.Stderr();
+  EXPECT_EQ(reset["result"], "ok") << reset.dump(2);
+  EXPECT_NE(reset["detail"].get<std::string>().find("freed the device's memory"), std::string::npos)
+      << reset.dump(2);
+  std::ofstream(script, std::ios::app) << "codes 1\n";
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        const auto listed = rasd.RasctlJson({"devices"});
+        return listed["devices"][1]["state"] == "healthy";
+      },
+      std::chrono::seconds(10)))
+      << rasd.Stderr();
+  ASSERT_TRUE(WaitUntil([&] { return Job(rasd, "llm")["devices"] == nlohmann::json({0, 1}); },
+                        std::chrono::seconds(10)))
+      << Job(rasd, "llm").dump(2);
+  const auto served = Job(rasd, "llm")["requests"]["served"].get<std::int64_t>();
+  ASSERT_TRUE(WaitUntil(
+      [&] { return Job(rasd, "llm")["requests"]["served"].get<std::int64_t>() > served + 50; },
+      std::chrono::seconds(10)));
+  auto llm = Job(rasd, "llm");
+  EXPECT_EQ(llm["requests"]["lost"], 0) << llm.dump(2);
+  EXPECT_EQ(llm["load"]["wrong"], 0) << llm.dump(2);
+}
+
 }  // namespace
 }  // namespace rasd::testing

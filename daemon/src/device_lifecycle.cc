@@ -265,8 +265,10 @@ void DeviceLifecycle::Recover(int device) {
   }
   record.result = "ok";
   if (reset->memory_freed) {
-    record.detail = fmt::format("the reset freed the device's memory; {} live allocation(s) lost it",
-                                reset->allocations_lost);
+    record.detail = fmt::format(
+        "the reset freed the device's memory: {} live allocation(s) lost it, {} stream(s) "
+        "aborted so that their jobs rebuild",
+        reset->allocations_lost, reset->streams_aborted);
     RASD_LOG_WARN("device {}: {}", device, record.detail);
   }
   RecordAction(std::move(record));

@@ -57,6 +57,14 @@ Result<ResetReport> Runtime::ResetDevice(int device) {
   if (*memory == drivers::MemoryAfterReset::kFreed) {
     report.memory_freed = true;
     report.allocations_lost = (*pool)->ForgetArenas();
+    // Whoever kept data on the device (a replica's weights) must build it
+    // again: an aborted stream is how every holder learns its work was cut.
+    std::lock_guard lock(streams_mutex_);
+    for (Stream* stream : streams_) {
+      if (stream->DeviceIndex() != device) continue;
+      (void)stream->Abort("the device was reset and its memory freed");
+      ++report.streams_aborted;
+    }
   }
   return report;
 }

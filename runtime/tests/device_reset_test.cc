@@ -52,10 +52,14 @@ TEST(DeviceResetTest, AStickyGpuIsResetAndItsPoolReservesAfresh) {
   ASSERT_TRUE(reset) << reset.error().ToString();
   EXPECT_TRUE(reset->memory_freed);
   EXPECT_EQ(reset->allocations_lost, 1u);
+  EXPECT_EQ(reset->streams_aborted, 1u);
+  EXPECT_TRUE((*stream)->Aborted()) << "its holder must rebuild what it kept there";
   EXPECT_EQ(pool.Stats().arenas, 0u);
 
-  // The same stream handle serves on new memory; the old allocation's
-  // free only settles the accounts.
+  // A new stream serves on new memory; the old allocation's free only
+  // settles the accounts.
+  stream = runtime.CreateStream(1, {.owner = "job-a"});
+  ASSERT_TRUE(stream) << stream.error().ToString();
   auto fresh = pool.Allocate(8192, **stream);
   ASSERT_TRUE(fresh) << fresh.error().ToString();
   std::vector<char> back(8192);

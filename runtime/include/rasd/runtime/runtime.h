@@ -22,6 +22,9 @@ struct ResetReport {
   bool memory_freed = false;
   // Live allocations whose memory went with it (their holders' data is gone).
   std::uint64_t allocations_lost = 0;
+  // Streams on the device aborted so that their holders rebuild what they
+  // kept there.
+  std::uint64_t streams_aborted = 0;
 };
 
 struct RuntimeOptions {
@@ -53,9 +56,11 @@ class Runtime {
 
   // Resets the device through the driver (pending work fails with
   // kAborted, a sticky fault or hang is cleared) and, where the reset freed
-  // the device's memory, makes its pool forget the arenas it held. Call it
-  // on an isolated device: work admitted meanwhile may find its memory
-  // gone. Errors are the driver's.
+  // the device's memory, makes its pool forget the arenas it held and
+  // aborts every stream on the device: their holders' device data is gone
+  // (a job re-prepares, as after any abort). Call it on an isolated device:
+  // work admitted meanwhile may find its memory gone. Errors are the
+  // driver's.
   Result<ResetReport> ResetDevice(int device);
 
   // A new stream on `device`. Fails with kDeviceIsolated when the device's
