@@ -176,5 +176,30 @@ TEST(RecoveryTest, AnXidThatSuggestsARebootIsNotResetAutomatically) {
   EXPECT_EQ(Device(rasd, 3)["suggested_action"], "reboot-node");
 }
 
+// Xid 154 carries the driver's own recovery action: the kernel line's
+// "to 0x2 (Node Reboot Required)" becomes the device's suggestion.
+TEST(RecoveryTest, AnXid154FollowsTheDriversRecoveryAction) {
+  RasdInstance rasd;
+  rasd.WriteConfig("inject:\n  allow_sources: true\n");
+  std::string why;
+  ASSERT_TRUE(rasd.Start({}, {}, &why)) << why;
+  std::string bdf = Device(rasd, 2)["pci_bdf"].get<std::string>();
+  ASSERT_GT(bdf.size(), 2u);
+  bdf.resize(bdf.size() - 2);  // the Xid line prints the BDF without its function
+  const auto injected = rasd.Rasctl(
+      {"inject", "kmsg",
+       fmt::format("NVRM: Xid (PCI:{}): 154, GPU recovery action changed from 0x0 (None) to 0x2 "
+                   "(Node Reboot Required)",
+                   bdf)});
+  ASSERT_EQ(injected.exit_code, 0) << injected.err;
+  ASSERT_TRUE(WaitForState(rasd, 2, "isolated")) << rasd.Stderr();
+  const auto device = Device(rasd, 2);
+  EXPECT_EQ(device["suggested_action"], "reboot-node") << device.dump(2);
+  EXPECT_NE(device["suggested_why"].get<std::string>().find("GPU_RECOVERY_ACTION_NODE_REBOOT"),
+            std::string::npos)
+      << device["suggested_why"];
+  EXPECT_EQ(Device(rasd, 1)["suggested_action"], "none");
+}
+
 }  // namespace
 }  // namespace rasd::testing

@@ -23,7 +23,8 @@ std::int64_t MinuteOf(const RasEvent& event) {
 bool SameComponent(const RasEvent& a, const RasEvent& b) {
   return a.severity == b.severity && a.historical == b.historical &&
          a.before_start == b.before_start && a.device == b.device &&
-         a.mc == b.mc && a.vendor_code == b.vendor_code && a.address == b.address &&
+         a.mc == b.mc && a.vendor_code == b.vendor_code && a.vendor_action == b.vendor_action &&
+         a.address == b.address &&
          a.pci_bdf == b.pci_bdf && a.origin == b.origin && a.source == b.source;
 }
 
@@ -101,6 +102,7 @@ RasEvent EventFromRecord(ScannedRecord&& record, std::string source,
   event.pci_bdf = std::move(record.pci_bdf);
   event.address = std::move(record.address);
   event.vendor_code = record.xid;
+  event.vendor_action = record.vendor_action;
   event.pid = record.pid;
   event.count = record.count;
   event.historical = record.historical;

@@ -145,6 +145,37 @@ int Specificity(const RecoveryRow& row) {
          (row.severity ? 1 : 0);
 }
 
+// nvmlDeviceGpuRecoveryAction_t (NVML's GPU_RECOVERY_ACTION_*; NVIDIA's
+// "Error Recovery and Response Flags" says what each asks of the operator)
+// on rasd's ladder. Drain P2P asks the workloads to stop peer traffic:
+// restarting them is the nearest rung. An IMEX domain recovery or a bus
+// reset needs the GPU out of service until done: a reset's rung.
+std::optional<RecoverySuggestion> NvidiaRecoveryAction(int action) {
+  struct Known {
+    int value;
+    RecoveryAction action;
+    const char* name;
+  };
+  static constexpr Known kKnown[] = {
+      {0, RecoveryAction::kNone, "NONE"},
+      {1, RecoveryAction::kResetDevice, "GPU_RESET"},
+      {2, RecoveryAction::kRebootNode, "NODE_REBOOT"},
+      {3, RecoveryAction::kRestartApp, "DRAIN_P2P"},
+      {4, RecoveryAction::kResetDevice, "DRAIN_AND_RESET"},
+      {5, RecoveryAction::kResetDevice, "RECOVER_IMEX_DOMAIN"},
+      {6, RecoveryAction::kResetDevice, "BUS_RESET"},
+      {7, RecoveryAction::kRebootNode, "SYSTEM_REBOOT"},
+  };
+  for (const Known& known : kKnown) {
+    if (known.value != action) continue;
+    return RecoverySuggestion{
+        .action = known.action,
+        .why = fmt::format("{} (Xid 154: the driver's recovery action GPU_RECOVERY_ACTION_{})",
+                           RecoveryActionName(known.action), known.name)};
+  }
+  return std::nullopt;  // a newer driver's action: the Xid's row
+}
+
 }  // namespace
 
 std::string_view RecoveryActionName(RecoveryAction action) {
@@ -189,6 +220,13 @@ const RecoveryRow& RecoveryTable::Match(const RasEvent& event) const {
 RecoverySuggestion RecoveryTable::Suggest(
     const RasEvent& event, const std::vector<std::chrono::system_clock::time_point>& recoveries,
     std::chrono::system_clock::time_point now) const {
+  // Xid 154 carries the driver's own recovery action: it is followed
+  // unless a site row says otherwise.
+  if (event.origin == "nvidia_xid" && event.vendor_code == 154 && event.vendor_action &&
+      std::none_of(site_.begin(), site_.end(),
+                   [&](const RecoveryRow& row) { return Matches(row, event); })) {
+    if (auto suggestion = NvidiaRecoveryAction(*event.vendor_action)) return *suggestion;
+  }
   const RecoveryRow& row = Match(event);
   RecoverySuggestion suggestion{.action = row.action};
   suggestion.why = fmt::format("{} ({})", RecoveryActionName(row.action), row.source);

@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include "rasd/ras/kernel_log_scanner.h"
+#include "rasd/ras/ras_event.h"
+
 namespace rasd::ras {
 namespace {
 
@@ -125,6 +128,77 @@ TEST(RecoveryActionTest, NamesRoundTripInLadderOrder) {
   EXPECT_LT(RecoveryAction::kResetDevice, RecoveryAction::kRebootNode);
   EXPECT_TRUE(SticksToDevice(RecoveryAction::kResetDevice));
   EXPECT_FALSE(SticksToDevice(RecoveryAction::kRestartApp));
+}
+
+}  // namespace
+}  // namespace rasd::ras
+
+namespace rasd::ras {
+namespace {
+
+// Xid 154 carries the driver's own recovery action: the kernel line is
+// decoded into it (as NVML numbers it) and the table follows it.
+RasEvent Xid154(std::string_view line) {
+  auto records = ScanKernelLog(line);
+  EXPECT_EQ(records.size(), 1u) << line;
+  if (records.empty()) return {};
+  return EventFromRecord(records.front(), "kmsg", Clock::now());
+}
+
+TEST(RecoveryXid154Test, TheDriversRecoveryActionIsFollowed) {
+  const auto& table = RecoveryTable::Default();
+  struct Case {
+    const char* line;
+    int action;
+    RecoveryAction expected;
+  };
+  const Case cases[] = {
+      {"NVRM: Xid (PCI:0000:3b:00): 154, GPU recovery action changed from 0x0 (None) to 0x1 "
+       "(GPU Reset Required)",
+       1, RecoveryAction::kResetDevice},
+      {"NVRM: Xid (PCI:0000:3b:00): 154, GPU recovery action changed from 0x0 (None) to 0x2 "
+       "(Node Reboot Required)",
+       2, RecoveryAction::kRebootNode},
+      {"NVRM: Xid (PCI:0000:3b:00): 154, GPU recovery action changed from 0x1 (GPU Reset "
+       "Required) to 0x0 (None)",
+       0, RecoveryAction::kNone},
+      {"NVRM: Xid (PCI:0000:3b:00): 154, GPU recovery action changed from 0x0 (None) to 0x3 "
+       "(Drain P2P)",
+       3, RecoveryAction::kRestartApp},
+      // Words only, as an older format might print them.
+      {"NVRM: Xid (PCI:0000:3b:00): 154, GPU recovery action changed from None to Drain and "
+       "Reset",
+       4, RecoveryAction::kResetDevice},
+  };
+  for (const Case& c : cases) {
+    const RasEvent event = Xid154(c.line);
+    ASSERT_EQ(event.vendor_code, 154) << c.line;
+    ASSERT_EQ(event.vendor_action, c.action) << c.line;
+    const auto suggestion = table.Suggest(event, {}, Clock::now());
+    EXPECT_EQ(suggestion.action, c.expected) << c.line;
+    EXPECT_NE(suggestion.why.find("Xid 154"), std::string::npos) << suggestion.why;
+  }
+}
+
+TEST(RecoveryXid154Test, AnUnknownActionFallsBackToTheRowAndASiteRowWins) {
+  RasEvent event = Xid154(
+      "NVRM: Xid (PCI:0000:3b:00): 154, GPU recovery action changed from 0x0 (None) to 0x9 "
+      "(Something New)");
+  ASSERT_EQ(event.vendor_action, 9);
+  const auto& table = RecoveryTable::Default();
+  const auto fallback = table.Suggest(event, {}, Clock::now());
+  EXPECT_EQ(fallback.action, table.Match(event).action);
+  EXPECT_EQ(fallback.why.find("GPU_RECOVERY_ACTION"), std::string::npos) << fallback.why;
+
+  event.vendor_action = 1;
+  auto site = RecoveryTable::WithOverrides({RecoveryRow{.origin = "nvidia_xid",
+                                                        .vendor_code = 154,
+                                                        .action = RecoveryAction::kContactVendor,
+                                                        .source = "site"}});
+  EXPECT_EQ(site.Suggest(event, {}, Clock::now()).action, RecoveryAction::kContactVendor);
+  // No action in the line: the row.
+  const RasEvent bare = Xid154("NVRM: Xid (PCI:0000:3b:00): 154, GPU recovery action changed");
+  EXPECT_FALSE(bare.vendor_action.has_value());
 }
 
 }  // namespace

@@ -35,6 +35,29 @@ Severity XidSeverity(const CodeTable& codes, int xid, std::string_view text) {
   return Severity::kInfo;  // codes in no table: recorded, not acted on
 }
 
+// Xid 154 ("GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset
+// Required)"): the action it changed to, as nvmlDeviceGpuRecoveryAction_t
+// numbers it (0 none, 1 GPU reset, 2 node reboot, 3 drain P2P, 4 drain and
+// reset, 5 recover IMEX domain, 6 bus reset, 7 system reboot). The number
+// where printed, else the words.
+std::optional<int> XidRecoveryAction(std::string_view text) {
+  const std::size_t to = text.rfind(" to ");
+  if (to == std::string_view::npos) return std::nullopt;
+  const std::string_view target = TrimView(text.substr(to + 4));
+  const auto number = StartsWith(target, "0x") ? ParseNumber(target.substr(2), 16)
+                                                : ParseNumber(target);
+  if (number && *number <= 64) return static_cast<int>(*number);
+  if (Contains(target, "Drain") && Contains(target, "Reset")) return 4;
+  if (Contains(target, "Drain")) return 3;
+  if (Contains(target, "Bus Reset")) return 6;
+  if (Contains(target, "System Reboot")) return 7;
+  if (Contains(target, "Reboot")) return 2;
+  if (Contains(target, "IMEX")) return 5;
+  if (Contains(target, "Reset")) return 1;
+  if (Contains(target, "None")) return 0;
+  return std::nullopt;
+}
+
 // The GPU address a message carries: Xid 31's faulting virtual address
 // ("faulted @ 0x73ac_1c000000"), Xid 48's physAddr, Xid 64's page number
 // in parentheses.
@@ -85,6 +108,7 @@ bool KernelLogScanner::ScanNvidia(const LogLine& line) {
     record.xid = static_cast<int>(*xid);
     record.pci_bdf = std::string(bdf);
     record.address = XidAddress(record.xid.value_or(0), detail);
+    if (record.xid == 154) record.vendor_action = XidRecoveryAction(detail);
     // "pid=13705, name=python": the process that met the error ("pid='<unknown>'"
     // names none).
     if (const std::size_t at = detail.find("pid="); at != std::string_view::npos) {

@@ -29,6 +29,10 @@ struct ScannedRecord {
   bool notice = false;      // a status or boot notice, not an error report
   bool historical = false;  // describes a previous boot (BERT)
   std::optional<int> xid;
+  // The record's own recovery instruction, in its vendor's numbering: Xid
+  // 154's "recovery action changed ... to 0x2 (...)" as NVML's
+  // nvmlDeviceGpuRecoveryAction_t. Not in ToJson.
+  std::optional<int> vendor_action;
   std::optional<std::string> pci_bdf;  // as printed
   std::optional<int> mc;
   std::optional<Address> address;

@@ -25,6 +25,10 @@ struct RasEvent {
   std::optional<std::string> pci_bdf;
   std::optional<Address> address;
   std::optional<int> vendor_code;  // Xid number, Ascend code
+  // The record's own recovery instruction in its vendor's numbering (Xid
+  // 154: nvmlDeviceGpuRecoveryAction_t); the recovery table follows it. Not
+  // stored.
+  std::optional<int> vendor_action;
   // The process the source names as the one that met the error (an Xid's
   // pid=): kill-consumer's target where no device address names one. Not
   // stored.
