@@ -453,8 +453,10 @@ class CudaDriverImpl final : public Driver {
 
   std::vector<KernelSignature> Kernels() const override {
     std::vector<KernelSignature> kernels;
-    const bool any = std::any_of(gpus_.begin(), gpus_.end(),
-                                 [](const GpuState& gpu) { return !gpu.functions.empty(); });
+    const bool any = std::any_of(gpus_.begin(), gpus_.end(), [](const GpuState& gpu) {
+      std::shared_lock gate(*gpu.context_gate);  // a context reset reloads them
+      return !gpu.functions.empty();
+    });
     if (!any) return kernels;
     for (const auto& kernel : sim::SimKernels()) kernels.push_back(kernel.signature);
     return kernels;
@@ -614,17 +616,6 @@ class CudaDriverImpl final : public Driver {
       }
     }
     if (auto sized = cuda::CheckKernelSizes(kernel, args); !sized) return sized;
-    auto stream = FindStream(handle);
-    if (!stream) return Fail(stream.error());
-    const auto& gpu = gpus_[static_cast<std::size_t>((*stream)->device)];
-    auto function = gpu.functions.find(kernel);
-    if (function == gpu.functions.end()) {
-      return Fail(ErrorCode::kNotSupported,
-                  fmt::format("GPU {} has no CUDA kernels (rasd built without nvcc, or no code "
-                              "for this GPU's architecture)",
-                              (*stream)->device));
-    }
-    if (auto inside = CheckBuffers(gpu, kernel, args); !inside) return inside;
     // kernelParams: one pointer per argument, to a value of the kernel's
     // parameter type (long long, float, or a device pointer); CUDA copies
     // them before cuLaunchKernel returns.
@@ -636,11 +627,27 @@ class CudaDriverImpl final : public Driver {
     }
     const LaunchConfig geometry =
         cuda::IsDefaultLaunch(config) ? cuda::KernelGeometry(kernel, args) : config;
-    return OnStream(handle, "cuLaunchKernel", [&](StreamState& state) {
+    // The kernels and the reservations are looked up under the stream's
+    // `use`, which a context reset holds while it replaces them: a launch
+    // checked against the old context never runs in the new one.
+    Status refused;
+    Status launched = OnStream(handle, "cuLaunchKernel", [&](StreamState& state) -> cu::Code {
+      const auto& gpu = gpus_[static_cast<std::size_t>(state.device)];
+      auto function = gpu.functions.find(kernel);
+      if (function == gpu.functions.end()) {
+        refused = Fail(ErrorCode::kNotSupported,
+                       fmt::format("GPU {} has no CUDA kernels (rasd built without nvcc, or no "
+                                   "code for this GPU's architecture)",
+                                   state.device));
+        return cu::kSuccess;
+      }
+      if (refused = CheckBuffers(gpu, kernel, args); !refused) return cu::kSuccess;
       return api_.LaunchKernel(function->second, geometry.grid.x, geometry.grid.y, geometry.grid.z,
                                geometry.block.x, geometry.block.y, geometry.block.z,
                                geometry.shared_bytes, state.stream, params, nullptr);
     });
+    if (!refused) return refused;
+    return launched;
   }
 
   Status EnqueueCallback(StreamHandle handle, StreamCallback callback) override {
