@@ -832,9 +832,9 @@ class CudaDriverImpl final : public Driver {
                               "cuDevicePrimaryCtxReset: restart rasd or reset the GPU",
                               device, api_.Describe("cuMemAlloc", rc), "the CUDA driver"));
     }
-    if (auto reset = ResetContext(device); !reset) {
-      return Fail(reset.error());
-    }
+    auto reset = ResetContext(device);
+    if (!reset) return Fail(reset.error());
+    if (*reset == MemoryAfterReset::kKept) return MemoryAfterReset::kKept;
     // Some errors outlive the context (a GPU that needs a bus reset).
     if (const cu::Code after = ProbeContext(); after != cu::kSuccess &&
                                                after != cu::kErrorOutOfMemory) {
@@ -898,17 +898,23 @@ class CudaDriverImpl final : public Driver {
   // and the reservations and pinned buffers are forgotten (the reset freed
   // them). Every call that uses the context waits meanwhile: on the streams'
   // and events' `use`, or on the GPU's context gate. The primary context is
-  // still retained after the reset, so its handle stays valid.
-  Status ResetContext(int device) {
+  // still retained after the reset, so its handle stays valid. kKept
+  // (nothing done) when a reset that ran while this one waited for the gate
+  // repaired the context already.
+  Result<MemoryAfterReset> ResetContext(int device) {
     GpuState& gpu = gpus_[static_cast<std::size_t>(device)];
     std::unique_lock context_gate(*gpu.context_gate);
+    if (auto used = Use(device); !used) return Fail(used.error());
+    if (const cu::Code rc = ProbeContext(); rc == cu::kSuccess || rc == cu::kErrorOutOfMemory) {
+      return MemoryAfterReset::kKept;
+    }
     const auto [streams, events] = ObjectsOf(device);  // none is made or destroyed from here
     std::vector<std::unique_lock<std::shared_mutex>> held;
     // Events before streams, as RecordEvent and StreamWaitEvent take them.
     for (const auto& event : events) held.emplace_back(event->use);
     for (const auto& stream : streams) held.emplace_back(stream->use);
     if (const cu::Code rc = api_.PrimaryCtxReset(gpu.handle); rc != cu::kSuccess) {
-      return Check(rc, "cuDevicePrimaryCtxReset", device);
+      return Fail(Check(rc, "cuDevicePrimaryCtxReset", device).error());
     }
     {
       std::lock_guard lock(mutex_);
@@ -931,7 +937,7 @@ class CudaDriverImpl final : public Driver {
       }
     }
     hub_->ready.notify_one();
-    if (auto used = Use(device); !used) return used;
+    if (auto used = Use(device); !used) return Fail(used.error());
     Status result;
     for (const auto& stream : streams) {
       if (stream->destroyed) continue;
@@ -954,7 +960,8 @@ class CudaDriverImpl final : public Driver {
     if (const auto fatbin = cuda::KernelFatbin(); !fatbin.empty()) {
       if (auto loaded = LoadKernels(gpu, fatbin); !loaded && result) result = loaded;
     }
-    return result;
+    if (!result) return Fail(result.error());
+    return MemoryAfterReset::kFreed;
   }
 
   std::pair<std::vector<std::shared_ptr<StreamState>>, std::vector<std::shared_ptr<EventState>>>

@@ -386,6 +386,39 @@ TEST_F(CudaDriverTest, AStickyErrorThatOutlivesTheContextResetIsAFault) {
       << reset.error().message;
 }
 
+// Two resets of one sticky GPU at once (auto-recovery and an operator's
+// `rasctl reset`): the second finds the context repaired by the first and
+// keeps it, rather than resetting it again and freeing the memory and work
+// the repaired GPU was given meanwhile.
+TEST_F(CudaDriverTest, ASecondResetWaitingForTheFirstKeepsTheRepairedContext) {
+  auto pause = reinterpret_cast<void (*)(int, int)>(::dlsym(fake_, "fake_cuda_pause_resets"));
+  auto waiting = reinterpret_cast<int (*)(int)>(::dlsym(fake_, "fake_cuda_resets_waiting"));
+  auto resets = reinterpret_cast<int (*)(int)>(::dlsym(fake_, "fake_cuda_context_resets"));
+  ASSERT_TRUE(pause && waiting && resets);
+  const int resets_before = resets(1);
+  const StreamHandle stream = NewStream(1);
+  const DeviceAddress buffer = Reserve(4096, 1);
+  std::vector<char> host(4096);
+  inject_ecc_(1);
+  (void)driver_->CopyDeviceToHost(stream, host.data(), buffer, host.size());
+  ASSERT_FALSE(driver_->SynchronizeStream(stream, 5s));
+
+  pause(1, 1);
+  auto first = std::async(std::launch::async, [&] { return driver_->ResetDevice(1); });
+  for (int i = 0; i < 5000 && waiting(1) == 0; ++i) std::this_thread::sleep_for(1ms);
+  ASSERT_EQ(waiting(1), 1);
+  auto second = std::async(std::launch::async, [&] { return driver_->ResetDevice(1); });
+  EXPECT_EQ(second.wait_for(100ms), std::future_status::timeout) << "waits for the first";
+  pause(1, 0);
+  auto freed = first.get();
+  ASSERT_TRUE(freed) << freed.error().ToString();
+  EXPECT_EQ(*freed, MemoryAfterReset::kFreed);
+  auto kept = second.get();
+  ASSERT_TRUE(kept) << kept.error().ToString();
+  EXPECT_EQ(*kept, MemoryAfterReset::kKept) << "nothing left to repair";
+  EXPECT_EQ(resets(1), resets_before + 1);
+}
+
 // An old driver without cuDevicePrimaryCtxReset: the sticky context stays,
 // and the reset says what repairs it.
 TEST(CudaDriverOldLibraryTest, WithoutAContextResetAStickyErrorNeedsARestart) {
