@@ -15,6 +15,7 @@
 #include <shared_mutex>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 
 #include "cuda_api.h"
 #include "cuda_fatbin.h"
@@ -262,6 +263,10 @@ struct GpuState {
   DeviceProperties properties;
   std::map<DeviceAddress, Reservation> reservations;  // guarded by the driver's mutex
   bool ecc_reported = false;                          // guarded by the driver's mutex
+  // A context reset freed the reservations and no ResetDevice has said so
+  // yet (the one that reset failed after it): the next one that succeeds
+  // says kFreed. Guarded by the driver's mutex.
+  bool freed_unreported = false;
   // Pinned buffers belong to the context current when they were allocated,
   // and a context reset frees them: each GPU stages through its own. Read
   // under a stream's `use` (shared), replaced under every one of the GPU's
@@ -825,7 +830,7 @@ class CudaDriverImpl final : public Driver {
     // finds it without waiting for work (cuCtxSynchronize would block on a
     // hung GPU). A full GPU (out of memory) is not a sticky error.
     const cu::Code rc = ProbeContext();
-    if (rc == cu::kSuccess || rc == cu::kErrorOutOfMemory) return MemoryAfterReset::kKept;
+    if (rc == cu::kSuccess || rc == cu::kErrorOutOfMemory) return MemoryAfterThisReset(device);
     if (api_.PrimaryCtxReset == nullptr) {
       return Fail(ErrorCode::kNotSupported,
                   fmt::format("GPU {}: the context has a sticky error ({}) and {} has no "
@@ -834,7 +839,7 @@ class CudaDriverImpl final : public Driver {
     }
     auto reset = ResetContext(device);
     if (!reset) return Fail(reset.error());
-    if (*reset == MemoryAfterReset::kKept) return MemoryAfterReset::kKept;
+    if (*reset == MemoryAfterReset::kKept) return MemoryAfterThisReset(device);
     // Some errors outlive the context (a GPU that needs a bus reset).
     if (const cu::Code after = ProbeContext(); after != cu::kSuccess &&
                                                after != cu::kErrorOutOfMemory) {
@@ -844,7 +849,7 @@ class CudaDriverImpl final : public Driver {
                               device, api_.Describe("cuMemAlloc", rc),
                               api_.Describe("cuMemAlloc", after)));
     }
-    return MemoryAfterReset::kFreed;
+    return MemoryAfterThisReset(device);
   }
 
   void SetErrorListener(ErrorListener listener) override {
@@ -858,6 +863,16 @@ class CudaDriverImpl final : public Driver {
       return Fail(ErrorCode::kInvalidArgument, fmt::format("no CUDA device {}", device));
     }
     return &gpus_[static_cast<std::size_t>(device)];
+  }
+
+  // What a successful ResetDevice reports: kFreed when a context reset
+  // freed the reservations since the last report (this one, or one that
+  // failed after it), so that their owner forgets them.
+  MemoryAfterReset MemoryAfterThisReset(int device) {
+    std::lock_guard lock(mutex_);
+    auto& gpu = gpus_[static_cast<std::size_t>(device)];
+    return std::exchange(gpu.freed_unreported, false) ? MemoryAfterReset::kFreed
+                                                      : MemoryAfterReset::kKept;
   }
 
   // Every buffer of a launch lies inside one reservation of the launching
@@ -920,6 +935,7 @@ class CudaDriverImpl final : public Driver {
       std::lock_guard lock(mutex_);
       gpu.reservations.clear();
       gpu.ecc_reported = false;
+      gpu.freed_unreported = true;
     }
     gpu.staging->Abandon();  // its buffers went with the context
     gpu.staging = std::make_shared<StagingPool>(api_);
