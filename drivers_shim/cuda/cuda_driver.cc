@@ -15,6 +15,7 @@
 #include <shared_mutex>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 
 #include "cuda_api.h"
 #include "cuda_fatbin.h"
@@ -262,6 +263,10 @@ struct GpuState {
   DeviceProperties properties;
   std::map<DeviceAddress, Reservation> reservations;  // guarded by the driver's mutex
   bool ecc_reported = false;                          // guarded by the driver's mutex
+  // A context reset freed the reservations and no ResetDevice has said so
+  // yet (the one that reset failed after it): the next one that succeeds
+  // says kFreed. Guarded by the driver's mutex.
+  bool freed_unreported = false;
   // Pinned buffers belong to the context current when they were allocated,
   // and a context reset frees them: each GPU stages through its own. Read
   // under a stream's `use` (shared), replaced under every one of the GPU's
@@ -453,8 +458,10 @@ class CudaDriverImpl final : public Driver {
 
   std::vector<KernelSignature> Kernels() const override {
     std::vector<KernelSignature> kernels;
-    const bool any = std::any_of(gpus_.begin(), gpus_.end(),
-                                 [](const GpuState& gpu) { return !gpu.functions.empty(); });
+    const bool any = std::any_of(gpus_.begin(), gpus_.end(), [](const GpuState& gpu) {
+      std::shared_lock gate(*gpu.context_gate);  // a context reset reloads them
+      return !gpu.functions.empty();
+    });
     if (!any) return kernels;
     for (const auto& kernel : sim::SimKernels()) kernels.push_back(kernel.signature);
     return kernels;
@@ -614,17 +621,6 @@ class CudaDriverImpl final : public Driver {
       }
     }
     if (auto sized = cuda::CheckKernelSizes(kernel, args); !sized) return sized;
-    auto stream = FindStream(handle);
-    if (!stream) return Fail(stream.error());
-    const auto& gpu = gpus_[static_cast<std::size_t>((*stream)->device)];
-    auto function = gpu.functions.find(kernel);
-    if (function == gpu.functions.end()) {
-      return Fail(ErrorCode::kNotSupported,
-                  fmt::format("GPU {} has no CUDA kernels (rasd built without nvcc, or no code "
-                              "for this GPU's architecture)",
-                              (*stream)->device));
-    }
-    if (auto inside = CheckBuffers(gpu, kernel, args); !inside) return inside;
     // kernelParams: one pointer per argument, to a value of the kernel's
     // parameter type (long long, float, or a device pointer); CUDA copies
     // them before cuLaunchKernel returns.
@@ -636,11 +632,27 @@ class CudaDriverImpl final : public Driver {
     }
     const LaunchConfig geometry =
         cuda::IsDefaultLaunch(config) ? cuda::KernelGeometry(kernel, args) : config;
-    return OnStream(handle, "cuLaunchKernel", [&](StreamState& state) {
+    // The kernels and the reservations are looked up under the stream's
+    // `use`, which a context reset holds while it replaces them: a launch
+    // checked against the old context never runs in the new one.
+    Status refused;
+    Status launched = OnStream(handle, "cuLaunchKernel", [&](StreamState& state) -> cu::Code {
+      const auto& gpu = gpus_[static_cast<std::size_t>(state.device)];
+      auto function = gpu.functions.find(kernel);
+      if (function == gpu.functions.end()) {
+        refused = Fail(ErrorCode::kNotSupported,
+                       fmt::format("GPU {} has no CUDA kernels (rasd built without nvcc, or no "
+                                   "code for this GPU's architecture)",
+                                   state.device));
+        return cu::kSuccess;
+      }
+      if (refused = CheckBuffers(gpu, kernel, args); !refused) return cu::kSuccess;
       return api_.LaunchKernel(function->second, geometry.grid.x, geometry.grid.y, geometry.grid.z,
                                geometry.block.x, geometry.block.y, geometry.block.z,
                                geometry.shared_bytes, state.stream, params, nullptr);
     });
+    if (!refused) return refused;
+    return launched;
   }
 
   Status EnqueueCallback(StreamHandle handle, StreamCallback callback) override {
@@ -818,16 +830,16 @@ class CudaDriverImpl final : public Driver {
     // finds it without waiting for work (cuCtxSynchronize would block on a
     // hung GPU). A full GPU (out of memory) is not a sticky error.
     const cu::Code rc = ProbeContext();
-    if (rc == cu::kSuccess || rc == cu::kErrorOutOfMemory) return MemoryAfterReset::kKept;
+    if (rc == cu::kSuccess || rc == cu::kErrorOutOfMemory) return MemoryAfterThisReset(device);
     if (api_.PrimaryCtxReset == nullptr) {
       return Fail(ErrorCode::kNotSupported,
                   fmt::format("GPU {}: the context has a sticky error ({}) and {} has no "
                               "cuDevicePrimaryCtxReset: restart rasd or reset the GPU",
                               device, api_.Describe("cuMemAlloc", rc), "the CUDA driver"));
     }
-    if (auto reset = ResetContext(device); !reset) {
-      return Fail(reset.error());
-    }
+    auto reset = ResetContext(device);
+    if (!reset) return Fail(reset.error());
+    if (*reset == MemoryAfterReset::kKept) return MemoryAfterThisReset(device);
     // Some errors outlive the context (a GPU that needs a bus reset).
     if (const cu::Code after = ProbeContext(); after != cu::kSuccess &&
                                                after != cu::kErrorOutOfMemory) {
@@ -837,7 +849,7 @@ class CudaDriverImpl final : public Driver {
                               device, api_.Describe("cuMemAlloc", rc),
                               api_.Describe("cuMemAlloc", after)));
     }
-    return MemoryAfterReset::kFreed;
+    return MemoryAfterThisReset(device);
   }
 
   void SetErrorListener(ErrorListener listener) override {
@@ -851,6 +863,16 @@ class CudaDriverImpl final : public Driver {
       return Fail(ErrorCode::kInvalidArgument, fmt::format("no CUDA device {}", device));
     }
     return &gpus_[static_cast<std::size_t>(device)];
+  }
+
+  // What a successful ResetDevice reports: kFreed when a context reset
+  // freed the reservations since the last report (this one, or one that
+  // failed after it), so that their owner forgets them.
+  MemoryAfterReset MemoryAfterThisReset(int device) {
+    std::lock_guard lock(mutex_);
+    auto& gpu = gpus_[static_cast<std::size_t>(device)];
+    return std::exchange(gpu.freed_unreported, false) ? MemoryAfterReset::kFreed
+                                                      : MemoryAfterReset::kKept;
   }
 
   // Every buffer of a launch lies inside one reservation of the launching
@@ -891,22 +913,29 @@ class CudaDriverImpl final : public Driver {
   // and the reservations and pinned buffers are forgotten (the reset freed
   // them). Every call that uses the context waits meanwhile: on the streams'
   // and events' `use`, or on the GPU's context gate. The primary context is
-  // still retained after the reset, so its handle stays valid.
-  Status ResetContext(int device) {
+  // still retained after the reset, so its handle stays valid. kKept
+  // (nothing done) when a reset that ran while this one waited for the gate
+  // repaired the context already.
+  Result<MemoryAfterReset> ResetContext(int device) {
     GpuState& gpu = gpus_[static_cast<std::size_t>(device)];
     std::unique_lock context_gate(*gpu.context_gate);
+    if (auto used = Use(device); !used) return Fail(used.error());
+    if (const cu::Code rc = ProbeContext(); rc == cu::kSuccess || rc == cu::kErrorOutOfMemory) {
+      return MemoryAfterReset::kKept;
+    }
     const auto [streams, events] = ObjectsOf(device);  // none is made or destroyed from here
     std::vector<std::unique_lock<std::shared_mutex>> held;
     // Events before streams, as RecordEvent and StreamWaitEvent take them.
     for (const auto& event : events) held.emplace_back(event->use);
     for (const auto& stream : streams) held.emplace_back(stream->use);
     if (const cu::Code rc = api_.PrimaryCtxReset(gpu.handle); rc != cu::kSuccess) {
-      return Check(rc, "cuDevicePrimaryCtxReset", device);
+      return Fail(Check(rc, "cuDevicePrimaryCtxReset", device).error());
     }
     {
       std::lock_guard lock(mutex_);
       gpu.reservations.clear();
       gpu.ecc_reported = false;
+      gpu.freed_unreported = true;
     }
     gpu.staging->Abandon();  // its buffers went with the context
     gpu.staging = std::make_shared<StagingPool>(api_);
@@ -924,7 +953,7 @@ class CudaDriverImpl final : public Driver {
       }
     }
     hub_->ready.notify_one();
-    if (auto used = Use(device); !used) return used;
+    if (auto used = Use(device); !used) return Fail(used.error());
     Status result;
     for (const auto& stream : streams) {
       if (stream->destroyed) continue;
@@ -947,7 +976,8 @@ class CudaDriverImpl final : public Driver {
     if (const auto fatbin = cuda::KernelFatbin(); !fatbin.empty()) {
       if (auto loaded = LoadKernels(gpu, fatbin); !loaded && result) result = loaded;
     }
-    return result;
+    if (!result) return Fail(result.error());
+    return MemoryAfterReset::kFreed;
   }
 
   std::pair<std::vector<std::shared_ptr<StreamState>>, std::vector<std::shared_ptr<EventState>>>

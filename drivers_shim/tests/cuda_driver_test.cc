@@ -386,6 +386,39 @@ TEST_F(CudaDriverTest, AStickyErrorThatOutlivesTheContextResetIsAFault) {
       << reset.error().message;
 }
 
+// Two resets of one sticky GPU at once (auto-recovery and an operator's
+// `rasctl reset`): the second finds the context repaired by the first and
+// keeps it, rather than resetting it again and freeing the memory and work
+// the repaired GPU was given meanwhile.
+TEST_F(CudaDriverTest, ASecondResetWaitingForTheFirstKeepsTheRepairedContext) {
+  auto pause = reinterpret_cast<void (*)(int, int)>(::dlsym(fake_, "fake_cuda_pause_resets"));
+  auto waiting = reinterpret_cast<int (*)(int)>(::dlsym(fake_, "fake_cuda_resets_waiting"));
+  auto resets = reinterpret_cast<int (*)(int)>(::dlsym(fake_, "fake_cuda_context_resets"));
+  ASSERT_TRUE(pause && waiting && resets);
+  const int resets_before = resets(1);
+  const StreamHandle stream = NewStream(1);
+  const DeviceAddress buffer = Reserve(4096, 1);
+  std::vector<char> host(4096);
+  inject_ecc_(1);
+  (void)driver_->CopyDeviceToHost(stream, host.data(), buffer, host.size());
+  ASSERT_FALSE(driver_->SynchronizeStream(stream, 5s));
+
+  pause(1, 1);
+  auto first = std::async(std::launch::async, [&] { return driver_->ResetDevice(1); });
+  for (int i = 0; i < 5000 && waiting(1) == 0; ++i) std::this_thread::sleep_for(1ms);
+  ASSERT_EQ(waiting(1), 1);
+  auto second = std::async(std::launch::async, [&] { return driver_->ResetDevice(1); });
+  EXPECT_EQ(second.wait_for(100ms), std::future_status::timeout) << "waits for the first";
+  pause(1, 0);
+  auto freed = first.get();
+  ASSERT_TRUE(freed) << freed.error().ToString();
+  EXPECT_EQ(*freed, MemoryAfterReset::kFreed);
+  auto kept = second.get();
+  ASSERT_TRUE(kept) << kept.error().ToString();
+  EXPECT_EQ(*kept, MemoryAfterReset::kKept) << "nothing left to repair";
+  EXPECT_EQ(resets(1), resets_before + 1);
+}
+
 // An old driver without cuDevicePrimaryCtxReset: the sticky context stays,
 // and the reset says what repairs it.
 TEST(CudaDriverOldLibraryTest, WithoutAContextResetAStickyErrorNeedsARestart) {
@@ -496,6 +529,54 @@ TEST_F(CudaDriverTest, KernelsMatchTheSimulatorsResults) {
   auto wrong = driver_->LaunchKernel(NewStream(0), "relu", {}, std::vector{KernelArg::Int(1)});
   ASSERT_FALSE(wrong);
   EXPECT_EQ(wrong.error().code, ErrorCode::kInvalidArgument);
+}
+// A launch checked before a context reset and queued after it must not
+// reach the new context with the old context's addresses: on a GPU that is
+// CUDA_ERROR_ILLEGAL_ADDRESS, and the GPU just repaired fails again, with
+// every job on it. The stand-in holds the reset inside
+// cuDevicePrimaryCtxReset while the launch arrives.
+TEST_F(CudaDriverTest, ALaunchRacingAContextResetIsCheckedAgainstTheNewContext) {
+  auto pause = reinterpret_cast<void (*)(int, int)>(::dlsym(fake_, "fake_cuda_pause_resets"));
+  auto waiting = reinterpret_cast<int (*)(int)>(::dlsym(fake_, "fake_cuda_resets_waiting"));
+  ASSERT_TRUE(pause && waiting);
+  const StreamHandle stream = NewStream(1);
+  const DeviceAddress old_buffer = Reserve(4096, 1);
+  const std::vector<KernelArg> fill = {KernelArg::Address(old_buffer), KernelArg::Int(16),
+                                       KernelArg::Float(1)};
+  ASSERT_TRUE(driver_->LaunchKernel(stream, "fill", {}, fill));
+  ASSERT_TRUE(driver_->SynchronizeStream(stream, 5s));
+  inject_ecc_(1);
+  ASSERT_TRUE(driver_->LaunchKernel(stream, "fill", {}, fill));
+  ASSERT_FALSE(driver_->SynchronizeStream(stream, 5s)) << "the context is sticky now";
+
+  pause(1, 1);
+  auto reset = std::async(std::launch::async, [&] { return driver_->ResetDevice(1); });
+  for (int i = 0; i < 5000 && waiting(1) == 0; ++i) std::this_thread::sleep_for(1ms);
+  ASSERT_EQ(waiting(1), 1) << "the reset is inside cuDevicePrimaryCtxReset";
+  auto launch =
+      std::async(std::launch::async, [&] { return driver_->LaunchKernel(stream, "fill", {}, fill); });
+  EXPECT_EQ(launch.wait_for(100ms), std::future_status::timeout) << "waits for the reset";
+  pause(1, 0);
+  auto memory = reset.get();
+  ASSERT_TRUE(memory) << memory.error().ToString();
+  ASSERT_EQ(*memory, MemoryAfterReset::kFreed);
+  const Status launched = launch.get();
+  ASSERT_FALSE(launched) << "its buffer went with the old context";
+  EXPECT_EQ(launched.error().code, ErrorCode::kInvalidArgument) << launched.error().ToString();
+
+  // The new context is healthy, and the stream serves on new memory.
+  const DeviceAddress fresh = Reserve(4096, 1);
+  ASSERT_TRUE(driver_->LaunchKernel(
+      stream, "fill", {},
+      std::vector{KernelArg::Address(fresh), KernelArg::Int(16), KernelArg::Float(2)}));
+  std::vector<float> back(16);
+  ASSERT_TRUE(driver_->CopyDeviceToHost(stream, back.data(), fresh, 64));
+  auto synced = driver_->SynchronizeStream(stream, 5s);
+  ASSERT_TRUE(synced) << synced.error().ToString();
+  EXPECT_EQ(back, std::vector<float>(16, 2.0f));
+  auto again = driver_->ResetDevice(1);
+  ASSERT_TRUE(again);
+  EXPECT_EQ(*again, MemoryAfterReset::kKept) << "nothing to repair";
 }
 #endif  // RASD_HAVE_CUDA_KERNELS
 

@@ -13,8 +13,16 @@
 // cuDevicePrimaryCtxReset_v2 destroys the context's streams, events and
 // memory and clears a sticky error, unless fake_cuda_sticky_survives_reset
 // (device, on) says it outlives the reset; fake_cuda_context_resets(device)
-// counts resets. Built with FAKE_CUDA_WITHOUT_CTX_RESET the library has no
-// cuDevicePrimaryCtxReset at all, as an old driver.
+// counts resets; fake_cuda_pause_resets(device, on) makes a reset wait,
+// inside cuDevicePrimaryCtxReset (the backend's locks held), until it is
+// turned off again, and fake_cuda_resets_waiting(device) says how many wait
+// there (races with a reset, made deterministic). Built with
+// FAKE_CUDA_WITHOUT_CTX_RESET the library has no cuDevicePrimaryCtxReset at
+// all, as an old driver.
+// A kernel given an address outside every live allocation fails with
+// CUDA_ERROR_ILLEGAL_ADDRESS and makes the context sticky, as on a GPU; a
+// stream handle that names no live stream (its context was reset) is
+// CUDA_ERROR_INVALID_HANDLE to cuStreamDestroy instead of freed memory.
 
 #include <algorithm>
 #include <atomic>
@@ -42,7 +50,7 @@ namespace {
 using Code = int;
 constexpr Code kSuccess = 0, kInvalidValue = 1, kNotInitialized = 3, kInvalidHandle = 400,
                kNotFound = 500, kNotReady = 600, kEccUncorrectable = 214, kInvalidContext = 201,
-               kContextIsDestroyed = 709;
+               kIllegalAddress = 700, kContextIsDestroyed = 709;
 
 // Device allocations by the pointer handed out: a context reset frees the
 // context's, and a copy outside every live one fails as on a GPU rather
@@ -73,6 +81,8 @@ struct FakeDevice {
   // Bumped by cuDevicePrimaryCtxReset: streams of an older context are gone.
   std::atomic<std::uint64_t> context_epoch{0};
   std::atomic<int> context_resets{0};
+  std::atomic<bool> pause_resets{false};
+  std::atomic<int> resets_waiting{0};
 };
 
 std::mutex global_mutex;
@@ -229,6 +239,7 @@ FAKE_API void fake_cuda_clear(int device) {
   target.ecc_pending.store(false);
   target.sticky.store(kSuccess);
   target.sticky_survives_reset.store(false);
+  target.pause_resets.store(false);
 }
 
 FAKE_API void fake_cuda_inject_ecc(int device) {
@@ -283,6 +294,9 @@ FAKE_API Code cuGetErrorName(Code code, const char** name) {
     case kNotReady:
       *name = "CUDA_ERROR_NOT_READY";
       return kSuccess;
+    case kIllegalAddress:
+      *name = "CUDA_ERROR_ILLEGAL_ADDRESS";
+      return kSuccess;
     default:
       return kInvalidValue;
   }
@@ -335,6 +349,9 @@ FAKE_API Code cuDevicePrimaryCtxRelease_v2(int) { return kSuccess; }
 FAKE_API Code cuDevicePrimaryCtxReset_v2(int device) {
   if (device < 0 || device >= static_cast<int>(devices.size())) return kInvalidValue;
   FakeDevice& target = *devices[static_cast<std::size_t>(device)];
+  target.resets_waiting.fetch_add(1);
+  while (target.pause_resets.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  target.resets_waiting.fetch_sub(1);
   target.context_epoch.fetch_add(1);
   target.context_resets.fetch_add(1);
   target.ecc_pending.store(false);
@@ -371,6 +388,14 @@ FAKE_API Code cuDevicePrimaryCtxReset_v2(int device) {
 
 FAKE_API void fake_cuda_sticky_survives_reset(int device, int on) {
   devices.at(static_cast<std::size_t>(device))->sticky_survives_reset.store(on != 0);
+}
+
+FAKE_API void fake_cuda_pause_resets(int device, int on) {
+  devices.at(static_cast<std::size_t>(device))->pause_resets.store(on != 0);
+}
+
+FAKE_API int fake_cuda_resets_waiting(int device) {
+  return devices.at(static_cast<std::size_t>(device))->resets_waiting.load();
 }
 
 FAKE_API int fake_cuda_context_resets(int device) {
@@ -416,7 +441,14 @@ FAKE_API Code cuStreamCreate(void** stream, unsigned) {
 FAKE_API Code cuStreamDestroy_v2(void* stream) {
   // The real driver lets pending work finish first; so does the worker.
   auto* target = static_cast<FakeStream*>(stream);
-  target->destroying.store(true);  // its own thread deletes it, not a context reset
+  {
+    std::lock_guard lock(streams_mutex);
+    if (std::find(live_streams.begin(), live_streams.end(), target) == live_streams.end() ||
+        target->destroying.load()) {
+      return kInvalidHandle;  // destroyed already, by a context reset or a destroy
+    }
+    target->destroying.store(true);  // its own thread deletes it, not a context reset
+  }
   destroy_threads.fetch_add(1);
   std::thread([target] {
     while (target->Query() == kNotReady) std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -608,7 +640,15 @@ FAKE_API Code cuLaunchKernel(void* function, unsigned grid_x, unsigned grid_y, u
   }
   const rasd::drivers::LaunchConfig config{
       {grid_x, grid_y, grid_z}, {block_x, block_y, block_z}, shared};
-  return Enqueue(stream, [kernel, args = std::move(args), config] {
+  FakeDevice* device = stream != nullptr ? static_cast<FakeStream*>(stream)->device() : nullptr;
+  return Enqueue(stream, [kernel, args = std::move(args), config, device] {
+    // A GPU faults on an address nothing maps, and the context with it.
+    for (const auto& arg : args) {
+      if (arg.kind == rasd::drivers::ArgKind::kAddress && !LiveRange(arg.address, 1)) {
+        device->sticky.store(kIllegalAddress);
+        return kIllegalAddress;
+      }
+    }
     HostMemory memory;
     return kernel->run(memory, config, args) ? kSuccess : 719;  // CUDA_ERROR_LAUNCH_FAILED
   });

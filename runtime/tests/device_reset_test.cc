@@ -78,5 +78,58 @@ TEST(DeviceResetTest, AStickyGpuIsResetAndItsPoolReservesAfresh) {
   ::dlclose(fake);
 }
 
+// A context reset that freed the memory but failed after it (the sticky
+// error outlived it): the pool still holds arenas over memory that is gone.
+// The next reset that succeeds must say the memory was freed, so the pool
+// forgets them, or the repaired GPU hands out addresses nothing maps.
+TEST(DeviceResetTest, AResetThatFreedTheMemoryButFailedIsReportedByTheNextOne) {
+  ::unsetenv("RASD_FAKE_CUDA_INIT");
+  ::setenv("RASD_FAKE_CUDA_DEVICES", "2", 1);
+  auto driver = drivers::CudaDriver::Create({.library = RASD_FAKE_CUDA_PATH});
+  ASSERT_TRUE(driver) << driver.error().ToString();
+  auto created = Runtime::Create(std::move(*driver), {.pool = {.arena_bytes = 1 << 20}});
+  ASSERT_TRUE(created) << created.error().ToString();
+  Runtime& runtime = **created;
+  void* fake = ::dlopen(RASD_FAKE_CUDA_PATH, RTLD_NOW | RTLD_NOLOAD);
+  ASSERT_NE(fake, nullptr);
+  auto inject_ecc = reinterpret_cast<void (*)(int)>(::dlsym(fake, "fake_cuda_inject_ecc"));
+  auto clear = reinterpret_cast<void (*)(int)>(::dlsym(fake, "fake_cuda_clear"));
+  auto survives =
+      reinterpret_cast<void (*)(int, int)>(::dlsym(fake, "fake_cuda_sticky_survives_reset"));
+  ASSERT_TRUE(inject_ecc && clear && survives);
+  clear(1);
+
+  auto stream = runtime.CreateStream(1, {.owner = "job-a"});
+  ASSERT_TRUE(stream) << stream.error().ToString();
+  MemoryPool& pool = **runtime.Pool(1);
+  auto held = pool.Allocate(8192, **stream);
+  ASSERT_TRUE(held) << held.error().ToString();
+  ASSERT_TRUE(pool.Free(*held));
+  ASSERT_EQ(pool.Stats().arenas, 1u);
+
+  survives(1, 1);
+  inject_ecc(1);
+  std::vector<char> host(8192);
+  auto again = pool.Allocate(8192, **stream);
+  ASSERT_TRUE(again);
+  (void)(*stream)->CopyToHost(host.data(), again->address, host.size());
+  ASSERT_FALSE((*stream)->Synchronize(5s));
+  auto failed = runtime.ResetDevice(1);
+  ASSERT_FALSE(failed) << "the sticky error outlived the context reset";
+  EXPECT_EQ(failed.error().code, ErrorCode::kDeviceFault);
+
+  clear(1);  // whatever held the error on (a bus reset, say) is gone now
+  auto reset = runtime.ResetDevice(1);
+  ASSERT_TRUE(reset) << reset.error().ToString();
+  EXPECT_TRUE(reset->memory_freed) << "the failed reset freed it";
+  EXPECT_EQ(pool.Stats().arenas, 0u);
+  ASSERT_TRUE(pool.Free(*again));
+  const SelfTestReport report = RunSelfTest(runtime, 1);
+  EXPECT_TRUE(report.passed) << report.Summary();
+  stream->reset();
+  created->reset();
+  ::dlclose(fake);
+}
+
 }  // namespace
 }  // namespace rasd::runtime

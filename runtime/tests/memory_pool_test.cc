@@ -260,16 +260,20 @@ struct RandomizedCase {
   int streams;
   bool synchronize;  // also exercise Synchronize-driven promotion
   int steps;
+  // Now and then a reset that freed the memory: the pool forgets its arenas
+  // (the live allocations become orphans, freed later).
+  bool forget = false;
 };
 
 class RandomizedPoolTest : public MemoryPoolTest,
                            public ::testing::WithParamInterface<RandomizedCase> {};
 
-// Random allocate/free/retire/synchronize sequences against a model of
-// what is live; every so often the pool walks its own structures.
+// Random allocate/free/retire/synchronize (and forget) sequences against a
+// model of what is live; every so often the pool walks its own structures.
 TEST_P(RandomizedPoolTest, KeepsTheInvariants) {
   const RandomizedCase param = GetParam();
-  MakeRuntime(1, 256 << 20, 16 << 20);
+  // Forgotten arenas are never returned to the simulator: room for them.
+  MakeRuntime(1, param.forget ? std::uint64_t{2} << 30 : 256 << 20, 16 << 20);
   auto streams = std::vector<std::unique_ptr<Stream>>();
   for (int i = 0; i < param.streams; ++i)
     streams.push_back(NewStream(0, "job-" + std::to_string(i)));
@@ -277,6 +281,9 @@ TEST_P(RandomizedPoolTest, KeepsTheInvariants) {
   std::map<DeviceAddress, Allocation> live;  // by address
   std::set<DeviceAddress> retired;
   std::uint64_t live_bytes = 0;
+  std::vector<Allocation> orphans;  // held across a forget: no memory, still to free
+  std::uint64_t orphan_bytes = 0;
+  bool forgot = false;
   for (int step = 0; step < param.steps; ++step) {
     const int action = static_cast<int>(random() % 100);
     Stream& stream = *streams[random() % streams.size()];
@@ -318,6 +325,23 @@ TEST_P(RandomizedPoolTest, KeepsTheInvariants) {
       const DeviceAddress address = it->first + random() % it->second.size;
       ASSERT_TRUE(Pool().Retire(address).has_value());
       retired.insert(address / 4096 * 4096);
+    } else if (param.forget && action == 99 && random() % 20 == 0) {
+      ASSERT_EQ(Pool().ForgetArenas(), live.size()) << "step " << step;
+      for (auto& [address, allocation] : live) {
+        orphans.push_back(allocation);
+        orphan_bytes += allocation.size;
+      }
+      live.clear();
+      live_bytes = 0;
+      forgot = true;
+      ASSERT_EQ(Pool().Stats().reserved_bytes, 0u);
+    } else if (param.forget && action == 98 && !orphans.empty()) {
+      const std::size_t which = random() % orphans.size();
+      Allocation stale = orphans[which];
+      orphan_bytes -= orphans[which].size;
+      ASSERT_TRUE(Pool().Free(orphans[which]).has_value()) << "step " << step;
+      orphans.erase(orphans.begin() + static_cast<std::ptrdiff_t>(which));
+      ASSERT_FALSE(Pool().Free(stale).has_value()) << "an orphan freed twice, step " << step;
     } else if (param.synchronize) {
       ASSERT_TRUE(stream.Synchronize(5s).has_value());
     }
@@ -327,20 +351,31 @@ TEST_P(RandomizedPoolTest, KeepsTheInvariants) {
     }
     if (step % 1000 == 0) {
       const auto stats = Pool().Stats();
-      ASSERT_EQ(stats.allocated_bytes, live_bytes);
-      ASSERT_EQ(stats.live_allocations, live.size());
+      ASSERT_EQ(stats.allocated_bytes, live_bytes + orphan_bytes);
+      ASSERT_EQ(stats.live_allocations, live.size() + orphans.size());
       ASSERT_EQ(stats.retired_pages, retired.size());
-      ASSERT_LE(stats.allocated_bytes + stats.retired_bytes, stats.reserved_bytes);
+      // Orphans and retired pages no arena holds yet are outside the arenas.
+      if (!forgot) {
+        ASSERT_LE(stats.allocated_bytes + stats.retired_bytes, stats.reserved_bytes);
+      }
     }
   }
   for (auto& [address, allocation] : live) ASSERT_TRUE(Pool().Free(allocation).has_value());
+  for (auto& allocation : orphans) ASSERT_TRUE(Pool().Free(allocation).has_value());
   EXPECT_EQ(Pool().Stats().allocated_bytes, 0u);
+  EXPECT_EQ(Pool().Stats().live_allocations, 0u);
+  ASSERT_TRUE(Pool().CheckConsistency().has_value());
+  if (param.forget) {
+    EXPECT_TRUE(forgot) << "the case never forgot its arenas";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Pool, RandomizedPoolTest,
                          ::testing::Values(RandomizedCase{3, true, 20000},
                                            RandomizedCase{1, false, 20000},
-                                           RandomizedCase{2, false, 20000}));
+                                           RandomizedCase{2, false, 20000},
+                                           RandomizedCase{3, true, 20000, true},
+                                           RandomizedCase{2, false, 20000, true}));
 
 }  // namespace
 }  // namespace rasd::runtime::testing

@@ -291,7 +291,9 @@ class Driver {
   // Says whether the device's reservations outlived the reset: where the
   // vendor's reset frees them (aclrtResetDevice, cuDevicePrimaryCtxReset),
   // kFreed, and the caller must forget them (never ReleaseMemory them: their
-  // addresses may be handed out again by the next ReserveMemory).
+  // addresses may be handed out again by the next ReserveMemory). A reset
+  // that freed them and then failed leaves that to the next one that
+  // succeeds: it says kFreed.
   virtual Result<MemoryAfterReset> ResetDevice(int device) = 0;
 
   // Replaces the listener for asynchronous error reports. It is called on
