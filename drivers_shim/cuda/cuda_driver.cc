@@ -529,6 +529,12 @@ class CudaDriverImpl final : public Driver {
   }
 
   Status DestroyStream(StreamHandle handle) override {
+    auto found = FindStream(handle);
+    if (!found) return Fail(found.error());
+    // The gate before the stream leaves the list: a context reset lists the
+    // streams it gives new CUDA objects, and one it missed would be
+    // destroyed here by its dead handle (which CUDA may have reused).
+    std::shared_lock context(ContextGate((*found)->device));
     std::shared_ptr<StreamState> state;
     {
       std::lock_guard lock(mutex_);
@@ -538,7 +544,6 @@ class CudaDriverImpl final : public Driver {
       streams_.erase(it);
     }
     MarkAborted(*state, Error{ErrorCode::kAborted, "stream destroyed"});
-    std::shared_lock context(ContextGate(state->device));  // before `use`, as a reset takes them
     std::unique_lock use(state->use);  // waits for calls in flight on it
     state->destroyed = true;
     if (auto used = Use(state->device); !used) return used;
@@ -703,6 +708,9 @@ class CudaDriverImpl final : public Driver {
   }
 
   Status DestroyEvent(EventHandle handle) override {
+    auto found = FindEvent(handle);
+    if (!found) return Fail(found.error());
+    std::shared_lock context(ContextGate((*found)->device));  // as DestroyStream, for the same reason
     std::shared_ptr<EventState> state;
     {
       std::lock_guard lock(mutex_);
@@ -711,7 +719,6 @@ class CudaDriverImpl final : public Driver {
       state = std::move(it->second);
       events_.erase(it);
     }
-    std::shared_lock context(ContextGate(state->device));  // before `use`, as a reset takes them
     std::unique_lock use(state->use);
     state->destroyed = true;
     if (auto used = Use(state->device); !used) return used;

@@ -430,7 +430,9 @@ TEST(CudaDriverOldLibraryTest, WithoutAContextResetAStickyErrorNeedsARestart) {
   ASSERT_NE(fake, nullptr);
   EXPECT_EQ(::dlsym(fake, "cuDevicePrimaryCtxReset_v2"), nullptr);
   auto inject = reinterpret_cast<void (*)(int)>(::dlsym(fake, "fake_cuda_inject_ecc"));
-  ASSERT_NE(inject, nullptr);
+  auto clear = reinterpret_cast<void (*)(int)>(::dlsym(fake, "fake_cuda_clear"));
+  ASSERT_TRUE(inject && clear);
+  clear(0);  // the library stays loaded: a repeated run finds the last one's sticky error
   const StreamHandle stream = testing::NewStreamOn(**driver, 0);
   const DeviceAddress buffer = testing::ReserveOn(**driver, 4096, 0);
   std::vector<char> host(4096);
