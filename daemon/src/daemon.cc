@@ -264,6 +264,7 @@ Status Daemon::StartControl() {
                               }
                               return ports;
                             },
+                        .link_clears = [this](int device) { return link_health_->Clears(device); },
                         .missing_backends = missing_backends_,
                         .scheduler = [this] { return SchedulerView(); },
                         .state_changed =
@@ -343,8 +344,9 @@ void Daemon::StartRecovery() {
   link_health_ = std::make_unique<LinkHealth>(*loop_, *runtime_, *actuator_, *jobs_, *store_,
                                               LinkHealthOptions(config_));
   link_health_->Load();
-  ingest_->SetLinkObserver([this](const std::map<int, std::vector<std::string>>& down) {
-    link_health_->Observe(down);
+  ingest_->SetLinkObserver([this](std::string_view source,
+                                  const std::map<int, std::vector<std::string>>& down) {
+    link_health_->Observe(source, down);
     metrics_state_->Refresh();
     if (workloads_) workloads_->Reconcile();
     if (watchers_) watchers_->Reconcile();

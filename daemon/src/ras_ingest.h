@@ -132,9 +132,13 @@ class RasIngest {
     std::string how;
   };
   std::vector<RdmaPort> RdmaPortsOf(int device) const;
-  // After each RDMA poll: every accelerator that uses RDMA ports, with those
-  // of its ports that are down (not ACTIVE and LinkUp) now.
-  using LinkObserver = std::function<void(const std::map<int, std::vector<std::string>>&)>;
+  // One kind of link as last read: `source` "RDMA" after each RDMA poll
+  // (every accelerator that uses RDMA ports, with those of its ports that
+  // are down, not ACTIVE and LinkUp, now); "NVLink", "HCCS" or "RoCE" after
+  // a driver's or NVML's link report (every device that has reported a link
+  // of that kind, with its links down now: "NVLink 2"). Loop thread.
+  using LinkObserver = std::function<void(std::string_view source,
+                                          const std::map<int, std::vector<std::string>>&)>;
   void SetLinkObserver(LinkObserver observer) { link_observer_ = std::move(observer); }
   Stats GetStats() const;
   // The processes NVML lists as computing on the GPU at `pci_bdf` now
@@ -182,6 +186,9 @@ class RasIngest {
   void UpdateNicAffinity();
   void ArmInfiniband();
   void OnDriverEvents();
+  // A kLinkDown / kLinkUp report's device in the runtime's numbering
+  // (NVML's name it by PCI address), or nullopt.
+  std::optional<int> LinkDevice(const drivers::DriverErrorEvent& event) const;
 
   common::EventLoop& loop_;
   const common::HostEnv& host_;
@@ -226,6 +233,11 @@ class RasIngest {
   std::set<std::string> affinity_of_;  // the RDMA devices nic_affinity_ was made for
   std::map<std::string, ras::NicAffinity> nic_affinity_;  // by RDMA device
   LinkObserver link_observer_;
+  // The devices' own links down now, by link kind ("NVLink") and device.
+  std::map<std::string, std::map<int, std::set<unsigned>>, std::less<>> device_links_down_;
+  // Link kinds whose state LinkHealth has not been told yet (NVLink after
+  // NVML's start: a device restored as down learns its links are up).
+  std::set<std::string> link_kinds_unannounced_;
   mutable std::mutex infiniband_mutex_;
   ras::InfinibandSnapshot infiniband_published_;  // guarded by infiniband_mutex_
 

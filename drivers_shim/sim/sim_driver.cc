@@ -34,8 +34,26 @@ std::string_view DriverErrorKindName(DriverErrorKind kind) {
       return "hang";
     case DriverErrorKind::kVendorCode:
       return "vendor_code";
+    case DriverErrorKind::kLinkDown:
+      return "link_down";
+    case DriverErrorKind::kLinkUp:
+      return "link_up";
+    case DriverErrorKind::kLinkCorrected:
+      return "link_corrected";
   }
   return "unknown";
+}
+
+std::string_view LinkKindName(LinkKind kind) {
+  switch (kind) {
+    case LinkKind::kNvlink:
+      return "NVLink";
+    case LinkKind::kHccs:
+      return "HCCS";
+    case LinkKind::kRoce:
+      return "RoCE";
+  }
+  return "link";
 }
 
 namespace {

@@ -46,7 +46,16 @@ struct NvmlGpu {
 //    registered, so one error is not reported twice), newly retired pages
 //    and remapped rows (Xid 63: recorded), a row-remap failure (Xid 64),
 //    PCIe replays (a kVendorCode report with no code space: recorded, not
-//    acted on; replays are retried by the link).
+//    acted on; replays are retried by the link);
+//  - NVLinks (nvmlDeviceGetNvLinkState, nvmlDeviceGetNvLinkErrorCounter,
+//    links 0..17; one NVML says the GPU lacks is skipped): a link that goes
+//    down is kLinkDown, one that comes back kLinkUp (a link already down at
+//    the first reading is reported down then), and an error counter's
+//    increase (replay, recovery, CRC flit, CRC data, ECC data) kLinkCorrected
+//    with the increase as `count`; `link` names the NVLink (and counter). A
+//    counter that went down was reset and is re-based without a report; a
+//    query that fails keeps the last reading. A library without those two
+//    entry points polls no NVLinks (logged once) and reports the rest.
 // Reports name the GPU by `pci_bdf` with device -1: NVML's numbering is not
 // the runtime's, and the daemon attributes a report to the runtime device
 // with that PCI address (whichever backend runs it).
@@ -64,6 +73,10 @@ class NvmlMonitor {
   virtual ~NvmlMonitor() = default;
 
   virtual const std::vector<NvmlGpu>& Gpus() const = 0;
+  // Whether NVLinks are polled (the library has the NVLink queries). When
+  // they are, the links down at the first reading were reported before
+  // Start returned: a GPU without such a report had every link up.
+  virtual bool PollsNvlinks() const = 0;
   // Reports delivered to the listener so far.
   virtual std::uint64_t Reports() const = 0;
   // The processes NVML lists as computing on the GPU at `pci_bdf` now
