@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -267,6 +269,85 @@ TEST(InfinibandTest, APortsFaultNamesTheAcceleratorsBehindItsSwitch) {
                 "[serves device(s) 1: same PCIe switch]"),
             std::string::npos)
       << InfinibandEvents(rasd)[0].dump();
+}
+
+// The simulator's link fault through the real path (simulator.link_sysfs):
+// rasd writes each simulated device's RDMA NIC into the fixture sysfs tree,
+// `rasctl inject link` takes both devices' ports down there, the RDMA
+// poller sees it, and the collective re-forms without the two devices, which
+// are Degraded, not isolated; `inject link-up` brings the ports back and,
+// after the debounce, the devices and the job's ranks, with every checksum
+// equal to a fault-free run's.
+TEST(InfinibandTest, TheSimulatorsLinkFaultMovesTheCollectiveThroughItsSysfsTree) {
+  RasdInstance rasd;
+  rasd.WriteConfig(R"(ras:
+  infiniband_poll_ms: 100
+simulator:
+  link_sysfs: true
+policy:
+  link_up_debounce_s: 1
+jobs:
+  - name: allreduce
+    kind: collective
+    elements: 16384
+    steps: 100000000
+    checkpoint_every: 10
+)");
+  std::string why;
+  ASSERT_TRUE(rasd.Start({}, {}, &why)) << why;
+  EXPECT_TRUE(std::filesystem::exists(rasd.HostRoot() /
+                                      "sys/class/infiniband/rasdsim_2/ports/1/state"));
+  EXPECT_EQ(DeviceOf(rasd, 1)["rdma_ports"],
+            nlohmann::json::parse(
+                R"([{"device": "rasdsim_1", "port": 1, "how": "same PCIe switch"}])"));
+  ASSERT_TRUE(WaitUntil([&] { return Job(rasd, "allreduce")["devices"] ==
+                                     nlohmann::json({0, 1, 2, 3}); }, 10s))
+      << Job(rasd, "allreduce").dump();
+  const auto injected = rasd.Rasctl({"inject", "link", "--device", "1", "--peer", "2"});
+  ASSERT_EQ(injected.exit_code, 0) << injected.out;
+  EXPECT_EQ(ReadText(rasd.HostRoot() / "sys/class/infiniband/rasdsim_1/ports/1/state"),
+            "1: DOWN\n");
+  ASSERT_TRUE(WaitUntil([&] { return Job(rasd, "allreduce")["devices"] ==
+                                     nlohmann::json({0, 3}); }, 10s))
+      << Job(rasd, "allreduce").dump() << rasd.Stderr();
+  for (int index : {1, 2}) {
+    const auto device = DeviceOf(rasd, index);
+    EXPECT_EQ(device["state"], "degraded") << device.dump();  // not isolated
+    EXPECT_NE(device["reason"].get<std::string>().find(
+                  fmt::format("RDMA link down (rasdsim_{} port 1)", index)),
+              std::string::npos)
+        << device.dump();
+  }
+  EXPECT_EQ(DeviceOf(rasd, 0)["state"], "healthy");
+  const auto up_at = std::chrono::steady_clock::now();
+  ASSERT_EQ(rasd.Rasctl({"inject", "link-up", "--device", "1", "--peer", "2"}).exit_code, 0);
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        return DeviceOf(rasd, 1)["state"] == "healthy" && DeviceOf(rasd, 2)["state"] == "healthy";
+      },
+      10s))
+      << rasd.Stderr();
+  EXPECT_GE(std::chrono::steady_clock::now() - up_at, 900ms) << "rejoined before the debounce";
+  ASSERT_TRUE(WaitUntil([&] { return Job(rasd, "allreduce")["devices"] ==
+                                     nlohmann::json({0, 1, 2, 3}); }, 15s))
+      << Job(rasd, "allreduce").dump();
+  const auto job = Job(rasd, "allreduce");
+  EXPECT_EQ(job["checksums_match"], true) << job.dump();
+  EXPECT_GE(job["grown"], 1) << job.dump();
+}
+
+// Without simulator.link_sysfs the simulator's link fault keeps its old
+// path (an isolating report), and link-up says what it needs.
+TEST(InfinibandTest, WithoutTheSysfsTreeTheSimulatorsLinkFaultIsItsOwnReport) {
+  RasdInstance rasd;
+  std::string why;
+  ASSERT_TRUE(rasd.Start({}, {}, &why)) << why;
+  EXPECT_FALSE(std::filesystem::exists(rasd.HostRoot() / "sys/class/infiniband/rasdsim_1"));
+  const auto up = rasd.Rasctl({"inject", "link-up", "--device", "1", "--peer", "2"});
+  EXPECT_NE(up.exit_code, 0);
+  EXPECT_NE((up.out + up.err).find("simulator.link_sysfs"), std::string::npos) << up.out << up.err;
+  ASSERT_EQ(rasd.Rasctl({"inject", "link", "--device", "1", "--peer", "2"}).exit_code, 0);
+  EXPECT_TRUE(WaitUntil([&] { return DeviceOf(rasd, 1)["state"] == "isolated"; }, 5s));
 }
 
 }  // namespace

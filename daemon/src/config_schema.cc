@@ -581,6 +581,14 @@ void AddOtherKeys(std::vector<ConfigKey>& keys) {
                      Integer<int>(1, 64), "simulated devices"));
   keys.push_back(Row("simulator.memory_mib", kRestart, RASD_CONFIG_FIELD(simulator.memory_mib),
                      Integer<std::uint64_t>(1, 1 << 20), "memory per simulated device, in MiB"));
+  keys.push_back(Row("simulator.link_sysfs", kRestart, RASD_CONFIG_FIELD(simulator.link_sysfs),
+                     Bool(),
+                     "under a host.root other than `/`: each simulated device gets an RDMA NIC "
+                     "in a sysfs tree there (`<host.root>/sys/class/infiniband/rasdsim_N`, behind "
+                     "the device's own PCIe switch) that the RDMA poller reads; `rasctl inject "
+                     "link` takes both devices' ports down and `inject link-up` brings them back, "
+                     "so a link fault moves collectives through the real path. Off: `inject "
+                     "link` is the simulator's isolating link-error report"));
 }
 
 #undef RASD_CONFIG_FIELD

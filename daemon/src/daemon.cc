@@ -137,6 +137,20 @@ Status Daemon::OpenStateAndDevices() {
   auto runtime = runtime::Runtime::Create(std::move(*driver));
   if (!runtime) return Fail(runtime.error());
   runtime_ = std::move(*runtime);
+  if (config_.simulator.link_sysfs) {
+    // Before the RDMA poller's first look, so that it finds the NICs at once.
+    std::vector<drivers::DeviceProperties> devices;
+    for (const auto& device : runtime_->Devices()) devices.push_back(device->Properties());
+    auto tree = SimLinkTree::Create(*host_, devices);
+    if (!tree) {
+      RASD_LOG_WARN("simulator.link_sysfs: {}; inject link keeps the simulator's own report",
+                    tree.error().message);
+    } else {
+      sim_links_ = std::move(*tree);
+      RASD_LOG_INFO("simulator.link_sysfs: the simulated devices' RDMA NICs are under {}",
+                    host_->Resolve("/sys/class/infiniband").string());
+    }
+  }
 
   return {};
 }
@@ -216,6 +230,7 @@ Status Daemon::StartRas() {
   ingest_ = std::move(*ingest);
   StartRecovery();
   injection_ = std::make_unique<FaultInjection>(*runtime_, *host_, *ingest_, config_.inject);
+  injection_->SetSimLinkTree(sim_links_.get());
   heartbeat_ = std::make_unique<DeviceHeartbeat>(*loop_, *runtime_, HeartbeatOptions(config_));
   heartbeat_->Start();
   metrics_state_->SetHeartbeat(heartbeat_.get());

@@ -711,6 +711,21 @@ class SimDriverImpl final : public SimDriver {
     return {};
   }
 
+  Status SetLinkState(int device_a, int device_b, bool up) override {
+    if (auto device = GetDevice(device_a); !device) return Fail(device.error());
+    if (auto device = GetDevice(device_b); !device) return Fail(device.error());
+    if (device_a == device_b)
+      return Fail(ErrorCode::kInvalidArgument, "a link joins two different devices");
+    std::lock_guard lock(links_mutex_);
+    const std::pair<int, int> link{std::min(device_a, device_b), std::max(device_a, device_b)};
+    if (up) {
+      links_down_.erase(link);
+    } else {
+      links_down_.insert(link);
+    }
+    return {};
+  }
+
   // ---- used by streams ----
 
   void Emit(DriverErrorEvent event) {

@@ -210,6 +210,17 @@ class FaultInjector {
   // The link between two devices fails: peer copies between them fail until
   // either is reset.
   virtual Status InjectLinkError(int device_a, int device_b) = 0;
+  // The link between two devices goes down (`up` false) or comes back,
+  // reported by nothing: for a simulator whose link state is shown where a
+  // real one's is (the daemon's simulated sysfs tree, read by the RDMA
+  // poller). Copies between them fail while it is down, as after
+  // InjectLinkError. kNotSupported where the backend has no such link.
+  virtual Status SetLinkState(int device_a, int device_b, bool up) {
+    (void)device_a;
+    (void)device_b;
+    (void)up;
+    return Fail(ErrorCode::kNotSupported, "this backend has no silent link state");
+  }
 
  protected:
   virtual ~FaultInjector() = default;
