@@ -271,6 +271,34 @@ TEST(InfinibandTest, APortsFaultNamesTheAcceleratorsBehindItsSwitch) {
       << InfinibandEvents(rasd)[0].dump();
 }
 
+// A reload during the debounce keeps the deadline the link was armed with,
+// and the messages quote that one (helper's find: they quoted the new value).
+TEST(InfinibandTest, AReloadDuringTheDebounceKeepsItsDeadlineAndSaysSo) {
+  RasdInstance rasd;
+  const auto tree = FixtureWithDeviceOneOnMlx4(rasd);
+  rasd.WriteConfig("ras:\n  infiniband_poll_ms: 100\npolicy:\n  link_up_debounce_s: 2\n");
+  std::string why;
+  ASSERT_TRUE(rasd.Start({}, {}, &why)) << why;
+  WriteText(tree / "mlx4_0/ports/1/state", "1: DOWN\n");
+  ASSERT_TRUE(WaitUntil([&] { return DeviceOf(rasd, 1)["state"] == "degraded"; }, 10s));
+  EXPECT_NE(DeviceOf(rasd, 1)["reason"].get<std::string>().find("until it stays up 2 s"),
+            std::string::npos)
+      << DeviceOf(rasd, 1).dump();
+  WriteText(tree / "mlx4_0/ports/1/state", "4: ACTIVE\n");
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        return DeviceOf(rasd, 1)["clears"].get<std::string>().find("stayed up 2 s") !=
+               std::string::npos;
+      },
+      10s))
+      << DeviceOf(rasd, 1).dump();
+  rasd.WriteConfig("ras:\n  infiniband_poll_ms: 100\npolicy:\n  link_up_debounce_s: 60\n");
+  ASSERT_EQ(rasd.Rasctl({"reload"}).exit_code, 0);
+  ASSERT_TRUE(WaitUntil([&] { return DeviceOf(rasd, 1)["state"] == "healthy"; }, 10s))
+      << "the armed deadline was not kept; " << DeviceOf(rasd, 1).dump();
+  EXPECT_EQ(DeviceOf(rasd, 1)["reason"], "links up for 2 s") << DeviceOf(rasd, 1).dump();
+}
+
 // The simulator's link fault through the real path (simulator.link_sysfs):
 // rasd writes each simulated device's RDMA NIC into the fixture sysfs tree,
 // `rasctl inject link` takes both devices' ports down there, the RDMA

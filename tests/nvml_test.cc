@@ -224,6 +224,14 @@ TEST_F(NvlinkTest, AnNvlinkDownMovesTheCollectiveOffItsGpuUntilTheLinkIsStable) 
       [&] { return Reason(rasd_, 1).find("(NVLink 2)") != std::string::npos; }, 5s))
       << Reason(rasd_, 1);
   EXPECT_EQ(DeviceOf(rasd_, 1)["state"], "degraded") << "one link is still down";
+  const int port = rasd_.RasctlJson({"status"})["metrics"]["port"];
+  const std::string metrics = Http(port, "GET", "/metrics");
+  EXPECT_NE(metrics.find("rasd_device_links_down{device=\"1\",link=\"NVLink\"} 1\n"),
+            std::string::npos)
+      << metrics;
+  EXPECT_NE(metrics.find("rasd_device_links_down{device=\"0\",link=\"NVLink\"} 0\n"),
+            std::string::npos);
+  EXPECT_NE(metrics.find("rasd_device_links_usable{device=\"1\"} 0\n"), std::string::npos);
   // The link-down report is recorded, not acted on by a rule.
   bool recorded = false;
   const auto recent = rasd_.RasctlJson({"events", "--limit", "100"});
@@ -265,6 +273,15 @@ TEST_F(NvlinkTest, AnNvlinkDownMovesTheCollectiveOffItsGpuUntilTheLinkIsStable) 
       },
       5s))
       << rasd_.RasctlJson({"events"}).dump(2);
+  const int metrics_port = rasd_.RasctlJson({"status"})["metrics"]["port"];
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        return Http(metrics_port, "GET", "/metrics")
+                   .find("rasd_device_link_errors_total{device=\"1\",link=\"NVLink\","
+                         "counter=\"crc_data\"} 9\n") != std::string::npos;
+      },
+      5s))
+      << Http(metrics_port, "GET", "/metrics");
 }
 
 // A GPU whose NVLink keeps going down stays out until an operator acts, and

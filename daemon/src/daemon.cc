@@ -372,6 +372,7 @@ void Daemon::StartRecovery() {
   });
   lifecycle_->SetRecoveryAdvisor([this](int device) { return recovery_->For(device).action; });
   metrics_state_->SetRecovery(recovery_.get());
+  metrics_state_->SetLinkHealth(link_health_.get());
 }
 
 namespace {

@@ -179,6 +179,14 @@ void LinkHealth::Rejoin(int device) {
   jobs_.Reconsider();
 }
 
+std::map<std::pair<int, std::string>, std::uint64_t> LinkHealth::DownLinks() const {
+  std::map<std::pair<int, std::string>, std::uint64_t> down;
+  for (const auto& [device, state] : states_) {
+    for (const auto& [source, links] : state.down_links) down[{device, source}] = links.size();
+  }
+  return down;
+}
+
 std::optional<std::string> LinkHealth::Clears(int device) const {
   auto found = states_.find(device);
   if (found == states_.end()) return std::nullopt;

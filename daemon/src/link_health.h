@@ -60,6 +60,9 @@ class LinkHealth {
   // What ends a link's Degraded, for `rasctl devices`' `clears`; nullopt
   // where the device's state is not the link's doing.
   std::optional<std::string> Clears(int device) const;
+  // (device, source) -> links down now, for every source that listed the
+  // device (the metrics' rasd_device_links_down).
+  std::map<std::pair<int, std::string>, std::uint64_t> DownLinks() const;
 
  private:
   struct State {

@@ -571,6 +571,13 @@ void RasIngest::DrainDriverEvents() {
   links_changed.swap(link_kinds_unannounced_);
   for (const auto& [event, reporter] : pending) {
     events.push_back(EventFromDriver(event, reporter, codes_));
+    if (event.kind == drivers::DriverErrorKind::kLinkCorrected && event.link) {
+      if (const auto device = LinkDevice(event)) {
+        stats_.link_errors[{*device, std::string(drivers::LinkKindName(event.link->kind)),
+                            event.link->counter}] += event.count;
+      }
+      continue;
+    }
     if ((event.kind != drivers::DriverErrorKind::kLinkDown &&
          event.kind != drivers::DriverErrorKind::kLinkUp) ||
         !event.link)

@@ -9,6 +9,7 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <tuple>
 
 #include "rasd/common/event_loop.h"
 #include "rasd/common/host_env.h"
@@ -99,6 +100,9 @@ class RasIngest {
     // (stored, acted on only as StillActsBeforeStart allows).
     std::uint64_t kmsg_before_start = 0;
     std::uint64_t crash_records_read = 0;  // pstore dumps and BERT tables decoded (new ones)
+    // (device, link kind, counter) -> errors the device's links corrected,
+    // from the kLinkCorrected reports since start.
+    std::map<std::tuple<int, std::string, std::string>, std::uint64_t> link_errors;
     // Each source's state (active | absent | no_permission | in_use |
     // disabled | failed) and why, by source name.
     struct SourceState {

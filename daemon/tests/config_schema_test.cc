@@ -187,6 +187,7 @@ TEST(ConfigSchemaTest, RestartKeysAreTheOnesReloadAlwaysKept) {
       "jobs",
       "simulator.devices",
       "simulator.memory_mib",
+      "simulator.link_sysfs",
   };
   EXPECT_EQ(SchemaRestartRequiredChanges(Config{}, EveryKeyChanged()), expected);
   EXPECT_TRUE(SchemaRestartRequiredChanges(EveryKeyChanged(), EveryKeyChanged()).empty());
