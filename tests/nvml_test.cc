@@ -284,6 +284,32 @@ TEST_F(NvlinkTest, AnNvlinkDownMovesTheCollectiveOffItsGpuUntilTheLinkIsStable) 
       << Http(metrics_port, "GET", "/metrics");
 }
 
+// A GPU whose NVLinks NVML reads as inactive from the start (a PCIe GPU
+// without its bridge) is not taken out of collectives for them.
+TEST_F(NvlinkTest, LinksInactiveSinceTheStartAreNotALinkDown) {
+  Script("nvlink 3 0 down");
+  Script("nvlink 3 1 down");
+  ASSERT_TRUE(StartWithCollective());
+  ASSERT_TRUE(OnRanks({0, 1, 2, 3})) << Job(rasd_, "allreduce").dump();
+  EXPECT_EQ(DeviceOf(rasd_, 3)["state"], "healthy");
+  EXPECT_EQ(DeviceOf(rasd_, 3)["links_usable"], true);
+  // Cabled later and then lost: that is a link down.
+  Script("nvlink 3 0 up");
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        const auto events = rasd_.RasctlJson({"events", "--limit", "100"});
+        for (const auto& event : events["events"])
+          if (event["summary"].get<std::string>().find("GPU 3 (ffff:c4:00.0) NVLink 0 up") !=
+              std::string::npos)
+            return true;
+        return false;
+      },
+      5s));
+  Script("nvlink 3 0 down");
+  ASSERT_TRUE(OnRanks({0, 1, 2})) << Job(rasd_, "allreduce").dump() << rasd_.Stderr();
+  EXPECT_NE(Reason(rasd_, 3).find("(NVLink 0)"), std::string::npos) << Reason(rasd_, 3);
+}
+
 // A GPU whose NVLink keeps going down stays out until an operator acts, and
 // says so (helper's find: the reason still promised a return after the
 // debounce, and `clears` named nothing for a link that clears by itself).

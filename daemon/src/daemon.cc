@@ -360,8 +360,9 @@ void Daemon::StartRecovery() {
                                               LinkHealthOptions(config_));
   link_health_->Load();
   ingest_->SetLinkObserver([this](std::string_view source,
-                                  const std::map<int, std::vector<std::string>>& down) {
-    link_health_->Observe(source, down);
+                                  const std::map<int, std::vector<std::string>>& down,
+                                  const std::map<int, std::vector<std::string>>& unconfirmed) {
+    link_health_->Observe(source, down, unconfirmed);
     metrics_state_->Refresh();
     if (workloads_) workloads_->Reconcile();
     if (watchers_) watchers_->Reconcile();

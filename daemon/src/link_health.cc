@@ -41,6 +41,10 @@ void LinkHealth::Load() {
     State& state = states_[device->Index()];
     state.held = value[uuid].value("held", false);
     state.degraded_by_us = value[uuid].value("degraded_by_link", false);
+    if (value[uuid].contains("links") && value[uuid]["links"].is_array()) {
+      for (const auto& link : value[uuid]["links"])
+        if (link.is_string()) state.restored_links.push_back(link.get<std::string>());
+    }
     state.generation = actuator_.StateGeneration(device->Index());
     if (state.held || state.degraded_by_us) {
       // Out until the links prove themselves again: the first poll that
@@ -60,7 +64,8 @@ void LinkHealth::Save() {
     auto gate = runtime_.GetDevice(device);
     if (!gate) continue;
     value[(*gate)->Properties().uuid] = {{"held", state.held},
-                                         {"degraded_by_link", state.degraded_by_us}};
+                                         {"degraded_by_link", state.degraded_by_us},
+                                         {"links", AllDown(state)}};
   }
   if (auto saved = store_.SaveNodeValue(kStoreKey, value.dump()); !saved) {
     RASD_LOG_ERROR("link health: cannot save ({}): a restart now would forget it",
@@ -96,13 +101,23 @@ std::string LinkHealth::Reason(const State& state) const {
 }
 
 void LinkHealth::Observe(std::string_view source,
-                         const std::map<int, std::vector<std::string>>& down_links) {
+                         const std::map<int, std::vector<std::string>>& down_links,
+                         const std::map<int, std::vector<std::string>>& unconfirmed) {
   const auto now = loop_.Now();
   bool reconsider = false;
-  for (const auto& [device, links] : down_links) {
+  for (const auto& [device, reported] : down_links) {
     auto gate = runtime_.GetDevice(device);
     if (!gate) continue;
     State& state = states_[device];
+    std::vector<std::string> links = reported;
+    if (auto maybe = unconfirmed.find(device); maybe != unconfirmed.end()) {
+      for (const auto& link : maybe->second) {
+        const bool was_down = std::find(state.restored_links.begin(), state.restored_links.end(),
+                                        link) != state.restored_links.end();
+        if (was_down && std::find(links.begin(), links.end(), link) == links.end())
+          links.push_back(link);
+      }
+    }
     auto slot = state.down_links.find(source);
     if (slot == state.down_links.end())
       slot = state.down_links.emplace(std::string(source), std::vector<std::string>{}).first;
@@ -146,6 +161,7 @@ void LinkHealth::Observe(std::string_view source,
                                      "degrade-device", "link-down");
       state.generation = actuator_.StateGeneration(device);
       RASD_LOG_INFO("device {}: {}", device, reason);
+      Save();
     } else if (!down && state.down) {
       state.down = false;
       if (state.held) continue;
@@ -173,6 +189,7 @@ void LinkHealth::Rejoin(int device) {
                                    "undrain-device", "link-up");
   }
   state.degraded_by_us = false;
+  state.restored_links.clear();
   Save();
   RASD_LOG_INFO("device {}: its links stayed up {} s: back in collectives", device,
                 Seconds(state.armed_debounce));
@@ -210,6 +227,7 @@ void LinkHealth::OnOperatorReturned(int device) {
   state.held = false;
   state.downs.clear();
   state.degraded_by_us = false;
+  state.restored_links.clear();
   Save();
   if (!state.down) {
     if (auto gate = runtime_.GetDevice(device)) (*gate)->SetLinksUsable(true);

@@ -50,7 +50,13 @@ class LinkHealth {
   // links of that source, with those of them that are down now ("mlx5_0
   // port 1", "NVLink 3"). A device not listed is left as it was for that
   // source. A device is down while any source lists a link of it down.
-  void Observe(std::string_view source, const std::map<int, std::vector<std::string>>& down_links);
+  // `unconfirmed` are links the source cannot tell down from absent (NVML's
+  // inactive-at-start NVLinks: uncabled, or down since before rasd
+  // started): they count as down only for a device that was out for that
+  // very link when rasd stopped (kill -9 while it was down), never
+  // otherwise.
+  void Observe(std::string_view source, const std::map<int, std::vector<std::string>>& down_links,
+               const std::map<int, std::vector<std::string>>& unconfirmed = {});
   // The RDMA ports' form (the source "RDMA").
   void Observe(const std::map<int, std::vector<std::string>>& down_ports) {
     Observe("RDMA", down_ports);
@@ -75,6 +81,7 @@ class LinkHealth {
     std::vector<std::chrono::nanoseconds> downs;  // loop monotonic times, within flap_window
     std::unique_ptr<common::Timer> rejoin;
     std::chrono::milliseconds armed_debounce{0};  // the debounce `rejoin` was armed with
+    std::vector<std::string> restored_links;  // down when rasd stopped (from the saved state)
   };
   void Rejoin(int device);
   void Save();

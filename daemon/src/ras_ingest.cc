@@ -160,13 +160,17 @@ void RasIngest::StartNvml() {
   nvml_ = std::move(*monitor);
   stats_.nvml_gpus = nvml_->Gpus().size();
   if (nvml_->PollsNvlinks()) {
-    // Every GPU's NVLinks are known now: those down at the first reading
-    // are queued already, the rest are up.
+    // Every GPU's NVLinks are known now: up, or inactive since before the
+    // start (uncabled, or down before rasd started: LinkHealth decides).
     for (const auto& gpu : nvml_->Gpus()) {
       drivers::DriverErrorEvent probe;
       probe.device = -1;
       probe.pci_bdf = gpu.pci_bdf;
-      if (auto device = LinkDevice(probe)) (void)device_links_down_["NVLink"][*device];
+      if (auto device = LinkDevice(probe)) {
+        (void)device_links_down_["NVLink"][*device];
+        nvlinks_unconfirmed_[*device].insert(gpu.nvlinks_inactive_at_start.begin(),
+                                             gpu.nvlinks_inactive_at_start.end());
+      }
     }
     link_kinds_unannounced_.insert("NVLink");
     loop_.Post([this, alive = alive_] {
@@ -543,7 +547,7 @@ void RasIngest::PollInfiniband() {
         }
       }
     }
-    link_observer_("RDMA", down);
+    link_observer_("RDMA", down, {});
   }
   ArmInfiniband();
 }
@@ -591,18 +595,24 @@ void RasIngest::DrainDriverEvents() {
     } else {
       down.erase(event.link->index);
     }
+    if (event.link->kind == drivers::LinkKind::kNvlink) nvlinks_unconfirmed_[*device].erase(event.link->index);
     links_changed.insert(kind);
   }
   // Stored before LinkHealth acts on them.
   Deliver(std::move(events));
   if (!link_observer_) return;
   for (const auto& kind : links_changed) {
-    std::map<int, std::vector<std::string>> down;
+    std::map<int, std::vector<std::string>> down, unconfirmed;
     for (const auto& [device, links] : device_links_down_[kind]) {
       auto& names = down[device];
       for (unsigned link : links) names.push_back(fmt::format("{} {}", kind, link));
     }
-    link_observer_(kind, down);
+    if (kind == drivers::LinkKindName(drivers::LinkKind::kNvlink)) {
+      for (const auto& [device, links] : nvlinks_unconfirmed_) {
+        for (unsigned link : links) unconfirmed[device].push_back(fmt::format("{} {}", kind, link));
+      }
+    }
+    link_observer_(kind, down, unconfirmed);
   }
 }
 

@@ -141,8 +141,11 @@ class RasIngest {
   // are down, not ACTIVE and LinkUp, now); "NVLink", "HCCS" or "RoCE" after
   // a driver's or NVML's link report (every device that has reported a link
   // of that kind, with its links down now: "NVLink 2"). Loop thread.
+  // The third map: links the source cannot tell down from absent (NVML's
+  // NVLinks inactive at its start) and has heard nothing of since.
   using LinkObserver = std::function<void(std::string_view source,
-                                          const std::map<int, std::vector<std::string>>&)>;
+                                          const std::map<int, std::vector<std::string>>& down,
+                                          const std::map<int, std::vector<std::string>>& unconfirmed)>;
   void SetLinkObserver(LinkObserver observer) { link_observer_ = std::move(observer); }
   Stats GetStats() const;
   // The processes NVML lists as computing on the GPU at `pci_bdf` now
@@ -242,6 +245,8 @@ class RasIngest {
   // Link kinds whose state LinkHealth has not been told yet (NVLink after
   // NVML's start: a device restored as down learns its links are up).
   std::set<std::string> link_kinds_unannounced_;
+  // NVLinks inactive at NVML's start, by device, until a report names them.
+  std::map<int, std::set<unsigned>> nvlinks_unconfirmed_;
   mutable std::mutex infiniband_mutex_;
   ras::InfinibandSnapshot infiniband_published_;  // guarded by infiniband_mutex_
 

@@ -204,6 +204,9 @@ class NvmlMonitorImpl final : public NvmlMonitor {
       handles_.push_back(handle);
       gpus_.push_back(std::move(gpu));
       baselines_.push_back(ReadCounters(handle, {}, /*report=*/false, gpus_.back()));
+      for (const auto& [link, state] : baselines_.back().nvlinks) {
+        if (state.up == false) gpus_.back().nvlinks_inactive_at_start.push_back(link);
+      }
     }
     thread_ = std::thread([this] { Run(); });
     return {};
@@ -448,9 +451,12 @@ class NvmlMonitorImpl final : public NvmlMonitor {
   // Each NVLink's state and error counters. A link NVML says the GPU does
   // not have (NOT_SUPPORTED, INVALID_ARGUMENT) is skipped; one that fails
   // otherwise (the GPU lost) keeps its last reading, so that nothing is
-  // reported twice and a failed query is not a link down. A link already
-  // down at the first reading is reported down then (collectives must not
-  // rely on it); a counter that went down was reset and is re-based.
+  // reported twice and a failed query is not a link down. A link inactive
+  // at the first reading is not reported: NVML reads a link that is not
+  // cabled (a PCIe GPU without its bridge) as inactive, and such a GPU must
+  // not leave its collectives; it is listed in NvmlGpu::nvlinks_inactive_at_start
+  // and reported up if it comes up. A counter that went down was reset and is
+  // re-based.
   void ReadNvlinks(nvml::Device handle, const CounterBaseline& last, bool report,
                    const NvmlGpu& gpu, CounterBaseline& now) {
     for (unsigned link = 0; link < nvml::kNvlinkMaxLinks; ++link) {
@@ -466,7 +472,7 @@ class NvmlMonitorImpl final : public NvmlMonitor {
       }
       reading.up = active == nvml::kEnableStateEnabled;
       const bool first = was == nullptr || !was->up;
-      if (first ? !*reading.up : *reading.up != *was->up) {
+      if (first ? *reading.up && report : *reading.up != *was->up) {
         DriverErrorEvent event =
             LinkReport(gpu, *reading.up ? DriverErrorKind::kLinkUp : DriverErrorKind::kLinkDown, link);
         event.message = fmt::format("NVML: GPU {} ({}) NVLink {} {}", gpu.index, gpu.pci_bdf, link,

@@ -260,18 +260,29 @@ TEST_F(NvmlMonitorTest, NvlinkStateChangesAndCounterIncreasesAreTypedReports) {
   EXPECT_EQ(Count(), 5u);
 }
 
-// A link already down when rasd starts is reported at once: collectives must
-// not count on it.
-TEST_F(NvmlMonitorTest, ALinkDownAtStartIsReported) {
+// A link inactive when the monitor starts is not reported: NVML reads an
+// uncabled NVLink (a PCIe GPU without its bridge) so, and such a GPU must
+// stay in its collectives. It is listed as inactive at start, and once it
+// comes up it is watched like any other.
+TEST_F(NvmlMonitorTest, ALinkInactiveAtStartIsListedNotReportedDown) {
   Script("nvlinks 1 2");
   Script("nvlink 1 1 down");
   ASSERT_TRUE(Start());
-  const auto report = Nth(1);
-  EXPECT_EQ(report.kind, DriverErrorKind::kLinkDown);
+  ASSERT_EQ(monitor_->Gpus().size(), 2u);
+  EXPECT_EQ(monitor_->Gpus()[1].nvlinks_inactive_at_start, std::vector<unsigned>{1});
+  EXPECT_TRUE(monitor_->Gpus()[0].nvlinks_inactive_at_start.empty());
+  EXPECT_TRUE(monitor_->PollsNvlinks());
+  Script("nvlink 1 1 up");
+  auto report = Nth(1);
+  EXPECT_EQ(report.kind, DriverErrorKind::kLinkUp);
   EXPECT_EQ(report.pci_bdf, "0000:c2:00.0");
   ASSERT_TRUE(report.link.has_value());
   EXPECT_EQ(report.link->index, 1u);
   EXPECT_EQ(report.link->kind, LinkKind::kNvlink);
+  Script("nvlink 1 1 down");
+  report = Nth(2);
+  EXPECT_EQ(report.kind, DriverErrorKind::kLinkDown);
+  EXPECT_EQ(report.link->index, 1u);
 }
 
 // An older libnvidia-ml without the NVLink entry points: no NVLink polling,
