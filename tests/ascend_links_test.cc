@@ -36,8 +36,7 @@ TEST(AscendLinksTest, ARoceLinkDownDegradesItsNpuUntilTheLinkIsStable) {
       << rasd.Stderr();
   auto device = DeviceOf(rasd, 1);
   EXPECT_EQ(device["links_usable"], false);
-  EXPECT_NE(device["reason"].get<std::string>().find("RoCE link down (RoCE 0)"),
-            std::string::npos)
+  EXPECT_NE(device["reason"].get<std::string>().find("RoCE link down (RoCE 0)"), std::string::npos)
       << device.dump();
   EXPECT_EQ(DeviceOf(rasd, 0)["state"], "healthy");
   EXPECT_EQ(DeviceOf(rasd, 0)["links_usable"], true);

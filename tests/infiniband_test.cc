@@ -2,9 +2,8 @@
 // host's /sys/class/infiniband; the metrics, a counter's increase as a CE
 // event, a port going down as a UCE event, the source's state in status.
 
-#include <gtest/gtest.h>
-
 #include <fmt/format.h>
+#include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -323,20 +322,26 @@ jobs:
 )");
   std::string why;
   ASSERT_TRUE(rasd.Start({}, {}, &why)) << why;
-  EXPECT_TRUE(std::filesystem::exists(rasd.HostRoot() /
-                                      "sys/class/infiniband/rasdsim_2/ports/1/state"));
-  EXPECT_EQ(DeviceOf(rasd, 1)["rdma_ports"],
-            nlohmann::json::parse(
-                R"([{"device": "rasdsim_1", "port": 1, "how": "same PCIe switch"}])"));
-  ASSERT_TRUE(WaitUntil([&] { return Job(rasd, "allreduce")["devices"] ==
-                                     nlohmann::json({0, 1, 2, 3}); }, 10s))
+  EXPECT_TRUE(
+      std::filesystem::exists(rasd.HostRoot() / "sys/class/infiniband/rasdsim_2/ports/1/state"));
+  EXPECT_EQ(
+      DeviceOf(rasd, 1)["rdma_ports"],
+      nlohmann::json::parse(R"([{"device": "rasdsim_1", "port": 1, "how": "same PCIe switch"}])"));
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        return Job(rasd, "allreduce")["devices"] == nlohmann::json({0, 1, 2, 3});
+      },
+      10s))
       << Job(rasd, "allreduce").dump();
   const auto injected = rasd.Rasctl({"inject", "link", "--device", "1", "--peer", "2"});
   ASSERT_EQ(injected.exit_code, 0) << injected.out;
   EXPECT_EQ(ReadText(rasd.HostRoot() / "sys/class/infiniband/rasdsim_1/ports/1/state"),
             "1: DOWN\n");
-  ASSERT_TRUE(WaitUntil([&] { return Job(rasd, "allreduce")["devices"] ==
-                                     nlohmann::json({0, 3}); }, 10s))
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        return Job(rasd, "allreduce")["devices"] == nlohmann::json({0, 3});
+      },
+      10s))
       << Job(rasd, "allreduce").dump() << rasd.Stderr();
   for (int index : {1, 2}) {
     const auto device = DeviceOf(rasd, index);
@@ -356,8 +361,11 @@ jobs:
       10s))
       << rasd.Stderr();
   EXPECT_GE(std::chrono::steady_clock::now() - up_at, 900ms) << "rejoined before the debounce";
-  ASSERT_TRUE(WaitUntil([&] { return Job(rasd, "allreduce")["devices"] ==
-                                     nlohmann::json({0, 1, 2, 3}); }, 15s))
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        return Job(rasd, "allreduce")["devices"] == nlohmann::json({0, 1, 2, 3});
+      },
+      15s))
       << Job(rasd, "allreduce").dump();
   const auto job = Job(rasd, "allreduce");
   EXPECT_EQ(job["checksums_match"], true) << job.dump();

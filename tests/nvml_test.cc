@@ -220,8 +220,8 @@ TEST_F(NvlinkTest, AnNvlinkDownMovesTheCollectiveOffItsGpuUntilTheLinkIsStable) 
       [&] { return Reason(rasd_, 1).find("NVLink 2, NVLink 3") != std::string::npos; }, 5s))
       << Reason(rasd_, 1);
   Script("nvlink 1 3 up");
-  ASSERT_TRUE(WaitUntil(
-      [&] { return Reason(rasd_, 1).find("(NVLink 2)") != std::string::npos; }, 5s))
+  ASSERT_TRUE(
+      WaitUntil([&] { return Reason(rasd_, 1).find("(NVLink 2)") != std::string::npos; }, 5s))
       << Reason(rasd_, 1);
   EXPECT_EQ(DeviceOf(rasd_, 1)["state"], "degraded") << "one link is still down";
   const int port = rasd_.RasctlJson({"status"})["metrics"]["port"];
@@ -277,8 +277,9 @@ TEST_F(NvlinkTest, AnNvlinkDownMovesTheCollectiveOffItsGpuUntilTheLinkIsStable) 
   EXPECT_TRUE(WaitUntil(
       [&] {
         return Http(metrics_port, "GET", "/metrics")
-                   .find("rasd_device_link_errors_total{device=\"1\",link=\"NVLink\","
-                         "counter=\"crc_data\"} 9\n") != std::string::npos;
+                   .find(
+                       "rasd_device_link_errors_total{device=\"1\",link=\"NVLink\","
+                       "counter=\"crc_data\"} 9\n") != std::string::npos;
       },
       5s))
       << Http(metrics_port, "GET", "/metrics");
@@ -327,8 +328,7 @@ TEST_F(NvlinkTest, AFlappingNvlinkKeepsItsGpuOutUntilAnOperatorUndrains) {
       5s))
       << DeviceOf(rasd_, 2).dump();
   Script("nvlink 2 1 down");  // another link of the same GPU: a second down of the device
-  ASSERT_TRUE(WaitUntil(
-      [&] { return Reason(rasd_, 2).find("flapping") != std::string::npos; }, 5s))
+  ASSERT_TRUE(WaitUntil([&] { return Reason(rasd_, 2).find("flapping") != std::string::npos; }, 5s))
       << Reason(rasd_, 2) << rasd_.Stderr();
   Script("nvlink 2 1 up");
   ASSERT_TRUE(OnRanks({0, 1, 3})) << Job(rasd_, "allreduce").dump();

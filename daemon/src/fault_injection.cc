@@ -164,7 +164,8 @@ Result<nlohmann::json> FaultInjection::InjectLink(const InjectArgs& args) {
     Status silent = faults->SetLinkState(*args.device, *args.peer, up);
     if (silent) {
       for (int device : {*args.device, *args.peer}) {
-        if (auto flipped = sim_links_->SetPortUp(device, up); !flipped) return Fail(flipped.error());
+        if (auto flipped = sim_links_->SetPortUp(device, up); !flipped)
+          return Fail(flipped.error());
       }
       done["ports"] = {sim_links_->PortName(*args.device), sim_links_->PortName(*args.peer)};
       done["note"] = up ? "ports up in the simulated sysfs tree: the devices rejoin once they "
@@ -183,8 +184,9 @@ Result<nlohmann::json> FaultInjection::InjectLink(const InjectArgs& args) {
   }
   if (auto injected = faults->InjectLinkError(*args.device, *args.peer); !injected)
     return Fail(injected.error());
-  done["note"] = "the simulator's link-error report (UCE: isolating); simulator.link_sysfs under "
-                 "a fixture host.root takes the sysfs path instead";
+  done["note"] =
+      "the simulator's link-error report (UCE: isolating); simulator.link_sysfs under "
+      "a fixture host.root takes the sysfs path instead";
   return done;
 }
 

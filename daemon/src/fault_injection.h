@@ -6,11 +6,11 @@
 #include <string>
 
 #include "ras_ingest.h"
-#include "sim_link_tree.h"
 #include "rasd/common/host_env.h"
 #include "rasd/common/result.h"
 #include "rasd/daemon/config.h"
 #include "rasd/runtime/runtime.h"
+#include "sim_link_tree.h"
 
 namespace rasd::daemon {
 
@@ -50,7 +50,7 @@ class FaultInjection {
   Result<drivers::DeviceAddress> Target(const InjectArgs& args) const;
   Result<nlohmann::json> InjectDeviceMemory(const InjectArgs& args);  // ce, ucna, srao, srar
   Result<nlohmann::json> InjectDeviceFault(const InjectArgs& args);   // uce, fatal, hang
-  Result<nlohmann::json> InjectLink(const InjectArgs& args);  // link, link-up
+  Result<nlohmann::json> InjectLink(const InjectArgs& args);          // link, link-up
   Result<nlohmann::json> InjectXid(const InjectArgs& args);
   Result<nlohmann::json> InjectKmsg(const InjectArgs& args);
   Result<nlohmann::json> InjectEdac(const InjectArgs& args);

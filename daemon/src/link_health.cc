@@ -81,20 +81,24 @@ long long Seconds(std::chrono::milliseconds duration) {
 
 std::vector<std::string> LinkHealth::AllDown(const State& state) const {
   std::vector<std::string> all;
-  for (const auto& [source, links] : state.down_links) all.insert(all.end(), links.begin(), links.end());
+  for (const auto& [source, links] : state.down_links)
+    all.insert(all.end(), links.begin(), links.end());
   return all;
 }
 
 std::string LinkHealth::Reason(const State& state) const {
   std::vector<std::string> parts;
   for (const auto& [source, links] : state.down_links) {
-    if (!links.empty()) parts.push_back(fmt::format("{} link down ({})", source, fmt::join(links, ", ")));
+    if (!links.empty())
+      parts.push_back(fmt::format("{} link down ({})", source, fmt::join(links, ", ")));
   }
-  const std::string what = parts.empty() ? std::string("link down") : fmt::format("{}", fmt::join(parts, "; "));
+  const std::string what =
+      parts.empty() ? std::string("link down") : fmt::format("{}", fmt::join(parts, "; "));
   if (state.held) {
-    return fmt::format("{}: flapping ({} downs within {} s): out of collectives until an operator's "
-                       "undrain",
-                       what, state.downs.size(), options_.flap_window.count());
+    return fmt::format(
+        "{}: flapping ({} downs within {} s): out of collectives until an operator's "
+        "undrain",
+        what, state.downs.size(), options_.flap_window.count());
   }
   return fmt::format("{}: out of collectives until it stays up {} s", what,
                      Seconds(options_.up_debounce));
@@ -138,9 +142,10 @@ void LinkHealth::Observe(std::string_view source,
       (*gate)->SetLinksUsable(false);
       if (!state.held && state.downs.size() >= options_.flap_limit) {
         state.held = true;
-        RASD_LOG_ERROR("device {}: its links went down {} times within {} s: flapping; it "
-                       "stays out of collectives until an operator's undrain",
-                       device, state.downs.size(), options_.flap_window.count());
+        RASD_LOG_ERROR(
+            "device {}: its links went down {} times within {} s: flapping; it "
+            "stays out of collectives until an operator's undrain",
+            device, state.downs.size(), options_.flap_window.count());
       }
       const std::string reason = Reason(state);
       if ((*gate)->Health() == runtime::HealthState::kHealthy || ours) {

@@ -81,7 +81,7 @@ class LinkHealth {
     std::vector<std::chrono::nanoseconds> downs;  // loop monotonic times, within flap_window
     std::unique_ptr<common::Timer> rejoin;
     std::chrono::milliseconds armed_debounce{0};  // the debounce `rejoin` was armed with
-    std::vector<std::string> restored_links;  // down when rasd stopped (from the saved state)
+    std::vector<std::string> restored_links;      // down when rasd stopped (from the saved state)
   };
   void Rejoin(int device);
   void Save();

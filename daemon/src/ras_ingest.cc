@@ -595,7 +595,8 @@ void RasIngest::DrainDriverEvents() {
     } else {
       down.erase(event.link->index);
     }
-    if (event.link->kind == drivers::LinkKind::kNvlink) nvlinks_unconfirmed_[*device].erase(event.link->index);
+    if (event.link->kind == drivers::LinkKind::kNvlink)
+      nvlinks_unconfirmed_[*device].erase(event.link->index);
     links_changed.insert(kind);
   }
   // Stored before LinkHealth acts on them.
@@ -704,9 +705,9 @@ ras::RasEvent EventFromDriver(const drivers::DriverErrorEvent& event, std::strin
   converted.raw = fmt::format("{} device={} {}", drivers::DriverErrorKindName(event.kind),
                               event.device, event.message);
   if (event.link) {
-    converted.raw += fmt::format(" link={}:{}{}", drivers::LinkKindName(event.link->kind),
-                                 event.link->index,
-                                 event.link->counter.empty() ? "" : ":" + event.link->counter);
+    converted.raw +=
+        fmt::format(" link={}:{}{}", drivers::LinkKindName(event.link->kind), event.link->index,
+                    event.link->counter.empty() ? "" : ":" + event.link->counter);
   }
   return converted;
 }

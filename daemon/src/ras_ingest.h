@@ -1,12 +1,12 @@
 #pragma once
 
-#include <map>
-#include <nlohmann/json.hpp>
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
 #include <tuple>
@@ -143,9 +143,9 @@ class RasIngest {
   // of that kind, with its links down now: "NVLink 2"). Loop thread.
   // The third map: links the source cannot tell down from absent (NVML's
   // NVLinks inactive at its start) and has heard nothing of since.
-  using LinkObserver = std::function<void(std::string_view source,
-                                          const std::map<int, std::vector<std::string>>& down,
-                                          const std::map<int, std::vector<std::string>>& unconfirmed)>;
+  using LinkObserver = std::function<void(
+      std::string_view source, const std::map<int, std::vector<std::string>>& down,
+      const std::map<int, std::vector<std::string>>& unconfirmed)>;
   void SetLinkObserver(LinkObserver observer) { link_observer_ = std::move(observer); }
   Stats GetStats() const;
   // The processes NVML lists as computing on the GPU at `pci_bdf` now

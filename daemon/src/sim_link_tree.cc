@@ -26,7 +26,8 @@ Result<std::unique_ptr<SimLinkTree>> SimLinkTree::Create(
   }
   std::vector<int> indices;
   auto fail = [](const std::string& what, const std::error_code& code) {
-    return Fail(ErrorCode::kIoError, fmt::format("simulated RDMA tree: {}: {}", what, code.message()));
+    return Fail(ErrorCode::kIoError,
+                fmt::format("simulated RDMA tree: {}: {}", what, code.message()));
   };
   for (const auto& device : devices) {
     unsigned domain = 0, bus = 0, slot = 0, function = 0;
@@ -43,7 +44,8 @@ Result<std::unique_ptr<SimLinkTree>> SimLinkTree::Create(
     const std::string base = fmt::format("pci{:04x}:00/{}/{}", domain, root, upstream);
     const std::string device_path = fmt::format("{}/{}/{}", base, down_device, device.pci_bdf);
     const std::string nic_path = fmt::format("{}/{}/{}", base, down_nic, nic);
-    for (const auto& [bdf, path] : {std::pair{device.pci_bdf, device_path}, std::pair{nic, nic_path}}) {
+    for (const auto& [bdf, path] :
+         {std::pair{device.pci_bdf, device_path}, std::pair{nic, nic_path}}) {
       if (host.Exists("/sys/bus/pci/devices/" + bdf)) continue;  // a fixture's own placement
       if (auto written = host.WriteFile("/sys/devices/" + path + "/numa_node", "0\n", true);
           !written)
@@ -55,13 +57,12 @@ Result<std::unique_ptr<SimLinkTree>> SimLinkTree::Create(
       if (error) return fail(bdf, error);
     }
     const std::string port = PortDir(i);
-    for (const auto& [file, text] :
-         {std::pair<std::string, std::string>{"state", "4: ACTIVE\n"},
-          {"phys_state", "5: LinkUp\n"},
-          {"rate", "200 Gb/sec (4X HDR)\n"},
-          {"link_layer", "InfiniBand\n"},
-          {"counters/link_downed", "0\n"},
-          {"counters/symbol_error", "0\n"}}) {
+    for (const auto& [file, text] : {std::pair<std::string, std::string>{"state", "4: ACTIVE\n"},
+                                     {"phys_state", "5: LinkUp\n"},
+                                     {"rate", "200 Gb/sec (4X HDR)\n"},
+                                     {"link_layer", "InfiniBand\n"},
+                                     {"counters/link_downed", "0\n"},
+                                     {"counters/symbol_error", "0\n"}}) {
       if (auto written = host.WriteFile(port + "/" + file, text, true); !written)
         return Fail(written.error());
     }

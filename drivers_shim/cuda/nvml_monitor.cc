@@ -8,8 +8,8 @@
 #include <cctype>
 #include <condition_variable>
 #include <cstring>
-#include <mutex>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <thread>
@@ -170,9 +170,10 @@ class NvmlMonitorImpl final : public NvmlMonitor {
       return Fail(ErrorCode::kUnavailable, api_.Describe("nvmlDeviceGetCount", rc));
     }
     if (api_.DeviceGetNvLinkState == nullptr) {
-      RASD_LOG_INFO("NVML: {} has no NVLink queries (nvmlDeviceGetNvLinkState, "
-                    "nvmlDeviceGetNvLinkErrorCounter): NVLinks are not polled",
-                    api_.library.name());
+      RASD_LOG_INFO(
+          "NVML: {} has no NVLink queries (nvmlDeviceGetNvLinkState, "
+          "nvmlDeviceGetNvLinkErrorCounter): NVLinks are not polled",
+          api_.library.name());
     }
     if (nvml::Return rc = api_.EventSetCreate(&events_); rc != nvml::kSuccess) {
       RASD_LOG_WARN("NVML: no event set ({}); reading counters only",
@@ -473,8 +474,8 @@ class NvmlMonitorImpl final : public NvmlMonitor {
       reading.up = active == nvml::kEnableStateEnabled;
       const bool first = was == nullptr || !was->up;
       if (first ? *reading.up && report : *reading.up != *was->up) {
-        DriverErrorEvent event =
-            LinkReport(gpu, *reading.up ? DriverErrorKind::kLinkUp : DriverErrorKind::kLinkDown, link);
+        DriverErrorEvent event = LinkReport(
+            gpu, *reading.up ? DriverErrorKind::kLinkUp : DriverErrorKind::kLinkDown, link);
         event.message = fmt::format("NVML: GPU {} ({}) NVLink {} {}", gpu.index, gpu.pci_bdf, link,
                                     *reading.up ? "up" : "down");
         Deliver(event);

@@ -232,7 +232,8 @@ TEST_F(NvmlMonitorTest, NvlinkStateChangesAndCounterIncreasesAreTypedReports) {
   EXPECT_EQ(report.device, -1);
   EXPECT_EQ(report.count, 5u);
   ASSERT_TRUE(report.link.has_value());
-  EXPECT_EQ(*report.link, (DeviceLink{.kind = LinkKind::kNvlink, .index = 2, .counter = "crc_flit"}));
+  EXPECT_EQ(*report.link,
+            (DeviceLink{.kind = LinkKind::kNvlink, .index = 2, .counter = "crc_flit"}));
 
   // The counter is reset (driver reload): re-based, not a report. Link 3's
   // down and up mark polls that have seen the reset.
