@@ -2,6 +2,7 @@
 // host's /sys/class/infiniband; the metrics, a counter's increase as a CE
 // event, a port going down as a UCE event, the source's state in status.
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -267,6 +268,122 @@ TEST(InfinibandTest, APortsFaultNamesTheAcceleratorsBehindItsSwitch) {
                 "[serves device(s) 1: same PCIe switch]"),
             std::string::npos)
       << InfinibandEvents(rasd)[0].dump();
+}
+
+// A reload during the debounce keeps the deadline the link was armed with,
+// and the messages quote that one (helper's find: they quoted the new value).
+TEST(InfinibandTest, AReloadDuringTheDebounceKeepsItsDeadlineAndSaysSo) {
+  RasdInstance rasd;
+  const auto tree = FixtureWithDeviceOneOnMlx4(rasd);
+  rasd.WriteConfig("ras:\n  infiniband_poll_ms: 100\npolicy:\n  link_up_debounce_s: 2\n");
+  std::string why;
+  ASSERT_TRUE(rasd.Start({}, {}, &why)) << why;
+  WriteText(tree / "mlx4_0/ports/1/state", "1: DOWN\n");
+  ASSERT_TRUE(WaitUntil([&] { return DeviceOf(rasd, 1)["state"] == "degraded"; }, 10s));
+  EXPECT_NE(DeviceOf(rasd, 1)["reason"].get<std::string>().find("until it stays up 2 s"),
+            std::string::npos)
+      << DeviceOf(rasd, 1).dump();
+  WriteText(tree / "mlx4_0/ports/1/state", "4: ACTIVE\n");
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        return DeviceOf(rasd, 1)["clears"].get<std::string>().find("stayed up 2 s") !=
+               std::string::npos;
+      },
+      10s))
+      << DeviceOf(rasd, 1).dump();
+  rasd.WriteConfig("ras:\n  infiniband_poll_ms: 100\npolicy:\n  link_up_debounce_s: 60\n");
+  ASSERT_EQ(rasd.Rasctl({"reload"}).exit_code, 0);
+  ASSERT_TRUE(WaitUntil([&] { return DeviceOf(rasd, 1)["state"] == "healthy"; }, 10s))
+      << "the armed deadline was not kept; " << DeviceOf(rasd, 1).dump();
+  EXPECT_EQ(DeviceOf(rasd, 1)["reason"], "links up for 2 s") << DeviceOf(rasd, 1).dump();
+}
+
+// The simulator's link fault through the real path (simulator.link_sysfs):
+// rasd writes each simulated device's RDMA NIC into the fixture sysfs tree,
+// `rasctl inject link` takes both devices' ports down there, the RDMA
+// poller sees it, and the collective re-forms without the two devices, which
+// are Degraded, not isolated; `inject link-up` brings the ports back and,
+// after the debounce, the devices and the job's ranks, with every checksum
+// equal to a fault-free run's.
+TEST(InfinibandTest, TheSimulatorsLinkFaultMovesTheCollectiveThroughItsSysfsTree) {
+  RasdInstance rasd;
+  rasd.WriteConfig(R"(ras:
+  infiniband_poll_ms: 100
+simulator:
+  link_sysfs: true
+policy:
+  link_up_debounce_s: 1
+jobs:
+  - name: allreduce
+    kind: collective
+    elements: 16384
+    steps: 100000000
+    checkpoint_every: 10
+)");
+  std::string why;
+  ASSERT_TRUE(rasd.Start({}, {}, &why)) << why;
+  EXPECT_TRUE(
+      std::filesystem::exists(rasd.HostRoot() / "sys/class/infiniband/rasdsim_2/ports/1/state"));
+  EXPECT_EQ(
+      DeviceOf(rasd, 1)["rdma_ports"],
+      nlohmann::json::parse(R"([{"device": "rasdsim_1", "port": 1, "how": "same PCIe switch"}])"));
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        return Job(rasd, "allreduce")["devices"] == nlohmann::json({0, 1, 2, 3});
+      },
+      10s))
+      << Job(rasd, "allreduce").dump();
+  const auto injected = rasd.Rasctl({"inject", "link", "--device", "1", "--peer", "2"});
+  ASSERT_EQ(injected.exit_code, 0) << injected.out;
+  EXPECT_EQ(ReadText(rasd.HostRoot() / "sys/class/infiniband/rasdsim_1/ports/1/state"),
+            "1: DOWN\n");
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        return Job(rasd, "allreduce")["devices"] == nlohmann::json({0, 3});
+      },
+      10s))
+      << Job(rasd, "allreduce").dump() << rasd.Stderr();
+  for (int index : {1, 2}) {
+    const auto device = DeviceOf(rasd, index);
+    EXPECT_EQ(device["state"], "degraded") << device.dump();  // not isolated
+    EXPECT_NE(device["reason"].get<std::string>().find(
+                  fmt::format("RDMA link down (rasdsim_{} port 1)", index)),
+              std::string::npos)
+        << device.dump();
+  }
+  EXPECT_EQ(DeviceOf(rasd, 0)["state"], "healthy");
+  const auto up_at = std::chrono::steady_clock::now();
+  ASSERT_EQ(rasd.Rasctl({"inject", "link-up", "--device", "1", "--peer", "2"}).exit_code, 0);
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        return DeviceOf(rasd, 1)["state"] == "healthy" && DeviceOf(rasd, 2)["state"] == "healthy";
+      },
+      10s))
+      << rasd.Stderr();
+  EXPECT_GE(std::chrono::steady_clock::now() - up_at, 900ms) << "rejoined before the debounce";
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        return Job(rasd, "allreduce")["devices"] == nlohmann::json({0, 1, 2, 3});
+      },
+      15s))
+      << Job(rasd, "allreduce").dump();
+  const auto job = Job(rasd, "allreduce");
+  EXPECT_EQ(job["checksums_match"], true) << job.dump();
+  EXPECT_GE(job["grown"], 1) << job.dump();
+}
+
+// Without simulator.link_sysfs the simulator's link fault keeps its old
+// path (an isolating report), and link-up says what it needs.
+TEST(InfinibandTest, WithoutTheSysfsTreeTheSimulatorsLinkFaultIsItsOwnReport) {
+  RasdInstance rasd;
+  std::string why;
+  ASSERT_TRUE(rasd.Start({}, {}, &why)) << why;
+  EXPECT_FALSE(std::filesystem::exists(rasd.HostRoot() / "sys/class/infiniband/rasdsim_1"));
+  const auto up = rasd.Rasctl({"inject", "link-up", "--device", "1", "--peer", "2"});
+  EXPECT_NE(up.exit_code, 0);
+  EXPECT_NE((up.out + up.err).find("simulator.link_sysfs"), std::string::npos) << up.out << up.err;
+  ASSERT_EQ(rasd.Rasctl({"inject", "link", "--device", "1", "--peer", "2"}).exit_code, 0);
+  EXPECT_TRUE(WaitUntil([&] { return DeviceOf(rasd, 1)["state"] == "isolated"; }, 5s));
 }
 
 }  // namespace

@@ -151,6 +151,220 @@ TEST_F(NvmlTest, AnXidWithoutAPidKillsTheOnlyProcessNvmlListsOnTheGpu) {
   EXPECT_EQ(StateOf(rasd_, 2), "healthy") << "a contained error: the GPU serves on";
 }
 
+nlohmann::json Job(RasdInstance& rasd, const std::string& name) {
+  const nlohmann::json reply = rasd.RasctlJson({"jobs"});
+  for (const auto& job : reply["jobs"])
+    if (job["name"] == name) return job;
+  return nullptr;
+}
+
+nlohmann::json DeviceOf(RasdInstance& rasd, int index) {
+  const nlohmann::json reply = rasd.RasctlJson({"devices", std::to_string(index)});
+  return reply["devices"][0];
+}
+
+std::string Reason(RasdInstance& rasd, int index) {
+  const auto device = DeviceOf(rasd, index);
+  return device["reason"].is_string() ? device["reason"].get<std::string>() : "";
+}
+
+// GPUs with four NVLinks each at the simulated devices' addresses, and a
+// collective over the four devices.
+class NvlinkTest : public NvmlTest {
+ protected:
+  bool StartWithCollective(const std::string& policy = "") {
+    rasd_.WriteConfig(std::string("ras:\n  nvml_library: ") + RASD_FAKE_NVML_PATH +
+                      "\n  nvml_poll_ms: 100\npolicy:\n  link_up_debounce_s: 1\n" + policy +
+                      R"(jobs:
+  - name: allreduce
+    kind: collective
+    elements: 16384
+    steps: 100000000
+    checkpoint_every: 10
+)");
+    std::string why;
+    const bool started =
+        rasd_.Start({},
+                    {{"RASD_FAKE_NVML_GPUS", "ffff:c1:00.0,ffff:c2:00.0,ffff:c3:00.0,ffff:c4:00.0"},
+                     {"RASD_FAKE_NVML_NVLINKS", "4"},
+                     {"RASD_FAKE_NVML_SCRIPT", script_.string()}},
+                    &why);
+    EXPECT_TRUE(started) << why;
+    return started;
+  }
+  bool OnRanks(const nlohmann::json& devices, std::chrono::milliseconds timeout = 10s) {
+    return WaitUntil([&] { return Job(rasd_, "allreduce")["devices"] == devices; }, timeout);
+  }
+};
+
+// An NVLink down under a collective's rank: the rank leaves (the job
+// re-forms on the others) and the GPU is Degraded, not isolated; the reason
+// names exactly the links down now; a kill -9 while it is down keeps it out
+// after the restart; once the link has stayed up for the debounce the GPU is
+// Healthy and the job grows back, every checksum equal to a fault-free run's.
+TEST_F(NvlinkTest, AnNvlinkDownMovesTheCollectiveOffItsGpuUntilTheLinkIsStable) {
+  ASSERT_TRUE(StartWithCollective());
+  ASSERT_TRUE(OnRanks({0, 1, 2, 3})) << Job(rasd_, "allreduce").dump();
+  Script("nvlink 1 2 down");
+  ASSERT_TRUE(OnRanks({0, 2, 3})) << Job(rasd_, "allreduce").dump() << rasd_.Stderr();
+  auto device = DeviceOf(rasd_, 1);
+  EXPECT_EQ(device["state"], "degraded");
+  EXPECT_EQ(device["links_usable"], false);
+  EXPECT_NE(Reason(rasd_, 1).find("NVLink link down (NVLink 2)"), std::string::npos)
+      << device.dump();
+  EXPECT_NE(device["clears"].get<std::string>().find("by itself"), std::string::npos)
+      << device.dump();
+  // A second link down and back: the reason follows the links down now.
+  Script("nvlink 1 3 down");
+  ASSERT_TRUE(WaitUntil(
+      [&] { return Reason(rasd_, 1).find("NVLink 2, NVLink 3") != std::string::npos; }, 5s))
+      << Reason(rasd_, 1);
+  Script("nvlink 1 3 up");
+  ASSERT_TRUE(
+      WaitUntil([&] { return Reason(rasd_, 1).find("(NVLink 2)") != std::string::npos; }, 5s))
+      << Reason(rasd_, 1);
+  EXPECT_EQ(DeviceOf(rasd_, 1)["state"], "degraded") << "one link is still down";
+  const int port = rasd_.RasctlJson({"status"})["metrics"]["port"];
+  const std::string metrics = Http(port, "GET", "/metrics");
+  EXPECT_NE(metrics.find("rasd_device_links_down{device=\"1\",link=\"NVLink\"} 1\n"),
+            std::string::npos)
+      << metrics;
+  EXPECT_NE(metrics.find("rasd_device_links_down{device=\"0\",link=\"NVLink\"} 0\n"),
+            std::string::npos);
+  EXPECT_NE(metrics.find("rasd_device_links_usable{device=\"1\"} 0\n"), std::string::npos);
+  // The link-down report is recorded, not acted on by a rule.
+  bool recorded = false;
+  const auto recent = rasd_.RasctlJson({"events", "--limit", "100"});
+  for (const auto& event : recent["events"]) {
+    if (event["origin"] == "nvml" && event["device"] == 1 &&
+        event["summary"].get<std::string>().find("NVLink 2 down") != std::string::npos) {
+      recorded = true;
+      EXPECT_EQ(event["severity"], "INFO") << event.dump();
+    }
+  }
+  EXPECT_TRUE(recorded) << recent.dump(1);
+
+  // kill -9 while the link is down: the restarted rasd keeps the GPU out.
+  rasd_.Proc().Signal(SIGKILL);
+  ASSERT_TRUE(rasd_.Proc().Wait(5s).has_value());
+  ASSERT_TRUE(StartWithCollective());
+  EXPECT_EQ(DeviceOf(rasd_, 1)["links_usable"], false);
+  EXPECT_EQ(DeviceOf(rasd_, 1)["state"], "degraded");
+  ASSERT_TRUE(OnRanks({0, 2, 3})) << Job(rasd_, "allreduce").dump();
+  const auto up_at = std::chrono::steady_clock::now();
+  Script("nvlink 1 2 up");
+  ASSERT_TRUE(WaitUntil([&] { return DeviceOf(rasd_, 1)["state"] == "healthy"; }, 10s))
+      << rasd_.Stderr();
+  EXPECT_GE(std::chrono::steady_clock::now() - up_at, 900ms) << "rejoined before the debounce";
+  EXPECT_EQ(DeviceOf(rasd_, 1)["links_usable"], true);
+  ASSERT_TRUE(OnRanks({0, 1, 2, 3}, 15s)) << Job(rasd_, "allreduce").dump();
+  const auto job = Job(rasd_, "allreduce");
+  EXPECT_EQ(job["checksums_match"], true) << job.dump();
+  EXPECT_GE(job["grown"], 1) << job.dump();
+
+  // An error counter's increase is a CE event of that GPU with its count.
+  Script("nvlinkerr 1 0 3 9");
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        const auto events = rasd_.RasctlJson({"events", "--limit", "100"});
+        for (const auto& event : events["events"])
+          if (event["severity"] == "CE" && event["device"] == 1 && event["count"] == 9) return true;
+        return false;
+      },
+      5s))
+      << rasd_.RasctlJson({"events"}).dump(2);
+  const int metrics_port = rasd_.RasctlJson({"status"})["metrics"]["port"];
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        return Http(metrics_port, "GET", "/metrics")
+                   .find(
+                       "rasd_device_link_errors_total{device=\"1\",link=\"NVLink\","
+                       "counter=\"crc_data\"} 9\n") != std::string::npos;
+      },
+      5s))
+      << Http(metrics_port, "GET", "/metrics");
+}
+
+// A GPU whose NVLinks NVML reads as inactive from the start (a PCIe GPU
+// without its bridge) is not taken out of collectives for them.
+TEST_F(NvlinkTest, LinksInactiveSinceTheStartAreNotALinkDown) {
+  Script("nvlink 3 0 down");
+  Script("nvlink 3 1 down");
+  ASSERT_TRUE(StartWithCollective());
+  ASSERT_TRUE(OnRanks({0, 1, 2, 3})) << Job(rasd_, "allreduce").dump();
+  EXPECT_EQ(DeviceOf(rasd_, 3)["state"], "healthy");
+  EXPECT_EQ(DeviceOf(rasd_, 3)["links_usable"], true);
+  // Cabled later and then lost: that is a link down.
+  Script("nvlink 3 0 up");
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        const auto events = rasd_.RasctlJson({"events", "--limit", "100"});
+        for (const auto& event : events["events"])
+          if (event["summary"].get<std::string>().find("GPU 3 (ffff:c4:00.0) NVLink 0 up") !=
+              std::string::npos)
+            return true;
+        return false;
+      },
+      5s));
+  Script("nvlink 3 0 down");
+  ASSERT_TRUE(OnRanks({0, 1, 2})) << Job(rasd_, "allreduce").dump() << rasd_.Stderr();
+  EXPECT_NE(Reason(rasd_, 3).find("(NVLink 0)"), std::string::npos) << Reason(rasd_, 3);
+}
+
+// A GPU whose NVLink keeps going down stays out until an operator acts, and
+// says so (helper's find: the reason still promised a return after the
+// debounce, and `clears` named nothing for a link that clears by itself).
+TEST_F(NvlinkTest, AFlappingNvlinkKeepsItsGpuOutUntilAnOperatorUndrains) {
+  ASSERT_TRUE(StartWithCollective("  link_flap_limit: 2\n"));
+  ASSERT_TRUE(OnRanks({0, 1, 2, 3})) << Job(rasd_, "allreduce").dump();
+  Script("nvlink 2 0 down");
+  ASSERT_TRUE(WaitUntil([&] { return DeviceOf(rasd_, 2)["state"] == "degraded"; }, 5s));
+  Script("nvlink 2 0 up");
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        return DeviceOf(rasd_, 2)["clears"].get<std::string>().find("its links are up") !=
+               std::string::npos;
+      },
+      5s))
+      << DeviceOf(rasd_, 2).dump();
+  Script("nvlink 2 1 down");  // another link of the same GPU: a second down of the device
+  ASSERT_TRUE(WaitUntil([&] { return Reason(rasd_, 2).find("flapping") != std::string::npos; }, 5s))
+      << Reason(rasd_, 2) << rasd_.Stderr();
+  Script("nvlink 2 1 up");
+  ASSERT_TRUE(OnRanks({0, 1, 3})) << Job(rasd_, "allreduce").dump();
+  auto device = DeviceOf(rasd_, 2);
+  EXPECT_EQ(Reason(rasd_, 2).find("until it stays up"), std::string::npos) << device.dump();
+  EXPECT_NE(device["clears"].get<std::string>().find("rasctl undrain"), std::string::npos)
+      << device.dump();
+  // Past the debounce with every link up: still out.
+  ASSERT_FALSE(WaitUntil([&] { return DeviceOf(rasd_, 2)["links_usable"] == true; }, 1500ms));
+  EXPECT_EQ(DeviceOf(rasd_, 2)["state"], "degraded");
+  ASSERT_EQ(rasd_.Rasctl({"undrain", "2"}).exit_code, 0);
+  EXPECT_EQ(DeviceOf(rasd_, 2)["state"], "healthy");
+  EXPECT_EQ(DeviceOf(rasd_, 2)["links_usable"], true);
+  ASSERT_TRUE(OnRanks({0, 1, 2, 3}, 15s)) << Job(rasd_, "allreduce").dump();
+  EXPECT_EQ(Job(rasd_, "allreduce")["checksums_match"], true);
+}
+
+// An older libnvidia-ml without the NVLink queries: rasd says so once and
+// reports everything else.
+TEST_F(NvmlTest, ALibraryWithoutNvlinkQueriesIsUsedWithoutNvlinkPolling) {
+  rasd_.WriteConfig(std::string("ras:\n  nvml_library: ") + RASD_FAKE_NVML_NO_NVLINK_PATH +
+                    "\n  nvml_poll_ms: 100\n");
+  std::string why;
+  ASSERT_TRUE(rasd_.Start({},
+                          {{"RASD_FAKE_NVML_GPUS", "ffff:c1:00.0,ffff:c2:00.0"},
+                           {"RASD_FAKE_NVML_NVLINKS", "4"},
+                           {"RASD_FAKE_NVML_SCRIPT", script_.string()}},
+                          &why))
+      << why;
+  EXPECT_NE(rasd_.Stderr().find("has no NVLink queries"), std::string::npos) << rasd_.Stderr();
+  Script("nvlink 1 0 down");
+  Script("xid 1 79");
+  ASSERT_TRUE(WaitUntil([&] { return StateOf(rasd_, 1) == "isolated"; }, 5s)) << rasd_.Stderr();
+  EXPECT_EQ(DeviceOf(rasd_, 1)["links_usable"], true);
+}
+
 TEST(NvmlAbsentTest, AHostWithoutNvmlRunsOnAndSaysWhy) {
   RasdInstance rasd;
   rasd.WriteConfig("ras:\n  nvml_library: librasd-no-nvml-here.so.1\n");

@@ -370,11 +370,12 @@ int main(int argc, char** argv) {
   int inject_device = -1, inject_peer = -1, inject_mc = -1, inject_dimm = -1;
   std::uint64_t inject_count = 1;
   const std::vector<std::string> kInjectKinds = {"ce",   "ucna", "srao", "srar", "uce",
-                                                 "fatal", "xid", "link", "hang", "load", "kmsg",
+                                                 "fatal", "xid", "link", "link-up", "hang", "load", "kmsg",
                                                  "edac", "einj", "hwpoison"};
   inject
       ->add_option("kind", inject_kind,
-                   "ce, ucna, srao, srar, uce, fatal, xid, link, hang, load, kmsg, edac, einj, hwpoison")
+                   "ce, ucna, srao, srar, uce, fatal, xid, link, link-up, hang, load, kmsg, edac, einj, "
+                   "hwpoison")
       ->required()
       ->check(CLI::IsMember(kInjectKinds));
   inject->add_option("value", inject_value, "xid: the Xid number; kmsg: the record text");
@@ -384,7 +385,7 @@ int main(int argc, char** argv) {
   inject->add_option("--count,--ce", inject_count, "how many (edac: corrected errors to add)")
       ->check(PositiveCount(100000));
   inject->add_option("--job", inject_job, "memory faults: inside this job's allocation");
-  inject->add_option("--peer", inject_peer, "link: the other device")
+  inject->add_option("--peer", inject_peer, "link, link-up: the other device")
       ->check(DeviceIndex());
   inject->add_option("--mc", inject_mc, "edac: memory controller")->check(DeviceIndex());
   inject->add_option("--dimm", inject_dimm, "edac: DIMM")->check(DeviceIndex());

@@ -381,9 +381,11 @@ void AddRasKeys(std::vector<ConfigKey>& keys) {
   keys.push_back(Row("ras.nvml", kRestart, RASD_CONFIG_FIELD(ras.nvml), Bool(),
                      "read NVIDIA's reports through NVML (dlopen of `ras.nvml_library`): Xid "
                      "events, single/double-bit ECC events, and increases of the ECC, "
-                     "retired-page, remapped-row and PCIe replay counters; each names the GPU by "
-                     "PCI address and is attributed to the runtime device there; without NVML or "
-                     "a driver: one log line"));
+                     "retired-page, remapped-row and PCIe replay counters, each NVLink's state "
+                     "and its replay, recovery, CRC and ECC error counters (a link down takes "
+                     "the GPU out of collectives, Degraded); each names the GPU by PCI address "
+                     "and is attributed to the runtime device there; without NVML or a driver: "
+                     "one log line"));
   keys.push_back(
       Row("ras.nvml_library", kRestart, RASD_CONFIG_FIELD(ras.nvml_library),
           Text("soname or path",
@@ -476,11 +478,12 @@ void AddPolicyKeys(std::vector<ConfigKey>& keys) {
                      "operator"));
   keys.push_back(Row("policy.link_up_debounce_s", kLive,
                      RASD_CONFIG_FIELD(policy.link_up_debounce), Seconds(1, 86400),
-                     "a device whose RDMA port went down (it left its collectives and is Degraded, "
-                     "not isolated) rejoins, Healthy, once every port it uses stayed up this long"));
+                     "a device whose link went down (an RDMA port it uses, an NVLink, its RoCE "
+                     "port: it left its collectives and is Degraded, not isolated) rejoins, "
+                     "Healthy, once every link stayed up this long"));
   keys.push_back(Row("policy.link_flap_limit", kLive, RASD_CONFIG_FIELD(policy.link_flap_limit),
                      Integer<int>(1, 1000),
-                     "a device's RDMA link that went down this many times within an hour is "
+                     "a device whose links went down this many times within an hour is "
                      "flapping: the device stays out of collectives until an operator's undrain"));
   keys.push_back(Row("liveness.period_ms", kLive, RASD_CONFIG_FIELD(liveness.period),
                      Milliseconds(0, 3'600'000),
@@ -581,6 +584,14 @@ void AddOtherKeys(std::vector<ConfigKey>& keys) {
                      Integer<int>(1, 64), "simulated devices"));
   keys.push_back(Row("simulator.memory_mib", kRestart, RASD_CONFIG_FIELD(simulator.memory_mib),
                      Integer<std::uint64_t>(1, 1 << 20), "memory per simulated device, in MiB"));
+  keys.push_back(Row("simulator.link_sysfs", kRestart, RASD_CONFIG_FIELD(simulator.link_sysfs),
+                     Bool(),
+                     "under a host.root other than `/`: each simulated device gets an RDMA NIC "
+                     "in a sysfs tree there (`<host.root>/sys/class/infiniband/rasdsim_N`, behind "
+                     "the device's own PCIe switch) that the RDMA poller reads; `rasctl inject "
+                     "link` takes both devices' ports down and `inject link-up` brings them back, "
+                     "so a link fault moves collectives through the real path. Off: `inject "
+                     "link` is the simulator's isolating link-error report"));
 }
 
 #undef RASD_CONFIG_FIELD

@@ -304,6 +304,9 @@ nlohmann::json ControlApi::DeviceJson(const runtime::Device& device) {
   entry["suggested_action"] = std::string(ras::RecoveryActionName(recovery.action));
   entry["suggested_why"] = recovery.why;
   entry["clears"] = recovery.clears;
+  if (parts_.link_clears) {
+    if (auto clears = parts_.link_clears(index)) entry["clears"] = *clears;
+  }
   entry["recoveries_24h"] = recovery.recoveries_24h;
   entry["rdma_ports"] = parts_.rdma_ports ? parts_.rdma_ports(index) : nlohmann::json::array();
   if (auto pool = parts_.runtime.Pool(index)) {

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <functional>
+#include <optional>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -53,6 +54,10 @@ class ControlApi {
     std::function<Result<nlohmann::json>()> reload;
     // The RDMA ports a device uses, as the devices view shows them.
     std::function<nlohmann::json(int device)> rdma_ports;
+    // What ends a device's Degraded when its links caused it (LinkHealth:
+    // by itself after the debounce, or an operator for a flapping link);
+    // nullopt: the recovery view's answer stands.
+    std::function<std::optional<std::string>(int device)> link_clears;
     // Backends the config named that are not available ("cuda: why").
     std::vector<std::string> missing_backends;
     // The scheduler link as `status` and `check` show it ({"kind": "none"}

@@ -137,6 +137,20 @@ Status Daemon::OpenStateAndDevices() {
   auto runtime = runtime::Runtime::Create(std::move(*driver));
   if (!runtime) return Fail(runtime.error());
   runtime_ = std::move(*runtime);
+  if (config_.simulator.link_sysfs) {
+    // Before the RDMA poller's first look, so that it finds the NICs at once.
+    std::vector<drivers::DeviceProperties> devices;
+    for (const auto& device : runtime_->Devices()) devices.push_back(device->Properties());
+    auto tree = SimLinkTree::Create(*host_, devices);
+    if (!tree) {
+      RASD_LOG_WARN("simulator.link_sysfs: {}; inject link keeps the simulator's own report",
+                    tree.error().message);
+    } else {
+      sim_links_ = std::move(*tree);
+      RASD_LOG_INFO("simulator.link_sysfs: the simulated devices' RDMA NICs are under {}",
+                    host_->Resolve("/sys/class/infiniband").string());
+    }
+  }
 
   return {};
 }
@@ -216,6 +230,7 @@ Status Daemon::StartRas() {
   ingest_ = std::move(*ingest);
   StartRecovery();
   injection_ = std::make_unique<FaultInjection>(*runtime_, *host_, *ingest_, config_.inject);
+  injection_->SetSimLinkTree(sim_links_.get());
   heartbeat_ = std::make_unique<DeviceHeartbeat>(*loop_, *runtime_, HeartbeatOptions(config_));
   heartbeat_->Start();
   metrics_state_->SetHeartbeat(heartbeat_.get());
@@ -264,6 +279,7 @@ Status Daemon::StartControl() {
                               }
                               return ports;
                             },
+                        .link_clears = [this](int device) { return link_health_->Clears(device); },
                         .missing_backends = missing_backends_,
                         .scheduler = [this] { return SchedulerView(); },
                         .state_changed =
@@ -343,8 +359,10 @@ void Daemon::StartRecovery() {
   link_health_ = std::make_unique<LinkHealth>(*loop_, *runtime_, *actuator_, *jobs_, *store_,
                                               LinkHealthOptions(config_));
   link_health_->Load();
-  ingest_->SetLinkObserver([this](const std::map<int, std::vector<std::string>>& down) {
-    link_health_->Observe(down);
+  ingest_->SetLinkObserver([this](std::string_view source,
+                                  const std::map<int, std::vector<std::string>>& down,
+                                  const std::map<int, std::vector<std::string>>& unconfirmed) {
+    link_health_->Observe(source, down, unconfirmed);
     metrics_state_->Refresh();
     if (workloads_) workloads_->Reconcile();
     if (watchers_) watchers_->Reconcile();
@@ -355,6 +373,7 @@ void Daemon::StartRecovery() {
   });
   lifecycle_->SetRecoveryAdvisor([this](int device) { return recovery_->For(device).action; });
   metrics_state_->SetRecovery(recovery_.get());
+  metrics_state_->SetLinkHealth(link_health_.get());
 }
 
 namespace {

@@ -32,6 +32,7 @@
 #include "device_recovery.h"
 #include "kubelet_plugins.h"
 #include "link_health.h"
+#include "sim_link_tree.h"
 #include "scheduler.h"
 
 namespace rasd::daemon {
@@ -124,6 +125,7 @@ class Daemon {
   // call into it, so it is destroyed after them.
   std::unique_ptr<DeviceRecovery> recovery_;
   std::unique_ptr<LinkHealth> link_health_;
+  std::unique_ptr<SimLinkTree> sim_links_;  // simulator.link_sysfs
   std::unique_ptr<Actuator> actuator_;        // after runtime_ and store_: destroyed before them
   std::unique_ptr<jobs::JobManager> jobs_;    // after runtime_: stopped before it goes
 

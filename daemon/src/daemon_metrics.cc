@@ -55,7 +55,10 @@ void DaemonMetrics::Refresh() {
     for (const auto& [device, action] : recovery_->Actions())
       suggested[device] = std::string(ras::RecoveryActionName(action));
   }
+  auto links_down = links_ ? links_->DownLinks() : decltype(links_->DownLinks()){};
   std::lock_guard lock(mutex_);
+  loop_part_.links_down = std::move(links_down);
+  loop_part_.link_errors = stats.link_errors;
   loop_part_.suggested_actions = std::move(suggested);
   loop_part_.edac = std::move(edac);
   loop_part_.kmsg_gaps = stats.kmsg_gaps;
@@ -96,6 +99,7 @@ exporters::MetricsSnapshot DaemonMetrics::Now() const {
       metrics.retired_pages = stats.retired_pages;
     }
     metrics.op_timeouts = device->OpTimeouts();
+    metrics.links_usable = device->LinksUsable();
     snapshot.devices.push_back(std::move(metrics));
   }
   if (heartbeat_) {

@@ -16,6 +16,7 @@
 #include "rasd/jobs/job_manager.h"
 #include "rasd/runtime/runtime.h"
 #include "device_recovery.h"
+#include "link_health.h"
 #include "scheduler.h"
 
 namespace rasd::daemon {
@@ -39,6 +40,7 @@ class DaemonMetrics {
   void SetHeartbeat(const DeviceHeartbeat* heartbeat) { heartbeat_ = heartbeat; }
   void SetWorkloads(const Workloads* workloads) { workloads_ = workloads; }
   void SetRecovery(const DeviceRecovery* recovery) { recovery_ = recovery; }
+  void SetLinkHealth(const LinkHealth* links) { links_ = links; }
   void ObserveBatch(const HandledBatch& batch);
   void Refresh();
   exporters::MetricsSnapshot Now() const;
@@ -51,6 +53,7 @@ class DaemonMetrics {
   const SchedulerLink* scheduler_;
   const RasPipeline& pipeline_;
   const DeviceRecovery* recovery_ = nullptr;
+  const LinkHealth* links_ = nullptr;
   const RasIngest* ingest_ = nullptr;
   const DeviceHeartbeat* heartbeat_ = nullptr;
   const Workloads* workloads_ = nullptr;

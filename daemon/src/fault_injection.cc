@@ -87,7 +87,7 @@ Result<nlohmann::json> FaultInjection::Inject(const nlohmann::json& request) {
       {"srao", &FaultInjection::InjectDeviceMemory}, {"srar", &FaultInjection::InjectDeviceMemory},
       {"uce", &FaultInjection::InjectDeviceFault},   {"fatal", &FaultInjection::InjectDeviceFault},
       {"hang", &FaultInjection::InjectDeviceFault},  {"load", &FaultInjection::InjectDeviceFault},
-      {"link", &FaultInjection::InjectLink},
+      {"link", &FaultInjection::InjectLink},         {"link-up", &FaultInjection::InjectLink},
       {"xid", &FaultInjection::InjectXid},           {"kmsg", &FaultInjection::InjectKmsg},
       {"edac", &FaultInjection::InjectEdac},         {"einj", &FaultInjection::InjectEinj},
       {"hwpoison", &FaultInjection::InjectHwpoison},
@@ -96,7 +96,7 @@ Result<nlohmann::json> FaultInjection::Inject(const nlohmann::json& request) {
   if (handler == kHandlers.end()) {
     return Fail(ErrorCode::kInvalidArgument,
                 "bad argument 'kind' for inject: must be one of ce, ucna, srao, srar, uce, fatal, "
-                "xid, link, hang, load, kmsg, edac, einj, hwpoison");
+                "xid, link, link-up, hang, load, kmsg, edac, einj, hwpoison");
   }
   auto done = (this->*handler->second)(args);
   if (!done) return done;
@@ -152,11 +152,41 @@ Result<nlohmann::json> FaultInjection::InjectLink(const InjectArgs& args) {
   drivers::FaultInjector* faults = runtime_.Driver().Faults();
   if (auto ok = NeedDevice(args); !ok) return Fail(ok.error());
   if (!args.peer || !runtime_.GetDevice(*args.peer))
-    return Fail(ErrorCode::kInvalidArgument, "inject link needs --peer, another device");
-  if (auto injected = faults->InjectLinkError(*args.device, *args.peer); !injected)
-    return Fail(injected.error());
+    return Fail(ErrorCode::kInvalidArgument,
+                fmt::format("inject {} needs --peer, another device", args.kind));
+  const bool up = args.kind == "link-up";
   done["device"] = *args.device;
   done["peer"] = *args.peer;
+  if (sim_links_ != nullptr) {
+    // The real path: the simulator's copies between the two fail (or work
+    // again), and both devices' NIC ports change state in the sysfs tree,
+    // which the RDMA poller reads.
+    Status silent = faults->SetLinkState(*args.device, *args.peer, up);
+    if (silent) {
+      for (int device : {*args.device, *args.peer}) {
+        if (auto flipped = sim_links_->SetPortUp(device, up); !flipped)
+          return Fail(flipped.error());
+      }
+      done["ports"] = {sim_links_->PortName(*args.device), sim_links_->PortName(*args.peer)};
+      done["note"] = up ? "ports up in the simulated sysfs tree: the devices rejoin once they "
+                          "stayed up policy.link_up_debounce_s"
+                        : "ports down in the simulated sysfs tree: the RDMA poller takes both "
+                          "devices out of collectives (Degraded); rasctl inject link-up brings "
+                          "them back";
+      return done;
+    }
+    if (silent.error().code != ErrorCode::kNotSupported) return Fail(silent.error());
+  }
+  if (up) {
+    return Fail(ErrorCode::kNotSupported,
+                "inject link-up needs simulator.link_sysfs under a host.root other than / (the "
+                "simulator's link-error report lasts until a reset)");
+  }
+  if (auto injected = faults->InjectLinkError(*args.device, *args.peer); !injected)
+    return Fail(injected.error());
+  done["note"] =
+      "the simulator's link-error report (UCE: isolating); simulator.link_sysfs under "
+      "a fixture host.root takes the sysfs path instead";
   return done;
 }
 

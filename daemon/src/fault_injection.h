@@ -10,6 +10,7 @@
 #include "rasd/common/result.h"
 #include "rasd/daemon/config.h"
 #include "rasd/runtime/runtime.h"
+#include "sim_link_tree.h"
 
 namespace rasd::daemon {
 
@@ -27,6 +28,10 @@ class FaultInjection {
   FaultInjection(runtime::Runtime& runtime, const common::HostEnv& host, RasIngest& ingest,
                  Config::Inject options);
   void SetOptions(Config::Inject options) { options_ = options; }
+  // The simulator's sysfs tree of RDMA NICs (simulator.link_sysfs), or
+  // null: `inject link` then is the simulator's own link-error report.
+  // It must outlive this.
+  void SetSimLinkTree(SimLinkTree* tree) { sim_links_ = tree; }
 
   // The arguments of the `inject` command; the JSON answer says what was
   // injected where.
@@ -45,7 +50,7 @@ class FaultInjection {
   Result<drivers::DeviceAddress> Target(const InjectArgs& args) const;
   Result<nlohmann::json> InjectDeviceMemory(const InjectArgs& args);  // ce, ucna, srao, srar
   Result<nlohmann::json> InjectDeviceFault(const InjectArgs& args);   // uce, fatal, hang
-  Result<nlohmann::json> InjectLink(const InjectArgs& args);
+  Result<nlohmann::json> InjectLink(const InjectArgs& args);          // link, link-up
   Result<nlohmann::json> InjectXid(const InjectArgs& args);
   Result<nlohmann::json> InjectKmsg(const InjectArgs& args);
   Result<nlohmann::json> InjectEdac(const InjectArgs& args);
@@ -56,6 +61,7 @@ class FaultInjection {
   const common::HostEnv& host_;
   RasIngest& ingest_;
   Config::Inject options_;
+  SimLinkTree* sim_links_ = nullptr;
 };
 
 }  // namespace rasd::daemon

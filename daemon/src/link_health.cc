@@ -41,6 +41,10 @@ void LinkHealth::Load() {
     State& state = states_[device->Index()];
     state.held = value[uuid].value("held", false);
     state.degraded_by_us = value[uuid].value("degraded_by_link", false);
+    if (value[uuid].contains("links") && value[uuid]["links"].is_array()) {
+      for (const auto& link : value[uuid]["links"])
+        if (link.is_string()) state.restored_links.push_back(link.get<std::string>());
+    }
     state.generation = actuator_.StateGeneration(device->Index());
     if (state.held || state.degraded_by_us) {
       // Out until the links prove themselves again: the first poll that
@@ -60,7 +64,8 @@ void LinkHealth::Save() {
     auto gate = runtime_.GetDevice(device);
     if (!gate) continue;
     value[(*gate)->Properties().uuid] = {{"held", state.held},
-                                         {"degraded_by_link", state.degraded_by_us}};
+                                         {"degraded_by_link", state.degraded_by_us},
+                                         {"links", AllDown(state)}};
   }
   if (auto saved = store_.SaveNodeValue(kStoreKey, value.dump()); !saved) {
     RASD_LOG_ERROR("link health: cannot save ({}): a restart now would forget it",
@@ -68,13 +73,65 @@ void LinkHealth::Save() {
   }
 }
 
-void LinkHealth::Observe(const std::map<int, std::vector<std::string>>& down_ports) {
+namespace {
+long long Seconds(std::chrono::milliseconds duration) {
+  return std::chrono::duration_cast<std::chrono::seconds>(duration).count();
+}
+}  // namespace
+
+std::vector<std::string> LinkHealth::AllDown(const State& state) const {
+  std::vector<std::string> all;
+  for (const auto& [source, links] : state.down_links)
+    all.insert(all.end(), links.begin(), links.end());
+  return all;
+}
+
+std::string LinkHealth::Reason(const State& state) const {
+  std::vector<std::string> parts;
+  for (const auto& [source, links] : state.down_links) {
+    if (!links.empty())
+      parts.push_back(fmt::format("{} link down ({})", source, fmt::join(links, ", ")));
+  }
+  const std::string what =
+      parts.empty() ? std::string("link down") : fmt::format("{}", fmt::join(parts, "; "));
+  if (state.held) {
+    return fmt::format(
+        "{}: flapping ({} downs within {} s): out of collectives until an operator's "
+        "undrain",
+        what, state.downs.size(), options_.flap_window.count());
+  }
+  return fmt::format("{}: out of collectives until it stays up {} s", what,
+                     Seconds(options_.up_debounce));
+}
+
+void LinkHealth::Observe(std::string_view source,
+                         const std::map<int, std::vector<std::string>>& down_links,
+                         const std::map<int, std::vector<std::string>>& unconfirmed) {
   const auto now = loop_.Now();
-  for (const auto& [device, ports] : down_ports) {
+  bool reconsider = false;
+  for (const auto& [device, reported] : down_links) {
     auto gate = runtime_.GetDevice(device);
     if (!gate) continue;
     State& state = states_[device];
-    const bool down = !ports.empty();
+    std::vector<std::string> links = reported;
+    if (auto maybe = unconfirmed.find(device); maybe != unconfirmed.end()) {
+      for (const auto& link : maybe->second) {
+        const bool was_down = std::find(state.restored_links.begin(), state.restored_links.end(),
+                                        link) != state.restored_links.end();
+        if (was_down && std::find(links.begin(), links.end(), link) == links.end())
+          links.push_back(link);
+      }
+    }
+    auto slot = state.down_links.find(source);
+    if (slot == state.down_links.end())
+      slot = state.down_links.emplace(std::string(source), std::vector<std::string>{}).first;
+    const bool changed = slot->second != links;
+    slot->second = links;
+    const bool down = !AllDown(state).empty();
+    // Only the link's own Degraded is rewritten: a decision made meanwhile stands.
+    const bool ours = state.degraded_by_us &&
+                      (*gate)->Health() == runtime::HealthState::kDegraded &&
+                      actuator_.StateGeneration(device) == state.generation;
     if (down && !state.down) {
       state.down = true;
       state.rejoin.reset();
@@ -85,15 +142,13 @@ void LinkHealth::Observe(const std::map<int, std::vector<std::string>>& down_por
       (*gate)->SetLinksUsable(false);
       if (!state.held && state.downs.size() >= options_.flap_limit) {
         state.held = true;
-        RASD_LOG_ERROR("device {}: its RDMA link went down {} times within {} s: flapping; it "
-                       "stays out of collectives until an operator's undrain",
-                       device, state.downs.size(), options_.flap_window.count());
+        RASD_LOG_ERROR(
+            "device {}: its links went down {} times within {} s: flapping; it "
+            "stays out of collectives until an operator's undrain",
+            device, state.downs.size(), options_.flap_window.count());
       }
-      const std::string reason =
-          fmt::format("RDMA link down ({}): out of collectives until it stays up {} s",
-                      fmt::join(ports, ", "),
-                      std::chrono::duration_cast<std::chrono::seconds>(options_.up_debounce).count());
-      if ((*gate)->Health() == runtime::HealthState::kHealthy) {
+      const std::string reason = Reason(state);
+      if ((*gate)->Health() == runtime::HealthState::kHealthy || ours) {
         // Degraded at once even when the state cannot be saved (retried).
         (void)actuator_.SetDeviceState(device, runtime::HealthState::kDegraded, reason,
                                        "degrade-device", "link-down");
@@ -102,14 +157,25 @@ void LinkHealth::Observe(const std::map<int, std::vector<std::string>>& down_por
       }
       RASD_LOG_WARN("device {}: {}", device, reason);
       Save();
-      jobs_.Reconsider();
+      reconsider = true;
+    } else if (down && changed && ours) {
+      // Another link of the same device went down or came back: the reason
+      // names the links down now.
+      const std::string reason = Reason(state);
+      (void)actuator_.SetDeviceState(device, runtime::HealthState::kDegraded, reason,
+                                     "degrade-device", "link-down");
+      state.generation = actuator_.StateGeneration(device);
+      RASD_LOG_INFO("device {}: {}", device, reason);
+      Save();
     } else if (!down && state.down) {
       state.down = false;
       if (state.held) continue;
-      state.rejoin = loop_.CreateTimer([this, device] { Rejoin(device); });
-      state.rejoin->ArmAfter(options_.up_debounce);
+      state.armed_debounce = options_.up_debounce;
+      state.rejoin = loop_.CreateTimer([this, device = device] { Rejoin(device); });
+      state.rejoin->ArmAfter(state.armed_debounce);
     }
   }
+  if (reconsider) jobs_.Reconsider();
 }
 
 void LinkHealth::Rejoin(int device) {
@@ -123,16 +189,40 @@ void LinkHealth::Rejoin(int device) {
   // errors past their threshold while the link was down) stands.
   if (state.degraded_by_us && (*gate)->Health() == runtime::HealthState::kDegraded &&
       actuator_.StateGeneration(device) == state.generation) {
-    (void)actuator_.SetDeviceState(
-        device, runtime::HealthState::kHealthy,
-        fmt::format("RDMA links up for {} s",
-                    std::chrono::duration_cast<std::chrono::seconds>(options_.up_debounce).count()),
-        "undrain-device", "link-up");
+    (void)actuator_.SetDeviceState(device, runtime::HealthState::kHealthy,
+                                   fmt::format("links up for {} s", Seconds(state.armed_debounce)),
+                                   "undrain-device", "link-up");
   }
   state.degraded_by_us = false;
+  state.restored_links.clear();
   Save();
-  RASD_LOG_INFO("device {}: its RDMA links stayed up: back in collectives", device);
+  RASD_LOG_INFO("device {}: its links stayed up {} s: back in collectives", device,
+                Seconds(state.armed_debounce));
   jobs_.Reconsider();
+}
+
+std::map<std::pair<int, std::string>, std::uint64_t> LinkHealth::DownLinks() const {
+  std::map<std::pair<int, std::string>, std::uint64_t> down;
+  for (const auto& [device, state] : states_) {
+    for (const auto& [source, links] : state.down_links) down[{device, source}] = links.size();
+  }
+  return down;
+}
+
+std::optional<std::string> LinkHealth::Clears(int device) const {
+  auto found = states_.find(device);
+  if (found == states_.end()) return std::nullopt;
+  const State& state = found->second;
+  auto gate = runtime_.GetDevice(device);
+  if (!gate || (*gate)->Health() != runtime::HealthState::kDegraded) return std::nullopt;
+  if (state.held) return "an operator: rasctl undrain (its links were flapping)";
+  if (!state.degraded_by_us || actuator_.StateGeneration(device) != state.generation)
+    return std::nullopt;
+  if (state.rejoin) {
+    return fmt::format("by itself: its links are up, it rejoins once they stayed up {} s",
+                       Seconds(state.armed_debounce));
+  }
+  return fmt::format("by itself: once its links stay up {} s", Seconds(options_.up_debounce));
 }
 
 void LinkHealth::OnOperatorReturned(int device) {
@@ -142,6 +232,7 @@ void LinkHealth::OnOperatorReturned(int device) {
   state.held = false;
   state.downs.clear();
   state.degraded_by_us = false;
+  state.restored_links.clear();
   Save();
   if (!state.down) {
     if (auto gate = runtime_.GetDevice(device)) (*gate)->SetLinksUsable(true);

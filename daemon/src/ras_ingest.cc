@@ -159,6 +159,24 @@ void RasIngest::StartNvml() {
   stats_.sources["nvml"] = {"active", fmt::format("{} GPU(s)", monitor.value()->Gpus().size())};
   nvml_ = std::move(*monitor);
   stats_.nvml_gpus = nvml_->Gpus().size();
+  if (nvml_->PollsNvlinks()) {
+    // Every GPU's NVLinks are known now: up, or inactive since before the
+    // start (uncabled, or down before rasd started: LinkHealth decides).
+    for (const auto& gpu : nvml_->Gpus()) {
+      drivers::DriverErrorEvent probe;
+      probe.device = -1;
+      probe.pci_bdf = gpu.pci_bdf;
+      if (auto device = LinkDevice(probe)) {
+        (void)device_links_down_["NVLink"][*device];
+        nvlinks_unconfirmed_[*device].insert(gpu.nvlinks_inactive_at_start.begin(),
+                                             gpu.nvlinks_inactive_at_start.end());
+      }
+    }
+    link_kinds_unannounced_.insert("NVLink");
+    loop_.Post([this, alive = alive_] {
+      if (*alive) DrainDriverEvents();
+    });
+  }
   for (const auto& gpu : nvml_->Gpus()) {
     RASD_LOG_INFO("NVML: GPU {} {} at {} ({}), events {}", gpu.index, gpu.name, gpu.pci_bdf,
                  gpu.uuid, gpu.event_types != 0 ? "registered" : "unsupported: counters only");
@@ -529,7 +547,7 @@ void RasIngest::PollInfiniband() {
         }
       }
     }
-    link_observer_(down);
+    link_observer_("RDMA", down, {});
   }
   ArmInfiniband();
 }
@@ -553,10 +571,68 @@ void RasIngest::DrainDriverEvents() {
   }
   std::vector<ras::RasEvent> events;
   events.reserve(pending.size());
+  std::set<std::string> links_changed;
+  links_changed.swap(link_kinds_unannounced_);
   for (const auto& [event, reporter] : pending) {
     events.push_back(EventFromDriver(event, reporter, codes_));
+    if (event.kind == drivers::DriverErrorKind::kLinkCorrected && event.link) {
+      if (const auto device = LinkDevice(event)) {
+        stats_.link_errors[{*device, std::string(drivers::LinkKindName(event.link->kind)),
+                            event.link->counter}] += event.count;
+      }
+      continue;
+    }
+    if ((event.kind != drivers::DriverErrorKind::kLinkDown &&
+         event.kind != drivers::DriverErrorKind::kLinkUp) ||
+        !event.link)
+      continue;
+    const auto device = LinkDevice(event);
+    if (!device) continue;
+    const std::string kind(drivers::LinkKindName(event.link->kind));
+    auto& down = device_links_down_[kind][*device];
+    if (event.kind == drivers::DriverErrorKind::kLinkDown) {
+      down.insert(event.link->index);
+    } else {
+      down.erase(event.link->index);
+    }
+    if (event.link->kind == drivers::LinkKind::kNvlink)
+      nvlinks_unconfirmed_[*device].erase(event.link->index);
+    links_changed.insert(kind);
   }
+  // Stored before LinkHealth acts on them.
   Deliver(std::move(events));
+  if (!link_observer_) return;
+  for (const auto& kind : links_changed) {
+    std::map<int, std::vector<std::string>> down, unconfirmed;
+    for (const auto& [device, links] : device_links_down_[kind]) {
+      auto& names = down[device];
+      for (unsigned link : links) names.push_back(fmt::format("{} {}", kind, link));
+    }
+    if (kind == drivers::LinkKindName(drivers::LinkKind::kNvlink)) {
+      for (const auto& [device, links] : nvlinks_unconfirmed_) {
+        for (unsigned link : links) unconfirmed[device].push_back(fmt::format("{} {}", kind, link));
+      }
+    }
+    link_observer_(kind, down, unconfirmed);
+  }
+}
+
+std::optional<int> RasIngest::LinkDevice(const drivers::DriverErrorEvent& event) const {
+  if (event.device >= 0) {
+    if (runtime_.GetDevice(event.device)) return event.device;
+    return std::nullopt;
+  }
+  auto same = [](std::string_view a, std::string_view b) {
+    return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+             return std::tolower(static_cast<unsigned char>(x)) ==
+                    std::tolower(static_cast<unsigned char>(y));
+           });
+  };
+  for (const auto& device : runtime_.Devices()) {
+    const auto& bdf = device->Properties().pci_bdf;
+    if (!bdf.empty() && same(bdf, event.pci_bdf)) return device->Index();
+  }
+  return std::nullopt;
 }
 
 ras::RasEvent EventFromDriver(const drivers::DriverErrorEvent& event, std::string_view driver_name,
@@ -587,6 +663,18 @@ ras::RasEvent EventFromDriver(const drivers::DriverErrorEvent& event, std::strin
     case drivers::DriverErrorKind::kLinkError:
       converted.severity = ras::Severity::kUce;
       break;
+    case drivers::DriverErrorKind::kLinkDown:
+    case drivers::DriverErrorKind::kLinkUp:
+      // Recorded: LinkHealth acts on the link's state (out of collectives,
+      // Degraded, back after the debounce); the device's compute is fine,
+      // so no rule isolates it for this.
+      converted.severity = ras::Severity::kInfo;
+      break;
+    case drivers::DriverErrorKind::kLinkCorrected:
+      // Corrected by the link (a CRC retried, a replay): counts towards the
+      // device's corrected-error threshold like any CE.
+      converted.severity = ras::Severity::kCe;
+      break;
     case drivers::DriverErrorKind::kHang:
       // Work stopped completing: the device cannot serve, but it may come
       // back after a reset (UCE, not FATAL): drain, isolate, and let an
@@ -616,6 +704,11 @@ ras::RasEvent EventFromDriver(const drivers::DriverErrorEvent& event, std::strin
   }
   converted.raw = fmt::format("{} device={} {}", drivers::DriverErrorKindName(event.kind),
                               event.device, event.message);
+  if (event.link) {
+    converted.raw +=
+        fmt::format(" link={}:{}{}", drivers::LinkKindName(event.link->kind), event.link->index,
+                    event.link->counter.empty() ? "" : ":" + event.link->counter);
+  }
   return converted;
 }
 

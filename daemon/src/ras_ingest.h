@@ -1,14 +1,15 @@
 #pragma once
 
-#include <map>
-#include <nlohmann/json.hpp>
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
+#include <tuple>
 
 #include "rasd/common/event_loop.h"
 #include "rasd/common/host_env.h"
@@ -99,6 +100,9 @@ class RasIngest {
     // (stored, acted on only as StillActsBeforeStart allows).
     std::uint64_t kmsg_before_start = 0;
     std::uint64_t crash_records_read = 0;  // pstore dumps and BERT tables decoded (new ones)
+    // (device, link kind, counter) -> errors the device's links corrected,
+    // from the kLinkCorrected reports since start.
+    std::map<std::tuple<int, std::string, std::string>, std::uint64_t> link_errors;
     // Each source's state (active | absent | no_permission | in_use |
     // disabled | failed) and why, by source name.
     struct SourceState {
@@ -132,9 +136,16 @@ class RasIngest {
     std::string how;
   };
   std::vector<RdmaPort> RdmaPortsOf(int device) const;
-  // After each RDMA poll: every accelerator that uses RDMA ports, with those
-  // of its ports that are down (not ACTIVE and LinkUp) now.
-  using LinkObserver = std::function<void(const std::map<int, std::vector<std::string>>&)>;
+  // One kind of link as last read: `source` "RDMA" after each RDMA poll
+  // (every accelerator that uses RDMA ports, with those of its ports that
+  // are down, not ACTIVE and LinkUp, now); "NVLink", "HCCS" or "RoCE" after
+  // a driver's or NVML's link report (every device that has reported a link
+  // of that kind, with its links down now: "NVLink 2"). Loop thread.
+  // The third map: links the source cannot tell down from absent (NVML's
+  // NVLinks inactive at its start) and has heard nothing of since.
+  using LinkObserver = std::function<void(
+      std::string_view source, const std::map<int, std::vector<std::string>>& down,
+      const std::map<int, std::vector<std::string>>& unconfirmed)>;
   void SetLinkObserver(LinkObserver observer) { link_observer_ = std::move(observer); }
   Stats GetStats() const;
   // The processes NVML lists as computing on the GPU at `pci_bdf` now
@@ -182,6 +193,9 @@ class RasIngest {
   void UpdateNicAffinity();
   void ArmInfiniband();
   void OnDriverEvents();
+  // A kLinkDown / kLinkUp report's device in the runtime's numbering
+  // (NVML's name it by PCI address), or nullopt.
+  std::optional<int> LinkDevice(const drivers::DriverErrorEvent& event) const;
 
   common::EventLoop& loop_;
   const common::HostEnv& host_;
@@ -226,6 +240,13 @@ class RasIngest {
   std::set<std::string> affinity_of_;  // the RDMA devices nic_affinity_ was made for
   std::map<std::string, ras::NicAffinity> nic_affinity_;  // by RDMA device
   LinkObserver link_observer_;
+  // The devices' own links down now, by link kind ("NVLink") and device.
+  std::map<std::string, std::map<int, std::set<unsigned>>, std::less<>> device_links_down_;
+  // Link kinds whose state LinkHealth has not been told yet (NVLink after
+  // NVML's start: a device restored as down learns its links are up).
+  std::set<std::string> link_kinds_unannounced_;
+  // NVLinks inactive at NVML's start, by device, until a report names them.
+  std::map<int, std::set<unsigned>> nvlinks_unconfirmed_;
   mutable std::mutex infiniband_mutex_;
   ras::InfinibandSnapshot infiniband_published_;  // guarded by infiniband_mutex_
 

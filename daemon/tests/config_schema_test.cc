@@ -91,7 +91,7 @@ kubernetes: {device_plugin: true, gpu_resource: example.com/gpu, npu_resource: e
 jobs: [{name: j, kind: inference}]
 liveness: {period_ms: 0, deadline_ms: 300, misses: 5}
 workloads: {grace_ms: 1500, on_drain: notify, kill_consumer: false}
-simulator: {devices: 2, memory_mib: 64}
+simulator: {devices: 2, memory_mib: 64, link_sysfs: true}
 )",
                                   "changed.yaml");
   EXPECT_TRUE(result.ok()) << testing::PrintToString(Problems(result));
@@ -187,6 +187,7 @@ TEST(ConfigSchemaTest, RestartKeysAreTheOnesReloadAlwaysKept) {
       "jobs",
       "simulator.devices",
       "simulator.memory_mib",
+      "simulator.link_sysfs",
   };
   EXPECT_EQ(SchemaRestartRequiredChanges(Config{}, EveryKeyChanged()), expected);
   EXPECT_TRUE(SchemaRestartRequiredChanges(EveryKeyChanged(), EveryKeyChanged()).empty());

@@ -53,6 +53,7 @@ if(RASD_BUILD_TESTS)
     ${CMAKE_CURRENT_SOURCE_DIR}/tests/ascend_driver_test.cc
     ${CMAKE_CURRENT_SOURCE_DIR}/tests/ascend_errors_test.cc
     ${CMAKE_CURRENT_SOURCE_DIR}/tests/ascend_kernels_test.cc
+    ${CMAKE_CURRENT_SOURCE_DIR}/tests/dcmi_link_test.cc
   )
   target_include_directories(drivers_unit_tests PRIVATE ${CMAKE_CURRENT_LIST_DIR})
   target_compile_definitions(drivers_unit_tests PRIVATE

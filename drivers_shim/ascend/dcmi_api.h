@@ -19,6 +19,8 @@ struct DcmiApi {
   // Optional: the PCI address and die id are left empty without them.
   decltype(&::dcmi_get_device_pcie_info_v2) get_device_pcie_info = nullptr;
   decltype(&::dcmi_get_device_die_v2) get_device_die = nullptr;
+  // Optional: without it the chips' RoCE ports are not watched.
+  decltype(&::dcmi_get_device_network_health) get_device_network_health = nullptr;
 
   // kUnavailable naming the first required symbol `library` lacks. The
   // library must outlive the result.

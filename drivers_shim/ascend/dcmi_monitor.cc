@@ -32,6 +32,7 @@ Result<DcmiApi> DcmiApi::Load(const common::DynamicLibrary& library) {
   if (!bound) return Fail(bound.error());
   optional(api.get_device_pcie_info, "dcmi_get_device_pcie_info_v2");
   optional(api.get_device_die, "dcmi_get_device_die_v2");
+  optional(api.get_device_network_health, "dcmi_get_device_network_health");
   return api;
 }
 
@@ -81,6 +82,21 @@ std::vector<DriverErrorEvent> DiffChipHealth(int device, ChipHealth& last, unsig
   }
   last.codes = std::move(current);
   return events;
+}
+
+std::optional<DriverErrorEvent> DiffNetworkHealth(int device, std::optional<bool>& last_up,
+                                                  int result) {
+  if (result == DCMI_RDFX_DETECT_INIT || result == DCMI_RDFX_DETECT_IP_SET) return std::nullopt;
+  const bool up = result == DCMI_RDFX_DETECT_OK;
+  if (last_up == up) return std::nullopt;
+  last_up = up;
+  return DriverErrorEvent{
+      .device = device,
+      .kind = up ? DriverErrorKind::kLinkUp : DriverErrorKind::kLinkDown,
+      .message = up ? std::string("DCMI: RoCE network health OK: link up")
+                    : fmt::format("DCMI: RoCE network health {}: link down", result),
+      .time = std::chrono::system_clock::now(),
+      .link = DeviceLink{.kind = LinkKind::kRoce, .index = 0}};
 }
 
 Result<std::unique_ptr<DcmiMonitor>> DcmiMonitor::Create(const std::string& library,
@@ -201,6 +217,16 @@ void DcmiMonitor::PollOnce() {
     for (auto& event : DiffChipHealth(static_cast<int>(device), chip.last, health, current)) {
       event.message += fmt::format(" (card {} chip {})", chip.card, chip.chip);
       emit_(std::move(event));
+    }
+    dcmi_rdfx_detect_result network = DCMI_RDFX_DETECT_INIT;
+    // A failed query says nothing about the link.
+    if (api_.get_device_network_health != nullptr &&
+        api_.get_device_network_health(chip.card, chip.chip, &network) == 0) {
+      if (auto event = DiffNetworkHealth(static_cast<int>(device), chip.roce_up,
+                                         static_cast<int>(network))) {
+        event->message += fmt::format(" (card {} chip {})", chip.card, chip.chip);
+        emit_(std::move(*event));
+      }
     }
   }
 }

@@ -6,6 +6,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <span>
 #include <string>
@@ -33,9 +34,23 @@ struct ChipHealth {
 std::vector<DriverErrorEvent> DiffChipHealth(int device, ChipHealth& last, unsigned int health,
                                              std::span<const unsigned int> codes);
 
+// Compares a fresh dcmi_get_device_network_health answer for `device`'s
+// RoCE port with `last_up` (absent: nothing known yet), updates it, and
+// returns the link report: kLinkDown / kLinkUp with link {kRoce, 0} when the
+// state changes, and at the first answer that says anything (up or down,
+// so that the daemon knows the device has the link). DETECT_OK is up;
+// INIT and IP_SET (the prober is starting, or its address is being set)
+// say nothing and change nothing; every other value is down.
+std::optional<DriverErrorEvent> DiffNetworkHealth(int device, std::optional<bool>& last_up,
+                                                  int result);
+
 // The DCMI side of the Ascend backend: finds where each ACL device sits
 // (card and chip, through the logic id), answers its PCI address and die id,
-// and polls health and error codes on its own thread.
+// and polls health, error codes and, where the library has
+// dcmi_get_device_network_health, the RoCE port's state (DiffNetworkHealth)
+// on its own thread. HCCS links have no per-link state query in the
+// documented DCMI API: their faults arrive as the chip's error codes (the
+// Ascend code table classifies them).
 //
 // Ownership: owns the library and the thread; Stop (or destruction) joins
 // the thread promptly, waking it from its wait.
@@ -73,6 +88,7 @@ class DcmiMonitor {
     std::string pci_bdf;
     std::string uuid;
     ChipHealth last;  // used by the polling thread only
+    std::optional<bool> roce_up;  // used by the polling thread only
   };
 
   DcmiMonitor(common::DynamicLibrary library, DcmiApi api)

@@ -29,6 +29,21 @@ struct dcmi_die_id {
   unsigned int soc_die[5];
 };
 
+// dcmi_get_device_network_health's answer: the RoCE port's reachability
+// of its detection address, as the chip's own prober sees it.
+enum dcmi_rdfx_detect_result {
+  DCMI_RDFX_DETECT_OK = 0,
+  DCMI_RDFX_DETECT_SOCK_FAIL = 1,
+  DCMI_RDFX_DETECT_RECV_TIMEOUT = 2,
+  DCMI_RDFX_DETECT_UNREACH = 3,
+  DCMI_RDFX_DETECT_TIME_EXCEEDED = 4,
+  DCMI_RDFX_DETECT_FAULT = 5,
+  DCMI_RDFX_DETECT_INIT = 6,
+  DCMI_RDFX_DETECT_THREAD_ERR = 7,
+  DCMI_RDFX_DETECT_IP_SET = 8,
+  DCMI_RDFX_DETECT_MAX = 0xFF
+};
+
 int dcmi_init(void);
 int dcmi_get_card_num_list(int* card_num, int* card_list, int list_len);
 int dcmi_get_device_num_in_card(int card_id, int* device_num);
@@ -37,6 +52,8 @@ int dcmi_get_device_health(int card_id, int device_id, unsigned int* health);
 int dcmi_get_device_errorcode_v2(int card_id, int device_id, int* error_count,
                                  unsigned int* error_code_list, unsigned int list_len);
 int dcmi_get_device_pcie_info_v2(int card_id, int device_id, struct dcmi_pcie_info_all* pcie_info);
+int dcmi_get_device_network_health(int card_id, int device_id,
+                                   enum dcmi_rdfx_detect_result* result);
 int dcmi_get_device_die_v2(int card_id, int device_id, enum dcmi_die_type input_type,
                            struct dcmi_die_id* die_id);
 

@@ -15,6 +15,12 @@ if(RASD_BUILD_TESTS)
   set_target_properties(rasd_fake_nvml PROPERTIES
     OUTPUT_NAME fake_nvml LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
   target_link_libraries(rasd_fake_nvml PRIVATE Threads::Threads)
+  # The same without the NVLink entry points: an older libnvidia-ml.
+  add_library(rasd_fake_nvml_no_nvlink SHARED ${CMAKE_CURRENT_SOURCE_DIR}/tests/fake_nvml.cc)
+  set_target_properties(rasd_fake_nvml_no_nvlink PROPERTIES
+    OUTPUT_NAME fake_nvml_no_nvlink LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+  target_compile_definitions(rasd_fake_nvml_no_nvlink PRIVATE RASD_FAKE_NVML_NO_NVLINK)
+  target_link_libraries(rasd_fake_nvml_no_nvlink PRIVATE Threads::Threads)
   # libcuda's entry points over host memory, kernels from sim_kernels.cc
   # (tests/fake_cuda.cc).
   # rasd_fake_cuda_noreset: the same without cuDevicePrimaryCtxReset, as
@@ -40,8 +46,10 @@ if(RASD_BUILD_TESTS)
   )
   target_compile_definitions(drivers_unit_tests PRIVATE
     RASD_FAKE_NVML_PATH="$<TARGET_FILE:rasd_fake_nvml>"
+    RASD_FAKE_NVML_NO_NVLINK_PATH="$<TARGET_FILE:rasd_fake_nvml_no_nvlink>"
     RASD_FAKE_CUDA_PATH="$<TARGET_FILE:rasd_fake_cuda>"
     RASD_FAKE_CUDA_NORESET_PATH="$<TARGET_FILE:rasd_fake_cuda_noreset>"
     RASD_HAVE_CUDA_KERNELS=$<BOOL:${RASD_HAVE_CUDA_KERNELS}>)
-  add_dependencies(drivers_unit_tests rasd_fake_nvml rasd_fake_cuda rasd_fake_cuda_noreset)
+  add_dependencies(drivers_unit_tests rasd_fake_nvml rasd_fake_nvml_no_nvlink rasd_fake_cuda
+                   rasd_fake_cuda_noreset)
 endif()

@@ -13,6 +13,7 @@ namespace rasd::drivers::nvml {
 
 using Return = int;  // nvmlReturn_t
 inline constexpr Return kSuccess = 0;
+inline constexpr Return kErrorInvalidArgument = 2;
 inline constexpr Return kErrorNotSupported = 3;
 inline constexpr Return kErrorInsufficientSize = 7;
 inline constexpr Return kErrorTimeout = 10;
@@ -70,6 +71,22 @@ inline constexpr int kVolatileEcc = 0;         // nvmlEccCounterType_t
 inline constexpr int kRetiredMultipleSbe = 0;  // nvmlPageRetirementCause_t
 inline constexpr int kRetiredDoubleBitEcc = 1;
 
+// NVLink: links are numbered 0..kNvlinkMaxLinks-1 (NVML_NVLINK_MAX_LINKS in
+// current headers); a link the GPU does not have answers NOT_SUPPORTED or
+// INVALID_ARGUMENT. nvmlDeviceGetNvLinkState's isActive is an
+// nvmlEnableState_t (1: enabled, the link is up).
+inline constexpr unsigned kNvlinkMaxLinks = 18;
+inline constexpr int kEnableStateEnabled = 1;
+// nvmlNvLinkErrorCounter_t, with the names rasd reports them by.
+inline constexpr int kNvlinkErrorCounters = 5;
+inline constexpr const char* kNvlinkErrorCounterNames[kNvlinkErrorCounters] = {
+    "replay",    // NVML_NVLINK_ERROR_DL_REPLAY
+    "recovery",  // NVML_NVLINK_ERROR_DL_RECOVERY
+    "crc_flit",  // NVML_NVLINK_ERROR_DL_CRC_FLIT
+    "crc_data",  // NVML_NVLINK_ERROR_DL_CRC_DATA
+    "ecc_data",  // NVML_NVLINK_ERROR_DL_ECC_DATA
+};
+
 // The entry points, resolved from the loaded library.
 struct Api {
   common::DynamicLibrary library;
@@ -96,6 +113,9 @@ struct Api {
   // on a GPU, by the newest of the two that the library has.
   Return (*DeviceGetComputeRunningProcessesV2)(Device, unsigned int*, ProcessInfoV2*) = nullptr;
   Return (*DeviceGetComputeRunningProcessesV1)(Device, unsigned int*, ProcessInfoV1*) = nullptr;
+  // Optional, both or neither: NVLink state and error counters.
+  Return (*DeviceGetNvLinkState)(Device, unsigned int, int*) = nullptr;
+  Return (*DeviceGetNvLinkErrorCounter)(Device, unsigned int, int, unsigned long long*) = nullptr;
 
   // Loads `library_name` and resolves every entry point: kUnavailable
   // naming what is missing (of those that are not optional).

@@ -8,6 +8,7 @@
 #include <cctype>
 #include <condition_variable>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -58,6 +59,13 @@ Result<Api> Api::Load(const std::string& library_name) {
     if (!api.library.Bind(api.DeviceGetComputeRunningProcessesV1,
                           "nvmlDeviceGetComputeRunningProcesses"))
       api.DeviceGetComputeRunningProcessesV1 = nullptr;
+  }
+  // NVLink polling only: a library from before NVLink (or a stand-in
+  // without it) still reports everything else.
+  if (!api.library.Bind(api.DeviceGetNvLinkState, "nvmlDeviceGetNvLinkState") ||
+      !api.library.Bind(api.DeviceGetNvLinkErrorCounter, "nvmlDeviceGetNvLinkErrorCounter")) {
+    api.DeviceGetNvLinkState = nullptr;
+    api.DeviceGetNvLinkErrorCounter = nullptr;
   }
   return api;
 }
@@ -128,6 +136,12 @@ struct CounterBaseline {
   std::optional<unsigned> remapped_rows;  // corrected + uncorrected
   bool remap_failed = false;
   std::optional<unsigned> pcie_replays;
+  // By NVLink number, the links the GPU has (state readable at least once).
+  struct Link {
+    std::optional<bool> up;  // absent: never read
+    std::optional<unsigned long long> counters[nvml::kNvlinkErrorCounters];
+  };
+  std::map<unsigned, Link> nvlinks;
 };
 
 class NvmlMonitorImpl final : public NvmlMonitor {
@@ -154,6 +168,12 @@ class NvmlMonitorImpl final : public NvmlMonitor {
     unsigned count = 0;
     if (nvml::Return rc = api_.DeviceGetCount(&count); rc != nvml::kSuccess) {
       return Fail(ErrorCode::kUnavailable, api_.Describe("nvmlDeviceGetCount", rc));
+    }
+    if (api_.DeviceGetNvLinkState == nullptr) {
+      RASD_LOG_INFO(
+          "NVML: {} has no NVLink queries (nvmlDeviceGetNvLinkState, "
+          "nvmlDeviceGetNvLinkErrorCounter): NVLinks are not polled",
+          api_.library.name());
     }
     if (nvml::Return rc = api_.EventSetCreate(&events_); rc != nvml::kSuccess) {
       RASD_LOG_WARN("NVML: no event set ({}); reading counters only",
@@ -185,12 +205,16 @@ class NvmlMonitorImpl final : public NvmlMonitor {
       handles_.push_back(handle);
       gpus_.push_back(std::move(gpu));
       baselines_.push_back(ReadCounters(handle, {}, /*report=*/false, gpus_.back()));
+      for (const auto& [link, state] : baselines_.back().nvlinks) {
+        if (state.up == false) gpus_.back().nvlinks_inactive_at_start.push_back(link);
+      }
     }
     thread_ = std::thread([this] { Run(); });
     return {};
   }
 
   const std::vector<NvmlGpu>& Gpus() const override { return gpus_; }
+  bool PollsNvlinks() const override { return api_.DeviceGetNvLinkState != nullptr; }
   std::uint64_t Reports() const override { return reports_.load(std::memory_order_relaxed); }
 
   Result<std::vector<std::int64_t>> ComputeProcesses(std::string_view pci_bdf) const override {
@@ -414,7 +438,66 @@ class NvmlMonitorImpl final : public NvmlMonitor {
                                 replays - *last.pcie_replays));
       }
     }
+    if (api_.DeviceGetNvLinkState != nullptr) ReadNvlinks(handle, last, report, gpu, now);
     return now;
+  }
+
+  DriverErrorEvent LinkReport(const NvmlGpu& gpu, DriverErrorKind kind, unsigned link) const {
+    DriverErrorEvent event = Report(gpu);
+    event.kind = kind;
+    event.link = DeviceLink{.kind = LinkKind::kNvlink, .index = link};
+    return event;
+  }
+
+  // Each NVLink's state and error counters. A link NVML says the GPU does
+  // not have (NOT_SUPPORTED, INVALID_ARGUMENT) is skipped; one that fails
+  // otherwise (the GPU lost) keeps its last reading, so that nothing is
+  // reported twice and a failed query is not a link down. A link inactive
+  // at the first reading is not reported: NVML reads a link that is not
+  // cabled (a PCIe GPU without its bridge) as inactive, and such a GPU must
+  // not leave its collectives; it is listed in NvmlGpu::nvlinks_inactive_at_start
+  // and reported up if it comes up. A counter that went down was reset and is
+  // re-based.
+  void ReadNvlinks(nvml::Device handle, const CounterBaseline& last, bool report,
+                   const NvmlGpu& gpu, CounterBaseline& now) {
+    for (unsigned link = 0; link < nvml::kNvlinkMaxLinks; ++link) {
+      const auto before = last.nvlinks.find(link);
+      const CounterBaseline::Link* was = before != last.nvlinks.end() ? &before->second : nullptr;
+      int active = 0;
+      const nvml::Return rc = api_.DeviceGetNvLinkState(handle, link, &active);
+      if (rc == nvml::kErrorNotSupported || rc == nvml::kErrorInvalidArgument) continue;
+      CounterBaseline::Link& reading = now.nvlinks[link];
+      if (rc != nvml::kSuccess) {
+        if (was != nullptr) reading = *was;
+        continue;
+      }
+      reading.up = active == nvml::kEnableStateEnabled;
+      const bool first = was == nullptr || !was->up;
+      if (first ? *reading.up && report : *reading.up != *was->up) {
+        DriverErrorEvent event = LinkReport(
+            gpu, *reading.up ? DriverErrorKind::kLinkUp : DriverErrorKind::kLinkDown, link);
+        event.message = fmt::format("NVML: GPU {} ({}) NVLink {} {}", gpu.index, gpu.pci_bdf, link,
+                                    *reading.up ? "up" : "down");
+        Deliver(event);
+      }
+      for (int counter = 0; counter < nvml::kNvlinkErrorCounters; ++counter) {
+        const auto slot = static_cast<std::size_t>(counter);
+        unsigned long long value = 0;
+        if (api_.DeviceGetNvLinkErrorCounter(handle, link, counter, &value) != nvml::kSuccess) {
+          if (was != nullptr) reading.counters[slot] = was->counters[slot];
+          continue;
+        }
+        reading.counters[slot] = value;
+        if (!report || was == nullptr || !was->counters[slot] || value <= *was->counters[slot])
+          continue;
+        DriverErrorEvent event = LinkReport(gpu, DriverErrorKind::kLinkCorrected, link);
+        event.link->counter = nvml::kNvlinkErrorCounterNames[slot];
+        event.count = value - *was->counters[slot];
+        event.message = fmt::format("NVML: GPU {} ({}) NVLink {} {} errors +{}", gpu.index,
+                                    gpu.pci_bdf, link, event.link->counter, event.count);
+        Deliver(event);
+      }
+    }
   }
 
   nvml::Api api_;

@@ -34,8 +34,26 @@ std::string_view DriverErrorKindName(DriverErrorKind kind) {
       return "hang";
     case DriverErrorKind::kVendorCode:
       return "vendor_code";
+    case DriverErrorKind::kLinkDown:
+      return "link_down";
+    case DriverErrorKind::kLinkUp:
+      return "link_up";
+    case DriverErrorKind::kLinkCorrected:
+      return "link_corrected";
   }
   return "unknown";
+}
+
+std::string_view LinkKindName(LinkKind kind) {
+  switch (kind) {
+    case LinkKind::kNvlink:
+      return "NVLink";
+    case LinkKind::kHccs:
+      return "HCCS";
+    case LinkKind::kRoce:
+      return "RoCE";
+  }
+  return "link";
 }
 
 namespace {
@@ -690,6 +708,21 @@ class SimDriverImpl final : public SimDriver {
           .peer_device = device_b,
           .message =
               fmt::format("link between device {} and device {} failed", device_a, device_b)});
+    return {};
+  }
+
+  Status SetLinkState(int device_a, int device_b, bool up) override {
+    if (auto device = GetDevice(device_a); !device) return Fail(device.error());
+    if (auto device = GetDevice(device_b); !device) return Fail(device.error());
+    if (device_a == device_b)
+      return Fail(ErrorCode::kInvalidArgument, "a link joins two different devices");
+    std::lock_guard lock(links_mutex_);
+    const std::pair<int, int> link{std::min(device_a, device_b), std::max(device_a, device_b)};
+    if (up) {
+      links_down_.erase(link);
+    } else {
+      links_down_.insert(link);
+    }
     return {};
   }
 

@@ -13,6 +13,14 @@
 //     replay GPU COUNT                         the PCIe replay counter
 //     noevents GPU                             the GPU supports no events
 //     procs GPU [PID...]                       the processes computing on it
+//     nvlinks GPU COUNT                        the GPU has COUNT NVLinks (0..COUNT-1,
+//                                              active); others are NOT_SUPPORTED
+//     nvlink GPU LINK up|down                  a link's state
+//     nvlinkerr GPU LINK COUNTER VALUE         an NVLink error counter (0 replay,
+//                                              1 recovery, 2 CRC flit, 3 CRC data, 4 ECC)
+//   RASD_FAKE_NVML_NVLINKS  NVLinks every GPU has at start (default 0)
+// Built a second time with RASD_FAKE_NVML_NO_NVLINK as an older library
+// that has no NVLink entry points at all.
 
 #include <chrono>
 #include <cstdio>
@@ -37,6 +45,11 @@ struct FakeGpu {
   std::vector<unsigned> processes;
   bool events_supported = true;
   unsigned long long registered = 0;
+  struct Link {
+    bool active = true;
+    unsigned long long counters[5] = {};
+  };
+  std::vector<Link> links;
 };
 
 struct PendingEvent {
@@ -104,6 +117,20 @@ void ReadScript() {
       words >> target.replays;
     } else if (verb == "noevents") {
       target.events_supported = false;
+    } else if (verb == "nvlinks") {
+      std::size_t count = 0;
+      words >> count;
+      target.links.resize(count);
+    } else if (verb == "nvlink") {
+      std::size_t link = 0;
+      std::string state;
+      if (words >> link >> state && link < target.links.size())
+        target.links[link].active = state == "up";
+    } else if (verb == "nvlinkerr") {
+      std::size_t link = 0, counter = 0;
+      unsigned long long value = 0;
+      if (words >> link >> counter >> value && link < target.links.size() && counter < 5)
+        target.links[link].counters[counter] = value;
     } else if (verb == "procs") {
       target.processes.clear();
       for (unsigned pid = 0; words >> pid;) target.processes.push_back(pid);
@@ -138,6 +165,9 @@ int nvmlInit_v2() {
       std::istringstream items(list);
       std::string bdf;
       while (std::getline(items, bdf, ',')) gpus.push_back(FakeGpu{.bdf = bdf});
+    }
+    if (const char* links = std::getenv("RASD_FAKE_NVML_NVLINKS")) {
+      for (auto& gpu : gpus) gpu.links.resize(std::strtoul(links, nullptr, 10));
     }
   }
   return kSuccess;
@@ -312,6 +342,33 @@ int nvmlDeviceGetPcieReplayCounter(void* device, unsigned* value) {
   *value = gpu->replays;
   return kSuccess;
 }
+
+#ifndef RASD_FAKE_NVML_NO_NVLINK
+constexpr int kNotSupported = 3;
+
+int nvmlDeviceGetNvLinkState(void* device, unsigned link, int* active) {
+  std::lock_guard lock(mutex);
+  ReadScript();
+  FakeGpu* gpu = Find(device);
+  if (gpu == nullptr || active == nullptr) return kInvalidArgument;
+  if (link >= 18) return kInvalidArgument;
+  if (link >= gpu->links.size()) return kNotSupported;
+  *active = gpu->links[link].active ? 1 : 0;
+  return kSuccess;
+}
+
+int nvmlDeviceGetNvLinkErrorCounter(void* device, unsigned link, int counter,
+                                    unsigned long long* value) {
+  std::lock_guard lock(mutex);
+  ReadScript();
+  FakeGpu* gpu = Find(device);
+  if (gpu == nullptr || value == nullptr || counter < 0 || counter > 4) return kInvalidArgument;
+  if (link >= 18) return kInvalidArgument;
+  if (link >= gpu->links.size()) return kNotSupported;
+  *value = gpu->links[link].counters[counter];
+  return kSuccess;
+}
+#endif
 
 struct ProcessInfoV2 {
   unsigned pid;

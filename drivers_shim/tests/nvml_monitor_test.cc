@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -209,6 +210,101 @@ TEST_F(NvmlMonitorTest, StopsPromptly) {
   const auto begin = std::chrono::steady_clock::now();
   monitor_.reset();
   EXPECT_LT(std::chrono::steady_clock::now() - begin, 1s);
+}
+
+}  // namespace
+}  // namespace rasd::drivers
+
+namespace rasd::drivers {
+namespace {
+
+// NVLinks: state changes are typed link reports, error counters' increases
+// kLinkCorrected reports with their count; links the GPU does not have
+// (NOT_SUPPORTED below 18, INVALID_ARGUMENT from 18) are never reported.
+TEST_F(NvmlMonitorTest, NvlinkStateChangesAndCounterIncreasesAreTypedReports) {
+  Script("nvlinks 0 4");
+  Script("nvlinkerr 0 2 2 100");  // counts since the driver loaded: the baseline
+  ASSERT_TRUE(Start());
+  Script("nvlinkerr 0 2 2 105");
+  auto report = Nth(1);
+  EXPECT_EQ(report.kind, DriverErrorKind::kLinkCorrected);
+  EXPECT_EQ(report.pci_bdf, "0000:c1:00.0");
+  EXPECT_EQ(report.device, -1);
+  EXPECT_EQ(report.count, 5u);
+  ASSERT_TRUE(report.link.has_value());
+  EXPECT_EQ(*report.link,
+            (DeviceLink{.kind = LinkKind::kNvlink, .index = 2, .counter = "crc_flit"}));
+
+  // The counter is reset (driver reload): re-based, not a report. Link 3's
+  // down and up mark polls that have seen the reset.
+  Script("nvlinkerr 0 2 2 1");
+  Script("nvlink 0 3 down");
+  report = Nth(2);
+  EXPECT_EQ(report.kind, DriverErrorKind::kLinkDown);
+  ASSERT_TRUE(report.link.has_value());
+  EXPECT_EQ(report.link->index, 3u);
+  EXPECT_NE(report.message.find("NVLink 3 down"), std::string::npos) << report.message;
+  Script("nvlink 0 3 up");
+  report = Nth(3);
+  EXPECT_EQ(report.kind, DriverErrorKind::kLinkUp);
+  EXPECT_EQ(report.link->index, 3u);
+  Script("nvlinkerr 0 2 0 7");  // replay: another counter of the same link
+  Script("nvlinkerr 0 2 2 4");
+  report = Nth(4);
+  EXPECT_EQ(report.kind, DriverErrorKind::kLinkCorrected);
+  std::map<std::string, std::uint64_t> counts;
+  counts[report.link->counter] = report.count;
+  report = Nth(5);
+  counts[report.link->counter] = report.count;
+  EXPECT_EQ(counts, (std::map<std::string, std::uint64_t>{{"replay", 7}, {"crc_flit", 3}}));
+  std::this_thread::sleep_for(100ms);  // several polls: nothing else to report
+  EXPECT_EQ(Count(), 5u);
+}
+
+// A link inactive when the monitor starts is not reported: NVML reads an
+// uncabled NVLink (a PCIe GPU without its bridge) so, and such a GPU must
+// stay in its collectives. It is listed as inactive at start, and once it
+// comes up it is watched like any other.
+TEST_F(NvmlMonitorTest, ALinkInactiveAtStartIsListedNotReportedDown) {
+  Script("nvlinks 1 2");
+  Script("nvlink 1 1 down");
+  ASSERT_TRUE(Start());
+  ASSERT_EQ(monitor_->Gpus().size(), 2u);
+  EXPECT_EQ(monitor_->Gpus()[1].nvlinks_inactive_at_start, std::vector<unsigned>{1});
+  EXPECT_TRUE(monitor_->Gpus()[0].nvlinks_inactive_at_start.empty());
+  EXPECT_TRUE(monitor_->PollsNvlinks());
+  Script("nvlink 1 1 up");
+  auto report = Nth(1);
+  EXPECT_EQ(report.kind, DriverErrorKind::kLinkUp);
+  EXPECT_EQ(report.pci_bdf, "0000:c2:00.0");
+  ASSERT_TRUE(report.link.has_value());
+  EXPECT_EQ(report.link->index, 1u);
+  EXPECT_EQ(report.link->kind, LinkKind::kNvlink);
+  Script("nvlink 1 1 down");
+  report = Nth(2);
+  EXPECT_EQ(report.kind, DriverErrorKind::kLinkDown);
+  EXPECT_EQ(report.link->index, 1u);
+}
+
+// An older libnvidia-ml without the NVLink entry points: no NVLink polling,
+// everything else as before.
+TEST_F(NvmlMonitorTest, ALibraryWithoutNvlinkQueriesStillReportsTheRest) {
+  Script("nvlinks 0 2");
+  Script("nvlink 0 0 down");
+  auto monitor = NvmlMonitor::Start(
+      {.library = RASD_FAKE_NVML_NO_NVLINK_PATH, .counter_poll = 20ms, .event_wait = 20ms},
+      [this](const DriverErrorEvent& event) {
+        std::lock_guard lock(mutex_);
+        reports_.push_back(event);
+        arrived_.notify_all();
+      });
+  ASSERT_TRUE(monitor) << monitor.error().message;
+  monitor_ = std::move(*monitor);
+  Script("ecc 0 3 0");
+  const auto report = Nth(1);
+  EXPECT_EQ(report.kind, DriverErrorKind::kCorrectedEcc);
+  EXPECT_EQ(report.count, 3u);
+  EXPECT_FALSE(report.link.has_value());
 }
 
 }  // namespace

@@ -226,6 +226,10 @@ std::vector<MetricFamily> Families(const MetricsSnapshot& snapshot) {
     auto op_timeouts = Family("rasd_device_op_timeouts_total",
                               "Work on the device that jobs abandoned past its deadline",
                               MetricType::Counter);
+    auto usable = Family("rasd_device_links_usable",
+                         "1 while collectives may place a rank on the device (no link of it "
+                         "down, or held for flapping)",
+                         MetricType::Gauge);
     auto latency = Family("rasd_device_heartbeat_latency_seconds",
                           "Launch to seen finished of the device's last heartbeat",
                           MetricType::Gauge);
@@ -259,6 +263,8 @@ std::vector<MetricFamily> Families(const MetricsSnapshot& snapshot) {
           Value(MetricType::Counter, static_cast<double>(device.op_timeouts), {{"device", index}}));
       latency.metric.push_back(
           Value(MetricType::Gauge, device.heartbeat_latency_seconds, {{"device", index}}));
+      usable.metric.push_back(
+          Value(MetricType::Gauge, device.links_usable ? 1 : 0, {{"device", index}}));
     }
     add(std::move(health));
     add(std::move(info));
@@ -268,6 +274,28 @@ std::vector<MetricFamily> Families(const MetricsSnapshot& snapshot) {
     add(std::move(hangs));
     add(std::move(op_timeouts));
     add(std::move(latency));
+    add(std::move(usable));
+  }
+  {
+    auto down = Family("rasd_device_links_down",
+                       "A device's links down now, by kind (RDMA, NVLink, HCCS, RoCE)",
+                       MetricType::Gauge);
+    for (const auto& [key, count] : snapshot.links_down) {
+      down.metric.push_back(Value(MetricType::Gauge, static_cast<double>(count),
+                                  {{"device", std::to_string(key.first)}, {"link", key.second}}));
+    }
+    add(std::move(down));
+    auto errors = Family("rasd_device_link_errors_total",
+                         "Errors a device's links corrected (NVLink replay, recovery, CRC, ECC) "
+                         "since rasd started",
+                         MetricType::Counter);
+    for (const auto& [key, count] : snapshot.link_errors) {
+      const auto& [device, link, counter] = key;
+      errors.metric.push_back(Value(
+          MetricType::Counter, static_cast<double>(count),
+          {{"device", std::to_string(device)}, {"link", link}, {"counter", counter}}));
+    }
+    add(std::move(errors));
   }
   AddInfiniband(snapshot.infiniband, add);
   {

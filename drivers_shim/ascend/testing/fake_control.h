@@ -69,5 +69,8 @@ void fake_dcmi_set_error_codes(int logic_id, const unsigned int* codes, int coun
 // How many times dcmi_get_device_errorcode_v2 has answered: a test waits for
 // it to grow to know a poll has seen what it set.
 int fake_dcmi_error_code_reads(void);
+// What dcmi_get_device_network_health answers for the chip (0: OK; -1: the
+// query fails).
+void fake_dcmi_set_network_health(int logic_id, int result);
 
 }  // extern "C"

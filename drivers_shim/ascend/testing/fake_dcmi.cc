@@ -6,6 +6,9 @@
 // once, at the next health or error-code query:
 //   codes LOGIC_ID CODE...   the chip's current error codes (hex or decimal)
 //   health LOGIC_ID LEVEL
+//   network LOGIC_ID RESULT   dcmi_get_device_network_health's answer
+//                             (0 OK, 3 unreachable, 6 initialising, ...;
+//                             -1: the query fails)
 
 #include <algorithm>
 #include <cstdlib>
@@ -25,6 +28,7 @@ struct Chip {
   int logic_id = 0;
   unsigned int health = 0;
   std::vector<unsigned int> codes;
+  int network = -1;  // -1: the query fails (no RoCE detection configured); 0: OK
 };
 
 struct Fake {
@@ -86,6 +90,8 @@ void ReadScript(Fake& fake) {
       }
     } else if (verb == "health") {
       words >> chip->health;
+    } else if (verb == "network") {
+      words >> chip->network;
     }
   }
 }
@@ -174,7 +180,25 @@ int dcmi_get_device_die_v2(int card_id, int device_id, enum dcmi_die_type input_
   return 0;
 }
 
+int dcmi_get_device_network_health(int card_id, int device_id,
+                                   enum dcmi_rdfx_detect_result* result) {
+  Fake& fake = State();
+  std::lock_guard lock(fake.mutex);
+  ReadScript(fake);
+  Chip* chip = Find(fake, card_id, device_id);
+  if (chip == nullptr || chip->network < 0) return kNotFound;
+  *result = static_cast<dcmi_rdfx_detect_result>(chip->network);
+  return 0;
+}
+
 // ---- test controls ----
+
+void fake_dcmi_set_network_health(int logic_id, int result) {
+  Fake& fake = State();
+  std::lock_guard lock(fake.mutex);
+  if (Chip* chip = FindLogic(fake, logic_id)) chip->network = result;
+}
+
 
 void fake_dcmi_reset(void) {
   Fake& fake = State();

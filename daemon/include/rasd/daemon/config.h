@@ -168,6 +168,9 @@ struct Config {
   struct Simulator {
     int devices = 4;
     std::uint64_t memory_mib = 1024;
+    // Under a non-`/` host.root: each device's RDMA NIC as a sysfs tree the
+    // RDMA poller reads, and `rasctl inject link` / `link-up` flip its ports.
+    bool link_sysfs = false;
     bool operator==(const Simulator&) const = default;
   } simulator;
 

@@ -107,6 +107,24 @@ enum class DriverErrorKind : std::uint8_t {
   kVendorCode,      // a vendor error code (`vendor_code` in `code_space`) that
                     // rasd's code tables classify: an NVIDIA Xid, an Ascend
                     // runtime or DCMI code
+  // The device's own interconnect (`link`: an NVLink, an HCCS or RoCE port),
+  // as a monitoring library polls it. Not faults of the device's compute:
+  // the daemon takes the device out of collectives while a link is down.
+  kLinkDown,       // `link` is down (reported when it goes down, and once at start)
+  kLinkUp,         // `link` is up again
+  kLinkCorrected,  // `count` errors `link` corrected (CRC, replay, recovery): `link.counter`
+};
+
+// Which interconnect a kLink* report is about.
+enum class LinkKind : std::uint8_t { kNvlink, kHccs, kRoce };
+// "NVLink", "HCCS", "RoCE".
+std::string_view LinkKindName(LinkKind kind);
+
+struct DeviceLink {
+  LinkKind kind = LinkKind::kNvlink;
+  unsigned index = 0;   // NVML's link number; the port for HCCS / RoCE
+  std::string counter;  // kLinkCorrected: "replay", "recovery", "crc_flit", "crc_data", "ecc_data"
+  bool operator==(const DeviceLink&) const = default;
 };
 
 // Which table classifies a kVendorCode report.
@@ -132,6 +150,7 @@ struct DriverErrorEvent {
   std::uint64_t count = 1;  // errors this report stands for (a counter's increase)
   std::string message;
   std::chrono::system_clock::time_point time;
+  std::optional<DeviceLink> link;  // the kLink* kinds
 };
 
 using ErrorListener = std::function<void(const DriverErrorEvent&)>;
@@ -191,6 +210,17 @@ class FaultInjector {
   // The link between two devices fails: peer copies between them fail until
   // either is reset.
   virtual Status InjectLinkError(int device_a, int device_b) = 0;
+  // The link between two devices goes down (`up` false) or comes back,
+  // reported by nothing: for a simulator whose link state is shown where a
+  // real one's is (the daemon's simulated sysfs tree, read by the RDMA
+  // poller). Copies between them fail while it is down, as after
+  // InjectLinkError. kNotSupported where the backend has no such link.
+  virtual Status SetLinkState(int device_a, int device_b, bool up) {
+    (void)device_a;
+    (void)device_b;
+    (void)up;
+    return Fail(ErrorCode::kNotSupported, "this backend has no silent link state");
+  }
 
  protected:
   virtual ~FaultInjector() = default;

@@ -33,6 +33,9 @@ struct NvmlGpu {
   // The NVML event types registered for this GPU (Xid, double-bit ECC);
   // 0 where the GPU or driver supports none.
   std::uint64_t event_types = 0;
+  // The NVLinks NVML read as inactive at Start: not cabled, or down since
+  // before rasd started (NVML cannot tell which). Empty without NVLink polling.
+  std::vector<unsigned> nvlinks_inactive_at_start;
 };
 
 // NVIDIA's driver-side error reports, read through NVML:
@@ -46,7 +49,19 @@ struct NvmlGpu {
 //    registered, so one error is not reported twice), newly retired pages
 //    and remapped rows (Xid 63: recorded), a row-remap failure (Xid 64),
 //    PCIe replays (a kVendorCode report with no code space: recorded, not
-//    acted on; replays are retried by the link).
+//    acted on; replays are retried by the link);
+//  - NVLinks (nvmlDeviceGetNvLinkState, nvmlDeviceGetNvLinkErrorCounter,
+//    links 0..17; one NVML says the GPU lacks is skipped): a link that goes
+//    down is kLinkDown, one that comes back kLinkUp (a link inactive at the
+//    first reading is not reported: NVML reads an uncabled link, a PCIe
+//    GPU's without its bridge, as inactive; it is listed in
+//    NvmlGpu::nvlinks_inactive_at_start, and reported up if it comes up),
+//    and an error counter's
+//    increase (replay, recovery, CRC flit, CRC data, ECC data) kLinkCorrected
+//    with the increase as `count`; `link` names the NVLink (and counter). A
+//    counter that went down was reset and is re-based without a report; a
+//    query that fails keeps the last reading. A library without those two
+//    entry points polls no NVLinks (logged once) and reports the rest.
 // Reports name the GPU by `pci_bdf` with device -1: NVML's numbering is not
 // the runtime's, and the daemon attributes a report to the runtime device
 // with that PCI address (whichever backend runs it).
@@ -64,6 +79,8 @@ class NvmlMonitor {
   virtual ~NvmlMonitor() = default;
 
   virtual const std::vector<NvmlGpu>& Gpus() const = 0;
+  // Whether NVLinks are polled (the library has the NVLink queries).
+  virtual bool PollsNvlinks() const = 0;
   // Reports delivered to the listener so far.
   virtual std::uint64_t Reports() const = 0;
   // The processes NVML lists as computing on the GPU at `pci_bdf` now

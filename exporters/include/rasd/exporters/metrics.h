@@ -49,6 +49,7 @@ struct DeviceMetrics {
   // jobs' work abandoned past its deadline, the last beat's latency.
   std::uint64_t heartbeats = 0, heartbeat_misses = 0, hangs = 0, op_timeouts = 0;
   double heartbeat_latency_seconds = 0;
+  bool links_usable = true;  // Device::LinksUsable: collectives may place a rank here
 };
 
 // Everything /metrics shows, as one value: the daemon assembles it (from
@@ -66,6 +67,12 @@ struct MetricsSnapshot {
   // RDMA ports (InfiniBand, RoCE) as sysfs shows them: published under
   // node_exporter's infiniband names and values, with rasd_ for node_.
   ras::InfinibandSnapshot infiniband;
+  // A device's own links: (device, link kind) -> links down now, for each
+  // kind the device has (RDMA, NVLink, HCCS, RoCE); (device, link kind,
+  // counter) -> errors its links corrected (NVLink replay, recovery,
+  // crc_flit, crc_data, ecc_data) since rasd started.
+  std::map<std::pair<int, std::string>, std::uint64_t> links_down;
+  std::map<std::tuple<int, std::string, std::string>, std::uint64_t> link_errors;
   std::map<std::string, std::uint64_t> source_errors;  // undecodable input, by source
   std::uint64_t kmsg_gaps = 0;
   std::uint64_t kmsg_untrusted = 0;
