@@ -10,6 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <deque>
 #include <thread>
 #include <vector>
 
@@ -113,16 +114,20 @@ std::vector<float> RunEveryKernel(Driver& driver, std::uint64_t misalign = 0) {
   const auto a = Wave(m * k, 0.1f), b = Wave(k * n, 0.7f), x = Wave(count, 1.3f),
              y = Wave(count, 2.9f);
   std::vector<DeviceAddress> reserved;
+  // A copy's host buffer must outlive the copy (the Driver contract; the
+  // simulator reads it when the copy runs): every one stays until the end.
+  std::deque<std::vector<float>> staged;
   auto upload = [&](const std::vector<float>& values) {
     const DeviceAddress base = *driver.ReserveMemory(0, values.size() * 4 + 4096);
     reserved.push_back(base);
     const DeviceAddress at = base + misalign;
-    EXPECT_TRUE(driver.CopyHostToDevice(*stream, base, std::vector<float>(values.size() + 16).data(),
-                                        (values.size() + 16) * 4));
+    const auto& zeros = staged.emplace_back(values.size() + 16, 0.0f);
+    EXPECT_TRUE(driver.CopyHostToDevice(*stream, base, zeros.data(), zeros.size() * 4));
     if (misalign == 0) {
-      EXPECT_TRUE(driver.CopyHostToDevice(*stream, at, values.data(), values.size() * 4));
+      const auto& kept = staged.emplace_back(values);  // `values` may be a temporary
+      EXPECT_TRUE(driver.CopyHostToDevice(*stream, at, kept.data(), kept.size() * 4));
     } else {  // copies need 64-byte alignment: place the values with a kernel-free copy
-      std::vector<float> shifted(values.size() + 16, 0.0f);
+      auto& shifted = staged.emplace_back(values.size() + 16, 0.0f);
       std::copy(values.begin(), values.end(), shifted.begin() + static_cast<long>(misalign / 4));
       EXPECT_TRUE(driver.CopyHostToDevice(*stream, base, shifted.data(), shifted.size() * 4));
     }
