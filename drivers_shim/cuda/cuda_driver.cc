@@ -356,12 +356,12 @@ class CudaDriverImpl final : public Driver {
     if (callback_thread_.joinable()) callback_thread_.join();
     std::lock_guard lock(mutex_);
     for (auto& [id, stream] : streams_) {
-      if (busy.contains(stream->device)) continue;
+      if (busy.contains(stream->device) || stream->stream == nullptr) continue;
       (void)Use(stream->device);
       (void)api_.StreamDestroy(stream->stream);
     }
     for (auto& [id, event] : events_) {
-      if (busy.contains(event->device)) continue;
+      if (busy.contains(event->device) || event->event == nullptr) continue;
       (void)Use(event->device);
       (void)api_.EventDestroy(event->event);
     }
@@ -546,6 +546,7 @@ class CudaDriverImpl final : public Driver {
     MarkAborted(*state, Error{ErrorCode::kAborted, "stream destroyed"});
     std::unique_lock use(state->use);  // waits for calls in flight on it
     state->destroyed = true;
+    if (state->stream == nullptr) return {};  // a failed context reset left it none
     if (auto used = Use(state->device); !used) return used;
     // CUDA releases the stream once its work is done; callbacks still to
     // run hold the state.
@@ -722,6 +723,7 @@ class CudaDriverImpl final : public Driver {
     std::unique_lock use(state->use);
     state->destroyed = true;
     if (auto used = Use(state->device); !used) return used;
+    if (state->event == nullptr) return {};  // a failed context reset left it none
     return Check(api_.EventDestroy(state->event), "cuEventDestroy", state->device);
   }
 
@@ -807,6 +809,7 @@ class CudaDriverImpl final : public Driver {
       {
         std::shared_lock use(state.use);
         if (state.destroyed) return Fail(ErrorCode::kAborted, "stream destroyed");
+        if (state.stream == nullptr) continue;  // aborted by a failed context reset: said above
         if (auto used = Use(state.device); !used) return used;
         rc = api_.StreamQuery(state.stream);
       }
@@ -847,16 +850,7 @@ class CudaDriverImpl final : public Driver {
     auto reset = ResetContext(device);
     if (!reset) return Fail(reset.error());
     if (*reset == MemoryAfterReset::kKept) return MemoryAfterThisReset(device);
-    // Some errors outlive the context (a GPU that needs a bus reset).
-    if (const cu::Code after = ProbeContext(); after != cu::kSuccess &&
-                                               after != cu::kErrorOutOfMemory) {
-      return Fail(ErrorCode::kDeviceFault,
-                  fmt::format("GPU {}: the sticky error ({}) outlived a context reset ({}): "
-                              "restart rasd or reset the GPU",
-                              device, api_.Describe("cuMemAlloc", rc),
-                              api_.Describe("cuMemAlloc", after)));
-    }
-    return MemoryAfterThisReset(device);
+    return MemoryAfterReset::kFreed;
   }
 
   void SetErrorListener(ErrorListener listener) override {
@@ -927,9 +921,8 @@ class CudaDriverImpl final : public Driver {
     GpuState& gpu = gpus_[static_cast<std::size_t>(device)];
     std::unique_lock context_gate(*gpu.context_gate);
     if (auto used = Use(device); !used) return Fail(used.error());
-    if (const cu::Code rc = ProbeContext(); rc == cu::kSuccess || rc == cu::kErrorOutOfMemory) {
-      return MemoryAfterReset::kKept;
-    }
+    const cu::Code sticky = ProbeContext();
+    if (sticky == cu::kSuccess || sticky == cu::kErrorOutOfMemory) return MemoryAfterReset::kKept;
     const auto [streams, events] = ObjectsOf(device);  // none is made or destroyed from here
     std::vector<std::unique_lock<std::shared_mutex>> held;
     // Events before streams, as RecordEvent and StreamWaitEvent take them.
@@ -966,16 +959,20 @@ class CudaDriverImpl final : public Driver {
       if (stream->destroyed) continue;
       if (auto made = Check(api_.StreamCreate(&stream->stream, cu::kStreamNonBlocking),
                             "cuStreamCreate", device);
-          !made && result) {
-        result = made;
+          !made) {
+        // No CUDA stream behind the handle: every call on it is refused.
+        stream->stream = nullptr;
+        MarkAborted(*stream, made.error());
+        if (result) result = made;
       }
     }
     for (const auto& event : events) {
       if (event->destroyed) continue;
       if (auto made = Check(api_.EventCreate(&event->event, cu::kEventDefault), "cuEventCreate",
                             device);
-          !made && result) {
-        result = made;
+          !made) {
+        event->event = nullptr;  // never destroyed: there is nothing behind it
+        if (result) result = made;
       }
     }
     gpu.module = nullptr;
@@ -983,7 +980,21 @@ class CudaDriverImpl final : public Driver {
     if (const auto fatbin = cuda::KernelFatbin(); !fatbin.empty()) {
       if (auto loaded = LoadKernels(gpu, fatbin); !loaded && result) result = loaded;
     }
+    // Some errors outlive the context (a GPU that needs a bus reset). The
+    // memory is gone all the same: the next reset that succeeds says so.
+    if (const cu::Code after = ProbeContext();
+        after != cu::kSuccess && after != cu::kErrorOutOfMemory) {
+      return Fail(ErrorCode::kDeviceFault,
+                  fmt::format("GPU {}: the sticky error ({}) outlived a context reset ({}): "
+                              "restart rasd or reset the GPU",
+                              device, api_.Describe("cuMemAlloc", sticky),
+                              api_.Describe("cuMemAlloc", after)));
+    }
     if (!result) return Fail(result.error());
+    // Said here, under the gate: a reset waiting for it finds the context
+    // repaired and the memory already reported (kKept).
+    std::lock_guard lock(mutex_);
+    gpu.freed_unreported = false;
     return MemoryAfterReset::kFreed;
   }
 
@@ -1131,7 +1142,7 @@ class CudaDriverImpl final : public Driver {
     std::set<int> busy;
     const auto deadline = std::chrono::steady_clock::now() + limit;
     for (const auto& stream : streams) {
-      if (!Use(stream->device)) continue;
+      if (stream->stream == nullptr || !Use(stream->device)) continue;
       while (api_.StreamQuery(stream->stream) == cu::kErrorNotReady) {
         if (std::chrono::steady_clock::now() >= deadline) {
           busy.insert(stream->device);
