@@ -16,15 +16,28 @@
 namespace rasd::testing {
 namespace {
 
-TEST(AscendBackendTest, ADcmiFaultCodeClassedFatalIsolatesThatNpu) {
-  RasdInstance rasd;
+// rasd on its Ascend backend over the stand-ins, with `config` after the
+// runtime section; returns the DCMI script the stand-in libdcmi follows, or
+// an empty path (and a failure saying why) when rasd did not start.
+std::filesystem::path StartOnStandInNpus(RasdInstance& rasd, const std::string& config) {
   const auto script = rasd.HostRoot().parent_path() / "dcmi-script";
   std::ofstream(script).flush();
   rasd.WriteConfig(std::string("runtime:\n  driver: ascend\n  ascend_library: ") +
-                   RASD_FAKE_ASCENDCL_PATH + "\n  dcmi_library: " + RASD_FAKE_DCMI_PATH +
-                   "\nras:\n  codes:\n    ascend:\n      0x80E01801: FATAL\n");
+                   RASD_FAKE_ASCENDCL_PATH + "\n  dcmi_library: " + RASD_FAKE_DCMI_PATH + "\n" +
+                   config);
   std::string why;
-  ASSERT_TRUE(rasd.Start({}, {{"RASD_FAKE_DCMI_SCRIPT", script.string()}}, &why)) << why;
+  if (!rasd.Start({}, {{"RASD_FAKE_DCMI_SCRIPT", script.string()}}, &why)) {
+    ADD_FAILURE() << why;
+    return {};
+  }
+  return script;
+}
+
+TEST(AscendBackendTest, ADcmiFaultCodeClassedFatalIsolatesThatNpu) {
+  RasdInstance rasd;
+  const auto script =
+      StartOnStandInNpus(rasd, "ras:\n  codes:\n    ascend:\n      0x80E01801: FATAL\n");
+  ASSERT_FALSE(script.empty());
   auto devices = rasd.RasctlJson({"devices"})["devices"];
   ASSERT_EQ(devices.size(), 2u) << devices.dump(2) << rasd.Stderr();
   EXPECT_EQ(devices[0]["vendor"], "huawei");
@@ -69,14 +82,11 @@ nlohmann::json Job(RasdInstance& rasd, const std::string& name) {
 // NPU offers.
 TEST(AscendBackendTest, AnInferenceJobRunsOnTheNpusAndTheSelfTestPasses) {
   RasdInstance rasd;
-  const auto script = rasd.HostRoot().parent_path() / "dcmi-script";
-  std::ofstream(script).flush();
-  rasd.WriteConfig(std::string("runtime:\n  driver: ascend\n  ascend_library: ") +
-                   RASD_FAKE_ASCENDCL_PATH + "\n  dcmi_library: " + RASD_FAKE_DCMI_PATH +
-                   "\nras:\n  codes:\n    ascend:\n      0x80E01801: FATAL\n"
-                   "jobs:\n  - name: llm\n    kind: inference\n    load_rps: 300\n");
-  std::string why;
-  ASSERT_TRUE(rasd.Start({}, {{"RASD_FAKE_DCMI_SCRIPT", script.string()}}, &why)) << why;
+  const auto script =
+      StartOnStandInNpus(rasd,
+                         "ras:\n  codes:\n    ascend:\n      0x80E01801: FATAL\n"
+                         "jobs:\n  - name: llm\n    kind: inference\n    load_rps: 300\n");
+  ASSERT_FALSE(script.empty());
   ASSERT_TRUE(WaitUntil(
       [&] {
         auto llm = Job(rasd, "llm");
@@ -119,16 +129,13 @@ TEST(AscendBackendTest, AnInferenceJobRunsOnTheNpusAndTheSelfTestPasses) {
 // with nothing lost.
 TEST(AscendBackendTest, AutoRecoveryResetsTheNpuAndItServesOnFreshMemory) {
   RasdInstance rasd;
-  const auto script = rasd.HostRoot().parent_path() / "dcmi-script";
-  std::ofstream(script).flush();
   // 0x80E18005: MindCluster's RestartNPU, a reset (docs/recovery.md).
-  rasd.WriteConfig(std::string("runtime:\n  driver: ascend\n  ascend_library: ") +
-                   RASD_FAKE_ASCENDCL_PATH + "\n  dcmi_library: " + RASD_FAKE_DCMI_PATH +
-                   "\nras:\n  codes:\n    ascend:\n      0x80E18005: FATAL\n"
-                   "policy:\n  auto_recover: true\n  auto_recover_delay_ms: 200\n"
-                   "jobs:\n  - name: llm\n    kind: inference\n    load_rps: 300\n");
-  std::string why;
-  ASSERT_TRUE(rasd.Start({}, {{"RASD_FAKE_DCMI_SCRIPT", script.string()}}, &why)) << why;
+  const auto script =
+      StartOnStandInNpus(rasd,
+                         "ras:\n  codes:\n    ascend:\n      0x80E18005: FATAL\n"
+                         "policy:\n  auto_recover: true\n  auto_recover_delay_ms: 200\n"
+                         "jobs:\n  - name: llm\n    kind: inference\n    load_rps: 300\n");
+  ASSERT_FALSE(script.empty());
   ASSERT_TRUE(WaitUntil(
       [&] {
         auto llm = Job(rasd, "llm");
@@ -164,8 +171,11 @@ TEST(AscendBackendTest, AutoRecoveryResetsTheNpuAndItServesOnFreshMemory) {
       },
       std::chrono::seconds(10)))
       << rasd.Stderr();
-  ASSERT_TRUE(WaitUntil([&] { return Job(rasd, "llm")["devices"] == nlohmann::json({0, 1}); },
-                        std::chrono::seconds(10)))
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        return Job(rasd, "llm")["devices"] == nlohmann::json({0, 1});
+      },
+      std::chrono::seconds(10)))
       << Job(rasd, "llm").dump(2);
   const auto served = Job(rasd, "llm")["requests"]["served"].get<std::int64_t>();
   ASSERT_TRUE(WaitUntil(

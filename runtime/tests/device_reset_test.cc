@@ -19,20 +19,42 @@ namespace {
 
 using namespace std::chrono_literals;
 
-TEST(DeviceResetTest, AStickyGpuIsResetAndItsPoolReservesAfresh) {
-  ::unsetenv("RASD_FAKE_CUDA_INIT");
-  ::setenv("RASD_FAKE_CUDA_DEVICES", "2", 1);
-  auto driver = drivers::CudaDriver::Create({.library = RASD_FAKE_CUDA_PATH});
-  ASSERT_TRUE(driver) << driver.error().ToString();
-  auto created = Runtime::Create(std::move(*driver), {.pool = {.arena_bytes = 1 << 20}});
-  ASSERT_TRUE(created) << created.error().ToString();
-  Runtime& runtime = **created;
-  void* fake = ::dlopen(RASD_FAKE_CUDA_PATH, RTLD_NOW | RTLD_NOLOAD);
-  ASSERT_NE(fake, nullptr);
-  auto inject_ecc = reinterpret_cast<void (*)(int)>(::dlsym(fake, "fake_cuda_inject_ecc"));
-  auto clear = reinterpret_cast<void (*)(int)>(::dlsym(fake, "fake_cuda_clear"));
-  ASSERT_TRUE(inject_ecc && clear);
-  clear(1);
+// A runtime over the CUDA backend and its stand-in libcuda, with the
+// stand-in's controls. Device 1 starts healthy (the library stays loaded
+// between tests).
+class DeviceResetTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ::unsetenv("RASD_FAKE_CUDA_INIT");
+    ::setenv("RASD_FAKE_CUDA_DEVICES", "2", 1);
+    auto driver = drivers::CudaDriver::Create({.library = RASD_FAKE_CUDA_PATH});
+    ASSERT_TRUE(driver) << driver.error().ToString();
+    auto created = Runtime::Create(std::move(*driver), {.pool = {.arena_bytes = 1 << 20}});
+    ASSERT_TRUE(created) << created.error().ToString();
+    runtime_ = std::move(*created);
+    fake_ = ::dlopen(RASD_FAKE_CUDA_PATH, RTLD_NOW | RTLD_NOLOAD);
+    ASSERT_NE(fake_, nullptr);
+    inject_ecc_ = reinterpret_cast<void (*)(int)>(::dlsym(fake_, "fake_cuda_inject_ecc"));
+    clear_ = reinterpret_cast<void (*)(int)>(::dlsym(fake_, "fake_cuda_clear"));
+    survives_ =
+        reinterpret_cast<void (*)(int, int)>(::dlsym(fake_, "fake_cuda_sticky_survives_reset"));
+    ASSERT_TRUE(inject_ecc_ && clear_ && survives_);
+    clear_(1);
+  }
+  void TearDown() override {
+    runtime_.reset();  // streams are the tests' own, gone by now
+    if (fake_ != nullptr) ::dlclose(fake_);
+  }
+
+  std::unique_ptr<Runtime> runtime_;
+  void* fake_ = nullptr;
+  void (*inject_ecc_)(int) = nullptr;
+  void (*clear_)(int) = nullptr;
+  void (*survives_)(int, int) = nullptr;
+};
+
+TEST_F(DeviceResetTest, AStickyGpuIsResetAndItsPoolReservesAfresh) {
+  Runtime& runtime = *runtime_;
 
   auto stream = runtime.CreateStream(1, {.owner = "job-a"});
   ASSERT_TRUE(stream) << stream.error().ToString();
@@ -44,7 +66,7 @@ TEST(DeviceResetTest, AStickyGpuIsResetAndItsPoolReservesAfresh) {
   ASSERT_TRUE((*stream)->CopyToDevice(held->address, pattern.data(), pattern.size()));
   ASSERT_TRUE((*stream)->Synchronize(5s));
 
-  inject_ecc(1);
+  inject_ecc_(1);
   (void)(*stream)->CopyToDevice(held->address, pattern.data(), pattern.size());
   ASSERT_FALSE((*stream)->Synchronize(5s)) << "the context is sticky now";
 
@@ -74,30 +96,14 @@ TEST(DeviceResetTest, AStickyGpuIsResetAndItsPoolReservesAfresh) {
   const SelfTestReport report = RunSelfTest(runtime, 1);
   EXPECT_TRUE(report.passed) << report.Summary();
   stream->reset();
-  created->reset();
-  ::dlclose(fake);
 }
 
 // A context reset that freed the memory but failed after it (the sticky
 // error outlived it): the pool still holds arenas over memory that is gone.
 // The next reset that succeeds must say the memory was freed, so the pool
 // forgets them, or the repaired GPU hands out addresses nothing maps.
-TEST(DeviceResetTest, AResetThatFreedTheMemoryButFailedIsReportedByTheNextOne) {
-  ::unsetenv("RASD_FAKE_CUDA_INIT");
-  ::setenv("RASD_FAKE_CUDA_DEVICES", "2", 1);
-  auto driver = drivers::CudaDriver::Create({.library = RASD_FAKE_CUDA_PATH});
-  ASSERT_TRUE(driver) << driver.error().ToString();
-  auto created = Runtime::Create(std::move(*driver), {.pool = {.arena_bytes = 1 << 20}});
-  ASSERT_TRUE(created) << created.error().ToString();
-  Runtime& runtime = **created;
-  void* fake = ::dlopen(RASD_FAKE_CUDA_PATH, RTLD_NOW | RTLD_NOLOAD);
-  ASSERT_NE(fake, nullptr);
-  auto inject_ecc = reinterpret_cast<void (*)(int)>(::dlsym(fake, "fake_cuda_inject_ecc"));
-  auto clear = reinterpret_cast<void (*)(int)>(::dlsym(fake, "fake_cuda_clear"));
-  auto survives =
-      reinterpret_cast<void (*)(int, int)>(::dlsym(fake, "fake_cuda_sticky_survives_reset"));
-  ASSERT_TRUE(inject_ecc && clear && survives);
-  clear(1);
+TEST_F(DeviceResetTest, AResetThatFreedTheMemoryButFailedIsReportedByTheNextOne) {
+  Runtime& runtime = *runtime_;
 
   auto stream = runtime.CreateStream(1, {.owner = "job-a"});
   ASSERT_TRUE(stream) << stream.error().ToString();
@@ -107,8 +113,8 @@ TEST(DeviceResetTest, AResetThatFreedTheMemoryButFailedIsReportedByTheNextOne) {
   ASSERT_TRUE(pool.Free(*held));
   ASSERT_EQ(pool.Stats().arenas, 1u);
 
-  survives(1, 1);
-  inject_ecc(1);
+  survives_(1, 1);
+  inject_ecc_(1);
   std::vector<char> host(8192);
   auto again = pool.Allocate(8192, **stream);
   ASSERT_TRUE(again);
@@ -118,7 +124,7 @@ TEST(DeviceResetTest, AResetThatFreedTheMemoryButFailedIsReportedByTheNextOne) {
   ASSERT_FALSE(failed) << "the sticky error outlived the context reset";
   EXPECT_EQ(failed.error().code, ErrorCode::kDeviceFault);
 
-  clear(1);  // whatever held the error on (a bus reset, say) is gone now
+  clear_(1);  // whatever held the error on (a bus reset, say) is gone now
   auto reset = runtime.ResetDevice(1);
   ASSERT_TRUE(reset) << reset.error().ToString();
   EXPECT_TRUE(reset->memory_freed) << "the failed reset freed it";
@@ -127,8 +133,6 @@ TEST(DeviceResetTest, AResetThatFreedTheMemoryButFailedIsReportedByTheNextOne) {
   const SelfTestReport report = RunSelfTest(runtime, 1);
   EXPECT_TRUE(report.passed) << report.Summary();
   stream->reset();
-  created->reset();
-  ::dlclose(fake);
 }
 
 }  // namespace
