@@ -376,5 +376,53 @@ TEST(NvmlAbsentTest, AHostWithoutNvmlRunsOnAndSaysWhy) {
       << rasd.Stderr();
 }
 
+// The simulator's NVLink fault (rasctl inject link --via nvlink) is
+// reported as NVML's poll reports a real GPU's: typed link reports, which
+// LinkHealth takes the same way, so the collective moves off both devices,
+// they stay Degraded (not isolated) and rejoin after the debounce with
+// every checksum equal.
+TEST(SimulatedNvlinkTest, TheSimulatorsNvlinkFaultTakesTheNvmlPath) {
+  RasdInstance rasd;
+  rasd.WriteConfig(R"(policy:
+  link_up_debounce_s: 1
+jobs:
+  - name: allreduce
+    kind: collective
+    elements: 16384
+    steps: 100000000
+    checkpoint_every: 10
+)");
+  std::string why;
+  ASSERT_TRUE(rasd.Start({}, {}, &why)) << why;
+  auto on_ranks = [&](const nlohmann::json& devices, std::chrono::milliseconds timeout) {
+    return WaitUntil([&] { return Job(rasd, "allreduce")["devices"] == devices; }, timeout);
+  };
+  ASSERT_TRUE(on_ranks({0, 1, 2, 3}, 10s)) << Job(rasd, "allreduce").dump();
+  const auto bad = rasd.Rasctl({"inject", "link", "--device", "1", "--peer", "2", "--via", "pcie"});
+  EXPECT_NE(bad.exit_code, 0) << "only nvlink is a link kind to name";
+  const auto down =
+      rasd.Rasctl({"inject", "link", "--device", "1", "--peer", "2", "--via", "nvlink"});
+  ASSERT_EQ(down.exit_code, 0) << down.out << down.err;
+  ASSERT_TRUE(on_ranks({0, 3}, 10s)) << Job(rasd, "allreduce").dump() << rasd.Stderr();
+  for (const auto& [index, peer] : {std::pair{1, 2}, std::pair{2, 1}}) {
+    const auto device = DeviceOf(rasd, index);
+    EXPECT_EQ(device["state"], "degraded") << device.dump();  // not isolated
+    EXPECT_EQ(device["links_usable"], false) << device.dump();
+    // Each device's link is numbered by the device at its other end.
+    EXPECT_NE(Reason(rasd, index).find("NVLink link down (NVLink " + std::to_string(peer) + ")"),
+              std::string::npos)
+        << device.dump();
+  }
+  const auto up_at = std::chrono::steady_clock::now();
+  const auto up =
+      rasd.Rasctl({"inject", "link-up", "--device", "1", "--peer", "2", "--via", "nvlink"});
+  ASSERT_EQ(up.exit_code, 0) << up.out << up.err;
+  ASSERT_TRUE(on_ranks({0, 1, 2, 3}, 15s)) << Job(rasd, "allreduce").dump() << rasd.Stderr();
+  EXPECT_GE(std::chrono::steady_clock::now() - up_at, 900ms) << "rejoined before the debounce";
+  EXPECT_EQ(DeviceOf(rasd, 1)["state"], "healthy");
+  const auto job = Job(rasd, "allreduce");
+  EXPECT_EQ(job["checksums_match"], true) << job.dump();
+}
+
 }  // namespace
 }  // namespace rasd::testing

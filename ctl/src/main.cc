@@ -368,6 +368,7 @@ int main(int argc, char** argv) {
       "inject", "inject a fault through the simulator or a source's input (admin)");
   std::string inject_kind, inject_value, inject_address, inject_job;
   int inject_device = -1, inject_peer = -1, inject_mc = -1, inject_dimm = -1;
+  std::string inject_via;
   std::uint64_t inject_count = 1;
   const std::vector<std::string> kInjectKinds = {"ce",   "ucna", "srao", "srar", "uce",
                                                  "fatal", "xid", "link", "link-up", "hang", "load", "kmsg",
@@ -387,6 +388,10 @@ int main(int argc, char** argv) {
   inject->add_option("--job", inject_job, "memory faults: inside this job's allocation");
   inject->add_option("--peer", inject_peer, "link, link-up: the other device")
       ->check(DeviceIndex());
+  inject
+      ->add_option("--via", inject_via,
+                   "link, link-up: nvlink (the simulator reports it as NVML reports an NVLink)")
+      ->check(CLI::IsMember({"nvlink"}));
   inject->add_option("--mc", inject_mc, "edac: memory controller")->check(DeviceIndex());
   inject->add_option("--dimm", inject_dimm, "edac: DIMM")->check(DeviceIndex());
   auto* infer = app.add_subcommand("infer", "send one request to an inference job (admin)");
@@ -570,6 +575,7 @@ int main(int argc, char** argv) {
     if (inject_count != 1) args["count"] = inject_count;
     if (!inject_job.empty()) args["job"] = inject_job;
     if (inject_peer >= 0) args["peer"] = inject_peer;
+    if (!inject_via.empty()) args["via"] = inject_via;
     if (inject_mc >= 0) args["mc"] = inject_mc;
     if (inject_dimm >= 0) args["dimm"] = inject_dimm;
     if (inject_kind == "xid") {

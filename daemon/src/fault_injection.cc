@@ -78,8 +78,16 @@ Result<nlohmann::json> FaultInjection::Inject(const nlohmann::json& request) {
   args.address = reader.String("address", 64);
   args.job = reader.String("job", 128);
   args.text = reader.String("text", 16384);
+  args.via = reader.String("via", 16).value_or("");
   args.count = static_cast<std::uint64_t>(reader.Int("count", 1, 100'000).value_or(1));
   if (auto ok = reader.Finish(); !ok) return Fail(ok.error());
+  if (!args.via.empty() && args.via != "nvlink") {
+    return Fail(ErrorCode::kInvalidArgument,
+                fmt::format("inject: --via '{}': the one link kind to name is nvlink", args.via));
+  }
+  if (!args.via.empty() && args.kind != "link" && args.kind != "link-up") {
+    return Fail(ErrorCode::kInvalidArgument, "inject: --via goes with link and link-up");
+  }
 
   using Handler = Result<nlohmann::json> (FaultInjection::*)(const InjectArgs&);
   static const std::map<std::string, Handler, std::less<>> kHandlers = {
@@ -157,6 +165,18 @@ Result<nlohmann::json> FaultInjection::InjectLink(const InjectArgs& args) {
   const bool up = args.kind == "link-up";
   done["device"] = *args.device;
   done["peer"] = *args.peer;
+  if (args.via == "nvlink") {
+    // As NVML's poll reports a real NVLink: typed link reports of both
+    // devices, which LinkHealth takes as it takes a GPU's.
+    if (auto set = faults->InjectNvlinkState(*args.device, *args.peer, up); !set)
+      return Fail(set.error());
+    done["via"] = "nvlink";
+    done["note"] = up ? "NVLink reported active on both devices: they rejoin once it stayed up "
+                        "policy.link_up_debounce_s"
+                      : "NVLink reported inactive on both devices: out of collectives "
+                        "(Degraded); rasctl inject link-up --via nvlink brings it back";
+    return done;
+  }
   if (sim_links_ != nullptr) {
     // The real path: the simulator's copies between the two fail (or work
     // again), and both devices' NIC ports change state in the sysfs tree,

@@ -42,6 +42,7 @@ class FaultInjection {
     std::string kind;
     std::optional<int> device, peer, xid, mc, dimm;
     std::optional<std::string> address, job, text;
+    std::string via;  // link, link-up: "nvlink", or empty for the configured path
     std::uint64_t count = 1;
   };
   Status HardwareAllowed() const;

@@ -726,6 +726,19 @@ class SimDriverImpl final : public SimDriver {
     return {};
   }
 
+  Status InjectNvlinkState(int device_a, int device_b, bool up) override {
+    if (auto set = SetLinkState(device_a, device_b, up); !set) return set;
+    for (const auto& [device, peer] : {std::pair{device_a, device_b}, std::pair{device_b, device_a}}) {
+      Emit({.device = device,
+            .kind = up ? DriverErrorKind::kLinkUp : DriverErrorKind::kLinkDown,
+            .peer_device = peer,
+            .message = fmt::format("NVLink {} (to device {}) {}", peer, peer,
+                                   up ? "active" : "inactive"),
+            .link = DeviceLink{.kind = LinkKind::kNvlink, .index = static_cast<unsigned>(peer)}});
+    }
+    return {};
+  }
+
   // ---- used by streams ----
 
   void Emit(DriverErrorEvent event) {

@@ -3,6 +3,7 @@
 
 #include <mutex>
 #include <thread>
+#include <tuple>
 
 #include "sim_test_util.h"
 
@@ -152,6 +153,36 @@ TEST_F(SimFaultsTest, FallingOffTheBusIsPermanent) {
   EXPECT_EQ(driver_->CreateStream(1).error().code, ErrorCode::kDeviceFault);
   EXPECT_TRUE(FillOnce(NewStream(0), Reserve(4096, 0)).has_value());
   (void)buffer;
+}
+
+// An NVLink fault reported as NVML reports one: a typed link report of each
+// device naming its link by the device at the other end; copies between
+// them fail while it is down and work once it is back.
+TEST_F(SimFaultsTest, AnNvlinkDownIsReportedAsNvmlReportsOneUntilItIsBack) {
+  const StreamHandle stream = NewStream(0);
+  const DeviceAddress src = Upload(stream, Pattern(1024), 0);
+  const DeviceAddress on_one = Reserve(4096, 1);
+  ASSERT_TRUE(driver_->InjectNvlinkState(0, 1, /*up=*/false).has_value());
+  ASSERT_EQ(Events().size(), 2u);
+  for (const auto& [event, device, peer] :
+       {std::tuple{Events()[0], 0, 1}, std::tuple{Events()[1], 1, 0}}) {
+    EXPECT_EQ(event.kind, DriverErrorKind::kLinkDown);
+    EXPECT_EQ(event.device, device);
+    ASSERT_TRUE(event.link.has_value());
+    EXPECT_EQ(event.link->kind, LinkKind::kNvlink);
+    EXPECT_EQ(event.link->index, static_cast<unsigned>(peer));
+  }
+  ASSERT_TRUE(driver_->CopyDeviceToDevice(stream, on_one, 1, src, 4096).has_value());
+  EXPECT_FALSE(driver_->SynchronizeStream(stream, 5s).has_value());
+
+  ASSERT_TRUE(driver_->InjectNvlinkState(1, 0, /*up=*/true).has_value());
+  ASSERT_EQ(Events().size(), 4u);
+  EXPECT_EQ(Events()[2].kind, DriverErrorKind::kLinkUp);
+  EXPECT_EQ(Events()[3].kind, DriverErrorKind::kLinkUp);
+  const StreamHandle retry = NewStream(0);
+  ASSERT_TRUE(driver_->CopyDeviceToDevice(retry, on_one, 1, src, 4096).has_value());
+  EXPECT_TRUE(driver_->SynchronizeStream(retry, 5s).has_value());
+  EXPECT_EQ(driver_->InjectNvlinkState(1, 1, false).error().code, ErrorCode::kInvalidArgument);
 }
 
 TEST_F(SimFaultsTest, LinkErrorFailsPeerCopiesOnThatLinkOnly) {

@@ -221,6 +221,17 @@ class FaultInjector {
     (void)up;
     return Fail(ErrorCode::kNotSupported, "this backend has no silent link state");
   }
+  // The NVLink between two devices goes down (`up` false) or comes back,
+  // reported as NVML's poll reports a real one: a kLinkDown / kLinkUp of
+  // each device naming its link to the other (DeviceLink{kNvlink, the
+  // peer's index}). Copies between them fail while it is down.
+  // kNotSupported where the backend has no such link.
+  virtual Status InjectNvlinkState(int device_a, int device_b, bool up) {
+    (void)device_a;
+    (void)device_b;
+    (void)up;
+    return Fail(ErrorCode::kNotSupported, "this backend has no simulated NVLinks");
+  }
 
  protected:
   virtual ~FaultInjector() = default;
