@@ -68,13 +68,6 @@ TEST(AscendBackendTest, ADcmiFaultCodeClassedFatalIsolatesThatNpu) {
   EXPECT_TRUE(info_on_0) << events.dump(2);
 }
 
-nlohmann::json Job(RasdInstance& rasd, const std::string& name) {
-  const auto listed = rasd.RasctlJson({"jobs"});  // named: a temporary's member would dangle
-  for (const auto& job : listed["jobs"])
-    if (job["name"] == name) return job;
-  return nullptr;
-}
-
 // Kernels run through the stand-in operator library (libopapi.so beside the
 // stand-in libascendcl, where rasd looks for it): an inference job serves
 // on both NPUs with every answer checked, a DCMI fault code moves it off

@@ -15,11 +15,6 @@
 namespace rasd::testing {
 namespace {
 
-nlohmann::json DeviceOf(RasdInstance& rasd, int index) {
-  const nlohmann::json reply = rasd.RasctlJson({"devices", std::to_string(index)});
-  return reply["devices"][0];
-}
-
 TEST(AscendLinksTest, ARoceLinkDownDegradesItsNpuUntilTheLinkIsStable) {
   RasdInstance rasd;
   const auto script = rasd.HostRoot().parent_path() / "dcmi-script";

@@ -18,13 +18,6 @@ namespace {
 
 nlohmann::json Devices(RasdInstance& rasd) { return rasd.RasctlJson({"devices"})["devices"]; }
 
-nlohmann::json Job(RasdInstance& rasd, const std::string& name) {
-  const auto listed = rasd.RasctlJson({"jobs"});  // named: a temporary's member would dangle
-  for (const auto& job : listed["jobs"])
-    if (job["name"] == name) return job;
-  return nullptr;
-}
-
 std::map<std::string, std::string> FakeGpus(const std::filesystem::path& script) {
   return {{"RASD_FAKE_CUDA_DEVICES", "2"},
           {"RASD_FAKE_NVML_GPUS", "0000:d1:00.0,0000:d2:00.0"},

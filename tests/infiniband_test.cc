@@ -28,13 +28,14 @@ nlohmann::json InfinibandEvents(RasdInstance& rasd) {
 }
 
 TEST(InfinibandTest, PortsAreMetricsCounterIncreasesAndLinkDownsAreEvents) {
-  ASSERT_TRUE(std::filesystem::exists(Fixture())) << Fixture() << " (../shared beside the checkout)";
+  ASSERT_TRUE(std::filesystem::exists(Fixture()))
+      << Fixture() << " (../shared beside the checkout)";
   RasdInstance rasd;
   const auto tree = rasd.HostRoot() / "sys/class/infiniband";
   std::filesystem::create_directories(tree.parent_path());
-  std::filesystem::copy(Fixture(), tree,
-                        std::filesystem::copy_options::recursive |
-                            std::filesystem::copy_options::copy_symlinks);
+  std::filesystem::copy(
+      Fixture(), tree,
+      std::filesystem::copy_options::recursive | std::filesystem::copy_options::copy_symlinks);
   rasd.WriteConfig("ras:\n  infiniband_poll_ms: 100\n");
   std::string why;
   ASSERT_TRUE(rasd.Start({}, {}, &why)) << why;
@@ -65,8 +66,7 @@ TEST(InfinibandTest, PortsAreMetricsCounterIncreasesAndLinkDownsAreEvents) {
       << InfinibandEvents(rasd).dump(2);
   event = InfinibandEvents(rasd)[1];
   EXPECT_EQ(event["severity"], "UCE");
-  EXPECT_NE(event["summary"].get<std::string>().find("link down: mlx4_0 port 2"),
-            std::string::npos)
+  EXPECT_NE(event["summary"].get<std::string>().find("link down: mlx4_0 port 2"), std::string::npos)
       << event.dump();
   ASSERT_TRUE(WaitUntil(
       [&] {
@@ -100,9 +100,9 @@ void ServeDeviceOneFromMlx4(const std::filesystem::path& host, const std::filesy
 
 void CopyFixture(const std::filesystem::path& tree) {
   std::filesystem::create_directories(tree.parent_path());
-  std::filesystem::copy(Fixture(), tree,
-                        std::filesystem::copy_options::recursive |
-                            std::filesystem::copy_options::copy_symlinks);
+  std::filesystem::copy(
+      Fixture(), tree,
+      std::filesystem::copy_options::recursive | std::filesystem::copy_options::copy_symlinks);
 }
 
 // node_exporter's tree as the host's RDMA devices, mlx4_0 serving device 1.
@@ -111,18 +111,6 @@ std::filesystem::path FixtureWithDeviceOneOnMlx4(const RasdInstance& rasd) {
   CopyFixture(tree);
   ServeDeviceOneFromMlx4(rasd.HostRoot(), tree);
   return tree;
-}
-
-nlohmann::json Job(RasdInstance& rasd, const std::string& name) {
-  const nlohmann::json reply = rasd.RasctlJson({"jobs"});
-  for (const auto& job : reply["jobs"])
-    if (job["name"] == name) return job;
-  return nullptr;
-}
-
-nlohmann::json DeviceOf(RasdInstance& rasd, int index) {
-  const nlohmann::json reply = rasd.RasctlJson({"devices", std::to_string(index)});
-  return reply["devices"][0];
 }
 
 // A port down under a collective's rank: the rank leaves (the job re-forms
@@ -136,21 +124,21 @@ TEST(InfinibandTest, APortDownMovesTheCollectiveOffItsDeviceUntilTheLinkIsStable
   infiniband_poll_ms: 100
 policy:
   link_up_debounce_s: 1
-jobs:
-  - name: allreduce
-    kind: collective
-    elements: 16384
-    steps: 100000000
-    checkpoint_every: 10
-)");
+)" + std::string(kAllreduceJob));
   std::string why;
   ASSERT_TRUE(rasd.Start({}, {}, &why)) << why;
-  ASSERT_TRUE(WaitUntil([&] { return Job(rasd, "allreduce")["devices"] ==
-                                     nlohmann::json({0, 1, 2, 3}); }, 10s))
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        return Job(rasd, "allreduce")["devices"] == nlohmann::json({0, 1, 2, 3});
+      },
+      10s))
       << Job(rasd, "allreduce").dump();
   WriteText(tree / "mlx4_0/ports/1/state", "1: DOWN\n");
-  ASSERT_TRUE(WaitUntil([&] { return Job(rasd, "allreduce")["devices"] ==
-                                     nlohmann::json({0, 2, 3}); }, 10s))
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        return Job(rasd, "allreduce")["devices"] == nlohmann::json({0, 2, 3});
+      },
+      10s))
       << Job(rasd, "allreduce").dump() << rasd.Stderr();
   auto device = DeviceOf(rasd, 1);
   EXPECT_EQ(device["state"], "degraded");  // its compute is fine
@@ -162,8 +150,11 @@ jobs:
   ASSERT_TRUE(WaitUntil([&] { return DeviceOf(rasd, 1)["state"] == "healthy"; }, 10s))
       << rasd.Stderr();
   EXPECT_GE(std::chrono::steady_clock::now() - up_at, 900ms) << "rejoined before the debounce";
-  ASSERT_TRUE(WaitUntil([&] { return Job(rasd, "allreduce")["devices"] ==
-                                     nlohmann::json({0, 1, 2, 3}); }, 15s))
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        return Job(rasd, "allreduce")["devices"] == nlohmann::json({0, 1, 2, 3});
+      },
+      15s))
       << Job(rasd, "allreduce").dump();
   const auto job = Job(rasd, "allreduce");
   EXPECT_EQ(job["checksums_match"], true) << job.dump();
@@ -199,8 +190,8 @@ TEST(InfinibandTest, TheLinksReturnDoesNotLiftADegradationDecidedMeanwhile) {
   for (int i = 0; i < 2; ++i) {
     ASSERT_EQ(rasd.Rasctl({"inject", "xid", "92", "--device", "1"}).exit_code, 0);
   }
-  ASSERT_TRUE(WaitUntil(
-      [&] { return rasd.Stderr().find("already degraded") != std::string::npos; }, 5s))
+  ASSERT_TRUE(
+      WaitUntil([&] { return rasd.Stderr().find("already degraded") != std::string::npos; }, 5s))
       << rasd.Stderr();
   WriteText(tree / "mlx4_0/ports/1/state", "4: ACTIVE\n");
   ASSERT_TRUE(WaitUntil([&] { return DeviceOf(rasd, 1)["links_usable"] == true; }, 10s));
@@ -222,8 +213,7 @@ TEST(InfinibandTest, AFlappingLinkKeepsItsDeviceOutUntilAnOperatorUndrains) {
     WriteText(tree / "mlx4_0/ports/2/state", "4: ACTIVE\n");
     std::this_thread::sleep_for(300ms);  // and up, well within the debounce
   }
-  ASSERT_TRUE(WaitUntil(
-      [&] { return rasd.Stderr().find("flapping") != std::string::npos; }, 5s))
+  ASSERT_TRUE(WaitUntil([&] { return rasd.Stderr().find("flapping") != std::string::npos; }, 5s))
       << rasd.Stderr();
   std::this_thread::sleep_for(1500ms);  // past the debounce: still out
   EXPECT_EQ(DeviceOf(rasd, 1)["state"], "degraded");
@@ -246,9 +236,9 @@ TEST(InfinibandTest, APortsFaultNamesTheAcceleratorsBehindItsSwitch) {
   const auto host = rasd.HostRoot();
   const auto tree = host / "sys/class/infiniband";
   std::filesystem::create_directories(tree.parent_path());
-  std::filesystem::copy(Fixture(), tree,
-                        std::filesystem::copy_options::recursive |
-                            std::filesystem::copy_options::copy_symlinks);
+  std::filesystem::copy(
+      Fixture(), tree,
+      std::filesystem::copy_options::recursive | std::filesystem::copy_options::copy_symlinks);
   ServeDeviceOneFromMlx4(host, tree);
   rasd.WriteConfig("ras:\n  infiniband_poll_ms: 100\n");
   std::string why;
@@ -258,12 +248,12 @@ TEST(InfinibandTest, APortsFaultNamesTheAcceleratorsBehindItsSwitch) {
             nlohmann::json::parse(R"([{"device": "mlx4_0", "port": 1, "how": "same PCIe switch"},
                                       {"device": "mlx4_0", "port": 2, "how": "same PCIe switch"}])"));
   EXPECT_TRUE(devices["devices"][0]["rdma_ports"].empty());
-  EXPECT_NE(rasd.Rasctl({"devices", "1"}).out.find("RDMA: mlx4_0 port 1, mlx4_0 port 2 (same PCIe "
-                                                   "switch)"),
+  EXPECT_NE(rasd.Rasctl({"devices", "1"})
+                .out.find("RDMA: mlx4_0 port 1, mlx4_0 port 2 (same PCIe "
+                          "switch)"),
             std::string::npos);
   WriteText(tree / "mlx4_0/ports/1/state", "1: DOWN\n");
-  ASSERT_TRUE(WaitUntil([&] { return InfinibandEvents(rasd).size() == 1; }, 10s))
-      << rasd.Stderr();
+  ASSERT_TRUE(WaitUntil([&] { return InfinibandEvents(rasd).size() == 1; }, 10s)) << rasd.Stderr();
   EXPECT_NE(InfinibandEvents(rasd)[0]["summary"].get<std::string>().find(
                 "[serves device(s) 1: same PCIe switch]"),
             std::string::npos)
@@ -313,13 +303,7 @@ simulator:
   link_sysfs: true
 policy:
   link_up_debounce_s: 1
-jobs:
-  - name: allreduce
-    kind: collective
-    elements: 16384
-    steps: 100000000
-    checkpoint_every: 10
-)");
+)" + std::string(kAllreduceJob));
   std::string why;
   ASSERT_TRUE(rasd.Start({}, {}, &why)) << why;
   EXPECT_TRUE(

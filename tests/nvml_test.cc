@@ -4,9 +4,8 @@
 // an Xid event isolates exactly that device through the policy, a counter
 // increase is a CE event with its count, and a host without NVML runs on.
 
-#include <gtest/gtest.h>
-
 #include <fmt/format.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 
 #include <filesystem>
@@ -145,22 +144,9 @@ TEST_F(NvmlTest, AnXidWithoutAPidKillsTheOnlyProcessNvmlListsOnTheGpu) {
                 fmt::format("workload 'first' (pid {}) killed", pids["first"])),
             std::string::npos)
       << action.dump();
-  EXPECT_NE(action["detail"].get<std::string>().find("the only one NVML lists"),
-            std::string::npos);
+  EXPECT_NE(action["detail"].get<std::string>().find("the only one NVML lists"), std::string::npos);
   EXPECT_FALSE(second->Wait(200ms).has_value()) << "the other workload runs on";
   EXPECT_EQ(StateOf(rasd_, 2), "healthy") << "a contained error: the GPU serves on";
-}
-
-nlohmann::json Job(RasdInstance& rasd, const std::string& name) {
-  const nlohmann::json reply = rasd.RasctlJson({"jobs"});
-  for (const auto& job : reply["jobs"])
-    if (job["name"] == name) return job;
-  return nullptr;
-}
-
-nlohmann::json DeviceOf(RasdInstance& rasd, int index) {
-  const nlohmann::json reply = rasd.RasctlJson({"devices", std::to_string(index)});
-  return reply["devices"][0];
 }
 
 std::string Reason(RasdInstance& rasd, int index) {
@@ -175,13 +161,7 @@ class NvlinkTest : public NvmlTest {
   bool StartWithCollective(const std::string& policy = "") {
     rasd_.WriteConfig(std::string("ras:\n  nvml_library: ") + RASD_FAKE_NVML_PATH +
                       "\n  nvml_poll_ms: 100\npolicy:\n  link_up_debounce_s: 1\n" + policy +
-                      R"(jobs:
-  - name: allreduce
-    kind: collective
-    elements: 16384
-    steps: 100000000
-    checkpoint_every: 10
-)");
+                      kAllreduceJob);
     std::string why;
     const bool started =
         rasd_.Start({},
@@ -385,13 +365,7 @@ TEST(SimulatedNvlinkTest, TheSimulatorsNvlinkFaultTakesTheNvmlPath) {
   RasdInstance rasd;
   rasd.WriteConfig(R"(policy:
   link_up_debounce_s: 1
-jobs:
-  - name: allreduce
-    kind: collective
-    elements: 16384
-    steps: 100000000
-    checkpoint_every: 10
-)");
+)" + std::string(kAllreduceJob));
   std::string why;
   ASSERT_TRUE(rasd.Start({}, {}, &why)) << why;
   auto on_ranks = [&](const nlohmann::json& devices, std::chrono::milliseconds timeout) {

@@ -168,17 +168,7 @@ Status AclnnOps::Check(std::string_view kernel, std::span<const KernelArg> args)
                                                  : library_.name() + " lacks",
                             kernel == "sleep_us" ? "" : lacking));
   }
-  const auto& expected = known->signature.args;
-  if (args.size() != expected.size()) {
-    return Fail(ErrorCode::kInvalidArgument, fmt::format("kernel '{}' takes {} arguments, not {}",
-                                                         kernel, expected.size(), args.size()));
-  }
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    if (args[i].kind != expected[i]) {
-      return Fail(ErrorCode::kInvalidArgument,
-                  fmt::format("kernel '{}': argument {} has the wrong kind", kernel, i));
-    }
-  }
+  if (auto matches = cuda::CheckKernelArgs(known->signature, args); !matches) return matches;
   return cuda::CheckKernelSizes(kernel, args);
 }
 

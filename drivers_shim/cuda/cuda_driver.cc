@@ -615,16 +615,8 @@ class CudaDriverImpl final : public Driver {
     if (registered == nullptr) {
       return Fail(ErrorCode::kNotFound, fmt::format("no kernel named '{}'", kernel));
     }
-    const auto& expected = registered->signature.args;
-    if (args.size() != expected.size()) {
-      return Fail(ErrorCode::kInvalidArgument, fmt::format("kernel '{}' takes {} arguments, not {}",
-                                                           kernel, expected.size(), args.size()));
-    }
-    for (std::size_t i = 0; i < args.size(); ++i) {
-      if (args[i].kind != expected[i]) {
-        return Fail(ErrorCode::kInvalidArgument,
-                    fmt::format("kernel '{}': argument {} has the wrong kind", kernel, i));
-      }
+    if (auto matches = cuda::CheckKernelArgs(registered->signature, args); !matches) {
+      return matches;
     }
     if (auto sized = cuda::CheckKernelSizes(kernel, args); !sized) return sized;
     // kernelParams: one pointer per argument, to a value of the kernel's

@@ -61,6 +61,22 @@ DeviceAddress AddressAt(std::span<const KernelArg> args, std::size_t index) {
 
 }  // namespace
 
+Status CheckKernelArgs(const KernelSignature& signature, std::span<const KernelArg> args) {
+  const auto& expected = signature.args;
+  if (args.size() != expected.size()) {
+    return Fail(ErrorCode::kInvalidArgument,
+                fmt::format("kernel '{}' takes {} arguments, not {}", signature.name,
+                            expected.size(), args.size()));
+  }
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    if (args[i].kind != expected[i]) {
+      return Fail(ErrorCode::kInvalidArgument,
+                  fmt::format("kernel '{}': argument {} has the wrong kind", signature.name, i));
+    }
+  }
+  return {};
+}
+
 Status CheckKernelSizes(std::string_view kernel, std::span<const KernelArg> args) {
   auto within = [](std::int64_t value, std::int64_t limit) { return value >= 0 && value <= limit; };
   constexpr std::int64_t kMaxElements = std::int64_t{1} << 40;

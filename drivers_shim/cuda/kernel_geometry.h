@@ -20,6 +20,11 @@ bool IsDefaultLaunch(const LaunchConfig& config);
 // for any geometry; this one keeps the GPU busy.
 LaunchConfig KernelGeometry(std::string_view kernel, std::span<const KernelArg> args);
 
+// The arguments match the kernel's signature in number and kind; else
+// kInvalidArgument naming the first that does not. Shared by every backend
+// that marshals the registry's kernels (CUDA, Ascend's aclnn).
+Status CheckKernelArgs(const KernelSignature& signature, std::span<const KernelArg> args);
+
 // A GPU kernel cannot return an error, and one that reads outside its
 // buffers fails the whole context (CUDA_ERROR_ILLEGAL_ADDRESS, sticky):
 // the simulator's range checks happen here, before the launch. kInvalidArgument

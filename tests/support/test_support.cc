@@ -377,4 +377,17 @@ int FreePort() {
   return ntohs(address.sin_port);
 }
 
+nlohmann::json Job(RasdInstance& rasd, const std::string& name) {
+  const nlohmann::json reply =
+      rasd.RasctlJson({"jobs"});  // named: a temporary's member would dangle
+  for (const auto& job : reply["jobs"])
+    if (job["name"] == name) return job;
+  return nullptr;
+}
+
+nlohmann::json DeviceOf(RasdInstance& rasd, int index) {
+  const nlohmann::json reply = rasd.RasctlJson({"devices", std::to_string(index)});
+  return reply["devices"][0];
+}
+
 }  // namespace rasd::testing

@@ -167,4 +167,19 @@ class RasdInstance {
   bool has_config_ = false;
 };
 
+// A config section: an allreduce collective job that runs until stopped,
+// checkpointing every 10 steps (the link tests move it between devices).
+inline constexpr const char* kAllreduceJob = R"(jobs:
+  - name: allreduce
+    kind: collective
+    elements: 16384
+    steps: 100000000
+    checkpoint_every: 10
+)";
+
+// The job named `name` in `rasctl jobs`; null when there is none.
+nlohmann::json Job(RasdInstance& rasd, const std::string& name);
+// Device `index` as `rasctl devices INDEX` shows it.
+nlohmann::json DeviceOf(RasdInstance& rasd, int index);
+
 }  // namespace rasd::testing
