@@ -29,14 +29,17 @@ drivers::AscendDriverOptions RealOptions() {
   return options;
 }
 
-// The driver, or a skip naming why there is none.
+// The driver, or a skip naming why there is none (no NPU or no CANN
+// runtime: missing hardware). An NPU whose CANN lacks the operator library
+// is a failure, not a skip: kernels through aclnn are what this checks.
 #define RASD_NEED_NPU(driver)                                                                 \
   auto driver##_created = drivers::CreateAscendDriver(RealOptions());                         \
   if (!driver##_created) {                                                                    \
     GTEST_SKIP() << "needs an Ascend NPU with CANN: " << driver##_created.error().message;    \
   }                                                                                           \
   if ((*driver##_created)->Kernels().empty()) {                                               \
-    GTEST_SKIP() << "needs CANN's operator library (libopapi.so) beside libascendcl";         \
+    FAIL() << "an Ascend NPU without kernels: CANN's operator library (libopapi.so, "         \
+              "libnnopbase.so) was not loaded; rasd's log says why";                          \
   }                                                                                           \
   std::unique_ptr<drivers::Driver> driver = std::move(*driver##_created)
 
