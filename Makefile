@@ -8,7 +8,6 @@ FUZZ_SECONDS ?= 10
 # A fixed seed and a fresh corpus make the smoke run the same sequence of
 # inputs on every machine: what passed here for longer passes in CI.
 FUZZ_SEED ?= 1
-CORPUS ?= ../shared/corpus
 BUILD_TYPE ?= Release
 CMAKE_FLAGS ?=
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
@@ -94,8 +93,8 @@ fuzz-smoke: bootstrap
 	  -DRASD_SANITIZE=address,undefined -DRASD_WERROR=OFF -DRASD_BUILD_TESTS=OFF -DRASD_BUILD_BENCH=OFF >/dev/null
 	@cmake --build $(FUZZ_DIR) -j $(JOBS) --target kernel_log_fuzz kmsg_stream_fuzz bert_fuzz tracefs_page_fuzz
 	@rm -rf $(FUZZ_DIR)/seeds $(FUZZ_DIR)/found-* && mkdir -p $(FUZZ_DIR)/seeds
-	@if [ -f $(CORPUS)/kernel-ras-records.jsonl ]; then split -l 1 $(CORPUS)/kernel-ras-records.jsonl $(FUZZ_DIR)/seeds/record-; fi
-	@split -l 1 ras/tests/corpus/public-records.jsonl $(FUZZ_DIR)/seeds/public-
+	@split -l 1 tests/data/kernel-ras-records.jsonl $(FUZZ_DIR)/seeds/record-
+	@split -l 1 tests/data/public-records.jsonl $(FUZZ_DIR)/seeds/public-
 	@for target in kernel_log_fuzz kmsg_stream_fuzz bert_fuzz tracefs_page_fuzz; do \
 	  echo "== $$target ($(FUZZ_SECONDS) s)"; mkdir -p $(FUZZ_DIR)/found-$$target; \
 	  UBSAN_OPTIONS=halt_on_error=1 $(FUZZ_DIR)/fuzz/$$target -max_total_time=$(FUZZ_SECONDS) -seed=$(FUZZ_SEED) -timeout=10 -rss_limit_mb=2048 -artifact_prefix=$(FUZZ_DIR)/ \

@@ -33,7 +33,7 @@ constexpr std::size_t kRecords = 200'000;
 const std::vector<std::string>& MixedKmsg() {
   static const std::vector<std::string> records = [] {
     std::vector<std::string> ras_lines;
-    std::ifstream corpus(std::string(RASD_CORPUS_DIR) + "/kernel-ras-records.jsonl");
+    std::ifstream corpus(std::string(RASD_TEST_DATA_DIR) + "/kernel-ras-records.jsonl");
     for (std::string line; std::getline(corpus, line);) {
       auto json = nlohmann::json::parse(line, nullptr, false);
       if (json.is_discarded()) continue;
@@ -339,7 +339,7 @@ const std::string& ScanLogFile() {
   static const std::string path = [] {
     std::vector<std::string> singles;
     std::vector<std::string> blocks;
-    std::ifstream corpus(std::string(RASD_CORPUS_DIR) + "/kernel-ras-records.jsonl");
+    std::ifstream corpus(std::string(RASD_TEST_DATA_DIR) + "/kernel-ras-records.jsonl");
     for (std::string line; std::getline(corpus, line);) {
       auto json = nlohmann::json::parse(line, nullptr, false);
       if (json.is_discarded()) continue;

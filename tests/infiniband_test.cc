@@ -14,8 +14,8 @@ namespace rasd::testing {
 namespace {
 
 std::filesystem::path Fixture() {
-  return std::filesystem::path(RASD_SOURCE_DIR) /
-         "../shared/corpus/infiniband_sysfs/node_exporter-fixture/sys/class/infiniband";
+  return std::filesystem::path(RASD_TEST_DATA_DIR) /
+         "infiniband_sysfs/node_exporter-fixture/sys/class/infiniband";
 }
 
 nlohmann::json InfinibandEvents(RasdInstance& rasd) {
@@ -29,7 +29,7 @@ nlohmann::json InfinibandEvents(RasdInstance& rasd) {
 
 TEST(InfinibandTest, PortsAreMetricsCounterIncreasesAndLinkDownsAreEvents) {
   ASSERT_TRUE(std::filesystem::exists(Fixture()))
-      << Fixture() << " (../shared beside the checkout)";
+      << Fixture() << " (tests/data of the checkout)";
   RasdInstance rasd;
   const auto tree = rasd.HostRoot() / "sys/class/infiniband";
   std::filesystem::create_directories(tree.parent_path());

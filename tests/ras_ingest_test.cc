@@ -165,7 +165,7 @@ namespace {
 TEST(RasIngestEdacTest, EdacCounterIncreasesBecomeEvents) {
   RasdInstance rasd;
   std::filesystem::copy(
-      std::string(RASD_SOURCE_DIR) + "/../shared/corpus/edac_sysfs/edac-utils-15/sys",
+      std::string(RASD_TEST_DATA_DIR) + "/edac_sysfs/edac-utils-15/sys",
       rasd.HostRoot() / "sys", std::filesystem::copy_options::recursive);
   for (const auto& entry : std::filesystem::recursive_directory_iterator(rasd.HostRoot() / "sys")) {
     std::filesystem::permissions(entry.path(), std::filesystem::perms::owner_write,

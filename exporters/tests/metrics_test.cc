@@ -19,7 +19,7 @@ namespace rasd::exporters {
 namespace {
 
 ras::EdacSnapshot Edac(const std::string& tree) {
-  common::HostEnv host(std::string(RASD_CORPUS_DIR) + "/edac_sysfs/" + tree,
+  common::HostEnv host(std::string(RASD_TEST_DATA_DIR) + "/edac_sysfs/" + tree,
                        std::make_shared<common::SystemClock>());
   return ras::ReadEdacSnapshot(host);
 }
@@ -32,7 +32,7 @@ TEST(MetricsTest, EdacCountersAreNodeExportersForTheSameTree) {
   MetricsSnapshot snapshot;
   snapshot.edac = Edac("node_exporter-fixture");
   const std::string text = RenderText(snapshot);
-  // node_exporter's own output for this fixture (../shared/corpus/README.md).
+  // node_exporter's own output for this fixture (tests/data/README.md).
   for (const char* line : {
            R"(rasd_edac_correctable_errors_total{controller="0"} 1)",
            R"(rasd_edac_uncorrectable_errors_total{controller="0"} 5)",
@@ -54,7 +54,7 @@ TEST(MetricsTest, EdacCountersAreNodeExportersForTheSameTree) {
 // node_, the same labels and the same value.
 TEST(MetricsTest, InfinibandIsNodeExportersForTheSameTree) {
   const std::string fixture =
-      std::string(RASD_CORPUS_DIR) + "/infiniband_sysfs/node_exporter-fixture";
+      std::string(RASD_TEST_DATA_DIR) + "/infiniband_sysfs/node_exporter-fixture";
   common::HostEnv host(fixture, std::make_shared<common::SystemClock>());
   MetricsSnapshot snapshot;
   snapshot.infiniband = ras::ReadInfinibandSnapshot(host);

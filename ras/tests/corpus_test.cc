@@ -1,4 +1,4 @@
-// Every record of the real-world corpus (shared/corpus/kernel-ras-records.jsonl)
+// Every record of the real-world corpus (tests/data/kernel-ras-records.jsonl)
 // decodes to its expected origin, severity, xid, pci_bdf, mc and address.
 // A regression in any decoder fails the record it breaks, by id.
 
@@ -23,7 +23,7 @@ struct CorpusRecord {
 // Failure messages name the record, not its bytes.
 void PrintTo(const CorpusRecord& record, std::ostream* out) { *out << record.id; }
 
-std::string CorpusPath() { return std::string(RASD_CORPUS_DIR) + "/kernel-ras-records.jsonl"; }
+std::string CorpusPath() { return std::string(RASD_TEST_DATA_DIR) + "/kernel-ras-records.jsonl"; }
 
 std::vector<CorpusRecord> LoadCorpus() {
   std::vector<CorpusRecord> records;

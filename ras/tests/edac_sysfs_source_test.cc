@@ -8,7 +8,7 @@
 namespace rasd::ras {
 namespace {
 
-// Copies one of the corpus's EDAC trees (shared/corpus/edac_sysfs) so that
+// Copies one of the corpus's EDAC trees (tests/data/edac_sysfs) so that
 // tests can change its counters.
 class EdacSysfsTest : public ::testing::Test {
  protected:
@@ -16,7 +16,7 @@ class EdacSysfsTest : public ::testing::Test {
     char pattern[] = "/tmp/rasd-edac-XXXXXX";
     ASSERT_NE(::mkdtemp(pattern), nullptr);
     root_ = pattern;
-    std::filesystem::copy(std::string(RASD_CORPUS_DIR) + "/edac_sysfs/" + name, root_,
+    std::filesystem::copy(std::string(RASD_TEST_DATA_DIR) + "/edac_sysfs/" + name, root_,
                           std::filesystem::copy_options::recursive);
     std::filesystem::permissions(root_, std::filesystem::perms::owner_all,
                                  std::filesystem::perm_options::add);

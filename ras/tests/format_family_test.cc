@@ -2,7 +2,7 @@
 // from the printk format strings (kernel 3.10 to 6.x), util-linux dmesg's
 // and journalctl's prefixes, and the output code of mcelog, rasdaemon,
 // ras-mc-ctl, amdgpu's ACA dump and npu-smi. The real-record corpora
-// (shared/corpus, ras/tests/corpus) measure the same decoders on what
+// (tests/data) measure the same decoders on what
 // machines actually printed.
 
 #include <gtest/gtest.h>

@@ -15,9 +15,9 @@ namespace rasd::ras {
 namespace {
 
 const std::string kFixture =
-    std::string(RASD_CORPUS_DIR) + "/infiniband_sysfs/node_exporter-fixture";
+    std::string(RASD_TEST_DATA_DIR) + "/infiniband_sysfs/node_exporter-fixture";
 
-// A writable copy of node_exporter's infiniband fixture (shared/corpus/
+// A writable copy of node_exporter's infiniband fixture (tests/data/
 // infiniband_sysfs), so that tests can change counters and states.
 class InfinibandSysfsTest : public ::testing::Test {
  protected:

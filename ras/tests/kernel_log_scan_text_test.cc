@@ -72,8 +72,8 @@ std::string CorpusLog() {
   std::string log;
   int n = 0;
   for (const std::string& path :
-       {std::string(RASD_CORPUS_DIR) + "/kernel-ras-records.jsonl",
-        std::string(RASD_PUBLIC_CORPUS_DIR) + "/public-records.jsonl"}) {
+       {std::string(RASD_TEST_DATA_DIR) + "/kernel-ras-records.jsonl",
+        std::string(RASD_TEST_DATA_DIR) + "/public-records.jsonl"}) {
     std::ifstream file(path);
     for (std::string line; std::getline(file, line);) {
       auto json = nlohmann::json::parse(line, nullptr, false);

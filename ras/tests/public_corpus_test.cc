@@ -1,4 +1,4 @@
-// The second corpus of real records (ras/tests/corpus, gathered from public
+// The second corpus of real records (tests/data/public-records.jsonl and held-out.jsonl, gathered from public
 // bug trackers, mailing lists and vendor pages; each record names its
 // source). The development file is checked record by record. The held-out
 // file was kept out of the decoders' development: it is checked only as a
@@ -32,7 +32,7 @@ void PrintTo(const PublicRecord& record, std::ostream* out) { *out << record.id;
 
 std::vector<PublicRecord> Load(const std::string& name) {
   std::vector<PublicRecord> records;
-  std::ifstream file(std::string(RASD_PUBLIC_CORPUS_DIR) + "/" + name);
+  std::ifstream file(std::string(RASD_TEST_DATA_DIR) + "/" + name);
   std::string line;
   while (std::getline(file, line)) {
     auto json = nlohmann::json::parse(line, nullptr, false);

@@ -1,6 +1,6 @@
 // Accelerator drivers: NVIDIA (NVRM Xid and the Xid-less fatal lines),
 // amdgpu RAS, Huawei Ascend driver and runtime. Xid classes follow
-// DESIGN.md and shared/corpus/README.md; the daemon's config tables will
+// DESIGN.md and tests/data/README.md; the daemon's config tables will
 // override them.
 
 #include <array>

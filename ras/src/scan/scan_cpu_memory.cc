@@ -1,5 +1,5 @@
 // GHES/CPER, MCE, EDAC and memory-failure records (the host's CPU and
-// memory errors). Rules: shared/corpus/README.md.
+// memory errors). Rules: tests/data/README.md.
 
 #include <algorithm>
 #include <array>

@@ -19,7 +19,7 @@
 namespace rasd::ras {
 
 // One hardware-error report recognised in a kernel log, with the fields the
-// corpus (shared/corpus/README.md) defines. A record may span several lines
+// corpus (tests/data/README.md) defines. A record may span several lines
 // (a GHES/CPER block, an MCE decode, an AER header with its details); they
 // are kept in `lines`.
 struct ScannedRecord {
