@@ -101,12 +101,13 @@ PartitionName=debug Nodes=localhost{} Default=YES MaxTime=INFINITE State=UP
     }
   }
 
+  // The daemons detached themselves: they are stopped by their pid files,
+  // and killed where they do not stop in time.
   ~SlurmCluster() {
     for (const char* pid_file : {"slurmd.pid", "slurmctld.pid", "munge/munged.pid"}) {
       const std::string text = ReadText(dir_ / pid_file);
-      if (const int pid = std::atoi(text.c_str()); pid > 0) ::kill(pid, SIGTERM);
+      if (const int pid = std::atoi(text.c_str()); pid > 0) StopDetached(pid, 5s);
     }
-    std::this_thread::sleep_for(200ms);
   }
 
   const std::string& Conf() const { return conf_; }

@@ -200,10 +200,16 @@ TEST_F(WorkloadsTest, HostileAttachesAreRefused) {
   refused(0, {{"pid", ::getpid()}, {"devices", {9999999}}}, "invalid_argument", "devices");
   refused(0, {{"pid", ::getpid()}, {"devices", {7}}}, "not_found", "no device 7");
   refused(0, {{"pid", ::getpid()}}, "invalid_argument", "needs devices");
-  // A stale pid: a process that has exited.
-  Process gone({.argv = {"/bin/true"}});
-  ASSERT_EQ(gone.Wait(5s), 0);
-  refused(0, {{"pid", gone.Pid()}, {"devices", {0}}}, "not_found", "no process");
+  // A process that has exited but keeps its pid until it is reaped, and
+  // a stale pid (one that is reaped).
+  pid_t reaped = 0;
+  {
+    Process gone({.argv = {"/bin/true"}});
+    ASSERT_EQ(gone.Wait(5s), 0);
+    refused(0, {{"pid", gone.Pid()}, {"devices", {0}}}, "not_found", "it has exited");
+    reaped = gone.Pid();
+  }
+  refused(0, {{"pid", reaped}, {"devices", {0}}}, "not_found", "no process");
   refused(0, {{"devices", {0}}, {"drain_signal", "NOPE"}}, "invalid_argument", "not a signal");
   refused(0, {{"devices", {0}}, {"grace_ms", -1}}, "invalid_argument", "grace_ms");
   EXPECT_TRUE(Workloads().empty());
@@ -300,6 +306,28 @@ TEST_F(WorkloadsTest, ARestartedRasdFollowsTheWorkloadsAttachedBefore) {
   ASSERT_TRUE(rasd_.Stop().has_value());
   ASSERT_TRUE(rasd_.Start({}, {}, &why)) << why;
   EXPECT_TRUE(Workloads().empty());
+}
+
+// A workload dies with the rasctl that ran it: killed by force, rasctl
+// cannot pass anything on, and the workload must not run on unwatched by
+// any parent. rasd then forgets it as it does any workload that ended.
+TEST_F(WorkloadsTest, AWorkloadEndsWhenTheRasctlThatRanItIsKilled) {
+  auto run = Run({"--devices", "2", "--name", "orphan"}, "while :; do sleep 0.05; done");
+  std::int64_t pid = 0;
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        const auto workloads = Workloads();
+        if (workloads.size() != 1) return false;
+        pid = workloads[0]["pid"].get<std::int64_t>();
+        return true;
+      },
+      5s));
+  const auto workload = static_cast<pid_t>(pid);
+  ASSERT_TRUE(Alive(workload));
+  run->Signal(SIGKILL);
+  ASSERT_TRUE(run->Wait(5s).has_value());
+  EXPECT_TRUE(WaitUntil([&] { return !Alive(workload); }, 5s)) << "the workload outlived its rasctl";
+  EXPECT_TRUE(WaitUntil([&] { return Workloads().empty(); }, 5s)) << Workloads().dump();
 }
 
 // rasd killed during a drain: the restarted rasd keeps the deadline the

@@ -5,6 +5,7 @@
 #include <fmt/ranges.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -189,12 +190,20 @@ int RunWorkload(const RunOptions& options) {
     std::cerr << "rasctl: run: pipe: " << std::strerror(errno) << "\n";
     return kExitCannotStart;
   }
+  const pid_t supervisor = ::getpid();
   const pid_t child = ::fork();
   if (child < 0) {
     std::cerr << "rasctl: run: fork: " << std::strerror(errno) << "\n";
     return kExitCannotStart;
   }
   if (child == 0) {
+    // The workload ends with rasctl: whoever ends rasctl by force (a
+    // scheduler's step kill, an operator's kill -9) ends the work it
+    // started, and nothing keeps a device busy with no one to answer for
+    // it. A graceful signal to rasctl reaches the workload below instead.
+    // The parent check covers a rasctl that died before the prctl.
+    if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || ::getppid() != supervisor)
+      ::_exit(kExitCannotStart);
     // Waits until rasd has it attached: no work starts unwatched. EOF
     // (rasctl gave up) ends it before the command runs.
     ::close(go[1]);

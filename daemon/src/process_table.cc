@@ -1,5 +1,6 @@
 #include "process_table.h"
 
+#include <poll.h>
 #include <signal.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -37,6 +38,11 @@ class SystemProcesses final : public ProcessTable {
       if (errno == ESRCH) return Fail(ErrorCode::kNotFound, fmt::format("no process {}", pid));
       return Fail(ErrnoError(fmt::format("pidfd_open {}", pid), errno));
     }
+    // A zombie still has its pid (until its parent reaps it) but has ended:
+    // its pidfd is readable already.
+    pollfd ended{fd.Get(), POLLIN, 0};
+    if (::poll(&ended, 1, 0) > 0)
+      return Fail(ErrorCode::kNotFound, fmt::format("no process {}: it has exited", pid));
     return fd;
   }
 

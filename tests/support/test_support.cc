@@ -7,6 +7,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -41,6 +42,38 @@ int Remaining(std::chrono::steady_clock::time_point deadline) {
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
       deadline - std::chrono::steady_clock::now());
   return static_cast<int>(std::max<std::int64_t>(0, left.count()));
+}
+
+// Whether a user who is neither the owner nor in the group (nobody) can
+// reach and execute `path`: every directory above it searchable by others.
+bool OthersCanExecute(const std::filesystem::path& path) {
+  std::error_code ec;
+  const auto absolute = std::filesystem::absolute(path, ec);
+  if (ec) return false;
+  for (auto at = absolute; !at.empty(); at = at.parent_path()) {
+    struct stat info {};
+    if (::stat(at.c_str(), &info) != 0 || (info.st_mode & S_IXOTH) == 0) return false;
+    if (at == at.parent_path()) break;
+  }
+  return true;
+}
+
+// `binary` as another user can run it: itself where others reach it, else
+// a copy in a directory they do (a checkout under a 0700 directory, as
+// `mktemp -d` and root's home are, is out of their reach). One copy per
+// binary and test process, removed when it exits.
+std::string ReachableByOthers(const std::string& binary) {
+  if (OthersCanExecute(binary)) return binary;
+  static TempDir copies;
+  static std::map<std::string, std::string> copied;
+  if (auto found = copied.find(binary); found != copied.end()) return found->second;
+  const auto copy = copies / (std::to_string(copied.size()) + "-" +
+                              std::filesystem::path(binary).filename().string());
+  std::error_code ec;
+  std::filesystem::copy_file(binary, copy, ec);
+  if (ec) throw std::runtime_error("cannot copy " + binary + " for another user: " + ec.message());
+  ::chmod(copy.c_str(), 0755);
+  return copied[binary] = copy.string();
 }
 
 }  // namespace
@@ -101,6 +134,8 @@ Process::Process(const ProcessOptions& options) {
   if (options.pass_listen_fd >= 0) envp.push_back(listen_pid.data());
   envp.push_back(nullptr);
   std::vector<std::string> argv_strings = options.argv;
+  if (options.uid && *options.uid != ::geteuid() && !argv_strings.empty())
+    argv_strings[0] = ReachableByOthers(argv_strings[0]);
   std::vector<char*> argv;
   for (auto& arg : argv_strings) argv.push_back(arg.data());
   argv.push_back(nullptr);
@@ -112,9 +147,13 @@ Process::Process(const ProcessOptions& options) {
   const int in_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   if (out_fd < 0 || err_fd < 0 || in_fd < 0) throw std::runtime_error("cannot open child stdio");
 
+  const pid_t test = ::getpid();
   pid_ = ::fork();
   if (pid_ < 0) throw std::runtime_error("fork failed");
   if (pid_ == 0) {
+    // Its own process group, so that the end of the test ends what it
+    // started too (a `rasctl run` workload, a shell's commands).
+    ::setpgid(0, 0);
     ::dup2(in_fd, 0);
     ::dup2(out_fd, 1);
     ::dup2(err_fd, 2);
@@ -132,40 +171,62 @@ Process::Process(const ProcessOptions& options) {
       if (options.gid && ::setgid(*options.gid) != 0) ::_exit(125);
       if (options.uid && ::setuid(*options.uid) != 0) ::_exit(125);
     }
+    // A test binary that crashes or times out takes its children with it.
+    // Set after the credentials change, which clears it.
+    if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || ::getppid() != test) ::_exit(126);
     sigset_t none;
     sigemptyset(&none);
     ::sigprocmask(SIG_SETMASK, &none, nullptr);
     ::execve(argv[0], argv.data(), envp.data());
     ::_exit(127);
   }
+  ::setpgid(pid_, pid_);  // as the child does: whichever runs first, no kill misses the group
   ::close(out_fd);
   ::close(err_fd);
   ::close(in_fd);
 }
 
 Process::~Process() {
-  if (Running()) {
-    ::kill(pid_, SIGKILL);
-    Wait(5s);
-  }
+  // The whole group, also when the child itself has ended: what it started
+  // may run on. The child is reaped only after that, so that its pid (the
+  // group's id) cannot have been given to another process meanwhile.
+  ::kill(-pid_, SIGKILL);
+  ::kill(pid_, SIGKILL);
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  int status = 0;
+  while (::waitpid(pid_, &status, WNOHANG) == 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(1ms);
 }
 
 void Process::Signal(int signal) const { ::kill(pid_, signal); }
 
 bool Process::Running() {
   if (status_) return false;
-  int status = 0;
-  const pid_t done = ::waitpid(pid_, &status, WNOHANG);
-  if (done == pid_) {
-    status_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    return false;
-  }
-  return true;
+  siginfo_t info{};
+  // WNOWAIT: seen, not reaped (the destructor reaps; see there).
+  if (::waitid(P_PID, static_cast<id_t>(pid_), &info, WEXITED | WNOHANG | WNOWAIT) != 0 ||
+      info.si_pid != pid_)
+    return true;
+  status_ = info.si_code == CLD_EXITED ? info.si_status : 128 + info.si_status;
+  return false;
 }
 
 std::optional<int> Process::Wait(std::chrono::milliseconds timeout) {
   WaitUntil([this] { return !Running(); }, timeout);
   return status_;
+}
+
+bool Alive(pid_t pid) {
+  const std::string stat = ReadText("/proc/" + std::to_string(pid) + "/stat");
+  const auto state = stat.rfind(") ");
+  return state != std::string::npos && state + 2 < stat.size() && stat[state + 2] != 'Z';
+}
+
+void StopDetached(pid_t pid, std::chrono::milliseconds grace) {
+  if (::kill(pid, SIGTERM) != 0) return;
+  if (WaitUntil([pid] { return !Alive(pid); }, grace)) return;
+  ::kill(pid, SIGKILL);
+  WaitUntil([pid] { return !Alive(pid); }, 5s);
 }
 
 CommandResult RunToCompletion(ProcessOptions options, std::chrono::milliseconds timeout) {

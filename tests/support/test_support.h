@@ -50,12 +50,16 @@ struct ProcessOptions {
   std::filesystem::path stdout_path = "/dev/null";
   std::filesystem::path stderr_path = "/dev/null";
   int pass_listen_fd = -1;   // becomes fd 3 with LISTEN_FDS=1 and LISTEN_PID=<child>
-  std::optional<uid_t> uid;  // drop to this uid (test must be root)
+  std::optional<uid_t> uid;  // drop to this uid (test must be root); argv[0] is copied
+                             // where that user can reach it if it cannot already
   std::optional<gid_t> gid;
   std::vector<gid_t> groups;  // supplementary groups when dropping
 };
 
-// A child process; killed (SIGKILL) and reaped on destruction if still running.
+// A child process, the leader of its own process group, with SIGKILL as its
+// parent-death signal: on destruction the whole group is killed (SIGKILL)
+// and the child reaped, so nothing it started outlives the test, also when
+// an assertion failed midway or the test binary died.
 class Process {
  public:
   explicit Process(const ProcessOptions& options);
@@ -73,6 +77,12 @@ class Process {
   pid_t pid_ = -1;
   std::optional<int> status_;
 };
+
+// Whether process `pid` runs; a zombie has ended, whoever reaps it.
+bool Alive(pid_t pid);
+// Stops a process that is not our child (a daemon that detached): SIGTERM,
+// then SIGKILL if it still runs after `grace`; returns once it has ended.
+void StopDetached(pid_t pid, std::chrono::milliseconds grace);
 
 struct CommandResult {
   int exit_code = -1;
