@@ -1,4 +1,4 @@
-// Every row of DESIGN.md's taxonomy, injected with rasctl into a running
+// Every row of docs/architecture.md's taxonomy, injected with rasctl into a running
 // rasd with an inference job on its devices, produces the expected action,
 // device state, stored event and metric; the job loses nothing.
 

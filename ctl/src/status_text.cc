@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 
 namespace rasd::ctl {
@@ -175,9 +176,17 @@ std::string FormatStatus(const json& status) {
   const json::json_pointer sources("/ras/sources");
   if (status.contains(sources) && status.at(sources).is_object()) {
     out += "sources\n";
+    // Each column fits its longest entry: a source's name never runs into
+    // its state, nor its state into the reason.
+    std::size_t name_width = 0;
+    std::size_t state_width = 0;
     for (const auto& [name, source] : status.at(sources).items()) {
-      out += fmt::format("  {:<10}{:<14}{}\n", name, Field(source, "/state"),
-                         Field(source, "/reason"));
+      name_width = std::max(name_width, name.size());
+      state_width = std::max(state_width, Field(source, "/state").size());
+    }
+    for (const auto& [name, source] : status.at(sources).items()) {
+      out += fmt::format("  {:<{}}  {:<{}}  {}\n", name, name_width, Field(source, "/state"),
+                         state_width, Field(source, "/reason"));
     }
   }
   return out;

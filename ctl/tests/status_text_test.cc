@@ -38,7 +38,8 @@ TEST(StatusTextTest, RendersTheStatusFields) {
     "ras": {"kmsg_records": 900, "kmsg_untrusted": 2, "kmsg_before_start": 7, "crash_records_read": 1,
             "sources": {"kmsg": {"state": "active", "reason": "the kernel's records from /dev/kmsg"},
                         "pstore": {"state": "absent", "reason": "neither /sys/fs/pstore nor /var/lib/systemd/pstore exists; looked for again in 40 s"},
-                        "tracefs": {"state": "no_permission", "reason": "create tracing instance: EPERM"}}}
+                        "tracefs": {"state": "no_permission", "reason": "create tracing instance: EPERM"},
+                        "infiniband": {"state": "absent", "reason": "no /sys/class/infiniband"}}}
   })");
   const std::string text = FormatStatus(status);
   EXPECT_NE(text.find("rasd 0.1.0 (pid 42), up 1m 15s\n"), std::string::npos) << text;
@@ -59,10 +60,13 @@ TEST(StatusTextTest, RendersTheStatusFields) {
                       "read\n"),
             std::string::npos)
       << text;
-  EXPECT_NE(text.find("sources\n  kmsg      active        the kernel's records from /dev/kmsg\n"
-                      "  pstore    absent        neither /sys/fs/pstore nor "
+  // Every name, even the longest, stands apart from its state.
+  EXPECT_NE(text.find("sources\n"
+                      "  infiniband  absent         no /sys/class/infiniband\n"
+                      "  kmsg        active         the kernel's records from /dev/kmsg\n"
+                      "  pstore      absent         neither /sys/fs/pstore nor "
                       "/var/lib/systemd/pstore exists; looked for again in 40 s\n"
-                      "  tracefs   no_permission create tracing instance: EPERM\n"),
+                      "  tracefs     no_permission  create tracing instance: EPERM\n"),
             std::string::npos)
       << text;
   EXPECT_NE(text.find("   3 rasd-sim   isolated  pool 64.0 MiB reserved, 4.0 KiB allocated, 2 "

@@ -239,7 +239,7 @@ void DeviceLifecycle::Recover(int device) {
   if (!found || (*found)->Health() != runtime::HealthState::kIsolated) return;  // an operator acted
   if (testing_.contains(device)) return;  // an operator's undrain is testing it now
   // Looked at again now: a fault during the delay (an Xid 79 after an Xid
-  // 48) may have made a reset pointless (helper's find).
+  // 48) may have made a reset pointless.
   if (advisor_) {
     if (const auto suggested = advisor_(device); suggested > ras::RecoveryAction::kResetDevice) {
       RASD_LOG_WARN("device {}: no automatic recovery: {} is suggested now, more than a reset; it "

@@ -59,7 +59,7 @@ RecoveryRow Class(Severity severity, std::optional<ComponentKind> component, A a
                      .escalate_after = after,
                      .escalate_window = hours(24),
                      .escalate_to = to,
-                     .source = "rasd severity classes (DESIGN.md)"};
+                     .source = "rasd severity classes (docs/architecture.md)"};
 }
 
 std::vector<RecoveryRow> DefaultRows() {
@@ -128,7 +128,8 @@ std::vector<RecoveryRow> DefaultRows() {
   rows.push_back(Class(Severity::kUce, std::nullopt, A::kHardwareInspection));
   rows.push_back(Class(Severity::kSrar, std::nullopt, A::kRestartApp));
   // CE, UCNA, SRAO, INFO: the hardware corrected it or the page was taken out.
-  rows.push_back(RecoveryRow{.action = A::kNone, .source = "rasd severity classes (DESIGN.md)"});
+  rows.push_back(
+      RecoveryRow{.action = A::kNone, .source = "rasd severity classes (docs/architecture.md)"});
   return rows;
 }
 

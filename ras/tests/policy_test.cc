@@ -1,4 +1,4 @@
-// The policy engine: every row of DESIGN.md's taxonomy table, leaky-bucket
+// The policy engine: every row of docs/architecture.md's taxonomy table, leaky-bucket
 // edges on a simulated clock, escalation, and reloads that keep counters.
 
 #include "rasd/ras/policy.h"

@@ -1,7 +1,7 @@
 // Accelerator drivers: NVIDIA (NVRM Xid and the Xid-less fatal lines),
 // amdgpu RAS, Huawei Ascend driver and runtime. Xid classes follow
-// DESIGN.md and tests/data/README.md; the daemon's config tables will
-// override them.
+// docs/architecture.md and tests/data/README.md; the daemon's config tables
+// (ras.codes.nvidia_xid, ras.codes.ascend) override them, also on reload.
 
 #include <array>
 #include <cctype>

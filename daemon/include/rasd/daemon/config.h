@@ -121,7 +121,7 @@ struct Config {
     bool operator==(const Inject&) const = default;
   } inject;
   struct Policy {
-    // Rules, thresholds and escalation (DESIGN.md's taxonomy table is built
+    // Rules, thresholds and escalation (docs/architecture.md's taxonomy table is built
     // in; site rules come first). Applied on reload, counters kept.
     ras::PolicyConfig engine;
     // Write to <root>/sys/devices/system/memory/{soft,hard}_offline_page.

@@ -14,7 +14,7 @@
 
 namespace rasd::ras {
 
-// What rasd may do about an event (DESIGN.md, the taxonomy table).
+// What rasd may do about an event (docs/architecture.md, the taxonomy table).
 enum class ActionKind : std::uint8_t {
   kRecord,           // store and count only
   kRetirePage,       // take the device page out of its pool for good
@@ -133,7 +133,7 @@ struct PolicyConfig {
 enum class BeforeStartVerdict : std::uint8_t { kStillActs, kRecordOnly };
 BeforeStartVerdict StillActsBeforeStart(ActionKind kind, const RasEvent& event);
 
-// The built-in rules: DESIGN.md's taxonomy table, row by row.
+// The built-in rules: docs/architecture.md's taxonomy table, row by row.
 std::vector<PolicyRule> DefaultRules(const PolicyConfig& config);
 
 struct Action {

@@ -64,7 +64,7 @@ struct RecoverySuggestion {
 // The recovery table: data, like the code tables. The built-in rows are
 // the vendors' published tables (NVIDIA's Xid catalog, "Resolution Bucket
 // (Immediate Action)"; Huawei MindCluster's fault levels) and the severity
-// classes of DESIGN.md; a site's rows (ras.recovery) go first. Immutable
+// classes of docs/architecture.md; a site's rows (ras.recovery) go first. Immutable
 // once built: safe to share between threads.
 class RecoveryTable {
  public:

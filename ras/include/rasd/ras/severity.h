@@ -7,7 +7,7 @@
 
 namespace rasd::ras {
 
-// The severity classes of the kernel's RAS model (see DESIGN.md, "The
+// The severity classes of the kernel's RAS model (see docs/architecture.md, "The
 // severity taxonomy"), least to most severe, with INFO first.
 enum class Severity : std::uint8_t {
   kInfo,   // informational, or an application fault

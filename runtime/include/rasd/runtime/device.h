@@ -11,7 +11,8 @@
 namespace rasd::runtime {
 
 // Health of a device as the policy engine decides it. Only an operator
-// returns an Isolated device to service.
+// (or policy.auto_recover, after a reset and a self-test) returns an
+// Isolated device to service.
 enum class HealthState : std::uint8_t {
   kHealthy,   // takes any work
   kDegraded,  // takes any work; errors are elevated and watched
