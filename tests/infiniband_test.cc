@@ -1,11 +1,14 @@
 // RDMA ports with the real rasd: node_exporter's infiniband fixture as the
 // host's /sys/class/infiniband; the metrics, a counter's increase as a CE
-// event, a port going down as a UCE event, the source's state in status.
+// event, a port going down as a UCE event, the source's state in status;
+// the same series as the node_exporter Debian packages, for the same tree.
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <thread>
 
 #include "test_support.h"
@@ -111,6 +114,173 @@ std::filesystem::path FixtureWithDeviceOneOnMlx4(const RasdInstance& rasd) {
   CopyFixture(tree);
   ServeDeviceOneFromMlx4(rasd.HostRoot(), tree);
   return tree;
+}
+
+// node_exporter as Debian 12 packages it (1.5.0), run on the tree by hand.
+constexpr const char* kNodeExporter = "/usr/bin/prometheus-node-exporter";
+
+// The samples of a text exposition whose name starts with `prefix`, keyed
+// by the name after it and the labels sorted by name (prometheus-cpp keeps
+// the order they were added in, client_golang sorts them): "state_id
+// {device="mlx4_0",port="1"}" -> 4. Values as numbers: node_exporter prints
+// 1.8527668e+07 where prometheus-cpp prints 18527668.
+std::map<std::string, double> Samples(const std::string& text, const std::string& prefix) {
+  std::map<std::string, double> samples;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    if (!line.starts_with(prefix)) continue;
+    std::size_t at = prefix.size();
+    const std::string name = line.substr(at, line.find_first_of("{ ", at) - at);
+    at += name.size();
+    std::vector<std::string> labels;
+    if (line[at] == '{') {
+      ++at;
+      while (line[at] != '}') {
+        const auto equals = line.find('=', at);
+        std::string label = line.substr(at, equals - at) + "=\"";
+        for (at = equals + 2; line[at] != '"'; ++at) {
+          label += line[at];
+          if (line[at] == '\\') label += line[++at];
+        }
+        labels.push_back(label + '"');
+        at += line[at + 1] == ',' ? 2 : 1;
+      }
+      ++at;
+    }
+    std::sort(labels.begin(), labels.end());
+    std::string key = name + "{";
+    for (const auto& label : labels) key += (key.back() == '{' ? "" : ",") + label;
+    samples[key + "}"] = std::stod(line.substr(at + 1));
+  }
+  return samples;
+}
+
+// Starts the packaged node_exporter on `rasd`'s host tree (its sys/ as
+// --path.sysfs, the infiniband collector alone) and rasd on the same tree,
+// and checks that the two print the same infiniband series with the same
+// values, node_ for rasd_: every one of node_exporter's has a twin, and
+// every one of rasd's but its own rasd_infiniband_other_errors_total has
+// one in node_exporter's. `node` gets node_exporter's samples.
+void ExpectTheSameSeriesAsNodeExporter(RasdInstance& rasd, std::map<std::string, double>& node) {
+  const int port = FreePort();
+  ProcessOptions options;
+  options.argv = {kNodeExporter, "--path.sysfs=" + (rasd.HostRoot() / "sys").string(),
+                  "--collector.disable-defaults", "--collector.infiniband",
+                  fmt::format("--web.listen-address=127.0.0.1:{}", port)};
+  options.stderr_path = rasd.Dir() / "node_exporter.stderr";
+  Process node_exporter(options);
+  std::string theirs;
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        theirs = Http(port, "GET", "/metrics");
+        return !theirs.empty();
+      },
+      10s))
+      << ReadText(options.stderr_path);
+  // Without this a tree node_exporter gave up on would compare as empty.
+  ASSERT_NE(theirs.find("node_scrape_collector_success{collector=\"infiniband\"} 1\n"),
+            std::string::npos)
+      << ReadText(options.stderr_path) << theirs;
+
+  rasd.WriteConfig("ras:\n  infiniband_poll_ms: 100\n");
+  std::string why;
+  ASSERT_TRUE(rasd.Start({}, {}, &why)) << why;
+  const int metrics_port = rasd.RasctlJson({"status"})["metrics"]["port"];
+  node = Samples(theirs, "node_infiniband_");
+  std::map<std::string, double> ours;
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        ours = Samples(Http(metrics_port, "GET", "/metrics"), "rasd_infiniband_");
+        return std::any_of(ours.begin(), ours.end(),
+                           [](const auto& sample) { return sample.first.starts_with("info{"); });
+      },
+      10s))
+      << "rasd published no RDMA device; " << rasd.Stderr();
+  for (const auto& [series, value] : node) {
+    const auto twin = ours.find(series);
+    if (twin == ours.end()) {
+      ADD_FAILURE() << "rasd has no rasd_infiniband_" << series;
+    } else {
+      EXPECT_DOUBLE_EQ(twin->second, value) << "rasd_infiniband_" << series;
+    }
+  }
+  for (const auto& [series, value] : ours) {
+    if (series.starts_with("other_errors_total{")) continue;
+    EXPECT_TRUE(node.contains(series)) << "node_exporter has no node_infiniband_" << series;
+  }
+}
+
+TEST(InfinibandTest, TheSeriesAreDebiansNodeExportersForItsOwnFixture) {
+  if (!std::filesystem::exists(kNodeExporter)) {
+    GTEST_SKIP() << kNodeExporter
+                 << " is not installed (Debian package prometheus-node-exporter, which "
+                    "scripts/bootstrap installs)";
+  }
+  RasdInstance rasd;
+  CopyFixture(rasd.HostRoot() / "sys/class/infiniband");
+  std::map<std::string, double> node;
+  ASSERT_NO_FATAL_FAILURE(ExpectTheSameSeriesAsNodeExporter(rasd, node));
+  // Its e2e output's 51: the info, state, rate and the counters that are
+  // numbers (i40iw0's read "N/A (no PMA)").
+  EXPECT_EQ(node.size(), 51u);
+}
+
+// A tree no one fitted rasd to: the fixture with every counter changed
+// (each its own value, some past 32 bits), i40iw0's counters numbers where
+// they read "N/A (no PMA)" but one, the six error counters node_exporter
+// exports under their own names added to mlx4_0's ports, and one port down.
+TEST(InfinibandTest, TheSeriesAreDebiansNodeExportersForAChangedTree) {
+  if (!std::filesystem::exists(kNodeExporter)) {
+    GTEST_SKIP() << kNodeExporter
+                 << " is not installed (Debian package prometheus-node-exporter, which "
+                    "scripts/bootstrap installs)";
+  }
+  RasdInstance rasd;
+  const auto tree = rasd.HostRoot() / "sys/class/infiniband";
+  CopyFixture(tree);
+  for (const char* port : {"mlx4_0/ports/1", "mlx4_0/ports/2"}) {
+    for (const char* counter :
+         {"symbol_error", "VL15_dropped", "local_link_integrity_errors",
+          "excessive_buffer_overrun_errors", "port_rcv_remote_physical_errors",
+          "port_rcv_switch_relay_errors"}) {
+      WriteText(tree / port / "counters" / counter, "0\n");
+    }
+  }
+  WriteText(tree / "mlx4_0/ports/2/state", "1: DOWN\n");
+  WriteText(tree / "mlx4_0/ports/2/phys_state", "3: Disabled\n");
+  WriteText(tree / "mlx4_0/ports/1/rate", "56 Gb/sec (4X FDR)\n");
+  std::vector<std::filesystem::path> counters;
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(tree)) {
+    const auto directory = entry.path().parent_path().filename();
+    if (entry.is_regular_file() && (directory == "counters" || directory == "counters_ext"))
+      counters.push_back(entry.path());
+  }
+  std::sort(counters.begin(), counters.end());
+  const auto kept = tree / "i40iw0/ports/1/counters/port_xmit_wait";
+  ASSERT_EQ(ReadText(kept), "N/A (no PMA)\n");
+  std::uint64_t k = 0;
+  for (const auto& counter : counters) {
+    if (counter == kept) continue;
+    ++k;
+    const std::uint64_t value = k % 5 == 0 ? (std::uint64_t{1} << 40) + k : 1009 * k + 17;
+    WriteText(counter, std::to_string(value) + "\n");
+  }
+  std::map<std::string, double> node;
+  ASSERT_NO_FATAL_FAILURE(ExpectTheSameSeriesAsNodeExporter(rasd, node));
+  for (const char* family :
+       {"symbol_error_total", "vl15_dropped_total", "local_link_integrity_errors_total",
+        "excessive_buffer_overrun_errors_total", "port_receive_remote_physical_errors_total",
+        "port_receive_switch_relay_errors_total"}) {
+    for (const char* port : {"device=\"i40iw0\",port=\"1\"", "device=\"mlx4_0\",port=\"1\"",
+                             "device=\"mlx4_0\",port=\"2\""}) {
+      EXPECT_TRUE(node.contains(fmt::format("{}{{{}}}", family, port)))
+          << "node_exporter did not print " << family << " for " << port;
+    }
+  }
+  EXPECT_FALSE(node.contains("port_transmit_wait_total{device=\"i40iw0\",port=\"1\"}"));
+  // The fixture's 51, i40iw0's 16 counters that are numbers now, and the six
+  // added on each of mlx4_0's two ports.
+  EXPECT_EQ(node.size(), 51u + 16u + 12u);
 }
 
 // A port down under a collective's rank: the rank leaves (the job re-forms

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <set>
 #include <thread>
 
 #include "rasd/exporters/listen_address.h"
@@ -89,8 +90,10 @@ ClientMetric HistogramMetric(const Histogram& histogram) {
 // The RDMA ports: node_exporter's infiniband families (the same names with
 // rasd_ for node_, the same labels and values, so dashboards carry over),
 // each declared even on a host without ports, and the error counters
-// node_exporter does not publish (symbol_error, hw_counters) in one family
-// of rasd's own.
+// node_exporter does not publish (hw_counters) in one family of rasd's own.
+// That family also keeps the six counters/ error counters it held before
+// they had node_exporter's names here, so alerts written on it still see
+// them.
 template <typename Add>
 void AddInfiniband(const ras::InfinibandSnapshot& infiniband, Add& add) {
   struct Known {
@@ -122,6 +125,25 @@ void AddInfiniband(const ras::InfinibandSnapshot& infiniband, Add& add) {
       {"legacy_packets_transmitted_total", "Packets sent (counters_ext/)"},
       {"legacy_unicast_packets_received_total", "Unicast packets received (counters_ext/)"},
       {"legacy_unicast_packets_transmitted_total", "Unicast packets sent (counters_ext/)"},
+      {"symbol_error_total", "Minor link errors detected on one or more physical lanes"},
+      {"vl15_dropped_total",
+       "Incoming VL15 (subnet management) packets dropped for lack of resources"},
+      {"local_link_integrity_errors_total",
+       "Times local physical errors exceeded the LocalPhyErrors threshold"},
+      {"excessive_buffer_overrun_errors_total",
+       "Times OverrunErrors consecutive flow control update periods each had an overrun"},
+      {"port_receive_remote_physical_errors_total",
+       "Packets received marked with the EBP (end of bad packet) delimiter"},
+      {"port_receive_switch_relay_errors_total", "Received packets the switch could not forward"},
+  };
+  // Error counters in rasd's own family as well as under node_exporter's name.
+  static const std::set<std::string, std::less<>> kAlsoInOwnFamily = {
+      "counters/symbol_error",
+      "counters/VL15_dropped",
+      "counters/local_link_integrity_errors",
+      "counters/excessive_buffer_overrun_errors",
+      "counters/port_rcv_remote_physical_errors",
+      "counters/port_rcv_switch_relay_errors",
   };
   std::map<std::string, MetricFamily> counters;
   for (const auto& known : kCounters) {
@@ -140,8 +162,9 @@ void AddInfiniband(const ras::InfinibandSnapshot& infiniband, Add& add) {
   auto rate = Family("rasd_infiniband_rate_bytes_per_second", "The port's signalling rate",
                      MetricType::Gauge);
   auto errors = Family("rasd_infiniband_other_errors_total",
-                       "Error counters node_exporter does not publish (symbol_error, VL15_dropped, "
-                       "hw_counters), by counter, as sysfs gives them",
+                       "Error counters node_exporter does not publish (hw_counters), and six "
+                       "counters/ ones it does (symbol_error, VL15_dropped, ...), by counter, as "
+                       "sysfs gives them",
                        MetricType::Counter);
   for (const auto& [name, device] : infiniband.devices) {
     info.metric.push_back(Value(MetricType::Gauge, 1,
@@ -166,7 +189,9 @@ void AddInfiniband(const ras::InfinibandSnapshot& infiniband, Add& add) {
           family->second.metric.push_back(
               Value(MetricType::Counter,
                     static_cast<double>(ras::NodeExporterValue(counter, raw)), labels));
-        } else if (ras::IsInfinibandErrorCounter(counter)) {
+        }
+        if ((family == counters.end() || kAlsoInOwnFamily.contains(counter)) &&
+            ras::IsInfinibandErrorCounter(counter)) {
           auto with_counter = labels;
           with_counter.emplace_back("counter", counter);
           errors.metric.push_back(

@@ -24,7 +24,7 @@ std::string ReadFile(const std::string& relative) {
 
 std::set<std::string> Documented() {
   std::set<std::string> names;
-  const std::regex row(R"(^\| `(rasd_[a-z_]+)` \|)");
+  const std::regex row(R"(^\| `(rasd_[a-z0-9_]+)` \|)");
   std::istringstream doc(ReadFile("docs/metrics.md"));
   for (std::string line; std::getline(doc, line);) {
     std::smatch match;
@@ -36,7 +36,7 @@ std::set<std::string> Documented() {
 // rasd_* names in a text, histogram series folded to their family.
 std::set<std::string> NamesIn(const std::string& text) {
   std::set<std::string> names;
-  const std::regex name(R"(rasd_[a-z_]+)");
+  const std::regex name(R"(rasd_[a-z0-9_]+)");
   for (auto it = std::sregex_iterator(text.begin(), text.end(), name); it != std::sregex_iterator();
        ++it) {
     std::string found = it->str();

@@ -80,10 +80,61 @@ TEST(MetricsTest, InfinibandIsNodeExportersForTheSameTree) {
     ++compared;
   }
   EXPECT_EQ(compared, 51);
-  // A counter node_exporter leaves out is still there for rasd's alerts.
-  EXPECT_EQ(text.find("rasd_infiniband_other_errors_total{counter=\"counters/symbol_error\""),
-            std::string::npos)
-      << "the fixture has no symbol_error: nothing invented";
+  // i40iw0's symbol_error reads "N/A (no PMA)": nothing invented, under
+  // either name.
+  EXPECT_EQ(text.find("counter=\"counters/symbol_error\""), std::string::npos);
+  EXPECT_EQ(text.find("rasd_infiniband_symbol_error_total{"), std::string::npos);
+}
+
+// The six counters/ error counters node_exporter (1.1 and later) exports
+// under names of their own have those names here, with its labels; they stay
+// in rasd's own family too, which also has what node_exporter leaves out.
+TEST(MetricsTest, TheErrorCountersNodeExporterNamesHaveItsNamesAndStayInRasdsFamily) {
+  MetricsSnapshot snapshot;
+  ras::InfinibandSnapshot::Port port;
+  port.number = 1;
+  port.counters = {{"counters/symbol_error", 1},
+                   {"counters/VL15_dropped", 2},
+                   {"counters/local_link_integrity_errors", 3},
+                   {"counters/excessive_buffer_overrun_errors", 4},
+                   {"counters/port_rcv_remote_physical_errors", 5},
+                   {"counters/port_rcv_switch_relay_errors", 6},
+                   {"counters/link_downed", 7},
+                   {"hw_counters/out_of_buffer", 8}};
+  ras::InfinibandSnapshot::Device device;
+  device.name = "mlx5_0";
+  device.ports[1] = port;
+  snapshot.infiniband.devices["mlx5_0"] = device;
+  const std::string text = RenderText(snapshot);
+  const std::string labels = R"({device="mlx5_0",port="1"})";
+  for (const auto& [name, value] :
+       std::vector<std::pair<std::string, int>>{{"symbol_error_total", 1},
+                                                {"vl15_dropped_total", 2},
+                                                {"local_link_integrity_errors_total", 3},
+                                                {"excessive_buffer_overrun_errors_total", 4},
+                                                {"port_receive_remote_physical_errors_total", 5},
+                                                {"port_receive_switch_relay_errors_total", 6},
+                                                {"link_downed_total", 7}}) {
+    EXPECT_TRUE(Has(text, "rasd_infiniband_" + name + labels + " " + std::to_string(value)))
+        << name << "\n"
+        << text;
+  }
+  for (const auto& [counter, value] :
+       std::vector<std::pair<std::string, int>>{{"counters/symbol_error", 1},
+                                                {"counters/VL15_dropped", 2},
+                                                {"counters/local_link_integrity_errors", 3},
+                                                {"counters/excessive_buffer_overrun_errors", 4},
+                                                {"counters/port_rcv_remote_physical_errors", 5},
+                                                {"counters/port_rcv_switch_relay_errors", 6},
+                                                {"hw_counters/out_of_buffer", 8}}) {
+    EXPECT_TRUE(
+        Has(text, R"(rasd_infiniband_other_errors_total{device="mlx5_0",port="1",counter=")" +
+                      counter + R"("} )" + std::to_string(value)))
+        << counter << "\n"
+        << text;
+  }
+  EXPECT_EQ(text.find(R"(counter="counters/link_downed")"), std::string::npos)
+      << "link_downed has only node_exporter's family, as before";
 }
 
 // A firmware string that is not UTF-8 must not cost the whole scrape

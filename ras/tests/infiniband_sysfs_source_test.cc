@@ -129,7 +129,9 @@ TEST(InfinibandParseTest, NodeExporterMappingAndErrorCounters) {
   EXPECT_EQ(NodeExporterValue("counters_ext/port_xmit_data_64", 10), 40u);
   EXPECT_EQ(NodeExporterValue("counters/port_rcv_packets", 10), 10u);
   EXPECT_EQ(NodeExporterName("counters_ext/port_rcv_packets_64"), "legacy_packets_received_total");
-  EXPECT_FALSE(NodeExporterName("counters/symbol_error")) << "node_exporter does not publish it";
+  EXPECT_EQ(NodeExporterName("counters/symbol_error"), "symbol_error_total");
+  EXPECT_EQ(NodeExporterName("counters/VL15_dropped"), "vl15_dropped_total");
+  EXPECT_EQ(NodeExporterValue("counters/symbol_error", 10), 10u);
   EXPECT_FALSE(NodeExporterName("hw_counters/out_of_buffer"));
   EXPECT_FALSE(NodeExporterName("port_rcv_data")) << "names carry their directory";
   EXPECT_TRUE(IsInfinibandErrorCounter("counters/symbol_error"));

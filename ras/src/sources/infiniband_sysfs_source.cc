@@ -54,9 +54,10 @@ constexpr std::array<std::string_view, 19> kErrorCounters = {
     "hw_counters/implied_nak_seq_err",
 };
 
-// node_exporter's names (collector/infiniband_linux.go) for the counters
-// procfs reads (sysfs/class_infiniband.go parseInfiniBandCounters).
-constexpr std::array<std::pair<std::string_view, std::string_view>, 24> kNodeExporterNames = {{
+// node_exporter's names (collector/infiniband_linux.go, 1.1 to 1.5 and
+// later) for the counters procfs reads (sysfs/class_infiniband.go
+// parseInfiniBandCounters).
+constexpr std::array<std::pair<std::string_view, std::string_view>, 30> kNodeExporterNames = {{
     {"counters/link_downed", "link_downed_total"},
     {"counters/link_error_recovery", "link_error_recovery_total"},
     {"counters/multicast_rcv_packets", "multicast_packets_received_total"},
@@ -73,6 +74,12 @@ constexpr std::array<std::pair<std::string_view, std::string_view>, 24> kNodeExp
     {"counters/port_xmit_wait", "port_transmit_wait_total"},
     {"counters/unicast_rcv_packets", "unicast_packets_received_total"},
     {"counters/unicast_xmit_packets", "unicast_packets_transmitted_total"},
+    {"counters/symbol_error", "symbol_error_total"},
+    {"counters/VL15_dropped", "vl15_dropped_total"},
+    {"counters/local_link_integrity_errors", "local_link_integrity_errors_total"},
+    {"counters/excessive_buffer_overrun_errors", "excessive_buffer_overrun_errors_total"},
+    {"counters/port_rcv_remote_physical_errors", "port_receive_remote_physical_errors_total"},
+    {"counters/port_rcv_switch_relay_errors", "port_receive_switch_relay_errors_total"},
     {"counters_ext/port_multicast_rcv_packets", "legacy_multicast_packets_received_total"},
     {"counters_ext/port_multicast_xmit_packets", "legacy_multicast_packets_transmitted_total"},
     {"counters_ext/port_rcv_data_64", "legacy_data_received_bytes_total"},

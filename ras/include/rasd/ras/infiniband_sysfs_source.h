@@ -75,8 +75,9 @@ bool IsInfinibandErrorCounter(std::string_view counter);
 // How node_exporter's infiniband collector (procfs sysfs/class_infiniband.go)
 // names and scales a counter, so an exporter can publish the same series:
 // the family name after "node_infiniband_" ("counters/port_rcv_data" ->
-// "port_data_received_bytes_total"), nullopt for a counter node_exporter
-// does not publish (symbol_error, VL15_dropped, every hw_counters one).
+// "port_data_received_bytes_total", "counters/symbol_error" ->
+// "symbol_error_total"), nullopt for a counter node_exporter does not
+// publish (every hw_counters one).
 inline constexpr std::string_view kNodeExporterInfinibandPrefix = "node_infiniband_";
 std::optional<std::string_view> NodeExporterName(std::string_view counter);
 // The value node_exporter publishes for `raw`: the four data counters
