@@ -1,7 +1,8 @@
 // The state database's integrity with the real rasd and rasctl: an online
 // backup while rasd runs, restored into a second rasd; a write-ahead log
 // deleted or garbled after a kill -9 makes a degraded start (every device
-// isolated, status and log say why), never a silent loss.
+// isolated, status and log say why), never a silent loss; a damaged saved
+// row neither stops rasd nor frees what it held.
 
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -10,6 +11,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "rasd/ras/state_store.h"
 #include "test_support.h"
 
 namespace rasd::testing {
@@ -153,6 +155,49 @@ TEST(StateIntegrityTest, AKillWithTheLogIntactIsNoDamage) {
   const auto devices = Devices(rasd);
   EXPECT_EQ(devices["devices"][2]["state"], "isolated");
   EXPECT_EQ(devices["devices"][0]["state"], "healthy");
+}
+
+// The saved link-health rows of devices whose links kept them out of collectives,
+// damaged: rasd starts, keeps each such device out until its links prove
+// themselves (never a flapping hold only an operator could end) and says
+// why; an unreadable whole is a fresh start, said as such.
+TEST(StateIntegrityTest, ADamagedLinkHealthRowKeepsItsDeviceOutOfCollectivesAndRasdUp) {
+  RasdInstance rasd;
+  ASSERT_TRUE(Start(rasd));
+  auto devices = Devices(rasd)["devices"];
+  ASSERT_GE(devices.size(), 3U) << devices.dump();
+  const std::string wrong_type = devices[1]["uuid"].get<std::string>();
+  const std::string not_an_object = devices[2]["uuid"].get<std::string>();
+  ASSERT_TRUE(rasd.Stop().has_value());
+  auto save = [&](const std::string& value) {
+    auto store = ras::StateStore::Open(rasd.StateDir());
+    ASSERT_TRUE(store.has_value()) << store.error().message;
+    ASSERT_TRUE((*store)->SaveNodeValue("link_health", value).has_value());
+  };
+  save(nlohmann::json{
+      {wrong_type, {{"held", "yes"}, {"degraded_by_link", true}}},
+      {not_an_object,
+       7}}.dump());
+  ASSERT_TRUE(Start(rasd));
+  devices = Devices(rasd)["devices"];
+  EXPECT_EQ(devices[0]["links_usable"], true) << devices.dump();
+  EXPECT_EQ(devices[1]["links_usable"], false) << devices.dump();
+  EXPECT_EQ(devices[2]["links_usable"], false) << devices.dump();
+  EXPECT_NE(rasd.Stderr().find("device 1: its saved link state is damaged (bad argument 'held'"),
+            std::string::npos)
+      << rasd.Stderr();
+  EXPECT_NE(rasd.Stderr().find("device 2: its saved link state is damaged (not an object)"),
+            std::string::npos)
+      << rasd.Stderr();
+  ASSERT_TRUE(rasd.Stop().has_value());
+
+  save("{\"" + wrong_type + "\": ");
+  ASSERT_TRUE(Start(rasd));
+  devices = Devices(rasd)["devices"];
+  EXPECT_EQ(devices[1]["links_usable"], true) << devices.dump();
+  EXPECT_NE(rasd.Stderr().find("link health: the saved state is unreadable: started afresh"),
+            std::string::npos)
+      << rasd.Stderr();
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
+#include "arg_reader.h"
 #include "rasd/common/logging.h"
 
 namespace rasd::daemon {
@@ -26,24 +27,47 @@ constexpr const char* kStoreKey = "link_health";
 void LinkHealth::Load() {
   auto saved = store_.LoadNodeValue(kStoreKey);
   if (!saved || !*saved) return;
-  nlohmann::json value;
-  try {
-    value = nlohmann::json::parse(**saved);
-  } catch (const nlohmann::json::exception& error) {
-    RASD_LOG_ERROR("link health: the saved state cannot be read ({}): started afresh",
-                   error.what());
+  const auto value = nlohmann::json::parse(**saved, nullptr, false);
+  if (value.is_discarded() || !value.is_object()) {
+    RASD_LOG_ERROR(
+        "link health: the saved state is unreadable: started afresh (no device is "
+        "kept out of collectives for its links)");
     return;
   }
-  if (!value.is_object()) return;
   for (const auto& device : runtime_.Devices()) {
     const auto& uuid = device->Properties().uuid;
-    if (!value.contains(uuid) || !value[uuid].is_object()) continue;
+    const auto row = value.find(uuid);
+    if (row == value.end()) continue;
     State& state = states_[device->Index()];
-    state.held = value[uuid].value("held", false);
-    state.degraded_by_us = value[uuid].value("degraded_by_link", false);
-    if (value[uuid].contains("links") && value[uuid]["links"].is_array()) {
-      for (const auto& link : value[uuid]["links"])
-        if (link.is_string()) state.restored_links.push_back(link.get<std::string>());
+    // A damaged row cannot say whether the link had taken the device out:
+    // out of collectives until its links prove themselves (the next poll
+    // that finds them up starts the debounce), never a flapping hold, which
+    // only an operator could end.
+    auto damaged = [&](const std::string& why) {
+      state.degraded_by_us = true;
+      RASD_LOG_ERROR(
+          "device {}: its saved link state is damaged ({}): out of collectives until "
+          "its links have stayed up for the debounce",
+          device->Index(), why);
+    };
+    if (!row->is_object()) {
+      damaged("not an object");
+    } else {
+      ArgReader reader("link health row", *row);
+      const auto held = reader.Bool("held");
+      const auto degraded = reader.Bool("degraded_by_link");
+      const nlohmann::json* links = reader.Raw("links");
+      for (const auto& [key, unused] : row->items()) (void)reader.Raw(key);  // a later version's
+      if (auto read = reader.Finish(); !read) {
+        damaged(read.error().message);
+      } else {
+        state.held = held.value_or(false);
+        state.degraded_by_us = degraded.value_or(false);
+        if (links != nullptr && links->is_array()) {
+          for (const auto& link : *links)
+            if (link.is_string()) state.restored_links.push_back(link.get<std::string>());
+        }
+      }
     }
     state.generation = actuator_.StateGeneration(device->Index());
     if (state.held || state.degraded_by_us) {
