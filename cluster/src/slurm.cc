@@ -192,7 +192,7 @@ Result<std::vector<SlurmNode>> SlurmClient::Nodes() const {
   const auto result = common::RunProgram(
       {options_.sinfo, "--json"}, environment,
       {.timeout = options_.timeout, .output_limit = 32u << 20, .separate_errors = true});
-  if (result.result != "ok") {
+  if (result.outcome != common::ProgramOutcome::kOk) {
     const std::string message = OneLineMessage(result.errors.empty() ? result.output : result.errors);
     return Fail(ErrorCode::kUnavailable, fmt::format("{} --json: {}{}", options_.sinfo,
                                                      result.detail,
@@ -207,7 +207,7 @@ Status SlurmClient::Update(const std::vector<std::string>& arguments) const {
   std::vector<std::string> environment = options_.environment;
   environment.push_back("PATH=/usr/sbin:/usr/bin:/sbin:/bin");
   const auto result = common::RunProgram(argv, environment, options_.timeout);
-  if (result.result == "ok") return {};
+  if (result.outcome == common::ProgramOutcome::kOk) return {};
   const std::string message = OneLineMessage(result.output);
   return Fail(ErrorCode::kUnavailable,
               fmt::format("scontrol update {}: {}{}", fmt::join(arguments, " "), result.detail,

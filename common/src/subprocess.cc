@@ -16,18 +16,30 @@
 
 namespace rasd::common {
 
+const char* ProgramOutcomeName(ProgramOutcome outcome) {
+  switch (outcome) {
+    case ProgramOutcome::kOk:
+      return "ok";
+    case ProgramOutcome::kFailed:
+      return "failed";
+    case ProgramOutcome::kTimeout:
+      return "timeout";
+  }
+  return "failed";
+}
+
 ProgramResult RunProgram(const std::vector<std::string>& argv, const std::vector<std::string>& env,
                          const ProgramOptions& options) {
   const auto timeout = options.timeout;
   int pipe_fds[2];
   if (::pipe2(pipe_fds, O_CLOEXEC) != 0)
-    return {"failed", fmt::format("pipe: {}", std::strerror(errno)), "", ""};
+    return {ProgramOutcome::kFailed, fmt::format("pipe: {}", std::strerror(errno)), "", ""};
   UniqueFd read_end(pipe_fds[0]);
   UniqueFd write_end(pipe_fds[1]);
   UniqueFd error_read_end, error_write_end;
   if (options.separate_errors) {
     if (::pipe2(pipe_fds, O_CLOEXEC) != 0)
-      return {"failed", fmt::format("pipe: {}", std::strerror(errno)), "", ""};
+      return {ProgramOutcome::kFailed, fmt::format("pipe: {}", std::strerror(errno)), "", ""};
     error_read_end = UniqueFd(pipe_fds[0]);
     error_write_end = UniqueFd(pipe_fds[1]);
   }
@@ -62,7 +74,8 @@ ProgramResult RunProgram(const std::vector<std::string>& argv, const std::vector
   write_end.Reset();
   error_write_end.Reset();
   if (spawned != 0)
-    return {"failed", fmt::format("cannot run {}: {}", argv[0], std::strerror(spawned)), "", ""};
+    return {ProgramOutcome::kFailed,
+            fmt::format("cannot run {}: {}", argv[0], std::strerror(spawned)), "", ""};
 
   ProgramResult result;
   const auto deadline = std::chrono::steady_clock::now() + timeout;
@@ -109,16 +122,16 @@ ProgramResult RunProgram(const std::vector<std::string>& argv, const std::vector
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   if (timed_out) {
-    result.result = "timeout";
+    result.outcome = ProgramOutcome::kTimeout;
     result.detail = fmt::format("killed after {} ms", timeout.count());
   } else if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
-    result.result = "ok";
+    result.outcome = ProgramOutcome::kOk;
     result.detail = "exit 0";
   } else if (WIFEXITED(status)) {
-    result.result = "failed";
+    result.outcome = ProgramOutcome::kFailed;
     result.detail = fmt::format("exit {}", WEXITSTATUS(status));
   } else {
-    result.result = "failed";
+    result.outcome = ProgramOutcome::kFailed;
     result.detail = fmt::format("signal {}", WIFSIGNALED(status) ? WTERMSIG(status) : 0);
   }
   return result;

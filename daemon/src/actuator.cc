@@ -528,11 +528,14 @@ Actuator::Outcome Actuator::RunHook(const ras::Action& action, const ras::RasEve
                rule = action.rule] {
     const common::ProgramResult result = common::RunProgram(argv, env, timeout);
     auto logger = common::GetLogger("policy");
-    RASD_LOGGER_LOG(logger, result.result == "ok" ? spdlog::level::info : spdlog::level::err,
-                "hook {} (rule {}): {}: {}{}", argv[0], rule, result.result, result.detail,
-                result.output.empty() ? "" : "; output: " + result.output);
+    const char* outcome = common::ProgramOutcomeName(result.outcome);
+    RASD_LOGGER_LOG(
+        logger,
+        result.outcome == common::ProgramOutcome::kOk ? spdlog::level::info : spdlog::level::err,
+        "hook {} (rule {}): {}: {}{}", argv[0], rule, outcome, result.detail,
+        result.output.empty() ? "" : "; output: " + result.output);
     std::lock_guard lock(mutex_);
-    ++counts_["run-hook " + result.result];
+    ++counts_[std::string("run-hook ") + outcome];
     --hooks_running_;
     hooks_done_.notify_all();
   }).detach();

@@ -2,13 +2,23 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
 namespace rasd::common {
 
+// How a program ended: callers branch on this, never on the detail text.
+enum class ProgramOutcome : std::uint8_t {
+  kOk,       // exit status 0
+  kFailed,   // another exit status, a signal, or it could not be run
+  kTimeout,  // still running at the timeout: its session was killed
+};
+// "ok", "failed", "timeout": for logs and counters.
+const char* ProgramOutcomeName(ProgramOutcome outcome);
+
 struct ProgramResult {
-  std::string result;  // ok | failed | timeout
+  ProgramOutcome outcome = ProgramOutcome::kFailed;
   std::string detail;  // "exit 0", "exit 3", "signal 9", "killed after N ms", why it did not run
   // Standard output, and standard error too unless it was asked apart, cut
   // at the output limit.
