@@ -189,7 +189,7 @@ TEST(RasctlScanTest, TextOutputHasATableAndASummaryAndReadsStdin) {
             "[ 2.0] mce: Using 22 MCE banks\n");
   ProcessOptions options{
       .argv = {"/bin/sh", "-c",
-               std::string(RASCTL_BINARY) + " scan < " + (dir / "in.log").string()}};
+               "'" RASCTL_BINARY "' scan < '" + (dir / "in.log").string() + "'"}};
   const auto result = RunToCompletion(options);
   ASSERT_EQ(result.exit_code, 0) << result.err;
   EXPECT_NE(result.out.find("UCE    memory_failure  addr=0xe16677"), std::string::npos)

@@ -22,11 +22,13 @@ TEST(UnitFilesTest, SystemdAnalyzeVerifyIsSilent) {
     GTEST_SKIP()
         << "systemd-analyze is not installed (package systemd); scripts/bootstrap installs it";
   }
-  // verify fails when ExecStart's binary is missing: point it at the build.
+  // verify fails when ExecStart's binary is missing: point it at the build,
+  // through a link whose path has no space (a checkout's path may).
   TempDir dir;
-  const std::string service =
-      Replace(ReadText(RASD_SOURCE_DIR "/packaging/rasd.service"), "/usr/bin/rasd", RASD_BINARY);
-  ASSERT_NE(service.find(RASD_BINARY), std::string::npos);
+  std::filesystem::create_symlink(RASD_BINARY, dir / "rasd");
+  const std::string service = Replace(ReadText(RASD_SOURCE_DIR "/packaging/rasd.service"),
+                                      "/usr/bin/rasd", (dir / "rasd").string());
+  ASSERT_NE(service.find((dir / "rasd").string()), std::string::npos);
   WriteText(dir / "rasd.service", service);
   WriteText(dir / "rasd.socket", ReadText(RASD_SOURCE_DIR "/packaging/rasd.socket"));
   // systemd-analyze exits 0 on unknown keys and bad values, so any output fails.
