@@ -4,9 +4,11 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
@@ -332,7 +334,12 @@ TEST_F(ControlAuthorizationTest, AUserHoldingEveryConnectionDoesNotLockRootOut) 
   ASSERT_GE(hog, 0);
   if (hog == 0) {
     // The child: as nobody, connect 200 times and keep what is admitted.
+    // It ends when released, when the test closes its end (an assertion
+    // failed midway), or when the test process dies.
+    ::close(counts[0]);
+    ::close(release[1]);
     if (::setgid(kNogroup) != 0 || ::setuid(kNobody) != 0) ::_exit(2);
+    if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) ::_exit(2);
     const std::string path = rasd_.Socket().string();
     int admitted = 0;
     for (int i = 0; i < 200; ++i) {
@@ -350,6 +357,8 @@ TEST_F(ControlAuthorizationTest, AUserHoldingEveryConnectionDoesNotLockRootOut) 
     (void)::read(release[0], &done, 1);
     ::_exit(0);
   }
+  ::close(counts[1]);
+  ::close(release[0]);
   int admitted = -1;
   ASSERT_EQ(::read(counts[0], &admitted, sizeof admitted), static_cast<ssize_t>(sizeof admitted));
   EXPECT_EQ(admitted, 8) << "a quarter of max_clients per user";
@@ -373,7 +382,7 @@ TEST_F(ControlAuthorizationTest, AUserHoldingEveryConnectionDoesNotLockRootOut) 
   (void)::write(release[1], "x", 1);
   int wstatus = 0;
   ::waitpid(hog, &wstatus, 0);
-  for (int fd : {counts[0], counts[1], release[0], release[1]}) ::close(fd);
+  for (int fd : {counts[0], release[1]}) ::close(fd);
   const std::string log = rasd_.Stderr();
   std::size_t reports = 0;
   for (auto at = log.find("refused "); at != std::string::npos; at = log.find("refused ", at + 1))

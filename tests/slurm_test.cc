@@ -39,13 +39,20 @@ class SlurmCluster {
     for (const char* sub : {"state", "spool", "log", "munge"})
       std::filesystem::create_directories(d / sub);
     std::filesystem::permissions(d / "munge", std::filesystem::perms(0755));
-    if (Run({"/usr/sbin/mungekey", "-c", "-k", (d / "munge/munge.key").string()}) != 0 ||
-        Run({"/usr/sbin/munged", "--socket=" + (d / "munge/munge.sock").string(),
-             "--key-file=" + (d / "munge/munge.key").string(),
-             "--pid-file=" + (d / "munge/munged.pid").string(),
-             "--log-file=" + (d / "log/munged.log").string(),
-             "--seed-file=" + (d / "munge/munged.seed").string()}) != 0) {
-      *why = "munged did not start: " + ReadText(d / "log/munged.log");
+    if (Run({"/usr/sbin/mungekey", "-c", "-k", (d / "munge/munge.key").string()}) != 0) {
+      *why = "mungekey could not make a key";
+      return;
+    }
+    munged_ =
+        Daemon({"/usr/sbin/munged", "--foreground", "--socket=" + (d / "munge/munge.sock").string(),
+                "--key-file=" + (d / "munge/munge.key").string(),
+                "--pid-file=" + (d / "munge/munged.pid").string(),
+                "--log-file=" + (d / "log/munged.log").string(),
+                "--seed-file=" + (d / "munge/munged.seed").string()},
+               "munged");
+    if (!WaitUntil([&] { return std::filesystem::exists(d / "munge/munge.sock"); }, 10s)) {
+      *why = "munged did not start: " + ReadText(d / "log/munged.log") +
+             ReadText(d / "log/munged.stderr");
       return;
     }
     const int controller_port = FreePort(), node_port = FreePort();
@@ -90,23 +97,11 @@ PartitionName=debug Nodes=localhost{} Default=YES MaxTime=INFINITE State=UP
                           d.string(), d.string(), d.string(), d.string(), extra_lines,
                           extra_names));
     conf_ = (d / "slurm.conf").string();
-    if (Run({"/usr/sbin/slurmctld", "-c", "-i"}) != 0 ||
-        Run({"/usr/sbin/slurmd", "-N", "localhost"}) != 0) {
-      *why = "slurmctld or slurmd did not start: " + ReadText(d / "log/slurmctld.log");
-      return;
-    }
+    slurmctld_ = Daemon({"/usr/sbin/slurmctld", "-D", "-c", "-i"}, "slurmctld");
+    slurmd_ = Daemon({"/usr/sbin/slurmd", "-D", "-N", "localhost"}, "slurmd");
     if (!WaitUntil([&] { return State() == "idle"; }, 15s)) {
       *why = "the node never became idle: " + State() + "\n" + ReadText(d / "log/slurmctld.log");
       return;
-    }
-  }
-
-  // The daemons detached themselves: they are stopped by their pid files,
-  // and killed where they do not stop in time.
-  ~SlurmCluster() {
-    for (const char* pid_file : {"slurmd.pid", "slurmctld.pid", "munge/munged.pid"}) {
-      const std::string text = ReadText(dir_ / pid_file);
-      if (const int pid = std::atoi(text.c_str()); pid > 0) StopDetached(pid, 5s);
     }
   }
 
@@ -123,6 +118,16 @@ PartitionName=debug Nodes=localhost{} Default=YES MaxTime=INFINITE State=UP
   }
 
  private:
+  // The daemons run in the foreground as the test's children: they end with
+  // the cluster (slurmd first, munged last), also when the test dies; a
+  // daemon that detached itself would outlive both.
+  std::unique_ptr<Process> Daemon(std::vector<std::string> argv, const std::string& name) {
+    return std::make_unique<Process>(
+        ProcessOptions{.argv = std::move(argv),
+                       .set_env = {{"SLURM_CONF", conf_}},
+                       .stdout_path = dir_ / "log" / (name + ".stdout"),
+                       .stderr_path = dir_ / "log" / (name + ".stderr")});
+  }
   int Run(std::vector<std::string> argv) {
     std::map<std::string, std::string> env;
     if (!conf_.empty()) env["SLURM_CONF"] = conf_;
@@ -139,6 +144,9 @@ PartitionName=debug Nodes=localhost{} Default=YES MaxTime=INFINITE State=UP
 
   TempDir dir_;
   std::string conf_;
+  std::unique_ptr<Process> munged_;
+  std::unique_ptr<Process> slurmctld_;
+  std::unique_ptr<Process> slurmd_;
 };
 
 TEST(SlurmTest, AFatalHostErrorDrainsTheNodeAndAnUndrainResumesIt) {

@@ -91,9 +91,9 @@ ClientMetric HistogramMetric(const Histogram& histogram) {
 // rasd_ for node_, the same labels and values, so dashboards carry over),
 // each declared even on a host without ports, and the error counters
 // node_exporter does not publish (hw_counters) in one family of rasd's own.
-// That family also keeps the six counters/ error counters it held before
-// they had node_exporter's names here, so alerts written on it still see
-// them.
+// That family also carries the six counters/ error counters that have
+// node_exporter's names, so that an alert on the one family sees every
+// error counter of a port.
 template <typename Add>
 void AddInfiniband(const ras::InfinibandSnapshot& infiniband, Add& add) {
   struct Known {

@@ -222,13 +222,6 @@ bool Alive(pid_t pid) {
   return state != std::string::npos && state + 2 < stat.size() && stat[state + 2] != 'Z';
 }
 
-void StopDetached(pid_t pid, std::chrono::milliseconds grace) {
-  if (::kill(pid, SIGTERM) != 0) return;
-  if (WaitUntil([pid] { return !Alive(pid); }, grace)) return;
-  ::kill(pid, SIGKILL);
-  WaitUntil([pid] { return !Alive(pid); }, 5s);
-}
-
 CommandResult RunToCompletion(ProcessOptions options, std::chrono::milliseconds timeout) {
   TempDir capture;
   options.stdout_path = capture / "stdout";

@@ -57,9 +57,11 @@ struct ProcessOptions {
 };
 
 // A child process, the leader of its own process group, with SIGKILL as its
-// parent-death signal: on destruction the whole group is killed (SIGKILL)
-// and the child reaped, so nothing it started outlives the test, also when
-// an assertion failed midway or the test binary died.
+// parent-death signal: it dies with the test binary, and on destruction
+// (also after an assertion failed midway) its whole group is killed
+// (SIGKILL) and the child reaped. What left the group (a daemon that
+// detached, rasd's hooks in sessions of their own) is not covered: the
+// suite's last test reports anything still running.
 class Process {
  public:
   explicit Process(const ProcessOptions& options);
@@ -80,9 +82,6 @@ class Process {
 
 // Whether process `pid` runs; a zombie has ended, whoever reaps it.
 bool Alive(pid_t pid);
-// Stops a process that is not our child (a daemon that detached): SIGTERM,
-// then SIGKILL if it still runs after `grace`; returns once it has ended.
-void StopDetached(pid_t pid, std::chrono::milliseconds grace);
 
 struct CommandResult {
   int exit_code = -1;
