@@ -7,7 +7,7 @@ and what it starts inherits it (rasd, rasctl, workloads, shells,
 Prometheus, Slurm daemons). A process that rewrote its environment escapes
 this check; none of the programs the tests start does.
 
-Usage: no_process_left.py TREE_ID
+Usage: no_process_left.py TREE_ID [GRACE_SECONDS]
 """
 
 import os
@@ -71,13 +71,14 @@ def describe(pid):
 
 
 def main():
-    if len(sys.argv) != 2:
+    if len(sys.argv) not in (2, 3):
         print(__doc__.strip().splitlines()[-1], file=sys.stderr)
         return 2
     marker = f"RASD_TEST_TREE={sys.argv[1]}".encode()
+    grace = float(sys.argv[2]) if len(sys.argv) == 3 else 5.0
     mine = ancestors()
     # A process killed a moment ago may still be on its way out.
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + grace
     while True:
         found = left_over(marker, mine)
         if not found:
