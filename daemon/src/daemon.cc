@@ -367,9 +367,9 @@ void Daemon::StartRecovery() {
     if (workloads_) workloads_->Reconcile();
     if (watchers_) watchers_->Reconcile();
   });
-  lifecycle_->SetRecoveredObserver([this](int device, std::string_view how) {
+  lifecycle_->SetRecoveredObserver([this](int device, ReturnedBy how) {
     recovery_->OnRecovered(device, how);
-    if (how == "undrain") link_health_->OnOperatorReturned(device);
+    if (how == ReturnedBy::kUndrain) link_health_->OnOperatorReturned(device);
   });
   lifecycle_->SetRecoveryAdvisor([this](int device) { return recovery_->For(device).action; });
   metrics_state_->SetRecovery(recovery_.get());

@@ -122,7 +122,7 @@ void DeviceLifecycle::Undrain(int device, const std::string& reason, bool force,
         jobs_.Reconsider();
         // Back in service even when the state could not be saved (that is
         // retried): the recovery counts either way.
-        if (recovered_ && report.passed) recovered_(device, "undrain");
+        if (recovered_ && report.passed) recovered_(device, ReturnedBy::kUndrain);
         if (!changed) return done(Fail(changed.error()));
         drain_timers_.erase(device);
         MaybeResumeNode();
@@ -284,7 +284,7 @@ void DeviceLifecycle::Recover(int device) {
     (void)actuator_.SetDeviceState(device, runtime::HealthState::kHealthy,
                                    "recovered by itself: reset, self-test passed", "undrain-device",
                                    "auto-recover");
-    if (recovered_) recovered_(device, "auto-recover");
+    if (recovered_) recovered_(device, ReturnedBy::kAutoRecover);
     jobs_.Reconsider();
   });
 }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "actuator.h"
+#include "device_recovery.h"
 #include "rasd/common/event_loop.h"
 #include "rasd/jobs/job_manager.h"
 #include "rasd/ras/recovery.h"
@@ -92,9 +93,8 @@ class DeviceLifecycle {
   // and self-test would only loop then, so they wait for an operator.
   void OnPolicyActed();
 
-  // Told when a device is back in service after a self-test passed (an
-  // undrain, "undrain"; an automatic recovery, "auto-recover").
-  void SetRecoveredObserver(std::function<void(int device, std::string_view how)> observer) {
+  // Told when a device is back in service after a self-test passed.
+  void SetRecoveredObserver(std::function<void(int device, ReturnedBy how)> observer) {
     recovered_ = std::move(observer);
   }
   // What is suggested for a device now; unset: any recovery may run.
@@ -128,7 +128,7 @@ class DeviceLifecycle {
   ras::StateStore& store_;
   SchedulerLink* scheduler_;  // null without a scheduler
   Options options_;
-  std::function<void(int, std::string_view)> recovered_;
+  std::function<void(int, ReturnedBy)> recovered_;
   std::function<ras::RecoveryAction(int)> advisor_;
 
   std::map<int, std::unique_ptr<common::Timer>> drain_timers_;

@@ -8,6 +8,10 @@
 #include "rasd/common/unix_nanos.h"
 
 namespace rasd::daemon {
+
+const char* ReturnedByName(ReturnedBy how) {
+  return how == ReturnedBy::kUndrain ? "undrain" : "auto-recover";
+}
 namespace {
 
 constexpr std::size_t kKeptRecoveries = 64;
@@ -139,7 +143,8 @@ ras::RecoverySuggestion DeviceRecovery::OnEvent(const ras::RasEvent& event, bool
   return suggestion;
 }
 
-void DeviceRecovery::OnRecovered(int device, std::string_view how) {
+void DeviceRecovery::OnRecovered(int device, ReturnedBy returned_by) {
+  const std::string_view how = ReturnedByName(returned_by);
   State& state = states_[device];
   if (!state.open) {
     // Counted already (the reboot before this undrain), or no fault at all.

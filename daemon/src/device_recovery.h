@@ -16,6 +16,12 @@
 
 namespace rasd::daemon {
 
+// What returned a device to service after its self-test passed: an
+// operator's undrain, or automatic recovery (policy.auto_recover).
+enum class ReturnedBy : std::uint8_t { kUndrain, kAutoRecover };
+// "undrain", "auto-recover": the recovery history's words.
+const char* ReturnedByName(ReturnedBy how);
+
 // What to do next about each device, and how its state clears: the
 // recovery table's suggestion for the faults that took it out of service,
 // escalated by the device's own recovery history.
@@ -49,9 +55,9 @@ class DeviceRecovery {
   // The same without keeping anything: for a hook's environment.
   ras::RecoverySuggestion SuggestFor(const ras::RasEvent& event) const;
 
-  // A device back in service: `how` is "undrain", "auto-recover". Counted
-  // when a fault was stuck to it since its last recovery.
-  void OnRecovered(int device, std::string_view how);
+  // A device back in service. Counted when a fault was stuck to it since
+  // its last recovery; the history keeps ReturnedByName(how).
+  void OnRecovered(int device, ReturnedBy how);
 
   struct View {
     ras::RecoveryAction action = ras::RecoveryAction::kNone;

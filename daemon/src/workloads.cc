@@ -14,6 +14,18 @@
 #include "rasd/common/logging.h"
 
 namespace rasd::daemon {
+
+const char* Workloads::WorkloadStateName(WorkloadState state) {
+  switch (state) {
+    case WorkloadState::kRunning:
+      return "running";
+    case WorkloadState::kDraining:
+      return "draining";
+    case WorkloadState::kKilled:
+      return "killed";
+  }
+  return "running";
+}
 namespace {
 
 constexpr std::chrono::seconds kSweepPeriod{1};
@@ -79,8 +91,11 @@ Workloads::Workloads(common::EventLoop& loop, runtime::Runtime& runtime,
 
 void Workloads::Publish() {
   Counts counts = totals_;
-  counts.by_state = {{"running", 0}, {"draining", 0}, {"killed", 0}};
-  for (const auto& [id, workload] : workloads_) ++counts.by_state[workload->state];
+  for (const auto state :
+       {WorkloadState::kRunning, WorkloadState::kDraining, WorkloadState::kKilled})
+    counts.by_state[WorkloadStateName(state)] = 0;
+  for (const auto& [id, workload] : workloads_)
+    ++counts.by_state[WorkloadStateName(workload->state)];
   std::lock_guard lock(published_mutex_);
   published_ = std::move(counts);
 }
@@ -209,7 +224,7 @@ Status Workloads::Follow(std::unique_ptr<Workload> workload) {
     if (auto killed = processes_.Signal(late.pidfd, SIGKILL); !killed) {
       RASD_LOG_WARN("workload '{}' (pid {}): {}", late.name, late.pid, killed.error().message);
     }
-    late.state = "killed";
+    late.state = WorkloadState::kKilled;
     ++totals_.signals["grace_kill"];
     Publish();
   });
@@ -447,7 +462,7 @@ Result<std::string> Workloads::KillConsumer(std::int64_t pid, int device,
     return Fail(killed.error().code, fmt::format("workload '{}' (pid {}): {}", consumer->name,
                                                  pid, killed.error().message));
   }
-  consumer->state = "killed";
+  consumer->state = WorkloadState::kKilled;
   ++totals_.signals["consumer_kill"];
   Publish();
   RASD_LOG_WARN("workload '{}' (pid {}) consumed an uncorrectable error on device {}: SIGKILL",
@@ -469,8 +484,8 @@ void Workloads::Leaving(Workload& workload, int device, runtime::HealthState sta
                             {"grace_ms", grace.count()},
                             {"kill_after_grace", options_.kill_after_grace}};
   Send(workload, message);
-  if (workload.state != "running") return;  // signalled already, for another device
-  workload.state = "draining";
+  if (workload.state != WorkloadState::kRunning) return;  // signalled already, for another device
+  workload.state = WorkloadState::kDraining;
   RASD_LOG_WARN("workload '{}' (pid {}): device {} is {} ({}); {}{}", workload.name, workload.pid,
                 device, runtime::HealthStateName(state), reason, SignalName(workload.drain_signal),
                 options_.kill_after_grace
@@ -493,7 +508,7 @@ void Workloads::Leaving(Workload& workload, int device, runtime::HealthState sta
 
 void Workloads::Returned(Workload& workload, int device) {
   Send(workload, {{"event", "returned"}, {"device", device}});
-  if (workload.state != "draining") return;
+  if (workload.state != WorkloadState::kDraining) return;
   for (int other : workload.devices) {
     auto found = runtime_.GetDevice(other);
     if (!found || !runtime::TakesNewWork((*found)->Health())) return;
@@ -503,7 +518,7 @@ void Workloads::Returned(Workload& workload, int device) {
   workload.kill_timer->Disarm();
   workload.kill_at.reset();
   (void)Save(workload);
-  workload.state = "running";
+  workload.state = WorkloadState::kRunning;
   Publish();
   RASD_LOG_INFO("workload '{}' (pid {}): its devices are back in service; no kill", workload.name,
                 workload.pid);
@@ -513,8 +528,9 @@ nlohmann::json Workloads::OnDevice(int device) const {
   nlohmann::json list = nlohmann::json::array();
   for (const auto& [id, workload] : workloads_) {
     if (!std::binary_search(workload->devices.begin(), workload->devices.end(), device)) continue;
-    list.push_back(
-        {{"name", workload->name}, {"pid", workload->pid}, {"state", workload->state}});
+    list.push_back({{"name", workload->name},
+                    {"pid", workload->pid},
+                    {"state", WorkloadStateName(workload->state)}});
   }
   return list;
 }
@@ -527,7 +543,7 @@ nlohmann::json Workloads::Report() const {
                     {"pid", workload->pid},
                     {"uid", workload->uid},
                     {"devices", workload->devices},
-                    {"state", workload->state},
+                    {"state", WorkloadStateName(workload->state)},
                     {"drain_signal", SignalName(workload->drain_signal)},
                     {"grace_ms", workload->grace.count()},
                     {"kill_after_grace", options_.kill_after_grace},

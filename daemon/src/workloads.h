@@ -115,6 +115,11 @@ class Workloads {
   Counts PublishedCounts() const;
 
  private:
+  // Where a workload is: it runs; it was told to leave (drain message and
+  // signal sent, killed at its grace); it was killed.
+  enum class WorkloadState : std::uint8_t { kRunning, kDraining, kKilled };
+  static const char* WorkloadStateName(WorkloadState state);
+
   struct Workload {
     std::uint64_t id = 0;
     pid_t pid = 0;
@@ -124,7 +129,7 @@ class Workloads {
     std::vector<int> devices;
     int drain_signal = 15;
     std::chrono::milliseconds grace{0};
-    std::string state = "running";
+    WorkloadState state = WorkloadState::kRunning;
     common::UniqueFd pidfd;
     std::unique_ptr<common::FdWatch> exit_watch;
     std::unique_ptr<common::Timer> kill_timer;
