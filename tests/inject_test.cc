@@ -220,12 +220,16 @@ TEST(InjectTest, SourcesAndHardwareNeedTheConfigAndOnlyAdminsInject) {
     EXPECT_EQ(refused.exit_code, 1);
     EXPECT_NE(refused.err.find("inject.allow_hardware"), std::string::npos) << refused.err;
   }
-  EXPECT_EQ(rasd.Rasctl({"inject", "uce", "--device", "0"}, 65534, 65534).exit_code, 1);
+  if (CanActAsOtherUsers()) {
+    EXPECT_EQ(rasd.Rasctl({"inject", "uce", "--device", "0"}, 65534, 65534).exit_code, 1);
+  }
   EXPECT_EQ(rasd.Rasctl({"inject", "uce"}).exit_code, 1) << "no device";
   EXPECT_EQ(rasd.Rasctl({"inject", "xid"}).exit_code, 2) << "no Xid number";
   const auto nothing = rasd.Rasctl({"inject", "ce", "--device", "0"});
   EXPECT_EQ(nothing.exit_code, 1) << "no job holds memory there and no --address";
   EXPECT_NE(nothing.err.find("give --address"), std::string::npos) << nothing.err;
+  if (!CanActAsOtherUsers())
+    GTEST_SKIP() << "the checks as another user (uid 65534) need root; the rest passed";
 }
 
 TEST(InjectTest, EinjWritesTheKernelsFilesWhereTheConfigAllowsIt) {

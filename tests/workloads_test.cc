@@ -233,6 +233,24 @@ TEST_F(WorkloadsTest, RunsMistakesAreClearAndANumericSignalWorks) {
   auto typo = run_now({"--", "no_such_command_xyz"});
   EXPECT_EQ(typo.exit_code, 127);
   EXPECT_NE(typo.err.find("not found in PATH"), std::string::npos) << typo.err;
+  if (::geteuid() == 0) {
+    // A PATH entry the user cannot search (root's, kept by su): still "not
+    // found", and which entry it could not look in.
+    TempDir dir;
+    const auto closed = dir / "closed";
+    std::filesystem::create_directories(closed);
+    ::chmod(closed.c_str(), 0700);
+    const auto hidden = RunToCompletion(
+        {.argv = {RASCTL_BINARY, "--socket", rasd_.Socket().string(), "run", "--", "no_such_xyz"},
+         .set_env = {{"PATH", closed.string() + ":/usr/bin:/bin"}},
+         .uid = 65534,
+         .gid = 65534});
+    EXPECT_EQ(hidden.exit_code, 127);
+    EXPECT_NE(hidden.err.find("not found in PATH (" + closed.string() +
+                              " cannot be searched: Permission denied)"),
+              std::string::npos)
+        << hidden.err;
+  }
   auto no_dashes = run_now({"--devices", "1", "env"});
   EXPECT_EQ(no_dashes.exit_code, 2);
   EXPECT_NE(no_dashes.err.find("the command goes after --"), std::string::npos) << no_dashes.err;

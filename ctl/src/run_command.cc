@@ -62,29 +62,42 @@ std::string Say(const nlohmann::json& message) {
 // Why `command` cannot be executed as execvp would look for it, or empty:
 // checked before rasd is asked, so that a typo attaches nothing.
 std::string CannotExecute(const std::string& command) {
+  // kUnreachable: the directory cannot be searched, so whether the file
+  // is there is unknown (another user's PATH entries, as `su` keeps them).
+  constexpr int kUnreachable = -1;
   auto check = [](const std::string& path) -> int {
     struct stat info {};
-    if (::stat(path.c_str(), &info) != 0) return errno;
+    if (::stat(path.c_str(), &info) != 0) return errno == EACCES ? kUnreachable : errno;
     if (S_ISDIR(info.st_mode)) return EISDIR;
     return ::access(path.c_str(), X_OK) == 0 ? 0 : errno;
   };
   if (command.find('/') != std::string::npos) {
     const int error = check(command);
-    return error == 0 ? std::string() : std::strerror(error);
+    if (error == 0) return {};
+    return error == kUnreachable ? std::strerror(EACCES) : std::strerror(error);
   }
   const char* path = std::getenv("PATH");
   std::string_view dirs = path ? path : "/usr/local/bin:/usr/bin:/bin";
   int first_error = ENOENT;
+  std::vector<std::string> unsearchable;
   while (true) {
     const std::size_t colon = dirs.find(':');
     const std::string_view dir = dirs.substr(0, colon);  // empty: the current directory
-    const int error = check(fmt::format("{}/{}", dir.empty() ? "." : dir, command));
+    const std::string where(dir.empty() ? "." : dir);
+    const int error = check(fmt::format("{}/{}", where, command));
     if (error == 0) return {};
-    if (error != ENOENT && first_error == ENOENT) first_error = error;
+    if (error == kUnreachable) {
+      unsearchable.push_back(where);
+    } else if (error != ENOENT && first_error == ENOENT) {
+      first_error = error;
+    }
     if (colon == std::string_view::npos) break;
     dirs.remove_prefix(colon + 1);
   }
-  return first_error == ENOENT ? std::string("not found in PATH") : std::strerror(first_error);
+  if (first_error != ENOENT) return std::strerror(first_error);
+  if (unsearchable.empty()) return "not found in PATH";
+  return fmt::format("not found in PATH ({} cannot be searched: {})", fmt::join(unsearchable, ", "),
+                     std::strerror(EACCES));
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 // client that can misbehave on purpose.
 
 #include <sys/types.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
@@ -80,6 +81,8 @@ class Process {
   std::optional<int> status_;
 };
 
+// Whether this test may run clients as other users (uid 65534): it is root.
+inline bool CanActAsOtherUsers() { return ::geteuid() == 0; }
 // Whether process `pid` runs; a zombie has ended, whoever reaps it.
 bool Alive(pid_t pid);
 
