@@ -150,9 +150,16 @@ TEST(DevicePluginStartTest, AMissingDirectoryIsRetriedUntilTheKubeletIsThere) {
   auto kubelet = k8s::fake::FakeKubelet::Start(plugin_dir);
   ASSERT_TRUE(kubelet) << kubelet.error().message;
   ASSERT_TRUE((*kubelet)->WaitForRegistrations(1, 20s)) << rasd.Stderr();
-  kubernetes = rasd.RasctlJson({"status"})["kubernetes"];
-  EXPECT_TRUE(kubernetes["error"].is_null()) << kubernetes.dump();
-  EXPECT_EQ(kubernetes["plugins"][0]["registered"], true);
+  // rasd marks the plugin registered once the kubelet's answer is back,
+  // a moment after the kubelet has seen the request.
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        kubernetes = rasd.RasctlJson({"status"})["kubernetes"];
+        return kubernetes["error"].is_null() && kubernetes["plugins"].size() == 1 &&
+               kubernetes["plugins"][0]["registered"] == true;
+      },
+      5s))
+      << kubernetes.dump();
 }
 
 }  // namespace

@@ -303,10 +303,12 @@ TEST_F(AscendKernelsTest, LaunchesRacingResetsFailCleanlyAndWorkAfter) {
   // A reservation made before a reset began may have been freed by it: its
   // owner forgets it (MemoryAfterReset::kFreed) rather than release an
   // address a later reservation may have taken over.
-  std::atomic<int> resets_begun{0};
+  // A reservation made while a reset runs may be freed by it too.
+  std::atomic<int> resets_begun{0}, resets_done{0};
   std::thread launcher([&] {
     auto stream = driver_->CreateStream(0);
-    ASSERT_TRUE(stream.has_value());
+    while (!stream && !stop) stream = driver_->CreateStream(0);  // refused while a reset runs
+    ASSERT_TRUE(stream.has_value()) << stream.error().ToString();
     std::vector<std::pair<DeviceAddress, int>> unsynced;  // with resets_begun at reservation
     auto release_survivors = [&] {
       for (const auto& [done, resets_then] : unsynced) {
@@ -317,7 +319,9 @@ TEST_F(AscendKernelsTest, LaunchesRacingResetsFailCleanlyAndWorkAfter) {
       unsynced.clear();
     };
     while (!stop) {
-      const int resets_then = resets_begun.load();
+      const int begun = resets_begun.load();
+      // -1: a reset was running when it was reserved, never released here.
+      const int resets_then = resets_done.load() == begun ? begun : -1;
       auto buffer = driver_->ReserveMemory(0, 4096);
       if (!buffer) continue;
       const std::vector<KernelArg> args = {KernelArg::Int(32), KernelArg::Address(*buffer),
@@ -347,6 +351,7 @@ TEST_F(AscendKernelsTest, LaunchesRacingResetsFailCleanlyAndWorkAfter) {
     std::this_thread::sleep_for(2ms);
     ++resets_begun;
     ASSERT_TRUE(driver_->ResetDevice(0).has_value());
+    ++resets_done;
   }
   stop = true;
   launcher.join();
