@@ -28,6 +28,7 @@
 #include "actuator.h"
 #include "ras_ingest.h"
 #include "rasd/common/logging.h"
+#include "rasd/common/simulated_event_loop.h"
 #include "rasd/drivers_shim/sim_driver.h"
 #include "rasd/exporters/metrics.h"
 #include "rasd/ras/policy.h"
@@ -173,7 +174,9 @@ void FaultToGate(benchmark::State& state, bool scraped) {
     auto store = std::move(*rasd::ras::StateStore::Open(dir / "state"));
     Node node = MakeNode(64);
     rasd::ras::PolicyEngine policy;
-    rasd::daemon::Actuator actuator(host, *store, *node.runtime, {});
+    rasd::common::SimulatedEventLoop loop;
+    rasd::daemon::DeviceHealth health(loop, *node.runtime, *store);
+    rasd::daemon::Actuator actuator(host, *store, *node.runtime, health, {});
     std::mutex loop_mutex;  // as the daemon's metrics_mutex_
     auto part = BusyLoopPart(64, false);
     auto server = std::move(*rasd::exporters::MetricsServer::Start("127.0.0.1:0", [&] {
@@ -231,7 +234,10 @@ void FaultToGate(benchmark::State& state, bool scraped) {
       rasd::ras::StoreBatch rows;  // not stored: this benchmark measures the gate and scrapes
       actuator.TakePending(rows);
       (void)node.sim->ResetDevice(7);
-      (void)actuator.SetDeviceState(7, rasd::runtime::HealthState::kHealthy, "bench", "undrain");
+      (void)health.Decide({.device = 7,
+                           .cause = rasd::daemon::HealthCause::kOperator,
+                           .target = rasd::runtime::HealthState::kHealthy,
+                           .reason = "bench"});
       state.ResumeTiming();
     }
     stop = true;

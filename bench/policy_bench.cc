@@ -19,6 +19,7 @@
 #include "actuator.h"
 #include "ras_ingest.h"
 #include "rasd/common/logging.h"
+#include "rasd/common/simulated_event_loop.h"
 #include "rasd/drivers_shim/sim_driver.h"
 #include "rasd/ras/policy.h"
 
@@ -87,7 +88,9 @@ void BM_FaultToGateClosed(benchmark::State& state) {
     auto* sim = driver->get();
     auto runtime = std::move(*rasd::runtime::Runtime::Create(std::move(*driver)));
     rasd::ras::PolicyEngine policy;
-    rasd::daemon::Actuator actuator(host, *store, *runtime, {});
+    rasd::common::SimulatedEventLoop loop;
+    rasd::daemon::DeviceHealth health(loop, *runtime, *store);
+    rasd::daemon::Actuator actuator(host, *store, *runtime, health, {});
     std::mutex mutex;
     std::condition_variable arrived;
     std::deque<rasd::drivers::DriverErrorEvent> queue;
@@ -119,7 +122,9 @@ void BM_FaultToGateClosed(benchmark::State& state) {
       rasd::ras::StoreBatch batch;
       batch.events = events;
       actuator.TakePending(batch);
+      health.TakePending(batch);
       (void)store->Commit(batch);
+      health.Committed();
       written_nanos.push_back(
           std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start)
               .count());
@@ -130,7 +135,10 @@ void BM_FaultToGateClosed(benchmark::State& state) {
       nanos.push_back(std::chrono::duration<double, std::nano>(closed - start).count());
       state.PauseTiming();
       (void)sim->ResetDevice(1);
-      (void)actuator.SetDeviceState(1, rasd::runtime::HealthState::kHealthy, "bench", "undrain");
+      (void)health.Decide({.device = 1,
+                           .cause = rasd::daemon::HealthCause::kOperator,
+                           .target = rasd::runtime::HealthState::kHealthy,
+                           .reason = "bench"});
       state.ResumeTiming();
     }
     runtime->Unsubscribe(subscription);

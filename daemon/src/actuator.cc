@@ -42,13 +42,6 @@ std::string_view ActionResultName(ActionResult result) {
 
 namespace {
 
-std::string DeviceUuid(runtime::Runtime& runtime, int device) {
-  auto found = runtime.GetDevice(device);
-  if (!found) return fmt::format("index-{}", device);
-  const auto& uuid = (*found)->Properties().uuid;
-  return uuid.empty() ? fmt::format("index-{}", device) : uuid;
-}
-
 // The event, for a hook, as RASD_* variables; values are data, never
 // parsed by a shell (there is none).
 std::vector<std::string> HookEnvironment(const ras::Action& action, const ras::RasEvent& event,
@@ -75,8 +68,8 @@ std::vector<std::string> HookEnvironment(const ras::Action& action, const ras::R
 }  // namespace
 
 Actuator::Actuator(const common::HostEnv& host, ras::StateStore& store, runtime::Runtime& runtime,
-                   Options options)
-    : host_(host), store_(store), runtime_(runtime), options_(options) {}
+                   DeviceHealth& health, Options options)
+    : host_(host), store_(store), runtime_(runtime), health_(health), options_(options) {}
 
 Actuator::~Actuator() {
   std::unique_lock lock(mutex_);
@@ -130,22 +123,6 @@ void Actuator::Restore() {
   std::map<std::string, int> by_uuid;
   for (const auto& device : runtime_.Devices())
     by_uuid[DeviceUuid(runtime_, device->Index())] = device->Index();
-  if (auto states = store_.LoadDeviceStates(); !states) {
-    RASD_LOG_ERROR("cannot read the saved device states: {}; every device starts Healthy",
-                  states.error().message);
-  } else {
-    for (const auto& saved : *states) {
-      auto index = by_uuid.find(saved.device_uuid);
-      auto state = runtime::ParseHealthState(saved.state);
-      if (index == by_uuid.end() || !state) continue;  // a device this machine no longer has
-      (*runtime_.GetDevice(index->second))->SetHealth(*state);
-      status_[index->second] = {*state, saved.reason, saved.since};
-      if (*state != runtime::HealthState::kHealthy) {
-        RASD_LOG_WARN("device {} is {} since {:%F %T}: {}", index->second, saved.state,
-                     std::chrono::floor<std::chrono::seconds>(saved.since), saved.reason);
-      }
-    }
-  }
   auto pages = store_.LoadRetiredPages();
   if (!pages) {
     RASD_LOG_ERROR("cannot read the retired pages: {}", pages.error().message);
@@ -162,15 +139,6 @@ void Actuator::Restore() {
     RASD_LOG_INFO("device {}: {} retired page(s) taken out of the pool again", device, count);
 }
 
-std::vector<int> Actuator::TakeNewlyIsolated() { return std::exchange(newly_isolated_, {}); }
-
-DeviceStatus Actuator::StatusOf(int device) const {
-  if (auto it = status_.find(device); it != status_.end()) return it->second;
-  DeviceStatus status;
-  if (auto found = runtime_.GetDevice(device)) status.state = (*found)->Health();
-  return status;
-}
-
 std::map<std::string, std::uint64_t> Actuator::Counts() const {
   std::lock_guard lock(mutex_);
   return counts_;
@@ -182,69 +150,44 @@ void Actuator::Count(const std::string& action, const std::string& result) {
 }
 
 ras::ActionRecord Actuator::Store(ras::ActionRecord record) {
-  if (batching_) {
-    Count(record.action, record.result);
-    pending_records_.push_back({record, pending_index_});
-    return record;
-  }
-  if (auto stored = store_.RecordAction(record); !stored) {
-    // The action happened; failing to write it down must not undo it.
-    RASD_LOG_ERROR("cannot store action {}: {}", record.action, stored.error().message);
-  } else {
-    record.id = *stored;
-  }
   Count(record.action, record.result);
+  pending_records_.push_back({record, pending_index_});
   return record;
 }
 
 ActionOutcome Actuator::Apply(const ras::Action& action, const ras::RasEvent& event,
-                             std::size_t event_index) {
-  batching_ = true;
+                              std::size_t event_index) {
   pending_index_ = event_index;
-  ActionOutcome outcome = Run(action, event, std::nullopt);
-  batching_ = false;
-  return outcome;
+  return Run(action, event, std::nullopt);
 }
 
 void Actuator::TakePending(ras::StoreBatch& batch) {
-  // States whose save failed ride along until one is committed.
-  for (int device : unsaved_states_) pending_states_.push_back(device);
   for (auto& page : pending_pages_) batch.pages.push_back(std::move(page));
   pending_pages_.clear();
-  std::sort(pending_states_.begin(), pending_states_.end());
-  pending_states_.erase(std::unique(pending_states_.begin(), pending_states_.end()),
-                        pending_states_.end());
-  for (int device : pending_states_) batch.states.push_back(StateRecord(device));
-  pending_states_.clear();
   for (auto& record : pending_records_) batch.actions.push_back(std::move(record));
   pending_records_.clear();
 }
 
-ras::DeviceStateRecord Actuator::StateRecord(int device) {
-  const DeviceStatus& status = status_[device];
-  return {DeviceUuid(runtime_, device), std::string(runtime::HealthStateName(status.state)),
-          status.reason, status.since};
-}
-
-Status Actuator::PersistState(int device) {
-  if (batching_) {
-    pending_states_.push_back(device);
-    return {};
-  }
-  if (auto saved = store_.SaveDeviceState(StateRecord(device)); !saved) {
-    RASD_LOG_ERROR("device {}: cannot save its state {}: {}; retrying", device,
-                  runtime::HealthStateName(status_[device].state), saved.error().message);
-    unsaved_states_.insert(device);
-    if (on_unsaved_) on_unsaved_();
-    return saved;
-  }
-  unsaved_states_.erase(device);
-  return {};
-}
-
 ras::ActionRecord Actuator::Execute(const ras::Action& action, const ras::RasEvent& event,
                                     std::optional<std::int64_t> event_id) {
-  return Run(action, event, event_id).record;
+  ActionOutcome outcome = Run(action, event, event_id);
+  ras::StoreBatch batch;
+  TakePending(batch);
+  health_.TakePending(batch);
+  for (auto& row : batch.actions) {
+    row.record.event_id = event_id;
+    row.event_index.reset();
+  }
+  if (batch.actions.empty() && batch.states.empty() && batch.pages.empty()) return outcome.record;
+  if (auto stored = store_.Commit(batch); !stored) {
+    // The action happened; failing to write it down must not undo it.
+    RASD_LOG_ERROR("cannot store action {}: {}", outcome.record.action, stored.error().message);
+  } else {
+    health_.Committed();
+    if (!stored->action_ids.empty() && outcome.record.action == batch.actions.front().record.action)
+      outcome.record.id = stored->action_ids.front();
+  }
+  return outcome.record;
 }
 
 ActionOutcome Actuator::Run(const ras::Action& action, const ras::RasEvent& event,
@@ -354,14 +297,7 @@ Actuator::Outcome Actuator::RetirePage(const ras::Action& action) {
   const std::uint64_t page = *address / granularity * granularity;
   const ras::RetiredPageRecord saved_page{DeviceUuid(runtime_, *action.device), page, action.reason,
                                           host_.GetClock().Wall()};
-  if (batching_) {
-    pending_pages_.push_back(saved_page);
-    return {ActionResult::kOk, fmt::format("page 0x{:x} retired", page)};
-  }
-  if (auto saved = store_.SaveRetiredPage(saved_page); !saved) {
-    return {ActionResult::kOk,
-            fmt::format("page 0x{:x} retired, but not saved: {}", page, saved.error().message)};
-  }
+  pending_pages_.push_back(saved_page);
   return {ActionResult::kOk, fmt::format("page 0x{:x} retired", page)};
 }
 
@@ -441,62 +377,21 @@ Actuator::Outcome Actuator::MarkAtRisk(const ras::Action& action) {
 
 Actuator::Outcome Actuator::RaiseHealth(const ras::Action& action, runtime::HealthState state) {
   if (!action.device) return {ActionResult::kSkipped, "the event names no device"};
-  auto device = runtime_.GetDevice(*action.device);
-  if (!device) return {ActionResult::kFailed, device.error().message};
-  const runtime::HealthState current = (*device)->Health();
-  // The policy only makes things worse; making them better is an operator's call.
-  if (current >= state) {
-    // A decision all the same: whoever would lift the state later (an
-    // undrain's self-test, a link's return) sees that someone decided anew.
-    ++generation_[*action.device];
-    return {ActionResult::kOk, fmt::format("already {}", runtime::HealthStateName(current))};
-  }
-  (*device)->SetHealth(state);
-  if (state_observer_) state_observer_();
-  ++generation_[*action.device];
-  status_[*action.device] = {state, action.reason, host_.GetClock().Wall()};
-  (void)PersistState(*action.device);  // a failure is retried (unsaved_states_)
-  if (state == runtime::HealthState::kIsolated) newly_isolated_.push_back(*action.device);
+  // The policy's hold only grows; making things better is an operator's
+  // call. A decision about a device already that bad still counts: it
+  // stands when another cause lifts its own hold.
+  auto decided = health_.Decide({.device = *action.device,
+                                 .cause = HealthCause::kPolicy,
+                                 .target = state,
+                                 .reason = action.reason,
+                                 .rule = action.rule});
+  if (!decided) return {ActionResult::kFailed, decided.error().message};
+  if (!decided->Changed())
+    return {ActionResult::kOk, fmt::format("already {}", runtime::HealthStateName(decided->to))};
   return {ActionResult::kOk,
-          fmt::format("{} -> {}", runtime::HealthStateName(current),
-                      runtime::HealthStateName(state)),
-          ActionOutcome::HealthChange{*action.device, current, state}};
-}
-
-Result<ras::ActionRecord> Actuator::SetDeviceState(int device, runtime::HealthState state,
-                                                   const std::string& reason,
-                                                   const std::string& action,
-                                                   const std::string& rule) {
-  auto found = runtime_.GetDevice(device);
-  if (!found) return Fail(found.error());
-  const runtime::HealthState before = (*found)->Health();
-  (*found)->SetHealth(state);
-  if (state_observer_) state_observer_();
-  ++generation_[device];
-  status_[device] = {state, reason, host_.GetClock().Wall()};
-  const Status saved = PersistState(device);
-  ras::ActionRecord record;
-  record.time = host_.GetClock().Wall();
-  record.action = action;
-  record.device = device;
-  record.rule = rule;
-  record.reason = reason;
-  record.result = "ok";
-  record.detail =
-      fmt::format("{} -> {}", runtime::HealthStateName(before), runtime::HealthStateName(state));
-  RASD_LOGGER_LOG(common::GetLogger("policy"), spdlog::level::warn, "{} device {} ({}): {} ({})", action, device,
-                                    rule == "operator" ? "by an operator" : rule, record.detail,
-                                    reason);
-  auto stored = Store(std::move(record));
-  if (!saved) {
-    // The gate is set; only the record of it is missing. Say so: a restart
-    // before the retry succeeds would forget it.
-    return Fail(ErrorCode::kIoError,
-                fmt::format("device {} is {} now, but that could not be saved ({}); rasd retries "
-                            "until it is, and a restart before then would forget it",
-                            device, runtime::HealthStateName(state), saved.error().message));
-  }
-  return stored;
+          fmt::format("{} -> {}", runtime::HealthStateName(decided->from),
+                      runtime::HealthStateName(decided->to)),
+          ActionOutcome::HealthChange{*action.device, decided->from, decided->to}};
 }
 
 Actuator::Outcome Actuator::OfflineHostPage(const ras::Action& action, bool hard) {

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "device_health.h"
 #include "rasd/common/host_env.h"
 #include "rasd/ras/policy.h"
 #include "rasd/ras/ras_event.h"
@@ -18,13 +19,6 @@
 #include "rasd/runtime/runtime.h"
 
 namespace rasd::daemon {
-
-// A device's health with why and since when, as rasd shows it.
-struct DeviceStatus {
-  runtime::HealthState state = runtime::HealthState::kHealthy;
-  std::string reason;
-  std::chrono::system_clock::time_point since{};
-};
 
 // How an action went, as stored ("ok", "failed", ...).
 enum class ActionResult { kOk, kFailed, kSkipped, kDisabled, kStarted };
@@ -43,11 +37,12 @@ struct ActionOutcome {
   ras::ActionRecord record;  // as stored (or to be stored, after Apply)
 };
 
-// Carries the policy's actions to the runtime (page retirement, health
-// gates, killing a consumer), to the host (offlining pages) and to
-// operators' programs (hooks). Every action is logged, stored in the
-// actions table linked to its event, and counted; device states and
-// retired pages are persisted so that a restart (or a kill -9) keeps them.
+// Carries the policy's actions to the runtime (page retirement, killing a
+// consumer), to DeviceHealth (degrade, drain, isolate: the policy's hold),
+// to the host (offlining pages) and to operators' programs (hooks). Every
+// action is logged, stored in the actions table linked to its event, and
+// counted; retired pages are persisted so that a restart (or a kill -9)
+// keeps them.
 //
 // Runs on the event loop, except hooks: each runs in a thread of its own
 // (argv, no shell, a timeout), at most kMaxHooks at once.
@@ -60,7 +55,7 @@ class Actuator {
   static constexpr std::size_t kMaxHooks = 4;
 
   Actuator(const common::HostEnv& host, ras::StateStore& store, runtime::Runtime& runtime,
-           Options options);
+           DeviceHealth& health, Options options);
   ~Actuator();  // waits for running hooks (each is bounded by its timeout)
   Actuator(const Actuator&) = delete;
   Actuator& operator=(const Actuator&) = delete;
@@ -86,9 +81,6 @@ class Actuator {
   void SetSuggester(std::function<std::string(const ras::RasEvent&)> suggester) {
     suggester_ = std::move(suggester);
   }
-  // Called on the loop after every change of a device's gate made here (the
-  // policy's, an operator's, the restore at start).
-  void SetStateObserver(std::function<void()> observer) { state_observer_ = std::move(observer); }
 
   // Where kill-consumer goes for an event that names a process (an Xid's
   // pid=) rather than a device address: the attached workloads. It returns
@@ -104,12 +96,12 @@ class Actuator {
   using ProcessLister = std::function<Result<std::vector<std::int64_t>>(int device)>;
   void SetProcessLister(ProcessLister lister) { process_lister_ = std::move(lister); }
 
-  // Applies what the store remembers: device states close the gates before
-  // any work is admitted, retired pages leave the pools again.
+  // Applies what the store remembers: retired pages leave the pools again,
+  // a node fault stands. (Device states are DeviceHealth's.)
   void Restore();
 
-  // Carries out one action about `event` (stored as `event_id` when it
-  // was) and stores its rows at once. Returns what was stored.
+  // Apply, then commit its rows (and DeviceHealth's) at once, linked to
+  // `event_id`: for a caller outside the pipeline. Returns what was stored.
   ras::ActionRecord Execute(const ras::Action& action, const ras::RasEvent& event,
                             std::optional<std::int64_t> event_id);
 
@@ -117,35 +109,14 @@ class Actuator {
   // in microseconds); what it writes (its action row, linked to event
   // `event_index` of the batch, device states, retired pages) waits for
   // TakePending(), which moves it into the batch the caller commits in one
-  // transaction with the events.
+  // transaction with the events (DeviceHealth's rows join the same batch).
   ActionOutcome Apply(const ras::Action& action, const ras::RasEvent& event,
                       std::size_t event_index);
   void TakePending(ras::StoreBatch& batch);
-  // A batch holding TakePending's rows was committed: the states that had
-  // failed to save are saved now.
-  void Committed() { unsaved_states_.clear(); }
-  // Device states not saved yet (the disk failed); each is retried with the
-  // next batch. `on_unsaved` is called when one fails, to schedule a retry.
-  std::size_t UnsavedStates() const { return unsaved_states_.size(); }
-  void SetUnsavedCallback(std::function<void()> on_unsaved) { on_unsaved_ = std::move(on_unsaved); }
-
-  // An operator's state change (isolate, drain, undrain): any state, in
-  // either direction. kNotFound for an unknown device.
-  Result<ras::ActionRecord> SetDeviceState(int device, runtime::HealthState state,
-                                           const std::string& reason, const std::string& action,
-                                           const std::string& rule = "operator");
-
-  DeviceStatus StatusOf(int device) const;
-  // Counts the state changes of a device (policy's and operators'): a
-  // caller that compares two readings knows whether anyone changed it.
-  std::uint64_t StateGeneration(int device) const {
-    auto found = generation_.find(device);
-    return found == generation_.end() ? 0 : found->second;
-  }
-  // Devices the policy (not an operator) isolated since the last call.
-  std::vector<int> TakeNewlyIsolated();
-  // "action result" -> how many, e.g. "retire-page ok".
+  // "action result" -> how many, e.g. "retire-page ok". Count() adds one
+  // (DeviceHealth's rows are counted here too); thread-safe.
   std::map<std::string, std::uint64_t> Counts() const;
+  void Count(const std::string& action, const std::string& result);
 
  private:
   struct Outcome {
@@ -163,29 +134,19 @@ class Actuator {
   Outcome OfflineHostPage(const ras::Action& action, bool hard);
   Outcome RunHook(const ras::Action& action, const ras::RasEvent& event,
                   std::optional<std::int64_t> event_id);
-  Status PersistState(int device);
   ras::ActionRecord Store(ras::ActionRecord record);
-  ras::DeviceStateRecord StateRecord(int device);
   void SaveNodeFault();
-  void Count(const std::string& action, const std::string& result);
 
   const common::HostEnv& host_;
   ras::StateStore& store_;
   runtime::Runtime& runtime_;
+  DeviceHealth& health_;
   Options options_;
-  std::map<int, DeviceStatus> status_;
-  std::map<int, std::uint64_t> generation_;
-  std::set<int> unsaved_states_;
-  std::function<void()> on_unsaved_;
-  bool batching_ = false;  // inside Apply: rows wait for TakePending
   std::size_t pending_index_ = 0;
   std::vector<ras::BatchAction> pending_records_;
-  std::vector<int> pending_states_;
   std::vector<ras::RetiredPageRecord> pending_pages_;
-  std::vector<int> newly_isolated_;
   std::function<std::string(const std::string& reason)> node_drainer_;
   std::optional<NodeFault> node_fault_;
-  std::function<void()> state_observer_;
   std::function<std::string(const ras::RasEvent&)> suggester_;
   ConsumerKiller consumer_killer_;
   ProcessLister process_lister_;

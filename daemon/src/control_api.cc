@@ -256,7 +256,7 @@ Result<nlohmann::json> ControlApi::Check(const nlohmann::json& args) {
     by_state[name] = by_state[name].get<int>() + 1;
     conditions.push_back(DeviceCondition{.index = device->Index(),
                                          .state = state,
-                                         .reason = parts_.actuator.StatusOf(device->Index()).reason});
+                                         .reason = parts_.health.StatusOf(device->Index()).reason});
   }
   const auto& fault = parts_.actuator.CurrentNodeFault();
   const NodeVerdict verdict =
@@ -282,7 +282,14 @@ Result<nlohmann::json> ControlApi::Check(const nlohmann::json& args) {
 nlohmann::json ControlApi::DeviceJson(const runtime::Device& device) {
   const int index = device.Index();
   const auto& properties = device.Properties();
-  const DeviceStatus status = parts_.actuator.StatusOf(index);
+  const DeviceStatus status = parts_.health.StatusOf(index);
+  nlohmann::json holds = nlohmann::json::array();
+  for (const auto& hold : status.holds) {
+    holds.push_back({{"cause", std::string(HealthCauseName(hold.cause))},
+                     {"state", std::string(runtime::HealthStateName(hold.state))},
+                     {"reason", hold.reason},
+                     {"since", Iso8601(hold.since)}});
+  }
   nlohmann::json entry = {
       {"index", index},
       {"name", properties.name},
@@ -293,6 +300,7 @@ nlohmann::json ControlApi::DeviceJson(const runtime::Device& device) {
       {"takes_new_work", runtime::TakesNewWork(device.Health())},
       {"links_usable", device.LinksUsable()},
       {"reason", status.reason},
+      {"held_by", std::move(holds)},
       {"since", status.since.time_since_epoch().count() == 0
                     ? nlohmann::json()
                     : nlohmann::json(Iso8601(status.since))},
@@ -553,7 +561,6 @@ void ControlApi::ChangeDeviceState(const std::string& command, const nlohmann::j
   if (auto ok = reader.Finish(); !ok) return reply(Fail(ok.error()));
   const int index = static_cast<int>(*device);
   auto answer = [this, reply](Result<StateChange> change) {
-    if (parts_.state_changed) parts_.state_changed();
     if (!change) return reply(Fail(change.error()));
     reply(StateChangeJson(*change));
   };

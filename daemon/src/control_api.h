@@ -41,7 +41,8 @@ class ControlApi {
     runtime::Runtime& runtime;
     ras::StateStore& store;
     jobs::JobManager& jobs;
-    Actuator& actuator;
+    Actuator& actuator;  // its counts, the node fault
+    const DeviceHealth& health;
     DeviceLifecycle& lifecycle;
     FaultInjection& injection;
     Workloads& workloads;
@@ -63,8 +64,6 @@ class ControlApi {
     // The scheduler link as `status` and `check` show it ({"kind": "none"}
     // without one), with the blast-radius guard's settings.
     std::function<nlohmann::json()> scheduler;
-    // After an operator's isolate, drain or undrain (metrics time drains).
-    std::function<void()> state_changed;
   };
 
   explicit ControlApi(Parts parts) : parts_(std::move(parts)) {}

@@ -31,10 +31,11 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(StartOptions options, Config confi
 Daemon::Daemon(StartOptions options) : options_(std::move(options)) {}
 
 Daemon::~Daemon() {
+  // Nobody hears of a device's change past this point.
+  health_subscriptions_.clear();
   metrics_.reset();  // no scrape may run past this point
   metrics_state_.reset();
-  // The kubelet hears nothing more: its plugins stop serving first.
-  if (actuator_) actuator_->SetStateObserver(nullptr);
+  // The kubelet plugins stop serving first.
   kubelet_plugins_retry_.reset();
   kubelet_plugins_.reset();
   control_.reset();
@@ -56,16 +57,26 @@ Status Daemon::Initialize(Config config) {
   jobs_ = std::make_unique<jobs::JobManager>(*runtime_, config_.policy.drain_deadline);
   policy_.Reconfigure(config_.policy.engine);
   SetBootTime();
-  actuator_ = std::make_unique<Actuator>(*host_, *store_, *runtime_, ActuatorOptions(config_));
+  health_ = std::make_unique<DeviceHealth>(*loop_, *runtime_, *store_);
   // Before anything can admit work: an isolated device stays isolated.
+  health_->Restore();
+  health_subscriptions_.push_back(
+      health_->Subscribe([this](const DeviceStateChanged&) { jobs_->Reconsider(); }));
+  actuator_ =
+      std::make_unique<Actuator>(*host_, *store_, *runtime_, *health_, ActuatorOptions(config_));
+  health_->SetActionCounter([this](const std::string& action, const std::string& result) {
+    actuator_->Count(action, result);
+  });
   actuator_->Restore();
   if (state_damage_) {
     for (const auto& device : runtime_->Devices()) {
-      (void)actuator_->SetDeviceState(
-          device->Index(), runtime::HealthState::kIsolated,
-          "the state database was damaged (kept as " + state_damage_->kept_as.filename().string() +
-              "): isolated until an operator checks it",
-          "isolate-device", "state-lost");
+      (void)health_->DecideAndSave({.device = device->Index(),
+                                    .cause = HealthCause::kRestore,
+                                    .target = runtime::HealthState::kIsolated,
+                                    .reason = "the state database was damaged (kept as " +
+                                              state_damage_->kept_as.filename().string() +
+                                              "): isolated until an operator checks it",
+                                    .rule = "state-lost"});
     }
   }
   StartScheduler();
@@ -213,13 +224,15 @@ void Daemon::StartScheduler() {
 }
 
 Status Daemon::StartRas() {
-  lifecycle_ = std::make_unique<DeviceLifecycle>(*loop_, *runtime_, *actuator_, *jobs_, *store_,
-                                                 scheduler_.get(),
+  lifecycle_ = std::make_unique<DeviceLifecycle>(*loop_, *runtime_, *health_, *actuator_, *jobs_,
+                                                 *store_, scheduler_.get(),
                                                  LifecycleOptions(config_, options_.self_test));
-  pipeline_ = std::make_unique<RasPipeline>(*loop_, *runtime_, policy_, *actuator_, *store_,
-                                            PipelineOptions(config_));
+  pipeline_ = std::make_unique<RasPipeline>(*loop_, *runtime_, policy_, *actuator_, *health_,
+                                            *store_, PipelineOptions(config_));
   metrics_state_ = std::make_unique<DaemonMetrics>(*loop_, *runtime_, *jobs_, *actuator_,
                                                    scheduler_.get(), *pipeline_);
+  health_subscriptions_.push_back(
+      health_->Subscribe([this](const DeviceStateChanged&) { metrics_state_->Refresh(); }));
   pipeline_->AddObserver([this](const HandledBatch& batch) { ObserveBatch(batch); });
   auto ingest = RasIngest::Create(
       *loop_, *host_, *store_, *runtime_, config_.ras,
@@ -248,46 +261,42 @@ Status Daemon::StartControl() {
   processes_ = SystemProcessTable();
   workloads_ = std::make_unique<Workloads>(
       *loop_, *runtime_, *processes_, store_.get(), WorkloadOptions(config_),
-      [this](int device) { return actuator_->StatusOf(device).reason; });
+      [this](int device) { return health_->StatusOf(device).reason; });
   watchers_ = std::make_unique<Watchers>(
-      *loop_, *runtime_, [this](int device) { return actuator_->StatusOf(device).reason; });
+      *loop_, *runtime_, [this](int device) { return health_->StatusOf(device).reason; });
+  health_subscriptions_.push_back(health_->Subscribe([this](const DeviceStateChanged& change) {
+    workloads_->OnDeviceStateChanged(change);
+    watchers_->OnDeviceStateChanged(change);
+  }));
   // After the actuator restored the device states: a workload re-adopted on
   // a device isolated meanwhile is drained.
   workloads_->Readopt();
-  control_api_ = std::make_unique<ControlApi>(
-      ControlApi::Parts{.loop = *loop_,
-                        .runtime = *runtime_,
-                        .store = *store_,
-                        .jobs = *jobs_,
-                        .actuator = *actuator_,
-                        .lifecycle = *lifecycle_,
-                        .injection = *injection_,
-                        .workloads = *workloads_,
-                        .watchers = *watchers_,
-                        .recovery = *recovery_,
-                        .is_admin = [this](const PeerCredentials& peer) {
-                          return authorizer_.MayChangeState(peer);
-                        },
-                        .status = [this] { return StatusReport(); },
-                        .reload = [this] { return Reload(); },
-                        .rdma_ports =
-                            [this](int device) {
-                              nlohmann::json ports = nlohmann::json::array();
-                              for (const auto& port : ingest_->RdmaPortsOf(device)) {
-                                ports.push_back(
-                                    {{"device", port.device}, {"port", port.port}, {"how", port.how}});
-                              }
-                              return ports;
-                            },
-                        .link_clears = [this](int device) { return link_health_->Clears(device); },
-                        .missing_backends = missing_backends_,
-                        .scheduler = [this] { return SchedulerView(); },
-                        .state_changed =
-                            [this] {
-                              metrics_state_->Refresh();
-                              workloads_->Reconcile();
-                              watchers_->Reconcile();
-                            }});
+  control_api_ = std::make_unique<ControlApi>(ControlApi::Parts{
+      .loop = *loop_,
+      .runtime = *runtime_,
+      .store = *store_,
+      .jobs = *jobs_,
+      .actuator = *actuator_,
+      .health = *health_,
+      .lifecycle = *lifecycle_,
+      .injection = *injection_,
+      .workloads = *workloads_,
+      .watchers = *watchers_,
+      .recovery = *recovery_,
+      .is_admin = [this](const PeerCredentials& peer) { return authorizer_.MayChangeState(peer); },
+      .status = [this] { return StatusReport(); },
+      .reload = [this] { return Reload(); },
+      .rdma_ports =
+          [this](int device) {
+            nlohmann::json ports = nlohmann::json::array();
+            for (const auto& port : ingest_->RdmaPortsOf(device)) {
+              ports.push_back({{"device", port.device}, {"port", port.port}, {"how", port.how}});
+            }
+            return ports;
+          },
+      .link_clears = [this](int device) { return link_health_->Clears(device); },
+      .missing_backends = missing_backends_,
+      .scheduler = [this] { return SchedulerView(); }});
   metrics_state_->SetWorkloads(workloads_.get());
   actuator_->SetConsumerKiller(
       [this](std::int64_t pid, int device, const std::string& reason) -> Result<std::string> {
@@ -356,16 +365,14 @@ void Daemon::StartRecovery() {
   actuator_->SetSuggester([this](const ras::RasEvent& event) {
     return std::string(ras::RecoveryActionName(recovery_->SuggestFor(event).action));
   });
-  link_health_ = std::make_unique<LinkHealth>(*loop_, *runtime_, *actuator_, *jobs_, *store_,
+  link_health_ = std::make_unique<LinkHealth>(*loop_, *runtime_, *health_, *jobs_, *store_,
                                               LinkHealthOptions(config_));
   link_health_->Load();
   ingest_->SetLinkObserver([this](std::string_view source,
                                   const std::map<int, std::vector<std::string>>& down,
                                   const std::map<int, std::vector<std::string>>& unconfirmed) {
     link_health_->Observe(source, down, unconfirmed);
-    metrics_state_->Refresh();
-    if (workloads_) workloads_->Reconcile();
-    if (watchers_) watchers_->Reconcile();
+    metrics_state_->Refresh();  // the links down, whether or not a state changed
   });
   lifecycle_->SetRecoveredObserver([this](int device, ReturnedBy how) {
     recovery_->OnRecovered(device, how);
@@ -404,11 +411,11 @@ void Daemon::StartKubeletPlugins() {
   if (!kubelet_plugins_error_.empty()) RASD_LOG_INFO("kubernetes: the device plugin serves now");
   kubelet_plugins_error_.clear();
   kubelet_plugins_ = std::move(*plugins);
-  // Every gate change reaches the kubelet at once (the plugins' own poll is
-  // the backstop).
-  actuator_->SetStateObserver([this] {
+  // Every state change reaches the kubelet at once (the plugins' own poll
+  // is the backstop).
+  health_subscriptions_.push_back(health_->Subscribe([this](const DeviceStateChanged&) {
     if (kubelet_plugins_) kubelet_plugins_->DevicesChanged();
-  });
+  }));
 }
 
 void Daemon::StartJobsAndMetrics() {
@@ -602,15 +609,10 @@ nlohmann::json Daemon::SchedulerView() const {
 }
 
 void Daemon::ObserveBatch(const HandledBatch& batch) {
-  lifecycle_->OnPolicyActed();
+  // A consumer's streams may have been aborted: the jobs look again.
   jobs_->Reconsider();
-  if (workloads_) workloads_->Reconcile();
-  if (watchers_) {
-    if (batch.stored && !batch.event_ids.empty()) {
-      watchers_->OnStored(*std::max_element(batch.event_ids.begin(), batch.event_ids.end()));
-    }
-    watchers_->Reconcile();
-  }
+  if (watchers_ && batch.stored && !batch.event_ids.empty())
+    watchers_->OnStored(*std::max_element(batch.event_ids.begin(), batch.event_ids.end()));
   metrics_state_->ObserveBatch(batch);
 }
 

@@ -15,9 +15,13 @@
 #include "control_api.h"
 #include "control_server.h"
 #include "daemon_metrics.h"
+#include "device_health.h"
 #include "device_heartbeat.h"
 #include "device_lifecycle.h"
+#include "device_recovery.h"
 #include "fault_injection.h"
+#include "kubelet_plugins.h"
+#include "link_health.h"
 #include "ras_ingest.h"
 #include "ras_pipeline.h"
 #include "rasd/common/event_loop.h"
@@ -29,11 +33,8 @@
 #include "rasd/ras/state_store.h"
 #include "rasd/runtime/runtime.h"
 #include "rasd/runtime/self_test.h"
-#include "device_recovery.h"
-#include "kubelet_plugins.h"
-#include "link_health.h"
-#include "sim_link_tree.h"
 #include "scheduler.h"
+#include "sim_link_tree.h"
 
 namespace rasd::daemon {
 
@@ -118,6 +119,11 @@ class Daemon {
 
   std::unique_ptr<ras::StateStore> store_;
   std::unique_ptr<runtime::Runtime> runtime_;
+  // The one writer of the devices' gates; every unit below decides through it.
+  std::unique_ptr<DeviceHealth> health_;
+  // Who hears of each change of a device's state (jobs, workloads, watchers,
+  // metrics, the kubelet): dropped first in ~Daemon, before any of them.
+  std::vector<DeviceHealth::Subscription> health_subscriptions_;
   std::vector<std::string> missing_backends_;  // named in the config, not available
   ras::PolicyEngine policy_;
   std::unique_ptr<SchedulerLink> scheduler_;  // before actuator_, whose drain-node uses it

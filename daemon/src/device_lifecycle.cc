@@ -9,15 +9,28 @@
 namespace rasd::daemon {
 
 DeviceLifecycle::DeviceLifecycle(common::EventLoop& loop, runtime::Runtime& runtime,
-                                 Actuator& actuator, jobs::JobManager& jobs, ras::StateStore& store,
-                                 SchedulerLink* scheduler, Options options)
+                                 DeviceHealth& health, Actuator& actuator, jobs::JobManager& jobs,
+                                 ras::StateStore& store, SchedulerLink* scheduler, Options options)
     : loop_(loop),
       runtime_(runtime),
+      health_(health),
       actuator_(actuator),
       jobs_(jobs),
       store_(store),
       scheduler_(scheduler),
-      options_(options) {}
+      options_(options) {
+  subscription_ = health_.Subscribe([this](const DeviceStateChanged& change) {
+    if (change.cause != HealthCause::kPolicy || change.to != runtime::HealthState::kIsolated)
+      return;
+    // After the batch: the advisor has then seen all of its events.
+    if (newly_isolated_.empty()) {
+      loop_.Post([this, alive = alive_] {
+        if (*alive) ScheduleRecoveries();
+      });
+    }
+    newly_isolated_.push_back(change.device);
+  });
+}
 
 DeviceLifecycle::~DeviceLifecycle() {
   *alive_ = false;
@@ -27,11 +40,12 @@ DeviceLifecycle::~DeviceLifecycle() {
 Result<StateChange> DeviceLifecycle::Isolate(int device, const std::string& reason) {
   auto found = runtime_.GetDevice(device);
   if (!found) return Fail(ErrorCode::kNotFound, fmt::format("no device {}", device));
-  const runtime::HealthState was = (*found)->Health();
-  auto done = actuator_.SetDeviceState(device, runtime::HealthState::kIsolated,
-                                       reason.empty() ? "isolated by an operator" : reason,
-                                       "isolate-device");
-  jobs_.Reconsider();
+  const runtime::HealthState was = health_.StateOf(device);
+  auto done =
+      health_.DecideAndSave({.device = device,
+                             .cause = HealthCause::kOperator,
+                             .target = runtime::HealthState::kIsolated,
+                             .reason = reason.empty() ? "isolated by an operator" : reason});
   if (!done) return Fail(done.error());
   return StateChange{.device = device, .state = runtime::HealthState::kIsolated, .was = was};
 }
@@ -40,19 +54,20 @@ Result<StateChange> DeviceLifecycle::Drain(int device, const std::string& reason
                                            std::optional<std::chrono::milliseconds> deadline) {
   auto found = runtime_.GetDevice(device);
   if (!found) return Fail(ErrorCode::kNotFound, fmt::format("no device {}", device));
-  const runtime::HealthState was = (*found)->Health();
+  const runtime::HealthState was = health_.StateOf(device);
   if (was == runtime::HealthState::kIsolated) {
     return Fail(ErrorCode::kInvalidArgument,
                 fmt::format("device {} is isolated: nothing runs there to drain", device));
   }
   const auto limit = deadline.value_or(options_.drain_deadline);
   jobs_.SetDrainDeadline(device, limit);
-  auto done = actuator_.SetDeviceState(
-      device, runtime::HealthState::kDraining,
-      reason.empty() ? fmt::format("drained by an operator (deadline {} ms)", limit.count())
-                     : reason,
-      "drain-device");
-  jobs_.Reconsider();
+  auto done = health_.DecideAndSave(
+      {.device = device,
+       .cause = HealthCause::kOperator,
+       .target = runtime::HealthState::kDraining,
+       .reason = reason.empty()
+                     ? fmt::format("drained by an operator (deadline {} ms)", limit.count())
+                     : reason});
   if (!done) return Fail(done.error());
   auto& timer = drain_timers_[device];
   timer = loop_.CreateTimer([this, device] { OnDrainDeadline(device); });
@@ -80,7 +95,7 @@ void DeviceLifecycle::OnDrainDeadline(int device) {
 void DeviceLifecycle::Undrain(int device, const std::string& reason, bool force, Done done) {
   auto found = runtime_.GetDevice(device);
   if (!found) return done(Fail(ErrorCode::kNotFound, fmt::format("no device {}", device)));
-  const runtime::HealthState was = (*found)->Health();
+  const runtime::HealthState was = health_.StateOf(device);
   if (testing_.contains(device)) {
     return done(Fail(ErrorCode::kUnavailable,
                      fmt::format("device {} is running its self-test already; wait for it "
@@ -89,18 +104,16 @@ void DeviceLifecycle::Undrain(int device, const std::string& reason, bool force,
   }
   if (was == runtime::HealthState::kHealthy) {
     MaybeResumeNode();
-    jobs_.Reconsider();
     return done(StateChange{.device = device, .state = was, .was = was});
   }
   StartSelfTest(
       device, "undrain",
-      [this, device, was, reason, force, generation = actuator_.StateGeneration(device),
-       done = std::move(done)](const runtime::SelfTestReport& report) {
-        jobs_.Reconsider();
-        if (actuator_.StateGeneration(device) != generation) {
+      [this, device, was, reason, force, done = std::move(done)](
+          const runtime::SelfTestReport& report, DeviceHealth::SelfTestWindow window) {
+        if (window.overtaken) {
           // Someone (the policy, say) decided anew while it ran:
           // that decision stands, whatever the test says.
-          const auto status = actuator_.StatusOf(device);
+          const auto status = health_.StatusOf(device);
           return done(Fail(ErrorCode::kAborted,
                            fmt::format("device {} changed state during its self-test ({}: {}); "
                                        "it stays {}",
@@ -113,13 +126,14 @@ void DeviceLifecycle::Undrain(int device, const std::string& reason, bool force,
                                        "overrides)",
                                        device, runtime::HealthStateName(was), report.Summary())));
         }
-        auto changed = actuator_.SetDeviceState(
-            device, runtime::HealthState::kHealthy,
-            reason.empty() ? (report.passed ? "returned to service: self-test passed"
+        auto changed = health_.DecideAndSave(
+            {.device = device,
+             .cause = HealthCause::kOperator,
+             .target = runtime::HealthState::kHealthy,
+             .reason = reason.empty()
+                           ? (report.passed ? "returned to service: self-test passed"
                                             : "returned to service by force: self-test failed")
-                           : reason,
-            "undrain-device");
-        jobs_.Reconsider();
+                           : reason});
         // Back in service even when the state could not be saved (that is
         // retried): the recovery counts either way.
         if (recovered_ && report.passed) recovered_(device, ReturnedBy::kUndrain);
@@ -134,43 +148,38 @@ void DeviceLifecycle::Undrain(int device, const std::string& reason, bool force,
       });
 }
 
-void DeviceLifecycle::StartSelfTest(int device, const std::string& why,
-                                    std::function<void(const runtime::SelfTestReport&)> then) {
-  runtime::Device& target = **runtime_.GetDevice(device);
-  const runtime::HealthState before = target.Health();
-  // The self-test runs as an admitted job: open the gate that far, no further.
-  if (before == runtime::HealthState::kIsolated) target.SetHealth(runtime::HealthState::kDraining);
+void DeviceLifecycle::StartSelfTest(int device, const std::string& why, SelfTestDone then) {
+  // The self-test runs as an admitted job: the gate opens that far, no further.
+  (void)health_.OpenForSelfTest(device);
   testing_.insert(device);
   RASD_LOG_INFO("device {}: self-test started ({})", device, why);
   const runtime::SelfTestOptions options = options_.self_test;
   workers_[device] =
-      std::thread([this, device, why, before, options, then = std::move(then), alive = alive_] {
+      std::thread([this, device, why, options, then = std::move(then), alive = alive_] {
         auto report = std::make_shared<runtime::SelfTestReport>(
             runtime::RunSelfTest(runtime_, device, options));
-        loop_.Post([this, device, why, before, report, then, alive] {
+        loop_.Post([this, device, why, report, then, alive] {
           if (!*alive) return;  // shutting down: the destructor joins this thread
           if (auto worker = workers_.find(device); worker != workers_.end()) {
             worker->second.join();  // it has nothing left to do but return
             workers_.erase(worker);
           }
-          FinishSelfTest(device, why, before, *report);
-          then(*report);
+          const auto window = FinishSelfTest(device, why, *report);
+          then(*report, window);
         });
       });
 }
 
-void DeviceLifecycle::FinishSelfTest(int device, const std::string& why,
-                                     runtime::HealthState before,
-                                     const runtime::SelfTestReport& report) {
+DeviceHealth::SelfTestWindow DeviceLifecycle::FinishSelfTest(
+    int device, const std::string& why, const runtime::SelfTestReport& report) {
   testing_.erase(device);
   // Free pages the test's worker thread left in its malloc arena go back
   // to the system. (Its large buffers are mapped and unmapped by the test
   // itself: malloc_trim never shrinks the top of a thread's arena.)
   ::malloc_trim(0);
-  runtime::Device& target = **runtime_.GetDevice(device);
-  // Put the gate back, unless the state moved while the test ran (the
-  // policy isolated it again, say): the newer decision stands.
-  if (target.Health() == runtime::HealthState::kDraining) target.SetHealth(before);
+  // The gate back to what the holds say; a decision made while the test
+  // ran (the policy isolated it again, say) stands.
+  const auto window = health_.CloseSelfTest(device);
   last_self_test_[device] = {loop_.GetClock().Wall(), report.passed, report.Summary()};
   ras::ActionRecord record;
   record.time = loop_.GetClock().Wall();
@@ -183,6 +192,7 @@ void DeviceLifecycle::FinishSelfTest(int device, const std::string& why,
   RecordAction(std::move(record));
   RASD_LOG(report.passed ? spdlog::level::info : spdlog::level::warn, "device {} self-test {}",
               device, report.Summary());
+  return window;
 }
 
 void DeviceLifecycle::RecordAction(ras::ActionRecord record) {
@@ -197,8 +207,8 @@ std::optional<SelfTestResult> DeviceLifecycle::LastSelfTest(int device) const {
   return found->second;
 }
 
-void DeviceLifecycle::OnPolicyActed() {
-  for (int device : actuator_.TakeNewlyIsolated()) {
+void DeviceLifecycle::ScheduleRecoveries() {
+  for (int device : std::exchange(newly_isolated_, {})) {
     if (!options_.auto_recover) continue;
     if (advisor_) {
       if (const auto suggested = advisor_(device); suggested > ras::RecoveryAction::kResetDevice) {
@@ -216,8 +226,10 @@ void DeviceLifecycle::OnPolicyActed() {
           "isolated again {} s after it recovered by itself: needs an operator (rasctl undrain)",
           std::chrono::duration_cast<std::chrono::seconds>(now - last->second).count());
       RASD_LOG_ERROR("device {}: {}", device, reason);
-      (void)actuator_.SetDeviceState(device, runtime::HealthState::kIsolated, reason,
-                                     "isolate-device", "auto-recover");
+      (void)health_.DecideAndSave({.device = device,
+                                   .cause = HealthCause::kRecovery,
+                                   .target = runtime::HealthState::kIsolated,
+                                   .reason = reason});
       recovered_at_.erase(last);
       continue;
     }
@@ -235,8 +247,11 @@ void DeviceLifecycle::OnPolicyActed() {
 }
 
 void DeviceLifecycle::Recover(int device) {
-  auto found = runtime_.GetDevice(device);
-  if (!found || (*found)->Health() != runtime::HealthState::kIsolated) return;  // an operator acted
+  // Only the policy's isolation recovers by itself: an operator's, or one
+  // lifted meanwhile, is not this path's.
+  if (health_.StateOf(device) != runtime::HealthState::kIsolated ||
+      !health_.Holds(device, HealthCause::kPolicy))
+    return;
   if (testing_.contains(device)) return;  // an operator's undrain is testing it now
   // Looked at again now: a fault during the delay (an Xid 79 after an Xid
   // 48) may have made a reset pointless.
@@ -272,26 +287,34 @@ void DeviceLifecycle::Recover(int device) {
     RASD_LOG_WARN("device {}: {}", device, record.detail);
   }
   RecordAction(std::move(record));
-  StartSelfTest(device, "auto-recover", [this, device](const runtime::SelfTestReport& report) {
-    if (!report.passed) {
-      RASD_LOG_ERROR("device {}: automatic recovery: self-test {}; it stays isolated", device,
-                    report.Summary());
-      return;
-    }
-    auto current = runtime_.GetDevice(device);
-    if (!current || (*current)->Health() != runtime::HealthState::kIsolated) return;
-    recovered_at_[device] = loop_.Now();
-    (void)actuator_.SetDeviceState(device, runtime::HealthState::kHealthy,
-                                   "recovered by itself: reset, self-test passed", "undrain-device",
-                                   "auto-recover");
-    if (recovered_) recovered_(device, ReturnedBy::kAutoRecover);
-    jobs_.Reconsider();
-  });
+  StartSelfTest(
+      device, "auto-recover",
+      [this, device](const runtime::SelfTestReport& report, DeviceHealth::SelfTestWindow window) {
+        if (window.overtaken) {
+          RASD_LOG_WARN(
+              "device {}: automatic recovery: its state changed during the self-test; that "
+              "decision stands",
+              device);
+          return;
+        }
+        if (!report.passed) {
+          RASD_LOG_ERROR("device {}: automatic recovery: self-test {}; it stays isolated", device,
+                         report.Summary());
+          return;
+        }
+        if (!health_.Holds(device, HealthCause::kPolicy)) return;  // an operator acted
+        recovered_at_[device] = loop_.Now();
+        (void)health_.DecideAndSave({.device = device,
+                                     .cause = HealthCause::kRecovery,
+                                     .target = runtime::HealthState::kHealthy,
+                                     .reason = "recovered by itself: reset, self-test passed"});
+        if (recovered_) recovered_(device, ReturnedBy::kAutoRecover);
+      });
 }
 
 void DeviceLifecycle::MaybeResumeNode() {
   for (const auto& device : runtime_.Devices()) {
-    if (device->Health() == runtime::HealthState::kIsolated) {
+    if (health_.StateOf(device->Index()) == runtime::HealthState::kIsolated) {
       if (scheduler_ != nullptr && scheduler_->Drained()) {
         RASD_LOG_INFO("scheduler: node {} stays drained: device {} is still isolated",
                       scheduler_->Node(), device->Index());

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "actuator.h"
+#include "device_health.h"
 #include "device_recovery.h"
 #include "rasd/common/event_loop.h"
 #include "rasd/jobs/job_manager.h"
@@ -47,15 +48,17 @@ struct SelfTestResult {
 // The device lifecycle: operators' isolate, drain (with its deadline) and
 // undrain (with the self-test), automatic recovery of devices the policy
 // isolated, and resuming the node at the scheduler when nothing is left
-// isolated. Every operator state change goes through here; the policy's
-// own changes go through the Actuator and reach here in OnPolicyActed().
+// isolated. Every operator state change goes through here, as DeviceHealth
+// decisions of the operator's cause; the policy's isolations reach here as
+// DeviceStateChanged, and their recovery is scheduled once the batch that
+// made them is done (posted to the loop).
 //
 // The self-test runs on a worker thread, never on the loop: the control
 // socket keeps answering while a device is tested. One self-test per device
 // at a time; a second undrain meanwhile is refused (kUnavailable).
 //
-// Loop thread only. Runtime, actuator, jobs and store must outlive it; the
-// destructor waits for running self-tests (each bounded by its step
+// Loop thread only. Runtime, health, actuator (the node fault) and store
+// must outlive it; the destructor waits for running self-tests (each bounded by its step
 // timeouts).
 class DeviceLifecycle {
  public:
@@ -69,9 +72,9 @@ class DeviceLifecycle {
   };
   using Done = std::function<void(Result<StateChange>)>;
 
-  DeviceLifecycle(common::EventLoop& loop, runtime::Runtime& runtime, Actuator& actuator,
-                  jobs::JobManager& jobs, ras::StateStore& store, SchedulerLink* scheduler,
-                  Options options);
+  DeviceLifecycle(common::EventLoop& loop, runtime::Runtime& runtime, DeviceHealth& health,
+                  Actuator& actuator, jobs::JobManager& jobs, ras::StateStore& store,
+                  SchedulerLink* scheduler, Options options);
   ~DeviceLifecycle();
   DeviceLifecycle(const DeviceLifecycle&) = delete;
   DeviceLifecycle& operator=(const DeviceLifecycle&) = delete;
@@ -86,12 +89,6 @@ class DeviceLifecycle {
   // the loop, later (after the self-test) or at once (errors, a Healthy
   // device).
   void Undrain(int device, const std::string& reason, bool force, Done done);
-
-  // After the policy acted on a batch: devices it isolated get their
-  // automatic recovery scheduled (policy.auto_recover), unless what is
-  // suggested for them is more than a reset (a reboot, a repair): a reset
-  // and self-test would only loop then, so they wait for an operator.
-  void OnPolicyActed();
 
   // Told when a device is back in service after a self-test passed.
   void SetRecoveredObserver(std::function<void(int device, ReturnedBy how)> observer) {
@@ -109,13 +106,20 @@ class DeviceLifecycle {
 
  private:
   // Runs the self-test of `device` on a worker thread; `then` gets the
-  // report on the loop. The gate is opened to Draining (an Isolated device
-  // admits nothing, the test included) and put back before `then` runs,
-  // unless someone changed the state meanwhile.
-  void StartSelfTest(int device, const std::string& why,
-                     std::function<void(const runtime::SelfTestReport&)> then);
-  void FinishSelfTest(int device, const std::string& why, runtime::HealthState before,
-                      const runtime::SelfTestReport& report);
+  // report on the loop, with whether another decision about the device came
+  // while it ran. The gate is opened to Draining (an Isolated device admits
+  // nothing, the test included) and put back to what the holds say before
+  // `then` runs.
+  using SelfTestDone =
+      std::function<void(const runtime::SelfTestReport&, DeviceHealth::SelfTestWindow)>;
+  void StartSelfTest(int device, const std::string& why, SelfTestDone then);
+  DeviceHealth::SelfTestWindow FinishSelfTest(int device, const std::string& why,
+                                              const runtime::SelfTestReport& report);
+  // Devices the policy isolated get their automatic recovery scheduled
+  // (policy.auto_recover), unless what is suggested for them is more than a
+  // reset (a reboot, a repair): a reset and self-test would only loop then,
+  // so they wait for an operator.
+  void ScheduleRecoveries();
   void OnDrainDeadline(int device);
   void Recover(int device);
   void MaybeResumeNode();
@@ -123,6 +127,7 @@ class DeviceLifecycle {
 
   common::EventLoop& loop_;
   runtime::Runtime& runtime_;
+  DeviceHealth& health_;
   Actuator& actuator_;
   jobs::JobManager& jobs_;
   ras::StateStore& store_;
@@ -136,6 +141,8 @@ class DeviceLifecycle {
   std::map<int, std::chrono::nanoseconds> recovered_at_;  // loop monotonic time
   std::map<int, SelfTestResult> last_self_test_;
   std::set<int> testing_;
+  std::vector<int> newly_isolated_;  // by the policy, not yet scheduled
+  DeviceHealth::Subscription subscription_;
   std::map<int, std::thread> workers_;  // the self-test running on each device
   // Read by posted completions: false once the destructor has begun.
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);

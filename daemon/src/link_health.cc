@@ -11,11 +11,11 @@
 
 namespace rasd::daemon {
 
-LinkHealth::LinkHealth(common::EventLoop& loop, runtime::Runtime& runtime, Actuator& actuator,
+LinkHealth::LinkHealth(common::EventLoop& loop, runtime::Runtime& runtime, DeviceHealth& health,
                        jobs::JobManager& jobs, ras::StateStore& store, Options options)
     : loop_(loop),
       runtime_(runtime),
-      actuator_(actuator),
+      health_(health),
       jobs_(jobs),
       store_(store),
       options_(options) {}
@@ -39,12 +39,13 @@ void LinkHealth::Load() {
     const auto row = value.find(uuid);
     if (row == value.end()) continue;
     State& state = states_[device->Index()];
+    bool out = false;  // out of collectives when rasd stopped
     // A damaged row cannot say whether the link had taken the device out:
     // out of collectives until its links prove themselves (the next poll
     // that finds them up starts the debounce), never a flapping hold, which
     // only an operator could end.
     auto damaged = [&](const std::string& why) {
-      state.degraded_by_us = true;
+      out = true;
       RASD_LOG_ERROR(
           "device {}: its saved link state is damaged ({}): out of collectives until "
           "its links have stayed up for the debounce",
@@ -62,15 +63,14 @@ void LinkHealth::Load() {
         damaged(read.error().message);
       } else {
         state.held = held.value_or(false);
-        state.degraded_by_us = degraded.value_or(false);
+        out = degraded.value_or(false);
         if (links != nullptr && links->is_array()) {
           for (const auto& link : *links)
             if (link.is_string()) state.restored_links.push_back(link.get<std::string>());
         }
       }
     }
-    state.generation = actuator_.StateGeneration(device->Index());
-    if (state.held || state.degraded_by_us) {
+    if (state.held || out) {
       // Out until the links prove themselves again: the first poll that
       // finds them up starts the debounce (a held one waits for an operator).
       state.down = true;
@@ -84,12 +84,12 @@ void LinkHealth::Load() {
 void LinkHealth::Save() {
   nlohmann::json value = nlohmann::json::object();
   for (const auto& [device, state] : states_) {
-    if (!state.held && !state.degraded_by_us) continue;
+    const bool ours = health_.Holds(device, HealthCause::kLink);
+    if (!state.held && !ours) continue;
     auto gate = runtime_.GetDevice(device);
     if (!gate) continue;
-    value[(*gate)->Properties().uuid] = {{"held", state.held},
-                                         {"degraded_by_link", state.degraded_by_us},
-                                         {"links", AllDown(state)}};
+    value[(*gate)->Properties().uuid] = {
+        {"held", state.held}, {"degraded_by_link", ours}, {"links", AllDown(state)}};
   }
   if (auto saved = store_.SaveNodeValue(kStoreKey, value.dump()); !saved) {
     RASD_LOG_ERROR("link health: cannot save ({}): a restart now would forget it",
@@ -152,10 +152,7 @@ void LinkHealth::Observe(std::string_view source,
     const bool changed = slot->second != links;
     slot->second = links;
     const bool down = !AllDown(state).empty();
-    // Only the link's own Degraded is rewritten: a decision made meanwhile stands.
-    const bool ours = state.degraded_by_us &&
-                      (*gate)->Health() == runtime::HealthState::kDegraded &&
-                      actuator_.StateGeneration(device) == state.generation;
+    const bool ours = health_.Holds(device, HealthCause::kLink);
     if (down && !state.down) {
       state.down = true;
       state.rejoin.reset();
@@ -172,13 +169,12 @@ void LinkHealth::Observe(std::string_view source,
             device, state.downs.size(), options_.flap_window.count());
       }
       const std::string reason = Reason(state);
-      if ((*gate)->Health() == runtime::HealthState::kHealthy || ours) {
-        // Degraded at once even when the state cannot be saved (retried).
-        (void)actuator_.SetDeviceState(device, runtime::HealthState::kDegraded, reason,
-                                       "degrade-device", "link-down");
-        state.degraded_by_us = true;
-        state.generation = actuator_.StateGeneration(device);
-      }
+      // Degraded at once even when the state cannot be saved (retried).
+      (void)health_.DecideAndSave({.device = device,
+                                   .cause = HealthCause::kLink,
+                                   .target = runtime::HealthState::kDegraded,
+                                   .reason = reason,
+                                   .rule = "link-down"});
       RASD_LOG_WARN("device {}: {}", device, reason);
       Save();
       reconsider = true;
@@ -186,9 +182,11 @@ void LinkHealth::Observe(std::string_view source,
       // Another link of the same device went down or came back: the reason
       // names the links down now.
       const std::string reason = Reason(state);
-      (void)actuator_.SetDeviceState(device, runtime::HealthState::kDegraded, reason,
-                                     "degrade-device", "link-down");
-      state.generation = actuator_.StateGeneration(device);
+      (void)health_.DecideAndSave({.device = device,
+                                   .cause = HealthCause::kLink,
+                                   .target = runtime::HealthState::kDegraded,
+                                   .reason = reason,
+                                   .rule = "link-down"});
       RASD_LOG_INFO("device {}: {}", device, reason);
       Save();
     } else if (!down && state.down) {
@@ -209,15 +207,16 @@ void LinkHealth::Rejoin(int device) {
   auto gate = runtime_.GetDevice(device);
   if (!gate) return;
   (*gate)->SetLinksUsable(true);
-  // Only the link's own Degraded is lifted: a fault decided meanwhile (CE
+  // Only the link's own hold is lifted: a fault decided meanwhile (CE
   // errors past their threshold while the link was down) stands.
-  if (state.degraded_by_us && (*gate)->Health() == runtime::HealthState::kDegraded &&
-      actuator_.StateGeneration(device) == state.generation) {
-    (void)actuator_.SetDeviceState(device, runtime::HealthState::kHealthy,
-                                   fmt::format("links up for {} s", Seconds(state.armed_debounce)),
-                                   "undrain-device", "link-up");
+  if (health_.Holds(device, HealthCause::kLink)) {
+    (void)health_.DecideAndSave(
+        {.device = device,
+         .cause = HealthCause::kLink,
+         .target = runtime::HealthState::kHealthy,
+         .reason = fmt::format("links up for {} s", Seconds(state.armed_debounce)),
+         .rule = "link-up"});
   }
-  state.degraded_by_us = false;
   state.restored_links.clear();
   Save();
   RASD_LOG_INFO("device {}: its links stayed up {} s: back in collectives", device,
@@ -237,10 +236,11 @@ std::optional<std::string> LinkHealth::Clears(int device) const {
   auto found = states_.find(device);
   if (found == states_.end()) return std::nullopt;
   const State& state = found->second;
-  auto gate = runtime_.GetDevice(device);
-  if (!gate || (*gate)->Health() != runtime::HealthState::kDegraded) return std::nullopt;
+  if (health_.StateOf(device) != runtime::HealthState::kDegraded) return std::nullopt;
   if (state.held) return "an operator: rasctl undrain (its links were flapping)";
-  if (!state.degraded_by_us || actuator_.StateGeneration(device) != state.generation)
+  // Not the link's doing alone: another cause holds it Degraded too.
+  if (!health_.Holds(device, HealthCause::kLink) ||
+      health_.WorstExcept(device, HealthCause::kLink) != runtime::HealthState::kHealthy)
     return std::nullopt;
   if (state.rejoin) {
     return fmt::format("by itself: its links are up, it rejoins once they stayed up {} s",
@@ -255,7 +255,6 @@ void LinkHealth::OnOperatorReturned(int device) {
   State& state = found->second;
   state.held = false;
   state.downs.clear();
-  state.degraded_by_us = false;
   state.restored_links.clear();
   Save();
   if (!state.down) {

@@ -8,7 +8,7 @@
 #include <string_view>
 #include <vector>
 
-#include "actuator.h"
+#include "device_health.h"
 #include "rasd/common/event_loop.h"
 #include "rasd/jobs/job_manager.h"
 #include "rasd/ras/state_store.h"
@@ -20,14 +20,15 @@ namespace rasd::daemon {
 // (the sysfs poller), its NVLinks (NVML), its HCCS / RoCE ports (DCMI). A
 // link down takes the device out of collectives (Device::LinksUsable, read
 // by CollectiveJob: the rank leaves, the job re-forms without it) and makes
-// it Degraded, not isolated: its compute is fine. Once every link has stayed
-// up for `up_debounce` (the value in force when the last link came up), the
-// device rejoins (its collectives grow back) and is Healthy again, if the
-// link was what degraded it. A device whose links went down `flap_limit`
+// it Degraded, not isolated: its compute is fine (the link's hold in
+// DeviceHealth). Once every link has stayed up for `up_debounce` (the value
+// in force when the last link came up), the device rejoins (its
+// collectives grow back) and the link's hold is lifted; another cause's
+// hold stands. A device whose links went down `flap_limit`
 // times within `flap_window` is flapping: it stays out until an operator's
 // undrain.
 //
-// Loop thread only. The loop, runtime, actuator and jobs outlive it.
+// Loop thread only. The loop, runtime, health, jobs and store outlive it.
 class LinkHealth {
  public:
   struct Options {
@@ -35,7 +36,7 @@ class LinkHealth {
     std::size_t flap_limit = 5;
     std::chrono::seconds flap_window{3600};
   };
-  LinkHealth(common::EventLoop& loop, runtime::Runtime& runtime, Actuator& actuator,
+  LinkHealth(common::EventLoop& loop, runtime::Runtime& runtime, DeviceHealth& health,
              jobs::JobManager& jobs, ras::StateStore& store, Options options);
   // At start: devices held for flapping, or Degraded by their link, when
   // rasd stopped stay out of collectives until the links prove themselves
@@ -75,8 +76,6 @@ class LinkHealth {
     // The down links as each source last listed them.
     std::map<std::string, std::vector<std::string>, std::less<>> down_links;
     bool down = false;            // any link down, as last observed
-    bool degraded_by_us = false;  // the Degraded state is the link's doing
-    std::uint64_t generation = 0;  // the actuator's, just after the link degraded it
     bool held = false;            // flapping: out until an operator acts
     std::vector<std::chrono::nanoseconds> downs;  // loop monotonic times, within flap_window
     std::unique_ptr<common::Timer> rejoin;
@@ -92,7 +91,7 @@ class LinkHealth {
 
   common::EventLoop& loop_;
   runtime::Runtime& runtime_;
-  Actuator& actuator_;
+  DeviceHealth& health_;
   jobs::JobManager& jobs_;
   ras::StateStore& store_;
   Options options_;

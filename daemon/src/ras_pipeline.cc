@@ -51,12 +51,13 @@ bool SamePciDevice(std::string_view a, std::string_view b) {
 }  // namespace
 
 RasPipeline::RasPipeline(common::EventLoop& loop, runtime::Runtime& runtime,
-                         ras::PolicyEngine& policy, Actuator& actuator, ras::StateStore& store,
-                         Options options)
+                         ras::PolicyEngine& policy, Actuator& actuator, DeviceHealth& health,
+                         ras::StateStore& store, Options options)
     : loop_(loop),
       runtime_(runtime),
       policy_(policy),
       actuator_(actuator),
+      health_(health),
       store_(store),
       options_(options),
       retry_timer_(loop.CreateTimer([this] { FlushBacklog(); })),
@@ -64,7 +65,7 @@ RasPipeline::RasPipeline(common::EventLoop& loop, runtime::Runtime& runtime,
         if (auto done = store_.Checkpoint(); !done)
           RASD_LOG_WARN("state store: {}", done.error().message);
       })) {
-  actuator_.SetUnsavedCallback([this] { ArmRetry(); });
+  health_.SetUnsavedCallback([this] { ArmRetry(); });
 }
 
 namespace {
@@ -153,18 +154,19 @@ void RasPipeline::NoteFailure(const ras::StoreBatch& batch, const Error& error) 
 void RasPipeline::FlushBacklog() {
   if (backlog_.empty()) {
     // Only device states wait (an operator's change whose save failed).
-    if (actuator_.UnsavedStates() == 0) return;
+    if (health_.UnsavedStates() == 0) return;
     backlog_.emplace_back();
   }
   ras::StoreBatch merged = Merge(backlog_);
   actuator_.TakePending(merged);
+  health_.TakePending(merged);
   if (auto stored = store_.Commit(merged); !stored) {
     NoteFailure(merged, stored.error());
     backlog_.push_back(std::move(merged));
     retry_delay_ = std::min<std::chrono::milliseconds>(retry_delay_ * 2, std::chrono::seconds(10));
     ArmRetry();
   } else {
-    actuator_.Committed();
+    health_.Committed();
     AfterCommit();
     if (!stats_.store_ok) {
       RASD_LOG_WARN("store writable again after {:.1f} s: {} queued event(s) stored",
@@ -232,10 +234,11 @@ void RasPipeline::Handle(std::vector<ras::RasEvent> events,
   Log(batch.events);
   HandledBatch handled{.events = batch.events, .isolation_seconds = std::move(isolations)};
   actuator_.TakePending(batch);
+  health_.TakePending(batch);
   if (backlog_.empty()) {
     auto stored = store_.Commit(batch);
     if (stored) {
-      actuator_.Committed();
+      health_.Committed();
       AfterCommit();
       handled.stored = true;
       handled.event_ids = std::move(stored->event_ids);

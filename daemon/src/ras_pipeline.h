@@ -62,7 +62,7 @@ class RasPipeline {
   using Observer = std::function<void(const HandledBatch&)>;
 
   RasPipeline(common::EventLoop& loop, runtime::Runtime& runtime, ras::PolicyEngine& policy,
-              Actuator& actuator, ras::StateStore& store, Options options);
+              Actuator& actuator, DeviceHealth& health, ras::StateStore& store, Options options);
 
   void SetOptions(Options options) { options_ = options; }
   void AddObserver(Observer observer) { observers_.push_back(std::move(observer)); }
@@ -97,6 +97,7 @@ class RasPipeline {
   runtime::Runtime& runtime_;
   ras::PolicyEngine& policy_;
   Actuator& actuator_;
+  DeviceHealth& health_;  // its rows join each batch
   ras::StateStore& store_;
   Options options_;
   std::vector<Observer> observers_;

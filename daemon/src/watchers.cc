@@ -3,35 +3,13 @@
 #include <vector>
 
 namespace rasd::daemon {
-namespace {
-
-constexpr std::chrono::seconds kSweepPeriod{1};
-
-}  // namespace
-
 Watchers::Watchers(common::EventLoop& loop, runtime::Runtime& runtime, ReasonOf reason_of)
-    : loop_(loop),
-      runtime_(runtime),
-      reason_of_(std::move(reason_of)),
-      changes_(runtime),
-      sweep_(loop.CreateTimer([this] {
-        Reconcile();
-        ArmSweep();
-      })) {
-}
+    : loop_(loop), runtime_(runtime), reason_of_(std::move(reason_of)) {}
 
-Watchers::~Watchers() {
-  *alive_ = false;
-  sweep_->Disarm();
-}
-
-void Watchers::ArmSweep() {
-  if (!pushes_.empty() && !sweep_->Armed()) sweep_->ArmAfter(kSweepPeriod);
-}
+Watchers::~Watchers() { *alive_ = false; }
 
 Result<Subscribed> Watchers::Subscribe(Push push, std::int64_t last_event_id) {
   // What the subscriber compares later messages with: the states as of now.
-  Reconcile();
   nlohmann::json devices = nlohmann::json::array();
   for (const auto& device : runtime_.Devices()) {
     devices.push_back({{"device", device->Index()},
@@ -39,7 +17,6 @@ Result<Subscribed> Watchers::Subscribe(Push push, std::int64_t last_event_id) {
   }
   const std::uint64_t id = next_id_++;
   pushes_.emplace(id, std::move(push));
-  ArmSweep();
   std::shared_ptr<void> token(nullptr, [this, id, alive = alive_](void*) {
     if (*alive) pushes_.erase(id);
   });
@@ -64,15 +41,13 @@ void Watchers::OnStored(std::int64_t last_event_id) {
   Broadcast({{"event", "events"}, {"last_id", last_event_id}});
 }
 
-void Watchers::Reconcile() {
-  for (const auto& change : changes_.Take()) {
-    if (pushes_.empty()) continue;  // still taken: a later watcher starts from now
-    Broadcast({{"event", "device"},
-               {"device", change.device},
-               {"from", std::string(runtime::HealthStateName(change.from))},
-               {"state", std::string(runtime::HealthStateName(change.to))},
-               {"reason", reason_of_(change.device)}});
-  }
+void Watchers::OnDeviceStateChanged(const DeviceStateChanged& change) {
+  if (pushes_.empty()) return;
+  Broadcast({{"event", "device"},
+             {"device", change.device},
+             {"from", std::string(runtime::HealthStateName(change.from))},
+             {"state", std::string(runtime::HealthStateName(change.to))},
+             {"reason", reason_of_(change.device)}});
 }
 
 }  // namespace rasd::daemon

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "control_server.h"
-#include "device_state_changes.h"
+#include "device_health.h"
 #include "rasd/common/event_loop.h"
 #include "rasd/runtime/runtime.h"
 
@@ -22,11 +22,9 @@ namespace rasd::daemon {
 // The first is a notification, not the events themselves, so that a
 // client's filters (severity, device) stay the `events` command's.
 //
-// Reconcile() compares the devices' gates with what was last seen, so any
-// path that changes a device (policy, heartbeat, operator, auto-recovery)
-// reaches the watchers; the daemon calls it after each such change, and a
-// 1 s timer runs it while anyone watches (auto-recovery's self-test ends
-// on a thread of its own). Loop thread only.
+// Every change of a device's state reaches it as a DeviceStateChanged (the
+// daemon subscribes it to DeviceHealth), whichever cause made it. Loop
+// thread only.
 class Watchers {
  public:
   using ReasonOf = std::function<std::string(int device)>;
@@ -38,20 +36,17 @@ class Watchers {
   // The reply is every device's state now, and the newest stored event id.
   Result<Subscribed> Subscribe(Push push, std::int64_t last_event_id);
   void OnStored(std::int64_t last_event_id);
-  void Reconcile();
+  void OnDeviceStateChanged(const DeviceStateChanged& change);
   std::size_t Count() const { return pushes_.size(); }
 
  private:
   void Broadcast(const nlohmann::json& message);
-  void ArmSweep();
 
   common::EventLoop& loop_;
   runtime::Runtime& runtime_;
   ReasonOf reason_of_;
   std::map<std::uint64_t, Push> pushes_;
-  DeviceStateChanges changes_;
   std::uint64_t next_id_ = 1;
-  std::unique_ptr<common::Timer> sweep_;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
 

@@ -76,9 +76,7 @@ Workloads::Workloads(common::EventLoop& loop, runtime::Runtime& runtime,
       store_(store),
       options_(options),
       reason_of_(std::move(reason_of)),
-      changes_(runtime),
       sweep_(loop.CreateTimer([this] {
-        Reconcile();
         for (auto& [id, workload] : workloads_) {
           if (!workload->unsaved_reason.empty()) (void)Save(*workload);
         }
@@ -409,21 +407,19 @@ void Workloads::Send(Workload& workload, const nlohmann::json& message) {
   if (workload.push && !workload.push(message)) workload.push = nullptr;
 }
 
-void Workloads::Reconcile() {
-  for (const auto& change : changes_.Take()) {
-    const int index = change.device;
-    const runtime::HealthState now = change.to;
-    const bool was_serving = runtime::TakesNewWork(change.from);
-    const bool serving = runtime::TakesNewWork(now);
-    for (auto& [id, workload] : workloads_) {
-      if (!std::binary_search(workload->devices.begin(), workload->devices.end(), index)) continue;
-      if (was_serving && !serving) {
-        Leaving(*workload, index, now);
-      } else if (!was_serving && !serving && now == runtime::HealthState::kIsolated) {
-        Send(*workload, {{"event", "isolated"}, {"device", index}, {"reason", reason_of_(index)}});
-      } else if (!was_serving && serving) {
-        Returned(*workload, index);
-      }
+void Workloads::OnDeviceStateChanged(const DeviceStateChanged& change) {
+  const int index = change.device;
+  const runtime::HealthState now = change.to;
+  const bool was_serving = runtime::TakesNewWork(change.from);
+  const bool serving = runtime::TakesNewWork(now);
+  for (auto& [id, workload] : workloads_) {
+    if (!std::binary_search(workload->devices.begin(), workload->devices.end(), index)) continue;
+    if (was_serving && !serving) {
+      Leaving(*workload, index, now);
+    } else if (!was_serving && !serving && now == runtime::HealthState::kIsolated) {
+      Send(*workload, {{"event", "isolated"}, {"device", index}, {"reason", reason_of_(index)}});
+    } else if (!was_serving && serving) {
+      Returned(*workload, index);
     }
   }
 }

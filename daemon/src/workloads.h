@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "control_server.h"
-#include "device_state_changes.h"
+#include "device_health.h"
 #include "process_table.h"
 #include "rasd/common/event_loop.h"
 #include "rasd/common/unique_fd.h"
@@ -50,10 +50,9 @@ struct WorkloadSpec {
 // peer's uid, from SO_PEERCRED, not from the request); an administrator
 // any process. The devices must exist and take new work.
 //
-// Loop thread only. Reconcile() compares the devices' gates with what was
-// last seen, so any path that changes a device (policy, heartbeat, operator)
-// reaches the workloads; the daemon calls it after each such change, and a
-// 1 s timer runs it while any workload is attached.
+// Loop thread only. Every change of a device's state reaches it as a
+// DeviceStateChanged (the daemon subscribes it to DeviceHealth), whichever
+// cause made it.
 class Workloads {
  public:
   struct Options {
@@ -80,7 +79,7 @@ class Workloads {
   // kAlreadyExists (the process is attached already).
   Result<Subscribed> Attach(WorkloadSpec spec, const PeerCredentials& peer, bool admin, Push push);
 
-  void Reconcile();
+  void OnDeviceStateChanged(const DeviceStateChanged& change);
 
   // At start: every stored workload whose process still runs (the same pid
   // with the same start time) is followed again, unconnected (its old
@@ -165,7 +164,6 @@ class Workloads {
   Options options_;
   ReasonOf reason_of_;
   std::map<std::uint64_t, std::unique_ptr<Workload>> workloads_;
-  DeviceStateChanges changes_;  // since the last Reconcile
   std::uint64_t next_id_ = 1;
   std::unique_ptr<common::Timer> sweep_;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "rasd/common/simulated_event_loop.h"
 #include "rasd/drivers_shim/sim_driver.h"
 
 namespace rasd::daemon {
@@ -34,6 +35,7 @@ class ActuatorTest : public ::testing::Test {
   }
   void TearDown() override {
     actuator_.reset();
+    health_.reset();
     runtime_.reset();
     store_.reset();
     fs::remove_all(dir_);
@@ -42,6 +44,7 @@ class ActuatorTest : public ::testing::Test {
   // A fresh daemon's worth of state on the same state directory.
   void Boot(Actuator::Options options = {}) {
     actuator_.reset();
+    health_.reset();
     runtime_.reset();
     store_.reset();
     auto store = ras::StateStore::Open(dir_ / "state");
@@ -54,7 +57,12 @@ class ActuatorTest : public ::testing::Test {
     auto runtime = runtime::Runtime::Create(std::move(*driver), {.pool = {.arena_bytes = 8 << 20}});
     ASSERT_TRUE(runtime.has_value());
     runtime_ = std::move(*runtime);
-    actuator_ = std::make_unique<Actuator>(*host_, *store_, *runtime_, options);
+    health_ = std::make_unique<DeviceHealth>(loop_, *runtime_, *store_);
+    health_->Restore();
+    actuator_ = std::make_unique<Actuator>(*host_, *store_, *runtime_, *health_, options);
+    health_->SetActionCounter([this](const std::string& action, const std::string& result) {
+      actuator_->Count(action, result);
+    });
     actuator_->Restore();
   }
 
@@ -70,6 +78,8 @@ class ActuatorTest : public ::testing::Test {
   std::unique_ptr<ras::StateStore> store_;
   drivers::SimDriver* sim_ = nullptr;
   std::unique_ptr<runtime::Runtime> runtime_;
+  common::SimulatedEventLoop loop_;
+  std::unique_ptr<DeviceHealth> health_;
   std::unique_ptr<Actuator> actuator_;
   ras::RasEvent event_;
 };
@@ -144,7 +154,8 @@ TEST_F(ActuatorTest, RetiredPagesAndDeviceStatesComeBackAfterARestart) {
   ASSERT_TRUE(again->Synchronize(5s).has_value());
   for (auto& held : all) ASSERT_TRUE(restored->Free(held).has_value());
   EXPECT_EQ((*runtime_->GetDevice(1))->Health(), runtime::HealthState::kDegraded);
-  EXPECT_EQ(actuator_->StatusOf(1).reason, "test");
+  EXPECT_EQ(health_->StatusOf(1).reason, "test");
+  EXPECT_EQ(health_->StatusOf(1).cause, HealthCause::kPolicy) << "restored with its cause";
   EXPECT_EQ((*runtime_->Pool(0))->Stats().retired_pages, 0u);
   const auto actions = store_->QueryActions(1, 10);
   ASSERT_TRUE(actions.has_value());
@@ -163,12 +174,19 @@ TEST_F(ActuatorTest, ThePolicyOnlyMakesADeviceWorseAndAnOperatorMayDoEither) {
                                           event_, std::nullopt);
   EXPECT_EQ(degrade.detail, "already isolated");
   EXPECT_EQ((*runtime_->GetDevice(0))->Health(), runtime::HealthState::kIsolated);
-  auto undrained =
-      actuator_->SetDeviceState(0, runtime::HealthState::kHealthy, "repaired", "undrain-device");
+  auto undrained = health_->DecideAndSave({.device = 0,
+                                           .cause = HealthCause::kOperator,
+                                           .target = runtime::HealthState::kHealthy,
+                                           .reason = "repaired"});
   ASSERT_TRUE(undrained.has_value());
-  EXPECT_EQ(undrained->detail, "isolated -> healthy");
+  EXPECT_EQ(undrained->from, runtime::HealthState::kIsolated);
+  EXPECT_EQ(undrained->to, runtime::HealthState::kHealthy);
   EXPECT_EQ((*runtime_->GetDevice(0))->Health(), runtime::HealthState::kHealthy);
-  EXPECT_FALSE(actuator_->SetDeviceState(5, runtime::HealthState::kIsolated, "x", "isolate-device")
+  EXPECT_FALSE(health_
+                   ->DecideAndSave({.device = 5,
+                                    .cause = HealthCause::kOperator,
+                                    .target = runtime::HealthState::kIsolated,
+                                    .reason = "x"})
                    .has_value());
   const auto counts = actuator_->Counts();
   EXPECT_EQ(counts.at("isolate-device ok"), 1u);

@@ -40,13 +40,16 @@ class DeviceLifecycleTest : public ::testing::Test {
     auto runtime = runtime::Runtime::Create(std::move(*driver), {.pool = {.arena_bytes = 8 << 20}});
     ASSERT_TRUE(runtime.has_value());
     runtime_ = std::move(*runtime);
-    actuator_ = std::make_unique<Actuator>(*host_, *store_, *runtime_, Actuator::Options{});
+    health_ = std::make_unique<DeviceHealth>(loop_, *runtime_, *store_);
+    actuator_ =
+        std::make_unique<Actuator>(*host_, *store_, *runtime_, *health_, Actuator::Options{});
     jobs_ = std::make_unique<jobs::JobManager>(*runtime_, 1000ms);
   }
   void TearDown() override {
     lifecycle_.reset();
     jobs_.reset();
     actuator_.reset();
+    health_.reset();
     runtime_.reset();
     store_.reset();
     fs::remove_all(dir_);
@@ -54,8 +57,8 @@ class DeviceLifecycleTest : public ::testing::Test {
 
   DeviceLifecycle& Make(DeviceLifecycle::Options options = {}) {
     options.self_test.pattern_bytes = 4 << 20;
-    lifecycle_ = std::make_unique<DeviceLifecycle>(loop_, *runtime_, *actuator_, *jobs_, *store_,
-                                                   nullptr, options);
+    lifecycle_ = std::make_unique<DeviceLifecycle>(loop_, *runtime_, *health_, *actuator_, *jobs_,
+                                                   *store_, nullptr, options);
     return *lifecycle_;
   }
 
@@ -78,6 +81,7 @@ class DeviceLifecycleTest : public ::testing::Test {
   std::unique_ptr<ras::StateStore> store_;
   drivers::SimDriver* sim_ = nullptr;
   std::unique_ptr<runtime::Runtime> runtime_;
+  std::unique_ptr<DeviceHealth> health_;
   std::unique_ptr<Actuator> actuator_;
   std::unique_ptr<jobs::JobManager> jobs_;
   std::unique_ptr<DeviceLifecycle> lifecycle_;
@@ -179,7 +183,10 @@ TEST_F(DeviceLifecycleTest, AStateChangedDuringTheSelfTestIsNotUndone) {
   lifecycle.Undrain(1, "", false, [&](Result<StateChange> change) { undrained = change; });
   // While the test runs, the device is isolated again (the policy, say):
   // the self-test's completion must not put the gate back to Draining.
-  ASSERT_TRUE(actuator_->SetDeviceState(1, HealthState::kIsolated, "again", "isolate-device"));
+  ASSERT_TRUE(health_->DecideAndSave({.device = 1,
+                                      .cause = HealthCause::kPolicy,
+                                      .target = HealthState::kIsolated,
+                                      .reason = "again"}));
   ASSERT_TRUE(RunUntil([&] { return undrained.has_value(); }));
   // The test passed on a healthy simulator, but the newer isolation stands.
   ASSERT_FALSE(undrained->has_value());
@@ -195,7 +202,7 @@ TEST_F(DeviceLifecycleTest, AutomaticRecoveryWaitsItsDelayAndGivesUpWithinTheWin
                           .auto_recover_window = std::chrono::hours(1)});
   ras::Action isolate{.kind = ras::ActionKind::kIsolateDevice, .device = 0, .rule = "test"};
   actuator_->Execute(isolate, ras::RasEvent{}, std::nullopt);
-  lifecycle.OnPolicyActed();
+  loop_.RunUntilIdle();  // the recovery is scheduled after the batch
   EXPECT_EQ(lifecycle.PendingRecoveries(), 1u);
   loop_.AdvanceBy(4999ms);
   EXPECT_EQ(StateOf(0), HealthState::kIsolated);
@@ -208,9 +215,9 @@ TEST_F(DeviceLifecycleTest, AutomaticRecoveryWaitsItsDelayAndGivesUpWithinTheWin
   // automatic recovery; it waits for an operator.
   loop_.AdvanceBy(10min);
   actuator_->Execute(isolate, ras::RasEvent{}, std::nullopt);
-  lifecycle.OnPolicyActed();
+  loop_.RunUntilIdle();  // the recovery is scheduled after the batch
   EXPECT_EQ(lifecycle.PendingRecoveries(), 0u);
-  EXPECT_NE(actuator_->StatusOf(0).reason.find("needs an operator"), std::string::npos);
+  EXPECT_NE(health_->StatusOf(0).reason.find("needs an operator"), std::string::npos);
   loop_.AdvanceBy(1h);
   EXPECT_EQ(StateOf(0), HealthState::kIsolated);
 }
@@ -219,7 +226,7 @@ TEST_F(DeviceLifecycleTest, NoRecoveryWithoutAutoRecover) {
   auto& lifecycle = Make({.auto_recover = false});
   ras::Action isolate{.kind = ras::ActionKind::kIsolateDevice, .device = 1, .rule = "test"};
   actuator_->Execute(isolate, ras::RasEvent{}, std::nullopt);
-  lifecycle.OnPolicyActed();
+  loop_.RunUntilIdle();  // the recovery is scheduled after the batch
   EXPECT_EQ(lifecycle.PendingRecoveries(), 0u);
   EXPECT_EQ(loop_.ArmedTimers(), 0u);
 }

@@ -39,9 +39,11 @@ class RasPipelineTest : public ::testing::Test {
     auto runtime = runtime::Runtime::Create(std::move(*driver), {.pool = {.arena_bytes = 4 << 20}});
     ASSERT_TRUE(runtime.has_value());
     runtime_ = std::move(*runtime);
-    actuator_ = std::make_unique<Actuator>(*host_, *store_, *runtime_, Actuator::Options{});
-    pipeline_ = std::make_unique<RasPipeline>(loop_, *runtime_, policy_, *actuator_, *store_,
-                                              RasPipeline::Options{});
+    health_ = std::make_unique<DeviceHealth>(loop_, *runtime_, *store_);
+    actuator_ =
+        std::make_unique<Actuator>(*host_, *store_, *runtime_, *health_, Actuator::Options{});
+    pipeline_ = std::make_unique<RasPipeline>(loop_, *runtime_, policy_, *actuator_, *health_,
+                                              *store_, RasPipeline::Options{});
     ASSERT_EQ(sqlite3_open((dir_ / "state" / ras::StateStore::kDatabaseFile).c_str(), &saboteur_),
               SQLITE_OK);
     sqlite3_busy_timeout(saboteur_, 2000);
@@ -50,6 +52,7 @@ class RasPipelineTest : public ::testing::Test {
     sqlite3_close(saboteur_);
     pipeline_.reset();
     actuator_.reset();
+    health_.reset();
     runtime_.reset();
     store_.reset();
     fs::remove_all(dir_);
@@ -98,6 +101,7 @@ class RasPipelineTest : public ::testing::Test {
   std::unique_ptr<ras::StateStore> store_;
   std::unique_ptr<runtime::Runtime> runtime_;
   ras::PolicyEngine policy_;
+  std::unique_ptr<DeviceHealth> health_;
   std::unique_ptr<Actuator> actuator_;
   std::unique_ptr<RasPipeline> pipeline_;
   sqlite3* saboteur_ = nullptr;
@@ -149,24 +153,31 @@ TEST_F(RasPipelineTest, TheBacklogIsBoundedWithExactCounts) {
 
 TEST_F(RasPipelineTest, AnOperatorsStateThatCannotBeSavedSaysSoAndIsRetried) {
   FillDisk("device_states");
-  auto isolated = actuator_->SetDeviceState(1, runtime::HealthState::kIsolated, "bad fan",
-                                            "isolate-device");
+  auto isolated = health_->DecideAndSave({.device = 1,
+                                          .cause = HealthCause::kOperator,
+                                          .target = runtime::HealthState::kIsolated,
+                                          .reason = "bad fan"});
   ASSERT_FALSE(isolated.has_value());
   EXPECT_EQ(isolated.error().code, ErrorCode::kIoError);
   EXPECT_NE(isolated.error().message.find("could not be saved"), std::string::npos);
   EXPECT_EQ((*runtime_->GetDevice(1))->Health(), runtime::HealthState::kIsolated)
       << "the gate is closed all the same";
-  EXPECT_EQ(actuator_->UnsavedStates(), 1u);
+  EXPECT_EQ(health_->UnsavedStates(), 1u);
   loop_.AdvanceBy(5s);
-  EXPECT_EQ(actuator_->UnsavedStates(), 1u);
+  EXPECT_EQ(health_->UnsavedStates(), 1u);
   Heal("device_states");
   loop_.AdvanceBy(20s);
-  EXPECT_EQ(actuator_->UnsavedStates(), 0u);
+  EXPECT_EQ(health_->UnsavedStates(), 0u);
   auto states = store_->LoadDeviceStates();
   ASSERT_TRUE(states.has_value());
   ASSERT_EQ(states->size(), 1u);
   EXPECT_EQ((*states)[0].state, "isolated");
   EXPECT_EQ((*states)[0].reason, "bad fan");
+  const auto actions = store_->QueryActions(1, 10);
+  ASSERT_TRUE(actions.has_value());
+  ASSERT_EQ(actions->size(), 1u) << "the action row waited with its state";
+  EXPECT_EQ((*actions)[0].action, "isolate-device");
+  EXPECT_EQ((*actions)[0].rule, "operator");
 }
 
 }  // namespace

@@ -132,6 +132,10 @@ const std::vector<const char*>& Migrations() {
           value TEXT NOT NULL
         );
       )sql",
+      // 9: who holds each device in its state (one hold per cause).
+      R"sql(
+        ALTER TABLE device_states ADD COLUMN holds TEXT NOT NULL DEFAULT '';
+      )sql",
   };
   return kMigrations;
 }
@@ -660,9 +664,10 @@ Status StateStore::Prepare() {
        "detail, count, coalesce_key) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
        "ON CONFLICT(coalesce_key) DO UPDATE SET count = count + excluded.count RETURNING id;"},
       {&s.upsert_device_state, "device state upsert",
-       "INSERT INTO device_states(device_uuid, state, reason, changed_ns) VALUES (?, ?, ?, ?) "
+       "INSERT INTO device_states(device_uuid, state, reason, changed_ns, holds) "
+       "VALUES (?, ?, ?, ?, ?) "
        "ON CONFLICT(device_uuid) DO UPDATE SET state = excluded.state, "
-       "reason = excluded.reason, changed_ns = excluded.changed_ns;"},
+       "reason = excluded.reason, changed_ns = excluded.changed_ns, holds = excluded.holds;"},
       {&s.insert_retired_page, "retired page insert",
        "INSERT OR IGNORE INTO retired_pages(device_uuid, address, reason, retired_ns) "
        "VALUES (?, ?, ?, ?);"},
@@ -679,7 +684,8 @@ Status StateStore::Prepare() {
        "SELECT id, event_id, time_ns, action, device, address, rule, reason, result, detail, "
        "count FROM actions WHERE device = ? ORDER BY id DESC LIMIT ?;"},
       {&s.load_device_states, "device state query",
-       "SELECT device_uuid, state, reason, changed_ns FROM device_states ORDER BY device_uuid;"},
+       "SELECT device_uuid, state, reason, changed_ns, holds FROM device_states ORDER BY "
+       "device_uuid;"},
       {&s.load_retired_pages, "retired page query",
        "SELECT device_uuid, address, reason, retired_ns FROM retired_pages "
        "ORDER BY device_uuid, address;"},
@@ -784,6 +790,7 @@ Status StateStore::UpsertDeviceState(const DeviceStateRecord& state) {
   BindText(statement, 2, state.state);
   BindText(statement, 3, state.reason);
   sqlite3_bind_int64(statement, 4, UnixNanos(state.since));
+  BindText(statement, 5, state.holds);
   if (sqlite3_step(statement) != SQLITE_DONE) return Fail(SqliteError("save device state"));
   return {};
 }
@@ -945,7 +952,7 @@ Result<std::vector<DeviceStateRecord>> StateStore::LoadDeviceStates() {
   int rc = SQLITE_ROW;
   while ((rc = sqlite3_step(statement)) == SQLITE_ROW) {
     states.push_back({ColumnText(statement, 0), ColumnText(statement, 1), ColumnText(statement, 2),
-                      FromUnixNanos(sqlite3_column_int64(statement, 3))});
+                      FromUnixNanos(sqlite3_column_int64(statement, 3)), ColumnText(statement, 4)});
   }
   if (rc != SQLITE_DONE) return Fail(SqliteError("load device states"));
   return states;

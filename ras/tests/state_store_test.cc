@@ -779,8 +779,8 @@ TEST_F(StateStoreTest, AVersionThreeDatabaseGainsActionCounts) {
   )sql");
   auto store = StateStore::Open(dir_ / "state");
   ASSERT_TRUE(store.has_value()) << store.error().ToString();
-  EXPECT_EQ((*store)->SchemaVersion(), 8);
-  EXPECT_EQ(StateStore::LatestSchemaVersion(), 8);
+  EXPECT_EQ((*store)->SchemaVersion(), 9);
+  EXPECT_EQ(StateStore::LatestSchemaVersion(), 9);
   auto actions = (*store)->QueryActions(std::nullopt, 10);
   ASSERT_TRUE(actions.has_value()) << actions.error().ToString();
   ASSERT_EQ(actions->size(), 1u);

@@ -51,6 +51,9 @@ struct DeviceStateRecord {
   std::string state;  // HealthStateName: Healthy, Degraded, Draining, Isolated
   std::string reason;
   std::chrono::system_clock::time_point since;
+  // Who holds it in that state, as the daemon's own JSON; empty in a row
+  // saved before schema 9.
+  std::string holds;
 };
 
 // A device's recovery history and suggested action, by UUID, so that an
