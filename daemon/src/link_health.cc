@@ -18,7 +18,11 @@ LinkHealth::LinkHealth(common::EventLoop& loop, runtime::Runtime& runtime, Devic
       health_(health),
       jobs_(jobs),
       store_(store),
-      options_(options) {}
+      policy_(options),
+      deadline_(loop.CreateTimer([this] {
+        Carry(policy_.Advance(loop_.Now()));
+        ArmDeadline();
+      })) {}
 
 namespace {
 constexpr const char* kStoreKey = "link_health";
@@ -38,7 +42,7 @@ void LinkHealth::Load() {
     const auto& uuid = device->Properties().uuid;
     const auto row = value.find(uuid);
     if (row == value.end()) continue;
-    State& state = states_[device->Index()];
+    ras::LinkPolicy::Saved state;
     bool out = false;  // out of collectives when rasd stopped
     // A damaged row cannot say whether the link had taken the device out:
     // out of collectives until its links prove themselves (the next poll
@@ -66,14 +70,13 @@ void LinkHealth::Load() {
         out = degraded.value_or(false);
         if (links != nullptr && links->is_array()) {
           for (const auto& link : *links)
-            if (link.is_string()) state.restored_links.push_back(link.get<std::string>());
+            if (link.is_string()) state.links.push_back(link.get<std::string>());
         }
       }
     }
-    if (state.held || out) {
-      // Out until the links prove themselves again: the first poll that
-      // finds them up starts the debounce (a held one waits for an operator).
-      state.down = true;
+    // The hold itself came back with the device's state (DeviceHealth).
+    state.degraded = out || health_.Holds(device->Index(), HealthCause::kLink);
+    if (policy_.Restore(device->Index(), state, out)) {
       device->SetLinksUsable(false);
       RASD_LOG_WARN("device {}: out of collectives since before the restart ({})",
                     device->Index(), state.held ? "its link was flapping" : "its link was down");
@@ -83,13 +86,11 @@ void LinkHealth::Load() {
 
 void LinkHealth::Save() {
   nlohmann::json value = nlohmann::json::object();
-  for (const auto& [device, state] : states_) {
-    const bool ours = health_.Holds(device, HealthCause::kLink);
-    if (!state.held && !ours) continue;
+  for (const auto& [device, saved] : policy_.ToSave()) {
     auto gate = runtime_.GetDevice(device);
     if (!gate) continue;
     value[(*gate)->Properties().uuid] = {
-        {"held", state.held}, {"degraded_by_link", ours}, {"links", AllDown(state)}};
+        {"held", saved.held}, {"degraded_by_link", saved.degraded}, {"links", saved.links}};
   }
   if (auto saved = store_.SaveNodeValue(kStoreKey, value.dump()); !saved) {
     RASD_LOG_ERROR("link health: cannot save ({}): a restart now would forget it",
@@ -97,167 +98,95 @@ void LinkHealth::Save() {
   }
 }
 
-namespace {
-long long Seconds(std::chrono::milliseconds duration) {
-  return std::chrono::duration_cast<std::chrono::seconds>(duration).count();
-}
-}  // namespace
-
-std::vector<std::string> LinkHealth::AllDown(const State& state) const {
-  std::vector<std::string> all;
-  for (const auto& [source, links] : state.down_links)
-    all.insert(all.end(), links.begin(), links.end());
-  return all;
-}
-
-std::string LinkHealth::Reason(const State& state) const {
-  std::vector<std::string> parts;
-  for (const auto& [source, links] : state.down_links) {
-    if (!links.empty())
-      parts.push_back(fmt::format("{} link down ({})", source, fmt::join(links, ", ")));
+void LinkHealth::ArmDeadline() {
+  const auto next = policy_.NextDeadline();
+  if (!next) {
+    deadline_->Disarm();
+    return;
   }
-  const std::string what =
-      parts.empty() ? std::string("link down") : fmt::format("{}", fmt::join(parts, "; "));
-  if (state.held) {
-    return fmt::format(
-        "{}: flapping ({} downs within {} s): out of collectives until an operator's "
-        "undrain",
-        what, state.downs.size(), options_.flap_window.count());
-  }
-  return fmt::format("{}: out of collectives until it stays up {} s", what,
-                     Seconds(options_.up_debounce));
+  deadline_->ArmAfter(std::max(std::chrono::nanoseconds(0), *next - loop_.Now()));
 }
 
 void LinkHealth::Observe(std::string_view source,
                          const std::map<int, std::vector<std::string>>& down_links,
                          const std::map<int, std::vector<std::string>>& unconfirmed) {
-  const auto now = loop_.Now();
+  std::map<int, std::vector<std::string>> known;
+  for (const auto& [device, links] : down_links)
+    if (runtime_.GetDevice(device)) known.emplace(device, links);
+  Carry(policy_.Observe(source, known, unconfirmed, loop_.Now()));
+  ArmDeadline();
+}
+
+void LinkHealth::Carry(const std::vector<ras::LinkPolicy::Decision>& decisions) {
+  using What = ras::LinkPolicy::Decision::What;
   bool reconsider = false;
-  for (const auto& [device, reported] : down_links) {
-    auto gate = runtime_.GetDevice(device);
+  for (const auto& decision : decisions) {
+    auto gate = runtime_.GetDevice(decision.device);
     if (!gate) continue;
-    State& state = states_[device];
-    std::vector<std::string> links = reported;
-    if (auto maybe = unconfirmed.find(device); maybe != unconfirmed.end()) {
-      for (const auto& link : maybe->second) {
-        const bool was_down = std::find(state.restored_links.begin(), state.restored_links.end(),
-                                        link) != state.restored_links.end();
-        if (was_down && std::find(links.begin(), links.end(), link) == links.end())
-          links.push_back(link);
-      }
-    }
-    auto slot = state.down_links.find(source);
-    if (slot == state.down_links.end())
-      slot = state.down_links.emplace(std::string(source), std::vector<std::string>{}).first;
-    const bool changed = slot->second != links;
-    slot->second = links;
-    const bool down = !AllDown(state).empty();
-    const bool ours = health_.Holds(device, HealthCause::kLink);
-    if (down && !state.down) {
-      state.down = true;
-      state.rejoin.reset();
-      std::erase_if(state.downs, [&](auto at) {
-        return now - at > std::chrono::nanoseconds(options_.flap_window);
-      });
-      state.downs.push_back(now);
-      (*gate)->SetLinksUsable(false);
-      if (!state.held && state.downs.size() >= options_.flap_limit) {
-        state.held = true;
+    const int device = decision.device;
+    switch (decision.what) {
+      case What::kFlapping:
         RASD_LOG_ERROR(
-            "device {}: its links went down {} times within {} s: flapping; it "
-            "stays out of collectives until an operator's undrain",
-            device, state.downs.size(), options_.flap_window.count());
-      }
-      const std::string reason = Reason(state);
-      // Degraded at once even when the state cannot be saved (retried).
-      (void)health_.DecideAndSave({.device = device,
-                                   .cause = HealthCause::kLink,
-                                   .target = runtime::HealthState::kDegraded,
-                                   .reason = reason,
-                                   .rule = "link-down"});
-      RASD_LOG_WARN("device {}: {}", device, reason);
-      Save();
-      reconsider = true;
-    } else if (down && changed && ours) {
-      // Another link of the same device went down or came back: the reason
-      // names the links down now.
-      const std::string reason = Reason(state);
-      (void)health_.DecideAndSave({.device = device,
-                                   .cause = HealthCause::kLink,
-                                   .target = runtime::HealthState::kDegraded,
-                                   .reason = reason,
-                                   .rule = "link-down"});
-      RASD_LOG_INFO("device {}: {}", device, reason);
-      Save();
-    } else if (!down && state.down) {
-      state.down = false;
-      if (state.held) continue;
-      state.armed_debounce = options_.up_debounce;
-      state.rejoin = loop_.CreateTimer([this, device = device] { Rejoin(device); });
-      state.rejoin->ArmAfter(state.armed_debounce);
+            "device {}: its links went down too often: flapping; it stays out of "
+            "collectives until an operator's undrain",
+            device);
+        [[fallthrough]];
+      case What::kWentDown:
+        (*gate)->SetLinksUsable(false);
+        // Degraded at once even when the state cannot be saved (retried).
+        (void)health_.DecideAndSave({.device = device,
+                                     .cause = HealthCause::kLink,
+                                     .target = runtime::HealthState::kDegraded,
+                                     .reason = decision.reason,
+                                     .rule = "link-down"});
+        RASD_LOG_WARN("device {}: {}", device, decision.reason);
+        reconsider = true;
+        break;
+      case What::kLinksChanged:
+        // Only the link's own hold is rewritten: one an operator lifted stays lifted.
+        if (!health_.Holds(device, HealthCause::kLink)) break;
+        (void)health_.DecideAndSave({.device = device,
+                                     .cause = HealthCause::kLink,
+                                     .target = runtime::HealthState::kDegraded,
+                                     .reason = decision.reason,
+                                     .rule = "link-down"});
+        RASD_LOG_INFO("device {}: {}", device, decision.reason);
+        break;
+      case What::kRejoined:
+        (*gate)->SetLinksUsable(true);
+        // Only the link's own hold is lifted: a fault decided meanwhile (CE
+        // errors past their threshold while the link was down) stands.
+        if (health_.Holds(device, HealthCause::kLink)) {
+          (void)health_.DecideAndSave({.device = device,
+                                       .cause = HealthCause::kLink,
+                                       .target = runtime::HealthState::kHealthy,
+                                       .reason = decision.reason,
+                                       .rule = "link-up"});
+        }
+        RASD_LOG_INFO("device {}: {}: back in collectives", device, decision.reason);
+        reconsider = true;
+        break;
     }
   }
+  if (!decisions.empty()) Save();
   if (reconsider) jobs_.Reconsider();
 }
 
-void LinkHealth::Rejoin(int device) {
-  State& state = states_[device];
-  auto fired = std::move(state.rejoin);  // freed when this callback returns
-  if (state.down || state.held) return;
-  auto gate = runtime_.GetDevice(device);
-  if (!gate) return;
-  (*gate)->SetLinksUsable(true);
-  // Only the link's own hold is lifted: a fault decided meanwhile (CE
-  // errors past their threshold while the link was down) stands.
-  if (health_.Holds(device, HealthCause::kLink)) {
-    (void)health_.DecideAndSave(
-        {.device = device,
-         .cause = HealthCause::kLink,
-         .target = runtime::HealthState::kHealthy,
-         .reason = fmt::format("links up for {} s", Seconds(state.armed_debounce)),
-         .rule = "link-up"});
-  }
-  state.restored_links.clear();
-  Save();
-  RASD_LOG_INFO("device {}: its links stayed up {} s: back in collectives", device,
-                Seconds(state.armed_debounce));
-  jobs_.Reconsider();
-}
-
-std::map<std::pair<int, std::string>, std::uint64_t> LinkHealth::DownLinks() const {
-  std::map<std::pair<int, std::string>, std::uint64_t> down;
-  for (const auto& [device, state] : states_) {
-    for (const auto& [source, links] : state.down_links) down[{device, source}] = links.size();
-  }
-  return down;
-}
-
 std::optional<std::string> LinkHealth::Clears(int device) const {
-  auto found = states_.find(device);
-  if (found == states_.end()) return std::nullopt;
-  const State& state = found->second;
   if (health_.StateOf(device) != runtime::HealthState::kDegraded) return std::nullopt;
-  if (state.held) return "an operator: rasctl undrain (its links were flapping)";
+  auto clears = policy_.Clears(device);
+  if (!clears || clears->starts_with("an operator")) return clears;
   // Not the link's doing alone: another cause holds it Degraded too.
   if (!health_.Holds(device, HealthCause::kLink) ||
       health_.WorstExcept(device, HealthCause::kLink) != runtime::HealthState::kHealthy)
     return std::nullopt;
-  if (state.rejoin) {
-    return fmt::format("by itself: its links are up, it rejoins once they stayed up {} s",
-                       Seconds(state.armed_debounce));
-  }
-  return fmt::format("by itself: once its links stay up {} s", Seconds(options_.up_debounce));
+  return clears;
 }
 
 void LinkHealth::OnOperatorReturned(int device) {
-  auto found = states_.find(device);
-  if (found == states_.end()) return;
-  State& state = found->second;
-  state.held = false;
-  state.downs.clear();
-  state.restored_links.clear();
+  const bool usable = policy_.OperatorReturned(device);
   Save();
-  if (!state.down) {
+  if (usable) {
     if (auto gate = runtime_.GetDevice(device)) (*gate)->SetLinksUsable(true);
     jobs_.Reconsider();
   }
