@@ -222,4 +222,36 @@ Status SlurmClient::Resume(const std::string& node) const {
   return Update({"NodeName=" + node, "State=RESUME"});
 }
 
+NodeActionDecision DecideNodeAction(const std::vector<SlurmNode>& nodes, std::string_view self,
+                                    bool drain, double max_fraction, std::chrono::seconds window,
+                                    std::chrono::system_clock::time_point now) {
+  using Kind = NodeActionDecision::Kind;
+  const SlurmNode* node = FindNode(nodes, self);
+  if (node == nullptr) return {Kind::kUnknownNode, fmt::format("Slurm lists no node '{}'", self)};
+  if (drain && DrainedByRasd(*node)) {
+    return {Kind::kAlreadyDrained,
+            fmt::format("node {} is drained by rasd already: {}", self, node->reason)};
+  }
+  if (HeldByOthers(*node)) {
+    return {Kind::kHeldByOthers,
+            fmt::format("node {} is out of service for someone else ({}, reason '{}'): {}", self,
+                        node->drain ? "drained" : node->state, node->reason,
+                        drain ? "left as it is" : "not resumed")};
+  }
+  if (!drain) {
+    if (!DrainedByRasd(*node)) {
+      return {Kind::kNothing, fmt::format("node {} is not drained by rasd (now {}): nothing to "
+                                          "resume",
+                                          self, node->state)};
+    }
+    return {Kind::kResume, ""};
+  }
+  if (max_fraction < 1.0) {
+    auto guard = CheckDrainGuard(nodes, self, max_fraction, window, now);
+    if (!guard.allowed) return {Kind::kGuarded, guard.why, guard};
+    return {Kind::kDrain, "", guard};
+  }
+  return {Kind::kDrain, ""};
+}
+
 }  // namespace rasd::cluster

@@ -151,5 +151,45 @@ TEST(DrainGuardTest, TheWindowLeavesOutOldDrainsButNotUntimedOnes) {
   EXPECT_EQ(CheckDrainGuard(nodes, "self", 0.5, seconds(0), now).drained_by_rasd, 3u);
 }
 
+using Kind = NodeActionDecision::Kind;
+
+TEST(NodeActionTest, ADrainGoesOnlyToANodeNobodyHoldsAndOnlyAsTheGuardAllows) {
+  const auto now = system_clock::now();
+  std::vector<SlurmNode> nodes = {Node("self", false, ""), Node("a", true, "rasd: x"),
+                                  Node("b", false, ""), Node("c", false, "")};
+  EXPECT_EQ(DecideNodeAction(nodes, "self", true, 0.5, seconds(0), now).kind, Kind::kDrain);
+  nodes[2] = Node("b", true, "rasd: y");
+  const auto guarded = DecideNodeAction(nodes, "self", true, 0.5, seconds(0), now);
+  EXPECT_EQ(guarded.kind, Kind::kGuarded);
+  ASSERT_TRUE(guarded.guard.has_value());
+  EXPECT_EQ(guarded.detail, guarded.guard->why);
+  EXPECT_EQ(DecideNodeAction(nodes, "self", true, 1.0, seconds(0), now).kind, Kind::kDrain)
+      << "a fraction of 1 is no guard";
+
+  nodes[0] = Node("self", true, "admin: bios update");
+  const auto held = DecideNodeAction(nodes, "self", true, 0.5, seconds(0), now);
+  EXPECT_EQ(held.kind, Kind::kHeldByOthers);
+  EXPECT_EQ(held.detail,
+            "node self is out of service for someone else (drained, reason 'admin: bios update'): "
+            "left as it is");
+  nodes[0] = Node("self", true, "rasd: device 1 isolated");
+  const auto already = DecideNodeAction(nodes, "self", true, 0.5, seconds(0), now);
+  EXPECT_EQ(already.kind, Kind::kAlreadyDrained);
+  EXPECT_FALSE(already.guard.has_value()) << "no guard is asked for a node drained already";
+  EXPECT_EQ(DecideNodeAction(nodes, "nobody", true, 0.5, seconds(0), now).kind, Kind::kUnknownNode);
+}
+
+TEST(NodeActionTest, OnlyANodeRasdDrainedIsResumed) {
+  const auto now = system_clock::now();
+  std::vector<SlurmNode> nodes = {Node("self", true, "rasd: device 1 isolated")};
+  EXPECT_EQ(DecideNodeAction(nodes, "self", false, 0.5, seconds(0), now).kind, Kind::kResume);
+  nodes[0] = Node("self", true, "admin: bios update");
+  const auto held = DecideNodeAction(nodes, "self", false, 0.5, seconds(0), now);
+  EXPECT_EQ(held.kind, Kind::kHeldByOthers);
+  EXPECT_NE(held.detail.find("not resumed"), std::string::npos);
+  nodes[0] = Node("self", false, "");
+  EXPECT_EQ(DecideNodeAction(nodes, "self", false, 0.5, seconds(0), now).kind, Kind::kNothing);
+}
+
 }  // namespace
 }  // namespace rasd::cluster

@@ -12,6 +12,7 @@ namespace rasd::ctl {
 namespace {
 
 constexpr std::size_t kLineLimit = 80;  // node-problem-detector's max_output_length default
+constexpr std::size_t kSummaryLimit = kLineLimit - 6;  // after "rasd: "
 
 int ExitCode(CheckHealth health, const std::string& format) {
   switch (health) {
@@ -78,44 +79,37 @@ NhcOutcome ApplyToSlurm(const CheckOptions& options, const CheckVerdict& verdict
        .timeout = std::chrono::milliseconds(10000)});
   auto nodes = slurm.Nodes();
   if (!nodes) return {"failed", "cannot read Slurm's nodes: " + nodes.error().message};
-  const cluster::SlurmNode* self = cluster::FindNode(*nodes, node);
-  if (self == nullptr) {
-    return {"failed", fmt::format("Slurm has no node '{}' (rasctl check --node NAME)", node)};
-  }
   const bool problem =
       verdict.health == CheckHealth::kProblem || verdict.health == CheckHealth::kUnknown;
-  if (problem) {
-    if (cluster::DrainedByRasd(*self)) {
-      return {"none", fmt::format("node {} is drained already: {}", node, self->reason)};
-    }
-    if (cluster::HeldByOthers(*self)) {
-      return {"left-alone", fmt::format("node {} is out of service for someone else ({}, reason "
-                                        "'{}'): left as it is",
-                                        node, self->drain ? "drained" : self->state, self->reason)};
-    }
-    const auto guard = cluster::CheckDrainGuard(
-        *nodes, node, max_fraction, std::chrono::seconds(window_s), std::chrono::system_clock::now());
-    if (!guard.allowed) {
+  using Kind = cluster::NodeActionDecision::Kind;
+  const auto decision =
+      cluster::DecideNodeAction(*nodes, node, problem, max_fraction, std::chrono::seconds(window_s),
+                                std::chrono::system_clock::now());
+  switch (decision.kind) {
+    case Kind::kUnknownNode:
+      return {"failed", decision.detail + " (rasctl check --node NAME)"};
+    case Kind::kAlreadyDrained:
+      return {"none", decision.detail};
+    case Kind::kHeldByOthers:
+      return {"left-alone", decision.detail};
+    case Kind::kGuarded:
       return {"guarded", fmt::format("not draining node {}: the blast-radius guard holds: {}", node,
-                                     guard.why)};
-    }
-    // The line without its "rasd: ": DrainReason puts the prefix back.
-    const std::string reason = verdict.line.substr(verdict.line.starts_with("rasd: ") ? 6 : 0);
-    if (auto drained = slurm.Drain(node, reason); !drained) {
-      return {"failed", drained.error().message};
-    }
-    return {"drained", fmt::format("node {} drained: {}", node, cluster::DrainReason(reason))};
+                                     decision.detail)};
+    case Kind::kNothing:
+      return {"none", ""};
+    case Kind::kDrain:
+      // DrainReason puts the "rasd: " prefix on the summary.
+      if (auto drained = slurm.Drain(node, verdict.summary); !drained) {
+        return {"failed", drained.error().message};
+      }
+      return {"drained",
+              fmt::format("node {} drained: {}", node, cluster::DrainReason(verdict.summary))};
+    case Kind::kResume:
+      if (auto resumed = slurm.Resume(node); !resumed) return {"failed", resumed.error().message};
+      return {"resumed", fmt::format("node {} resumed (it was drained with '{}')", node,
+                                     cluster::FindNode(*nodes, node)->reason)};
   }
-  if (!cluster::DrainedByRasd(*self)) {
-    if (cluster::HeldByOthers(*self)) {
-      return {"left-alone", fmt::format("node {} is out of service for someone else ({}, reason "
-                                        "'{}'): not resumed",
-                                        node, self->drain ? "drained" : self->state, self->reason)};
-    }
-    return {"none", ""};
-  }
-  if (auto resumed = slurm.Resume(node); !resumed) return {"failed", resumed.error().message};
-  return {"resumed", fmt::format("node {} resumed (it was drained with '{}')", node, self->reason)};
+  return {"failed", "no decision"};
 }
 
 }  // namespace
@@ -157,8 +151,10 @@ CheckVerdict VerdictFrom(const std::optional<nlohmann::json>& result,
     verdict.health = CheckHealth::kUnknown;
     const std::string why =
         result ? "rasd's check reply has no verdict" : unreachable_why;
-    verdict.line = OneLine("rasd: unknown: " + why, kLineLimit);
+    verdict.summary = OneLine("unknown: " + why, kSummaryLimit);
+    verdict.headline = why;
     verdict.details.push_back(why);
+    verdict.line = "rasd: " + verdict.summary;
     return verdict;
   }
   const std::string health = (*result)["health"].get<std::string>();
@@ -175,23 +171,25 @@ CheckVerdict VerdictFrom(const std::optional<nlohmann::json>& result,
     devices = (*result)["devices"].value("count", 0);
   auto first_and_more = [](const std::vector<std::string>& list, const std::string& lead) {
     std::string more = list.size() > 1 ? fmt::format(" (+{} more)", list.size() - 1) : "";
-    const std::string head = "rasd: " + lead;
     // The count of the others stays visible however long the first is.
-    return OneLine(head + list.front(), kLineLimit - more.size()) + more;
+    return OneLine(lead + list.front(), kSummaryLimit - more.size()) + more;
   };
   if (health == "problem" && !problems.empty()) {
     verdict.health = CheckHealth::kProblem;
-    verdict.line = first_and_more(problems, "");
+    verdict.summary = first_and_more(problems, "");
   } else if (health == "degraded" && !warnings.empty()) {
     verdict.health = CheckHealth::kDegraded;
-    verdict.line = first_and_more(warnings, "OK, ");
+    verdict.summary = first_and_more(warnings, "OK, ");
   } else if (health == "ok") {
     verdict.health = CheckHealth::kOk;
-    verdict.line = OneLine(fmt::format("rasd: OK: {} device(s) healthy", devices), kLineLimit);
+    verdict.headline = fmt::format("{} device(s) healthy", devices);
+    verdict.summary = OneLine("OK: " + verdict.headline, kSummaryLimit);
   } else {
     verdict.health = CheckHealth::kUnknown;
-    verdict.line = OneLine("rasd: unknown: a verdict rasctl does not know: " + health, kLineLimit);
+    verdict.headline = "a verdict rasctl does not know: " + health;
+    verdict.summary = OneLine("unknown: " + verdict.headline, kSummaryLimit);
   }
+  verdict.line = "rasd: " + verdict.summary;
   verdict.details = problems;
   verdict.details.insert(verdict.details.end(), warnings.begin(), warnings.end());
   return verdict;
@@ -231,8 +229,7 @@ int RunCheck(const CheckOptions& options, std::ostream& out, std::ostream& err) 
         verdict.health == CheckHealth::kProblem || verdict.health == CheckHealth::kUnknown;
     // NHC's own words for a failed check, on standard output.
     if (problem) {
-      out << "ERROR:  rasd:  Health check failed:  "
-          << verdict.line.substr(verdict.line.starts_with("rasd: ") ? 6 : 0) << "\n";
+      out << "ERROR:  rasd:  Health check failed:  " << verdict.summary << "\n";
     }
     if (nhc && !nhc->detail.empty()) {
       (nhc->action == "failed" || nhc->action == "guarded" ? err : out)
@@ -244,8 +241,7 @@ int RunCheck(const CheckOptions& options, std::ostream& out, std::ostream& err) 
     // reaches the terminal.
     constexpr std::size_t kWhole = 4096;
     out << CheckHealthName(verdict.health) << ": "
-        << (verdict.details.empty() ? verdict.line.substr(verdict.line.find(": ", 6) + 2)
-                                    : OneLine(verdict.details.front(), kWhole))
+        << OneLine(verdict.details.empty() ? verdict.headline : verdict.details.front(), kWhole)
         << "\n";
     for (std::size_t i = 1; i < verdict.details.size(); ++i)
       out << "  " << OneLine(verdict.details[i], kWhole) << "\n";

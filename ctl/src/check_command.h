@@ -40,7 +40,9 @@ std::string_view CheckHealthName(CheckHealth health);
 
 struct CheckVerdict {
   CheckHealth health = CheckHealth::kUnknown;
-  std::string line;  // one line, at most 80 characters, starting "rasd: "
+  std::string line;                  // one line, at most 80 characters: "rasd: " and the summary
+  std::string summary;               // the line without its "rasd: " (the drain reason under nhc)
+  std::string headline;              // without details: what follows the health word, whole
   std::vector<std::string> details;  // every finding, for the text format
 };
 

@@ -16,6 +16,8 @@ TEST(CheckVerdictTest, HealthyIsOkWithTheDeviceCount) {
   const auto verdict = VerdictFrom(Reply("ok", nlohmann::json::array()), "");
   EXPECT_EQ(verdict.health, CheckHealth::kOk);
   EXPECT_EQ(verdict.line, "rasd: OK: 4 device(s) healthy");
+  EXPECT_EQ(verdict.summary, "OK: 4 device(s) healthy");
+  EXPECT_EQ(verdict.headline, "4 device(s) healthy");
 }
 
 TEST(CheckVerdictTest, AProblemNamesTheFirstFindingAndCountsTheOthersWithin80Characters) {
@@ -41,6 +43,7 @@ TEST(CheckVerdictTest, ANodeFaultIsNamedAsSuch) {
                          {"reason", "APEI: fatal"}}}),
       "");
   EXPECT_EQ(verdict.line, "rasd: node fault: APEI: fatal");
+  EXPECT_EQ(verdict.summary, "node fault: APEI: fatal") << "the drain reason, kept apart";
 }
 
 TEST(CheckVerdictTest, DegradedIsOkAndSaysWhichDevice) {

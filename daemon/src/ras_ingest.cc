@@ -639,6 +639,7 @@ ras::RasEvent EventFromDriver(const drivers::DriverErrorEvent& event, std::strin
                               const ras::CodeTable& codes) {
   ras::RasEvent converted;
   converted.time = event.time;
+  converted.time_is = ras::RasEvent::TimeIs::kFailure;
   converted.source = "driver";
   converted.origin = std::string(driver_name);
   if (event.device >= 0) converted.device = event.device;

@@ -221,7 +221,7 @@ void RasPipeline::Handle(std::vector<ras::RasEvent> events,
       // A driver's report carries when the device failed; a kernel-log
       // record when it was logged, which may be long ago: from arrival.
       const double seconds =
-          events[i].source == "driver"
+          events[i].time_is == ras::RasEvent::TimeIs::kFailure
               ? std::chrono::duration<double>(loop_.GetClock().Wall() - events[i].time).count()
               : std::chrono::duration<double>(loop_.Now() - arrived).count();
       isolations.push_back(std::max(0.0, seconds));

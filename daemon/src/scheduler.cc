@@ -83,43 +83,37 @@ SchedulerLink::Outcome SchedulerLink::Carry(
     *detail = nodes.error().message;
     return Outcome::kFailed;
   }
-  const cluster::SlurmNode* self = cluster::FindNode(*nodes, options_.node);
-  if (self == nullptr) {
-    *detail = fmt::format("Slurm lists no node '{}' (scheduler.node)", options_.node);
-    return Outcome::kFailed;
-  }
-  if (cluster::HeldByOthers(*self)) {
-    *detail = fmt::format("node {} is out of service for someone else ({}, reason '{}'): rasd "
-                          "leaves it as it is",
-                          options_.node, self->drain ? "drained" : self->state, self->reason);
-    return Outcome::kSkipped;
-  }
-  if (drain) {
-    if (cluster::DrainedByRasd(*self)) {
-      *detail = fmt::format("node {} is drained by rasd already: {}", options_.node, self->reason);
-      return Outcome::kAlreadyRasds;
-    }
-    if (options_.max_drained_fraction < 1.0) {
-      *guard = cluster::CheckDrainGuard(*nodes, options_.node, options_.max_drained_fraction,
-                                        options_.guard_window, options_.wall_clock());
-      if (!(*guard)->allowed) return Outcome::kGuarded;
-    }
-    if (auto done = slurm_.Drain(options_.node, reason); !done) {
-      *detail = done.error().message;
+  using Kind = cluster::NodeActionDecision::Kind;
+  const auto decision =
+      cluster::DecideNodeAction(*nodes, options_.node, drain, options_.max_drained_fraction,
+                                options_.guard_window, options_.wall_clock());
+  *guard = decision.guard;
+  *detail = decision.detail;
+  switch (decision.kind) {
+    case Kind::kUnknownNode:
+      *detail += " (scheduler.node)";
       return Outcome::kFailed;
-    }
-    return Outcome::kDone;
+    case Kind::kHeldByOthers:
+    case Kind::kNothing:
+      return Outcome::kSkipped;
+    case Kind::kAlreadyDrained:
+      return Outcome::kAlreadyRasds;
+    case Kind::kGuarded:
+      return Outcome::kGuarded;
+    case Kind::kDrain:
+      if (auto done = slurm_.Drain(options_.node, reason); !done) {
+        *detail = done.error().message;
+        return Outcome::kFailed;
+      }
+      return Outcome::kDone;
+    case Kind::kResume:
+      if (auto done = slurm_.Resume(options_.node); !done) {
+        *detail = done.error().message;
+        return Outcome::kFailed;
+      }
+      return Outcome::kDone;
   }
-  if (!cluster::DrainedByRasd(*self)) {
-    *detail = fmt::format("node {} is not drained by rasd (now {}): nothing to resume",
-                          options_.node, self->state);
-    return Outcome::kSkipped;
-  }
-  if (auto done = slurm_.Resume(options_.node); !done) {
-    *detail = done.error().message;
-    return Outcome::kFailed;
-  }
-  return Outcome::kDone;
+  return Outcome::kFailed;
 }
 
 void SchedulerLink::Run() {

@@ -69,6 +69,29 @@ DrainGuardVerdict CheckDrainGuard(const std::vector<SlurmNode>& nodes, std::stri
                                   double max_fraction, std::chrono::seconds window,
                                   std::chrono::system_clock::time_point now);
 
+// What rasd does at Slurm about its own node `self` when it wants it
+// drained (`drain`) or back: drain only a node nobody else holds and only
+// as the guard allows (a `max_fraction` of 1 or more: no guard); resume only
+// a node rasd drained. The daemon's scheduler link and `rasctl check
+// --format nhc` decide alike through this. Pure.
+struct NodeActionDecision {
+  enum class Kind {
+    kDrain,           // drain it now
+    kResume,          // resume it now: rasd drained it
+    kAlreadyDrained,  // drained by rasd already: left as it is
+    kHeldByOthers,    // out of service for someone else: left as it is
+    kGuarded,         // the blast-radius guard holds the drain
+    kNothing,         // in service and not drained by rasd: nothing to resume
+    kUnknownNode,     // Slurm lists no such node
+  };
+  Kind kind = Kind::kNothing;
+  std::string detail;  // a sentence about the node, for the log (empty for kDrain, kResume)
+  std::optional<DrainGuardVerdict> guard;  // when the guard was asked
+};
+NodeActionDecision DecideNodeAction(const std::vector<SlurmNode>& nodes, std::string_view self,
+                                    bool drain, double max_fraction, std::chrono::seconds window,
+                                    std::chrono::system_clock::time_point now);
+
 // Runs Slurm's client commands (argv, no shell) with their configuration
 // from the environment given. Each call blocks up to the timeout. Stateless
 // apart from its options: safe from any thread.

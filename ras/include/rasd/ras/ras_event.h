@@ -17,6 +17,11 @@ struct ScannedRecord;
 // it; the store, the exporters and the policy read it. A plain value.
 struct RasEvent {
   std::chrono::system_clock::time_point time;
+  // What `time` is: when the device failed (a driver's report, read as it
+  // happens), or when a record was logged, which may be long before rasd
+  // read it (a kernel log, a sysfs counter). Not stored.
+  enum class TimeIs : std::uint8_t { kLogged, kFailure };
+  TimeIs time_is = TimeIs::kLogged;
   std::string source;  // kmsg | edac_sysfs | infiniband_sysfs | driver | bert | pstore | tracefs
   std::string origin;  // edac | mce | ghes | aer | memory_failure | nvidia_xid | ... | sim
   Severity severity = Severity::kInfo;
