@@ -173,11 +173,11 @@ ras::ActionRecord Actuator::Execute(const ras::Action& action, const ras::RasEve
   ActionOutcome outcome = Run(action, event, event_id);
   ras::StoreBatch batch;
   TakePending(batch);
-  health_.TakePending(batch);
   for (auto& row : batch.actions) {
     row.record.event_id = event_id;
     row.event_index.reset();
   }
+  health_.TakePending(batch);
   if (batch.actions.empty() && batch.states.empty() && batch.pages.empty()) return outcome.record;
   if (auto stored = store_.Commit(batch); !stored) {
     // The action happened; failing to write it down must not undo it.

@@ -132,29 +132,33 @@ DeviceHealth::Subscription DeviceHealth::Subscribe(Subscriber subscriber) {
 }
 
 void DeviceHealth::Publish(const DeviceStateChanged& change) {
-  // A subscriber may decide in turn, or unsubscribe: iterate the ids.
-  std::vector<std::uint64_t> ids;
-  for (const auto& [id, subscriber] : *subscribers_) ids.push_back(id);
-  for (std::uint64_t id : ids) {
-    auto found = subscribers_->find(id);
-    if (found == subscribers_->end()) continue;
-    Subscriber subscriber = found->second;
-    subscriber(change);
+  // A subscriber that decides in turn queues its change behind this one:
+  // every subscriber hears the changes in the order they were made.
+  queue_.push_back(change);
+  if (publishing_) return;
+  publishing_ = true;
+  while (!queue_.empty()) {
+    const DeviceStateChanged next = queue_.front();
+    queue_.pop_front();
+    // A subscriber may unsubscribe (itself or another): iterate the ids.
+    std::vector<std::uint64_t> ids;
+    for (const auto& [id, subscriber] : *subscribers_) ids.push_back(id);
+    for (std::uint64_t id : ids) {
+      auto found = subscribers_->find(id);
+      if (found == subscribers_->end()) continue;
+      Subscriber subscriber = found->second;
+      subscriber(next);
+    }
   }
+  publishing_ = false;
 }
 
-void DeviceHealth::Apply(int device, Record& record, HealthCause cause) {
+void DeviceHealth::Apply(int device, Record& record) {
   runtime::HealthState gate = Effective(record);
   // An Isolated device under test admits the test: open that far, no further.
   if (record.testing && gate == runtime::HealthState::kIsolated && !record.overtaken)
     gate = runtime::HealthState::kDraining;
-  auto found = runtime_.GetDevice(device);
-  if (!found) return;
-  runtime::Device& target = **found;
-  if (target.Health() == gate) return;
-  const runtime::HealthState shown = target.Health();
-  target.SetHealth(gate);
-  Publish({device, shown, gate, cause});
+  if (auto found = runtime_.GetDevice(device)) (*found)->SetHealth(gate);
 }
 
 Result<HealthOutcome> DeviceHealth::Decide(const HealthDecision& decision) {
@@ -167,7 +171,12 @@ Result<HealthOutcome> DeviceHealth::Decide(const HealthDecision& decision) {
   Record& record = records_[decision.device];
   const runtime::HealthState from = Effective(record);
   const auto now = loop_.GetClock().Wall();
-  if (record.testing) record.overtaken = true;  // this decision stands over the test's
+  // A decision that keeps the device out of service, or any of the
+  // policy's (it decided anew about this device), stands over the test's
+  // outcome; a link's Degraded does not.
+  if (record.testing && (decision.target >= runtime::HealthState::kDraining ||
+                         decision.cause == HealthCause::kPolicy))
+    record.overtaken = true;
   if (decision.target == runtime::HealthState::kHealthy) {
     if (decision.cause == HealthCause::kOperator) {
       record.holds.clear();
@@ -190,7 +199,11 @@ Result<HealthOutcome> DeviceHealth::Decide(const HealthDecision& decision) {
     if (to != from) record.since = now;
   }
   unsaved_.insert(decision.device);
-  if (decision.cause != HealthCause::kPolicy) {
+  // The policy's action row is the Actuator's. A link's decision that
+  // changes nothing (another cause holds the device worse) is no action.
+  const bool row = decision.cause != HealthCause::kPolicy &&
+                   (to != from || decision.cause != HealthCause::kLink);
+  if (row) {
     ras::ActionRecord action;
     action.time = now;
     action.action = std::string(ActionFor(decision.target));
@@ -209,7 +222,8 @@ Result<HealthOutcome> DeviceHealth::Decide(const HealthDecision& decision) {
     if (count_) count_(action.action, action.result);
     pending_actions_.push_back({std::move(action), std::nullopt});
   }
-  Apply(decision.device, record, decision.cause);
+  Apply(decision.device, record);
+  if (to != from) Publish({decision.device, from, to, decision.cause});
   return HealthOutcome{from, to};
 }
 
@@ -235,13 +249,26 @@ Result<HealthOutcome> DeviceHealth::DecideAndSave(const HealthDecision& decision
   return decided;
 }
 
+bool DeviceHealth::ClaimRestoredHold(int device, HealthCause cause, runtime::HealthState state) {
+  auto found = records_.find(device);
+  if (found == records_.end() || !found->second.legacy_restore) return false;
+  Record& record = found->second;
+  auto restored = record.holds.find(HealthCause::kRestore);
+  if (restored == record.holds.end() || restored->second.state != state) return false;
+  record.holds[cause] = restored->second;
+  record.holds.erase(restored);
+  record.legacy_restore = false;
+  unsaved_.insert(device);
+  return true;
+}
+
 Status DeviceHealth::OpenForSelfTest(int device) {
   if (!runtime_.GetDevice(device))
     return Fail(ErrorCode::kNotFound, fmt::format("no device {}", device));
   Record& record = records_[device];
   record.testing = true;
   record.overtaken = false;
-  Apply(device, record, HealthCause::kSelfTest);
+  Apply(device, record);
   return {};
 }
 
@@ -252,7 +279,7 @@ DeviceHealth::SelfTestWindow DeviceHealth::CloseSelfTest(int device) {
   const SelfTestWindow window{record.overtaken};
   record.testing = false;
   record.overtaken = false;
-  Apply(device, record, HealthCause::kSelfTest);
+  Apply(device, record);
   return window;
 }
 
@@ -342,10 +369,14 @@ void DeviceHealth::Restore() {
             "operator's undrain",
             device, holds ? "they do not add up to its state" : holds.error().message, saved.state);
       }
-      if (*state != runtime::HealthState::kHealthy)
+      if (*state != runtime::HealthState::kHealthy) {
         record.holds[HealthCause::kRestore] = {*state, saved.reason, saved.since, ++decisions_};
+        record.legacy_restore = !holds && holds.error().code == ErrorCode::kNotFound;
+      }
     }
-    Apply(device, record, HealthCause::kRestore);
+    Apply(device, record);
+    if (Effective(record) != runtime::HealthState::kHealthy)
+      Publish({device, runtime::HealthState::kHealthy, Effective(record), HealthCause::kRestore});
     if (*state != runtime::HealthState::kHealthy) {
       RASD_LOG_WARN("device {} is {} since {:%F %T}: {}", device, saved.state,
                     std::chrono::floor<std::chrono::seconds>(saved.since), saved.reason);

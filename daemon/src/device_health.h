@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -84,7 +85,8 @@ struct HealthOutcome {
 // its worst hold (Healthy without one). It is the only writer of the
 // runtime's gates (Device::SetHealth), and each change of an effective
 // state is pushed, as a DeviceStateChanged, to every subscriber, on the
-// loop, before Decide returns.
+// loop, before Decide returns (a change a subscriber makes in turn is heard
+// after the one it is reacting to, by everyone).
 //
 // Lifting: a cause's Healthy lifts its own hold. The operator's Healthy
 // (an undrain) lifts every hold; the recovery's lifts the policy's hold as
@@ -93,13 +95,15 @@ struct HealthOutcome {
 //
 // A self-test needs an Isolated device's gate open to Draining (the test is
 // an admitted job): OpenForSelfTest opens it, CloseSelfTest puts the
-// effective state back and says whether another decision about the device
-// came while it ran (that decision stands).
+// effective state back and says whether a decision came while it ran that
+// stands over the test's outcome (one that keeps the device out of service,
+// or any of the policy's). The window moves the gate only: subscribers
+// hear of effective states, not of the test's opening.
 //
 // Saving: each decision's rows (the device's state with its holds, and an
 // action row for every cause but the policy, whose action row the Actuator
-// writes) wait for TakePending, which the pipeline calls to put them into
-// the batch it commits in one transaction. DecideAndSave commits them at
+// writes, and but a link decision that changed nothing) wait for TakePending, which the pipeline
+// calls to put them into the batch it commits in one transaction. DecideAndSave commits them at
 // once, for a decision made outside the pipeline; a failed save is kept
 // and retried with the next batch (the unsaved callback arms the retry).
 //
@@ -126,6 +130,12 @@ class DeviceHealth {
   // Decide, then commit its rows now. When the save fails the decision
   // stands all the same, is retried, and the error says so.
   Result<HealthOutcome> DecideAndSave(const HealthDecision& decision);
+
+  // A restore hold from a row an older rasd saved without holds, at
+  // `state`, becomes `cause`'s: the cause that knows, from its own saved
+  // state, that it made it (LinkHealth's degraded_by_link). Returns whether
+  // it did.
+  bool ClaimRestoredHold(int device, HealthCause cause, runtime::HealthState state);
 
   Status OpenForSelfTest(int device);
   struct SelfTestWindow {
@@ -162,10 +172,11 @@ class DeviceHealth {
     std::chrono::system_clock::time_point since{};
     bool testing = false;
     bool overtaken = false;
+    bool legacy_restore = false;  // the restore hold is a row saved without holds
   };
   runtime::HealthState Effective(const Record& record) const;
-  // Sets the gate to what `record` says and tells the subscribers.
-  void Apply(int device, Record& record, HealthCause cause);
+  // Sets the gate to what `record` says (the self-test's window included).
+  void Apply(int device, Record& record);
   ras::DeviceStateRecord Row(int device) const;
   void Publish(const DeviceStateChanged& change);
 
@@ -181,6 +192,8 @@ class DeviceHealth {
   std::shared_ptr<std::map<std::uint64_t, Subscriber>> subscribers_ =
       std::make_shared<std::map<std::uint64_t, Subscriber>>();
   std::uint64_t next_subscriber_ = 1;
+  std::deque<DeviceStateChanged> queue_;  // changes not yet heard by everyone
+  bool publishing_ = false;
 };
 
 }  // namespace rasd::daemon

@@ -252,6 +252,13 @@ void DeviceLifecycle::Recover(int device) {
   if (health_.StateOf(device) != runtime::HealthState::kIsolated ||
       !health_.Holds(device, HealthCause::kPolicy))
     return;
+  if (health_.WorstExcept(device, HealthCause::kPolicy) == runtime::HealthState::kIsolated) {
+    RASD_LOG_INFO(
+        "device {}: no automatic recovery: it is isolated by more than the policy "
+        "({}); it waits for an operator",
+        device, health_.StatusOf(device).reason);
+    return;
+  }
   if (testing_.contains(device)) return;  // an operator's undrain is testing it now
   // Looked at again now: a fault during the delay (an Xid 79 after an Xid
   // 48) may have made a reset pointless.
@@ -303,11 +310,14 @@ void DeviceLifecycle::Recover(int device) {
           return;
         }
         if (!health_.Holds(device, HealthCause::kPolicy)) return;  // an operator acted
-        recovered_at_[device] = loop_.Now();
         (void)health_.DecideAndSave({.device = device,
                                      .cause = HealthCause::kRecovery,
                                      .target = runtime::HealthState::kHealthy,
                                      .reason = "recovered by itself: reset, self-test passed"});
+        // Another cause may hold it out still (an operator's isolation
+        // meanwhile): a recovery only when it is back in service.
+        if (!runtime::TakesNewWork(health_.StateOf(device))) return;
+        recovered_at_[device] = loop_.Now();
         if (recovered_) recovered_(device, ReturnedBy::kAutoRecover);
       });
 }

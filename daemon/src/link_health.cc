@@ -68,6 +68,11 @@ void LinkHealth::Load() {
       } else {
         state.held = held.value_or(false);
         out = degraded.value_or(false);
+        // A state an older rasd saved without its holds: the link's Degraded
+        // is the link's to lift again.
+        if (out)
+          (void)health_.ClaimRestoredHold(device->Index(), HealthCause::kLink,
+                                          runtime::HealthState::kDegraded);
         if (links != nullptr && links->is_array()) {
           for (const auto& link : *links)
             if (link.is_string()) state.links.push_back(link.get<std::string>());

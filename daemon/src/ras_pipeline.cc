@@ -158,6 +158,10 @@ void RasPipeline::FlushBacklog() {
     backlog_.emplace_back();
   }
   ras::StoreBatch merged = Merge(backlog_);
+  // The device states waiting there may be older than one saved since (an
+  // operator's, committed at once): DeviceHealth gives the current row of
+  // every device not saved yet instead.
+  merged.states.clear();
   actuator_.TakePending(merged);
   health_.TakePending(merged);
   if (auto stored = store_.Commit(merged); !stored) {

@@ -43,11 +43,17 @@ void Watchers::OnStored(std::int64_t last_event_id) {
 
 void Watchers::OnDeviceStateChanged(const DeviceStateChanged& change) {
   if (pushes_.empty()) return;
-  Broadcast({{"event", "device"},
-             {"device", change.device},
-             {"from", std::string(runtime::HealthStateName(change.from))},
-             {"state", std::string(runtime::HealthStateName(change.to))},
-             {"reason", reason_of_(change.device)}});
+  nlohmann::json message = {{"event", "device"},
+                            {"device", change.device},
+                            {"from", std::string(runtime::HealthStateName(change.from))},
+                            {"state", std::string(runtime::HealthStateName(change.to))},
+                            {"reason", reason_of_(change.device)}};
+  // Sent once the turn of the loop that made the change is over: a change
+  // the pipeline made reaches watchers after the "events" message of the
+  // batch that caused it, so a client that fetches events then finds it.
+  loop_.Post([this, alive = alive_, message = std::move(message)] {
+    if (*alive) Broadcast(message);
+  });
 }
 
 }  // namespace rasd::daemon

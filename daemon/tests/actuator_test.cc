@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "rasd/common/error_host_env.h"
 #include "rasd/common/simulated_event_loop.h"
 #include "rasd/drivers_shim/sim_driver.h"
 
@@ -29,8 +30,8 @@ class ActuatorTest : public ::testing::Test {
             ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
     fs::create_directories(dir_ / "host/sys/devices/system/memory");
-    host_ =
-        std::make_unique<common::HostEnv>(dir_ / "host", std::make_shared<common::SystemClock>());
+    host_ = std::make_unique<common::ErrorHostEnv>(dir_ / "host",
+                                                   std::make_shared<common::SystemClock>());
     Boot();
   }
   void TearDown() override {
@@ -74,7 +75,7 @@ class ActuatorTest : public ::testing::Test {
   }
 
   fs::path dir_;
-  std::unique_ptr<common::HostEnv> host_;
+  std::unique_ptr<common::ErrorHostEnv> host_;
   std::unique_ptr<ras::StateStore> store_;
   drivers::SimDriver* sim_ = nullptr;
   std::unique_ptr<runtime::Runtime> runtime_;
@@ -220,6 +221,44 @@ TEST_F(ActuatorTest, HostPagesAreOfflinedThroughSysfsOnlyWhenAllowed) {
       Act(ras::ActionKind::kSoftOfflinePage, std::nullopt, "0x1000"), event_, std::nullopt);
   EXPECT_EQ(missing.result, "failed") << "a kernel without the file: a clear failure";
   EXPECT_NE(missing.detail.find("soft_offline_page"), std::string::npos) << missing.detail;
+}
+
+TEST_F(ActuatorTest, AHostPageTheKernelRefusesIsAFailedActionWithTheKernelsWords) {
+  Boot({.host_page_offline = true});
+  std::ofstream(dir_ / "host/sys/devices/system/memory/hard_offline_page").flush();
+  host_->FailWrites("/sys/devices/system/memory/",
+                    Error{ErrorCode::kIoError, "write hard_offline_page: Device or resource busy"});
+  const auto refused = actuator_->Execute(
+      Act(ras::ActionKind::kHardOfflinePage, std::nullopt, "0x7000"), event_, std::nullopt);
+  EXPECT_EQ(refused.result, "failed");
+  EXPECT_NE(refused.detail.find("Device or resource busy"), std::string::npos) << refused.detail;
+  EXPECT_EQ(host_->Failures(), 1u);
+  EXPECT_EQ(actuator_->Counts().at("hard-offline-page failed"), 1u);
+  host_->Heal();
+  EXPECT_EQ(actuator_
+                ->Execute(Act(ras::ActionKind::kHardOfflinePage, std::nullopt, "0x7000"), event_,
+                          std::nullopt)
+                .result,
+            "ok");
+}
+
+TEST_F(ActuatorTest, AnActionWhoseRowsCannotBeStoredHappensAllTheSame) {
+  store_->SetWriteFault([](std::string_view) {
+    return std::optional<Error>(Error{ErrorCode::kIoError, "disk full"});
+  });
+  const auto isolated = actuator_->Execute(Act(ras::ActionKind::kIsolateDevice, 1, std::nullopt),
+                                           event_, std::nullopt);
+  EXPECT_EQ(isolated.result, "ok");
+  EXPECT_EQ((*runtime_->GetDevice(1))->Health(), runtime::HealthState::kIsolated);
+  EXPECT_EQ(health_->UnsavedStates(), 1u) << "the state waits for the next commit";
+  store_->SetWriteFault(nullptr);
+  ras::StoreBatch retry;  // as the pipeline's next batch
+  health_->TakePending(retry);
+  ASSERT_EQ(retry.states.size(), 1u);
+  ASSERT_TRUE(store_->Commit(retry).has_value());
+  Boot();
+  EXPECT_EQ((*runtime_->GetDevice(1))->Health(), runtime::HealthState::kIsolated)
+      << "saved by the retry, back after a restart";
 }
 
 }  // namespace

@@ -190,6 +190,50 @@ TEST_F(DeviceHealthTest, ASelfTestOpensAnIsolatedGateToDrainingAndADecisionMeanw
   EXPECT_FALSE(health_->OpenForSelfTest(9).has_value());
 }
 
+TEST_F(DeviceHealthTest, ALinksDegradedDuringASelfTestDoesNotOvertakeIt) {
+  Decide(0, HealthCause::kPolicy, HealthState::kIsolated);
+  std::vector<DeviceStateChanged> heard;
+  auto subscription =
+      health_->Subscribe([&](const DeviceStateChanged& change) { heard.push_back(change); });
+  ASSERT_TRUE(health_->OpenForSelfTest(0).has_value());
+  Decide(0, HealthCause::kLink, HealthState::kDegraded, "reset dropped the links");
+  EXPECT_EQ(Gate(0), HealthState::kDraining) << "the test goes on";
+  EXPECT_FALSE(health_->CloseSelfTest(0).overtaken);
+  EXPECT_TRUE(heard.empty()) << "the window moves the gate, not the state subscribers hear of";
+  EXPECT_EQ(Decide(0, HealthCause::kRecovery, HealthState::kHealthy).to, HealthState::kDegraded)
+      << "recovered, and Degraded for its links";
+  ASSERT_EQ(heard.size(), 1u);
+  EXPECT_EQ(heard[0].from, HealthState::kIsolated);
+  EXPECT_EQ(heard[0].to, HealthState::kDegraded);
+}
+
+TEST_F(DeviceHealthTest, ALinkDecisionThatChangesNothingWritesNoActionRow) {
+  Decide(0, HealthCause::kPolicy, HealthState::kIsolated);
+  Decide(0, HealthCause::kLink, HealthState::kDegraded);
+  Decide(0, HealthCause::kLink, HealthState::kHealthy);
+  Decide(1, HealthCause::kOperator, HealthState::kIsolated);
+  Decide(1, HealthCause::kOperator, HealthState::kIsolated);
+  EXPECT_TRUE(store_->QueryActions(0, 10)->empty()) << "the device stayed isolated throughout";
+  EXPECT_EQ(store_->QueryActions(1, 10)->size(), 2u) << "an operator's every call is recorded";
+}
+
+TEST_F(DeviceHealthTest, AStateFromBeforeHoldsIsClaimedByTheCauseThatKnowsItMadeIt) {
+  Decide(0, HealthCause::kLink, HealthState::kDegraded, "link down");
+  health_.reset();
+  runtime_.reset();
+  store_.reset();
+  Sql("UPDATE device_states SET holds = '';");
+  Boot();
+  EXPECT_TRUE(health_->Holds(0, HealthCause::kRestore));
+  EXPECT_FALSE(health_->ClaimRestoredHold(0, HealthCause::kLink, HealthState::kIsolated))
+      << "only a hold at the state the cause knows";
+  EXPECT_TRUE(health_->ClaimRestoredHold(0, HealthCause::kLink, HealthState::kDegraded));
+  EXPECT_FALSE(health_->Holds(0, HealthCause::kRestore));
+  Decide(0, HealthCause::kLink, HealthState::kHealthy);
+  EXPECT_EQ(Gate(0), HealthState::kHealthy) << "the link lifts it as before the upgrade";
+  EXPECT_FALSE(health_->ClaimRestoredHold(1, HealthCause::kLink, HealthState::kDegraded));
+}
+
 TEST_F(DeviceHealthTest, HoldsSurviveARestartWithTheirCauses) {
   Decide(0, HealthCause::kPolicy, HealthState::kDegraded, "CE over threshold");
   Decide(0, HealthCause::kLink, HealthState::kDegraded, "link down");
@@ -254,6 +298,37 @@ TEST_F(DeviceHealthTest, ThePolicysRowsWaitForTheBatchAndOtherCausesWriteAnActio
   EXPECT_EQ((*actions)[0].action, "undrain-device");
   EXPECT_EQ((*actions)[0].rule, "operator");
   EXPECT_EQ((*actions)[0].detail, "draining -> healthy");
+}
+
+TEST_F(DeviceHealthTest, ADecisionThatCannotBeSavedStandsSaysSoAndWaitsForTheNextBatch) {
+  int retries_armed = 0;
+  health_->SetUnsavedCallback([&] { ++retries_armed; });
+  store_->SetWriteFault([](std::string_view what) -> std::optional<Error> {
+    if (what == "batch") return Error{ErrorCode::kIoError, "database or disk is full"};
+    return std::nullopt;
+  });
+  auto isolated = health_->DecideAndSave({.device = 1,
+                                          .cause = HealthCause::kOperator,
+                                          .target = HealthState::kIsolated,
+                                          .reason = "bad fan"});
+  ASSERT_FALSE(isolated.has_value());
+  EXPECT_EQ(isolated.error().code, ErrorCode::kIoError);
+  EXPECT_NE(isolated.error().message.find("could not be saved"), std::string::npos);
+  EXPECT_NE(isolated.error().message.find("disk is full"), std::string::npos);
+  EXPECT_EQ(Gate(1), HealthState::kIsolated) << "the gate is closed all the same";
+  EXPECT_EQ(retries_armed, 1);
+  EXPECT_EQ(health_->UnsavedStates(), 1u);
+
+  store_->SetWriteFault(nullptr);
+  ras::StoreBatch batch;  // the pipeline's retry
+  health_->TakePending(batch);
+  ASSERT_EQ(batch.states.size(), 1u);
+  ASSERT_EQ(batch.actions.size(), 1u) << "the action row waited with the state";
+  ASSERT_TRUE(store_->Commit(batch).has_value());
+  health_->Committed();
+  Boot();
+  EXPECT_EQ(Gate(1), HealthState::kIsolated);
+  EXPECT_EQ(health_->StatusOf(1).reason, "bad fan");
 }
 
 TEST_F(DeviceHealthTest, CauseNamesReadBack) {

@@ -180,5 +180,39 @@ TEST_F(RasPipelineTest, AnOperatorsStateThatCannotBeSavedSaysSoAndIsRetried) {
   EXPECT_EQ((*actions)[0].rule, "operator");
 }
 
+TEST_F(RasPipelineTest, AStateWaitingInTheBacklogNeverOverwritesANewerOne) {
+  // A batch that isolates device 1 cannot be stored: its rows wait.
+  store_->SetWriteFault([](std::string_view what) -> std::optional<Error> {
+    if (what == "batch") return Error{ErrorCode::kIoError, "disk full"};
+    return std::nullopt;
+  });
+  ras::RasEvent fatal;
+  fatal.time = loop_.GetClock().Wall();
+  fatal.source = "driver";
+  fatal.origin = "sim";
+  fatal.severity = ras::Severity::kFatal;
+  fatal.device = 1;
+  fatal.summary = "device fell off the bus";
+  pipeline_->Handle({fatal}, {});
+  ASSERT_EQ((*runtime_->GetDevice(1))->Health(), runtime::HealthState::kIsolated);
+  // The disk recovers, and an operator's undrain is saved at once.
+  store_->SetWriteFault(nullptr);
+  ASSERT_TRUE(health_
+                  ->DecideAndSave({.device = 1,
+                                   .cause = HealthCause::kOperator,
+                                   .target = runtime::HealthState::kHealthy,
+                                   .reason = "replaced"})
+                  .has_value());
+  loop_.AdvanceBy(20s);  // the backlog is stored
+  auto counts = store_->CountEventsBySeverity();
+  ASSERT_TRUE(counts.has_value());
+  EXPECT_EQ((*counts)[ras::Severity::kFatal], 1u) << "the event waited and was stored";
+  auto states = store_->LoadDeviceStates();
+  ASSERT_TRUE(states.has_value());
+  ASSERT_EQ(states->size(), 1u);
+  EXPECT_EQ((*states)[0].state, "healthy") << "the older isolated row did not come back";
+  EXPECT_EQ((*states)[0].reason, "replaced");
+}
+
 }  // namespace
 }  // namespace rasd::daemon

@@ -827,6 +827,9 @@ void AddCounts(std::array<std::uint64_t, kAllSeverities.size()>& to,
 }  // namespace
 
 Result<std::int64_t> StateStore::RecordEvent(const RasEvent& event) {
+  if (write_fault_) {
+    if (auto fault = write_fault_("event")) return Fail(*fault);
+  }
   SeverityCounts added{};
   auto id = InsertEvent(event, added);  // SQLite's implicit transaction: committed on success
   if (id) AddCounts(severity_counts_, added);
@@ -834,6 +837,9 @@ Result<std::int64_t> StateStore::RecordEvent(const RasEvent& event) {
 }
 
 Result<std::vector<std::int64_t>> StateStore::RecordEvents(std::span<const RasEvent> events) {
+  if (write_fault_) {
+    if (auto fault = write_fault_("events")) return Fail(*fault);
+  }
   std::vector<std::int64_t> ids;
   if (events.empty()) return ids;
   Transaction transaction(*this);
@@ -852,6 +858,9 @@ Result<std::vector<std::int64_t>> StateStore::RecordEvents(std::span<const RasEv
 }
 
 Result<StoredBatch> StateStore::Commit(const StoreBatch& batch) {
+  if (write_fault_) {
+    if (auto fault = write_fault_("batch")) return Fail(*fault);
+  }
   // Refuse what cannot be written before writing anything.
   for (std::size_t i = 0; i < batch.actions.size(); ++i) {
     const BatchAction& action = batch.actions[i];
@@ -906,6 +915,9 @@ Result<StoredBatch> StateStore::Commit(const StoreBatch& batch) {
 }
 
 Result<std::int64_t> StateStore::RecordAction(const ActionRecord& action) {
+  if (write_fault_) {
+    if (auto fault = write_fault_("action")) return Fail(*fault);
+  }
   if (auto counted = CheckActionCount(action); !counted) return Fail(counted.error());
   return InsertAction(action, action.event_id);
 }
@@ -942,6 +954,9 @@ Result<std::vector<ActionRecord>> StateStore::QueryActions(std::optional<int> de
 }
 
 Status StateStore::SaveDeviceState(const DeviceStateRecord& state) {
+  if (write_fault_) {
+    if (auto fault = write_fault_("device state")) return Fail(*fault);
+  }
   return UpsertDeviceState(state);
 }
 
@@ -959,12 +974,18 @@ Result<std::vector<DeviceStateRecord>> StateStore::LoadDeviceStates() {
 }
 
 Status StateStore::SaveRetiredPage(const RetiredPageRecord& page) {
+  if (write_fault_) {
+    if (auto fault = write_fault_("retired page")) return Fail(*fault);
+  }
   return InsertRetiredPage(page);
 }
 
 // Workloads change at the pace of processes starting, not of errors: a
 // statement prepared per call.
 Status StateStore::SaveWorkload(const WorkloadRecord& workload) {
+  if (write_fault_) {
+    if (auto fault = write_fault_("workload")) return Fail(*fault);
+  }
   sqlite3_stmt* statement = nullptr;
   if (sqlite3_prepare_v2(db_,
                          "INSERT OR REPLACE INTO workloads(pid, start_time, spec) VALUES (?, ?, ?)",
@@ -980,6 +1001,9 @@ Status StateStore::SaveWorkload(const WorkloadRecord& workload) {
 }
 
 Status StateStore::DeleteWorkload(std::int64_t pid, std::uint64_t start_time) {
+  if (write_fault_) {
+    if (auto fault = write_fault_("workload delete")) return Fail(*fault);
+  }
   sqlite3_stmt* statement = nullptr;
   if (sqlite3_prepare_v2(db_, "DELETE FROM workloads WHERE pid = ? AND start_time = ?", -1,
                          &statement, nullptr) != SQLITE_OK)
@@ -994,6 +1018,9 @@ Status StateStore::DeleteWorkload(std::int64_t pid, std::uint64_t start_time) {
 
 // Recoveries happen at the pace of repairs: a statement prepared per call.
 Status StateStore::SaveDeviceRecovery(const DeviceRecoveryRecord& record) {
+  if (write_fault_) {
+    if (auto fault = write_fault_("device recovery")) return Fail(*fault);
+  }
   sqlite3_stmt* statement = nullptr;
   if (sqlite3_prepare_v2(db_,
                          "INSERT OR REPLACE INTO device_recovery(device_uuid, spec) VALUES (?, ?)",
@@ -1008,6 +1035,9 @@ Status StateStore::SaveDeviceRecovery(const DeviceRecoveryRecord& record) {
 }
 
 Status StateStore::SaveNodeValue(const std::string& key, const std::string& value) {
+  if (write_fault_) {
+    if (auto fault = write_fault_("node value")) return Fail(*fault);
+  }
   sqlite3_stmt* statement = nullptr;
   if (sqlite3_prepare_v2(db_, "INSERT OR REPLACE INTO node_state(key, value) VALUES (?, ?)", -1,
                          &statement, nullptr) != SQLITE_OK)
@@ -1021,6 +1051,9 @@ Status StateStore::SaveNodeValue(const std::string& key, const std::string& valu
 }
 
 Status StateStore::DeleteNodeValue(const std::string& key) {
+  if (write_fault_) {
+    if (auto fault = write_fault_("node value delete")) return Fail(*fault);
+  }
   sqlite3_stmt* statement = nullptr;
   if (sqlite3_prepare_v2(db_, "DELETE FROM node_state WHERE key = ?", -1, &statement, nullptr) !=
       SQLITE_OK)

@@ -49,11 +49,17 @@ class ManualClock final : public Clock {
 // HostEnv, so tests point the daemon at a fixture tree instead of the real
 // machine. HostEnv never caches file contents: sysfs values change under us.
 // Thread-safe; the clock it returns lives as long as the HostEnv.
+//
+// ReadFile, Exists and WriteFile are virtual so that a test can make a host
+// access fail on demand (ErrorHostEnv in error_host_env.h).
 class HostEnv {
  public:
   // `root` prefixes every host path; "/" is the real machine. `clock` must
   // not be null.
   HostEnv(std::filesystem::path root, std::shared_ptr<const Clock> clock);
+  virtual ~HostEnv() = default;
+  HostEnv(const HostEnv&) = delete;
+  HostEnv& operator=(const HostEnv&) = delete;
 
   const std::filesystem::path& Root() const { return root_; }
   const Clock& GetClock() const { return *clock_; }
@@ -66,16 +72,17 @@ class HostEnv {
   // kNotFound, not a crash: devices and EDAC controllers come and go. Only a
   // regular file is read, never waited on: a FIFO, socket or device node in
   // its place is kInvalidArgument.
-  Result<std::string> ReadFile(std::string_view host_path, std::size_t max_bytes = 1 << 20) const;
+  virtual Result<std::string> ReadFile(std::string_view host_path,
+                                       std::size_t max_bytes = 1 << 20) const;
 
-  bool Exists(std::string_view host_path) const;
+  virtual bool Exists(std::string_view host_path) const;
 
   // Writes `content` to a host file in one write(), as sysfs control files
   // (soft_offline_page, EINJ's) expect. Without `create` the file must
   // exist (a missing sysfs file is kNotFound, never created by mistake);
   // with it, a missing file and its directories are made (fixture trees).
-  Status WriteFile(std::string_view host_path, std::string_view content,
-                   bool create = false) const;
+  virtual Status WriteFile(std::string_view host_path, std::string_view content,
+                           bool create = false) const;
 
  private:
   std::filesystem::path root_;

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -200,6 +201,13 @@ class StateStore {
   static int LatestSchemaVersion();
   const std::filesystem::path& DatabasePath() const { return database_path_; }
 
+  // Every write (a batch, an event, a row saved or deleted) asks `fault`
+  // first and, when it answers an error, fails with it and writes nothing,
+  // as a full or failing disk would: how tests make a commit fail on
+  // demand. Unset (the default): no fault.
+  using WriteFault = std::function<std::optional<Error>(std::string_view what)>;
+  void SetWriteFault(WriteFault fault) { write_fault_ = std::move(fault); }
+
   // Appends an event; returns its id.
   Result<std::int64_t> RecordEvent(const RasEvent& event);
   // Appends events in one transaction: all or none. Returns their ids, in
@@ -321,6 +329,7 @@ class StateStore {
   sqlite3* db_ = nullptr;
   std::size_t wal_pages_ = 0;
   std::unique_ptr<Statements> statements_;  // finalized before db_ is closed
+  WriteFault write_fault_;
   int schema_version_ = 0;
   SeverityCounts severity_counts_{};  // what CountEventsBySeverity reports
   bool marked_in_use_ = false;        // the destructor clears the mark it set
