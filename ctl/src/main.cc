@@ -260,6 +260,475 @@ std::string RenderReload(const nlohmann::json& result) {
   return text;
 }
 
+// What a command runs once parsed: the global options, and the words after
+// `--` (rasctl run's command).
+struct Invocation {
+  const GlobalOptions& options;
+  const std::vector<std::string>& after_dashes;
+};
+using Action = std::function<int(const Invocation&)>;
+
+std::chrono::milliseconds Timeout(const GlobalOptions& options) {
+  return std::chrono::milliseconds(static_cast<long long>(options.timeout_seconds * 1000));
+}
+
+CLI::Validator Duration() {
+  return CLI::Validator(
+      [](const std::string& text) {
+        return rasd::ctl::ParseDuration(text) ? std::string()
+                                              : std::string("not a duration: ") + text;
+      },
+      "DURATION");
+}
+
+const nlohmann::json kNoArgs = nlohmann::json::object();
+
+// A command whose request takes no arguments and whose answer `render` prints.
+Action Simple(std::string command, std::function<std::string(const nlohmann::json&)> render) {
+  return [command = std::move(command), render = std::move(render)](const Invocation& call) {
+    return RunCommand(call.options, command, kNoArgs, render);
+  };
+}
+
+// The values an inject names, for the option's check and for completion.
+const std::vector<std::string> kInjectKinds = {"ce",    "ucna", "srao", "srar",    "uce",
+                                               "fatal", "xid",  "link", "link-up", "hang",
+                                               "load",  "kmsg", "edac", "einj",    "hwpoison"};
+const std::vector<std::string> kSeverities = {"CE", "UCNA", "SRAO", "SRAR", "UCE", "FATAL", "INFO"};
+
+Action DefineEvents(CLI::App& command) {
+  struct Args {
+    std::string since, severity;
+    int device = -1;
+    int limit = 100;
+    bool follow = false;
+  };
+  auto args = std::make_shared<Args>();
+  command
+      .add_option("--since", args->since, "only events newer than DURATION (90, 30s, 5m, 2h, 1d)")
+      ->check(Duration());
+  command.add_option("--severity", args->severity, "only this class")
+      ->check(CLI::IsMember(kSeverities, CLI::ignore_case));
+  command.add_option("--device", args->device, "only events of this device index")
+      ->check(DeviceIndex());
+  command.add_option("--limit", args->limit, "at most this many of the newest events")
+      ->check(PositiveCount(10000))
+      ->capture_default_str();
+  command.add_flag("--follow", args->follow,
+                   "keep printing new events as they arrive (Ctrl-C ends)");
+  return [args](const Invocation& call) {
+    nlohmann::json request = {{"limit", args->limit}};
+    if (!args->since.empty()) request["since_seconds"] = *rasd::ctl::ParseDuration(args->since);
+    if (!args->severity.empty()) request["severity"] = args->severity;
+    if (args->device >= 0) request["device"] = args->device;
+    if (!args->follow) return RunCommand(call.options, "events", request, rasd::ctl::FormatEvents);
+    return Watch(call.options, request, /*with_devices=*/false);
+  };
+}
+
+// `devices [N]`, `retired [N]`: one optional device index.
+Action DefineOneDevice(CLI::App& command, std::string request_name,
+                       std::function<std::string(const nlohmann::json&)> render) {
+  auto device = std::make_shared<int>(-1);
+  command.add_option("device", *device, "only this device index")->check(DeviceIndex());
+  return [device, request_name = std::move(request_name),
+          render = std::move(render)](const Invocation& call) {
+    nlohmann::json request = nlohmann::json::object();
+    if (*device >= 0) request["device"] = *device;
+    return RunCommand(call.options, request_name, request, render);
+  };
+}
+
+Action DefineCheck(CLI::App& command) {
+  auto options = std::make_shared<rasd::ctl::CheckOptions>();
+  command
+      .add_option("--format", options->format,
+                  "text; npd (node-problem-detector plugin: one line, at most 80 characters); "
+                  "nhc (Slurm HealthCheckProgram: drains on a problem, resumes only rasd's "
+                  "drains)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"text", "npd", "nhc"}));
+  command.add_option("--node", options->node,
+                     "nhc: Slurm's name for this node (default: rasd's scheduler.node, else the "
+                     "short host name)");
+  command
+      .add_option("--scontrol", options->scontrol,
+                  "nhc: the scontrol to run; sinfo is taken from beside it")
+      ->capture_default_str();
+  command.footer(
+      "A degraded device still takes work: the node is OK. A rasd that does not answer is "
+      "unknown (exit 2), never healthy; nhc drains then, under the blast-radius guard.");
+  return [options](const Invocation& call) {
+    options->socket = SocketPath(call.options);
+    options->timeout = Timeout(call.options);
+    options->json = call.options.json;
+    return rasd::ctl::RunCheck(*options, std::cout, std::cerr);
+  };
+}
+
+Action DefineActions(CLI::App& command) {
+  struct Args {
+    int device = -1;
+    int limit = 50;
+  };
+  auto args = std::make_shared<Args>();
+  command.add_option("--device", args->device, "only actions on this device index")
+      ->check(DeviceIndex());
+  command.add_option("--limit", args->limit, "at most this many")
+      ->check(PositiveCount(10000))
+      ->capture_default_str();
+  return [args](const Invocation& call) {
+    nlohmann::json request = {{"limit", args->limit}};
+    if (args->device >= 0) request["device"] = args->device;
+    return RunCommand(call.options, "actions", request, rasd::ctl::FormatActions);
+  };
+}
+
+// `job start` and `job stop`: a command of commands.
+Action DefineJob(CLI::App& command) {
+  command.require_subcommand(1);
+  struct Args {
+    std::string kind, name, stop_name;
+    std::vector<int> devices;
+    int load = 0, steps = 0, elements = 0, checkpoint = 0, min_ranks = 0, batch = 0;
+    bool no_grow = false;
+  };
+  auto args = std::make_shared<Args>();
+  auto* start = command.add_subcommand("start", "start a job");
+  start->add_option("kind", args->kind, "inference or collective")
+      ->required()
+      ->check(CLI::IsMember({"inference", "collective"}));
+  start->add_option("name", args->name, "the job's name")->required();
+  start->add_option("--devices", args->devices, "device indexes (default: all)")->delimiter(',');
+  start->add_option("--load", args->load, "inference: in-process requests per second")
+      ->check(PositiveCount(1000000));
+  start->add_option("--max-batch", args->batch, "inference: largest batch")
+      ->check(PositiveCount(4096));
+  start->add_option("--steps", args->steps, "collective: steps to run")
+      ->check(PositiveCount(100000000));
+  start->add_option("--elements", args->elements, "collective: floats per rank")
+      ->check(PositiveCount(67108864));
+  start->add_option("--checkpoint-every", args->checkpoint, "collective: steps per checkpoint")
+      ->check(PositiveCount(1000000));
+  start->add_option("--min-ranks", args->min_ranks, "collective: fewest ranks it runs on")
+      ->check(PositiveCount(1024));
+  start->add_flag("--no-grow", args->no_grow,
+                  "collective: stay on fewer ranks when a device returns to service");
+  auto* stop = command.add_subcommand("stop", "stop a job");
+  stop->add_option("name", args->stop_name, "the job's name")->required();
+  return [args, start](const Invocation& call) {
+    if (!start->parsed()) {
+      return RunCommand(call.options, "job-stop", {{"name", args->stop_name}},
+                        [](const nlohmann::json& result) {
+                          return "job " + result.value("name", std::string("?")) + " stopped\n";
+                        });
+    }
+    nlohmann::json request = {{"kind", args->kind}, {"name", args->name}};
+    if (!args->devices.empty()) request["devices"] = args->devices;
+    if (args->load > 0) request["load_rps"] = args->load;
+    if (args->batch > 0) request["max_batch"] = args->batch;
+    if (args->steps > 0) request["steps"] = args->steps;
+    if (args->elements > 0) request["elements"] = args->elements;
+    if (args->checkpoint > 0) request["checkpoint_every"] = args->checkpoint;
+    if (args->min_ranks > 0) request["min_ranks"] = args->min_ranks;
+    if (args->no_grow) request["grow_on_return"] = false;
+    return RunCommand(call.options, "job-start", request, [](const nlohmann::json& result) {
+      return "job " + result.value("name", std::string("?")) + " started\n";
+    });
+  };
+}
+
+Action DefineInject(CLI::App& command) {
+  struct Args {
+    std::string kind, value, address, job, via;
+    int device = -1, peer = -1, mc = -1, dimm = -1;
+    std::uint64_t count = 1;
+  };
+  auto args = std::make_shared<Args>();
+  command
+      .add_option("kind", args->kind,
+                  "ce, ucna, srao, srar, uce, fatal, xid, link, link-up, hang, load, kmsg, edac, "
+                  "einj, hwpoison")
+      ->required()
+      ->check(CLI::IsMember(kInjectKinds));
+  command.add_option("value", args->value, "xid: the Xid number; kmsg: the record text");
+  command.add_option("--device", args->device, "the device")->check(DeviceIndex());
+  command.add_option("--address", args->address,
+                     "hex address (default: inside a job's allocation on the device)");
+  command.add_option("--count,--ce", args->count, "how many (edac: corrected errors to add)")
+      ->check(PositiveCount(100000));
+  command.add_option("--job", args->job, "memory faults: inside this job's allocation");
+  command.add_option("--peer", args->peer, "link, link-up: the other device")->check(DeviceIndex());
+  command
+      .add_option("--via", args->via,
+                  "link, link-up: nvlink (the simulator reports it as NVML reports an NVLink)")
+      ->check(CLI::IsMember({"nvlink"}));
+  command.add_option("--mc", args->mc, "edac: memory controller")->check(DeviceIndex());
+  command.add_option("--dimm", args->dimm, "edac: DIMM")->check(DeviceIndex());
+  return [args](const Invocation& call) {
+    nlohmann::json request = {{"kind", args->kind}};
+    if (args->device >= 0) request["device"] = args->device;
+    if (!args->address.empty()) request["address"] = args->address;
+    if (args->count != 1) request["count"] = args->count;
+    if (!args->job.empty()) request["job"] = args->job;
+    if (args->peer >= 0) request["peer"] = args->peer;
+    if (!args->via.empty()) request["via"] = args->via;
+    if (args->mc >= 0) request["mc"] = args->mc;
+    if (args->dimm >= 0) request["dimm"] = args->dimm;
+    const std::string& value = args->value;
+    if (args->kind == "xid") {
+      int number = -1;
+      if (value.empty() ||
+          std::from_chars(value.data(), value.data() + value.size(), number).ec != std::errc()) {
+        std::cerr
+            << "rasctl: inject xid needs the Xid number, e.g. rasctl inject xid 79 --device 1\n";
+        return kExitUsage;
+      }
+      request["xid"] = number;
+    } else if (args->kind == "kmsg") {
+      if (value.empty()) {
+        std::cerr << "rasctl: inject kmsg needs the record text\n";
+        return kExitUsage;
+      }
+      request["text"] = value;
+    }
+    return RunCommand(call.options, "inject", request, [](const nlohmann::json& result) {
+      return "injected " + result.dump() + "\n";
+    });
+  };
+}
+
+Action DefineInfer(CLI::App& command) {
+  struct Args {
+    std::string job;
+    std::vector<float> input;
+    std::uint64_t seed = 0;
+  };
+  auto args = std::make_shared<Args>();
+  command.add_option("job", args->job, "the inference job's name")->required();
+  command.add_option("--input", args->input, "the input values (default: the load generator's)")
+      ->delimiter(',');
+  command.add_option("--seed", args->seed, "which load-generator input, without --input");
+  return [args](const Invocation& call) {
+    nlohmann::json request = {{"job", args->job}};
+    if (!args->input.empty()) {
+      request["input"] = args->input;
+    } else {
+      request["seed"] = args->seed;
+    }
+    return RunCommand(call.options, "infer", request, [](const nlohmann::json& result) {
+      std::string text;
+      for (const auto& value : result.value("output", nlohmann::json::array())) {
+        if (!text.empty()) text += ' ';
+        text += fmt::format("{:.6g}", value.get<double>());
+      }
+      return fmt::format("request {} ({:.2f} ms): {}\n", result.value("request", 0),
+                         result.value("latency_ms", 0.0), text);
+    });
+  };
+}
+
+// isolate, drain, undrain: a device index, a reason, and the command's own.
+Action DefineStateChange(CLI::App& command, std::string request_name) {
+  struct Args {
+    int device = -1;
+    std::string reason;
+    std::string deadline = "30s";  // drain
+    bool force = false;            // undrain
+  };
+  auto args = std::make_shared<Args>();
+  command.add_option("device", args->device, "device index")->required()->check(DeviceIndex());
+  command.add_option("--reason", args->reason, "why (stored and shown)");
+  if (request_name == "drain") {
+    command.add_option("--deadline", args->deadline, "how long admitted work may run (30s, 5m)")
+        ->capture_default_str()
+        ->check(Duration());
+  }
+  if (request_name == "undrain")
+    command.add_flag("--force", args->force, "return it even if the self-test fails");
+  return [args, request_name = std::move(request_name)](const Invocation& call) {
+    nlohmann::json request = {{"device", args->device}};
+    if (request_name == "drain") {
+      request["deadline_ms"] =
+          static_cast<long long>(*rasd::ctl::ParseDuration(args->deadline) * 1000);
+    }
+    if (request_name == "undrain") request["force"] = args->force;
+    if (!args->reason.empty()) request["reason"] = args->reason;
+    return RunCommand(call.options, request_name, request, rasd::ctl::FormatStateChange);
+  };
+}
+
+Action DefineBackup(CLI::App& command) {
+  struct Args {
+    std::string file;
+    bool force = false;
+  };
+  auto args = std::make_shared<Args>();
+  command.add_option("file", args->file, "where the copy goes (relative: to this directory)")
+      ->required();
+  command.add_flag("--force", args->force, "replace FILE if it exists");
+  return [args](const Invocation& call) {
+    // rasd writes it, from its own working directory: send an absolute path.
+    std::error_code error;
+    const auto file = std::filesystem::absolute(args->file, error);
+    if (error) {
+      std::cerr << "rasctl: backup: cannot resolve " << args->file << ": " << error.message()
+                << "\n";
+      return kExitUsage;
+    }
+    nlohmann::json request = {{"file", file.lexically_normal().string()}};
+    if (args->force) request["force"] = true;
+    return RunCommand(call.options, "backup", request, [](const nlohmann::json& result) {
+      return fmt::format("backed up to {}: {} bytes, {} pages\n",
+                         result.value("file", std::string("?")),
+                         result.value("bytes", std::uint64_t{0}), result.value("pages", 0));
+    });
+  };
+}
+
+Action DefineRun(CLI::App& command) {
+  struct Args {
+    rasd::ctl::RunOptions options;
+    std::vector<int> devices;
+    std::string grace;
+  };
+  auto args = std::make_shared<Args>();
+  command.add_option("--devices", args->devices, "these device indexes (each must take new work)")
+      ->delimiter(',')
+      ->check(DeviceIndex());
+  command
+      .add_option("--count", args->options.count,
+                  "this many devices that take new work (default 1)")
+      ->check(PositiveCount(1024));
+  command.add_option("--name", args->options.name, "the workload's name (default: the command's)");
+  command
+      .add_option("--drain-signal", args->options.drain_signal,
+                  "what rasd sends when a device leaves service (TERM, INT, USR1, ...)")
+      ->capture_default_str();
+  command
+      .add_option("--grace", args->grace,
+                  "how long it may run on after that before SIGKILL (default: rasd's "
+                  "workloads.grace_ms; at most 1h)")
+      ->check([](const std::string& text) {
+        const auto seconds = rasd::ctl::ParseDuration(text);
+        if (!seconds) return std::string("not a duration: ") + text;
+        // "500" could be seconds or rasd's milliseconds (workloads.grace_ms).
+        const bool unit = !text.empty() && std::isalpha(static_cast<unsigned char>(text.back()));
+        if (!unit && *seconds != 0) return "give a unit (500ms, 30s, 2m), not " + text;
+        if (*seconds > 3600) return "at most 1h (3600s), not " + text;
+        if (*seconds > 0 && *seconds < 0.001) return "at least 1ms (or 0), not " + text;
+        return std::string();
+      });
+  // CMD [ARGS...] is everything after `--`, taken off before CLI11 parses
+  // (its options are the command's own, whatever they look like).
+  command.footer("CMD [ARGS...] follows --: rasctl run --count 2 -- python3 serve.py --port 8000");
+  command.get_option("--devices")->excludes(command.get_option("--count"));
+  return [args](const Invocation& call) {
+    rasd::ctl::RunOptions options = args->options;
+    options.socket = SocketPath(call.options);
+    options.timeout = Timeout(call.options);
+    options.devices = args->devices;
+    options.command = call.after_dashes;
+    if (!args->grace.empty()) {
+      options.grace = std::chrono::milliseconds(
+          static_cast<long long>(*rasd::ctl::ParseDuration(args->grace) * 1000));
+    }
+    return rasd::ctl::RunWorkload(options);
+  };
+}
+
+Action DefineScan(CLI::App& command) {
+  struct Args {
+    std::string file = "-";
+    unsigned threads = 0;
+  };
+  auto args = std::make_shared<Args>();
+  command.add_option("file", args->file, "dmesg/journalctl/syslog/kmsg text; - for standard input");
+  command.add_option("--threads", args->threads,
+                     "threads that scan a file's parts (default: one per CPU, at most 8)");
+  return [args](const Invocation& call) {
+    return rasd::ctl::RunScan(
+        {.file = args->file, .json = call.options.json, .threads = args->threads}, std::cout,
+        std::cerr);
+  };
+}
+
+// Every command, once: its name, what it does (help), whether only an
+// administrator may run it (rasd checks; the help says so), and how it
+// defines its options and what it runs. Help, completion and
+// `rasctl __commands` (which README's table is checked against) follow
+// from this table.
+struct CommandSpec {
+  const char* name;
+  const char* help;
+  bool admin;
+  std::function<Action(CLI::App&)> define;
+};
+
+std::vector<CommandSpec> Commands(const CLI::App& app) {
+  return {
+      {"help", "show this help", false,
+       [&app](CLI::App&) -> Action {
+         return [&app](const Invocation&) {
+           // The whole program's help (App::help shows the parsed subcommand's).
+           std::cout << app.get_formatter()->make_help(&app, "rasctl", CLI::AppFormatMode::Normal);
+           return kExitOk;
+         };
+       }},
+      {"version", "show rasctl's version", false,
+       [](CLI::App&) -> Action {
+         return [](const Invocation&) {
+           std::cout << "rasctl " << rasd::kVersion << "\n";
+           return kExitOk;
+         };
+       }},
+      {"status", "show the daemon's state", false,
+       [](CLI::App&) { return Simple("status", rasd::ctl::FormatStatus); }},
+      {"ping", "check that the daemon answers", false,
+       [](CLI::App&) {
+         return Simple("ping", [](const nlohmann::json&) { return std::string("pong\n"); });
+       }},
+      {"reload", "re-read the config file (like SIGHUP)", true,
+       [](CLI::App&) { return Simple("reload", RenderReload); }},
+      {"events", "list the RAS events rasd has stored", false, DefineEvents},
+      {"watch", "print new events and device state changes as rasd reports them (Ctrl-C ends)",
+       false,
+       [](CLI::App&) -> Action {
+         return [](const Invocation& call) {
+           return Watch(call.options, nlohmann::json::object(), /*with_devices=*/true);
+         };
+       }},
+      {"summary", "event counts by origin and severity", false,
+       [](CLI::App&) { return Simple("summary", rasd::ctl::FormatSummary); }},
+      {"devices", "device health, reasons, memory, recent actions", false,
+       [](CLI::App& command) {
+         return DefineOneDevice(command, "devices", rasd::ctl::FormatDevices);
+       }},
+      {"check", "one health verdict for node agents: exit 0 OK, 1 problem, 2 unknown", false,
+       DefineCheck},
+      {"actions", "what rasd did about events, newest first", false, DefineActions},
+      {"jobs", "the jobs rasd runs: kind, devices, state, progress", false,
+       [](CLI::App&) { return Simple("jobs", rasd::ctl::FormatJobs); }},
+      {"job", "start or stop a built-in job", true, DefineJob},
+      {"inject", "inject a fault through the simulator or a source's input", true, DefineInject},
+      {"infer", "send one request to an inference job", true, DefineInfer},
+      {"retired", "device memory pages taken out of service", false,
+       [](CLI::App& command) {
+         return DefineOneDevice(command, "retired", rasd::ctl::FormatRetired);
+       }},
+      {"isolate", "take a device out of service now", true,
+       [](CLI::App& command) { return DefineStateChange(command, "isolate"); }},
+      {"drain", "stop new work on a device; admitted work may finish by the deadline", true,
+       [](CLI::App& command) { return DefineStateChange(command, "drain"); }},
+      {"undrain", "return a repaired device to service after a self-test passes", true,
+       [](CLI::App& command) { return DefineStateChange(command, "undrain"); }},
+      {"backup", "copy the live state database to FILE while rasd runs", true, DefineBackup},
+      {"run", "run a command on healthy devices, drained by rasd when one leaves service", false,
+       DefineRun},
+      {"scan", "list the RAS records in a saved kernel log (offline)", false, DefineScan},
+  };
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -276,215 +745,26 @@ int main(int argc, char** argv) {
       ->check(PositiveSeconds())
       ->capture_default_str();
   app.set_version_flag("-v,--version", std::string("rasctl ") + rasd::kVersion);
-  auto* help = app.add_subcommand("help", "show this help");
-  auto* version = app.add_subcommand("version", "show rasctl's version");
+  const std::vector<CommandSpec> specs = Commands(app);
+  std::vector<std::pair<CLI::App*, Action>> defined;
+  for (const auto& spec : specs) {
+    auto* command =
+        app.add_subcommand(spec.name, std::string(spec.help) + (spec.admin ? " (admin)" : ""));
+    defined.emplace_back(command, spec.define(*command));
+  }
 
-  auto* status = app.add_subcommand("status", "show the daemon's state");
-  auto* ping = app.add_subcommand("ping", "check that the daemon answers");
-  auto* reload = app.add_subcommand("reload", "re-read the config file (like SIGHUP)");
-  auto* events = app.add_subcommand("events", "list the RAS events rasd has stored");
-  std::string events_since, events_severity;
-  int events_device = -1;
-  int events_limit = 100;
-  bool events_follow = false;
-  events
-      ->add_option("--since", events_since, "only events newer than DURATION (90, 30s, 5m, 2h, 1d)")
-      ->check([](const std::string& text) {
-        return rasd::ctl::ParseDuration(text) ? std::string()
-                                              : std::string("not a duration: ") + text;
-      });
-  events->add_option("--severity", events_severity, "only this class")
-      ->check(
-          CLI::IsMember({"CE", "UCNA", "SRAO", "SRAR", "UCE", "FATAL", "INFO"}, CLI::ignore_case));
-  events->add_option("--device", events_device, "only events of this device index")
-      ->check(DeviceIndex());
-  events->add_option("--limit", events_limit, "at most this many of the newest events")
-      ->check(PositiveCount(10000))->capture_default_str();
-  events->add_flag("--follow", events_follow,
-                   "keep printing new events as they arrive (Ctrl-C ends)");
-  auto* watch = app.add_subcommand(
-      "watch", "print new events and device state changes as rasd reports them (Ctrl-C ends)");
-  auto* summary = app.add_subcommand("summary", "event counts by origin and severity");
-  auto* devices = app.add_subcommand("devices", "device health, reasons, memory, recent actions");
-  int devices_device = -1;
-  devices->add_option("device", devices_device, "only this device index")
-      ->check(DeviceIndex());
-  auto* check = app.add_subcommand(
-      "check", "one health verdict for node agents: exit 0 OK, 1 problem, 2 unknown");
-  rasd::ctl::CheckOptions check_options;
-  check->add_option("--format", check_options.format,
-                    "text; npd (node-problem-detector plugin: one line, at most 80 characters); "
-                    "nhc (Slurm HealthCheckProgram: drains on a problem, resumes only rasd's "
-                    "drains)")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"text", "npd", "nhc"}));
-  check->add_option("--node", check_options.node,
-                    "nhc: Slurm's name for this node (default: rasd's scheduler.node, else the "
-                    "short host name)");
-  check->add_option("--scontrol", check_options.scontrol,
-                    "nhc: the scontrol to run; sinfo is taken from beside it")
-      ->capture_default_str();
-  check->footer(
-      "A degraded device still takes work: the node is OK. A rasd that does not answer is "
-      "unknown (exit 2), never healthy; nhc drains then, under the blast-radius guard.");
-  auto* actions = app.add_subcommand("actions", "what rasd did about events, newest first");
-  int actions_device = -1;
-  int actions_limit = 50;
-  actions->add_option("--device", actions_device, "only actions on this device index")
-      ->check(DeviceIndex());
-  actions->add_option("--limit", actions_limit, "at most this many")->check(PositiveCount(10000))->capture_default_str();
-  auto* jobs = app.add_subcommand("jobs", "the jobs rasd runs: kind, devices, state, progress");
-  auto* job = app.add_subcommand("job", "start or stop a built-in job (admin)");
-  job->require_subcommand(1);
-  auto* job_start = job->add_subcommand("start", "start a job");
-  std::string job_kind, job_name;
-  std::vector<int> job_devices;
-  int job_load = 0, job_steps = 0, job_elements = 0, job_checkpoint = 0, job_min_ranks = 0,
-      job_batch = 0;
-  job_start->add_option("kind", job_kind, "inference or collective")
-      ->required()
-      ->check(CLI::IsMember({"inference", "collective"}));
-  job_start->add_option("name", job_name, "the job's name")->required();
-  job_start->add_option("--devices", job_devices, "device indexes (default: all)")->delimiter(',');
-  job_start->add_option("--load", job_load, "inference: in-process requests per second")
-      ->check(PositiveCount(1000000));
-  job_start->add_option("--max-batch", job_batch, "inference: largest batch")
-      ->check(PositiveCount(4096));
-  job_start->add_option("--steps", job_steps, "collective: steps to run")
-      ->check(PositiveCount(100000000));
-  job_start->add_option("--elements", job_elements, "collective: floats per rank")
-      ->check(PositiveCount(67108864));
-  job_start->add_option("--checkpoint-every", job_checkpoint, "collective: steps per checkpoint")
-      ->check(PositiveCount(1000000));
-  job_start->add_option("--min-ranks", job_min_ranks, "collective: fewest ranks it runs on")
-      ->check(PositiveCount(1024));
-  bool job_no_grow = false;
-  job_start->add_flag("--no-grow", job_no_grow,
-                      "collective: stay on fewer ranks when a device returns to service");
-  auto* job_stop = job->add_subcommand("stop", "stop a job");
-  std::string stop_name;
-  job_stop->add_option("name", stop_name, "the job's name")->required();
-  auto* inject = app.add_subcommand(
-      "inject", "inject a fault through the simulator or a source's input (admin)");
-  std::string inject_kind, inject_value, inject_address, inject_job;
-  int inject_device = -1, inject_peer = -1, inject_mc = -1, inject_dimm = -1;
-  std::string inject_via;
-  std::uint64_t inject_count = 1;
-  const std::vector<std::string> kInjectKinds = {"ce",   "ucna", "srao", "srar", "uce",
-                                                 "fatal", "xid", "link", "link-up", "hang", "load", "kmsg",
-                                                 "edac", "einj", "hwpoison"};
-  inject
-      ->add_option("kind", inject_kind,
-                   "ce, ucna, srao, srar, uce, fatal, xid, link, link-up, hang, load, kmsg, edac, einj, "
-                   "hwpoison")
-      ->required()
-      ->check(CLI::IsMember(kInjectKinds));
-  inject->add_option("value", inject_value, "xid: the Xid number; kmsg: the record text");
-  inject->add_option("--device", inject_device, "the device")->check(DeviceIndex());
-  inject->add_option("--address", inject_address,
-                     "hex address (default: inside a job's allocation on the device)");
-  inject->add_option("--count,--ce", inject_count, "how many (edac: corrected errors to add)")
-      ->check(PositiveCount(100000));
-  inject->add_option("--job", inject_job, "memory faults: inside this job's allocation");
-  inject->add_option("--peer", inject_peer, "link, link-up: the other device")
-      ->check(DeviceIndex());
-  inject
-      ->add_option("--via", inject_via,
-                   "link, link-up: nvlink (the simulator reports it as NVML reports an NVLink)")
-      ->check(CLI::IsMember({"nvlink"}));
-  inject->add_option("--mc", inject_mc, "edac: memory controller")->check(DeviceIndex());
-  inject->add_option("--dimm", inject_dimm, "edac: DIMM")->check(DeviceIndex());
-  auto* infer = app.add_subcommand("infer", "send one request to an inference job (admin)");
-  std::string infer_job;
-  std::vector<float> infer_input;
-  std::uint64_t infer_seed = 0;
-  infer->add_option("job", infer_job, "the inference job's name")->required();
-  infer->add_option("--input", infer_input, "the input values (default: the load generator's)")
-      ->delimiter(',');
-  infer->add_option("--seed", infer_seed, "which load-generator input, without --input");
-  auto* retired = app.add_subcommand("retired", "device memory pages taken out of service");
-  int retired_device = -1;
-  retired->add_option("device", retired_device, "only this device index")
-      ->check(DeviceIndex());
-  auto* isolate = app.add_subcommand("isolate", "take a device out of service now (admin)");
-  int isolate_device = -1;
-  std::string isolate_reason;
-  isolate->add_option("device", isolate_device, "device index")
-      ->required()
-      ->check(DeviceIndex());
-  isolate->add_option("--reason", isolate_reason, "why (stored and shown)");
-  auto* drain = app.add_subcommand(
-      "drain", "stop new work on a device; admitted work may finish by the deadline (admin)");
-  int drain_device = -1;
-  std::string drain_reason, drain_deadline = "30s";
-  drain->add_option("device", drain_device, "device index")
-      ->required()
-      ->check(DeviceIndex());
-  drain->add_option("--reason", drain_reason, "why (stored and shown)");
-  drain->add_option("--deadline", drain_deadline, "how long admitted work may run (30s, 5m)")
-      ->capture_default_str()
-      ->check([](const std::string& text) {
-        return rasd::ctl::ParseDuration(text) ? std::string()
-                                              : std::string("not a duration: ") + text;
-      });
-  auto* undrain = app.add_subcommand(
-      "undrain", "return a repaired device to service after a self-test passes (admin)");
-  int undrain_device = -1;
-  std::string undrain_reason;
-  bool undrain_force = false;
-  undrain->add_option("device", undrain_device, "device index")
-      ->required()
-      ->check(DeviceIndex());
-  undrain->add_option("--reason", undrain_reason, "why (stored and shown)");
-  undrain->add_flag("--force", undrain_force, "return it even if the self-test fails");
-  auto* backup = app.add_subcommand(
-      "backup", "copy the live state database to FILE while rasd runs (admin)");
-  std::string backup_file;
-  bool backup_force = false;
-  backup->add_option("file", backup_file, "where the copy goes (relative: to this directory)")
-      ->required();
-  backup->add_flag("--force", backup_force, "replace FILE if it exists");
-  auto* run = app.add_subcommand(
-      "run", "run a command on healthy devices, drained by rasd when one leaves service");
-  rasd::ctl::RunOptions run_options;
-  std::vector<int> run_devices;
-  std::string run_grace;
-  run->add_option("--devices", run_devices, "these device indexes (each must take new work)")
-      ->delimiter(',')
-      ->check(DeviceIndex());
-  run->add_option("--count", run_options.count, "this many devices that take new work (default 1)")
-      ->check(PositiveCount(1024));
-  run->add_option("--name", run_options.name, "the workload's name (default: the command's)");
-  run->add_option("--drain-signal", run_options.drain_signal,
-                  "what rasd sends when a device leaves service (TERM, INT, USR1, ...)")
-      ->capture_default_str();
-  run->add_option("--grace", run_grace,
-                  "how long it may run on after that before SIGKILL (default: rasd's "
-                  "workloads.grace_ms; at most 1h)")
-      ->check([](const std::string& text) {
-        const auto seconds = rasd::ctl::ParseDuration(text);
-        if (!seconds) return std::string("not a duration: ") + text;
-        // "500" could be seconds or rasd's milliseconds (workloads.grace_ms).
-        const bool unit = !text.empty() && std::isalpha(static_cast<unsigned char>(text.back()));
-        if (!unit && *seconds != 0) return "give a unit (500ms, 30s, 2m), not " + text;
-        if (*seconds > 3600) return "at most 1h (3600s), not " + text;
-        if (*seconds > 0 && *seconds < 0.001) return "at least 1ms (or 0), not " + text;
-        return std::string();
-      });
-  // CMD [ARGS...] is everything after `--`, taken off before CLI11 parses
-  // (its options are the command's own, whatever they look like).
-  run->footer("CMD [ARGS...] follows --: rasctl run --count 2 -- python3 serve.py --port 8000");
-  run->get_option("--devices")->excludes(run->get_option("--count"));
-  auto* scan = app.add_subcommand("scan", "list the RAS records in a saved kernel log (offline)");
-  std::string scan_file = "-";
-  scan->add_option("file", scan_file, "dmesg/journalctl/syslog/kmsg text; - for standard input");
-  unsigned scan_threads = 0;
-  scan->add_option("--threads", scan_threads,
-                   "threads that scan a file's parts (default: one per CPU, at most 8)");
+  if (argc >= 2 && std::string_view(argv[1]) == "__commands") {
+    // The table, for the check that README lists every command: name,
+    // admin or anyone, help.
+    for (const auto& spec : specs)
+      std::cout << spec.name << "\t" << (spec.admin ? "admin" : "anyone") << "\t" << spec.help
+                << "\n";
+    return kExitOk;
+  }
   if (argc >= 2 && std::string_view(argv[1]) == "__complete") {
     // For packaging/bash-completion/rasctl: candidates, one per line.
     rasd::ctl::CompletionHints hints;
-    hints.option_values["--severity"] = {"CE", "UCNA", "SRAO", "SRAR", "UCE", "FATAL", "INFO"};
+    hints.option_values["--severity"] = kSeverities;
     hints.option_values["--format"] = {"text", "npd", "nhc"};
     hints.option_values["--drain-signal"] = {"TERM", "INT", "HUP", "QUIT", "USR1", "USR2"};
     hints.file_options = {"--socket"};
@@ -525,176 +805,14 @@ int main(int argc, char** argv) {
     }
     return rc == 0 ? kExitOk : kExitUsage;
   }
-
-  if (has_dashes && !run->parsed()) {
-    std::cerr << "rasctl: `--` is for `rasctl run ... -- CMD [ARGS...]` only\n";
-    return kExitUsage;
-  }
-  if (help->parsed()) {
-    // The whole program's help (App::help shows the parsed subcommand's).
-    std::cout << app.get_formatter()->make_help(&app, "rasctl", CLI::AppFormatMode::Normal);
-    return kExitOk;
-  }
-  if (version->parsed()) {
-    std::cout << "rasctl " << rasd::kVersion << "\n";
-    return kExitOk;
-  }
-  const nlohmann::json no_args = nlohmann::json::object();
-  if (status->parsed()) return RunCommand(options, "status", no_args, rasd::ctl::FormatStatus);
-  if (check->parsed()) {
-    check_options.socket = SocketPath(options);
-    check_options.timeout =
-        std::chrono::milliseconds(static_cast<long long>(options.timeout_seconds * 1000));
-    check_options.json = options.json;
-    return rasd::ctl::RunCheck(check_options, std::cout, std::cerr);
-  }
-  if (ping->parsed()) {
-    return RunCommand(options, "ping", no_args,
-                      [](const nlohmann::json&) { return std::string("pong\n"); });
-  }
-  if (reload->parsed()) return RunCommand(options, "reload", no_args, RenderReload);
-  if (summary->parsed()) return RunCommand(options, "summary", no_args, rasd::ctl::FormatSummary);
-  if (watch->parsed()) return Watch(options, nlohmann::json::object(), /*with_devices=*/true);
-  if (events->parsed()) {
-    nlohmann::json args = {{"limit", events_limit}};
-    if (!events_since.empty()) args["since_seconds"] = *rasd::ctl::ParseDuration(events_since);
-    if (!events_severity.empty()) args["severity"] = events_severity;
-    if (events_device >= 0) args["device"] = events_device;
-    if (!events_follow) return RunCommand(options, "events", args, rasd::ctl::FormatEvents);
-    return Watch(options, args, /*with_devices=*/false);
-  }
-  if (devices->parsed()) {
-    nlohmann::json args = nlohmann::json::object();
-    if (devices_device >= 0) args["device"] = devices_device;
-    return RunCommand(options, "devices", args, rasd::ctl::FormatDevices);
-  }
-  if (inject->parsed()) {
-    nlohmann::json args = {{"kind", inject_kind}};
-    if (inject_device >= 0) args["device"] = inject_device;
-    if (!inject_address.empty()) args["address"] = inject_address;
-    if (inject_count != 1) args["count"] = inject_count;
-    if (!inject_job.empty()) args["job"] = inject_job;
-    if (inject_peer >= 0) args["peer"] = inject_peer;
-    if (!inject_via.empty()) args["via"] = inject_via;
-    if (inject_mc >= 0) args["mc"] = inject_mc;
-    if (inject_dimm >= 0) args["dimm"] = inject_dimm;
-    if (inject_kind == "xid") {
-      int number = -1;
-      if (inject_value.empty() ||
-          std::from_chars(inject_value.data(), inject_value.data() + inject_value.size(), number)
-                  .ec != std::errc()) {
-        std::cerr
-            << "rasctl: inject xid needs the Xid number, e.g. rasctl inject xid 79 --device 1\n";
-        return kExitUsage;
-      }
-      args["xid"] = number;
-    } else if (inject_kind == "kmsg") {
-      if (inject_value.empty()) {
-        std::cerr << "rasctl: inject kmsg needs the record text\n";
-        return kExitUsage;
-      }
-      args["text"] = inject_value;
-    }
-    return RunCommand(options, "inject", args, [](const nlohmann::json& result) {
-      return "injected " + result.dump() + "\n";
-    });
-  }
-  if (infer->parsed()) {
-    nlohmann::json args = {{"job", infer_job}};
-    if (!infer_input.empty()) {
-      args["input"] = infer_input;
-    } else {
-      args["seed"] = infer_seed;
-    }
-    return RunCommand(options, "infer", args, [](const nlohmann::json& result) {
-      std::string text;
-      for (const auto& value : result.value("output", nlohmann::json::array())) {
-        if (!text.empty()) text += ' ';
-        text += fmt::format("{:.6g}", value.get<double>());
-      }
-      return fmt::format("request {} ({:.2f} ms): {}\n", result.value("request", 0),
-                         result.value("latency_ms", 0.0), text);
-    });
-  }
-  if (jobs->parsed()) return RunCommand(options, "jobs", no_args, rasd::ctl::FormatJobs);
-  if (job_start->parsed()) {
-    nlohmann::json args = {{"kind", job_kind}, {"name", job_name}};
-    if (!job_devices.empty()) args["devices"] = job_devices;
-    if (job_load > 0) args["load_rps"] = job_load;
-    if (job_batch > 0) args["max_batch"] = job_batch;
-    if (job_steps > 0) args["steps"] = job_steps;
-    if (job_elements > 0) args["elements"] = job_elements;
-    if (job_checkpoint > 0) args["checkpoint_every"] = job_checkpoint;
-    if (job_min_ranks > 0) args["min_ranks"] = job_min_ranks;
-    if (job_no_grow) args["grow_on_return"] = false;
-    return RunCommand(options, "job-start", args, [](const nlohmann::json& result) {
-      return "job " + result.value("name", std::string("?")) + " started\n";
-    });
-  }
-  if (job_stop->parsed()) {
-    return RunCommand(options, "job-stop", {{"name", stop_name}}, [](const nlohmann::json& result) {
-      return "job " + result.value("name", std::string("?")) + " stopped\n";
-    });
-  }
-  if (actions->parsed()) {
-    nlohmann::json args = {{"limit", actions_limit}};
-    if (actions_device >= 0) args["device"] = actions_device;
-    return RunCommand(options, "actions", args, rasd::ctl::FormatActions);
-  }
-  if (retired->parsed()) {
-    nlohmann::json args = nlohmann::json::object();
-    if (retired_device >= 0) args["device"] = retired_device;
-    return RunCommand(options, "retired", args, rasd::ctl::FormatRetired);
-  }
-  if (isolate->parsed()) {
-    nlohmann::json args = {{"device", isolate_device}};
-    if (!isolate_reason.empty()) args["reason"] = isolate_reason;
-    return RunCommand(options, "isolate", args, rasd::ctl::FormatStateChange);
-  }
-  if (drain->parsed()) {
-    nlohmann::json args = {
-        {"device", drain_device},
-        {"deadline_ms", static_cast<long long>(*rasd::ctl::ParseDuration(drain_deadline) * 1000)}};
-    if (!drain_reason.empty()) args["reason"] = drain_reason;
-    return RunCommand(options, "drain", args, rasd::ctl::FormatStateChange);
-  }
-  if (undrain->parsed()) {
-    nlohmann::json args = {{"device", undrain_device}, {"force", undrain_force}};
-    if (!undrain_reason.empty()) args["reason"] = undrain_reason;
-    return RunCommand(options, "undrain", args, rasd::ctl::FormatStateChange);
-  }
-  if (backup->parsed()) {
-    // rasd writes it, from its own working directory: send an absolute path.
-    std::error_code error;
-    const auto file = std::filesystem::absolute(backup_file, error);
-    if (error) {
-      std::cerr << "rasctl: backup: cannot resolve " << backup_file << ": " << error.message()
-                << "\n";
+  const Invocation call{options, command_after_dashes};
+  for (const auto& [command, action] : defined) {
+    if (!command->parsed()) continue;
+    if (has_dashes && command->get_name() != "run") {
+      std::cerr << "rasctl: `--` is for `rasctl run ... -- CMD [ARGS...]` only\n";
       return kExitUsage;
     }
-    nlohmann::json args = {{"file", file.lexically_normal().string()}};
-    if (backup_force) args["force"] = true;
-    return RunCommand(options, "backup", args, [](const nlohmann::json& result) {
-      return fmt::format("backed up to {}: {} bytes, {} pages\n",
-                         result.value("file", std::string("?")),
-                         result.value("bytes", std::uint64_t{0}), result.value("pages", 0));
-    });
-  }
-  if (run->parsed()) {
-    run_options.socket = SocketPath(options);
-    run_options.timeout =
-        std::chrono::milliseconds(static_cast<long long>(options.timeout_seconds * 1000));
-    run_options.devices = run_devices;
-    run_options.command = command_after_dashes;
-    if (!run_grace.empty()) {
-      run_options.grace = std::chrono::milliseconds(
-          static_cast<long long>(*rasd::ctl::ParseDuration(run_grace) * 1000));
-    }
-    return rasd::ctl::RunWorkload(run_options);
-  }
-  if (scan->parsed()) {
-    return rasd::ctl::RunScan({.file = scan_file, .json = options.json, .threads = scan_threads},
-                              std::cout, std::cerr);
+    return action(call);
   }
   return kExitUsage;
 }
