@@ -1,5 +1,9 @@
 #include "config_apply.h"
 
+#include <charconv>
+
+#include "rasd/common/logging.h"
+
 namespace rasd::daemon {
 
 ControlServer::Options ServerOptions(const Config& config) {
@@ -58,6 +62,34 @@ ReloadCandidate LoadReloadCandidate(const std::optional<std::filesystem::path>& 
     candidate.errors.push_back(resolved.error().message);
   }
   return candidate;
+}
+
+LinkHealth::Options LinkHealthOptions(const Config& config) {
+  return {.up_debounce =
+              std::chrono::duration_cast<std::chrono::milliseconds>(config.policy.link_up_debounce),
+          .flap_limit = static_cast<std::size_t>(config.policy.link_flap_limit),
+          .flap_window = std::chrono::hours(1)};
+}
+
+std::optional<std::chrono::system_clock::time_point> BootTime(const common::HostEnv& host) {
+  // /proc/uptime: "12345.67 23456.78", seconds since boot first.
+  auto uptime = host.ReadFile("/proc/uptime", 128);
+  double seconds = -1;
+  if (uptime) {
+    const std::string text = *uptime;
+    const auto space = text.find(' ');
+    const std::string first = text.substr(0, space);
+    std::from_chars(first.data(), first.data() + first.size(), seconds);
+  }
+  // At most a century: "1e308" or "inf" would overflow the subtraction and
+  // put every boot-grace rule in grace for ever.
+  if (!uptime || !(seconds >= 0) || !(seconds < 100.0 * 365 * 86400)) {
+    RASD_LOG_INFO("policy: the node's uptime is unknown ({}): no rule's boot grace applies",
+                  uptime ? "unreadable /proc/uptime" : uptime.error().message);
+    return std::nullopt;
+  }
+  return host.GetClock().Wall() - std::chrono::duration_cast<std::chrono::system_clock::duration>(
+                                      std::chrono::duration<double>(seconds));
 }
 
 }  // namespace rasd::daemon

@@ -11,10 +11,11 @@
 #include "control_server.h"
 #include "device_heartbeat.h"
 #include "device_lifecycle.h"
-#include "workloads.h"
+#include "link_health.h"
 #include "ras_pipeline.h"
 #include "rasd/daemon/config.h"
 #include "rasd/runtime/self_test.h"
+#include "workloads.h"
 
 namespace rasd::daemon {
 
@@ -25,6 +26,10 @@ Actuator::Options ActuatorOptions(const Config& config);
 RasPipeline::Options PipelineOptions(const Config& config);
 DeviceHeartbeat::Options HeartbeatOptions(const Config& config);
 Workloads::Options WorkloadOptions(const Config& config);
+LinkHealth::Options LinkHealthOptions(const Config& config);
+// The node's boot time from <host.root>/proc/uptime, for the rules' boot
+// grace; nullopt (with the reason logged) when it cannot be read.
+std::optional<std::chrono::system_clock::time_point> BootTime(const common::HostEnv& host);
 DeviceLifecycle::Options LifecycleOptions(const Config& config,
                                           const runtime::SelfTestOptions& self_test);
 

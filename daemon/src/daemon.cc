@@ -56,7 +56,7 @@ Status Daemon::Initialize(Config config) {
   if (auto watched = WatchSignals(); !watched) return watched;
   jobs_ = std::make_unique<jobs::JobManager>(*runtime_, config_.policy.drain_deadline);
   policy_.Reconfigure(config_.policy.engine);
-  SetBootTime();
+  if (const auto boot = BootTime(*host_)) policy_.SetBootTime(*boot);
   health_ = std::make_unique<DeviceHealth>(*loop_, *runtime_, *store_);
   // Before anything can admit work: an isolated device stays isolated.
   health_->Restore();
@@ -161,33 +161,6 @@ Status Daemon::OpenStateAndDevices() {
       RASD_LOG_INFO("simulator.link_sysfs: the simulated devices' RDMA NICs are under {}",
                     host_->Resolve("/sys/class/infiniband").string());
     }
-  }
-
-  return {};
-}
-
-Status Daemon::WatchSignals() {
-  auto add_signal = [this](int signal, std::function<void()> handler) -> Status {
-    auto watch = loop_->WatchSignal(signal, std::move(handler));
-    if (!watch) return Fail(watch.error());
-    signals_.push_back(std::move(*watch));
-    return {};
-  };
-  for (int signal : {SIGTERM, SIGINT}) {
-    if (auto added = add_signal(signal,
-                                [this, signal] {
-                                  RASD_LOG_INFO("received {}; stopping", ::strsignal(signal));
-                                  loop_->Exit(0);
-                                });
-        !added)
-      return added;
-  }
-  // Reload logs its own outcome.
-  if (auto added = add_signal(SIGHUP, [this] { (void)Reload(); }); !added) return added;
-
-  if (sd_watchdog_enabled(/*unset_environment=*/0, &watchdog_usec_) > 0 && watchdog_usec_ > 0) {
-    watchdog_timer_ = loop_->CreateTimer([this] { OnWatchdog(); });
-    watchdog_timer_->ArmAfter(std::chrono::microseconds(watchdog_usec_ / 2));
   }
 
   return {};
@@ -318,37 +291,6 @@ Status Daemon::StartControl() {
   return {};
 }
 
-namespace {
-LinkHealth::Options LinkHealthOptions(const Config& config) {
-  return {.up_debounce = std::chrono::duration_cast<std::chrono::milliseconds>(
-              config.policy.link_up_debounce),
-          .flap_limit = static_cast<std::size_t>(config.policy.link_flap_limit),
-          .flap_window = std::chrono::hours(1)};
-}
-}  // namespace
-
-void Daemon::SetBootTime() {
-  // /proc/uptime: "12345.67 23456.78", seconds since boot first.
-  auto uptime = host_->ReadFile("/proc/uptime", 128);
-  double seconds = -1;
-  if (uptime) {
-    const std::string text = *uptime;
-    const auto space = text.find(' ');
-    const std::string first = text.substr(0, space);
-    std::from_chars(first.data(), first.data() + first.size(), seconds);
-  }
-  // At most a century: "1e308" or "inf" would overflow the subtraction and
-  // put every boot-grace rule in grace for ever.
-  if (!uptime || !(seconds >= 0) || !(seconds < 100.0 * 365 * 86400)) {
-    RASD_LOG_INFO("policy: the node's uptime is unknown ({}): no rule's boot grace applies",
-                  uptime ? "unreadable /proc/uptime" : uptime.error().message);
-    return;
-  }
-  policy_.SetBootTime(host_->GetClock().Wall() -
-                      std::chrono::duration_cast<std::chrono::system_clock::duration>(
-                          std::chrono::duration<double>(seconds)));
-}
-
 void Daemon::StartRecovery() {
   recovery_ = std::make_unique<DeviceRecovery>(*loop_, *runtime_, store_.get(), ingest_->BootId());
   recovery_->SetTable(ras::RecoveryTable::WithOverrides(config_.ras.recovery));
@@ -442,170 +384,6 @@ void Daemon::StartJobsAndMetrics() {
                    metrics_->Port());
     }
   }
-}
-
-int Daemon::Run() {
-  Notify("READY=1");
-  NotifyStatus();
-  const int rc = loop_->Run();
-  Notify("STOPPING=1\nSTATUS=stopping");
-  if (rc < 0) {
-    RASD_LOG_ERROR("event loop failed: {}", std::strerror(-rc));
-    return 1;
-  }
-  RASD_LOG_INFO("rasd stopped");
-  return 0;
-}
-
-void Daemon::Notify(const std::string& message) {
-  // No NOTIFY_SOCKET (not under systemd) is a no-op, not an error.
-  if (int rc = sd_notify(0, message.c_str()); rc < 0) {
-    RASD_LOG_DEBUG("sd_notify failed: {}", std::strerror(-rc));
-  }
-}
-
-void Daemon::NotifyStatus() {
-  Notify(fmt::format("STATUS=serving {}; control socket {}", DevicesPhrase(),
-                     socket_path_.string()));
-}
-
-// "4 sim device(s)", or what a host without accelerators gets.
-std::string Daemon::DevicesPhrase() const {
-  if (runtime_->DeviceCount() == 0) return "no devices (host errors only)";
-  return fmt::format("{} {} device(s)", runtime_->DeviceCount(), runtime_->DriverName());
-}
-
-void Daemon::OnWatchdog() {
-  // Sent from the loop itself: a wedged loop stops the pings and systemd
-  // restarts us, which is the point.
-  Notify("WATCHDOG=1");
-  watchdog_timer_->ArmAfter(std::chrono::microseconds(watchdog_usec_ / 2));
-}
-
-Result<nlohmann::json> Daemon::Reload() {
-  Notify("RELOADING=1\nSTATUS=reloading configuration");
-  ReloadCandidate loaded = LoadReloadCandidate(options_.config_path, options_.overrides);
-  const std::string when = Iso8601(loop_->GetClock().Wall());
-  if (!loaded.errors.empty()) {
-    std::string failure;
-    for (const auto& error : loaded.errors) {
-      RASD_LOG_ERROR("reload: {}", error);
-      failure += (failure.empty() ? "" : "\n") + error;
-    }
-    RASD_LOG_ERROR("reload rejected; keeping configuration generation {}", config_generation_);
-    last_reload_ = {{"time", when}, {"ok", false}, {"errors", loaded.errors}};
-    Notify("READY=1");
-    NotifyStatus();
-    return Fail(ErrorCode::kInvalidArgument, "configuration rejected, old one kept:\n" + failure);
-  }
-
-  const auto restart_required = SchemaRestartRequiredChanges(config_, loaded.config);
-  for (const auto& key : restart_required) {
-    RASD_LOG_WARN("reload: {} changed; it takes effect when rasd restarts", key);
-  }
-  // Keys that need a restart keep their running values, so that status tells
-  // the truth about what is in force.
-  config_ = SchemaApplyLiveChanges(config_, loaded.config);
-  common::SetLogLevel(config_.daemon.log_level);
-  authorizer_ = Authorizer{::geteuid(), loaded.admin_gid, config_.control.admin_group};
-  control_->Reconfigure(ServerOptions(config_), authorizer_);
-  ingest_->SetCodeTable(config_.ras.codes);
-  recovery_->SetTable(ras::RecoveryTable::WithOverrides(config_.ras.recovery));
-  policy_.Reconfigure(config_.policy.engine);  // keeps the counters of unchanged rules
-  actuator_->SetOptions(ActuatorOptions(config_));
-  pipeline_->SetOptions(PipelineOptions(config_));
-  injection_->SetOptions(config_.inject);
-  lifecycle_->SetOptions(LifecycleOptions(config_, options_.self_test));
-  link_health_->SetOptions(LinkHealthOptions(config_));
-  heartbeat_->SetOptions(HeartbeatOptions(config_));
-  workloads_->SetOptions(WorkloadOptions(config_));
-  ++config_generation_;
-  RASD_LOG_INFO("configuration reloaded (generation {})", config_generation_);
-  last_reload_ = {{"time", when}, {"ok", true}, {"restart_required", restart_required}};
-  Notify("READY=1");
-  NotifyStatus();
-  return nlohmann::json{{"generation", config_generation_}, {"restart_required", restart_required}};
-}
-
-nlohmann::json Daemon::LivenessReport() const {
-  nlohmann::json devices = nlohmann::json::array();
-  for (const auto& stats : heartbeat_->Stats()) {
-    devices.push_back(
-        {{"device", stats.device},
-         {"beats", stats.beats},
-         {"misses", stats.misses},
-         {"hangs", stats.hangs},
-         {"op_timeouts", stats.op_timeouts},
-         {"last_latency_ms", std::chrono::duration<double, std::milli>(stats.last_latency).count()}});
-  }
-  return {{"period_ms", config_.liveness.period.count()},
-          {"deadline_ms", config_.liveness.deadline.count()},
-          {"misses", config_.liveness.misses},
-          {"devices", std::move(devices)}};
-}
-
-Result<nlohmann::json> Daemon::StatusReport() {
-  nlohmann::json ras = ingest_->GetStats().ToJson();
-  ras.update(pipeline_->GetStats().ToJson());
-  ras["store_sqlite_bytes"] = ras::StateStore::SqliteMemoryBytes();
-  const double uptime = std::chrono::duration<double>(loop_->Now() - started_monotonic_).count();
-  nlohmann::json config = {
-      {"path",
-       options_.config_path ? nlohmann::json(options_.config_path->string()) : nlohmann::json()},
-      {"generation", config_generation_},
-      {"last_reload", last_reload_},
-      {"log_level", std::string(common::LogLevelName(config_.daemon.log_level))},
-      {"admin_group", config_.control.admin_group},
-  };
-  return nlohmann::json{
-      {"version", kVersion},
-      {"pid", ::getpid()},
-      {"started_at", Iso8601(started_wall_)},
-      {"uptime_seconds", uptime},
-      {"config", std::move(config)},
-      {"host_root", config_.host.root.string()},
-      {"state_dir", state_dir_.string()},
-      {"socket", {{"path", socket_path_.string()}, {"activated", socket_.activated}}},
-      {"database",
-       {{"path", store_->DatabasePath().string()},
-        {"schema_version", store_->SchemaVersion()},
-        {"damaged_at_start",
-         state_damage_ ? nlohmann::json{{"problem", state_damage_->problem},
-                                        {"kept_as", state_damage_->kept_as.string()}}
-                       : nlohmann::json()}}},
-      {"control",
-       {{"clients", control_->ClientCount()},
-        {"rejected_requests", control_->RejectedRequests()},
-        {"refused_connections", control_->RefusedConnections()}}},
-      {"watchdog_usec", watchdog_usec_},
-      {"ras", ras},
-      {"liveness", LivenessReport()},
-      {"actions", actuator_->Counts()},
-      {"scheduler", SchedulerView()},
-      {"kubernetes",
-       {{"device_plugin", config_.kubernetes.device_plugin},
-        {"plugins", kubelet_plugins_ ? kubelet_plugins_->View() : nlohmann::json::array()},
-        {"error", kubelet_plugins_error_.empty() ? nlohmann::json()
-                                                 : nlohmann::json(kubelet_plugins_error_)}}},
-      {"metrics",
-       {{"listen", config_.metrics.listen},
-        {"port", metrics_ ? nlohmann::json(metrics_->Port()) : nlohmann::json()},
-        {"error", metrics_error_.empty() ? nlohmann::json() : nlohmann::json(metrics_error_)}}},
-  };
-}
-
-nlohmann::json Daemon::SchedulerView() const {
-  if (!scheduler_) return nlohmann::json{{"kind", "none"}};
-  const auto guarded = scheduler_->Guarded();
-  return nlohmann::json{
-      {"kind", config_.scheduler.kind},
-      {"node", scheduler_->Node()},
-      {"drained", scheduler_->DrainedByRasd()},
-      {"drain_wanted", scheduler_->Drained()},
-      {"guarded", guarded ? nlohmann::json(*guarded) : nlohmann::json()},
-      {"max_drained_fraction", config_.scheduler.max_drained_fraction},
-      {"guard_window_s", config_.scheduler.guard_window.count()},
-      {"calls", scheduler_->Counts()}};
 }
 
 void Daemon::ObserveBatch(const HandledBatch& batch) {

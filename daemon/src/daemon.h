@@ -75,9 +75,6 @@ class Daemon {
   Status OpenStateAndDevices();
   Status WatchSignals();
   void StartScheduler();
-  // The node's boot time from <host.root>/proc/uptime, for the rules' boot
-  // grace.
-  void SetBootTime();
   // The recovery advisor, wired into the pipeline, actuator, lifecycle and
   // metrics.
   void StartRecovery();

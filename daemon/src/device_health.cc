@@ -156,7 +156,7 @@ void DeviceHealth::Publish(const DeviceStateChanged& change) {
 void DeviceHealth::Apply(int device, Record& record) {
   runtime::HealthState gate = Effective(record);
   // An Isolated device under test admits the test: open that far, no further.
-  if (record.testing && gate == runtime::HealthState::kIsolated && !record.overtaken)
+  if (record.testing && gate == runtime::HealthState::kIsolated && !record.isolated_during_test)
     gate = runtime::HealthState::kDraining;
   if (auto found = runtime_.GetDevice(device)) (*found)->SetHealth(gate);
 }
@@ -177,6 +177,10 @@ Result<HealthOutcome> DeviceHealth::Decide(const HealthDecision& decision) {
   if (record.testing && (decision.target >= runtime::HealthState::kDraining ||
                          decision.cause == HealthCause::kPolicy))
     record.overtaken = true;
+  // A new isolation closes the gate at once, test or not; anything milder
+  // leaves the test running.
+  if (record.testing && decision.target == runtime::HealthState::kIsolated)
+    record.isolated_during_test = true;
   if (decision.target == runtime::HealthState::kHealthy) {
     if (decision.cause == HealthCause::kOperator) {
       record.holds.clear();
@@ -268,6 +272,7 @@ Status DeviceHealth::OpenForSelfTest(int device) {
   Record& record = records_[device];
   record.testing = true;
   record.overtaken = false;
+  record.isolated_during_test = false;
   Apply(device, record);
   return {};
 }
@@ -279,6 +284,7 @@ DeviceHealth::SelfTestWindow DeviceHealth::CloseSelfTest(int device) {
   const SelfTestWindow window{record.overtaken};
   record.testing = false;
   record.overtaken = false;
+  record.isolated_during_test = false;
   Apply(device, record);
   return window;
 }

@@ -172,6 +172,7 @@ class DeviceHealth {
     std::chrono::system_clock::time_point since{};
     bool testing = false;
     bool overtaken = false;
+    bool isolated_during_test = false;  // the gate closed again while under test
     bool legacy_restore = false;  // the restore hold is a row saved without holds
   };
   runtime::HealthState Effective(const Record& record) const;

@@ -296,20 +296,18 @@ void DeviceLifecycle::Recover(int device) {
   RecordAction(std::move(record));
   StartSelfTest(
       device, "auto-recover",
-      [this, device](const runtime::SelfTestReport& report, DeviceHealth::SelfTestWindow window) {
-        if (window.overtaken) {
-          RASD_LOG_WARN(
-              "device {}: automatic recovery: its state changed during the self-test; that "
-              "decision stands",
-              device);
-          return;
-        }
+      // Decisions made while it ran (the policy's, about other errors of
+      // the device) do not stop it: what counts is that the policy's
+      // isolation is still what holds the device, checked below.
+      [this, device](const runtime::SelfTestReport& report, DeviceHealth::SelfTestWindow) {
         if (!report.passed) {
           RASD_LOG_ERROR("device {}: automatic recovery: self-test {}; it stays isolated", device,
                          report.Summary());
           return;
         }
         if (!health_.Holds(device, HealthCause::kPolicy)) return;  // an operator acted
+        if (health_.WorstExcept(device, HealthCause::kPolicy) == runtime::HealthState::kIsolated)
+          return;  // isolated by more than the policy meanwhile: an operator's to return
         (void)health_.DecideAndSave({.device = device,
                                      .cause = HealthCause::kRecovery,
                                      .target = runtime::HealthState::kHealthy,

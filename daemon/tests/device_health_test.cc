@@ -190,6 +190,15 @@ TEST_F(DeviceHealthTest, ASelfTestOpensAnIsolatedGateToDrainingAndADecisionMeanw
   EXPECT_FALSE(health_->OpenForSelfTest(9).has_value());
 }
 
+TEST_F(DeviceHealthTest, APolicyDecisionMilderThanIsolatedLeavesTheTestRunningButOvertakesIt) {
+  Decide(0, HealthCause::kPolicy, HealthState::kIsolated);
+  ASSERT_TRUE(health_->OpenForSelfTest(0).has_value());
+  Decide(0, HealthCause::kPolicy, HealthState::kDegraded, "CE over threshold");
+  EXPECT_EQ(Gate(0), HealthState::kDraining) << "the test is not cut short";
+  EXPECT_TRUE(health_->CloseSelfTest(0).overtaken) << "an undrain must not return it on this test";
+  EXPECT_EQ(Gate(0), HealthState::kIsolated);
+}
+
 TEST_F(DeviceHealthTest, ALinksDegradedDuringASelfTestDoesNotOvertakeIt) {
   Decide(0, HealthCause::kPolicy, HealthState::kIsolated);
   std::vector<DeviceStateChanged> heard;

@@ -222,6 +222,33 @@ TEST_F(DeviceLifecycleTest, AutomaticRecoveryWaitsItsDelayAndGivesUpWithinTheWin
   EXPECT_EQ(StateOf(0), HealthState::kIsolated);
 }
 
+TEST_F(DeviceLifecycleTest, ThePolicysDecisionsDuringTheRecoverysSelfTestDoNotStopIt) {
+  auto& lifecycle = Make({.auto_recover = true, .auto_recover_delay = 1000ms});
+  ras::Action isolate{.kind = ras::ActionKind::kIsolateDevice, .device = 0, .rule = "test"};
+  actuator_->Execute(isolate, ras::RasEvent{}, std::nullopt);
+  loop_.RunUntilIdle();
+  loop_.AdvanceBy(1000ms);  // the reset, then the self-test on its thread
+  ASSERT_TRUE(lifecycle.SelfTestRunning(0));
+  // Corrected errors on the device while it is tested: a policy decision.
+  ras::Action degrade{.kind = ras::ActionKind::kDegradeDevice, .device = 0, .rule = "ce-device"};
+  actuator_->Execute(degrade, ras::RasEvent{}, std::nullopt);
+  ASSERT_TRUE(RunUntil([&] { return !lifecycle.SelfTestRunning(0); }));
+  EXPECT_EQ(StateOf(0), HealthState::kHealthy) << health_->StatusOf(0).reason;
+}
+
+TEST_F(DeviceLifecycleTest, AnOperatorsIsolationDuringTheRecoveryKeepsTheDeviceOut) {
+  auto& lifecycle = Make({.auto_recover = true, .auto_recover_delay = 1000ms});
+  ras::Action isolate{.kind = ras::ActionKind::kIsolateDevice, .device = 1, .rule = "test"};
+  actuator_->Execute(isolate, ras::RasEvent{}, std::nullopt);
+  loop_.RunUntilIdle();
+  loop_.AdvanceBy(1000ms);
+  ASSERT_TRUE(lifecycle.SelfTestRunning(1));
+  ASSERT_TRUE(lifecycle.Isolate(1, "pulled for inspection").has_value());
+  ASSERT_TRUE(RunUntil([&] { return !lifecycle.SelfTestRunning(1); }));
+  EXPECT_EQ(StateOf(1), HealthState::kIsolated);
+  EXPECT_EQ(health_->StatusOf(1).reason, "pulled for inspection");
+}
+
 TEST_F(DeviceLifecycleTest, NoRecoveryWithoutAutoRecover) {
   auto& lifecycle = Make({.auto_recover = false});
   ras::Action isolate{.kind = ras::ActionKind::kIsolateDevice, .device = 1, .rule = "test"};

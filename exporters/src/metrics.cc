@@ -208,17 +208,9 @@ void AddInfiniband(const ras::InfinibandSnapshot& infiniband, Add& add) {
   add(std::move(errors));
 }
 
-std::vector<MetricFamily> Families(const MetricsSnapshot& snapshot) {
-  std::vector<MetricFamily> families;
-  auto add = [&families](MetricFamily family) {
-    // An empty family is still declared: dashboards and alerts find the name.
-    families.push_back(std::move(family));
-  };
-  {
-    auto family = Family("rasd_build_info", "rasd's version; always 1", MetricType::Gauge);
-    family.metric.push_back(Value(MetricType::Gauge, 1, {{"version", snapshot.version}}));
-    add(std::move(family));
-  }
+// Hardware errors by origin, severity and device.
+template <typename Add>
+void AddEventFamilies(const MetricsSnapshot& snapshot, Add& add) {
   {
     auto family = Family("rasd_ras_events_total",
                          "Hardware errors rasd ingested, by origin, severity class and device "
@@ -232,6 +224,11 @@ std::vector<MetricFamily> Families(const MetricsSnapshot& snapshot) {
     }
     add(std::move(family));
   }
+}
+
+// Each device: health, identity, memory, liveness, links.
+template <typename Add>
+void AddDeviceFamilies(const MetricsSnapshot& snapshot, Add& add) {
   static const char* kStates[] = {"healthy", "degraded", "draining", "isolated"};
   {
     auto health = Family("rasd_device_health", "1 for the device's current state, 0 otherwise",
@@ -322,7 +319,11 @@ std::vector<MetricFamily> Families(const MetricsSnapshot& snapshot) {
     }
     add(std::move(errors));
   }
-  AddInfiniband(snapshot.infiniband, add);
+}
+
+// What recovery is suggested for each device.
+template <typename Add>
+void AddRecoveryFamilies(const MetricsSnapshot& snapshot, Add& add) {
   {
     auto family = Family("rasd_device_suggested_action",
                          "1 for the recovery action suggested for the device (none, restart-app, "
@@ -338,6 +339,11 @@ std::vector<MetricFamily> Families(const MetricsSnapshot& snapshot) {
     }
     add(std::move(family));
   }
+}
+
+// What rasd did, and the jobs it runs.
+template <typename Add>
+void AddActionAndJobFamilies(const MetricsSnapshot& snapshot, Add& add) {
   {
     auto family = Family("rasd_actions_total", "Actions rasd took, by action and result",
                          MetricType::Counter);
@@ -365,6 +371,11 @@ std::vector<MetricFamily> Families(const MetricsSnapshot& snapshot) {
     }
     add(std::move(family));
   }
+}
+
+// EDAC's counters and the sources' own errors.
+template <typename Add>
+void AddHostErrorFamilies(const MetricsSnapshot& snapshot, Add& add) {
   {
     // node_exporter's edac collector, same names after the prefix, same values
     // for the same tree; plus every counter that exists where it gives up.
@@ -437,6 +448,11 @@ std::vector<MetricFamily> Families(const MetricsSnapshot& snapshot) {
     }
     add(std::move(family));
   }
+}
+
+// Processes attached from outside, and what rasd sent them.
+template <typename Add>
+void AddWorkloadFamilies(const MetricsSnapshot& snapshot, Add& add) {
   {
     auto family = Family("rasd_workloads",
                          "Processes outside rasd attached to its devices, by state (running, "
@@ -470,6 +486,11 @@ std::vector<MetricFamily> Families(const MetricsSnapshot& snapshot) {
     }
     add(std::move(family));
   }
+}
+
+// The scheduler link's calls and its guard.
+template <typename Add>
+void AddSchedulerFamilies(const MetricsSnapshot& snapshot, Add& add) {
   {
     auto family = Family("rasd_scheduler_actions_total",
                          "Calls to the cluster scheduler (drain/resume the node) by result: ok, "
@@ -494,6 +515,11 @@ std::vector<MetricFamily> Families(const MetricsSnapshot& snapshot) {
     }
     add(std::move(family));
   }
+}
+
+// The state store's health and the kernel log's gaps and trust.
+template <typename Add>
+void AddStoreAndKmsgFamilies(const MetricsSnapshot& snapshot, Add& add) {
   {
     auto up = Family("rasd_store_up", "1 when the state store's last write succeeded",
                      MetricType::Gauge);
@@ -528,6 +554,11 @@ std::vector<MetricFamily> Families(const MetricsSnapshot& snapshot) {
         Value(MetricType::Counter, static_cast<double>(snapshot.kmsg_untrusted)));
     add(std::move(family));
   }
+}
+
+// The latencies rasd measures.
+template <typename Add>
+void AddHistogramFamilies(const MetricsSnapshot& snapshot, Add& add) {
   for (const auto& [name, help, histogram] :
        {std::tuple{"rasd_fault_to_isolation_seconds",
                    "From a fault reaching rasd to its device's gate closed",
@@ -542,6 +573,29 @@ std::vector<MetricFamily> Families(const MetricsSnapshot& snapshot) {
     family.metric.push_back(HistogramMetric(*histogram));
     add(std::move(family));
   }
+}
+
+std::vector<MetricFamily> Families(const MetricsSnapshot& snapshot) {
+  std::vector<MetricFamily> families;
+  auto add = [&families](MetricFamily family) {
+    // An empty family is still declared: dashboards and alerts find the name.
+    families.push_back(std::move(family));
+  };
+  {
+    auto family = Family("rasd_build_info", "rasd's version; always 1", MetricType::Gauge);
+    family.metric.push_back(Value(MetricType::Gauge, 1, {{"version", snapshot.version}}));
+    add(std::move(family));
+  }
+  AddEventFamilies(snapshot, add);
+  AddDeviceFamilies(snapshot, add);
+  AddInfiniband(snapshot.infiniband, add);
+  AddRecoveryFamilies(snapshot, add);
+  AddActionAndJobFamilies(snapshot, add);
+  AddHostErrorFamilies(snapshot, add);
+  AddWorkloadFamilies(snapshot, add);
+  AddSchedulerFamilies(snapshot, add);
+  AddStoreAndKmsgFamilies(snapshot, add);
+  AddHistogramFamilies(snapshot, add);
   return families;
 }
 
