@@ -216,7 +216,7 @@ void FaultToGate(benchmark::State& state, bool scraped) {
         report = queue.front();
         queue.pop_front();
       }
-      const std::vector<rasd::ras::RasEvent> events = {rasd::daemon::EventFromDriver(
+      const std::vector<rasd::ras::RasEvent> events = {rasd::ras::EventFromDriver(
           report, node.runtime->DriverName(), rasd::ras::CodeTable::Default())};
       for (const auto& action : policy.Decide(events[0], start.time_since_epoch()))
         actuator.Apply(action, events[0], 0);

@@ -111,7 +111,7 @@ void BM_FaultToGateClosed(benchmark::State& state) {
         report = queue.front();
         queue.pop_front();
       }
-      const std::vector<rasd::ras::RasEvent> events = {rasd::daemon::EventFromDriver(
+      const std::vector<rasd::ras::RasEvent> events = {rasd::ras::EventFromDriver(
           report, runtime->DriverName(), rasd::ras::CodeTable::Default())};
       // As RasPipeline::Handle does: act, then one transaction for the
       // event and everything the actions write.

@@ -19,7 +19,9 @@ Actuator::Options ActuatorOptions(const Config& config) {
 }
 
 RasPipeline::Options PipelineOptions(const Config& config) {
-  return {.storm_threshold = config.ras.storm_threshold};
+  return {.storm_threshold = config.ras.storm_threshold,
+          .retention_days = config.ras.retention_days,
+          .max_events = config.ras.max_events};
 }
 
 DeviceLifecycle::Options LifecycleOptions(const Config& config,

@@ -35,7 +35,6 @@ RasIngest::Stats::SourceState SourceFailure(const Error& error) {
   }
 }
 
-constexpr auto kPrunePeriod = std::chrono::hours(1);
 constexpr std::string_view kBertTable = "/sys/firmware/acpi/tables/data/BERT";
 
 std::string ReadBootId(const common::HostEnv& host) {
@@ -93,12 +92,6 @@ Status RasIngest::Start() {
         QueueDriverEvent(event, driver_name);
       });
   if (options_.nvml) StartNvml();
-  Prune();
-  prune_timer_ = loop_.CreateTimer([this] {
-    Prune();
-    prune_timer_->ArmAfter(kPrunePeriod);
-  });
-  prune_timer_->ArmAfter(kPrunePeriod);
   stats_.sources["kmsg"] = {"disabled", "ras.kmsg is off"};
   stats_.sources["tracefs"] = {"disabled", "ras.tracefs is off"};
   stats_.sources["edac"] = {"disabled", "ras.edac_poll_ms is 0"};
@@ -409,17 +402,6 @@ void RasIngest::CheckBert() {
   Deliver(std::move(events), {{std::string(kSeenFilePrefix) + key, boot_id_, "read"}});
 }
 
-void RasIngest::Prune() {
-  const auto cutoff = host_.GetClock().Wall() - std::chrono::hours(24) * options_.retention_days;
-  auto removed = store_.Prune(cutoff, options_.max_events);
-  if (!removed) {
-    RASD_LOG_WARN("event retention: {}", removed.error().message);
-    return;
-  }
-  stats_.pruned += *removed;
-  if (*removed > 0) RASD_LOG_INFO("event retention: deleted {} old event(s)", *removed);
-}
-
 void RasIngest::ArmEdac() {
   if (stats_.edac_controllers > 0) {
     edac_backoff_.Reset();
@@ -574,7 +556,7 @@ void RasIngest::DrainDriverEvents() {
   std::set<std::string> links_changed;
   links_changed.swap(link_kinds_unannounced_);
   for (const auto& [event, reporter] : pending) {
-    events.push_back(EventFromDriver(event, reporter, codes_));
+    events.push_back(ras::EventFromDriver(event, reporter, codes_));
     if (event.kind == drivers::DriverErrorKind::kLinkCorrected && event.link) {
       if (const auto device = LinkDevice(event)) {
         stats_.link_errors[{*device, std::string(drivers::LinkKindName(event.link->kind)),
@@ -635,84 +617,6 @@ std::optional<int> RasIngest::LinkDevice(const drivers::DriverErrorEvent& event)
   return std::nullopt;
 }
 
-ras::RasEvent EventFromDriver(const drivers::DriverErrorEvent& event, std::string_view driver_name,
-                              const ras::CodeTable& codes) {
-  ras::RasEvent converted;
-  converted.time = event.time;
-  converted.time_is = ras::RasEvent::TimeIs::kFailure;
-  converted.source = "driver";
-  converted.origin = std::string(driver_name);
-  if (event.device >= 0) converted.device = event.device;
-  if (!event.pci_bdf.empty()) converted.pci_bdf = event.pci_bdf;
-  converted.count = std::max<std::uint64_t>(event.count, 1);
-  if (event.address) converted.address = ras::Address::Of(*event.address);
-  converted.summary = event.message;
-  switch (event.kind) {
-    case drivers::DriverErrorKind::kCorrectedEcc:
-      converted.severity = ras::Severity::kCe;
-      break;
-    case drivers::DriverErrorKind::kUncorrectedEcc:
-      // Device memory: not yet read is "retire the page, the owner is at
-      // risk"; read by a kernel is "stop exactly that consumer".
-      converted.severity = event.consumed          ? ras::Severity::kSrar
-                           : event.action_optional ? ras::Severity::kSrao
-                                                   : ras::Severity::kUcna;
-      break;
-    case drivers::DriverErrorKind::kStickyFault:
-      converted.severity = ras::Severity::kUce;
-      break;
-    case drivers::DriverErrorKind::kLinkError:
-      converted.severity = ras::Severity::kUce;
-      break;
-    case drivers::DriverErrorKind::kLinkDown:
-    case drivers::DriverErrorKind::kLinkUp:
-      // Recorded: LinkHealth acts on the link's state (out of collectives,
-      // Degraded, back after the debounce); the device's compute is fine,
-      // so no rule isolates it for this.
-      converted.severity = ras::Severity::kInfo;
-      break;
-    case drivers::DriverErrorKind::kLinkCorrected:
-      // Corrected by the link (a CRC retried, a replay): counts towards the
-      // device's corrected-error threshold like any CE.
-      converted.severity = ras::Severity::kCe;
-      break;
-    case drivers::DriverErrorKind::kHang:
-      // Work stopped completing: the device cannot serve, but it may come
-      // back after a reset (UCE, not FATAL): drain, isolate, and let an
-      // undrain's or auto-recovery's self-test decide.
-      converted.severity = ras::Severity::kUce;
-      break;
-    case drivers::DriverErrorKind::kFellOffBus:
-      converted.severity = ras::Severity::kFatal;
-      break;
-    case drivers::DriverErrorKind::kVendorCode: {
-      // The same tables, and the same origins, as the kernel-log lines of
-      // these drivers, so a site rule for "nvidia_xid" covers both paths.
-      std::optional<ras::Severity> classified;
-      if (event.code_space == drivers::VendorCodeSpace::kNvidiaXid) {
-        converted.origin = "nvidia_xid";
-        if (event.vendor_code) classified = codes.Xid(*event.vendor_code);
-      } else if (event.code_space == drivers::VendorCodeSpace::kAscend) {
-        converted.origin = "ascend";
-        if (event.vendor_code) classified = codes.Ascend(*event.vendor_code);
-      }
-      // A code no table knows is recorded, not acted on: acting on a guess
-      // would isolate devices for application errors.
-      converted.severity = classified.value_or(ras::Severity::kInfo);
-      converted.vendor_code = event.vendor_code;
-      break;
-    }
-  }
-  converted.raw = fmt::format("{} device={} {}", drivers::DriverErrorKindName(event.kind),
-                              event.device, event.message);
-  if (event.link) {
-    converted.raw +=
-        fmt::format(" link={}:{}{}", drivers::LinkKindName(event.link->kind), event.link->index,
-                    event.link->counter.empty() ? "" : ":" + event.link->counter);
-  }
-  return converted;
-}
-
 void RasIngest::Deliver(std::vector<ras::RasEvent> events, std::vector<ras::SourceCursor> seen) {
   std::vector<ras::SourceCursor> cursors = std::move(seen);
   const std::string position = kmsg_ ? kmsg_->Cursor().position : std::string();
@@ -737,8 +641,7 @@ nlohmann::json RasIngest::Stats::ToJson() const {
                          {"nvml_gpus", nvml_gpus},
                          {"nvml_reports", nvml_reports},
                          {"edac_controllers", edac_controllers},
-                         {"crash_records_read", crash_records_read},
-                         {"pruned", pruned}};
+                         {"crash_records_read", crash_records_read}};
   json["sources"] = std::move(source_states);
   return json;
 }

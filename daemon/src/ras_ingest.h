@@ -16,6 +16,7 @@
 #include "rasd/common/unique_fd.h"
 #include "rasd/daemon/config.h"
 #include "rasd/drivers_shim/nvml_monitor.h"
+#include "rasd/ras/driver_events.h"
 #include "rasd/ras/edac_sysfs_source.h"
 #include "rasd/ras/infiniband_sysfs_source.h"
 #include "rasd/ras/kmsg_source.h"
@@ -32,10 +33,6 @@ namespace rasd::daemon {
 // (pstore's, BERT): "<kSeenFilePrefix><ContentKey>", position "read", the
 // boot it was read in. Kept forever: a few rows per crash.
 inline constexpr std::string_view kSeenFilePrefix = "seen-file:";
-
-// A driver's asynchronous error report as a RAS event of origin `driver_name`.
-ras::RasEvent EventFromDriver(const drivers::DriverErrorEvent& event, std::string_view driver_name,
-                              const ras::CodeTable& codes);
 
 // Brings RAS events into the daemon: the kernel log (kmsg), tracefs, EDAC
 // sysfs, pstore/BERT and the device drivers' asynchronous error reports.
@@ -59,9 +56,9 @@ ras::RasEvent EventFromDriver(const drivers::DriverErrorEvent& event, std::strin
 //
 // Storms: the kernel log is taken in slices of at most kKmsgSlice records;
 // what is left waits behind whatever else is ready on the loop (the control
-// socket first of all). Idle, nothing is armed but the hourly retention
-// timer, where EDAC controllers exist their poll, and the backoff timers of
-// sources not there (at most one look each per 10 minutes).
+// socket first of all). Idle, nothing is armed but, where EDAC controllers
+// exist, their poll, and the backoff timers of sources not there (at most
+// one look each per 10 minutes). Retention is the pipeline's.
 class RasIngest {
  public:
   // This boot's id (/proc/sys/kernel/random/boot_id), read once at start.
@@ -92,7 +89,6 @@ class RasIngest {
     std::uint64_t tracefs_pages = 0;
     std::uint64_t tracefs_events = 0;
     std::size_t edac_controllers = 0;
-    std::uint64_t pruned = 0;
     std::uint64_t kmsg_gaps = 0;
     std::uint64_t kmsg_undecoded = 0;
     std::uint64_t kmsg_untrusted = 0;  // user space's records in /dev/kmsg, never acted on
@@ -174,7 +170,6 @@ class RasIngest {
   void StartNvml();
   void QueueDriverEvent(const drivers::DriverErrorEvent& event, std::string_view reporter);
 
-  void Prune();
   // Crash dumps in pstore and the firmware's BERT records describe a
   // previous boot: each file is read once (see kSeenFilePrefix).
   void CheckPstore();
@@ -231,7 +226,6 @@ class RasIngest {
   SourceBackoff bert_backoff_;
   SourceBackoff edac_backoff_;
 
-  std::unique_ptr<common::Timer> prune_timer_;
   std::unique_ptr<ras::EdacSysfsSource> edac_;
   std::unique_ptr<common::Timer> edac_timer_;
   std::unique_ptr<ras::InfinibandSysfsSource> infiniband_;

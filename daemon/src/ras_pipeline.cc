@@ -50,6 +50,10 @@ bool SamePciDevice(std::string_view a, std::string_view b) {
 
 }  // namespace
 
+namespace {
+constexpr auto kPrunePeriod = std::chrono::hours(1);
+}  // namespace
+
 RasPipeline::RasPipeline(common::EventLoop& loop, runtime::Runtime& runtime,
                          ras::PolicyEngine& policy, Actuator& actuator, DeviceHealth& health,
                          ras::StateStore& store, Options options)
@@ -66,6 +70,23 @@ RasPipeline::RasPipeline(common::EventLoop& loop, runtime::Runtime& runtime,
           RASD_LOG_WARN("state store: {}", done.error().message);
       })) {
   health_.SetUnsavedCallback([this] { ArmRetry(); });
+  Prune();
+  prune_timer_ = loop_.CreateTimer([this] {
+    Prune();
+    prune_timer_->ArmAfter(kPrunePeriod);
+  });
+  prune_timer_->ArmAfter(kPrunePeriod);
+}
+
+void RasPipeline::Prune() {
+  const auto cutoff = loop_.GetClock().Wall() - std::chrono::hours(24) * options_.retention_days;
+  auto removed = store_.Prune(cutoff, options_.max_events);
+  if (!removed) {
+    RASD_LOG_WARN("event retention: {}", removed.error().message);
+    return;
+  }
+  stats_.pruned += *removed;
+  if (*removed > 0) RASD_LOG_INFO("event retention: deleted {} old event(s)", *removed);
 }
 
 namespace {
@@ -291,7 +312,8 @@ nlohmann::json RasPipeline::Stats::ToJson() const {
           {"store_ok", store_ok},
           {"store_backlog_events", backlog_events},
           {"store_dropped_events", dropped_events},
-          {"coalesced", coalesced}};
+          {"coalesced", coalesced},
+          {"pruned", pruned}};
 }
 
 }  // namespace rasd::daemon

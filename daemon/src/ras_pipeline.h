@@ -45,6 +45,10 @@ class RasPipeline {
  public:
   struct Options {
     std::size_t storm_threshold = 64;  // a batch larger than this is coalesced
+    // Retention, applied at construction and hourly: events older than
+    // this, and the oldest beyond `max_events`, are deleted.
+    int retention_days = 90;
+    std::uint64_t max_events = 1'000'000;
   };
   struct Stats {
     std::uint64_t events = 0;          // before coalescing
@@ -54,6 +58,7 @@ class RasPipeline {
     std::size_t backlog_batches = 0;   // waiting for the store
     std::size_t backlog_events = 0;
     std::uint64_t dropped_events = 0;  // errors lost to the backlog's bound (sum of counts)
+    std::uint64_t pruned = 0;          // events deleted by retention
 
     // Status's "ras" view of these (the sources add theirs).
     nlohmann::json ToJson() const;
@@ -96,6 +101,8 @@ class RasPipeline {
   common::EventLoop& loop_;
   runtime::Runtime& runtime_;
   ras::PolicyEngine& policy_;
+  void Prune();
+
   Actuator& actuator_;
   DeviceHealth& health_;  // its rows join each batch
   ras::StateStore& store_;
@@ -106,6 +113,7 @@ class RasPipeline {
   std::deque<ras::StoreBatch> backlog_;
   std::unique_ptr<common::Timer> retry_timer_;
   std::unique_ptr<common::Timer> checkpoint_timer_;
+  std::unique_ptr<common::Timer> prune_timer_;  // hourly retention
   std::chrono::milliseconds retry_delay_{100};
   std::chrono::nanoseconds failing_since_{};
   // Log at most this many events a second; a storm is counted, not printed.

@@ -130,7 +130,20 @@ TEST_F(RasPipelineTest, WhatCannotBeStoredWaitsInOrderAndIsStoredWhenTheDiskHasR
   EXPECT_EQ(pipeline_->GetStats().backlog_events, 0u);
   EXPECT_EQ(StoredErrors(), 15u) << "every queued error stored once";
   EXPECT_EQ(StoredCursor(), "30");
-  EXPECT_EQ(loop_.ArmedTimers(), 0u) << "no retry left armed";
+  EXPECT_EQ(loop_.ArmedTimers(), 1u) << "only the hourly retention: no retry left armed";
+}
+
+TEST_F(RasPipelineTest, RetentionDeletesOldEventsAtStartAndEveryHour) {
+  ras::RasEvent old_event = HostErrors(1)[0];
+  old_event.time = loop_.GetClock().Wall() - std::chrono::hours(24 * 3);
+  ASSERT_TRUE(store_->RecordEvent(old_event).has_value());
+  pipeline_ = std::make_unique<RasPipeline>(loop_, *runtime_, policy_, *actuator_, *health_,
+                                            *store_, RasPipeline::Options{.retention_days = 2});
+  EXPECT_EQ(pipeline_->GetStats().pruned, 1u) << "deleted at start";
+  EXPECT_EQ(pipeline_->GetStats().ToJson()["pruned"], 1u);
+  pipeline_->Handle(HostErrors(1), {});
+  loop_.AdvanceBy(std::chrono::hours(24 * 2) + std::chrono::hours(1));
+  EXPECT_EQ(pipeline_->GetStats().pruned, 2u) << "the next one, by the hourly run once it aged";
 }
 
 TEST_F(RasPipelineTest, TheBacklogIsBoundedWithExactCounts) {

@@ -2,11 +2,11 @@
 // daemon's code tables (reloadable data), in the same origins as the
 // kernel-log lines of those drivers.
 
+#include "rasd/ras/driver_events.h"
+
 #include <gtest/gtest.h>
 
-#include "ras_ingest.h"
-
-namespace rasd::daemon {
+namespace rasd::ras {
 namespace {
 
 drivers::DriverErrorEvent VendorReport(drivers::VendorCodeSpace space, std::optional<int> code) {
@@ -20,40 +20,40 @@ drivers::DriverErrorEvent VendorReport(drivers::VendorCodeSpace space, std::opti
 }
 
 TEST(DriverEventsTest, VendorCodesAreClassedByTheCodeTables) {
-  const auto& codes = ras::CodeTable::Default();
+  const auto& codes = CodeTable::Default();
   auto xid = EventFromDriver(VendorReport(drivers::VendorCodeSpace::kNvidiaXid, 79), "nvml", codes);
   EXPECT_EQ(xid.origin, "nvidia_xid");
-  EXPECT_EQ(xid.severity, ras::Severity::kFatal);
+  EXPECT_EQ(xid.severity, Severity::kFatal);
   EXPECT_EQ(xid.vendor_code, 79);
   EXPECT_EQ(xid.device, 2);
   EXPECT_EQ(xid.source, "driver");
 
   auto app = EventFromDriver(VendorReport(drivers::VendorCodeSpace::kNvidiaXid, 13), "nvml", codes);
-  EXPECT_EQ(app.severity, ras::Severity::kInfo) << "an application fault";
+  EXPECT_EQ(app.severity, Severity::kInfo) << "an application fault";
 
   auto uce =
       EventFromDriver(VendorReport(drivers::VendorCodeSpace::kAscend, 507053), "ascend", codes);
   EXPECT_EQ(uce.origin, "ascend");
-  EXPECT_EQ(uce.severity, ras::Severity::kSrar);
+  EXPECT_EQ(uce.severity, Severity::kSrar);
   auto heartbeat =
       EventFromDriver(VendorReport(drivers::VendorCodeSpace::kAscend, 507010), "ascend", codes);
-  EXPECT_EQ(heartbeat.severity, ras::Severity::kFatal);
+  EXPECT_EQ(heartbeat.severity, Severity::kFatal);
 
   // A code no table knows is recorded, never acted on.
   auto unknown =
       EventFromDriver(VendorReport(drivers::VendorCodeSpace::kAscend, 123456), "ascend", codes);
-  EXPECT_EQ(unknown.severity, ras::Severity::kInfo);
+  EXPECT_EQ(unknown.severity, Severity::kInfo);
   auto no_space =
       EventFromDriver(VendorReport(drivers::VendorCodeSpace::kNone, std::nullopt), "nvml", codes);
-  EXPECT_EQ(no_space.severity, ras::Severity::kInfo);
+  EXPECT_EQ(no_space.severity, Severity::kInfo);
   EXPECT_EQ(no_space.origin, "nvml");
 
   // A site's table wins: the daemon reloads it on SIGHUP.
-  ras::CodeTable site = codes;
-  site.nvidia_xid[13] = ras::Severity::kUce;
+  CodeTable site = codes;
+  site.nvidia_xid[13] = Severity::kUce;
   EXPECT_EQ(EventFromDriver(VendorReport(drivers::VendorCodeSpace::kNvidiaXid, 13), "nvml", site)
                 .severity,
-            ras::Severity::kUce);
+            Severity::kUce);
 }
 
 TEST(DriverEventsTest, AReportNamingOnlyAPciAddressCarriesItAndItsCount) {
@@ -62,12 +62,12 @@ TEST(DriverEventsTest, AReportNamingOnlyAPciAddressCarriesItAndItsCount) {
   event.pci_bdf = "0000:c2:00.0";
   event.kind = drivers::DriverErrorKind::kCorrectedEcc;
   event.count = 12;
-  const auto converted = EventFromDriver(event, "nvml", ras::CodeTable::Default());
+  const auto converted = EventFromDriver(event, "nvml", CodeTable::Default());
   EXPECT_FALSE(converted.device) << "the daemon attributes it by PCI address";
   EXPECT_EQ(converted.pci_bdf, "0000:c2:00.0");
   EXPECT_EQ(converted.count, 12u);
-  EXPECT_EQ(converted.severity, ras::Severity::kCe);
+  EXPECT_EQ(converted.severity, Severity::kCe);
 }
 
 }  // namespace
-}  // namespace rasd::daemon
+}  // namespace rasd::ras
