@@ -160,6 +160,14 @@ std::string Config() {
   yaml << "simulator:\n  devices: " << kDevices << "\n  memory_mib: 128\n"
        << "inject:\n  allow_sources: true\n"
        << "ras:\n  edac_poll_ms: 1000\n"
+       // The built-in recovery table suggests a reboot for Xid 79 (RESTART_BM),
+       // which no automatic recovery does; the soak's Xid 79 is the
+       // simulator's, which a reset clears, so the site's row says so, and
+       // keeps saying so however often the rotation comes back to a device.
+       << "  recovery:\n"
+       << "    - match: {origin: nvidia_xid, vendor_code: 79}\n"
+       << "      action: reset-device\n"
+       << "      escalate_after: 1000\n"
        << "policy:\n"
        << "  auto_recover: true\n"
        << "  auto_recover_delay_ms: 1000\n"
@@ -264,7 +272,8 @@ nlohmann::json SampleJson(const Sample& sample) {
 // retired; an SRAR kills and restarts exactly that job), host records
 // through the kernel-log decoder and the simulated EDAC counters, and
 // device faults that isolate a device until rasd's automatic recovery
-// (reset, self-test) returns it. A device that falls off the bus
+// (reset, self-test) returns it (Xid 79 through a site recovery row, see
+// Config()). A device that falls off the bus
 // (`inject fatal`) is left out: the simulator, like the hardware, cannot
 // reset it, so it would leave the run for good.
 enum class FaultKind { kCeStorm, kSrar, kSticky, kHostCe, kLink, kSrao, kXid79, kEdac, kUcna };
