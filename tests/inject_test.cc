@@ -281,6 +281,16 @@ jobs:
   auto events_on = [&](int device) {
     return Json(rasd, {"events", "--device", std::to_string(device)})["events"];
   };
+  // Everything injected before it has been handled once a corrected error
+  // injected after it is stored on device 0: the simulator's reports are
+  // handled in order, each batch whole (its actions included) before the
+  // next. What is asserted then cannot still be on its way.
+  std::size_t fences = 0;
+  auto fence = [&] {
+    Json(rasd, {"inject", "ce", "--device", "0", "--job", "llm"});
+    ++fences;
+    return WaitUntil([&] { return events_on(0).size() >= fences; }, 10s);
+  };
   auto actions_on = [&](int device) {
     std::multiset<std::string> names;
     const auto actions = Json(rasd, {"actions", "--device", std::to_string(device)});
@@ -293,7 +303,7 @@ jobs:
   // the consumer killed and the page retired, once, for "SRAR".
   Json(rasd, {"inject", "srar", "--device", "3", "--job", "llm"});
   ASSERT_TRUE(WaitUntil([&] { return actions_on(3).size() >= 2; }, 10s));
-  std::this_thread::sleep_for(500ms);  // anything more would have come by now
+  ASSERT_TRUE(fence());
   const auto srar = events_on(3);
   ASSERT_EQ(srar.size(), 1U) << srar.dump(1);
   EXPECT_EQ(srar[0]["severity"], "SRAR");
@@ -310,7 +320,7 @@ jobs:
   for (int device : {1, 2}) {
     ASSERT_TRUE(WaitUntil([&] { return actions_on(device).size() >= 2; }, 10s)) << device;
   }
-  std::this_thread::sleep_for(500ms);
+  ASSERT_TRUE(fence());
   for (const auto& [device, severity] : {std::pair{1, "UCE"}, std::pair{2, "FATAL"}}) {
     const auto events = events_on(device);
     ASSERT_EQ(events.size(), 1U) << device << events.dump(1);
