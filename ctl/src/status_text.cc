@@ -57,6 +57,103 @@ std::string FormatDuration(double seconds) {
   return fmt::format("{}s", secs);
 }
 
+namespace {
+
+// The last reload, when there was one: ok, or the first of its errors.
+std::string LastReloadLine(const json& status) {
+  std::string out;
+  const json::json_pointer reload("/config/last_reload");
+  if (status.contains(reload) && status.at(reload).is_object()) {
+    const json& last = status.at(reload);
+    if (last.value("ok", true)) {
+      out += fmt::format("{:<12}ok at {}\n", "last reload", Field(last, "/time"));
+    } else {
+      std::string first_error = "?";
+      if (last.contains("errors") && last["errors"].is_array() && !last["errors"].empty()) {
+        first_error = last["errors"][0].is_string() ? last["errors"][0].get<std::string>() : "?";
+      }
+      out += fmt::format("{:<12}REJECTED at {}: {}\n", "last reload", Field(last, "/time"),
+                         first_error);
+    }
+  }
+  return out;
+}
+
+// The heartbeat's settings and each device's beats.
+std::string LivenessLines(const json& status) {
+  std::string out;
+  const json::json_pointer liveness("/liveness");
+  if (status.contains(liveness) && status.at(liveness).is_object()) {
+    const json& live = status.at(liveness);
+    if (Field(live, "/period_ms") == "0") {
+      out += fmt::format("{:<12}off (liveness.period_ms: 0)\n", "liveness");
+    } else {
+      out += fmt::format("{:<12}a heartbeat every {} ms, deadline {} ms, hung after {} missed\n",
+                         "liveness", Field(live, "/period_ms"), Field(live, "/deadline_ms"),
+                         Field(live, "/misses"));
+    }
+    if (live.contains("devices") && live["devices"].is_array()) {
+      for (const auto& device : live["devices"]) {
+        const json::json_pointer latency("/last_latency_ms");
+        const std::string last =
+            device.contains(latency) && device.at(latency).is_number()
+                ? fmt::format("{:.1f} ms", device.at(latency).get<double>())
+                : "?";
+        out += fmt::format(
+            "  {:>2} {} beat(s), {} missed, {} hang(s), {} op timeout(s), last {}\n",
+            Field(device, "/device"), Field(device, "/beats"), Field(device, "/misses"),
+            Field(device, "/hangs"), Field(device, "/op_timeouts"), last);
+      }
+    }
+  }
+  return out;
+}
+
+// The scheduler link and whether it drained the node.
+std::string SchedulerLine(const json& status) {
+  std::string out;
+  if (status.contains(json::json_pointer("/scheduler/kind"))) {
+    const std::string kind = Field(status, "/scheduler/kind");
+    std::string state;
+    if (Field(status, "/scheduler/drained") == "true") {
+      state = ", DRAINED by rasd";
+    } else if (Field(status, "/scheduler/drain_wanted") == "true") {
+      const std::string guarded = Field(status, "/scheduler/guarded");
+      state = guarded == "-" || guarded == "?"
+                  ? ", drain wanted, not done yet (see the log)"
+                  : ", drain HELD by the blast-radius guard: " + guarded;
+    }
+    out += kind == "none" ? fmt::format("{:<12}none (scheduler.kind)\n", "scheduler")
+                          : fmt::format("{:<12}{}, node {}{}\n", "scheduler", kind,
+                                        Field(status, "/scheduler/node"), state);
+  }
+  return out;
+}
+
+// Each RAS source with its state and why, in aligned columns.
+std::string SourceLines(const json& status) {
+  std::string out;
+  const json::json_pointer sources("/ras/sources");
+  if (status.contains(sources) && status.at(sources).is_object()) {
+    out += "sources\n";
+    // Each column fits its longest entry: a source's name never runs into
+    // its state, nor its state into the reason.
+    std::size_t name_width = 0;
+    std::size_t state_width = 0;
+    for (const auto& [name, source] : status.at(sources).items()) {
+      name_width = std::max(name_width, name.size());
+      state_width = std::max(state_width, Field(source, "/state").size());
+    }
+    for (const auto& [name, source] : status.at(sources).items()) {
+      out += fmt::format("  {:<{}}  {:<{}}  {}\n", name, name_width, Field(source, "/state"),
+                         state_width, Field(source, "/reason"));
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 std::string FormatStatus(const json& status) {
   std::string out;
   const json::json_pointer uptime("/uptime_seconds");
@@ -72,20 +169,7 @@ std::string FormatStatus(const json& status) {
                                  : "built-in defaults";
   out += fmt::format("{:<12}{} (generation {}, log level {})\n", "config", config,
                      Field(status, "/config/generation"), Field(status, "/config/log_level"));
-  const json::json_pointer reload("/config/last_reload");
-  if (status.contains(reload) && status.at(reload).is_object()) {
-    const json& last = status.at(reload);
-    if (last.value("ok", true)) {
-      out += fmt::format("{:<12}ok at {}\n", "last reload", Field(last, "/time"));
-    } else {
-      std::string first_error = "?";
-      if (last.contains("errors") && last["errors"].is_array() && !last["errors"].empty()) {
-        first_error = last["errors"][0].is_string() ? last["errors"][0].get<std::string>() : "?";
-      }
-      out += fmt::format("{:<12}REJECTED at {}: {}\n", "last reload", Field(last, "/time"),
-                         first_error);
-    }
-  }
+  out += LastReloadLine(status);
   out += fmt::format("{:<12}{}\n", "host root", Field(status, "/host_root"));
   out += fmt::format("{:<12}{} (schema {})\n", "state dir", Field(status, "/state_dir"),
                      Field(status, "/database/schema_version"));
@@ -112,30 +196,7 @@ std::string FormatStatus(const json& status) {
                       Field(device, "/pool/retired_pages"));
     }
   }
-  const json::json_pointer liveness("/liveness");
-  if (status.contains(liveness) && status.at(liveness).is_object()) {
-    const json& live = status.at(liveness);
-    if (Field(live, "/period_ms") == "0") {
-      out += fmt::format("{:<12}off (liveness.period_ms: 0)\n", "liveness");
-    } else {
-      out += fmt::format("{:<12}a heartbeat every {} ms, deadline {} ms, hung after {} missed\n",
-                         "liveness", Field(live, "/period_ms"), Field(live, "/deadline_ms"),
-                         Field(live, "/misses"));
-    }
-    if (live.contains("devices") && live["devices"].is_array()) {
-      for (const auto& device : live["devices"]) {
-        const json::json_pointer latency("/last_latency_ms");
-        const std::string last =
-            device.contains(latency) && device.at(latency).is_number()
-                ? fmt::format("{:.1f} ms", device.at(latency).get<double>())
-                : "?";
-        out += fmt::format(
-            "  {:>2} {} beat(s), {} missed, {} hang(s), {} op timeout(s), last {}\n",
-            Field(device, "/device"), Field(device, "/beats"), Field(device, "/misses"),
-            Field(device, "/hangs"), Field(device, "/op_timeouts"), last);
-      }
-    }
-  }
+  out += LivenessLines(status);
   out += fmt::format("{:<12}{}\n", "jobs", Field(status, "/jobs/count"));
   if (status.contains(json::json_pointer("/workloads/count"))) {
     out += fmt::format("{:<12}{} attached from outside rasd (rasctl run, attach)\n", "workloads",
@@ -158,37 +219,8 @@ std::string FormatStatus(const json& status) {
   if (status.contains(json::json_pointer("/metrics"))) {
     out += fmt::format("{:<12}{}\n", "metrics", MetricsLine(status));
   }
-  if (status.contains(json::json_pointer("/scheduler/kind"))) {
-    const std::string kind = Field(status, "/scheduler/kind");
-    std::string state;
-    if (Field(status, "/scheduler/drained") == "true") {
-      state = ", DRAINED by rasd";
-    } else if (Field(status, "/scheduler/drain_wanted") == "true") {
-      const std::string guarded = Field(status, "/scheduler/guarded");
-      state = guarded == "-" || guarded == "?"
-                  ? ", drain wanted, not done yet (see the log)"
-                  : ", drain HELD by the blast-radius guard: " + guarded;
-    }
-    out += kind == "none" ? fmt::format("{:<12}none (scheduler.kind)\n", "scheduler")
-                          : fmt::format("{:<12}{}, node {}{}\n", "scheduler", kind,
-                                        Field(status, "/scheduler/node"), state);
-  }
-  const json::json_pointer sources("/ras/sources");
-  if (status.contains(sources) && status.at(sources).is_object()) {
-    out += "sources\n";
-    // Each column fits its longest entry: a source's name never runs into
-    // its state, nor its state into the reason.
-    std::size_t name_width = 0;
-    std::size_t state_width = 0;
-    for (const auto& [name, source] : status.at(sources).items()) {
-      name_width = std::max(name_width, name.size());
-      state_width = std::max(state_width, Field(source, "/state").size());
-    }
-    for (const auto& [name, source] : status.at(sources).items()) {
-      out += fmt::format("  {:<{}}  {:<{}}  {}\n", name, name_width, Field(source, "/state"),
-                         state_width, Field(source, "/reason"));
-    }
-  }
+  out += SchedulerLine(status);
+  out += SourceLines(status);
   return out;
 }
 
