@@ -1,0 +1,173 @@
+// LinkHealth on a SimulatedEventLoop: LinkPolicy's decisions carried out on
+// a simulator runtime (the links-usable flag, the link's hold in
+// DeviceHealth), its one timer on simulated time, its state saved in a real
+// store and read back after a restart. Nothing here sleeps.
+
+#include "link_health.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "rasd/common/simulated_event_loop.h"
+#include "rasd/drivers_shim/sim_driver.h"
+
+namespace rasd::daemon {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+using runtime::HealthState;
+
+class LinkHealthTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("rasd-link-health-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    Boot();
+  }
+  void TearDown() override {
+    Drop();
+    fs::remove_all(dir_);
+  }
+  void Drop() {
+    links_.reset();
+    jobs_.reset();
+    health_.reset();
+    runtime_.reset();
+    store_.reset();
+  }
+  // A fresh daemon's worth of state on the same state directory.
+  void Boot() {
+    Drop();
+    auto store = ras::StateStore::Open(dir_ / "state");
+    ASSERT_TRUE(store.has_value()) << store.error().ToString();
+    store_ = std::move(*store);
+    auto driver =
+        drivers::SimDriver::Create({.device_count = 2, .memory_bytes_per_device = 16 << 20});
+    ASSERT_TRUE(driver.has_value());
+    auto runtime = runtime::Runtime::Create(std::move(*driver), {.pool = {.arena_bytes = 4 << 20}});
+    ASSERT_TRUE(runtime.has_value());
+    runtime_ = std::move(*runtime);
+    health_ = std::make_unique<DeviceHealth>(loop_, *runtime_, *store_);
+    health_->Restore();
+    jobs_ = std::make_unique<jobs::JobManager>(*runtime_, 1000ms);
+    links_ = std::make_unique<LinkHealth>(
+        loop_, *runtime_, *health_, *jobs_, *store_,
+        LinkHealth::Options{.up_debounce = 30s, .flap_limit = 3, .flap_window = 3600s});
+    links_->Load();
+  }
+
+  HealthState Gate(int device) { return (*runtime_->GetDevice(device))->Health(); }
+  bool Usable(int device) { return (*runtime_->GetDevice(device))->LinksUsable(); }
+  void Down(int device) { links_->Observe({{device, {"mlx5_0 port 1"}}}); }
+  void Up(int device) { links_->Observe({{device, {}}}); }
+
+  fs::path dir_;
+  common::SimulatedEventLoop loop_;
+  std::unique_ptr<ras::StateStore> store_;
+  std::unique_ptr<runtime::Runtime> runtime_;
+  std::unique_ptr<DeviceHealth> health_;
+  std::unique_ptr<jobs::JobManager> jobs_;
+  std::unique_ptr<LinkHealth> links_;
+};
+
+TEST_F(LinkHealthTest, ADeviceWhoseLinkIsDownIsOutOfCollectivesUntilTheDebounceEnds) {
+  Down(1);
+  EXPECT_FALSE(Usable(1));
+  EXPECT_EQ(Gate(1), HealthState::kDegraded);
+  EXPECT_TRUE(health_->Holds(1, HealthCause::kLink));
+  EXPECT_TRUE(Usable(0));
+  Up(1);
+  EXPECT_EQ(links_->Clears(1), "by itself: its links are up, it rejoins once they stayed up 30 s");
+  loop_.AdvanceBy(29s);
+  EXPECT_FALSE(Usable(1));
+  loop_.AdvanceBy(1s);
+  EXPECT_TRUE(Usable(1));
+  EXPECT_EQ(Gate(1), HealthState::kHealthy);
+  EXPECT_EQ(loop_.ArmedTimers(), 0u) << "nothing left pending";
+  const auto actions = store_->QueryActions(1, 10);
+  ASSERT_TRUE(actions.has_value());
+  ASSERT_EQ(actions->size(), 2u);
+  EXPECT_EQ((*actions)[0].rule, "link-up");
+  EXPECT_EQ((*actions)[1].rule, "link-down");
+}
+
+TEST_F(LinkHealthTest, TheLinksReturnLiftsOnlyItsOwnHold) {
+  Down(0);
+  ASSERT_TRUE(health_
+                  ->DecideAndSave({.device = 0,
+                                   .cause = HealthCause::kPolicy,
+                                   .target = HealthState::kDegraded,
+                                   .reason = "CE over threshold"})
+                  .has_value());
+  EXPECT_FALSE(links_->Clears(0).has_value()) << "not the link's doing alone";
+  Up(0);
+  loop_.AdvanceBy(30s);
+  EXPECT_TRUE(Usable(0)) << "back in collectives";
+  EXPECT_EQ(Gate(0), HealthState::kDegraded) << "the policy's Degraded stands";
+  EXPECT_EQ(health_->StatusOf(0).reason, "CE over threshold");
+}
+
+TEST_F(LinkHealthTest, AFlappingDeviceStaysOutUntilAnOperatorReturnsIt) {
+  for (int i = 0; i < 3; ++i) {
+    Down(1);
+    Up(1);
+    loop_.AdvanceBy(10s);
+  }
+  loop_.AdvanceBy(24h);
+  EXPECT_FALSE(Usable(1));
+  EXPECT_EQ(Gate(1), HealthState::kDegraded);
+  EXPECT_EQ(links_->Clears(1), "an operator: rasctl undrain (its links were flapping)");
+  // It outlives a restart.
+  Boot();
+  EXPECT_FALSE(Usable(1));
+  EXPECT_EQ(Gate(1), HealthState::kDegraded);
+  Up(1);
+  loop_.AdvanceBy(24h);
+  EXPECT_FALSE(Usable(1)) << "still held";
+  // The operator's undrain: every hold lifted, the link's hold ends.
+  ASSERT_TRUE(health_
+                  ->DecideAndSave({.device = 1,
+                                   .cause = HealthCause::kOperator,
+                                   .target = HealthState::kHealthy,
+                                   .reason = "cable replaced"})
+                  .has_value());
+  links_->OnOperatorReturned(1);
+  EXPECT_TRUE(Usable(1));
+  EXPECT_EQ(Gate(1), HealthState::kHealthy);
+  Boot();
+  EXPECT_TRUE(Usable(1)) << "nothing held after a restart either";
+}
+
+TEST_F(LinkHealthTest, ALinkDownAcrossARestartIsLiftedWhenItComesBack) {
+  Down(0);
+  Boot();
+  EXPECT_FALSE(Usable(0));
+  EXPECT_EQ(Gate(0), HealthState::kDegraded);
+  Up(0);
+  loop_.AdvanceBy(30s);
+  EXPECT_TRUE(Usable(0));
+  EXPECT_EQ(Gate(0), HealthState::kHealthy);
+}
+
+TEST_F(LinkHealthTest, AStoreThatCannotSaveLeavesTheDecisionsStanding) {
+  store_->SetWriteFault([](std::string_view) -> std::optional<Error> {
+    return Error{ErrorCode::kIoError, "disk full"};
+  });
+  Down(1);
+  EXPECT_FALSE(Usable(1));
+  EXPECT_EQ(Gate(1), HealthState::kDegraded);
+  EXPECT_EQ(health_->UnsavedStates(), 1u) << "retried with the next batch";
+  store_->SetWriteFault(nullptr);
+  Up(1);
+  loop_.AdvanceBy(30s);
+  EXPECT_EQ(Gate(1), HealthState::kHealthy);
+  EXPECT_EQ(health_->UnsavedStates(), 0u) << "the lift's save took the waiting row along";
+}
+
+}  // namespace
+}  // namespace rasd::daemon
