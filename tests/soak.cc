@@ -161,11 +161,15 @@ std::string Config() {
        << "inject:\n  allow_sources: true\n"
        << "ras:\n  edac_poll_ms: 1000\n"
        // The built-in recovery table suggests a reboot for Xid 79 (RESTART_BM),
-       // which no automatic recovery does; the soak's Xid 79 is the
-       // simulator's, which a reset clears, so the site's row says so, and
-       // keeps saying so however often the rotation comes back to a device.
+       // and escalates a device recovered twice in a day to an inspection;
+       // no automatic recovery does either. The soak's faults are the
+       // simulator's, which a reset clears, and the rotation comes back to
+       // every device many times: the site's rows say reset, every time.
        << "  recovery:\n"
        << "    - match: {origin: nvidia_xid, vendor_code: 79}\n"
+       << "      action: reset-device\n"
+       << "      escalate_after: 1000\n"
+       << "    - match: {severity: UCE}\n"
        << "      action: reset-device\n"
        << "      escalate_after: 1000\n"
        << "policy:\n"
