@@ -4,10 +4,14 @@
 #include "rasd/ras/bert_source.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstring>
+#include <filesystem>
 #include <functional>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "byte_writer.h"
@@ -17,6 +21,8 @@ namespace {
 
 using testing::Bytes;
 using testing::Put;
+
+const auto kReadAt = std::chrono::system_clock::time_point(std::chrono::seconds(1'750'000'000));
 
 void PutGuid(Bytes& out, std::size_t offset, std::uint32_t a, std::uint16_t b, std::uint16_t c,
              std::array<std::uint8_t, 8> d) {
@@ -83,8 +89,9 @@ TEST(BertTest, DecodesMemoryAndPcieSectionsAsHistoricalEvents) {
   const Bytes second = Block(2, {Entry(2, OtherGuid, Bytes(16, 0))});
   region.insert(region.end(), second.begin(), second.end());
   region.resize(region.size() + 64, 0);  // the unused rest of the region
-  const auto events = DecodeBert(region);
+  const auto events = DecodeBert(region, kReadAt);
   ASSERT_EQ(events.size(), 3u);
+  for (const auto& event : events) EXPECT_EQ(event.time, kReadAt) << "the time it was read";
   EXPECT_EQ(events[0].severity, Severity::kFatal);
   ASSERT_TRUE(events[0].address);
   EXPECT_EQ(events[0].address->value, 0x276aeb0180u);
@@ -101,17 +108,35 @@ TEST(BertTest, DecodesMemoryAndPcieSectionsAsHistoricalEvents) {
 }
 
 TEST(BertTest, TruncatedOrEmptyRegionsStopCleanly) {
-  EXPECT_TRUE(DecodeBert({}).empty());
-  EXPECT_TRUE(DecodeBert(Bytes(200, 0)).empty()) << "a zero block status: no records";
+  EXPECT_TRUE(DecodeBert({}, kReadAt).empty());
+  EXPECT_TRUE(DecodeBert(Bytes(200, 0), kReadAt).empty()) << "a zero block status: no records";
   const Bytes region = Block(1, {Entry(1, MemoryGuid, MemorySection(0x1000))});
   for (std::size_t cut = 0; cut < region.size(); ++cut) {
-    const auto events = DecodeBert(std::span(region.data(), cut));  // must not read past the end
+    const auto events =
+        DecodeBert(std::span(region.data(), cut), kReadAt);  // must not read past the end
     EXPECT_LE(events.size(), 1u);
   }
   Bytes lying = region;
   Put<std::uint32_t>(lying, 12, 0xffffffff);  // data length far beyond the buffer
   Put<std::uint32_t>(lying, 20 + 24, 0xfffffff0);
-  EXPECT_LE(DecodeBert(lying).size(), 1u);
+  EXPECT_LE(DecodeBert(lying, kReadAt).size(), 1u);
+}
+
+TEST(BertTest, TheTableReadFromTheHostIsStampedWithTheHostsWallClock) {
+  char pattern[] = "/tmp/rasd-bert-XXXXXX";
+  ASSERT_NE(::mkdtemp(pattern), nullptr);
+  const std::filesystem::path root = pattern;
+  auto clock = std::make_shared<common::ManualClock>(kReadAt);
+  clock->Advance(std::chrono::seconds(90));
+  const common::HostEnv host(root, clock);
+  const Bytes region = Block(1, {Entry(1, MemoryGuid, MemorySection(0x1000))});
+  ASSERT_TRUE(host.WriteFile("/sys/firmware/acpi/tables/data/BERT",
+                             std::string(region.begin(), region.end()), /*create=*/true)
+                  .has_value());
+  const auto events = ReadBertEvents(host);
+  std::filesystem::remove_all(root);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].time, kReadAt + std::chrono::seconds(90));
 }
 
 }  // namespace

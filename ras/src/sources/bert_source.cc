@@ -126,11 +126,11 @@ void DecodePcieSection(const Reader& section, RasEvent& event) {
 
 }  // namespace
 
-std::vector<RasEvent> DecodeBert(std::span<const std::uint8_t> data) {
+std::vector<RasEvent> DecodeBert(std::span<const std::uint8_t> data,
+                                 std::chrono::system_clock::time_point now) {
   std::vector<RasEvent> events;
   const Reader region(data);
   std::size_t block = 0;
-  const auto now = std::chrono::system_clock::now();
   // Generic Error Status Blocks follow one another; a zero block status ends the region.
   while (block + 20 <= region.Size()) {
     const auto status = region.At<std::uint32_t>(block);
@@ -183,10 +183,15 @@ std::vector<RasEvent> DecodeBert(std::span<const std::uint8_t> data) {
   return events;
 }
 
+std::vector<RasEvent> DecodeBert(std::span<const std::uint8_t> data) {
+  return DecodeBert(data, std::chrono::system_clock::now());
+}
+
 std::vector<RasEvent> ReadBertEvents(const common::HostEnv& host) {
   auto data = host.ReadFile("/sys/firmware/acpi/tables/data/BERT", 16 << 20);
   if (!data) return {};
-  return DecodeBert(std::span(reinterpret_cast<const std::uint8_t*>(data->data()), data->size()));
+  return DecodeBert(std::span(reinterpret_cast<const std::uint8_t*>(data->data()), data->size()),
+                    host.GetClock().Wall());
 }
 
 }  // namespace rasd::ras

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -16,12 +17,18 @@ namespace rasd::ras {
 // column), PCIe errors (the device's segment:bus:device.function) and
 // anything else by its severity and type. Every event is historical.
 //
-// Pure: bytes in, events out; truncated or inconsistent data ends decoding
-// where it stops making sense, never reads past the buffer.
+// Pure: bytes and the time of reading in, events out (each stamped `now`:
+// the records carry no time rasd can trust); truncated or inconsistent data
+// ends decoding where it stops making sense, never reads past the buffer.
+std::vector<RasEvent> DecodeBert(std::span<const std::uint8_t> data,
+                                 std::chrono::system_clock::time_point now);
+// As above, stamped with the system clock's time. Callers that hold a
+// HostEnv pass its clock's Wall() to the overload above.
 std::vector<RasEvent> DecodeBert(std::span<const std::uint8_t> data);
 
-// Reads <root>/sys/firmware/acpi/tables/data/BERT (root only, usually).
-// A host without it, or without permission, gives no events.
+// Reads <root>/sys/firmware/acpi/tables/data/BERT (root only, usually),
+// stamped with the host's wall clock. A host without it, or without
+// permission, gives no events.
 std::vector<RasEvent> ReadBertEvents(const common::HostEnv& host);
 
 }  // namespace rasd::ras
