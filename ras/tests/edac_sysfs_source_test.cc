@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <fstream>
+#include <memory>
 
 namespace rasd::ras {
 namespace {
@@ -24,7 +26,7 @@ class EdacSysfsTest : public ::testing::Test {
       std::filesystem::permissions(entry.path(), std::filesystem::perms::owner_write,
                                    std::filesystem::perm_options::add);
     }
-    host_ = std::make_unique<common::HostEnv>(root_, std::make_shared<common::SystemClock>());
+    host_ = std::make_unique<common::HostEnv>(root_, clock_);
   }
   void TearDown() override {
     if (!root_.empty()) std::filesystem::remove_all(root_);
@@ -34,6 +36,7 @@ class EdacSysfsTest : public ::testing::Test {
   }
 
   std::filesystem::path root_;
+  std::shared_ptr<common::ManualClock> clock_ = std::make_shared<common::ManualClock>();
   std::unique_ptr<common::HostEnv> host_;
 };
 
@@ -83,8 +86,12 @@ TEST_F(EdacSysfsTest, IncreasesBecomeEventsResetsDoNot) {
   EXPECT_TRUE(source.Poll().empty()) << "nothing changed";
   Set("mc0/rank4/dimm_ce_count", "3");
   Set("mc2/rank1/dimm_ue_count", "1");
+  clock_->Advance(std::chrono::seconds(30));
+  const auto polled_at = clock_->Wall();
   auto events = source.Poll();
   ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[0].time, polled_at) << "stamped with the host's clock at the poll";
+  EXPECT_EQ(events[1].time, polled_at);
   EXPECT_EQ(events[0].severity, Severity::kCe);
   EXPECT_EQ(events[0].mc, 0);
   EXPECT_EQ(events[0].count, 2u);
@@ -96,9 +103,11 @@ TEST_F(EdacSysfsTest, IncreasesBecomeEventsResetsDoNot) {
   Set("mc0/rank4/dimm_ce_count", "0");
   EXPECT_TRUE(source.Poll().empty());
   Set("mc0/rank4/dimm_ce_count", "1");
+  clock_->Advance(std::chrono::seconds(30));
   events = source.Poll();
   ASSERT_EQ(events.size(), 1u);
   EXPECT_EQ(events[0].count, 1u);
+  EXPECT_EQ(events[0].time, polled_at + std::chrono::seconds(30));
 }
 
 TEST_F(EdacSysfsTest, NoinfoCountersAndVanishedFilesAreHandled) {

@@ -122,7 +122,7 @@ std::vector<RasEvent> EdacSysfsSource::Poll() {
     last_ = std::move(current);
     return events;
   }
-  const auto now = std::chrono::system_clock::now();
+  const auto now = host_.GetClock().Wall();
   auto emit = [&](int mc, const std::string& where, Severity severity, std::uint64_t before,
                   std::uint64_t after) {
     if (after <= before) return;  // unchanged, or reset: re-based below

@@ -45,6 +45,8 @@ EdacSnapshot ReadEdacSnapshot(const common::HostEnv& host);
 // (counts since boot are not news); a counter that went down was reset and
 // is re-based without an event. Controller totals count only where the
 // controller has no csrow/dimm/rank units, so nothing is counted twice.
+// Events are stamped with the host's wall clock; `host` must outlive the
+// source.
 class EdacSysfsSource {
  public:
   static constexpr std::string_view kSourceName = "edac_sysfs";
