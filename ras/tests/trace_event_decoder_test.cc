@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -22,6 +23,8 @@ using testing::GhesEvent;
 using testing::McEvent;
 using testing::Page;
 using testing::Put;
+
+const auto kReadAt = std::chrono::system_clock::time_point(std::chrono::seconds(1'750'000'000));
 
 std::unique_ptr<TraceEventDecoder> Decoder() {
   auto decoder = TraceEventDecoder::Load(RASD_TRACEFS_FIXTURES "/events",
@@ -49,8 +52,9 @@ TEST(TraceEventDecoderTest, DecodesMcEventsAndGhesEventsFromARawPage) {
   const Bytes page =
       Page({McEvent(2206, 0, 3, 1, 0x12345000, "CPU_SrcID#0_MC#1_Chan#2_DIMM#0"), GhesEvent(5, 1),
             McEvent(2206, 1, 1, 0, 0x9ffff000, "DIMM_B2"), GhesEvent(2205, 3)});
-  const auto events = decoder->DecodePage(page);
+  const auto events = decoder->DecodePage(page, kReadAt);
   ASSERT_EQ(events.size(), 3u);
+  for (const auto& event : events) EXPECT_EQ(event.time, kReadAt) << "the time it was read";
   EXPECT_EQ(events[0].origin, "edac");
   EXPECT_EQ(events[0].severity, Severity::kCe);
   EXPECT_EQ(events[0].count, 3u);
@@ -68,10 +72,10 @@ TEST(TraceEventDecoderTest, DecodesMcEventsAndGhesEventsFromARawPage) {
 TEST(TraceEventDecoderTest, DamagedPagesAreHarmless) {
   auto decoder = Decoder();
   ASSERT_NE(decoder, nullptr);
-  EXPECT_TRUE(decoder->DecodePage({}).empty());
+  EXPECT_TRUE(decoder->DecodePage({}, kReadAt).empty());
   Bytes lying = Page({McEvent(2206, 0, 1, 0, 0x1000, "X")});
   Put<std::uint64_t>(lying, 8, 1 << 20);  // commit beyond the page
-  EXPECT_TRUE(decoder->DecodePage(lying).empty());
+  EXPECT_TRUE(decoder->DecodePage(lying, kReadAt).empty());
   // Found by the fuzzer: a length word whose 4 + length wraps to 0 in 32
   // bits made the page walk stand still forever.
   Bytes wrap(16, 0);
@@ -80,20 +84,20 @@ TEST(TraceEventDecoderTest, DamagedPagesAreHarmless) {
   Put<std::uint32_t>(wrap, 24, 0);
   Put<std::uint64_t>(wrap, 8, 64);
   wrap.resize(4096, 0);
-  EXPECT_TRUE(decoder->DecodePage(wrap).empty());
+  EXPECT_TRUE(decoder->DecodePage(wrap, kReadAt).empty());
   // Also found by the fuzzer: end-of-page padding whose length word wraps.
   Bytes padding(16, 0);
   Put<std::uint32_t>(padding, 16, 29);  // type_len 29, time_delta 0
   Put<std::uint32_t>(padding, 20, 0xfffffffc);
   Put<std::uint64_t>(padding, 8, 1805);
   padding.resize(4096, 0);
-  EXPECT_TRUE(decoder->DecodePage(padding).empty());
+  EXPECT_TRUE(decoder->DecodePage(padding, kReadAt).empty());
   std::mt19937 random(7);
   for (int i = 0; i < 500; ++i) {
     Bytes garbage(4096);
     for (auto& byte : garbage) byte = static_cast<std::uint8_t>(random());
     Put<std::uint64_t>(garbage, 8, random() % 4000);
-    (void)decoder->DecodePage(garbage);
+    (void)decoder->DecodePage(garbage, kReadAt);
   }
 }
 

@@ -16,6 +16,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <thread>
 
 #include "trace_pages.h"
@@ -68,10 +69,9 @@ class TracefsFixtureTest : public ::testing::Test {
     return instance;
   }
 
-  common::HostEnv Host() const {
-    return common::HostEnv(root_, std::make_shared<common::SystemClock>());
-  }
+  common::HostEnv Host() const { return common::HostEnv(root_, clock_); }
 
+  std::shared_ptr<common::ManualClock> clock_ = std::make_shared<common::ManualClock>();
   fs::path root_;
   fs::path tracing_;
 };
@@ -89,8 +89,10 @@ TEST_F(TracefsFixtureTest, EnablesTheEventsThisKernelHasAndDecodesEachCpusPages)
   EXPECT_EQ(ReadText(instance / "buffer_percent"), "0") << "poll must wake for one event";
   ASSERT_EQ((*source)->CpuCount(), 2u);
 
+  clock_->Advance(std::chrono::seconds(5));
   const auto events = (*source)->ReadEvents(0);
   ASSERT_EQ(events.size(), 3u);
+  for (const auto& event : events) EXPECT_EQ(event.time, clock_->Wall()) << "the host's clock";
   EXPECT_EQ(events[0].origin, "edac");
   EXPECT_EQ(events[0].severity, Severity::kCe);
   EXPECT_EQ(events[0].count, 2u);

@@ -206,11 +206,12 @@ void TraceEventDecoder::ForEachRecord(std::span<const std::uint8_t> page,
   trace_seq_destroy(&seq);
 }
 
-std::vector<RasEvent> TraceEventDecoder::DecodePage(std::span<const std::uint8_t> page) {
+std::vector<RasEvent> TraceEventDecoder::DecodePage(std::span<const std::uint8_t> page,
+                                                    std::chrono::system_clock::time_point now) {
   std::vector<RasEvent> events;
   ForEachRecord(page, [&](const TraceRecord& record) {
     RasEvent decoded;
-    decoded.time = std::chrono::system_clock::now();
+    decoded.time = now;
     decoded.source = "tracefs";
     const std::string name = fmt::format("{}:{}", record.System(), record.Name());
     if (name == "ras:mc_event") {

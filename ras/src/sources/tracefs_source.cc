@@ -63,7 +63,7 @@ Result<std::unique_ptr<TracefsSource>> TracefsSource::Open(const common::HostEnv
                                           host.Resolve("/sys/kernel/tracing").string() +
                                           " (mount -t tracefs nodev /sys/kernel/tracing)");
   }
-  std::unique_ptr<TracefsSource> source(new TracefsSource());
+  std::unique_ptr<TracefsSource> source(new TracefsSource(host.GetClock()));
   source->instance_dir_ = tracefs / "instances" / instance_name;
   if (::mkdir(source->instance_dir_.c_str(), 0700) != 0 && errno != EEXIST) {
     const int error = errno;
@@ -185,7 +185,7 @@ std::size_t TracefsSource::ReadPages(
 std::vector<RasEvent> TracefsSource::ReadEvents(std::size_t index) {
   std::vector<RasEvent> events;
   ReadPages(index, [&](std::span<const std::uint8_t> page) {
-    auto decoded = decoder_->DecodePage(page);
+    auto decoded = decoder_->DecodePage(page, clock_.Wall());
     stats_.events += decoded.size();
     events.insert(events.end(), std::make_move_iterator(decoded.begin()),
                   std::make_move_iterator(decoded.end()));

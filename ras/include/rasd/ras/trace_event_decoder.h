@@ -1,5 +1,6 @@
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -71,9 +72,11 @@ class TraceEventDecoder {
   // The "system/event" names whose formats were loaded.
   const std::vector<std::string>& Loaded() const { return loaded_; }
 
-  // Decodes one page. A malformed page yields what could be read before
-  // the damage.
-  std::vector<RasEvent> DecodePage(std::span<const std::uint8_t> page);
+  // Decodes one page, each event stamped `now` (the time it was read: a
+  // record's own timestamp is the ring buffer's clock, not the wall's). A
+  // malformed page yields what could be read before the damage.
+  std::vector<RasEvent> DecodePage(std::span<const std::uint8_t> page,
+                                   std::chrono::system_clock::time_point now);
 
   // Calls `visit` for each event of a loaded format in one page, RAS or
   // not (DecodePage is built on it).

@@ -26,7 +26,9 @@ namespace rasd::ras {
 // Plain file operations under HostEnv's root do the tracefs side (an
 // instance is a mkdir), so a fixture tree can stand in; libtraceevent's
 // kbuffer decodes the pages. The instance is removed when the source is
-// destroyed; one left behind by a crash is reused. Not thread-safe.
+// destroyed; one left behind by a crash is reused. Events are stamped with
+// the HostEnv's wall clock, so the HostEnv must outlive the source. Not
+// thread-safe.
 class TracefsSource {
  public:
   // The events rasd wants, "system/event"; those the kernel lacks are
@@ -57,7 +59,8 @@ class TracefsSource {
   // to `page`. Returns the number of pages read.
   std::size_t ReadPages(std::size_t index,
                         const std::function<void(std::span<const std::uint8_t>)>& page);
-  // ReadPages, decoding each page into RAS events.
+  // ReadPages, decoding each page into RAS events stamped with the host's
+  // wall clock at the read.
   std::vector<RasEvent> ReadEvents(std::size_t index);
 
   struct Stats {
@@ -68,9 +71,10 @@ class TracefsSource {
   const Stats& GetStats() const { return stats_; }
 
  private:
-  TracefsSource() = default;
+  explicit TracefsSource(const common::Clock& clock) : clock_(clock) {}
   void Close();
 
+  const common::Clock& clock_;
   std::filesystem::path instance_dir_;
   common::UniqueFd owner_lock_;                 // flock'd instance directory
   bool created_ = false;                        // by us: removed on exit
