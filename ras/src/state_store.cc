@@ -369,8 +369,6 @@ std::string ColumnText(sqlite3_stmt* statement, int column) {
 using common::FromUnixNanos;
 using common::UnixNanos;
 
-std::int64_t NowNanos() { return UnixNanos(std::chrono::system_clock::now()); }
-
 // The row a repeated decision merges into: the same action, rule, result and
 // device in the same wall-clock minute. Text fields are length-prefixed so
 // that no choice of names makes two keys collide. Null for a result that is
@@ -433,7 +431,8 @@ class StateStore::Transaction {
   bool open_ = false;
 };
 
-Result<std::unique_ptr<StateStore>> StateStore::Open(const std::filesystem::path& state_dir) {
+Result<std::unique_ptr<StateStore>> StateStore::Open(const std::filesystem::path& state_dir,
+                                                     std::shared_ptr<const common::Clock> clock) {
   if (auto prepared = PrepareStateDirectory(state_dir); !prepared) return Fail(prepared.error());
   auto lock = LockStateDirectory(state_dir);
   if (!lock) return Fail(lock.error());
@@ -473,7 +472,8 @@ Result<std::unique_ptr<StateStore>> StateStore::Open(const std::filesystem::path
     return Fail(ErrorCode::kIoError,
                 fmt::format("cannot open {}: {}", database_path.string(), message));
   }
-  std::unique_ptr<StateStore> store(new StateStore(database_path, std::move(*lock), db));
+  std::unique_ptr<StateStore> store(
+      new StateStore(database_path, std::move(*lock), db, std::move(clock)));
   sqlite3_busy_timeout(db, 2000);
   // journal_mode=WAL is the first statement to touch the file, so a file that
   // is not a database fails here with SQLite's own words.
@@ -532,11 +532,15 @@ Status StateStore::Checkpoint() {
   return {};
 }
 
-StateStore::StateStore(std::filesystem::path database_path, common::UniqueFd lock, sqlite3* db)
+StateStore::StateStore(std::filesystem::path database_path, common::UniqueFd lock, sqlite3* db,
+                       std::shared_ptr<const common::Clock> clock)
     : database_path_(std::move(database_path)),
       lock_(std::move(lock)),
       db_(db),
+      clock_(std::move(clock)),
       statements_(std::make_unique<Statements>()) {}
+
+std::int64_t StateStore::NowNanos() const { return UnixNanos(clock_->Wall()); }
 
 StateStore::~StateStore() {
   statements_.reset();  // sqlite3_close refuses a connection with live statements

@@ -9,9 +9,12 @@
 #include <sys/mount.h>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <random>
 #include <tuple>
 #include <vector>
+
+#include "rasd/common/unix_nanos.h"
 
 namespace rasd::ras {
 namespace {
@@ -327,6 +330,27 @@ TEST_F(StateStoreTest, BatchesQueriesSummariesAndCursors) {
   ASSERT_TRUE(cursor.has_value() && cursor->has_value());
   EXPECT_EQ((*cursor)->boot_id, "boot-a");
   EXPECT_EQ((*cursor)->position, "42");
+}
+
+TEST_F(StateStoreTest, TheTimesTheStoreStampsAreItsClocks) {
+  auto clock = std::make_shared<common::ManualClock>(kMinute);
+  auto store = StateStore::Open(dir_ / "state", clock);
+  ASSERT_TRUE(store.has_value()) << store.error().message;
+  EXPECT_EQ(QueryRaw("SELECT since_ns FROM in_use WHERE id = 1;"), common::UnixNanos(kMinute))
+      << "the in-use mark";
+
+  clock->Advance(7s);
+  ASSERT_TRUE((*store)->SaveCursor({"kmsg", "boot-a", "41"}).has_value());
+  EXPECT_EQ(QueryRaw("SELECT updated_ns FROM source_cursors WHERE source = 'kmsg';"),
+            common::UnixNanos(kMinute + 7s));
+
+  clock->Advance(5s);
+  StoreBatch batch;
+  batch.cursors.push_back({"kmsg", "boot-a", "42"});
+  ASSERT_TRUE((*store)->Commit(batch).has_value());
+  EXPECT_EQ(QueryRaw("SELECT updated_ns FROM source_cursors WHERE source = 'kmsg';"),
+            common::UnixNanos(kMinute + 12s))
+      << "a batch's cursors";
 }
 
 TEST(CoalesceStormTest, AStormIsMergedPerComponentAndMinuteWithExactCounts) {

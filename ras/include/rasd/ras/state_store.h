@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "rasd/common/host_env.h"
 #include "rasd/common/result.h"
 #include "rasd/common/unique_fd.h"
 #include "rasd/ras/ras_event.h"
@@ -183,7 +184,13 @@ class StateStore {
   // been checkpointed (nothing lost) and the WAL was then removed. A WAL cut
   // short after its first frame is not detected: SQLite keeps the commits
   // before the cut, as after a crash in the middle of a write.
-  static Result<std::unique_ptr<StateStore>> Open(const std::filesystem::path& state_dir);
+  //
+  // The times the store stamps itself (the in-use mark, a cursor's
+  // updated_ns) are `clock`'s Wall(); it must not be null and is shared for
+  // the store's lifetime.
+  static Result<std::unique_ptr<StateStore>> Open(
+      const std::filesystem::path& state_dir,
+      std::shared_ptr<const common::Clock> clock = std::make_shared<common::SystemClock>());
   // Renames a damaged database and its WAL to <db>.damaged-<stamp>[-wal],
   // so that a fresh one can be made and the old one examined. Returns the
   // new name of the database file.
@@ -303,7 +310,10 @@ class StateStore {
   // Errors by severity, indexed by the enum's value.
   using SeverityCounts = std::array<std::uint64_t, kAllSeverities.size()>;
 
-  StateStore(std::filesystem::path database_path, common::UniqueFd lock, sqlite3* db);
+  StateStore(std::filesystem::path database_path, common::UniqueFd lock, sqlite3* db,
+             std::shared_ptr<const common::Clock> clock);
+  // The clock's wall time, as stored (nanoseconds since the Unix epoch).
+  std::int64_t NowNanos() const;
   Status Migrate();
   Status Prepare();
   // Refuses a lost WAL after an unclean stop (see Open()), then marks the
@@ -327,6 +337,7 @@ class StateStore {
   std::filesystem::path database_path_;
   common::UniqueFd lock_;
   sqlite3* db_ = nullptr;
+  std::shared_ptr<const common::Clock> clock_;
   std::size_t wal_pages_ = 0;
   std::unique_ptr<Statements> statements_;  // finalized before db_ is closed
   WriteFault write_fault_;
