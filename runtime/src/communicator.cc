@@ -197,6 +197,8 @@ Status Communicator::RunRing(std::span<const DeviceAddress> buffers, std::uint64
 }
 
 Status Communicator::Synchronize(std::chrono::nanoseconds timeout) {
+  // The steady clock itself: this deadline is split among the streams' own
+  // blocking waits, which run in real time on the caller's thread.
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   Status first_error;
   for (auto& rank : ranks_) {

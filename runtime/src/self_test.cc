@@ -534,14 +534,20 @@ std::string SelfTestReport::Summary() const {
 }
 
 SelfTestReport RunSelfTest(Runtime& runtime, int device, const SelfTestOptions& options) {
-  const auto started = std::chrono::steady_clock::now();
+  static const common::SystemClock kSystemClock;
+  return RunSelfTest(runtime, device, options, kSystemClock);
+}
+
+SelfTestReport RunSelfTest(Runtime& runtime, int device, const SelfTestOptions& options,
+                           const common::Clock& clock) {
+  const auto started = clock.Monotonic();
   SelfTestReport report;
   auto finish = [&] {
     report.passed = !report.checks.empty() &&
                     std::all_of(report.checks.begin(), report.checks.end(),
                                 [](const SelfTestCheck& check) { return check.passed; });
-    report.duration = std::chrono::duration_cast<std::chrono::milliseconds>(
-        std::chrono::steady_clock::now() - started);
+    report.duration =
+        std::chrono::duration_cast<std::chrono::milliseconds>(clock.Monotonic() - started);
     return report;
   };
   Bench bench(runtime, device, options);

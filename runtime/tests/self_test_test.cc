@@ -33,6 +33,31 @@ TEST_F(RuntimeTest, SelfTestPassesOnAHealthyDeviceAndChecksEveryKernel) {
       << report.Summary();
 }
 
+// Moves on by `step` each time its monotonic time is read: a run that reads
+// it at its start and its end takes exactly `step`.
+class SteppingClock final : public common::Clock {
+ public:
+  explicit SteppingClock(std::chrono::nanoseconds step) : step_(step) {}
+  std::chrono::nanoseconds Monotonic() const override {
+    const auto now = clock_.Monotonic();
+    clock_.Advance(step_);
+    return now;
+  }
+  std::chrono::system_clock::time_point Wall() const override { return clock_.Wall(); }
+
+ private:
+  mutable common::ManualClock clock_;
+  const std::chrono::nanoseconds step_;
+};
+
+TEST_F(RuntimeTest, TheSelfTestsDurationIsMeasuredOnTheClockItIsGiven) {
+  const SteppingClock clock(1500ms);
+  const auto report = RunSelfTest(*runtime_, 2, AllOfIt(), clock);
+  ASSERT_TRUE(report.passed) << report.Summary();
+  EXPECT_EQ(report.duration, 1500ms);
+  EXPECT_TRUE(report.Summary().ends_with(", 1500 ms")) << report.Summary();
+}
+
 TEST_F(RuntimeTest, SelfTestLoadsSeveralStreamsAtOnce) {
   const auto report = RunSelfTest(*runtime_, 2, AllOfIt());
   ASSERT_TRUE(report.passed) << report.Summary();

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "rasd/common/host_env.h"
 #include "rasd/common/result.h"
 #include "rasd/runtime/runtime.h"
 
@@ -51,7 +52,10 @@ struct SelfTestReport {
 // Draining or better; the caller opens the gate that far and decides what
 // the result means. A sticky fault, a lost device or a poisoned page fails
 // it. Never throws; a failure to even start is a failed report, not an
-// error.
+// error. The report's duration is measured on `clock`'s Monotonic().
+SelfTestReport RunSelfTest(Runtime& runtime, int device, const SelfTestOptions& options,
+                           const common::Clock& clock);
+// As above, timed by the system clock.
 SelfTestReport RunSelfTest(Runtime& runtime, int device, const SelfTestOptions& options = {});
 
 }  // namespace rasd::runtime
