@@ -12,6 +12,9 @@ namespace rasd::jobs {
 namespace {
 
 using drivers::KernelArg;
+// The steady clock itself, not a common::Clock: the job's own thread times
+// real device work whose waits (step timeouts, pauses) are in real time, and
+// Progress reports steady-clock points callers compare with their own.
 using Clock = std::chrono::steady_clock;
 
 // Consecutive failed steps or re-forms before the job gives up.
@@ -383,13 +386,13 @@ void CollectiveJob::Run() {
       failures = 0;
       if (recovering) {
         std::lock_guard lock(mutex_);
-        progress_.recovered_at = Clock::now();
+        progress_.recovered_at = Clock::now();  // the job thread's real time (see Clock)
         progress_.last_recovery = progress_.recovered_at - fault_at;
         recovering = false;
       }
       continue;
     }
-    const auto detected = Clock::now();
+    const auto detected = Clock::now();  // the job thread's real time (see Clock)
     if (!recovering) {
       recovering = true;
       fault_at = detected;
@@ -410,7 +413,7 @@ void CollectiveJob::Run() {
     communicator_->Abort(reason);
     {
       std::lock_guard lock(mutex_);
-      progress_.released_at = Clock::now();
+      progress_.released_at = Clock::now();  // the job thread's real time (see Clock)
       progress_.last_release = progress_.released_at - detected;
       progress_.last_error = reason;
     }

@@ -6,6 +6,8 @@
 
 namespace rasd::jobs {
 
+// The steady clock itself, not a common::Clock: the generator's thread paces
+// real requests with its own sleeps and measures their real latency.
 using Clock = std::chrono::steady_clock;
 
 std::vector<float> LoadGenerator::InputFor(std::uint64_t n, int inputs) {
@@ -37,10 +39,10 @@ void LoadGenerator::Run() {
     for (std::uint64_t n = 0; n < kDistinct; ++n)
       shared_->references.push_back(model_.Reference(InputFor(n, model_.inputs)));
   }
-  auto next = Clock::now();
+  auto next = Clock::now();  // paced by this thread's own sleeps (see Clock)
   std::uint64_t n = 0;
   while (!stop_.load()) {
-    const auto now = Clock::now();
+    const auto now = Clock::now();  // this thread sleeps until `next` itself
     if (now < next) {
       std::this_thread::sleep_for(
           std::min<Clock::duration>(next - now, std::chrono::milliseconds(5)));
@@ -54,12 +56,12 @@ void LoadGenerator::Run() {
       ++shared_->sent;
       shared_->outstanding.insert(number);
     }
-    const auto sent_at = Clock::now();
+    const auto sent_at = Clock::now();  // a real latency (see Clock)
     auto submitted = service_.Submit(
         InputFor(number % kDistinct, model_.inputs),
         [shared = shared_, window = latency_window_, number, sent_at](
             std::uint64_t, InferenceService::Output output) {
-          const auto answered_at = Clock::now();
+          const auto answered_at = Clock::now();  // a real latency (see Clock)
           const double latency =
               std::chrono::duration<double, std::milli>(answered_at - sent_at).count();
           std::lock_guard lock(shared->mutex);
@@ -95,6 +97,7 @@ void LoadGenerator::Stop(std::chrono::milliseconds timeout) {
   const bool first = !stop_.exchange(true);
   if (thread_.joinable()) thread_.join();
   if (!first) return;
+  // The caller's thread waits here itself, in real time, for the last answers.
   const auto deadline = Clock::now() + timeout;
   while (Clock::now() < deadline) {
     {

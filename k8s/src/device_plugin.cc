@@ -146,6 +146,7 @@ class DevicePlugin::Impl {
   void StopServer() {
     if (!server_) return;
     service_->Stop();
+    // gRPC takes a system_clock deadline and waits it out itself.
     server_->Shutdown(std::chrono::system_clock::now() + kServerShutdownGrace);
     server_->Wait();
     server_.reset();
@@ -187,6 +188,7 @@ class DevicePlugin::Impl {
 
   // One look at the two sockets, and whatever that calls for.
   void Check() {
+    // Real time: the watcher thread paces these checks with its own wait_for.
     const auto now = std::chrono::steady_clock::now();
     const auto kubelet = IdentityOf(kubelet_path_);
     bool restart = !server_;
@@ -259,6 +261,7 @@ class DevicePlugin::Impl {
                                              grpc::InsecureChannelCredentials(), arguments);
     auto stub = v1beta1::Registration::NewStub(channel);
     grpc::ClientContext context;
+    // gRPC takes a system_clock deadline and enforces it itself.
     context.set_deadline(std::chrono::system_clock::now() + options_.register_timeout);
     {
       std::lock_guard lock(stop_mutex_);
@@ -281,7 +284,7 @@ class DevicePlugin::Impl {
       return;
     }
     counters_.registration_failures.fetch_add(1);
-    next_attempt_ = std::chrono::steady_clock::now() + backoff_;
+    next_attempt_ = std::chrono::steady_clock::now() + backoff_;  // as Check()'s `now`
     RASD_LOG_WARN("registering {} with the kubelet at {} failed ({}: {}); next try in {} ms",
                   options_.resource_name, kubelet_path_.string(),
                   static_cast<int>(status.error_code()), status.error_message(), backoff_.count());
