@@ -121,7 +121,7 @@ Status Daemon::OpenLoopAndHost() {
 }
 
 Status Daemon::OpenStateAndDevices() {
-  auto store = ras::StateStore::Open(state_dir_);
+  auto store = ras::StateStore::Open(state_dir_, loop_->SharedClock());
   if (!store && store.error().code == ErrorCode::kCorruptData) {
     // Decision: run (the host still needs its RAS handling) on a fresh
     // database, keep the damaged one for examination, and fence every
@@ -135,7 +135,7 @@ Status Daemon::OpenStateAndDevices() {
     RASD_LOG_ERROR("{}; kept as {}; starting on a fresh database with every device isolated until "
                   "an operator checks it (rasctl undrain)",
                   store.error().message, kept->string());
-    store = ras::StateStore::Open(state_dir_);
+    store = ras::StateStore::Open(state_dir_, loop_->SharedClock());
   }
   if (!store) {
     return Fail(store.error().code,

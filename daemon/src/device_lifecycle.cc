@@ -157,7 +157,7 @@ void DeviceLifecycle::StartSelfTest(int device, const std::string& why, SelfTest
   workers_[device] =
       std::thread([this, device, why, options, then = std::move(then), alive = alive_] {
         auto report = std::make_shared<runtime::SelfTestReport>(
-            runtime::RunSelfTest(runtime_, device, options));
+            runtime::RunSelfTest(runtime_, device, options, loop_.GetClock()));
         loop_.Post([this, device, why, report, then, alive] {
           if (!*alive) return;  // shutting down: the destructor joins this thread
           if (auto worker = workers_.find(device); worker != workers_.end()) {

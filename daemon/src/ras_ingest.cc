@@ -393,7 +393,8 @@ void RasIngest::CheckBert() {
     return;
   }
   auto events = ras::DecodeBert(
-      std::span(reinterpret_cast<const std::uint8_t*>(table->data()), table->size()));
+      std::span(reinterpret_cast<const std::uint8_t*>(table->data()), table->size()),
+      host_.GetClock().Wall());
   ++stats_.crash_records_read;
   stats_.sources["bert"] = {"active", fmt::format("{}: {} error record(s) from the previous boot",
                                                   host_.Resolve(kBertTable).string(),

@@ -183,10 +183,6 @@ std::vector<RasEvent> DecodeBert(std::span<const std::uint8_t> data,
   return events;
 }
 
-std::vector<RasEvent> DecodeBert(std::span<const std::uint8_t> data) {
-  return DecodeBert(data, std::chrono::system_clock::now());
-}
-
 std::vector<RasEvent> ReadBertEvents(const common::HostEnv& host) {
   auto data = host.ReadFile("/sys/firmware/acpi/tables/data/BERT", 16 << 20);
   if (!data) return {};

@@ -22,9 +22,6 @@ namespace rasd::ras {
 // ends decoding where it stops making sense, never reads past the buffer.
 std::vector<RasEvent> DecodeBert(std::span<const std::uint8_t> data,
                                  std::chrono::system_clock::time_point now);
-// As above, stamped with the system clock's time. Callers that hold a
-// HostEnv pass its clock's Wall() to the overload above.
-std::vector<RasEvent> DecodeBert(std::span<const std::uint8_t> data);
 
 // Reads <root>/sys/firmware/acpi/tables/data/BERT (root only, usually),
 // stamped with the host's wall clock. A host without it, or without
