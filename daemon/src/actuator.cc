@@ -265,11 +265,14 @@ ActionOutcome Actuator::Run(const ras::Action& action, const ras::RasEvent& even
   record.detail = outcome.detail;
   const auto level =
       outcome.result == ActionResult::kFailed ? spdlog::level::err : spdlog::level::warn;
+  // Each optional part formatted whole (GCC 12's -Wrestrict misreads
+  // "literal" + std::string&& once Run is inlined at -O3).
+  const std::string on_device = action.device ? fmt::format(" device {}", *action.device) : "";
+  const std::string at_address =
+      action.address ? fmt::format(" {}", ras::HexText(*action.address)) : "";
+  const std::string detail = outcome.detail.empty() ? "" : fmt::format(": {}", outcome.detail);
   RASD_LOGGER_LOG(common::GetLogger("policy"), level, "{}{}{}: {} ({}; rule {}){}", record.action,
-                                   action.device ? fmt::format(" device {}", *action.device) : "",
-                                   action.address ? " " + ras::HexText(*action.address) : "", record.result,
-                                   action.reason, action.rule,
-                                   outcome.detail.empty() ? "" : ": " + outcome.detail);
+                  on_device, at_address, record.result, action.reason, action.rule, detail);
   return {.result = outcome.result,
           .health_change = outcome.health_change,
           .record = Store(std::move(record))};
