@@ -51,6 +51,7 @@ double Percentile(std::vector<double> values, double p) {
 
 void BM_CollectiveRankLost(benchmark::State& state) {
   std::vector<double> release_ms, recovery_ms;
+  const auto clock = std::make_shared<rasd::common::SystemClock>();
   for (auto _ : state) {
     state.PauseTiming();
     Sim sim = MakeSim();
@@ -59,10 +60,11 @@ void BM_CollectiveRankLost(benchmark::State& state) {
                                                                     .devices = {0, 1, 2, 3},
                                                                     .elements = 1 << 14,
                                                                     .steps = 1'000'000,
-                                                                    .checkpoint_every = 10}));
+                                                                    .checkpoint_every = 10,
+                                                                    .clock = clock}));
     while (job->GetProgress().step < 20) std::this_thread::sleep_for(100us);
     state.ResumeTiming();
-    const auto injected = Clock::now();
+    const auto injected = clock->Monotonic();
     (void)sim.sim->InjectFallOffBus(2);
     (**sim.runtime->GetDevice(2)).SetHealth(rasd::runtime::HealthState::kIsolated);
     job->Reconsider();
@@ -121,8 +123,8 @@ void BM_InferenceDrainUnderLoad(benchmark::State& state) {
         *sim.runtime, {.id = "llm", .devices = {0, 1, 2, 3}, .drain_deadline = 5s}));
     rasd::jobs::LoadGenerator load(*service, rasd::jobs::MlpModel{}, 2000);
     std::this_thread::sleep_for(1s);
-    const auto steady_from = Clock::now() - 900ms;
-    const auto drained_at = Clock::now();
+    const auto steady_from = service->GetClock().Monotonic() - 900ms;
+    const auto drained_at = service->GetClock().Monotonic();
     const auto steady = load.GetStats(steady_from);
     (**sim.runtime->GetDevice(1)).SetHealth(rasd::runtime::HealthState::kDraining);
     service->Reconsider();

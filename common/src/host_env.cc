@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -18,8 +19,15 @@ std::chrono::system_clock::time_point SystemClock::Wall() const {
   return std::chrono::system_clock::now();
 }
 
-ManualClock::ManualClock(std::chrono::system_clock::time_point wall_start)
-    : wall_start_(wall_start) {}
+std::chrono::nanoseconds SystemClock::SinceBoot() const {
+  timespec boottime{};
+  ::clock_gettime(CLOCK_BOOTTIME, &boottime);
+  return std::chrono::seconds(boottime.tv_sec) + std::chrono::nanoseconds(boottime.tv_nsec);
+}
+
+ManualClock::ManualClock(std::chrono::system_clock::time_point wall_start,
+                         std::chrono::nanoseconds booted_before)
+    : wall_start_(wall_start), booted_before_(booted_before) {}
 
 std::chrono::nanoseconds ManualClock::Monotonic() const {
   return std::chrono::nanoseconds(elapsed_ns_.load(std::memory_order_acquire));
@@ -28,6 +36,8 @@ std::chrono::nanoseconds ManualClock::Monotonic() const {
 std::chrono::system_clock::time_point ManualClock::Wall() const {
   return wall_start_ + std::chrono::duration_cast<std::chrono::system_clock::duration>(Monotonic());
 }
+
+std::chrono::nanoseconds ManualClock::SinceBoot() const { return booted_before_ + Monotonic(); }
 
 void ManualClock::Advance(std::chrono::nanoseconds by) {
   elapsed_ns_.fetch_add(by.count(), std::memory_order_acq_rel);

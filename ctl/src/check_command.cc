@@ -7,6 +7,7 @@
 
 #include "control_client.h"
 #include "rasd/cluster/slurm.h"
+#include "rasd/common/host_env.h"
 
 namespace rasd::ctl {
 namespace {
@@ -84,7 +85,7 @@ NhcOutcome ApplyToSlurm(const CheckOptions& options, const CheckVerdict& verdict
   using Kind = cluster::NodeActionDecision::Kind;
   const auto decision =
       cluster::DecideNodeAction(*nodes, node, problem, max_fraction, std::chrono::seconds(window_s),
-                                std::chrono::system_clock::now());
+                                common::SystemClock().Wall());
   switch (decision.kind) {
     case Kind::kUnknownNode:
       return {"failed", decision.detail + " (rasctl check --node NAME)"};

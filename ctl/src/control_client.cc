@@ -11,18 +11,9 @@
 #include <cstring>
 
 #include "rasd/common/control_protocol.h"
+#include "rasd/common/real_time.h"
 
 namespace rasd::ctl {
-namespace {
-
-// Milliseconds left until `deadline`, at least 0, for poll().
-int Remaining(std::chrono::steady_clock::time_point deadline) {
-  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-      deadline - std::chrono::steady_clock::now());
-  return static_cast<int>(std::max<std::int64_t>(0, left.count()));
-}
-
-}  // namespace
 
 Result<ControlClient> ControlClient::Connect(const std::filesystem::path& socket_path,
                                              std::chrono::milliseconds timeout) {
@@ -39,17 +30,17 @@ Result<ControlClient> ControlClient::Connect(const std::filesystem::path& socket
   // A blocking connect to a socket whose backlog is full (a wedged rasd)
   // waits for ever; a non-blocking one says EAGAIN at once, and is tried
   // again until the timeout.
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  const auto deadline = common::Deadline::After(timeout);
   int connected = -1;
   while ((connected = ::connect(fd.Get(), reinterpret_cast<const sockaddr*>(&address),
                                 sizeof address)) != 0 &&
          (errno == EAGAIN || errno == EINTR)) {
-    if (std::chrono::steady_clock::now() >= deadline) {
+    if (deadline.Expired()) {
       return Fail(ErrorCode::kTimeout,
                   fmt::format("rasd at {} accepts no connection (its queue is full) within {} ms",
                               path, timeout.count()));
     }
-    ::poll(nullptr, 0, std::min(20, Remaining(deadline)));
+    ::poll(nullptr, 0, std::min(20, deadline.PollMillis()));
   }
   if (connected != 0) {
     const int error = errno;
@@ -72,7 +63,7 @@ ControlClient::ControlClient(common::UniqueFd fd, std::filesystem::path path,
     : fd_(std::move(fd)), path_(std::move(path)), timeout_(timeout) {}
 
 Result<nlohmann::json> ControlClient::Call(const std::string& command, const nlohmann::json& args) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout_;
+  const auto deadline = common::Deadline::After(timeout_);
   nlohmann::json request = {{"command", command}};
   if (!args.empty()) request["args"] = args;
   const std::string line = common::control::EncodeLine(request);
@@ -80,7 +71,7 @@ Result<nlohmann::json> ControlClient::Call(const std::string& command, const nlo
   std::size_t sent = 0;
   while (sent < line.size()) {
     pollfd pfd{fd_.Get(), POLLOUT, 0};
-    if (::poll(&pfd, 1, Remaining(deadline)) == 0) {
+    if (::poll(&pfd, 1, deadline.PollMillis()) == 0) {
       return Fail(ErrorCode::kTimeout,
                   fmt::format("rasd at {} did not take the request in time", path_.string()));
     }
@@ -115,7 +106,7 @@ Result<nlohmann::json> ControlClient::Call(const std::string& command, const nlo
       return reply;
     }
     pollfd pfd{fd_.Get(), POLLIN, 0};
-    const int ready = ::poll(&pfd, 1, Remaining(deadline));
+    const int ready = ::poll(&pfd, 1, deadline.PollMillis());
     if (ready == 0) {
       return Fail(ErrorCode::kTimeout, fmt::format("rasd at {} did not answer within {} ms",
                                                    path_.string(), timeout_.count()));
@@ -148,7 +139,7 @@ Status ControlClient::ReadMore(std::string_view closed, std::string_view what) {
 }
 
 Result<std::optional<nlohmann::json>> ControlClient::Next(std::chrono::milliseconds wait) {
-  const auto deadline = std::chrono::steady_clock::now() + wait;
+  const auto deadline = common::Deadline::After(wait);
   for (;;) {
     if (const auto newline = pending_.find('\n'); newline != std::string::npos) {
       const std::string line = pending_.substr(0, newline);
@@ -160,7 +151,7 @@ Result<std::optional<nlohmann::json>> ControlClient::Next(std::chrono::milliseco
       return std::optional<nlohmann::json>(std::move(message));
     }
     pollfd pfd{fd_.Get(), POLLIN, 0};
-    const int ready = ::poll(&pfd, 1, Remaining(deadline));
+    const int ready = ::poll(&pfd, 1, deadline.PollMillis());
     if (ready == 0) return std::optional<nlohmann::json>();
     if (ready < 0) {
       if (errno == EINTR) return std::optional<nlohmann::json>();

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "control_client.h"
+#include "rasd/common/real_time.h"
 
 extern char** environ;
 
@@ -33,7 +34,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
-using Clock = std::chrono::steady_clock;
 
 struct Row {
   std::string fault, action, latency, check;
@@ -94,8 +94,8 @@ jobs:
       fmt::print("cannot start {}: {}\n", binary, std::strerror(spawned));
       return false;
     }
-    const auto deadline = Clock::now() + 10s;
-    while (Clock::now() < deadline) {
+    const auto deadline = rasd::common::Deadline::After(10s);
+    while (!deadline.Expired()) {
       if (auto pong = Call("ping"); pong && pong->value("ok", false)) return true;
       std::this_thread::sleep_for(50ms);
     }
@@ -107,9 +107,9 @@ jobs:
     if (pid_ > 0) {
       ::kill(pid_, SIGTERM);
       int status = 0;
-      const auto deadline = Clock::now() + 10s;
+      const auto deadline = rasd::common::Deadline::After(10s);
       while (::waitpid(pid_, &status, WNOHANG) == 0) {
-        if (Clock::now() > deadline) {
+        if (deadline.Expired()) {
           ::kill(pid_, SIGKILL);  // it must not outlive the demo
           ::waitpid(pid_, &status, 0);
           break;
@@ -154,8 +154,8 @@ jobs:
   std::optional<nlohmann::json> WaitForAction(int device, const std::string& action,
                                               std::int64_t since_id,
                                               std::chrono::milliseconds timeout = 15s) {
-    const auto deadline = Clock::now() + timeout;
-    while (Clock::now() < deadline) {
+    const auto deadline = rasd::common::Deadline::After(timeout);
+    while (!deadline.Expired()) {
       const auto actions = Result("actions", {{"device", device}, {"limit", 50}});
       if (actions.is_object()) {
         for (const auto& entry : actions["actions"]) {
@@ -175,9 +175,8 @@ jobs:
   }
 
   void Progress() {
-    const auto now = Clock::now();
-    if (now - last_progress_ < 500ms) return;
-    last_progress_ = now;
+    if (!next_progress_.Expired()) return;
+    next_progress_ = rasd::common::Deadline::After(500ms);
     const auto llm = Job("llm"), allreduce = Job("allreduce");
     if (!llm.is_object() || !allreduce.is_object()) return;
     fmt::print("    llm: {} served, {} lost | allreduce: step {} on devices {}, checksums {}\n",
@@ -196,10 +195,10 @@ jobs:
   fs::path rasd_;
   fs::path dir_;
   pid_t pid_ = -1;
-  Clock::time_point last_progress_{};
+  rasd::common::Deadline next_progress_ = rasd::common::Deadline::Now();
 };
 
-std::string Millis(Clock::duration duration) {
+std::string Millis(std::chrono::nanoseconds duration) {
   return fmt::format("{:.1f} ms", std::chrono::duration<double, std::milli>(duration).count());
 }
 
@@ -217,8 +216,8 @@ int main(int, char** argv) {
   Demo demo(rasd);
   if (!demo.Start()) return 1;
   fmt::print("[start] rasd is up; waiting for the jobs to warm up\n");
-  const auto warm_deadline = Clock::now() + 20s;
-  while (Clock::now() < warm_deadline) {
+  const auto warm_deadline = rasd::common::Deadline::After(20s);
+  while (!warm_deadline.Expired()) {
     const auto llm = demo.Job("llm"), allreduce = demo.Job("allreduce");
     if (llm.is_object() && allreduce.is_object() && llm["requests"].value("served", 0) > 200 &&
         allreduce.value("step", 0) > 20)
@@ -229,8 +228,8 @@ int main(int, char** argv) {
   std::vector<Row> rows;
   // A second of the jobs running between faults, to watch.
   auto watch = [&demo] {
-    const auto until = Clock::now() + 1s;
-    while (Clock::now() < until) {
+    const auto until = rasd::common::Deadline::After(1s);
+    while (!until.Expired()) {
       demo.Progress();
       std::this_thread::sleep_for(50ms);
     }
@@ -241,7 +240,7 @@ int main(int, char** argv) {
   {
     fmt::print("\n[1] 60 corrected ECC errors on one page of device 0 (threshold: 50 in 24 h)\n");
     const auto since = demo.LastActionId();
-    const auto start = Clock::now();
+    const rasd::common::Stopwatch start;
     const auto injected =
         demo.Result("inject", {{"kind", "ce"}, {"device", 0}, {"job", "llm"}, {"count", 60}});
     const auto action = demo.WaitForAction(0, "retire-page", since);
@@ -249,7 +248,7 @@ int main(int, char** argv) {
             "page retired", false};
     if (action) {
       row.action = "retire-page (" + action->value("result", std::string()) + ")";
-      row.latency = Millis(Clock::now() - start);
+      row.latency = Millis(start.Elapsed());
       row.ok = action->value("result", std::string()) == "ok";
     }
     fmt::print("    -> {}\n", row.action);
@@ -261,13 +260,13 @@ int main(int, char** argv) {
     fmt::print("\n[2] uncorrected error inside llm's memory on device 1; llm reads it (SRAR)\n");
     const auto since = demo.LastActionId();
     const auto reforms_before = demo.Job("allreduce").value("reforms", 0);
-    const auto start = Clock::now();
+    const rasd::common::Stopwatch start;
     demo.Result("inject", {{"kind", "srar"}, {"device", 1}, {"job", "llm"}});
     const auto action = demo.WaitForAction(1, "kill-consumer", since);
     Row row{"SRAR in llm's memory, device 1", "-", "-", "only llm restarted", false};
     if (action) {
       row.action = "kill-consumer: " + action->value("detail", std::string());
-      row.latency = Millis(Clock::now() - start);
+      row.latency = Millis(start.Elapsed());
       std::this_thread::sleep_for(300ms);
       row.ok = demo.Job("allreduce").value("reforms", 0) == reforms_before &&
                action->value("detail", std::string()).starts_with("job llm stopped:");
@@ -282,14 +281,14 @@ int main(int, char** argv) {
   {
     fmt::print("\n[3] Xid 79 (fallen off the bus) on device 2\n");
     const auto since = demo.LastActionId();
-    const auto start = Clock::now();
+    const rasd::common::Stopwatch start;
     const auto llm_before = demo.Job("llm");
     demo.Result("inject", {{"kind", "xid"}, {"device", 2}, {"xid", 79}});
     const auto action = demo.WaitForAction(2, "isolate-device", since);
     Row row{"Xid 79, device 2", "-", "-", "allreduce on 0,1,3; llm lost 0", false};
     if (action) {
       row.action = "drain + isolate-device";
-      row.latency = Millis(Clock::now() - start);
+      row.latency = Millis(start.Elapsed());
       // What rasd did, in its order: the actions on device 2 since the
       // fault, oldest first.
       const auto actions = demo.Result("actions", {{"device", 2}, {"limit", 50}});
@@ -303,8 +302,8 @@ int main(int, char** argv) {
                    entry.value("result", std::string("?")),
                    entry.value("detail", std::string()));
       }
-      const auto deadline = Clock::now() + 15s;
-      while (Clock::now() < deadline) {
+      const auto deadline = rasd::common::Deadline::After(15s);
+      while (!deadline.Expired()) {
         const auto allreduce = demo.Job("allreduce");
         if (allreduce.is_object() && allreduce["devices"] == nlohmann::json({0, 1, 3})) {
           row.ok = true;
@@ -330,11 +329,11 @@ int main(int, char** argv) {
   // 4. The repair: an operator returns device 2 after its self-test.
   {
     fmt::print("\n[4] device 2 repaired: rasctl undrain 2 (runs the self-test first)\n");
-    const auto start = Clock::now();
+    const rasd::common::Stopwatch start;
     const auto undrained = demo.Call("undrain", {{"device", 2}});
     Row row{"repair of device 2", "undrain after self-test", "-", "back in service", false};
     if (undrained && undrained->value("ok", false)) {
-      row.latency = Millis(Clock::now() - start);
+      row.latency = Millis(start.Elapsed());
       row.ok = (*undrained)["result"]["state"] == "healthy";
       fmt::print("    -> self-test {}\n",
                  (*undrained)["result"]["self_test"].value("summary", std::string()));
@@ -342,8 +341,8 @@ int main(int, char** argv) {
       // four ranks at its next checkpoint, and the inference service
       // returns a replica to it.
       bool regrown = false;
-      const auto deadline = Clock::now() + 15s;
-      while (row.ok && Clock::now() < deadline) {
+      const auto deadline = rasd::common::Deadline::After(15s);
+      while (row.ok && !deadline.Expired()) {
         const auto allreduce = demo.Job("allreduce"), llm_now = demo.Job("llm");
         if (allreduce.is_object() && llm_now.is_object() &&
             allreduce["devices"] == nlohmann::json({0, 1, 2, 3}) &&

@@ -134,6 +134,11 @@ void RasIngest::QueueDriverEvent(const drivers::DriverErrorEvent& event,
   {
     std::lock_guard lock(driver_mutex_);
     driver_events_.emplace_back(event, reporter);
+    // Stamped on arrival when the driver has no time of its own; the
+    // HostEnv's clock is thread-safe.
+    if (event.time == std::chrono::system_clock::time_point{}) {
+      driver_events_.back().first.time = host_.GetClock().Wall();
+    }
   }
   const std::uint64_t one = 1;
   (void)::write(driver_eventfd_.Get(), &one, sizeof one);

@@ -14,7 +14,7 @@ SchedulerLink::SchedulerLink(Options options)
                                            .sinfo = options_.sinfo,
                                            .environment = options_.environment,
                                            .timeout = options_.timeout}) {
-  if (!options_.wall_clock) options_.wall_clock = [] { return std::chrono::system_clock::now(); };
+  if (!options_.clock) options_.clock = std::make_shared<common::SystemClock>();
   // Every count is there from the start: a metric that appears only once
   // something happened cannot be alerted on with rate().
   for (const char* result : {"ok", "failed", "skipped", "guarded"}) counts_[result] = 0;
@@ -86,7 +86,7 @@ SchedulerLink::Outcome SchedulerLink::Carry(
   using Kind = cluster::NodeActionDecision::Kind;
   const auto decision =
       cluster::DecideNodeAction(*nodes, options_.node, drain, options_.max_drained_fraction,
-                                options_.guard_window, options_.wall_clock());
+                                options_.guard_window, options_.clock->Wall());
   *guard = decision.guard;
   *detail = decision.detail;
   switch (decision.kind) {

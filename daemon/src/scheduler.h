@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "rasd/cluster/slurm.h"
+#include "rasd/common/host_env.h"
 
 namespace rasd::daemon {
 
@@ -50,8 +52,8 @@ class SchedulerLink {
     double max_drained_fraction = 0.5;         // 1: no guard
     std::chrono::seconds guard_window{300};    // 0: every drain by rasd counts
     std::chrono::milliseconds guard_recheck{30000};
-    // Wall time for the guard's window (the daemon's clock in production).
-    std::function<std::chrono::system_clock::time_point()> wall_clock;
+    // Wall time for the guard's window: the daemon's clock; null, the system's.
+    std::shared_ptr<const common::Clock> clock;
   };
   explicit SchedulerLink(Options options);
   ~SchedulerLink();

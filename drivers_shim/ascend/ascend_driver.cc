@@ -23,6 +23,7 @@
 #include "aclnn_ops.h"
 #include "dcmi_monitor.h"
 #include "kernel_geometry.h"
+#include "rasd/common/real_time.h"
 #include "rasd/common/logging.h"
 
 namespace rasd::drivers {
@@ -53,14 +54,6 @@ constexpr std::uint64_t kTensorElementAlignment = 4;
 constexpr std::uint64_t kScratchBytes = 64;
 constexpr std::uint64_t kMinWorkspaceBytes = 64 << 10;
 
-// now + timeout, saturating: callers pass nanoseconds::max() for "forever".
-std::chrono::steady_clock::time_point Deadline(std::chrono::nanoseconds timeout) {
-  const auto now = std::chrono::steady_clock::now();
-  if (timeout > std::chrono::steady_clock::time_point::max() - now) {
-    return std::chrono::steady_clock::time_point::max();
-  }
-  return now + timeout;
-}
 
 std::uint64_t RoundUp(std::uint64_t value, std::uint64_t alignment) {
   return (value + alignment - 1) / alignment * alignment;
@@ -710,10 +703,7 @@ class AscendDriverImpl final : public Driver {
                                  name)});
   }
 
-  void Emit(DriverErrorEvent event) {
-    if (event.time == std::chrono::system_clock::time_point{}) {
-      event.time = std::chrono::system_clock::now();
-    }
+  void Emit(const DriverErrorEvent& event) {
     std::lock_guard lock(listener_mutex_);
     if (listener_) listener_(event);
   }
@@ -1361,7 +1351,7 @@ Status AscendDriverImpl::SynchronizeEvent(EventHandle handle, std::chrono::nanos
   if (!event) return Fail(event.error());
   EventState& e = **event;
   DeviceState& device = *devices_[static_cast<std::size_t>(e.device)];
-  const auto deadline = Deadline(timeout);
+  const auto deadline = common::Deadline::After(timeout);
   auto pause = std::chrono::microseconds(20);
   for (;;) {
     std::shared_ptr<StreamState> recorded_on;
@@ -1390,14 +1380,13 @@ Status AscendDriverImpl::SynchronizeEvent(EventHandle handle, std::chrono::nanos
     if (recorded_on) {
       if (auto current = recorded_on->Current(); !current) return current;
     }
-    const auto now = std::chrono::steady_clock::now();
-    if (now >= deadline) {
+    if (deadline.Expired()) {
       return Fail(
           ErrorCode::kTimeout,
           fmt::format("event on device {} did not complete within {} ms", e.device,
                       std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count()));
     }
-    std::this_thread::sleep_for(std::min<std::chrono::nanoseconds>(pause, deadline - now));
+    std::this_thread::sleep_for(std::min<std::chrono::nanoseconds>(pause, deadline.Left()));
     pause = std::min<std::chrono::microseconds>(pause * 2, std::chrono::milliseconds(1));
   }
 }
@@ -1443,7 +1432,7 @@ Status AscendDriverImpl::SynchronizeStream(StreamHandle handle, std::chrono::nan
   if (!stream) return Fail(stream.error());
   StreamState& s = **stream;
   DeviceState& device = *devices_[static_cast<std::size_t>(s.device)];
-  const auto deadline = Deadline(timeout);
+  const auto deadline = common::Deadline::After(timeout);
   std::uint64_t epoch = 0;
   {
     std::lock_guard lock(s.mutex);
@@ -1474,8 +1463,7 @@ Status AscendDriverImpl::SynchronizeStream(StreamHandle handle, std::chrono::nan
           return {};
         }
       }
-      const auto remaining =
-          std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      const auto remaining = std::chrono::milliseconds(deadline.PollMillis());
       const auto slice = std::clamp(remaining, std::chrono::milliseconds(1), kWaitSlice);
       rc = acl_.synchronize_stream(s.acl, static_cast<std::int32_t>(slice.count()));
       return {};
@@ -1490,7 +1478,7 @@ Status AscendDriverImpl::SynchronizeStream(StreamHandle handle, std::chrono::nan
     }
     if (!waited) return waited;
     if (pending) {
-      if (std::chrono::steady_clock::now() >= deadline) {
+      if (deadline.Expired()) {
         return Fail(
             ErrorCode::kTimeout,
             fmt::format("stream on device {} did not finish within {} ms", s.device,
@@ -1513,7 +1501,7 @@ Status AscendDriverImpl::SynchronizeStream(StreamHandle handle, std::chrono::nan
       return {};
     }
     if (rc == ascend::kAclErrorRtStreamSyncTimeout || rc == ascend::kAclErrorRtWaitTimeout) {
-      if (std::chrono::steady_clock::now() >= deadline) {
+      if (deadline.Expired()) {
         return Fail(
             ErrorCode::kTimeout,
             fmt::format("stream on device {} did not finish within {} ms", s.device,

@@ -58,13 +58,11 @@ std::string_view HealthName(unsigned int health) {
 std::vector<DriverErrorEvent> DiffChipHealth(int device, ChipHealth& last, unsigned int health,
                                              std::span<const unsigned int> codes) {
   std::vector<DriverErrorEvent> events;
-  const auto now = std::chrono::system_clock::now();
   if (health != 0 && health != last.health) {
     events.push_back({.device = device,
                       .kind = DriverErrorKind::kVendorCode,
                       .code_space = VendorCodeSpace::kAscend,
-                      .message = fmt::format("DCMI health {} ({})", health, HealthName(health)),
-                      .time = now});
+                      .message = fmt::format("DCMI health {} ({})", health, HealthName(health))});
   }
   last.health = health;
   std::set<unsigned int> current(codes.begin(), codes.end());
@@ -77,8 +75,7 @@ std::vector<DriverErrorEvent> DiffChipHealth(int device, ChipHealth& last, unsig
                       .kind = DriverErrorKind::kVendorCode,
                       .vendor_code = static_cast<int>(code),
                       .code_space = VendorCodeSpace::kAscend,
-                      .message = fmt::format("DCMI error code 0x{:08X}", code),
-                      .time = now});
+                      .message = fmt::format("DCMI error code 0x{:08X}", code)});
   }
   last.codes = std::move(current);
   return events;
@@ -95,7 +92,6 @@ std::optional<DriverErrorEvent> DiffNetworkHealth(int device, std::optional<bool
       .kind = up ? DriverErrorKind::kLinkUp : DriverErrorKind::kLinkDown,
       .message = up ? std::string("DCMI: RoCE network health OK: link up")
                     : fmt::format("DCMI: RoCE network health {}: link down", result),
-      .time = std::chrono::system_clock::now(),
       .link = DeviceLink{.kind = LinkKind::kRoce, .index = 0}};
 }
 

@@ -21,6 +21,7 @@
 #include "cuda_fatbin.h"
 #include "kernel_geometry.h"
 #include "sim_kernels.h"
+#include "rasd/common/real_time.h"
 #include "rasd/common/logging.h"
 
 namespace rasd::drivers {
@@ -137,15 +138,6 @@ std::string FormatUuid(const cu::Uuid& uuid) {
   for (unsigned char byte : uuid.bytes) hex += fmt::format("{:02x}", byte);
   return fmt::format("GPU-{}-{}-{}-{}-{}", hex.substr(0, 8), hex.substr(8, 4), hex.substr(12, 4),
                      hex.substr(16, 4), hex.substr(20));
-}
-
-// now + timeout, saturating: callers pass nanoseconds::max() for "forever".
-std::chrono::steady_clock::time_point Deadline(std::chrono::nanoseconds timeout) {
-  const auto now = std::chrono::steady_clock::now();
-  if (timeout >= std::chrono::steady_clock::time_point::max() - now) {
-    return std::chrono::steady_clock::time_point::max();
-  }
-  return now + timeout;
 }
 
 struct StreamState : std::enable_shared_from_this<StreamState> {
@@ -744,7 +736,7 @@ class CudaDriverImpl final : public Driver {
   Status SynchronizeEvent(EventHandle handle, std::chrono::nanoseconds timeout) override {
     auto event = FindEvent(handle);
     if (!event) return Fail(event.error());
-    const auto deadline = Deadline(timeout);
+    const auto deadline = common::Deadline::After(timeout);
     auto pause = 0us;
     while (true) {
       cu::Code rc = cu::kSuccess;
@@ -789,7 +781,7 @@ class CudaDriverImpl final : public Driver {
     auto stream = FindStream(handle);
     if (!stream) return Fail(stream.error());
     StreamState& state = **stream;
-    const auto deadline = Deadline(timeout);
+    const auto deadline = common::Deadline::After(timeout);
     const std::uint64_t resets = state.resets.load(std::memory_order_acquire);
     auto pause = 0us;
     while (true) {
@@ -1077,7 +1069,6 @@ class CudaDriverImpl final : public Driver {
     event.kind = DriverErrorKind::kUncorrectedEcc;
     event.consumed = stream != nullptr;
     event.message = "CUDA_ERROR_ECC_UNCORRECTABLE: uncorrectable ECC error in device memory";
-    event.time = std::chrono::system_clock::now();
     std::lock_guard lock(listener_mutex_);
     if (listener_) listener_(event);
   }
@@ -1105,9 +1096,9 @@ class CudaDriverImpl final : public Driver {
   // One step of a polling wait: kTimeout past the deadline, else a pause
   // that starts as a yield and doubles up to 1 ms, so a wait notices an
   // abort or completion within a millisecond without spinning.
-  Status Pause(std::chrono::steady_clock::time_point deadline, std::chrono::nanoseconds timeout,
-               int device, std::chrono::microseconds& pause) {
-    if (std::chrono::steady_clock::now() >= deadline) {
+  Status Pause(const common::Deadline& deadline, std::chrono::nanoseconds timeout, int device,
+               std::chrono::microseconds& pause) {
+    if (deadline.Expired()) {
       return Fail(
           ErrorCode::kTimeout,
           fmt::format("GPU {}: not done after {} ms", device,
@@ -1132,11 +1123,11 @@ class CudaDriverImpl final : public Driver {
       for (auto& [id, stream] : streams_) streams.push_back(stream);
     }
     std::set<int> busy;
-    const auto deadline = std::chrono::steady_clock::now() + limit;
+    const auto deadline = common::Deadline::After(limit);
     for (const auto& stream : streams) {
       if (stream->stream == nullptr || !Use(stream->device)) continue;
       while (api_.StreamQuery(stream->stream) == cu::kErrorNotReady) {
-        if (std::chrono::steady_clock::now() >= deadline) {
+        if (deadline.Expired()) {
           busy.insert(stream->device);
           break;
         }

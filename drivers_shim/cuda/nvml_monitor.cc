@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "nvml_api.h"
+#include "rasd/common/real_time.h"
 #include "rasd/common/logging.h"
 
 namespace rasd::drivers {
@@ -258,22 +259,23 @@ class NvmlMonitorImpl final : public NvmlMonitor {
   }
 
   void Run() {
-    auto next_poll = std::chrono::steady_clock::now() + options_.counter_poll;
+    // Real time: this thread owns its waits (NVML's and the condition's).
+    auto next_poll = common::Deadline::After(options_.counter_poll);
     while (true) {
       {
         std::unique_lock lock(mutex_);
         if (stopping_) return;
         if (events_ == nullptr) {
-          wake_.wait_until(lock, next_poll, [this] { return stopping_; });
+          wake_.wait_until(lock, next_poll.When(), [this] { return stopping_; });
           if (stopping_) return;
         }
       }
       if (events_ != nullptr) WaitForEvent();
-      if (std::chrono::steady_clock::now() >= next_poll) {
+      if (next_poll.Expired()) {
         for (std::size_t i = 0; i < handles_.size(); ++i) {
           baselines_[i] = ReadCounters(handles_[i], baselines_[i], /*report=*/true, gpus_[i]);
         }
-        next_poll = std::chrono::steady_clock::now() + options_.counter_poll;
+        next_poll = common::Deadline::After(options_.counter_poll);
       }
     }
   }
@@ -325,7 +327,6 @@ class NvmlMonitorImpl final : public NvmlMonitor {
     DriverErrorEvent event;
     event.device = -1;
     event.pci_bdf = gpu.pci_bdf;
-    event.time = std::chrono::system_clock::now();
     return event;
   }
 

@@ -14,6 +14,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "rasd/common/real_time.h"
 #include "sim_kernels.h"
 
 namespace rasd::drivers {
@@ -116,14 +117,15 @@ struct SimEvent {
   std::condition_variable completed_cv;
   std::uint64_t recorded = 0;   // generation of the last record
   std::uint64_t completed = 0;  // generation of the last completed record
-  std::chrono::steady_clock::time_point completed_at;
+  std::chrono::nanoseconds completed_at{0};  // on `clock`'s Monotonic()
+  std::shared_ptr<const common::Clock> clock;
 
   void Complete(std::uint64_t generation) {
     {
       std::lock_guard lock(mutex);
       if (generation > completed) {
         completed = generation;
-        completed_at = std::chrono::steady_clock::now();
+        completed_at = clock->Monotonic();
       }
     }
     completed_cv.notify_all();
@@ -313,6 +315,7 @@ class SimStream {
 class SimDriverImpl final : public SimDriver {
  public:
   explicit SimDriverImpl(const SimDriverOptions& options) : options_(options) {
+    if (!options_.clock) options_.clock = std::make_shared<common::SystemClock>();
     devices_.reserve(static_cast<std::size_t>(options.device_count));
     for (int index = 0; index < options.device_count; ++index) {
       auto device = std::make_unique<SimDevice>();
@@ -503,6 +506,7 @@ class SimDriverImpl final : public SimDriver {
     if (auto device = GetDevice(device_index); !device) return Fail(device.error());
     auto event = std::make_shared<SimEvent>();
     event->device = device_index;
+    event->clock = options_.clock;
     const EventHandle handle{next_handle_.fetch_add(1)};
     std::unique_lock lock(handles_mutex_);
     events_.emplace(handle.value, std::move(event));
@@ -559,7 +563,7 @@ class SimDriverImpl final : public SimDriver {
     if (!first) return Fail(first.error());
     auto second = FindEvent(end);
     if (!second) return Fail(second.error());
-    std::chrono::steady_clock::time_point from, to;
+    std::chrono::nanoseconds from{0}, to{0};
     for (auto [event, at] : {std::pair{*first, &from}, {*second, &to}}) {
       std::lock_guard lock(event->mutex);
       if (event->recorded == 0 || event->completed < event->recorded) {
@@ -567,7 +571,7 @@ class SimDriverImpl final : public SimDriver {
       }
       *at = event->completed_at;
     }
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(to - from);
+    return to - from;
   }
 
   Status SynchronizeStream(StreamHandle handle, std::chrono::nanoseconds timeout) override {
@@ -741,8 +745,7 @@ class SimDriverImpl final : public SimDriver {
 
   // ---- used by streams ----
 
-  void Emit(DriverErrorEvent event) {
-    event.time = std::chrono::system_clock::now();
+  void Emit(const DriverErrorEvent& event) {
     std::lock_guard lock(listener_mutex_);
     if (listener_) listener_(event);
   }
@@ -872,9 +875,8 @@ void SimStream::Run() {
         if (closing_) return;
         // Spin briefly: the next operation usually follows at once.
         lock.unlock();
-        const auto spin_until = std::chrono::steady_clock::now() + spin_;
-        while (queued_.load(std::memory_order_acquire) == 0 &&
-               std::chrono::steady_clock::now() < spin_until) {
+        const auto spin = common::Deadline::After(spin_);
+        while (queued_.load(std::memory_order_acquire) == 0 && !spin.Expired()) {
           CpuRelax();
         }
         lock.lock();

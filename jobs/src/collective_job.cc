@@ -12,10 +12,6 @@ namespace rasd::jobs {
 namespace {
 
 using drivers::KernelArg;
-// The steady clock itself, not a common::Clock: the job's own thread times
-// real device work whose waits (step timeouts, pauses) are in real time, and
-// Progress reports steady-clock points callers compare with their own.
-using Clock = std::chrono::steady_clock;
 
 // Consecutive failed steps or re-forms before the job gives up.
 constexpr int kMaxFailures = 50;
@@ -93,7 +89,9 @@ std::vector<std::uint64_t> CollectiveJob::ExpectedChecksums(const CollectiveOpti
 }
 
 CollectiveJob::CollectiveJob(runtime::Runtime& runtime, CollectiveOptions options)
-    : runtime_(runtime), options_(std::move(options)) {}
+    : runtime_(runtime), options_(std::move(options)) {
+  if (!options_.clock) options_.clock = std::make_shared<common::SystemClock>();
+}
 
 Result<std::unique_ptr<CollectiveJob>> CollectiveJob::Create(runtime::Runtime& runtime,
                                                              CollectiveOptions options) {
@@ -321,7 +319,7 @@ void CollectiveJob::Run() {
   // optional, which GCC 12 misreads as maybe uninitialized.
   bool recovering = false;
   bool growing = false;  // re-forming upward onto a returned device
-  Clock::time_point fault_at{};
+  std::chrono::nanoseconds fault_at{0};
   std::string reason;
   auto stopped = [this] {
     std::lock_guard lock(mutex_);
@@ -386,13 +384,13 @@ void CollectiveJob::Run() {
       failures = 0;
       if (recovering) {
         std::lock_guard lock(mutex_);
-        progress_.recovered_at = Clock::now();  // the job thread's real time (see Clock)
+        progress_.recovered_at = options_.clock->Monotonic();
         progress_.last_recovery = progress_.recovered_at - fault_at;
         recovering = false;
       }
       continue;
     }
-    const auto detected = Clock::now();  // the job thread's real time (see Clock)
+    const auto detected = options_.clock->Monotonic();
     if (!recovering) {
       recovering = true;
       fault_at = detected;
@@ -413,7 +411,7 @@ void CollectiveJob::Run() {
     communicator_->Abort(reason);
     {
       std::lock_guard lock(mutex_);
-      progress_.released_at = Clock::now();  // the job thread's real time (see Clock)
+      progress_.released_at = options_.clock->Monotonic();
       progress_.last_release = progress_.released_at - detected;
       progress_.last_error = reason;
     }

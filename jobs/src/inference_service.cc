@@ -12,10 +12,6 @@ namespace rasd::jobs {
 namespace {
 
 using drivers::KernelArg;
-// The steady clock itself, not a common::Clock: each replica's thread owns
-// its waits (work_.wait_until on a request's queued_at, stream waits in
-// slices), which are in real time, and its deadlines must be too.
-using Clock = std::chrono::steady_clock;
 
 // How long an idle replica sleeps before it looks at its device again.
 constexpr std::chrono::milliseconds kIdlePoll{20};
@@ -77,13 +73,15 @@ struct InferenceService::Replica {
   std::vector<std::shared_ptr<std::vector<float>>> parked;
   bool in_flight = false;
   bool prepared = false;
-  Clock::time_point unavailable_until{};
+  std::chrono::nanoseconds unavailable_until{0};  // on the service's clock
   ReplicaStats stats;
   std::thread thread;
 };
 
 InferenceService::InferenceService(runtime::Runtime& runtime, InferenceOptions options)
-    : runtime_(runtime), options_(std::move(options)) {}
+    : runtime_(runtime), options_(std::move(options)) {
+  if (!options_.clock) options_.clock = std::make_shared<common::SystemClock>();
+}
 
 Result<std::unique_ptr<InferenceService>> InferenceService::Create(runtime::Runtime& runtime,
                                                                    InferenceOptions options) {
@@ -162,7 +160,7 @@ bool InferenceService::AdmitsNewWork(int device) const {
 }
 
 void InferenceService::RouteLocked(std::deque<Request> requests) {
-  const auto now = Clock::now();  // compared with the replicas' real-time backoff
+  const auto now = Now();
   for (auto& request : requests) {
     Replica* best = nullptr;
     std::size_t best_load = 0;
@@ -296,8 +294,8 @@ Status InferenceService::Wait(Replica& replica) {
   // from then; a healthy one batch_timeout in all. Past either, the work is
   // abandoned (and re-run elsewhere by the caller).
   runtime::Stream& stream = *replica.stream;
-  const auto started = Clock::now();  // bounds this thread's own stream waits
-  std::optional<Clock::time_point> drain_seen;
+  const auto started = Now();
+  std::optional<std::chrono::nanoseconds> drain_seen;
   auto drain_deadline = [&] {
     std::lock_guard lock(mutex_);
     auto it = drain_deadlines_.find(replica.device);
@@ -307,7 +305,7 @@ Status InferenceService::Wait(Replica& replica) {
     auto done = stream.Synchronize(std::chrono::milliseconds(10));
     if (done) return {};
     if (done.error().code != ErrorCode::kTimeout) return done;
-    const auto now = Clock::now();  // after a real 10 ms stream wait
+    const auto now = Now();  // after a 10 ms stream wait
     if (!AdmitsNewWork(replica.device) && !drain_seen) drain_seen = now;
     if (now - started > options_.batch_timeout ||
         (drain_seen && now - *drain_seen > drain_deadline())) {
@@ -386,7 +384,7 @@ void InferenceService::RunReplica(Replica& replica) {
   }
   std::unique_lock lock(mutex_);
   while (!stopping_) {
-    const auto now = Clock::now();  // this replica thread's own waits are real-time
+    const auto now = Now();
     if (!AdmitsNewWork(replica.device) || replica.unavailable_until > now) {
       // Draining, isolated or backing off: its queue goes elsewhere.
       if (!replica.queue.empty()) {
@@ -410,9 +408,9 @@ void InferenceService::RunReplica(Replica& replica) {
     }
     // Continuous batching: full, or the oldest has waited max_wait.
     const auto deadline = replica.queue.front().queued_at + options_.max_wait;
-    // The deadline work_.wait_until waits for: the same clock.
-    if (replica.queue.size() < options_.max_batch && Clock::now() < deadline) {
-      work_.wait_until(lock, deadline);
+    if (const auto left = deadline - Now();
+        replica.queue.size() < options_.max_batch && left > std::chrono::nanoseconds(0)) {
+      work_.wait_for(lock, left);
       continue;  // look at the device and the queue again
     }
     std::vector<Request> batch;
@@ -438,8 +436,7 @@ void InferenceService::RunReplica(Replica& replica) {
     // restart, when the failure was an abort of this job's streams).
     const bool aborted = ran.error().code == ErrorCode::kAborted;
     replica.prepared = false;
-    // Real time, as the idle polls that wait it out.
-    if (!aborted) replica.unavailable_until = Clock::now() + kFailureBackoff;
+    if (!aborted) replica.unavailable_until = Now() + kFailureBackoff;
     RASD_LOG_WARN("inference {}: batch of {} on device {} failed ({}); re-running it", options_.id,
                  batch.size(), replica.device, ran.error().message);
     std::deque<Request> again;

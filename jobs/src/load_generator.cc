@@ -4,11 +4,9 @@
 #include <cmath>
 #include <random>
 
-namespace rasd::jobs {
+#include "rasd/common/real_time.h"
 
-// The steady clock itself, not a common::Clock: the generator's thread paces
-// real requests with its own sleeps and measures their real latency.
-using Clock = std::chrono::steady_clock;
+namespace rasd::jobs {
 
 std::vector<float> LoadGenerator::InputFor(std::uint64_t n, int inputs) {
   std::mt19937 random(static_cast<std::uint32_t>(n * 2654435761u + 1));
@@ -30,8 +28,9 @@ LoadGenerator::LoadGenerator(InferenceService& service, const MlpModel& model,
 LoadGenerator::~LoadGenerator() { Stop(); }
 
 void LoadGenerator::Run() {
-  const auto period =
-      std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(1.0 / rate_));
+  const common::Clock& clock = service_.GetClock();
+  const auto period = std::chrono::duration_cast<std::chrono::nanoseconds>(
+      std::chrono::duration<double>(1.0 / rate_));
   // Inputs repeat every kDistinct requests, so that references are cheap.
   constexpr std::uint64_t kDistinct = 256;
   {
@@ -39,13 +38,13 @@ void LoadGenerator::Run() {
     for (std::uint64_t n = 0; n < kDistinct; ++n)
       shared_->references.push_back(model_.Reference(InputFor(n, model_.inputs)));
   }
-  auto next = Clock::now();  // paced by this thread's own sleeps (see Clock)
+  auto next = clock.Monotonic();
   std::uint64_t n = 0;
   while (!stop_.load()) {
-    const auto now = Clock::now();  // this thread sleeps until `next` itself
+    const auto now = clock.Monotonic();
     if (now < next) {
       std::this_thread::sleep_for(
-          std::min<Clock::duration>(next - now, std::chrono::milliseconds(5)));
+          std::min<std::chrono::nanoseconds>(next - now, std::chrono::milliseconds(5)));
       continue;
     }
     next += period;
@@ -56,12 +55,12 @@ void LoadGenerator::Run() {
       ++shared_->sent;
       shared_->outstanding.insert(number);
     }
-    const auto sent_at = Clock::now();  // a real latency (see Clock)
+    const auto sent_at = clock.Monotonic();
     auto submitted = service_.Submit(
         InputFor(number % kDistinct, model_.inputs),
-        [shared = shared_, window = latency_window_, number, sent_at](
+        [shared = shared_, window = latency_window_, number, sent_at, &clock](
             std::uint64_t, InferenceService::Output output) {
-          const auto answered_at = Clock::now();  // a real latency (see Clock)
+          const auto answered_at = clock.Monotonic();
           const double latency =
               std::chrono::duration<double, std::milli>(answered_at - sent_at).count();
           std::lock_guard lock(shared->mutex);
@@ -98,8 +97,8 @@ void LoadGenerator::Stop(std::chrono::milliseconds timeout) {
   if (thread_.joinable()) thread_.join();
   if (!first) return;
   // The caller's thread waits here itself, in real time, for the last answers.
-  const auto deadline = Clock::now() + timeout;
-  while (Clock::now() < deadline) {
+  const auto deadline = common::Deadline::After(timeout);
+  while (!deadline.Expired()) {
     {
       std::lock_guard lock(shared_->mutex);
       if (shared_->outstanding.empty()) break;
@@ -110,7 +109,7 @@ void LoadGenerator::Stop(std::chrono::milliseconds timeout) {
   unanswered_at_stop_ = shared_->outstanding.size();
 }
 
-LoadGenerator::Stats LoadGenerator::GetStats(Clock::time_point since) const {
+LoadGenerator::Stats LoadGenerator::GetStats(std::chrono::nanoseconds since) const {
   std::lock_guard lock(shared_->mutex);
   Stats stats;
   stats.sent = shared_->sent;

@@ -16,6 +16,7 @@
 
 #include "k8s/proto/api.grpc.pb.h"
 #include "plugin_service.h"
+#include "rasd/common/real_time.h"
 #include "rasd/common/logging.h"
 
 namespace rasd::k8s {
@@ -188,8 +189,6 @@ class DevicePlugin::Impl {
 
   // One look at the two sockets, and whatever that calls for.
   void Check() {
-    // Real time: the watcher thread paces these checks with its own wait_for.
-    const auto now = std::chrono::steady_clock::now();
     const auto kubelet = IdentityOf(kubelet_path_);
     bool restart = !server_;
     if (server_ && IdentityOf(socket_path_) != socket_id_) {
@@ -206,7 +205,7 @@ class DevicePlugin::Impl {
       }
       first_check_ = false;
       kubelet_seen_ = kubelet;
-      next_attempt_ = now;
+      next_attempt_ = common::Deadline::Now();
       backoff_ = options_.kubelet_check_period;
     }
     if (registered_with_ && kubelet != registered_with_) {
@@ -239,10 +238,10 @@ class DevicePlugin::Impl {
                       socket_path_.string());
       }
       serve_failing_ = false;
-      next_attempt_ = now;
+      next_attempt_ = common::Deadline::Now();
       backoff_ = options_.kubelet_check_period;
     }
-    if (!registered_.load() && kubelet && now >= next_attempt_) Register(*kubelet);
+    if (!registered_.load() && kubelet && next_attempt_.Expired()) Register(*kubelet);
   }
 
   void Register(const FileId& kubelet) {
@@ -284,7 +283,7 @@ class DevicePlugin::Impl {
       return;
     }
     counters_.registration_failures.fetch_add(1);
-    next_attempt_ = std::chrono::steady_clock::now() + backoff_;  // as Check()'s `now`
+    next_attempt_ = common::Deadline::After(backoff_);
     RASD_LOG_WARN("registering {} with the kubelet at {} failed ({}: {}); next try in {} ms",
                   options_.resource_name, kubelet_path_.string(),
                   static_cast<int>(status.error_code()), status.error_message(), backoff_.count());
@@ -308,7 +307,8 @@ class DevicePlugin::Impl {
   bool serve_failing_ = false;  // watcher thread only
   std::optional<FileId> kubelet_seen_;
   std::optional<FileId> registered_with_;
-  std::chrono::steady_clock::time_point next_attempt_{};
+  // Real time: the watcher thread paces its checks with its own wait_for.
+  common::Deadline next_attempt_ = common::Deadline::Now();
   std::chrono::milliseconds backoff_;
 
   std::mutex stop_mutex_;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <set>
 
+#include "rasd/common/real_time.h"
 #include "rasd/runtime/runtime.h"
 
 namespace rasd::runtime {
@@ -197,15 +198,12 @@ Status Communicator::RunRing(std::span<const DeviceAddress> buffers, std::uint64
 }
 
 Status Communicator::Synchronize(std::chrono::nanoseconds timeout) {
-  // The steady clock itself: this deadline is split among the streams' own
-  // blocking waits, which run in real time on the caller's thread.
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  // Real time: this deadline is split among the streams' own blocking
+  // waits, which run on the caller's thread.
+  const auto deadline = common::Deadline::After(timeout);
   Status first_error;
   for (auto& rank : ranks_) {
-    const auto left =
-        std::max(std::chrono::nanoseconds(0), std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                                  deadline - std::chrono::steady_clock::now()));
-    auto status = rank.stream->Synchronize(left);
+    auto status = rank.stream->Synchronize(deadline.Left());
     if (!status && status.error().code == ErrorCode::kTimeout && timeout.count() > 0) {
       // Evidence for liveness, not a verdict: a rank that waits on a hung
       // peer times out too, and only the heartbeat tells them apart.

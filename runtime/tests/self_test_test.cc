@@ -44,6 +44,7 @@ class SteppingClock final : public common::Clock {
     return now;
   }
   std::chrono::system_clock::time_point Wall() const override { return clock_.Wall(); }
+  std::chrono::nanoseconds SinceBoot() const override { return clock_.SinceBoot(); }
 
  private:
   mutable common::ManualClock clock_;

@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -16,12 +15,8 @@ namespace {
 // records, and two clock reads per record showed in its profile.
 class KernelTimeToWall {
  public:
-  KernelTimeToWall() : now_(std::chrono::system_clock::now()) {
-    timespec boottime{};
-    ::clock_gettime(CLOCK_BOOTTIME, &boottime);
-    since_boot_ =
-        std::chrono::seconds(boottime.tv_sec) + std::chrono::nanoseconds(boottime.tv_nsec);
-  }
+  explicit KernelTimeToWall(const common::Clock& clock)
+      : now_(clock.Wall()), since_boot_(clock.SinceBoot()) {}
 
   std::chrono::system_clock::time_point Now() const { return now_; }
 
@@ -184,7 +179,7 @@ std::vector<RasEvent> KmsgSource::Collect() {
   scanner_.TakeCompleted(completed_);
   if (completed_.empty()) return events;
   events.reserve(events.size() + completed_.size());
-  const KernelTimeToWall wall_time;
+  const KernelTimeToWall wall_time(host_.GetClock());
   for (auto& record : completed_) {
     const auto time = record.tag != 0 ? wall_time(record.tag) : wall_time.Now();
     const bool before_start =

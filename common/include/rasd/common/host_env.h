@@ -22,27 +22,36 @@ class Clock {
   virtual std::chrono::nanoseconds Monotonic() const = 0;
   // Wall-clock time: timestamps stored and shown to people.
   virtual std::chrono::system_clock::time_point Wall() const = 0;
+  // Time since the host booted, counting suspend (CLOCK_BOOTTIME): what the
+  // kernel log stamps its records with.
+  virtual std::chrono::nanoseconds SinceBoot() const = 0;
 };
 
 class SystemClock final : public Clock {
  public:
   std::chrono::nanoseconds Monotonic() const override;
   std::chrono::system_clock::time_point Wall() const override;
+  std::chrono::nanoseconds SinceBoot() const override;
 };
 
 // A clock that moves only when told to. Thread-safe.
 class ManualClock final : public Clock {
  public:
+  // `booted_before` is how long the host had been up when the clock
+  // started: SinceBoot() is that plus the time advanced.
   explicit ManualClock(
       std::chrono::system_clock::time_point wall_start =
-          std::chrono::system_clock::time_point(std::chrono::seconds(1'700'000'000)));
+          std::chrono::system_clock::time_point(std::chrono::seconds(1'700'000'000)),
+      std::chrono::nanoseconds booted_before = std::chrono::hours(1));
   std::chrono::nanoseconds Monotonic() const override;
   std::chrono::system_clock::time_point Wall() const override;
+  std::chrono::nanoseconds SinceBoot() const override;
   void Advance(std::chrono::nanoseconds by);
 
  private:
   std::atomic<std::int64_t> elapsed_ns_{0};
   std::chrono::system_clock::time_point wall_start_;
+  std::chrono::nanoseconds booted_before_;
 };
 
 // Every path on the host (sysfs, procfs, tracefs, /dev/kmsg) goes through a

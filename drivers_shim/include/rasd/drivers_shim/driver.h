@@ -149,6 +149,8 @@ struct DriverErrorEvent {
   VendorCodeSpace code_space = VendorCodeSpace::kNone;
   std::uint64_t count = 1;  // errors this report stands for (a counter's increase)
   std::string message;
+  // When the hardware saw it, where the vendor says; left empty, the
+  // receiver stamps it on arrival from its own clock (the drivers read none).
   std::chrono::system_clock::time_point time;
   std::optional<DeviceLink> link;  // the kLink* kinds
 };

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "rasd/common/host_env.h"
 #include "rasd/drivers_shim/driver.h"
 
 namespace rasd::drivers {
@@ -15,6 +16,8 @@ struct SimDriverOptions {
   // arrives meanwhile starts without a futex wake-up (CUDA's spin-wait
   // scheduling does the same).
   std::chrono::microseconds worker_spin{50};
+  // What events' ElapsedTime is measured on; null, the system's clock.
+  std::shared_ptr<const common::Clock> clock;
 };
 
 // The CPU simulator: N devices whose memory is host memory, one worker

@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "rasd/common/host_env.h"
 #include "rasd/common/result.h"
 #include "rasd/runtime/communicator.h"
 #include "rasd/runtime/runtime.h"
@@ -31,6 +32,8 @@ struct CollectiveOptions {
   // from the checkpoint just taken, so nothing is recomputed.
   bool grow_on_return = true;
   std::chrono::milliseconds step_timeout{5000};
+  // What Progress's times are read from; null, the system's clock.
+  std::shared_ptr<const common::Clock> clock;
 };
 
 // A data-parallel job: each step every rank computes its part locally
@@ -78,10 +81,10 @@ class CollectiveJob {
     // one, for the most recent recovery.
     std::chrono::nanoseconds last_release{0};
     std::chrono::nanoseconds last_recovery{0};
-    // When those happened (steady clock), for measuring from a fault's
-    // injection.
-    std::chrono::steady_clock::time_point released_at{};
-    std::chrono::steady_clock::time_point recovered_at{};
+    // When those happened (the options' clock's Monotonic()), for measuring
+    // from a fault's injection.
+    std::chrono::nanoseconds released_at{0};
+    std::chrono::nanoseconds recovered_at{0};
     // Every completed step is checked against the fault-free run as it
     // completes; a step later rolled back to a checkpoint does not count.
     std::uint64_t checksum_mismatches = 0;

@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "rasd/common/host_env.h"
 #include "rasd/common/result.h"
 #include "rasd/runtime/runtime.h"
 
@@ -51,6 +52,10 @@ struct InferenceOptions {
   // ("overloaded") and counts the request as rejected.
   std::size_t max_queued = 4096;
   int max_attempts = 8;                // runs of one request before it is answered with an error
+  // What batching, backoff and batch deadlines are measured on; null, the
+  // system's clock. The replicas' threads wait in real time between looks
+  // at it, so it must move on its own: never a simulated loop's clock.
+  std::shared_ptr<const common::Clock> clock;
 };
 
 // An inference service replicated over devices. A router sends each
@@ -97,6 +102,8 @@ class InferenceService {
 
   const std::string& Id() const { return options_.id; }
   const std::vector<int>& Devices() const { return options_.devices; }
+  // The clock of InferenceOptions::clock; lives as long as the service.
+  const common::Clock& GetClock() const { return *options_.clock; }
 
   struct ReplicaStats {
     int device = 0;
@@ -124,7 +131,7 @@ class InferenceService {
     std::vector<float> input;
     Callback done;
     int attempts = 0;
-    std::chrono::steady_clock::time_point queued_at;
+    std::chrono::nanoseconds queued_at{0};  // on options_.clock
   };
   struct Replica;
 
@@ -139,6 +146,7 @@ class InferenceService {
   Status RunBatch(Replica& replica, std::vector<Request>& batch, bool draining);
   Status Wait(Replica& replica);
   void Answer(Request& request, Output output);
+  std::chrono::nanoseconds Now() const { return options_.clock->Monotonic(); }
 
   runtime::Runtime& runtime_;
   InferenceOptions options_;

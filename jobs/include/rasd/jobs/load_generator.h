@@ -54,9 +54,9 @@ class LoadGenerator {
     std::size_t latency_samples = 0;  // answers the percentiles are over
     double p50_ms = 0, p99_ms = 0;
   };
-  // Latency percentiles over the answers since `since` (steady clock), of
-  // the latest `latency_window`.
-  Stats GetStats(std::chrono::steady_clock::time_point since = {}) const;
+  // Latency percentiles over the answers since `since` (the service's
+  // clock, InferenceService::GetClock), of the latest `latency_window`.
+  Stats GetStats(std::chrono::nanoseconds since = std::chrono::nanoseconds(0)) const;
 
   static std::vector<float> InputFor(std::uint64_t n, int inputs);
 
@@ -78,7 +78,7 @@ class LoadGenerator {
     std::uint64_t answered = 0;
     std::unordered_set<std::uint64_t> outstanding;  // request numbers sent and not answered
     // The latest latency_window_ answers' latencies (ms).
-    std::deque<std::pair<std::chrono::steady_clock::time_point, double>> latencies;
+    std::deque<std::pair<std::chrono::nanoseconds, double>> latencies;  // (answered at, ms)
     std::vector<std::vector<float>> references;  // outputs of the repeating inputs
   };
   std::shared_ptr<Shared> shared_ = std::make_shared<Shared>();
