@@ -14,9 +14,11 @@
 #include <charconv>
 #include <nlohmann/json.hpp>
 #include <cstring>
+#include <limits>
 #include <thread>
 #include <utility>
 
+#include "arg_reader.h"
 #include "rasd/common/logging.h"
 #include "rasd/common/unique_fd.h"
 #include "rasd/common/subprocess.h"
@@ -105,17 +107,27 @@ void Actuator::Restore() {
   if (auto fault = store_.LoadNodeValue(kNodeFaultKey); !fault) {
     RASD_LOG_ERROR("cannot read the saved node fault: {}", fault.error().message);
   } else if (*fault) {
-    try {
-      const auto value = nlohmann::json::parse(**fault);
-      node_fault_ = NodeFault{value.at("reason").get<std::string>(),
-                              common::FromUnixNanos(value.at("since_ns").get<std::int64_t>())};
+    const auto value = nlohmann::json::parse(**fault, nullptr, false);
+    std::optional<std::string> reason;
+    std::optional<std::int64_t> since_ns;
+    Status readable = Fail(ErrorCode::kCorruptData, "not a JSON object");
+    if (value.is_object()) {
+      ArgReader fields("the saved node fault", value);
+      reason = fields.Required(fields.String("reason", 1 << 20), "reason");
+      since_ns = fields.Required(fields.Int("since_ns", std::numeric_limits<std::int64_t>::min(),
+                                            std::numeric_limits<std::int64_t>::max()),
+                                 "since_ns");
+      readable = fields.Finish();
+    }
+    if (readable) {
+      node_fault_ = NodeFault{*reason, common::FromUnixNanos(*since_ns)};
       RASD_LOG_WARN("the node has a fault since {:%F %T}: {} (an operator's undrain clears it)",
                     std::chrono::floor<std::chrono::seconds>(node_fault_->since),
                     node_fault_->reason);
-    } catch (const nlohmann::json::exception& error) {
+    } else {
       // Damaged: the safe reading is that the fault stands.
       node_fault_ = NodeFault{"a node fault was saved but cannot be read back (" +
-                                  std::string(error.what()) + ")",
+                                  readable.error().message + ")",
                               host_.GetClock().Wall()};
       RASD_LOG_ERROR("{}", node_fault_->reason);
     }

@@ -3,6 +3,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <limits>
+
+#include "arg_reader.h"
 
 #include "rasd/common/logging.h"
 #include "rasd/common/unix_nanos.h"
@@ -56,6 +59,41 @@ DeviceRecovery::DeviceRecovery(common::EventLoop& loop, runtime::Runtime& runtim
 
 DeviceRecovery::~DeviceRecovery() = default;
 
+Result<DeviceRecovery::State> DeviceRecovery::ReadSavedState(const std::string& saved) {
+  const auto spec = nlohmann::json::parse(saved, nullptr, false);
+  if (!spec.is_object()) return Fail(ErrorCode::kCorruptData, "not a JSON object");
+  State state;
+  ArgReader fields("the saved recovery history", spec);
+  const auto action = fields.Required(fields.String("action", 64), "action");
+  // Longer texts than rasd writes are cut, not refused: the history matters more.
+  if (auto why = fields.String("why", 1 << 20)) state.why = why->substr(0, kMaxWhy);
+  if (auto boot_id = fields.String("boot_id", 128)) state.boot_id = *boot_id;
+  state.open = fields.Bool("open").value_or(false);
+  const nlohmann::json* recoveries = fields.Raw("recoveries");
+  if (auto read = fields.Finish(); !read) return Fail(ErrorCode::kCorruptData, read.error().message);
+  if (recoveries == nullptr || !recoveries->is_array())
+    return Fail(ErrorCode::kCorruptData, "it has no list of recoveries");
+  state.action = ras::ParseRecoveryAction(*action).value_or(ras::RecoveryAction::kNone);
+  // The newest kKeptRecoveries, as saved; a damaged row may hold more.
+  const std::size_t skip =
+      recoveries->size() > kKeptRecoveries ? recoveries->size() - kKeptRecoveries : 0;
+  for (std::size_t i = skip; i < recoveries->size(); ++i) {
+    const nlohmann::json& entry = (*recoveries)[i];
+    if (!entry.is_object()) return Fail(ErrorCode::kCorruptData, "a recovery is not an object");
+    ArgReader recovery("a saved recovery", entry);
+    const auto time = recovery.Required(
+        recovery.Int("time", std::numeric_limits<std::int64_t>::min(),
+                     std::numeric_limits<std::int64_t>::max()),
+        "time");
+    const auto how = recovery.String("how", 1 << 20);
+    if (auto read = recovery.Finish(); !read)
+      return Fail(ErrorCode::kCorruptData, read.error().message);
+    state.recoveries.push_back(
+        {common::FromUnixNanos(*time), how.value_or(std::string()).substr(0, 64)});
+  }
+  return state;
+}
+
 void DeviceRecovery::Load() {
   if (store_ == nullptr) return;
   auto records = store_->LoadDeviceRecoveries();
@@ -70,47 +108,32 @@ void DeviceRecovery::Load() {
   for (const auto& record : *records) {
     const auto index = index_by_uuid.find(record.device_uuid);
     if (index == index_by_uuid.end()) continue;  // a device that is not here now
-    State state;
-    try {
-      const auto spec = nlohmann::json::parse(record.spec);
-      state.action = ras::ParseRecoveryAction(spec.at("action").get<std::string>())
-                         .value_or(ras::RecoveryAction::kNone);
-      state.why = spec.value("why", std::string()).substr(0, kMaxWhy);
-      state.boot_id = spec.value("boot_id", std::string());
-      state.open = spec.value("open", false);
-      const auto& recoveries = spec.at("recoveries");
-      // The newest kKeptRecoveries, as saved; a damaged row may hold more.
-      const std::size_t skip =
-          recoveries.size() > kKeptRecoveries ? recoveries.size() - kKeptRecoveries : 0;
-      for (std::size_t i = skip; i < recoveries.size(); ++i) {
-        state.recoveries.push_back({common::FromUnixNanos(recoveries[i].at("time").get<std::int64_t>()),
-                                    recoveries[i].value("how", std::string()).substr(0, 64)});
-      }
-    } catch (const nlohmann::json::exception& error) {
+    auto state = ReadSavedState(record.spec);
+    if (!state) {
       RASD_LOG_ERROR("recovery history of device {} ({}) is damaged ({}): started afresh",
-                     index->second, record.device_uuid, error.what());
+                     index->second, record.device_uuid, state.error().message);
       continue;
     }
     const int device = index->second;
-    if (state.open && state.action == ras::RecoveryAction::kRebootNode &&
-        (!KnownBootId(state.boot_id) || !KnownBootId(boot_id_))) {
+    if (state->open && state->action == ras::RecoveryAction::kRebootNode &&
+        (!KnownBootId(state->boot_id) || !KnownBootId(boot_id_))) {
       RASD_LOG_WARN("device {}: a reboot was suggested, but the boot id is unknown (saved '{}', "
                     "now '{}'): no reboot is counted",
-                    device, state.boot_id, boot_id_);
+                    device, state->boot_id, boot_id_);
     }
-    if (state.open && state.action == ras::RecoveryAction::kRebootNode &&
-        KnownBootId(state.boot_id) && KnownBootId(boot_id_) && state.boot_id != boot_id_) {
-      state.recoveries.push_back({loop_.GetClock().Wall(), "reboot"});
-      state.open = false;
+    if (state->open && state->action == ras::RecoveryAction::kRebootNode &&
+        KnownBootId(state->boot_id) && KnownBootId(boot_id_) && state->boot_id != boot_id_) {
+      state->recoveries.push_back({loop_.GetClock().Wall(), "reboot"});
+      state->open = false;
       RASD_LOG_INFO("device {}: the node was rebooted as suggested ({}): counted as a recovery",
-                    device, state.why);
-      state.action = ras::RecoveryAction::kNone;
-      state.why.clear();
-      states_[device] = std::move(state);
+                    device, state->why);
+      state->action = ras::RecoveryAction::kNone;
+      state->why.clear();
+      states_[device] = std::move(*state);
       Save(device);
       continue;
     }
-    states_[device] = std::move(state);
+    states_[device] = std::move(*state);
   }
 }
 

@@ -85,6 +85,9 @@ class DeviceRecovery {
     bool open = false;
     std::vector<Recovery> recoveries;
   };
+  // A saved row read back without throwing: kCorruptData and why when it
+  // is not what Save writes.
+  static Result<State> ReadSavedState(const std::string& saved);
   std::vector<std::chrono::system_clock::time_point> Times(int device) const;
   void Save(int device);
   void RetryUnsaved();

@@ -14,6 +14,7 @@
 
 #include "rasd/common/error_host_env.h"
 #include "rasd/common/simulated_event_loop.h"
+#include "rasd/common/unix_nanos.h"
 #include "rasd/drivers_shim/sim_driver.h"
 
 namespace rasd::daemon {
@@ -259,6 +260,28 @@ TEST_F(ActuatorTest, AnActionWhoseRowsCannotBeStoredHappensAllTheSame) {
   Boot();
   EXPECT_EQ((*runtime_->GetDevice(1))->Health(), runtime::HealthState::kIsolated)
       << "saved by the retry, back after a restart";
+}
+
+TEST_F(ActuatorTest, ASavedNodeFaultComesBackAndADamagedOneStandsRatherThanVanish) {
+  ASSERT_TRUE(store_->SaveNodeValue("node_fault",
+                                    R"({"reason": "MCE bank 4: uncorrected", "since_ns": 1000})"));
+  Boot();
+  ASSERT_TRUE(actuator_->CurrentNodeFault().has_value());
+  EXPECT_EQ(actuator_->CurrentNodeFault()->reason, "MCE bank 4: uncorrected");
+  EXPECT_EQ(actuator_->CurrentNodeFault()->since, common::FromUnixNanos(1000));
+
+  for (const std::string& damage : {std::string("{\"reason\": 5, \"since_ns\": 1}"),
+                                    std::string("{\"reason\": \"x\"}"), std::string("[]"),
+                                    std::string("not json")}) {
+    ASSERT_TRUE(store_->SaveNodeValue("node_fault", damage));
+    Boot();
+    ASSERT_TRUE(actuator_->CurrentNodeFault().has_value()) << damage;
+    EXPECT_NE(actuator_->CurrentNodeFault()->reason.find("cannot be read back"), std::string::npos)
+        << actuator_->CurrentNodeFault()->reason;
+  }
+  actuator_->ClearNodeFault();
+  Boot();
+  EXPECT_FALSE(actuator_->CurrentNodeFault().has_value()) << "an operator's clear is saved";
 }
 
 }  // namespace

@@ -1,0 +1,190 @@
+// FaultInjection on a SimulatedEventLoop over a fixture host that fails on
+// demand (ErrorHostEnv): every kind lands where it says (the simulator's
+// memory, the kernel-log decoder, the EDAC tree, EINJ's files), bad
+// arguments get one clear error each, the config's switches are obeyed, and
+// a host write that fails is reported without half a fault left behind.
+
+#include "fault_injection.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "rasd/common/error_host_env.h"
+#include "rasd/common/simulated_event_loop.h"
+#include "rasd/drivers_shim/sim_driver.h"
+
+namespace rasd::daemon {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+class FaultInjectionTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("rasd-inject-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_ / "host/proc/sys/kernel/random");
+    Write("proc/sys/kernel/random/boot_id", "11111111-2222-3333-4444-555555555555\n");
+    host_ = std::make_unique<common::ErrorHostEnv>(dir_ / "host", loop_.SharedClock());
+    auto store = ras::StateStore::Open(dir_ / "state", loop_.SharedClock());
+    ASSERT_TRUE(store.has_value()) << store.error().ToString();
+    store_ = std::move(*store);
+    auto driver =
+        drivers::SimDriver::Create({.device_count = 2, .memory_bytes_per_device = 16 << 20});
+    ASSERT_TRUE(driver.has_value());
+    sim_ = driver->get();
+    auto runtime = runtime::Runtime::Create(std::move(*driver), {.pool = {.arena_bytes = 4 << 20}});
+    ASSERT_TRUE(runtime.has_value());
+    runtime_ = std::move(*runtime);
+    Config::Ras sources;
+    sources.kmsg = false;
+    sources.nvml = false;
+    sources.tracefs = false;
+    sources.edac_poll = 0ms;
+    sources.infiniband_poll = 0ms;
+    auto ingest = RasIngest::Create(
+        loop_, *host_, *store_, *runtime_, sources,
+        [this](std::vector<ras::RasEvent> events, std::vector<ras::SourceCursor>) {
+          for (auto& event : events) delivered_.push_back(std::move(event));
+        });
+    ASSERT_TRUE(ingest.has_value()) << ingest.error().ToString();
+    ingest_ = std::move(*ingest);
+    inject_ = std::make_unique<FaultInjection>(*runtime_, *host_, *ingest_,
+                                               Config::Inject{.allow_sources = true});
+  }
+  void TearDown() override {
+    inject_.reset();
+    ingest_.reset();
+    runtime_.reset();
+    store_.reset();
+    fs::remove_all(dir_);
+  }
+  void Write(const std::string& path, const std::string& text) {
+    fs::create_directories((dir_ / "host" / path).parent_path());
+    std::ofstream(dir_ / "host" / path, std::ios::trunc) << text;
+  }
+  std::string Read(const std::string& path) {
+    std::ifstream in(dir_ / "host" / path);
+    std::stringstream text;
+    text << in.rdbuf();
+    return text.str();
+  }
+  Error Refused(const nlohmann::json& args) {
+    auto done = inject_->Inject(args);
+    EXPECT_FALSE(done.has_value()) << args.dump() << " was injected: " << done->dump();
+    return done ? Error{} : done.error();
+  }
+
+  common::SimulatedEventLoop loop_;
+  fs::path dir_;
+  std::unique_ptr<common::ErrorHostEnv> host_;
+  std::unique_ptr<ras::StateStore> store_;
+  drivers::SimDriver* sim_ = nullptr;
+  std::unique_ptr<runtime::Runtime> runtime_;
+  std::unique_ptr<RasIngest> ingest_;
+  std::unique_ptr<FaultInjection> inject_;
+  std::vector<ras::RasEvent> delivered_;
+};
+
+TEST_F(FaultInjectionTest, AnUncorrectedErrorAtAnAddressComesBackAsTheDriversReport) {
+  auto done = inject_->Inject({{"kind", "ucna"}, {"device", 1}, {"address", "0x4000"}});
+  ASSERT_TRUE(done.has_value()) << done.error().message;
+  EXPECT_EQ((*done)["kind"], "ucna");
+  EXPECT_EQ((*done)["device"], 1);
+  loop_.RunUntilIdle();
+  ASSERT_EQ(delivered_.size(), 1u);
+  EXPECT_EQ(delivered_[0].severity, ras::Severity::kUcna);
+  EXPECT_EQ(delivered_[0].device, 1);
+  ASSERT_TRUE(delivered_[0].address.has_value());
+  EXPECT_EQ(delivered_[0].address->value, 0x4000u);
+  EXPECT_EQ(delivered_[0].time, loop_.GetClock().Wall())
+      << "a report without a time of its own is stamped on arrival, on the daemon's clock";
+}
+
+TEST_F(FaultInjectionTest, KernelLogTextGoesThroughTheDecoderAndNotIntoAnyRealLog) {
+  auto done = inject_->Inject(
+      {{"kind", "kmsg"},
+       {"text", "NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus."}});
+  ASSERT_TRUE(done.has_value()) << done.error().message;
+  EXPECT_EQ((*done)["events"], 1);
+  loop_.RunUntilIdle();
+  ASSERT_EQ(delivered_.size(), 1u);
+  EXPECT_EQ(delivered_[0].vendor_code, 79);
+  EXPECT_EQ(delivered_[0].origin, "nvidia_xid");
+}
+
+TEST_F(FaultInjectionTest, EdacCountersGrowInTheFixtureTreeAndAFailedWriteLeavesThemAsTheyWere) {
+  ASSERT_TRUE(inject_->Inject({{"kind", "edac"}, {"mc", 0}, {"dimm", 2}, {"count", 3}}));
+  ASSERT_TRUE(inject_->Inject({{"kind", "edac"}, {"mc", 0}, {"dimm", 2}, {"count", 4}}));
+  EXPECT_EQ(Read("sys/devices/system/edac/mc/mc0/dimm2/dimm_ce_count"), "7\n");
+  EXPECT_EQ(Read("sys/devices/system/edac/mc/mc0/dimm2/dimm_label"), "MC0_DIMM2\n");
+
+  host_->FailWrites("/sys/devices/system/edac", {ErrorCode::kIoError, "No space left on device"});
+  const Error full = Refused({{"kind", "edac"}, {"mc", 0}, {"dimm", 2}});
+  EXPECT_EQ(full.code, ErrorCode::kIoError);
+  EXPECT_NE(full.message.find("No space left on device"), std::string::npos) << full.message;
+  EXPECT_EQ(Read("sys/devices/system/edac/mc/mc0/dimm2/dimm_ce_count"), "7\n");
+  EXPECT_EQ(host_->Failures(), 1u);
+  host_->Heal();
+  ASSERT_TRUE(inject_->Inject({{"kind", "edac"}, {"mc", 0}, {"dimm", 2}}));
+  EXPECT_EQ(Read("sys/devices/system/edac/mc/mc0/dimm2/dimm_ce_count"), "8\n");
+}
+
+TEST_F(FaultInjectionTest, EinjWritesTheFirmwaresFilesInOrderAndSaysWhyWhenItCannot) {
+  if (::geteuid() != 0) GTEST_SKIP() << "EINJ injection is refused to a rasd that is not root";
+  EXPECT_EQ(Refused({{"kind", "einj"}, {"address", "0x1000"}}).code,
+            ErrorCode::kPermissionDenied)
+      << "inject.allow_hardware is off";
+  inject_->SetOptions({.allow_sources = true, .allow_hardware = true});
+  const Error missing = Refused({{"kind", "einj"}, {"address", "0x1000"}});
+  EXPECT_EQ(missing.code, ErrorCode::kNotSupported);
+  EXPECT_NE(missing.message.find("CONFIG_ACPI_APEI_EINJ"), std::string::npos) << missing.message;
+
+  const std::string einj = "sys/kernel/debug/apei/einj/";
+  Write(einj + "available_error_type", "0x00000008\tMemory Correctable\n");
+  for (const char* file : {"error_type", "param1", "param2", "error_inject"}) Write(einj + file, "");
+  auto done = inject_->Inject({{"kind", "einj"}, {"address", "0x12345000"}});
+  ASSERT_TRUE(done.has_value()) << done.error().message;
+  EXPECT_EQ(Read(einj + "error_type"), "0x8\n");
+  EXPECT_EQ(Read(einj + "param1"), "0x12345000\n");
+  EXPECT_EQ(Read(einj + "error_inject"), "1\n");
+
+  // The trigger refused (a firmware that rejects the address): the error
+  // names it, and nothing claims the fault was injected.
+  host_->FailWrites("/" + einj + "error_inject", {ErrorCode::kInvalidArgument, "Invalid argument"});
+  const Error rejected = Refused({{"kind", "einj"}, {"address", "0x12345000"}});
+  EXPECT_EQ(rejected.code, ErrorCode::kInvalidArgument);
+}
+
+TEST_F(FaultInjectionTest, BadArgumentsAndSwitchedOffKindsGetOneClearErrorEach) {
+  EXPECT_EQ(Refused({{"kind", "melt"}}).code, ErrorCode::kInvalidArgument);
+  EXPECT_EQ(Refused({{"device", 0}}).code, ErrorCode::kInvalidArgument) << "no kind";
+  EXPECT_EQ(Refused({{"kind", "ce"}}).code, ErrorCode::kInvalidArgument) << "no device";
+  EXPECT_EQ(Refused({{"kind", "ce"}, {"device", 9}}).code, ErrorCode::kNotFound);
+  EXPECT_EQ(Refused({{"kind", "ce"}, {"device", 0}, {"address", "zz"}}).code,
+            ErrorCode::kInvalidArgument);
+  EXPECT_EQ(Refused({{"kind", "ce"}, {"device", 0}, {"colour", "red"}}).code,
+            ErrorCode::kInvalidArgument)
+      << "an unknown argument";
+  EXPECT_EQ(Refused({{"kind", "uce"}, {"device", 0}, {"via", "nvlink"}}).code,
+            ErrorCode::kInvalidArgument);
+  EXPECT_EQ(Refused({{"kind", "edac"}, {"mc", 0}}).code, ErrorCode::kInvalidArgument);
+
+  inject_->SetOptions({});
+  EXPECT_EQ(Refused({{"kind", "edac"}, {"mc", 0}, {"dimm", 0}}).code,
+            ErrorCode::kPermissionDenied);
+  EXPECT_FALSE(fs::exists(dir_ / "host/sys/devices/system/edac")) << "nothing was written";
+  EXPECT_EQ(Refused({{"kind", "hwpoison"}}).code, ErrorCode::kPermissionDenied);
+  loop_.RunUntilIdle();
+  EXPECT_TRUE(delivered_.empty()) << "no refused injection reached the pipeline";
+}
+
+}  // namespace
+}  // namespace rasd::daemon
