@@ -31,6 +31,7 @@
 #include "rasd/common/simulated_event_loop.h"
 #include "rasd/drivers_shim/sim_driver.h"
 #include "rasd/exporters/metrics.h"
+#include "rasd/ras/driver_events.h"
 #include "rasd/ras/policy.h"
 
 namespace {

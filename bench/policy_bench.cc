@@ -21,6 +21,7 @@
 #include "rasd/common/logging.h"
 #include "rasd/common/simulated_event_loop.h"
 #include "rasd/drivers_shim/sim_driver.h"
+#include "rasd/ras/driver_events.h"
 #include "rasd/ras/policy.h"
 
 namespace {

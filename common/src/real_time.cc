@@ -14,9 +14,7 @@ Deadline Deadline::After(std::chrono::nanoseconds timeout) {
 
 Deadline Deadline::Now() { return Deadline(std::chrono::steady_clock::now()); }
 
-bool Deadline::Expired() const {
-  return !Never() && std::chrono::steady_clock::now() >= when_;
-}
+bool Deadline::Expired() const { return !Never() && std::chrono::steady_clock::now() >= when_; }
 
 std::chrono::nanoseconds Deadline::Left() const {
   if (Never()) return std::chrono::nanoseconds::max();

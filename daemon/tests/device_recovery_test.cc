@@ -55,16 +55,16 @@ class DeviceRecoveryTest : public ::testing::Test {
     recovery_ = std::make_unique<DeviceRecovery>(loop_, *runtime_, store_.get(), boot_id);
     // The site's rows (the first match wins) decide everything here: what
     // the test asserts does not hang on the built-in vendor tables.
-    recovery_->SetTable(ras::RecoveryTable::WithOverrides(
-        {{.origin = "nvidia_xid",
-          .vendor_code = 79,
-          .action = RecoveryAction::kRebootNode,
-          .source = "test"},
-         {.severity = ras::Severity::kUce,
-          .action = RecoveryAction::kResetDevice,
-          .escalate_after = 2,
-          .escalate_to = RecoveryAction::kHardwareInspection,
-          .source = "test"}}));
+    recovery_->SetTable(
+        ras::RecoveryTable::WithOverrides({{.origin = "nvidia_xid",
+                                            .vendor_code = 79,
+                                            .action = RecoveryAction::kRebootNode,
+                                            .source = "test"},
+                                           {.severity = ras::Severity::kUce,
+                                            .action = RecoveryAction::kResetDevice,
+                                            .escalate_after = 2,
+                                            .escalate_to = RecoveryAction::kHardwareInspection,
+                                            .source = "test"}}));
     recovery_->Load();
   }
 

@@ -139,8 +139,7 @@ TEST_F(FaultInjectionTest, EdacCountersGrowInTheFixtureTreeAndAFailedWriteLeaves
 
 TEST_F(FaultInjectionTest, EinjWritesTheFirmwaresFilesInOrderAndSaysWhyWhenItCannot) {
   if (::geteuid() != 0) GTEST_SKIP() << "EINJ injection is refused to a rasd that is not root";
-  EXPECT_EQ(Refused({{"kind", "einj"}, {"address", "0x1000"}}).code,
-            ErrorCode::kPermissionDenied)
+  EXPECT_EQ(Refused({{"kind", "einj"}, {"address", "0x1000"}}).code, ErrorCode::kPermissionDenied)
       << "inject.allow_hardware is off";
   inject_->SetOptions({.allow_sources = true, .allow_hardware = true});
   const Error missing = Refused({{"kind", "einj"}, {"address", "0x1000"}});
@@ -149,7 +148,8 @@ TEST_F(FaultInjectionTest, EinjWritesTheFirmwaresFilesInOrderAndSaysWhyWhenItCan
 
   const std::string einj = "sys/kernel/debug/apei/einj/";
   Write(einj + "available_error_type", "0x00000008\tMemory Correctable\n");
-  for (const char* file : {"error_type", "param1", "param2", "error_inject"}) Write(einj + file, "");
+  for (const char* file : {"error_type", "param1", "param2", "error_inject"})
+    Write(einj + file, "");
   auto done = inject_->Inject({{"kind", "einj"}, {"address", "0x12345000"}});
   ASSERT_TRUE(done.has_value()) << done.error().message;
   EXPECT_EQ(Read(einj + "error_type"), "0x8\n");
@@ -178,8 +178,7 @@ TEST_F(FaultInjectionTest, BadArgumentsAndSwitchedOffKindsGetOneClearErrorEach) 
   EXPECT_EQ(Refused({{"kind", "edac"}, {"mc", 0}}).code, ErrorCode::kInvalidArgument);
 
   inject_->SetOptions({});
-  EXPECT_EQ(Refused({{"kind", "edac"}, {"mc", 0}, {"dimm", 0}}).code,
-            ErrorCode::kPermissionDenied);
+  EXPECT_EQ(Refused({{"kind", "edac"}, {"mc", 0}, {"dimm", 0}}).code, ErrorCode::kPermissionDenied);
   EXPECT_FALSE(fs::exists(dir_ / "host/sys/devices/system/edac")) << "nothing was written";
   EXPECT_EQ(Refused({{"kind", "hwpoison"}}).code, ErrorCode::kPermissionDenied);
   loop_.RunUntilIdle();

@@ -6,9 +6,9 @@
 
 #include "workloads.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -46,8 +46,8 @@ class PipeProcessTable final : public ProcessTable {
     }
     int ends[2];
     ASSERT_EQ(::pipe2(ends, O_CLOEXEC), 0);
-    processes_[pid] = {.uid = uid, .start_time = start_time, .read_end = ends[0],
-                       .write_end = ends[1]};
+    processes_[pid] = {
+        .uid = uid, .start_time = start_time, .read_end = ends[0], .write_end = ends[1]};
   }
   void Exit(pid_t pid) {
     auto& process = processes_.at(pid);
@@ -73,10 +73,10 @@ class PipeProcessTable final : public ProcessTable {
     return found->second.start_time;
   }
   Status Signal(const common::UniqueFd& pidfd, int signal) const override {
-    struct stat named{};
+    struct stat named {};
     if (::fstat(pidfd.Get(), &named) != 0) return Fail(ErrnoError("fstat", errno));
     for (const auto& [pid, process] : processes_) {
-      struct stat own{};
+      struct stat own {};
       if (::fstat(process.read_end, &own) == 0 && own.st_ino == named.st_ino) {
         signals_.push_back({pid, signal});
         return {};
@@ -140,11 +140,9 @@ class WorkloadsTest : public ::testing::Test {
     connections_.clear();  // the old connections died with the old rasd
     workloads_.reset();
     loop_.RunUntilIdle();
-    workloads_ = std::make_unique<Workloads>(loop_, *runtime_, processes_, store_.get(), options,
-                                             [](int device) {
-                                               return "device " + std::to_string(device) +
-                                                      " failed";
-                                             });
+    workloads_ = std::make_unique<Workloads>(
+        loop_, *runtime_, processes_, store_.get(), options,
+        [](int device) { return "device " + std::to_string(device) + " failed"; });
   }
 
   Result<Subscribed> Attach(pid_t pid, std::vector<int> devices, uid_t peer_uid = kUser,
@@ -152,15 +150,15 @@ class WorkloadsTest : public ::testing::Test {
                             std::optional<std::chrono::milliseconds> grace = std::nullopt,
                             int drain_signal = SIGTERM) {
     auto attached = workloads_->Attach({.pid = pid,
-                               .name = "job-" + std::to_string(pid),
-                               .devices = std::move(devices),
-                               .drain_signal = drain_signal,
-                               .grace = grace},
-                              {.pid = 1234, .uid = peer_uid}, admin,
-                              [this, pid](const nlohmann::json& message) {
-                                messages_[pid].push_back(message);
-                                return true;
-                              });
+                                        .name = "job-" + std::to_string(pid),
+                                        .devices = std::move(devices),
+                                        .drain_signal = drain_signal,
+                                        .grace = grace},
+                                       {.pid = 1234, .uid = peer_uid}, admin,
+                                       [this, pid](const nlohmann::json& message) {
+                                         messages_[pid].push_back(message);
+                                         return true;
+                                       });
     // The connection stays open while the test runs: its token is kept.
     if (attached) connections_.push_back(*attached);
     return attached;
