@@ -455,19 +455,35 @@ TEST(RasIngestTest, KillNineDuringAMixedStormStoresEveryRecordExactlyOnce) {
       60s))
       << "after " << kills << " kills: " << status["events"].dump() << " expected CE " << ce_records
       << " UCE " << ghes_blocks;
-  std::this_thread::sleep_for(1s);  // a block stored twice would show by now
-  status = rasd.RasctlJson({"status"});
+  // A fence: a record of another kind after them all. The log is read in
+  // order and each batch stored whole, so once the fence is stored, a
+  // record stored twice would be stored too.
+  std::uint64_t fences = 0;
+  auto fence = [&] {
+    rasd.AppendKmsg(line("NVRM: Xid (PCI:0000:99:00): 13, pid=1, Graphics Exception"));
+    ++fences;
+    return WaitUntil(
+        [&] {
+          status = rasd.RasctlJson({"status"});
+          return status["events"]["total"].get<std::uint64_t>() >=
+                 ce_records + ghes_blocks + fences;
+        },
+        30s);
+  };
+  ASSERT_TRUE(fence()) << status["events"].dump();
   EXPECT_EQ(status["events"]["by_severity"].value("CE", std::uint64_t{0}), ce_records)
       << status["events"].dump();
   EXPECT_EQ(status["events"]["by_severity"].value("UCE", std::uint64_t{0}), ghes_blocks)
       << status["events"].dump();
+  EXPECT_EQ(status["events"]["total"], ce_records + ghes_blocks + fences)
+      << status["events"].dump();
   ASSERT_EQ(rasd.Stop(), 0);
   // And again after a clean restart that reads the whole log once more.
   ASSERT_TRUE(rasd.Start({}, {}, &why)) << why;
-  std::this_thread::sleep_for(1s);
-  status = rasd.RasctlJson({"status"});
+  ASSERT_TRUE(fence()) << status["events"].dump();
   EXPECT_EQ(status["events"]["by_severity"].value("CE", std::uint64_t{0}), ce_records);
   EXPECT_EQ(status["events"]["by_severity"].value("UCE", std::uint64_t{0}), ghes_blocks);
+  EXPECT_EQ(status["events"]["total"], ce_records + ghes_blocks + fences);
 }
 
 }  // namespace

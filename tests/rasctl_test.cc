@@ -41,7 +41,9 @@ TEST_F(RasctlTest, WatchAndFollowPrintWhatRasdPushes) {
   auto wait_for = [](const std::filesystem::path& path, const std::string& text) {
     return WaitUntil([&] { return ReadText(path).find(text) != std::string::npos; }, 3s);
   };
-  std::this_thread::sleep_for(300ms);  // both subscribed
+  ASSERT_TRUE(
+      WaitUntil([&] { return rasd_.RasctlJson({"status"})["control"]["watchers"] == 2; }, 5s))
+      << "both subscribed";
   EXPECT_EQ(ReadText(watch_out), "") << "watch prints only what happens next";
 
   const auto isolated = std::chrono::steady_clock::now();

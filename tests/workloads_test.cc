@@ -2,6 +2,7 @@
 // shell programs as the workloads (they read RASD_DEVICES and handle, or
 // ignore, SIGTERM), and attaches rasd must refuse.
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
@@ -9,8 +10,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include <fmt/format.h>
-
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -41,12 +41,7 @@ class WorkloadsTest : public ::testing::Test {
   }
   bool WaitForFile(const std::filesystem::path& path, const std::string& text,
                    std::chrono::milliseconds timeout = 5s) {
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    while (std::chrono::steady_clock::now() < deadline) {
-      if (ReadText(path).find(text) != std::string::npos) return true;
-      std::this_thread::sleep_for(10ms);
-    }
-    return false;
+    return WaitUntil([&] { return ReadText(path).find(text) != std::string::npos; }, timeout);
   }
   nlohmann::json Workloads() { return rasd_.RasctlJson({"jobs"})["workloads"]; }
 
@@ -88,9 +83,7 @@ TEST_F(WorkloadsTest, RunGivesTheDevicesAndAnIsolationDrainsTheWorkloadWithItsSi
             std::string::npos)
       << said;
   // Forgotten once it exited.
-  const auto deadline = std::chrono::steady_clock::now() + 2s;
-  while (!Workloads().empty() && std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(20ms);
+  (void)WaitUntil([&] { return Workloads().empty(); }, 2s);
   EXPECT_TRUE(Workloads().empty()) << Workloads().dump();
 }
 
@@ -126,7 +119,13 @@ TEST_F(WorkloadsTest, OnlyTheWorkloadsOnTheDeviceAreDrained) {
   ASSERT_TRUE(WaitForFile(marks, "three-up"));
   ASSERT_EQ(rasd_.Rasctl({"isolate", "3"}).exit_code, 0);
   EXPECT_EQ(on_three->Wait(3s), 0);
-  std::this_thread::sleep_for(200ms);
+  // The isolation's signals went out before `isolate` answered: rasd's own
+  // record says whether zero was told to leave.
+  const auto listed = Workloads();
+  const auto zero = std::find_if(listed.begin(), listed.end(),
+                                 [](const nlohmann::json& one) { return one["name"] == "zero"; });
+  ASSERT_NE(zero, listed.end()) << listed.dump();
+  EXPECT_EQ((*zero)["state"], "running") << listed.dump();
   EXPECT_TRUE(on_zero->Running()) << "a workload on another device was touched";
   EXPECT_EQ(ReadText(marks).find("zero-term"), std::string::npos);
   on_zero->Signal(SIGTERM);  // forwarded by rasctl run

@@ -14,6 +14,8 @@
 #include <string>
 #include <thread>
 
+#include "rasd/testing/eventually.h"
+
 namespace rasd::common {
 namespace {
 
@@ -97,14 +99,15 @@ TEST(SubprocessTest, AProgramPastItsTimeoutIsKilledWithWhatItStarted) {
   pid_t child = 0;
   ASSERT_TRUE(file >> child) << "the background child never started";
   bool gone = false;
-  for (int i = 0; i < 500 && !gone; ++i) {
-    // Gone, or a zombie its new parent has not reaped yet.
-    std::ifstream stat("/proc/" + std::to_string(child) + "/stat");
-    std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
-    const auto state = text.rfind(") ");
-    gone = state == std::string::npos || text[state + 2] == 'Z';
-    if (!gone) std::this_thread::sleep_for(10ms);
-  }
+  gone = rasd::testing::Eventually(
+      [&] {
+        // Gone, or a zombie its new parent has not reaped yet.
+        std::ifstream stat("/proc/" + std::to_string(child) + "/stat");
+        std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+        const auto state = text.rfind(") ");
+        return state == std::string::npos || text[state + 2] == 'Z';
+      },
+      5s, 10ms);
   EXPECT_TRUE(gone) << "the background child outlived the timeout";
 }
 

@@ -316,6 +316,7 @@ nlohmann::json ControlApi::DeviceJson(const runtime::Device& device) {
     if (auto clears = parts_.link_clears(index)) entry["clears"] = *clears;
   }
   entry["recoveries_24h"] = recovery.recoveries_24h;
+  entry["auto_recovery_scheduled"] = parts_.lifecycle.RecoveryScheduled(index);
   entry["rdma_ports"] = parts_.rdma_ports ? parts_.rdma_ports(index) : nlohmann::json::array();
   if (auto pool = parts_.runtime.Pool(index)) {
     const auto stats = (*pool)->Stats();

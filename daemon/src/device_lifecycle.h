@@ -103,6 +103,8 @@ class DeviceLifecycle {
   bool SelfTestRunning(int device) const { return testing_.contains(device); }
   std::size_t PendingDrainDeadlines() const { return drain_timers_.size(); }
   std::size_t PendingRecoveries() const { return recovery_timers_.size(); }
+  // An automatic recovery of `device` is armed (it runs after its delay).
+  bool RecoveryScheduled(int device) const { return recovery_timers_.contains(device); }
 
  private:
   // Runs the self-test of `device` on a worker thread; `then` gets the

@@ -24,6 +24,7 @@
 
 #include "rasd/common/event_loop.h"
 #include "rasd/common/host_env.h"
+#include "rasd/testing/eventually.h"
 
 namespace rasd::daemon {
 namespace {
@@ -176,9 +177,7 @@ TEST_F(ControlServerPushTest, UnreadMessagesPastTheHighWaterDropTheClientAfterIt
   EXPECT_EQ(PushTo(idle, 16, 64 * 1024), 16);
   EXPECT_EQ(PushTo(reader, 16, 64 * 1024), 16);
   EXPECT_FALSE(Gone(idle)) << "not dropped before its timeout";
-  const auto deadline = std::chrono::steady_clock::now() + 5s;
-  while (!Gone(idle) && std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(20ms);
+  (void)rasd::testing::Eventually([&] { return Gone(idle); }, 5s, 20ms);
   EXPECT_TRUE(Gone(idle)) << "a subscriber that left 1 MiB unread for its timeout is dropped";
   EXPECT_FALSE(Gone(reader)) << "one that reads is not";
   EXPECT_EQ(PushTo(reader, 1, 16), 1);

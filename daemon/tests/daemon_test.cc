@@ -17,8 +17,9 @@
 #include <thread>
 
 #include "rasd/common/simulated_event_loop.h"
-#include "rasd/ras/state_store.h"
 #include "rasd/common/unique_fd.h"
+#include "rasd/ras/state_store.h"
+#include "rasd/testing/eventually.h"
 
 namespace rasd::daemon {
 namespace {
@@ -110,11 +111,15 @@ class DaemonTest : public ::testing::Test {
 
   // Runs the loop (no simulated time passes) until a reply arrives.
   json Receive(const common::UniqueFd& client, std::string& buffer) {
-    const auto give_up = std::chrono::steady_clock::now() + 20s;
-    while (std::chrono::steady_clock::now() < give_up) {
-      if (auto reply = TryReceive(client, buffer)) return *reply;
-      if (loop_.RunUntilIdle() == 0) std::this_thread::sleep_for(1ms);
-    }
+    std::optional<json> reply;
+    const bool answered = rasd::testing::Eventually(
+        [&] {
+          reply = TryReceive(client, buffer);
+          if (!reply) loop_.RunUntilIdle();
+          return reply.has_value();
+        },
+        20s);
+    if (answered) return *reply;
     ADD_FAILURE() << "no reply";
     return json();
   }

@@ -23,7 +23,8 @@ using runtime::HealthState;
 
 class HeartbeatTest : public ::testing::Test {
  protected:
-  void Use(std::unique_ptr<drivers::Driver> driver) {
+  void Use(std::unique_ptr<drivers::Driver> driver,
+           DeviceHeartbeat::Options options = {.period = 100ms, .deadline = 200ms, .misses = 2}) {
     auto runtime = runtime::Runtime::Create(std::move(driver), {.pool = {.arena_bytes = 8 << 20}});
     ASSERT_TRUE(runtime.has_value()) << runtime.error().ToString();
     runtime_ = std::move(*runtime);
@@ -32,8 +33,7 @@ class HeartbeatTest : public ::testing::Test {
       std::lock_guard lock(mutex_);
       hangs_.push_back({event.device, loop_.Now()});
     });
-    heartbeat_ = std::make_unique<DeviceHeartbeat>(
-        loop_, *runtime_, DeviceHeartbeat::Options{.period = 100ms, .deadline = 200ms, .misses = 2});
+    heartbeat_ = std::make_unique<DeviceHeartbeat>(loop_, *runtime_, options);
     heartbeat_->Start();
   }
   void TearDown() override {
@@ -64,6 +64,23 @@ class HeartbeatTest : public ::testing::Test {
   std::mutex mutex_;
   std::vector<std::pair<int, std::chrono::nanoseconds>> hangs_;
 };
+
+TEST_F(HeartbeatTest, PeriodZeroArmsNothingAndAReloadToAPeriodStartsTheBeats) {
+  auto driver =
+      drivers::SimDriver::Create({.device_count = 2, .memory_bytes_per_device = 16 << 20});
+  ASSERT_TRUE(driver.has_value());
+  Use(std::move(*driver), {.period = 0ms, .deadline = 200ms, .misses = 2});
+  EXPECT_EQ(loop_.ArmedTimers(), 0u) << "off: not even a tick to find nothing to do";
+  loop_.AdvanceBy(1h);
+  EXPECT_EQ(Beats(0), 0u);
+  EXPECT_EQ(Beats(1), 0u);
+
+  heartbeat_->SetOptions({.period = 100ms, .deadline = 200ms, .misses = 2});
+  EXPECT_EQ(loop_.ArmedTimers(), 1u);
+  Run(500ms);
+  EXPECT_GE(Beats(0), 3u);
+  EXPECT_TRUE(Hangs().empty());
+}
 
 TEST_F(HeartbeatTest, AHungSimulatedDeviceIsReportedOnceAfterTwoDeadlines) {
   auto driver = drivers::SimDriver::Create({.device_count = 2, .memory_bytes_per_device = 16 << 20});

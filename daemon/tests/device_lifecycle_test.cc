@@ -13,6 +13,7 @@
 
 #include "rasd/common/simulated_event_loop.h"
 #include "rasd/drivers_shim/sim_driver.h"
+#include "rasd/testing/eventually.h"
 
 namespace rasd::daemon {
 namespace {
@@ -67,12 +68,12 @@ class DeviceLifecycleTest : public ::testing::Test {
   // Runs the loop until `done` or 20 s of real time (the self-test's worker
   // thread is real); simulated time does not move.
   bool RunUntil(const std::function<bool()>& done) {
-    const auto give_up = std::chrono::steady_clock::now() + 20s;
-    while (!done()) {
-      if (std::chrono::steady_clock::now() > give_up) return false;
-      if (loop_.RunUntilIdle() == 0) std::this_thread::sleep_for(1ms);
-    }
-    return true;
+    return rasd::testing::Eventually(
+        [&] {
+          loop_.RunUntilIdle();
+          return done();
+        },
+        20s);
   }
 
   fs::path dir_;
@@ -204,6 +205,8 @@ TEST_F(DeviceLifecycleTest, AutomaticRecoveryWaitsItsDelayAndGivesUpWithinTheWin
   actuator_->Execute(isolate, ras::RasEvent{}, std::nullopt);
   loop_.RunUntilIdle();  // the recovery is scheduled after the batch
   EXPECT_EQ(lifecycle.PendingRecoveries(), 1u);
+  EXPECT_TRUE(lifecycle.RecoveryScheduled(0));
+  EXPECT_FALSE(lifecycle.RecoveryScheduled(1));
   loop_.AdvanceBy(4999ms);
   EXPECT_EQ(StateOf(0), HealthState::kIsolated);
   EXPECT_EQ(lifecycle.PendingRecoveries(), 1u);
@@ -217,6 +220,7 @@ TEST_F(DeviceLifecycleTest, AutomaticRecoveryWaitsItsDelayAndGivesUpWithinTheWin
   actuator_->Execute(isolate, ras::RasEvent{}, std::nullopt);
   loop_.RunUntilIdle();  // the recovery is scheduled after the batch
   EXPECT_EQ(lifecycle.PendingRecoveries(), 0u);
+  EXPECT_FALSE(lifecycle.RecoveryScheduled(0));
   EXPECT_NE(health_->StatusOf(0).reason.find("needs an operator"), std::string::npos);
   loop_.AdvanceBy(1h);
   EXPECT_EQ(StateOf(0), HealthState::kIsolated);

@@ -7,9 +7,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-
 #include <thread>
 
+#include "rasd/testing/eventually.h"
 #include "sim_runtime_test.h"
 
 namespace rasd::jobs {
@@ -37,17 +37,13 @@ class CollectiveTest : public testing::SimRuntimeTest {
 
   // Waits until the job has completed at least `step` steps.
   void WaitForStep(CollectiveJob& job, int step) {
-    const auto deadline = std::chrono::steady_clock::now() + 20s;
-    while (job.GetProgress().step < step && std::chrono::steady_clock::now() < deadline)
-      std::this_thread::sleep_for(1ms);
+    (void)rasd::testing::Eventually([&] { return job.GetProgress().step >= step; }, 20s);
     ASSERT_GE(job.GetProgress().step, step);
   }
 
   // Waits until the job runs on exactly `devices`.
   void WaitForDevices(CollectiveJob& job, const std::vector<int>& devices) {
-    const auto deadline = std::chrono::steady_clock::now() + 20s;
-    while (job.GetProgress().devices != devices && std::chrono::steady_clock::now() < deadline)
-      std::this_thread::sleep_for(1ms);
+    (void)rasd::testing::Eventually([&] { return job.GetProgress().devices == devices; }, 20s);
   }
 
   void ExpectFinishedLikeAFaultFreeRun(CollectiveJob& job, const CollectiveOptions& options) {
@@ -178,10 +174,8 @@ TEST_F(CollectiveTest, BelowItsMinimumItWaitsForAReplacement) {
   auto job = Start(options);
   WaitForStep(*job, 10);
   Device(1).SetHealth(runtime::HealthState::kIsolated);
-  const auto deadline = std::chrono::steady_clock::now() + 5s;
-  while (job->GetProgress().state != CollectiveJob::State::kWaiting &&
-         std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(1ms);
+  (void)rasd::testing::Eventually(
+      [&] { return job->GetProgress().state == CollectiveJob::State::kWaiting; }, 5s);
   ASSERT_EQ(job->GetProgress().state, CollectiveJob::State::kWaiting);
   const int waiting_at = job->GetProgress().step;
   std::this_thread::sleep_for(100ms);

@@ -13,6 +13,7 @@
 #include <random>
 #include <thread>
 
+#include "rasd/testing/eventually.h"
 #include "sim_runtime_test.h"
 
 namespace rasd::jobs {
@@ -76,9 +77,7 @@ class InferenceTest : public testing::SimRuntimeTest {
       });
     }
     for (auto& client : clients) client.join();
-    const auto deadline = std::chrono::steady_clock::now() + 30s;
-    while (done < count && std::chrono::steady_clock::now() < deadline)
-      std::this_thread::sleep_for(1ms);
+    (void)rasd::testing::Eventually([&] { return done >= count; }, 30s);
     ASSERT_EQ(done.load(), count) << "answers missing";
     EXPECT_EQ(errors.load(), 0);
     for (int n = 0; n < count; ++n) {
@@ -149,11 +148,9 @@ TEST_F(InferenceTest, KillingOneJobsStreamsRestartsItAndLeavesTheOtherJobAlone) 
   std::thread other([&] { RunLoad(*neighbour, 1500, nullptr, 2); });
   RunLoad(*victim, 1500, [&] {
     // Its replicas make their streams with their first batch.
-    const auto deadline = std::chrono::steady_clock::now() + 5s;
     std::size_t aborted = 0;
-    while ((aborted = runtime_->AbortOwner("job-a", "consumed poison")) == 0 &&
-           std::chrono::steady_clock::now() < deadline)
-      std::this_thread::sleep_for(1ms);
+    (void)rasd::testing::Eventually(
+        [&] { return (aborted = runtime_->AbortOwner("job-a", "consumed poison")) > 0; }, 5s);
     EXPECT_GE(aborted, 1u);
   });
   other.join();

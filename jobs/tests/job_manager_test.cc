@@ -7,6 +7,7 @@
 
 #include <thread>
 
+#include "rasd/testing/eventually.h"
 #include "sim_runtime_test.h"
 
 namespace rasd::jobs {
@@ -36,13 +37,13 @@ TEST_F(JobManagerTest, StartsReportsAndStopsBothKinds) {
   ASSERT_NE(manager.Inference("llm"), nullptr);
   EXPECT_EQ(manager.Inference("train"), nullptr);
 
-  const auto deadline = std::chrono::steady_clock::now() + 10s;
   std::vector<JobReport> reports;
-  while (std::chrono::steady_clock::now() < deadline) {
-    reports = manager.Report();
-    if (reports.size() == 2 && reports[0].served > 100 && reports[1].state == "finished") break;
-    std::this_thread::sleep_for(10ms);
-  }
+  (void)rasd::testing::Eventually(
+      [&] {
+        reports = manager.Report();
+        return reports.size() == 2 && reports[0].served > 100 && reports[1].state == "finished";
+      },
+      10s, 10ms);
   ASSERT_EQ(reports.size(), 2u);
   EXPECT_EQ(reports[0].name, "llm");
   EXPECT_EQ(reports[0].state, "serving");

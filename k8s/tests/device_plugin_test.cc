@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "fake_kubelet.h"
+#include "rasd/testing/eventually.h"
 
 namespace rasd::k8s {
 namespace {
@@ -63,12 +64,7 @@ class FakeDeviceSource final : public DeviceSource {
 // notification (a file, a counter). Returns whether it held.
 template <typename Predicate>
 bool WaitUntil(Predicate done, milliseconds timeout = kWait) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (!done()) {
-    if (std::chrono::steady_clock::now() >= deadline) return false;
-    std::this_thread::sleep_for(milliseconds(2));
-  }
-  return true;
+  return rasd::testing::Eventually(done, timeout, milliseconds(2));
 }
 
 class DevicePluginTest : public ::testing::Test {

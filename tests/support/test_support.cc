@@ -10,6 +10,7 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -22,6 +23,8 @@
 #include <sstream>
 #include <stdexcept>
 #include <thread>
+
+#include "rasd/testing/eventually.h"
 
 extern char** environ;
 
@@ -103,12 +106,8 @@ void WriteText(const std::filesystem::path& path, const std::string& text) {
 }
 
 bool WaitUntil(const std::function<bool()>& condition, std::chrono::milliseconds timeout) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (true) {
-    if (condition()) return true;
-    if (std::chrono::steady_clock::now() >= deadline) return false;
-    std::this_thread::sleep_for(10ms);
-  }
+  // Every 10 ms: most conditions ask rasd over its socket.
+  return Eventually(condition, timeout, 10ms);
 }
 
 Process::Process(const ProcessOptions& options) {
@@ -192,10 +191,9 @@ Process::~Process() {
   // group's id) cannot have been given to another process meanwhile.
   ::kill(-pid_, SIGKILL);
   ::kill(pid_, SIGKILL);
-  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  (void)Wait(5s);
   int status = 0;
-  while (::waitpid(pid_, &status, WNOHANG) == 0 && std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(1ms);
+  (void)::waitpid(pid_, &status, WNOHANG);
 }
 
 void Process::Signal(int signal) const { ::kill(pid_, signal); }
@@ -212,7 +210,23 @@ bool Process::Running() {
 }
 
 std::optional<int> Process::Wait(std::chrono::milliseconds timeout) {
-  WaitUntil([this] { return !Running(); }, timeout);
+  if (!Running()) return status_;
+  // The pidfd is readable once the child has exited: woken at its exit, not
+  // at the next look.
+  const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid_, 0));
+  if (pidfd < 0) {
+    WaitUntil([this] { return !Running(); }, timeout);
+    return status_;
+  }
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (Running()) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) break;
+    pollfd ready{pidfd, POLLIN, 0};
+    (void)::poll(&ready, 1, static_cast<int>(std::min<std::int64_t>(left.count() + 1, 60'000)));
+  }
+  ::close(pidfd);
   return status_;
 }
 
