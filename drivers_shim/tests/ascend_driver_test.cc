@@ -14,6 +14,7 @@
 
 #include "driver_test_util.h"
 #include "rasd/common/dynamic_library.h"
+#include "rasd/testing/eventually.h"
 #include "testing/fake_control.h"
 
 namespace rasd::drivers {
@@ -564,7 +565,10 @@ TEST_F(AscendDriverTest, DcmiHealthAndErrorCodesAreReportedOnce) {
   const unsigned int codes[] = {0x80E01801u};
   fake().set_error_codes(1, codes, 1);
   ASSERT_TRUE(reports_.WaitFor(2)) << "health and code of device 1";
-  std::this_thread::sleep_for(20ms);  // several more polls
+  // Two more whole polls (both chips' codes read twice) have seen it again.
+  const int polled = fake().error_code_reads();
+  ASSERT_TRUE(
+      rasd::testing::Eventually([&] { return fake().error_code_reads() >= polled + 4; }, 2s));
   auto events = reports_.Events();
   ASSERT_EQ(events.size(), 2u) << "each reported once";
   bool health = false;
@@ -585,10 +589,8 @@ TEST_F(AscendDriverTest, DcmiHealthAndErrorCodesAreReportedOnce) {
   fake().set_error_codes(1, codes, 0);
   // Two reads of both chips after the change: one whole poll has seen it.
   const int reads = fake().error_code_reads();
-  const auto deadline = std::chrono::steady_clock::now() + 2s;
-  while (fake().error_code_reads() < reads + 4 && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(1ms);
-  }
+  ASSERT_TRUE(
+      rasd::testing::Eventually([&] { return fake().error_code_reads() >= reads + 4; }, 2s));
   fake().set_error_codes(1, codes, 1);
   ASSERT_TRUE(reports_.WaitFor(3)) << "a code that cleared and came back is news";
 }

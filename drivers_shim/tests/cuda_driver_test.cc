@@ -18,6 +18,7 @@
 #include "driver_test_util.h"
 #include "rasd/drivers_shim/composite_driver.h"
 #include "rasd/drivers_shim/sim_driver.h"
+#include "rasd/testing/eventually.h"
 
 namespace rasd::drivers {
 namespace {
@@ -405,7 +406,7 @@ TEST_F(CudaDriverTest, ASecondResetWaitingForTheFirstKeepsTheRepairedContext) {
 
   pause(1, 1);
   auto first = std::async(std::launch::async, [&] { return driver_->ResetDevice(1); });
-  for (int i = 0; i < 5000 && waiting(1) == 0; ++i) std::this_thread::sleep_for(1ms);
+  ASSERT_TRUE(rasd::testing::Eventually([&] { return waiting(1) > 0; }, 5s));
   ASSERT_EQ(waiting(1), 1);
   auto second = std::async(std::launch::async, [&] { return driver_->ResetDevice(1); });
   EXPECT_EQ(second.wait_for(100ms), std::future_status::timeout) << "waits for the first";
@@ -553,7 +554,7 @@ TEST_F(CudaDriverTest, ALaunchRacingAContextResetIsCheckedAgainstTheNewContext) 
 
   pause(1, 1);
   auto reset = std::async(std::launch::async, [&] { return driver_->ResetDevice(1); });
-  for (int i = 0; i < 5000 && waiting(1) == 0; ++i) std::this_thread::sleep_for(1ms);
+  ASSERT_TRUE(rasd::testing::Eventually([&] { return waiting(1) > 0; }, 5s));
   ASSERT_EQ(waiting(1), 1) << "the reset is inside cuDevicePrimaryCtxReset";
   auto launch =
       std::async(std::launch::async, [&] { return driver_->LaunchKernel(stream, "fill", {}, fill); });

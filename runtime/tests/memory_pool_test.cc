@@ -5,6 +5,7 @@
 #include <set>
 #include <thread>
 
+#include "rasd/testing/eventually.h"
 #include "runtime_test_util.h"
 
 namespace rasd::runtime::testing {
@@ -18,13 +19,14 @@ class MemoryPoolTest : public RuntimeTest {
                          std::uint64_t bytes = 8192) {
     std::vector<Allocation> held;
     bool reused = false;
-    const auto deadline = std::chrono::steady_clock::now() + 2s;
-    while (!reused && std::chrono::steady_clock::now() < deadline &&
-           static_cast<int>(held.size()) < max_tries) {
-      held.push_back(Alloc(bytes, stream));
-      reused = held.back().address == address;
-      if (!reused) std::this_thread::sleep_for(1ms);
-    }
+    (void)::rasd::testing::Eventually(
+        [&] {
+          if (static_cast<int>(held.size()) >= max_tries) return true;
+          held.push_back(Alloc(bytes, stream));
+          reused = held.back().address == address;
+          return reused;
+        },
+        2s);
     for (auto& allocation : held) EXPECT_TRUE(Pool().Free(allocation).has_value());
     return reused;
   }
