@@ -177,7 +177,8 @@ void FaultToGate(benchmark::State& state, bool scraped) {
     rasd::ras::PolicyEngine policy;
     rasd::common::SimulatedEventLoop loop;
     rasd::daemon::DeviceHealth health(loop, *node.runtime, *store);
-    rasd::daemon::Actuator actuator(host, *store, *node.runtime, health, {});
+    rasd::daemon::NodeFault node_fault(*store, loop.GetClock());
+    rasd::daemon::Actuator actuator(host, *store, *node.runtime, health, node_fault, {});
     std::mutex loop_mutex;  // as the daemon's metrics_mutex_
     auto part = BusyLoopPart(64, false);
     auto server = std::move(*rasd::exporters::MetricsServer::Start("127.0.0.1:0", [&] {

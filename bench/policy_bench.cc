@@ -91,7 +91,8 @@ void BM_FaultToGateClosed(benchmark::State& state) {
     rasd::ras::PolicyEngine policy;
     rasd::common::SimulatedEventLoop loop;
     rasd::daemon::DeviceHealth health(loop, *runtime, *store);
-    rasd::daemon::Actuator actuator(host, *store, *runtime, health, {});
+    rasd::daemon::NodeFault node_fault(*store, loop.GetClock());
+    rasd::daemon::Actuator actuator(host, *store, *runtime, health, node_fault, {});
     std::mutex mutex;
     std::condition_variable arrived;
     std::deque<rasd::drivers::DriverErrorEvent> queue;

@@ -70,8 +70,13 @@ std::vector<std::string> HookEnvironment(const ras::Action& action, const ras::R
 }  // namespace
 
 Actuator::Actuator(const common::HostEnv& host, ras::StateStore& store, runtime::Runtime& runtime,
-                   DeviceHealth& health, Options options)
-    : host_(host), store_(store), runtime_(runtime), health_(health), options_(options) {}
+                   DeviceHealth& health, NodeFault& node, Options options)
+    : host_(host),
+      store_(store),
+      runtime_(runtime),
+      health_(health),
+      node_(node),
+      options_(options) {}
 
 Actuator::~Actuator() {
   std::unique_lock lock(mutex_);
@@ -80,58 +85,7 @@ Actuator::~Actuator() {
 
 void Actuator::SetOptions(Options options) { options_ = options; }
 
-namespace {
-constexpr const char* kNodeFaultKey = "node_fault";
-}  // namespace
-
-void Actuator::SaveNodeFault() {
-  const nlohmann::json value = {
-      {"reason", node_fault_->reason},
-      {"since_ns", common::UnixNanos(node_fault_->since)}};
-  if (auto saved = store_.SaveNodeValue(kNodeFaultKey, value.dump()); !saved) {
-    // It stands in memory; a restart before the next save would lose it.
-    RASD_LOG_ERROR("cannot save the node fault ({}): {}; it holds until rasd stops",
-                   node_fault_->reason, saved.error().message);
-  }
-}
-
-void Actuator::ClearNodeFault() {
-  node_fault_.reset();
-  if (auto deleted = store_.DeleteNodeValue(kNodeFaultKey); !deleted) {
-    RASD_LOG_ERROR("cannot clear the saved node fault: {}; a restart would bring it back",
-                   deleted.error().message);
-  }
-}
-
 void Actuator::Restore() {
-  if (auto fault = store_.LoadNodeValue(kNodeFaultKey); !fault) {
-    RASD_LOG_ERROR("cannot read the saved node fault: {}", fault.error().message);
-  } else if (*fault) {
-    const auto value = nlohmann::json::parse(**fault, nullptr, false);
-    std::optional<std::string> reason;
-    std::optional<std::int64_t> since_ns;
-    Status readable = Fail(ErrorCode::kCorruptData, "not a JSON object");
-    if (value.is_object()) {
-      ArgReader fields("the saved node fault", value);
-      reason = fields.Required(fields.String("reason", 1 << 20), "reason");
-      since_ns = fields.Required(fields.Int("since_ns", std::numeric_limits<std::int64_t>::min(),
-                                            std::numeric_limits<std::int64_t>::max()),
-                                 "since_ns");
-      readable = fields.Finish();
-    }
-    if (readable) {
-      node_fault_ = NodeFault{*reason, common::FromUnixNanos(*since_ns)};
-      RASD_LOG_WARN("the node has a fault since {:%F %T}: {} (an operator's undrain clears it)",
-                    std::chrono::floor<std::chrono::seconds>(node_fault_->since),
-                    node_fault_->reason);
-    } else {
-      // Damaged: the safe reading is that the fault stands.
-      node_fault_ = NodeFault{"a node fault was saved but cannot be read back (" +
-                                  readable.error().message + ")",
-                              host_.GetClock().Wall()};
-      RASD_LOG_ERROR("{}", node_fault_->reason);
-    }
-  }
   std::map<std::string, int> by_uuid;
   for (const auto& device : runtime_.Devices())
     by_uuid[DeviceUuid(runtime_, device->Index())] = device->Index();
@@ -243,11 +197,7 @@ ActionOutcome Actuator::Run(const ras::Action& action, const ras::RasEvent& even
       outcome = RaiseHealth(action, runtime::HealthState::kIsolated);
       break;
     case ras::ActionKind::kDrainNode:
-      if (!node_fault_) {
-        node_fault_ = NodeFault{event.summary.empty() ? action.reason : event.summary,
-                                host_.GetClock().Wall()};
-        SaveNodeFault();
-      }
+      (void)node_.Declare(event.summary.empty() ? action.reason : event.summary);
       outcome =
           node_drainer_
               ? Outcome{ActionResult::kOk,

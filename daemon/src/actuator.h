@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "device_health.h"
+#include "node_fault.h"
 #include "rasd/common/host_env.h"
 #include "rasd/ras/policy.h"
 #include "rasd/ras/ras_event.h"
@@ -39,6 +40,7 @@ struct ActionOutcome {
 
 // Carries the policy's actions to the runtime (page retirement, killing a
 // consumer), to DeviceHealth (degrade, drain, isolate: the policy's hold),
+// to NodeFault and the scheduler (drain-node),
 // to the host (offlining pages) and to operators' programs (hooks). Every
 // action is logged, stored in the actions table linked to its event, and
 // counted; retired pages are persisted so that a restart (or a kill -9)
@@ -54,8 +56,10 @@ class Actuator {
   };
   static constexpr std::size_t kMaxHooks = 4;
 
+  // A drain-node action declares the node's fault to `node`, then asks the
+  // node drainer (the scheduler) to drain.
   Actuator(const common::HostEnv& host, ras::StateStore& store, runtime::Runtime& runtime,
-           DeviceHealth& health, Options options);
+           DeviceHealth& health, NodeFault& node, Options options);
   ~Actuator();  // waits for running hooks (each is bounded by its timeout)
   Actuator(const Actuator&) = delete;
   Actuator& operator=(const Actuator&) = delete;
@@ -66,16 +70,6 @@ class Actuator {
   void SetNodeDrainer(std::function<std::string(const std::string& reason)> drainer) {
     node_drainer_ = std::move(drainer);
   }
-  // The node as a whole cannot continue (a drain-node action ran, with or
-  // without a scheduler to tell): why and since when. Saved (it outlives
-  // restarts and reboots) until ClearNodeFault (an operator's undrain that
-  // leaves no device isolated); `rasctl check` reports it as a problem.
-  struct NodeFault {
-    std::string reason;
-    std::chrono::system_clock::time_point since;
-  };
-  const std::optional<NodeFault>& CurrentNodeFault() const { return node_fault_; }
-  void ClearNodeFault();
   // The suggested recovery action for an event (RASD_SUGGESTED_ACTION in a
   // hook's environment); unset: the variable is left out.
   void SetSuggester(std::function<std::string(const ras::RasEvent&)> suggester) {
@@ -96,8 +90,8 @@ class Actuator {
   using ProcessLister = std::function<Result<std::vector<std::int64_t>>(int device)>;
   void SetProcessLister(ProcessLister lister) { process_lister_ = std::move(lister); }
 
-  // Applies what the store remembers: retired pages leave the pools again,
-  // a node fault stands. (Device states are DeviceHealth's.)
+  // Applies what the store remembers: retired pages leave the pools again.
+  // (Device states are DeviceHealth's, the node fault NodeFault's.)
   void Restore();
 
   // Apply, then commit its rows (and DeviceHealth's) at once, linked to
@@ -135,18 +129,17 @@ class Actuator {
   Outcome RunHook(const ras::Action& action, const ras::RasEvent& event,
                   std::optional<std::int64_t> event_id);
   ras::ActionRecord Store(ras::ActionRecord record);
-  void SaveNodeFault();
 
   const common::HostEnv& host_;
   ras::StateStore& store_;
   runtime::Runtime& runtime_;
   DeviceHealth& health_;
+  NodeFault& node_;
   Options options_;
   std::size_t pending_index_ = 0;
   std::vector<ras::BatchAction> pending_records_;
   std::vector<ras::RetiredPageRecord> pending_pages_;
   std::function<std::string(const std::string& reason)> node_drainer_;
-  std::optional<NodeFault> node_fault_;
   std::function<std::string(const ras::RasEvent&)> suggester_;
   ConsumerKiller consumer_killer_;
   ProcessLister process_lister_;

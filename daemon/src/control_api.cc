@@ -258,7 +258,7 @@ Result<nlohmann::json> ControlApi::Check(const nlohmann::json& args) {
                                          .state = state,
                                          .reason = parts_.health.StatusOf(device->Index()).reason});
   }
-  const auto& fault = parts_.actuator.CurrentNodeFault();
+  const auto& fault = parts_.node.Current();
   const NodeVerdict verdict =
       JudgeNode(conditions, fault ? std::optional<std::string>(fault->reason) : std::nullopt,
                 parts_.missing_backends);

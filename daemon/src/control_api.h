@@ -2,18 +2,18 @@
 
 #include <chrono>
 #include <functional>
-#include <optional>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <thread>
 
-#include "actuator.h"
 #include "control_server.h"
 #include "device_lifecycle.h"
 #include "device_recovery.h"
 #include "fault_injection.h"
+#include "node_fault.h"
 #include "rasd/common/event_loop.h"
 #include "rasd/jobs/job_manager.h"
 #include "rasd/ras/state_store.h"
@@ -41,7 +41,7 @@ class ControlApi {
     runtime::Runtime& runtime;
     ras::StateStore& store;
     jobs::JobManager& jobs;
-    Actuator& actuator;  // its counts, the node fault
+    const NodeFault& node;  // the node fault
     const DeviceHealth& health;
     DeviceLifecycle& lifecycle;
     FaultInjection& injection;

@@ -62,8 +62,10 @@ Status Daemon::Initialize(Config config) {
   health_->Restore();
   health_subscriptions_.push_back(
       health_->Subscribe([this](const DeviceStateChanged&) { jobs_->Reconsider(); }));
-  actuator_ =
-      std::make_unique<Actuator>(*host_, *store_, *runtime_, *health_, ActuatorOptions(config_));
+  node_fault_ = std::make_unique<NodeFault>(*store_, loop_->GetClock());
+  node_fault_->Restore();
+  actuator_ = std::make_unique<Actuator>(*host_, *store_, *runtime_, *health_, *node_fault_,
+                                         ActuatorOptions(config_));
   health_->SetActionCounter([this](const std::string& action, const std::string& result) {
     actuator_->Count(action, result);
   });
@@ -197,7 +199,7 @@ void Daemon::StartScheduler() {
 }
 
 Status Daemon::StartRas() {
-  lifecycle_ = std::make_unique<DeviceLifecycle>(*loop_, *runtime_, *health_, *actuator_, *jobs_,
+  lifecycle_ = std::make_unique<DeviceLifecycle>(*loop_, *runtime_, *health_, *node_fault_, *jobs_,
                                                  *store_, scheduler_.get(),
                                                  LifecycleOptions(config_, options_.self_test));
   pipeline_ = std::make_unique<RasPipeline>(*loop_, *runtime_, policy_, *actuator_, *health_,
@@ -249,7 +251,7 @@ Status Daemon::StartControl() {
       .runtime = *runtime_,
       .store = *store_,
       .jobs = *jobs_,
-      .actuator = *actuator_,
+      .node = *node_fault_,
       .health = *health_,
       .lifecycle = *lifecycle_,
       .injection = *injection_,

@@ -129,6 +129,7 @@ class Daemon {
   std::unique_ptr<DeviceRecovery> recovery_;
   std::unique_ptr<LinkHealth> link_health_;
   std::unique_ptr<SimLinkTree> sim_links_;  // simulator.link_sysfs
+  std::unique_ptr<NodeFault> node_fault_;   // after store_: the actuator declares to it
   std::unique_ptr<Actuator> actuator_;        // after runtime_ and store_: destroyed before them
   std::unique_ptr<jobs::JobManager> jobs_;    // after runtime_: stopped before it goes
 

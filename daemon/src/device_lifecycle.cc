@@ -9,12 +9,12 @@
 namespace rasd::daemon {
 
 DeviceLifecycle::DeviceLifecycle(common::EventLoop& loop, runtime::Runtime& runtime,
-                                 DeviceHealth& health, Actuator& actuator, jobs::JobManager& jobs,
+                                 DeviceHealth& health, NodeFault& node, jobs::JobManager& jobs,
                                  ras::StateStore& store, SchedulerLink* scheduler, Options options)
     : loop_(loop),
       runtime_(runtime),
       health_(health),
-      actuator_(actuator),
+      node_(node),
       jobs_(jobs),
       store_(store),
       scheduler_(scheduler),
@@ -332,9 +332,9 @@ void DeviceLifecycle::MaybeResumeNode() {
   }
   // An operator's undrain with nothing isolated left: the node fault is
   // over for rasctl check too.
-  if (const auto& fault = actuator_.CurrentNodeFault()) {
+  if (const auto& fault = node_.Current()) {
     RASD_LOG_INFO("node fault cleared by an operator's undrain (was: {})", fault->reason);
-    actuator_.ClearNodeFault();
+    node_.Clear();
   }
   if (scheduler_ == nullptr || !options_.resume_on_undrain || !scheduler_->Drained()) return;
   scheduler_->Resume();

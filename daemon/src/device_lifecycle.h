@@ -10,9 +10,9 @@
 #include <thread>
 #include <vector>
 
-#include "actuator.h"
 #include "device_health.h"
 #include "device_recovery.h"
+#include "node_fault.h"
 #include "rasd/common/event_loop.h"
 #include "rasd/jobs/job_manager.h"
 #include "rasd/ras/recovery.h"
@@ -73,7 +73,7 @@ class DeviceLifecycle {
   using Done = std::function<void(Result<StateChange>)>;
 
   DeviceLifecycle(common::EventLoop& loop, runtime::Runtime& runtime, DeviceHealth& health,
-                  Actuator& actuator, jobs::JobManager& jobs, ras::StateStore& store,
+                  NodeFault& node, jobs::JobManager& jobs, ras::StateStore& store,
                   SchedulerLink* scheduler, Options options);
   ~DeviceLifecycle();
   DeviceLifecycle(const DeviceLifecycle&) = delete;
@@ -130,7 +130,7 @@ class DeviceLifecycle {
   common::EventLoop& loop_;
   runtime::Runtime& runtime_;
   DeviceHealth& health_;
-  Actuator& actuator_;
+  NodeFault& node_;
   jobs::JobManager& jobs_;
   ras::StateStore& store_;
   SchedulerLink* scheduler_;  // null without a scheduler

@@ -14,7 +14,6 @@
 
 #include "rasd/common/error_host_env.h"
 #include "rasd/common/simulated_event_loop.h"
-#include "rasd/common/unix_nanos.h"
 #include "rasd/drivers_shim/sim_driver.h"
 
 namespace rasd::daemon {
@@ -61,7 +60,10 @@ class ActuatorTest : public ::testing::Test {
     runtime_ = std::move(*runtime);
     health_ = std::make_unique<DeviceHealth>(loop_, *runtime_, *store_);
     health_->Restore();
-    actuator_ = std::make_unique<Actuator>(*host_, *store_, *runtime_, *health_, options);
+    node_fault_ = std::make_unique<NodeFault>(*store_, loop_.GetClock());
+    node_fault_->Restore();
+    actuator_ =
+        std::make_unique<Actuator>(*host_, *store_, *runtime_, *health_, *node_fault_, options);
     health_->SetActionCounter([this](const std::string& action, const std::string& result) {
       actuator_->Count(action, result);
     });
@@ -82,6 +84,7 @@ class ActuatorTest : public ::testing::Test {
   std::unique_ptr<runtime::Runtime> runtime_;
   common::SimulatedEventLoop loop_;
   std::unique_ptr<DeviceHealth> health_;
+  std::unique_ptr<NodeFault> node_fault_;  // before actuator_: it outlives it
   std::unique_ptr<Actuator> actuator_;
   ras::RasEvent event_;
 };
@@ -262,26 +265,27 @@ TEST_F(ActuatorTest, AnActionWhoseRowsCannotBeStoredHappensAllTheSame) {
       << "saved by the retry, back after a restart";
 }
 
-TEST_F(ActuatorTest, ASavedNodeFaultComesBackAndADamagedOneStandsRatherThanVanish) {
-  ASSERT_TRUE(store_->SaveNodeValue("node_fault",
-                                    R"({"reason": "MCE bank 4: uncorrected", "since_ns": 1000})"));
-  Boot();
-  ASSERT_TRUE(actuator_->CurrentNodeFault().has_value());
-  EXPECT_EQ(actuator_->CurrentNodeFault()->reason, "MCE bank 4: uncorrected");
-  EXPECT_EQ(actuator_->CurrentNodeFault()->since, common::FromUnixNanos(1000));
+TEST_F(ActuatorTest, DrainNodeDeclaresTheNodesFaultOnceAndAsksTheDrainerEachTime) {
+  ras::RasEvent event;
+  event.summary = "MCE: processor context corrupt";
+  const auto unscheduled = actuator_->Execute(
+      Act(ras::ActionKind::kDrainNode, std::nullopt, std::nullopt), event, std::nullopt);
+  EXPECT_EQ(unscheduled.result, "skipped") << "no scheduler to tell";
+  ASSERT_TRUE(node_fault_->Current().has_value());
+  EXPECT_EQ(node_fault_->Current()->reason, "MCE: processor context corrupt");
 
-  for (const std::string& damage : {std::string("{\"reason\": 5, \"since_ns\": 1}"),
-                                    std::string("{\"reason\": \"x\"}"), std::string("[]"),
-                                    std::string("not json")}) {
-    ASSERT_TRUE(store_->SaveNodeValue("node_fault", damage));
-    Boot();
-    ASSERT_TRUE(actuator_->CurrentNodeFault().has_value()) << damage;
-    EXPECT_NE(actuator_->CurrentNodeFault()->reason.find("cannot be read back"), std::string::npos)
-        << actuator_->CurrentNodeFault()->reason;
-  }
-  actuator_->ClearNodeFault();
-  Boot();
-  EXPECT_FALSE(actuator_->CurrentNodeFault().has_value()) << "an operator's clear is saved";
+  std::vector<std::string> drained;
+  actuator_->SetNodeDrainer([&](const std::string& reason) {
+    drained.push_back(reason);
+    return "asked the scheduler";
+  });
+  event.summary = "a second fault";
+  const auto told = actuator_->Execute(Act(ras::ActionKind::kDrainNode, std::nullopt, std::nullopt),
+                                       event, std::nullopt);
+  EXPECT_EQ(told.result, "ok");
+  EXPECT_EQ(drained, std::vector<std::string>{"a second fault"});
+  EXPECT_EQ(node_fault_->Current()->reason, "MCE: processor context corrupt")
+      << "the first fault stands";
 }
 
 }  // namespace

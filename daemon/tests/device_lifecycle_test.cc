@@ -5,6 +5,8 @@
 
 #include "device_lifecycle.h"
 
+#include "actuator.h"
+
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -42,8 +44,9 @@ class DeviceLifecycleTest : public ::testing::Test {
     ASSERT_TRUE(runtime.has_value());
     runtime_ = std::move(*runtime);
     health_ = std::make_unique<DeviceHealth>(loop_, *runtime_, *store_);
-    actuator_ =
-        std::make_unique<Actuator>(*host_, *store_, *runtime_, *health_, Actuator::Options{});
+    node_fault_ = std::make_unique<NodeFault>(*store_, loop_.GetClock());
+    actuator_ = std::make_unique<Actuator>(*host_, *store_, *runtime_, *health_, *node_fault_,
+                                           Actuator::Options{});
     jobs_ = std::make_unique<jobs::JobManager>(*runtime_, 1000ms);
   }
   void TearDown() override {
@@ -58,7 +61,7 @@ class DeviceLifecycleTest : public ::testing::Test {
 
   DeviceLifecycle& Make(DeviceLifecycle::Options options = {}) {
     options.self_test.pattern_bytes = 4 << 20;
-    lifecycle_ = std::make_unique<DeviceLifecycle>(loop_, *runtime_, *health_, *actuator_, *jobs_,
+    lifecycle_ = std::make_unique<DeviceLifecycle>(loop_, *runtime_, *health_, *node_fault_, *jobs_,
                                                    *store_, nullptr, options);
     return *lifecycle_;
   }
@@ -83,6 +86,7 @@ class DeviceLifecycleTest : public ::testing::Test {
   drivers::SimDriver* sim_ = nullptr;
   std::unique_ptr<runtime::Runtime> runtime_;
   std::unique_ptr<DeviceHealth> health_;
+  std::unique_ptr<NodeFault> node_fault_;  // before actuator_: it outlives it
   std::unique_ptr<Actuator> actuator_;
   std::unique_ptr<jobs::JobManager> jobs_;
   std::unique_ptr<DeviceLifecycle> lifecycle_;

@@ -40,8 +40,9 @@ class RasPipelineTest : public ::testing::Test {
     ASSERT_TRUE(runtime.has_value());
     runtime_ = std::move(*runtime);
     health_ = std::make_unique<DeviceHealth>(loop_, *runtime_, *store_);
-    actuator_ =
-        std::make_unique<Actuator>(*host_, *store_, *runtime_, *health_, Actuator::Options{});
+    node_fault_ = std::make_unique<NodeFault>(*store_, loop_.GetClock());
+    actuator_ = std::make_unique<Actuator>(*host_, *store_, *runtime_, *health_, *node_fault_,
+                                           Actuator::Options{});
     pipeline_ = std::make_unique<RasPipeline>(loop_, *runtime_, policy_, *actuator_, *health_,
                                               *store_, RasPipeline::Options{});
     ASSERT_EQ(sqlite3_open((dir_ / "state" / ras::StateStore::kDatabaseFile).c_str(), &saboteur_),
@@ -102,6 +103,7 @@ class RasPipelineTest : public ::testing::Test {
   std::unique_ptr<runtime::Runtime> runtime_;
   ras::PolicyEngine policy_;
   std::unique_ptr<DeviceHealth> health_;
+  std::unique_ptr<NodeFault> node_fault_;  // before actuator_: it outlives it
   std::unique_ptr<Actuator> actuator_;
   std::unique_ptr<RasPipeline> pipeline_;
   sqlite3* saboteur_ = nullptr;
