@@ -202,19 +202,17 @@ std::string Millis(std::chrono::nanoseconds duration) {
   return fmt::format("{:.1f} ms", std::chrono::duration<double, std::milli>(duration).count());
 }
 
-}  // namespace
+// A second of the jobs running between faults, to watch.
+void Watch(Demo& demo) {
+  const auto until = rasd::common::Deadline::After(1s);
+  while (!until.Expired()) {
+    demo.Progress();
+    std::this_thread::sleep_for(50ms);
+  }
+}
 
-int main(int, char** argv) {
-  std::setvbuf(stdout, nullptr, _IOLBF, 0);
-  const fs::path self = fs::canonical("/proc/self/exe");
-  const fs::path rasd = self.parent_path() / "rasd";
-  (void)argv;
-  fmt::print(
-      "rasd demo: rasd runs 4 simulated accelerators with an inference service (400 requests/s,\n"
-      "every answer checked) and a collective job (AllReduce steps with checksums). Faults are\n"
-      "injected the way `rasctl inject` does; rasd classifies each and acts.\n\n");
-  Demo demo(rasd);
-  if (!demo.Start()) return 1;
+// Until both jobs have served and stepped a while.
+void WarmUp(Demo& demo) {
   fmt::print("[start] rasd is up; waiting for the jobs to warm up\n");
   const auto warm_deadline = rasd::common::Deadline::After(20s);
   while (!warm_deadline.Expired()) {
@@ -225,147 +223,141 @@ int main(int, char** argv) {
     demo.Progress();
     std::this_thread::sleep_for(50ms);
   }
-  std::vector<Row> rows;
-  // A second of the jobs running between faults, to watch.
-  auto watch = [&demo] {
-    const auto until = rasd::common::Deadline::After(1s);
-    while (!until.Expired()) {
-      demo.Progress();
-      std::this_thread::sleep_for(50ms);
-    }
-  };
-  watch();
+}
 
-  // 1. A storm of corrected errors on one page of device 0.
-  {
-    fmt::print("\n[1] 60 corrected ECC errors on one page of device 0 (threshold: 50 in 24 h)\n");
-    const auto since = demo.LastActionId();
-    const rasd::common::Stopwatch start;
-    const auto injected =
-        demo.Result("inject", {{"kind", "ce"}, {"device", 0}, {"job", "llm"}, {"count", 60}});
-    const auto action = demo.WaitForAction(0, "retire-page", since);
-    Row row{"CE storm, device 0 page " + injected.value("address", std::string("?")), "-", "-",
-            "page retired", false};
-    if (action) {
-      row.action = "retire-page (" + action->value("result", std::string()) + ")";
-      row.latency = Millis(start.Elapsed());
-      row.ok = action->value("result", std::string()) == "ok";
-    }
-    fmt::print("    -> {}\n", row.action);
-    rows.push_back(row);
+// 1. A storm of corrected errors on one page of device 0.
+Row CeStorm(Demo& demo) {
+  fmt::print("\n[1] 60 corrected ECC errors on one page of device 0 (threshold: 50 in 24 h)\n");
+  const auto since = demo.LastActionId();
+  const rasd::common::Stopwatch start;
+  const auto injected =
+      demo.Result("inject", {{"kind", "ce"}, {"device", 0}, {"job", "llm"}, {"count", 60}});
+  const auto action = demo.WaitForAction(0, "retire-page", since);
+  Row row{"CE storm, device 0 page " + injected.value("address", std::string("?")), "-", "-",
+          "page retired", false};
+  if (action) {
+    row.action = "retire-page (" + action->value("result", std::string()) + ")";
+    row.latency = Millis(start.Elapsed());
+    row.ok = action->value("result", std::string()) == "ok";
   }
-  watch();
-  // 2. Poison inside the inference job's memory on device 1, consumed by it.
-  {
-    fmt::print("\n[2] uncorrected error inside llm's memory on device 1; llm reads it (SRAR)\n");
-    const auto since = demo.LastActionId();
-    const auto reforms_before = demo.Job("allreduce").value("reforms", 0);
-    const rasd::common::Stopwatch start;
-    demo.Result("inject", {{"kind", "srar"}, {"device", 1}, {"job", "llm"}});
-    const auto action = demo.WaitForAction(1, "kill-consumer", since);
-    Row row{"SRAR in llm's memory, device 1", "-", "-", "only llm restarted", false};
-    if (action) {
-      row.action = "kill-consumer: " + action->value("detail", std::string());
-      row.latency = Millis(start.Elapsed());
-      std::this_thread::sleep_for(300ms);
-      row.ok = demo.Job("allreduce").value("reforms", 0) == reforms_before &&
-               action->value("detail", std::string()).starts_with("job llm stopped:");
-      if (!row.ok) row.check = "allreduce was disturbed";
-    }
-    fmt::print("    -> {}\n", row.action);
-    if (row.ok) fmt::print("    -> allreduce, on the same devices, kept its steps and checksums\n");
-    rows.push_back(row);
+  fmt::print("    -> {}\n", row.action);
+  return row;
+}
+
+// 2. Poison inside the inference job's memory on device 1, consumed by it.
+Row PoisonConsumed(Demo& demo) {
+  fmt::print("\n[2] uncorrected error inside llm's memory on device 1; llm reads it (SRAR)\n");
+  const auto since = demo.LastActionId();
+  const auto reforms_before = demo.Job("allreduce").value("reforms", 0);
+  const rasd::common::Stopwatch start;
+  demo.Result("inject", {{"kind", "srar"}, {"device", 1}, {"job", "llm"}});
+  const auto action = demo.WaitForAction(1, "kill-consumer", since);
+  Row row{"SRAR in llm's memory, device 1", "-", "-", "only llm restarted", false};
+  if (action) {
+    row.action = "kill-consumer: " + action->value("detail", std::string());
+    row.latency = Millis(start.Elapsed());
+    std::this_thread::sleep_for(300ms);
+    row.ok = demo.Job("allreduce").value("reforms", 0) == reforms_before &&
+             action->value("detail", std::string()).starts_with("job llm stopped:");
+    if (!row.ok) row.check = "allreduce was disturbed";
   }
-  watch();
-  // 3. Device 2 falls off the bus (Xid 79 in the driver's log line).
-  {
-    fmt::print("\n[3] Xid 79 (fallen off the bus) on device 2\n");
-    const auto since = demo.LastActionId();
-    const rasd::common::Stopwatch start;
-    const auto llm_before = demo.Job("llm");
-    demo.Result("inject", {{"kind", "xid"}, {"device", 2}, {"xid", 79}});
-    const auto action = demo.WaitForAction(2, "isolate-device", since);
-    Row row{"Xid 79, device 2", "-", "-", "allreduce on 0,1,3; llm lost 0", false};
-    if (action) {
-      row.action = "drain + isolate-device";
-      row.latency = Millis(start.Elapsed());
-      // What rasd did, in its order: the actions on device 2 since the
-      // fault, oldest first.
-      const auto actions = demo.Result("actions", {{"device", 2}, {"limit", 50}});
-      std::vector<nlohmann::json> taken;
-      if (actions.is_object()) {
-        for (const auto& entry : actions["actions"])
-          if (entry.value("id", 0) > since) taken.insert(taken.begin(), entry);
-      }
-      for (const auto& entry : taken) {
-        fmt::print("    -> {} ({}): {}\n", entry.value("action", std::string("?")),
-                   entry.value("result", std::string("?")),
-                   entry.value("detail", std::string()));
-      }
-      const auto deadline = rasd::common::Deadline::After(15s);
-      while (!deadline.Expired()) {
-        const auto allreduce = demo.Job("allreduce");
-        if (allreduce.is_object() && allreduce["devices"] == nlohmann::json({0, 1, 3})) {
-          row.ok = true;
-          break;
-        }
-        demo.Progress();
-        std::this_thread::sleep_for(20ms);
-      }
-      fmt::print("    -> collective re-formed on {}\n", demo.Job("allreduce")["devices"].dump());
-      const auto llm_after = demo.Job("llm");
-      if (llm_before.is_object() && llm_after.is_object()) {
-        auto moved = [](const nlohmann::json& job) {
-          return job["requests"].value("requeued", 0) + job["requests"].value("rerun", 0);
-        };
-        fmt::print("    -> llm now serves on {}: {} request(s) moved off device 2, {} lost\n",
-                   llm_after["devices"].dump(), moved(llm_after) - moved(llm_before),
-                   llm_after["requests"].value("lost", 0) - llm_before["requests"].value("lost", 0));
-      }
+  fmt::print("    -> {}\n", row.action);
+  if (row.ok) fmt::print("    -> allreduce, on the same devices, kept its steps and checksums\n");
+  return row;
+}
+
+// 3. Device 2 falls off the bus (Xid 79 in the driver's log line).
+Row FallenOffTheBus(Demo& demo) {
+  fmt::print("\n[3] Xid 79 (fallen off the bus) on device 2\n");
+  const auto since = demo.LastActionId();
+  const rasd::common::Stopwatch start;
+  const auto llm_before = demo.Job("llm");
+  demo.Result("inject", {{"kind", "xid"}, {"device", 2}, {"xid", 79}});
+  const auto action = demo.WaitForAction(2, "isolate-device", since);
+  Row row{"Xid 79, device 2", "-", "-", "allreduce on 0,1,3; llm lost 0", false};
+  if (action) {
+    row.action = "drain + isolate-device";
+    row.latency = Millis(start.Elapsed());
+    // What rasd did, in its order: the actions on device 2 since the
+    // fault, oldest first.
+    const auto actions = demo.Result("actions", {{"device", 2}, {"limit", 50}});
+    std::vector<nlohmann::json> taken;
+    if (actions.is_object()) {
+      for (const auto& entry : actions["actions"])
+        if (entry.value("id", 0) > since) taken.insert(taken.begin(), entry);
     }
-    rows.push_back(row);
-  }
-  watch();
-  // 4. The repair: an operator returns device 2 after its self-test.
-  {
-    fmt::print("\n[4] device 2 repaired: rasctl undrain 2 (runs the self-test first)\n");
-    const rasd::common::Stopwatch start;
-    const auto undrained = demo.Call("undrain", {{"device", 2}});
-    Row row{"repair of device 2", "undrain after self-test", "-", "back in service", false};
-    if (undrained && undrained->value("ok", false)) {
-      row.latency = Millis(start.Elapsed());
-      row.ok = (*undrained)["result"]["state"] == "healthy";
-      fmt::print("    -> self-test {}\n",
-                 (*undrained)["result"]["self_test"].value("summary", std::string()));
-      // Back in service, it gets work again: the collective grows back to
-      // four ranks at its next checkpoint, and the inference service
-      // returns a replica to it.
-      bool regrown = false;
-      const auto deadline = rasd::common::Deadline::After(15s);
-      while (row.ok && !deadline.Expired()) {
-        const auto allreduce = demo.Job("allreduce"), llm_now = demo.Job("llm");
-        if (allreduce.is_object() && llm_now.is_object() &&
-            allreduce["devices"] == nlohmann::json({0, 1, 2, 3}) &&
-            std::find(llm_now["devices"].begin(), llm_now["devices"].end(), 2) !=
-                llm_now["devices"].end()) {
-          regrown = true;
-          fmt::print("    -> device 2 works again: allreduce re-formed on {}, llm serves on {}\n",
-                     allreduce["devices"].dump(), llm_now["devices"].dump());
-          break;
-        }
-        demo.Progress();
-        std::this_thread::sleep_for(20ms);
-      }
-      if (row.ok && !regrown) {
-        row.ok = false;
-        row.check = "device 2 got no work back";
-      }
-      row.check = row.ok ? "back in service, jobs on it again" : row.check;
-    } else if (undrained) {
-      row.check = (*undrained)["error"].value("message", std::string("refused"));
+    for (const auto& entry : taken) {
+      fmt::print("    -> {} ({}): {}\n", entry.value("action", std::string("?")),
+                 entry.value("result", std::string("?")), entry.value("detail", std::string()));
     }
-    rows.push_back(row);
+    const auto deadline = rasd::common::Deadline::After(15s);
+    while (!deadline.Expired()) {
+      const auto allreduce = demo.Job("allreduce");
+      if (allreduce.is_object() && allreduce["devices"] == nlohmann::json({0, 1, 3})) {
+        row.ok = true;
+        break;
+      }
+      demo.Progress();
+      std::this_thread::sleep_for(20ms);
+    }
+    fmt::print("    -> collective re-formed on {}\n", demo.Job("allreduce")["devices"].dump());
+    const auto llm_after = demo.Job("llm");
+    if (llm_before.is_object() && llm_after.is_object()) {
+      auto moved = [](const nlohmann::json& job) {
+        return job["requests"].value("requeued", 0) + job["requests"].value("rerun", 0);
+      };
+      fmt::print("    -> llm now serves on {}: {} request(s) moved off device 2, {} lost\n",
+                 llm_after["devices"].dump(), moved(llm_after) - moved(llm_before),
+                 llm_after["requests"].value("lost", 0) - llm_before["requests"].value("lost", 0));
+    }
   }
+  return row;
+}
+
+// 4. The repair: an operator returns device 2 after its self-test.
+Row Repair(Demo& demo) {
+  fmt::print("\n[4] device 2 repaired: rasctl undrain 2 (runs the self-test first)\n");
+  const rasd::common::Stopwatch start;
+  const auto undrained = demo.Call("undrain", {{"device", 2}});
+  Row row{"repair of device 2", "undrain after self-test", "-", "back in service", false};
+  if (undrained && undrained->value("ok", false)) {
+    row.latency = Millis(start.Elapsed());
+    row.ok = (*undrained)["result"]["state"] == "healthy";
+    fmt::print("    -> self-test {}\n",
+               (*undrained)["result"]["self_test"].value("summary", std::string()));
+    // Back in service, it gets work again: the collective grows back to
+    // four ranks at its next checkpoint, and the inference service
+    // returns a replica to it.
+    bool regrown = false;
+    const auto deadline = rasd::common::Deadline::After(15s);
+    while (row.ok && !deadline.Expired()) {
+      const auto allreduce = demo.Job("allreduce"), llm_now = demo.Job("llm");
+      if (allreduce.is_object() && llm_now.is_object() &&
+          allreduce["devices"] == nlohmann::json({0, 1, 2, 3}) &&
+          std::find(llm_now["devices"].begin(), llm_now["devices"].end(), 2) !=
+              llm_now["devices"].end()) {
+        regrown = true;
+        fmt::print("    -> device 2 works again: allreduce re-formed on {}, llm serves on {}\n",
+                   allreduce["devices"].dump(), llm_now["devices"].dump());
+        break;
+      }
+      demo.Progress();
+      std::this_thread::sleep_for(20ms);
+    }
+    if (row.ok && !regrown) {
+      row.ok = false;
+      row.check = "device 2 got no work back";
+    }
+    row.check = row.ok ? "back in service, jobs on it again" : row.check;
+  } else if (undrained) {
+    row.check = (*undrained)["error"].value("message", std::string("refused"));
+  }
+  return row;
+}
+
+// The table of what rasd did and the jobs' totals; true when every fault was
+// handled and nothing was lost.
+bool Report(Demo& demo, const std::vector<Row>& rows) {
   std::this_thread::sleep_for(1s);
   const auto llm = demo.Job("llm"), allreduce = demo.Job("allreduce");
   const auto served = llm.is_object() ? llm["requests"].value("served", 0) : 0;
@@ -386,6 +378,30 @@ int main(int, char** argv) {
              allreduce.is_object() ? allreduce.value("step", 0) : 0,
              allreduce.is_object() ? allreduce.value("reforms", 0) : 0, checksums ? "yes" : "NO");
   all_ok = all_ok && lost == 0 && wrong == 0 && checksums;
+  return all_ok;
+}
+
+}  // namespace
+
+int main(int, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  const fs::path self = fs::canonical("/proc/self/exe");
+  const fs::path rasd = self.parent_path() / "rasd";
+  (void)argv;
+  fmt::print(
+      "rasd demo: rasd runs 4 simulated accelerators with an inference service (400 requests/s,\n"
+      "every answer checked) and a collective job (AllReduce steps with checksums). Faults are\n"
+      "injected the way `rasctl inject` does; rasd classifies each and acts.\n\n");
+  Demo demo(rasd);
+  if (!demo.Start()) return 1;
+  WarmUp(demo);
+  Watch(demo);
+  std::vector<Row> rows;
+  for (Row (*scenario)(Demo&) : {CeStorm, PoisonConsumed, FallenOffTheBus, Repair}) {
+    rows.push_back(scenario(demo));
+    if (scenario != Repair) Watch(demo);
+  }
+  const bool all_ok = Report(demo, rows);
   demo.Stop();
   fmt::print("\n{}\n", all_ok ? "demo passed: rasd acted on every fault and nothing was lost"
                               : "demo FAILED: see the table above");

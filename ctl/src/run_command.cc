@@ -15,7 +15,11 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <iostream>
+#include <map>
+#include <optional>
+#include <vector>
 
 #include "control_client.h"
 #include "rasd/common/device_visibility.h"
@@ -157,6 +161,161 @@ std::map<std::string, std::string> VisibilityEnvironment(const nlohmann::json& d
   return common::VisibilityEnvironment(all, chosen);
 }
 
+namespace {
+
+// Where and as what a workload runs, as rasd's devices allow.
+struct Placement {
+  std::vector<int> devices;
+  std::map<std::string, std::string> environment;  // the vendors' visibility variables
+  std::string name;
+};
+
+// Asks rasd for its devices and chooses among them; else says why and sets
+// the exit code.
+std::optional<Placement> Place(ControlClient& client, const RunOptions& options, int& exit_code) {
+  auto listed = client.Call("devices");
+  if (!listed) {
+    std::cerr << "rasctl: " << listed.error().message << "\n";
+    exit_code = kExitUnreachable;
+    return std::nullopt;
+  }
+  if (!listed->value("ok", false)) {
+    std::cerr << "rasctl: run: devices: " << (*listed)["error"].value("message", "?") << "\n";
+    exit_code = kExitRefused;
+    return std::nullopt;
+  }
+  const nlohmann::json devices = (*listed)["result"]["devices"];
+  auto chosen = ChooseDevices(devices, options);
+  if (!chosen) {
+    std::cerr << "rasctl: run: " << chosen.error().message << "\n";
+    exit_code = kExitRefused;
+    return std::nullopt;
+  }
+  Placement placement;
+  placement.environment = VisibilityEnvironment(devices, *chosen);
+  placement.devices = std::move(*chosen);
+  placement.name = options.name.empty()
+                       ? std::filesystem::path(options.command.front()).filename().string()
+                       : options.name;
+  return placement;
+}
+
+// The child's side of the fork: it waits on `go` until rasd has it
+// attached, then becomes the command.
+[[noreturn]] void BecomeWorkload(const RunOptions& options, const Placement& placement,
+                                 const int go[2], pid_t supervisor, const sigset_t& previous) {
+  // The workload ends with rasctl: whoever ends rasctl by force (a
+  // scheduler's step kill, an operator's kill -9) ends the work it
+  // started, and nothing keeps a device busy with no one to answer for
+  // it. A graceful signal to rasctl reaches the workload through Supervise
+  // instead. The parent check covers a rasctl that died before the prctl.
+  if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || ::getppid() != supervisor)
+    ::_exit(kExitCannotStart);
+  // Waits until rasd has it attached: no work starts unwatched. EOF
+  // (rasctl gave up) ends it before the command runs.
+  ::close(go[1]);
+  char byte = 0;
+  if (::read(go[0], &byte, 1) != 1) ::_exit(kExitCannotStart);
+  ::sigprocmask(SIG_SETMASK, &previous, nullptr);
+  for (const auto& [key, value] : placement.environment) ::setenv(key.c_str(), value.c_str(), 1);
+  ::setenv("RASD_WORKLOAD_NAME", placement.name.c_str(), 1);
+  std::vector<char*> argv;
+  for (const auto& word : options.command) argv.push_back(const_cast<char*>(word.c_str()));
+  argv.push_back(nullptr);
+  ::execvp(argv[0], argv.data());
+  const int error = errno;
+  const std::string why = fmt::format("rasctl: run: cannot start {}: {}\n", options.command.front(),
+                                      std::strerror(error));
+  (void)::write(STDERR_FILENO, why.data(), why.size());
+  ::_exit(kExitCannotStart);
+}
+
+// Attaches `child` to rasd; on a refusal the child (still waiting on its
+// pipe) is ended and reaped, and the exit code says why.
+std::optional<int> Attach(ControlClient& client, pid_t child, const Placement& placement,
+                          const RunOptions& options, int go_write) {
+  nlohmann::json args = {{"pid", child},
+                         {"name", placement.name},
+                         {"devices", placement.devices},
+                         {"drain_signal", options.drain_signal}};
+  if (options.grace) args["grace_ms"] = options.grace->count();
+  auto attached = client.Call("attach", args);
+  if (!attached || !attached->value("ok", false)) {
+    ::close(go_write);
+    int status = 0;
+    ::waitpid(child, &status, 0);
+    if (!attached) {
+      std::cerr << "rasctl: " << attached.error().message << "\n";
+      return kExitUnreachable;
+    }
+    std::cerr << "rasctl: run: " << (*attached)["error"].value("message", "?") << "\n";
+    return kExitRefused;
+  }
+  const auto& result = (*attached)["result"];
+  std::cerr << fmt::format(
+      "rasctl run: '{}' (pid {}) on device(s) {}; drain signal {}, grace {} ms\n", placement.name,
+      child, fmt::join(placement.devices, ","), result.value("drain_signal", std::string("?")),
+      result.value("grace_ms", 0));
+  if (!result.value("saved", true)) {
+    std::cerr << fmt::format(
+        "rasctl run: warning: rasd could not save the attachment ({}); until it can (it retries "
+        "every second), a restarted rasd will not follow '{}'\n",
+        result.value("unsaved_reason", std::string("?")), placement.name);
+  }
+  return std::nullopt;
+}
+
+// Until the child ends: forwards the signals `handled` names to it and
+// prints what rasd says about it. Returns the child's exit code.
+int Supervise(ControlClient& client, pid_t child, const sigset_t& handled,
+              const std::string& name) {
+  const int signals = ::signalfd(-1, &handled, SFD_CLOEXEC | SFD_NONBLOCK);
+  bool connected = true;
+  // Prints every message that has arrived.
+  auto read_messages = [&](bool child_running) {
+    while (connected) {
+      auto message = client.Next(std::chrono::milliseconds(0));
+      if (!message) {
+        if (child_running) {
+          std::cerr << "rasctl run: rasd closed the connection; '" << name
+                    << "' runs on, no longer watched\n";
+        }
+        connected = false;
+        break;
+      }
+      if (!*message) break;
+      std::cerr << "rasctl run: " << Say(**message) << "\n";
+    }
+  };
+  for (;;) {
+    pollfd fds[2] = {{signals, POLLIN, 0}, {connected ? client.Fd() : -1, POLLIN, 0}};
+    if (::poll(fds, 2, -1) < 0 && errno != EINTR) break;
+    if ((fds[1].revents & (POLLIN | POLLHUP | POLLERR)) != 0) read_messages(true);
+    if ((fds[0].revents & POLLIN) == 0) continue;
+    signalfd_siginfo info{};
+    while (::read(signals, &info, sizeof info) == sizeof info) {
+      if (info.ssi_signo != SIGCHLD) {
+        ::kill(child, static_cast<int>(info.ssi_signo));
+        continue;
+      }
+      int status = 0;
+      if (::waitpid(child, &status, WNOHANG) != child) continue;
+      // What rasd said about it before it ended (why it was killed).
+      read_messages(false);
+      if (WIFEXITED(status)) return WEXITSTATUS(status);
+      if (WIFSIGNALED(status)) {
+        std::cerr << "rasctl run: '" << name << "' ended by signal " << WTERMSIG(status) << "\n";
+        return 128 + WTERMSIG(status);
+      }
+    }
+  }
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+}  // namespace
+
 int RunWorkload(const RunOptions& options) {
   if (options.command.empty()) {
     std::cerr << "rasctl: run: no command (rasctl run [OPTIONS] -- CMD [ARGS...])\n";
@@ -171,28 +330,12 @@ int RunWorkload(const RunOptions& options) {
     std::cerr << "rasctl: " << client.error().message << "\n";
     return kExitUnreachable;
   }
-  auto listed = client->Call("devices");
-  if (!listed) {
-    std::cerr << "rasctl: " << listed.error().message << "\n";
-    return kExitUnreachable;
-  }
-  if (!listed->value("ok", false)) {
-    std::cerr << "rasctl: run: devices: " << (*listed)["error"].value("message", "?") << "\n";
-    return kExitRefused;
-  }
-  const nlohmann::json devices = (*listed)["result"]["devices"];
-  auto chosen = ChooseDevices(devices, options);
-  if (!chosen) {
-    std::cerr << "rasctl: run: " << chosen.error().message << "\n";
-    return kExitRefused;
-  }
-  const auto environment = VisibilityEnvironment(devices, *chosen);
-  const std::string name =
-      options.name.empty() ? std::filesystem::path(options.command.front()).filename().string()
-                           : options.name;
+  int exit_code = 0;
+  const auto placement = Place(*client, options, exit_code);
+  if (!placement) return exit_code;
 
   // Signals for the child are taken through a signalfd from before the
-  // fork, so none is lost between the fork and the loop below.
+  // fork, so none is lost between the fork and Supervise.
   sigset_t handled, previous;
   sigemptyset(&handled);
   for (int signal : kForwarded) sigaddset(&handled, signal);
@@ -209,112 +352,13 @@ int RunWorkload(const RunOptions& options) {
     std::cerr << "rasctl: run: fork: " << std::strerror(errno) << "\n";
     return kExitCannotStart;
   }
-  if (child == 0) {
-    // The workload ends with rasctl: whoever ends rasctl by force (a
-    // scheduler's step kill, an operator's kill -9) ends the work it
-    // started, and nothing keeps a device busy with no one to answer for
-    // it. A graceful signal to rasctl reaches the workload below instead.
-    // The parent check covers a rasctl that died before the prctl.
-    if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || ::getppid() != supervisor)
-      ::_exit(kExitCannotStart);
-    // Waits until rasd has it attached: no work starts unwatched. EOF
-    // (rasctl gave up) ends it before the command runs.
-    ::close(go[1]);
-    char byte = 0;
-    if (::read(go[0], &byte, 1) != 1) ::_exit(kExitCannotStart);
-    ::sigprocmask(SIG_SETMASK, &previous, nullptr);
-    for (const auto& [key, value] : environment) ::setenv(key.c_str(), value.c_str(), 1);
-    ::setenv("RASD_WORKLOAD_NAME", name.c_str(), 1);
-    std::vector<char*> argv;
-    for (const auto& word : options.command) argv.push_back(const_cast<char*>(word.c_str()));
-    argv.push_back(nullptr);
-    ::execvp(argv[0], argv.data());
-    const int error = errno;
-    const std::string why = fmt::format("rasctl: run: cannot start {}: {}\n",
-                                        options.command.front(), std::strerror(error));
-    (void)::write(STDERR_FILENO, why.data(), why.size());
-    ::_exit(kExitCannotStart);
-  }
+  if (child == 0) BecomeWorkload(options, *placement, go, supervisor, previous);
   ::close(go[0]);
-
-  nlohmann::json args = {{"pid", child},
-                         {"name", name},
-                         {"devices", *chosen},
-                         {"drain_signal", options.drain_signal}};
-  if (options.grace) args["grace_ms"] = options.grace->count();
-  auto attached = client->Call("attach", args);
-  if (!attached || !attached->value("ok", false)) {
-    ::close(go[1]);
-    int status = 0;
-    ::waitpid(child, &status, 0);
-    if (!attached) {
-      std::cerr << "rasctl: " << attached.error().message << "\n";
-      return kExitUnreachable;
-    }
-    std::cerr << "rasctl: run: " << (*attached)["error"].value("message", "?") << "\n";
-    return kExitRefused;
-  }
-  const auto& result = (*attached)["result"];
-  std::cerr << fmt::format("rasctl run: '{}' (pid {}) on device(s) {}; drain signal {}, grace {} ms\n",
-                           name, child, fmt::join(*chosen, ","),
-                           result.value("drain_signal", std::string("?")),
-                           result.value("grace_ms", 0));
-  if (!result.value("saved", true)) {
-    std::cerr << fmt::format(
-        "rasctl run: warning: rasd could not save the attachment ({}); until it can (it retries "
-        "every second), a restarted rasd will not follow '{}'\n",
-        result.value("unsaved_reason", std::string("?")), name);
-  }
+  if (auto refused = Attach(*client, child, *placement, options, go[1])) return *refused;
   const char byte = 1;
   (void)::write(go[1], &byte, 1);
   ::close(go[1]);
-
-  const int signals = ::signalfd(-1, &handled, SFD_CLOEXEC | SFD_NONBLOCK);
-  bool connected = true;
-  // Prints every message that has arrived.
-  auto read_messages = [&](bool child_running) {
-    while (connected) {
-      auto message = client->Next(std::chrono::milliseconds(0));
-      if (!message) {
-        if (child_running) {
-          std::cerr << "rasctl run: rasd closed the connection; '" << name
-                    << "' runs on, no longer watched\n";
-        }
-        connected = false;
-        break;
-      }
-      if (!*message) break;
-      std::cerr << "rasctl run: " << Say(**message) << "\n";
-    }
-  };
-  for (;;) {
-    pollfd fds[2] = {{signals, POLLIN, 0}, {connected ? client->Fd() : -1, POLLIN, 0}};
-    if (::poll(fds, 2, -1) < 0 && errno != EINTR) break;
-    if ((fds[1].revents & (POLLIN | POLLHUP | POLLERR)) != 0) read_messages(true);
-    if ((fds[0].revents & POLLIN) != 0) {
-      signalfd_siginfo info{};
-      while (::read(signals, &info, sizeof info) == sizeof info) {
-        if (info.ssi_signo != SIGCHLD) {
-          ::kill(child, static_cast<int>(info.ssi_signo));
-          continue;
-        }
-        int status = 0;
-        if (::waitpid(child, &status, WNOHANG) == child) {
-          // What rasd said about it before it ended (why it was killed).
-          read_messages(false);
-          if (WIFEXITED(status)) return WEXITSTATUS(status);
-          if (WIFSIGNALED(status)) {
-            std::cerr << "rasctl run: '" << name << "' ended by signal " << WTERMSIG(status)
-                      << "\n";
-            return 128 + WTERMSIG(status);
-          }
-        }
-      }
-    }
-  }
-  int status = 0;
-  ::waitpid(child, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return Supervise(*client, child, handled, placement->name);
 }
 
 }  // namespace rasd::ctl
