@@ -79,6 +79,12 @@ jobs:
   Json(rasd, {"inject", "srao", "--device", "2", "--job", "llm"});
   // (Its owner reads the page soon after, which is an SRAR of its own.)
   EXPECT_EQ(WaitForAction(rasd, 2, "retire-page", "srao-device-memory")["result"], "ok");
+  // That SRAR restarts llm, which allocates afresh: the next injection
+  // picks an address in the restarted job's memory, not in a freed one.
+  EXPECT_EQ(WaitForAction(rasd, 2, "kill-consumer")["rule"], "srar-device-memory");
+  const auto served = Json(rasd, {"jobs"})["jobs"][0]["requests"]["served"].get<std::int64_t>();
+  ASSERT_TRUE(WaitUntil(
+      [&] { return Json(rasd, {"jobs"})["jobs"][0]["requests"]["served"] > served + 100; }, 10s));
 
   // SRAR: the job's next read consumes the poison; exactly that job is
   // killed (and restarts itself); the device serves on.

@@ -264,6 +264,8 @@ TEST(SlurmTest, CheckAsAHealthCheckProgramDrainsOnAProblemAndResumesOnlyItsOwnDr
   // Nor a node set DOWN by someone: draining it would replace its reason,
   // and a later healthy run would resume it.
   ASSERT_EQ(slurm.Update("localhost", {"State=DOWN", "Reason=admin: hw swap"}), 0);
+  // What the check reads is sinfo's view: it must show the DOWN first.
+  ASSERT_TRUE(WaitUntil([&] { return slurm.State().starts_with("down"); }, 15s)) << slurm.State();
   EXPECT_EQ(Nhc(rasd, slurm).exit_code, 1);
   EXPECT_EQ(slurm.Reason(), "admin: hw swap");
   ASSERT_EQ(rasd.Rasctl({"undrain", "2"}).exit_code, 0);
