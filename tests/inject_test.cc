@@ -72,20 +72,9 @@ jobs:
   EXPECT_EQ(retire["result"], "ok") << retire.dump();
   EXPECT_EQ(Json(rasd, {"retired", "0"})["pages"].size(), 1u);
 
-  // UCNA and SRAO: the page is retired and its owner is named.
-  Json(rasd, {"inject", "ucna", "--device", "1", "--job", "llm"});
-  auto at_risk = WaitForAction(rasd, 1, "mark-at-risk");
-  EXPECT_EQ(at_risk["detail"], "job llm holds the poisoned page");
-  Json(rasd, {"inject", "srao", "--device", "2", "--job", "llm"});
-  // (Its owner reads the page soon after, which is an SRAR of its own.)
-  EXPECT_EQ(WaitForAction(rasd, 2, "retire-page", "srao-device-memory")["result"], "ok");
-  // That SRAR restarts llm, which allocates afresh: the next injection
-  // picks an address in the restarted job's memory, not in a freed one.
-  EXPECT_EQ(WaitForAction(rasd, 2, "kill-consumer")["rule"], "srar-device-memory");
-  const auto served = Json(rasd, {"jobs"})["jobs"][0]["requests"]["served"].get<std::int64_t>();
-  ASSERT_TRUE(WaitUntil(
-      [&] { return Json(rasd, {"jobs"})["jobs"][0]["requests"]["served"] > served + 100; }, 10s));
-
+  // SRAR first, while llm is settled: the SRAO below is read by its owner
+  // soon after, and that SRAR restarts llm (an address picked before a
+  // restart lies in freed memory, never read again).
   // SRAR: the job's next read consumes the poison; exactly that job is
   // killed (and restarts itself); the device serves on.
   Json(rasd, {"inject", "srar", "--device", "3", "--job", "llm"});
@@ -93,6 +82,19 @@ jobs:
   EXPECT_EQ(kill["rule"], "srar-device-memory");
   EXPECT_NE(kill["detail"].get<std::string>().find("job llm stopped:"), std::string::npos) << kill.dump();
   EXPECT_EQ(StateOf(rasd, 3), "healthy");
+  // The kill restarts llm, which allocates afresh: the injections below
+  // pick their addresses in the restarted job's memory.
+  const auto served = Json(rasd, {"jobs"})["jobs"][0]["requests"]["served"].get<std::int64_t>();
+  ASSERT_TRUE(WaitUntil(
+      [&] { return Json(rasd, {"jobs"})["jobs"][0]["requests"]["served"] > served + 100; }, 10s));
+
+  // UCNA and SRAO: the page is retired and its owner is named.
+  Json(rasd, {"inject", "ucna", "--device", "1", "--job", "llm"});
+  auto at_risk = WaitForAction(rasd, 1, "mark-at-risk");
+  EXPECT_EQ(at_risk["detail"], "job llm holds the poisoned page");
+  Json(rasd, {"inject", "srao", "--device", "2", "--job", "llm"});
+  // (Its owner reads the page soon after, which is an SRAR of its own.)
+  EXPECT_EQ(WaitForAction(rasd, 2, "retire-page", "srao-device-memory")["result"], "ok");
 
   // UCE, FATAL, an Xid 79: isolated.
   Json(rasd, {"inject", "uce", "--device", "1"});
