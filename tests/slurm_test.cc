@@ -89,7 +89,7 @@ SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 MpiDefault=none
 MailProg=/bin/true
-ReturnToService=2
+ReturnToService=1
 {}NodeName=localhost CPUs=2 RealMemory=2000 State=UNKNOWN
 PartitionName=debug Nodes=localhost{} Default=YES MaxTime=INFINITE State=UP
 )",
