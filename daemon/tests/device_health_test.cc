@@ -6,13 +6,13 @@
 #include "device_health.h"
 
 #include <gtest/gtest.h>
-#include <sqlite3.h>
 #include <unistd.h>
 
 #include <filesystem>
 
 #include "rasd/common/simulated_event_loop.h"
 #include "rasd/drivers_shim/sim_driver.h"
+#include "state_db_sql.h"
 
 namespace rasd::daemon {
 namespace {
@@ -63,16 +63,7 @@ class DeviceHealthTest : public ::testing::Test {
   }
   HealthState Gate(int device) { return (*runtime_->GetDevice(device))->Health(); }
 
-  void Sql(const std::string& sql) {
-    sqlite3* db = nullptr;
-    ASSERT_EQ(sqlite3_open((dir_ / "state" / ras::StateStore::kDatabaseFile).c_str(), &db),
-              SQLITE_OK);
-    char* error = nullptr;
-    EXPECT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &error), SQLITE_OK)
-        << (error ? error : "");
-    sqlite3_free(error);
-    sqlite3_close(db);
-  }
+  void Sql(const std::string& sql) { ExecStateSql(dir_ / "state", sql); }
 
   fs::path dir_;
   common::SimulatedEventLoop loop_;
