@@ -209,10 +209,10 @@ Status Daemon::StartRas() {
   health_subscriptions_.push_back(
       health_->Subscribe([this](const DeviceStateChanged&) { metrics_state_->Refresh(); }));
   pipeline_->AddObserver([this](const HandledBatch& batch) { ObserveBatch(batch); });
-  auto ingest = RasIngest::Create(
-      *loop_, *host_, *store_, *runtime_, config_.ras,
-      [this](std::vector<ras::RasEvent> events, std::vector<ras::SourceCursor> cursors) {
-        pipeline_->Handle(std::move(events), std::move(cursors));
+  auto ingest =
+      RasIngest::Create(*loop_, *host_, *store_, *runtime_, config_.ras, [this](SourceBatch batch) {
+        pipeline_->Handle(std::move(batch.events), std::move(batch.cursors),
+                          std::move(batch.links));
       });
   if (!ingest) return Fail(ingest.error());
   ingest_ = std::move(*ingest);
@@ -310,14 +310,8 @@ void Daemon::StartRecovery() {
     return std::string(ras::RecoveryActionName(recovery_->SuggestFor(event).action));
   });
   link_health_ = std::make_unique<LinkHealth>(*loop_, *runtime_, *health_, *jobs_, *store_,
-                                              LinkHealthOptions(config_));
+                                              *pipeline_, LinkHealthOptions(config_));
   link_health_->Load();
-  ingest_->SetLinkObserver([this](std::string_view source,
-                                  const std::map<int, std::vector<std::string>>& down,
-                                  const std::map<int, std::vector<std::string>>& unconfirmed) {
-    link_health_->Observe(source, down, unconfirmed);
-    metrics_state_->Refresh();  // the links down, whether or not a state changed
-  });
   lifecycle_->SetRecoveredObserver([this](int device, ReturnedBy how) {
     recovery_->OnRecovered(device, how);
     if (how == ReturnedBy::kUndrain) link_health_->OnOperatorReturned(device);

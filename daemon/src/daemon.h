@@ -127,7 +127,6 @@ class Daemon {
   // What to do next about each device; the pipeline, actuator and lifecycle
   // call into it, so it is destroyed after them.
   std::unique_ptr<DeviceRecovery> recovery_;
-  std::unique_ptr<LinkHealth> link_health_;
   std::unique_ptr<SimLinkTree> sim_links_;  // simulator.link_sysfs
   std::unique_ptr<NodeFault> node_fault_;   // after store_: the actuator declares to it
   std::unique_ptr<Actuator> actuator_;        // after runtime_ and store_: destroyed before them
@@ -142,6 +141,7 @@ class Daemon {
   ControlSocket socket_;
   std::unique_ptr<ControlServer> control_;
   std::unique_ptr<RasPipeline> pipeline_;  // before ingest_, which feeds it
+  std::unique_ptr<LinkHealth> link_health_;  // decides in pipeline_'s batches: goes before it
   std::unique_ptr<RasIngest> ingest_;
   std::unique_ptr<FaultInjection> injection_;  // after ingest_: goes before it
   std::unique_ptr<DeviceHeartbeat> heartbeat_;  // reports through ingest_: goes before it

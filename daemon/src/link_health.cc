@@ -12,17 +12,24 @@
 namespace rasd::daemon {
 
 LinkHealth::LinkHealth(common::EventLoop& loop, runtime::Runtime& runtime, DeviceHealth& health,
-                       jobs::JobManager& jobs, ras::StateStore& store, Options options)
+                       jobs::JobManager& jobs, ras::StateStore& store, RasPipeline& pipeline,
+                       Options options)
     : loop_(loop),
       runtime_(runtime),
       health_(health),
       jobs_(jobs),
       store_(store),
+      pipeline_(pipeline),
       policy_(options),
       deadline_(loop.CreateTimer([this] {
         Carry(policy_.Advance(loop_.Now()));
         ArmDeadline();
-      })) {}
+        if (unsaved_) pipeline_.CommitDecisions();
+      })) {
+  pipeline_.SetLinkDecider(this);
+}
+
+LinkHealth::~LinkHealth() { pipeline_.SetLinkDecider(nullptr); }
 
 namespace {
 constexpr const char* kStoreKey = "link_health";
@@ -89,7 +96,9 @@ void LinkHealth::Load() {
   }
 }
 
-void LinkHealth::Save() {
+bool LinkHealth::TakePending(ras::StoreBatch& batch) {
+  if (!unsaved_) return false;
+  unsaved_ = false;
   nlohmann::json value = nlohmann::json::object();
   for (const auto& [device, saved] : policy_.ToSave()) {
     auto gate = runtime_.GetDevice(device);
@@ -97,10 +106,9 @@ void LinkHealth::Save() {
     value[(*gate)->Properties().uuid] = {
         {"held", saved.held}, {"degraded_by_link", saved.degraded}, {"links", saved.links}};
   }
-  if (auto saved = store_.SaveNodeValue(kStoreKey, value.dump()); !saved) {
-    RASD_LOG_ERROR("link health: cannot save ({}): a restart now would forget it",
-                   saved.error().message);
-  }
+  // A batch that cannot be stored keeps it, and is retried.
+  batch.node_values.push_back({kStoreKey, value.dump()});
+  return true;
 }
 
 void LinkHealth::ArmDeadline() {
@@ -112,13 +120,11 @@ void LinkHealth::ArmDeadline() {
   deadline_->ArmAfter(std::max(std::chrono::nanoseconds(0), *next - loop_.Now()));
 }
 
-void LinkHealth::Observe(std::string_view source,
-                         const std::map<int, std::vector<std::string>>& down_links,
-                         const std::map<int, std::vector<std::string>>& unconfirmed) {
-  std::map<int, std::vector<std::string>> known;
-  for (const auto& [device, links] : down_links)
-    if (runtime_.GetDevice(device)) known.emplace(device, links);
-  Carry(policy_.Observe(source, known, unconfirmed, loop_.Now()));
+void LinkHealth::Decide(const ras::LinkReport& report) {
+  ras::LinkReport known{.source = report.source, .unconfirmed = report.unconfirmed};
+  for (const auto& [device, links] : report.down)
+    if (runtime_.GetDevice(device)) known.down.emplace(device, links);
+  Carry(policy_.Observe(known, loop_.Now()));
   ArmDeadline();
 }
 
@@ -138,23 +144,23 @@ void LinkHealth::Carry(const std::vector<ras::LinkPolicy::Decision>& decisions) 
         [[fallthrough]];
       case What::kWentDown:
         (*gate)->SetLinksUsable(false);
-        // Degraded at once even when the state cannot be saved (retried).
-        (void)health_.DecideAndSave({.device = device,
-                                     .cause = HealthCause::kLink,
-                                     .target = runtime::HealthState::kDegraded,
-                                     .reason = decision.reason,
-                                     .rule = "link-down"});
+        // Degraded at once; the batch saves it (and retries when it cannot).
+        (void)health_.Decide({.device = device,
+                              .cause = HealthCause::kLink,
+                              .target = runtime::HealthState::kDegraded,
+                              .reason = decision.reason,
+                              .rule = "link-down"});
         RASD_LOG_WARN("device {}: {}", device, decision.reason);
         reconsider = true;
         break;
       case What::kLinksChanged:
         // Only the link's own hold is rewritten: one an operator lifted stays lifted.
         if (!health_.Holds(device, HealthCause::kLink)) break;
-        (void)health_.DecideAndSave({.device = device,
-                                     .cause = HealthCause::kLink,
-                                     .target = runtime::HealthState::kDegraded,
-                                     .reason = decision.reason,
-                                     .rule = "link-down"});
+        (void)health_.Decide({.device = device,
+                              .cause = HealthCause::kLink,
+                              .target = runtime::HealthState::kDegraded,
+                              .reason = decision.reason,
+                              .rule = "link-down"});
         RASD_LOG_INFO("device {}: {}", device, decision.reason);
         break;
       case What::kRejoined:
@@ -162,18 +168,18 @@ void LinkHealth::Carry(const std::vector<ras::LinkPolicy::Decision>& decisions) 
         // Only the link's own hold is lifted: a fault decided meanwhile (CE
         // errors past their threshold while the link was down) stands.
         if (health_.Holds(device, HealthCause::kLink)) {
-          (void)health_.DecideAndSave({.device = device,
-                                       .cause = HealthCause::kLink,
-                                       .target = runtime::HealthState::kHealthy,
-                                       .reason = decision.reason,
-                                       .rule = "link-up"});
+          (void)health_.Decide({.device = device,
+                                .cause = HealthCause::kLink,
+                                .target = runtime::HealthState::kHealthy,
+                                .reason = decision.reason,
+                                .rule = "link-up"});
         }
         RASD_LOG_INFO("device {}: {}: back in collectives", device, decision.reason);
         reconsider = true;
         break;
     }
   }
-  if (!decisions.empty()) Save();
+  if (!decisions.empty()) unsaved_ = true;
   if (reconsider) jobs_.Reconsider();
 }
 
@@ -190,7 +196,8 @@ std::optional<std::string> LinkHealth::Clears(int device) const {
 
 void LinkHealth::OnOperatorReturned(int device) {
   const bool usable = policy_.OperatorReturned(device);
-  Save();
+  unsaved_ = true;
+  pipeline_.CommitDecisions();
   if (usable) {
     if (auto gate = runtime_.GetDevice(device)) (*gate)->SetLinksUsable(true);
     jobs_.Reconsider();

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "device_health.h"
+#include "ras_pipeline.h"
 #include "rasd/common/event_loop.h"
 #include "rasd/jobs/job_manager.h"
 #include "rasd/ras/link_policy.h"
@@ -22,16 +23,24 @@ namespace rasd::daemon {
 // NVLinks, from NVML; its HCCS / RoCE ports, from DCMI): the links-usable
 // flag (Device::SetLinksUsable, read by CollectiveJob: the rank leaves, the
 // job re-forms without it) and the link's Degraded hold in DeviceHealth
-// (its compute is fine: not isolated). It arms one timer at the policy's
-// next deadline and saves the policy's state across restarts (by device
-// UUID under the node_state key "link_health").
+// (its compute is fine: not isolated). It decides on the link reports of
+// the pipeline's batches, and the policy's state (by device UUID, under the
+// node_state key "link_health") is saved in the same transaction as the
+// holds it decided, so that a restart never finds one without the other.
+// The policy's deadlines (a debounce ending) run on one timer; what they
+// decide is committed through the pipeline too.
 //
-// Loop thread only. The loop, runtime, health, jobs and store outlive it.
-class LinkHealth {
+// Loop thread only. The loop, runtime, health, jobs, store and pipeline
+// outlive it; it is the pipeline's link decider while it lives.
+class LinkHealth final : public LinkDecider {
  public:
   using Options = ras::LinkPolicy::Options;
   LinkHealth(common::EventLoop& loop, runtime::Runtime& runtime, DeviceHealth& health,
-             jobs::JobManager& jobs, ras::StateStore& store, Options options);
+             jobs::JobManager& jobs, ras::StateStore& store, RasPipeline& pipeline,
+             Options options);
+  ~LinkHealth() override;
+  LinkHealth(const LinkHealth&) = delete;
+  LinkHealth& operator=(const LinkHealth&) = delete;
   // At start: devices held for flapping, or Degraded by their link, when
   // rasd stopped stay out of collectives until the links prove themselves
   // again.
@@ -40,17 +49,11 @@ class LinkHealth {
   // deadline it was armed with (and its messages quote that one).
   void SetOptions(Options options) { policy_.SetOptions(options); }
 
-  // One kind of link as its source last read it: `source` is "RDMA",
-  // "NVLink", "HCCS" or "RoCE"; `down_links` holds every device that has
-  // links of that source, with those of them that are down now ("mlx5_0
-  // port 1", "NVLink 3"). `unconfirmed`: links the source cannot tell down
-  // from absent (ras::LinkPolicy's restart rule).
-  void Observe(std::string_view source, const std::map<int, std::vector<std::string>>& down_links,
-               const std::map<int, std::vector<std::string>>& unconfirmed = {});
-  // The RDMA ports' form (the source "RDMA").
-  void Observe(const std::map<int, std::vector<std::string>>& down_ports) {
-    Observe("RDMA", down_ports);
-  }
+  // LinkDecider: one kind of link as its source last read it, in the
+  // pipeline's batch (which commits what it decided).
+  void Decide(const ras::LinkReport& report) override;
+  bool TakePending(ras::StoreBatch& batch) override;
+  bool HasPending() const override { return unsaved_; }
   // An operator returned the device to service: a flapping hold ends.
   void OnOperatorReturned(int device);
   // What ends a link's Degraded, for `rasctl devices`' `clears`; nullopt
@@ -65,14 +68,15 @@ class LinkHealth {
  private:
   void Carry(const std::vector<ras::LinkPolicy::Decision>& decisions);
   void ArmDeadline();
-  void Save();
 
   common::EventLoop& loop_;
   runtime::Runtime& runtime_;
   DeviceHealth& health_;
   jobs::JobManager& jobs_;
   ras::StateStore& store_;
+  RasPipeline& pipeline_;
   ras::LinkPolicy policy_;
+  bool unsaved_ = false;  // the policy's state changed since it was last taken
   std::unique_ptr<common::Timer> deadline_;
 };
 

@@ -45,10 +45,7 @@ RasIngest::RasIngest(common::EventLoop& loop, const common::HostEnv& host, ras::
                .options = options_,
                .boot_id = boot_id_,
                .codes = codes_,
-               .deliver = [this](std::vector<ras::RasEvent> events,
-                                 std::vector<ras::SourceCursor> seen) {
-                 Deliver(std::move(events), std::move(seen));
-               }} {}
+               .deliver = [this](SourceBatch batch) { Deliver(std::move(batch)); }} {}
 
 RasIngest::~RasIngest() = default;
 
@@ -88,25 +85,22 @@ RasIngest::Stats RasIngest::GetStats() const {
   return stats;
 }
 
-void RasIngest::SetLinkObserver(LinkObserver observer) {
-  infiniband_.SetLinkObserver(observer);
-  driver_reports_.SetLinkObserver(std::move(observer));
-}
-
 Result<std::vector<std::int64_t>> RasIngest::ComputeProcesses(std::string_view pci_bdf) const {
   if (!options_.nvml)
     return Fail(ErrorCode::kUnavailable, "NVML is not in use here (ras.nvml is off)");
   return nvml_.ComputeProcesses(pci_bdf);
 }
 
-void RasIngest::Deliver(std::vector<ras::RasEvent> events, std::vector<ras::SourceCursor> seen) {
-  std::vector<ras::SourceCursor> cursors = std::move(seen);
+void RasIngest::Deliver(SourceBatch batch) {
   const auto kmsg_cursor = kmsg_.Cursor();
   const std::string position = kmsg_cursor ? kmsg_cursor->position : std::string();
-  if (events.empty() && cursors.empty() && position == saved_kmsg_position_) return;
-  if (kmsg_cursor) cursors.push_back(*kmsg_cursor);
+  const bool moved =
+      !batch.events.empty() || !batch.cursors.empty() || position != saved_kmsg_position_;
+  if (!moved && batch.links.empty()) return;
+  // A look that found only the links' state writes no cursor.
+  if (kmsg_cursor && moved) batch.cursors.push_back(*kmsg_cursor);
   saved_kmsg_position_ = position;
-  sink_(std::move(events), std::move(cursors));
+  sink_(std::move(batch));
 }
 
 std::size_t RasIngest::InjectKernelLog(std::string_view text) {
@@ -115,7 +109,7 @@ std::size_t RasIngest::InjectKernelLog(std::string_view text) {
   for (const auto& record : ras::ScanKernelLog(text, codes_))
     events.push_back(ras::EventFromRecord(record, "inject", now));
   const std::size_t count = events.size();
-  Deliver(std::move(events), {});
+  Deliver({.events = std::move(events)});
   return count;
 }
 

@@ -48,9 +48,9 @@ class RasIngest {
  public:
   // This boot's id (/proc/sys/kernel/random/boot_id), read once at start.
   const std::string& BootId() const { return boot_id_; }
-  // Where each batch goes, with the sources' positions after it.
-  using EventSink =
-      std::function<void(std::vector<ras::RasEvent> events, std::vector<ras::SourceCursor>)>;
+  // Where each batch goes, with the sources' positions after it and the
+  // link reports of the same look.
+  using EventSink = std::function<void(SourceBatch batch)>;
 
   // Records decoded per loop callback under a storm.
   static constexpr std::size_t kKmsgSlice = KmsgAdapter::kSlice;
@@ -83,12 +83,6 @@ class RasIngest {
   // node: ras::AcceleratorsOfNic). Loop thread.
   using RdmaPort = InfinibandAdapter::RdmaPort;
   std::vector<RdmaPort> RdmaPortsOf(int device) const { return infiniband_.PortsOf(device); }
-  // One kind of link as last read: "RDMA" after each RDMA poll (every
-  // accelerator that uses RDMA ports, with those of its ports that are
-  // down, not ACTIVE and LinkUp, now); "NVLink", "HCCS" or "RoCE" after a
-  // driver's or NVML's link report (every device that has reported a link
-  // of that kind, with its links down now: "NVLink 2"). Loop thread.
-  void SetLinkObserver(LinkObserver observer);
   // The processes NVML lists as computing on the GPU at `pci_bdf` now
   // (kill-consumer's evidence when a record names no process);
   // kUnavailable without NVML, kNotFound where NVML has no GPU there.
@@ -100,8 +94,7 @@ class RasIngest {
   RasIngest(common::EventLoop& loop, const common::HostEnv& host, ras::StateStore& store,
             runtime::Runtime& runtime, const Config::Ras& options, EventSink sink);
   void Start();
-  // `seen` are cursors stored with the events (crash-record files read).
-  void Deliver(std::vector<ras::RasEvent> events, std::vector<ras::SourceCursor> seen);
+  void Deliver(SourceBatch batch);
 
   // One row of the sources' table: a source the config turns off is
   // reported so, with the key that does it.

@@ -104,6 +104,16 @@ ras::StoreBatch Merge(std::deque<ras::StoreBatch>& batches) {
     }
     for (auto& state : batch.states) merged.states.push_back(std::move(state));
     for (auto& page : batch.pages) merged.pages.push_back(std::move(page));
+    for (auto& value : batch.node_values) {
+      // The latest value of each key is the one to keep.
+      auto same = std::find_if(merged.node_values.begin(), merged.node_values.end(),
+                               [&](const auto& kept) { return kept.key == value.key; });
+      if (same != merged.node_values.end()) {
+        *same = std::move(value);
+      } else {
+        merged.node_values.push_back(std::move(value));
+      }
+    }
     for (auto& cursor : batch.cursors) {
       // The latest position of each source is the one to keep.
       auto same = std::find_if(merged.cursors.begin(), merged.cursors.end(),
@@ -174,8 +184,9 @@ void RasPipeline::NoteFailure(const ras::StoreBatch& batch, const Error& error) 
 
 void RasPipeline::FlushBacklog() {
   if (backlog_.empty()) {
-    // Only device states wait (an operator's change whose save failed).
-    if (health_.UnsavedStates() == 0) return;
+    // Only decisions made outside a batch wait (an operator's change whose
+    // save failed, a link's debounce ending).
+    if (health_.UnsavedStates() == 0 && !(link_decider_ && link_decider_->HasPending())) return;
     backlog_.emplace_back();
   }
   ras::StoreBatch merged = Merge(backlog_);
@@ -183,8 +194,7 @@ void RasPipeline::FlushBacklog() {
   // operator's, committed at once): DeviceHealth gives the current row of
   // every device not saved yet instead.
   merged.states.clear();
-  actuator_.TakePending(merged);
-  health_.TakePending(merged);
+  TakePending(merged);
   if (auto stored = store_.Commit(merged); !stored) {
     NoteFailure(merged, stored.error());
     backlog_.push_back(std::move(merged));
@@ -219,9 +229,25 @@ void RasPipeline::AttributeToDevices(std::vector<ras::RasEvent>& events) const {
   }
 }
 
-void RasPipeline::Handle(std::vector<ras::RasEvent> events,
-                         std::vector<ras::SourceCursor> cursors) {
-  if (events.empty() && cursors.empty()) return;
+void RasPipeline::TakePending(ras::StoreBatch& batch) {
+  actuator_.TakePending(batch);
+  // The link policy's state before the holds: taking it may not decide,
+  // but its decisions were made before this.
+  if (link_decider_) link_decider_->TakePending(batch);
+  health_.TakePending(batch);
+}
+
+void RasPipeline::CommitDecisions() {
+  if (!backlog_.empty()) {
+    ArmRetry();
+    return;
+  }
+  FlushBacklog();
+}
+
+void RasPipeline::Handle(std::vector<ras::RasEvent> events, std::vector<ras::SourceCursor> cursors,
+                         std::vector<ras::LinkReport> links) {
+  if (events.empty() && cursors.empty() && links.empty()) return;
   const auto arrived = loop_.Now();
   // A kernel record about a PCI device rasd runs (an Xid, an AER error on a
   // GPU) is about that runtime device.
@@ -252,14 +278,17 @@ void RasPipeline::Handle(std::vector<ras::RasEvent> events,
       isolations.push_back(std::max(0.0, seconds));
     }
   }
+  // The links after the events they came with (a driver's link-down report
+  // is stored as an event of this batch).
+  if (link_decider_)
+    for (const auto& report : links) link_decider_->Decide(report);
 
   ras::StoreBatch batch;
   batch.events = std::move(events);
   batch.cursors = std::move(cursors);
   Log(batch.events);
   HandledBatch handled{.events = batch.events, .isolation_seconds = std::move(isolations)};
-  actuator_.TakePending(batch);
-  health_.TakePending(batch);
+  TakePending(batch);
   if (backlog_.empty()) {
     auto stored = store_.Commit(batch);
     if (stored) {

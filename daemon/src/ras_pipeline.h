@@ -1,15 +1,16 @@
 #pragma once
 
-#include <nlohmann/json.hpp>
 #include <chrono>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <vector>
 
 #include "actuator.h"
 #include "rasd/common/event_loop.h"
+#include "rasd/ras/link_policy.h"
 #include "rasd/ras/policy.h"
 #include "rasd/ras/ras_event.h"
 #include "rasd/ras/state_store.h"
@@ -26,10 +27,24 @@ struct HandledBatch {
   bool stored = false;
 };
 
+// Decides on the link reports of each batch, after its events: its
+// decisions go to DeviceHealth, whose rows join the batch, and its own
+// state joins it too (TakePending), so that a restart finds the links'
+// state and the holds they decided together. Loop thread.
+class LinkDecider {
+ public:
+  virtual ~LinkDecider() = default;
+  virtual void Decide(const ras::LinkReport& report) = 0;
+  // Its state waiting to be saved, into `batch`; false when nothing waits.
+  virtual bool TakePending(ras::StoreBatch& batch) = 0;
+  virtual bool HasPending() const = 0;
+};
+
 // One batch of RAS events, from any source, through one path:
 // attribute to runtime devices -> coalesce a storm -> PolicyEngine::Decide
-// -> Actuator::Apply (effects at once) -> one store transaction for the
-// events, the action rows, device states, retired pages and the source's
+// -> Actuator::Apply (effects at once) -> the link reports to the
+// LinkDecider -> one store transaction for the events, the action rows,
+// device states, retired pages, the link policy's state and the source's
 // cursor -> observers. Acting never waits for the disk: a gate closes
 // before anything is written.
 //
@@ -77,15 +92,26 @@ class RasPipeline {
       std::function<void(const ras::RasEvent& event, const std::vector<ras::Action>& actions)>;
   void SetDecisionObserver(DecisionObserver observer) { decided_ = std::move(observer); }
 
+  // Decides on every batch's link reports from now on; null: none. It
+  // must outlive the pipeline or be unset first.
+  void SetLinkDecider(LinkDecider* decider) { link_decider_ = decider; }
+
   // `cursors` are the positions of the sources after these events: stored
   // in the same transaction, so that a restart resumes exactly behind what
-  // was stored.
-  void Handle(std::vector<ras::RasEvent> events, std::vector<ras::SourceCursor> cursors = {});
+  // was stored. `links`: what the same look read of the links.
+  void Handle(std::vector<ras::RasEvent> events, std::vector<ras::SourceCursor> cursors = {},
+              std::vector<ras::LinkReport> links = {});
+  // Commits the rows of decisions made outside a batch of events (a link's
+  // debounce ending, an operator's return): now, or with the backlog's next
+  // retry when batches wait for the store.
+  void CommitDecisions();
 
   const Stats& GetStats() const { return stats_; }
 
  private:
   void AttributeToDevices(std::vector<ras::RasEvent>& events) const;
+  // The rows the actuator, the link decider and DeviceHealth hold for the store.
+  void TakePending(ras::StoreBatch& batch);
   // Commits the backlog as one transaction; on failure keeps it and arms
   // the retry.
   void FlushBacklog();
@@ -109,6 +135,7 @@ class RasPipeline {
   Options options_;
   std::vector<Observer> observers_;
   DecisionObserver decided_;
+  LinkDecider* link_decider_ = nullptr;
   Stats stats_;
   std::deque<ras::StoreBatch> backlog_;
   std::unique_ptr<common::Timer> retry_timer_;

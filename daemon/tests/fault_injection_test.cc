@@ -49,10 +49,9 @@ class FaultInjectionTest : public ::testing::Test {
     sources.tracefs = false;
     sources.edac_poll = 0ms;
     sources.infiniband_poll = 0ms;
-    auto ingest = RasIngest::Create(
-        loop_, *host_, *store_, *runtime_, sources,
-        [this](std::vector<ras::RasEvent> events, std::vector<ras::SourceCursor>) {
-          for (auto& event : events) delivered_.push_back(std::move(event));
+    auto ingest =
+        RasIngest::Create(loop_, *host_, *store_, *runtime_, sources, [this](SourceBatch batch) {
+          for (auto& event : batch.events) delivered_.push_back(std::move(event));
         });
     ASSERT_TRUE(ingest.has_value()) << ingest.error().ToString();
     ingest_ = std::move(*ingest);

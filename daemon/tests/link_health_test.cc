@@ -1,7 +1,8 @@
-// LinkHealth on a SimulatedEventLoop: LinkPolicy's decisions carried out on
-// a simulator runtime (the links-usable flag, the link's hold in
-// DeviceHealth), its one timer on simulated time, its state saved in a real
-// store and read back after a restart. Nothing here sleeps.
+// LinkHealth on a SimulatedEventLoop: link reports handed to the pipeline as
+// the sources hand them, LinkPolicy's decisions carried out on a simulator
+// runtime (the links-usable flag, the link's hold in DeviceHealth), its one
+// timer on simulated time, its state saved in the pipeline's transaction in
+// a real store and read back after a restart. Nothing here sleeps.
 
 #include "link_health.h"
 
@@ -9,6 +10,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <nlohmann/json.hpp>
 
 #include "rasd/common/simulated_event_loop.h"
 #include "rasd/drivers_shim/sim_driver.h"
@@ -35,9 +37,13 @@ class LinkHealthTest : public ::testing::Test {
   }
   void Drop() {
     links_.reset();
+    pipeline_.reset();
+    actuator_.reset();
+    node_fault_.reset();
     jobs_.reset();
     health_.reset();
     runtime_.reset();
+    host_.reset();
     store_.reset();
   }
   // A fresh daemon's worth of state on the same state directory.
@@ -55,16 +61,34 @@ class LinkHealthTest : public ::testing::Test {
     health_ = std::make_unique<DeviceHealth>(loop_, *runtime_, *store_);
     health_->Restore();
     jobs_ = std::make_unique<jobs::JobManager>(*runtime_, 1000ms);
+    fs::create_directories(dir_ / "host");
+    host_ = std::make_unique<common::HostEnv>(dir_ / "host", loop_.SharedClock());
+    node_fault_ = std::make_unique<NodeFault>(*store_, loop_.GetClock());
+    actuator_ = std::make_unique<Actuator>(*host_, *store_, *runtime_, *health_, *node_fault_,
+                                           Actuator::Options{});
+    pipeline_ = std::make_unique<RasPipeline>(loop_, *runtime_, policy_, *actuator_, *health_,
+                                              *store_, RasPipeline::Options{});
     links_ = std::make_unique<LinkHealth>(
-        loop_, *runtime_, *health_, *jobs_, *store_,
+        loop_, *runtime_, *health_, *jobs_, *store_, *pipeline_,
         LinkHealth::Options{.up_debounce = 30s, .flap_limit = 3, .flap_window = 3600s});
     links_->Load();
   }
 
   HealthState Gate(int device) { return (*runtime_->GetDevice(device))->Health(); }
   bool Usable(int device) { return (*runtime_->GetDevice(device))->LinksUsable(); }
-  void Down(int device) { links_->Observe({{device, {"mlx5_0 port 1"}}}); }
-  void Up(int device) { links_->Observe({{device, {}}}); }
+  // The RDMA poller's report, in a batch of its own.
+  static ras::LinkReport Report(int device, std::vector<std::string> down) {
+    return {.source = "RDMA", .down = {{device, std::move(down)}}};
+  }
+  void Down(int device) { pipeline_->Handle({}, {}, {Report(device, {"mlx5_0 port 1"})}); }
+  void Up(int device) { pipeline_->Handle({}, {}, {Report(device, {})}); }
+  // The link state as saved, by device UUID.
+  nlohmann::json Saved() {
+    auto value = store_->LoadNodeValue("link_health");
+    if (!value || !*value) return nullptr;
+    return nlohmann::json::parse(**value);
+  }
+  std::string Uuid(int device) { return (*runtime_->GetDevice(device))->Properties().uuid; }
 
   fs::path dir_;
   common::SimulatedEventLoop loop_;
@@ -72,10 +96,16 @@ class LinkHealthTest : public ::testing::Test {
   std::unique_ptr<runtime::Runtime> runtime_;
   std::unique_ptr<DeviceHealth> health_;
   std::unique_ptr<jobs::JobManager> jobs_;
+  std::unique_ptr<common::HostEnv> host_;
+  ras::PolicyEngine policy_;
+  std::unique_ptr<NodeFault> node_fault_;
+  std::unique_ptr<Actuator> actuator_;
+  std::unique_ptr<RasPipeline> pipeline_;
   std::unique_ptr<LinkHealth> links_;
 };
 
 TEST_F(LinkHealthTest, ADeviceWhoseLinkIsDownIsOutOfCollectivesUntilTheDebounceEnds) {
+  const std::size_t pipeline_timers = loop_.ArmedTimers();  // its hourly retention
   Down(1);
   EXPECT_FALSE(Usable(1));
   EXPECT_EQ(Gate(1), HealthState::kDegraded);
@@ -88,7 +118,8 @@ TEST_F(LinkHealthTest, ADeviceWhoseLinkIsDownIsOutOfCollectivesUntilTheDebounceE
   loop_.AdvanceBy(1s);
   EXPECT_TRUE(Usable(1));
   EXPECT_EQ(Gate(1), HealthState::kHealthy);
-  EXPECT_EQ(loop_.ArmedTimers(), 0u) << "nothing left pending";
+  loop_.AdvanceBy(1s);  // the store's checkpoint after the last commit
+  EXPECT_EQ(loop_.ArmedTimers(), pipeline_timers) << "nothing left pending";
   const auto actions = store_->QueryActions(1, 10);
   ASSERT_TRUE(actions.has_value());
   ASSERT_EQ(actions->size(), 2u);
@@ -154,19 +185,72 @@ TEST_F(LinkHealthTest, ALinkDownAcrossARestartIsLiftedWhenItComesBack) {
   EXPECT_EQ(Gate(0), HealthState::kHealthy);
 }
 
-TEST_F(LinkHealthTest, AStoreThatCannotSaveLeavesTheDecisionsStanding) {
+TEST_F(LinkHealthTest, AStoreThatCannotSaveLeavesTheDecisionsStandingAndSavesThemTogetherLater) {
   store_->SetWriteFault([](std::string_view) -> std::optional<Error> {
     return Error{ErrorCode::kIoError, "disk full"};
   });
-  Down(1);
+  // The port's change as the poller stores it, in the batch of its report.
+  ras::RasEvent report{.origin = "infiniband",
+                       .severity = ras::Severity::kInfo,
+                       .device = 1,
+                       .summary = "mlx5_0 port 1 down"};
+  report.time = loop_.GetClock().Wall();
+  pipeline_->Handle({report}, {}, {Report(1, {"mlx5_0 port 1"})});
   EXPECT_FALSE(Usable(1));
   EXPECT_EQ(Gate(1), HealthState::kDegraded);
-  EXPECT_EQ(health_->UnsavedStates(), 1u) << "retried with the next batch";
+  EXPECT_EQ(pipeline_->GetStats().backlog_batches, 1u) << "the batch waits, with its link rows";
+  EXPECT_TRUE(Saved().is_null()) << "no link state saved without its hold";
+  EXPECT_TRUE(store_->LoadDeviceStates()->empty());
+
   store_->SetWriteFault(nullptr);
+  loop_.AdvanceBy(100ms);  // the pipeline's first retry
+  EXPECT_EQ(pipeline_->GetStats().backlog_batches, 0u);
+  EXPECT_EQ(*store_->EventRows(), 1u);
+  const auto states = store_->LoadDeviceStates();
+  ASSERT_EQ(states->size(), 1u);
+  EXPECT_EQ(states->front().state, "degraded");
+  const auto saved = Saved();
+  ASSERT_TRUE(saved.contains(Uuid(1))) << saved.dump();
+  EXPECT_EQ(saved[Uuid(1)]["degraded_by_link"], true);
+  EXPECT_EQ(saved[Uuid(1)]["links"], nlohmann::json::array({"mlx5_0 port 1"}));
+
   Up(1);
   loop_.AdvanceBy(30s);
   EXPECT_EQ(Gate(1), HealthState::kHealthy);
-  EXPECT_EQ(health_->UnsavedStates(), 0u) << "the lift's save took the waiting row along";
+  EXPECT_EQ(health_->UnsavedStates(), 0u);
+  EXPECT_FALSE(Saved().contains(Uuid(1))) << "the rejoin saved by the debounce: " << Saved();
+}
+
+TEST_F(LinkHealthTest, ADebounceEndingWhileTheStoreFailsIsSavedWithTheBacklog) {
+  Down(0);
+  Up(0);
+  store_->SetWriteFault([](std::string_view) -> std::optional<Error> {
+    return Error{ErrorCode::kIoError, "disk full"};
+  });
+  loop_.AdvanceBy(30s);
+  EXPECT_TRUE(Usable(0)) << "the rejoin stands";
+  EXPECT_EQ(Gate(0), HealthState::kHealthy);
+  EXPECT_EQ(Saved()[Uuid(0)]["degraded_by_link"], true) << "not saved yet";
+  store_->SetWriteFault(nullptr);
+  loop_.AdvanceBy(11s);  // past the longest retry delay
+  EXPECT_FALSE(Saved().contains(Uuid(0))) << Saved();
+  EXPECT_EQ(store_->LoadDeviceStates()->front().state, "healthy");
+  // A restart finds it in collectives.
+  Boot();
+  EXPECT_TRUE(Usable(0));
+  EXPECT_EQ(Gate(0), HealthState::kHealthy);
+}
+
+TEST_F(LinkHealthTest, AReportThatChangesNothingWritesNothing) {
+  Up(0);
+  Up(1);
+  EXPECT_TRUE(Saved().is_null());
+  EXPECT_EQ(*store_->EventRows(), 0u);
+  Down(1);
+  const auto saved = Saved().dump();
+  Down(1);
+  EXPECT_EQ(Saved().dump(), saved);
+  EXPECT_EQ(store_->QueryActions(1, 10)->size(), 1u) << "one link-down, not one per poll";
 }
 
 }  // namespace

@@ -57,14 +57,14 @@ class RasIngestSourcesTest : public ::testing::Test {
   void StartIngest() {
     ingest_.reset();
     // As the pipeline does: events and cursors in one transaction.
-    auto created = RasIngest::Create(
-        loop_, *host_, *store_, *runtime_, options_,
-        [this](std::vector<ras::RasEvent> events, std::vector<ras::SourceCursor> cursors) {
-          ras::StoreBatch batch;
-          batch.events = events;
-          batch.cursors = std::move(cursors);
-          ASSERT_TRUE(store_->Commit(batch).has_value());
-          for (auto& event : events) delivered_.push_back(std::move(event));
+    auto created =
+        RasIngest::Create(loop_, *host_, *store_, *runtime_, options_, [this](SourceBatch batch) {
+          ras::StoreBatch stored;
+          stored.events = batch.events;
+          stored.cursors = std::move(batch.cursors);
+          ASSERT_TRUE(store_->Commit(stored).has_value());
+          for (auto& event : batch.events) delivered_.push_back(std::move(event));
+          for (auto& report : batch.links) links_.push_back(std::move(report));
         });
     ASSERT_TRUE(created.has_value()) << created.error().ToString();
     ingest_ = std::move(*created);
@@ -81,6 +81,7 @@ class RasIngestSourcesTest : public ::testing::Test {
   Config::Ras options_;
   std::unique_ptr<RasIngest> ingest_;
   std::vector<ras::RasEvent> delivered_;
+  std::vector<ras::LinkReport> links_;  // the link reports delivered, in order
 };
 
 TEST_F(RasIngestSourcesTest, MissingSourcesAreLookedForWithABackoffAndActivateWhenTheyAppear) {

@@ -882,7 +882,7 @@ Result<StoredBatch> StateStore::Commit(const StoreBatch& batch) {
   }
   StoredBatch stored;
   if (batch.events.empty() && batch.actions.empty() && batch.states.empty() &&
-      batch.pages.empty() && batch.cursors.empty()) {
+      batch.pages.empty() && batch.cursors.empty() && batch.node_values.empty()) {
     return stored;
   }
 
@@ -912,6 +912,10 @@ Result<StoredBatch> StateStore::Commit(const StoreBatch& batch) {
   const std::int64_t now_ns = batch.cursors.empty() ? 0 : NowNanos();
   for (const auto& cursor : batch.cursors) {
     if (auto saved = UpsertCursor(cursor, now_ns); !saved) return Fail(saved.error());
+  }
+  for (const auto& node_value : batch.node_values) {
+    if (auto saved = UpsertNodeValue(node_value.key, node_value.value); !saved)
+      return Fail(saved.error());
   }
   if (auto committed = transaction.Commit("batch"); !committed) return Fail(committed.error());
   AddCounts(severity_counts_, added);
@@ -1042,6 +1046,10 @@ Status StateStore::SaveNodeValue(const std::string& key, const std::string& valu
   if (write_fault_) {
     if (auto fault = write_fault_("node value")) return Fail(*fault);
   }
+  return UpsertNodeValue(key, value);
+}
+
+Status StateStore::UpsertNodeValue(const std::string& key, const std::string& value) {
   sqlite3_stmt* statement = nullptr;
   if (sqlite3_prepare_v2(db_, "INSERT OR REPLACE INTO node_state(key, value) VALUES (?, ?)", -1,
                          &statement, nullptr) != SQLITE_OK)

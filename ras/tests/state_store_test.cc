@@ -679,6 +679,37 @@ TEST_F(StateStoreTest, AFailureAtTheLastRowOfABatchRollsBackAllOfIt) {
   EXPECT_EQ((*(*store)->LoadCursor("kmsg"))->position, "42");
 }
 
+TEST_F(StateStoreTest, ANodeValueCommitsWithItsBatchAndRollsBackWithIt) {
+  auto store = StateStore::Open(dir_ / "state");
+  ASSERT_TRUE(store.has_value());
+  ASSERT_TRUE((*store)->SaveNodeValue("link_health", "old").has_value());
+  StoreBatch batch = MixedBatch(kMinute);
+  batch.node_values.push_back({"link_health", "new"});
+  batch.node_values.push_back({"other", "value"});
+  // The node value is written last: failing it undoes the batch's events.
+  ExecRaw(R"sql(
+    CREATE TRIGGER refuse_node_value BEFORE INSERT ON node_state
+      WHEN NEW.key = 'other' BEGIN SELECT RAISE(ABORT, 'injected node value failure'); END;
+  )sql");
+  auto stored = (*store)->Commit(batch);
+  ASSERT_FALSE(stored.has_value());
+  EXPECT_NE(stored.error().message.find("injected node value failure"), std::string::npos)
+      << stored.error().message;
+  EXPECT_EQ(*(*store)->EventRows(), 0u);
+  EXPECT_EQ(**(*store)->LoadNodeValue("link_health"), "old");
+
+  ExecRaw("DROP TRIGGER refuse_node_value;");
+  stored = (*store)->Commit(batch);
+  ASSERT_TRUE(stored.has_value()) << stored.error().ToString();
+  EXPECT_EQ(*(*store)->EventRows(), 3u);
+  EXPECT_EQ(**(*store)->LoadNodeValue("link_health"), "new");
+  EXPECT_EQ(**(*store)->LoadNodeValue("other"), "value");
+
+  // A batch of node values alone is written, not skipped as empty.
+  ASSERT_TRUE((*store)->Commit({.node_values = {{"link_health", "newer"}}}).has_value());
+  EXPECT_EQ(**(*store)->LoadNodeValue("link_health"), "newer");
+}
+
 TEST_F(StateStoreTest, ABatchBlockedByAnotherWriterWritesNothing) {
   auto store = StateStore::Open(dir_ / "state");
   ASSERT_TRUE(store.has_value());

@@ -36,8 +36,8 @@ void BertAdapter::Check() {
             fmt::format("{}: {} error record(s) from the previous boot", where, events.size())};
   if (!events.empty())
     RASD_LOG_WARN("BERT: {} error record(s) from the previous boot", events.size());
-  context_.deliver(std::move(events),
-                   {{std::string(kSeenFilePrefix) + key, context_.boot_id, "read"}});
+  context_.deliver({.events = std::move(events),
+                    .cursors = {{std::string(kSeenFilePrefix) + key, context_.boot_id, "read"}}});
 }
 
 }  // namespace rasd::daemon

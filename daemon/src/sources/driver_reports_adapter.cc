@@ -110,22 +110,22 @@ void DriverReportsAdapter::Drain() {
       nvlinks_unconfirmed_[*device].erase(event.link->index);
     kinds_changed.insert(kind);
   }
-  // Stored before the link policy acts on them.
-  context_.deliver(std::move(events), {});
-  if (!link_observer_) return;
+  // The link policy decides after the events, in their batch.
+  SourceBatch batch{.events = std::move(events)};
   for (const auto& kind : kinds_changed) {
-    std::map<int, std::vector<std::string>> down, unconfirmed;
+    ras::LinkReport& report = batch.links.emplace_back(ras::LinkReport{.source = kind});
     for (const auto& [device, links] : links_down_[kind]) {
-      auto& names = down[device];
+      auto& names = report.down[device];
       for (unsigned link : links) names.push_back(fmt::format("{} {}", kind, link));
     }
     if (kind == drivers::LinkKindName(drivers::LinkKind::kNvlink)) {
       for (const auto& [device, links] : nvlinks_unconfirmed_) {
-        for (unsigned link : links) unconfirmed[device].push_back(fmt::format("{} {}", kind, link));
+        for (unsigned link : links)
+          report.unconfirmed[device].push_back(fmt::format("{} {}", kind, link));
       }
     }
-    link_observer_(kind, down, unconfirmed);
   }
+  context_.deliver(std::move(batch));
 }
 
 std::optional<int> DriverReportsAdapter::DeviceOf(const drivers::DriverErrorEvent& event) const {

@@ -22,9 +22,9 @@ namespace rasd::daemon {
 // (its error listener) and NVML's monitor thread queue them here from their
 // own threads; an eventfd wakes the loop, which classes them (ras::
 // EventFromDriver) and delivers them as one batch. Link reports also keep
-// which links of each device are down, by kind, handed to the link
-// observer after the batch that stored them; corrected link errors are
-// counted per device, kind and counter.
+// which links of each device are down, by kind: the batch carries a link
+// report for each kind that changed; corrected link errors are counted per
+// device, kind and counter.
 class DriverReportsAdapter final : public RasSource {
  public:
   explicit DriverReportsAdapter(SourceContext& context) : context_(context) {}
@@ -44,7 +44,6 @@ class DriverReportsAdapter final : public RasSource {
   // inactive since before the start (uncabled, or down before rasd
   // started: the link policy decides). Loop thread.
   void WatchNvlinks(const std::vector<drivers::NvmlGpu>& gpus);
-  void SetLinkObserver(LinkObserver observer) { link_observer_ = std::move(observer); }
 
  private:
   void OnReady();
@@ -62,10 +61,9 @@ class DriverReportsAdapter final : public RasSource {
   mutable std::mutex mutex_;
   // With the name of the reporter. Guarded by mutex_.
   std::deque<std::pair<drivers::DriverErrorEvent, std::string_view>> queued_;
-  LinkObserver link_observer_;
   // The devices' own links down now, by link kind ("NVLink") and device.
   std::map<std::string, std::map<int, std::set<unsigned>>, std::less<>> links_down_;
-  // Link kinds whose state the observer has not been told yet (NVLink after
+  // Link kinds whose state the link policy has not been told yet (NVLink after
   // NVML's start: a device restored as down learns its links are up).
   std::set<std::string> kinds_unannounced_;
   // NVLinks inactive at NVML's start, by device, until a report names them.

@@ -17,7 +17,7 @@ void EdacAdapter::Start() {
 
 void EdacAdapter::PollNow() {
   if (!edac_) return;
-  context_.deliver(edac_->Poll(), {});
+  context_.deliver({.events = edac_->Poll()});
   Arm();
 }
 

@@ -104,26 +104,30 @@ void InfinibandAdapter::Poll() {
       break;
     }
   }
-  context_.deliver(std::move(events), {});
+  SourceBatch batch{.events = std::move(events)};
+  if (auto links = LinksDown()) batch.links.push_back(std::move(*links));
+  context_.deliver(std::move(batch));
   Publish();
-  if (link_observer_ && !infiniband_->Last().unreadable) {
-    std::map<int, std::vector<std::string>> down;
-    for (const auto& [name, affinity] : nic_affinity_) {
-      auto device = infiniband_->Last().devices.find(name);
-      if (device == infiniband_->Last().devices.end()) continue;
-      for (int accelerator : affinity.devices) {
-        auto& ports = down[accelerator];
-        for (const auto& [number, port] : device->second.ports) {
-          // Unreadable state: not evidence either way.
-          if (!port.state || !port.phys_state) continue;
-          if (port.state->id != 4 || port.phys_state->id != 5)
-            ports.push_back(fmt::format("{} port {}", name, number));
-        }
+  Arm();
+}
+
+std::optional<ras::LinkReport> InfinibandAdapter::LinksDown() const {
+  if (infiniband_->Last().unreadable) return std::nullopt;
+  ras::LinkReport report{.source = "RDMA"};
+  for (const auto& [name, affinity] : nic_affinity_) {
+    auto device = infiniband_->Last().devices.find(name);
+    if (device == infiniband_->Last().devices.end()) continue;
+    for (int accelerator : affinity.devices) {
+      auto& ports = report.down[accelerator];
+      for (const auto& [number, port] : device->second.ports) {
+        // Unreadable state: not evidence either way.
+        if (!port.state || !port.phys_state) continue;
+        if (port.state->id != 4 || port.phys_state->id != 5)
+          ports.push_back(fmt::format("{} port {}", name, number));
       }
     }
-    link_observer_("RDMA", down, {});
   }
-  Arm();
+  return report;
 }
 
 ras::InfinibandSnapshot InfinibandAdapter::Ports() const {

@@ -4,6 +4,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -14,21 +15,13 @@
 
 namespace rasd::daemon {
 
-// What a source of link state hands on after each look: by device, the
-// links down now ("NVLink 2", "mlx5_0 port 1"); and the links the source
-// cannot tell down from absent and has heard nothing of since (NVML's
-// NVLinks inactive at its start). `kind` names the links: "RDMA", "NVLink",
-// "HCCS", "RoCE".
-using LinkObserver =
-    std::function<void(std::string_view kind, const std::map<int, std::vector<std::string>>& down,
-                       const std::map<int, std::vector<std::string>>& unconfirmed)>;
-
 // The RDMA NICs' ports and error counters in sysfs, polled every
 // ras.infiniband_poll_ms (the first reading is the baseline). Which
 // accelerators a NIC serves comes from the PCI topology
 // (ras::AcceleratorsOfNic), read again when the set of RDMA devices
-// changes; after each poll the ports down are handed to the link observer
-// by accelerator. No RDMA device: looked for again with a SourceBackoff.
+// changes; each poll's batch carries the "RDMA" link report: by
+// accelerator, the ports it uses that are down. No RDMA device: looked for again with a
+// SourceBackoff.
 class InfinibandAdapter final : public RasSource {
  public:
   explicit InfinibandAdapter(SourceContext& context) : context_(context) {}
@@ -38,7 +31,6 @@ class InfinibandAdapter final : public RasSource {
   SourceState State() const override { return state_; }
   void AddTo(IngestStats&) const override {}
 
-  void SetLinkObserver(LinkObserver observer) { link_observer_ = std::move(observer); }
   // The ports as last read. Thread-safe (the metrics exposer reads it).
   ras::InfinibandSnapshot Ports() const;
   struct RdmaPort {
@@ -54,6 +46,9 @@ class InfinibandAdapter final : public RasSource {
   void Arm();
   void UpdateNicAffinity();
   void Publish();
+  // The ports down by accelerator; nullopt when the ports were unreadable
+  // (not evidence either way).
+  std::optional<ras::LinkReport> LinksDown() const;
 
   SourceContext& context_;
   SourceState state_;
@@ -62,7 +57,6 @@ class InfinibandAdapter final : public RasSource {
   SourceBackoff backoff_;
   std::set<std::string> affinity_of_;  // the RDMA devices nic_affinity_ was made for
   std::map<std::string, ras::NicAffinity> nic_affinity_;  // by RDMA device
-  LinkObserver link_observer_;
   mutable std::mutex published_mutex_;
   ras::InfinibandSnapshot published_;  // guarded by published_mutex_
 };

@@ -77,7 +77,7 @@ void KmsgAdapter::OnFileChanged() {
 
 void KmsgAdapter::Read() {
   const std::uint64_t before = kmsg_->RecordsRead();
-  context_.deliver(kmsg_->Poll(kSlice), {});
+  context_.deliver({.events = kmsg_->Poll(kSlice)});
   records_since_trim_ += kmsg_->RecordsRead() - before;
   if (kmsg_->RecordsRead() != before) {
     // Records may be open (a GHES block waits for its next line): complete
@@ -103,7 +103,7 @@ void KmsgAdapter::Read() {
 
 void KmsgAdapter::OnQuiet() {
   // Nothing new for kmsg_quiet_flush: whatever is open is complete.
-  context_.deliver(kmsg_->Flush(), {});
+  context_.deliver({.events = kmsg_->Flush()});
 }
 
 std::optional<ras::SourceCursor> KmsgAdapter::Cursor() const {

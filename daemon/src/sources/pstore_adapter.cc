@@ -46,7 +46,7 @@ void PstoreAdapter::Check() {
     RASD_LOG_WARN("pstore: {} RAS record(s) from a previous boot in {} new crash dump(s)",
                   events.size(), fresh);
   }
-  context_.deliver(std::move(events), std::move(seen));
+  context_.deliver({.events = std::move(events), .cursors = std::move(seen)});
 }
 
 }  // namespace rasd::daemon

@@ -13,6 +13,7 @@
 #include "rasd/common/host_env.h"
 #include "rasd/daemon/config.h"
 #include "rasd/ras/code_table.h"
+#include "rasd/ras/link_policy.h"
 #include "rasd/ras/ras_event.h"
 #include "rasd/ras/state_store.h"
 #include "rasd/runtime/runtime.h"
@@ -69,6 +70,16 @@ struct IngestStats {
   nlohmann::json ToJson() const;
 };
 
+// What one look at a source found, for the pipeline: one batch, one
+// transaction.
+struct SourceBatch {
+  std::vector<ras::RasEvent> events;
+  // Stored with the events: the crash-record files read (RasIngest adds
+  // the kernel log's position).
+  std::vector<ras::SourceCursor> cursors;
+  std::vector<ras::LinkReport> links;  // decided on after the events
+};
+
 // What every source is given: the loop it runs on, the host and the store
 // (cursors, crash files seen), the runtime (devices, driver reports), the
 // config, this boot's id, the code table, and where its batches go.
@@ -82,10 +93,8 @@ struct SourceContext {
   const std::string& boot_id;
   // The classes of accelerator codes, as now (RasIngest::SetCodeTable).
   const ras::CodeTable& codes;
-  // Hands a batch to the pipeline; `seen` are cursors stored with it
-  // (crash-record files read).
-  std::function<void(std::vector<ras::RasEvent> events, std::vector<ras::SourceCursor> seen)>
-      deliver;
+  // Hands a batch to the pipeline.
+  std::function<void(SourceBatch batch)> deliver;
 
   // The crash-record file with this key was read before (in any boot). A
   // store that cannot answer says no: report again rather than lose a crash.

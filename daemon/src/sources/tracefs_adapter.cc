@@ -53,7 +53,9 @@ void TracefsAdapter::Open() {
   state_ = {"active", tracefs_->InstanceDir().string() + ": " + events};
 }
 
-void TracefsAdapter::Read(std::size_t cpu) { context_.deliver(tracefs_->ReadEvents(cpu), {}); }
+void TracefsAdapter::Read(std::size_t cpu) {
+  context_.deliver({.events = tracefs_->ReadEvents(cpu)});
+}
 
 void TracefsAdapter::AddTo(IngestStats& stats) const {
   stats.tracefs_active = tracefs_ != nullptr;

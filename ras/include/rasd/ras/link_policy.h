@@ -11,6 +11,18 @@
 
 namespace rasd::ras {
 
+// What one source of link state read in one look, typed as a driver's
+// report is; it travels with the events of the same look, and the link
+// policy decides on it in their batch.
+struct LinkReport {
+  std::string source;  // "RDMA", "NVLink", "HCCS", "RoCE"
+  // Every device that has links of this source, with those of them down
+  // now ("mlx5_0 port 1", "NVLink 3"); a device not listed is left as it was.
+  std::map<int, std::vector<std::string>> down;
+  // Links the source cannot tell down from absent (LinkPolicy's restart rule).
+  std::map<int, std::vector<std::string>> unconfirmed;
+};
+
 // The rules for the links an accelerator's collectives depend on (its RDMA
 // ports, NVLinks, HCCS and RoCE ports), with time passed in, as
 // PolicyEngine's: no clock, no timer, no I/O. Its caller feeds it what each
@@ -77,6 +89,9 @@ class LinkPolicy {
   // is left as it was for that source.
   std::vector<Decision> Observe(std::string_view source, const LinksByDevice& down_links,
                                 const LinksByDevice& unconfirmed, Clock now);
+  std::vector<Decision> Observe(const LinkReport& report, Clock now) {
+    return Observe(report.source, report.down, report.unconfirmed, now);
+  }
   // The debounces that ended by `now`.
   std::vector<Decision> Advance(Clock now);
   // When Advance has something to do next; nullopt: nothing pending.

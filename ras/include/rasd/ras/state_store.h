@@ -119,6 +119,12 @@ struct BatchAction {
   std::optional<std::size_t> event_index;
 };
 
+// One row of the node's own state (node_state), replacing the saved value.
+struct NodeValue {
+  std::string key;
+  std::string value;
+};
+
 // What one turn of the daemon's loop writes. Any part may be empty.
 struct StoreBatch {
   std::vector<RasEvent> events;
@@ -128,6 +134,9 @@ struct StoreBatch {
   // Saved in the same transaction as `events`: a source's records are stored
   // exactly once across a crash.
   std::vector<SourceCursor> cursors;
+  // The state of a policy that decided in this batch (the links'), saved
+  // with its decisions: a restart never finds one without the other.
+  std::vector<NodeValue> node_values;
 };
 
 struct StoredBatch {
@@ -333,6 +342,7 @@ class StateStore {
   Status UpsertDeviceState(const DeviceStateRecord& state);
   Status InsertRetiredPage(const RetiredPageRecord& page);
   Status UpsertCursor(const SourceCursor& cursor, std::int64_t updated_ns);
+  Status UpsertNodeValue(const std::string& key, const std::string& value);
 
   std::filesystem::path database_path_;
   common::UniqueFd lock_;
