@@ -22,6 +22,7 @@ LoadGenerator::LoadGenerator(InferenceService& service, const MlpModel& model,
       model_(model),
       rate_(std::max(requests_per_second, 1.0)),
       latency_window_(std::max<std::size_t>(latency_window, 1)) {
+  shared_->latencies.assign(latency_window_, {});
   thread_ = std::thread([this] { Run(); });
 }
 
@@ -81,8 +82,9 @@ void LoadGenerator::Run() {
               break;
             }
           }
-          shared->latencies.emplace_back(answered_at, latency);
-          if (shared->latencies.size() > window) shared->latencies.pop_front();
+          shared->latencies[shared->latencies_next] = {answered_at, latency};
+          shared->latencies_next = (shared->latencies_next + 1) % window;
+          shared->latencies_kept = std::min(shared->latencies_kept + 1, window);
         });
     if (!submitted) {
       std::lock_guard lock(shared_->mutex);
@@ -121,8 +123,11 @@ LoadGenerator::Stats LoadGenerator::GetStats(std::chrono::nanoseconds since) con
   stats.answered = shared_->answered;
   stats.outstanding = shared_->outstanding.size();
   std::vector<double> window;
-  for (const auto& [at, ms] : shared_->latencies)
+  window.reserve(shared_->latencies_kept);
+  for (std::size_t i = 0; i < shared_->latencies_kept; ++i) {
+    const auto& [at, ms] = shared_->latencies[i];
     if (at >= since) window.push_back(ms);
+  }
   stats.latency_samples = window.size();
   if (!window.empty()) {
     std::sort(window.begin(), window.end());

@@ -3,7 +3,6 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -23,7 +22,9 @@ namespace rasd::jobs {
 // Memory does not grow with the requests sent (it runs inside rasd for as
 // long as the daemon does): it keeps the numbers of the requests still
 // outstanding (at most what the service admits, InferenceOptions::
-// max_queued) and the latencies of the latest `latency_window` answers;
+// max_queued) and the latencies of the latest `latency_window` answers, in
+// a ring allocated and written once at construction, so that its memory is
+// all resident from the start rather than growing for the first minutes;
 // everything else is a counter.
 //
 // Thread safety: GetStats() and Stop() may be called from any thread.
@@ -77,8 +78,12 @@ class LoadGenerator {
     std::uint64_t sent = 0, rejected = 0, wrong = 0, errors = 0, duplicates = 0;
     std::uint64_t answered = 0;
     std::unordered_set<std::uint64_t> outstanding;  // request numbers sent and not answered
-    // The latest latency_window_ answers' latencies (ms).
-    std::deque<std::pair<std::chrono::nanoseconds, double>> latencies;  // (answered at, ms)
+    // The latest latency_window_ answers' latencies (ms): a ring of
+    // latency_window_ entries, the next to write at latencies_next, the
+    // first latencies_kept of them written.
+    std::vector<std::pair<std::chrono::nanoseconds, double>> latencies;  // (answered at, ms)
+    std::size_t latencies_next = 0;
+    std::size_t latencies_kept = 0;
     std::vector<std::vector<float>> references;  // outputs of the repeating inputs
   };
   std::shared_ptr<Shared> shared_ = std::make_shared<Shared>();
