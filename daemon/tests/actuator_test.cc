@@ -15,6 +15,7 @@
 #include "rasd/common/error_host_env.h"
 #include "rasd/common/simulated_event_loop.h"
 #include "rasd/drivers_shim/sim_driver.h"
+#include "sim_node.h"
 
 namespace rasd::daemon {
 namespace {
@@ -25,10 +26,7 @@ using namespace std::chrono_literals;
 class ActuatorTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("rasd-actuator-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
+    dir_ = testing::FreshTestDir("actuator");
     fs::create_directories(dir_ / "host/sys/devices/system/memory");
     host_ = std::make_unique<common::ErrorHostEnv>(dir_ / "host",
                                                    std::make_shared<common::SystemClock>());
@@ -51,13 +49,9 @@ class ActuatorTest : public ::testing::Test {
     auto store = ras::StateStore::Open(dir_ / "state");
     ASSERT_TRUE(store.has_value()) << store.error().ToString();
     store_ = std::move(*store);
-    auto driver =
-        drivers::SimDriver::Create({.device_count = 2, .memory_bytes_per_device = 64 << 20});
-    ASSERT_TRUE(driver.has_value());
-    sim_ = driver->get();
-    auto runtime = runtime::Runtime::Create(std::move(*driver), {.pool = {.arena_bytes = 8 << 20}});
-    ASSERT_TRUE(runtime.has_value());
-    runtime_ = std::move(*runtime);
+    runtime_ =
+        testing::SimRuntime({.memory_bytes_per_device = 64 << 20, .arena_bytes = 8 << 20}, &sim_);
+    ASSERT_NE(runtime_, nullptr);
     health_ = std::make_unique<DeviceHealth>(loop_, *runtime_, *store_);
     health_->Restore();
     node_fault_ = std::make_unique<NodeFault>(*store_, loop_.GetClock());

@@ -25,6 +25,7 @@
 #include "rasd/common/event_loop.h"
 #include "rasd/common/host_env.h"
 #include "rasd/testing/eventually.h"
+#include "sim_node.h"
 
 namespace rasd::daemon {
 namespace {
@@ -54,9 +55,7 @@ std::string ReadLine(int fd) {
 class ControlServerPushTest : public ::testing::Test {
  protected:
   void Start(std::chrono::milliseconds client_timeout) {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("rasd-control-push-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = testing::FreshTestDir("control-push");
     std::filesystem::create_directories(dir_);
     socket_path_ = dir_ / "sock";
     auto loop = common::CreateSdEventLoop(std::make_shared<common::SystemClock>());

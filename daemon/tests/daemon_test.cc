@@ -20,6 +20,7 @@
 #include "rasd/common/unique_fd.h"
 #include "rasd/ras/state_store.h"
 #include "rasd/testing/eventually.h"
+#include "sim_node.h"
 
 namespace rasd::daemon {
 namespace {
@@ -42,10 +43,7 @@ sockaddr_un Address(const fs::path& path) {
 class DaemonTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("rasd-daemon-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
+    dir_ = testing::FreshTestDir("daemon");
     fs::create_directories(dir_ / "host/dev");
     fs::create_directories(dir_ / "host/proc/sys/kernel/random");
     std::ofstream(dir_ / "host/proc/sys/kernel/random/boot_id") << "test-boot\n";

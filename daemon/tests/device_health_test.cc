@@ -12,6 +12,7 @@
 
 #include "rasd/common/simulated_event_loop.h"
 #include "rasd/drivers_shim/sim_driver.h"
+#include "sim_node.h"
 #include "state_db_sql.h"
 
 namespace rasd::daemon {
@@ -23,10 +24,7 @@ using runtime::HealthState;
 class DeviceHealthTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("rasd-health-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
+    dir_ = testing::FreshTestDir("health");
     Boot();
   }
   void TearDown() override {
@@ -44,12 +42,8 @@ class DeviceHealthTest : public ::testing::Test {
     auto store = ras::StateStore::Open(dir_ / "state");
     ASSERT_TRUE(store.has_value()) << store.error().ToString();
     store_ = std::move(*store);
-    auto driver =
-        drivers::SimDriver::Create({.device_count = 2, .memory_bytes_per_device = 16 << 20});
-    ASSERT_TRUE(driver.has_value());
-    auto runtime = runtime::Runtime::Create(std::move(*driver), {.pool = {.arena_bytes = 4 << 20}});
-    ASSERT_TRUE(runtime.has_value());
-    runtime_ = std::move(*runtime);
+    runtime_ = testing::SimRuntime();
+    ASSERT_NE(runtime_, nullptr);
     health_ = std::make_unique<DeviceHealth>(loop_, *runtime_, *store_);
     health_->Restore();
   }

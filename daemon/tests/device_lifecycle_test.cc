@@ -5,17 +5,17 @@
 
 #include "device_lifecycle.h"
 
-#include "actuator.h"
-
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <thread>
 
+#include "actuator.h"
 #include "rasd/common/simulated_event_loop.h"
 #include "rasd/drivers_shim/sim_driver.h"
 #include "rasd/testing/eventually.h"
+#include "sim_node.h"
 
 namespace rasd::daemon {
 namespace {
@@ -27,22 +27,15 @@ using runtime::HealthState;
 class DeviceLifecycleTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("rasd-lifecycle-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
+    dir_ = testing::FreshTestDir("lifecycle");
     fs::create_directories(dir_ / "host");
     host_ = std::make_unique<common::HostEnv>(dir_ / "host", loop_.SharedClock());
     auto store = ras::StateStore::Open(dir_ / "state");
     ASSERT_TRUE(store.has_value()) << store.error().ToString();
     store_ = std::move(*store);
-    auto driver =
-        drivers::SimDriver::Create({.device_count = 2, .memory_bytes_per_device = 32 << 20});
-    ASSERT_TRUE(driver.has_value());
-    sim_ = driver->get();
-    auto runtime = runtime::Runtime::Create(std::move(*driver), {.pool = {.arena_bytes = 8 << 20}});
-    ASSERT_TRUE(runtime.has_value());
-    runtime_ = std::move(*runtime);
+    runtime_ =
+        testing::SimRuntime({.memory_bytes_per_device = 32 << 20, .arena_bytes = 8 << 20}, &sim_);
+    ASSERT_NE(runtime_, nullptr);
     health_ = std::make_unique<DeviceHealth>(loop_, *runtime_, *store_);
     node_fault_ = std::make_unique<NodeFault>(*store_, loop_.GetClock());
     actuator_ = std::make_unique<Actuator>(*host_, *store_, *runtime_, *health_, *node_fault_,

@@ -14,6 +14,7 @@
 
 #include "rasd/common/simulated_event_loop.h"
 #include "rasd/drivers_shim/sim_driver.h"
+#include "sim_node.h"
 #include "state_db_sql.h"
 
 namespace rasd::daemon {
@@ -26,16 +27,9 @@ using ras::RecoveryAction;
 class DeviceRecoveryTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("rasd-recovery-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    auto driver =
-        drivers::SimDriver::Create({.device_count = 2, .memory_bytes_per_device = 16 << 20});
-    ASSERT_TRUE(driver.has_value());
-    auto runtime = runtime::Runtime::Create(std::move(*driver), {.pool = {.arena_bytes = 4 << 20}});
-    ASSERT_TRUE(runtime.has_value());
-    runtime_ = std::move(*runtime);
+    dir_ = testing::FreshTestDir("recovery");
+    runtime_ = testing::SimRuntime();
+    ASSERT_NE(runtime_, nullptr);
     Boot("boot-a");
   }
   void TearDown() override {

@@ -16,6 +16,7 @@
 #include "rasd/common/error_host_env.h"
 #include "rasd/common/simulated_event_loop.h"
 #include "rasd/drivers_shim/sim_driver.h"
+#include "sim_node.h"
 
 namespace rasd::daemon {
 namespace {
@@ -26,23 +27,15 @@ using namespace std::chrono_literals;
 class FaultInjectionTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("rasd-inject-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
+    dir_ = testing::FreshTestDir("inject");
     fs::create_directories(dir_ / "host/proc/sys/kernel/random");
     Write("proc/sys/kernel/random/boot_id", "11111111-2222-3333-4444-555555555555\n");
     host_ = std::make_unique<common::ErrorHostEnv>(dir_ / "host", loop_.SharedClock());
     auto store = ras::StateStore::Open(dir_ / "state", loop_.SharedClock());
     ASSERT_TRUE(store.has_value()) << store.error().ToString();
     store_ = std::move(*store);
-    auto driver =
-        drivers::SimDriver::Create({.device_count = 2, .memory_bytes_per_device = 16 << 20});
-    ASSERT_TRUE(driver.has_value());
-    sim_ = driver->get();
-    auto runtime = runtime::Runtime::Create(std::move(*driver), {.pool = {.arena_bytes = 4 << 20}});
-    ASSERT_TRUE(runtime.has_value());
-    runtime_ = std::move(*runtime);
+    runtime_ = testing::SimRuntime({}, &sim_);
+    ASSERT_NE(runtime_, nullptr);
     Config::Ras sources;
     sources.kmsg = false;
     sources.nvml = false;

@@ -14,6 +14,7 @@
 
 #include "rasd/common/simulated_event_loop.h"
 #include "rasd/drivers_shim/sim_driver.h"
+#include "sim_node.h"
 
 namespace rasd::daemon {
 namespace {
@@ -25,10 +26,7 @@ using runtime::HealthState;
 class LinkHealthTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("rasd-link-health-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
+    dir_ = testing::FreshTestDir("link-health");
     Boot();
   }
   void TearDown() override {
@@ -52,12 +50,8 @@ class LinkHealthTest : public ::testing::Test {
     auto store = ras::StateStore::Open(dir_ / "state");
     ASSERT_TRUE(store.has_value()) << store.error().ToString();
     store_ = std::move(*store);
-    auto driver =
-        drivers::SimDriver::Create({.device_count = 2, .memory_bytes_per_device = 16 << 20});
-    ASSERT_TRUE(driver.has_value());
-    auto runtime = runtime::Runtime::Create(std::move(*driver), {.pool = {.arena_bytes = 4 << 20}});
-    ASSERT_TRUE(runtime.has_value());
-    runtime_ = std::move(*runtime);
+    runtime_ = testing::SimRuntime();
+    ASSERT_NE(runtime_, nullptr);
     health_ = std::make_unique<DeviceHealth>(loop_, *runtime_, *store_);
     health_->Restore();
     jobs_ = std::make_unique<jobs::JobManager>(*runtime_, 1000ms);

@@ -10,6 +10,7 @@
 #include <filesystem>
 
 #include "rasd/common/unix_nanos.h"
+#include "sim_node.h"
 
 namespace rasd::daemon {
 namespace {
@@ -20,10 +21,7 @@ using namespace std::chrono_literals;
 class NodeFaultTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("rasd-node-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
+    dir_ = testing::FreshTestDir("node");
     Boot();
   }
   void TearDown() override {

@@ -4,16 +4,16 @@
 // without a restart; crash records are decoded once, remembered in the store
 // across a restart.
 
-#include "ras_ingest.h"
-
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 
+#include "ras_ingest.h"
 #include "rasd/common/simulated_event_loop.h"
 #include "rasd/drivers_shim/sim_driver.h"
+#include "sim_node.h"
 
 namespace rasd::daemon {
 namespace {
@@ -24,22 +24,15 @@ using namespace std::chrono_literals;
 class RasIngestSourcesTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("rasd-ingest-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
+    dir_ = testing::FreshTestDir("ingest");
     fs::create_directories(dir_ / "host/proc/sys/kernel/random");
     Write("proc/sys/kernel/random/boot_id", "11111111-2222-3333-4444-555555555555\n");
     host_ = std::make_unique<common::HostEnv>(dir_ / "host", loop_.SharedClock());
     auto store = ras::StateStore::Open(dir_ / "state");
     ASSERT_TRUE(store.has_value()) << store.error().ToString();
     store_ = std::move(*store);
-    auto driver =
-        drivers::SimDriver::Create({.device_count = 1, .memory_bytes_per_device = 16 << 20});
-    ASSERT_TRUE(driver.has_value());
-    auto runtime = runtime::Runtime::Create(std::move(*driver), {.pool = {.arena_bytes = 4 << 20}});
-    ASSERT_TRUE(runtime.has_value());
-    runtime_ = std::move(*runtime);
+    runtime_ = testing::SimRuntime({.devices = 1});
+    ASSERT_NE(runtime_, nullptr);
     options_.kmsg = false;
     options_.nvml = false;
     options_.edac_poll = 1s;

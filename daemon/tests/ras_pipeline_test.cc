@@ -14,6 +14,7 @@
 
 #include "rasd/common/simulated_event_loop.h"
 #include "rasd/drivers_shim/sim_driver.h"
+#include "sim_node.h"
 
 namespace rasd::daemon {
 namespace {
@@ -24,21 +25,14 @@ using namespace std::chrono_literals;
 class RasPipelineTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("rasd-pipeline-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
+    dir_ = testing::FreshTestDir("pipeline");
     fs::create_directories(dir_ / "host");
     host_ = std::make_unique<common::HostEnv>(dir_ / "host", loop_.SharedClock());
     auto store = ras::StateStore::Open(dir_ / "state");
     ASSERT_TRUE(store.has_value()) << store.error().ToString();
     store_ = std::move(*store);
-    auto driver =
-        drivers::SimDriver::Create({.device_count = 2, .memory_bytes_per_device = 16 << 20});
-    ASSERT_TRUE(driver.has_value());
-    auto runtime = runtime::Runtime::Create(std::move(*driver), {.pool = {.arena_bytes = 4 << 20}});
-    ASSERT_TRUE(runtime.has_value());
-    runtime_ = std::move(*runtime);
+    runtime_ = testing::SimRuntime();
+    ASSERT_NE(runtime_, nullptr);
     health_ = std::make_unique<DeviceHealth>(loop_, *runtime_, *store_);
     node_fault_ = std::make_unique<NodeFault>(*store_, loop_.GetClock());
     actuator_ = std::make_unique<Actuator>(*host_, *store_, *runtime_, *health_, *node_fault_,

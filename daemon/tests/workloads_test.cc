@@ -19,6 +19,7 @@
 
 #include "rasd/common/simulated_event_loop.h"
 #include "rasd/drivers_shim/sim_driver.h"
+#include "sim_node.h"
 
 namespace rasd::daemon {
 namespace {
@@ -111,19 +112,12 @@ class WorkloadsTest : public ::testing::Test {
   static constexpr uid_t kUser = 1000;
 
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("rasd-workloads-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
+    dir_ = testing::FreshTestDir("workloads");
     auto store = ras::StateStore::Open(dir_ / "state", loop_.SharedClock());
     ASSERT_TRUE(store.has_value()) << store.error().ToString();
     store_ = std::move(*store);
-    auto driver =
-        drivers::SimDriver::Create({.device_count = 2, .memory_bytes_per_device = 16 << 20});
-    ASSERT_TRUE(driver.has_value());
-    auto runtime = runtime::Runtime::Create(std::move(*driver), {.pool = {.arena_bytes = 4 << 20}});
-    ASSERT_TRUE(runtime.has_value());
-    runtime_ = std::move(*runtime);
+    runtime_ = testing::SimRuntime();
+    ASSERT_NE(runtime_, nullptr);
     Start();
   }
   void TearDown() override {
