@@ -140,10 +140,9 @@ void SchedulerLink::Run() {
           ++counts_["guarded"];
           RASD_LOGGER_LOG(logger, spdlog::level::err,
                           "slurm: not draining node {}: the blast-radius guard holds: {} "
-                          "(scheduler.max_drained_fraction); looking again every {} s; wanted: {}",
+                          "(scheduler.max_drained_fraction); looking again every {:g} s; wanted: {}",
                           options_.node, guard->why,
-                          std::chrono::duration_cast<std::chrono::seconds>(options_.guard_recheck)
-                              .count(),
+                          std::chrono::duration<double>(options_.guard_recheck).count(),
                           cluster::DrainReason(reason));
         }
         guarded_ = guard->why;
