@@ -91,6 +91,18 @@ void RasPipeline::Prune() {
 
 namespace {
 
+// `row` replaces the row of `kept` with the same key, or joins them.
+template <typename Row>
+void KeepLatest(std::vector<Row>& kept, Row row, std::string Row::*key) {
+  auto same =
+      std::find_if(kept.begin(), kept.end(), [&](const Row& old) { return old.*key == row.*key; });
+  if (same != kept.end()) {
+    *same = std::move(row);
+  } else {
+    kept.push_back(std::move(row));
+  }
+}
+
 // The batches as one, in order: action rows keep pointing at their events.
 ras::StoreBatch Merge(std::deque<ras::StoreBatch>& batches) {
   ras::StoreBatch merged = std::move(batches.front());
@@ -104,26 +116,11 @@ ras::StoreBatch Merge(std::deque<ras::StoreBatch>& batches) {
     }
     for (auto& state : batch.states) merged.states.push_back(std::move(state));
     for (auto& page : batch.pages) merged.pages.push_back(std::move(page));
-    for (auto& value : batch.node_values) {
-      // The latest value of each key is the one to keep.
-      auto same = std::find_if(merged.node_values.begin(), merged.node_values.end(),
-                               [&](const auto& kept) { return kept.key == value.key; });
-      if (same != merged.node_values.end()) {
-        *same = std::move(value);
-      } else {
-        merged.node_values.push_back(std::move(value));
-      }
-    }
-    for (auto& cursor : batch.cursors) {
-      // The latest position of each source is the one to keep.
-      auto same = std::find_if(merged.cursors.begin(), merged.cursors.end(),
-                               [&](const auto& kept) { return kept.source == cursor.source; });
-      if (same != merged.cursors.end()) {
-        *same = std::move(cursor);
-      } else {
-        merged.cursors.push_back(std::move(cursor));
-      }
-    }
+    // The latest value of each key, and position of each source, is the one to keep.
+    for (auto& value : batch.node_values)
+      KeepLatest(merged.node_values, std::move(value), &ras::NodeValue::key);
+    for (auto& cursor : batch.cursors)
+      KeepLatest(merged.cursors, std::move(cursor), &ras::SourceCursor::source);
   }
   batches.clear();
   return merged;

@@ -235,6 +235,21 @@ TEST_F(LinkHealthTest, ADebounceEndingWhileTheStoreFailsIsSavedWithTheBacklog) {
   EXPECT_EQ(Gate(0), HealthState::kHealthy);
 }
 
+TEST_F(LinkHealthTest, BatchesWaitingForTheStoreSaveTheLatestLinkState) {
+  store_->SetWriteFault([](std::string_view) -> std::optional<Error> {
+    return Error{ErrorCode::kIoError, "disk full"};
+  });
+  Down(1);
+  Down(0);
+  EXPECT_EQ(pipeline_->GetStats().backlog_batches, 2u);
+  store_->SetWriteFault(nullptr);
+  loop_.AdvanceBy(11s);
+  EXPECT_EQ(pipeline_->GetStats().backlog_batches, 0u);
+  const auto saved = Saved();
+  EXPECT_TRUE(saved.contains(Uuid(0)) && saved.contains(Uuid(1))) << saved;
+  EXPECT_EQ(store_->LoadDeviceStates()->size(), 2u);
+}
+
 TEST_F(LinkHealthTest, AReportThatChangesNothingWritesNothing) {
   Up(0);
   Up(1);
