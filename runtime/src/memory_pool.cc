@@ -263,6 +263,20 @@ struct MemoryPool::State {
   }
 
   // Lists a free block that waits for its stream, once.
+  // Drops the stream's entry when nothing of it waits: no frees to promote
+  // and no callback to come (one enqueued earlier may still carry an older
+  // sequence number, so an entry is never dropped under it).
+  void ForgetIfIdle(std::uint64_t stream) {
+    auto it = pending.find(stream);
+    if (it != pending.end() && it->second.blocks.empty() && !it->second.callback_in_flight)
+      pending.erase(it);
+  }
+  // A promotion callback of the stream ran, or could not be enqueued.
+  void CallbackDone(std::uint64_t stream) {
+    if (auto it = pending.find(stream); it != pending.end()) it->second.callback_in_flight = false;
+    ForgetIfIdle(stream);
+  }
+
   void Track(Block* block) {
     if (block->in_pending_list) return;
     block->in_pending_list = true;
@@ -491,7 +505,10 @@ Result<Allocation> MemoryPool::Allocate(std::uint64_t bytes, const Stream& strea
         (void)driver_.SynchronizeStream(drivers::StreamHandle{id}, std::chrono::seconds(5));
       }
       lock.lock();
-      for (std::uint64_t id : streams) state.Promote(id, UINT64_MAX);
+      for (std::uint64_t id : streams) {
+        state.Promote(id, UINT64_MAX);
+        state.ForgetIfIdle(id);
+      }
       state.FlushCaches();
       block = state.TakeBestFit(size, stream_id);
       if (block == nullptr) {
@@ -601,6 +618,7 @@ Status MemoryPool::Free(Allocation& allocation) {
       frees.callback_in_flight = true;
       enqueue_callback = true;
     }
+    state.ForgetIfIdle(stream_id);  // a free that left nothing waiting (it merged away)
   }
   allocation = Allocation{};
   if (enqueue_callback) RequestPromotion(stream_id, sequence);
@@ -617,14 +635,14 @@ void MemoryPool::RequestPromotion(std::uint64_t stream_id, std::uint64_t sequenc
                                             if (auto shared = weak.lock()) {
                                               std::lock_guard lock(shared->mutex);
                                               shared->Promote(stream_id, sequence);
-                                              shared->pending[stream_id].callback_in_flight = false;
+                                              shared->CallbackDone(stream_id);
                                             }
                                           });
   if (!enqueued) {
     // The stream is gone or failed: nothing of it runs any more.
     std::lock_guard lock(state_->mutex);
     state_->Promote(stream_id, UINT64_MAX);
-    state_->pending[stream_id].callback_in_flight = false;
+    state_->CallbackDone(stream_id);
   }
 }
 
@@ -639,6 +657,22 @@ Status MemoryPool::CheckConsistency() const {
 void MemoryPool::StreamCompleted(drivers::StreamHandle stream) {
   std::lock_guard lock(state_->mutex);
   state_->Promote(stream.value, UINT64_MAX);
+  state_->ForgetIfIdle(stream.value);
+}
+
+void MemoryPool::StreamClosing(drivers::StreamHandle stream) {
+  {
+    std::lock_guard lock(state_->mutex);
+    auto it = state_->pending.find(stream.value);
+    if (it == state_->pending.end()) return;
+    if (it->second.blocks.empty()) {
+      state_->ForgetIfIdle(stream.value);
+      return;
+    }
+    // Even with a callback in flight: it promotes only the frees before it.
+    it->second.callback_in_flight = true;
+  }
+  RequestPromotion(stream.value, UINT64_MAX);
 }
 
 std::uint64_t MemoryPool::ForgetArenas() {
@@ -752,6 +786,7 @@ std::vector<AllocationOwner> MemoryPool::Allocations() const {
 PoolStats MemoryPool::Stats() const {
   std::lock_guard lock(state_->mutex);
   PoolStats stats = state_->stats;
+  stats.streams_with_pending_frees = state_->pending.size();
   stats.largest_free_block = 0;
   if (!state_->free_blocks.empty())
     stats.largest_free_block = state_->free_blocks.rbegin()->first.first;

@@ -14,6 +14,8 @@ Stream::Stream(Runtime& runtime, Device& device, drivers::StreamHandle handle,
 
 Stream::~Stream() {
   runtime_.UnregisterStream(this);
+  // Before the destroy, while the stream can still take a callback.
+  if (auto pool = runtime_.Pool(device_.Index())) (*pool)->StreamClosing(handle_);
   (void)runtime_.Driver().DestroyStream(handle_);
 }
 

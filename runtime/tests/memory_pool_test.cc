@@ -132,6 +132,24 @@ TEST_F(MemoryPoolTest, StreamCallbackReleasesFreesWithoutASynchronize) {
   EXPECT_TRUE(WaitUntilReusable(address, *second, 40));
 }
 
+TEST_F(MemoryPoolTest, StreamsThatComeAndGoLeaveNothingBehindInThePool) {
+  // A collective makes new streams at every re-form: the pool keeps no
+  // entry for a stream once nothing of it waits.
+  for (int round = 0; round < 100; ++round) {
+    auto stream = NewStream(0, "job-a");
+    ASSERT_NE(stream, nullptr);
+    std::vector<Allocation> batch;
+    const int count = round % 2 == 0 ? 40 : 3;  // a promotion callback's batch, or a few
+    for (int i = 0; i < count; ++i) batch.push_back(Alloc(8192, *stream));
+    for (auto& allocation : batch) ASSERT_TRUE(Pool().Free(allocation).has_value());
+    if (round % 2 == 1) ASSERT_TRUE(stream->Synchronize(5s).has_value());
+  }
+  EXPECT_TRUE(::rasd::testing::Eventually(
+      [&] { return Pool().Stats().streams_with_pending_frees == 0; }, 5s))
+      << Pool().Stats().streams_with_pending_frees << " stream(s) still kept";
+  EXPECT_TRUE(Pool().CheckConsistency().has_value());
+}
+
 TEST_F(MemoryPoolTest, ShortageReleasesOtherStreamsFreesBeforeGrowing) {
   MakeRuntime(1, 64 << 20, 4 << 20);
   auto first = NewStream(0, "job-a");

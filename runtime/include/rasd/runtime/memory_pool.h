@@ -48,6 +48,10 @@ struct PoolStats {
   std::uint64_t largest_free_block = 0;
   std::uint64_t live_allocations = 0;
   std::uint64_t arenas = 0;
+  // Streams whose frees wait for promotion, or whose promotion callback is
+  // still to come. A stream with neither is not kept: streams come and go
+  // (each re-form of a collective makes new ones).
+  std::uint64_t streams_with_pending_frees = 0;
 };
 
 // The memory pool of one device: arenas reserved from the driver,
@@ -96,6 +100,10 @@ class MemoryPool {
   // completed (Stream::Synchronize succeeded), so its frees are reusable by
   // every stream.
   void StreamCompleted(drivers::StreamHandle stream);
+  // `stream` is about to be destroyed (Stream's destructor): its frees
+  // still waiting become every stream's once its work so far has run (a
+  // promotion callback enqueued now), and then the pool keeps nothing of it.
+  void StreamClosing(drivers::StreamHandle stream);
 
   // After a device reset that freed every reservation
   // (drivers::MemoryAfterReset::kFreed): forgets the arenas without
