@@ -142,7 +142,9 @@ TEST_F(MemoryPoolTest, StreamsThatComeAndGoLeaveNothingBehindInThePool) {
     const int count = round % 2 == 0 ? 40 : 3;  // a promotion callback's batch, or a few
     for (int i = 0; i < count; ++i) batch.push_back(Alloc(8192, *stream));
     for (auto& allocation : batch) ASSERT_TRUE(Pool().Free(allocation).has_value());
-    if (round % 2 == 1) ASSERT_TRUE(stream->Synchronize(5s).has_value());
+    if (round % 2 == 1) {
+      ASSERT_TRUE(stream->Synchronize(5s).has_value());
+    }
   }
   EXPECT_TRUE(::rasd::testing::Eventually(
       [&] { return Pool().Stats().streams_with_pending_frees == 0; }, 5s))
