@@ -96,8 +96,8 @@ void LinkHealth::Load() {
   }
 }
 
-bool LinkHealth::TakePending(ras::StoreBatch& batch) {
-  if (!unsaved_) return false;
+void LinkHealth::TakePending(ras::StoreBatch& batch) {
+  if (!unsaved_) return;
   unsaved_ = false;
   nlohmann::json value = nlohmann::json::object();
   for (const auto& [device, saved] : policy_.ToSave()) {
@@ -108,7 +108,6 @@ bool LinkHealth::TakePending(ras::StoreBatch& batch) {
   }
   // A batch that cannot be stored keeps it, and is retried.
   batch.node_values.push_back({kStoreKey, value.dump()});
-  return true;
 }
 
 void LinkHealth::ArmDeadline() {

@@ -52,7 +52,7 @@ class LinkHealth final : public LinkDecider {
   // LinkDecider: one kind of link as its source last read it, in the
   // pipeline's batch (which commits what it decided).
   void Decide(const ras::LinkReport& report) override;
-  bool TakePending(ras::StoreBatch& batch) override;
+  void TakePending(ras::StoreBatch& batch) override;
   bool HasPending() const override { return unsaved_; }
   // An operator returned the device to service: a flapping hold ends.
   void OnOperatorReturned(int device);

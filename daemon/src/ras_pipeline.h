@@ -35,8 +35,8 @@ class LinkDecider {
  public:
   virtual ~LinkDecider() = default;
   virtual void Decide(const ras::LinkReport& report) = 0;
-  // Its state waiting to be saved, into `batch`; false when nothing waits.
-  virtual bool TakePending(ras::StoreBatch& batch) = 0;
+  // Its state waiting to be saved, if any, into `batch`.
+  virtual void TakePending(ras::StoreBatch& batch) = 0;
   virtual bool HasPending() const = 0;
 };
 
