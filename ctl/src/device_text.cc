@@ -40,7 +40,7 @@ std::string FormatDevices(const nlohmann::json& result) {
     const bool has_rdma = device.contains("rdma_ports") && device["rdma_ports"].is_array() &&
                           !device["rdma_ports"].empty();
     const bool has_history =
-        has_advice || has_rdma ||
+        has_advice || has_rdma || device.contains("store_error") ||
         (device.contains("recent_actions") && !device["recent_actions"].empty()) ||
         (device.contains("self_test") && !device["self_test"].is_null()) ||
         (device.contains("jobs") && !device["jobs"].empty()) ||
@@ -81,6 +81,9 @@ std::string FormatDevices(const nlohmann::json& result) {
     if (device.contains("self_test") && device["self_test"].is_object()) {
       out += fmt::format("  last self-test {}: {}\n", JsonText(device["self_test"], "time"),
                          JsonText(device["self_test"], "summary"));
+    }
+    if (device.contains("store_error")) {
+      out += "  history not readable: " + JsonText(device, "store_error") + "\n";
     }
     if (device.contains("recent_actions")) {
       for (const auto& action : device["recent_actions"]) {

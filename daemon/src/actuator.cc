@@ -85,14 +85,13 @@ Actuator::~Actuator() {
 
 void Actuator::SetOptions(Options options) { options_ = options; }
 
-void Actuator::Restore() {
+Status Actuator::Restore() {
   std::map<std::string, int> by_uuid;
   for (const auto& device : runtime_.Devices())
     by_uuid[DeviceUuid(runtime_, device->Index())] = device->Index();
   auto pages = store_.LoadRetiredPages();
   if (!pages) {
-    RASD_LOG_ERROR("cannot read the retired pages: {}", pages.error().message);
-    return;
+    return Fail(pages.error().code, "cannot read the retired pages: " + pages.error().message);
   }
   std::map<int, std::size_t> restored;
   for (const auto& page : *pages) {
@@ -103,6 +102,7 @@ void Actuator::Restore() {
   }
   for (const auto& [device, count] : restored)
     RASD_LOG_INFO("device {}: {} retired page(s) taken out of the pool again", device, count);
+  return {};
 }
 
 std::map<std::string, std::uint64_t> Actuator::Counts() const {

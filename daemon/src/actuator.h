@@ -91,8 +91,10 @@ class Actuator {
   void SetProcessLister(ProcessLister lister) { process_lister_ = std::move(lister); }
 
   // Applies what the store remembers: retired pages leave the pools again.
-  // (Device states are DeviceHealth's, the node fault NodeFault's.)
-  void Restore();
+  // (Device states are DeviceHealth's, the node fault NodeFault's.) When the
+  // pages cannot be read, none is retired and the error is returned: the
+  // caller fences every device (a poisoned page would be handed out again).
+  Status Restore();
 
   // Apply, then commit its rows (and DeviceHealth's) at once, linked to
   // `event_id`: for a caller outside the pipeline. Returns what was stored.

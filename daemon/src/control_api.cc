@@ -332,19 +332,27 @@ nlohmann::json ControlApi::DeviceJson(const runtime::Device& device) {
     entry["self_test"] = nullptr;
   }
   entry["self_test_running"] = parts_.lifecycle.SelfTestRunning(index);
-  nlohmann::json events = nlohmann::json::array();
+  // The device's state is in memory and is shown whatever the store says;
+  // what the store cannot tell is null (not "none"), with the reason.
   ras::EventQuery query;
   query.device = index;
   query.limit = 5;
-  if (auto recent = parts_.store.QueryEvents(query)) {
-    for (const auto& stored : *recent) events.push_back(EventJson(stored));
+  auto recent_events = parts_.store.QueryEvents(query);
+  auto recent_actions = parts_.store.QueryActions(index, 5);
+  entry["recent_events"] = nullptr;
+  entry["recent_actions"] = nullptr;
+  if (recent_events) {
+    entry["recent_events"] = nlohmann::json::array();
+    for (const auto& stored : *recent_events) entry["recent_events"].push_back(EventJson(stored));
   }
-  entry["recent_events"] = std::move(events);
-  nlohmann::json actions = nlohmann::json::array();
-  if (auto recent = parts_.store.QueryActions(index, 5)) {
-    for (const auto& action : *recent) actions.push_back(ActionJson(action));
+  if (recent_actions) {
+    entry["recent_actions"] = nlohmann::json::array();
+    for (const auto& action : *recent_actions)
+      entry["recent_actions"].push_back(ActionJson(action));
   }
-  entry["recent_actions"] = std::move(actions);
+  if (!recent_events || !recent_actions) {
+    entry["store_error"] = (recent_events ? recent_actions.error() : recent_events.error()).message;
+  }
   return entry;
 }
 

@@ -59,7 +59,7 @@ Status Daemon::Initialize(Config config) {
   if (const auto boot = BootTime(*host_)) policy_.SetBootTime(*boot);
   health_ = std::make_unique<DeviceHealth>(*loop_, *runtime_, *store_);
   // Before anything can admit work: an isolated device stays isolated.
-  health_->Restore();
+  Status restored = health_->Restore();
   health_subscriptions_.push_back(
       health_->Subscribe([this](const DeviceStateChanged&) { jobs_->Reconsider(); }));
   node_fault_ = std::make_unique<NodeFault>(*store_, loop_->GetClock());
@@ -69,17 +69,20 @@ Status Daemon::Initialize(Config config) {
   health_->SetActionCounter([this](const std::string& action, const std::string& result) {
     actuator_->Count(action, result);
   });
-  actuator_->Restore();
+  if (auto pages = actuator_->Restore(); !pages && restored) restored = pages;
   if (state_damage_) {
-    for (const auto& device : runtime_->Devices()) {
-      (void)health_->DecideAndSave({.device = device->Index(),
-                                    .cause = HealthCause::kRestore,
-                                    .target = runtime::HealthState::kIsolated,
-                                    .reason = "the state database was damaged (kept as " +
-                                              state_damage_->kept_as.filename().string() +
-                                              "): isolated until an operator checks it",
-                                    .rule = "state-lost"});
-    }
+    FenceEveryDevice("the state database was damaged (kept as " +
+                         state_damage_->kept_as.filename().string() +
+                         "): isolated until an operator checks it",
+                     "state-lost");
+  } else if (!restored) {
+    // Decision: as for a damaged database, but the file stays where it is
+    // (it opened and passed its check; the read may succeed next time).
+    state_unreadable_ = restored.error().message;
+    RASD_LOG_ERROR("{}; every device is isolated until an operator checks it (rasctl undrain)",
+                   restored.error().message);
+    FenceEveryDevice(restored.error().message + ": isolated until an operator checks it",
+                     "state-unreadable");
   }
   StartScheduler();
   if (auto started = StartRas(); !started) return started;
@@ -91,6 +94,16 @@ Status Daemon::Initialize(Config config) {
                socket_.activated ? "(from systemd) " : "", socket_path_.string(),
                config_.host.root.string());
   return {};
+}
+
+void Daemon::FenceEveryDevice(const std::string& reason, const std::string& rule) {
+  for (const auto& device : runtime_->Devices()) {
+    (void)health_->DecideAndSave({.device = device->Index(),
+                                  .cause = HealthCause::kRestore,
+                                  .target = runtime::HealthState::kIsolated,
+                                  .reason = reason,
+                                  .rule = rule});
+  }
 }
 
 Status Daemon::OpenLoopAndHost() {
@@ -144,6 +157,7 @@ Status Daemon::OpenStateAndDevices() {
                 fmt::format("cannot use state directory: {}", store.error().message));
   }
   store_ = std::move(*store);
+  if (options_.prepare_store) options_.prepare_store(*store_);
 
   auto driver = OpenBackends(config_, &missing_backends_);
   if (!driver) return Fail(driver.error());

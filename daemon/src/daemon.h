@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -53,6 +54,9 @@ class Daemon {
     // How the device self-test runs (undrain, recovery); tests shorten its
     // step timeout.
     runtime::SelfTestOptions self_test;
+    // Called on the store right after it opens, before anything reads it
+    // (tests: a read or write fault). Unset: nothing.
+    std::function<void(ras::StateStore&)> prepare_store;
   };
 
   // Builds everything and binds the control socket. Every failure is a clear
@@ -78,6 +82,9 @@ class Daemon {
   // The recovery advisor, wired into the pipeline, actuator, lifecycle and
   // metrics.
   void StartRecovery();
+  // Every device isolated by a restore hold until an operator checks it:
+  // what the store held about them is lost or unreadable.
+  void FenceEveryDevice(const std::string& reason, const std::string& rule);
   // The kubelet device plugins, when kubernetes.device_plugin is on; a
   // failure is logged and shown in status, and rasd serves on without them.
   void StartKubeletPlugins();
@@ -163,6 +170,9 @@ class Daemon {
     std::filesystem::path kept_as;
   };
   std::optional<StateDamage> state_damage_;
+  // The saved device states or retired pages could not be read at start
+  // (an I/O error on a database that opened): why.
+  std::optional<std::string> state_unreadable_;
   nlohmann::json last_reload_;  // null until the first reload
 };
 

@@ -59,7 +59,9 @@ Result<nlohmann::json> Daemon::StatusReport() {
         {"damaged_at_start", state_damage_
                                  ? nlohmann::json{{"problem", state_damage_->problem},
                                                   {"kept_as", state_damage_->kept_as.string()}}
-                                 : nlohmann::json()}}},
+                                 : nlohmann::json()},
+        {"unreadable_at_start",
+         state_unreadable_ ? nlohmann::json(*state_unreadable_) : nlohmann::json()}}},
       {"control",
        {{"clients", control_->ClientCount()},
         {"rejected_requests", control_->RejectedRequests()},

@@ -341,15 +341,14 @@ Result<std::map<HealthCause, DeviceStatus::Hold>> ParseHolds(const std::string& 
 
 }  // namespace
 
-void DeviceHealth::Restore() {
+Status DeviceHealth::Restore() {
   std::map<std::string, int> by_uuid;
   for (const auto& device : runtime_.Devices())
     by_uuid[DeviceUuid(runtime_, device->Index())] = device->Index();
   auto states = store_.LoadDeviceStates();
   if (!states) {
-    RASD_LOG_ERROR("cannot read the saved device states: {}; every device starts Healthy",
-                   states.error().message);
-    return;
+    return Fail(states.error().code,
+                "cannot read the saved device states: " + states.error().message);
   }
   for (const auto& saved : *states) {
     auto index = by_uuid.find(saved.device_uuid);
@@ -388,6 +387,7 @@ void DeviceHealth::Restore() {
                     std::chrono::floor<std::chrono::seconds>(saved.since), saved.reason);
     }
   }
+  return {};
 }
 
 }  // namespace rasd::daemon

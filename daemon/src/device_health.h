@@ -120,8 +120,10 @@ class DeviceHealth {
 
   // Applies the saved states, with their holds, before anything can admit
   // work. A row saved without holds, or with holds that cannot be read,
-  // stands as a restore hold (an operator's undrain lifts it).
-  void Restore();
+  // stands as a restore hold (an operator's undrain lifts it). When the
+  // saved states cannot be read at all, nothing is applied and the error is
+  // returned: the caller fences every device (what was isolated is unknown).
+  Status Restore();
 
   [[nodiscard]] Subscription Subscribe(Subscriber subscriber);
 

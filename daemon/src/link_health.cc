@@ -37,7 +37,14 @@ constexpr const char* kStoreKey = "link_health";
 
 void LinkHealth::Load() {
   auto saved = store_.LoadNodeValue(kStoreKey);
-  if (!saved || !*saved) return;
+  if (!saved) {
+    RASD_LOG_ERROR(
+        "link health: cannot read the saved state ({}): started afresh (no device is kept out "
+        "of collectives for its links until a poll finds them down)",
+        saved.error().message);
+    return;
+  }
+  if (!*saved) return;
   const auto value = nlohmann::json::parse(**saved, nullptr, false);
   if (value.is_discarded() || !value.is_object()) {
     RASD_LOG_ERROR(

@@ -53,7 +53,7 @@ class ActuatorTest : public ::testing::Test {
         testing::SimRuntime({.memory_bytes_per_device = 64 << 20, .arena_bytes = 8 << 20}, &sim_);
     ASSERT_NE(runtime_, nullptr);
     health_ = std::make_unique<DeviceHealth>(loop_, *runtime_, *store_);
-    health_->Restore();
+    ASSERT_TRUE(health_->Restore().has_value());
     node_fault_ = std::make_unique<NodeFault>(*store_, loop_.GetClock());
     node_fault_->Restore();
     actuator_ =
@@ -61,7 +61,7 @@ class ActuatorTest : public ::testing::Test {
     health_->SetActionCounter([this](const std::string& action, const std::string& result) {
       actuator_->Count(action, result);
     });
-    actuator_->Restore();
+    ASSERT_TRUE(actuator_->Restore().has_value());
   }
 
   ras::Action Act(ras::ActionKind kind, std::optional<int> device,

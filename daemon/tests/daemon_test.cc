@@ -298,5 +298,47 @@ TEST_F(DaemonTest, ADamagedDatabaseIsKeptAsideAndEveryDeviceIsFencedUntilChecked
   EXPECT_EQ(undrained["ok"], true) << undrained.dump();
 }
 
+// The saved states (or retired pages) of a database that opened cannot be
+// read: rasd cannot tell what was isolated or poisoned, so every device is
+// isolated until an operator checks it, and the file stays where it is.
+TEST_F(DaemonTest, UnreadableSavedStatesOrPagesFenceEveryDeviceAndLeaveTheDatabaseInPlace) {
+  for (const auto& [unreadable, problem] : std::vector<std::pair<std::string, std::string>>{
+           {"device states", "cannot read the saved device states"},
+           {"retired pages", "cannot read the retired pages"}}) {
+    SCOPED_TRACE(unreadable);
+    daemon_.reset();
+    fs::remove_all(dir_ / "state");
+    Daemon::StartOptions options{.loop = &loop_};
+    options.self_test.step_timeout = 500ms;
+    options.prepare_store = [unreadable = unreadable](ras::StateStore& store) {
+      store.SetReadFault([unreadable](std::string_view what) -> std::optional<Error> {
+        if (what != unreadable) return std::nullopt;
+        return Error{ErrorCode::kIoError, "disk I/O error"};
+      });
+    };
+    auto started = Daemon::Start(std::move(options), TestConfig());
+    ASSERT_TRUE(started.has_value()) << started.error().message;
+    daemon_ = std::move(*started);
+
+    const json database = Ask({{"command", "status"}})["result"]["database"];
+    EXPECT_TRUE(database["damaged_at_start"].is_null()) << database.dump();
+    ASSERT_TRUE(database["unreadable_at_start"].is_string()) << database.dump();
+    EXPECT_EQ(database["unreadable_at_start"], problem + ": disk I/O error");
+    EXPECT_TRUE(fs::exists(dir_ / "state" / ras::StateStore::kDatabaseFile));
+    for (const auto& entry : fs::directory_iterator(dir_ / "state"))
+      EXPECT_EQ(entry.path().filename().string().find("damaged"), std::string::npos)
+          << "nothing is set aside: " << entry.path();
+    const json devices = Ask({{"command", "devices"}})["result"]["devices"];
+    ASSERT_EQ(devices.size(), 2u);
+    for (const auto& device : devices) {
+      EXPECT_EQ(device["state"], "isolated");
+      EXPECT_NE(device["reason"].get<std::string>().find(problem), std::string::npos)
+          << device.dump();
+    }
+    const json undrained = Ask({{"command", "undrain"}, {"args", {{"device", 1}}}});
+    EXPECT_EQ(undrained["ok"], true) << undrained.dump();
+  }
+}
+
 }  // namespace
 }  // namespace rasd::daemon

@@ -45,7 +45,7 @@ class DeviceHealthTest : public ::testing::Test {
     runtime_ = testing::SimRuntime();
     ASSERT_NE(runtime_, nullptr);
     health_ = std::make_unique<DeviceHealth>(loop_, *runtime_, *store_);
-    health_->Restore();
+    ASSERT_TRUE(health_->Restore().has_value());
   }
 
   HealthOutcome Decide(int device, HealthCause cause, HealthState target,

@@ -36,12 +36,7 @@ class FaultInjectionTest : public ::testing::Test {
     store_ = std::move(*store);
     runtime_ = testing::SimRuntime({}, &sim_);
     ASSERT_NE(runtime_, nullptr);
-    Config::Ras sources;
-    sources.kmsg = false;
-    sources.nvml = false;
-    sources.tracefs = false;
-    sources.edac_poll = 0ms;
-    sources.infiniband_poll = 0ms;
+    const Config::Ras sources = testing::NoRasSources();
     auto ingest =
         RasIngest::Create(loop_, *host_, *store_, *runtime_, sources, [this](SourceBatch batch) {
           for (auto& event : batch.events) delivered_.push_back(std::move(event));

@@ -53,7 +53,7 @@ class LinkHealthTest : public ::testing::Test {
     runtime_ = testing::SimRuntime();
     ASSERT_NE(runtime_, nullptr);
     health_ = std::make_unique<DeviceHealth>(loop_, *runtime_, *store_);
-    health_->Restore();
+    ASSERT_TRUE(health_->Restore().has_value());
     jobs_ = std::make_unique<jobs::JobManager>(*runtime_, 1000ms);
     fs::create_directories(dir_ / "host");
     host_ = std::make_unique<common::HostEnv>(dir_ / "host", loop_.SharedClock());

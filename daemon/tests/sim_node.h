@@ -1,17 +1,20 @@
 #pragma once
 
 // What the daemon's unit tests start from: a state directory of the test's
-// own, and a simulator runtime. Header-only, for daemon/tests.
+// own, a simulator runtime, and RAS sources all off. Header-only, for
+// daemon/tests.
 
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <memory>
 #include <string>
 #include <string_view>
 
+#include "rasd/daemon/config.h"
 #include "rasd/drivers_shim/sim_driver.h"
 #include "rasd/runtime/runtime.h"
 
@@ -52,6 +55,18 @@ inline std::unique_ptr<runtime::Runtime> SimRuntime(SimRuntimeOptions options = 
     return nullptr;
   }
   return std::move(*runtime);
+}
+
+// The RAS sources' settings with every source off (no kernel log, NVML,
+// tracefs, EDAC or RDMA poll): a RasIngest that only injection feeds.
+inline Config::Ras NoRasSources() {
+  Config::Ras sources;
+  sources.kmsg = false;
+  sources.nvml = false;
+  sources.tracefs = false;
+  sources.edac_poll = std::chrono::milliseconds(0);
+  sources.infiniband_poll = std::chrono::milliseconds(0);
+  return sources;
 }
 
 }  // namespace rasd::daemon::testing

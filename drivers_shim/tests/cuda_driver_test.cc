@@ -83,7 +83,8 @@ class CudaDriverTest : public ::testing::Test {
     hold_ = reinterpret_cast<void (*)(int, int)>(::dlsym(fake_, "fake_cuda_hold"));
     inject_ecc_ = reinterpret_cast<void (*)(int)>(::dlsym(fake_, "fake_cuda_inject_ecc"));
     clear_ = reinterpret_cast<void (*)(int)>(::dlsym(fake_, "fake_cuda_clear"));
-    ASSERT_TRUE(hold_ && inject_ecc_ && clear_);
+    stream_queries_ = reinterpret_cast<int (*)()>(::dlsym(fake_, "fake_cuda_stream_queries"));
+    ASSERT_TRUE(hold_ && inject_ecc_ && clear_ && stream_queries_);
     clear_(0);
     clear_(1);
   }
@@ -101,12 +102,21 @@ class CudaDriverTest : public ::testing::Test {
     return testing::ReserveOn(*driver_, bytes, device);
   }
 
+  int StreamQueries() const { return stream_queries_(); }
+  // A wait on a stream has begun (it took its snapshot of the stream's
+  // resets) once CUDA is asked about a stream after `before`.
+  void WaitUntilAStreamIsQueried(int before) const {
+    ASSERT_TRUE(rasd::testing::Eventually([&] { return StreamQueries() > before; }, 5s))
+        << "the wait never asked CUDA about its stream";
+  }
+
   std::vector<char> host_buffer_;  // destroyed after the driver, which waits for the GPU
   std::unique_ptr<Driver> driver_;
   void* fake_ = nullptr;
   void (*hold_)(int, int) = nullptr;
   void (*inject_ecc_)(int) = nullptr;
   void (*clear_)(int) = nullptr;
+  int (*stream_queries_)() = nullptr;
 };
 
 TEST_F(CudaDriverTest, EnumeratesGpusWithTheirPciAddressUuidAndMemory) {
@@ -223,10 +233,11 @@ TEST_F(CudaDriverTest, AbortWakesAWaiterAtOnceAndFailsLaterWork) {
   auto timed_out = driver_->SynchronizeStream(stream, 20ms);
   ASSERT_FALSE(timed_out);
   EXPECT_EQ(timed_out.error().code, ErrorCode::kTimeout);
+  const int queries_before = StreamQueries();
 
   auto waiter =
       std::async(std::launch::async, [&] { return driver_->SynchronizeStream(stream, 10s); });
-  std::this_thread::sleep_for(20ms);
+  WaitUntilAStreamIsQueried(queries_before);
   const auto aborted_at = std::chrono::steady_clock::now();
   ASSERT_TRUE(driver_->AbortStream(stream, Error{ErrorCode::kAborted, "job killed"}));
   ASSERT_EQ(waiter.wait_for(2s), std::future_status::ready);
@@ -248,9 +259,10 @@ TEST_F(CudaDriverTest, ResetEndsWaitsBeganBeforeItAndLaterWorkRuns) {
   std::vector<char> back(4096);
   hold_(0, 1);
   ASSERT_TRUE(driver_->CopyHostToDevice(stream, a, host.data(), host.size()));
+  const int queries_before = StreamQueries();
   auto waiter =
       std::async(std::launch::async, [&] { return driver_->SynchronizeStream(stream, 10s); });
-  std::this_thread::sleep_for(20ms);
+  WaitUntilAStreamIsQueried(queries_before);
   ASSERT_TRUE(driver_->ResetDevice(0));
   ASSERT_EQ(waiter.wait_for(2s), std::future_status::ready);
   auto woken = waiter.get();

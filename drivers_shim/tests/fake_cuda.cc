@@ -16,7 +16,8 @@
 // counts resets; fake_cuda_pause_resets(device, on) makes a reset wait,
 // inside cuDevicePrimaryCtxReset (the backend's locks held), until it is
 // turned off again, and fake_cuda_resets_waiting(device) says how many wait
-// there (races with a reset, made deterministic). Built with
+// there (races with a reset, made deterministic); fake_cuda_stream_queries()
+// counts cuStreamQuery calls (a test knows a wait has begun). Built with
 // FAKE_CUDA_WITHOUT_CTX_RESET the library has no cuDevicePrimaryCtxReset at
 // all, as an old driver.
 // A kernel given an address outside every live allocation fails with
@@ -192,6 +193,8 @@ std::vector<FakeStream*> live_streams;  // guarded by streams_mutex
 // before the globals they use are destroyed. Defined after those globals,
 // so destroyed before them.
 std::atomic<int> destroy_threads{0};
+// cuStreamQuery calls, all streams together (fake_cuda_stream_queries).
+std::atomic<int> stream_queries{0};
 struct DestroyThreadsAtExit {
   ~DestroyThreadsAtExit() {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
@@ -462,7 +465,12 @@ FAKE_API Code cuStreamDestroy_v2(void* stream) {
   return kSuccess;
 }
 
-FAKE_API Code cuStreamQuery(void* stream) { return static_cast<FakeStream*>(stream)->Query(); }
+FAKE_API Code cuStreamQuery(void* stream) {
+  stream_queries.fetch_add(1);
+  return static_cast<FakeStream*>(stream)->Query();
+}
+
+FAKE_API int fake_cuda_stream_queries() { return stream_queries.load(); }
 
 FAKE_API Code cuStreamWaitEvent(void* stream, void* event, unsigned) {
   auto* target = static_cast<FakeEvent*>(event);

@@ -217,12 +217,16 @@ class StateStore {
   static int LatestSchemaVersion();
   const std::filesystem::path& DatabasePath() const { return database_path_; }
 
-  // Every write (a batch, an event, a row saved or deleted) asks `fault`
-  // first and, when it answers an error, fails with it and writes nothing,
-  // as a full or failing disk would: how tests make a commit fail on
-  // demand. Unset (the default): no fault.
-  using WriteFault = std::function<std::optional<Error>(std::string_view what)>;
-  void SetWriteFault(WriteFault fault) { write_fault_ = std::move(fault); }
+  // Every write (a batch, an event, a row saved or deleted, a cursor, a
+  // prune, a checkpoint) asks the write fault first, and every read (a load,
+  // a query, a count of rows) the read fault; when it answers an error, the
+  // call fails with it and touches nothing, as a full or failing disk would:
+  // how tests make a commit or a read fail on demand. `what` names the rows
+  // ("batch", "device states", "retired pages", ...). Unset (the default): no
+  // fault. CountEventsBySeverity() reads no file and asks neither.
+  using Fault = std::function<std::optional<Error>(std::string_view what)>;
+  void SetWriteFault(Fault fault) { write_fault_ = std::move(fault); }
+  void SetReadFault(Fault fault) { read_fault_ = std::move(fault); }
 
   // Appends an event; returns its id.
   Result<std::int64_t> RecordEvent(const RasEvent& event);
@@ -350,7 +354,8 @@ class StateStore {
   std::shared_ptr<const common::Clock> clock_;
   std::size_t wal_pages_ = 0;
   std::unique_ptr<Statements> statements_;  // finalized before db_ is closed
-  WriteFault write_fault_;
+  Fault write_fault_;
+  Fault read_fault_;
   int schema_version_ = 0;
   SeverityCounts severity_counts_{};  // what CountEventsBySeverity reports
   bool marked_in_use_ = false;        // the destructor clears the mark it set
