@@ -85,8 +85,11 @@ Status Daemon::Initialize(Config config) {
                      "state-unreadable");
   }
   StartScheduler();
-  if (auto started = StartRas(); !started) return started;
+  StartRas();
   if (auto started = StartControl(); !started) return started;
+  // Once every observer of the pipeline is wired, before jobs start: the
+  // records found at start are decided as any later one.
+  if (auto started = ingest_->Start(); !started) return started;
   StartJobsAndMetrics();
   StartKubeletPlugins();
   RASD_LOG_INFO("rasd {} started: {}, state {}, socket {}{}, host root {}", kVersion,
@@ -212,7 +215,7 @@ void Daemon::StartScheduler() {
   RASD_LOG_INFO("scheduler: slurm, node {}", scheduler_->Node());
 }
 
-Status Daemon::StartRas() {
+void Daemon::StartRas() {
   lifecycle_ = std::make_unique<DeviceLifecycle>(*loop_, *runtime_, *health_, *node_fault_, *jobs_,
                                                  *store_, scheduler_.get(),
                                                  LifecycleOptions(config_, options_.self_test));
@@ -223,21 +226,17 @@ Status Daemon::StartRas() {
   health_subscriptions_.push_back(
       health_->Subscribe([this](const DeviceStateChanged&) { metrics_state_->Refresh(); }));
   pipeline_->AddObserver([this](const HandledBatch& batch) { ObserveBatch(batch); });
-  auto ingest =
-      RasIngest::Create(*loop_, *host_, *store_, *runtime_, config_.ras, [this](SourceBatch batch) {
+  ingest_ = std::make_unique<RasIngest>(
+      *loop_, *host_, *store_, *runtime_, config_.ras, [this](SourceBatch batch) {
         pipeline_->Handle(std::move(batch.events), std::move(batch.cursors),
                           std::move(batch.links));
       });
-  if (!ingest) return Fail(ingest.error());
-  ingest_ = std::move(*ingest);
   StartRecovery();
   injection_ = std::make_unique<FaultInjection>(*runtime_, *host_, *ingest_, config_.inject);
   injection_->SetSimLinkTree(sim_links_.get());
   heartbeat_ = std::make_unique<DeviceHeartbeat>(*loop_, *runtime_, HeartbeatOptions(config_));
   heartbeat_->Start();
   metrics_state_->SetHeartbeat(heartbeat_.get());
-
-  return {};
 }
 
 Status Daemon::StartControl() {

@@ -90,7 +90,7 @@ class Daemon {
   void StartKubeletPlugins();
   // The scheduler link as status and check show it.
   nlohmann::json SchedulerView() const;
-  Status StartRas();
+  void StartRas();
   Status StartControl();
   void StartJobsAndMetrics();
   Result<nlohmann::json> StatusReport();

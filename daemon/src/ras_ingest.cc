@@ -16,21 +16,6 @@ std::string ReadBootId(const common::HostEnv& host) {
 
 }  // namespace
 
-Result<std::unique_ptr<RasIngest>> RasIngest::Create(common::EventLoop& loop,
-                                                     const common::HostEnv& host,
-                                                     ras::StateStore& store,
-                                                     runtime::Runtime& runtime,
-                                                     const Config::Ras& options, EventSink sink) {
-  std::unique_ptr<RasIngest> ingest(
-      new RasIngest(loop, host, store, runtime, options, std::move(sink)));
-  ingest->Start();
-  if (ingest->driver_reports_.State().state != "active") {
-    // Without it no device fault would ever be seen: that one is fatal.
-    return Fail(ErrorCode::kInternal, "driver reports: " + ingest->driver_reports_.State().reason);
-  }
-  return ingest;
-}
-
 RasIngest::RasIngest(common::EventLoop& loop, const common::HostEnv& host, ras::StateStore& store,
                      runtime::Runtime& runtime, const Config::Ras& options, EventSink sink)
     : host_(host),
@@ -64,11 +49,16 @@ std::vector<RasIngest::Row> RasIngest::Table() {
   };
 }
 
-void RasIngest::Start() {
+Status RasIngest::Start() {
   table_ = Table();
   for (const auto& row : table_) {
     if (row.enabled) row.source->Start();
   }
+  if (driver_reports_.State().state != "active") {
+    // Without it no device fault would ever be seen: that one is fatal.
+    return Fail(ErrorCode::kInternal, "driver reports: " + driver_reports_.State().reason);
+  }
+  return {};
 }
 
 SourceState RasIngest::StateOf(const Row& row) const {

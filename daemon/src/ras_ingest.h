@@ -55,14 +55,20 @@ class RasIngest {
   // Records decoded per loop callback under a storm.
   static constexpr std::size_t kKmsgSlice = KmsgAdapter::kSlice;
 
-  static Result<std::unique_ptr<RasIngest>> Create(common::EventLoop& loop,
-                                                   const common::HostEnv& host,
-                                                   ras::StateStore& store,
-                                                   runtime::Runtime& runtime,
-                                                   const Config::Ras& options, EventSink sink);
+  // Reads nothing yet: Start() does.
+  RasIngest(common::EventLoop& loop, const common::HostEnv& host, ras::StateStore& store,
+            runtime::Runtime& runtime, const Config::Ras& options, EventSink sink);
   ~RasIngest();
   RasIngest(const RasIngest&) = delete;
   RasIngest& operator=(const RasIngest&) = delete;
+
+  // Starts the sources in the table's order. The kernel log's first slice,
+  // pstore and BERT are read, and delivered to the sink, before it returns:
+  // call it once whatever the sink's batches reach (the recovery advisor,
+  // the consumer killer, the process lister) is wired, so that the records
+  // found at start are decided like any later one. kInternal when the
+  // driver reports cannot start: without them no device fault is seen.
+  Status Start();
 
   using Stats = IngestStats;
   Stats GetStats() const;
@@ -91,9 +97,6 @@ class RasIngest {
   void SetCodeTable(const ras::CodeTable& codes) { codes_ = codes; }
 
  private:
-  RasIngest(common::EventLoop& loop, const common::HostEnv& host, ras::StateStore& store,
-            runtime::Runtime& runtime, const Config::Ras& options, EventSink sink);
-  void Start();
   void Deliver(SourceBatch batch);
 
   // One row of the sources' table: a source the config turns off is

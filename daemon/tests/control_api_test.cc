@@ -55,9 +55,9 @@ class ControlApiTest : public ::testing::Test {
     lifecycle_ = std::make_unique<DeviceLifecycle>(loop_, *runtime_, *health_, *node_fault_, *jobs_,
                                                    *store_, nullptr, lifecycle);
     const Config::Ras sources = testing::NoRasSources();
-    auto ingest = RasIngest::Create(loop_, *host_, *store_, *runtime_, sources, [](SourceBatch) {});
-    ASSERT_TRUE(ingest.has_value()) << ingest.error().ToString();
-    ingest_ = std::move(*ingest);
+    ingest_ =
+        std::make_unique<RasIngest>(loop_, *host_, *store_, *runtime_, sources, [](SourceBatch) {});
+    ASSERT_TRUE(ingest_->Start().has_value());
     injection_ = std::make_unique<FaultInjection>(*runtime_, *host_, *ingest_, Config::Inject{});
     processes_ = SystemProcessTable();
     auto reason_of = [this](int device) { return health_->StatusOf(device).reason; };

@@ -211,6 +211,22 @@ TEST_F(DaemonTest, AKmsgBacklogIsTakenInSlicesWithTheControlSocketServedBetween)
   EXPECT_LE(disabled_rows, 16u) << "at most one row per page and minute";
 }
 
+// A record already in the kernel log at start is decided like any later
+// one: the recovery advisor, wired after the sources were made, sees it.
+TEST_F(DaemonTest, ARecordFoundAtStartReachesTheRecoveryAdvisor) {
+  std::ofstream(dir_ / "host/dev/kmsg")
+      << "4,1,1000,-;NVRM: Xid (PCI:ffff:c1:00): 79, pid='<unknown>', name=<unknown>, GPU has "
+         "fallen off the bus.\n";
+  Start(TestConfig());
+  loop_.RunUntilIdle();
+  const json devices = Ask({{"command", "devices"}})["result"]["devices"];
+  ASSERT_EQ(devices.size(), 2u);
+  EXPECT_EQ(devices[0]["state"], "isolated") << devices[0].dump();
+  // The catalog's row for Xid 79.
+  EXPECT_EQ(devices[0]["suggested_action"], "reboot-node") << devices[0].dump();
+  EXPECT_EQ(devices[1]["suggested_action"], "none");
+}
+
 TEST_F(DaemonTest, TheControlSocketAnswersWhileASelfTestRuns) {
   Start(TestConfig());
   EXPECT_EQ(Ask({{"command", "isolate"}, {"args", {{"device", 1}}}})["ok"], true);

@@ -37,12 +37,12 @@ class FaultInjectionTest : public ::testing::Test {
     runtime_ = testing::SimRuntime({}, &sim_);
     ASSERT_NE(runtime_, nullptr);
     const Config::Ras sources = testing::NoRasSources();
-    auto ingest =
-        RasIngest::Create(loop_, *host_, *store_, *runtime_, sources, [this](SourceBatch batch) {
-          for (auto& event : batch.events) delivered_.push_back(std::move(event));
-        });
-    ASSERT_TRUE(ingest.has_value()) << ingest.error().ToString();
-    ingest_ = std::move(*ingest);
+    ingest_ = std::make_unique<RasIngest>(loop_, *host_, *store_, *runtime_, sources,
+                                          [this](SourceBatch batch) {
+                                            for (auto& event : batch.events)
+                                              delivered_.push_back(std::move(event));
+                                          });
+    ASSERT_TRUE(ingest_->Start().has_value());
     inject_ = std::make_unique<FaultInjection>(*runtime_, *host_, *ingest_,
                                                Config::Inject{.allow_sources = true});
   }

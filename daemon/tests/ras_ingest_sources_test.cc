@@ -50,17 +50,19 @@ class RasIngestSourcesTest : public ::testing::Test {
   void StartIngest() {
     ingest_.reset();
     // As the pipeline does: events and cursors in one transaction.
-    auto created =
-        RasIngest::Create(loop_, *host_, *store_, *runtime_, options_, [this](SourceBatch batch) {
-          ras::StoreBatch stored;
-          stored.events = batch.events;
-          stored.cursors = std::move(batch.cursors);
-          ASSERT_TRUE(store_->Commit(stored).has_value());
-          for (auto& event : batch.events) delivered_.push_back(std::move(event));
-          for (auto& report : batch.links) links_.push_back(std::move(report));
-        });
-    ASSERT_TRUE(created.has_value()) << created.error().ToString();
-    ingest_ = std::move(*created);
+    ingest_ = std::make_unique<RasIngest>(loop_, *host_, *store_, *runtime_, options_,
+                                          [this](SourceBatch batch) {
+                                            ras::StoreBatch stored;
+                                            stored.events = batch.events;
+                                            stored.cursors = std::move(batch.cursors);
+                                            ASSERT_TRUE(store_->Commit(stored).has_value());
+                                            for (auto& event : batch.events)
+                                              delivered_.push_back(std::move(event));
+                                            for (auto& report : batch.links)
+                                              links_.push_back(std::move(report));
+                                          });
+    auto started = ingest_->Start();
+    ASSERT_TRUE(started.has_value()) << started.error().ToString();
   }
   RasIngest::Stats::SourceState Source(const std::string& name) const {
     return ingest_->GetStats().sources.at(name);
