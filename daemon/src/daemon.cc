@@ -71,18 +71,18 @@ Status Daemon::Initialize(Config config) {
   });
   if (auto pages = actuator_->Restore(); !pages && restored) restored = pages;
   if (state_damage_) {
-    FenceEveryDevice("the state database was damaged (kept as " +
-                         state_damage_->kept_as.filename().string() +
-                         "): isolated until an operator checks it",
-                     "state-lost");
+    health_->IsolateEveryDevice("the state database was damaged (kept as " +
+                                    state_damage_->kept_as.filename().string() +
+                                    "): isolated until an operator checks it",
+                                "state-lost");
   } else if (!restored) {
     // Decision: as for a damaged database, but the file stays where it is
     // (it opened and passed its check; the read may succeed next time).
     state_unreadable_ = restored.error().message;
     RASD_LOG_ERROR("{}; every device is isolated until an operator checks it (rasctl undrain)",
                    restored.error().message);
-    FenceEveryDevice(restored.error().message + ": isolated until an operator checks it",
-                     "state-unreadable");
+    health_->IsolateEveryDevice(restored.error().message + ": isolated until an operator checks it",
+                                "state-unreadable");
   }
   StartScheduler();
   StartRas();
@@ -97,16 +97,6 @@ Status Daemon::Initialize(Config config) {
                socket_.activated ? "(from systemd) " : "", socket_path_.string(),
                config_.host.root.string());
   return {};
-}
-
-void Daemon::FenceEveryDevice(const std::string& reason, const std::string& rule) {
-  for (const auto& device : runtime_->Devices()) {
-    (void)health_->DecideAndSave({.device = device->Index(),
-                                  .cause = HealthCause::kRestore,
-                                  .target = runtime::HealthState::kIsolated,
-                                  .reason = reason,
-                                  .rule = rule});
-  }
 }
 
 Status Daemon::OpenLoopAndHost() {

@@ -82,9 +82,6 @@ class Daemon {
   // The recovery advisor, wired into the pipeline, actuator, lifecycle and
   // metrics.
   void StartRecovery();
-  // Every device isolated by a restore hold until an operator checks it:
-  // what the store held about them is lost or unreadable.
-  void FenceEveryDevice(const std::string& reason, const std::string& rule);
   // The kubelet device plugins, when kubernetes.device_plugin is on; a
   // failure is logged and shown in status, and rasd serves on without them.
   void StartKubeletPlugins();

@@ -253,6 +253,17 @@ Result<HealthOutcome> DeviceHealth::DecideAndSave(const HealthDecision& decision
   return decided;
 }
 
+void DeviceHealth::IsolateEveryDevice(const std::string& reason, const std::string& rule) {
+  for (const auto& device : runtime_.Devices()) {
+    // A failed save is logged and retried by DecideAndSave; the gate is shut.
+    (void)DecideAndSave({.device = device->Index(),
+                         .cause = HealthCause::kRestore,
+                         .target = runtime::HealthState::kIsolated,
+                         .reason = reason,
+                         .rule = rule});
+  }
+}
+
 bool DeviceHealth::ClaimRestoredHold(int device, HealthCause cause, runtime::HealthState state) {
   auto found = records_.find(device);
   if (found == records_.end() || !found->second.legacy_restore) return false;

@@ -132,6 +132,9 @@ class DeviceHealth {
   // Decide, then commit its rows now. When the save fails the decision
   // stands all the same, is retried, and the error says so.
   Result<HealthOutcome> DecideAndSave(const HealthDecision& decision);
+  // Every device isolated by a restore hold, saved, until an operator
+  // checks it: what the store held about them is lost or unreadable.
+  void IsolateEveryDevice(const std::string& reason, const std::string& rule);
 
   // A restore hold from a row an older rasd saved without holds, at
   // `state`, becomes `cause`'s: the cause that knows, from its own saved
