@@ -102,7 +102,13 @@ Status Actuator::Restore() {
   }
   for (const auto& [device, count] : restored)
     RASD_LOG_INFO("device {}: {} retired page(s) taken out of the pool again", device, count);
+  pages_restored_ = true;
   return {};
+}
+
+Status Actuator::EnsurePagesRestored() {
+  if (pages_restored_) return {};
+  return Restore();
 }
 
 std::map<std::string, std::uint64_t> Actuator::Counts() const {

@@ -95,6 +95,9 @@ class Actuator {
   // pages cannot be read, none is retired and the error is returned: the
   // caller fences every device (a poisoned page would be handed out again).
   Status Restore();
+  // Ok once Restore() has succeeded; else tries it again: a device must not
+  // return to service while its poisoned pages may be handed out.
+  Status EnsurePagesRestored();
 
   // Apply, then commit its rows (and DeviceHealth's) at once, linked to
   // `event_id`: for a caller outside the pipeline. Returns what was stored.
@@ -145,6 +148,7 @@ class Actuator {
   std::function<std::string(const ras::RasEvent&)> suggester_;
   ConsumerKiller consumer_killer_;
   ProcessLister process_lister_;
+  bool pages_restored_ = false;
 
   mutable std::mutex mutex_;  // guards counts_ and the hook bookkeeping
   std::map<std::string, std::uint64_t> counts_;

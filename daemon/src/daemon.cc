@@ -69,15 +69,21 @@ Status Daemon::Initialize(Config config) {
   health_->SetActionCounter([this](const std::string& action, const std::string& result) {
     actuator_->Count(action, result);
   });
-  if (auto pages = actuator_->Restore(); !pages && restored) restored = pages;
+  if (auto pages = actuator_->Restore(); !pages) {
+    restored = restored ? pages
+                        : Fail(ErrorCode::kIoError,
+                               restored.error().message + "; " + pages.error().message);
+  }
   if (state_damage_) {
     health_->IsolateEveryDevice("the state database was damaged (kept as " +
                                     state_damage_->kept_as.filename().string() +
                                     "): isolated until an operator checks it",
                                 "state-lost");
   } else if (!restored) {
-    // Decision: as for a damaged database, but the file stays where it is
-    // (it opened and passed its check; the read may succeed next time).
+    // Decision: as for a damaged database, but the file is not set aside
+    // (it opened and passed its check). The fence is saved over the rows
+    // that could not be read: what ends it is an operator's check, and an
+    // undrain is refused while the retired pages are still unread.
     state_unreadable_ = restored.error().message;
     RASD_LOG_ERROR("{}; every device is isolated until an operator checks it (rasctl undrain)",
                    restored.error().message);
@@ -209,6 +215,7 @@ void Daemon::StartRas() {
   lifecycle_ = std::make_unique<DeviceLifecycle>(*loop_, *runtime_, *health_, *node_fault_, *jobs_,
                                                  *store_, scheduler_.get(),
                                                  LifecycleOptions(config_, options_.self_test));
+  lifecycle_->SetReturnCheck([this](int) { return actuator_->EnsurePagesRestored(); });
   pipeline_ = std::make_unique<RasPipeline>(*loop_, *runtime_, policy_, *actuator_, *health_,
                                             *store_, PipelineOptions(config_));
   metrics_state_ = std::make_unique<DaemonMetrics>(*loop_, *runtime_, *jobs_, *actuator_,

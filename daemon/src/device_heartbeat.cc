@@ -73,6 +73,14 @@ void DeviceHeartbeat::Publish() {
   published_ = std::move(stats);
 }
 
+bool DeviceHeartbeat::BeatSettled(int device) {
+  if (device < 0 || static_cast<std::size_t>(device) >= beats_.size()) return true;
+  Beat& beat = beats_[static_cast<std::size_t>(device)];
+  if (!beat.pending || !beat.stream) return true;
+  const auto done = beat.stream->Synchronize(std::chrono::nanoseconds(0));
+  return done || done.error().code != ErrorCode::kTimeout;
+}
+
 void DeviceHeartbeat::Tick() {
   if (options_.period.count() == 0) return;  // turned off: the timer stays disarmed
   const auto now = loop_.Now();

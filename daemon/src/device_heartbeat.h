@@ -60,6 +60,12 @@ class DeviceHeartbeat {
   void SetOptions(Options options);
   // Any thread (the metrics exposer reads it): a copy taken at the last tick.
   std::vector<DeviceStats> Stats() const;
+  // Whether the device has nothing of the heartbeat's left to run: no beat
+  // pending, or the pending one has finished on the device (the next tick
+  // counts it). Loop thread. Tests move simulated time on only once it
+  // holds for every device that answers, instead of guessing how much real
+  // time the device threads need.
+  bool BeatSettled(int device);
 
  private:
   struct Beat {

@@ -106,6 +106,13 @@ void DeviceLifecycle::Undrain(int device, const std::string& reason, bool force,
     MaybeResumeNode();
     return done(StateChange{.device = device, .state = was, .was = was});
   }
+  if (return_check_) {
+    if (auto ready = return_check_(device); !ready) {
+      return done(Fail(ErrorCode::kUnavailable,
+                       fmt::format("device {} stays {}: {}", device, runtime::HealthStateName(was),
+                                   ready.error().message)));
+    }
+  }
   StartSelfTest(
       device, "undrain",
       [this, device, was, reason, force, done = std::move(done)](

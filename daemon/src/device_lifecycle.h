@@ -95,6 +95,9 @@ class DeviceLifecycle {
     recovered_ = std::move(observer);
   }
   // What is suggested for a device now; unset: any recovery may run.
+  // Asked before an undrain (forced or not) tests a device: an error keeps
+  // it out of service, with the reason (the retired pages unread).
+  void SetReturnCheck(std::function<Status(int device)> check) { return_check_ = std::move(check); }
   void SetRecoveryAdvisor(std::function<ras::RecoveryAction(int device)> advisor) {
     advisor_ = std::move(advisor);
   }
@@ -137,6 +140,7 @@ class DeviceLifecycle {
   Options options_;
   std::function<void(int, ReturnedBy)> recovered_;
   std::function<ras::RecoveryAction(int)> advisor_;
+  std::function<Status(int)> return_check_;
 
   std::map<int, std::unique_ptr<common::Timer>> drain_timers_;
   std::map<int, std::unique_ptr<common::Timer>> recovery_timers_;

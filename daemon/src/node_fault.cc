@@ -20,7 +20,11 @@ constexpr const char* kFaultKey = "node_fault";
 void NodeFault::Restore() {
   auto saved = store_.LoadNodeValue(kFaultKey);
   if (!saved) {
-    RASD_LOG_ERROR("cannot read the saved node fault: {}", saved.error().message);
+    // Whether a fault was saved is unknown: the safe reading is that one
+    // stands, as for a damaged one; an operator's undrain clears it.
+    fault_ = Record{"the saved node fault cannot be read (" + saved.error().message + ")",
+                    clock_.Wall()};
+    RASD_LOG_ERROR("{}", fault_->reason);
     return;
   }
   if (!*saved) return;

@@ -52,11 +52,13 @@ std::vector<RasIngest::Row> RasIngest::Table() {
 Status RasIngest::Start() {
   table_ = Table();
   for (const auto& row : table_) {
-    if (row.enabled) row.source->Start();
-  }
-  if (driver_reports_.State().state != "active") {
-    // Without it no device fault would ever be seen: that one is fatal.
-    return Fail(ErrorCode::kInternal, "driver reports: " + driver_reports_.State().reason);
+    if (!row.enabled) continue;
+    row.source->Start();
+    // The drivers' queue is the first row. Without it no device fault would
+    // ever be seen: that one is fatal, before any other source reads (and
+    // has decided) anything.
+    if (row.source == &driver_reports_ && driver_reports_.State().state != "active")
+      return Fail(ErrorCode::kInternal, "driver reports: " + driver_reports_.State().reason);
   }
   return {};
 }

@@ -317,6 +317,8 @@ TEST_F(DaemonTest, ADamagedDatabaseIsKeptAsideAndEveryDeviceIsFencedUntilChecked
 // The saved states (or retired pages) of a database that opened cannot be
 // read: rasd cannot tell what was isolated or poisoned, so every device is
 // isolated until an operator checks it, and the file stays where it is.
+// While the pages stay unread an undrain is refused; once they can be read
+// they are retired again and the undrain goes through.
 TEST_F(DaemonTest, UnreadableSavedStatesOrPagesFenceEveryDeviceAndLeaveTheDatabaseInPlace) {
   for (const auto& [unreadable, problem] : std::vector<std::pair<std::string, std::string>>{
            {"device states", "cannot read the saved device states"},
@@ -324,11 +326,23 @@ TEST_F(DaemonTest, UnreadableSavedStatesOrPagesFenceEveryDeviceAndLeaveTheDataba
     SCOPED_TRACE(unreadable);
     daemon_.reset();
     fs::remove_all(dir_ / "state");
+    {
+      auto store = ras::StateStore::Open(dir_ / "state");
+      ASSERT_TRUE(store.has_value());
+      // A page of the simulator's device 0: its UUIDs are fixed, and its
+      // memory starts at 1 << 40.
+      ASSERT_TRUE((*store)
+                      ->SaveRetiredPage({"SIM-5a5d0000-0000-0000-0000-000000000000",
+                                         (std::uint64_t{1} << 40) + 0x200000, "UCNA",
+                                         std::chrono::system_clock::now()})
+                      .has_value());
+    }
+    auto failing = std::make_shared<bool>(true);
     Daemon::StartOptions options{.loop = &loop_};
     options.self_test.step_timeout = 500ms;
-    options.prepare_store = [unreadable = unreadable](ras::StateStore& store) {
-      store.SetReadFault([unreadable](std::string_view what) -> std::optional<Error> {
-        if (what != unreadable) return std::nullopt;
+    options.prepare_store = [unreadable = unreadable, failing](ras::StateStore& store) {
+      store.SetReadFault([unreadable, failing](std::string_view what) -> std::optional<Error> {
+        if (what != unreadable || !*failing) return std::nullopt;
         return Error{ErrorCode::kIoError, "disk I/O error"};
       });
     };
@@ -351,8 +365,19 @@ TEST_F(DaemonTest, UnreadableSavedStatesOrPagesFenceEveryDeviceAndLeaveTheDataba
       EXPECT_NE(device["reason"].get<std::string>().find(problem), std::string::npos)
           << device.dump();
     }
-    const json undrained = Ask({{"command", "undrain"}, {"args", {{"device", 1}}}});
+    json undrained = Ask({{"command", "undrain"}, {"args", {{"device", 0}}}});
+    if (unreadable == "retired pages") {
+      EXPECT_EQ(undrained["ok"], false) << undrained.dump();
+      EXPECT_NE(undrained.dump().find("cannot read the retired pages"), std::string::npos)
+          << undrained.dump();
+      *failing = false;  // the disk answers again
+      undrained = Ask({{"command", "undrain"}, {"args", {{"device", 0}}}});
+    }
     EXPECT_EQ(undrained["ok"], true) << undrained.dump();
+    const json zero =
+        Ask({{"command", "devices"}, {"args", {{"device", 0}}}})["result"]["devices"][0];
+    EXPECT_EQ(zero["state"], "healthy");
+    EXPECT_EQ(zero["pool"]["retired_pages"], 1) << "the poisoned page is out of the pool";
   }
 }
 

@@ -8,12 +8,14 @@
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 
+#include <set>
 #include <thread>
 
 #include "rasd/common/simulated_event_loop.h"
 #include "rasd/drivers_shim/ascend_driver.h"
 #include "rasd/drivers_shim/cuda_driver.h"
 #include "rasd/drivers_shim/sim_driver.h"
+#include "rasd/testing/eventually.h"
 
 namespace rasd::daemon {
 namespace {
@@ -41,13 +43,23 @@ class HeartbeatTest : public ::testing::Test {
     runtime_.reset();
   }
 
-  // Simulated time in steps of 10 ms; each step gives the device threads a
-  // moment of real time to finish what they can.
+  // Simulated time in steps of 10 ms. Before each step every device that
+  // answers (all but those in `unanswering_`) has finished the beat it was
+  // given, however long its thread takes in real time: a loaded machine
+  // slows the test, never turns a healthy device into a missed deadline.
   void Run(std::chrono::milliseconds simulated) {
     for (auto t = 0ms; t < simulated; t += 10ms) {
+      ASSERT_TRUE(rasd::testing::Eventually(
+          [&] {
+            for (int device = 0; device < static_cast<int>(runtime_->DeviceCount()); ++device) {
+              if (!unanswering_.contains(device) && !heartbeat_->BeatSettled(device)) return false;
+            }
+            return true;
+          },
+          10s))
+          << "a device that answers never finished its beat";
       loop_.AdvanceBy(10ms);
       loop_.RunUntilIdle();
-      std::this_thread::sleep_for(2ms);
     }
   }
   std::vector<std::pair<int, std::chrono::nanoseconds>> Hangs() {
@@ -63,6 +75,7 @@ class HeartbeatTest : public ::testing::Test {
   std::unique_ptr<DeviceHeartbeat> heartbeat_;
   std::mutex mutex_;
   std::vector<std::pair<int, std::chrono::nanoseconds>> hangs_;
+  std::set<int> unanswering_;  // hung or held by the test
 };
 
 TEST_F(HeartbeatTest, PeriodZeroArmsNothingAndAReloadToAPeriodStartsTheBeats) {
@@ -94,6 +107,7 @@ TEST_F(HeartbeatTest, AHungSimulatedDeviceIsReportedOnceAfterTwoDeadlines) {
 
   const auto injected = loop_.Now();
   ASSERT_TRUE(sim->InjectHang(1).has_value());
+  unanswering_.insert(1);
   Run(2000ms);
   const auto hangs = Hangs();
   ASSERT_EQ(hangs.size(), 1U) << "one fault, one report";
@@ -111,6 +125,7 @@ TEST_F(HeartbeatTest, AHungSimulatedDeviceIsReportedOnceAfterTwoDeadlines) {
   (*runtime_->GetDevice(1))->SetHealth(HealthState::kIsolated);
   Run(300ms);
   ASSERT_TRUE(runtime_->Driver().ResetDevice(1).has_value());
+  unanswering_.erase(1);
   (*runtime_->GetDevice(1))->SetHealth(HealthState::kHealthy);
   const auto before = Beats(1);
   Run(500ms);
@@ -133,6 +148,7 @@ TEST_F(HeartbeatTest, JobsGivingUpOnTheDeviceMakeOneMissedDeadlineAHang) {
 
   const auto injected = loop_.Now();
   ASSERT_TRUE(sim->InjectHang(1).has_value());
+  unanswering_.insert(1);
   Run(150ms);
   (*runtime_->GetDevice(1))->NoteOpTimeout();  // a job abandoned its batch there
   Run(1000ms);
@@ -162,6 +178,7 @@ TEST_F(HeartbeatTest, AHeldNpuOfTheAscendStandInIsReportedHung) {
   ASSERT_GE(Beats(1), 3U);
   const auto held = loop_.Now();
   hold(1, 1);
+  unanswering_.insert(1);
   Run(2000ms);
   const auto hangs = Hangs();
   ASSERT_EQ(hangs.size(), 1U);
@@ -169,6 +186,7 @@ TEST_F(HeartbeatTest, AHeldNpuOfTheAscendStandInIsReportedHung) {
   EXPECT_LE(hangs[0].second - held, 530ms);
   EXPECT_GE(Beats(0), 20U);
   hold(1, 0);
+  unanswering_.erase(1);
   (*runtime_->GetDevice(1))->SetHealth(HealthState::kIsolated);
   Run(100ms);
   (*runtime_->GetDevice(1))->SetHealth(HealthState::kHealthy);
@@ -194,6 +212,7 @@ TEST_F(HeartbeatTest, AHeldGpuOfTheCudaStandInIsReportedHung) {
   ASSERT_GE(Beats(0), 3U);
   const auto held = loop_.Now();
   hold(0, 1);
+  unanswering_.insert(0);
   Run(2000ms);
   const auto hangs = Hangs();
   ASSERT_EQ(hangs.size(), 1U);
@@ -201,6 +220,7 @@ TEST_F(HeartbeatTest, AHeldGpuOfTheCudaStandInIsReportedHung) {
   EXPECT_LE(hangs[0].second - held, 530ms);
   EXPECT_GE(Beats(1), 20U);
   hold(0, 0);  // the held work runs; the GPU answers again
+  unanswering_.erase(0);
   (*runtime_->GetDevice(0))->SetHealth(HealthState::kIsolated);
   Run(100ms);
   (*runtime_->GetDevice(0))->SetHealth(HealthState::kHealthy);

@@ -84,5 +84,21 @@ TEST_F(NodeFaultTest, AFaultThatCannotBeSavedStillHoldsWhileRasdRuns) {
   EXPECT_EQ(node_->Current()->reason, "PCIe fatal");
 }
 
+TEST_F(NodeFaultTest, ASavedFaultThatCannotBeReadStandsUntilCleared) {
+  node_.reset();
+  store_->SetReadFault([](std::string_view what) -> std::optional<Error> {
+    if (what != "node value") return std::nullopt;
+    return Error{ErrorCode::kIoError, "disk I/O error"};
+  });
+  node_ = std::make_unique<NodeFault>(*store_, *clock_);
+  node_->Restore();
+  ASSERT_TRUE(node_->Current().has_value()) << "unknown is not the same as none";
+  EXPECT_EQ(node_->Current()->reason, "the saved node fault cannot be read (disk I/O error)");
+  store_->SetReadFault(nullptr);
+  node_->Clear();
+  Boot();
+  EXPECT_FALSE(node_->Current().has_value()) << "the operator's clear was saved";
+}
+
 }  // namespace
 }  // namespace rasd::daemon

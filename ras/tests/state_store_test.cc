@@ -740,7 +740,9 @@ TEST_F(StateStoreTest, AReadOrWriteFaultFailsEveryCallItCoversAndTouchesNothing)
   expect_read_fault(store.QueryActions(std::nullopt, 10), "actions");
   expect_read_fault(store.Summarize(), "event summary");
   expect_read_fault(store.EventRows(), "event rows");
-  EXPECT_EQ(reads.size(), 10u);
+  expect_read_fault(store.StartBackup(dir_ / "copy.db", false), "backup");
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "copy.db"));
+  EXPECT_EQ(reads.size(), 11u);
   // Writes are not reads: the batch goes in while reads fail.
   ASSERT_TRUE(store.Commit(MixedBatch(kMinute + std::chrono::hours(1))).has_value());
   EXPECT_EQ(QueryRaw("SELECT COUNT(*) FROM events"), 6);

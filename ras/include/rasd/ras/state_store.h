@@ -219,7 +219,8 @@ class StateStore {
 
   // Every write (a batch, an event, a row saved or deleted, a cursor, a
   // prune, a checkpoint) asks the write fault first, and every read (a load,
-  // a query, a count of rows) the read fault; when it answers an error, the
+  // a query, a count of rows, the start of a backup: "backup") the read
+  // fault; when it answers an error, the
   // call fails with it and touches nothing, as a full or failing disk would:
   // how tests make a commit or a read fail on demand. `what` names the rows
   // ("batch", "device states", "retired pages", ...). Unset (the default): no
