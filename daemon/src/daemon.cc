@@ -70,9 +70,8 @@ Status Daemon::Initialize(Config config) {
     actuator_->Count(action, result);
   });
   if (auto pages = actuator_->Restore(); !pages) {
-    restored = restored ? pages
-                        : Fail(ErrorCode::kIoError,
-                               restored.error().message + "; " + pages.error().message);
+    restored = Fail(ErrorCode::kIoError,
+                    (restored ? "" : restored.error().message + "; ") + pages.error().message);
   }
   if (state_damage_) {
     health_->IsolateEveryDevice("the state database was damaged (kept as " +
@@ -80,10 +79,8 @@ Status Daemon::Initialize(Config config) {
                                     "): isolated until an operator checks it",
                                 "state-lost");
   } else if (!restored) {
-    // Decision: as for a damaged database, but the file is not set aside
-    // (it opened and passed its check). The fence is saved over the rows
-    // that could not be read: what ends it is an operator's check, and an
-    // undrain is refused while the retired pages are still unread.
+    // As for a damaged database, the file kept in place (it passed its
+    // check); undrain waits for the pages (SetReturnCheck).
     state_unreadable_ = restored.error().message;
     RASD_LOG_ERROR("{}; every device is isolated until an operator checks it (rasctl undrain)",
                    restored.error().message);
