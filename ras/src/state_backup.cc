@@ -43,9 +43,7 @@ void RemoveCopy(const std::filesystem::path& temporary) {
 
 Result<std::unique_ptr<StateBackup>> StateStore::StartBackup(
     const std::filesystem::path& destination, bool replace) {
-  if (read_fault_) {
-    if (auto fault = read_fault_("backup")) return Fail(*fault);
-  }
+  if (auto fault = ReadFaulted("backup")) return Fail(*fault);
   if (!destination.is_absolute() || !destination.has_filename()) {
     return Fail(ErrorCode::kInvalidArgument,
                 fmt::format("backup destination '{}' is not an absolute path to a file",

@@ -393,11 +393,6 @@ Status CheckActionCount(const ActionRecord& action) {
   return {};
 }
 
-// What a test's fault answers for `what`; none when no fault is set.
-std::optional<Error> Faulted(const StateStore::Fault& fault, std::string_view what) {
-  return fault ? fault(what) : std::nullopt;
-}
-
 }  // namespace
 
 // BEGIN IMMEDIATE on the prepared statements; rolls back on destruction
@@ -527,7 +522,7 @@ Result<std::unique_ptr<StateStore>> StateStore::Open(const std::filesystem::path
 }
 
 Status StateStore::Checkpoint() {
-  if (auto fault = Faulted(write_fault_, "checkpoint")) return Fail(*fault);
+  if (auto fault = WriteFaulted("checkpoint")) return Fail(*fault);
   int log_pages = 0, copied = 0;
   if (sqlite3_wal_checkpoint_v2(db_, nullptr, SQLITE_CHECKPOINT_PASSIVE, &log_pages, &copied) !=
       SQLITE_OK) {
@@ -545,6 +540,14 @@ StateStore::StateStore(std::filesystem::path database_path, common::UniqueFd loc
       db_(db),
       clock_(std::move(clock)),
       statements_(std::make_unique<Statements>()) {}
+
+std::optional<Error> StateStore::WriteFaulted(std::string_view what) const {
+  return write_fault_ ? write_fault_(what) : std::nullopt;
+}
+
+std::optional<Error> StateStore::ReadFaulted(std::string_view what) const {
+  return read_fault_ ? read_fault_(what) : std::nullopt;
+}
 
 std::int64_t StateStore::NowNanos() const { return UnixNanos(clock_->Wall()); }
 
@@ -837,7 +840,7 @@ void AddCounts(std::array<std::uint64_t, kAllSeverities.size()>& to,
 }  // namespace
 
 Result<std::int64_t> StateStore::RecordEvent(const RasEvent& event) {
-  if (auto fault = Faulted(write_fault_, "event")) return Fail(*fault);
+  if (auto fault = WriteFaulted("event")) return Fail(*fault);
   SeverityCounts added{};
   auto id = InsertEvent(event, added);  // SQLite's implicit transaction: committed on success
   if (id) AddCounts(severity_counts_, added);
@@ -845,7 +848,7 @@ Result<std::int64_t> StateStore::RecordEvent(const RasEvent& event) {
 }
 
 Result<std::vector<std::int64_t>> StateStore::RecordEvents(std::span<const RasEvent> events) {
-  if (auto fault = Faulted(write_fault_, "events")) return Fail(*fault);
+  if (auto fault = WriteFaulted("events")) return Fail(*fault);
   std::vector<std::int64_t> ids;
   if (events.empty()) return ids;
   Transaction transaction(*this);
@@ -864,7 +867,7 @@ Result<std::vector<std::int64_t>> StateStore::RecordEvents(std::span<const RasEv
 }
 
 Result<StoredBatch> StateStore::Commit(const StoreBatch& batch) {
-  if (auto fault = Faulted(write_fault_, "batch")) return Fail(*fault);
+  if (auto fault = WriteFaulted("batch")) return Fail(*fault);
   // Refuse what cannot be written before writing anything.
   for (std::size_t i = 0; i < batch.actions.size(); ++i) {
     const BatchAction& action = batch.actions[i];
@@ -923,14 +926,14 @@ Result<StoredBatch> StateStore::Commit(const StoreBatch& batch) {
 }
 
 Result<std::int64_t> StateStore::RecordAction(const ActionRecord& action) {
-  if (auto fault = Faulted(write_fault_, "action")) return Fail(*fault);
+  if (auto fault = WriteFaulted("action")) return Fail(*fault);
   if (auto counted = CheckActionCount(action); !counted) return Fail(counted.error());
   return InsertAction(action, action.event_id);
 }
 
 Result<std::vector<ActionRecord>> StateStore::QueryActions(std::optional<int> device,
                                                            std::size_t limit) {
-  if (auto fault = Faulted(read_fault_, "actions")) return Fail(*fault);
+  if (auto fault = ReadFaulted("actions")) return Fail(*fault);
   StatementUse query(device ? statements_->query_device_actions : statements_->query_actions);
   sqlite3_stmt* statement = query.get();
   int column = 1;
@@ -961,12 +964,12 @@ Result<std::vector<ActionRecord>> StateStore::QueryActions(std::optional<int> de
 }
 
 Status StateStore::SaveDeviceState(const DeviceStateRecord& state) {
-  if (auto fault = Faulted(write_fault_, "device state")) return Fail(*fault);
+  if (auto fault = WriteFaulted("device state")) return Fail(*fault);
   return UpsertDeviceState(state);
 }
 
 Result<std::vector<DeviceStateRecord>> StateStore::LoadDeviceStates() {
-  if (auto fault = Faulted(read_fault_, "device states")) return Fail(*fault);
+  if (auto fault = ReadFaulted("device states")) return Fail(*fault);
   StatementUse query(statements_->load_device_states);
   sqlite3_stmt* statement = query.get();
   std::vector<DeviceStateRecord> states;
@@ -980,14 +983,14 @@ Result<std::vector<DeviceStateRecord>> StateStore::LoadDeviceStates() {
 }
 
 Status StateStore::SaveRetiredPage(const RetiredPageRecord& page) {
-  if (auto fault = Faulted(write_fault_, "retired page")) return Fail(*fault);
+  if (auto fault = WriteFaulted("retired page")) return Fail(*fault);
   return InsertRetiredPage(page);
 }
 
 // Workloads change at the pace of processes starting, not of errors: a
 // statement prepared per call.
 Status StateStore::SaveWorkload(const WorkloadRecord& workload) {
-  if (auto fault = Faulted(write_fault_, "workload")) return Fail(*fault);
+  if (auto fault = WriteFaulted("workload")) return Fail(*fault);
   sqlite3_stmt* statement = nullptr;
   if (sqlite3_prepare_v2(db_,
                          "INSERT OR REPLACE INTO workloads(pid, start_time, spec) VALUES (?, ?, ?)",
@@ -1003,7 +1006,7 @@ Status StateStore::SaveWorkload(const WorkloadRecord& workload) {
 }
 
 Status StateStore::DeleteWorkload(std::int64_t pid, std::uint64_t start_time) {
-  if (auto fault = Faulted(write_fault_, "workload delete")) return Fail(*fault);
+  if (auto fault = WriteFaulted("workload delete")) return Fail(*fault);
   sqlite3_stmt* statement = nullptr;
   if (sqlite3_prepare_v2(db_, "DELETE FROM workloads WHERE pid = ? AND start_time = ?", -1,
                          &statement, nullptr) != SQLITE_OK)
@@ -1018,7 +1021,7 @@ Status StateStore::DeleteWorkload(std::int64_t pid, std::uint64_t start_time) {
 
 // Recoveries happen at the pace of repairs: a statement prepared per call.
 Status StateStore::SaveDeviceRecovery(const DeviceRecoveryRecord& record) {
-  if (auto fault = Faulted(write_fault_, "device recovery")) return Fail(*fault);
+  if (auto fault = WriteFaulted("device recovery")) return Fail(*fault);
   sqlite3_stmt* statement = nullptr;
   if (sqlite3_prepare_v2(db_,
                          "INSERT OR REPLACE INTO device_recovery(device_uuid, spec) VALUES (?, ?)",
@@ -1033,7 +1036,7 @@ Status StateStore::SaveDeviceRecovery(const DeviceRecoveryRecord& record) {
 }
 
 Status StateStore::SaveNodeValue(const std::string& key, const std::string& value) {
-  if (auto fault = Faulted(write_fault_, "node value")) return Fail(*fault);
+  if (auto fault = WriteFaulted("node value")) return Fail(*fault);
   return UpsertNodeValue(key, value);
 }
 
@@ -1051,7 +1054,7 @@ Status StateStore::UpsertNodeValue(const std::string& key, const std::string& va
 }
 
 Status StateStore::DeleteNodeValue(const std::string& key) {
-  if (auto fault = Faulted(write_fault_, "node value delete")) return Fail(*fault);
+  if (auto fault = WriteFaulted("node value delete")) return Fail(*fault);
   sqlite3_stmt* statement = nullptr;
   if (sqlite3_prepare_v2(db_, "DELETE FROM node_state WHERE key = ?", -1, &statement, nullptr) !=
       SQLITE_OK)
@@ -1064,7 +1067,7 @@ Status StateStore::DeleteNodeValue(const std::string& key) {
 }
 
 Result<std::optional<std::string>> StateStore::LoadNodeValue(const std::string& key) {
-  if (auto fault = Faulted(read_fault_, "node value")) return Fail(*fault);
+  if (auto fault = ReadFaulted("node value")) return Fail(*fault);
   sqlite3_stmt* statement = nullptr;
   if (sqlite3_prepare_v2(db_, "SELECT value FROM node_state WHERE key = ?", -1, &statement,
                          nullptr) != SQLITE_OK)
@@ -1079,7 +1082,7 @@ Result<std::optional<std::string>> StateStore::LoadNodeValue(const std::string& 
 }
 
 Result<std::vector<DeviceRecoveryRecord>> StateStore::LoadDeviceRecoveries() {
-  if (auto fault = Faulted(read_fault_, "device recoveries")) return Fail(*fault);
+  if (auto fault = ReadFaulted("device recoveries")) return Fail(*fault);
   sqlite3_stmt* statement = nullptr;
   if (sqlite3_prepare_v2(db_, "SELECT device_uuid, spec FROM device_recovery ORDER BY device_uuid",
                          -1, &statement, nullptr) != SQLITE_OK)
@@ -1095,7 +1098,7 @@ Result<std::vector<DeviceRecoveryRecord>> StateStore::LoadDeviceRecoveries() {
 }
 
 Result<std::vector<WorkloadRecord>> StateStore::LoadWorkloads() {
-  if (auto fault = Faulted(read_fault_, "workloads")) return Fail(*fault);
+  if (auto fault = ReadFaulted("workloads")) return Fail(*fault);
   sqlite3_stmt* statement = nullptr;
   if (sqlite3_prepare_v2(db_, "SELECT pid, start_time, spec FROM workloads ORDER BY pid", -1,
                          &statement, nullptr) != SQLITE_OK)
@@ -1113,7 +1116,7 @@ Result<std::vector<WorkloadRecord>> StateStore::LoadWorkloads() {
 }
 
 Result<std::vector<RetiredPageRecord>> StateStore::LoadRetiredPages() {
-  if (auto fault = Faulted(read_fault_, "retired pages")) return Fail(*fault);
+  if (auto fault = ReadFaulted("retired pages")) return Fail(*fault);
   StatementUse query(statements_->load_retired_pages);
   sqlite3_stmt* statement = query.get();
   std::vector<RetiredPageRecord> pages;
@@ -1131,7 +1134,7 @@ Result<std::vector<RetiredPageRecord>> StateStore::LoadRetiredPages() {
 // query is not a hot path. A fixed "(? IS NULL OR ...)" form would keep the
 // planner from the device index.
 Result<std::vector<StoredEvent>> StateStore::QueryEvents(const EventQuery& query) {
-  if (auto fault = Faulted(read_fault_, "events")) return Fail(*fault);
+  if (auto fault = ReadFaulted("events")) return Fail(*fault);
   std::string sql =
       "SELECT id, time_ns, origin, severity, device, summary, raw, source, mc, pci_bdf, "
       "address_text, vendor_code, "
@@ -1180,7 +1183,7 @@ Result<std::vector<StoredEvent>> StateStore::QueryEvents(const EventQuery& query
 }
 
 Result<std::vector<EventSummaryRow>> StateStore::Summarize() {
-  if (auto fault = Faulted(read_fault_, "event summary")) return Fail(*fault);
+  if (auto fault = ReadFaulted("event summary")) return Fail(*fault);
   StatementUse query(statements_->summarize);
   sqlite3_stmt* statement = query.get();
   std::vector<EventSummaryRow> rows;
@@ -1199,7 +1202,7 @@ Result<std::vector<EventSummaryRow>> StateStore::Summarize() {
 }
 
 Result<std::uint64_t> StateStore::EventRows() {
-  if (auto fault = Faulted(read_fault_, "event rows")) return Fail(*fault);
+  if (auto fault = ReadFaulted("event rows")) return Fail(*fault);
   StatementUse query(statements_->event_rows);
   if (sqlite3_step(query.get()) != SQLITE_ROW) return Fail(SqliteError("count event rows"));
   return static_cast<std::uint64_t>(sqlite3_column_int64(query.get(), 0));
@@ -1207,7 +1210,7 @@ Result<std::uint64_t> StateStore::EventRows() {
 
 Result<std::uint64_t> StateStore::Prune(std::chrono::system_clock::time_point older_than,
                                         std::uint64_t max_events) {
-  if (auto fault = Faulted(write_fault_, "prune")) return Fail(*fault);
+  if (auto fault = WriteFaulted("prune")) return Fail(*fault);
   // Each delete is preceded by the sums of what it deletes, in the same
   // transaction, so that the counts by severity stay exact.
   Transaction transaction(*this);
@@ -1249,12 +1252,12 @@ Result<std::uint64_t> StateStore::Prune(std::chrono::system_clock::time_point ol
 }
 
 Status StateStore::SaveCursor(const SourceCursor& cursor) {
-  if (auto fault = Faulted(write_fault_, "cursor")) return Fail(*fault);
+  if (auto fault = WriteFaulted("cursor")) return Fail(*fault);
   return UpsertCursor(cursor, NowNanos());
 }
 
 Result<std::optional<SourceCursor>> StateStore::LoadCursor(std::string_view source) {
-  if (auto fault = Faulted(read_fault_, "cursor")) return Fail(*fault);
+  if (auto fault = ReadFaulted("cursor")) return Fail(*fault);
   StatementUse query(statements_->load_cursor);
   sqlite3_stmt* statement = query.get();
   BindText(statement, 1, source);

@@ -334,6 +334,9 @@ class StateStore {
   // database as in use and checkpoints the mark into the main file.
   Status MarkInUse(bool wal_has_frames);
   Error SqliteError(std::string_view what) const;
+  // What the test's write (read) fault answers for `what`; none when unset.
+  std::optional<Error> WriteFaulted(std::string_view what) const;
+  std::optional<Error> ReadFaulted(std::string_view what) const;
 
   // `statement` (a "severity, SUM(count)" query, bound) added into `sums`.
   Status SumBySeverity(sqlite3_stmt* statement, std::string_view what, SeverityCounts& sums);
