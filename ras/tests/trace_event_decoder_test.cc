@@ -1,7 +1,9 @@
 // Raw ring-buffer pages laid out as the kernel writes them (page header:
 // u64 timestamp, local_t commit; then events with a 32-bit type_len/
 // time_delta header), decoded with the format files of a real 6.18 kernel
-// (tests/fixtures/tracefs, copied from /sys/kernel/tracing/events).
+// (tests/fixtures/tracefs, copied from /sys/kernel/tracing/events; the cxl
+// and devlink formats, which this kernel lacks, laid out from the
+// kernel's TRACE_EVENT definitions as ftrace prints them).
 
 #include "rasd/ras/trace_event_decoder.h"
 
@@ -19,10 +21,15 @@ namespace rasd::ras {
 namespace {
 
 using testing::Bytes;
+using testing::CxlGeneralMedia;
+using testing::CxlMemoryModule;
+using testing::CxlPoison;
+using testing::DevlinkHealthReport;
 using testing::GhesEvent;
 using testing::McEvent;
 using testing::Page;
 using testing::Put;
+using testing::SignalGenerate;
 
 const auto kReadAt = std::chrono::system_clock::time_point(std::chrono::seconds(1'750'000'000));
 
@@ -67,6 +74,76 @@ TEST(TraceEventDecoderTest, DecodesMcEventsAndGhesEventsFromARawPage) {
   EXPECT_EQ(events[1].address, Address::Of(0x9ffff000));
   EXPECT_EQ(events[2].origin, "ghes");
   EXPECT_EQ(events[2].severity, Severity::kFatal);
+}
+
+// Formats for the events this VM's kernel lacks (cxl, devlink) are laid out
+// from their TRACE_EVENT definitions; signal_generate's is this kernel's.
+std::unique_ptr<TraceEventDecoder> NewFamiliesDecoder() {
+  auto decoder =
+      TraceEventDecoder::Load(RASD_TRACEFS_FIXTURES "/events",
+                              {"cxl/cxl_general_media", "cxl/cxl_poison", "cxl/cxl_memory_module",
+                               "devlink/devlink_health_report", "signal/signal_generate"});
+  EXPECT_TRUE(decoder.has_value()) << decoder.error().ToString();
+  return decoder ? std::move(*decoder) : nullptr;
+}
+
+TEST(TraceEventDecoderTest, CxlEventsCarryTheHostPageAndTheDevicesSeverity) {
+  auto decoder = NewFamiliesDecoder();
+  ASSERT_NE(decoder, nullptr);
+  constexpr std::uint64_t kNoHostAddress = ~0ULL;
+  const Bytes page = Page({
+      CxlGeneralMedia(1501, 2, 0x1, 0x40, 0x1f8000040, "mem0", "0000:0d:00.0"),
+      CxlGeneralMedia(1501, 1, 0x2, 0x80, kNoHostAddress, "mem1", "0000:0e:00.0"),
+      CxlPoison(1504, 0, 0x2c0000000, 0x1000, "mem0", "0000:0d:00.0"),
+      CxlPoison(1504, 2, 0x2c0000000, 0x1000, "mem0", "0000:0d:00.0"),
+      CxlMemoryModule(1503, 0, 0, 0, "mem0", "0000:0d:00.0"),
+      CxlMemoryModule(1503, 1, 0, 3, "mem2", "0000:0f:00.0"),
+  });
+  const auto events = decoder->DecodePage(page, kReadAt);
+  ASSERT_EQ(events.size(), 6u);
+  for (const auto& event : events) EXPECT_EQ(event.origin, "cxl");
+  EXPECT_EQ(events[0].severity, Severity::kUce) << "descriptor bit 0: uncorrectable";
+  EXPECT_EQ(events[0].address, Address::Of(0x1f8000040)) << "the host page, not the device's";
+  EXPECT_EQ(events[0].pci_bdf, "0000:0d:00.0");
+  EXPECT_NE(events[0].summary.find("mem0"), std::string::npos) << events[0].summary;
+  EXPECT_EQ(events[1].severity, Severity::kCe) << "a threshold event the media corrected";
+  EXPECT_FALSE(events[1].address) << "no region: no host page to act on";
+  EXPECT_EQ(events[2].severity, Severity::kUce) << "a poison list entry";
+  EXPECT_EQ(events[2].address, Address::Of(0x2c0000000));
+  EXPECT_EQ(events[3].severity, Severity::kInfo) << "poison cleared";
+  EXPECT_FALSE(events[3].address);
+  EXPECT_EQ(events[4].severity, Severity::kInfo) << "an informational health record";
+  EXPECT_EQ(events[5].severity, Severity::kFatal) << "media status: all data lost";
+}
+
+TEST(TraceEventDecoderTest, DevlinkHealthReportsAndMemoryErrorSignalsDecode) {
+  auto decoder = NewFamiliesDecoder();
+  ASSERT_NE(decoder, nullptr);
+  constexpr int kSigbus = 7, kSigsegv = 11;
+  constexpr int kBusAdrerr = 2, kBusMceerrAr = 4, kBusMceerrAo = 5;
+  const Bytes page = Page({
+      DevlinkHealthReport(1601, "mlx5_core", "0000:08:00.0", "fw_fatal", "FW fatal error"),
+      DevlinkHealthReport(1601, "mlx5_core", "0000:08:00.1", "tx", "TX timeout on queue: 3"),
+      DevlinkHealthReport(1601, "bnxt_en", "0000:3b:00.0", "fw", "FW crashed"),
+      SignalGenerate(261, kSigbus, kBusMceerrAr, "python3", 4242),
+      SignalGenerate(261, kSigbus, kBusMceerrAo, "redis-server", 77),
+      SignalGenerate(261, kSigbus, kBusAdrerr, "mmap-test", 12),
+      SignalGenerate(261, kSigsegv, kBusMceerrAr, "crashy", 13),
+  });
+  const auto events = decoder->DecodePage(page, kReadAt);
+  ASSERT_EQ(events.size(), 5u) << "SIGBUS for a bad mapping and SIGSEGV are no memory errors";
+  EXPECT_EQ(events[0].origin, "mlx5");
+  EXPECT_EQ(events[0].severity, Severity::kFatal);
+  EXPECT_EQ(events[0].pci_bdf, "0000:08:00.0");
+  EXPECT_EQ(events[1].severity, Severity::kCe) << "a queue the driver recovers";
+  EXPECT_EQ(events[2].origin, "devlink");
+  EXPECT_EQ(events[2].severity, Severity::kUce);
+  EXPECT_EQ(events[3].origin, "memory_failure");
+  EXPECT_EQ(events[3].severity, Severity::kSrar);
+  EXPECT_EQ(events[3].pid, 4242);
+  EXPECT_NE(events[3].summary.find("python3"), std::string::npos) << events[3].summary;
+  EXPECT_EQ(events[4].severity, Severity::kSrao);
+  EXPECT_EQ(events[4].pid, 77);
 }
 
 TEST(TraceEventDecoderTest, DamagedPagesAreHarmless) {

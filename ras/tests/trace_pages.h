@@ -3,8 +3,10 @@
 // Raw ring-buffer pages and RAS tracepoint records laid out as kernel 6.18
 // writes them (see tests/fixtures/tracefs for the format files).
 
+#include <algorithm>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "byte_writer.h"
@@ -43,13 +45,93 @@ inline Bytes GhesEvent(std::uint16_t id, std::uint8_t sev) {
   return record;
 }
 
-// A page: header, then each record behind a small-event header (type_len = length / 4).
+// The __data_loc strings of a record, laid out after its fixed part
+// (`fixed` bytes) in order: {offset of the loc word, text}.
+inline void PutStrings(Bytes& record, std::size_t fixed,
+                       const std::vector<std::pair<std::size_t, std::string>>& strings) {
+  std::size_t at = fixed;
+  for (const auto& [loc_offset, text] : strings) {
+    PutString(record, loc_offset, at, text);
+    at += text.size() + 1;
+  }
+  record.resize((record.size() + 3) / 4 * 4);
+}
+
+// cxl:cxl_general_media as the fixture's format lays it out (from
+// drivers/cxl/core/trace.h): log, descriptor, dpa, hpa.
+inline Bytes CxlGeneralMedia(std::uint16_t id, int log, std::uint8_t descriptor, std::uint64_t dpa,
+                             std::uint64_t hpa, const std::string& memdev,
+                             const std::string& host) {
+  Bytes record(144, 0);
+  Put<std::uint16_t>(record, 0, id);
+  Put<std::int32_t>(record, 16, log);
+  Put<std::uint64_t>(record, 72, dpa);
+  Put<std::uint8_t>(record, 80, descriptor);
+  Put<std::uint64_t>(record, 104, hpa);
+  PutStrings(record, 144, {{8, memdev}, {12, host}, {140, ""}});
+  return record;
+}
+
+// cxl:cxl_poison: trace_type (0 List, 1 Inject, 2 Clear), hpa, dpa.
+inline Bytes CxlPoison(std::uint16_t id, std::uint8_t trace_type, std::uint64_t hpa,
+                       std::uint64_t dpa, const std::string& memdev, const std::string& host) {
+  Bytes record(80, 0);
+  Put<std::uint16_t>(record, 0, id);
+  Put<std::uint8_t>(record, 24, trace_type);
+  Put<std::uint64_t>(record, 40, hpa);
+  Put<std::uint64_t>(record, 48, dpa);
+  Put<std::uint32_t>(record, 56, 64);
+  PutStrings(record, 80, {{8, memdev}, {12, host}, {28, "region0"}});
+  return record;
+}
+
+// cxl:cxl_memory_module: log, health_status, media_status.
+inline Bytes CxlMemoryModule(std::uint16_t id, int log, std::uint8_t health, std::uint8_t media,
+                             const std::string& memdev, const std::string& host) {
+  Bytes record(108, 0);
+  Put<std::uint16_t>(record, 0, id);
+  Put<std::int32_t>(record, 16, log);
+  Put<std::uint8_t>(record, 68, health);
+  Put<std::uint8_t>(record, 69, media);
+  PutStrings(record, 108, {{8, memdev}, {12, host}});
+  return record;
+}
+
+// devlink:devlink_health_report: five strings.
+inline Bytes DevlinkHealthReport(std::uint16_t id, const std::string& driver,
+                                 const std::string& device, const std::string& reporter,
+                                 const std::string& message) {
+  Bytes record(28, 0);
+  Put<std::uint16_t>(record, 0, id);
+  PutStrings(record, 28, {{8, "pci"}, {12, device}, {16, driver}, {20, reporter}, {24, message}});
+  return record;
+}
+
+// signal:signal_generate as kernel 6.18 lays it out.
+inline Bytes SignalGenerate(std::uint16_t id, int sig, int code, const std::string& comm, int pid) {
+  Bytes record(48, 0);
+  Put<std::uint16_t>(record, 0, id);
+  Put<std::int32_t>(record, 8, sig);
+  Put<std::int32_t>(record, 16, code);
+  std::memcpy(record.data() + 20, comm.c_str(), std::min<std::size_t>(comm.size(), 15));
+  Put<std::int32_t>(record, 36, pid);
+  return record;
+}
+
+// A page: header, then each record behind its event header (type_len = length / 4, or a
+// length word for a record over 112 bytes).
 inline Bytes Page(const std::vector<Bytes>& records) {
   Bytes page(16, 0);
   Put<std::uint64_t>(page, 0, 1'000'000);
   for (const auto& record : records) {
     const auto type_len = static_cast<std::uint32_t>(record.size() / 4);
-    Put<std::uint32_t>(page, page.size(), type_len | (10U << 5));
+    if (type_len <= 28) {
+      Put<std::uint32_t>(page, page.size(), type_len | (10U << 5));
+    } else {
+      // Past 112 bytes: type_len 0 and a length word (data + the word itself).
+      Put<std::uint32_t>(page, page.size(), 10U << 5);
+      Put<std::uint32_t>(page, page.size(), static_cast<std::uint32_t>(record.size() + 4));
+    }
     page.insert(page.end(), record.begin(), record.end());
   }
   Put<std::uint64_t>(page, 8, page.size() - 16);

@@ -1,15 +1,18 @@
 // TracefsSource on a fixture tree standing in for tracefs (format files of
 // a real 6.18 kernel, a per-CPU pipe that is a plain file of raw pages),
 // and, where this machine allows it, on a real private instance of the
-// real tracefs with a benign event (ftrace's print, through trace_marker):
-// real RAS events cannot be fired on demand.
+// real tracefs with a benign event (ftrace's print, through trace_marker)
+// and a SIGBUS this process sends itself: other real RAS events cannot be
+// fired on demand.
 
 #include "rasd/ras/tracefs_source.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/mount.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -54,8 +57,12 @@ class TracefsFixtureTest : public ::testing::Test {
     const fs::path instance = tracing_ / "instances" / name;
     fs::create_directories(instance);
     fs::copy(RASD_TRACEFS_FIXTURES "/events", instance / "events", fs::copy_options::recursive);
-    for (const char* event : {"mc_event", "arm_event", "non_standard_event"})
-      std::ofstream(instance / "events/ras" / event / "enable") << "0\n";
+    for (const auto& entry : fs::recursive_directory_iterator(instance / "events")) {
+      if (entry.path().filename() == "format")
+        std::ofstream(entry.path().parent_path() / "enable") << "0\n";
+      if (entry.path().filename() == "format")
+        std::ofstream(entry.path().parent_path() / "filter") << "none\n";
+    }
     std::ofstream(instance / "buffer_percent") << "50\n";
     for (int cpu = 0; cpu < 2; ++cpu) {
       const fs::path dir = instance / "per_cpu" / ("cpu" + std::to_string(cpu));
@@ -84,8 +91,18 @@ TEST_F(TracefsFixtureTest, EnablesTheEventsThisKernelHasAndDecodesEachCpusPages)
   auto source = TracefsSource::Open(host, "rasd", TracefsSource::RasEvents());
   ASSERT_TRUE(source.has_value()) << source.error().ToString();
   EXPECT_EQ((*source)->Events(),
-            (std::vector<std::string>{"ras/mc_event", "ras/arm_event", "ras/non_standard_event"}));
+            (std::vector<std::string>{
+                "ras/mc_event", "ras/arm_event", "ras/non_standard_event", "cxl/cxl_general_media",
+                "cxl/cxl_dram", "cxl/cxl_memory_module", "cxl/cxl_poison",
+                "cxl/cxl_aer_uncorrectable_error", "cxl/cxl_aer_correctable_error",
+                "cxl/cxl_overflow", "devlink/devlink_health_report", "signal/signal_generate"}));
+  EXPECT_EQ((*source)->Absent(),
+            (std::vector<std::string>{"ras/aer_event", "ras/memory_failure_event",
+                                      "ras/extlog_mem_event", "mce/mce_record"}))
+      << "events without a format are reported, not an error";
   EXPECT_EQ(ReadText(instance / "events/ras/mc_event/enable"), "1");
+  EXPECT_EQ(ReadText(instance / "events/signal/signal_generate/filter"), "sig == 7")
+      << "every signal of the machine is not rasd's";
   EXPECT_EQ(ReadText(instance / "buffer_percent"), "0") << "poll must wake for one event";
   ASSERT_EQ((*source)->CpuCount(), 2u);
 
@@ -208,6 +225,65 @@ TEST_F(RealTracefsTest, ReadsRealPagesFromAPrivateInstanceAndRemovesIt) {
 
   source->reset();
   EXPECT_FALSE(fs::exists(instance)) << "the instance is removed on exit";
+}
+
+// A SIGBUS with a memory-error code, sent by this process to itself (the
+// kernel lets a process give itself any si_code), goes through the real
+// kernel's signal_generate tracepoint and the filter rasd sets: the one
+// RAS event a test can fire on demand without touching the kernel log or
+// poisoning a page.
+TEST_F(RealTracefsTest, AMemoryErrorSigbusIsReadFromTheRealKernelAndOtherSignalsAreFiltered) {
+  common::HostEnv host("/", std::make_shared<common::SystemClock>());
+  const std::string name = "rasd-test-sigbus-" + std::to_string(::getpid());
+  auto source = TracefsSource::Open(host, name, {"signal/signal_generate"});
+  if (!source && source.error().code == ErrorCode::kNotFound)
+    GTEST_SKIP() << "this kernel has no signal:signal_generate: " << source.error().ToString();
+  ASSERT_TRUE(source.has_value()) << source.error().ToString();
+  ASSERT_EQ((*source)->Events(), std::vector<std::string>{"signal/signal_generate"})
+      << "absent: " << ((*source)->Absent().empty() ? "" : (*source)->Absent().front());
+
+  // Blocked, so that the signals wait instead of killing the test; taken
+  // back below, so that none is left pending.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGBUS);
+  sigaddset(&signals, SIGUSR2);
+  sigset_t old_mask;
+  ASSERT_EQ(::pthread_sigmask(SIG_BLOCK, &signals, &old_mask), 0);
+  auto send = [](int sig, int code) {
+    siginfo_t info{};
+    info.si_signo = sig;
+    info.si_code = code;
+    return ::syscall(SYS_rt_tgsigqueueinfo, ::getpid(), ::gettid(), sig, &info);
+  };
+  EXPECT_EQ(send(SIGUSR2, SI_QUEUE), 0) << std::strerror(errno);
+  EXPECT_EQ(send(SIGBUS, BUS_MCEERR_AO), 0) << std::strerror(errno);
+  // Traced too, though the first SIGBUS is still pending.
+  EXPECT_EQ(send(SIGBUS, BUS_ADRERR), 0) << std::strerror(errno);
+  std::vector<RasEvent> events;
+  std::vector<pollfd> fds;
+  for (std::size_t cpu = 0; cpu < (*source)->CpuCount(); ++cpu)
+    fds.push_back({(*source)->CpuFd(cpu), POLLIN, 0});
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (events.empty() && std::chrono::steady_clock::now() < deadline) {
+    (void)::poll(fds.data(), fds.size(), 200);
+    for (std::size_t cpu = 0; cpu < fds.size(); ++cpu) {
+      auto read = (*source)->ReadEvents(cpu);
+      events.insert(events.end(), read.begin(), read.end());
+    }
+  }
+  const timespec no_wait{};
+  while (::sigtimedwait(&signals, nullptr, &no_wait) > 0) {
+  }
+  ASSERT_EQ(::pthread_sigmask(SIG_SETMASK, &old_mask, nullptr), 0);
+
+  ASSERT_EQ(events.size(), 1u) << "only the memory-error SIGBUS is a RAS event";
+  EXPECT_EQ(events[0].origin, "memory_failure");
+  EXPECT_EQ(events[0].severity, Severity::kSrao);
+  EXPECT_EQ(events[0].pid, ::gettid()) << events[0].summary;
+  EXPECT_GE((*source)->GetStats().pages, 1u);
+  source->reset();
+  EXPECT_FALSE(fs::exists(fs::path("/sys/kernel/tracing/instances") / name));
 }
 
 }  // namespace

@@ -48,9 +48,14 @@ void TracefsAdapter::Open() {
   }
   std::string events;
   for (const auto& name : tracefs_->Events()) events += (events.empty() ? "" : ", ") + name;
-  RASD_LOG_INFO("tracefs source: {} ({} CPUs): {}", tracefs_->InstanceDir().string(),
-                tracefs_->CpuCount(), events);
-  state_ = {"active", tracefs_->InstanceDir().string() + ": " + events};
+  // Events this kernel lacks are facts about the kernel, not faults: said
+  // once, and in status.
+  std::string absent;
+  for (const auto& name : tracefs_->Absent()) absent += (absent.empty() ? "" : ", ") + name;
+  RASD_LOG_INFO("tracefs source: {} ({} CPUs): {}{}{}", tracefs_->InstanceDir().string(),
+                tracefs_->CpuCount(), events, absent.empty() ? "" : "; absent: ", absent);
+  state_ = {"active", fmt::format("{}: {}{}{}", tracefs_->InstanceDir().string(), events,
+                                  absent.empty() ? "" : "; absent: ", absent)};
 }
 
 void TracefsAdapter::Read(std::size_t cpu) {

@@ -33,6 +33,12 @@ bool WriteSmallFile(const std::filesystem::path& path, std::string_view text, in
 
 }  // namespace
 
+std::string_view TracefsSource::EventFilter(std::string_view event) {
+  // SIGBUS only: the decoder keeps its memory-error codes.
+  if (event == "signal/signal_generate") return "sig == 7";
+  return {};
+}
+
 const std::vector<std::string>& TracefsSource::RasEvents() {
   static const std::vector<std::string> kEvents = {"ras/mc_event",
                                                    "ras/aer_event",
@@ -40,7 +46,16 @@ const std::vector<std::string>& TracefsSource::RasEvents() {
                                                    "ras/non_standard_event",
                                                    "ras/memory_failure_event",
                                                    "ras/extlog_mem_event",
-                                                   "mce/mce_record"};
+                                                   "mce/mce_record",
+                                                   "cxl/cxl_general_media",
+                                                   "cxl/cxl_dram",
+                                                   "cxl/cxl_memory_module",
+                                                   "cxl/cxl_poison",
+                                                   "cxl/cxl_aer_uncorrectable_error",
+                                                   "cxl/cxl_aer_correctable_error",
+                                                   "cxl/cxl_overflow",
+                                                   "devlink/devlink_health_report",
+                                                   "signal/signal_generate"};
   return kEvents;
 }
 
@@ -108,16 +123,36 @@ Result<std::unique_ptr<TracefsSource>> TracefsSource::Open(const common::HostEnv
   if (!decoder) return Fail(decoder.error());
   source->decoder_ = std::move(*decoder);
 
+  for (const auto& name : events) {
+    if (std::find(source->decoder_->Loaded().begin(), source->decoder_->Loaded().end(), name) ==
+        source->decoder_->Loaded().end())
+      source->absent_.push_back(name);
+  }
   int error = 0;
   for (const auto& name : source->decoder_->Loaded()) {
     const auto enable = source->instance_dir_ / "events" / name / "enable";
-    if (!std::filesystem::exists(enable)) continue;  // ftrace's own events are always on
+    if (!std::filesystem::exists(enable)) {  // ftrace's own events are always on
+      source->events_.push_back(name);
+      continue;
+    }
+    // An event that fires for much more than RAS (every signal) is enabled
+    // only with the kernel's filter in place: unfiltered, it would flood
+    // the buffer and the loop.
+    if (const std::string_view filter = EventFilter(name); !filter.empty()) {
+      if (!WriteSmallFile(source->instance_dir_ / "events" / name / "filter", std::string(filter),
+                          &error)) {
+        source->absent_.push_back(
+            fmt::format("{} (filter not accepted: {})", name, std::strerror(error)));
+        continue;
+      }
+    }
     if (!WriteSmallFile(enable, "1", &error)) {
       return Fail(
           error == EACCES || error == EPERM ? ErrorCode::kPermissionDenied : ErrorCode::kIoError,
           fmt::format("enable {}: {}", enable.string(), std::strerror(error)));
     }
     source->enabled_.push_back(enable);
+    source->events_.push_back(name);
   }
   // Without this the kernel wakes a reader only when half the buffer is full.
   if (const auto percent = source->instance_dir_ / "buffer_percent";

@@ -54,8 +54,13 @@ class TraceRecord {
 // formats, never hard-coded (they differ between kernels).
 //
 // Decoded: ras:mc_event (EDAC; class from error_type), ras:arm_event and
-// ras:non_standard_event (GHES severity). Other events in a page are
-// skipped. Not thread-safe.
+// ras:non_standard_event (GHES severity), the cxl: events of
+// drivers/cxl/core/trace.h (media, DRAM, memory module, poison list, RAS
+// capability errors, log overflow: origin "cxl", the host page where the
+// device address maps to one), devlink:devlink_health_report (origin
+// "mlx5" for mlx5 reporters) and signal:signal_generate for SIGBUS with a
+// memory-error code (origin "memory_failure", the process it kills).
+// Other events in a page are skipped. Not thread-safe.
 class TraceEventDecoder {
  public:
   // `events_dir` is a tracefs "events" directory (or a copy of one): its

@@ -49,7 +49,13 @@ class TracefsSource {
 
   const std::filesystem::path& InstanceDir() const { return instance_dir_; }
   // The "system/event" names enabled (or, for ftrace's own events, present).
-  const std::vector<std::string>& Events() const { return decoder_->Loaded(); }
+  const std::vector<std::string>& Events() const { return events_; }
+  // Those asked for that this kernel lacks (no format: CXL events on a
+  // kernel without CONFIG_CXL_BUS), or that could not be enabled as rasd
+  // needs them (with why): reported, not an error.
+  const std::vector<std::string>& Absent() const { return absent_; }
+  // The tracefs filter `event` is enabled with ("" for none).
+  static std::string_view EventFilter(std::string_view event);
   // One non-blocking trace_pipe_raw descriptor per CPU, for poll().
   std::size_t CpuCount() const { return pipes_.size(); }
   int CpuFd(std::size_t index) const { return pipes_[index].Get(); }
@@ -80,6 +86,8 @@ class TracefsSource {
   bool created_ = false;                        // by us: removed on exit
   std::vector<std::filesystem::path> enabled_;  // enable files written with "1"
   std::unique_ptr<TraceEventDecoder> decoder_;
+  std::vector<std::string> events_;
+  std::vector<std::string> absent_;
   std::vector<common::UniqueFd> pipes_;
   std::vector<std::uint8_t> buffer_;
   std::size_t page_size_ = 4096;
