@@ -354,9 +354,11 @@ void AddRasKeys(std::vector<ConfigKey>& keys) {
   keys.push_back(Row("ras.tracefs", kRestart, RASD_CONFIG_FIELD(ras.tracefs), Bool(),
                      "follow the RAS tracepoints (`ras:mc_event`, `aer_event`, `arm_event`, "
                      "`non_standard_event`, `memory_failure_event`, `extlog_mem_event`, "
-                     "`mce:mce_record`, those the kernel has) in a private tracing instance, "
-                     "removed on exit (needs root and a mounted tracefs; otherwise logged and "
-                     "left out)"));
+                     "`mce:mce_record`, the seven `cxl:` memory-device events, "
+                     "`devlink:devlink_health_report`, `signal:signal_generate` filtered to "
+                     "SIGBUS; those the kernel has, the others listed as absent in `status`) in "
+                     "a private tracing instance, removed on exit (needs root and a mounted "
+                     "tracefs; otherwise logged and left out)"));
   keys.push_back(Row("ras.tracefs_instance", kRestart, RASD_CONFIG_FIELD(ras.tracefs_instance),
                      Text("name: letters, digits, `-`, `_` (1 to 64)",
                           [](const std::string& name) {

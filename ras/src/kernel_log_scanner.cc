@@ -352,6 +352,7 @@ enum Family : std::uint32_t {
   kMceContinuation = 1U << 10,
   kAerContinuation = 1U << 11,
   kEdacTrace = 1U << 12,  // "mc_event": also kEdac
+  kDevices = 1U << 13,    // habanalabs, mlx5
 };
 
 using Word = std::pair<std::string_view, std::uint32_t>;
@@ -412,6 +413,14 @@ constexpr Word kFamilyWords[] = {
     {"context corrupt", kMce},
     {"Device_Absent", kAscend},
     {"PCI-Express Device Error", kAer},
+    {"system exception code", kAscend},
+    {"ECC Errors", kNvidia},
+    {"Retired Pages", kNvidia},
+    {"Retired pages", kNvidia},
+    {"Remapped Rows", kNvidia},
+    {"habanalabs", kDevices},
+    {"HL-SMI", kDevices},
+    {"mlx5_core", kDevices},
     {"error: ", kReports},
     {"error(s)", kReports},
 };
@@ -508,7 +517,8 @@ bool KernelLogScanner::NeedsEveryLine() const {
   // DecodeLine's conditions for decoding a line without a word of its own.
   return !nvidia_pending_bdf_.empty() || (!section_.empty() && IsOpen(BlockKind::kReport)) ||
          ((checkmk_section_ || !sysfs_pending_path_.empty()) && IsOpen(BlockKind::kSysfs)) ||
-         IsOpen(BlockKind::kMcelog) || IsOpen(BlockKind::kNpuSmi);
+         IsOpen(BlockKind::kMcelog) || IsOpen(BlockKind::kNpuSmi) || IsOpen(BlockKind::kHlSmi) ||
+         IsOpen(BlockKind::kNvidiaSmi);
 }
 
 bool KernelLogScanner::InSyncWith(const KernelLogScanner& other) const {
@@ -607,6 +617,8 @@ void KernelLogScanner::DecodeLine(std::string_view raw_line, std::uint32_t famil
   // own must be in NeedsEveryLine too.)
   if (IsOpen(BlockKind::kMcelog)) families |= kMce;
   if (IsOpen(BlockKind::kNpuSmi)) families |= kAscend;
+  if (IsOpen(BlockKind::kHlSmi)) families |= kDevices;
+  if (IsOpen(BlockKind::kNvidiaSmi)) families |= kNvidia;
   if ((families & kMceContinuation) != 0 && IsOpen(BlockKind::kMce)) families |= kMce;
   if ((families & kAerContinuation) != 0 && IsOpen(BlockKind::kAer)) families |= kAer;
   line_has_mc_event_ = (families & kEdacTrace) != 0;
@@ -625,6 +637,8 @@ void KernelLogScanner::DecodeLine(std::string_view raw_line, std::uint32_t famil
       {kNvidia, &KernelLogScanner::ScanNvidia},
       {kAmdgpu, &KernelLogScanner::ScanAmdgpu},
       {kAscend, &KernelLogScanner::ScanAscend},
+      {kDevices, &KernelLogScanner::ScanHabanalabs},
+      {kDevices, &KernelLogScanner::ScanMlx5},
       {kReports, &KernelLogScanner::ScanRasdaemon},
       {kSysfs, &KernelLogScanner::ScanSysfs},
   };

@@ -439,6 +439,26 @@ bool StripRfc5424(std::string_view& text, std::string_view& producer) {
   return true;
 }
 
+// talosctl dmesg: "<node>: kern: warning: [2026-04-22T21:27:51.291660856Z]: msg".
+bool StripTalosPrefix(std::string_view& text) {
+  const std::string_view node = FirstToken(text);
+  if (node.size() < 2 || node.back() != ':') return false;
+  std::string_view rest = AfterToken(text);
+  const std::string_view facility = FirstToken(rest);
+  if (facility != "kern:" && facility != "user:" && facility != "daemon:") return false;
+  rest = AfterToken(rest);
+  static constexpr std::string_view kLevels[] = {
+      "emerg:", "alert:", "crit:", "err:", "warning:", "notice:", "info:", "debug:"};
+  const std::string_view level = FirstToken(rest);
+  if (std::find(std::begin(kLevels), std::end(kLevels), level) == std::end(kLevels)) return false;
+  rest = AfterToken(rest);
+  if (!rest.starts_with("[")) return false;
+  const std::size_t close = rest.find("]: ");
+  if (close == std::string_view::npos || close > 40) return false;
+  text = rest.substr(close + 3);
+  return true;
+}
+
 // "/hisi_logs/device-2/.../kbox.txt:2014[2454.830692] ..." as grep -n prints.
 bool StripGrepPrefix(std::string_view& text, std::string_view& producer) {
   if (text.empty() || text.front() != '/') return false;
@@ -575,7 +595,7 @@ LogLine SplitLogLine(std::string_view raw, bool find_anchor) {
       continue;
     }
     if (StripKmsgHeader(text) || StripGrepPrefix(text, line.producer) || StripJournalField(text) ||
-        StripDmesgDecode(text)) {
+        StripDmesgDecode(text) || StripTalosPrefix(text)) {
       continue;
     }
     if (StripBracketStamp(text)) {

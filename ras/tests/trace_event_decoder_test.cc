@@ -72,7 +72,7 @@ TEST(TraceEventDecoderTest, DecodesMcEventsAndGhesEventsFromARawPage) {
   EXPECT_EQ(events[0].source, "tracefs");
   EXPECT_EQ(events[1].severity, Severity::kUce);
   EXPECT_EQ(events[1].address, Address::Of(0x9ffff000));
-  EXPECT_EQ(events[2].origin, "ghes");
+  EXPECT_EQ(events[2].origin, "arm");
   EXPECT_EQ(events[2].severity, Severity::kFatal);
 }
 

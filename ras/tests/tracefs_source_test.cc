@@ -114,7 +114,7 @@ TEST_F(TracefsFixtureTest, EnablesTheEventsThisKernelHasAndDecodesEachCpusPages)
   EXPECT_EQ(events[0].severity, Severity::kCe);
   EXPECT_EQ(events[0].count, 2u);
   EXPECT_EQ(events[0].mc, 3);
-  EXPECT_EQ(events[1].origin, "ghes");
+  EXPECT_EQ(events[1].origin, "arm");
   EXPECT_EQ(events[1].severity, Severity::kUce);
   EXPECT_EQ(events[2].address, Address::Of(0x8000));
   EXPECT_TRUE((*source)->ReadEvents(1).empty());

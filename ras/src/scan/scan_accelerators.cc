@@ -3,6 +3,9 @@
 // docs/architecture.md and tests/data/README.md; the daemon's config tables
 // (ras.codes.nvidia_xid, ras.codes.ascend) override them, also on reload.
 
+#include <fmt/format.h>
+
+#include <algorithm>
 #include <array>
 #include <cctype>
 #include <optional>
@@ -81,8 +84,143 @@ std::optional<Address> XidAddress(int xid, std::string_view text) {
 
 }  // namespace
 
+namespace {
+
+// NVSwitch SXids as the Fabric Manager guide (DU-09883-001, appendix D)
+// classes them, for a line that prints no word of its own (the "Data
+// {...}" line of an event): fatal to a partition or to the fabric;
+// corrected in hardware (single-bit ECC, TX replay); to be ignored (22013,
+// a MINION link DLREQ interrupt).
+bool SxidIsFatal(int sxid) {
+  static constexpr int kFatal[] = {
+      11001, 11009, 11013, 11018, 11019, 11020, 12001, 12002, 12020, 12022, 12024, 12025,
+      12026, 12027, 12030, 12031, 12032, 14017, 15001, 15006, 15009, 15010, 15012, 15013,
+      19047, 19048, 19054, 19056, 19058, 19060, 19061, 19063, 19064, 19066, 19067, 19069,
+      19070, 20034, 22003, 22011, 22012, 24004, 24005, 24006, 24007, 10003};
+  if (sxid >= 23001 && sxid <= 23017) return true;
+  return std::find(std::begin(kFatal), std::end(kFatal), sxid) != std::end(kFatal);
+}
+
+bool SxidIsCorrected(int sxid) {
+  static constexpr int kCorrected[] = {11012, 11021, 11022, 11023, 12021, 12023, 15008,
+                                       15011, 19049, 19055, 19057, 19059, 19062, 19065,
+                                       19068, 19071, 24001, 24002, 24003, 20001};
+  return std::find(std::begin(kCorrected), std::end(kCorrected), sxid) != std::end(kCorrected);
+}
+
+Severity SxidCatalogueSeverity(int sxid) {
+  if (sxid == 22013) return Severity::kInfo;
+  if (SxidIsFatal(sxid)) return Severity::kFatal;
+  if (SxidIsCorrected(sxid)) return Severity::kCe;
+  return Severity::kUce;
+}
+
+// The GSP firmware or the GPU's boot failing (kernel_gsp.c,
+// kernel_gsp_tu102.c, osinit.c): the GPU is unusable until reset.
+bool IsGspFailure(std::string_view body) {
+  return (Contains(body, "eartbeat timed out") && !Contains(body, "not timed out")) ||
+         Contains(body, "Back to back GSP RPC timeout") || Contains(body, "marked for reset") ||
+         Contains(body, "failed to wait for GFW") || Contains(body, "Cannot initialize GSP") ||
+         Contains(body, "Rate limiting GSP RPC error prints") || Contains(body, "PMU has halted");
+}
+
+}  // namespace
+
+// nvidia-nvswitch (src/common/nvswitch, NVSWITCH_PRINT_SXID):
+// "nvidia-nvswitch3: SXid (PCI:0000:05:00.0): 12028, Non-fatal, Link 32
+// ...", then "..., Severity 1 Engine instance ..." and "..., Data {...}" for
+// the same event. The printed word decides (Fatal, Non-fatal,
+// Correctable; Severity 1 fatal, 0 not); the Data line alone takes the
+// catalogue's class.
+bool KernelLogScanner::ScanNvswitch(const LogLine& line) {
+  const std::string_view text = line.text;
+  const std::size_t at = text.find("SXid (PCI:");
+  const std::size_t close = text.find(')', at);
+  if (close == std::string_view::npos) return false;
+  const std::string_view bdf = text.substr(at + 10, close - at - 10);
+  std::string_view rest = TrimView(text.substr(close + 1));
+  if (StartsWith(rest, ":")) rest = TrimView(rest.substr(1));
+  const auto sxid = ParseNumber(rest.substr(0, rest.find(',')));
+  if (!sxid || !IsPciBdf(bdf)) return false;
+  const int code = static_cast<int>(*sxid);
+  const std::string_view detail = TrimView(rest.substr(std::min(rest.size(), rest.find(',') + 1)));
+  Severity severity = SxidCatalogueSeverity(code);
+  if (StartsWith(detail, "Fatal") || StartsWith(detail, "Severity 1")) {
+    severity = Severity::kFatal;
+  } else if (StartsWith(detail, "Correctable")) {
+    severity = Severity::kCe;
+  } else if ((StartsWith(detail, "Non-fatal") || StartsWith(detail, "Severity 0")) &&
+             severity == Severity::kFatal) {
+    severity = Severity::kUce;  // the driver says the fabric survives it
+  }
+  const std::string event = fmt::format("{}/{}", bdf, code);
+  const std::size_t index = JoinDeviceRecord(BlockKey::Device(BlockKind::kNvswitch, event),
+                                             "nvswitch", line, severity, /*notice=*/false, bdf);
+  Record(index).xid = code;
+  return true;
+}
+
+// `nvidia-smi -q`'s memory sections: "ECC Errors" (Volatile, Aggregate),
+// "Retired Pages", "Remapped Rows", "key : value" rows under them. Any
+// corrected count above 0 is CE, any uncorrected one UCE, a failed remap
+// (no spare row left) FATAL.
+bool KernelLogScanner::ScanNvidiaSmiQuery(const LogLine& line) {
+  const std::string_view text = line.text;
+  const bool heading = text == "ECC Errors" || text == "Retired Pages" || text == "Retired pages" ||
+                       text == "Remapped Rows";
+  auto block = OpenBlock(BlockKind::kNvidiaSmi);
+  if (heading) {
+    if (block) {
+      Attach(*block, line);
+    } else {
+      OpenAs(BlockKind::kNvidiaSmi,
+             NewRecord("nvidia_xid", line, Severity::kInfo, /*notice=*/true));
+    }
+    return true;
+  }
+  if (!block) return false;
+  const std::size_t colon = text.find(':');
+  if (colon == std::string_view::npos) {
+    // A sub-heading ("Volatile", "Bank Remap Availability Histogram").
+    const bool words_only = std::all_of(text.begin(), text.end(), [](char c) {
+      return std::isalpha(static_cast<unsigned char>(c)) != 0 || c == ' ' || c == '-';
+    });
+    if (words_only && !text.empty() && text.size() < 48) {
+      Attach(*block, line);
+      return true;
+    }
+    CloseBlock(BlockKind::kNvidiaSmi);
+    return false;
+  }
+  const std::string_view key = TrimView(text.substr(0, colon));
+  const std::string_view value = TrimView(text.substr(colon + 1));
+  const bool one_value = value.find(' ') == std::string_view::npos || Contains(value, "bank");
+  if (key.empty() || key.size() > 48 || !one_value) {
+    CloseBlock(BlockKind::kNvidiaSmi);
+    return false;
+  }
+  Attach(*block, line);
+  ScannedRecord& record = Record(*block);
+  auto raise = [&record](Severity severity) {
+    if (severity <= record.severity) return;
+    record.severity = severity;
+    record.notice = false;
+  };
+  const auto count = ParseNumber(value);
+  const bool uncorrected = Contains(key, "Uncorrectable") || Contains(key, "Double Bit");
+  const bool corrected =
+      !uncorrected && (Contains(key, "Correctable") || Contains(key, "Single Bit"));
+  if (count && *count > 0 && uncorrected) raise(Severity::kUce);
+  if (count && *count > 0 && corrected) raise(Severity::kCe);
+  if (value == "Yes" && Contains(key, "Remapping Failure")) raise(Severity::kFatal);
+  if (value == "Yes" && Contains(key, "Threshold Exceeded")) raise(Severity::kUce);
+  return true;
+}
+
 bool KernelLogScanner::ScanNvidia(const LogLine& line) {
   const std::string_view text = line.text;
+  if (Contains(text, "SXid (PCI:")) return ScanNvswitch(line);
+  if (ScanNvidiaSmiQuery(line)) return true;
   // In a live record the words must be the driver's own, not quoted data.
   if (Contains(text, "GPU has fallen off the bus") && !StartsWith(text, "NVRM: ") &&
       (!anchored_ || StartsWith(text, "nvidia") || StartsWith(text, "GPU "))) {
@@ -102,8 +240,17 @@ bool KernelLogScanner::ScanNvidia(const LogLine& line) {
     const auto xid = ParseNumber(rest);
     if (!xid) return false;
     const std::string_view detail = rest.substr(std::min(rest.size(), rest.find(',') + 1));
-    const std::size_t index =
-        NewRecord("nvidia_xid", line, XidSeverity(*codes_, static_cast<int>(*xid), detail));
+    const Severity severity = XidSeverity(*codes_, static_cast<int>(*xid), detail);
+    std::size_t index = 0;
+    // The Xid of a GSP failure printed just before names its GPU and code.
+    if (auto gsp = OpenBlock(BlockKind::kGsp); gsp && !Record(*gsp).xid) {
+      index = *gsp;
+      CloseBlock(BlockKind::kGsp);
+      Attach(index, line);
+      Raise(Record(index), severity);
+    } else {
+      index = NewRecord("nvidia_xid", line, severity);
+    }
     ScannedRecord& record = Record(index);
     record.xid = static_cast<int>(*xid);
     record.pci_bdf = std::string(bdf);
@@ -120,10 +267,13 @@ bool KernelLogScanner::ScanNvidia(const LogLine& line) {
     return true;
   }
   if (StartsWith(body, "GPU ") && Contains(body, "RmInitAdapter failed")) {
-    const std::size_t index = NewRecord("nvidia_xid", line, Severity::kFatal);
+    // After "Cannot initialize GSP firmware RM" it names that failure's GPU.
+    auto gsp = OpenBlock(BlockKind::kGsp);
+    const std::size_t index = gsp ? *gsp : NewRecord("nvidia_xid", line, Severity::kFatal);
+    if (gsp) Attach(index, line);
     std::string_view bdf = WordAfter(body, "GPU ", " ");
     if (!bdf.empty() && bdf.back() == ':') bdf.remove_suffix(1);
-    if (IsPciBdf(bdf)) Record(index).pci_bdf = std::string(bdf);
+    if (IsPciBdf(bdf) && !Record(index).pci_bdf) Record(index).pci_bdf = std::string(bdf);
     return true;
   }
   if (StartsWith(body, "The NVIDIA GPU ")) {
@@ -141,6 +291,26 @@ bool KernelLogScanner::ScanNvidia(const LogLine& line) {
     return true;
   }
   if (Contains(body, "installed in this system has")) return true;  // middle line of the above
+  std::string_view named = WordAfter(body, "GPU at PCI:");
+  if (named.empty()) named = WordAfter(body, "GPU ", " ");
+  if (!named.empty() && named.back() == ':') named.remove_suffix(1);
+  if (IsGspFailure(body)) {
+    // The dumps that follow (core dump, RPC history, failed checks) and
+    // the Xid the driver raises for it belong to this record.
+    auto open = OpenBlock(BlockKind::kGsp);
+    const std::size_t index = open ? *open : NewRecord("nvidia_xid", line, Severity::kFatal);
+    if (open) {
+      Attach(index, line);
+      Raise(Record(index), Severity::kFatal);
+    }
+    if (IsPciBdf(named) && !Record(index).pci_bdf) Record(index).pci_bdf = std::string(named);
+    OpenAs(BlockKind::kGsp, index);
+    return true;
+  }
+  if (auto open = OpenBlock(BlockKind::kGsp)) {
+    Attach(*open, line);
+    return true;
+  }
   const std::size_t index = NewRecord("nvidia_xid", line, Severity::kInfo, /*notice=*/true);
   if (StartsWith(body, "GPU at PCI:")) {
     std::string_view bdf = WordAfter(body, "GPU at PCI:");
@@ -167,6 +337,7 @@ bool KernelLogScanner::ScanAmdgpu(const LogLine& line) {
       return true;
     }
   }
+  if (StartsWith(text, "[drm:") && Contains(text, "*ERROR*")) return ScanAmdgpuDrmError(line);
   if (!StartsWith(text, "amdgpu ")) return false;
   std::string_view bdf = WordAfter(text, "amdgpu ", " ");
   if (!bdf.empty() && bdf.back() == ':') bdf.remove_suffix(1);
@@ -223,10 +394,84 @@ bool KernelLogScanner::ScanAmdgpu(const LogLine& line) {
       return true;
     }
   }
+  if (ScanAmdgpuRecovery(line, body, bdf)) return true;
   if (Contains(body, "ECC is active") || Contains(body, "RAS") || Contains(body, "ras ") ||
       Contains(body, "GPU reset")) {
     const std::size_t index = NewRecord("amdgpu", line, Severity::kInfo, /*notice=*/true);
     Record(index).pci_bdf = std::string(bdf);
+    return true;
+  }
+  return false;
+}
+
+namespace {
+
+// A scheduler timeout (amdgpu_job_timedout): "ring gfx_0.0.0 timeout,
+// signaled seq=..., emitted seq=...", also "..., but soft recovered".
+bool IsRingTimeout(std::string_view body) {
+  return (StartsWith(body, "ring ") && Contains(body, " timeout")) ||
+         Contains(body, "job timeout") ||
+         (StartsWith(body, "Ring ") && Contains(body, "reset failure"));
+}
+
+// The recovery and init paths' words for a GPU the driver could not bring
+// back (amdgpu_device_gpu_recover, amdgpu_do_asic_reset, amdgpu_device_init,
+// the SMU reading all ones from a device gone from the bus).
+bool IsGpuLost(std::string_view body) {
+  return (StartsWith(body, "GPU reset(") && Contains(body, "failed")) ||
+         Contains(body, "GPU Recovery Failed") || Contains(body, "GPU reset end with ret") ||
+         Contains(body, "ASIC reset failed") || Contains(body, "Fatal error during GPU init") ||
+         Contains(body, "ip_init failed") || Contains(body, "ip_resume failed") ||
+         Contains(body, "resume of IP block") || Contains(body, "device unplugged") ||
+         Contains(body, "SMU is in hanged state") || Contains(body, "response:0xFFFFFFFF") ||
+         Contains(body, "device inaccessible");
+}
+
+}  // namespace
+
+// amdgpu's DRM_ERROR lines carry no device: "[drm:amdgpu_job_timedout
+// [amdgpu]] *ERROR* ring sdma0 timeout, ...". A timeout waits for the
+// reset line that names its device.
+bool KernelLogScanner::ScanAmdgpuDrmError(const LogLine& line) {
+  const std::string_view text = line.text;
+  if (!Contains(text, "amdgpu")) return false;
+  const std::string_view body = TrimView(text.substr(text.find("*ERROR*") + 7));
+  const BlockKey unnamed{BlockKind::kAmdgpuHang, 0};
+  if (IsRingTimeout(body)) {
+    JoinDeviceRecord(unnamed, "amdgpu", line, Severity::kUce, /*notice=*/false, {});
+    return true;
+  }
+  if (auto open = OpenBlock(unnamed)) {
+    Attach(*open, line);
+    return true;
+  }
+  if (Contains(body, "failed") || Contains(body, "Failed")) {
+    NewRecord("amdgpu", line, Severity::kUce);  // an IP block that did not start
+    return true;
+  }
+  return false;
+}
+
+// A ring timeout and the reset it leads to are one record: UCE while the
+// reset brings the GPU back, FATAL when it fails or the GPU is lost.
+bool KernelLogScanner::ScanAmdgpuRecovery(const LogLine& line, std::string_view body,
+                                          std::string_view bdf) {
+  const BlockKey hang{BlockKind::kAmdgpuHang, BlockKey::Amdgpu(bdf).sub};
+  const BlockKey unnamed{BlockKind::kAmdgpuHang, 0};
+  // A timeout printed without the device: this is the device.
+  if (auto pending = OpenBlock(unnamed)) {
+    CloseBlock(unnamed);
+    if (!Record(*pending).pci_bdf) Record(*pending).pci_bdf = std::string(bdf);
+    OpenAs(hang, *pending);
+  }
+  const bool lost = IsGpuLost(body);
+  if (IsRingTimeout(body) || lost) {
+    JoinDeviceRecord(hang, "amdgpu", line, lost ? Severity::kFatal : Severity::kUce,
+                     /*notice=*/false, bdf);
+    return true;
+  }
+  if (auto open = OpenBlock(hang)) {
+    Attach(*open, line);  // the reset's progress, the process it names
     return true;
   }
   return false;
@@ -326,13 +571,8 @@ bool KernelLogScanner::ScanNpuSmiTable(const LogLine& line) {
     npu_chips_ = 0;
     return true;
   }
-  auto block = OpenBlock(BlockKind::kNpuSmi);
+  auto block = ContinueTable(BlockKind::kNpuSmi, line);
   if (!block) return false;
-  if (!StartsWith(text, "|") && !StartsWith(text, "+")) {
-    CloseBlock(BlockKind::kNpuSmi);
-    return false;
-  }
-  Attach(*block, line);
   if (!StartsWith(text, "|")) return true;
   ScannedRecord& record = Record(*block);
   const auto [first, second] = FirstCells(text);
@@ -344,17 +584,33 @@ bool KernelLogScanner::ScanNpuSmiTable(const LogLine& line) {
   if (npu_row_health_ && IsPciBdf(second)) {
     const Severity health = *npu_row_health_;
     npu_row_health_.reset();
-    if (health > record.severity || (npu_chips_ == 1 && !record.pci_bdf)) {
-      record.pci_bdf = std::string(second);
-    } else if (npu_chips_ > 1 && record.severity == Severity::kInfo) {
-      record.pci_bdf.reset();  // several healthy chips: none is the record's
-    }
-    if (health > record.severity) {
-      record.severity = health;
-      record.notice = false;
-    }
+    AddTableDevice(record, health, second, npu_chips_);
   }
   return true;
+}
+
+std::optional<std::size_t> KernelLogScanner::ContinueTable(BlockKind kind, const LogLine& line) {
+  auto block = OpenBlock(kind);
+  if (!block) return std::nullopt;
+  if (!StartsWith(line.text, "|") && !StartsWith(line.text, "+")) {
+    CloseBlock(kind);
+    return std::nullopt;
+  }
+  Attach(*block, line);
+  return block;
+}
+
+void KernelLogScanner::AddTableDevice(ScannedRecord& record, Severity health, std::string_view bdf,
+                                      std::size_t devices) {
+  if (health > record.severity || (devices == 1 && !record.pci_bdf)) {
+    record.pci_bdf = std::string(bdf);
+  } else if (devices > 1 && record.severity == Severity::kInfo) {
+    record.pci_bdf.reset();  // several healthy devices: none is the table's
+  }
+  if (health > record.severity) {
+    record.severity = health;
+    record.notice = false;
+  }
 }
 
 bool KernelLogScanner::ScanAscend(const LogLine& line) {
@@ -363,6 +619,14 @@ bool KernelLogScanner::ScanAscend(const LogLine& line) {
   // A live kernel record is the Ascend driver's only when it says so.
   if (anchored_ && !driver_line && !StartsWith(text, "[drv api]")) return false;
   if (ScanNpuSmiTable(line)) return true;
+  if (Contains(text, "system exception code [")) {
+    // The device black box (history.log): "system exception code
+    // [0x68020002]: ModuleName [DRIVER],ExceptionReason[DEVICE HBL
+    // EXCEPTION]": HBL is the heartbeat lost.
+    const bool heartbeat = Contains(text, "HBL") || Contains(text, "HEARTBEAT");
+    NewRecord("ascend", line, heartbeat ? Severity::kFatal : Severity::kUce);
+    return true;
+  }
   if (Contains(text, "lost heartbeat") || Contains(text, "Device_Absent")) {
     // CANN's EL0001 "Device_Absent/Abnormal": the device is gone like a lost heartbeat.
     NewRecord("ascend", line, Severity::kFatal);

@@ -68,7 +68,7 @@ constexpr std::array<TraceEvent, 4> kTraceEvents = {{
     {"aer_event: ", "aer"},
     {"extlog_mem_event: ", "mce"},
     {"non_standard_event: ", "ghes"},
-    {"arm_event: ", "ghes"},
+    {"arm_event: ", "arm"},
 }};
 
 // The value of a "status=" field ("status=0x8c00...", "status= bd80..."),

@@ -367,7 +367,9 @@ std::vector<RasEvent> TraceEventDecoder::DecodePage(std::span<const std::uint8_t
                                     SeverityName(decoded.severity), message.empty() ? "" : ": ",
                                     message, label, detail.empty() ? "" : " ", detail);
     } else if (name == "ras:arm_event" || name == "ras:non_standard_event") {
-      decoded.origin = "ghes";
+      // An ARM processor error record is the CPU's own report; a
+      // non-standard section is firmware's, in a CPER record.
+      decoded.origin = name == "ras:arm_event" ? "arm" : "ghes";
       const auto sev = record.Number("sev").value_or(0);
       decoded.severity = GhesSeverity(sev);
       decoded.summary =

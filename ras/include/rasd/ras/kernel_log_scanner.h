@@ -23,8 +23,8 @@ namespace rasd::ras {
 // (a GHES/CPER block, an MCE decode, an AER header with its details); they
 // are kept in `lines`.
 struct ScannedRecord {
-  std::string origin;  // edac | mce | ghes | aer | memory_failure | nvidia_xid | amdgpu | ascend |
-                       // rasdaemon | sysfs
+  std::string origin;  // edac | mce | ghes | aer | memory_failure | nvidia_xid | nvswitch |
+                       // amdgpu | ascend | habanalabs | mlx5 | arm | rasdaemon | sysfs
   Severity severity = Severity::kInfo;
   bool notice = false;      // a status or boot notice, not an error report
   bool historical = false;  // describes a previous boot (BERT)
@@ -155,13 +155,20 @@ class KernelLogScanner {
   bool ScanAer(const LogLine& line);
   bool ScanAerBox(const LogLine& line);
   bool ScanNvidia(const LogLine& line);
+  bool ScanNvswitch(const LogLine& line);
+  bool ScanNvidiaSmiQuery(const LogLine& line);
   bool ScanAmdgpu(const LogLine& line);
   bool ScanAcaDump(const LogLine& line, std::string_view body, std::string_view bdf);
+  bool ScanAmdgpuDrmError(const LogLine& line);
+  bool ScanAmdgpuRecovery(const LogLine& line, std::string_view body, std::string_view bdf);
   bool ScanAscend(const LogLine& line);
   bool ScanNpuSmiTable(const LogLine& line);
   bool ScanRasdaemon(const LogLine& line);
   bool ScanErrorCountRow(const LogLine& line, std::size_t block);
   bool ScanSysfs(const LogLine& line);
+  bool ScanHabanalabs(const LogLine& line);
+  bool ScanHlSmiTable(const LogLine& line);
+  bool ScanMlx5(const LogLine& line);
 
   // Starts a record; the index stays valid until the record is taken.
   std::size_t NewRecord(std::string origin, const LogLine& line, Severity severity,
@@ -180,11 +187,17 @@ class KernelLogScanner {
     kReport,   // a rasdaemon or mcelog report section
     kSysfs,
     kAmdSmi,
-    kMcelog,  // mcelog's multi-line report of one machine check
-    kNpuSmi,  // an `npu-smi info` table
-    kAca,     // sub-key: the device's PCI address; an amdgpu ACA register dump
+    kMcelog,      // mcelog's multi-line report of one machine check
+    kNpuSmi,      // an `npu-smi info` table
+    kAca,         // sub-key: the device's PCI address; an amdgpu ACA register dump
+    kDevice,      // sub-key: a device's name; one driver's lines about it (habanalabs, mlx5)
+    kHlSmi,       // an `hl-smi` table
+    kAmdgpuHang,  // sub-key: the device's PCI address; a ring timeout and its reset
+    kNvswitch,    // sub-key: switch and SXid; the lines of one SXid event
+    kNvidiaSmi,   // `nvidia-smi -q`'s memory sections
+    kGsp,         // a GSP failure and the dumps and Xid that follow it
   };
-  static constexpr std::size_t kBlockKinds = 11;
+  static constexpr std::size_t kBlockKinds = 17;
   struct BlockKey {
     // A kind with one block at a time.
     BlockKey(BlockKind block_kind) : kind(block_kind) {}  // NOLINT(google-explicit-constructor)
@@ -194,6 +207,9 @@ class KernelLogScanner {
     static BlockKey Ghes(std::string_view id);
     // An amdgpu device's block by its address, as IsPciBdf accepts it.
     static BlockKey Amdgpu(std::string_view bdf);
+    // A device's block by its name as the driver prints it ("hl2",
+    // "0000:41:00.0"), case-insensitively.
+    static BlockKey Device(BlockKind kind, std::string_view device);
     BlockKind kind;
     std::uint64_t sub = 0;
   };
@@ -210,6 +226,18 @@ class KernelLogScanner {
     if (line_position_ != 0) record.last_position = line_position_;
   }
   static void Raise(ScannedRecord& record, Severity severity);
+  // The line joins the open record under `key` (raising its class, and
+  // naming it by its first error line), or starts one; `bdf`, when given,
+  // names the record's device if nothing did before.
+  std::size_t JoinDeviceRecord(BlockKey key, const char* origin, const LogLine& line,
+                               Severity severity, bool notice, std::string_view bdf);
+  // The open table of `kind` that `line` (a "|" or "+" row) continues, with
+  // the line attached; a line of another shape closes it.
+  std::optional<std::size_t> ContinueTable(BlockKind kind, const LogLine& line);
+  // A device row of a status table (npu-smi, hl-smi): the table's class is
+  // its worst device's and so is its address (or the only device's).
+  static void AddTableDevice(ScannedRecord& record, Severity health, std::string_view bdf,
+                             std::size_t devices);
   // Resolves what a block could only decide once it was complete: the
   // memory controller of a report section, an AER device known only by id.
   void Resolve(std::size_t index);
@@ -250,6 +278,7 @@ class KernelLogScanner {
   std::string nvidia_pending_bdf_;
   std::optional<Severity> npu_row_health_;  // an npu-smi chip row waiting for its Bus-Id row
   std::size_t npu_chips_ = 0;
+  std::size_t hl_smi_cards_ = 0;
   std::string section_;  // current rasdaemon or mcelog report section
   bool checkmk_section_ = false;
   std::string sysfs_pending_path_;
