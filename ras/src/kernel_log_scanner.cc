@@ -353,6 +353,7 @@ enum Family : std::uint32_t {
   kAerContinuation = 1U << 11,
   kEdacTrace = 1U << 12,  // "mc_event": also kEdac
   kDevices = 1U << 13,    // habanalabs, mlx5
+  kPlatform = 1U << 14,   // CXL, ARM records, reset reasons, block errors, devlink
 };
 
 using Word = std::pair<std::string_view, std::uint32_t>;
@@ -423,6 +424,18 @@ constexpr Word kFamilyWords[] = {
     {"mlx5_core", kDevices},
     {"error: ", kReports},
     {"error(s)", kReports},
+    {"cxl_", kPlatform},
+    {"CXL cachemem", kPlatform},
+    {"CXL Bus Error", kAer},
+    {"arm_event", kPlatform},
+    {"non_standard_event", kPlatform},
+    {"reset reason", kPlatform},
+    {" error, dev ", kPlatform},
+    {"I/O error", kPlatform},
+    {"block_rq_error", kPlatform},
+    {"devlink_health_report", kPlatform},
+    {"Unpoison", kMemoryFailure},
+    {"Disk errors", kReports},
 };
 
 // Words that continue an open MCE or AER block: common in other lines too,
@@ -639,6 +652,7 @@ void KernelLogScanner::DecodeLine(std::string_view raw_line, std::uint32_t famil
       {kAscend, &KernelLogScanner::ScanAscend},
       {kDevices, &KernelLogScanner::ScanHabanalabs},
       {kDevices, &KernelLogScanner::ScanMlx5},
+      {kPlatform, &KernelLogScanner::ScanPlatform},
       {kReports, &KernelLogScanner::ScanRasdaemon},
       {kSysfs, &KernelLogScanner::ScanSysfs},
   };

@@ -218,6 +218,20 @@ bool StripBracketStamp(std::string_view& text) {
   return true;
 }
 
+// CONFIG_PRINTK_CALLER's "[ T8357]" or "[    C3]" (kernel/printk/printk.c
+// info_print_prefix: the task id or the CPU, right-aligned in six places).
+bool StripCallerId(std::string_view& text) {
+  if (text.size() < 4 || text.front() != '[') return false;
+  const std::size_t close = text.find(']');
+  if (close == std::string_view::npos || close > 12) return false;
+  const std::string_view inside = TrimView(text.substr(1, close - 1));
+  if (inside.size() < 2 || (inside.front() != 'T' && inside.front() != 'C') ||
+      !AllDigits(inside.substr(1)))
+    return false;
+  text = SkipSpaces(text.substr(close + 1));
+  return true;
+}
+
 // A prefix cut off mid-stamp: "3.456789] ", "+0.000127] ", "] ".
 bool StripCutStamp(std::string_view& text) {
   std::size_t i = 0;
@@ -595,10 +609,11 @@ LogLine SplitLogLine(std::string_view raw, bool find_anchor) {
       continue;
     }
     if (StripKmsgHeader(text) || StripGrepPrefix(text, line.producer) || StripJournalField(text) ||
-        StripDmesgDecode(text) || StripTalosPrefix(text)) {
+        StripDmesgDecode(text) || StripTalosPrefix(text) || StripCallerId(text)) {
       continue;
     }
     if (StripBracketStamp(text)) {
+      StripCallerId(text);
       StripHostTag(text, line.producer, /*kernel_only=*/true, starts_with_anchor);
       continue;
     }

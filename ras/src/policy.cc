@@ -46,6 +46,11 @@ PolicyRule Rule(std::string name, std::optional<Severity> severity,
   return rule;
 }
 
+PolicyRule OfOrigin(std::string origin, PolicyRule rule) {
+  rule.origin = std::move(origin);
+  return rule;
+}
+
 }  // namespace
 
 std::string_view ActionKindName(ActionKind kind) {
@@ -131,6 +136,11 @@ std::vector<PolicyRule> DefaultRules(const PolicyConfig& config) {
       Rule("uce-device-memory", Severity::kUce, C::kDeviceMemory,
            {A::kDrainDevice, A::kIsolateDevice}),
       Rule("uce-device", Severity::kUce, C::kDevice, {A::kDrainDevice, A::kIsolateDevice}),
+      // A CXL memory device's uncorrected media error at a host address:
+      // the page's data is lost, and the kernel takes the page only when
+      // something reads it; offlined now, no new allocation lands on it.
+      OfOrigin("cxl",
+               Rule("uce-cxl-host-memory", Severity::kUce, C::kHostMemory, {A::kHardOfflinePage})),
       Rule("uce-host", Severity::kUce, std::nullopt, {A::kRecord}),
       Rule("fatal-device-memory", Severity::kFatal, C::kDeviceMemory,
            {A::kDrainDevice, A::kIsolateDevice}),

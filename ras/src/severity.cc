@@ -37,4 +37,17 @@ std::optional<Severity> ParseSeverity(std::string_view name) {
   return std::nullopt;
 }
 
+Severity SeverityOfGhesNumber(unsigned long long number) {
+  switch (number) {
+    case 1:
+      return Severity::kCe;
+    case 2:
+      return Severity::kUce;
+    case 3:
+      return Severity::kFatal;
+    default:
+      return Severity::kInfo;
+  }
+}
+
 }  // namespace rasd::ras

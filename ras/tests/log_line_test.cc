@@ -37,6 +37,9 @@ TEST(LogLineTest, StripsEveryCommonPrefix) {
       {"<<<edac>>>", "<<<edac>>>", ""},
       // dmesg's other stamp forms (util-linux print_record).
       {"[May19 19:57] EDAC MC0: j", "EDAC MC0: j", ""},
+      // CONFIG_PRINTK_CALLER: the task or the CPU after the stamp.
+      {"[  637.164222][ T8357] soft offline: m", "soft offline: m", ""},
+      {"[   12.000001][    C3] mce: n", "mce: n", ""},
       {"[  +0.000127] EDAC MC0: k", "EDAC MC0: k", ""},
       {"[<    0.000127>] mce: l", "mce: l", ""},
       {"[  261.273240 <    0.000127>] mce: m", "mce: m", ""},
@@ -63,7 +66,8 @@ TEST(LogLineTest, StripsEveryCommonPrefix) {
       {"docker-host | EDAC MC0: ff", "EDAC MC0: ff", ""},
       {"x: pcieport 0000:00:1c.1: AER: gg", "pcieport 0000:00:1c.1: AER: gg", ""},
       // Report rows stay whole.
-      {"1 2021-02-27 03:09:05 +0100 1 Corrected error(s): hh", "1 2021-02-27 03:09:05 +0100 1 Corrected error(s): hh", ""},
+      {"1 2021-02-27 03:09:05 +0100 1 Corrected error(s): hh",
+       "1 2021-02-27 03:09:05 +0100 1 Corrected error(s): hh", ""},
       {"TIME 1385447316 Tue Nov 26 07:28:36 2013", "TIME 1385447316 Tue Nov 26 07:28:36 2013", ""},
       {"[ 0] Receiver Error", "[ 0] Receiver Error", ""},
   };

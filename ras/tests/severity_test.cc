@@ -21,5 +21,13 @@ TEST(SeverityTest, OrderGoesFromInfoToFatal) {
   EXPECT_LT(Severity::kUce, Severity::kFatal);
 }
 
+TEST(SeverityTest, GhesNumbersAreTheKernelsFourClasses) {
+  EXPECT_EQ(SeverityOfGhesNumber(0), Severity::kInfo);
+  EXPECT_EQ(SeverityOfGhesNumber(1), Severity::kCe);
+  EXPECT_EQ(SeverityOfGhesNumber(2), Severity::kUce);
+  EXPECT_EQ(SeverityOfGhesNumber(3), Severity::kFatal);
+  EXPECT_EQ(SeverityOfGhesNumber(7), Severity::kInfo) << "a number the kernel never writes";
+}
+
 }  // namespace
 }  // namespace rasd::ras

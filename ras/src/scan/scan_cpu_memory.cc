@@ -150,6 +150,31 @@ bool KernelLogScanner::ScanGhes(const LogLine& line) {
   return true;
 }
 
+namespace {
+
+// decode_error_status (drivers/edac/mce_amd.c): the first line of AMD's
+// decode names the class.
+Severity AmdErrorStatusSeverity(std::string_view body) {
+  if (StartsWith(body, "System Fatal error")) return Severity::kFatal;
+  if (StartsWith(body, "Uncorrected")) return Severity::kUce;
+  if (StartsWith(body, "Deferred error")) return Severity::kUcna;
+  if (StartsWith(body, "Corrected")) return Severity::kCe;
+  return Severity::kInfo;
+}
+
+// An AMD MCA_STATUS: the architectural bits, and Deferred (bit 44), an
+// uncorrected error the hardware left for its consumer (UC clear): no one
+// has met it yet, so UCNA. On Intel bit 44 is part of the corrected count,
+// so only AMD's decode lines are classed so.
+Severity ClassifyAmdMcaStatus(std::uint64_t status) {
+  const Severity architectural = ClassifyMciStatus(status);
+  constexpr std::uint64_t kDeferred = std::uint64_t{1} << 44;
+  if (architectural == Severity::kCe && (status & kDeferred) != 0) return Severity::kUcna;
+  return architectural;
+}
+
+}  // namespace
+
 bool KernelLogScanner::ScanMce(const LogLine& line) {
   const std::string_view text = line.text;
   if (ScanMcelogReport(line)) return true;
@@ -220,17 +245,17 @@ bool KernelLogScanner::ScanMce(const LogLine& line) {
     body = AfterMarker(text, kHardwareError);
     auto block = OpenBlock(BlockKind::kMce);
     const bool starts = StartsWith(body, "Corrected error") || StartsWith(body, "Uncorrected") ||
-                        StartsWith(body, "Deferred error");
+                        StartsWith(body, "Deferred error") ||
+                        StartsWith(body, "System Fatal error");
     if (starts || !block) {
-      block =
-          NewRecord("mce", line, StartsWith(body, "Corrected") ? Severity::kCe : Severity::kInfo);
+      block = NewRecord("mce", line, AmdErrorStatusSeverity(body));
       OpenAs(BlockKind::kMce, *block);
     } else {
       Attach(*block, line);
     }
     ScannedRecord& record = Record(*block);
     if (Contains(body, "_STATUS[")) {
-      if (auto status = StatusAfter(body, "]: ")) record.severity = ClassifyMciStatus(*status);
+      if (auto status = StatusAfter(body, "]: ")) record.severity = ClassifyAmdMcaStatus(*status);
     } else if (StartsWith(body, "Error Addr:") && !record.address) {
       record.address = ParsePrintedAddress(WordAfter(body, "Error Addr:"));
     }
@@ -502,11 +527,21 @@ bool KernelLogScanner::ScanMemoryFailure(const LogLine& line) {
     body = text.substr(text.find("memory_failure_event: ") + 22);
   } else if (StartsWith(text, "Soft offlining pfn") || StartsWith(text, "soft offline: ") ||
              StartsWith(text, "soft_offline: ")) {
-    // Soft offline moves a page that only had corrected errors.
-    const std::size_t index = NewRecord("memory_failure", line, Severity::kCe);
+    // Soft offline moves a page that only had corrected errors; one it
+    // finds already poisoned (soft_offline_page: "%#lx page already
+    // poisoned") had an uncorrected error first.
+    const Severity severity = Contains(text, "already poisoned") ? Severity::kUce : Severity::kCe;
+    const std::size_t index = NewRecord("memory_failure", line, severity);
     std::string_view rest = text.substr(text.find(' ') + 1);
     if (StartsWith(rest, "offline: ")) rest.remove_prefix(9);
     Record(index).address = MemoryFailurePfn(rest);
+    if (!Record(index).address)
+      Record(index).address = ParsePrintedAddress(WordAfter(rest, "", " :"));
+    return true;
+  } else if (StartsWith(text, "Unpoison: ")) {
+    // unpoison_memory: a page given back after an injected or soft offline.
+    const std::size_t index = NewRecord("memory_failure", line, Severity::kInfo, /*notice=*/true);
+    Record(index).address = ParsePrintedAddress(WordAfter(text, " page ", " ,:"));
     return true;
   } else if (StartsWith(text, "Injecting memory failure")) {
     const std::size_t index = NewRecord("memory_failure", line, Severity::kInfo, /*notice=*/true);

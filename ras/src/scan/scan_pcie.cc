@@ -102,7 +102,10 @@ bool KernelLogScanner::ScanAer(const LogLine& line) {
     OpenAs(BlockKind::kAer, index);
     return true;
   }
-  if (StartsWith(body, "PCIe Bus Error: severity=")) {
+  // A CXL device's errors are PCIe AER's, printed "CXL Bus Error" by kernels
+  // whose AER names the bus.
+  if (StartsWith(body, "PCIe Bus Error: severity=") ||
+      StartsWith(body, "CXL Bus Error: severity=")) {
     std::optional<std::string> attributed;
     const std::string_view id = WordAfter(body, "id=", "( ,");
     if (!id.empty()) attributed = DecodeRequesterId(id, pci->device);

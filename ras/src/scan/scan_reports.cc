@@ -64,11 +64,10 @@ struct TraceEvent {
   std::string_view marker;
   const char* origin;
 };
-constexpr std::array<TraceEvent, 4> kTraceEvents = {{
+// (ARM and non-standard records: scan_platform.cc.)
+constexpr std::array<TraceEvent, 2> kTraceEvents = {{
     {"aer_event: ", "aer"},
     {"extlog_mem_event: ", "mce"},
-    {"non_standard_event: ", "ghes"},
-    {"arm_event: ", "arm"},
 }};
 
 // The value of a "status=" field ("status=0x8c00...", "status= bd80..."),
@@ -100,6 +99,7 @@ std::string SectionOfRow(std::string_view row) {
       Contains(row, "MEMORY CONTROLLER") || Contains(row, "Transaction:"))
     return "MCE events:";
   if (Contains(row, "pfn=")) return "Memory failure events:";
+  if (Contains(row, "nr_sector=")) return "Disk errors:";
   if (FirstBdf(row)) return "PCIe AER events:";
   return "Memory controller events:";
 }
@@ -169,13 +169,18 @@ bool KernelLogScanner::ScanRasdaemon(const LogLine& line) {
     std::string_view status = WordAfter(text, "status=");
     if (StartsWith(status, "0x")) status.remove_prefix(2);
     if (auto value = ParseNumber(status, 16)) Record(index).severity = ClassifyMciStatus(*value);
+    // rasdaemon 0.8.4 on writes the level first: [CRIT] for an uncorrected
+    // or deferred bank. A deferred error's status has UC clear, so the
+    // status alone reads as corrected; it is UCNA.
+    if (Contains(text, "[CRIT]") && Record(index).severity == Severity::kCe)
+      Record(index).severity = Severity::kUcna;
     Record(index).address = ParsePrintedAddress(WordAfter(text, "addr="));
     return true;
   }
-  static constexpr std::array<std::string_view, 7> kSections = {
+  static constexpr std::array<std::string_view, 8> kSections = {
       "Memory controller events:", "PCIe AER events:", "MCE events:",
       "Memory failure events:",    "Extlog records:",  "Devlink events:",
-      "Disk errors SMART events:"};
+      "Disk errors SMART events:", "Disk errors:"};
   for (std::string_view section : kSections) {
     if (text == section) {
       section_ = std::string(section);
@@ -218,8 +223,9 @@ bool KernelLogScanner::ScanRasdaemon(const LogLine& line) {
                    (summary && (StartsWith(text, "Corrected") || StartsWith(text, "Uncorrected") ||
                                 StartsWith(text, "Fatal") || StartsWith(text, "Non-Fatal")));
   // An MCE row wrapped by its publisher goes on with "key=value" fields.
-  const bool continuation =
-      mce && !row && (Contains(text, "=") || Contains(text, ": 0x"));
+  // So does a CXL row, which rasdaemon's own examples wrap with a backslash.
+  const bool continuation = (mce && !row && (Contains(text, "=") || Contains(text, ": 0x"))) ||
+                            (StartsWith(section_, "CXL") && !row && Contains(text, "="));
   // A line that is not part of the report ends it.
   if (!block || (mcelog ? !IsMcelogLine(text) : !(row || continuation))) {
     section_.clear();
@@ -254,6 +260,12 @@ bool KernelLogScanner::ScanRasdaemon(const LogLine& line) {
   if (mce) {
     // The class is the status' (the corpus' MCE rules), wherever the row carries it.
     if (auto status = McaStatusIn(text)) Raise(record, ClassifyMciStatus(*status));
+  } else if (auto platform = PlatformRowSeverity(section_, text)) {
+    Raise(record, *platform);
+    if (!record.address) record.address = PlatformRowAddress(section_, text);
+    if (const std::string_view device = PlatformRowDevice(section_, text);
+        !record.pci_bdf && !device.empty())
+      record.pci_bdf = std::string(device);
   } else {
     Raise(record, WordSeverity(text));
   }

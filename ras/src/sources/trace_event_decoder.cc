@@ -40,20 +40,6 @@ Severity McEventSeverity(unsigned long long type) {
   }
 }
 
-// GHES severities: no, corrected, recoverable, panic.
-Severity GhesSeverity(unsigned long long sev) {
-  switch (sev) {
-    case 1:
-      return Severity::kCe;
-    case 2:
-      return Severity::kUce;
-    case 3:
-      return Severity::kFatal;
-    default:
-      return Severity::kInfo;
-  }
-}
-
 // Walks the event headers of a page's committed data (the kernel's ring
 // buffer layout: 5-bit type_len, 27-bit time delta; 1..28 small data, 0
 // length word, 29 padding, 30 time extend, 31 absolute time stamp) and
@@ -371,7 +357,7 @@ std::vector<RasEvent> TraceEventDecoder::DecodePage(std::span<const std::uint8_t
       // non-standard section is firmware's, in a CPER record.
       decoded.origin = name == "ras:arm_event" ? "arm" : "ghes";
       const auto sev = record.Number("sev").value_or(0);
-      decoded.severity = GhesSeverity(sev);
+      decoded.severity = SeverityOfGhesNumber(sev);
       decoded.summary =
           fmt::format("{} ({} severity {})", name, SeverityName(decoded.severity), sev);
     } else if (record.System() == "cxl") {

@@ -169,6 +169,19 @@ class KernelLogScanner {
   bool ScanHabanalabs(const LogLine& line);
   bool ScanHlSmiTable(const LogLine& line);
   bool ScanMlx5(const LogLine& line);
+  bool ScanPlatform(const LogLine& line);
+  bool ScanCxl(const LogLine& line);
+  bool ScanArmRecord(const LogLine& line);
+  bool ScanResetReason(const LogLine& line);
+  bool ScanBlockError(const LogLine& line);
+  bool ScanDevlinkReport(const LogLine& line);
+  // The class and host address of a `ras-mc-ctl --errors` row of a section
+  // the platform decoders know (CXL, disk errors, devlink, ARM); nullopt
+  // for other sections.
+  static std::optional<Severity> PlatformRowSeverity(std::string_view section,
+                                                     std::string_view row);
+  static std::optional<Address> PlatformRowAddress(std::string_view section, std::string_view row);
+  static std::string_view PlatformRowDevice(std::string_view section, std::string_view row);
 
   // Starts a record; the index stays valid until the record is taken.
   std::size_t NewRecord(std::string origin, const LogLine& line, Severity severity,

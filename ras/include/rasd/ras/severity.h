@@ -27,5 +27,8 @@ inline constexpr std::array<Severity, 7> kAllSeverities = {
 std::string_view SeverityName(Severity severity);
 // Case-insensitive inverse of SeverityName.
 std::optional<Severity> ParseSeverity(std::string_view name);
+// The kernel's GHES severity number (ghes_severity(), and the trace events
+// that print it): 0 none, 1 corrected, 2 recoverable, 3 panic.
+Severity SeverityOfGhesNumber(unsigned long long number);
 
 }  // namespace rasd::ras
