@@ -950,8 +950,12 @@ ChunkScanStats ScanKernelLogChunks(std::string_view text,
 std::optional<ScannedRecord> MainRecord(const std::vector<ScannedRecord>& records) {
   const ScannedRecord* best = nullptr;
   for (const auto& record : records) {
+    // On a tie an error report outranks a notice, and a record of this
+    // boot one of the boot before (a reset reason, BERT).
+    const bool tie = best != nullptr && record.severity == best->severity;
     if (best == nullptr || record.severity > best->severity ||
-        (record.severity == best->severity && best->notice && !record.notice)) {
+        (tie && best->notice && !record.notice) ||
+        (tie && best->notice == record.notice && best->historical && !record.historical)) {
       best = &record;
     }
   }

@@ -272,6 +272,10 @@ const FamilyCase kCases[] = {
      "[ 9.1] operation not supported error, dev nvme0n1, sector 0 op 0x9:(WRITE_ZEROES) flags "
      "0x800 phys_seg 0 prio class 0",
      "block", Severity::kInfo},
+    {"block-empty-optical-drive",
+     "[ 3.2] I/O error, dev sr0, sector 0 op 0x0:(READ) flags 0x80700 phys_seg 1 prio class 2\n"
+     "[ 3.2] Buffer I/O error on dev sr0, logical block 0, async page read",
+     "block", Severity::kInfo},
     {"trace-block-rq-error",
      "kworker/0:1H-1090 [000] ..... 586.1: block_rq_error: 8,16 R () 2048 + 8 [-5]", "block",
      Severity::kUce},

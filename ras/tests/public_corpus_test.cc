@@ -117,8 +117,6 @@ TEST(FamiliesCorpusFileTest, BothFilesAreThere) {
 const std::map<std::string, std::string, std::less<>> kKnownMisses = {
     {"amd-mca-eccnotes-zen1-lsu-poison-consumed-ignored",
      "the memory-failure line of the same page wins the tie over the MCE"},
-    {"amd-mca-cachyos1038-reset-reason-plus-mc5-fatal",
-     "the previous boot's reset reason wins the tie over this boot's MCE"},
     {"devlink-mlxsw-fw-fatal-test-event-show", "iproute2's `devlink health` output"},
     {"devlink-kuba-simple-fw-reporter-mon-health", "iproute2's `devlink mon health` output"},
     {"cxl-bowman-v2-dsp-port-uce-cachemem-panic", "the panic line names no device"},

@@ -37,6 +37,7 @@
 // rules are tests/data/README.md's "The third corpus".
 
 #include <array>
+#include <cctype>
 #include <limits>
 
 #include "rasd/ras/kernel_log_scanner.h"
@@ -213,6 +214,19 @@ Severity BlockErrorSeverity(std::string_view name) {
   return Severity::kUce;
 }
 
+// Disks with no hardware of their own to fail, or an empty drive: an
+// optical drive without a disc (sr), a floppy (fd), loop, nbd, zram and
+// RAM disks. Their I/O errors are a missing medium or a backing file, not
+// a device going bad.
+bool IsMediaLessDisk(std::string_view disk) {
+  for (std::string_view name : {"sr", "fd", "loop", "nbd", "zram", "ram"}) {
+    if (disk.size() > name.size() && StartsWith(disk, name) &&
+        std::isdigit(static_cast<unsigned char>(disk[name.size()])))
+      return true;
+  }
+  return false;
+}
+
 // s5_reset_reason_txt (arch/x86/kernel/cpu/amd.c): the hardware's own
 // reasons for a reset. An uncorrected error's sync flood, a parity error
 // and a CPU shutdown event are the previous boot's fatal errors; a thermal
@@ -377,11 +391,16 @@ bool KernelLogScanner::ScanBlockError(const LogLine& line) {
   }
   const std::size_t error = text.find(" error, dev ");
   if (error != std::string_view::npos && Contains(text, "sector")) {
-    NewRecord("block", line, BlockErrorSeverity(text.substr(0, error + 7)));
+    const std::string_view disk = WordAfter(text.substr(error), " error, dev ", " ,");
+    NewRecord(
+        "block", line,
+        IsMediaLessDisk(disk) ? Severity::kInfo : BlockErrorSeverity(text.substr(0, error + 7)));
     return true;
   }
   if (StartsWith(text, "Buffer I/O error on dev") || StartsWith(text, "I/O error, dev ")) {
-    NewRecord("block", line, Severity::kUce);
+    const std::string_view disk =
+        WordAfter(text, StartsWith(text, "Buffer") ? "on dev " : "dev ", " ,");
+    NewRecord("block", line, IsMediaLessDisk(disk) ? Severity::kInfo : Severity::kUce);
     return true;
   }
   return false;

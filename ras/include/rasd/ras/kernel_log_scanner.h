@@ -378,7 +378,8 @@ ChunkScanStats ScanKernelLogChunks(std::string_view text,
                                    const CodeTable& codes = CodeTable::Default());
 
 // The text's main record, as the corpus labels a text: the worst severity;
-// on a tie an error report before a notice, then the first. Fields the main
+// on a tie an error report before a notice, then a record of this boot
+// before one of the previous boot, then the first. Fields the main
 // record lacks stay empty. nullopt when nothing was recognised.
 std::optional<ScannedRecord> MainRecord(const std::vector<ScannedRecord>& records);
 
