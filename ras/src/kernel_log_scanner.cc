@@ -436,6 +436,10 @@ constexpr Word kFamilyWords[] = {
     {"devlink_health_report", kPlatform},
     {"Unpoison", kMemoryFailure},
     {"Disk errors", kReports},
+    {"pci/", kPlatform},  // iproute2's devlink health output
+    {"reporter ", kPlatform},
+    {"state error", kPlatform},
+    {"state healthy", kPlatform},
 };
 
 // Words that continue an open MCE or AER block: common in other lines too,

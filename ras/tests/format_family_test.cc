@@ -285,6 +285,15 @@ const FamilyCase kCases[] = {
      "kworker/u64:1-99 [012] ..... 1900.5: devlink_health_report: bus_name=pci "
      "dev_name=0000:08:00.0 driver_name=mlx5_core reporter_name=fw_fatal: Crdump collection failed",
      "mlx5", Severity::kFatal, "0000:08:00.0"},
+    // iproute2's devlink/devlink.c health output.
+    {"devlink-tool-health-show",
+     "pci/0000:08:00.0:\n"
+     "  reporter fw_fatal\n"
+     "    state healthy error 2 recover 2 grace_period 1200 auto_recover true auto_dump true",
+     "devlink", Severity::kFatal, "0000:08:00.0"},
+    {"devlink-tool-tx-healthy",
+     "pci/0000:08:00.0:\n  reporter tx\n    state healthy error 0 recover 0 grace_period 500",
+     "devlink", Severity::kInfo, "0000:08:00.0"},
     {"ras-mc-ctl-cxl-section",
      "CXL poison events:\n1 2024-05-01 10:00:00 +0000 error: memdev=mem0, host=0000:35:00.0, "
      "serial=0x0, trace_type=List, region=region0, hpa=0x1040000000, dpa=0x40000000, "

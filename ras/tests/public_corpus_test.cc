@@ -117,8 +117,6 @@ TEST(FamiliesCorpusFileTest, BothFilesAreThere) {
 const std::map<std::string, std::string, std::less<>> kKnownMisses = {
     {"amd-mca-eccnotes-zen1-lsu-poison-consumed-ignored",
      "the memory-failure line of the same page wins the tie over the MCE"},
-    {"devlink-mlxsw-fw-fatal-test-event-show", "iproute2's `devlink health` output"},
-    {"devlink-kuba-simple-fw-reporter-mon-health", "iproute2's `devlink mon health` output"},
     {"cxl-bowman-v2-dsp-port-uce-cachemem-panic", "the panic line names no device"},
     {"rasmcctl-xueshuai-summary-arm-disk-mf", "ras-mc-ctl --summary's location is not read"},
     {"rasmcctl-zhdoc-summary-dimm-b1-disk-6646", "ras-mc-ctl --summary's location is not read"},

@@ -253,7 +253,7 @@ Severity DevlinkReporterSeverity(std::string_view reporter) {
 
 bool KernelLogScanner::ScanPlatform(const LogLine& line) {
   return ScanCxl(line) || ScanArmRecord(line) || ScanResetReason(line) || ScanBlockError(line) ||
-         ScanDevlinkReport(line);
+         ScanDevlinkReport(line) || ScanDevlinkTool(line);
 }
 
 bool KernelLogScanner::ScanCxl(const LogLine& line) {
@@ -421,6 +421,43 @@ bool KernelLogScanner::ScanDevlinkReport(const LogLine& line) {
   const std::size_t index = NewRecord(origin, line, DevlinkReporterSeverity(reporter));
   const std::string_view device = FieldValue(body, "dev_name");
   if (IsPciBdf(device)) Record(index).pci_bdf = std::string(device);
+  return true;
+}
+
+// iproute2's devlink/devlink.c: `devlink health [show]` and `devlink mon
+// health` print the device handle ("pci/0000:03:00.0:", after
+// "[health,status] " for mon), then "reporter <name>", then "state
+// <healthy|error> error <count> recover <count> ...". A reporter that
+// counted errors is classed as its trace event's reports are; a healthy
+// one with none is a notice.
+bool KernelLogScanner::ScanDevlinkTool(const LogLine& line) {
+  std::string_view text = TrimView(line.text);
+  if (StartsWith(text, "[health,")) text = TrimView(text.substr(text.find(']') + 1));
+  if (StartsWith(text, "pci/") && text.back() == ':') {
+    const std::string_view handle = text.substr(4, text.size() - 5);
+    if (!IsPciBdf(handle)) return false;
+    devlink_device_ = std::string(handle);
+    devlink_reporter_.clear();
+    return true;
+  }
+  if (devlink_device_.empty()) return false;
+  if (StartsWith(text, "reporter ")) {
+    devlink_reporter_ = std::string(TrimView(WordAfter(text, "reporter ", " ")));
+    return !devlink_reporter_.empty();
+  }
+  if (devlink_reporter_.empty() || !StartsWith(text, "state ")) return false;
+  // "state error error 1": the count is the "error" followed by a number.
+  std::optional<unsigned long long> errors;
+  for (std::size_t at = text.find(" error "); at != std::string_view::npos && !errors;
+       at = text.find(" error ", at + 1)) {
+    errors = ParseNumber(WordAfter(text.substr(at), " error ", " "));
+  }
+  if (!errors) return false;
+  const bool failing = *errors > 0 || StartsWith(text, "state error");
+  const Severity severity = failing ? DevlinkReporterSeverity(devlink_reporter_) : Severity::kInfo;
+  const std::size_t index = JoinDeviceRecord(BlockKey::Device(BlockKind::kDevice, devlink_device_),
+                                             "devlink", line, severity, !failing, devlink_device_);
+  if (failing) Record(index).count = std::max<std::uint64_t>(*errors, 1);
   return true;
 }
 

@@ -175,6 +175,7 @@ class KernelLogScanner {
   bool ScanResetReason(const LogLine& line);
   bool ScanBlockError(const LogLine& line);
   bool ScanDevlinkReport(const LogLine& line);
+  bool ScanDevlinkTool(const LogLine& line);
   // The class and host address of a `ras-mc-ctl --errors` row of a section
   // the platform decoders know (CXL, disk errors, devlink, ARM); nullopt
   // for other sections.
@@ -293,6 +294,10 @@ class KernelLogScanner {
   std::size_t npu_chips_ = 0;
   std::size_t hl_smi_cards_ = 0;
   std::string section_;  // current rasdaemon or mcelog report section
+  // iproute2's `devlink health` output: the device and reporter a "state"
+  // line is about.
+  std::string devlink_device_;
+  std::string devlink_reporter_;
   bool checkmk_section_ = false;
   std::string sysfs_pending_path_;
   std::map<std::size_t, std::vector<int>> named_mcs_;    // controllers a section names
