@@ -228,6 +228,32 @@ TEST(PolicyActionsTest, CorrectedErrorsCountPerPageAcrossAReload) {
   EXPECT_EQ(status["actions"]["record ok"], 3);
 }
 
+// A CXL memory device's uncorrected media error at a host address is host
+// memory lost: the page is offlined (disabled by default, as every host
+// page action), while a corrected one on the same device only counts.
+TEST(PolicyActionsTest, ACxlUncorrectedMediaErrorOfflinesItsHostPage) {
+  RasdInstance rasd;
+  ASSERT_TRUE(Start(rasd));
+  const std::string record =
+      "cxl_general_media: memdev=mem1 host=0000:36:00.0 serial=7 log=Failure : time=3 "
+      "uuid=fbcd0a77-c260-417f-85a9-088b1621eba6 len=128 flags='' handle=1 related_handle=0 "
+      "maint_op_class=0 : dpa=7fff1000 dpa_flags='' descriptor='";
+  rasd.AppendKmsg("3,1,1000,-;" + record +
+                  "UNCORRECTABLE_EVENT' type='ECC Error' transaction_type='Host Read' "
+                  "hpa=8ffff1000 region=region0\n" +
+                  "4,2,1001,-;" + record +
+                  "' type='ECC Error' transaction_type='Host Read' hpa=8ffff2000 region=region0\n");
+  nlohmann::json actions;
+  ASSERT_TRUE(WaitUntil([&] { return !(actions = Actions(rasd)).empty(); }, 5s)) << rasd.Stderr();
+  ASSERT_EQ(actions.size(), 1u) << actions.dump(2);
+  EXPECT_EQ(actions[0]["action"], "hard-offline-page");
+  EXPECT_EQ(actions[0]["rule"], "uce-cxl-host-memory");
+  EXPECT_EQ(actions[0]["address"], "0x8ffff1000");
+  EXPECT_EQ(actions[0]["result"], "disabled") << "host page offline is off by default";
+  const auto status = nlohmann::json::parse(rasd.Rasctl({"--json", "status"}).out);
+  EXPECT_EQ(status["ras"]["events_ingested"], 2) << status["ras"].dump();
+}
+
 // An uncontained ECC error (Xid 95): a reset is what NVIDIA's catalog
 // suggests, so automatic recovery may try it. (An Xid 79 suggests a reboot:
 // no automatic reset; tests/recovery_test.cc.)
