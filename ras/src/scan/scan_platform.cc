@@ -327,17 +327,12 @@ bool KernelLogScanner::ScanArmRecord(const LogLine& line) {
         !Contains(body, "error")) {
       continue;
     }
-    std::optional<Severity> severity;
+    std::optional<Severity> severity = ArmRecordSeverity(body);
     if (!arm) {
-      // "severity: %d;" (the GHES severity) or rasdaemon's word.
+      // "severity: %d;": the GHES severity, before rasdaemon's words.
       const std::string_view sev = WordAfter(body, "severity: ", " ;,");
-      if (auto number = ParseNumber(sev); number && sev.size() == 1) {
+      if (auto number = ParseNumber(sev); number && sev.size() == 1)
         severity = SeverityOfGhesNumber(*number);
-      } else {
-        severity = ArmRecordSeverity(body);
-      }
-    } else {
-      severity = ArmRecordSeverity(body);
     }
     // An ARM record that states no severity (kernels before 6.14 printed
     // none) is a processor error of unknown class: taken as uncorrected,
