@@ -397,6 +397,7 @@ constexpr Word kFamilyWords[] = {
     {"MCE 0x", kMemoryFailure},
     {"MCE: 0x", kMemoryFailure},
     {"oft offlin", kMemoryFailure},
+    {"get_any_page: ", kMemoryFailure},
     {"recovery action", kMemoryFailure},
     {"page recovery", kMemoryFailure},
     {"CMCI", kMce},
@@ -406,6 +407,7 @@ constexpr Word kFamilyWords[] = {
     {"Fatal hardware error", kGhes},
     {"DPC", kAer},
     {"Xid", kNvidia},
+    {"detected NVSwitch", kNvidia},
     {"ras-mc-ctl", kReports},
     {"Label", kReports},
     {"summary:", kReports},
@@ -433,6 +435,7 @@ constexpr Word kFamilyWords[] = {
     {" error, dev ", kPlatform},
     {"I/O error", kPlatform},
     {"block_rq_error", kPlatform},
+    {"block_rq_complete", kPlatform},
     {"devlink_health_report", kPlatform},
     {"Unpoison", kMemoryFailure},
     {"Disk errors", kReports},
@@ -535,7 +538,7 @@ bool KernelLogScanner::NeedsEveryLine() const {
   return !nvidia_pending_bdf_.empty() || (!section_.empty() && IsOpen(BlockKind::kReport)) ||
          ((checkmk_section_ || !sysfs_pending_path_.empty()) && IsOpen(BlockKind::kSysfs)) ||
          IsOpen(BlockKind::kMcelog) || IsOpen(BlockKind::kNpuSmi) || IsOpen(BlockKind::kHlSmi) ||
-         IsOpen(BlockKind::kNvidiaSmi);
+         IsOpen(BlockKind::kNvidiaSmi) || IsOpen(BlockKind::kContinued);
 }
 
 bool KernelLogScanner::InSyncWith(const KernelLogScanner& other) const {
@@ -552,12 +555,15 @@ bool KernelLogScanner::InSyncWith(const KernelLogScanner& other) const {
   // changes nothing: ScanRasdaemon gives up on the line either way.
   return no_live_block(*this) && no_live_block(other) &&
          nvidia_pending_bdf_ == other.nvidia_pending_bdf_ &&
+         devlink_device_ == other.devlink_device_ && devlink_reporter_ == other.devlink_reporter_ &&
          checkmk_section_ == other.checkmk_section_ &&
          sysfs_pending_path_ == other.sysfs_pending_path_;
 }
 
 void KernelLogScanner::CarryStateFrom(const KernelLogScanner& other) {
   nvidia_pending_bdf_ = other.nvidia_pending_bdf_;
+  devlink_device_ = other.devlink_device_;
+  devlink_reporter_ = other.devlink_reporter_;
   checkmk_section_ = other.checkmk_section_;
   sysfs_pending_path_ = other.sysfs_pending_path_;
 }
@@ -640,9 +646,12 @@ void KernelLogScanner::DecodeLine(std::string_view raw_line, std::uint32_t famil
   if ((families & kAerContinuation) != 0 && IsOpen(BlockKind::kAer)) families |= kAer;
   line_has_mc_event_ = (families & kEdacTrace) != 0;
   families &= ~(kMceContinuation | kAerContinuation | kEdacTrace);
-  if (families == 0) return;  // most lines of a busy log end here
+  const bool continued = IsOpen(BlockKind::kContinued);
+  if (families == 0 && !continued) return;  // most lines of a busy log end here
   const LogLine line = SplitLogLine(raw_line, /*find_anchor=*/!anchored_);
   if (line.text.empty()) return;
+  if (continued && ScanContinuedRecord(line, families != 0)) return;
+  if (families == 0) return;
   // Order matters where formats overlap: GHES claims "[Hardware Error]"
   // lines only inside its own blocks, so AMD MCE decode lines fall through.
   static constexpr std::pair<std::uint32_t, Handler> kHandlers[] = {

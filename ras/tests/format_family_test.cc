@@ -299,6 +299,46 @@ const FamilyCase kCases[] = {
      "serial=0x0, trace_type=List, region=region0, hpa=0x1040000000, dpa=0x40000000, "
      "dpa_length=0x40, source=External, flags=0,",
      "rasdaemon", Severity::kUce, "0000:35:00.0", "0x1040000000"},
+    // A CXL record wrapped with backslashes: the descriptor on a later line.
+    {"cxl-dram-wrapped",
+     "cxl_dram: memdev=mem0 host=0000:0f:00.0 serial=3 log=Informational : \\\n"
+     "time=76068483335 uuid=601dcbb3 len=128 flags='0x1' handle=1 : dpa=0x18680 \\\n"
+     "dpa_flags=0x0 descriptor=0x1 type=0x0 hpa=0x40018680 region=region0",
+     "cxl", Severity::kUce, "0000:0f:00.0", "0x40018680"},
+    {"cxl-port-aer-named-port",
+     "cxl_port_aer_correctable_error: device=port2 (0000:0d:00.0) parent=port1 (0000:0c:00.0) "
+     "status='Received Error From Physical Layer'",
+     "cxl", Severity::kCe, "0000:0d:00.0"},
+    // rasdaemon's non-standard event, its severity word on the next line.
+    {"rasdaemon-non-standard-multi-line",
+     "  <...>-64065 [077] dNH.     0.054782 non_standard_event 2023-09-07 18:37:13 +0800\n"
+     " Fatal\n"
+     " section type: a6980811-16ea-4e4d-b936-fb00a23ff29c fru text:  fru id: 0\n"
+     " length: 16\n error:\n  00000000: 00000050 00800005 00000000 00000000",
+     "rasdaemon", Severity::kFatal},
+    {"mlx5e-tx-timeout",
+     "mlx5_core 0000:13:00.1 eth1: TX timeout detected\n"
+     "mlx5_core 0000:13:00.1 eth1: TX timeout on queue: 19, SQ: 0xab6, CQ: 0xd4a, SQ Cons: "
+     "0x3fd7 SQ Prod: 0x3fe6, usecs since last trans: 27541000",
+     "mlx5", Severity::kCe, "0000:13:00.1"},
+    // A message wrapped after mlx5_core_err's prefix.
+    {"mlx5-health-wrapped",
+     "mlx5_core 0001:19:00.0: print_health_info:385:(pid 0):\nsynd 0x7: irisc not responding",
+     "mlx5", Severity::kUce, "0001:19:00.0"},
+    {"reset-reason-wrapped",
+     "x86/amd: Previous system reset reason [0x08000800]:\n"
+     "        an uncorrected error caused a data fabric sync flood event",
+     "x86", Severity::kFatal},
+    {"block-rq-complete-failed",
+     "kworker/0:1H-1090 [000] ..... 586.0: block_rq_complete: 8,16 WS () 131072 + 128 [-61]",
+     "block", Severity::kUce},
+    {"fabric-manager-fatal",
+     "[Jul 23 2024 07:53:55] [ERROR] [tid 841] detected NVSwitch fatal error 12028 on fid 0 on "
+     "NVSwitch pci bus id 00000000:87:00.0 physical id 4 port 31",
+     "nvswitch", Severity::kFatal, "00000000:87:00.0", std::nullopt, std::nullopt, 12028},
+    {"madvise-soft-offline-request",
+     "Soft offlining pfn 0x20001380 at process virtual address 0x7fff9f000000", "memory_failure",
+     Severity::kInfo, std::nullopt, "0x20001380"},
     {"ras-mc-ctl-disk-errors",
      "Disk errors:\n1 2024-05-01 10:00:00 +0000 error: dev=8:16, sector=2048, nr_sector=8, "
      "error='critical medium', rwbs='R', cmd='',",
@@ -371,6 +411,35 @@ TEST(PlatformEventNamesTest, AnEnabledEventIsNotARecord) {
     const auto main = MainRecord(ScanKernelLog(line));
     EXPECT_TRUE(!main || main->severity == Severity::kInfo) << line;
   }
+}
+
+// A line that ends where its message should start waits for the next, but
+// a next line with words of its own is a record of its own, never that
+// message; a completed request (errno 0) is no record.
+TEST(ContinuedRecordTest, ALineWithWordsOfItsOwnIsNeverAnotherLinesMessage) {
+  const auto records = ScanKernelLog(
+      "mlx5_core 0001:19:00.0: print_health_info:385:(pid 0):\n"
+      "EDAC MC0: 1 CE memory read error on CPU_SrcID#0_Ha#0_Chan#0_DIMM#0 (page:0x1 offset:0x0)\n"
+      "x86/amd: Previous system reset reason [0x08000800]:\n"
+      "usb 1-1: new high-speed USB device number 7 using xhci_hcd\n"
+      "kworker/0:1H-1090 [000] ..... 586.0: block_rq_complete: 8,16 WS () 131072 + 128 [0]\n");
+  ASSERT_EQ(records.size(), 2U);  // the EDAC record, and the usb line as the reset reason's text
+  EXPECT_EQ(records[0].origin, "edac");
+  EXPECT_EQ(records[0].severity, Severity::kCe);
+  EXPECT_EQ(records[1].origin, "x86");
+  EXPECT_EQ(records[1].severity, Severity::kInfo);
+}
+
+// A backslash-wrapped CXL record ends at its first line without one: the
+// next record is its own.
+TEST(ContinuedRecordTest, AWrappedRecordEndsAtItsLastWrappedLine) {
+  const auto records = ScanKernelLog(
+      "cxl_general_media: memdev=mem1 host=0000:35:00.0 serial=0 log=Informational : \\\n"
+      "descriptor='' type='ECC Error' hpa=ffffffffffffffff\n"
+      "descriptor='UNCORRECTABLE_EVENT' this line is not the record's\n");
+  ASSERT_EQ(records.size(), 1U);
+  EXPECT_EQ(records[0].severity, Severity::kCe);
+  EXPECT_EQ(records[0].lines.size(), 2U);
 }
 
 }  // namespace

@@ -71,9 +71,9 @@ std::vector<std::size_t> LineStarts(std::string_view text) {
 std::string CorpusLog() {
   std::string log;
   int n = 0;
-  for (const std::string& path :
-       {std::string(RASD_TEST_DATA_DIR) + "/kernel-ras-records.jsonl",
-        std::string(RASD_TEST_DATA_DIR) + "/public-records.jsonl"}) {
+  for (const std::string& path : {std::string(RASD_TEST_DATA_DIR) + "/kernel-ras-records.jsonl",
+                                  std::string(RASD_TEST_DATA_DIR) + "/public-records.jsonl",
+                                  std::string(RASD_TEST_DATA_DIR) + "/families-records.jsonl"}) {
     std::ifstream file(path);
     for (std::string line; std::getline(file, line);) {
       auto json = nlohmann::json::parse(line, nullptr, false);

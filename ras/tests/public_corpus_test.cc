@@ -118,6 +118,11 @@ const std::map<std::string, std::string, std::less<>> kKnownMisses = {
     {"amd-mca-eccnotes-zen1-lsu-poison-consumed-ignored",
      "the memory-failure line of the same page wins the tie over the MCE"},
     {"cxl-bowman-v2-dsp-port-uce-cachemem-panic", "the panic line names no device"},
+    {"cxl-bowman-v13-rp-uce-walk-ten-traces-panic", "the panic line names no device"},
+    {"nvidia_smi_q-dgxrunbook-remap-pending-uncorr1-ecc-unknown",
+     "the GPU's header line before the ECC Mode section is not read for its address"},
+    {"memory-failure-tonyluck-recovered-then-mce-killing",
+     "the kill line names no page, and the PFN of the line before is not carried to it"},
     {"rasmcctl-xueshuai-summary-arm-disk-mf", "ras-mc-ctl --summary's location is not read"},
     {"rasmcctl-zhdoc-summary-dimm-b1-disk-6646", "ras-mc-ctl --summary's location is not read"},
 };
@@ -218,11 +223,16 @@ TEST(FamiliesHeldOutCorpusTest, ScoreStaysAtLeastItsFloor) {
   // 35/35. Measured 2026-12-04 on the 23 added then (CXL, ARM and
   // non-standard records, AMD MCA, reset reasons, block errors, devlink,
   // soft offline, ras-mc-ctl), the first time they were decoded: severity
-  // 14/23, all six fields 14/23; 49/58 and 49/58 in all.
-  EXPECT_GE(static_cast<double>(severity) / n, 0.84)
+  // 14/23, all six fields 14/23; 49/58 and 49/58 in all. Measured
+  // 2026-12-04 on the 25 added next (hidden from the start), the first time
+  // they were decoded: severity 19/25, all six 17/25 by scripts/corpus-score,
+  // which counts a notice left out as a miss; after decoders were written
+  // from the sources for the development third's misses, by this test:
+  // 79/83 and 77/83 in all.
+  EXPECT_GE(static_cast<double>(severity) / n, 0.94)
       << severity << "/" << records.size() << " with the right severity\n"
       << figures;
-  EXPECT_GE(static_cast<double>(all) / n, 0.84)
+  EXPECT_GE(static_cast<double>(all) / n, 0.92)
       << all << "/" << records.size() << " with all six fields right\n"
       << figures;
 }

@@ -217,9 +217,34 @@ bool KernelLogScanner::ScanNvidiaSmiQuery(const LogLine& line) {
   return true;
 }
 
+// Fabric Manager's log of the SXids the switches reported (its error
+// handler: "detected NVSwitch fatal error %d on fid %d on NVSwitch pci bus
+// id %s physical id %d port %d", and "non-fatal error"). The bus id is
+// printed with the 8-digit domain of NVML, kept as printed.
+bool KernelLogScanner::ScanFabricManagerError(const LogLine& line) {
+  const std::string_view text = line.text;
+  const std::size_t at = text.find("detected NVSwitch ");
+  std::string_view rest = text.substr(at + 18);
+  Severity severity = Severity::kUce;
+  if (StartsWith(rest, "fatal error ")) {
+    severity = Severity::kFatal;
+  } else if (!StartsWith(rest, "non-fatal error ")) {
+    return false;
+  }
+  const auto sxid = ParseNumber(WordAfter(rest, "error "));
+  if (!sxid) return false;
+  const std::size_t index = NewRecord("nvswitch", line, severity);
+  Record(index).xid = static_cast<int>(*sxid);
+  const std::string_view bus = WordAfter(rest, "pci bus id ");
+  const std::size_t colon = bus.find(':');
+  if (colon == 8 && IsPciBdf(bus.substr(4))) Record(index).pci_bdf = std::string(bus);
+  return true;
+}
+
 bool KernelLogScanner::ScanNvidia(const LogLine& line) {
   const std::string_view text = line.text;
   if (Contains(text, "SXid (PCI:")) return ScanNvswitch(line);
+  if (Contains(text, "detected NVSwitch ")) return ScanFabricManagerError(line);
   if (ScanNvidiaSmiQuery(line)) return true;
   // In a live record the words must be the driver's own, not quoted data.
   if (Contains(text, "GPU has fallen off the bus") && !StartsWith(text, "NVRM: ") &&

@@ -525,6 +525,22 @@ bool KernelLogScanner::ScanMemoryFailure(const LogLine& line) {
     body = TrimView(text.substr(text.find(' ') + 1));
   } else if (Contains(text, "memory_failure_event: ")) {
     body = text.substr(text.find("memory_failure_event: ") + 22);
+  } else if (StartsWith(text, "Soft offlining pfn") && Contains(text, "virtual address")) {
+    // madvise_inject_error (mm/madvise.c): MADV_SOFT_OFFLINE asked for by a
+    // process, a test's request, not an error; what soft offline then finds
+    // is on its own lines.
+    const std::size_t index = NewRecord("memory_failure", line, Severity::kInfo, /*notice=*/true);
+    Record(index).address = MemoryFailurePfn(text);
+    if (!Record(index).address)
+      Record(index).address = ParsePrintedAddress(WordAfter(text, "pfn ", " "));
+    return true;
+  } else if (StartsWith(text, "__get_any_page: ") || StartsWith(text, "get_any_page: ")) {
+    // Soft offline could not take the page (mm/memory-failure.c
+    // get_any_page, "%s: %#lx: unknown ... page type"): a page with
+    // corrected errors stays in use.
+    const std::size_t index = NewRecord("memory_failure", line, Severity::kCe);
+    Record(index).address = ParsePrintedAddress(WordAfter(text, ": ", ":"));
+    return true;
   } else if (StartsWith(text, "Soft offlining pfn") || StartsWith(text, "soft offline: ") ||
              StartsWith(text, "soft_offline: ")) {
     // Soft offline moves a page that only had corrected errors; one it

@@ -13,7 +13,11 @@
 //   "Health issue observed, %s, severity(%d) %s", mlx5_health_try_recover's
 //   "health recovery flow aborted" / "failed"), cmd.c (command timeouts),
 //   main.c (probe_one "mlx5_init_one failed with error code %d",
-//   mlx5_function_setup, mlx5_pci_err_detected).
+//   mlx5_function_setup, mlx5_pci_err_detected), and the Ethernet
+//   queue reporters (en/reporter_tx.c "TX timeout on queue: %d, SQ: ...",
+//   "Wait for SQ 0x%x flush timeout (sq cc = 0x%x, sq pc = 0x%x)",
+//   reporter_rx.c "RX timeout on channel: %d, ...", "ERR CQE on SQ/RQ",
+//   en_main.c "TX timeout detected").
 //
 // A driver's lines about one device within a few lines of each other are
 // one record (a failed probe, a health dump), named by the device's PCI
@@ -200,15 +204,23 @@ bool KernelLogScanner::ScanMlx5(const LogLine& line) {
   if (StartsWith(text, "mlx5_core: ")) {
     body = text.substr(11);  // the PCI core's "mlx5_core: probe of <bdf> failed ..."
   } else if (StartsWith(text, "mlx5_core ")) {
+    // "mlx5_core <bdf>: ..." (mlx5_core_err), or "mlx5_core <bdf> <netdev>:
+    // ..." (netdev_err of the Ethernet functions).
     const std::size_t colon = text.find(": ", 10);
     if (colon == std::string_view::npos) return false;
     device = text.substr(10, colon - 10);
+    device = device.substr(0, device.find(' '));
     body = WithoutFunctionPrefix(text.substr(colon + 2));
   } else {
     return false;
   }
   const std::string_view bdf = IsPciBdf(device) ? device : BdfInText(body);
   if (bdf.empty()) return false;
+  if (body.ends_with("):") && Contains(body, ":(pid ")) {
+    // The prefix alone: the message went to the next line.
+    ContinueMessage(line, &KernelLogScanner::ScanMlx5);
+    return true;
+  }
   Severity severity = Severity::kInfo;
   bool notice = true;
   auto error = [&](Severity level) {
@@ -235,6 +247,14 @@ bool KernelLogScanner::ScanMlx5(const LogLine& line) {
     error(Severity::kUce);
   } else if (Contains(body, "Cable error")) {
     error(Severity::kCe);  // the module, not the device
+  } else if (StartsWith(body, "TX timeout") || StartsWith(body, "RX timeout on") ||
+             StartsWith(body, "ERR CQE on") || Contains(body, "flush timeout (sq cc") ||
+             StartsWith(body, "NETDEV WATCHDOG")) {
+    // The queue health reporters' errors (en/reporter_tx.c, reporter_rx.c,
+    // en_main.c's tx timeout, the stack's watchdog that starts it): one
+    // queue stalled or got an error completion, and the reporter recovers
+    // that queue, as devlink's tx and rx reporters are classed.
+    error(Severity::kCe);
   }
   JoinDeviceRecord(BlockKey::Device(BlockKind::kDevice, bdf), "mlx5", line, severity, notice, bdf);
   return true;

@@ -28,7 +28,8 @@
 //   dev %s, sector %llu op 0x%x:(%s) ...", with the blk_errors names; the
 //   "blk_update_request: " and "end_request: " prefixes of older kernels;
 //   fs/buffer.c "Buffer I/O error on dev %s"; the block:block_rq_error
-//   trace text "%d,%d %s (%s) %llu + %u %s [%d]").
+//   trace text "%d,%d %s (%s) %llu + %u %s [%d]", and block_rq_complete's
+//   "%d,%d %s (%s) %llu + %u [%d]" with a negative errno).
 // - devlink health reports (include/trace/events/devlink.h
 //   devlink_health_report: "bus_name=%s dev_name=%s driver_name=%s
 //   reporter_name=%s: %s").
@@ -39,6 +40,8 @@
 #include <array>
 #include <cctype>
 #include <limits>
+#include <string>
+#include <utility>
 
 #include "rasd/ras/kernel_log_scanner.h"
 #include "scan_util.h"
@@ -130,8 +133,16 @@ Severity CxlSeverity(CxlRecord kind, std::string_view text) {
   const Severity by_log = CxlLogSeverity(text);
   switch (kind) {
     case CxlRecord::kMedia: {
-      // Descriptor bit 0, UNCORRECTABLE_EVENT: the media could not correct it.
-      const Severity media = Contains(text, "UNCORRECTABLE") ? Severity::kUce : Severity::kCe;
+      // Descriptor bit 0, UNCORRECTABLE_EVENT: the media could not correct
+      // it. Spelled out by the kernel ('UNCORRECTABLE_EVENT|...') and by
+      // ras-mc-ctl ('UNCORRECTABLE EVENT'), or printed as the number.
+      bool uncorrectable = Contains(text, "UNCORRECTABLE");
+      std::string_view descriptor = FieldValue(text, "descriptor");
+      if (StartsWith(descriptor, "0x")) {
+        descriptor.remove_prefix(2);
+        uncorrectable = uncorrectable || (ParseNumber(descriptor, 16).value_or(0) & 1) != 0;
+      }
+      const Severity media = uncorrectable ? Severity::kUce : Severity::kCe;
       return by_log == Severity::kFatal ? Severity::kFatal : media;
     }
     case CxlRecord::kModule: {
@@ -167,6 +178,14 @@ std::string_view CxlDevice(std::string_view text) {
   for (std::string_view key : {"device", "memdev", "host"}) {
     const std::string_view value = FieldValue(text, key);
     if (IsPciBdf(value)) return value;
+    // A port by its name, then its function: "device=port1 (0000:0c:00.0)".
+    if (key == "device" && !value.empty()) {
+      const std::size_t after = static_cast<std::size_t>(value.data() - text.data()) + value.size();
+      if (const std::string_view rest = text.substr(after); StartsWith(rest, " (")) {
+        const std::string_view inner = WordAfter(rest, " (", ")");
+        if (IsPciBdf(inner)) return inner;
+      }
+    }
   }
   return {};
 }
@@ -249,11 +268,90 @@ Severity DevlinkReporterSeverity(std::string_view reporter) {
   return Severity::kCe;
 }
 
+// A line its publisher wrapped: it goes on in the next one.
+bool EndsWithBackslash(std::string_view text) {
+  text = TrimView(text);
+  return !text.empty() && text.back() == '\\';
+}
+
 }  // namespace
 
 bool KernelLogScanner::ScanPlatform(const LogLine& line) {
   return ScanCxl(line) || ScanArmRecord(line) || ScanResetReason(line) || ScanBlockError(line) ||
          ScanDevlinkReport(line) || ScanDevlinkTool(line);
+}
+
+void KernelLogScanner::ContinueMessage(const LogLine& line, Handler handler) {
+  continued_text_.assign(TrimView(line.text));
+  continued_raw_.assign(line.raw);
+  continued_handler_ = handler;
+  continued_ = Continued::kMessage;
+  // No record yet: the block's index is never read for kMessage.
+  OpenAs(BlockKind::kContinued, first_index_ + records_.size());
+}
+
+// The later lines of a record that spans lines without the words that
+// find its first: a CXL event wrapped with backslashes (commit messages
+// and rasdaemon's examples print them so), where the descriptor, the log
+// and hpa may be on any line; rasdaemon's multi-line non-standard event,
+// whose second line is the severity word (err_severity: Informational,
+// Corrected, Recoverable, Fatal) and whose others are the section type,
+// FRU, length and a hex dump; a message a publisher wrapped after its
+// prefix.
+bool KernelLogScanner::ScanContinuedRecord(const LogLine& line, bool own_words) {
+  const auto open = OpenBlock(BlockKind::kContinued);
+  if (!open) return false;
+  const std::string_view text = TrimView(line.text);
+  if (continued_ == Continued::kMessage) {
+    CloseBlock(BlockKind::kContinued);
+    const Handler handler = std::exchange(continued_handler_, nullptr);
+    if (own_words || handler == nullptr) return false;
+    const std::string joined_text = continued_text_ + " " + std::string(text);
+    const std::string joined_raw = continued_raw_ + "\n" + std::string(line.raw);
+    LogLine joined = line;
+    joined.text = joined_text;
+    joined.raw = joined_raw;
+    return (this->*handler)(joined);
+  }
+  ScannedRecord& record = Record(*open);
+  if (continued_ == Continued::kCxlWrapped) {
+    if (!continued_line_wrapped_) {
+      CloseBlock(BlockKind::kContinued);
+      return false;
+    }
+    Attach(*open, line);
+    const auto kind = static_cast<CxlRecord>(continued_cxl_kind_);
+    // The log may be on the first line and the descriptor on this one: the
+    // class is the worst either gives.
+    Raise(record, CxlSeverity(kind, text));
+    if (kind == CxlRecord::kMedia && !record.address) record.address = CxlHostAddress(text);
+    if (!record.pci_bdf) {
+      if (const std::string_view device = CxlDevice(text); !device.empty())
+        record.pci_bdf = std::string(device);
+    }
+    continued_line_wrapped_ = EndsWithBackslash(text);
+    if (!continued_line_wrapped_) CloseBlock(BlockKind::kContinued);
+    return true;
+  }
+  for (const auto& [word, severity] :
+       std::array<std::pair<std::string_view, Severity>, 4>{{{"Fatal", Severity::kFatal},
+                                                             {"Recoverable", Severity::kUce},
+                                                             {"Corrected", Severity::kCe},
+                                                             {"Informational", Severity::kInfo}}}) {
+    if (text == word) {
+      Attach(*open, line);
+      record.notice = severity == Severity::kInfo;
+      Raise(record, severity);
+      return true;
+    }
+  }
+  if (StartsWith(text, "section type:") || StartsWith(text, "length:") || text == "error:" ||
+      (text.size() > 9 && text[8] == ':' && ParseNumber(text.substr(0, 8), 16))) {
+    Attach(*open, line);
+    return true;
+  }
+  CloseBlock(BlockKind::kContinued);
+  return false;
 }
 
 bool KernelLogScanner::ScanCxl(const LogLine& line) {
@@ -266,8 +364,9 @@ bool KernelLogScanner::ScanCxl(const LogLine& line) {
     // not a longer name.
     if (after < text.size() && text[after] != ':' && text[after] != ' ') continue;
     const std::string_view body = text.substr(after);
-    // A record names its device; rasdaemon's "cxl:cxl_poison event enabled" does not.
-    if (!Contains(body, "memdev")) continue;
+    // A record names its device (a memory device, or a port's "device="
+    // since 6.16); rasdaemon's "cxl:cxl_poison event enabled" does not.
+    if (!Contains(body, "memdev") && !Contains(body, "device=")) continue;
     const std::size_t index = NewRecord(line.producer == "rasdaemon" ? "rasdaemon" : "cxl", line,
                                         CxlSeverity(event.kind, body));
     ScannedRecord& record = Record(index);
@@ -276,6 +375,12 @@ bool KernelLogScanner::ScanCxl(const LogLine& line) {
     if (event.kind == CxlRecord::kMedia ||
         (event.kind == CxlRecord::kPoison && record.severity != Severity::kInfo))
       record.address = CxlHostAddress(body);
+    if (EndsWithBackslash(body)) {
+      OpenAs(BlockKind::kContinued, index);
+      continued_ = Continued::kCxlWrapped;
+      continued_cxl_kind_ = static_cast<std::uint8_t>(event.kind);
+      continued_line_wrapped_ = true;
+    }
     if (event.kind == CxlRecord::kByLog && event.name == "cxl_overflow") {
       // "%u records from %llu to %llu": the records the device dropped.
       const std::string_view count = WordAfter(body, " : ", " ");
@@ -322,6 +427,20 @@ bool KernelLogScanner::ScanArmRecord(const LogLine& line) {
     if (after < text.size() && text[after] != ':' && text[after] != ' ') continue;
     const std::string_view body = text.substr(after);
     const bool arm = event == "arm_event";
+    const std::string_view rest = TrimView(body);
+    if (!arm && !rest.empty() && std::isdigit(static_cast<unsigned char>(rest[0])) &&
+        !Contains(rest, ";")) {
+      // rasdaemon's own print (ras-non-standard-handler.c): its timestamp,
+      // then the severity word, on this line or (before 0.8.1) the next.
+      const std::optional<Severity> stated = ArmRecordSeverity(rest);
+      const std::size_t index =
+          NewRecord("rasdaemon", line, stated.value_or(Severity::kInfo), !stated.has_value());
+      if (!stated) {
+        OpenAs(BlockKind::kContinued, index);
+        continued_ = Continued::kNonStandard;
+      }
+      return true;
+    }
     // A record, not rasdaemon's "ras:arm_event event enabled".
     if (!Contains(body, arm ? "MPIDR" : "sec type") && !Contains(body, "severity") &&
         !Contains(body, "error")) {
@@ -359,6 +478,10 @@ bool KernelLogScanner::ScanResetReason(const LogLine& line) {
   const std::size_t colon = text.find(": ", at);
   const std::string_view reason =
       colon == std::string_view::npos ? std::string_view{} : text.substr(colon + 2);
+  if (reason.empty() && text.back() == ':') {  // the reason wrapped onto the next line
+    ContinueMessage(line, &KernelLogScanner::ScanResetReason);
+    return true;
+  }
   const Severity severity = ResetReasonSeverity(reason);
   const std::size_t index = NewRecord("x86", line, severity, severity == Severity::kInfo);
   // The error ended the boot before this one: nothing to act on now.
@@ -371,10 +494,18 @@ bool KernelLogScanner::ScanBlockError(const LogLine& line) {
   for (std::string_view prefix : {"blk_update_request: ", "end_request: ", "print_req_error: "}) {
     if (StartsWith(text, prefix)) text.remove_prefix(prefix.size());
   }
-  const std::size_t trace = text.find("block_rq_error");
+  std::size_t trace = text.find("block_rq_error");
   // A record carries its errno ("[-5]") or rasdaemon's fields, not "event enabled".
-  if (trace != std::string_view::npos &&
-      (Contains(text, "[-") || Contains(text, "sector") || Contains(text, "error="))) {
+  bool failed = trace != std::string_view::npos &&
+                (Contains(text, "[-") || Contains(text, "sector") || Contains(text, "error="));
+  if (trace == std::string_view::npos) {
+    // block_rq_complete prints the same fields for every request
+    // (include/trace/events/block.h: "%d,%d %s (%s) %llu + %u [%d]"); one
+    // with a negative errno failed.
+    trace = text.find("block_rq_complete");
+    failed = trace != std::string_view::npos && Contains(text.substr(trace), " [-");
+  }
+  if (failed) {
     // "... [%d]": the errno of blk_status_to_errno; EOPNOTSUPP, EAGAIN,
     // ENOMEM and EBUSY are the refused requests above.
     const std::string_view body = text.substr(trace);
@@ -393,8 +524,13 @@ bool KernelLogScanner::ScanBlockError(const LogLine& line) {
     return true;
   }
   if (StartsWith(text, "Buffer I/O error on dev") || StartsWith(text, "I/O error, dev ")) {
+    // "on dev %pg" since 4.x, "on device %s" before.
     const std::string_view disk =
-        WordAfter(text, StartsWith(text, "Buffer") ? "on dev " : "dev ", " ,");
+        WordAfter(text,
+                  StartsWith(text, "Buffer I/O error on device ") ? "on device "
+                  : StartsWith(text, "Buffer")                    ? "on dev "
+                                                                  : "dev ",
+                  " ,");
     NewRecord("block", line, IsMediaLessDisk(disk) ? Severity::kInfo : Severity::kUce);
     return true;
   }

@@ -224,8 +224,9 @@ bool KernelLogScanner::ScanRasdaemon(const LogLine& line) {
                                 StartsWith(text, "Fatal") || StartsWith(text, "Non-Fatal")));
   // An MCE row wrapped by its publisher goes on with "key=value" fields.
   // So does a CXL row, which rasdaemon's own examples wrap with a backslash.
-  const bool continuation = (mce && !row && (Contains(text, "=") || Contains(text, ": 0x"))) ||
-                            (StartsWith(section_, "CXL") && !row && Contains(text, "="));
+  const bool continuation =
+      (mce && !row && (Contains(text, "=") || Contains(text, ": 0x"))) ||
+      (StartsWith(section_, "CXL") && !row && (Contains(text, "=") || Contains(text, ": ")));
   // A line that is not part of the report ends it.
   if (!block || (mcelog ? !IsMcelogLine(text) : !(row || continuation))) {
     section_.clear();

@@ -97,8 +97,9 @@ class KernelLogScanner {
   void AddTextAt(std::string_view text, std::uint64_t text_offset);
   // Whether this scanner and `other` would scan the lines that follow in
   // the same way: neither has a block open (one touched within the gap),
-  // and the state that outlives blocks (a pending NVIDIA message, a
-  // checkmk or sysfs section) is equal. From such a line on, both give the
+  // and the state that outlives blocks (a pending NVIDIA message, the
+  // device and reporter of `devlink health` output, a checkmk or sysfs
+  // section) is equal. From such a line on, both give the
   // same records, which is what lets ChunkedLogScanner scan a file's parts
   // in parallel. (State a decoder keeps across lines must be covered here
   // and in CarryStateFrom.)
@@ -156,6 +157,7 @@ class KernelLogScanner {
   bool ScanAerBox(const LogLine& line);
   bool ScanNvidia(const LogLine& line);
   bool ScanNvswitch(const LogLine& line);
+  bool ScanFabricManagerError(const LogLine& line);
   bool ScanNvidiaSmiQuery(const LogLine& line);
   bool ScanAmdgpu(const LogLine& line);
   bool ScanAcaDump(const LogLine& line, std::string_view body, std::string_view bdf);
@@ -176,6 +178,10 @@ class KernelLogScanner {
   bool ScanBlockError(const LogLine& line);
   bool ScanDevlinkReport(const LogLine& line);
   bool ScanDevlinkTool(const LogLine& line);
+  // A line that continues the open kContinued block; `own_words` says the
+  // line has words of a family, so it is a record of its own, never the
+  // text of another line's message.
+  bool ScanContinuedRecord(const LogLine& line, bool own_words);
   // The class and host address of a `ras-mc-ctl --errors` row of a section
   // the platform decoders know (CXL, disk errors, devlink, ARM); nullopt
   // for other sections.
@@ -210,8 +216,9 @@ class KernelLogScanner {
     kNvswitch,    // sub-key: switch and SXid; the lines of one SXid event
     kNvidiaSmi,   // `nvidia-smi -q`'s memory sections
     kGsp,         // a GSP failure and the dumps and Xid that follow it
+    kContinued,   // a record whose later lines have no words of their own (continued_)
   };
-  static constexpr std::size_t kBlockKinds = 17;
+  static constexpr std::size_t kBlockKinds = 18;
   struct BlockKey {
     // A kind with one block at a time.
     BlockKey(BlockKind block_kind) : kind(block_kind) {}  // NOLINT(google-explicit-constructor)
@@ -298,6 +305,22 @@ class KernelLogScanner {
   // line is about.
   std::string devlink_device_;
   std::string devlink_reporter_;
+  // What the open kContinued block is: a CXL event its publisher wrapped
+  // with trailing backslashes (the CxlRecord kind, as a number),
+  // rasdaemon's multi-line log of a non-standard CPER section, or a
+  // message whose text a publisher moved to the next line (kMessage: the
+  // line so far waits in continued_text_ for `continued_handler_`).
+  enum class Continued : std::uint8_t { kCxlWrapped, kNonStandard, kMessage };
+  Continued continued_ = Continued::kCxlWrapped;
+  std::uint8_t continued_cxl_kind_ = 0;
+  bool continued_line_wrapped_ = false;  // the last line of the block ended with a backslash
+  std::string continued_text_;
+  std::string continued_raw_;
+  Handler continued_handler_ = nullptr;
+  // `line` ends where its message should start ("... reason [0x...]:",
+  // "print_health_info:374:(pid 0):"): the next line, if it has no words
+  // of its own, is that message, and `handler` decodes the two as one.
+  void ContinueMessage(const LogLine& line, Handler handler);
   bool checkmk_section_ = false;
   std::string sysfs_pending_path_;
   std::map<std::size_t, std::vector<int>> named_mcs_;    // controllers a section names
