@@ -340,6 +340,85 @@ policy:
   EXPECT_EQ(DeviceOf(rasd, 1)["links_usable"], true);
 }
 
+// An mlx5 NIC's fatal health is a link fault of the accelerator behind it
+// (the same PCIe switch), read from the kernel log of the real rasd: the
+// collective goes on without that device, Degraded, not isolated, and the
+// node is not drained for one NIC. With no further fatal record for
+// policy.nic_fault_hold_s it rejoins, after the links' debounce. The NIC
+// has no RDMA device here (an Ethernet function): the hold alone decides.
+TEST(InfinibandTest, ANicsFatalHealthIsALinkFaultOfTheDeviceBehindItNotADrain) {
+  RasdInstance rasd;
+  const auto host = rasd.HostRoot();
+  for (const auto& [bdf, path] :
+       {std::pair<std::string, std::string>{"ffff:c2:00.0", "ffff:02:08.0/ffff:c2:00.0"},
+        {"ffff:c9:00.0", "ffff:02:10.0/ffff:c9:00.0"}}) {
+    const std::string full = "pciffff:00/ffff:00:01.0/ffff:01:00.0/" + path;
+    std::filesystem::create_directories(host / "sys/devices" / full);
+    WriteText(host / "sys/devices" / full / "numa_node", "0\n");
+    std::filesystem::create_directories(host / "sys/bus/pci/devices");
+    std::filesystem::create_directory_symlink("../../../devices/" + full,
+                                              host / "sys/bus/pci/devices" / bdf);
+  }
+  rasd.WriteConfig("policy:\n  link_up_debounce_s: 1\n  nic_fault_hold_s: 2\n" +
+                   std::string(kAllreduceJob));
+  std::string why;
+  ASSERT_TRUE(rasd.Start({}, {}, &why)) << why;
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        return Job(rasd, "allreduce")["devices"] == nlohmann::json({0, 1, 2, 3});
+      },
+      10s))
+      << Job(rasd, "allreduce").dump();
+  rasd.AppendKmsg(
+      "2,1,1000,-;mlx5_core ffff:c9:00.0: poll_health:800:(pid 0): Fatal error 1 detected\n");
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        return Job(rasd, "allreduce")["devices"] == nlohmann::json({0, 2, 3});
+      },
+      10s))
+      << Job(rasd, "allreduce").dump() << rasd.Stderr();
+  const auto out_at = std::chrono::steady_clock::now();
+  auto device = DeviceOf(rasd, 1);
+  EXPECT_EQ(device["state"], "degraded") << device.dump();
+  EXPECT_NE(device["reason"].get<std::string>().find("mlx5 ffff:c9:00.0 fatal health"),
+            std::string::npos)
+      << device.dump();
+  for (int other : {0, 2, 3}) EXPECT_EQ(DeviceOf(rasd, other)["state"], "healthy") << other;
+  // The record's own rule (fatal-nic) only records it: the one action is
+  // the link's.
+  const auto actions = nlohmann::json::parse(rasd.Rasctl({"--json", "actions"}).out)["actions"];
+  ASSERT_EQ(actions.size(), 1U) << actions.dump(2);
+  EXPECT_EQ(actions[0]["action"], "degrade-device");
+  EXPECT_EQ(actions[0]["rule"], "link-down");
+  EXPECT_EQ(actions[0]["device"], 1);
+  ASSERT_TRUE(WaitUntil([&] { return DeviceOf(rasd, 1)["state"] == "healthy"; }, 15s))
+      << rasd.Stderr();
+  EXPECT_GE(std::chrono::steady_clock::now() - out_at, 2500ms)
+      << "back before the hold and the debounce";
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        return Job(rasd, "allreduce")["devices"] == nlohmann::json({0, 1, 2, 3});
+      },
+      15s))
+      << Job(rasd, "allreduce").dump();
+
+  // Out for its NIC when rasd stops: kept out after the restart (the fault
+  // is not saved, the link's hold is), and back once the hold passed
+  // since the start with no fatal record.
+  rasd.AppendKmsg(
+      "2,2,9000,-;mlx5_core ffff:c9:00.0: mlx5_health_try_recover:335:(pid 7): health "
+      "recovery flow aborted, PCI reads still not working\n");
+  ASSERT_TRUE(WaitUntil([&] { return DeviceOf(rasd, 1)["state"] == "degraded"; }, 10s))
+      << rasd.Stderr();
+  ASSERT_TRUE(rasd.Stop().has_value());
+  ASSERT_TRUE(rasd.Start({}, {}, &why)) << why;
+  const auto started_at = std::chrono::steady_clock::now();
+  EXPECT_EQ(DeviceOf(rasd, 1)["links_usable"], false);
+  ASSERT_TRUE(WaitUntil([&] { return DeviceOf(rasd, 1)["state"] == "healthy"; }, 15s))
+      << rasd.Stderr();
+  EXPECT_GE(std::chrono::steady_clock::now() - started_at, 2500ms);
+}
+
 // Corrected errors past their threshold while the link holds the device
 // Degraded are a decision of their own: the link's return does not lift it
 // (helper's find: it did).

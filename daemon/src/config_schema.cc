@@ -487,6 +487,11 @@ void AddPolicyKeys(std::vector<ConfigKey>& keys) {
                      Integer<int>(1, 1000),
                      "a device whose links went down this many times within an hour is "
                      "flapping: the device stays out of collectives until an operator's undrain"));
+  keys.push_back(Row("policy.nic_fault_hold_s", kLive, RASD_CONFIG_FIELD(policy.nic_fault_hold),
+                     Seconds(1, 86400),
+                     "a NIC's fatal health (mlx5 firmware fatal, failed recovery, devlink "
+                     "fw_fatal) is a link fault of the accelerators behind it: out of collectives, "
+                     "Degraded, for this long after its last fatal record"));
   keys.push_back(Row("liveness.period_ms", kLive, RASD_CONFIG_FIELD(liveness.period),
                      Milliseconds(0, 3'600'000),
                      "a heartbeat kernel (`empty`) on each device that takes new work this "

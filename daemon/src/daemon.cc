@@ -319,6 +319,9 @@ void Daemon::StartRecovery() {
   link_health_ = std::make_unique<LinkHealth>(*loop_, *runtime_, *health_, *jobs_, *store_,
                                               *pipeline_, LinkHealthOptions(config_));
   link_health_->Load();
+  pipeline_->SetNicHealth(std::make_unique<NicHealth>(
+      *loop_, *host_, *runtime_, config_.policy.nic_fault_hold,
+      [this](ras::LinkReport report) { pipeline_->Handle({}, {}, {std::move(report)}); }));
   lifecycle_->SetRecoveredObserver([this](int device, ReturnedBy how) {
     recovery_->OnRecovered(device, how);
     if (how == ReturnedBy::kUndrain) link_health_->OnOperatorReturned(device);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "actuator.h"
+#include "nic_health.h"
 #include "rasd/common/event_loop.h"
 #include "rasd/ras/link_policy.h"
 #include "rasd/ras/policy.h"
@@ -95,6 +96,10 @@ class RasPipeline {
   // Decides on every batch's link reports from now on; null: none. It
   // must outlive the pipeline or be unset first.
   void SetLinkDecider(LinkDecider* decider) { link_decider_ = decider; }
+  // Turns each batch's NIC faults into a link report of the batch; null:
+  // none.
+  void SetNicHealth(std::unique_ptr<NicHealth> nic_health) { nic_health_ = std::move(nic_health); }
+  NicHealth* GetNicHealth() { return nic_health_.get(); }
 
   // `cursors` are the positions of the sources after these events: stored
   // in the same transaction, so that a restart resumes exactly behind what
@@ -136,6 +141,7 @@ class RasPipeline {
   std::vector<Observer> observers_;
   DecisionObserver decided_;
   LinkDecider* link_decider_ = nullptr;
+  std::unique_ptr<NicHealth> nic_health_;
   Stats stats_;
   std::deque<ras::StoreBatch> backlog_;
   std::unique_ptr<common::Timer> retry_timer_;

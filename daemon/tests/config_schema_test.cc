@@ -82,6 +82,7 @@ policy:
   auto_recover_window_s: 63
   link_up_debounce_s: 7
   link_flap_limit: 2
+  nic_fault_hold_s: 60
   hook_timeout_ms: 200
 inject: {allow_sources: true, allow_hardware: true}
 scheduler: {kind: slurm, node: n1, scontrol: /opt/scontrol, resume_on_undrain: false,

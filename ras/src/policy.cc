@@ -145,6 +145,10 @@ std::vector<PolicyRule> DefaultRules(const PolicyConfig& config) {
       Rule("fatal-device-memory", Severity::kFatal, C::kDeviceMemory,
            {A::kDrainDevice, A::kIsolateDevice}),
       Rule("fatal-device", Severity::kFatal, C::kDevice, {A::kDrainDevice, A::kIsolateDevice}),
+      // A NIC's fatal health: a link fault of the accelerators behind it
+      // (the daemon's NIC health), not a reason to drain the node.
+      OfOrigin("mlx5", Rule("fatal-nic", Severity::kFatal, C::kPciDevice, {A::kRecord})),
+      OfOrigin("devlink", Rule("fatal-nic-devlink", Severity::kFatal, C::kPciDevice, {A::kRecord})),
       Rule("fatal-host", Severity::kFatal, std::nullopt, {A::kDrainNode}),
       Rule("record", std::nullopt, std::nullopt, {A::kRecord}),
   };

@@ -54,6 +54,12 @@ RasEvent HostEdac(Severity severity) {
   return event;
 }
 
+RasEvent NicEvent(std::string origin) {
+  auto event = Event(Severity::kFatal, std::nullopt, std::nullopt, std::move(origin));
+  event.pci_bdf = "0000:03:00.0";
+  return event;
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Rows, DefaultPolicyTest,
     ::testing::Values(
@@ -92,6 +98,12 @@ INSTANTIATE_TEST_SUITE_P(
         Row{"FATAL_device",
             Event(Severity::kFatal, 3, std::nullopt),
             {A::kDrainDevice, A::kIsolateDevice}},
+        // A NIC's fatal health is its accelerators' link fault (the daemon's
+        // NIC health), not a node drain; an AER fatal on a PCI function
+        // still drains.
+        Row{"FATAL_mlx5_nic", NicEvent("mlx5"), {A::kRecord}},
+        Row{"FATAL_devlink_nic", NicEvent("devlink"), {A::kRecord}},
+        Row{"FATAL_aer_pci_device", NicEvent("aer"), {A::kDrainNode}},
         Row{"INFO_device", Event(Severity::kInfo, 3, std::nullopt), {A::kRecord}},
         Row{"INFO_host", HostEdac(Severity::kInfo), {A::kRecord}}),
     [](const auto& row) { return std::string(row.param.name); });

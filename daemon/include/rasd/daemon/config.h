@@ -142,6 +142,9 @@ struct Config {
     // hour keeps it out until an operator's undrain.
     std::chrono::seconds link_up_debounce{30};
     int link_flap_limit = 5;
+    // A NIC's fatal health keeps the accelerators behind it out of
+    // collectives this long after its last fatal record.
+    std::chrono::seconds nic_fault_hold{300};
     bool operator==(const Policy&) const = default;
   } policy;
   // Device liveness: a tiny kernel per device in service every `period`
