@@ -87,6 +87,42 @@ TEST_F(WorkloadsTest, RunGivesTheDevicesAndAnIsolationDrainsTheWorkloadWithItsSi
   EXPECT_TRUE(Workloads().empty()) << Workloads().dump();
 }
 
+// The kernel's SIGBUS for a memory error names a process: when it is an
+// attached workload, its event says which (the kernel kills it; rasd only
+// follows its exit). Another process's record names none.
+TEST_F(WorkloadsTest, AMemoryErrorsSigbusToAWorkloadNamesTheWorkload) {
+  const auto marks = rasd_.Dir() / "marks";
+  auto run = Run({"--devices", "2", "--name", "victim"},
+                 "echo up > " + marks.string() + "; while :; do sleep 0.02; done");
+  ASSERT_TRUE(WaitForFile(marks, "up")) << ReadText(rasd_.Dir() / "run.err");
+  const auto listed = Workloads();
+  ASSERT_EQ(listed.size(), 1U) << listed.dump();
+  const std::int64_t pid = listed[0]["pid"];
+  const std::int64_t id = listed[0]["id"];
+  rasd_.AppendKmsg(fmt::format(
+      "3,1,1000,-;Memory failure: 0x3710b3: Sending SIGBUS to sh:{} due to hardware memory "
+      "corruption\n3,2,1001,-;Memory failure: 0x3710b4: Sending SIGBUS to other:{} due to "
+      "hardware memory corruption\n",
+      pid, pid + 100000));
+  nlohmann::json events;
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        events = rasd_.RasctlJson({"events", "--limit", "10"})["events"];
+        return events.size() >= 2;
+      },
+      5s))
+      << events.dump(2) << rasd_.Stderr();
+  std::map<std::string, std::string> summary_of;
+  for (const auto& event : events) {
+    const std::string summary = event["summary"];
+    summary_of[summary.find("0x3710b3") != std::string::npos ? "victim" : "other"] = summary;
+  }
+  EXPECT_NE(summary_of["victim"].find(fmt::format("[workload 'victim' (id {}, device(s) 2)]", id)),
+            std::string::npos)
+      << events.dump(2);
+  EXPECT_EQ(summary_of["other"].find("[workload"), std::string::npos) << events.dump(2);
+}
+
 TEST_F(WorkloadsTest, AWorkloadThatIgnoresTheSignalIsKilledAtItsGrace) {
   const auto marks = rasd_.Dir() / "marks";
   auto run = Run({"--devices", "2", "--grace", "400ms"},

@@ -319,6 +319,13 @@ void Daemon::StartRecovery() {
   link_health_ = std::make_unique<LinkHealth>(*loop_, *runtime_, *health_, *jobs_, *store_,
                                               *pipeline_, LinkHealthOptions(config_));
   link_health_->Load();
+  // A record that names a process (a SIGBUS from a memory error, an Xid's
+  // pid=) says which attached workload it was: the kernel killed it, and
+  // its owner reads why in the event.
+  pipeline_->SetAnnotator([this](ras::RasEvent& event) {
+    if (!event.pid || !workloads_) return;
+    if (auto who = workloads_->DescribePid(*event.pid)) event.summary += " [" + *who + "]";
+  });
   pipeline_->SetNicHealth(std::make_unique<NicHealth>(
       *loop_, *host_, *runtime_, config_.policy.nic_fault_hold,
       [this](ras::LinkReport report) { pipeline_->Handle({}, {}, {std::move(report)}); }));

@@ -249,6 +249,8 @@ void RasPipeline::Handle(std::vector<ras::RasEvent> events, std::vector<ras::Sou
   // A kernel record about a PCI device rasd runs (an Xid, an AER error on a
   // GPU) is about that runtime device.
   AttributeToDevices(events);
+  if (annotate_)
+    for (auto& event : events) annotate_(event);
   // A NIC's fatal health is a link fault of the accelerators behind it.
   if (nic_health_)
     if (auto report = nic_health_->Observe(events)) links.push_back(std::move(*report));

@@ -100,6 +100,10 @@ class RasPipeline {
   // none.
   void SetNicHealth(std::unique_ptr<NicHealth> nic_health) { nic_health_ = std::move(nic_health); }
   NicHealth* GetNicHealth() { return nic_health_.get(); }
+  // Adds to each event what only the daemon knows (the attached workload a
+  // record's process is), before the policy decides and the store keeps it.
+  using Annotator = std::function<void(ras::RasEvent&)>;
+  void SetAnnotator(Annotator annotate) { annotate_ = std::move(annotate); }
 
   // `cursors` are the positions of the sources after these events: stored
   // in the same transaction, so that a restart resumes exactly behind what
@@ -142,6 +146,7 @@ class RasPipeline {
   DecisionObserver decided_;
   LinkDecider* link_decider_ = nullptr;
   std::unique_ptr<NicHealth> nic_health_;
+  Annotator annotate_;
   Stats stats_;
   std::deque<ras::StoreBatch> backlog_;
   std::unique_ptr<common::Timer> retry_timer_;

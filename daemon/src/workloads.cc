@@ -531,6 +531,15 @@ nlohmann::json Workloads::OnDevice(int device) const {
   return list;
 }
 
+std::optional<std::string> Workloads::DescribePid(std::int64_t pid) const {
+  for (const auto& [id, workload] : workloads_) {
+    if (workload->pid != pid) continue;
+    return fmt::format("workload '{}' (id {}, device(s) {})", workload->name, id,
+                       fmt::join(workload->devices, ","));
+  }
+  return std::nullopt;
+}
+
 nlohmann::json Workloads::Report() const {
   nlohmann::json list = nlohmann::json::array();
   for (const auto& [id, workload] : workloads_) {

@@ -100,6 +100,9 @@ class Workloads {
   // Every attached workload: id, name, pid, uid, devices, state
   // (running | draining | killed), grace, connected.
   nlohmann::json Report() const;
+  // The attached workload that is process `pid`, for people: "workload
+  // 'server' (id 3, device(s) 1)"; nullopt when none is.
+  std::optional<std::string> DescribePid(std::int64_t pid) const;
   // The workloads attached on `device`: [{"name", "pid", "state"}].
   nlohmann::json OnDevice(int device) const;
   std::size_t Count() const { return workloads_.size(); }

@@ -430,6 +430,20 @@ TEST(ContinuedRecordTest, ALineWithWordsOfItsOwnIsNeverAnotherLinesMessage) {
   EXPECT_EQ(records[1].severity, Severity::kInfo);
 }
 
+// The process a memory error's kill notice names, for the daemon to say
+// which workload it was.
+TEST(ContinuedRecordTest, AKillNoticeNamesItsProcess) {
+  const auto records = ScanKernelLog(
+      "Memory failure: 0x3710b3: Sending SIGBUS to einj_mem_uc:361438 due to hardware memory "
+      "corruption\n"
+      "MCE: Killing a:b:4770 due to hardware memory corruption fault at 7f8eccf35000\n"
+      "Memory failure: 0x3710b3: Sending SIGBUS to x:12y due to hardware memory corruption\n");
+  ASSERT_EQ(records.size(), 3U);
+  EXPECT_EQ(records[0].pid, 361438);
+  EXPECT_EQ(records[1].pid, 4770);
+  EXPECT_FALSE(records[2].pid.has_value());
+}
+
 // A backslash-wrapped CXL record ends at its first line without one: the
 // next record is its own.
 TEST(ContinuedRecordTest, AWrappedRecordEndsAtItsLastWrappedLine) {

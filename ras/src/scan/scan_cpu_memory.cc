@@ -3,6 +3,9 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
+#include <cstdint>
+#include <optional>
 
 #include "rasd/ras/kernel_log_scanner.h"
 #include "scan_util.h"
@@ -500,6 +503,25 @@ Severity MemoryFailureSeverity(std::string_view body) {
   return Severity::kInfo;
 }
 
+// The process a kill notice names (mm/memory-failure.c kill_proc: "%#lx:
+// Sending SIGBUS to %s:%d due to hardware memory corruption", older
+// "Killing %s:%d due to ..."): the number after the last ':' of
+// "<comm>:<pid>", a comm that may itself hold a ':'.
+std::optional<std::int64_t> KilledPid(std::string_view text) {
+  const std::size_t due = text.find(" due to hardware memory corruption");
+  if (due == std::string_view::npos) return std::nullopt;
+  const std::size_t colon = text.rfind(':', due);
+  if (colon == std::string_view::npos) return std::nullopt;
+  const std::string_view digits = text.substr(colon + 1, due - colon - 1);
+  if (digits.empty() || digits.size() > 9 || !std::all_of(digits.begin(), digits.end(), [](char c) {
+        return std::isdigit(static_cast<unsigned char>(c)) != 0;
+      }))
+    return std::nullopt;
+  const auto pid = ParseNumber(digits);
+  if (!pid || *pid == 0) return std::nullopt;
+  return static_cast<std::int64_t>(*pid);
+}
+
 // The PFN a message names: "0x2025e7: ...", "pfn 0x...", "pfn=0x...".
 std::optional<Address> MemoryFailurePfn(std::string_view body) {
   if (StartsWith(body, "0x")) return ParsePrintedAddress(body.substr(0, body.find(':')));
@@ -565,7 +587,8 @@ bool KernelLogScanner::ScanMemoryFailure(const LogLine& line) {
     return true;
   } else if (Contains(text, "due to hardware memory corruption") &&
              (!anchored_ || StartsWith(text, "MCE") || StartsWith(text, "Killing"))) {
-    NewRecord("memory_failure", line, Severity::kSrar);  // "Killing <comm>:<pid> due to ..."
+    // "Killing <comm>:<pid> due to ..."
+    Record(NewRecord("memory_failure", line, Severity::kSrar)).pid = KilledPid(text);
     return true;
   } else {
     return false;
@@ -574,6 +597,7 @@ bool KernelLogScanner::ScanMemoryFailure(const LogLine& line) {
       NewRecord(line.producer == "rasdaemon" ? "rasdaemon" : "memory_failure", line,
                 MemoryFailureSeverity(body));
   Record(index).address = MemoryFailurePfn(body);
+  Record(index).pid = KilledPid(body);
   return true;
 }
 
