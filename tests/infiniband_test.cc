@@ -85,8 +85,9 @@ TEST(InfinibandTest, PortsAreMetricsCounterIncreasesAndLinkDownsAreEvents) {
   }
 }
 
-// Simulated device 1 is ffff:c2:00.0; mlx4_0 sits on the same PCIe switch.
-void ServeDeviceOneFromMlx4(const std::filesystem::path& host, const std::filesystem::path& tree) {
+// Simulated device 1 is ffff:c2:00.0; the NIC ffff:c9:00.0 sits on the
+// same PCIe switch.
+void PlaceDeviceOneBesideNic(const std::filesystem::path& host) {
   auto add = [&](const std::string& bdf, const std::string& path) {
     std::filesystem::create_directories(host / "sys/devices" / path);
     WriteText(host / "sys/devices" / path / "numa_node", "0\n");
@@ -96,6 +97,11 @@ void ServeDeviceOneFromMlx4(const std::filesystem::path& host, const std::filesy
   };
   add("ffff:c2:00.0", "pciffff:00/ffff:00:01.0/ffff:01:00.0/ffff:02:08.0/ffff:c2:00.0");
   add("ffff:c9:00.0", "pciffff:00/ffff:00:01.0/ffff:01:00.0/ffff:02:10.0/ffff:c9:00.0");
+}
+
+// mlx4_0 is that NIC.
+void ServeDeviceOneFromMlx4(const std::filesystem::path& host, const std::filesystem::path& tree) {
+  PlaceDeviceOneBesideNic(host);
   std::filesystem::create_directory_symlink(
       "../../../devices/pciffff:00/ffff:00:01.0/ffff:01:00.0/ffff:02:10.0/ffff:c9:00.0",
       tree / "mlx4_0/device");
@@ -348,17 +354,7 @@ policy:
 // has no RDMA device here (an Ethernet function): the hold alone decides.
 TEST(InfinibandTest, ANicsFatalHealthIsALinkFaultOfTheDeviceBehindItNotADrain) {
   RasdInstance rasd;
-  const auto host = rasd.HostRoot();
-  for (const auto& [bdf, path] :
-       {std::pair<std::string, std::string>{"ffff:c2:00.0", "ffff:02:08.0/ffff:c2:00.0"},
-        {"ffff:c9:00.0", "ffff:02:10.0/ffff:c9:00.0"}}) {
-    const std::string full = "pciffff:00/ffff:00:01.0/ffff:01:00.0/" + path;
-    std::filesystem::create_directories(host / "sys/devices" / full);
-    WriteText(host / "sys/devices" / full / "numa_node", "0\n");
-    std::filesystem::create_directories(host / "sys/bus/pci/devices");
-    std::filesystem::create_directory_symlink("../../../devices/" + full,
-                                              host / "sys/bus/pci/devices" / bdf);
-  }
+  PlaceDeviceOneBesideNic(rasd.HostRoot());
   rasd.WriteConfig("policy:\n  link_up_debounce_s: 1\n  nic_fault_hold_s: 2\n" +
                    std::string(kAllreduceJob));
   std::string why;
