@@ -430,6 +430,18 @@ TEST(ContinuedRecordTest, ALineWithWordsOfItsOwnIsNeverAnotherLinesMessage) {
   EXPECT_EQ(records[1].severity, Severity::kInfo);
 }
 
+// A record wrapped past any real one's length is cut off there: a file of
+// backslash lines does not grow one record without bound.
+TEST(ContinuedRecordTest, AWrappedRecordTakesABoundedNumberOfLines) {
+  std::string text = "cxl_dram: memdev=mem0 host=0000:0f:00.0 serial=3 log=Informational : \\\n";
+  for (int i = 0; i < 1000; ++i) text += "time=1 uuid=601dcbb3 len=128 \\\n";
+  text += "descriptor=0x1 hpa=0x40018680\n";
+  const auto records = ScanKernelLog(text);
+  ASSERT_EQ(records.size(), 1U);
+  EXPECT_LE(records[0].lines.size(), 300U);
+  EXPECT_EQ(records[0].severity, Severity::kCe);  // the descriptor came too late to count
+}
+
 // The process a memory error's kill notice names, for the daemon to say
 // which workload it was.
 TEST(ContinuedRecordTest, AKillNoticeNamesItsProcess) {

@@ -314,6 +314,10 @@ bool KernelLogScanner::ScanContinuedRecord(const LogLine& line, bool own_words) 
     return (this->*handler)(joined);
   }
   ScannedRecord& record = Record(*open);
+  if (++continued_lines_ > kMaxContinuedLines) {
+    CloseBlock(BlockKind::kContinued);
+    return false;
+  }
   if (continued_ == Continued::kCxlWrapped) {
     if (!continued_line_wrapped_) {
       CloseBlock(BlockKind::kContinued);
@@ -380,6 +384,7 @@ bool KernelLogScanner::ScanCxl(const LogLine& line) {
       continued_ = Continued::kCxlWrapped;
       continued_cxl_kind_ = static_cast<std::uint8_t>(event.kind);
       continued_line_wrapped_ = true;
+      continued_lines_ = 0;
     }
     if (event.kind == CxlRecord::kByLog && event.name == "cxl_overflow") {
       // "%u records from %llu to %llu": the records the device dropped.
@@ -438,6 +443,7 @@ bool KernelLogScanner::ScanArmRecord(const LogLine& line) {
       if (!stated) {
         OpenAs(BlockKind::kContinued, index);
         continued_ = Continued::kNonStandard;
+        continued_lines_ = 0;
       }
       return true;
     }

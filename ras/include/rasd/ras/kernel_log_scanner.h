@@ -314,6 +314,11 @@ class KernelLogScanner {
   Continued continued_ = Continued::kCxlWrapped;
   std::uint8_t continued_cxl_kind_ = 0;
   bool continued_line_wrapped_ = false;  // the last line of the block ended with a backslash
+  // Lines the open kContinued block took: a wrapped record is some tens of
+  // lines, and one that goes on past kMaxContinuedLines is not one (a
+  // file of backslashes would otherwise grow one record without bound).
+  static constexpr std::size_t kMaxContinuedLines = 256;
+  std::size_t continued_lines_ = 0;
   std::string continued_text_;
   std::string continued_raw_;
   Handler continued_handler_ = nullptr;
