@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cctype>
 
 #include "rasd/common/logging.h"
 #include "rasd/ras/pci_topology.h"
@@ -30,11 +31,15 @@ std::optional<ras::LinkReport> NicHealth::Observe(const std::vector<ras::RasEven
   bool any = false;
   for (const auto& event : events) {
     if (!IsNicFault(event)) continue;
-    const std::string& bdf = *event.pci_bdf;
+    // sysfs names functions in lower case; a log may not.
+    std::string bdf = *event.pci_bdf;
+    std::transform(bdf.begin(), bdf.end(), bdf.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
     auto [fault, added] = faults_.try_emplace(bdf);
     fault->second.until = loop_.Now() + hold_;
     any = true;
-    if (!added) continue;
+    // A NIC whose placement could not be read yet is looked up again.
+    if (!added && !fault->second.devices.empty()) continue;
     // The accelerators behind the NIC, read when its fault starts: devices
     // and placements change only with the hardware.
     std::vector<std::pair<int, ras::PciPlacement>> accelerators;

@@ -456,6 +456,23 @@ TEST(ContinuedRecordTest, AKillNoticeNamesItsProcess) {
   EXPECT_FALSE(records[2].pid.has_value());
 }
 
+// A wrapped or multi-line record ends at a line with words of its own,
+// which is decoded as the record it is.
+TEST(ContinuedRecordTest, ARealRecordAfterAWrappedOneIsItsOwn) {
+  const char* kEdacUe =
+      "EDAC MC0: 1 UE memory read error on CPU_SrcID#0_Ha#0_Chan#0_DIMM#0 (page:0x1 offset:0x0)\n";
+  for (const std::string first :
+       {"cxl_dram: memdev=mem0 host=0000:0f:00.0 serial=3 log=Informational : \\\n",
+        "  <...>-64065 [077] dNH.     0.054782 non_standard_event 2023-09-07 18:37:13 +0800\n",
+        "  <...>-64065 [077] dNH.     0.054782 non_standard_event 2023-09-07 18:37:13 +0800\n"
+        " Fatal\n"}) {
+    const auto records = ScanKernelLog(first + kEdacUe);
+    ASSERT_EQ(records.size(), 2U) << first;
+    EXPECT_EQ(records[1].origin, "edac") << first;
+    EXPECT_EQ(records[1].severity, Severity::kUce) << first;
+  }
+}
+
 // A backslash-wrapped CXL record ends at its first line without one: the
 // next record is its own.
 TEST(ContinuedRecordTest, AWrappedRecordEndsAtItsLastWrappedLine) {

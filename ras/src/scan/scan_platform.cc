@@ -37,6 +37,7 @@
 // Severity where the text states none is decided by what it states; the
 // rules are tests/data/README.md's "The third corpus".
 
+#include <algorithm>
 #include <array>
 #include <cctype>
 #include <limits>
@@ -319,7 +320,9 @@ bool KernelLogScanner::ScanContinuedRecord(const LogLine& line, bool own_words) 
     return false;
   }
   if (continued_ == Continued::kCxlWrapped) {
-    if (!continued_line_wrapped_) {
+    // A line with words of its own is a record of its own, never the rest
+    // of a wrapped one.
+    if (!continued_line_wrapped_ || own_words) {
       CloseBlock(BlockKind::kContinued);
       return false;
     }
@@ -349,8 +352,13 @@ bool KernelLogScanner::ScanContinuedRecord(const LogLine& line, bool own_words) 
       return true;
     }
   }
-  if (StartsWith(text, "section type:") || StartsWith(text, "length:") || text == "error:" ||
-      (text.size() > 9 && text[8] == ':' && ParseNumber(text.substr(0, 8), 16))) {
+  // A hex dump row is "00000010: ..." (eight hex digits), not "EDAC MC0: ...".
+  const bool dump_row =
+      text.size() > 9 && text[8] == ':' && std::all_of(text.begin(), text.begin() + 8, [](char c) {
+        return std::isxdigit(static_cast<unsigned char>(c)) != 0;
+      });
+  if (!own_words && (StartsWith(text, "section type:") || StartsWith(text, "length:") ||
+                     text == "error:" || dump_row)) {
     Attach(*open, line);
     return true;
   }
