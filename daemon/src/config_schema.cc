@@ -356,7 +356,9 @@ void AddRasKeys(std::vector<ConfigKey>& keys) {
                      "`non_standard_event`, `memory_failure_event`, `extlog_mem_event`, "
                      "`mce:mce_record`, the seven `cxl:` memory-device events, "
                      "`devlink:devlink_health_report`, `signal:signal_generate` filtered to "
-                     "SIGBUS; those the kernel has, the others listed as absent in `status`) in "
+                     "SIGBUS, `block:block_rq_error` (`block_rq_complete` filtered to failed "
+                     "requests on kernels without it), `ras:reri_event`; those the kernel has, "
+                     "the others listed as absent in `status`) in "
                      "a private tracing instance, removed on exit (needs root and a mounted "
                      "tracefs; otherwise logged and left out)"));
   keys.push_back(Row("ras.tracefs_instance", kRestart, RASD_CONFIG_FIELD(ras.tracefs_instance),

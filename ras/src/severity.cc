@@ -50,4 +50,36 @@ Severity SeverityOfGhesNumber(unsigned long long number) {
   }
 }
 
+Severity SeverityOfBlockErrno(int error) {
+  switch (-error) {
+    case 0:
+      return Severity::kInfo;
+    case 67:  // ENOLINK: BLK_STS_TRANSPORT, retried by the layer
+      return Severity::kCe;
+    case 95:   // EOPNOTSUPP: BLK_STS_NOTSUPP
+    case 12:   // ENOMEM: BLK_STS_RESOURCE
+    case 16:   // EBUSY: BLK_STS_DEV_RESOURCE
+    case 11:   // EAGAIN: BLK_STS_AGAIN
+    case 62:   // ETIME: BLK_STS_DURATION_LIMIT
+    case 22:   // EINVAL: BLK_STS_INVAL
+    case 109:  // ETOOMANYREFS: BLK_STS_ZONE_OPEN_RESOURCE
+    case 75:   // EOVERFLOW: BLK_STS_ZONE_ACTIVE_RESOURCE
+      return Severity::kInfo;
+    default:
+      return Severity::kUce;
+  }
+}
+
+bool IsMediaLessBlockMajor(unsigned major) {
+  return major == 1 || major == 2 || major == 7 || major == 11 || major == 43;
+}
+
+Severity SeverityOfReriStatus(unsigned long long status) {
+  constexpr unsigned long long kCorrected = 1ULL << 1, kDeferred = 1ULL << 2, kCritical = 1ULL << 3;
+  if ((status & kCritical) != 0) return Severity::kUce;
+  if ((status & kDeferred) != 0) return Severity::kUcna;
+  if ((status & kCorrected) != 0) return Severity::kCe;
+  return Severity::kInfo;
+}
+
 }  // namespace rasd::ras

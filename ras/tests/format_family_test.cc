@@ -332,6 +332,14 @@ const FamilyCase kCases[] = {
     {"block-rq-complete-failed",
      "kworker/0:1H-1090 [000] ..... 586.0: block_rq_complete: 8,16 WS () 131072 + 128 [-61]",
      "block", Severity::kUce},
+    // The errno decides as in the raw event: ENOLINK is a transport error
+    // the layer retried; a loop device (major 7) has no hardware to fail.
+    {"trace-block-rq-error-transport",
+     "kworker/0:1H-1090 [000] ..... 586.1: block_rq_error: 259,0 R () 2048 + 8 [-67]", "block",
+     Severity::kCe},
+    {"trace-block-rq-error-loop",
+     "kworker/0:1H-1090 [000] ..... 586.1: block_rq_error: 7,3 R () 2048 + 8 [-5]", "block",
+     Severity::kInfo},
     {"fabric-manager-fatal",
      "[Jul 23 2024 07:53:55] [ERROR] [tid 841] detected NVSwitch fatal error 12028 on fid 0 on "
      "NVSwitch pci bus id 00000000:87:00.0 physical id 4 port 31",

@@ -3,7 +3,8 @@
 // time_delta header), decoded with the format files of a real 6.18 kernel
 // (tests/fixtures/tracefs, copied from /sys/kernel/tracing/events; the cxl
 // and devlink formats, which this kernel lacks, laid out from the
-// kernel's TRACE_EVENT definitions as ftrace prints them).
+// kernel's TRACE_EVENT definitions as ftrace prints them, and reri_event's
+// from the fields rasdaemon reads).
 
 #include "rasd/ras/trace_event_decoder.h"
 
@@ -144,6 +145,48 @@ TEST(TraceEventDecoderTest, DevlinkHealthReportsAndMemoryErrorSignalsDecode) {
   EXPECT_NE(events[3].summary.find("python3"), std::string::npos) << events[3].summary;
   EXPECT_EQ(events[4].severity, Severity::kSrao);
   EXPECT_EQ(events[4].pid, 77);
+}
+
+// block_rq_error's format is this kernel's; reri_event's is laid out from
+// the fields rasdaemon's ras-reri-handler.c reads (no released kernel has
+// the event yet).
+TEST(TraceEventDecoderTest, FailedBlockRequestsAndReriRecordsDecode) {
+  auto decoder = TraceEventDecoder::Load(
+      RASD_TRACEFS_FIXTURES "/events",
+      {"block/block_rq_error", "block/block_rq_complete", "ras/reri_event"});
+  ASSERT_TRUE(decoder.has_value()) << decoder.error().ToString();
+  constexpr int kEio = -5, kEnolink = -67, kEopnotsupp = -95;
+  constexpr std::uint64_t kCe = 1ULL << 1, kDeferred = 1ULL << 2, kCritical = 1ULL << 3;
+  constexpr std::uint64_t kPhysical = 1ULL << 12, kCacheData = 3ULL << 24;
+  const Bytes page = testing::Page({
+      testing::BlockRqError(2106, 8, 16, 123456, kEio, "W"),
+      testing::BlockRqError(2106, 259, 0, 88, kEnolink, "R"),
+      testing::BlockRqError(2106, 8, 0, 1, kEopnotsupp, "D"),
+      testing::BlockRqError(2106, 7, 0, 4096, kEio, "R"),
+      testing::BlockRqError(2107, 8, 0, 4096, 0, "R"),
+      testing::BlockRqError(2107, 8, 32, 4096, kEio, "R"),
+      testing::ReriEvent(2210, 0, 5, kCe | 1 | kPhysical | kCacheData, 0x8000'1040),
+      testing::ReriEvent(2210, 0, 6, kDeferred | 1 | kPhysical, 0x8000'2000),
+      testing::ReriEvent(2210, 1, 0, kCritical | kDeferred | 1, 0x1234),
+  });
+  const auto events = (*decoder)->DecodePage(page, kReadAt);
+  ASSERT_EQ(events.size(), 8u) << "a completion without an error is no record";
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(events[i].origin, "block") << i;
+  EXPECT_EQ(events[0].severity, Severity::kUce) << "EIO: data the disk could not move";
+  EXPECT_NE(events[0].summary.find("8,16"), std::string::npos) << events[0].summary;
+  EXPECT_NE(events[0].summary.find("123456"), std::string::npos) << events[0].summary;
+  EXPECT_EQ(events[1].severity, Severity::kCe) << "ENOLINK: a transport error the layer retried";
+  EXPECT_EQ(events[2].severity, Severity::kInfo) << "EOPNOTSUPP: a request refused";
+  EXPECT_EQ(events[3].severity, Severity::kInfo) << "a loop device has no hardware of its own";
+  EXPECT_EQ(events[4].severity, Severity::kUce) << "a failed completion, older kernels' form";
+  for (int i = 5; i < 8; ++i) EXPECT_EQ(events[i].origin, "reri") << i;
+  EXPECT_EQ(events[5].severity, Severity::kCe);
+  EXPECT_EQ(events[5].address, Address::Of(0x8000'1040)) << "a supervisor physical address";
+  EXPECT_NE(events[5].summary.find("hart 5"), std::string::npos) << events[5].summary;
+  EXPECT_EQ(events[6].severity, Severity::kUcna) << "deferred: not consumed yet";
+  EXPECT_EQ(events[7].severity, Severity::kUce) << "critical outranks deferred";
+  EXPECT_FALSE(events[7].address) << "no address type: the field means nothing";
+  EXPECT_NE(events[7].summary.find("IOMMU"), std::string::npos) << events[7].summary;
 }
 
 TEST(TraceEventDecoderTest, DamagedPagesAreHarmless) {

@@ -118,6 +118,36 @@ inline Bytes SignalGenerate(std::uint16_t id, int sig, int code, const std::stri
   return record;
 }
 
+// block:block_rq_error / block_rq_complete as kernel 6.18 lays them out:
+// dev (major << 20 | minor), sector, nr_sector, error (a negative errno),
+// rwbs, an empty cmd.
+inline Bytes BlockRqError(std::uint16_t id, unsigned major, unsigned minor, std::uint64_t sector,
+                          int error, const std::string& rwbs) {
+  Bytes record(48, 0);
+  Put<std::uint16_t>(record, 0, id);
+  Put<std::uint32_t>(record, 8, (major << 20) | minor);
+  Put<std::uint64_t>(record, 16, sector);
+  Put<std::uint32_t>(record, 24, 8);
+  Put<std::int32_t>(record, 28, error);
+  std::memcpy(record.data() + 34, rwbs.c_str(), std::min<std::size_t>(rwbs.size(), 9));
+  PutStrings(record, 48, {{44, ""}});
+  return record;
+}
+
+// ras:reri_event as the fixture's format lays it out: the RERI status
+// register and the address it describes.
+inline Bytes ReriEvent(std::uint16_t id, std::uint8_t source_type, std::uint32_t hart,
+                       std::uint64_t status, std::uint64_t address) {
+  Bytes record(64, 0);
+  Put<std::uint16_t>(record, 0, id);
+  Put<std::uint16_t>(record, 8, 0x12);
+  Put<std::uint8_t>(record, 10, source_type);
+  Put<std::uint32_t>(record, 12, hart);
+  Put<std::uint64_t>(record, 24, status);
+  Put<std::uint64_t>(record, 32, address);
+  return record;
+}
+
 // A page: header, then each record behind its event header (type_len = length / 4, or a
 // length word for a record over 112 bytes).
 inline Bytes Page(const std::vector<Bytes>& records) {

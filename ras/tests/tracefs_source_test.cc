@@ -15,6 +15,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -95,7 +96,9 @@ TEST_F(TracefsFixtureTest, EnablesTheEventsThisKernelHasAndDecodesEachCpusPages)
                 "ras/mc_event", "ras/arm_event", "ras/non_standard_event", "cxl/cxl_general_media",
                 "cxl/cxl_dram", "cxl/cxl_memory_module", "cxl/cxl_poison",
                 "cxl/cxl_aer_uncorrectable_error", "cxl/cxl_aer_correctable_error",
-                "cxl/cxl_overflow", "devlink/devlink_health_report", "signal/signal_generate"}));
+                "cxl/cxl_overflow", "devlink/devlink_health_report", "signal/signal_generate",
+                "block/block_rq_error", "ras/reri_event"}))
+      << "block_rq_complete is left off where block_rq_error carries the failed requests";
   EXPECT_EQ((*source)->Absent(),
             (std::vector<std::string>{"ras/aer_event", "ras/memory_failure_event",
                                       "ras/extlog_mem_event", "mce/mce_record"}))
@@ -104,6 +107,8 @@ TEST_F(TracefsFixtureTest, EnablesTheEventsThisKernelHasAndDecodesEachCpusPages)
   EXPECT_EQ(ReadText(instance / "events/signal/signal_generate/filter"), "sig == 7")
       << "every signal of the machine is not rasd's";
   EXPECT_EQ(ReadText(instance / "buffer_percent"), "0") << "poll must wake for one event";
+  EXPECT_EQ(ReadText(instance / "events/block/block_rq_complete/enable"), "0")
+      << "every completed request of the machine is not rasd's";
   ASSERT_EQ((*source)->CpuCount(), 2u);
 
   clock_->Advance(std::chrono::seconds(5));
@@ -123,6 +128,23 @@ TEST_F(TracefsFixtureTest, EnablesTheEventsThisKernelHasAndDecodesEachCpusPages)
   source->reset();
   EXPECT_EQ(ReadText(instance / "events/ras/mc_event/enable"), "0")
       << "the events are switched off again on exit";
+}
+
+// Kernels before 5.18 have no block_rq_error: the completions are read,
+// filtered in the kernel to the failed ones.
+TEST_F(TracefsFixtureTest, AKernelWithoutBlockRqErrorGivesTheFailedCompletionsOnly) {
+  const fs::path instance = MakeInstance("rasd", {});
+  fs::remove_all(instance / "events/block/block_rq_error");
+  auto host = Host();
+  auto source = TracefsSource::Open(host, "rasd", TracefsSource::RasEvents());
+  ASSERT_TRUE(source.has_value()) << source.error().ToString();
+  const auto& events = (*source)->Events();
+  EXPECT_NE(std::find(events.begin(), events.end(), "block/block_rq_complete"), events.end());
+  EXPECT_EQ(ReadText(instance / "events/block/block_rq_complete/enable"), "1");
+  EXPECT_EQ(ReadText(instance / "events/block/block_rq_complete/filter"), "error != 0");
+  const auto& absent = (*source)->Absent();
+  EXPECT_NE(std::find(absent.begin(), absent.end(), "block/block_rq_error"), absent.end())
+      << "the newer event is reported absent, not an error";
 }
 
 TEST_F(TracefsFixtureTest, ASecondOwnerIsRefusedAndLeavesTheFirstOnesInstanceAlone) {

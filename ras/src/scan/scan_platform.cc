@@ -40,6 +40,7 @@
 #include <algorithm>
 #include <array>
 #include <cctype>
+#include <charconv>
 #include <limits>
 #include <string>
 #include <utility>
@@ -227,8 +228,8 @@ std::optional<Severity> ArmRecordSeverity(std::string_view body) {
 // hardware; every other name is data the device lost or could not move.
 Severity BlockErrorSeverity(std::string_view name) {
   if (Contains(name, "recoverable transport")) return Severity::kCe;
-  for (std::string_view refused :
-       {"not supported", "kernel resource", "device resource", "again", "duration limit"}) {
+  for (std::string_view refused : {"not supported", "kernel resource", "device resource", "again",
+                                   "duration limit", "invalid", "zones exceeded"}) {
     if (Contains(name, refused)) return Severity::kInfo;
   }
   return Severity::kUce;
@@ -520,13 +521,27 @@ bool KernelLogScanner::ScanBlockError(const LogLine& line) {
     failed = trace != std::string_view::npos && Contains(text.substr(trace), " [-");
   }
   if (failed) {
-    // "... [%d]": the errno of blk_status_to_errno; EOPNOTSUPP, EAGAIN,
-    // ENOMEM and EBUSY are the refused requests above.
+    // "%d,%d ... [%d]": the disk's major and minor, and the errno of
+    // blk_status_to_errno, classed as the raw event's are.
     const std::string_view body = text.substr(trace);
-    const bool refused = Contains(body, "[-95]") || Contains(body, "[-11]") ||
-                         Contains(body, "[-12]") || Contains(body, "[-16]");
-    NewRecord(line.producer == "rasdaemon" ? "rasdaemon" : "block", line,
-              refused ? Severity::kInfo : BlockErrorSeverity(body));
+    Severity severity = BlockErrorSeverity(body);
+    const std::size_t errno_at = body.rfind("[-");
+    int error = 0;
+    if (errno_at != std::string_view::npos &&
+        std::from_chars(body.data() + errno_at + 1, body.data() + body.size(), error).ec ==
+            std::errc()) {
+      severity = SeverityOfBlockErrno(error);
+    }
+    // The first number after the event's name is the major.
+    const std::size_t digits = body.find_first_of("0123456789");
+    unsigned major = 0;
+    if (digits != std::string_view::npos &&
+        std::from_chars(body.data() + digits, body.data() + body.size(), major).ec == std::errc() &&
+        body.find(',', digits) == body.find_first_not_of("0123456789", digits) &&
+        IsMediaLessBlockMajor(major)) {
+      severity = Severity::kInfo;
+    }
+    NewRecord(line.producer == "rasdaemon" ? "rasdaemon" : "block", line, severity);
     return true;
   }
   const std::size_t error = text.find(" error, dev ");

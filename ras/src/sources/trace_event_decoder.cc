@@ -208,6 +208,46 @@ bool DecodeMemoryErrorSignal(const TraceRecord& record, RasEvent& decoded) {
   return true;
 }
 
+// block:block_rq_error (include/trace/events/block.h, block_rq_completion
+// class; blk_update_request traces it for a failed request that is not a
+// passthrough or quiet one), and block_rq_complete where a kernel before
+// 5.18 has no block_rq_error: the same fields, `error` the negative errno of
+// blk_status_to_errno. A completion without an error is no record.
+bool DecodeBlockError(const TraceRecord& record, RasEvent& decoded) {
+  const auto error = static_cast<int>(record.Number("error").value_or(0));
+  if (error >= 0) return false;
+  // dev_t as the kernel keeps it: major in the bits above 20.
+  const auto dev = static_cast<unsigned>(record.Number("dev").value_or(0));
+  const unsigned major = dev >> 20, minor = dev & ((1U << 20) - 1);
+  decoded.origin = "block";
+  decoded.severity = IsMediaLessBlockMajor(major) ? Severity::kInfo : SeverityOfBlockErrno(error);
+  decoded.summary = fmt::format("block {},{} {} sector {} + {} failed: errno {}", major, minor,
+                                record.Text("rwbs"), record.Number("sector").value_or(0),
+                                record.Number("nr_sector").value_or(0), error);
+  return true;
+}
+
+// ras:reri_event: a RISC-V hart's or IOMMU's error record (the RERI
+// specification's status register; field names as rasdaemon's
+// ras-reri-handler.c reads them). The address is a host physical one only
+// when the status's address type (bits 12-15) says supervisor physical (1).
+void DecodeReri(const TraceRecord& record, RasEvent& decoded) {
+  constexpr unsigned long long kSupervisorPhysical = 1;
+  const auto status = record.Number("status").value_or(0);
+  decoded.origin = "reri";
+  decoded.severity = SeverityOfReriStatus(status);
+  const bool cpu = record.Number("source_type").value_or(0) == 0;
+  if (((status >> 12) & 0xf) == kSupervisorPhysical) {
+    if (auto address = record.Number("addr_info"); address && *address != 0)
+      decoded.address = Address::Of(*address);
+  }
+  decoded.summary =
+      fmt::format("RERI {} error source {:#x}{}: error code {:#x}, status {:#x}",
+                  cpu ? "hart" : "IOMMU", record.Number("err_src_id").value_or(0),
+                  cpu ? fmt::format(" hart {}", record.Number("hart_id").value_or(0)) : "",
+                  (status >> 24) & 0xff, status);
+}
+
 }  // namespace
 
 TraceEventDecoder::TraceEventDecoder() = default;
@@ -366,6 +406,10 @@ std::vector<RasEvent> TraceEventDecoder::DecodePage(std::span<const std::uint8_t
       DecodeDevlinkHealth(record, decoded);
     } else if (name == "signal:signal_generate") {
       if (!DecodeMemoryErrorSignal(record, decoded)) return;
+    } else if (name == "block:block_rq_error" || name == "block:block_rq_complete") {
+      if (!DecodeBlockError(record, decoded)) return;
+    } else if (name == "ras:reri_event") {
+      DecodeReri(record, decoded);
     } else {
       return;
     }

@@ -36,6 +36,14 @@ bool WriteSmallFile(const std::filesystem::path& path, std::string_view text, in
 std::string_view TracefsSource::EventFilter(std::string_view event) {
   // SIGBUS only: the decoder keeps its memory-error codes.
   if (event == "signal/signal_generate") return "sig == 7";
+  // Every request completes through it: only the failed ones.
+  if (event == "block/block_rq_complete") return "error != 0";
+  return {};
+}
+
+std::string_view TracefsSource::SupersededBy(std::string_view event) {
+  // Kernels since 5.18 trace failed requests alone, in block_rq_error.
+  if (event == "block/block_rq_complete") return "block/block_rq_error";
   return {};
 }
 
@@ -55,7 +63,10 @@ const std::vector<std::string>& TracefsSource::RasEvents() {
                                                    "cxl/cxl_aer_correctable_error",
                                                    "cxl/cxl_overflow",
                                                    "devlink/devlink_health_report",
-                                                   "signal/signal_generate"};
+                                                   "signal/signal_generate",
+                                                   "block/block_rq_error",
+                                                   "block/block_rq_complete",
+                                                   "ras/reri_event"};
   return kEvents;
 }
 
@@ -129,7 +140,11 @@ Result<std::unique_ptr<TracefsSource>> TracefsSource::Open(const common::HostEnv
       source->absent_.push_back(name);
   }
   int error = 0;
-  for (const auto& name : source->decoder_->Loaded()) {
+  const auto& loaded = source->decoder_->Loaded();
+  for (const auto& name : loaded) {
+    if (const std::string_view newer = SupersededBy(name);
+        !newer.empty() && std::find(loaded.begin(), loaded.end(), newer) != loaded.end())
+      continue;
     const auto enable = source->instance_dir_ / "events" / name / "enable";
     if (!std::filesystem::exists(enable)) {  // ftrace's own events are always on
       source->events_.push_back(name);

@@ -59,7 +59,10 @@ class TraceRecord {
 // capability errors, log overflow: origin "cxl", the host page where the
 // device address maps to one), devlink:devlink_health_report (origin
 // "mlx5" for mlx5 reporters) and signal:signal_generate for SIGBUS with a
-// memory-error code (origin "memory_failure", the process it kills).
+// memory-error code (origin "memory_failure", the process it kills),
+// block:block_rq_error (and block_rq_complete with an error, where a kernel
+// has no block_rq_error; origin "block") and ras:reri_event (RISC-V RERI
+// records, origin "reri").
 // Other events in a page are skipped. Not thread-safe.
 class TraceEventDecoder {
  public:

@@ -56,6 +56,9 @@ class TracefsSource {
   const std::vector<std::string>& Absent() const { return absent_; }
   // The tracefs filter `event` is enabled with ("" for none).
   static std::string_view EventFilter(std::string_view event);
+  // The newer event that carries what `event` does, so that `event` is
+  // enabled only on a kernel without it ("" for none).
+  static std::string_view SupersededBy(std::string_view event);
   // One non-blocking trace_pipe_raw descriptor per CPU, for poll().
   std::size_t CpuCount() const { return pipes_.size(); }
   int CpuFd(std::size_t index) const { return pipes_[index].Get(); }
