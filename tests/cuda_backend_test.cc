@@ -105,6 +105,44 @@ TEST(CudaBackendTest, BackendsServeTogetherNumberedInOrder) {
   EXPECT_EQ(rasd.RasctlJson({"status"})["devices"]["driver"], "cuda+sim");
 }
 
+// A fatal SXid takes the NVLink fabric down: every NVIDIA GPU is out of
+// collectives (Degraded, its compute is fine), the simulated devices beside
+// them serve on, and the node is not drained. A GSP timeout's Xid names its
+// GPU: that one is isolated.
+TEST(CudaBackendTest, AFatalSxidIsALinkFaultOfTheGpusAndAGspTimeoutIsolatesItsGpu) {
+  RasdInstance rasd;
+  rasd.WriteConfig(std::string("runtime:\n  driver: [cuda, sim]\n  cuda_library: ") +
+                   RASD_FAKE_CUDA_PATH +
+                   "\nsimulator:\n  devices: 2\n  memory_mib: 64\npolicy:\n"
+                   "  link_up_debounce_s: 1\n  nic_fault_hold_s: 2\n");
+  std::string why;
+  ASSERT_TRUE(rasd.Start({}, {{"RASD_FAKE_CUDA_DEVICES", "2"}}, &why)) << why;
+  rasd.AppendKmsg(
+      "3,1,1000,-;nvidia-nvswitch3: SXid (PCI:0000:87:00.0): 24007, Fatal, Link 44 sourcetrack "
+      "TCEN0 crumbstore ECC DBE Error\n");
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        return DeviceOf(rasd, 0)["state"] == "degraded" && DeviceOf(rasd, 1)["state"] == "degraded";
+      },
+      5s))
+      << Devices(rasd).dump(2) << rasd.Stderr();
+  EXPECT_NE(DeviceOf(rasd, 0)["reason"].get<std::string>().find("nvswitch"), std::string::npos)
+      << DeviceOf(rasd, 0).dump();
+  for (int sim : {2, 3}) EXPECT_EQ(DeviceOf(rasd, sim)["state"], "healthy") << sim;
+  auto actions = rasd.RasctlJson({"actions"})["actions"];
+  for (const auto& action : actions) EXPECT_NE(action["action"], "drain-node") << actions.dump(2);
+  // Back once the switch has been quiet for the hold and the debounce.
+  ASSERT_TRUE(WaitUntil([&] { return DeviceOf(rasd, 0)["state"] == "healthy"; }, 15s))
+      << rasd.Stderr();
+
+  rasd.AppendKmsg(
+      "3,2,9000,-;NVRM: Xid (PCI:0000:d2:00): 119, pid=2201, name=python3, Timeout after 6s of "
+      "waiting for RPC response from GPU1 GSP! Expected function 76 (GSP_RM_CONTROL).\n");
+  ASSERT_TRUE(WaitUntil([&] { return DeviceOf(rasd, 1)["state"] == "isolated"; }, 5s))
+      << Devices(rasd).dump(2) << rasd.Stderr();
+  EXPECT_EQ(DeviceOf(rasd, 0)["state"], "healthy");
+}
+
 TEST(CudaBackendTest, AnUnavailableBackendIsLoggedAndRasdServesWithout) {
   RasdInstance rasd;
   rasd.WriteConfig(

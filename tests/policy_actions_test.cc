@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
+#include <set>
 #include <thread>
 
 #include "test_support.h"
@@ -252,6 +253,37 @@ TEST(PolicyActionsTest, ACxlUncorrectedMediaErrorOfflinesItsHostPage) {
   EXPECT_EQ(actions[0]["result"], "disabled") << "host page offline is off by default";
   const auto status = nlohmann::json::parse(rasd.Rasctl({"--json", "status"}).out);
   EXPECT_EQ(status["ras"]["events_ingested"], 2) << status["ras"].dump();
+}
+
+// A Gaudi or amdgpu card its driver declares unusable: isolated where
+// rasd runs it (its PCI address is a runtime device's: here a simulated
+// one stands in), recorded where rasd does not, and never a node drain.
+TEST(PolicyActionsTest, AnUnusableGaudiOrAmdGpuIsIsolatedWhereRasdRunsItAndNeverDrainsTheNode) {
+  RasdInstance rasd;
+  ASSERT_TRUE(Start(rasd));
+  rasd.AppendKmsg(
+      "3,1,1000,-;habanalabs ffff:c3:00.0: Failed to initialize hl2. Device is NOT usable !\n"
+      "3,2,1001,-;amdgpu 0000:43:00.0: amdgpu: GPU reset(3) failed\n"
+      "3,3,1002,-;habanalabs 0000:1a:00.0: Device is NOT usable !\n");
+  ASSERT_TRUE(WaitUntil([&] { return StateOf(rasd, 2) == "isolated"; }, 5s)) << rasd.Stderr();
+  for (int other : {0, 1, 3}) EXPECT_EQ(StateOf(rasd, other), "healthy") << other;
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        return nlohmann::json::parse(
+                   rasd.Rasctl({"--json", "status"}).out)["ras"]["events_ingested"] == 3;
+      },
+      5s))
+      << rasd.Stderr();
+  // The cards rasd does not run are recorded only (their rule acts by
+  // recording, which lists no action): the actions are device 2's.
+  const auto actions = Actions(rasd);
+  std::set<std::string> kinds;
+  for (const auto& action : actions) {
+    kinds.insert(action["action"].get<std::string>());
+    EXPECT_EQ(action["device"], 2) << actions.dump(2);
+    EXPECT_EQ(action["rule"], "fatal-device") << actions.dump(2);
+  }
+  EXPECT_EQ(kinds, (std::set<std::string>{"drain-device", "isolate-device"})) << actions.dump(2);
 }
 
 // An uncontained ECC error (Xid 95): a reset is what NVIDIA's catalog

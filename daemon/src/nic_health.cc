@@ -23,8 +23,11 @@ NicHealth::NicHealth(common::EventLoop& loop, const common::HostEnv& host,
 }
 
 bool NicHealth::IsNicFault(const ras::RasEvent& event) {
-  return event.severity == ras::Severity::kFatal && !event.device && event.pci_bdf &&
-         !event.historical && (event.origin == "mlx5" || event.origin == "devlink");
+  if (event.severity != ras::Severity::kFatal || event.device || event.historical) return false;
+  // A Fabric Manager line may name no switch address: the fault is the
+  // fabric's all the same.
+  if (event.origin == "nvswitch") return true;
+  return event.pci_bdf && (event.origin == "mlx5" || event.origin == "devlink");
 }
 
 std::optional<ras::LinkReport> NicHealth::Observe(const std::vector<ras::RasEvent>& events) {
@@ -32,7 +35,7 @@ std::optional<ras::LinkReport> NicHealth::Observe(const std::vector<ras::RasEven
   for (const auto& event : events) {
     if (!IsNicFault(event)) continue;
     // sysfs names functions in lower case; a log may not.
-    std::string bdf = *event.pci_bdf;
+    std::string bdf = event.pci_bdf.value_or("unnamed");
     std::transform(bdf.begin(), bdf.end(), bdf.begin(),
                    [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
     auto [fault, added] = faults_.try_emplace(bdf);
@@ -48,19 +51,31 @@ std::optional<ras::LinkReport> NicHealth::Observe(const std::vector<ras::RasEven
         accelerators.emplace_back(device->Index(), std::move(*placement));
     }
     ras::NicAffinity affinity;
-    if (auto nic = ras::ReadPciPlacement(host_, bdf)) {
+    if (event.origin == "nvswitch") {
+      // On an HGX baseboard every GPU has NVLinks to every NVSwitch, and a
+      // switch's fatal error takes the fabric down until the GPUs and
+      // switches are reset (Fabric Manager's guide): every NVIDIA GPU is
+      // out of collectives; its own compute is not in question.
+      for (const auto& device : runtime_.Devices())
+        if (device->Properties().vendor == "nvidia") affinity.devices.push_back(device->Index());
+      affinity.how = "every NVIDIA GPU shares the NVLink fabric";
+    } else if (auto nic = ras::ReadPciPlacement(host_, bdf)) {
       affinity = ras::AcceleratorsOfNic(*nic, accelerators);
     } else {
       affinity.how = "no PCI placement";
     }
     fault->second.devices = affinity.devices;
-    fault->second.reason = fmt::format("{} {} fatal health", event.origin, bdf);
+    fault->second.reason =
+        event.origin == "nvswitch"
+            ? fmt::format("nvswitch {} fatal SXid {}", bdf, event.vendor_code.value_or(0))
+            : fmt::format("{} {} fatal health", event.origin, bdf);
+    const char* what = event.origin == "nvswitch" ? "NVSwitch" : "NIC";
     if (affinity.devices.empty()) {
-      RASD_LOG_WARN("NIC {}: fatal health, and it serves no accelerator ({}): recorded only", bdf,
-                    affinity.how);
+      RASD_LOG_WARN("{} {}: fatal health, and it serves no accelerator ({}): recorded only", what,
+                    bdf, affinity.how);
     } else {
-      RASD_LOG_WARN("NIC {}: fatal health: a link fault of device(s) {} ({}) for at least {} s",
-                    bdf, fmt::join(affinity.devices, ", "), affinity.how, hold_.count());
+      RASD_LOG_WARN("{} {}: fatal health: a link fault of device(s) {} ({}) for at least {} s",
+                    what, bdf, fmt::join(affinity.devices, ", "), affinity.how, hold_.count());
     }
   }
   if (!any) return std::nullopt;

@@ -35,6 +35,11 @@ namespace rasd::daemon {
 // start, unless a fatal record came meanwhile (the RDMA poller has read
 // the ports by then, and a port down still counts).
 //
+// An NVSwitch's fatal SXid (origin nvswitch, the kernel's or Fabric
+// Manager's) is the same kind of fault of the other fabric: every NVIDIA
+// GPU is behind it, as on an HGX baseboard every GPU has NVLinks to every
+// switch.
+//
 // Loop thread only; the loop, host and runtime outlive it.
 class NicHealth {
  public:

@@ -149,6 +149,18 @@ std::vector<PolicyRule> DefaultRules(const PolicyConfig& config) {
       // (the daemon's NIC health), not a reason to drain the node.
       OfOrigin("mlx5", Rule("fatal-nic", Severity::kFatal, C::kPciDevice, {A::kRecord})),
       OfOrigin("devlink", Rule("fatal-nic-devlink", Severity::kFatal, C::kPciDevice, {A::kRecord})),
+      // An NVSwitch's fatal error: a link fault of the NVIDIA GPUs (the
+      // daemon's NIC health, which covers the NVLink fabric too).
+      OfOrigin("nvswitch", Rule("fatal-nvswitch", Severity::kFatal, std::nullopt, {A::kRecord})),
+      // An accelerator rasd does not run (an amdgpu or Gaudi card beside the
+      // devices it serves) that its driver declares unusable: recorded and
+      // alerted on, not a reason to drain the node whose other devices
+      // serve on. One rasd does run is a runtime device and isolated by
+      // fatal-device.
+      OfOrigin("amdgpu",
+               Rule("fatal-other-accelerator", Severity::kFatal, C::kPciDevice, {A::kRecord})),
+      OfOrigin("habanalabs", Rule("fatal-other-accelerator-gaudi", Severity::kFatal, C::kPciDevice,
+                                  {A::kRecord})),
       Rule("fatal-host", Severity::kFatal, std::nullopt, {A::kDrainNode}),
       Rule("record", std::nullopt, std::nullopt, {A::kRecord}),
   };

@@ -104,6 +104,19 @@ INSTANTIATE_TEST_SUITE_P(
         Row{"FATAL_mlx5_nic", NicEvent("mlx5"), {A::kRecord}},
         Row{"FATAL_devlink_nic", NicEvent("devlink"), {A::kRecord}},
         Row{"FATAL_aer_pci_device", NicEvent("aer"), {A::kDrainNode}},
+        // An NVSwitch's fatal SXid is the NVIDIA GPUs' link fault, with or
+        // without a switch address; an accelerator rasd does not run that
+        // its driver calls unusable is recorded, and one it runs (a device)
+        // is isolated.
+        Row{"FATAL_nvswitch", NicEvent("nvswitch"), {A::kRecord}},
+        Row{"FATAL_nvswitch_unnamed",
+            Event(Severity::kFatal, std::nullopt, std::nullopt, "nvswitch"),
+            {A::kRecord}},
+        Row{"FATAL_amdgpu_not_run_by_rasd", NicEvent("amdgpu"), {A::kRecord}},
+        Row{"FATAL_gaudi_not_run_by_rasd", NicEvent("habanalabs"), {A::kRecord}},
+        Row{"FATAL_gaudi_run_by_rasd",
+            Event(Severity::kFatal, 2, std::nullopt, "habanalabs"),
+            {A::kDrainDevice, A::kIsolateDevice}},
         Row{"INFO_device", Event(Severity::kInfo, 3, std::nullopt), {A::kRecord}},
         Row{"INFO_host", HostEdac(Severity::kInfo), {A::kRecord}}),
     [](const auto& row) { return std::string(row.param.name); });
