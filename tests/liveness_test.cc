@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "test_support.h"
 
@@ -100,6 +101,7 @@ TEST(LivenessTest, AutomaticRecoveryResetsAHungDeviceAndItsSelfTestReturnsIt) {
 liveness:
   period_ms: 100
   deadline_ms: 200
+  idle_period_ms: 0
 policy:
   auto_recover: true
   auto_recover_delay_ms: 200
@@ -116,6 +118,41 @@ policy:
   const int before = beats();
   ASSERT_TRUE(WaitUntil([&] { return beats() >= before + 3; }, 5s));
   EXPECT_EQ(HangEvents(rasd, 2), 1);
+}
+
+// No job: the devices are beaten at the idle period; with a job on them,
+// every period (the timing of a job's first stream is DeviceHeartbeat's
+// unit test, on a simulated clock).
+TEST(LivenessTest, AnIdleDeviceIsBeatenAtTheIdlePeriodAndABusyOneEveryPeriod) {
+  RasdInstance rasd;
+  rasd.WriteConfig(R"(simulator:
+  memory_mib: 64
+liveness:
+  period_ms: 100
+  idle_period_ms: 600000
+)");
+  std::string why;
+  ASSERT_TRUE(rasd.Start({}, {}, &why)) << why;
+  const auto beats = [&](int device) {
+    return Json(rasd, {"status"})["liveness"]["devices"][device]["beats"].get<int>();
+  };
+  ASSERT_TRUE(WaitUntil([&] { return beats(0) == 1; }, 5s)) << "one beat at the start";
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  EXPECT_EQ(beats(0), 1) << "not every 100 ms on an idle device";
+  EXPECT_EQ(Json(rasd, {"status"})["liveness"]["idle_period_ms"], 600000);
+  rasd.WriteConfig(R"(simulator:
+  memory_mib: 64
+liveness:
+  period_ms: 100
+  idle_period_ms: 600000
+jobs:
+  - name: llm
+    kind: inference
+    load_rps: 50
+)");
+  ASSERT_TRUE(rasd.Stop().has_value());  // jobs start with rasd
+  ASSERT_TRUE(rasd.Start({}, {}, &why)) << why;
+  ASSERT_TRUE(WaitUntil([&] { return beats(0) >= 5; }, 5s)) << rasd.Stderr();
 }
 
 TEST(LivenessTest, PeriodZeroTurnsTheHeartbeatOff) {

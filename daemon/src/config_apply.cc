@@ -45,7 +45,8 @@ Workloads::Options WorkloadOptions(const Config& config) {
 DeviceHeartbeat::Options HeartbeatOptions(const Config& config) {
   return {.period = config.liveness.period,
           .deadline = config.liveness.deadline,
-          .misses = config.liveness.misses};
+          .misses = config.liveness.misses,
+          .idle_period = config.liveness.idle_period};
 }
 
 ReloadCandidate LoadReloadCandidate(const std::optional<std::filesystem::path>& path,

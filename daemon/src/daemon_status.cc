@@ -26,6 +26,7 @@ nlohmann::json Daemon::LivenessReport() const {
                         std::chrono::duration<double, std::milli>(stats.last_latency).count()}});
   }
   return {{"period_ms", config_.liveness.period.count()},
+          {"idle_period_ms", config_.liveness.idle_period.count()},
           {"deadline_ms", config_.liveness.deadline.count()},
           {"misses", config_.liveness.misses},
           {"devices", std::move(devices)}};

@@ -26,6 +26,8 @@ DeviceHeartbeat::DeviceHeartbeat(common::EventLoop& loop, runtime::Runtime& runt
 }
 
 DeviceHeartbeat::~DeviceHeartbeat() {
+  runtime_.SetWorkListener(nullptr);
+  *alive_ = false;
   if (timer_) timer_->Disarm();
   // A pending beat on a hung device: its stream is aborted, not waited for.
   for (std::size_t i = 0; i < beats_.size(); ++i)
@@ -44,13 +46,42 @@ void DeviceHeartbeat::DropStream(int device, Beat& beat, std::string_view why) {
 
 void DeviceHeartbeat::Start() {
   timer_ = loop_.CreateTimer([this] { Tick(); });
+  runtime_.SetWorkListener([this, alive = alive_](int device) {
+    loop_.Post([this, alive, device] {
+      if (*alive) OnWork(device);
+    });
+  });
   if (options_.period.count() > 0) timer_->ArmAfter(TickPeriod());
 }
 
 void DeviceHeartbeat::SetOptions(Options options) {
-  const bool was_off = options_.period.count() == 0;
   options_ = options;
-  if (timer_ && was_off && options_.period.count() > 0) timer_->ArmAfter(TickPeriod());
+  // From the next tick, and a tick soon: the new periods may be shorter
+  // than what was armed.
+  if (timer_ && options_.period.count() > 0) ArmNext(TickPeriod());
+}
+
+void DeviceHeartbeat::OnWork(int device) {
+  if (options_.period.count() == 0 || device < 0 ||
+      static_cast<std::size_t>(device) >= beats_.size())
+    return;
+  const Beat& beat = beats_[static_cast<std::size_t>(device)];
+  // Due now under the busy period: the tick launches it.
+  if (!beat.pending && loop_.Now() - beat.launched >= options_.period)
+    ArmNext(std::chrono::nanoseconds(0));
+}
+
+// Arms the timer for `next` from now unless it is armed for sooner.
+void DeviceHeartbeat::ArmNext(std::chrono::nanoseconds next) {
+  const auto at = loop_.Now() + next;
+  if (timer_->Armed() && armed_for_ <= at) return;
+  armed_for_ = at;
+  timer_->ArmAfter(next);
+}
+
+std::chrono::nanoseconds DeviceHeartbeat::IntervalOf(int device) const {
+  if (options_.idle_period.count() == 0 || !runtime_.JobsOn(device).empty()) return options_.period;
+  return options_.idle_period;
 }
 
 // Ticks often enough to see a deadline pass within a tenth of it, and a
@@ -84,6 +115,8 @@ bool DeviceHeartbeat::BeatSettled(int device) {
 void DeviceHeartbeat::Tick() {
   if (options_.period.count() == 0) return;  // turned off: the timer stays disarmed
   const auto now = loop_.Now();
+  constexpr auto kNever = std::chrono::nanoseconds::max();
+  auto next = kNever;
   for (std::size_t i = 0; i < beats_.size(); ++i) {
     const int device = static_cast<int>(i);
     Beat& beat = beats_[i];
@@ -97,14 +130,25 @@ void DeviceHeartbeat::Tick() {
       beat.pending = false;
       beat.missed = 0;
       beat.reported = false;
+      // Looked at again as if beaten now: back in service, it waits no
+      // longer than its interval for a beat (a job's stream, none).
+      next = std::min(next, IntervalOf(device));
       continue;
     }
     beat.stats.op_timeouts = (*found)->OpTimeouts();
     if (beat.pending) Poll(**found, beat, now);
-    if (!beat.pending && now - beat.launched >= options_.period) Launch(**found, beat, now);
+    const auto interval = IntervalOf(device);
+    if (!beat.pending && now - beat.launched >= interval) Launch(**found, beat, now);
+    // A pending beat is polled at the tick period; otherwise the device's
+    // next beat is all there is to wake for.
+    // A launch that failed (no stream, a full pool) is due already: tried
+    // again at the tick period.
+    const auto due = beat.launched + interval - now;
+    next = std::min(next, beat.pending || due <= std::chrono::nanoseconds(0) ? TickPeriod() : due);
   }
   Publish();
-  timer_->ArmAfter(TickPeriod());
+  armed_for_ = now + std::max<std::chrono::nanoseconds>(next, std::chrono::milliseconds(10));
+  if (next != kNever) timer_->ArmAfter(armed_for_ - now);
 }
 
 void DeviceHeartbeat::Poll(const runtime::Device& device, Beat& beat,

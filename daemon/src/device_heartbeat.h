@@ -34,12 +34,22 @@ namespace rasd::daemon {
 // Polled from the event loop (a stream query never blocks), so a hung
 // device costs the loop nothing; no new beat is launched on a device whose
 // last one is still pending. Loop thread only.
+//
+// The beat runs where there is work to watch: a device with a job's stream
+// on it is beaten every `period`; one without is beaten every
+// `idle_period`, so that an idle node sleeps (each beat wakes the loop and
+// the device's own thread). A job's first stream on an idle device (the
+// runtime's work listener) brings its next beat forward at once, so a
+// device that hangs under new work is found as fast as one that was busy
+// all along. Between beats nothing is armed but the next one.
 class DeviceHeartbeat {
  public:
   struct Options {
     std::chrono::milliseconds period{1000};    // between beats; 0: off
     std::chrono::milliseconds deadline{2000};  // for one beat to finish
     int misses = 2;                            // deadlines in a row that make a hang
+    // Between beats of a device no job uses; 0: every `period` as well.
+    std::chrono::milliseconds idle_period{0};
   };
   struct DeviceStats {
     int device = 0;
@@ -80,6 +90,9 @@ class DeviceHeartbeat {
     DeviceStats stats;
   };
   void Tick();
+  void ArmNext(std::chrono::nanoseconds next);
+  void OnWork(int device);
+  std::chrono::nanoseconds IntervalOf(int device) const;
   void Publish();
   void DropStream(int device, Beat& beat, std::string_view why);
   void Poll(const runtime::Device& device, Beat& beat, std::chrono::nanoseconds now);
@@ -91,6 +104,9 @@ class DeviceHeartbeat {
   Options options_;
   std::vector<Beat> beats_;  // by device index
   std::unique_ptr<common::Timer> timer_;
+  std::chrono::nanoseconds armed_for_{0};  // when timer_ fires, while armed
+  // Tasks the work listener posted find the heartbeat gone through this.
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
   mutable std::mutex stats_mutex_;
   std::vector<DeviceStats> published_;  // guarded by stats_mutex_
 };

@@ -162,6 +162,48 @@ TEST_F(HeartbeatTest, JobsGivingUpOnTheDeviceMakeOneMissedDeadlineAHang) {
   EXPECT_EQ(heartbeat_->Stats()[1].hangs, 1U);
 }
 
+// An idle node sleeps: a device no job uses is beaten every idle period,
+// and between beats nothing but the next one is armed. A job's first
+// stream on an idle device brings its beat forward at once, so that a hang
+// under the new work is found within the busy period's deadlines.
+TEST_F(HeartbeatTest, IdleDevicesAreBeatenRarelyAndAJobsFirstStreamBringsTheBeatForward) {
+  auto driver =
+      drivers::SimDriver::Create({.device_count = 2, .memory_bytes_per_device = 16 << 20});
+  ASSERT_TRUE(driver.has_value());
+  auto* sim = driver->get();
+  Use(std::move(*driver), {.period = 100ms, .deadline = 200ms, .misses = 2, .idle_period = 1000ms});
+  Run(3500ms);
+  for (int device : {0, 1}) {
+    EXPECT_GE(Beats(device), 3U) << device;
+    EXPECT_LE(Beats(device), 4U) << device << ": an idle device every second, not every 100 ms";
+  }
+  EXPECT_EQ(loop_.ArmedTimers(), 1u) << "one timer, for the next beat";
+
+  // A job's stream on device 1, half-way between its idle beats.
+  const auto before = Beats(1);
+  auto stream = runtime_->CreateStream(1, {.owner = "job-7"});
+  ASSERT_TRUE(stream.has_value()) << stream.error().ToString();
+  Run(30ms);
+  EXPECT_EQ(Beats(1), before + 1) << "beaten at once, not at the next idle beat";
+  Run(1000ms);
+  EXPECT_GE(Beats(1), before + 9) << "busy: every 100 ms";
+  EXPECT_LE(Beats(0), 6U) << "device 0 still idle";
+
+  const auto injected = loop_.Now();
+  ASSERT_TRUE(sim->InjectHang(1).has_value());
+  unanswering_.insert(1);
+  Run(800ms);
+  const auto hangs = Hangs();
+  ASSERT_EQ(hangs.size(), 1U);
+  EXPECT_EQ(hangs[0].first, 1);
+  EXPECT_LE(hangs[0].second - injected, 520ms) << "two deadlines after the beat that stuck";
+
+  // The job gone: the device is beaten at the idle period again (a stream
+  // dropped with no job on the device).
+  stream->reset();
+  EXPECT_TRUE(runtime_->JobsOn(1).empty());
+}
+
 // Ascend's heartbeat is the "empty" kernel through the stand-in operator
 // library (aclnnInplaceZero on the stream), which a held NPU never finishes.
 TEST_F(HeartbeatTest, AHeldNpuOfTheAscendStandInIsReportedHung) {

@@ -89,6 +89,13 @@ Result<std::unique_ptr<Event>> Runtime::CreateEvent(int device_index) {
 void Runtime::RegisterStream(Stream* stream) {
   std::lock_guard lock(streams_mutex_);
   streams_.push_back(stream);
+  if (work_listener_ && !stream->Owner().empty() && !stream->Owner().starts_with("rasd-"))
+    work_listener_(stream->DeviceIndex());
+}
+
+void Runtime::SetWorkListener(WorkListener listener) {
+  std::lock_guard lock(streams_mutex_);
+  work_listener_ = std::move(listener);
 }
 
 void Runtime::UnregisterStream(Stream* stream) {

@@ -148,12 +148,14 @@ struct Config {
     bool operator==(const Policy&) const = default;
   } policy;
   // Device liveness: a tiny kernel per device in service every `period`
-  // (0: off); `misses` deadlines in a row unfinished make a hang (UCE:
+  // (0: off) while a job uses it, every `idle_period` (0: `period`) while
+  // none does; `misses` deadlines in a row unfinished make a hang (UCE:
   // drain and isolate).
   struct Liveness {
     std::chrono::milliseconds period{1000};
     std::chrono::milliseconds deadline{2000};
     int misses = 2;
+    std::chrono::milliseconds idle_period{300'000};
     bool operator==(const Liveness&) const = default;
   } liveness;
   // Processes outside rasd attached to its devices (`rasctl run`, attach):

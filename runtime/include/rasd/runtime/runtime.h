@@ -80,6 +80,13 @@ class Runtime {
   std::vector<std::string> JobsOn(int device) const;
   // The devices where `owner` has live streams, ascending.
   std::vector<int> DevicesOf(std::string_view owner) const;
+  // Called with the device each time a job's stream (an owner not named
+  // "rasd-...") opens on it, on the thread that opens it, under the stream
+  // registry's lock: it must be quick and must not call back into the
+  // runtime (posting to an event loop is what it is for). One listener;
+  // nullptr removes it, and once that returns it is not called again.
+  using WorkListener = std::function<void(int device)>;
+  void SetWorkListener(WorkListener listener);
 
   // Asynchronous error reports from the driver (ECC, sticky faults, lost
   // devices, links). Subscribers run on driver threads, must be quick, and
@@ -105,6 +112,7 @@ class Runtime {
   std::vector<std::unique_ptr<MemoryPool>> pools_;
   mutable std::mutex streams_mutex_;
   std::vector<Stream*> streams_;  // live streams, guarded by streams_mutex_
+  WorkListener work_listener_;    // guarded by streams_mutex_
   std::mutex subscribers_mutex_;
   std::map<int, ErrorSubscriber> subscribers_;
   int next_subscriber_ = 1;
