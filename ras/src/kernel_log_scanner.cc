@@ -438,6 +438,9 @@ constexpr Word kFamilyWords[] = {
     {"block_rq_complete", kPlatform},
     {"devlink_health_report", kPlatform},
     {"Unpoison", kMemoryFailure},
+    {"oft_offline", kMemoryFailure},
+    {"memory_failure_event", kMemoryFailure},
+    {"  name ", kPlatform},  // devlink health output before iproute2 5.x
     {"Disk errors", kReports},
     {"pci/", kPlatform},  // iproute2's devlink health output
     {"reporter ", kPlatform},

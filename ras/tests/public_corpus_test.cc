@@ -125,6 +125,8 @@ const std::map<std::string, std::string, std::less<>> kKnownMisses = {
      "the kill line names no page, and the PFN of the line before is not carried to it"},
     {"rasmcctl-xueshuai-summary-arm-disk-mf", "ras-mc-ctl --summary's location is not read"},
     {"rasmcctl-zhdoc-summary-dimm-b1-disk-6646", "ras-mc-ctl --summary's location is not read"},
+    {"smiq-korean-blog-rtxpro6000-ecc-all-zero",
+     "an all-zero ECC section is a notice that takes no address from the GPU's header"},
 };
 
 bool DecodesExactly(const PublicRecord& record) {
@@ -228,7 +230,13 @@ TEST(FamiliesHeldOutCorpusTest, ScoreStaysAtLeastItsFloor) {
   // they were decoded: severity 19/25, all six 17/25 by scripts/corpus-score,
   // which counts a notice left out as a miss; after decoders were written
   // from the sources for the development third's misses, by this test:
-  // 79/83 and 77/83 in all.
+  // 79/83 and 77/83 in all. Measured 2026-12-05 on 37 more, gathered from
+  // sources none of the files cite and scored before anything was changed:
+  // severity 32/37 by this test's rule (a notice left out is right; 30/37
+  // by scripts/corpus-score, which counts it a miss), all six 29/37 by
+  // scripts/corpus-score; the 6 of them drawn into this file by sha1(id) % 3 scored
+  // 6/6 then; with the development 31's misses decoded from their sources,
+  // 85/89 and 83/89 in all.
   EXPECT_GE(static_cast<double>(severity) / n, 0.94)
       << severity << "/" << records.size() << " with the right severity\n"
       << figures;

@@ -547,6 +547,11 @@ bool KernelLogScanner::ScanMemoryFailure(const LogLine& line) {
     body = TrimView(text.substr(text.find(' ') + 1));
   } else if (Contains(text, "memory_failure_event: ")) {
     body = text.substr(text.find("memory_failure_event: ") + 22);
+  } else if (const std::size_t event = text.find("memory_failure_event ");
+             event != std::string_view::npos && Contains(text, "pfn")) {
+    // rasdaemon's own print: the event's name, a log level ("[ALERT]") in
+    // newer releases, its timestamp, then the fields.
+    body = text.substr(event + 21);
   } else if (StartsWith(text, "Soft offlining pfn") && Contains(text, "virtual address")) {
     // madvise_inject_error (mm/madvise.c): MADV_SOFT_OFFLINE asked for by a
     // process, a test's request, not an error; what soft offline then finds

@@ -341,6 +341,28 @@ bool KernelLogScanner::ScanContinuedRecord(const LogLine& line, bool own_words) 
     if (!continued_line_wrapped_) CloseBlock(BlockKind::kContinued);
     return true;
   }
+  if (continued_ == Continued::kArm) {
+    // A field of the print; the first stated severity decides, in place of
+    // the uncorrected taken while none was.
+    bool field = false;
+    for (std::string_view name :
+         {"affinity", "MPIDR", "MIDR", "running_state", "psci_state", "ARM Processor", "Error Info",
+          "error", "pei_len", "context_info", "vendor"}) {
+      field = field || StartsWith(text, name);
+    }
+    // Words of its own do not end it: rasdaemon's journal tag routes every
+    // field line to the report scanner.
+    if (!field) {
+      CloseBlock(BlockKind::kContinued);
+      return false;
+    }
+    Attach(*open, line);
+    if (const auto stated = ArmRecordSeverity(text); stated && !continued_arm_stated_) {
+      record.severity = *stated;
+      continued_arm_stated_ = true;
+    }
+    return true;
+  }
   for (const auto& [word, severity] :
        std::array<std::pair<std::string_view, Severity>, 4>{{{"Fatal", Severity::kFatal},
                                                              {"Recoverable", Severity::kUce},
@@ -441,7 +463,23 @@ bool KernelLogScanner::ScanArmRecord(const LogLine& line) {
     if (after < text.size() && text[after] != ':' && text[after] != ' ') continue;
     const std::string_view body = text.substr(after);
     const bool arm = event == "arm_event";
-    const std::string_view rest = TrimView(body);
+    std::string_view rest = TrimView(body);
+    if (arm && StartsWith(rest, ":")) rest = TrimView(rest.substr(1));  // trace_seq's "name: "
+    if (arm && !rest.empty() && std::isdigit(static_cast<unsigned char>(rest[0])) &&
+        !Contains(rest, "MPIDR") && !Contains(rest, ";")) {
+      // rasdaemon's ARM print (ras-arm-handler.c) in a journal: its
+      // timestamp alone, then one field a line (affinity, MPIDR, MIDR,
+      // running_state, psci_state, then the error info where the kernel
+      // gives it). Without a stated severity it is a processor error of
+      // unknown class: uncorrected, as below.
+      const std::size_t index = NewRecord(line.producer == "rasdaemon" ? "rasdaemon" : "arm", line,
+                                          ArmRecordSeverity(rest).value_or(Severity::kUce));
+      OpenAs(BlockKind::kContinued, index);
+      continued_ = Continued::kArm;
+      continued_lines_ = 0;
+      continued_arm_stated_ = ArmRecordSeverity(rest).has_value();
+      return true;
+    }
     if (!arm && !rest.empty() && std::isdigit(static_cast<unsigned char>(rest[0])) &&
         !Contains(rest, ";")) {
       // rasdaemon's own print (ras-non-standard-handler.c): its timestamp,
@@ -586,7 +624,8 @@ bool KernelLogScanner::ScanDevlinkReport(const LogLine& line) {
 
 // iproute2's devlink/devlink.c: `devlink health [show]` and `devlink mon
 // health` print the device handle ("pci/0000:03:00.0:", after
-// "[health,status] " for mon), then "reporter <name>", then "state
+// "[health,status] " for mon), then "reporter <name>" ("name <name>"
+// before 5.x), then "state
 // <healthy|error> error <count> recover <count> ...". A reporter that
 // counted errors is classed as its trace event's reports are; a healthy
 // one with none is a notice.
@@ -601,8 +640,10 @@ bool KernelLogScanner::ScanDevlinkTool(const LogLine& line) {
     return true;
   }
   if (devlink_device_.empty()) return false;
-  if (StartsWith(text, "reporter ")) {
-    devlink_reporter_ = std::string(TrimView(WordAfter(text, "reporter ", " ")));
+  // iproute2 before 5.x printed the reporter as "name <reporter>".
+  if (StartsWith(text, "reporter ") || StartsWith(text, "name ")) {
+    devlink_reporter_ = std::string(
+        TrimView(WordAfter(text, StartsWith(text, "name ") ? "name " : "reporter ", " ")));
     return !devlink_reporter_.empty();
   }
   if (devlink_reporter_.empty() || !StartsWith(text, "state ")) return false;

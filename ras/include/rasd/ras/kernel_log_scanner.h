@@ -310,7 +310,7 @@ class KernelLogScanner {
   // rasdaemon's multi-line log of a non-standard CPER section, or a
   // message whose text a publisher moved to the next line (kMessage: the
   // line so far waits in continued_text_ for `continued_handler_`).
-  enum class Continued : std::uint8_t { kCxlWrapped, kNonStandard, kMessage };
+  enum class Continued : std::uint8_t { kCxlWrapped, kNonStandard, kArm, kMessage };
   Continued continued_ = Continued::kCxlWrapped;
   std::uint8_t continued_cxl_kind_ = 0;
   bool continued_line_wrapped_ = false;  // the last line of the block ended with a backslash
@@ -319,6 +319,7 @@ class KernelLogScanner {
   // file of backslashes would otherwise grow one record without bound).
   static constexpr std::size_t kMaxContinuedLines = 256;
   std::size_t continued_lines_ = 0;
+  bool continued_arm_stated_ = false;  // the open ARM print stated its severity
   std::string continued_text_;
   std::string continued_raw_;
   Handler continued_handler_ = nullptr;
