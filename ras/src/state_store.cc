@@ -136,6 +136,23 @@ const std::vector<const char*>& Migrations() {
       R"sql(
         ALTER TABLE device_states ADD COLUMN holds TEXT NOT NULL DEFAULT '';
       )sql",
+      // 10: the stored events' totals by origin and severity, written in
+      // the transaction that inserts or deletes events (one row per class a
+      // batch touched), so that the summary and the start read a row per
+      // class instead of every event (a storm stores millions).
+      R"sql(
+        CREATE TABLE event_totals (
+          origin TEXT NOT NULL,
+          severity TEXT NOT NULL,
+          events INTEGER NOT NULL,
+          errors INTEGER NOT NULL,
+          last_ns INTEGER NOT NULL,
+          PRIMARY KEY (origin, severity)
+        ) WITHOUT ROWID;
+        INSERT INTO event_totals(origin, severity, events, errors, last_ns)
+          SELECT origin, severity, COUNT(*), SUM(count), MAX(time_ns) FROM events
+          GROUP BY origin, severity;
+      )sql",
   };
   return kMigrations;
 }
@@ -253,6 +270,9 @@ struct StateStore::Statements {
   sqlite3_stmt* summarize = nullptr;
   sqlite3_stmt* event_rows = nullptr;
   sqlite3_stmt* count_events = nullptr;
+  sqlite3_stmt* add_totals = nullptr;
+  sqlite3_stmt* remove_totals = nullptr;
+  sqlite3_stmt* drop_empty_totals = nullptr;
   sqlite3_stmt* count_older_events = nullptr;
   sqlite3_stmt* count_surplus_events = nullptr;
   sqlite3_stmt* prune_by_age = nullptr;
@@ -275,6 +295,9 @@ struct StateStore::Statements {
                                     summarize,
                                     event_rows,
                                     count_events,
+                                    add_totals,
+                                    remove_totals,
+                                    drop_empty_totals,
                                     count_older_events,
                                     count_surplus_events,
                                     prune_by_age,
@@ -511,6 +534,20 @@ Result<std::unique_ptr<StateStore>> StateStore::Open(const std::filesystem::path
         return SQLITE_OK;
       },
       store.get());
+  // The totals are written with the events; rows that some other writer
+  // added or removed while no rasd had the database (a hand-edited file)
+  // show as a different row count, and the totals are taken again.
+  if (auto checked = Exec(db,
+                          "DELETE FROM event_totals WHERE (SELECT COUNT(*) FROM events) != "
+                          "(SELECT IFNULL(SUM(events), 0) FROM event_totals);"
+                          "INSERT INTO event_totals(origin, severity, events, errors, last_ns) "
+                          "SELECT origin, severity, COUNT(*), SUM(count), MAX(time_ns) FROM events "
+                          "WHERE NOT EXISTS (SELECT 1 FROM event_totals) "
+                          "GROUP BY origin, severity;",
+                          "check event totals");
+      !checked) {
+    return Fail(checked.error());
+  }
   {
     StatementUse sum(store->statements_->count_events);
     if (auto summed = store->SumBySeverity(sum.get(), "count events", store->severity_counts_);
@@ -703,18 +740,27 @@ Status StateStore::Prepare() {
        "SELECT device_uuid, address, reason, retired_ns FROM retired_pages "
        "ORDER BY device_uuid, address;"},
       {&s.summarize, "summary",
-       "SELECT origin, severity, COUNT(*), SUM(count), MAX(time_ns) FROM events "
-       "GROUP BY origin, severity ORDER BY origin, severity;"},
+       "SELECT origin, severity, events, errors, last_ns FROM event_totals "
+       "ORDER BY origin, severity;"},
       {&s.event_rows, "event row count", "SELECT COUNT(*) FROM events;"},
       {&s.count_events, "event count",
-       "SELECT severity, SUM(count) FROM events GROUP BY severity;"},
+       "SELECT severity, SUM(errors) FROM event_totals GROUP BY severity;"},
+      {&s.add_totals, "event totals",
+       "INSERT INTO event_totals(origin, severity, events, errors, last_ns) VALUES (?, ?, ?, ?, ?) "
+       "ON CONFLICT(origin, severity) DO UPDATE SET events = events + excluded.events, "
+       "errors = errors + excluded.errors, last_ns = MAX(last_ns, excluded.last_ns);"},
+      {&s.remove_totals, "event totals removal",
+       "UPDATE event_totals SET events = events - ?, errors = errors - ? "
+       "WHERE origin = ? AND severity = ?;"},
+      {&s.drop_empty_totals, "empty event totals", "DELETE FROM event_totals WHERE events <= 0;"},
       // What the prune statements below are about to delete, so that the
-      // counts by severity drop by exactly that.
+      // totals drop by exactly that.
       {&s.count_older_events, "count of old events",
-       "SELECT severity, SUM(count) FROM events WHERE time_ns < ? GROUP BY severity;"},
+       "SELECT origin, severity, COUNT(*), SUM(count) FROM events WHERE time_ns < ? "
+       "GROUP BY origin, severity;"},
       {&s.count_surplus_events, "count of surplus events",
-       "SELECT severity, SUM(count) FROM events WHERE id <= "
-       "(SELECT id FROM events ORDER BY id DESC LIMIT 1 OFFSET ?) GROUP BY severity;"},
+       "SELECT origin, severity, COUNT(*), SUM(count) FROM events WHERE id <= "
+       "(SELECT id FROM events ORDER BY id DESC LIMIT 1 OFFSET ?) GROUP BY origin, severity;"},
       {&s.prune_by_age, "prune by age", "DELETE FROM events WHERE time_ns < ?;"},
       // Ids grow with insertion: the oldest rows are the lowest ids.
       {&s.prune_by_count, "prune by count",
@@ -744,7 +790,55 @@ Status StateStore::SumBySeverity(sqlite3_stmt* statement, std::string_view what,
   return {};
 }
 
-Result<std::int64_t> StateStore::InsertEvent(const RasEvent& event, SeverityCounts& added) {
+void StateStore::EventTally::Add(const RasEvent& event) {
+  severities[static_cast<std::size_t>(event.severity)] += event.count;
+  const std::int64_t time_ns = UnixNanos(event.time);
+  for (auto& total : classes) {
+    if (total.severity != event.severity || total.origin != event.origin) continue;
+    ++total.events;
+    total.errors += event.count;
+    total.last_ns = std::max(total.last_ns, time_ns);
+    return;
+  }
+  classes.push_back({event.origin, event.severity, 1, event.count, time_ns});
+}
+
+Status StateStore::AddTotals(const EventTally& tally) {
+  for (const auto& total : tally.classes) {
+    StatementUse add(statements_->add_totals);
+    sqlite3_stmt* statement = add.get();
+    BindText(statement, 1, total.origin);
+    BindText(statement, 2, SeverityName(total.severity));
+    sqlite3_bind_int64(statement, 3, static_cast<sqlite3_int64>(total.events));
+    sqlite3_bind_int64(statement, 4, static_cast<sqlite3_int64>(total.errors));
+    sqlite3_bind_int64(statement, 5, total.last_ns);
+    if (sqlite3_step(statement) != SQLITE_DONE) return Fail(SqliteError("add event totals"));
+  }
+  return {};
+}
+
+Status StateStore::RemoveTotals(sqlite3_stmt* statement, std::string_view what,
+                                SeverityCounts& deleted) {
+  int rc = SQLITE_ROW;
+  while ((rc = sqlite3_step(statement)) == SQLITE_ROW) {
+    const std::string origin = ColumnText(statement, 0), severity = ColumnText(statement, 1);
+    const auto events = sqlite3_column_int64(statement, 2),
+               errors = sqlite3_column_int64(statement, 3);
+    StatementUse remove(statements_->remove_totals);
+    sqlite3_bind_int64(remove.get(), 1, events);
+    sqlite3_bind_int64(remove.get(), 2, errors);
+    BindText(remove.get(), 3, origin);
+    BindText(remove.get(), 4, severity);
+    if (sqlite3_step(remove.get()) != SQLITE_DONE) return Fail(SqliteError("remove event totals"));
+    // A class written by a newer rasd is not ours to count by severity.
+    if (const auto parsed = ParseSeverity(severity))
+      deleted[static_cast<std::size_t>(*parsed)] += static_cast<std::uint64_t>(errors);
+  }
+  if (rc != SQLITE_DONE) return Fail(SqliteError(what));
+  return {};
+}
+
+Result<std::int64_t> StateStore::InsertEvent(const RasEvent& event, EventTally& added) {
   StatementUse insert(statements_->insert_event);
   sqlite3_stmt* statement = insert.get();
   sqlite3_bind_int64(statement, 1, UnixNanos(event.time));
@@ -768,7 +862,7 @@ Result<std::int64_t> StateStore::InsertEvent(const RasEvent& event, SeverityCoun
   sqlite3_bind_int(statement, 13, event.historical ? 1 : 0);
   sqlite3_bind_int(statement, 15, event.before_start ? 1 : 0);
   if (sqlite3_step(statement) != SQLITE_DONE) return Fail(SqliteError("record event"));
-  added[static_cast<std::size_t>(event.severity)] += event.count;
+  added.Add(event);
   return static_cast<std::int64_t>(sqlite3_last_insert_rowid(db_));
 }
 
@@ -841,9 +935,14 @@ void AddCounts(std::array<std::uint64_t, kAllSeverities.size()>& to,
 
 Result<std::int64_t> StateStore::RecordEvent(const RasEvent& event) {
   if (auto fault = WriteFaulted("event")) return Fail(*fault);
-  SeverityCounts added{};
-  auto id = InsertEvent(event, added);  // SQLite's implicit transaction: committed on success
-  if (id) AddCounts(severity_counts_, added);
+  Transaction transaction(*this);
+  if (auto begun = transaction.Begin("event"); !begun) return Fail(begun.error());
+  EventTally added;
+  auto id = InsertEvent(event, added);
+  if (!id) return Fail(id.error());
+  if (auto totals = AddTotals(added); !totals) return Fail(totals.error());
+  if (auto committed = transaction.Commit("event"); !committed) return Fail(committed.error());
+  AddCounts(severity_counts_, added.severities);
   return id;
 }
 
@@ -854,15 +953,16 @@ Result<std::vector<std::int64_t>> StateStore::RecordEvents(std::span<const RasEv
   Transaction transaction(*this);
   if (auto begun = transaction.Begin("event batch"); !begun) return Fail(begun.error());
   ids.reserve(events.size());
-  SeverityCounts added{};
+  EventTally added;
   for (const auto& event : events) {
     auto recorded = InsertEvent(event, added);
     if (!recorded) return Fail(recorded.error());
     ids.push_back(*recorded);
   }
+  if (auto totals = AddTotals(added); !totals) return Fail(totals.error());
   if (auto committed = transaction.Commit("event batch"); !committed)
     return Fail(committed.error());
-  AddCounts(severity_counts_, added);
+  AddCounts(severity_counts_, added.severities);
   return ids;
 }
 
@@ -892,12 +992,13 @@ Result<StoredBatch> StateStore::Commit(const StoreBatch& batch) {
   Transaction transaction(*this);
   if (auto begun = transaction.Begin("batch"); !begun) return Fail(begun.error());
   stored.event_ids.reserve(batch.events.size());
-  SeverityCounts added{};
+  EventTally added;
   for (const auto& event : batch.events) {
     auto id = InsertEvent(event, added);
     if (!id) return Fail(id.error());
     stored.event_ids.push_back(*id);
   }
+  if (auto totals = AddTotals(added); !totals) return Fail(totals.error());
   stored.action_ids.reserve(batch.actions.size());
   for (const auto& action : batch.actions) {
     const auto event_id = action.event_index ? std::optional(stored.event_ids[*action.event_index])
@@ -921,7 +1022,7 @@ Result<StoredBatch> StateStore::Commit(const StoreBatch& batch) {
       return Fail(saved.error());
   }
   if (auto committed = transaction.Commit("batch"); !committed) return Fail(committed.error());
-  AddCounts(severity_counts_, added);
+  AddCounts(severity_counts_, added.severities);
   return stored;
 }
 
@@ -1220,7 +1321,7 @@ Result<std::uint64_t> StateStore::Prune(std::chrono::system_clock::time_point ol
   {
     StatementUse sum(statements_->count_older_events);
     sqlite3_bind_int64(sum.get(), 1, UnixNanos(older_than));
-    if (auto summed = SumBySeverity(sum.get(), "count old events", deleted); !summed)
+    if (auto summed = RemoveTotals(sum.get(), "count old events", deleted); !summed)
       return Fail(summed.error());
   }
   {
@@ -1234,7 +1335,7 @@ Result<std::uint64_t> StateStore::Prune(std::chrono::system_clock::time_point ol
   {
     StatementUse sum(statements_->count_surplus_events);
     sqlite3_bind_int64(sum.get(), 1, max_rows);
-    if (auto summed = SumBySeverity(sum.get(), "count surplus events", deleted); !summed)
+    if (auto summed = RemoveTotals(sum.get(), "count surplus events", deleted); !summed)
       return Fail(summed.error());
   }
   {
@@ -1243,6 +1344,10 @@ Result<std::uint64_t> StateStore::Prune(std::chrono::system_clock::time_point ol
     if (sqlite3_step(by_count.get()) != SQLITE_DONE)
       return Fail(SqliteError("prune surplus events"));
     removed += static_cast<std::uint64_t>(sqlite3_changes(db_));
+  }
+  {
+    StatementUse drop(statements_->drop_empty_totals);
+    if (sqlite3_step(drop.get()) != SQLITE_DONE) return Fail(SqliteError("drop empty totals"));
   }
   if (auto committed = transaction.Commit("prune"); !committed) return Fail(committed.error());
   for (std::size_t i = 0; i < severity_counts_.size(); ++i) {

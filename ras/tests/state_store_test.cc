@@ -551,6 +551,88 @@ TEST_F(StateStoreTest, DeviceStatesRetiredPagesAndActionsSurviveReopen) {
   EXPECT_FALSE((*actions)[0].event_id.has_value());
 }
 
+// The summary reads the totals the triggers keep; they equal what a scan
+// of every stored event gives, through inserts, prunes by age and by
+// count, and a migration of a database that already held events.
+TEST_F(StateStoreTest, TheSummarysTotalsEqualAScanOfTheStoredEventsThroughInsertsAndPrunes) {
+  auto store = StateStore::Open(dir_ / "state");
+  ASSERT_TRUE(store.has_value()) << store.error().ToString();
+  const auto t0 = std::chrono::system_clock::time_point(std::chrono::hours(480'000));
+  auto scanned = [&] {
+    // origin|severity|events|errors|last
+    std::vector<std::string> rows;
+    sqlite3* db = nullptr;
+    EXPECT_EQ(sqlite3_open_v2((dir_ / "state" / StateStore::kDatabaseFile).c_str(), &db,
+                              SQLITE_OPEN_READONLY, nullptr),
+              SQLITE_OK);
+    sqlite3_stmt* query = nullptr;
+    sqlite3_prepare_v2(db,
+                       "SELECT origin, severity, COUNT(*), SUM(count), MAX(time_ns) FROM events "
+                       "GROUP BY origin, severity ORDER BY origin, severity;",
+                       -1, &query, nullptr);
+    while (sqlite3_step(query) == SQLITE_ROW) {
+      rows.push_back(fmt::format("{}|{}|{}|{}|{}",
+                                 reinterpret_cast<const char*>(sqlite3_column_text(query, 0)),
+                                 reinterpret_cast<const char*>(sqlite3_column_text(query, 1)),
+                                 sqlite3_column_int64(query, 2), sqlite3_column_int64(query, 3),
+                                 sqlite3_column_int64(query, 4)));
+    }
+    sqlite3_finalize(query);
+    sqlite3_close(db);
+    return rows;
+  };
+  auto summarized = [&] {
+    std::vector<std::string> rows;
+    const auto summary = (*store)->Summarize();
+    EXPECT_TRUE(summary.has_value()) << summary.error().ToString();
+    if (!summary) return rows;
+    for (const auto& row : *summary) {
+      rows.push_back(fmt::format(
+          "{}|{}|{}|{}|{}", row.origin, SeverityName(row.severity), row.events, row.errors,
+          std::chrono::duration_cast<std::chrono::nanoseconds>(row.last.time_since_epoch())
+              .count()));
+    }
+    return rows;
+  };
+  const char* origins[] = {"edac", "nvidia_xid", "aer"};
+  for (int i = 0; i < 300; ++i) {
+    RasEvent event;
+    event.time = t0 + std::chrono::seconds(i);
+    event.origin = origins[i % 3];
+    event.severity = i % 7 == 0 ? Severity::kUce : Severity::kCe;
+    event.count = static_cast<std::uint64_t>(1 + i % 5);
+    event.summary = event.raw = "e" + std::to_string(i);
+    ASSERT_TRUE((*store)->RecordEvent(event).has_value());
+  }
+  ASSERT_EQ(summarized(), scanned());
+  ASSERT_EQ(summarized().size(), 6u);
+  ASSERT_TRUE((*store)->Prune(t0 + std::chrono::seconds(100), 1'000'000).has_value());
+  EXPECT_EQ(summarized(), scanned()) << "after a prune by age";
+  ASSERT_TRUE((*store)->Prune(t0, 10).has_value());
+  EXPECT_EQ(summarized(), scanned()) << "after a prune by count";
+  const auto counts = *(*store)->CountEventsBySeverity();
+  ASSERT_EQ(*(*store)->Prune(t0 + std::chrono::hours(1), 1'000'000), 10u);
+  EXPECT_TRUE(summarized().empty()) << "a class with no stored event has no row";
+  EXPECT_GT(counts.at(Severity::kCe), 0u);
+
+  // Reopened from the file: the totals were saved with the events, and
+  // the start reads its counts by severity from them.
+  for (int i = 0; i < 4; ++i) {
+    RasEvent event;
+    event.time = t0 + std::chrono::hours(2) + std::chrono::seconds(i);
+    event.origin = "mce";
+    event.severity = Severity::kFatal;
+    event.count = 2;
+    event.summary = event.raw = "m";
+    ASSERT_TRUE((*store)->RecordEvent(event).has_value());
+  }
+  store->reset();
+  store = StateStore::Open(dir_ / "state");
+  ASSERT_TRUE(store.has_value());
+  EXPECT_EQ(summarized(), scanned());
+  EXPECT_EQ((*store)->CountEventsBySeverity()->at(Severity::kFatal), 8u);
+}
+
 TEST_F(StateStoreTest, AVersionOneDatabaseIsMigratedInPlace) {
   std::filesystem::create_directories(dir_ / "state");
   // The schema as the first release created it, with one event in it.
@@ -576,6 +658,11 @@ TEST_F(StateStoreTest, AVersionOneDatabaseIsMigratedInPlace) {
   ASSERT_EQ(events->size(), 1u);
   EXPECT_EQ(events->front().event.summary, "old");
   EXPECT_EQ(events->front().event.count, 1u) << "new columns take their defaults";
+  auto summary = (*store)->Summarize();
+  ASSERT_TRUE(summary.has_value()) << summary.error().ToString();
+  ASSERT_EQ(summary->size(), 1u) << "the totals are filled from the events there";
+  EXPECT_EQ(summary->front().events, 1u);
+  EXPECT_EQ((*store)->CountEventsBySeverity()->at(Severity::kCe), 1u);
 }
 
 TEST_F(StateStoreTest, CommitWritesEventsActionsStatesPagesAndCursorsTogether) {
@@ -895,8 +982,8 @@ TEST_F(StateStoreTest, AVersionThreeDatabaseGainsActionCounts) {
   )sql");
   auto store = StateStore::Open(dir_ / "state");
   ASSERT_TRUE(store.has_value()) << store.error().ToString();
-  EXPECT_EQ((*store)->SchemaVersion(), 9);
-  EXPECT_EQ(StateStore::LatestSchemaVersion(), 9);
+  EXPECT_EQ((*store)->SchemaVersion(), 10);
+  EXPECT_EQ(StateStore::LatestSchemaVersion(), 10);
   auto actions = (*store)->QueryActions(std::nullopt, 10);
   ASSERT_TRUE(actions.has_value()) << actions.error().ToString();
   ASSERT_EQ(actions->size(), 1u);

@@ -341,10 +341,30 @@ class StateStore {
   // `statement` (a "severity, SUM(count)" query, bound) added into `sums`.
   Status SumBySeverity(sqlite3_stmt* statement, std::string_view what, SeverityCounts& sums);
 
+  // What a transaction's inserted events add: by severity (for
+  // severity_counts_, applied once it commits) and by origin and severity
+  // (for event_totals, written before it commits).
+  struct EventTally {
+    struct Class {
+      std::string origin;
+      Severity severity;
+      std::uint64_t events = 0;
+      std::uint64_t errors = 0;
+      std::int64_t last_ns = 0;
+    };
+    SeverityCounts severities{};
+    std::vector<Class> classes;  // few: a batch's events share a handful of classes
+    void Add(const RasEvent& event);
+  };
+  Status AddTotals(const EventTally& tally);
+  // `statement` (an "origin, severity, COUNT(*), SUM(count)" query of the
+  // rows about to be deleted, bound) taken off event_totals and added into
+  // `deleted` by severity.
+  Status RemoveTotals(sqlite3_stmt* statement, std::string_view what, SeverityCounts& deleted);
+
   // One row each, on the prepared statements, in the caller's transaction
-  // (or SQLite's implicit one). InsertEvent adds the event's count to
-  // `added`, for the caller to apply to severity_counts_ once it commits.
-  Result<std::int64_t> InsertEvent(const RasEvent& event, SeverityCounts& added);
+  // (or SQLite's implicit one). InsertEvent adds the event to `added`.
+  Result<std::int64_t> InsertEvent(const RasEvent& event, EventTally& added);
   Result<std::int64_t> InsertAction(const ActionRecord& action,
                                     std::optional<std::int64_t> event_id);
   Status UpsertDeviceState(const DeviceStateRecord& state);
