@@ -500,9 +500,11 @@ void AddPolicyKeys(std::vector<ConfigKey>& keys) {
                      "job uses this often, on a stream of its own; 0: off"));
   keys.push_back(Row("liveness.idle_period_ms", kLive, RASD_CONFIG_FIELD(liveness.idle_period),
                      Milliseconds(0, 86'400'000),
-                     "the heartbeat of a device no job uses (no job's stream on it), so that an "
-                     "idle node sleeps; a job's first stream there brings the next beat forward "
-                     "at once. 0: every `liveness.period_ms` like a busy device"));
+                     "the heartbeat of a device no job uses (no job's stream and no attached "
+                     "workload on it), so that an idle node sleeps; a job's first stream there "
+                     "brings the next beat forward at once. A device used only by processes rasd "
+                     "does not follow (a Slurm job's, a pod's) is beaten at this period. 0: every "
+                     "`liveness.period_ms` like a busy device"));
   keys.push_back(Row("liveness.deadline_ms", kLive, RASD_CONFIG_FIELD(liveness.deadline),
                      Milliseconds(10, 3'600'000), "how long one heartbeat may take"));
   keys.push_back(Row("liveness.misses", kLive, RASD_CONFIG_FIELD(liveness.misses),

@@ -253,6 +253,9 @@ Status Daemon::StartControl() {
   // After the actuator restored the device states: a workload re-adopted on
   // a device isolated meanwhile is drained.
   workloads_->Readopt();
+  // A device an attached process uses is watched as closely as one a job
+  // of rasd's uses (from the next beat: at most the idle period).
+  heartbeat_->SetBusyProbe([this](int device) { return !workloads_->OnDevice(device).empty(); });
   control_api_ = std::make_unique<ControlApi>(ControlApi::Parts{
       .loop = *loop_,
       .runtime = *runtime_,

@@ -66,9 +66,12 @@ void DeviceHeartbeat::OnWork(int device) {
       static_cast<std::size_t>(device) >= beats_.size())
     return;
   const Beat& beat = beats_[static_cast<std::size_t>(device)];
-  // Due now under the busy period: the tick launches it.
-  if (!beat.pending && loop_.Now() - beat.launched >= options_.period)
-    ArmNext(std::chrono::nanoseconds(0));
+  // Due under the busy period now or soon, not at the next idle beat.
+  if (!beat.pending)
+    ArmNext(beat.ever_launched
+                ? std::max<std::chrono::nanoseconds>(beat.launched + options_.period - loop_.Now(),
+                                                     std::chrono::nanoseconds(0))
+                : std::chrono::nanoseconds(0));
 }
 
 // Arms the timer for `next` from now unless it is armed for sooner.
@@ -80,7 +83,9 @@ void DeviceHeartbeat::ArmNext(std::chrono::nanoseconds next) {
 }
 
 std::chrono::nanoseconds DeviceHeartbeat::IntervalOf(int device) const {
-  if (options_.idle_period.count() == 0 || !runtime_.JobsOn(device).empty()) return options_.period;
+  if (options_.idle_period.count() == 0 || !runtime_.JobsOn(device).empty() ||
+      (busy_probe_ && busy_probe_(device)))
+    return options_.period;
   return options_.idle_period;
 }
 
@@ -138,17 +143,21 @@ void DeviceHeartbeat::Tick() {
     beat.stats.op_timeouts = (*found)->OpTimeouts();
     if (beat.pending) Poll(**found, beat, now);
     const auto interval = IntervalOf(device);
-    if (!beat.pending && now - beat.launched >= interval) Launch(**found, beat, now);
+    // Every device in service is beaten once at the start, whatever its period.
+    if (!beat.pending && (!beat.ever_launched || now - beat.launched >= interval))
+      Launch(**found, beat, now);
     // A pending beat is polled at the tick period; otherwise the device's
     // next beat is all there is to wake for.
     // A launch that failed (no stream, a full pool) is due already: tried
     // again at the tick period.
-    const auto due = beat.launched + interval - now;
+    const auto due =
+        beat.ever_launched ? beat.launched + interval - now : std::chrono::nanoseconds(0);
     next = std::min(next, beat.pending || due <= std::chrono::nanoseconds(0) ? TickPeriod() : due);
   }
   Publish();
+  if (next == kNever) return;  // no device: nothing to wake for
   armed_for_ = now + std::max<std::chrono::nanoseconds>(next, std::chrono::milliseconds(10));
-  if (next != kNever) timer_->ArmAfter(armed_for_ - now);
+  timer_->ArmAfter(armed_for_ - now);
 }
 
 void DeviceHeartbeat::Poll(const runtime::Device& device, Beat& beat,
@@ -205,6 +214,7 @@ void DeviceHeartbeat::Launch(const runtime::Device& device, Beat& beat,
     beat.stream = std::move(*stream);
   }
   beat.launched = now;
+  beat.ever_launched = true;
   beat.op_timeouts_at_launch = device.OpTimeouts();
   if (!beat.copy_beat) {
     auto launched = beat.stream->Launch("empty", {});

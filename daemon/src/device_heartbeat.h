@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -36,7 +37,8 @@ namespace rasd::daemon {
 // last one is still pending. Loop thread only.
 //
 // The beat runs where there is work to watch: a device with a job's stream
-// on it is beaten every `period`; one without is beaten every
+// on it, or a workload attached to it (the busy probe), is beaten every
+// `period`; one without is beaten every
 // `idle_period`, so that an idle node sleeps (each beat wakes the loop and
 // the device's own thread). A job's first stream on an idle device (the
 // runtime's work listener) brings its next beat forward at once, so a
@@ -66,6 +68,10 @@ class DeviceHeartbeat {
   DeviceHeartbeat& operator=(const DeviceHeartbeat&) = delete;
 
   void Start();
+  // Work rasd's runtime does not see (a process attached to the device):
+  // `busy(device)` true makes the device beaten at the busy period. Loop
+  // thread, called at each tick.
+  void SetBusyProbe(std::function<bool(int device)> busy) { busy_probe_ = std::move(busy); }
   // Takes effect from the next tick (config reload).
   void SetOptions(Options options);
   // Any thread (the metrics exposer reads it): a copy taken at the last tick.
@@ -82,6 +88,7 @@ class DeviceHeartbeat {
     std::unique_ptr<runtime::Stream> stream;
     bool pending = false;
     std::chrono::nanoseconds launched{0};
+    bool ever_launched = false;  // `launched` is a beat's, not the default
     int missed = 0;          // deadlines passed by the pending beat
     std::uint64_t op_timeouts_at_launch = 0;
     bool copy_beat = false;         // the backend has no kernels
@@ -105,6 +112,7 @@ class DeviceHeartbeat {
   std::vector<Beat> beats_;  // by device index
   std::unique_ptr<common::Timer> timer_;
   std::chrono::nanoseconds armed_for_{0};  // when timer_ fires, while armed
+  std::function<bool(int)> busy_probe_;
   // Tasks the work listener posted find the heartbeat gone through this.
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
   mutable std::mutex stats_mutex_;

@@ -204,6 +204,33 @@ TEST_F(HeartbeatTest, IdleDevicesAreBeatenRarelyAndAJobsFirstStreamBringsTheBeat
   EXPECT_TRUE(runtime_->JobsOn(1).empty());
 }
 
+// A job's stream that opens just after an idle beat gets the next beat a
+// busy period after that one, not an idle period later; a device an
+// attached process uses (the busy probe) is beaten at the busy period.
+TEST_F(HeartbeatTest, WorkJustAfterAnIdleBeatAndAttachedWorkloadsAreBeatenAtTheBusyPeriod) {
+  auto driver =
+      drivers::SimDriver::Create({.device_count = 2, .memory_bytes_per_device = 16 << 20});
+  ASSERT_TRUE(driver.has_value());
+  Use(std::move(*driver), {.period = 100ms, .deadline = 200ms, .misses = 2, .idle_period = 10s});
+  Run(60ms);  // the first beats, launched at the first tick and seen finished at the next
+  const auto first = Beats(0);
+  ASSERT_EQ(first, 1U);
+  auto stream = runtime_->CreateStream(0, {.owner = "job-9"});
+  ASSERT_TRUE(stream.has_value());
+  Run(150ms);
+  EXPECT_EQ(Beats(0), first + 1) << "a busy period after the idle beat";
+  EXPECT_EQ(Beats(1), 1U) << "device 1 still idle";
+
+  bool attached = false;
+  heartbeat_->SetBusyProbe([&](int device) { return attached && device == 1; });
+  Run(10s);
+  const auto idle = Beats(1);
+  EXPECT_LE(idle, 2U) << "every 10 s while nothing is attached";
+  attached = true;
+  Run(10s + 500ms);
+  EXPECT_GE(Beats(1), idle + 5) << "attached: every 100 ms from its next beat";
+}
+
 // Ascend's heartbeat is the "empty" kernel through the stand-in operator
 // library (aclnnInplaceZero on the stream), which a held NPU never finishes.
 TEST_F(HeartbeatTest, AHeldNpuOfTheAscendStandInIsReportedHung) {

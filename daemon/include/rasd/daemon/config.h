@@ -155,7 +155,7 @@ struct Config {
     std::chrono::milliseconds period{1000};
     std::chrono::milliseconds deadline{2000};
     int misses = 2;
-    std::chrono::milliseconds idle_period{300'000};
+    std::chrono::milliseconds idle_period{60'000};
     bool operator==(const Liveness&) const = default;
   } liveness;
   // Processes outside rasd attached to its devices (`rasctl run`, attach):
