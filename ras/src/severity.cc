@@ -1,6 +1,7 @@
 #include "rasd/ras/severity.h"
 
 #include <cctype>
+#include <cerrno>
 
 namespace rasd::ras {
 
@@ -54,16 +55,16 @@ Severity SeverityOfBlockErrno(int error) {
   switch (-error) {
     case 0:
       return Severity::kInfo;
-    case 67:  // ENOLINK: BLK_STS_TRANSPORT, retried by the layer
+    case ENOLINK:  // BLK_STS_TRANSPORT, retried by the layer
       return Severity::kCe;
-    case 95:   // EOPNOTSUPP: BLK_STS_NOTSUPP
-    case 12:   // ENOMEM: BLK_STS_RESOURCE
-    case 16:   // EBUSY: BLK_STS_DEV_RESOURCE
-    case 11:   // EAGAIN: BLK_STS_AGAIN
-    case 62:   // ETIME: BLK_STS_DURATION_LIMIT
-    case 22:   // EINVAL: BLK_STS_INVAL
-    case 109:  // ETOOMANYREFS: BLK_STS_ZONE_OPEN_RESOURCE
-    case 75:   // EOVERFLOW: BLK_STS_ZONE_ACTIVE_RESOURCE
+    case EOPNOTSUPP:    // BLK_STS_NOTSUPP
+    case ENOMEM:        // BLK_STS_RESOURCE
+    case EBUSY:         // BLK_STS_DEV_RESOURCE
+    case EAGAIN:        // BLK_STS_AGAIN
+    case ETIME:         // BLK_STS_DURATION_LIMIT
+    case EINVAL:        // BLK_STS_INVAL
+    case ETOOMANYREFS:  // BLK_STS_ZONE_OPEN_RESOURCE
+    case EOVERFLOW:     // BLK_STS_ZONE_ACTIVE_RESOURCE
       return Severity::kInfo;
     default:
       return Severity::kUce;

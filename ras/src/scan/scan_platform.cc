@@ -347,9 +347,16 @@ bool KernelLogScanner::ScanContinuedRecord(const LogLine& line, bool own_words) 
     bool field = false;
     for (std::string_view name :
          {"affinity", "MPIDR", "MIDR", "running_state", "psci_state", "ARM Processor", "Error Info",
-          "error", "pei_len", "context_info", "vendor"}) {
+          "error", "pei_len", "context_info", "vendor", "Vendor", "cpu", "severity"}) {
       field = field || StartsWith(text, name);
     }
+    // rasdaemon's hex dump of the error info: "00000000: ..." rows.
+    field = field || (text.size() > 9 && text[8] == ':' &&
+                      std::all_of(text.begin(), text.begin() + 8, [](char c) {
+                        return std::isxdigit(static_cast<unsigned char>(c)) != 0;
+                      }));
+    // Only the producer that opened it continues it.
+    field = field && (line.producer == "rasdaemon") == (record.origin == "rasdaemon");
     // Words of its own do not end it: rasdaemon's journal tag routes every
     // field line to the report scanner.
     if (!field) {
@@ -357,9 +364,15 @@ bool KernelLogScanner::ScanContinuedRecord(const LogLine& line, bool own_words) 
       return false;
     }
     Attach(*open, line);
-    if (const auto stated = ArmRecordSeverity(text); stated && !continued_arm_stated_) {
-      record.severity = *stated;
-      continued_arm_stated_ = true;
+    // The first stated severity takes the place of the uncorrected taken
+    // while none was; later ones only raise it.
+    if (const auto stated = ArmRecordSeverity(text)) {
+      if (continued_arm_stated_) {
+        Raise(record, *stated);
+      } else {
+        record.severity = *stated;
+        continued_arm_stated_ = true;
+      }
     }
     return true;
   }
@@ -573,9 +586,9 @@ bool KernelLogScanner::ScanBlockError(const LogLine& line) {
     // The first number after the event's name is the major.
     const std::size_t digits = body.find_first_of("0123456789");
     unsigned major = 0;
-    if (digits != std::string_view::npos &&
-        std::from_chars(body.data() + digits, body.data() + body.size(), major).ec == std::errc() &&
-        body.find(',', digits) == body.find_first_not_of("0123456789", digits) &&
+    const std::size_t comma = digits == std::string_view::npos ? digits : body.find(',', digits);
+    if (comma != std::string_view::npos && comma == body.find_first_not_of("0123456789", digits) &&
+        std::from_chars(body.data() + digits, body.data() + comma, major).ec == std::errc() &&
         IsMediaLessBlockMajor(major)) {
       severity = Severity::kInfo;
     }
