@@ -601,7 +601,7 @@ TEST_F(StateStoreTest, TheSummarysTotalsEqualAScanOfTheStoredEventsThroughInsert
     event.origin = origins[i % 3];
     event.severity = i % 7 == 0 ? Severity::kUce : Severity::kCe;
     event.count = static_cast<std::uint64_t>(1 + i % 5);
-    event.summary = event.raw = "e" + std::to_string(i);
+    event.summary = event.raw = fmt::format("e{}", i);
     ASSERT_TRUE((*store)->RecordEvent(event).has_value());
   }
   ASSERT_EQ(summarized(), scanned());
