@@ -21,7 +21,12 @@
 // wakeups/s. A miss is reported, not an error; a storm not finished within
 // 120 s is an error, with the partial rate.
 //
-// Runs once (Iterations(1)); the reported time is the storm's duration.
+// Two storms, each run once (Iterations(1)), the reported time the storm's
+// duration: /0 the one-channel storm above; /1 the same count of records
+// spread as a failing rank prints them (2 controllers, 4 channels, 2 DIMMs
+// each, 4096 pages, with GHES blocks, AER and Xid lines and a fifth of
+// ordinary kernel lines), with a reader asking `summary` and the newest
+// 100 `events` every 200 ms (reader_p50_ms, reader_p99_ms).
 // Needs no root: everything lives in a temp dir.
 
 #include <benchmark/benchmark.h>
@@ -62,13 +67,18 @@ constexpr auto kStatusPeriod = 10ms;
 constexpr auto kSettle = 5s;
 constexpr std::size_t kWriteChunk = 4 << 20;
 
+// Now on the clock kmsg stamps its records with.
+std::uint64_t BootMicros() {
+  timespec boottime{};
+  ::clock_gettime(CLOCK_BOOTTIME, &boottime);
+  return static_cast<std::uint64_t>(boottime.tv_sec) * 1'000'000 +
+         static_cast<std::uint64_t>(boottime.tv_nsec) / 1000;
+}
+
 // What a failing DIMM prints: sb_edac's CE line (as in the corpus), on one
 // channel, spread over 256 pages, one record per microsecond of kernel time.
 std::string StormText() {
-  timespec boottime{};
-  ::clock_gettime(CLOCK_BOOTTIME, &boottime);
-  const std::uint64_t first_usec = static_cast<std::uint64_t>(boottime.tv_sec) * 1'000'000 +
-                                   static_cast<std::uint64_t>(boottime.tv_nsec) / 1000;
+  const std::uint64_t first_usec = BootMicros();
   std::string text;
   text.reserve(kStormRecords * 220);
   auto out = std::back_inserter(text);
@@ -78,6 +88,65 @@ std::string StormText() {
                    "(channel:2 slot:0 page:0x{:x} offset:0x{:x} grain:32 syndrome:0x0 -  "
                    "area:DRAM err_code:0001:0092 socket:0 ha:0 channel_mask:4 rank:0)\n",
                    i + 1, first_usec + i, 0x849900 + (i * 7919) % 256, (i % 64) * 0x40);
+  }
+  return text;
+}
+
+// What a failing rank prints, spread as real hardware spreads it: CE lines
+// of sb_edac over 2 memory controllers, 4 channels, 2 DIMMs each and 4096
+// pages, with GHES corrected-memory blocks, AER corrected errors on two
+// PCIe functions and Xid 63 (row remapping recorded) on a GPU rasd does not
+// run, all mixed with ordinary kernel lines (a fifth of the records).
+std::string SpreadStormText() {
+  const std::uint64_t first_usec = BootMicros();
+  std::string text;
+  text.reserve(kStormRecords * 200);
+  auto out = std::back_inserter(text);
+  std::uint64_t seq = 0;
+  auto record = [&](int level, std::string_view message) {
+    ++seq;
+    fmt::format_to(out, "{},{},{},-;{}\n", level, seq, first_usec + seq, message);
+  };
+  std::uint64_t state = 0x9e3779b97f4a7c15ULL;
+  auto next = [&] {  // xorshift: the same storm on every run
+    state ^= state << 13;
+    state ^= state >> 7;
+    state ^= state << 17;
+    return state;
+  };
+  while (seq < kStormRecords) {
+    const std::uint64_t draw = next();
+    const int kind = static_cast<int>(draw % 100);
+    const unsigned mc = static_cast<unsigned>((draw >> 8) % 2),
+                   channel = static_cast<unsigned>((draw >> 9) % 4),
+                   dimm = static_cast<unsigned>((draw >> 11) % 2);
+    const std::uint64_t page = 0x840000 + (draw >> 16) % 4096;
+    if (kind < 20) {
+      record(6, fmt::format("systemd[1]: Started session-{}.scope - Session {} of User app.",
+                            draw % 9000, draw % 9000));
+    } else if (kind < 70) {
+      record(4,
+             fmt::format("EDAC MC{}: 1 CE memory read error on CPU_SrcID#{}_Ha#0_Chan#{}_DIMM#{} "
+                         "(channel:{} slot:{} page:0x{:x} offset:0x{:x} grain:32 syndrome:0x0 - "
+                         " area:DRAM err_code:0001:0092 socket:{} ha:0 channel_mask:{} rank:{})",
+                         mc, mc, channel, dimm, channel, dimm, page, (draw >> 40) % 64 * 0x40, mc,
+                         1U << channel, dimm));
+    } else if (kind < 85 && seq + 6 <= kStormRecords) {
+      record(3, "{1}[Hardware Error]: Hardware error from APEI Generic Hardware Error Source: 1");
+      record(3, "{1}[Hardware Error]: It has been corrected by h/w and requires no further action");
+      record(3, "{1}[Hardware Error]: event severity: corrected");
+      record(3, "{1}[Hardware Error]:  Error 0, type: corrected");
+      record(3, "{1}[Hardware Error]:   section_type: memory error");
+      record(3, fmt::format("{{1}}[Hardware Error]:   physical_address: 0x{:016x}", page << 12));
+    } else if (kind < 95) {
+      record(4, fmt::format("pcieport 0000:{:02x}:00.0: AER: Corrected error message received "
+                            "from 0000:{:02x}:00.0",
+                            draw % 2 == 0 ? 0x16 : 0x5d, draw % 2 == 0 ? 0x17 : 0x5e));
+    } else {
+      record(4,
+             "NVRM: Xid (PCI:0000:3b:00): 63, pid='<unknown>', name=<unknown>, Row Remapper: "
+             "New row marked for remapping, reset gpu to activate.");
+    }
   }
   return text;
 }
@@ -144,14 +213,18 @@ Percentiles Summarize(std::vector<double> millis) {
   return result;
 }
 
-// A client that pings rasd every kPingPeriod on one connection and records
-// each round trip. A ping that takes longer than the period also stands for
-// the pings that would have been sent meanwhile (HdrHistogram's correction
-// for coordinated omission): `corrected` holds those too.
-class PingProbe {
+// A client that sends `requests` in turn, one set every `period`, on one
+// connection, and records each round trip: `ping` every kPingPeriod, or
+// what a dashboard asks every 200 ms. A set that takes longer than the
+// period also stands for the sets that would have been sent meanwhile
+// (HdrHistogram's correction for coordinated omission): `corrected` holds
+// those too.
+class RequestProbe {
  public:
-  explicit PingProbe(std::filesystem::path socket) : socket_(std::move(socket)) {}
-  ~PingProbe() { Stop(); }
+  RequestProbe(std::filesystem::path socket, std::vector<std::string> requests,
+               Clock::duration period)
+      : socket_(std::move(socket)), requests_(std::move(requests)), period_(period) {}
+  ~RequestProbe() { Stop(); }
 
   void Start() {
     stop_ = false;
@@ -168,37 +241,42 @@ class PingProbe {
  private:
   void Run() {
     RawClient client(socket_);
-    const double period = ::Millis(kPingPeriod);
-    for (std::uint64_t id = 1; !stop_; ++id) {
-      if (!client.Connected()) {
-        ++failures_;
-        return;
-      }
+    const double period = ::Millis(period_);
+    while (!stop_) {
       const auto sent = Clock::now();
-      if (!client.Send(fmt::format("{{\"command\":\"ping\",\"id\":{}}}\n", id))) {
-        ++failures_;
-        return;
+      for (const auto& request : requests_) {
+        const auto asked = Clock::now();
+        if (!client.Connected() || !client.Send(request + "\n")) {
+          ++failures_;
+          return;
+        }
+        const auto reply = client.ReadLine(60s);
+        const double round_trip = ::Millis(Clock::now() - asked);
+        if (!reply || reply->find("\"ok\":true") == std::string::npos) {
+          ++failures_;
+          return;
+        }
+        millis_.push_back(round_trip);
+        corrected_.push_back(round_trip);
+        for (double missed = round_trip - period; missed > 0; missed -= period)
+          corrected_.push_back(missed);
       }
-      const auto reply = client.ReadLine(60s);
-      const double round_trip = ::Millis(Clock::now() - sent);
-      if (!reply || reply->find("\"pong\"") == std::string::npos) {
-        ++failures_;
-        return;
-      }
-      millis_.push_back(round_trip);
-      corrected_.push_back(round_trip);
-      for (double missed = round_trip - period; missed > 0; missed -= period)
-        corrected_.push_back(missed);
-      std::this_thread::sleep_until(sent + kPingPeriod);
+      std::this_thread::sleep_until(sent + period_);
     }
   }
 
   std::filesystem::path socket_;
+  std::vector<std::string> requests_;
+  Clock::duration period_;
   std::atomic<bool> stop_{false};
   std::thread thread_;
   std::vector<double> millis_, corrected_;
   std::size_t failures_ = 0;
 };
+
+RequestProbe PingProbe(const std::filesystem::path& socket) {
+  return RequestProbe(socket, {R"({"command":"ping"})"}, kPingPeriod);
+}
 
 struct RasStatus {
   std::uint64_t kmsg_records = 0;
@@ -238,10 +316,13 @@ void Report(const char* what, double value, const char* unit, const char* target
                met ? "met" : "MISSED");
 }
 
+// Arg 0: the one-channel storm (the old shape, the baseline); arg 1: the
+// spread storm, with a reader polling.
 void BM_DaemonCeStorm(benchmark::State& state) {
   const char* idle_env = std::getenv("RASD_BENCH_IDLE_SECONDS");
   const double idle_seconds = idle_env != nullptr ? std::max(1.0, std::atof(idle_env)) : 60.0;
-  const std::string storm = StormText();
+  const bool spread = state.range(0) == 1;
+  const std::string storm = spread ? SpreadStormText() : StormText();
 
   for (auto _ : state) {
     RasdInstance rasd;  // SIGTERM, then SIGKILL after 5 s, however this ends
@@ -270,7 +351,7 @@ void BM_DaemonCeStorm(benchmark::State& state) {
     }
 
     // Idle baseline.
-    PingProbe idle_probe(rasd.Socket());
+    RequestProbe idle_probe = PingProbe(rasd.Socket());
     idle_probe.Start();
     std::this_thread::sleep_for(kBaselineWindow);
     idle_probe.Stop();
@@ -278,8 +359,14 @@ void BM_DaemonCeStorm(benchmark::State& state) {
     const double start_rss = MiB(StatusField(proc_status, "VmRSS"));
 
     // The storm.
-    PingProbe storm_probe(rasd.Socket());
+    RequestProbe storm_probe = PingProbe(rasd.Socket());
     storm_probe.Start();
+    // A dashboard or a watching operator: `summary` and the newest 100
+    // events every 200 ms.
+    RequestProbe reader(
+        rasd.Socket(), {R"({"command":"summary"})", R"({"command":"events","args":{"limit":100}})"},
+        200ms);
+    if (spread) reader.Start();
     const double cpu_before = CpuSeconds(pid);
     const int kmsg =
         ::open((rasd.HostRoot() / "dev/kmsg").c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
@@ -319,13 +406,15 @@ void BM_DaemonCeStorm(benchmark::State& state) {
       if (!read_at && last.kmsg_records >= kStormRecords) read_at = at;
       // All events in, or everything read and nothing more coming (a record
       // the decoder did not turn into an event must not hang the bench).
-      if (read_at && (last.events_ingested >= kStormRecords || at - last_change > 3s))
-        processed_at = at;
+      // (Then the storm ended at the last change seen, not 3 s later.)
+      if (read_at && last.events_ingested >= kStormRecords) processed_at = at;
+      if (read_at && !processed_at && at - last_change > 3s) processed_at = last_change;
       std::this_thread::sleep_until(at + kStatusPeriod);
     }
     writer.join();
     ::close(kmsg);
     storm_probe.Stop();
+    reader.Stop();
     const double storm_cpu = CpuSeconds(pid) - cpu_before;
     const auto end = processed_at.value_or(Clock::now());
     const double storm_s = Seconds(end - start);
@@ -361,6 +450,12 @@ void BM_DaemonCeStorm(benchmark::State& state) {
     state.counters["ping_storm_n"] = static_cast<double>(stormy.samples);
     state.counters["ping_storm_p99_corrected_ms"] = corrected.p99;
     state.counters["ping_p99_storm_over_idle"] = idle.p99 > 0 ? stormy.p99 / idle.p99 : 0;
+    if (spread) {
+      const auto reads = Summarize(reader.Millis());
+      state.counters["reader_p50_ms"] = reads.p50;
+      state.counters["reader_p99_ms"] = reads.p99;
+      state.counters["reader_n"] = static_cast<double>(reads.samples);
+    }
     state.counters["ping_failures"] =
         static_cast<double>(idle_probe.Failures() + storm_probe.Failures());
 
@@ -416,7 +511,12 @@ void BM_DaemonCeStorm(benchmark::State& state) {
     state.counters["exit_code"] = code ? *code : -1;
   }
 }
-BENCHMARK(BM_DaemonCeStorm)->Iterations(1)->UseManualTime()->Unit(benchmark::kSecond);
+BENCHMARK(BM_DaemonCeStorm)
+    ->Arg(0)
+    ->Arg(1)
+    ->Iterations(1)
+    ->UseManualTime()
+    ->Unit(benchmark::kSecond);
 
 }  // namespace
 
