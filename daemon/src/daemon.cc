@@ -329,7 +329,7 @@ void Daemon::StartRecovery() {
     if (!event.pid || !workloads_) return;
     if (auto who = workloads_->DescribePid(*event.pid)) event.summary += " [" + *who + "]";
   });
-  pipeline_->SetNicHealth(std::make_unique<NicHealth>(
+  pipeline_->SetFabricHealth(std::make_unique<FabricHealth>(
       *loop_, *host_, *runtime_, config_.policy.nic_fault_hold,
       [this](ras::LinkReport report) { pipeline_->Handle({}, {}, {std::move(report)}); }));
   lifecycle_->SetRecoveredObserver([this](int device, ReturnedBy how) {

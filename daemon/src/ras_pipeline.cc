@@ -252,8 +252,8 @@ void RasPipeline::Handle(std::vector<ras::RasEvent> events, std::vector<ras::Sou
   if (annotate_)
     for (auto& event : events) annotate_(event);
   // A NIC's fatal health is a link fault of the accelerators behind it.
-  if (nic_health_)
-    if (auto report = nic_health_->Observe(events)) links.push_back(std::move(*report));
+  if (fabric_health_)
+    if (auto report = fabric_health_->Observe(events)) links.push_back(std::move(*report));
   // No source reports 2^40 errors at once; a larger count is garbled input,
   // and it would overflow the store's sums (rasctl summary failed for good).
   for (auto& event : events) event.count = std::min(event.count, kMaxEventCount);

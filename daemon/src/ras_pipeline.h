@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "actuator.h"
-#include "nic_health.h"
+#include "fabric_health.h"
 #include "rasd/common/event_loop.h"
 #include "rasd/ras/link_policy.h"
 #include "rasd/ras/policy.h"
@@ -98,8 +98,10 @@ class RasPipeline {
   void SetLinkDecider(LinkDecider* decider) { link_decider_ = decider; }
   // Turns each batch's NIC faults into a link report of the batch; null:
   // none.
-  void SetNicHealth(std::unique_ptr<NicHealth> nic_health) { nic_health_ = std::move(nic_health); }
-  NicHealth* GetNicHealth() { return nic_health_.get(); }
+  void SetFabricHealth(std::unique_ptr<FabricHealth> fabric_health) {
+    fabric_health_ = std::move(fabric_health);
+  }
+  FabricHealth* GetFabricHealth() { return fabric_health_.get(); }
   // Adds to each event what only the daemon knows (the attached workload a
   // record's process is), before the policy decides and the store keeps it.
   using Annotator = std::function<void(ras::RasEvent&)>;
@@ -145,7 +147,7 @@ class RasPipeline {
   std::vector<Observer> observers_;
   DecisionObserver decided_;
   LinkDecider* link_decider_ = nullptr;
-  std::unique_ptr<NicHealth> nic_health_;
+  std::unique_ptr<FabricHealth> fabric_health_;
   Annotator annotate_;
   Stats stats_;
   std::deque<ras::StoreBatch> backlog_;

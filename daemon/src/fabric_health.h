@@ -17,6 +17,9 @@
 
 namespace rasd::daemon {
 
+// The fatal health of a switch of the accelerators' fabrics: a NIC's or an
+// NVSwitch's.
+//
 // A NIC's own fatal health (mlx5's firmware fatal error, a failed health
 // recovery, a devlink fw_fatal report: a FATAL record of origin mlx5 or
 // devlink about a PCI function that is not a runtime device) is a link
@@ -38,19 +41,20 @@ namespace rasd::daemon {
 // An NVSwitch's fatal SXid (origin nvswitch, the kernel's or Fabric
 // Manager's) is the same kind of fault of the other fabric: every NVIDIA
 // GPU is behind it, as on an HGX baseboard every GPU has NVLinks to every
-// switch.
+// switch. Its faults are reported under the same link source, "NIC health",
+// the name LinkPolicy already holds devices under.
 //
 // Loop thread only; the loop, host and runtime outlive it.
-class NicHealth {
+class FabricHealth {
  public:
   using Deliver = std::function<void(ras::LinkReport)>;
-  NicHealth(common::EventLoop& loop, const common::HostEnv& host, const runtime::Runtime& runtime,
-            std::chrono::seconds hold, Deliver deliver);
+  FabricHealth(common::EventLoop& loop, const common::HostEnv& host,
+               const runtime::Runtime& runtime, std::chrono::seconds hold, Deliver deliver);
   // The batch's NIC faults, as the report to decide with its events;
   // nullopt when there are none.
   std::optional<ras::LinkReport> Observe(const std::vector<ras::RasEvent>& events);
   void SetHold(std::chrono::seconds hold) { hold_ = hold; }
-  static bool IsNicFault(const ras::RasEvent& event);
+  static bool IsFabricFault(const ras::RasEvent& event);
 
  private:
   struct Fault {

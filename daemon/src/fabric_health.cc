@@ -1,4 +1,4 @@
-#include "nic_health.h"
+#include "fabric_health.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -11,8 +11,9 @@
 
 namespace rasd::daemon {
 
-NicHealth::NicHealth(common::EventLoop& loop, const common::HostEnv& host,
-                     const runtime::Runtime& runtime, std::chrono::seconds hold, Deliver deliver)
+FabricHealth::FabricHealth(common::EventLoop& loop, const common::HostEnv& host,
+                           const runtime::Runtime& runtime, std::chrono::seconds hold,
+                           Deliver deliver)
     : loop_(loop),
       host_(host),
       runtime_(runtime),
@@ -22,7 +23,7 @@ NicHealth::NicHealth(common::EventLoop& loop, const common::HostEnv& host,
   timer_->ArmAfter(hold_);
 }
 
-bool NicHealth::IsNicFault(const ras::RasEvent& event) {
+bool FabricHealth::IsFabricFault(const ras::RasEvent& event) {
   if (event.severity != ras::Severity::kFatal || event.device || event.historical) return false;
   // A Fabric Manager line may name no switch address: the fault is the
   // fabric's all the same.
@@ -30,10 +31,10 @@ bool NicHealth::IsNicFault(const ras::RasEvent& event) {
   return event.pci_bdf && (event.origin == "mlx5" || event.origin == "devlink");
 }
 
-std::optional<ras::LinkReport> NicHealth::Observe(const std::vector<ras::RasEvent>& events) {
+std::optional<ras::LinkReport> FabricHealth::Observe(const std::vector<ras::RasEvent>& events) {
   bool any = false;
   for (const auto& event : events) {
-    if (!IsNicFault(event)) continue;
+    if (!IsFabricFault(event)) continue;
     // sysfs names functions in lower case; a log may not.
     std::string bdf = event.pci_bdf.value_or("unnamed");
     std::transform(bdf.begin(), bdf.end(), bdf.begin(),
@@ -83,7 +84,7 @@ std::optional<ras::LinkReport> NicHealth::Observe(const std::vector<ras::RasEven
   return Report(/*every_device=*/false);
 }
 
-ras::LinkReport NicHealth::Report(bool every_device) const {
+ras::LinkReport FabricHealth::Report(bool every_device) const {
   ras::LinkReport report{.source = "NIC health"};
   // A device listed with no link down is up again in this source.
   for (int device : reported_) report.down[device];
@@ -94,7 +95,7 @@ ras::LinkReport NicHealth::Report(bool every_device) const {
   return report;
 }
 
-void NicHealth::Expire() {
+void FabricHealth::Expire() {
   const auto now = loop_.Now();
   const auto before = faults_.size();
   std::erase_if(faults_, [now](const auto& entry) { return entry.second.until <= now; });
@@ -110,7 +111,7 @@ void NicHealth::Expire() {
   Arm();
 }
 
-void NicHealth::Arm() {
+void FabricHealth::Arm() {
   if (faults_.empty()) return;
   auto next = faults_.begin()->second.until;
   for (const auto& [bdf, fault] : faults_) next = std::min(next, fault.until);
