@@ -146,10 +146,9 @@ void DeviceHeartbeat::Tick() {
     // Every device in service is beaten once at the start, whatever its period.
     if (!beat.pending && (!beat.ever_launched || now - beat.launched >= interval))
       Launch(**found, beat, now);
-    // A pending beat is polled at the tick period; otherwise the device's
+    // A pending beat is polled at the tick period, and so is a launch that
+    // failed (no stream, a full pool: due already); otherwise the device's
     // next beat is all there is to wake for.
-    // A launch that failed (no stream, a full pool) is due already: tried
-    // again at the tick period.
     const auto due =
         beat.ever_launched ? beat.launched + interval - now : std::chrono::nanoseconds(0);
     next = std::min(next, beat.pending || due <= std::chrono::nanoseconds(0) ? TickPeriod() : due);

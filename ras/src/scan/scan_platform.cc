@@ -485,12 +485,13 @@ bool KernelLogScanner::ScanArmRecord(const LogLine& line) {
       // running_state, psci_state, then the error info where the kernel
       // gives it). Without a stated severity it is a processor error of
       // unknown class: uncorrected, as below.
+      const std::optional<Severity> stated = ArmRecordSeverity(rest);
       const std::size_t index = NewRecord(line.producer == "rasdaemon" ? "rasdaemon" : "arm", line,
-                                          ArmRecordSeverity(rest).value_or(Severity::kUce));
+                                          stated.value_or(Severity::kUce));
       OpenAs(BlockKind::kContinued, index);
       continued_ = Continued::kArm;
       continued_lines_ = 0;
-      continued_arm_stated_ = ArmRecordSeverity(rest).has_value();
+      continued_arm_stated_ = stated.has_value();
       return true;
     }
     if (!arm && !rest.empty() && std::isdigit(static_cast<unsigned char>(rest[0])) &&
