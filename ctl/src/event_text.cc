@@ -40,7 +40,16 @@ std::string FormatEvent(const nlohmann::json& event) {
   add("code", JsonText(event, "vendor_code"));
   add("pci", JsonText(event, "pci_bdf"));
   add("mc", JsonText(event, "mc"));
+  add("dimm", JsonText(event, "dimm"));
   add("addr", JsonText(event, "address"));
+  // A storm-coalesced event names how many pages it touched (listed or not).
+  if (event.contains("pages") && event["pages"].is_array() && !event["pages"].empty()) {
+    const std::uint64_t not_listed =
+        event.contains("pages_not_listed") && event["pages_not_listed"].is_number_unsigned()
+            ? event["pages_not_listed"].get<std::uint64_t>()
+            : 0;
+    add("pages", std::to_string(event["pages"].size() + not_listed));
+  }
   if (JsonText(event, "count") != "1" && !JsonText(event, "count").empty())
     add("count", JsonText(event, "count"));
   if (JsonText(event, "historical") == "true")

@@ -405,8 +405,9 @@ void AddRasKeys(std::vector<ConfigKey>& keys) {
                      "and the oldest beyond this many rows"));
   keys.push_back(Row("ras.storm_threshold", kRestart, RASD_CONFIG_FIELD(ras.storm_threshold),
                      Integer<std::size_t>(1, 1'000'000),
-                     "a batch of more events than this is stored coalesced per component, class "
-                     "and minute, with exact counts"));
+                     "a batch of more events than this is stored coalesced per component (DIMM, "
+                     "controller, device), class and minute, with exact counts and each page's "
+                     "errors"));
   keys.push_back(Row("ras.codes.nvidia_xid", kLive, RASD_CONFIG_FIELD(ras.codes.nvidia_xid),
                      CodeMap(/*hex_keys=*/false),
                      "`code: CLASS` entries over the built-in table of NVIDIA Xids (decimal); "

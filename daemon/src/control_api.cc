@@ -43,6 +43,9 @@ nlohmann::json EventJson(const ras::StoredEvent& stored) {
     if (!value) return nullptr;
     return *value;
   };
+  nlohmann::json pages = nlohmann::json::array();
+  for (const auto& page : event.pages)
+    pages.push_back({{"page", fmt::format("0x{:x}", page.page)}, {"errors", page.errors}});
   return {
       {"id", stored.id},
       {"time", Iso8601(event.time)},
@@ -53,8 +56,11 @@ nlohmann::json EventJson(const ras::StoredEvent& stored) {
       {"severity", std::string(ras::SeverityName(event.severity))},
       {"device", optional(event.device)},
       {"mc", optional(event.mc)},
+      {"dimm", optional(event.dimm)},
       {"pci_bdf", optional(event.pci_bdf)},
       {"address", event.address ? nlohmann::json(event.address->printed) : nlohmann::json()},
+      {"pages", std::move(pages)},
+      {"pages_not_listed", event.pages_not_listed},
       {"vendor_code", optional(event.vendor_code)},
       {"count", event.count},
       {"historical", event.historical},
@@ -102,12 +108,18 @@ std::map<std::string, Command> ControlApi::Commands() {
   commands["status"] = {false,
                         [this](const auto& request, const auto&) { return Status(request.args); }};
   commands["reload"] = {true, [this](const auto&, const auto&) { return parts_.reload(); }};
-  commands["events"] = view(false, &ControlApi::Events);
+  auto read = [this](void (ControlApi::*handler)(const nlohmann::json&, AsyncReply)) {
+    return Command{false, nullptr,
+                   [this, handler](const auto& request, const auto&, AsyncReply reply) {
+                     (this->*handler)(request.args, std::move(reply));
+                   }};
+  };
+  commands["events"] = read(&ControlApi::Events);
   commands["summary"] = view(false, &ControlApi::Summary);
   commands["devices"] = view(false, &ControlApi::Devices);
   commands["check"] = view(false, &ControlApi::Check);
-  commands["actions"] = view(false, &ControlApi::Actions);
-  commands["retired"] = view(false, &ControlApi::Retired);
+  commands["actions"] = read(&ControlApi::Actions);
+  commands["retired"] = read(&ControlApi::Retired);
   commands["jobs"] = view(false, &ControlApi::Jobs);
   // Anyone may attach a process of their own; the handler checks whose.
   commands["attach"] = {false, nullptr, nullptr,
@@ -184,7 +196,15 @@ Result<nlohmann::json> ControlApi::Status(const nlohmann::json& args) {
   return status;
 }
 
-Result<nlohmann::json> ControlApi::Events(const nlohmann::json& args) {
+void ControlApi::ReadStore(StoreReader::Query query, AsyncReply reply) {
+  if (parts_.reader != nullptr) {
+    parts_.reader->Read(std::move(query), std::move(reply));
+    return;
+  }
+  reply(query(parts_.store));
+}
+
+void ControlApi::Events(const nlohmann::json& args, AsyncReply reply) {
   ArgReader reader("events", args);
   ras::EventQuery query;
   query.limit = static_cast<std::size_t>(reader.Int("limit", 1, 10000).value_or(100));
@@ -196,18 +216,22 @@ Result<nlohmann::json> ControlApi::Events(const nlohmann::json& args) {
   if (auto severity = reader.String("severity", 16)) {
     query.severity = ras::ParseSeverity(*severity);
     if (!query.severity)
-      return Fail(ErrorCode::kInvalidArgument,
-                  "bad argument 'severity' for events: must be one of CE, UCNA, SRAO, SRAR, UCE, "
-                  "FATAL, INFO");
+      return reply(Fail(ErrorCode::kInvalidArgument,
+                        "bad argument 'severity' for events: must be one of CE, UCNA, SRAO, SRAR, "
+                        "UCE, FATAL, INFO"));
   }
   if (auto device = reader.Int("device", 0, kMaxDevice)) query.device = static_cast<int>(*device);
   if (auto after = reader.Int("after_id", 0, INT64_MAX)) query.after_id = *after;
-  if (auto ok = reader.Finish(); !ok) return Fail(ok.error());
-  auto events = parts_.store.QueryEvents(query);
-  if (!events) return Fail(events.error());
-  nlohmann::json list = nlohmann::json::array();
-  for (const auto& stored : *events) list.push_back(EventJson(stored));
-  return nlohmann::json{{"events", std::move(list)}};
+  if (auto ok = reader.Finish(); !ok) return reply(Fail(ok.error()));
+  ReadStore(
+      [query](ras::StateStore& store) -> Result<nlohmann::json> {
+        auto events = store.QueryEvents(query);
+        if (!events) return Fail(events.error());
+        nlohmann::json list = nlohmann::json::array();
+        for (const auto& stored : *events) list.push_back(EventJson(stored));
+        return nlohmann::json{{"events", std::move(list)}};
+      },
+      std::move(reply));
 }
 
 Result<nlohmann::json> ControlApi::Summary(const nlohmann::json& args) {
@@ -356,42 +380,51 @@ nlohmann::json ControlApi::DeviceJson(const runtime::Device& device) {
   return entry;
 }
 
-Result<nlohmann::json> ControlApi::Actions(const nlohmann::json& args) {
+void ControlApi::Actions(const nlohmann::json& args, AsyncReply reply) {
   ArgReader reader("actions", args);
   const auto device = reader.Int("device", 0, kMaxDevice);
   const auto limit = reader.Int("limit", 1, 10000).value_or(100);
-  if (auto ok = reader.Finish(); !ok) return Fail(ok.error());
-  auto actions = parts_.store.QueryActions(
-      device ? std::optional<int>(static_cast<int>(*device)) : std::nullopt,
-      static_cast<std::size_t>(limit));
-  if (!actions) return Fail(actions.error());
-  nlohmann::json list = nlohmann::json::array();
-  for (const auto& action : *actions) list.push_back(ActionJson(action));
-  return nlohmann::json{{"actions", std::move(list)}};
+  if (auto ok = reader.Finish(); !ok) return reply(Fail(ok.error()));
+  const std::optional<int> only =
+      device ? std::optional<int>(static_cast<int>(*device)) : std::nullopt;
+  ReadStore(
+      [only, limit](ras::StateStore& store) -> Result<nlohmann::json> {
+        auto actions = store.QueryActions(only, static_cast<std::size_t>(limit));
+        if (!actions) return Fail(actions.error());
+        nlohmann::json list = nlohmann::json::array();
+        for (const auto& action : *actions) list.push_back(ActionJson(action));
+        return nlohmann::json{{"actions", std::move(list)}};
+      },
+      std::move(reply));
 }
 
-Result<nlohmann::json> ControlApi::Retired(const nlohmann::json& args) {
+void ControlApi::Retired(const nlohmann::json& args, AsyncReply reply) {
   ArgReader reader("retired", args);
   const auto only = reader.Int("device", 0, kMaxDevice);
-  if (auto ok = reader.Finish(); !ok) return Fail(ok.error());
+  if (auto ok = reader.Finish(); !ok) return reply(Fail(ok.error()));
+  // The devices as the loop knows them now; the query runs elsewhere.
   std::map<std::string, int> by_uuid;
   for (const auto& device : parts_.runtime.Devices()) {
     by_uuid[device->Properties().uuid] = device->Index();
   }
-  auto pages = parts_.store.LoadRetiredPages();
-  if (!pages) return Fail(pages.error());
-  nlohmann::json list = nlohmann::json::array();
-  for (const auto& page : *pages) {
-    auto index = by_uuid.find(page.device_uuid);
-    if (only && (index == by_uuid.end() || index->second != *only)) continue;
-    list.push_back(
-        {{"device", index == by_uuid.end() ? nlohmann::json() : nlohmann::json(index->second)},
-         {"uuid", page.device_uuid},
-         {"address", fmt::format("0x{:x}", page.address)},
-         {"reason", page.reason},
-         {"time", Iso8601(page.retired)}});
-  }
-  return nlohmann::json{{"pages", std::move(list)}};
+  ReadStore(
+      [only, by_uuid = std::move(by_uuid)](ras::StateStore& store) -> Result<nlohmann::json> {
+        auto pages = store.LoadRetiredPages();
+        if (!pages) return Fail(pages.error());
+        nlohmann::json list = nlohmann::json::array();
+        for (const auto& page : *pages) {
+          auto index = by_uuid.find(page.device_uuid);
+          if (only && (index == by_uuid.end() || index->second != *only)) continue;
+          list.push_back({{"device", index == by_uuid.end() ? nlohmann::json()
+                                                            : nlohmann::json(index->second)},
+                          {"uuid", page.device_uuid},
+                          {"address", fmt::format("0x{:x}", page.address)},
+                          {"reason", page.reason},
+                          {"time", Iso8601(page.retired)}});
+        }
+        return nlohmann::json{{"pages", std::move(list)}};
+      },
+      std::move(reply));
 }
 
 namespace {

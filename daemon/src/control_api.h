@@ -18,6 +18,7 @@
 #include "rasd/jobs/job_manager.h"
 #include "rasd/ras/state_store.h"
 #include "rasd/runtime/runtime.h"
+#include "store_reader.h"
 #include "watchers.h"
 #include "workloads.h"
 
@@ -64,6 +65,9 @@ class ControlApi {
     // The scheduler link as `status` and `check` show it ({"kind": "none"}
     // without one), with the blast-radius guard's settings.
     std::function<nlohmann::json()> scheduler;
+    // Where events, actions and retired pages are read: off the loop. Null:
+    // on `store`, on the loop (a test's daemon without a reader thread).
+    StoreReader* reader = nullptr;
   };
 
   explicit ControlApi(Parts parts) : parts_(std::move(parts)) {}
@@ -74,14 +78,19 @@ class ControlApi {
 
   // The daemon's own status with the devices, jobs and event counts.
   Result<nlohmann::json> Status(const nlohmann::json& args);
-  Result<nlohmann::json> Events(const nlohmann::json& args);
+  // The reads of stored history: `reply` gets the answer, from the reader
+  // thread's connection where there is one.
+  void Events(const nlohmann::json& args, AsyncReply reply);
+  void Actions(const nlohmann::json& args, AsyncReply reply);
+  void Retired(const nlohmann::json& args, AsyncReply reply);
+  // Runs `query` on the reader's connection, or on the store where there is
+  // no reader, and replies with its answer.
+  void ReadStore(StoreReader::Query query, AsyncReply reply);
   Result<nlohmann::json> Summary(const nlohmann::json& args);
   Result<nlohmann::json> Devices(const nlohmann::json& args);
   // One verdict for node agents (rasctl check): JudgeNode over the devices
   // and the node fault, with the findings' reasons.
   Result<nlohmann::json> Check(const nlohmann::json& args);
-  Result<nlohmann::json> Actions(const nlohmann::json& args);
-  Result<nlohmann::json> Retired(const nlohmann::json& args);
   Result<nlohmann::json> Jobs(const nlohmann::json& args);
   Result<Subscribed> Attach(const nlohmann::json& args, const PeerCredentials& peer, Push push);
   Result<Subscribed> Watch(const nlohmann::json& args, Push push);

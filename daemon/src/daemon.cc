@@ -57,6 +57,7 @@ Status Daemon::Initialize(Config config) {
   jobs_ = std::make_unique<jobs::JobManager>(*runtime_, config_.policy.drain_deadline);
   policy_.Reconfigure(config_.policy.engine);
   if (const auto boot = BootTime(*host_)) policy_.SetBootTime(*boot);
+  RestorePageHistory();
   health_ = std::make_unique<DeviceHealth>(*loop_, *runtime_, *store_);
   // Before anything can admit work: an isolated device stays isolated.
   Status restored = health_->Restore();
@@ -208,6 +209,22 @@ void Daemon::StartScheduler() {
   RASD_LOG_INFO("scheduler: slurm, node {}", scheduler_->Node());
 }
 
+void Daemon::RestorePageHistory() {
+  // The page counters carry on from the errors stored before this start,
+  // as far back as the page threshold's window reaches.
+  const auto window = std::chrono::duration_cast<std::chrono::system_clock::duration>(
+      config_.policy.engine.ce_page.window);
+  auto pages = store_->LoadPageErrors(loop_->GetClock().Wall() - window);
+  if (!pages) {
+    RASD_LOG_WARN("page thresholds start from zero: {}", pages.error().message);
+    return;
+  }
+  if (!pages->empty())
+    RASD_LOG_INFO("page thresholds: {} page(s) erred within the last {} s", pages->size(),
+                  config_.policy.engine.ce_page.window.count());
+  policy_.SetPageHistory(std::move(*pages));
+}
+
 void Daemon::StartRas() {
   lifecycle_ = std::make_unique<DeviceLifecycle>(*loop_, *runtime_, *health_, *node_fault_, *jobs_,
                                                  *store_, scheduler_.get(),
@@ -256,6 +273,11 @@ Status Daemon::StartControl() {
   // A device an attached process uses is watched as closely as one a job
   // of rasd's uses (from the next beat: at most the idle period).
   heartbeat_->SetBusyProbe([this](int device) { return !workloads_->OnDevice(device).empty(); });
+  if (auto connection = store_->OpenReader()) {
+    store_reader_ = std::make_unique<StoreReader>(*loop_, std::move(*connection));
+  } else {
+    RASD_LOG_WARN("history reads run on the loop: {}", connection.error().message);
+  }
   control_api_ = std::make_unique<ControlApi>(ControlApi::Parts{
       .loop = *loop_,
       .runtime = *runtime_,
@@ -281,7 +303,8 @@ Status Daemon::StartControl() {
           },
       .link_clears = [this](int device) { return link_health_->Clears(device); },
       .missing_backends = missing_backends_,
-      .scheduler = [this] { return SchedulerView(); }});
+      .scheduler = [this] { return SchedulerView(); },
+      .reader = store_reader_.get()});
   metrics_state_->SetWorkloads(workloads_.get());
   actuator_->SetConsumerKiller(
       [this](std::int64_t pid, int device, const std::string& reason) -> Result<std::string> {

@@ -88,6 +88,8 @@ class Daemon {
   // The scheduler link as status and check show it.
   nlohmann::json SchedulerView() const;
   void StartRas();
+  // The store's page errors within the page threshold's window, to the policy.
+  void RestorePageHistory();
   Status StartControl();
   void StartJobsAndMetrics();
   Result<nlohmann::json> StatusReport();
@@ -157,6 +159,9 @@ class Daemon {
   std::unique_ptr<KubeletPlugins> kubelet_plugins_;
   std::string kubelet_plugins_error_;
   std::unique_ptr<common::Timer> kubelet_plugins_retry_;  // while the plugins cannot start
+  // Reads of stored history, off the loop; null where the second
+  // connection could not be opened (they run on the loop then).
+  std::unique_ptr<StoreReader> store_reader_;
   // Its commands hold references to it: ~Daemon drops control_ first.
   std::unique_ptr<ControlApi> control_api_;
 

@@ -86,7 +86,8 @@ void RasPipeline::Prune() {
     return;
   }
   stats_.pruned += *removed;
-  if (*removed > 0) RASD_LOG_INFO("event retention: deleted {} old event(s)", *removed);
+  if (*removed > 0)
+    RASD_LOG_INFO("event retention: {} old event(s) rolled up by day and deleted", *removed);
 }
 
 namespace {
@@ -226,6 +227,51 @@ void RasPipeline::AttributeToDevices(std::vector<ras::RasEvent>& events) const {
   }
 }
 
+std::vector<std::size_t> SplitActedPages(std::vector<ras::RasEvent>& events, std::size_t index,
+                                         const std::vector<ras::Action>& actions) {
+  std::vector<std::size_t> owners(actions.size(), index);
+  if (events[index].pages.empty()) return owners;
+  std::vector<std::pair<std::uint64_t, std::size_t>> split;  // page, its event
+  for (std::size_t k = 0; k < actions.size(); ++k) {
+    const ras::Action& action = actions[k];
+    if (action.kind == ras::ActionKind::kRecord || !action.address) continue;
+    const std::uint64_t page = ras::PageOf(*action.address);
+    if (auto done = std::find_if(split.begin(), split.end(),
+                                 [page](const auto& entry) { return entry.first == page; });
+        done != split.end()) {
+      owners[k] = done->second;
+      continue;
+    }
+    ras::RasEvent& merged = events[index];
+    auto at = std::find_if(merged.pages.begin(), merged.pages.end(),
+                           [page](const ras::PageErrors& entry) { return entry.page == page; });
+    if (at == merged.pages.end()) continue;
+    if (merged.pages.size() == 1) {
+      // The last page left: the event itself becomes that page's.
+      merged.address = ras::Address::Of(page);
+      merged.pages.clear();
+      split.emplace_back(page, index);
+      continue;
+    }
+    ras::RasEvent own = merged;
+    own.pages.clear();
+    own.address = ras::Address::Of(page);
+    own.count = at->errors;
+    own.summary =
+        fmt::format("{} error(s) on page 0x{:x} of: {}", at->errors, page, merged.summary);
+    merged.count -= at->errors;
+    merged.pages.erase(at);
+    if (merged.pages.size() == 1) {
+      merged.address = ras::Address::Of(merged.pages.front().page);
+      merged.pages.clear();
+    }
+    events.push_back(std::move(own));
+    owners[k] = events.size() - 1;
+    split.emplace_back(page, owners[k]);
+  }
+  return owners;
+}
+
 void RasPipeline::TakePending(ras::StoreBatch& batch) {
   actuator_.TakePending(batch);
   // The link policy's state before the holds: taking it may not decide,
@@ -264,18 +310,22 @@ void RasPipeline::Handle(std::vector<ras::RasEvent> events, std::vector<ras::Sou
 
   // Effects first: the rows follow in the batch below.
   std::vector<double> isolations;
-  for (std::size_t i = 0; i < events.size(); ++i) {
+  const std::size_t decided = events.size();  // pages split off are appended
+  for (std::size_t i = 0; i < decided; ++i) {
     const auto actions = policy_.Decide(events[i], loop_.Now());
     if (decided_) decided_(events[i], actions);
-    for (const auto& action : actions) {
-      const ActionOutcome outcome = actuator_.Apply(action, events[i], i);
+    const std::vector<std::size_t> owners = SplitActedPages(events, i, actions);
+    for (std::size_t k = 0; k < actions.size(); ++k) {
+      const ras::Action& action = actions[k];
+      const std::size_t owner = owners[k];
+      const ActionOutcome outcome = actuator_.Apply(action, events[owner], owner);
       if (!outcome.health_change || outcome.health_change->to != runtime::HealthState::kIsolated)
         continue;
       // A driver's report carries when the device failed; a kernel-log
       // record when it was logged, which may be long ago: from arrival.
       const double seconds =
-          events[i].time_is == ras::RasEvent::TimeIs::kFailure
-              ? std::chrono::duration<double>(loop_.GetClock().Wall() - events[i].time).count()
+          events[owner].time_is == ras::RasEvent::TimeIs::kFailure
+              ? std::chrono::duration<double>(loop_.GetClock().Wall() - events[owner].time).count()
               : std::chrono::duration<double>(loop_.Now() - arrived).count();
       isolations.push_back(std::max(0.0, seconds));
     }

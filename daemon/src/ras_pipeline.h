@@ -41,6 +41,14 @@ class LinkDecider {
   virtual bool HasPending() const = 0;
 };
 
+// A storm-coalesced event of several pages (`events[index]`) whose
+// `actions` act on some of its pages: each such page becomes an event of
+// its own, appended to `events`, so that its actions' rows point at the
+// page they acted on; the merged event keeps the rest. Returns the event
+// each action belongs to.
+std::vector<std::size_t> SplitActedPages(std::vector<ras::RasEvent>& events, std::size_t index,
+                                         const std::vector<ras::Action>& actions);
+
 // One batch of RAS events, from any source, through one path:
 // attribute to runtime devices -> coalesce a storm -> PolicyEngine::Decide
 // -> Actuator::Apply (effects at once) -> the link reports to the
@@ -62,7 +70,8 @@ class RasPipeline {
   struct Options {
     std::size_t storm_threshold = 64;  // a batch larger than this is coalesced
     // Retention, applied at construction and hourly: events older than
-    // this, and the oldest beyond `max_events`, are deleted.
+    // this, and the oldest beyond `max_events`, are rolled up by day and
+    // component (the summary still counts them) and deleted.
     int retention_days = 90;
     std::uint64_t max_events = 1'000'000;
   };
@@ -74,7 +83,7 @@ class RasPipeline {
     std::size_t backlog_batches = 0;   // waiting for the store
     std::size_t backlog_events = 0;
     std::uint64_t dropped_events = 0;  // errors lost to the backlog's bound (sum of counts)
-    std::uint64_t pruned = 0;          // events deleted by retention
+    std::uint64_t pruned = 0;          // events retention rolled up and deleted
 
     // Status's "ras" view of these (the sources add theirs).
     nlohmann::json ToJson() const;

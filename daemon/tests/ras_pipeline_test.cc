@@ -129,6 +129,44 @@ TEST_F(RasPipelineTest, WhatCannotBeStoredWaitsInOrderAndIsStoredWhenTheDiskHasR
   EXPECT_EQ(loop_.ArmedTimers(), 1u) << "only the hourly retention: no retry left armed";
 }
 
+TEST_F(RasPipelineTest, AStormOverManyPagesIsOneEventAndAPageThatActsGetsItsOwn) {
+  // One DIMM's CE over 400 pages, in one minute; page 0x7000 has 50 of
+  // them, the policy's page threshold.
+  std::vector<ras::RasEvent> storm = HostErrors(450);
+  for (std::size_t i = 0; i < storm.size(); ++i) {
+    storm[i].time = std::chrono::system_clock::time_point(std::chrono::minutes(28'000'000));
+    storm[i].dimm = "DIMM_A1";
+    const std::uint64_t page = i < 50 ? 0x7000 : 0x100000 + i * 0x1000;
+    storm[i].address = ras::Address::Of(page + 0x40);
+  }
+  pipeline_->Handle(storm, {{"kmsg", "boot", "450"}});
+  auto events = store_->QueryEvents({});
+  ASSERT_TRUE(events.has_value());
+  ASSERT_EQ(events->size(), 2u) << "the DIMM's event, and the page that acted";
+  const ras::RasEvent& rest = events->front().event;
+  EXPECT_EQ(rest.count, 400u);
+  EXPECT_EQ(rest.pages.size() + rest.pages_not_listed, 400u);
+  const ras::RasEvent& acted = events->back().event;
+  EXPECT_EQ(acted.count, 50u);
+  ASSERT_TRUE(acted.address.has_value());
+  EXPECT_EQ(acted.address->value, 0x7000u);
+  EXPECT_TRUE(acted.pages.empty());
+
+  auto actions = store_->QueryActions(std::nullopt, 10);
+  ASSERT_TRUE(actions.has_value());
+  bool offlined = false;
+  for (const auto& action : *actions) {
+    if (action.action != "soft-offline-page") continue;
+    offlined = true;
+    EXPECT_EQ(action.event_id, events->back().id) << "the page's row, not the DIMM's";
+    EXPECT_EQ(action.address, 0x7000u);
+  }
+  EXPECT_TRUE(offlined);
+  auto pages = store_->LoadPageErrors({});
+  ASSERT_TRUE(pages.has_value());
+  EXPECT_EQ(pages->size(), 401u) << "one row per page";
+}
+
 TEST_F(RasPipelineTest, RetentionDeletesOldEventsAtStartAndEveryHour) {
   ras::RasEvent old_event = HostErrors(1)[0];
   old_event.time = loop_.GetClock().Wall() - std::chrono::hours(24 * 3);

@@ -32,8 +32,6 @@ constexpr std::array<std::pair<ComponentKind, std::string_view>, 6> kComponentNa
     {ComponentKind::kOther, "other"},
 }};
 
-constexpr std::uint64_t kPageMask = ~std::uint64_t{0xfff};
-
 PolicyRule Rule(std::string name, std::optional<Severity> severity,
                 std::optional<ComponentKind> component, std::vector<ActionKind> actions,
                 std::optional<Threshold> threshold = {}) {
@@ -194,16 +192,14 @@ const PolicyRule* PolicyEngine::Match(const RasEvent& event) const {
   return nullptr;
 }
 
-std::string PolicyEngine::BucketKey(const PolicyRule& rule, const RasEvent& event) const {
-  const std::string where =
-      event.device
-          ? fmt::format("dev{}", *event.device)
-          : (event.pci_bdf ? *event.pci_bdf : (event.mc ? fmt::format("mc{}", *event.mc) : "host"));
+std::string PolicyEngine::BucketKey(const PolicyRule& rule, const RasEvent& event,
+                                    std::optional<std::uint64_t> page) const {
+  const std::string where = PageScope(event);
   switch (rule.threshold->key) {
     case Threshold::Key::kPage: {
+      if (!page && event.address) page = PageOf(event.address->value);
       return fmt::format("{}|{}|page:{}", rule.name, where,
-                         event.address ? fmt::format("0x{:x}", event.address->value & kPageMask)
-                                       : "?");
+                         page ? fmt::format("0x{:x}", *page) : "?");
     }
     case Threshold::Key::kDimm:
       return fmt::format("{}|{}", rule.name, where);
@@ -289,16 +285,16 @@ std::vector<Action> PolicyEngine::DecideLive(const RasEvent& event, std::chrono:
     }
     return actions;
   }
+  if (rule->threshold && rule->threshold->key == Threshold::Key::kPage && !event.pages.empty()) {
+    DecidePages(*rule, event, what, now, actions);
+    return actions;
+  }
   if (rule->threshold) {
-    const std::string key = BucketKey(*rule, event);
-    auto it = buckets_.find(key);
-    if (it == buckets_.end()) {
-      it = buckets_
-               .emplace(key, Bucket{*rule->threshold,
-                                    WindowCounter(rule->threshold->count, rule->threshold->window)})
-               .first;
-    }
-    if (!it->second.counter.Add(event.count, now)) {
+    const std::optional<std::uint64_t> page =
+        rule->threshold->key == Threshold::Key::kPage && event.address
+            ? std::optional(PageOf(event.address->value))
+            : std::nullopt;
+    if (!CountReaches(*rule, BucketKey(*rule, event), event.count, event, page, now)) {
       act(ActionKind::kRecord, rule->name,
           fmt::format("{}: below {} in {}s", what, rule->threshold->count,
                       rule->threshold->window.count()));
@@ -315,6 +311,80 @@ std::vector<Action> PolicyEngine::DecideLive(const RasEvent& event, std::chrono:
   }
   Escalate(event, now, actions);
   return actions;
+}
+
+bool PolicyEngine::CountReaches(const PolicyRule& rule, const std::string& key,
+                                std::uint64_t errors, const RasEvent& event,
+                                std::optional<std::uint64_t> page, std::chrono::nanoseconds now) {
+  auto it = buckets_.find(key);
+  if (it == buckets_.end()) {
+    it = buckets_
+             .emplace(key, Bucket{*rule.threshold,
+                                  WindowCounter(rule.threshold->count, rule.threshold->window)})
+             .first;
+    if (page && !page_history_.empty()) {
+      auto history = page_history_.find({PageScope(event), *page});
+      if (history != page_history_.end()) {
+        const std::uint64_t before = history->second.errors % rule.threshold->count;
+        // As of its last error, on the monotonic clock.
+        const auto ago = std::max(std::chrono::nanoseconds(0),
+                                  std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                      event.time - history->second.last));
+        if (before > 0)
+          it->second.counter.Add(before, std::max(now - ago, std::chrono::nanoseconds(0)));
+        page_history_.erase(history);
+      }
+    }
+  }
+  return it->second.counter.Add(errors, now);
+}
+
+void PolicyEngine::SetPageHistory(std::vector<PageErrorsRecord> pages) {
+  page_history_.clear();
+  for (auto& page : pages) {
+    auto key = std::make_pair(page.scope, page.page);
+    page_history_.emplace(std::move(key), std::move(page));
+  }
+}
+
+void PolicyEngine::DecidePages(const PolicyRule& rule, const RasEvent& event,
+                               const std::string& what, std::chrono::nanoseconds now,
+                               std::vector<Action>& actions) {
+  const std::string reason = fmt::format("{}: {} or more in {}s", what, rule.threshold->count,
+                                         rule.threshold->window.count());
+  std::size_t below = 0;
+  for (const PageErrors& page : event.pages) {
+    if (!CountReaches(rule, BucketKey(rule, event, page.page), page.errors, event, page.page,
+                      now)) {
+      ++below;
+      continue;
+    }
+    // This page's actions, then what they add up to on its device.
+    std::vector<Action> page_actions;
+    for (ActionKind kind : rule.actions) {
+      Action action;
+      action.kind = kind;
+      action.device = event.device;
+      action.address = page.page;
+      action.pid = event.pid;
+      action.rule = rule.name;
+      action.reason = fmt::format("{} on page 0x{:x}", reason, page.page);
+      if (kind == ActionKind::kRunHook) action.hook = rule.hook;
+      page_actions.push_back(std::move(action));
+    }
+    Escalate(event, now, page_actions);
+    for (auto& action : page_actions) actions.push_back(std::move(action));
+  }
+  if (below == 0) return;
+  Action record;
+  record.kind = ActionKind::kRecord;
+  record.device = event.device;
+  record.pid = event.pid;
+  record.rule = rule.name;
+  record.reason =
+      fmt::format("{}: below {} in {}s on {} of {} page(s)", what, rule.threshold->count,
+                  rule.threshold->window.count(), below, event.pages.size());
+  actions.insert(actions.begin(), std::move(record));
 }
 
 void PolicyEngine::Escalate(const RasEvent& event, std::chrono::nanoseconds now,

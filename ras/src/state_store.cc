@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <initializer_list>
 #include <limits>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -153,6 +154,38 @@ const std::vector<const char*>& Migrations() {
           SELECT origin, severity, COUNT(*), SUM(count), MAX(time_ns) FROM events
           GROUP BY origin, severity;
       )sql",
+      // 11: an event stands for a component's records within a minute
+      // under a storm: the DIMM they name, the pages they touched with their
+      // errors (packed, the first kMaxStoredPages) and how many pages more;
+      // the errors of every page ever reported, one row per page, for the
+      // page thresholds at the next start; the events retention deleted,
+      // rolled up by day (UTC), origin, class, scope (PageScope) and DIMM,
+      // which event_totals still count.
+      R"sql(
+        ALTER TABLE events ADD COLUMN dimm TEXT;
+        ALTER TABLE events ADD COLUMN pages BLOB;
+        ALTER TABLE events ADD COLUMN pages_not_listed INTEGER NOT NULL DEFAULT 0;
+        CREATE TABLE page_errors (
+          scope TEXT NOT NULL,
+          page INTEGER NOT NULL,
+          errors INTEGER NOT NULL,
+          first_ns INTEGER NOT NULL,
+          last_ns INTEGER NOT NULL,
+          PRIMARY KEY (scope, page)
+        ) WITHOUT ROWID;
+        CREATE TABLE event_rollups (
+          day INTEGER NOT NULL,
+          origin TEXT NOT NULL,
+          severity TEXT NOT NULL,
+          scope TEXT NOT NULL,
+          dimm TEXT NOT NULL,
+          events INTEGER NOT NULL,
+          errors INTEGER NOT NULL,
+          first_ns INTEGER NOT NULL,
+          last_ns INTEGER NOT NULL,
+          PRIMARY KEY (day, origin, severity, scope, dimm)
+        ) WITHOUT ROWID;
+      )sql",
   };
   return kMigrations;
 }
@@ -271,12 +304,12 @@ struct StateStore::Statements {
   sqlite3_stmt* event_rows = nullptr;
   sqlite3_stmt* count_events = nullptr;
   sqlite3_stmt* add_totals = nullptr;
-  sqlite3_stmt* remove_totals = nullptr;
-  sqlite3_stmt* drop_empty_totals = nullptr;
-  sqlite3_stmt* count_older_events = nullptr;
-  sqlite3_stmt* count_surplus_events = nullptr;
+  sqlite3_stmt* rollup_older_events = nullptr;
+  sqlite3_stmt* rollup_surplus_events = nullptr;
   sqlite3_stmt* prune_by_age = nullptr;
   sqlite3_stmt* prune_by_count = nullptr;
+  sqlite3_stmt* add_page_errors = nullptr;
+  sqlite3_stmt* load_page_errors = nullptr;
 
   ~Statements() {
     for (sqlite3_stmt* statement : {begin,
@@ -296,10 +329,10 @@ struct StateStore::Statements {
                                     event_rows,
                                     count_events,
                                     add_totals,
-                                    remove_totals,
-                                    drop_empty_totals,
-                                    count_older_events,
-                                    count_surplus_events,
+                                    add_page_errors,
+                                    load_page_errors,
+                                    rollup_older_events,
+                                    rollup_surplus_events,
                                     prune_by_age,
                                     prune_by_count}) {
       sqlite3_finalize(statement);
@@ -382,6 +415,40 @@ std::optional<Address> StoredAddress(sqlite3_stmt* statement, int value_column, 
     return ParsePrintedAddress(*printed);
   return Address{static_cast<std::uint64_t>(sqlite3_column_int64(statement, value_column)),
                  std::move(*printed)};
+}
+
+// A coalesced event's pages as stored: (page, errors) pairs of two
+// little-endian 64-bit words each, the first kMaxStoredPages of them.
+std::string PackPages(const std::vector<PageErrors>& pages) {
+  std::string packed;
+  const std::size_t listed = std::min(pages.size(), kMaxStoredPages);
+  packed.reserve(listed * 16);
+  auto put = [&packed](std::uint64_t word) {
+    for (int byte = 0; byte < 8; ++byte) packed += static_cast<char>((word >> (8 * byte)) & 0xff);
+  };
+  for (std::size_t i = 0; i < listed; ++i) {
+    put(pages[i].page);
+    put(pages[i].errors);
+  }
+  return packed;
+}
+
+// The stored pages of `column`; a blob whose length is no multiple of 16
+// (written by no rasd) gives the whole pairs it holds.
+std::vector<PageErrors> ColumnPages(sqlite3_stmt* statement, int column) {
+  std::vector<PageErrors> pages;
+  const auto* bytes = static_cast<const unsigned char*>(sqlite3_column_blob(statement, column));
+  const std::size_t size = static_cast<std::size_t>(sqlite3_column_bytes(statement, column));
+  if (bytes == nullptr) return pages;
+  auto word = [bytes](std::size_t at) {
+    std::uint64_t value = 0;
+    for (int byte = 7; byte >= 0; --byte)
+      value = value << 8 | bytes[at + static_cast<std::size_t>(byte)];
+    return value;
+  };
+  for (std::size_t at = 0; at + 16 <= size; at += 16)
+    pages.push_back(PageErrors{.page = word(at), .errors = word(at + 8)});
+  return pages;
 }
 
 std::string ColumnText(sqlite3_stmt* statement, int column) {
@@ -537,14 +604,20 @@ Result<std::unique_ptr<StateStore>> StateStore::Open(const std::filesystem::path
   // The totals are written with the events; rows that some other writer
   // added or removed while no rasd had the database (a hand-edited file)
   // show as a different row count, and the totals are taken again.
-  if (auto checked = Exec(db,
-                          "DELETE FROM event_totals WHERE (SELECT COUNT(*) FROM events) != "
-                          "(SELECT IFNULL(SUM(events), 0) FROM event_totals);"
-                          "INSERT INTO event_totals(origin, severity, events, errors, last_ns) "
-                          "SELECT origin, severity, COUNT(*), SUM(count), MAX(time_ns) FROM events "
-                          "WHERE NOT EXISTS (SELECT 1 FROM event_totals) "
-                          "GROUP BY origin, severity;",
-                          "check event totals");
+  // They count the stored events and the rolled-up ones.
+  if (auto checked =
+          Exec(db,
+               "DELETE FROM event_totals WHERE (SELECT COUNT(*) FROM events) + "
+               "(SELECT IFNULL(SUM(events), 0) FROM event_rollups) != "
+               "(SELECT IFNULL(SUM(events), 0) FROM event_totals);"
+               "INSERT INTO event_totals(origin, severity, events, errors, last_ns) "
+               "SELECT origin, severity, SUM(events), SUM(errors), MAX(last_ns) FROM ("
+               "SELECT origin, severity, COUNT(*) AS events, SUM(count) AS errors, "
+               "MAX(time_ns) AS last_ns FROM events GROUP BY origin, severity "
+               "UNION ALL SELECT origin, severity, SUM(events), SUM(errors), MAX(last_ns) "
+               "FROM event_rollups GROUP BY origin, severity) "
+               "WHERE NOT EXISTS (SELECT 1 FROM event_totals) GROUP BY origin, severity;",
+               "check event totals");
       !checked) {
     return Fail(checked.error());
   }
@@ -587,6 +660,24 @@ std::optional<Error> StateStore::ReadFaulted(std::string_view what) const {
 }
 
 std::int64_t StateStore::NowNanos() const { return UnixNanos(clock_->Wall()); }
+
+Result<std::unique_ptr<StateStore>> StateStore::OpenReader() const {
+  sqlite3* db = nullptr;
+  const int rc = sqlite3_open_v2(database_path_.c_str(), &db,
+                                 SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, nullptr);
+  if (rc != SQLITE_OK) {
+    std::string message = db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
+    sqlite3_close(db);
+    return Fail(ErrorCode::kIoError,
+                fmt::format("cannot open {} to read: {}", database_path_.string(), message));
+  }
+  std::unique_ptr<StateStore> reader(
+      new StateStore(database_path_, common::UniqueFd(), db, clock_));
+  sqlite3_busy_timeout(db, 2000);
+  reader->schema_version_ = schema_version_;
+  if (auto prepared = reader->Prepare(); !prepared) return Fail(prepared.error());
+  return reader;
+}
 
 StateStore::~StateStore() {
   statements_.reset();  // sqlite3_close refuses a connection with live statements
@@ -693,6 +784,19 @@ Status StateStore::Migrate() {
   return {};
 }
 
+// Events as event_rollups keeps them: by day (UTC), origin, class, scope
+// (PageScope's form) and DIMM. A row that exists gains the counts.
+#define ROLLUP_SELECT                                                                        \
+  "(day, origin, severity, scope, dimm, events, errors, first_ns, last_ns) "                 \
+  "SELECT time_ns / 86400000000000, origin, severity, "                                      \
+  "CASE WHEN device IS NOT NULL THEN 'dev' || device WHEN pci_bdf IS NOT NULL THEN pci_bdf " \
+  "WHEN mc IS NOT NULL THEN 'mc' || mc ELSE 'host' END, IFNULL(dimm, ''), COUNT(*), "        \
+  "SUM(count), MIN(time_ns), MAX(time_ns) FROM events"
+#define ROLLUP_GROUP                                                                      \
+  "GROUP BY 1, 2, 3, 4, 5 ON CONFLICT(day, origin, severity, scope, dimm) DO UPDATE SET " \
+  "events = events + excluded.events, errors = errors + excluded.errors, "                \
+  "first_ns = MIN(first_ns, excluded.first_ns), last_ns = MAX(last_ns, excluded.last_ns);"
+
 Status StateStore::Prepare() {
   Statements& s = *statements_;
   const struct {
@@ -705,8 +809,15 @@ Status StateStore::Prepare() {
       {&s.rollback, "rollback", "ROLLBACK;"},
       {&s.insert_event, "event insert",
        "INSERT INTO events(time_ns, origin, severity, device, summary, raw, source, mc, pci_bdf, "
-       "address_text, vendor_code, count, historical, address, before_start) "
-       "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);"},
+       "address_text, vendor_code, count, historical, address, before_start, dimm, pages, "
+       "pages_not_listed) "
+       "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);"},
+      {&s.add_page_errors, "page errors upsert",
+       "INSERT INTO page_errors(scope, page, errors, first_ns, last_ns) VALUES (?, ?, ?, ?, ?) "
+       "ON CONFLICT(scope, page) DO UPDATE SET errors = errors + excluded.errors, "
+       "first_ns = MIN(first_ns, excluded.first_ns), last_ns = MAX(last_ns, excluded.last_ns);"},
+      {&s.load_page_errors, "page errors load",
+       "SELECT scope, page, errors, first_ns, last_ns FROM page_errors WHERE last_ns >= ?;"},
       // A coalesced decision adds its count to the minute's row; the id
       // returned is that row's, inserted or not.
       {&s.insert_action, "action insert",
@@ -749,18 +860,12 @@ Status StateStore::Prepare() {
        "INSERT INTO event_totals(origin, severity, events, errors, last_ns) VALUES (?, ?, ?, ?, ?) "
        "ON CONFLICT(origin, severity) DO UPDATE SET events = events + excluded.events, "
        "errors = errors + excluded.errors, last_ns = MAX(last_ns, excluded.last_ns);"},
-      {&s.remove_totals, "event totals removal",
-       "UPDATE event_totals SET events = events - ?, errors = errors - ? "
-       "WHERE origin = ? AND severity = ?;"},
-      {&s.drop_empty_totals, "empty event totals", "DELETE FROM event_totals WHERE events <= 0;"},
-      // What the prune statements below are about to delete, so that the
-      // totals drop by exactly that.
-      {&s.count_older_events, "count of old events",
-       "SELECT origin, severity, COUNT(*), SUM(count) FROM events WHERE time_ns < ? "
-       "GROUP BY origin, severity;"},
-      {&s.count_surplus_events, "count of surplus events",
-       "SELECT origin, severity, COUNT(*), SUM(count) FROM events WHERE id <= "
-       "(SELECT id FROM events ORDER BY id DESC LIMIT 1 OFFSET ?) GROUP BY origin, severity;"},
+      // What the prune statements below are about to delete, rolled up.
+      {&s.rollup_older_events, "roll-up of old events",
+       "INSERT INTO event_rollups " ROLLUP_SELECT " WHERE time_ns < ? " ROLLUP_GROUP},
+      {&s.rollup_surplus_events, "roll-up of surplus events",
+       "INSERT INTO event_rollups " ROLLUP_SELECT
+       " WHERE id <= (SELECT id FROM events ORDER BY id DESC LIMIT 1 OFFSET ?) " ROLLUP_GROUP},
       {&s.prune_by_age, "prune by age", "DELETE FROM events WHERE time_ns < ?;"},
       // Ids grow with insertion: the oldest rows are the lowest ids.
       {&s.prune_by_count, "prune by count",
@@ -817,27 +922,6 @@ Status StateStore::AddTotals(const EventTally& tally) {
   return {};
 }
 
-Status StateStore::RemoveTotals(sqlite3_stmt* statement, std::string_view what,
-                                SeverityCounts& deleted) {
-  int rc = SQLITE_ROW;
-  while ((rc = sqlite3_step(statement)) == SQLITE_ROW) {
-    const std::string origin = ColumnText(statement, 0), severity = ColumnText(statement, 1);
-    const auto events = sqlite3_column_int64(statement, 2),
-               errors = sqlite3_column_int64(statement, 3);
-    StatementUse remove(statements_->remove_totals);
-    sqlite3_bind_int64(remove.get(), 1, events);
-    sqlite3_bind_int64(remove.get(), 2, errors);
-    BindText(remove.get(), 3, origin);
-    BindText(remove.get(), 4, severity);
-    if (sqlite3_step(remove.get()) != SQLITE_DONE) return Fail(SqliteError("remove event totals"));
-    // A class written by a newer rasd is not ours to count by severity.
-    if (const auto parsed = ParseSeverity(severity))
-      deleted[static_cast<std::size_t>(*parsed)] += static_cast<std::uint64_t>(errors);
-  }
-  if (rc != SQLITE_DONE) return Fail(SqliteError(what));
-  return {};
-}
-
 Result<std::int64_t> StateStore::InsertEvent(const RasEvent& event, EventTally& added) {
   StatementUse insert(statements_->insert_event);
   sqlite3_stmt* statement = insert.get();
@@ -861,9 +945,76 @@ Result<std::int64_t> StateStore::InsertEvent(const RasEvent& event, EventTally& 
   sqlite3_bind_int64(statement, 12, static_cast<sqlite3_int64>(event.count));
   sqlite3_bind_int(statement, 13, event.historical ? 1 : 0);
   sqlite3_bind_int(statement, 15, event.before_start ? 1 : 0);
+  BindOptionalText(statement, 16, event.dimm);
+  const std::string pages = PackPages(event.pages);  // outlives the step
+  if (pages.empty()) {
+    sqlite3_bind_null(statement, 17);
+  } else {
+    sqlite3_bind_blob(statement, 17, pages.data(), static_cast<int>(pages.size()), SQLITE_STATIC);
+  }
+  const std::size_t listed = std::min(event.pages.size(), kMaxStoredPages);
+  sqlite3_bind_int64(
+      statement, 18,
+      static_cast<sqlite3_int64>(event.pages_not_listed + event.pages.size() - listed));
   if (sqlite3_step(statement) != SQLITE_DONE) return Fail(SqliteError("record event"));
   added.Add(event);
   return static_cast<std::int64_t>(sqlite3_last_insert_rowid(db_));
+}
+
+Status StateStore::AddPageErrors(std::span<const RasEvent> events) {
+  // One upsert per page the batch touched, however many of its events did.
+  struct Sum {
+    std::uint64_t errors = 0;
+    std::int64_t first_ns = 0;
+    std::int64_t last_ns = 0;
+  };
+  std::map<std::pair<std::string, std::uint64_t>, Sum> sums;
+  for (const auto& event : events) {
+    if (!event.address && event.pages.empty()) continue;
+    const std::int64_t at = UnixNanos(event.time);
+    auto add = [&](std::uint64_t page, std::uint64_t errors) {
+      auto [it, added] = sums.try_emplace({PageScope(event), page}, Sum{0, at, at});
+      it->second.errors += errors;
+      it->second.first_ns = std::min(it->second.first_ns, at);
+      it->second.last_ns = std::max(it->second.last_ns, at);
+    };
+    if (event.pages.empty()) {
+      add(PageOf(event.address->value), event.count);
+    } else {
+      for (const auto& page : event.pages) add(page.page, page.errors);
+    }
+  }
+  for (const auto& [key, sum] : sums) {
+    StatementUse upsert(statements_->add_page_errors);
+    sqlite3_stmt* statement = upsert.get();
+    BindText(statement, 1, key.first);
+    sqlite3_bind_int64(statement, 2, static_cast<sqlite3_int64>(key.second));
+    sqlite3_bind_int64(statement, 3, static_cast<sqlite3_int64>(sum.errors));
+    sqlite3_bind_int64(statement, 4, sum.first_ns);
+    sqlite3_bind_int64(statement, 5, sum.last_ns);
+    if (sqlite3_step(statement) != SQLITE_DONE) return Fail(SqliteError("count page errors"));
+  }
+  return {};
+}
+
+Result<std::vector<PageErrorsRecord>> StateStore::LoadPageErrors(
+    std::chrono::system_clock::time_point since) {
+  if (auto fault = ReadFaulted("page errors")) return Fail(*fault);
+  StatementUse query(statements_->load_page_errors);
+  sqlite3_stmt* statement = query.get();
+  sqlite3_bind_int64(statement, 1, UnixNanos(since));
+  std::vector<PageErrorsRecord> rows;
+  int rc = SQLITE_ROW;
+  while ((rc = sqlite3_step(statement)) == SQLITE_ROW) {
+    rows.push_back(
+        PageErrorsRecord{.scope = ColumnText(statement, 0),
+                         .page = static_cast<std::uint64_t>(sqlite3_column_int64(statement, 1)),
+                         .errors = static_cast<std::uint64_t>(sqlite3_column_int64(statement, 2)),
+                         .first = FromUnixNanos(sqlite3_column_int64(statement, 3)),
+                         .last = FromUnixNanos(sqlite3_column_int64(statement, 4))});
+  }
+  if (rc != SQLITE_DONE) return Fail(SqliteError("load page errors"));
+  return rows;
 }
 
 Result<std::int64_t> StateStore::InsertAction(const ActionRecord& action,
@@ -960,6 +1111,7 @@ Result<std::vector<std::int64_t>> StateStore::RecordEvents(std::span<const RasEv
     ids.push_back(*recorded);
   }
   if (auto totals = AddTotals(added); !totals) return Fail(totals.error());
+  if (auto counted = AddPageErrors(events); !counted) return Fail(counted.error());
   if (auto committed = transaction.Commit("event batch"); !committed)
     return Fail(committed.error());
   AddCounts(severity_counts_, added.severities);
@@ -999,6 +1151,7 @@ Result<StoredBatch> StateStore::Commit(const StoreBatch& batch) {
     stored.event_ids.push_back(*id);
   }
   if (auto totals = AddTotals(added); !totals) return Fail(totals.error());
+  if (auto counted = AddPageErrors(batch.events); !counted) return Fail(counted.error());
   stored.action_ids.reserve(batch.actions.size());
   for (const auto& action : batch.actions) {
     const auto event_id = action.event_index ? std::optional(stored.event_ids[*action.event_index])
@@ -1239,7 +1392,8 @@ Result<std::vector<StoredEvent>> StateStore::QueryEvents(const EventQuery& query
   std::string sql =
       "SELECT id, time_ns, origin, severity, device, summary, raw, source, mc, pci_bdf, "
       "address_text, vendor_code, "
-      "count, historical, address, before_start FROM events WHERE time_ns >= ?";
+      "count, historical, address, before_start, dimm, pages, pages_not_listed FROM events "
+      "WHERE time_ns >= ?";
   if (query.severity) sql += " AND severity = ?";
   if (query.device) sql += " AND device = ?";
   if (query.after_id) sql += " AND id > ?";
@@ -1274,6 +1428,9 @@ Result<std::vector<StoredEvent>> StateStore::QueryEvents(const EventQuery& query
     event.count = static_cast<std::uint64_t>(sqlite3_column_int64(statement, 12));
     event.historical = sqlite3_column_int(statement, 13) != 0;
     event.before_start = sqlite3_column_int(statement, 15) != 0;
+    event.dimm = ColumnOptionalText(statement, 16);
+    event.pages = ColumnPages(statement, 17);
+    event.pages_not_listed = static_cast<std::uint64_t>(sqlite3_column_int64(statement, 18));
     events.push_back(std::move(stored));
   }
   const bool done = rc == SQLITE_DONE;
@@ -1312,47 +1469,40 @@ Result<std::uint64_t> StateStore::EventRows() {
 Result<std::uint64_t> StateStore::Prune(std::chrono::system_clock::time_point older_than,
                                         std::uint64_t max_events) {
   if (auto fault = WriteFaulted("prune")) return Fail(*fault);
-  // Each delete is preceded by the sums of what it deletes, in the same
-  // transaction, so that the counts by severity stay exact.
+  // Each delete is preceded by the roll-up of what it deletes, in the same
+  // transaction: the totals (and the summary) go on counting them.
   Transaction transaction(*this);
   if (auto begun = transaction.Begin("prune"); !begun) return Fail(begun.error());
   std::uint64_t removed = 0;
-  SeverityCounts deleted{};
+  auto step = [this](sqlite3_stmt* statement, std::string_view what) -> Status {
+    if (sqlite3_step(statement) != SQLITE_DONE) return Fail(SqliteError(what));
+    return {};
+  };
   {
-    StatementUse sum(statements_->count_older_events);
-    sqlite3_bind_int64(sum.get(), 1, UnixNanos(older_than));
-    if (auto summed = RemoveTotals(sum.get(), "count old events", deleted); !summed)
-      return Fail(summed.error());
+    StatementUse rollup(statements_->rollup_older_events);
+    sqlite3_bind_int64(rollup.get(), 1, UnixNanos(older_than));
+    if (auto done = step(rollup.get(), "roll up old events"); !done) return Fail(done.error());
   }
   {
     StatementUse by_age(statements_->prune_by_age);
     sqlite3_bind_int64(by_age.get(), 1, UnixNanos(older_than));
-    if (sqlite3_step(by_age.get()) != SQLITE_DONE) return Fail(SqliteError("prune old events"));
+    if (auto done = step(by_age.get(), "prune old events"); !done) return Fail(done.error());
     removed += static_cast<std::uint64_t>(sqlite3_changes(db_));
   }
   const auto max_rows = static_cast<sqlite3_int64>(std::min<std::uint64_t>(
       max_events, static_cast<std::uint64_t>(std::numeric_limits<sqlite3_int64>::max())));
   {
-    StatementUse sum(statements_->count_surplus_events);
-    sqlite3_bind_int64(sum.get(), 1, max_rows);
-    if (auto summed = RemoveTotals(sum.get(), "count surplus events", deleted); !summed)
-      return Fail(summed.error());
+    StatementUse rollup(statements_->rollup_surplus_events);
+    sqlite3_bind_int64(rollup.get(), 1, max_rows);
+    if (auto done = step(rollup.get(), "roll up surplus events"); !done) return Fail(done.error());
   }
   {
     StatementUse by_count(statements_->prune_by_count);
     sqlite3_bind_int64(by_count.get(), 1, max_rows);
-    if (sqlite3_step(by_count.get()) != SQLITE_DONE)
-      return Fail(SqliteError("prune surplus events"));
+    if (auto done = step(by_count.get(), "prune surplus events"); !done) return Fail(done.error());
     removed += static_cast<std::uint64_t>(sqlite3_changes(db_));
   }
-  {
-    StatementUse drop(statements_->drop_empty_totals);
-    if (sqlite3_step(drop.get()) != SQLITE_DONE) return Fail(SqliteError("drop empty totals"));
-  }
   if (auto committed = transaction.Commit("prune"); !committed) return Fail(committed.error());
-  for (std::size_t i = 0; i < severity_counts_.size(); ++i) {
-    severity_counts_[i] -= std::min(severity_counts_[i], deleted[i]);
-  }
   return removed;
 }
 

@@ -363,6 +363,32 @@ INSTANTIATE_TEST_SUITE_P(Families, FormatFamilyTest, ::testing::ValuesIn(kCases)
 
 // The process an Xid names (NVIDIA's "pid=N, name=..."), for kill-consumer;
 // "pid='<unknown>'" and no pid at all name none.
+TEST(EdacDimmTest, AnErrorLineNamesItsModuleByLabelOrElseByLocation) {
+  struct Case {
+    const char* text;
+    std::optional<std::string> dimm;
+  };
+  const Case cases[] = {
+      {"EDAC MC0: 1 CE memory read error on CPU_SrcID#0_Ha#0_Chan#2_DIMM#0 (channel:2 slot:0 "
+       "page:0x849900 offset:0x40 grain:32 syndrome:0x0 -  area:DRAM err_code:0001:0092)",
+       "CPU_SrcID#0_Ha#0_Chan#2_DIMM#0"},
+      {"EDAC MC1: 1 UE memory read error on DIMM_B1 (page:0x10 offset:0x0 grain:32)", "DIMM_B1"},
+      // ghes_edac with no labels: the location up to the per-error fields.
+      {"EDAC MC0: 1 UE Multi-bit ECC on unknown memory (node:0 card:1 module:71 bank:7 row:0 "
+       "col:0 page:0x0 offset:0x0 grain:0 syndrome:0x0)",
+       "node:0 card:1 module:71"},
+      {"EDAC MC0: 1 CE Cannot decode normalized address on mc#0csrow#3channel#1 (csrow:3 "
+       "channel:1 page:0x0 offset:0x0 grain:64 syndrome:0x0)",
+       "mc#0csrow#3channel#1"},
+      {"EDAC MC0: 1 UE unknown on unknown memory ( page:0x0 offset:0x0 grain:0)", std::nullopt},
+  };
+  for (const Case& c : cases) {
+    const auto main = MainRecord(ScanKernelLog(c.text));
+    ASSERT_TRUE(main.has_value()) << c.text;
+    EXPECT_EQ(main->dimm, c.dimm) << c.text;
+  }
+}
+
 TEST(XidPidTest, TheNamedProcessIsKeptAndAnUnknownOneIsNot) {
   const auto named = ScanKernelLog(
       "[  365.9] NVRM: Xid (PCI:0000:01:00): 94, pid=13705, name=python3, Contained: SM (0x1). "

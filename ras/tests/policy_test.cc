@@ -163,6 +163,56 @@ TEST(PolicyEngineTest, CeOnOnePageRetiresItAtTheThresholdPerPage) {
             std::vector<A>{A::kRecord});
 }
 
+TEST(PolicyEngineTest, ACoalescedEventCountsEachOfItsPagesOnItsOwn) {
+  PolicyConfig config;
+  config.degrade_after_retirements = 2;
+  PolicyEngine engine(config);  // 50 CE on a page in 24 h
+  RasEvent storm = Event(Severity::kCe, 0, "0x5040");
+  storm.pages = {{0x5000, 30}, {0x9000, 49}, {0xa000, 1}};
+  storm.count = 80;
+  // 80 errors on the event, none of its pages at 50: recorded.
+  const auto below = engine.Decide(storm, 1s);
+  ASSERT_EQ(Kinds(below), std::vector<A>{A::kRecord});
+  EXPECT_NE(below[0].reason.find("3 of 3 page(s)"), std::string::npos) << below[0].reason;
+
+  storm.pages = {{0x5000, 20}, {0x9000, 1}, {0xb000, 2}};
+  storm.count = 23;
+  const auto reached = engine.Decide(storm, 2s);
+  // The two pages at 50 each retire with their own address; the second
+  // retirement on the device degrades it; one record stands for 0xb000.
+  ASSERT_EQ(Kinds(reached),
+            (std::vector<A>{A::kRecord, A::kRetirePage, A::kRetirePage, A::kDegradeDevice}));
+  EXPECT_FALSE(reached[0].address.has_value());
+  EXPECT_NE(reached[0].reason.find("1 of 3 page(s)"), std::string::npos) << reached[0].reason;
+  EXPECT_EQ(reached[1].address, 0x5000u);
+  EXPECT_EQ(reached[2].address, 0x9000u);
+  EXPECT_NE(reached[2].reason.find("on page 0x9000"), std::string::npos) << reached[2].reason;
+  // The counters are the same as for one event per page.
+  EXPECT_EQ(Kinds(engine.Decide(Event(Severity::kCe, 0, "0xb100"), 3s)),
+            std::vector<A>{A::kRecord});
+}
+
+TEST(PolicyEngineTest, APagesCounterStartsFromTheErrorsStoredBeforeTheStart) {
+  PolicyEngine engine;  // 50 CE on a page in 24 h
+  const auto t0 = std::chrono::system_clock::time_point(std::chrono::hours(500'000));
+  // 149 errors: acted on twice already, 49 towards the third time.
+  engine.SetPageHistory({{.scope = "dev0", .page = 0x5000, .errors = 149, .last = t0},
+                         {.scope = "dev0", .page = 0x9000, .errors = 49, .last = t0 - 25h},
+                         {.scope = "dev1", .page = 0x5000, .errors = 10, .last = t0}});
+  auto at = [&](const char* address, int device, std::chrono::system_clock::time_point when) {
+    RasEvent event = Event(Severity::kCe, device, address);
+    event.time = when;
+    return event;
+  };
+  const auto now = 100h;  // the monotonic clock, unrelated to wall time
+  EXPECT_EQ(Kinds(engine.Decide(at("0x5040", 0, t0 + 1h), now)), std::vector<A>{A::kRetirePage})
+      << "49 before and this one";
+  EXPECT_EQ(Kinds(engine.Decide(at("0x9040", 0, t0 + 1h), now)), std::vector<A>{A::kRecord})
+      << "its 49 are older than the window by the time of this one";
+  EXPECT_EQ(Kinds(engine.Decide(at("0x5040", 1, t0 + 1h), now)), std::vector<A>{A::kRecord})
+      << "another device's page";
+}
+
 TEST(PolicyEngineTest, RetirementsEscalateToDegradedThenIsolated) {
   PolicyConfig config;
   config.degrade_after_retirements = 2;

@@ -194,9 +194,12 @@ TEST_F(StateStoreTest, EventsSurviveReopenAndAreCountedBySeverity) {
 // scan of the table sums, whatever wrote or deleted the rows.
 TEST_F(StateStoreTest, CountsBySeverityFollowCommitsPrunesFailuresAndReopen) {
   const auto t0 = std::chrono::system_clock::time_point(std::chrono::seconds(1'700'000'000));
+  // The stored events' errors and the rolled-up ones'.
   auto scanned = [&](const char* severity) {
-    return QueryRaw(std::string("SELECT COALESCE(SUM(count), 0) FROM events WHERE severity = '") +
-                    severity + "';");
+    return QueryRaw(std::string("SELECT (SELECT COALESCE(SUM(count), 0) FROM events WHERE "
+                                "severity = '") +
+                    severity + "') + (SELECT COALESCE(SUM(errors), 0) FROM event_rollups WHERE " +
+                    "severity = '" + severity + "');");
   };
   {
     auto store = StateStore::Open(dir_ / "state");
@@ -231,16 +234,17 @@ TEST_F(StateStoreTest, CountsBySeverityFollowCommitsPrunesFailuresAndReopen) {
     EXPECT_EQ((*store)->CountEventsBySeverity()->at(Severity::kCe), 32u);
 
     // Pruning by age (t0..t0+2h: the FATAL row, CE 1 and 3, UCE 2), then
-    // by count (the oldest beyond 4 rows).
+    // by count (the oldest beyond 4 rows): rolled up, still counted.
     ASSERT_EQ(*(*store)->Prune(t0 + 3h, 1'000'000), 4u);
     counts = (*store)->CountEventsBySeverity();
-    EXPECT_EQ(counts->at(Severity::kFatal), 0u);
-    EXPECT_EQ(counts->at(Severity::kCe), 5u + 7 + 9 + 7);
-    EXPECT_EQ(counts->at(Severity::kUce), 4u + 6 + 8 + 10);
+    EXPECT_EQ(counts->at(Severity::kFatal), 1u);
+    EXPECT_EQ(counts->at(Severity::kCe), 32u);
+    EXPECT_EQ(counts->at(Severity::kUce), 30u);
     ASSERT_EQ(*(*store)->Prune(t0, 4), 4u);
+    EXPECT_EQ(QueryRaw("SELECT COUNT(*) FROM events;"), 4);
     counts = (*store)->CountEventsBySeverity();
-    EXPECT_EQ(counts->at(Severity::kCe), 9u + 7);
-    EXPECT_EQ(counts->at(Severity::kUce), 8u + 10);
+    EXPECT_EQ(counts->at(Severity::kCe), 32u);
+    EXPECT_EQ(counts->at(Severity::kUce), 30u);
     for (const char* severity : {"CE", "UCE", "FATAL"}) {
       EXPECT_EQ(counts->at(*ParseSeverity(severity)), static_cast<std::uint64_t>(scanned(severity)))
           << severity;
@@ -256,16 +260,17 @@ TEST_F(StateStoreTest, CountsBySeverityFollowCommitsPrunesFailuresAndReopen) {
   auto counts = (*store)->CountEventsBySeverity();
   ASSERT_TRUE(counts.has_value());
   EXPECT_EQ(counts->size(), kAllSeverities.size());
-  EXPECT_EQ(counts->at(Severity::kCe), 116u);
-  EXPECT_EQ(counts->at(Severity::kUce), 18u);
+  EXPECT_EQ(counts->at(Severity::kCe), 132u) << "taken again from the events and roll-ups";
+  EXPECT_EQ(counts->at(Severity::kUce), 30u);
   EXPECT_EQ(counts->at(Severity::kInfo), 0u);
-  // Pruning both rows takes the CE one's count back; the other's was never in.
+  // Pruning both rows rolls them up: still counted.
   ASSERT_EQ(*(*store)->Prune(std::chrono::system_clock::time_point(std::chrono::nanoseconds(1)),
                              1'000'000),
             2u);
   counts = (*store)->CountEventsBySeverity();
-  EXPECT_EQ(counts->at(Severity::kCe), 16u);
-  EXPECT_EQ(counts->at(Severity::kUce), 18u);
+  EXPECT_EQ(counts->at(Severity::kCe), 132u);
+  EXPECT_EQ(counts->at(Severity::kUce), 30u);
+  EXPECT_EQ(counts->at(Severity::kCe), static_cast<std::uint64_t>(scanned("CE")));
 }
 
 TEST_F(StateStoreTest, BatchesQueriesSummariesAndCursors) {
@@ -334,6 +339,55 @@ TEST_F(StateStoreTest, BatchesQueriesSummariesAndCursors) {
   EXPECT_EQ((*cursor)->position, "42");
 }
 
+TEST_F(StateStoreTest, ACoalescedEventKeepsItsDimmAndPagesAndEachPageItsErrors) {
+  auto store = StateStore::Open(dir_ / "state");
+  ASSERT_TRUE(store.has_value());
+  const auto t0 = std::chrono::system_clock::time_point(std::chrono::seconds(1'700'000'000));
+  RasEvent storm{.time = t0, .source = "kmsg", .origin = "edac", .severity = Severity::kCe};
+  storm.mc = 1;
+  storm.dimm = "DIMM_A1";
+  storm.address = Address::Of(0x100040);
+  for (std::uint64_t i = 0; i < kMaxStoredPages + 10; ++i)
+    storm.pages.push_back({0x100000 + i * 0x1000, i + 1});
+  storm.count = 0;
+  for (const auto& page : storm.pages) storm.count += page.errors;
+  RasEvent single{.time = t0 + 1s, .source = "kmsg", .origin = "edac", .severity = Severity::kCe};
+  single.mc = 1;
+  single.address = Address::Of(0x100ff8);  // the first page again
+  single.count = 5;
+  ASSERT_TRUE((*store)->RecordEvents(std::vector<RasEvent>{storm, single}).has_value());
+
+  auto stored = (*store)->QueryEvents({});
+  ASSERT_TRUE(stored.has_value()) << stored.error().ToString();
+  ASSERT_EQ(stored->size(), 2u);
+  const RasEvent& back = stored->front().event;
+  EXPECT_EQ(back.dimm, "DIMM_A1");
+  EXPECT_EQ(back.count, storm.count);
+  ASSERT_EQ(back.pages.size(), kMaxStoredPages) << "the first pages are listed";
+  EXPECT_EQ(back.pages.front(), storm.pages.front());
+  EXPECT_EQ(back.pages.back(), storm.pages[kMaxStoredPages - 1]);
+  EXPECT_EQ(back.pages_not_listed, 10u) << "and the rest counted";
+  EXPECT_FALSE(stored->back().event.dimm.has_value());
+  EXPECT_TRUE(stored->back().event.pages.empty());
+
+  // One row per page, whatever the events: the first page has both.
+  auto pages = (*store)->LoadPageErrors(t0);
+  ASSERT_TRUE(pages.has_value()) << pages.error().ToString();
+  ASSERT_EQ(pages->size(), kMaxStoredPages + 10);
+  std::uint64_t errors = 0;
+  for (const auto& page : *pages) {
+    EXPECT_EQ(page.scope, "mc1");
+    errors += page.errors;
+    if (page.page == 0x100000) {
+      EXPECT_EQ(page.errors, 6u);
+      EXPECT_EQ(page.first, t0);
+      EXPECT_EQ(page.last, t0 + 1s);
+    }
+  }
+  EXPECT_EQ(errors, storm.count + 5);
+  EXPECT_EQ((*store)->LoadPageErrors(t0 + 2s)->size(), 0u) << "none erred since";
+}
+
 TEST_F(StateStoreTest, TheTimesTheStoreStampsAreItsClocks) {
   auto clock = std::make_shared<common::ManualClock>(kMinute);
   auto store = StateStore::Open(dir_ / "state", clock);
@@ -384,32 +438,99 @@ TEST(CoalesceStormTest, AStormIsMergedPerComponentAndMinuteWithExactCounts) {
       << "no storm, no merging";
 }
 
+TEST(CoalesceStormTest, OneDimmsRecordsOverManyPagesAreOneEventWithEachPagesErrors) {
+  const auto t0 = std::chrono::system_clock::time_point(std::chrono::minutes(28'000'000));
+  std::vector<RasEvent> storm;
+  for (int i = 0; i < 4000; ++i) {
+    RasEvent event{.time = t0 + std::chrono::milliseconds(i),
+                   .source = "kmsg",
+                   .origin = "edac",
+                   .severity = Severity::kCe,
+                   .summary = "CE"};
+    event.mc = 0;
+    event.dimm = i % 4 == 3 ? "DIMM_B1" : "DIMM_A1";
+    event.address = Address::Of(0x10000000 + static_cast<std::uint64_t>(i % 1000) * 0x1000 + 0x40);
+    storm.push_back(event);
+  }
+  RasEvent no_address = storm.front();
+  no_address.address.reset();
+  storm.push_back(no_address);
+  const auto merged = CoalesceStorm(storm, 64);
+  ASSERT_EQ(merged.size(), 3u) << "one event per DIMM, and one for the record with no address";
+  EXPECT_EQ(merged[0].dimm, "DIMM_A1");
+  EXPECT_EQ(merged[0].count, 3000u);
+  EXPECT_EQ(merged[0].pages.size(), 750u) << "pages i % 1000 with i % 4 != 3";
+  std::uint64_t listed = 0;
+  for (const auto& page : merged[0].pages) {
+    EXPECT_EQ(page.page & 0xfff, 0u) << "page bases, not addresses";
+    listed += page.errors;
+  }
+  EXPECT_EQ(listed, merged[0].count) << "every error is on a listed page";
+  EXPECT_EQ(merged[0].pages.front(), (PageErrors{0x10000000, 4}));
+  EXPECT_EQ(merged[1].dimm, "DIMM_B1");
+  EXPECT_EQ(merged[1].count, 1000u);
+  EXPECT_FALSE(merged[2].address.has_value());
+  EXPECT_TRUE(merged[2].pages.empty());
+
+  // A backlog coalesced again keeps each page's errors exact.
+  std::vector<RasEvent> again = merged;
+  again.insert(again.end(), merged.begin(), merged.end());
+  const auto twice = CoalesceStorm(again, 0);
+  ASSERT_EQ(twice.size(), 3u);
+  EXPECT_EQ(twice[0].count, 6000u);
+  ASSERT_EQ(twice[0].pages.size(), 750u);
+  EXPECT_EQ(twice[0].pages.front(), (PageErrors{0x10000000, 8}));
+}
+
 // CoalesceStorm as it was first written, on an ordered map of copied keys:
 // the reference the hashed one must agree with, row for row.
+// Its pages: every page the members named, in first-seen order, with their
+// errors; none where they named one page.
 std::vector<RasEvent> ReferenceCoalesce(std::vector<RasEvent> events) {
   using Key = std::tuple<std::string, std::string, Severity, std::optional<int>, std::optional<int>,
-                         std::optional<std::string>, std::optional<std::uint64_t>, std::optional<int>,
-                         bool, std::int64_t>;
+                         std::optional<std::string>, bool, std::optional<std::string>,
+                         std::optional<int>, bool, std::int64_t>;
   std::map<Key, std::size_t> index;
   std::vector<RasEvent> merged;
   std::vector<std::uint64_t> members;
+  std::vector<std::vector<PageErrors>> pages;
+  auto add_page = [](std::vector<PageErrors>& list, std::uint64_t page, std::uint64_t errors) {
+    auto it = std::find_if(list.begin(), list.end(),
+                           [page](const PageErrors& entry) { return entry.page == page; });
+    if (it == list.end()) {
+      list.push_back({page, errors});
+    } else {
+      it->errors += errors;
+    }
+  };
   for (auto& event : events) {
     const auto minute =
         std::chrono::duration_cast<std::chrono::minutes>(event.time.time_since_epoch()).count();
-    const auto address =
-        event.address ? std::optional<std::uint64_t>(event.address->value) : std::nullopt;
-    Key key{event.source,  event.origin,  event.severity,    event.device,     event.mc,
-            event.pci_bdf, address,       event.vendor_code, event.historical, minute};
+    Key key{event.source,
+            event.origin,
+            event.severity,
+            event.device,
+            event.mc,
+            event.pci_bdf,
+            event.address.has_value(),
+            event.dimm,
+            event.vendor_code,
+            event.historical,
+            minute};
     auto [it, inserted] = index.try_emplace(std::move(key), merged.size());
     if (inserted) {
+      pages.emplace_back();
+      if (event.address) add_page(pages.back(), PageOf(event.address->value), event.count);
       merged.push_back(std::move(event));
       members.push_back(1);
     } else {
+      if (event.address) add_page(pages[it->second], PageOf(event.address->value), event.count);
       merged[it->second].count += event.count;
       members[it->second] += 1;
     }
   }
   for (std::size_t i = 0; i < merged.size(); ++i) {
+    if (pages[i].size() > 1) merged[i].pages = pages[i];
     // fmt, not "[" + std::string: GCC 12 warns (-Wrestrict) on the latter
     // inlined at -O2, a known false positive.
     if (members[i] > 1)
@@ -432,7 +553,11 @@ TEST(CoalesceStormTest, AgreesWithTheReferenceOnEveryField) {
       event.severity = pick(4) == 0 ? Severity::kUce : Severity::kCe;
       if (pick(2) == 0) event.device = pick(3) - 1;
       if (pick(2) == 0) event.mc = pick(2);
-      if (pick(3) != 0) event.address = Address::Of(pick(4) == 0 ? 0 : static_cast<std::uint64_t>(pick(8)));
+      // A few pages, and addresses within one page.
+      if (pick(3) != 0)
+        event.address = Address::Of(static_cast<std::uint64_t>(pick(4)) * 0x1000 +
+                                    static_cast<std::uint64_t>(pick(3)) * 0x40);
+      if (pick(3) == 0) event.dimm = pick(2) == 0 ? "DIMM_A1" : "DIMM_B1";
       if (pick(4) == 0) event.pci_bdf = pick(2) == 0 ? "" : "0000:07:00.0";
       if (pick(5) == 0) event.vendor_code = pick(2) == 0 ? 0 : 79;
       event.historical = pick(8) == 0;
@@ -452,6 +577,8 @@ TEST(CoalesceStormTest, AgreesWithTheReferenceOnEveryField) {
       EXPECT_EQ(merged[i].device, expected[i].device) << i;
       EXPECT_EQ(merged[i].mc, expected[i].mc) << i;
       EXPECT_EQ(merged[i].address, expected[i].address) << i;
+      EXPECT_EQ(merged[i].dimm, expected[i].dimm) << i;
+      EXPECT_EQ(merged[i].pages, expected[i].pages) << i;
       EXPECT_EQ(merged[i].pci_bdf, expected[i].pci_bdf) << i;
       EXPECT_EQ(merged[i].vendor_code, expected[i].vendor_code) << i;
       EXPECT_EQ(merged[i].historical, expected[i].historical) << i;
@@ -551,9 +678,9 @@ TEST_F(StateStoreTest, DeviceStatesRetiredPagesAndActionsSurviveReopen) {
   EXPECT_FALSE((*actions)[0].event_id.has_value());
 }
 
-// The summary reads the totals the triggers keep; they equal what a scan
-// of every stored event gives, through inserts, prunes by age and by
-// count, and a migration of a database that already held events.
+// The summary reads the totals the commits keep; they equal what a scan
+// of every stored event and roll-up gives, through inserts, prunes by age
+// and by count, and a reopen.
 TEST_F(StateStoreTest, TheSummarysTotalsEqualAScanOfTheStoredEventsThroughInsertsAndPrunes) {
   auto store = StateStore::Open(dir_ / "state");
   ASSERT_TRUE(store.has_value()) << store.error().ToString();
@@ -567,7 +694,10 @@ TEST_F(StateStoreTest, TheSummarysTotalsEqualAScanOfTheStoredEventsThroughInsert
               SQLITE_OK);
     sqlite3_stmt* query = nullptr;
     sqlite3_prepare_v2(db,
-                       "SELECT origin, severity, COUNT(*), SUM(count), MAX(time_ns) FROM events "
+                       "SELECT origin, severity, SUM(n), SUM(e), MAX(l) FROM ("
+                       "SELECT origin, severity, COUNT(*) AS n, SUM(count) AS e, MAX(time_ns) AS l "
+                       "FROM events GROUP BY origin, severity UNION ALL "
+                       "SELECT origin, severity, events, errors, last_ns FROM event_rollups) "
                        "GROUP BY origin, severity ORDER BY origin, severity;",
                        -1, &query, nullptr);
     while (sqlite3_step(query) == SQLITE_ROW) {
@@ -612,8 +742,13 @@ TEST_F(StateStoreTest, TheSummarysTotalsEqualAScanOfTheStoredEventsThroughInsert
   EXPECT_EQ(summarized(), scanned()) << "after a prune by count";
   const auto counts = *(*store)->CountEventsBySeverity();
   ASSERT_EQ(*(*store)->Prune(t0 + std::chrono::hours(1), 1'000'000), 10u);
-  EXPECT_TRUE(summarized().empty()) << "a class with no stored event has no row";
-  EXPECT_GT(counts.at(Severity::kCe), 0u);
+  EXPECT_EQ(QueryRaw("SELECT COUNT(*) FROM events;"), 0);
+  EXPECT_EQ(summarized(), scanned()) << "every event pruned, every one still counted";
+  EXPECT_EQ(summarized().size(), 6u);
+  EXPECT_EQ(*(*store)->CountEventsBySeverity(), counts);
+  EXPECT_EQ(QueryRaw("SELECT SUM(events) FROM event_rollups;"), 300)
+      << "300 events of one day, 3 origins and 2 classes, in 6 rows";
+  EXPECT_EQ(QueryRaw("SELECT COUNT(*) FROM event_rollups;"), 6);
 
   // Reopened from the file: the totals were saved with the events, and
   // the start reads its counts by severity from them.
@@ -982,8 +1117,8 @@ TEST_F(StateStoreTest, AVersionThreeDatabaseGainsActionCounts) {
   )sql");
   auto store = StateStore::Open(dir_ / "state");
   ASSERT_TRUE(store.has_value()) << store.error().ToString();
-  EXPECT_EQ((*store)->SchemaVersion(), 10);
-  EXPECT_EQ(StateStore::LatestSchemaVersion(), 10);
+  EXPECT_EQ((*store)->SchemaVersion(), 11);
+  EXPECT_EQ(StateStore::LatestSchemaVersion(), 11);
   auto actions = (*store)->QueryActions(std::nullopt, 10);
   ASSERT_TRUE(actions.has_value()) << actions.error().ToString();
   ASSERT_EQ(actions->size(), 1u);

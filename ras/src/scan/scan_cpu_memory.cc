@@ -343,6 +343,39 @@ bool KernelLogScanner::ScanMcelogReport(const LogLine& line) {
   return true;
 }
 
+namespace {
+
+// The module an EDAC error line names. edac_mc.c's edac_raise_mc_error
+// prints "<count> <type> <msg> on <label> (<location> page:... offset:...)":
+// the label is the DIMM's (set by the driver or the firmware's SMBIOS
+// table); where it is "any memory" or "unknown memory" (ghes_edac without
+// labels), the location before the first per-error field says which module.
+std::optional<std::string> EdacDimm(std::string_view rest) {
+  const std::size_t on = rest.find(" on ");
+  if (on == std::string_view::npos) return std::nullopt;
+  std::string_view label = rest.substr(on + 4);
+  const std::size_t open = label.find(" (");
+  std::string_view location;
+  if (open != std::string_view::npos) {
+    location = label.substr(open + 2);
+    label = label.substr(0, open);
+  }
+  label = TrimView(label);
+  if (!label.empty() && label != "any memory" && label != "unknown memory")
+    return std::string(label);
+  // The per-error fields end the location (kernel 3.6+ order).
+  std::size_t end = location.size();
+  for (std::string_view field : {"bank:", "row:", "col:", "page:", "offset:", "grain:", ")"}) {
+    const std::size_t at = location.find(field);
+    if (at != std::string_view::npos) end = std::min(end, at);
+  }
+  location = TrimView(location.substr(0, end));
+  if (location.empty()) return std::nullopt;
+  return std::string(location);
+}
+
+}  // namespace
+
 bool KernelLogScanner::ScanEdac(const LogLine& line) {
   const std::string_view text = line.text;
   if (line_has_mc_event_ && Contains(text, "mc_event: ")) {
@@ -470,12 +503,14 @@ bool KernelLogScanner::ScanEdac(const LogLine& line) {
       record.severity = severity;
     if (!record.mc) record.mc = mc;
     if (!record.address) record.address = address;
+    record.dimm = EdacDimm(rest);
     record.count = count;
     CloseBlock(BlockKind::kEdacMce);
     return true;
   }
   const std::size_t index = NewRecord("edac", line, severity);
   Record(index).mc = mc;
+  Record(index).dimm = EdacDimm(rest);
   Record(index).address = address;
   Record(index).count = count;
   return true;

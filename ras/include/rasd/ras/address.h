@@ -13,6 +13,11 @@ namespace rasd::ras {
 // it. `printed` is the text as the record printed it (zero padding and the
 // NVIDIA driver's '_' separators kept, lower case, "0x" prefix): what people,
 // `rasctl scan` and the event views see.
+// The 4 KiB page an address lies in: the unit the page thresholds count
+// and a storm-coalesced event's histogram keys on.
+constexpr std::uint64_t kPageMask = ~std::uint64_t{0xfff};
+constexpr std::uint64_t PageOf(std::uint64_t address) { return address & kPageMask; }
+
 struct Address {
   std::uint64_t value = 0;
   std::string printed;

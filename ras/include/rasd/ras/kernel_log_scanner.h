@@ -35,6 +35,9 @@ struct ScannedRecord {
   std::optional<int> vendor_action;
   std::optional<std::string> pci_bdf;  // as printed
   std::optional<int> mc;
+  // The memory module an EDAC error line names (its DIMM label, or its
+  // location where the label says none); not in ToJson.
+  std::optional<std::string> dimm;
   std::optional<Address> address;
   // The process the record names as the one that met the error (NVIDIA's
   // "pid=1234" after an Xid); not in ToJson.

@@ -169,6 +169,15 @@ class PolicyEngine {
   // New rules and thresholds (SIGHUP). Counters of rules that keep their
   // name and threshold carry on; the others start again.
   void Reconfigure(PolicyConfig config);
+  // The errors pages had before this start (the store's page_errors): a
+  // page's threshold counter starts from its errors, as of its last one,
+  // the first time the page errs again. Rows whose last error is older
+  // than the page threshold's window are ignored by the caller's query.
+  // The errors are taken modulo the threshold, as the counter, which
+  // empties when it acts, would hold them had they all been in its window;
+  // errors spread wider than the window are counted as if within it (a
+  // page retired a little early, never one kept past its threshold).
+  void SetPageHistory(std::vector<PageErrorsRecord> pages);
   // When the node booted (wall time), for the rules' boot grace; unset: no
   // grace applies.
   void SetBootTime(std::chrono::system_clock::time_point boot) { boot_time_ = boot; }
@@ -179,7 +188,20 @@ class PolicyEngine {
   // Decide() for a record of now.
   std::vector<Action> DecideLive(const RasEvent& event, std::chrono::nanoseconds now);
   const PolicyRule* Match(const RasEvent& event) const;
-  std::string BucketKey(const PolicyRule& rule, const RasEvent& event) const;
+  // The counter a threshold rule keeps for the event's key; for a page
+  // key, `page` overrides the event's address.
+  std::string BucketKey(const PolicyRule& rule, const RasEvent& event,
+                        std::optional<std::uint64_t> page = std::nullopt) const;
+  // Adds `errors` to the rule's counter `key`: whether it reached the threshold.
+  // `page` (a page-key rule's page) starts a new counter from its history.
+  bool CountReaches(const PolicyRule& rule, const std::string& key, std::uint64_t errors,
+                    const RasEvent& event, std::optional<std::uint64_t> page,
+                    std::chrono::nanoseconds now);
+  // A page-threshold rule for an event of several pages: each page counts
+  // on its own; a page that reaches the threshold gets the rule's actions
+  // with its address, and one record action stands for those below it.
+  void DecidePages(const PolicyRule& rule, const RasEvent& event, const std::string& what,
+                   std::chrono::nanoseconds now, std::vector<Action>& actions);
   void Escalate(const RasEvent& event, std::chrono::nanoseconds now, std::vector<Action>& actions);
 
   PolicyConfig config_;
@@ -190,6 +212,8 @@ class PolicyEngine {
     WindowCounter counter;
   };
   std::map<std::string, Bucket> buckets_;  // by "rule|key"
+  // SetPageHistory's rows not yet taken, by scope and page.
+  std::map<std::pair<std::string, std::uint64_t>, PageErrorsRecord> page_history_;
   std::uint64_t decisions_ = 0;
   std::map<int, std::vector<std::chrono::nanoseconds>> retirements_;  // by device
 };

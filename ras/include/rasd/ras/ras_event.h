@@ -13,6 +13,26 @@ namespace rasd::ras {
 
 struct ScannedRecord;
 
+// The pages of a coalesced event that the store lists; the rest are counted.
+constexpr std::size_t kMaxStoredPages = 64;
+
+// Errors on one page (its base address) within a storm-coalesced event.
+struct PageErrors {
+  std::uint64_t page = 0;
+  std::uint64_t errors = 0;
+  bool operator==(const PageErrors&) const = default;
+};
+
+// The errors one page has had since rasd first stored one for it (the
+// page_errors table: one row per page, whatever the events' retention).
+struct PageErrorsRecord {
+  std::string scope;  // PageScope(): "dev3", a PCI function, "mc0" or "host"
+  std::uint64_t page = 0;
+  std::uint64_t errors = 0;
+  std::chrono::system_clock::time_point first;
+  std::chrono::system_clock::time_point last;
+};
+
 // One hardware-error report after decoding, before any action. Sources fill
 // it; the store, the exporters and the policy read it. A plain value.
 struct RasEvent {
@@ -27,8 +47,21 @@ struct RasEvent {
   Severity severity = Severity::kInfo;
   std::optional<int> device;  // runtime device index, for accelerator events
   std::optional<int> mc;      // memory controller
+  // The memory module the record names (EDAC's DIMM label, or its
+  // location where the label says none), for host memory errors.
+  std::optional<std::string> dimm;
   std::optional<std::string> pci_bdf;
+  // Where the error was; for an event coalesced over several pages, the
+  // first record's.
   std::optional<Address> address;
+  // A storm-coalesced event of more than one page: every page its records
+  // named, each with its errors, in first-seen order (the counts add up to
+  // `count`). Empty for an event of one page or none (`address` says it).
+  std::vector<PageErrors> pages;
+  // Pages beyond `pages` that a stored event no longer lists (the store
+  // keeps the first kMaxStoredPages); their errors are `count` less the
+  // listed pages' errors.
+  std::uint64_t pages_not_listed = 0;
   std::optional<int> vendor_code;  // Xid number, Ascend code
   // The record's own recovery instruction in its vendor's numbering (Xid
   // 154: nvmlDeviceGpuRecoveryAction_t); the recovery table follows it. Not
@@ -48,12 +81,21 @@ struct RasEvent {
   std::string raw;                 // the record as the source read it
 };
 
-// Under a storm (a batch of more than `threshold` events) events that
-// differ only in time within the same minute and component are merged into
-// one with the summed count, so the store grows with the variety of errors,
-// not their number; counts stay exact. Smaller batches pass unchanged.
-// Order: first occurrence.
+// Under a storm (a batch of more than `threshold` events) the events of one
+// component within the same minute are merged into one with the summed
+// count, so the store grows with the variety of errors, not their number;
+// counts stay exact. The component is everything but the time, the count,
+// the texts and the address's value: the source, origin, severity, device,
+// controller, DIMM, PCI function, vendor code and action, whether there is
+// an address at all, and the boot flags. The pages the merged records named
+// are kept in `pages` with their errors, so that page thresholds still count
+// each page. Smaller batches pass unchanged. Order: first occurrence.
 std::vector<RasEvent> CoalesceStorm(std::vector<RasEvent> events, std::size_t threshold);
+
+// Whose memory an event's pages are, as page thresholds and the store's
+// page_errors key them: "dev<N>" for a runtime device, else its PCI
+// function, else "mc<N>" for a memory controller, else "host".
+std::string PageScope(const RasEvent& event);
 
 // A scanned kernel-log record as an event of `source`. The overload for an
 // rvalue moves the record's text into the event instead of copying it.

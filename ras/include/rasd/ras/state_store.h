@@ -200,6 +200,13 @@ class StateStore {
   static Result<std::unique_ptr<StateStore>> Open(
       const std::filesystem::path& state_dir,
       std::shared_ptr<const common::Clock> clock = std::make_shared<common::SystemClock>());
+  // A second, read-only connection to this store's database, for a reader
+  // thread: in WAL mode its queries read the last commit without waiting
+  // for the owner's writes or delaying them. It answers the query methods
+  // (QueryEvents, QueryActions, LoadRetiredPages, Summarize, LoadPageErrors);
+  // every write fails. Independent of this store's lifetime; one thread at
+  // a time may use it. Loop thread (it reads this store's path and clock).
+  Result<std::unique_ptr<StateStore>> OpenReader() const;
   // Renames a damaged database and its WAL to <db>.damaged-<stamp>[-wal],
   // so that a fresh one can be made and the old one examined. Returns the
   // new name of the database file.
@@ -267,11 +274,16 @@ class StateStore {
   Result<std::vector<WorkloadRecord>> LoadWorkloads();
   // Matching events, oldest first.
   Result<std::vector<StoredEvent>> QueryEvents(const EventQuery& query);
-  // Counts by origin and severity, like `ras-mc-ctl --summary`.
+  // The pages whose last error is at or after `since`.
+  Result<std::vector<PageErrorsRecord>> LoadPageErrors(std::chrono::system_clock::time_point since);
+  // Counts by origin and severity, like `ras-mc-ctl --summary`: every event
+  // stored, those retention has rolled up included.
   Result<std::vector<EventSummaryRow>> Summarize();
 
   // Deletes events older than `older_than`, then the oldest beyond
-  // `max_events`, in one transaction. Returns how many were deleted.
+  // `max_events`, in one transaction, after rolling them up by day, origin,
+  // class, scope and DIMM (event_rollups), which the summary and the counts
+  // by severity go on counting. Returns how many were deleted.
   Result<std::uint64_t> Prune(std::chrono::system_clock::time_point older_than,
                               std::uint64_t max_events);
   Result<std::uint64_t> EventRows();
@@ -309,8 +321,8 @@ class StateStore {
   // Error counts by severity (the sum of the events' counts, so that a
   // coalesced row counts for every error it stands for), with every
   // severity present (0 where none). O(1), without touching the file: the
-  // sums are read once by Open() and then kept by every write that commits
-  // (events recorded, events pruned), so `status` stays cheap under a storm
+  // sums are read once by Open() and then kept by every commit of events
+  // (pruned ones stay counted, rolled up), so `status` stays cheap under a storm
   // however many events are stored. Exact while this store is the only
   // writer of events, which the directory lock ensures for rasd; rows that
   // another connection writes (an operator's sqlite3 shell) are counted from
@@ -357,10 +369,6 @@ class StateStore {
     void Add(const RasEvent& event);
   };
   Status AddTotals(const EventTally& tally);
-  // `statement` (an "origin, severity, COUNT(*), SUM(count)" query of the
-  // rows about to be deleted, bound) taken off event_totals and added into
-  // `deleted` by severity.
-  Status RemoveTotals(sqlite3_stmt* statement, std::string_view what, SeverityCounts& deleted);
 
   // One row each, on the prepared statements, in the caller's transaction
   // (or SQLite's implicit one). InsertEvent adds the event to `added`.
@@ -371,6 +379,8 @@ class StateStore {
   Status InsertRetiredPage(const RetiredPageRecord& page);
   Status UpsertCursor(const SourceCursor& cursor, std::int64_t updated_ns);
   Status UpsertNodeValue(const std::string& key, const std::string& value);
+  // The errors of every page the events name, added to page_errors.
+  Status AddPageErrors(std::span<const RasEvent> events);
 
   std::filesystem::path database_path_;
   common::UniqueFd lock_;
