@@ -61,6 +61,7 @@ nlohmann::json EventJson(const ras::StoredEvent& stored) {
       {"address", event.address ? nlohmann::json(event.address->printed) : nlohmann::json()},
       {"pages", std::move(pages)},
       {"pages_not_listed", event.pages_not_listed},
+      {"last", stored.last ? nlohmann::json(Iso8601(*stored.last)) : nlohmann::json()},
       {"vendor_code", optional(event.vendor_code)},
       {"count", event.count},
       {"historical", event.historical},

@@ -201,6 +201,12 @@ void RasPipeline::FlushBacklog() {
   } else {
     health_.Committed();
     AfterCommit();
+    // Its rows may grow from now on, but for those its actions point at.
+    std::vector<bool> acted(merged.events.size(), false);
+    for (const auto& action : merged.actions)
+      if (action.event_index && *action.event_index < acted.size())
+        acted[*action.event_index] = true;
+    OpenStored(merged, acted, stored->event_ids);
     if (!stats_.store_ok) {
       RASD_LOG_WARN("store writable again after {:.1f} s: {} queued event(s) stored",
                    std::chrono::duration<double>(loop_.Now() - failing_since_).count(),
@@ -310,14 +316,17 @@ void RasPipeline::Handle(std::vector<ras::RasEvent> events, std::vector<ras::Sou
 
   // Effects first: the rows follow in the batch below.
   std::vector<double> isolations;
+  std::vector<bool> acted;                    // by event: has an action of its own (a row)
   const std::size_t decided = events.size();  // pages split off are appended
   for (std::size_t i = 0; i < decided; ++i) {
     const auto actions = policy_.Decide(events[i], loop_.Now());
     if (decided_) decided_(events[i], actions);
     const std::vector<std::size_t> owners = SplitActedPages(events, i, actions);
+    acted.resize(events.size(), false);
     for (std::size_t k = 0; k < actions.size(); ++k) {
       const ras::Action& action = actions[k];
       const std::size_t owner = owners[k];
+      if (action.kind != ras::ActionKind::kRecord || action.withheld) acted[owner] = true;
       const ActionOutcome outcome = actuator_.Apply(action, events[owner], owner);
       if (!outcome.health_change || outcome.health_change->to != runtime::HealthState::kIsolated)
         continue;
@@ -342,16 +351,22 @@ void RasPipeline::Handle(std::vector<ras::RasEvent> events, std::vector<ras::Sou
   HandledBatch handled{.events = batch.events, .isolation_seconds = std::move(isolations)};
   TakePending(batch);
   if (backlog_.empty()) {
+    // Only under a storm: events of a quiet node keep a row each.
+    if (before > options_.storm_threshold) PlanGrowth(batch, acted);
     auto stored = store_.Commit(batch);
     if (stored) {
       health_.Committed();
       AfterCommit();
+      OpenStored(batch, acted, stored->event_ids);
       handled.stored = true;
       handled.event_ids = std::move(stored->event_ids);
       for (const auto& observer : observers_) observer(handled);
       return;
     }
     NoteFailure(batch, stored.error());
+    // Stored later as rows of their own: no row waits to grow meanwhile.
+    batch.grows.clear();
+    open_.clear();
   }
   // Behind what waits already, never past it (its cursor included); the
   // retry timer commits the backlog, not every batch that arrives meanwhile
@@ -362,6 +377,90 @@ void RasPipeline::Handle(std::vector<ras::RasEvent> events, std::vector<ras::Sou
   stats_.backlog_batches = backlog_.size();
   stats_.backlog_events = EventsIn(backlog_);
   ArmRetry();
+}
+
+namespace {
+
+// The pages an event names, with their errors.
+std::vector<ras::PageErrors> PagesOf(const ras::RasEvent& event) {
+  if (!event.pages.empty()) return event.pages;
+  if (!event.address) return {};
+  return {{ras::PageOf(event.address->value), event.count}};
+}
+
+}  // namespace
+
+void RasPipeline::PlanGrowth(ras::StoreBatch& batch, const std::vector<bool>& acted) {
+  if (open_.empty()) return;
+  batch.grows.assign(batch.events.size(), std::nullopt);
+  for (std::size_t i = 0; i < batch.events.size(); ++i) {
+    const ras::RasEvent& event = batch.events[i];
+    if (i < acted.size() && acted[i]) continue;
+    const std::int64_t minute = ras::MinuteOf(event);
+    auto open = std::find_if(open_.begin(), open_.end(), [&](const OpenEvent& row) {
+      return row.minute == minute && ras::SameComponent(row.first, event);
+    });
+    if (open == open_.end()) continue;
+    const std::vector<ras::PageErrors> pages = PagesOf(event);
+    std::size_t new_pages = 0;
+    for (const auto& page : pages) new_pages += open->page_index.count(page.page) == 0 ? 1 : 0;
+    if (open->pages.size() + new_pages > kMaxOpenPages) {
+      open_.erase(open);  // this event starts the component's next row
+      continue;
+    }
+    for (const auto& page : pages) {
+      auto [at, added] = open->page_index.try_emplace(page.page, open->pages.size());
+      if (added) open->pages.push_back({page.page, 0});
+      open->pages[at->second].errors += page.errors;
+    }
+    open->count += event.count;
+    open->last = std::max(open->last, event.time);
+    ras::EventGrowth growth{.id = open->id, .count = open->count, .last = open->last};
+    if (open->pages.size() > 1) {  // one page: the row's address says it
+      const std::size_t listed = std::min(open->pages.size(), ras::kMaxStoredPages);
+      growth.pages.assign(open->pages.begin(),
+                          open->pages.begin() + static_cast<std::ptrdiff_t>(listed));
+      growth.pages_not_listed = open->pages.size() - listed;
+    }
+    batch.grows[i] = std::move(growth);
+  }
+}
+
+void RasPipeline::OpenStored(const ras::StoreBatch& batch, const std::vector<bool>& acted,
+                             const std::vector<std::int64_t>& event_ids) {
+  std::int64_t newest = 0;
+  for (std::size_t i = 0; i < batch.events.size() && i < event_ids.size(); ++i) {
+    const ras::RasEvent& event = batch.events[i];
+    newest = std::max(newest, ras::MinuteOf(event));
+    const bool grew = i < batch.grows.size() && batch.grows[i];
+    if (grew && batch.grows[i]->id == event_ids[i]) continue;
+    if (grew) {
+      // Its row was gone (pruned): the event is a row of its own now.
+      const std::int64_t gone = batch.grows[i]->id;
+      std::erase_if(open_, [gone](const OpenEvent& row) { return row.id == gone; });
+    }
+    if (i < acted.size() && acted[i]) continue;
+    OpenEvent row{.id = event_ids[i],
+                  .minute = ras::MinuteOf(event),
+                  .first = event,
+                  .count = event.count,
+                  .last = event.time};
+    row.first.pages.clear();  // the identity only
+    row.first.raw.clear();
+    row.first.summary.clear();
+    for (const auto& page : PagesOf(event)) {
+      auto [at, added] = row.page_index.try_emplace(page.page, row.pages.size());
+      if (added) row.pages.push_back({page.page, 0});
+      row.pages[at->second].errors += page.errors;
+    }
+    open_.push_back(std::move(row));
+  }
+  // Rows of minutes that have passed take nothing more; the newest rows
+  // are kept within the bound.
+  std::erase_if(open_, [newest](const OpenEvent& row) { return row.minute + 1 < newest; });
+  if (open_.size() > kMaxOpenEvents)
+    open_.erase(open_.begin(),
+                open_.begin() + static_cast<std::ptrdiff_t>(open_.size() - kMaxOpenEvents));
 }
 
 void RasPipeline::Log(const std::vector<ras::RasEvent>& events) {

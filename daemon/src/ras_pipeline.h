@@ -6,6 +6,7 @@
 #include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <unordered_map>
 #include <vector>
 
 #include "actuator.h"
@@ -143,6 +144,13 @@ class RasPipeline {
   // been quiet for a second, or at once when it has grown past 32 MiB.
   void AfterCommit();
   void Log(const std::vector<ras::RasEvent>& events);
+  // Sets batch.grows for the events that only record and whose component
+  // has a row stored in their minute: they add to it instead of adding rows.
+  // For a storm's batches only (more events than the storm threshold).
+  void PlanGrowth(ras::StoreBatch& batch, const std::vector<bool>& acted);
+  // After a commit: the rows that may grow from now on.
+  void OpenStored(const ras::StoreBatch& batch, const std::vector<bool>& acted,
+                  const std::vector<std::int64_t>& event_ids);
 
   common::EventLoop& loop_;
   runtime::Runtime& runtime_;
@@ -160,6 +168,21 @@ class RasPipeline {
   Annotator annotate_;
   Stats stats_;
   std::deque<ras::StoreBatch> backlog_;
+  // Rows stored in their minute that record-only events of the same
+  // component add to (a storm is a row per component and minute, not per
+  // batch). Forgotten when a commit fails: the backlog stores new rows.
+  struct OpenEvent {
+    std::int64_t id = 0;
+    std::int64_t minute = 0;
+    ras::RasEvent first;  // the component, as SameComponent compares it
+    std::uint64_t count = 0;
+    std::vector<ras::PageErrors> pages;                         // every page, first seen first
+    std::unordered_map<std::uint64_t, std::size_t> page_index;  // page -> its place in `pages`
+    std::chrono::system_clock::time_point last;
+  };
+  static constexpr std::size_t kMaxOpenEvents = 256;
+  static constexpr std::size_t kMaxOpenPages = 4096;  // a row with more starts another
+  std::vector<OpenEvent> open_;
   std::unique_ptr<common::Timer> retry_timer_;
   std::unique_ptr<common::Timer> checkpoint_timer_;
   std::unique_ptr<common::Timer> prune_timer_;  // hourly retention

@@ -6,6 +6,7 @@
 
 #include "ras_pipeline.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 #include <unistd.h>
@@ -53,16 +54,23 @@ class RasPipelineTest : public ::testing::Test {
     fs::remove_all(dir_);
   }
 
-  // Writes to `table` fail as on a full disk until Heal().
+  // Writes to `table` (new rows and changed ones) fail as on a full disk
+  // until Heal().
   void FillDisk(const std::string& table) {
-    const std::string sql = "CREATE TRIGGER full_" + table + " BEFORE INSERT ON " + table +
-                            " BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END;";
-    ASSERT_EQ(sqlite3_exec(saboteur_, sql.c_str(), nullptr, nullptr, nullptr), SQLITE_OK)
-        << sqlite3_errmsg(saboteur_);
+    for (const char* write : {"INSERT", "UPDATE"}) {
+      const std::string sql = fmt::format(
+          "CREATE TRIGGER full_{0}_{1} BEFORE {1} ON {0} "
+          "BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END;",
+          table, write);
+      ASSERT_EQ(sqlite3_exec(saboteur_, sql.c_str(), nullptr, nullptr, nullptr), SQLITE_OK)
+          << sqlite3_errmsg(saboteur_);
+    }
   }
   void Heal(const std::string& table) {
-    const std::string sql = "DROP TRIGGER full_" + table + ";";
-    ASSERT_EQ(sqlite3_exec(saboteur_, sql.c_str(), nullptr, nullptr, nullptr), SQLITE_OK);
+    for (const char* write : {"INSERT", "UPDATE"}) {
+      const std::string sql = fmt::format("DROP TRIGGER full_{}_{};", table, write);
+      ASSERT_EQ(sqlite3_exec(saboteur_, sql.c_str(), nullptr, nullptr, nullptr), SQLITE_OK);
+    }
   }
 
   static std::vector<ras::RasEvent> HostErrors(int count) {
@@ -165,6 +173,43 @@ TEST_F(RasPipelineTest, AStormOverManyPagesIsOneEventAndAPageThatActsGetsItsOwn)
   auto pages = store_->LoadPageErrors({});
   ASSERT_TRUE(pages.has_value());
   EXPECT_EQ(pages->size(), 401u) << "one row per page";
+}
+
+TEST_F(RasPipelineTest, AComponentsStormIsOneRowPerMinuteAcrossBatchesUnlessTheStoreFails) {
+  auto storm = [](int records, std::uint64_t first_page) {
+    std::vector<ras::RasEvent> events = HostErrors(records);
+    for (std::size_t i = 0; i < events.size(); ++i) {
+      events[i].time = std::chrono::system_clock::time_point(std::chrono::minutes(28'000'000)) +
+                       std::chrono::milliseconds(i);
+      events[i].dimm = "DIMM_A1";
+      events[i].address = ras::Address::Of(first_page + (i % 40) * 0x1000);
+    }
+    return events;
+  };
+  pipeline_->Handle(storm(200, 0x100000), {{"kmsg", "boot", "200"}});
+  pipeline_->Handle(storm(200, 0x120000), {{"kmsg", "boot", "400"}});
+  auto events = store_->QueryEvents({});
+  ASSERT_TRUE(events.has_value());
+  ASSERT_EQ(events->size(), 1u) << "the second batch grew the first's row";
+  EXPECT_EQ(events->front().event.count, 400u);
+  EXPECT_EQ(events->front().event.pages.size() + events->front().event.pages_not_listed, 72u)
+      << "40 pages each, 8 of them shared";
+  EXPECT_EQ(StoredErrors(), 400u);
+
+  // A batch the store refuses waits and is stored as a row of its own;
+  // the counts stay exact.
+  FillDisk("events");
+  pipeline_->Handle(storm(100, 0x100000), {{"kmsg", "boot", "500"}});
+  Heal("events");
+  loop_.AdvanceBy(1s);
+  EXPECT_EQ(pipeline_->GetStats().backlog_events, 0u);
+  pipeline_->Handle(storm(100, 0x100000), {{"kmsg", "boot", "600"}});
+  events = store_->QueryEvents({});
+  ASSERT_EQ(events->size(), 2u);
+  EXPECT_EQ(events->front().event.count, 400u);
+  EXPECT_EQ(events->back().event.count, 200u) << "the backlog's row, grown by the next batch";
+  EXPECT_EQ(StoredErrors(), 600u);
+  EXPECT_EQ(StoredCursor(), "600");
 }
 
 TEST_F(RasPipelineTest, RetentionDeletesOldEventsAtStartAndEveryHour) {

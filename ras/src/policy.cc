@@ -84,10 +84,9 @@ ComponentKind ComponentOf(const RasEvent& event) {
 }
 
 void WindowCounter::Expire(std::chrono::nanoseconds now) {
-  while (!entries_.empty() && now - entries_.front().first >= window_) {
-    sum_ -= entries_.front().second;
-    entries_.pop_front();
-  }
+  auto live = entries_.begin();
+  for (; live != entries_.end() && now - live->first >= window_; ++live) sum_ -= live->second;
+  entries_.erase(entries_.begin(), live);
 }
 
 std::uint64_t WindowCounter::Count(std::chrono::nanoseconds now) const {
@@ -178,6 +177,11 @@ void PolicyEngine::Reconfigure(PolicyConfig config) {
                              [&](const PolicyRule& r) { return r.name == rule_name; });
     return rule == rules_.end() || !rule->threshold || *rule->threshold != entry.second.threshold;
   });
+  std::erase_if(page_buckets_, [this](const auto& entry) {
+    auto rule = std::find_if(rules_.begin(), rules_.end(),
+                             [&](const PolicyRule& r) { return r.name == entry.second.rule; });
+    return rule == rules_.end() || !rule->threshold || *rule->threshold != entry.second.threshold;
+  });
 }
 
 const PolicyRule* PolicyEngine::Match(const RasEvent& event) const {
@@ -192,15 +196,11 @@ const PolicyRule* PolicyEngine::Match(const RasEvent& event) const {
   return nullptr;
 }
 
-std::string PolicyEngine::BucketKey(const PolicyRule& rule, const RasEvent& event,
-                                    std::optional<std::uint64_t> page) const {
+std::string PolicyEngine::BucketKey(const PolicyRule& rule, const RasEvent& event) const {
   const std::string where = PageScope(event);
   switch (rule.threshold->key) {
-    case Threshold::Key::kPage: {
-      if (!page && event.address) page = PageOf(event.address->value);
-      return fmt::format("{}|{}|page:{}", rule.name, where,
-                         page ? fmt::format("0x{:x}", *page) : "?");
-    }
+    case Threshold::Key::kPage:  // a page's counter is in page_buckets_ under this key
+      return fmt::format("{}|{}", rule.name, where);
     case Threshold::Key::kDimm:
       return fmt::format("{}|{}", rule.name, where);
     case Threshold::Key::kDevice:
@@ -264,6 +264,11 @@ std::vector<Action> PolicyEngine::DecideLive(const RasEvent& event, std::chrono:
   if (++decisions_ % 4096 == 0) {
     std::erase_if(buckets_,
                   [now](const auto& entry) { return entry.second.counter.Count(now) == 0; });
+    for (auto scope = page_buckets_.begin(); scope != page_buckets_.end();) {
+      std::erase_if(scope->second.pages,
+                    [now](const auto& page) { return page.second.Count(now) == 0; });
+      scope = scope->second.pages.empty() ? page_buckets_.erase(scope) : std::next(scope);
+    }
   }
   const PolicyRule* rule = Match(event);
   if (rule == nullptr) {
@@ -290,11 +295,13 @@ std::vector<Action> PolicyEngine::DecideLive(const RasEvent& event, std::chrono:
     return actions;
   }
   if (rule->threshold) {
-    const std::optional<std::uint64_t> page =
-        rule->threshold->key == Threshold::Key::kPage && event.address
-            ? std::optional(PageOf(event.address->value))
-            : std::nullopt;
-    if (!CountReaches(*rule, BucketKey(*rule, event), event.count, event, page, now)) {
+    const bool reached =
+        rule->threshold->key == Threshold::Key::kPage
+            ? PageCountReaches(*rule, PageBucketsOf(*rule, event), event,
+                               event.address ? PageOf(event.address->value) : kNoPage, event.count,
+                               now)
+            : CountReaches(*rule, BucketKey(*rule, event), event.count, now);
+    if (!reached) {
       act(ActionKind::kRecord, rule->name,
           fmt::format("{}: below {} in {}s", what, rule->threshold->count,
                       rule->threshold->window.count()));
@@ -314,29 +321,46 @@ std::vector<Action> PolicyEngine::DecideLive(const RasEvent& event, std::chrono:
 }
 
 bool PolicyEngine::CountReaches(const PolicyRule& rule, const std::string& key,
-                                std::uint64_t errors, const RasEvent& event,
-                                std::optional<std::uint64_t> page, std::chrono::nanoseconds now) {
+                                std::uint64_t errors, std::chrono::nanoseconds now) {
   auto it = buckets_.find(key);
   if (it == buckets_.end()) {
     it = buckets_
              .emplace(key, Bucket{*rule.threshold,
                                   WindowCounter(rule.threshold->count, rule.threshold->window)})
              .first;
-    if (page && !page_history_.empty()) {
-      auto history = page_history_.find({PageScope(event), *page});
-      if (history != page_history_.end()) {
-        const std::uint64_t before = history->second.errors % rule.threshold->count;
-        // As of its last error, on the monotonic clock.
-        const auto ago = std::max(std::chrono::nanoseconds(0),
-                                  std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                      event.time - history->second.last));
-        if (before > 0)
-          it->second.counter.Add(before, std::max(now - ago, std::chrono::nanoseconds(0)));
-        page_history_.erase(history);
-      }
-    }
   }
   return it->second.counter.Add(errors, now);
+}
+
+PolicyEngine::PageBuckets& PolicyEngine::PageBucketsOf(const PolicyRule& rule,
+                                                       const RasEvent& event) {
+  auto [it, added] = page_buckets_.try_emplace(BucketKey(rule, event));
+  if (added) {
+    it->second.rule = rule.name;
+    it->second.threshold = *rule.threshold;
+    it->second.scope = PageScope(event);
+  }
+  return it->second;
+}
+
+bool PolicyEngine::PageCountReaches(const PolicyRule& rule, PageBuckets& buckets,
+                                    const RasEvent& event, std::uint64_t page, std::uint64_t errors,
+                                    std::chrono::nanoseconds now) {
+  auto [it, added] =
+      buckets.pages.try_emplace(page, WindowCounter(rule.threshold->count, rule.threshold->window));
+  if (added && page != kNoPage && !page_history_.empty()) {
+    auto history = page_history_.find({buckets.scope, page});
+    if (history != page_history_.end()) {
+      const std::uint64_t before = history->second.errors % rule.threshold->count;
+      // As of its last error, on the monotonic clock.
+      const auto ago = std::max(
+          std::chrono::nanoseconds(0),
+          std::chrono::duration_cast<std::chrono::nanoseconds>(event.time - history->second.last));
+      if (before > 0) it->second.Add(before, std::max(now - ago, std::chrono::nanoseconds(0)));
+      page_history_.erase(history);
+    }
+  }
+  return it->second.Add(errors, now);
 }
 
 void PolicyEngine::SetPageHistory(std::vector<PageErrorsRecord> pages) {
@@ -353,9 +377,9 @@ void PolicyEngine::DecidePages(const PolicyRule& rule, const RasEvent& event,
   const std::string reason = fmt::format("{}: {} or more in {}s", what, rule.threshold->count,
                                          rule.threshold->window.count());
   std::size_t below = 0;
+  PageBuckets& buckets = PageBucketsOf(rule, event);
   for (const PageErrors& page : event.pages) {
-    if (!CountReaches(rule, BucketKey(rule, event, page.page), page.errors, event, page.page,
-                      now)) {
+    if (!PageCountReaches(rule, buckets, event, page.page, page.errors, now)) {
       ++below;
       continue;
     }

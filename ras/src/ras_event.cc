@@ -11,15 +11,10 @@
 
 namespace rasd::ras {
 
-namespace {
-
-// The minute an event is coalesced in (truncated towards the epoch).
 std::int64_t MinuteOf(const RasEvent& event) {
   return std::chrono::duration_cast<std::chrono::minutes>(event.time.time_since_epoch()).count();
 }
 
-// Everything CoalesceStorm merges on: all but time within the minute, the
-// count, the texts and the address's value (its page goes to the histogram).
 bool SameComponent(const RasEvent& a, const RasEvent& b) {
   return a.severity == b.severity && a.historical == b.historical &&
          a.before_start == b.before_start && a.device == b.device && a.mc == b.mc &&
@@ -27,6 +22,8 @@ bool SameComponent(const RasEvent& a, const RasEvent& b) {
          a.address.has_value() == b.address.has_value() && a.dimm == b.dimm &&
          a.pci_bdf == b.pci_bdf && a.origin == b.origin && a.source == b.source;
 }
+
+namespace {
 
 std::uint64_t Mix(std::uint64_t seed, std::uint64_t value) {
   seed ^= value + 0x9e3779b97f4a7c15ULL + (seed << 6) + (seed >> 2);

@@ -165,6 +165,7 @@ const std::vector<const char*>& Migrations() {
         ALTER TABLE events ADD COLUMN dimm TEXT;
         ALTER TABLE events ADD COLUMN pages BLOB;
         ALTER TABLE events ADD COLUMN pages_not_listed INTEGER NOT NULL DEFAULT 0;
+        ALTER TABLE events ADD COLUMN last_ns INTEGER;
         CREATE TABLE page_errors (
           scope TEXT NOT NULL,
           page INTEGER NOT NULL,
@@ -310,6 +311,7 @@ struct StateStore::Statements {
   sqlite3_stmt* prune_by_count = nullptr;
   sqlite3_stmt* add_page_errors = nullptr;
   sqlite3_stmt* load_page_errors = nullptr;
+  sqlite3_stmt* grow_event = nullptr;
 
   ~Statements() {
     for (sqlite3_stmt* statement : {begin,
@@ -331,6 +333,7 @@ struct StateStore::Statements {
                                     add_totals,
                                     add_page_errors,
                                     load_page_errors,
+                                    grow_event,
                                     rollup_older_events,
                                     rollup_surplus_events,
                                     prune_by_age,
@@ -568,7 +571,10 @@ Result<std::unique_ptr<StateStore>> StateStore::Open(const std::filesystem::path
   // journal_mode=WAL is the first statement to touch the file, so a file that
   // is not a database fails here with SQLite's own words.
   if (auto configured =
-          Exec(db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;",
+          Exec(db,
+               "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON; "
+               // A log grown by a storm is cut back when it starts over.
+               "PRAGMA journal_size_limit=4194304;",
                "configure " + database_path.string());
       !configured) {
     return Fail(configured.error());
@@ -812,6 +818,8 @@ Status StateStore::Prepare() {
        "address_text, vendor_code, count, historical, address, before_start, dimm, pages, "
        "pages_not_listed) "
        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);"},
+      {&s.grow_event, "event growth",
+       "UPDATE events SET count = ?, pages = ?, pages_not_listed = ?, last_ns = ? WHERE id = ?;"},
       {&s.add_page_errors, "page errors upsert",
        "INSERT INTO page_errors(scope, page, errors, first_ns, last_ns) VALUES (?, ?, ?, ?, ?) "
        "ON CONFLICT(scope, page) DO UPDATE SET errors = errors + excluded.errors, "
@@ -896,16 +904,25 @@ Status StateStore::SumBySeverity(sqlite3_stmt* statement, std::string_view what,
 }
 
 void StateStore::EventTally::Add(const RasEvent& event) {
+  AddErrors(event);
+  for (auto& total : classes) {
+    if (total.severity == event.severity && total.origin == event.origin) {
+      ++total.events;
+      return;
+    }
+  }
+}
+
+void StateStore::EventTally::AddErrors(const RasEvent& event) {
   severities[static_cast<std::size_t>(event.severity)] += event.count;
   const std::int64_t time_ns = UnixNanos(event.time);
   for (auto& total : classes) {
     if (total.severity != event.severity || total.origin != event.origin) continue;
-    ++total.events;
     total.errors += event.count;
     total.last_ns = std::max(total.last_ns, time_ns);
     return;
   }
-  classes.push_back({event.origin, event.severity, 1, event.count, time_ns});
+  classes.push_back({event.origin, event.severity, 0, event.count, time_ns});
 }
 
 Status StateStore::AddTotals(const EventTally& tally) {
@@ -920,6 +937,31 @@ Status StateStore::AddTotals(const EventTally& tally) {
     if (sqlite3_step(statement) != SQLITE_DONE) return Fail(SqliteError("add event totals"));
   }
   return {};
+}
+
+Result<bool> StateStore::GrowEvent(const EventGrowth& growth, const RasEvent& event,
+                                   EventTally& added) {
+  StatementUse update(statements_->grow_event);
+  sqlite3_stmt* statement = update.get();
+  sqlite3_bind_int64(statement, 1, static_cast<sqlite3_int64>(growth.count));
+  std::vector<PageErrors> listed(growth.pages.begin(),
+                                 growth.pages.begin() + static_cast<std::ptrdiff_t>(std::min(
+                                                            growth.pages.size(), kMaxStoredPages)));
+  const std::string pages = PackPages(listed);  // outlives the step
+  if (pages.empty()) {
+    sqlite3_bind_null(statement, 2);
+  } else {
+    sqlite3_bind_blob(statement, 2, pages.data(), static_cast<int>(pages.size()), SQLITE_STATIC);
+  }
+  sqlite3_bind_int64(
+      statement, 3,
+      static_cast<sqlite3_int64>(growth.pages_not_listed + growth.pages.size() - listed.size()));
+  sqlite3_bind_int64(statement, 4, UnixNanos(growth.last));
+  sqlite3_bind_int64(statement, 5, growth.id);
+  if (sqlite3_step(statement) != SQLITE_DONE) return Fail(SqliteError("add to event"));
+  if (sqlite3_changes(db_) == 0) return false;
+  added.AddErrors(event);
+  return true;
 }
 
 Result<std::int64_t> StateStore::InsertEvent(const RasEvent& event, EventTally& added) {
@@ -1145,7 +1187,16 @@ Result<StoredBatch> StateStore::Commit(const StoreBatch& batch) {
   if (auto begun = transaction.Begin("batch"); !begun) return Fail(begun.error());
   stored.event_ids.reserve(batch.events.size());
   EventTally added;
-  for (const auto& event : batch.events) {
+  for (std::size_t i = 0; i < batch.events.size(); ++i) {
+    const RasEvent& event = batch.events[i];
+    if (i < batch.grows.size() && batch.grows[i]) {
+      auto grown = GrowEvent(*batch.grows[i], event, added);
+      if (!grown) return Fail(grown.error());
+      if (*grown) {
+        stored.event_ids.push_back(batch.grows[i]->id);
+        continue;
+      }
+    }
     auto id = InsertEvent(event, added);
     if (!id) return Fail(id.error());
     stored.event_ids.push_back(*id);
@@ -1392,7 +1443,8 @@ Result<std::vector<StoredEvent>> StateStore::QueryEvents(const EventQuery& query
   std::string sql =
       "SELECT id, time_ns, origin, severity, device, summary, raw, source, mc, pci_bdf, "
       "address_text, vendor_code, "
-      "count, historical, address, before_start, dimm, pages, pages_not_listed FROM events "
+      "count, historical, address, before_start, dimm, pages, pages_not_listed, last_ns "
+      "FROM events "
       "WHERE time_ns >= ?";
   if (query.severity) sql += " AND severity = ?";
   if (query.device) sql += " AND device = ?";
@@ -1431,6 +1483,8 @@ Result<std::vector<StoredEvent>> StateStore::QueryEvents(const EventQuery& query
     event.dimm = ColumnOptionalText(statement, 16);
     event.pages = ColumnPages(statement, 17);
     event.pages_not_listed = static_cast<std::uint64_t>(sqlite3_column_int64(statement, 18));
+    if (sqlite3_column_type(statement, 19) != SQLITE_NULL)
+      stored.last = FromUnixNanos(sqlite3_column_int64(statement, 19));
     events.push_back(std::move(stored));
   }
   const bool done = rc == SQLITE_DONE;

@@ -388,6 +388,50 @@ TEST_F(StateStoreTest, ACoalescedEventKeepsItsDimmAndPagesAndEachPageItsErrors) 
   EXPECT_EQ((*store)->LoadPageErrors(t0 + 2s)->size(), 0u) << "none erred since";
 }
 
+TEST_F(StateStoreTest, ARowThatGrowsCountsItsErrorsOnceAndAGoneRowIsWrittenAnew) {
+  auto store = StateStore::Open(dir_ / "state");
+  ASSERT_TRUE(store.has_value());
+  const auto t0 = std::chrono::system_clock::time_point(std::chrono::seconds(1'700'000'000));
+  RasEvent first{.time = t0, .source = "kmsg", .origin = "edac", .severity = Severity::kCe};
+  first.mc = 0;
+  first.address = Address::Of(0x1000);
+  first.count = 3;
+  auto ids = (*store)->RecordEvents(std::vector<RasEvent>{first});
+  ASSERT_TRUE(ids.has_value());
+
+  StoreBatch batch;
+  RasEvent more = first;
+  more.time = t0 + 5s;
+  more.address = Address::Of(0x2000);
+  more.count = 4;
+  batch.events = {more, more};
+  batch.grows = {
+      EventGrowth{
+          .id = ids->front(), .count = 7, .pages = {{0x1000, 3}, {0x2000, 4}}, .last = t0 + 5s},
+      EventGrowth{.id = 999'999, .count = 4, .last = t0 + 5s}};  // no such row
+  auto stored = (*store)->Commit(batch);
+  ASSERT_TRUE(stored.has_value()) << stored.error().ToString();
+  EXPECT_EQ(stored->event_ids.front(), ids->front());
+  EXPECT_NE(stored->event_ids.back(), 999'999) << "a row of its own";
+
+  auto events = (*store)->QueryEvents({});
+  ASSERT_EQ(events->size(), 2u);
+  EXPECT_EQ(events->front().event.count, 7u);
+  EXPECT_EQ(events->front().event.time, t0) << "the first error's time";
+  EXPECT_EQ(events->front().last, t0 + 5s);
+  EXPECT_EQ(events->front().event.pages, (std::vector<PageErrors>{{0x1000, 3}, {0x2000, 4}}));
+  EXPECT_FALSE(events->back().last.has_value());
+  auto summary = (*store)->Summarize();
+  ASSERT_EQ(summary->size(), 1u);
+  EXPECT_EQ(summary->front().events, 2u) << "the grown row is one event";
+  EXPECT_EQ(summary->front().errors, 11u);
+  EXPECT_EQ((*store)->CountEventsBySeverity()->at(Severity::kCe), 11u);
+  const auto pages = (*store)->LoadPageErrors(t0);
+  std::uint64_t page_errors = 0;
+  for (const auto& page : *pages) page_errors += page.errors;
+  EXPECT_EQ(page_errors, 11u);
+}
+
 TEST_F(StateStoreTest, TheTimesTheStoreStampsAreItsClocks) {
   auto clock = std::make_shared<common::ManualClock>(kMinute);
   auto store = StateStore::Open(dir_ / "state", clock);

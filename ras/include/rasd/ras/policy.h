@@ -2,11 +2,11 @@
 
 #include <chrono>
 #include <cstdint>
-#include <deque>
 #include <map>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "rasd/ras/ras_event.h"
@@ -65,7 +65,9 @@ class WindowCounter {
   void Expire(std::chrono::nanoseconds now);
   std::uint64_t limit_;
   std::chrono::nanoseconds window_;
-  std::deque<std::pair<std::chrono::nanoseconds, std::uint64_t>> entries_;
+  // Oldest first; a vector, not a deque: a storm keeps one counter per
+  // page, and an empty deque alone allocates half a kilobyte.
+  std::vector<std::pair<std::chrono::nanoseconds, std::uint64_t>> entries_;
   std::uint64_t sum_ = 0;
 };
 
@@ -188,15 +190,25 @@ class PolicyEngine {
   // Decide() for a record of now.
   std::vector<Action> DecideLive(const RasEvent& event, std::chrono::nanoseconds now);
   const PolicyRule* Match(const RasEvent& event) const;
-  // The counter a threshold rule keeps for the event's key; for a page
-  // key, `page` overrides the event's address.
-  std::string BucketKey(const PolicyRule& rule, const RasEvent& event,
-                        std::optional<std::uint64_t> page = std::nullopt) const;
+  // The counter a threshold rule keeps for the event's key: "rule|dev3";
+  // for a page key, the key of the event's scope in page_buckets_.
+  std::string BucketKey(const PolicyRule& rule, const RasEvent& event) const;
   // Adds `errors` to the rule's counter `key`: whether it reached the threshold.
-  // `page` (a page-key rule's page) starts a new counter from its history.
   bool CountReaches(const PolicyRule& rule, const std::string& key, std::uint64_t errors,
-                    const RasEvent& event, std::optional<std::uint64_t> page,
                     std::chrono::nanoseconds now);
+  // Page counters, by rule and scope, then by page: a storm counts each of
+  // thousands of pages per batch, on a key that is a number.
+  struct PageBuckets {
+    std::string rule;
+    Threshold threshold;
+    std::string scope;  // PageScope()
+    std::unordered_map<std::uint64_t, WindowCounter> pages;
+  };
+  static constexpr std::uint64_t kNoPage = ~std::uint64_t{0};  // an event without an address
+  PageBuckets& PageBucketsOf(const PolicyRule& rule, const RasEvent& event);
+  // Adds `errors` to `page`'s counter (a new one starts from its history).
+  bool PageCountReaches(const PolicyRule& rule, PageBuckets& buckets, const RasEvent& event,
+                        std::uint64_t page, std::uint64_t errors, std::chrono::nanoseconds now);
   // A page-threshold rule for an event of several pages: each page counts
   // on its own; a page that reaches the threshold gets the rule's actions
   // with its address, and one record action stands for those below it.
@@ -211,7 +223,8 @@ class PolicyEngine {
     Threshold threshold;
     WindowCounter counter;
   };
-  std::map<std::string, Bucket> buckets_;  // by "rule|key"
+  std::unordered_map<std::string, Bucket> buckets_;            // by "rule|key"; not pages
+  std::unordered_map<std::string, PageBuckets> page_buckets_;  // by "rule|scope"
   // SetPageHistory's rows not yet taken, by scope and page.
   std::map<std::pair<std::string, std::uint64_t>, PageErrorsRecord> page_history_;
   std::uint64_t decisions_ = 0;

@@ -81,6 +81,12 @@ struct RasEvent {
   std::string raw;                 // the record as the source read it
 };
 
+// The minute an event is coalesced in (truncated towards the epoch).
+std::int64_t MinuteOf(const RasEvent& event);
+// Whether two events are of one component, as CoalesceStorm merges them:
+// all but the time, the count, the texts and the address's value.
+bool SameComponent(const RasEvent& a, const RasEvent& b);
+
 // Under a storm (a batch of more than `threshold` events) the events of one
 // component within the same minute are merged into one with the summed
 // count, so the store grows with the variety of errors, not their number;

@@ -28,7 +28,10 @@ namespace rasd::ras {
 
 struct StoredEvent {
   std::int64_t id = 0;  // increases with every event; a follower resumes after it
-  RasEvent event;
+  RasEvent event;       // its time: the first error's
+  // A row that went on counting in its minute (StoreBatch::grows): when its
+  // last error was; unset for a row written once.
+  std::optional<std::chrono::system_clock::time_point> last;
 };
 
 struct EventQuery {
@@ -126,8 +129,25 @@ struct NodeValue {
 };
 
 // What one turn of the daemon's loop writes. Any part may be empty.
+// A stored event that goes on counting: the batch's event at the same
+// position (the errors since) joins this row, which becomes `count` errors
+// over `pages` (the first kMaxStoredPages listed, `pages_not_listed` more),
+// last seen at `last`.
+struct EventGrowth {
+  std::int64_t id = 0;
+  std::uint64_t count = 0;
+  std::vector<PageErrors> pages;
+  std::uint64_t pages_not_listed = 0;
+  std::chrono::system_clock::time_point last;
+};
+
 struct StoreBatch {
   std::vector<RasEvent> events;
+  // Empty, or one entry per event: where set, the event is added to that
+  // stored row (event totals count its errors, not another event) instead
+  // of becoming a row; a row that is gone (pruned) gets the event as a new
+  // row. StoredBatch::event_ids gives the row either way.
+  std::vector<std::optional<EventGrowth>> grows;
   std::vector<BatchAction> actions;
   std::vector<DeviceStateRecord> states;
   std::vector<RetiredPageRecord> pages;
@@ -367,12 +387,16 @@ class StateStore {
     SeverityCounts severities{};
     std::vector<Class> classes;  // few: a batch's events share a handful of classes
     void Add(const RasEvent& event);
+    // The event's errors, added to a row already counted.
+    void AddErrors(const RasEvent& event);
   };
   Status AddTotals(const EventTally& tally);
 
   // One row each, on the prepared statements, in the caller's transaction
   // (or SQLite's implicit one). InsertEvent adds the event to `added`.
   Result<std::int64_t> InsertEvent(const RasEvent& event, EventTally& added);
+  // Adds `event` to the row `growth` names; false when there is no such row.
+  Result<bool> GrowEvent(const EventGrowth& growth, const RasEvent& event, EventTally& added);
   Result<std::int64_t> InsertAction(const ActionRecord& action,
                                     std::optional<std::int64_t> event_id);
   Status UpsertDeviceState(const DeviceStateRecord& state);
