@@ -365,6 +365,13 @@ Actuator::Outcome Actuator::RaiseHealth(const ras::Action& action, runtime::Heal
           ActionOutcome::HealthChange{*action.device, decided->from, decided->to}};
 }
 
+bool Actuator::Acts(const ras::Action& action) const {
+  if (action.withheld || action.kind == ras::ActionKind::kRecord) return false;
+  const bool offline = action.kind == ras::ActionKind::kSoftOfflinePage ||
+                       action.kind == ras::ActionKind::kHardOfflinePage;
+  return !(offline && !options_.host_page_offline);
+}
+
 Actuator::Outcome Actuator::OfflineHostPage(const ras::Action& action, bool hard) {
   if (!options_.host_page_offline) return {ActionResult::kDisabled, "policy.host_page_offline is off"};
   const auto& address = action.address;

@@ -65,6 +65,9 @@ class Actuator {
   Actuator& operator=(const Actuator&) = delete;
 
   void SetOptions(Options options);
+  // Whether Apply would act on `action` rather than store it as disabled
+  // or skipped (withheld, or a kind the options turn off).
+  bool Acts(const ras::Action& action) const;
   // Where drain-node goes (the scheduler link); unset: logged as skipped.
   // Returns the detail to store.
   void SetNodeDrainer(std::function<std::string(const std::string& reason)> drainer) {

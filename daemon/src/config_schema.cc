@@ -405,9 +405,10 @@ void AddRasKeys(std::vector<ConfigKey>& keys) {
                      "and the oldest beyond this many rows"));
   keys.push_back(Row("ras.storm_threshold", kRestart, RASD_CONFIG_FIELD(ras.storm_threshold),
                      Integer<std::size_t>(1, 1'000'000),
-                     "a batch of more events than this is stored coalesced per component (DIMM, "
-                     "controller, device), class and minute, with exact counts and each page's "
-                     "errors"));
+                     "a batch of more events than this, or more within a second, is a storm "
+                     "(for 10 s after): its events are stored coalesced per component (DIMM, "
+                     "controller, device), class and minute, one row each, with exact counts and "
+                     "each page's errors"));
   keys.push_back(Row("ras.codes.nvidia_xid", kLive, RASD_CONFIG_FIELD(ras.codes.nvidia_xid),
                      CodeMap(/*hex_keys=*/false),
                      "`code: CLASS` entries over the built-in table of NVIDIA Xids (decimal); "

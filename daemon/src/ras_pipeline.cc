@@ -234,13 +234,14 @@ void RasPipeline::AttributeToDevices(std::vector<ras::RasEvent>& events) const {
 }
 
 std::vector<std::size_t> SplitActedPages(std::vector<ras::RasEvent>& events, std::size_t index,
-                                         const std::vector<ras::Action>& actions) {
+                                         const std::vector<ras::Action>& actions,
+                                         const std::function<bool(const ras::Action&)>& acts) {
   std::vector<std::size_t> owners(actions.size(), index);
   if (events[index].pages.empty()) return owners;
   std::vector<std::pair<std::uint64_t, std::size_t>> split;  // page, its event
   for (std::size_t k = 0; k < actions.size(); ++k) {
     const ras::Action& action = actions[k];
-    if (action.kind == ras::ActionKind::kRecord || !action.address) continue;
+    if (!action.address || !acts(action)) continue;
     const std::uint64_t page = ras::PageOf(*action.address);
     if (auto done = std::find_if(split.begin(), split.end(),
                                  [page](const auto& entry) { return entry.first == page; });
@@ -311,7 +312,8 @@ void RasPipeline::Handle(std::vector<ras::RasEvent> events, std::vector<ras::Sou
   for (auto& event : events) event.count = std::min(event.count, kMaxEventCount);
   stats_.events += events.size();
   const std::size_t before = events.size();
-  events = ras::CoalesceStorm(std::move(events), options_.storm_threshold);
+  const bool storm = InStorm(before);
+  events = ras::CoalesceStorm(std::move(events), storm ? 0 : options_.storm_threshold);
   stats_.coalesced += before - events.size();
 
   // Effects first: the rows follow in the batch below.
@@ -321,12 +323,15 @@ void RasPipeline::Handle(std::vector<ras::RasEvent> events, std::vector<ras::Sou
   for (std::size_t i = 0; i < decided; ++i) {
     const auto actions = policy_.Decide(events[i], loop_.Now());
     if (decided_) decided_(events[i], actions);
-    const std::vector<std::size_t> owners = SplitActedPages(events, i, actions);
+    const auto acts = [this](const ras::Action& action) { return actuator_.Acts(action); };
+    const std::vector<std::size_t> owners = SplitActedPages(events, i, actions, acts);
     acted.resize(events.size(), false);
     for (std::size_t k = 0; k < actions.size(); ++k) {
       const ras::Action& action = actions[k];
       const std::size_t owner = owners[k];
-      if (action.kind != ras::ActionKind::kRecord || action.withheld) acted[owner] = true;
+      // A disabled or withheld action's row joins its minute's (coalesced):
+      // the event may still grow.
+      if (acts(action)) acted[owner] = true;
       const ActionOutcome outcome = actuator_.Apply(action, events[owner], owner);
       if (!outcome.health_change || outcome.health_change->to != runtime::HealthState::kIsolated)
         continue;
@@ -352,7 +357,7 @@ void RasPipeline::Handle(std::vector<ras::RasEvent> events, std::vector<ras::Sou
   TakePending(batch);
   if (backlog_.empty()) {
     // Only under a storm: events of a quiet node keep a row each.
-    if (before > options_.storm_threshold) PlanGrowth(batch, acted);
+    if (storm) PlanGrowth(batch, acted);
     auto stored = store_.Commit(batch);
     if (stored) {
       health_.Committed();
@@ -377,6 +382,22 @@ void RasPipeline::Handle(std::vector<ras::RasEvent> events, std::vector<ras::Sou
   stats_.backlog_batches = backlog_.size();
   stats_.backlog_events = EventsIn(backlog_);
   ArmRetry();
+}
+
+bool RasPipeline::InStorm(std::size_t events) {
+  // A storm is a batch over the threshold, or more events than that within
+  // a second however the source cut them into batches (a reader that keeps
+  // up with the kernel gets small ones); it lasts 10 s past the last sign.
+  const auto now = loop_.Now();
+  const auto second = std::chrono::duration_cast<std::chrono::seconds>(now).count();
+  if (second != rate_second_) {
+    rate_second_ = second;
+    events_this_second_ = 0;
+  }
+  events_this_second_ += events;
+  if (events > options_.storm_threshold || events_this_second_ > options_.storm_threshold)
+    storm_until_ = now + std::chrono::seconds(10);
+  return now < storm_until_;
 }
 
 namespace {

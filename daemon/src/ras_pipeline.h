@@ -43,12 +43,13 @@ class LinkDecider {
 };
 
 // A storm-coalesced event of several pages (`events[index]`) whose
-// `actions` act on some of its pages: each such page becomes an event of
-// its own, appended to `events`, so that its actions' rows point at the
-// page they acted on; the merged event keeps the rest. Returns the event
-// each action belongs to.
+// `actions` act on some of its pages (`acts`: not disabled or withheld):
+// each such page becomes an event of its own, appended to `events`, so that
+// its actions' rows point at the page they acted on; the merged event keeps
+// the rest. Returns the event each action belongs to.
 std::vector<std::size_t> SplitActedPages(std::vector<ras::RasEvent>& events, std::size_t index,
-                                         const std::vector<ras::Action>& actions);
+                                         const std::vector<ras::Action>& actions,
+                                         const std::function<bool(const ras::Action&)>& acts);
 
 // One batch of RAS events, from any source, through one path:
 // attribute to runtime devices -> coalesce a storm -> PolicyEngine::Decide
@@ -69,7 +70,9 @@ std::vector<std::size_t> SplitActedPages(std::vector<ras::RasEvent>& events, std
 class RasPipeline {
  public:
   struct Options {
-    std::size_t storm_threshold = 64;  // a batch larger than this is coalesced
+    // A batch larger than this, or more events than this within a second,
+    // is a storm (for 10 s after): coalesced, and its rows grow.
+    std::size_t storm_threshold = 64;
     // Retention, applied at construction and hourly: events older than
     // this, and the oldest beyond `max_events`, are rolled up by day and
     // component (the summary still counts them) and deleted.
@@ -144,6 +147,8 @@ class RasPipeline {
   // been quiet for a second, or at once when it has grown past 32 MiB.
   void AfterCommit();
   void Log(const std::vector<ras::RasEvent>& events);
+  // Whether a batch of `events` arrives in a storm (and counts it).
+  bool InStorm(std::size_t events);
   // Sets batch.grows for the events that only record and whose component
   // has a row stored in their minute: they add to it instead of adding rows.
   // For a storm's batches only (more events than the storm threshold).
@@ -183,6 +188,9 @@ class RasPipeline {
   static constexpr std::size_t kMaxOpenEvents = 256;
   static constexpr std::size_t kMaxOpenPages = 4096;  // a row with more starts another
   std::vector<OpenEvent> open_;
+  std::int64_t rate_second_ = -1;  // InStorm's count of the events of a second
+  std::size_t events_this_second_ = 0;
+  std::chrono::nanoseconds storm_until_{};
   std::unique_ptr<common::Timer> retry_timer_;
   std::unique_ptr<common::Timer> checkpoint_timer_;
   std::unique_ptr<common::Timer> prune_timer_;  // hourly retention

@@ -138,6 +138,7 @@ TEST_F(RasPipelineTest, WhatCannotBeStoredWaitsInOrderAndIsStoredWhenTheDiskHasR
 }
 
 TEST_F(RasPipelineTest, AStormOverManyPagesIsOneEventAndAPageThatActsGetsItsOwn) {
+  actuator_->SetOptions({.host_page_offline = true});
   // One DIMM's CE over 400 pages, in one minute; page 0x7000 has 50 of
   // them, the policy's page threshold.
   std::vector<ras::RasEvent> storm = HostErrors(450);
@@ -173,6 +174,15 @@ TEST_F(RasPipelineTest, AStormOverManyPagesIsOneEventAndAPageThatActsGetsItsOwn)
   auto pages = store_->LoadPageErrors({});
   ASSERT_TRUE(pages.has_value());
   EXPECT_EQ(pages->size(), 401u) << "one row per page";
+
+  // With offlining off the action does nothing: its row is the minute's
+  // disabled one, and the page stays in the DIMM's event.
+  actuator_->SetOptions({.host_page_offline = false});
+  for (auto& event : storm) event.time += std::chrono::minutes(5);
+  pipeline_->Handle(storm, {{"kmsg", "boot", "900"}});
+  events = store_->QueryEvents({});
+  ASSERT_EQ(events->size(), 3u) << "one more: the DIMM's, pages and all";
+  EXPECT_EQ(events->back().event.count, 450u);
 }
 
 TEST_F(RasPipelineTest, AComponentsStormIsOneRowPerMinuteAcrossBatchesUnlessTheStoreFails) {
