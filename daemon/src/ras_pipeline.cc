@@ -136,7 +136,7 @@ std::size_t EventsIn(const std::deque<ras::StoreBatch>& batches) {
 }  // namespace
 
 void RasPipeline::AfterCommit() {
-  constexpr std::size_t kCheckpointPages = 8192;  // 32 MiB of 4 KiB pages
+  constexpr std::size_t kCheckpointPages = 2048;  // 8 MiB of 4 KiB pages
   if (store_.WalPages() > kCheckpointPages) {
     checkpoint_timer_->Disarm();
     if (auto done = store_.Checkpoint(); !done)

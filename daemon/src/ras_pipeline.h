@@ -144,7 +144,8 @@ class RasPipeline {
   void Bound();
   void ArmRetry();
   // After a commit: the write-ahead log is copied back once the store has
-  // been quiet for a second, or at once when it has grown past 32 MiB.
+  // been quiet for a second, or at once when it has grown past 8 MiB (a
+  // checkpoint runs on the loop: a smaller one holds it for less).
   void AfterCommit();
   void Log(const std::vector<ras::RasEvent>& events);
   // Whether a batch of `events` arrives in a storm (and counts it).
