@@ -411,6 +411,14 @@ std::vector<ras::PageErrors> PagesOf(const ras::RasEvent& event) {
 
 }  // namespace
 
+void RasPipeline::OpenEvent::AddPages(const std::vector<ras::PageErrors>& more) {
+  for (const auto& page : more) {
+    auto [at, added] = page_index.try_emplace(page.page, pages.size());
+    if (added) pages.push_back({page.page, 0});
+    pages[at->second].errors += page.errors;
+  }
+}
+
 void RasPipeline::PlanGrowth(ras::StoreBatch& batch, const std::vector<bool>& acted) {
   if (open_.empty()) return;
   batch.grows.assign(batch.events.size(), std::nullopt);
@@ -429,11 +437,7 @@ void RasPipeline::PlanGrowth(ras::StoreBatch& batch, const std::vector<bool>& ac
       open_.erase(open);  // this event starts the component's next row
       continue;
     }
-    for (const auto& page : pages) {
-      auto [at, added] = open->page_index.try_emplace(page.page, open->pages.size());
-      if (added) open->pages.push_back({page.page, 0});
-      open->pages[at->second].errors += page.errors;
-    }
+    open->AddPages(pages);
     open->count += event.count;
     open->last = std::max(open->last, event.time);
     ras::EventGrowth growth{.id = open->id, .count = open->count, .last = open->last};
@@ -469,11 +473,7 @@ void RasPipeline::OpenStored(const ras::StoreBatch& batch, const std::vector<boo
     row.first.pages.clear();  // the identity only
     row.first.raw.clear();
     row.first.summary.clear();
-    for (const auto& page : PagesOf(event)) {
-      auto [at, added] = row.page_index.try_emplace(page.page, row.pages.size());
-      if (added) row.pages.push_back({page.page, 0});
-      row.pages[at->second].errors += page.errors;
-    }
+    row.AddPages(PagesOf(event));
     open_.push_back(std::move(row));
   }
   // Rows of minutes that have passed take nothing more; the newest rows

@@ -185,6 +185,8 @@ class RasPipeline {
     std::vector<ras::PageErrors> pages;                         // every page, first seen first
     std::unordered_map<std::uint64_t, std::size_t> page_index;  // page -> its place in `pages`
     std::chrono::system_clock::time_point last;
+    // Adds each page's errors, a new page at the end.
+    void AddPages(const std::vector<ras::PageErrors>& more);
   };
   static constexpr std::size_t kMaxOpenEvents = 256;
   static constexpr std::size_t kMaxOpenPages = 4096;  // a row with more starts another
