@@ -6,6 +6,7 @@
 #include <systemd/sd-event.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -28,7 +29,8 @@ std::uint64_t Micros(std::chrono::nanoseconds delay) {
 class SdTimer final : public Timer {
  public:
   SdTimer(sd_event* event, std::function<void()> on_fire) : on_fire_(std::move(on_fire)) {
-    if (int rc = sd_event_add_time(event, &source_, CLOCK_MONOTONIC, 0, 0, &SdTimer::OnFire, this);
+    if (int rc = sd_event_add_time(event, &source_, CLOCK_MONOTONIC, 0, Micros(kDefaultSlack),
+                                   &SdTimer::OnFire, this);
         rc < 0) {
       // Only ENOMEM gets here: a loop that cannot make timers cannot run
       // rasd's drains, recoveries or watchdog, and limping on would hide it.
@@ -44,6 +46,10 @@ class SdTimer final : public Timer {
     sd_event_source_set_enabled(source_, SD_EVENT_ONESHOT);
   }
   void Disarm() override { sd_event_source_set_enabled(source_, SD_EVENT_OFF); }
+  // sd-event reads 0 as its own default (250 ms): the least it takes is 1 us.
+  void SetSlack(std::chrono::nanoseconds slack) override {
+    sd_event_source_set_time_accuracy(source_, std::max<std::uint64_t>(Micros(slack), 1));
+  }
   bool Armed() const override {
     int enabled = SD_EVENT_OFF;
     (void)sd_event_source_get_enabled(source_, &enabled);

@@ -21,6 +21,8 @@ class SimulatedEventLoop::SimTimer final : public Timer {
   }
   void Disarm() override { loop_.timers_.at(id_).armed = false; }
   bool Armed() const override { return loop_.timers_.at(id_).armed; }
+  // Simulated timers fire at their deadline exactly.
+  void SetSlack(std::chrono::nanoseconds) override {}
 
  private:
   SimulatedEventLoop& loop_;

@@ -508,7 +508,9 @@ void AddPolicyKeys(std::vector<ConfigKey>& keys) {
                      "does not follow (a Slurm job's, a pod's) is beaten at this period. 0: every "
                      "`liveness.period_ms` like a busy device"));
   keys.push_back(Row("liveness.deadline_ms", kLive, RASD_CONFIG_FIELD(liveness.deadline),
-                     Milliseconds(10, 3'600'000), "how long one heartbeat may take"));
+                     Milliseconds(10, 3'600'000),
+                     "how long one heartbeat may take; a hung device with work on it is found "
+                     "within `period_ms` + `misses` x this (1000 + 2 x 800: 2.6 periods)"));
   keys.push_back(Row("liveness.misses", kLive, RASD_CONFIG_FIELD(liveness.misses),
                      Integer<int>(1, 1000),
                      "deadlines in a row a heartbeat stays unfinished before the device is "

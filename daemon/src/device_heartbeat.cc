@@ -15,6 +15,9 @@ namespace {
 // (64-byte aligned, as ACL wants device addresses).
 constexpr std::uint64_t kCopyBeatBlock = 8192;
 constexpr std::uint64_t kCopyBeatBytes = 64;
+// A hang is found at the tick on its last deadline: that tick fires this
+// close to it.
+constexpr std::chrono::milliseconds kTickSlack{1};
 
 }  // namespace
 
@@ -46,6 +49,7 @@ void DeviceHeartbeat::DropStream(int device, Beat& beat, std::string_view why) {
 
 void DeviceHeartbeat::Start() {
   timer_ = loop_.CreateTimer([this] { Tick(); });
+  timer_->SetSlack(kTickSlack);
   runtime_.SetWorkListener([this, alive = alive_](int device) {
     loop_.Post([this, alive, device] {
       if (*alive) OnWork(device);
@@ -151,11 +155,18 @@ void DeviceHeartbeat::Tick() {
     // next beat is all there is to wake for.
     const auto due =
         beat.ever_launched ? beat.launched + interval - now : std::chrono::nanoseconds(0);
-    next = std::min(next, beat.pending || due <= std::chrono::nanoseconds(0) ? TickPeriod() : due);
+    if (beat.pending) {
+      // A tick on the pending beat's next deadline, so that a hang is
+      // counted there and not up to a tick period later.
+      const auto next_deadline = beat.launched + options_.deadline * (beat.missed + 1) - now;
+      next = std::min({next, TickPeriod(), next_deadline});
+    } else {
+      next = std::min(next, due <= std::chrono::nanoseconds(0) ? TickPeriod() : due);
+    }
   }
   Publish();
   if (next == kNever) return;  // no device: nothing to wake for
-  armed_for_ = now + std::max<std::chrono::nanoseconds>(next, std::chrono::milliseconds(10));
+  armed_for_ = now + std::max<std::chrono::nanoseconds>(next, std::chrono::milliseconds(1));
   timer_->ArmAfter(armed_for_ - now);
 }
 

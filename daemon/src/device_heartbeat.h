@@ -44,11 +44,19 @@ namespace rasd::daemon {
 // runtime's work listener) brings its next beat forward at once, so a
 // device that hangs under new work is found as fast as one that was busy
 // all along. Between beats nothing is armed but the next one.
+//
+// A device that hangs is reported within `period` + `misses` x `deadline`:
+// its next beat is launched at most a period later, and the tick that
+// counts each deadline lands on it (the timer's slack is a millisecond, not
+// the loop's default). The defaults (1 s, 2 x 800 ms) find a hung busy
+// device within 2.6 periods; an empty kernel on a stream of its own takes
+// microseconds, so 800 ms is still thousands of times what a healthy
+// device needs behind other work.
 class DeviceHeartbeat {
  public:
   struct Options {
     std::chrono::milliseconds period{1000};    // between beats; 0: off
-    std::chrono::milliseconds deadline{2000};  // for one beat to finish
+    std::chrono::milliseconds deadline{800};   // for one beat to finish
     int misses = 2;                            // deadlines in a row that make a hang
     // Between beats of a device no job uses; 0: every `period` as well.
     std::chrono::milliseconds idle_period{0};

@@ -47,8 +47,8 @@ class HeartbeatTest : public ::testing::Test {
   // answers (all but those in `unanswering_`) has finished the beat it was
   // given, however long its thread takes in real time: a loaded machine
   // slows the test, never turns a healthy device into a missed deadline.
-  void Run(std::chrono::milliseconds simulated) {
-    for (auto t = 0ms; t < simulated; t += 10ms) {
+  void Run(std::chrono::milliseconds simulated, std::chrono::milliseconds step = 10ms) {
+    for (auto t = 0ms; t < simulated; t += step) {
       ASSERT_TRUE(rasd::testing::Eventually(
           [&] {
             for (int device = 0; device < static_cast<int>(runtime_->DeviceCount()); ++device) {
@@ -58,7 +58,7 @@ class HeartbeatTest : public ::testing::Test {
           },
           10s))
           << "a device that answers never finished its beat";
-      loop_.AdvanceBy(10ms);
+      loop_.AdvanceBy(step);
       loop_.RunUntilIdle();
     }
   }
@@ -131,6 +131,49 @@ TEST_F(HeartbeatTest, AHungSimulatedDeviceIsReportedOnceAfterTwoDeadlines) {
   Run(500ms);
   EXPECT_GE(Beats(1), before + 3);
   EXPECT_EQ(Hangs().size(), 1U);
+}
+
+// About the defaults' ratios (deadline 0.8 of the period, 2 misses) on a
+// device a job uses: wherever in the period the hang lands, it is reported
+// within a period and two deadlines, on the tick of the second deadline
+// rather than at the tick period after it (83 ms is no multiple of the
+// 10 ms tick). Time moves a millisecond at a time so that a late tick shows.
+TEST_F(HeartbeatTest, AHungBusyDeviceIsReportedWithinAPeriodAndTwoDeadlinesAtAnyPhase) {
+  auto driver =
+      drivers::SimDriver::Create({.device_count = 2, .memory_bytes_per_device = 16 << 20});
+  ASSERT_TRUE(driver.has_value());
+  auto* sim = driver->get();
+  Use(std::move(*driver), {.period = 100ms, .deadline = 83ms, .misses = 2, .idle_period = 60s});
+  auto stream = runtime_->CreateStream(1, {.owner = "job-3"});
+  ASSERT_TRUE(stream.has_value()) << stream.error().ToString();
+  Run(300ms);
+  // A beat is seen finished at the tick after its launch; the hang lands
+  // that long after it, and later: the worst is just after the next launch
+  // (93 ms: the next beat is a whole period away).
+  for (const auto after_beat : {0ms, 31ms, 62ms, 93ms}) {
+    SCOPED_TRACE(::testing::Message() << "hang " << after_beat.count() << " ms after a beat");
+    const auto beats = Beats(1);
+    for (int step = 0; step < 200 && Beats(1) == beats; ++step) Run(1ms, 1ms);
+    ASSERT_GT(Beats(1), beats);
+    Run(after_beat, 1ms);
+    const auto hangs_before = Hangs().size();
+    const auto injected = loop_.Now();
+    ASSERT_TRUE(sim->InjectHang(1).has_value());
+    unanswering_.insert(1);
+    Run(400ms, 1ms);
+    const auto hangs = Hangs();
+    ASSERT_EQ(hangs.size(), hangs_before + 1);
+    const auto latency = hangs.back().second - injected;
+    EXPECT_GE(latency, 166ms) << "not before two deadlines";
+    EXPECT_LE(latency, 266ms) << "a period and two deadlines";
+
+    (*runtime_->GetDevice(1))->SetHealth(HealthState::kIsolated);
+    Run(20ms);
+    ASSERT_TRUE(runtime_->Driver().ResetDevice(1).has_value());
+    unanswering_.erase(1);
+    (*runtime_->GetDevice(1))->SetHealth(HealthState::kHealthy);
+    Run(250ms);
+  }
 }
 
 TEST_F(HeartbeatTest, JobsGivingUpOnTheDeviceMakeOneMissedDeadlineAHang) {

@@ -22,6 +22,11 @@ class Timer {
   virtual void ArmAfter(std::chrono::nanoseconds delay) = 0;
   virtual void Disarm() = 0;
   virtual bool Armed() const = 0;
+  // How late the timer may fire, so that the loop can wake once for several
+  // timers (an idle node sleeps longer). kDefaultSlack unless set; a
+  // deadline that a detection time is promised against needs less.
+  virtual void SetSlack(std::chrono::nanoseconds slack) = 0;
+  static constexpr std::chrono::nanoseconds kDefaultSlack = std::chrono::milliseconds(250);
 };
 
 // Readiness of one file descriptor on an EventLoop. The loop does not own

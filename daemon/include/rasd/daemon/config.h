@@ -153,7 +153,7 @@ struct Config {
   // drain and isolate).
   struct Liveness {
     std::chrono::milliseconds period{1000};
-    std::chrono::milliseconds deadline{2000};
+    std::chrono::milliseconds deadline{800};
     int misses = 2;
     std::chrono::milliseconds idle_period{60'000};
     bool operator==(const Liveness&) const = default;
