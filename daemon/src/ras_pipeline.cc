@@ -70,12 +70,37 @@ RasPipeline::RasPipeline(common::EventLoop& loop, runtime::Runtime& runtime,
           RASD_LOG_WARN("state store: {}", done.error().message);
       })) {
   health_.SetUnsavedCallback([this] { ArmRetry(); });
+  pages_timer_ = loop_.CreateTimer([this] {
+    if (backlog_.empty()) {
+      FlushBacklog();
+    } else {
+      ArmRetry();  // the backlog's commit takes them
+    }
+  });
   Prune();
   prune_timer_ = loop_.CreateTimer([this] {
     Prune();
     prune_timer_->ArmAfter(kPrunePeriod);
   });
   prune_timer_->ArmAfter(kPrunePeriod);
+}
+
+RasPipeline::~RasPipeline() {
+  if (unsaved_pages_.empty()) return;
+  ras::StoreBatch batch;
+  TakePages(batch);
+  if (auto stored = store_.Commit(batch); !stored)
+    RASD_LOG_WARN("page errors of the last second not saved: {}", stored.error().message);
+}
+
+void RasPipeline::TakePages(ras::StoreBatch& batch) {
+  if (!batch.page_errors) batch.page_errors.emplace();
+  if (unsaved_pages_.empty()) return;
+  auto pages = unsaved_pages_.Take();
+  batch.page_errors->insert(batch.page_errors->end(), std::make_move_iterator(pages.begin()),
+                            std::make_move_iterator(pages.end()));
+  pages_saved_at_ = loop_.Now();
+  pages_timer_->Disarm();
 }
 
 void RasPipeline::Prune() {
@@ -106,6 +131,14 @@ void KeepLatest(std::vector<Row>& kept, Row row, std::string Row::*key) {
 
 // The batches as one, in order: action rows keep pointing at their events.
 ras::StoreBatch Merge(std::deque<ras::StoreBatch>& batches) {
+  // A batch that leaves its page errors to its events keeps them: merged
+  // with batches that name theirs, it names them too.
+  for (auto& batch : batches) {
+    if (batch.page_errors) continue;
+    ras::PageErrorTally tally;
+    tally.Add(batch.events);
+    batch.page_errors = tally.Take();
+  }
   ras::StoreBatch merged = std::move(batches.front());
   batches.pop_front();
   for (auto& batch : batches) {
@@ -117,6 +150,11 @@ ras::StoreBatch Merge(std::deque<ras::StoreBatch>& batches) {
     }
     for (auto& state : batch.states) merged.states.push_back(std::move(state));
     for (auto& page : batch.pages) merged.pages.push_back(std::move(page));
+    if (batch.page_errors) {
+      if (!merged.page_errors) merged.page_errors.emplace();
+      merged.page_errors->insert(merged.page_errors->end(), batch.page_errors->begin(),
+                                 batch.page_errors->end());
+    }
     // The latest value of each key, and position of each source, is the one to keep.
     for (auto& value : batch.node_values)
       KeepLatest(merged.node_values, std::move(value), &ras::NodeValue::key);
@@ -184,7 +222,9 @@ void RasPipeline::FlushBacklog() {
   if (backlog_.empty()) {
     // Only decisions made outside a batch wait (an operator's change whose
     // save failed, a link's debounce ending).
-    if (health_.UnsavedStates() == 0 && !(link_decider_ && link_decider_->HasPending())) return;
+    if (health_.UnsavedStates() == 0 && !(link_decider_ && link_decider_->HasPending()) &&
+        unsaved_pages_.empty())
+      return;
     backlog_.emplace_back();
   }
   ras::StoreBatch merged = Merge(backlog_);
@@ -193,6 +233,7 @@ void RasPipeline::FlushBacklog() {
   // every device not saved yet instead.
   merged.states.clear();
   TakePending(merged);
+  TakePages(merged);
   if (auto stored = store_.Commit(merged); !stored) {
     NoteFailure(merged, stored.error());
     backlog_.push_back(std::move(merged));
@@ -355,6 +396,15 @@ void RasPipeline::Handle(std::vector<ras::RasEvent> events, std::vector<ras::Sou
   Log(batch.events);
   HandledBatch handled{.events = batch.events, .isolation_seconds = std::move(isolations)};
   TakePending(batch);
+  unsaved_pages_.Add(batch.events);
+  const bool acts_now =
+      std::any_of(acted.begin(), acted.end(), [](bool acted_here) { return acted_here; });
+  if (!storm || acts_now || loop_.Now() - pages_saved_at_ >= kPagesSavePeriod) {
+    TakePages(batch);
+  } else {
+    batch.page_errors.emplace();  // saved with a later batch
+    if (!pages_timer_->Armed()) pages_timer_->ArmAfter(kPagesSavePeriod);
+  }
   if (backlog_.empty()) {
     // Only under a storm: events of a quiet node keep a row each.
     if (storm) PlanGrowth(batch, acted);

@@ -93,6 +93,14 @@ class RasPipelineTest : public ::testing::Test {
     EXPECT_TRUE(counts.has_value());
     return counts ? (*counts)[ras::Severity::kCe] : 0;
   }
+  std::uint64_t StoredPageErrors() {
+    auto pages = store_->LoadPageErrors({});
+    EXPECT_TRUE(pages.has_value());
+    std::uint64_t errors = 0;
+    if (pages)
+      for (const auto& page : *pages) errors += page.errors;
+    return errors;
+  }
   std::string StoredCursor() {
     auto cursor = store_->LoadCursor("kmsg");
     return cursor && *cursor ? (*cursor)->position : "";
@@ -220,6 +228,50 @@ TEST_F(RasPipelineTest, AComponentsStormIsOneRowPerMinuteAcrossBatchesUnlessTheS
   EXPECT_EQ(events->back().event.count, 200u) << "the backlog's row, grown by the next batch";
   EXPECT_EQ(StoredErrors(), 600u);
   EXPECT_EQ(StoredCursor(), "600");
+}
+
+// Under a storm a page struck in every batch is written to page_errors
+// once a second, not once per batch: the batches between go with a later
+// one's transaction, or with the timer when the storm ends, or when the
+// pipeline stops. A batch the store refuses keeps its pages for the retry.
+TEST_F(RasPipelineTest, AStormsPageErrorsAreSavedOnceASecondAndNoneIsLost) {
+  auto storm = [](int records) {
+    std::vector<ras::RasEvent> events = HostErrors(records);
+    for (std::size_t i = 0; i < events.size(); ++i) {
+      events[i].dimm = "DIMM_B2";
+      events[i].address = ras::Address::Of(0x200000 + (i % 40) * 0x1000);
+    }
+    return events;
+  };
+  loop_.AdvanceBy(5s);
+  pipeline_->Handle(storm(200), {{"kmsg", "boot", "200"}});
+  EXPECT_EQ(StoredPageErrors(), 200u) << "the storm's first batch: nothing saved for a second";
+  pipeline_->Handle(storm(200), {{"kmsg", "boot", "400"}});
+  pipeline_->Handle(storm(200), {{"kmsg", "boot", "600"}});
+  EXPECT_EQ(StoredPageErrors(), 200u) << "within the second: waiting";
+  EXPECT_EQ(StoredErrors(), 600u) << "the events themselves are stored with each batch";
+  loop_.AdvanceBy(1s);
+  EXPECT_EQ(StoredPageErrors(), 600u) << "the storm ended: the timer saved the rest";
+
+  loop_.AdvanceBy(500ms);
+  pipeline_->Handle(storm(200), {{"kmsg", "boot", "800"}});
+  FillDisk("page_errors");
+  loop_.AdvanceBy(600ms);
+  pipeline_->Handle(storm(200), {{"kmsg", "boot", "1000"}});
+  EXPECT_GT(pipeline_->GetStats().backlog_events, 0u) << "the batch that carried them waits";
+  EXPECT_EQ(StoredPageErrors(), 600u);
+  Heal("page_errors");
+  loop_.AdvanceBy(1s);
+  EXPECT_EQ(pipeline_->GetStats().backlog_events, 0u);
+  EXPECT_EQ(StoredPageErrors(), 1000u);
+  EXPECT_EQ(StoredCursor(), "1000");
+
+  loop_.AdvanceBy(1s);
+  pipeline_->Handle(storm(200), {{"kmsg", "boot", "1200"}});
+  pipeline_->Handle(storm(200), {{"kmsg", "boot", "1400"}});
+  EXPECT_EQ(StoredPageErrors(), 1200u);
+  pipeline_.reset();
+  EXPECT_EQ(StoredPageErrors(), 1400u) << "saved as the pipeline stops";
 }
 
 TEST_F(RasPipelineTest, RetentionDeletesOldEventsAtStartAndEveryHour) {

@@ -1003,37 +1003,54 @@ Result<std::int64_t> StateStore::InsertEvent(const RasEvent& event, EventTally& 
   return static_cast<std::int64_t>(sqlite3_last_insert_rowid(db_));
 }
 
-Status StateStore::AddPageErrors(std::span<const RasEvent> events) {
-  // One upsert per page the batch touched, however many of its events did.
-  struct Sum {
-    std::uint64_t errors = 0;
-    std::int64_t first_ns = 0;
-    std::int64_t last_ns = 0;
-  };
-  std::map<std::pair<std::string, std::uint64_t>, Sum> sums;
+void PageErrorTally::Add(const std::string& scope, std::uint64_t page, const Sum& more) {
+  auto& pages = by_scope_[scope];
+  auto [it, added] = pages.try_emplace(page, more);
+  if (added) return;
+  it->second.errors += more.errors;
+  it->second.first = std::min(it->second.first, more.first);
+  it->second.last = std::max(it->second.last, more.last);
+}
+
+void PageErrorTally::Add(std::span<const RasEvent> events) {
   for (const auto& event : events) {
     if (!event.address && event.pages.empty()) continue;
-    const std::int64_t at = UnixNanos(event.time);
-    auto add = [&](std::uint64_t page, std::uint64_t errors) {
-      auto [it, added] = sums.try_emplace({PageScope(event), page}, Sum{0, at, at});
-      it->second.errors += errors;
-      it->second.first_ns = std::min(it->second.first_ns, at);
-      it->second.last_ns = std::max(it->second.last_ns, at);
-    };
+    const std::string scope = PageScope(event);
     if (event.pages.empty()) {
-      add(PageOf(event.address->value), event.count);
-    } else {
-      for (const auto& page : event.pages) add(page.page, page.errors);
+      Add(scope, PageOf(event.address->value), Sum{event.count, event.time, event.time});
+      continue;
     }
+    for (const auto& page : event.pages)
+      Add(scope, page.page, Sum{page.errors, event.time, event.time});
   }
-  for (const auto& [key, sum] : sums) {
+}
+
+std::vector<PageErrorsRecord> PageErrorTally::Take() {
+  std::vector<PageErrorsRecord> records;
+  for (auto& [scope, pages] : by_scope_) {
+    const std::size_t from = records.size();
+    for (const auto& [page, sum] : pages)
+      records.push_back({.scope = scope,
+                         .page = page,
+                         .errors = sum.errors,
+                         .first = sum.first,
+                         .last = sum.last});
+    std::sort(records.begin() + static_cast<std::ptrdiff_t>(from), records.end(),
+              [](const PageErrorsRecord& a, const PageErrorsRecord& b) { return a.page < b.page; });
+  }
+  by_scope_.clear();
+  return records;
+}
+
+Status StateStore::AddPageErrors(const std::vector<PageErrorsRecord>& pages) {
+  for (const auto& page : pages) {
     StatementUse upsert(statements_->add_page_errors);
     sqlite3_stmt* statement = upsert.get();
-    BindText(statement, 1, key.first);
-    sqlite3_bind_int64(statement, 2, static_cast<sqlite3_int64>(key.second));
-    sqlite3_bind_int64(statement, 3, static_cast<sqlite3_int64>(sum.errors));
-    sqlite3_bind_int64(statement, 4, sum.first_ns);
-    sqlite3_bind_int64(statement, 5, sum.last_ns);
+    BindText(statement, 1, page.scope);
+    sqlite3_bind_int64(statement, 2, static_cast<sqlite3_int64>(page.page));
+    sqlite3_bind_int64(statement, 3, static_cast<sqlite3_int64>(page.errors));
+    sqlite3_bind_int64(statement, 4, UnixNanos(page.first));
+    sqlite3_bind_int64(statement, 5, UnixNanos(page.last));
     if (sqlite3_step(statement) != SQLITE_DONE) return Fail(SqliteError("count page errors"));
   }
   return {};
@@ -1153,7 +1170,9 @@ Result<std::vector<std::int64_t>> StateStore::RecordEvents(std::span<const RasEv
     ids.push_back(*recorded);
   }
   if (auto totals = AddTotals(added); !totals) return Fail(totals.error());
-  if (auto counted = AddPageErrors(events); !counted) return Fail(counted.error());
+  PageErrorTally pages;
+  pages.Add(events);
+  if (auto counted = AddPageErrors(pages.Take()); !counted) return Fail(counted.error());
   if (auto committed = transaction.Commit("event batch"); !committed)
     return Fail(committed.error());
   AddCounts(severity_counts_, added.severities);
@@ -1179,7 +1198,8 @@ Result<StoredBatch> StateStore::Commit(const StoreBatch& batch) {
   }
   StoredBatch stored;
   if (batch.events.empty() && batch.actions.empty() && batch.states.empty() &&
-      batch.pages.empty() && batch.cursors.empty() && batch.node_values.empty()) {
+      batch.pages.empty() && batch.cursors.empty() && batch.node_values.empty() &&
+      (!batch.page_errors || batch.page_errors->empty())) {
     return stored;
   }
 
@@ -1202,7 +1222,13 @@ Result<StoredBatch> StateStore::Commit(const StoreBatch& batch) {
     stored.event_ids.push_back(*id);
   }
   if (auto totals = AddTotals(added); !totals) return Fail(totals.error());
-  if (auto counted = AddPageErrors(batch.events); !counted) return Fail(counted.error());
+  if (batch.page_errors) {
+    if (auto counted = AddPageErrors(*batch.page_errors); !counted) return Fail(counted.error());
+  } else {
+    PageErrorTally tally;
+    tally.Add(batch.events);
+    if (auto counted = AddPageErrors(tally.Take()); !counted) return Fail(counted.error());
+  }
   stored.action_ids.reserve(batch.actions.size());
   for (const auto& action : batch.actions) {
     const auto event_id = action.event_index ? std::optional(stored.event_ids[*action.event_index])

@@ -12,6 +12,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "rasd/common/host_env.h"
@@ -141,8 +142,34 @@ struct EventGrowth {
   std::chrono::system_clock::time_point last;
 };
 
+// The errors of pages, summed by scope and page over any number of
+// events: what one upsert per page adds to page_errors. A plain value.
+class PageErrorTally {
+ public:
+  // Adds every page each event names (its histogram, or its address).
+  void Add(std::span<const RasEvent> events);
+  bool empty() const { return by_scope_.empty(); }
+  // The sums by scope and page, ascending (the table's key order); the
+  // tally is empty after.
+  std::vector<PageErrorsRecord> Take();
+
+ private:
+  struct Sum {
+    std::uint64_t errors = 0;
+    std::chrono::system_clock::time_point first;
+    std::chrono::system_clock::time_point last;
+  };
+  void Add(const std::string& scope, std::uint64_t page, const Sum& more);
+  std::map<std::string, std::unordered_map<std::uint64_t, Sum>> by_scope_;
+};
+
 struct StoreBatch {
   std::vector<RasEvent> events;
+  // The page errors this batch adds to page_errors. Unset: those `events`
+  // name. Set: these instead, so that a caller may gather several batches'
+  // pages and write them in one of their transactions (a storm's pages
+  // once a second, not once per batch).
+  std::optional<std::vector<PageErrorsRecord>> page_errors;
   // Empty, or one entry per event: where set, the event is added to that
   // stored row (event totals count its errors, not another event) instead
   // of becoming a row; a row that is gone (pruned) gets the event as a new
@@ -403,8 +430,8 @@ class StateStore {
   Status InsertRetiredPage(const RetiredPageRecord& page);
   Status UpsertCursor(const SourceCursor& cursor, std::int64_t updated_ns);
   Status UpsertNodeValue(const std::string& key, const std::string& value);
-  // The errors of every page the events name, added to page_errors.
-  Status AddPageErrors(std::span<const RasEvent> events);
+  // Each page's errors, added to its row of page_errors.
+  Status AddPageErrors(const std::vector<PageErrorsRecord>& pages);
 
   std::filesystem::path database_path_;
   common::UniqueFd lock_;
