@@ -232,6 +232,12 @@ void Daemon::StartRas() {
   lifecycle_->SetReturnCheck([this](int) { return actuator_->EnsurePagesRestored(); });
   pipeline_ = std::make_unique<RasPipeline>(*loop_, *runtime_, policy_, *actuator_, *health_,
                                             *store_, PipelineOptions(config_));
+  if (auto connection = store_->OpenCheckpointer()) {
+    checkpointer_ = std::make_unique<StoreCheckpointer>(std::move(*connection));
+    pipeline_->SetCheckpointer(checkpointer_.get());
+  } else {
+    RASD_LOG_WARN("checkpoints run on the loop: {}", connection.error().message);
+  }
   metrics_state_ = std::make_unique<DaemonMetrics>(*loop_, *runtime_, *jobs_, *actuator_,
                                                    scheduler_.get(), *pipeline_);
   health_subscriptions_.push_back(

@@ -36,6 +36,7 @@
 #include "rasd/runtime/self_test.h"
 #include "scheduler.h"
 #include "sim_link_tree.h"
+#include "store_checkpointer.h"
 
 namespace rasd::daemon {
 
@@ -121,6 +122,8 @@ class Daemon {
   std::uint64_t watchdog_usec_ = 0;
 
   std::unique_ptr<ras::StateStore> store_;
+  // Closed before store_ (declared after it), after pipeline_, which asks it.
+  std::unique_ptr<StoreCheckpointer> checkpointer_;
   std::unique_ptr<runtime::Runtime> runtime_;
   // The one writer of the devices' gates; every unit below decides through it.
   std::unique_ptr<DeviceHealth> health_;

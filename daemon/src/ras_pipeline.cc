@@ -66,8 +66,13 @@ RasPipeline::RasPipeline(common::EventLoop& loop, runtime::Runtime& runtime,
       options_(options),
       retry_timer_(loop.CreateTimer([this] { FlushBacklog(); })),
       checkpoint_timer_(loop.CreateTimer([this] {
-        if (auto done = store_.Checkpoint(); !done)
-          RASD_LOG_WARN("state store: {}", done.error().message);
+        // Quiet: nothing is written meanwhile, so a checkpoint elsewhere
+        // copies it all and the next commit starts the log over.
+        if (checkpointer_) {
+          checkpointer_->Request();
+        } else {
+          CheckpointOnLoop();
+        }
       })) {
   health_.SetUnsavedCallback([this] { ArmRetry(); });
   pages_timer_ = loop_.CreateTimer([this] {
@@ -177,11 +182,25 @@ void RasPipeline::AfterCommit() {
   constexpr std::size_t kCheckpointPages = 2048;  // 8 MiB of 4 KiB pages
   if (store_.WalPages() > kCheckpointPages) {
     checkpoint_timer_->Disarm();
-    if (auto done = store_.Checkpoint(); !done)
-      RASD_LOG_WARN("state store: {}", done.error().message);
+    if (!checkpointer_) {
+      CheckpointOnLoop();
+    } else if (!bulk_requested_) {
+      finished_before_bulk_ = checkpointer_->Finished();
+      checkpointer_->Request();
+      bulk_requested_ = true;
+    } else if (checkpointer_->Finished() > finished_before_bulk_) {
+      CheckpointOnLoop();  // what was written since the bulk was copied
+      bulk_requested_ = false;
+    }
     return;
   }
+  bulk_requested_ = false;
   checkpoint_timer_->ArmAfter(std::chrono::seconds(1));
+}
+
+void RasPipeline::CheckpointOnLoop() {
+  if (auto done = store_.Checkpoint(); !done)
+    RASD_LOG_WARN("state store: {}", done.error().message);
 }
 
 void RasPipeline::ArmRetry() {

@@ -17,6 +17,7 @@
 #include "rasd/ras/ras_event.h"
 #include "rasd/ras/state_store.h"
 #include "rasd/runtime/runtime.h"
+#include "store_checkpointer.h"
 
 namespace rasd::daemon {
 
@@ -135,6 +136,9 @@ class RasPipeline {
   void CommitDecisions();
 
   const Stats& GetStats() const { return stats_; }
+  // Copies the write-ahead log back on a thread of its own from now on;
+  // null: on the loop. It must outlive the pipeline or be unset first.
+  void SetCheckpointer(StoreCheckpointer* checkpointer) { checkpointer_ = checkpointer; }
 
  private:
   void AttributeToDevices(std::vector<ras::RasEvent>& events) const;
@@ -148,9 +152,14 @@ class RasPipeline {
   void Bound();
   void ArmRetry();
   // After a commit: the write-ahead log is copied back once the store has
-  // been quiet for a second, or at once when it has grown past 8 MiB (a
-  // checkpoint runs on the loop: a smaller one holds it for less).
+  // been quiet for a second, or when it has grown past 8 MiB. With a
+  // checkpointer the copy runs there; under a storm the loop's writes go on
+  // meanwhile, so once it has finished the loop copies what was written
+  // since (a few batches) itself, and its next commit starts the log over.
+  // (A checkpoint that never catches up with the writer never lets the log
+  // start over: it grew past 100 MiB in a long storm.)
   void AfterCommit();
+  void CheckpointOnLoop();
   void Log(const std::vector<ras::RasEvent>& events);
   // Moves the page errors not saved yet into `batch` (set even if none,
   // so that the store does not count the batch's events a second time).
@@ -214,6 +223,11 @@ class RasPipeline {
   std::chrono::nanoseconds storm_until_{};
   std::unique_ptr<common::Timer> retry_timer_;
   std::unique_ptr<common::Timer> checkpoint_timer_;
+  StoreCheckpointer* checkpointer_ = nullptr;
+  // A checkpoint asked of checkpointer_ for a log past 8 MiB, and its count
+  // of finished checkpoints then.
+  bool bulk_requested_ = false;
+  std::uint64_t finished_before_bulk_ = 0;
   std::unique_ptr<common::Timer> prune_timer_;  // hourly retention
   std::chrono::milliseconds retry_delay_{100};
   std::chrono::nanoseconds failing_since_{};

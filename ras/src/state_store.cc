@@ -685,6 +685,25 @@ Result<std::unique_ptr<StateStore>> StateStore::OpenReader() const {
   return reader;
 }
 
+Result<std::unique_ptr<StateStore>> StateStore::OpenCheckpointer() const {
+  sqlite3* db = nullptr;
+  const int rc = sqlite3_open_v2(database_path_.c_str(), &db,
+                                 SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, nullptr);
+  if (rc != SQLITE_OK) {
+    std::string message = db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
+    sqlite3_close(db);
+    return Fail(ErrorCode::kIoError,
+                fmt::format("cannot open {} to checkpoint: {}", database_path_.string(), message));
+  }
+  std::unique_ptr<StateStore> checkpointer(
+      new StateStore(database_path_, common::UniqueFd(), db, clock_));
+  sqlite3_busy_timeout(db, 2000);
+  if (auto manual = Exec(db, "PRAGMA wal_autocheckpoint=0;", "configure checkpoints"); !manual)
+    return Fail(manual.error());
+  checkpointer->schema_version_ = schema_version_;
+  return checkpointer;
+}
+
 StateStore::~StateStore() {
   statements_.reset();  // sqlite3_close refuses a connection with live statements
   // Cleared in the log; SQLite's checkpoint at close takes it, with every

@@ -254,6 +254,11 @@ class StateStore {
   // every write fails. Independent of this store's lifetime; one thread at
   // a time may use it. Loop thread (it reads this store's path and clock).
   Result<std::unique_ptr<StateStore>> OpenReader() const;
+  // A second read-write connection that only ever runs Checkpoint(), for a
+  // thread of its own: the copy (megabytes, and an fsync) never holds the
+  // owner's thread. It writes nothing else. Must be closed before this
+  // store, so that this store's close takes the log in. Loop thread.
+  Result<std::unique_ptr<StateStore>> OpenCheckpointer() const;
   // Renames a damaged database and its WAL to <db>.damaged-<stamp>[-wal],
   // so that a fresh one can be made and the old one examined. Returns the
   // new name of the database file.
