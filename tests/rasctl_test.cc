@@ -69,6 +69,54 @@ TEST_F(RasctlTest, WatchAndFollowPrintWhatRasdPushes) {
   EXPECT_EQ(follow.Wait(5s), 3);
 }
 
+// A storm's events are a row per component and minute that grows with
+// every batch: `events --follow` prints the row when it is stored and again
+// with its count as it grows (at most once a second), marked as updated.
+TEST_F(RasctlTest, FollowPrintsAStormsRowAgainAsItGrows) {
+  const auto follow_out = rasd_.Dir() / "follow.out";
+  Process follow(
+      {.argv = {RASCTL_BINARY, "--socket", rasd_.Socket().string(), "--json", "events", "--follow"},
+       .stdout_path = follow_out});
+  ASSERT_TRUE(
+      WaitUntil([&] { return rasd_.RasctlJson({"status"})["control"]["watchers"] == 1; }, 5s));
+  std::uint64_t sequence = 800;
+  auto storm = [&](int records) {
+    std::string text;
+    for (int i = 0; i < records; ++i, ++sequence)
+      text += fmt::format(
+          "3,{},{},-;EDAC MC0: 1 CE memory read error on DIMM_A1 (channel:0 slot:0 "
+          "page:0x{:x} offset:0x40 grain:32)\n",
+          sequence, 50'000'000 + sequence, 0x1000 + i % 7);
+    rasd_.AppendKmsg(text);
+  };
+  storm(200);
+  auto counts = [&] {
+    std::vector<std::pair<bool, std::uint64_t>> seen;  // updated, count
+    std::istringstream lines(ReadText(follow_out));
+    for (std::string line; std::getline(lines, line);) {
+      const auto event = nlohmann::json::parse(line, nullptr, false);
+      if (event.is_discarded() || event.value("origin", "") != "edac") continue;
+      seen.emplace_back(event.value("updated", false), event.value("count", std::uint64_t{0}));
+    }
+    return seen;
+  };
+  ASSERT_TRUE(WaitUntil([&] { return !counts().empty(); }, 5s)) << ReadText(follow_out);
+  storm(300);
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        const auto seen = counts();
+        return !seen.empty() && seen.back().first && seen.back().second >= 500;
+      },
+      5s))
+      << ReadText(follow_out);
+  const auto seen = counts();
+  EXPECT_FALSE(seen.front().first) << "first printed as a new row";
+  EXPECT_LT(seen.front().second, 500u);
+  EXPECT_LE(seen.size(), 6u) << "updates are at most once a second, not once a batch";
+  ASSERT_TRUE(rasd_.Stop().has_value());
+  EXPECT_EQ(follow.Wait(5s), 3);
+}
+
 TEST_F(RasctlTest, StatusIsHumanReadableByDefault) {
   const auto result = rasd_.Rasctl({"status"});
   ASSERT_EQ(result.exit_code, 0) << result.err;

@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <set>
 #include <thread>
 
 #include "check_command.h"
@@ -127,6 +128,48 @@ int Watch(const GlobalOptions& options, nlohmann::json args, bool with_devices) 
     std::cout << std::flush;
     return kExitOk;
   };
+  // Rows already printed that grew (a storm's row per component and
+  // minute takes each batch's errors): printed again with their counts now,
+  // at most once a second however often they grow.
+  std::set<std::int64_t> grown;
+  auto next_growth = std::chrono::steady_clock::now();
+  auto fetch_grown = [&]() -> int {
+    next_growth = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+    // rasd takes at most 256 ids a query: the newest rows'.
+    constexpr std::size_t kMaxIds = 256;
+    std::vector<std::int64_t> ids(grown.begin(), grown.end());
+    if (ids.size() > kMaxIds)
+      ids.erase(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(ids.size() - kMaxIds));
+    grown.clear();
+    nlohmann::json query = args;
+    query.erase("since_seconds");
+    query.erase("after_id");
+    query["limit"] = ids.size();
+    query["ids"] = std::move(ids);
+    auto reply = fetching->Call("events", query);
+    if (!reply) {
+      std::cerr << "rasctl: " << reply.error().message << "\n";
+      return kExitUnreachable;
+    }
+    if (!reply->value("ok", false)) {
+      std::cerr << "rasctl: events: " << (*reply)["error"].value("message", "(no message)") << "\n";
+      return kExitDaemonError;
+    }
+    const auto& events = (*reply)["result"]["events"];
+    for (auto event = events.rbegin(); event != events.rend(); ++event) {
+      if (options.json) {
+        nlohmann::json updated = *event;
+        updated["updated"] = true;
+        std::cout << updated.dump() << "\n";
+      } else {
+        std::string line = rasd::ctl::FormatEvent(*event);
+        if (!line.empty() && line.back() == '\n') line.pop_back();
+        std::cout << line << " [updated]\n";
+      }
+    }
+    std::cout << std::flush;
+    return kExitOk;
+  };
   if (with_devices) {
     // Watch starts from now: only what happens next.
     last_id = (*subscribed)["result"].value("last_id", std::int64_t{0});
@@ -136,16 +179,29 @@ int Watch(const GlobalOptions& options, nlohmann::json args, bool with_devices) 
   // Nothing matched the first fetch: later ones start after the newest id.
   if (last_id < 0) last_id = (*subscribed)["result"].value("last_id", std::int64_t{0});
   for (;;) {
-    auto message = watching->Next(std::chrono::hours(24));
+    const auto now = std::chrono::steady_clock::now();
+    const auto wait =
+        grown.empty()
+            ? std::chrono::milliseconds(std::chrono::hours(24))
+            : std::max(std::chrono::milliseconds(0),
+                       std::chrono::duration_cast<std::chrono::milliseconds>(next_growth - now));
+    auto message = watching->Next(wait);
     if (!message) {
       std::cerr << "rasctl: rasd closed the connection\n";
       return kExitUnreachable;
     }
+    if (!grown.empty() && std::chrono::steady_clock::now() >= next_growth)
+      if (const int rc = fetch_grown(); rc != kExitOk) return rc;
     if (!*message) continue;
     const auto& notice = **message;
     const std::string event = notice.value("event", std::string());
-    if (event == "events" && notice.value("last_id", std::int64_t{0}) > last_id) {
-      if (const int rc = fetch(); rc != kExitOk) return rc;
+    if (event == "events") {
+      if (notice.contains("grown") && notice["grown"].is_array())
+        for (const auto& id : notice["grown"])
+          if (id.is_number_integer() && id.get<std::int64_t>() <= last_id)
+            grown.insert(id.get<std::int64_t>());
+      if (notice.value("last_id", std::int64_t{0}) > last_id)
+        if (const int rc = fetch(); rc != kExitOk) return rc;
     } else if (event == "device" && with_devices) {
       std::cout << (options.json ? notice.dump() + "\n"
                                  : fmt::format("device {}: {} -> {} ({})\n",

@@ -223,6 +223,7 @@ void ControlApi::Events(const nlohmann::json& args, AsyncReply reply) {
   }
   if (auto device = reader.Int("device", 0, kMaxDevice)) query.device = static_cast<int>(*device);
   if (auto after = reader.Int("after_id", 0, INT64_MAX)) query.after_id = *after;
+  if (auto ids = reader.IntList("ids", 1, INT64_MAX, Watchers::kMaxGrownIds)) query.ids = *ids;
   if (auto ok = reader.Finish(); !ok) return reply(Fail(ok.error()));
   ReadStore(
       [query](ras::StateStore& store) -> Result<nlohmann::json> {

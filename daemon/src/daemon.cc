@@ -434,8 +434,7 @@ void Daemon::StartJobsAndMetrics() {
 void Daemon::ObserveBatch(const HandledBatch& batch) {
   // A consumer's streams may have been aborted: the jobs look again.
   jobs_->Reconsider();
-  if (watchers_ && batch.stored && !batch.event_ids.empty())
-    watchers_->OnStored(*std::max_element(batch.event_ids.begin(), batch.event_ids.end()));
+  if (watchers_ && batch.stored) watchers_->OnStored(batch.event_ids);
   metrics_state_->ObserveBatch(batch);
 }
 

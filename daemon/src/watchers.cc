@@ -1,5 +1,6 @@
 #include "watchers.h"
 
+#include <algorithm>
 #include <vector>
 
 namespace rasd::daemon {
@@ -36,9 +37,26 @@ void Watchers::Broadcast(const nlohmann::json& message) {
   }
 }
 
-void Watchers::OnStored(std::int64_t last_event_id) {
+void Watchers::OnStored(const std::vector<std::int64_t>& event_ids) {
+  if (event_ids.empty()) return;
+  std::vector<std::int64_t> grown;
+  std::int64_t newest = newest_stored_;
+  for (const std::int64_t id : event_ids) {
+    if (id <= newest_stored_) grown.push_back(id);
+    newest = std::max(newest, id);
+  }
+  newest_stored_ = newest;
   if (pushes_.empty()) return;
-  Broadcast({{"event", "events"}, {"last_id", last_event_id}});
+  nlohmann::json message = {{"event", "events"}, {"last_id", newest}};
+  if (!grown.empty()) {
+    std::sort(grown.begin(), grown.end());
+    grown.erase(std::unique(grown.begin(), grown.end()), grown.end());
+    if (grown.size() > kMaxGrownIds)
+      grown.erase(grown.begin(),
+                  grown.begin() + static_cast<std::ptrdiff_t>(grown.size() - kMaxGrownIds));
+    message["grown"] = grown;
+  }
+  Broadcast(message);
 }
 
 void Watchers::OnDeviceStateChanged(const DeviceStateChanged& change) {

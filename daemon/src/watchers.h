@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "control_server.h"
 #include "device_health.h"
@@ -18,6 +19,9 @@ namespace rasd::daemon {
 // --follow` read instead of polling. Each subscriber's connection gets
 //   {"event": "events", "last_id": N}   events up to id N are stored (fetch
 //                                        them with `events` after_id)
+//       and "grown": [ids] where rows stored before (up to kMaxGrownIds of
+//       them) took more errors: a storm's row per component and minute
+//       grows instead of adding rows (fetch them with `events` ids)
 //   {"event": "device", "device": I, "from": S0, "state": S, "reason": R}
 // The first is a notification, not the events themselves, so that a
 // client's filters (severity, device) stay the `events` command's.
@@ -35,7 +39,9 @@ class Watchers {
 
   // The reply is every device's state now, and the newest stored event id.
   Result<Subscribed> Subscribe(Push push, std::int64_t last_event_id);
-  void OnStored(std::int64_t last_event_id);
+  static constexpr std::size_t kMaxGrownIds = 256;
+  // The rows a batch stored: new ones, and older ones that grew.
+  void OnStored(const std::vector<std::int64_t>& event_ids);
   void OnDeviceStateChanged(const DeviceStateChanged& change);
   std::size_t Count() const { return pushes_.size(); }
 
@@ -47,6 +53,8 @@ class Watchers {
   ReasonOf reason_of_;
   std::map<std::uint64_t, Push> pushes_;
   std::uint64_t next_id_ = 1;
+  std::int64_t newest_stored_ = 0;  // rows up to it were announced; one that
+                                    // comes again has grown
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
 

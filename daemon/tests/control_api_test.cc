@@ -222,6 +222,13 @@ TEST_F(ControlApiTest, EventsAreFilteredBySeverityDeviceAndIdAndBadArgumentsAreN
   ASSERT_EQ((*after)["events"].size(), 1u);
   EXPECT_EQ((*after)["events"][0]["summary"], "Xid 48 on device 0") << "the newest `limit`";
 
+  const std::int64_t last = (*all)["events"][2]["id"];
+  auto chosen = Read(&ControlApi::Events, {{"ids", {first, last, 999999}}});
+  ASSERT_TRUE(chosen.has_value());
+  ASSERT_EQ((*chosen)["events"].size(), 2u) << "the rows named that exist";
+  EXPECT_EQ((*chosen)["events"][0]["id"], first);
+  EXPECT_EQ((*chosen)["events"][1]["id"], last);
+
   auto recent = Read(&ControlApi::Events, {{"since_seconds", 0.5}});
   ASSERT_TRUE(recent.has_value());
   EXPECT_EQ((*recent)["events"].size(), 1u);
@@ -234,8 +241,11 @@ TEST_F(ControlApiTest, EventsAreFilteredBySeverityDeviceAndIdAndBadArgumentsAreN
            {{{"device", "one"}},
             "bad argument 'device' for events: must be an integer in 0..1048576"},
            {{{"sevrity", "CE"}},
-            "unknown argument 'sevrity' for events (takes: after_id, device, limit, severity, "
-            "since_seconds)"}}) {
+            "unknown argument 'sevrity' for events (takes: after_id, device, ids, limit, "
+            "severity, since_seconds)"},
+           {{{"ids", {0}}},
+            "bad argument 'ids' for events: must be a list of at most 256 integers in "
+            "1..9223372036854775807"}}) {
     auto refused = Read(&ControlApi::Events, args);
     ASSERT_FALSE(refused.has_value()) << args.dump();
     EXPECT_EQ(refused.error().code, ErrorCode::kInvalidArgument);

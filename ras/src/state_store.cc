@@ -1494,6 +1494,11 @@ Result<std::vector<StoredEvent>> StateStore::QueryEvents(const EventQuery& query
   if (query.severity) sql += " AND severity = ?";
   if (query.device) sql += " AND device = ?";
   if (query.after_id) sql += " AND id > ?";
+  if (!query.ids.empty()) {
+    sql += " AND id IN (?";
+    for (std::size_t i = 1; i < query.ids.size(); ++i) sql += ", ?";
+    sql += ")";
+  }
   sql += " ORDER BY id DESC LIMIT ?";
   sqlite3_stmt* statement = nullptr;
   if (sqlite3_prepare_v2(db_, sql.c_str(), -1, &statement, nullptr) != SQLITE_OK) {
@@ -1504,6 +1509,7 @@ Result<std::vector<StoredEvent>> StateStore::QueryEvents(const EventQuery& query
   if (query.severity) BindText(statement, column++, SeverityName(*query.severity));
   if (query.device) sqlite3_bind_int(statement, column++, *query.device);
   if (query.after_id) sqlite3_bind_int64(statement, column++, *query.after_id);
+  for (const std::int64_t id : query.ids) sqlite3_bind_int64(statement, column++, id);
   sqlite3_bind_int64(statement, column, static_cast<sqlite3_int64>(query.limit));
   std::vector<StoredEvent> events;
   int rc = SQLITE_ROW;

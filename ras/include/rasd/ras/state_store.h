@@ -40,7 +40,8 @@ struct EventQuery {
   std::optional<Severity> severity;
   std::optional<int> device;
   std::optional<std::int64_t> after_id;
-  std::size_t limit = 1000;  // the newest `limit` matching events
+  std::vector<std::int64_t> ids;  // only these rows, if any
+  std::size_t limit = 1000;       // the newest `limit` matching events
 };
 
 struct EventSummaryRow {
