@@ -16,6 +16,7 @@
 #include <iostream>
 #include <set>
 #include <thread>
+#include <variant>
 
 #include "check_command.h"
 #include "completion.h"
@@ -105,13 +106,8 @@ int Watch(const GlobalOptions& options, nlohmann::json args, bool with_devices) 
     return kExitDaemonError;
   }
   std::int64_t last_id = -1;  // -1: the first fetch takes the caller's --since/--limit
-  auto fetch = [&]() -> int {
-    nlohmann::json query = args;
-    if (last_id >= 0) {
-      query["after_id"] = last_id;
-      query.erase("since_seconds");
-      query["limit"] = 10000;
-    }
+  // The events a query names, or the exit code of its failure (said).
+  auto query_events = [&](const nlohmann::json& query) -> std::variant<nlohmann::json, int> {
     auto reply = fetching->Call("events", query);
     if (!reply) {
       std::cerr << "rasctl: " << reply.error().message << "\n";
@@ -121,7 +117,18 @@ int Watch(const GlobalOptions& options, nlohmann::json args, bool with_devices) 
       std::cerr << "rasctl: events: " << (*reply)["error"].value("message", "(no message)") << "\n";
       return kExitDaemonError;
     }
-    for (const auto& event : (*reply)["result"]["events"]) {
+    return (*reply)["result"]["events"];
+  };
+  auto fetch = [&]() -> int {
+    nlohmann::json query = args;
+    if (last_id >= 0) {
+      query["after_id"] = last_id;
+      query.erase("since_seconds");
+      query["limit"] = 10000;
+    }
+    auto events = query_events(query);
+    if (const int* failed = std::get_if<int>(&events)) return *failed;
+    for (const auto& event : std::get<nlohmann::json>(events)) {
       std::cout << (options.json ? event.dump() + "\n" : rasd::ctl::FormatEvent(event));
       last_id = std::max(last_id, event.value("id", last_id));
     }
@@ -146,23 +153,15 @@ int Watch(const GlobalOptions& options, nlohmann::json args, bool with_devices) 
     query.erase("after_id");
     query["limit"] = ids.size();
     query["ids"] = std::move(ids);
-    auto reply = fetching->Call("events", query);
-    if (!reply) {
-      std::cerr << "rasctl: " << reply.error().message << "\n";
-      return kExitUnreachable;
-    }
-    if (!reply->value("ok", false)) {
-      std::cerr << "rasctl: events: " << (*reply)["error"].value("message", "(no message)") << "\n";
-      return kExitDaemonError;
-    }
-    const auto& events = (*reply)["result"]["events"];
-    for (auto event = events.rbegin(); event != events.rend(); ++event) {
+    auto fetched = query_events(query);
+    if (const int* failed = std::get_if<int>(&fetched)) return *failed;
+    for (const auto& event : std::get<nlohmann::json>(fetched)) {  // oldest first
       if (options.json) {
-        nlohmann::json updated = *event;
+        nlohmann::json updated = event;
         updated["updated"] = true;
         std::cout << updated.dump() << "\n";
       } else {
-        std::string line = rasd::ctl::FormatEvent(*event);
+        std::string line = rasd::ctl::FormatEvent(event);
         if (!line.empty() && line.back() == '\n') line.pop_back();
         std::cout << line << " [updated]\n";
       }

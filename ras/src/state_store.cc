@@ -667,40 +667,37 @@ std::optional<Error> StateStore::ReadFaulted(std::string_view what) const {
 
 std::int64_t StateStore::NowNanos() const { return UnixNanos(clock_->Wall()); }
 
-Result<std::unique_ptr<StateStore>> StateStore::OpenReader() const {
+Result<std::unique_ptr<StateStore>> StateStore::OpenConnection(int flags,
+                                                               std::string_view purpose) const {
   sqlite3* db = nullptr;
-  const int rc = sqlite3_open_v2(database_path_.c_str(), &db,
-                                 SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, nullptr);
+  const int rc = sqlite3_open_v2(database_path_.c_str(), &db, flags | SQLITE_OPEN_NOMUTEX, nullptr);
   if (rc != SQLITE_OK) {
     std::string message = db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
     sqlite3_close(db);
     return Fail(ErrorCode::kIoError,
-                fmt::format("cannot open {} to read: {}", database_path_.string(), message));
+                fmt::format("cannot open {} to {}: {}", database_path_.string(), purpose, message));
   }
-  std::unique_ptr<StateStore> reader(
+  std::unique_ptr<StateStore> connection(
       new StateStore(database_path_, common::UniqueFd(), db, clock_));
   sqlite3_busy_timeout(db, 2000);
-  reader->schema_version_ = schema_version_;
-  if (auto prepared = reader->Prepare(); !prepared) return Fail(prepared.error());
+  connection->schema_version_ = schema_version_;
+  return connection;
+}
+
+Result<std::unique_ptr<StateStore>> StateStore::OpenReader() const {
+  auto reader = OpenConnection(SQLITE_OPEN_READONLY, "read");
+  if (!reader) return reader;
+  if (auto prepared = (*reader)->Prepare(); !prepared) return Fail(prepared.error());
   return reader;
 }
 
 Result<std::unique_ptr<StateStore>> StateStore::OpenCheckpointer() const {
-  sqlite3* db = nullptr;
-  const int rc = sqlite3_open_v2(database_path_.c_str(), &db,
-                                 SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, nullptr);
-  if (rc != SQLITE_OK) {
-    std::string message = db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
-    sqlite3_close(db);
-    return Fail(ErrorCode::kIoError,
-                fmt::format("cannot open {} to checkpoint: {}", database_path_.string(), message));
-  }
-  std::unique_ptr<StateStore> checkpointer(
-      new StateStore(database_path_, common::UniqueFd(), db, clock_));
-  sqlite3_busy_timeout(db, 2000);
-  if (auto manual = Exec(db, "PRAGMA wal_autocheckpoint=0;", "configure checkpoints"); !manual)
+  auto checkpointer = OpenConnection(SQLITE_OPEN_READWRITE, "checkpoint");
+  if (!checkpointer) return checkpointer;
+  if (auto manual =
+          Exec((*checkpointer)->db_, "PRAGMA wal_autocheckpoint=0;", "configure checkpoints");
+      !manual)
     return Fail(manual.error());
-  checkpointer->schema_version_ = schema_version_;
   return checkpointer;
 }
 

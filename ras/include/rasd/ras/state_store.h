@@ -394,6 +394,9 @@ class StateStore {
   // The clock's wall time, as stored (nanoseconds since the Unix epoch).
   std::int64_t NowNanos() const;
   Status Migrate();
+  // Another connection to this store's database (`flags`: read-only or
+  // read-write), with the busy timeout; `purpose` names it in errors.
+  Result<std::unique_ptr<StateStore>> OpenConnection(int flags, std::string_view purpose) const;
   Status Prepare();
   // Refuses a lost WAL after an unclean stop (see Open()), then marks the
   // database as in use and checkpoints the mark into the main file.
