@@ -253,6 +253,16 @@ class SimStream {
     done_cv_.notify_all();
     work_cv_.notify_all();
     const Status failed = Fail(reason);
+    {
+      // An op the worker is running still touches memory: the dropped ops'
+      // callbacks (a pool's promotion of frees among them) wait until it
+      // has finished, as they would have on the stream.
+      std::lock_guard batch_lock(batch_mutex_);
+      if (executing_) {
+        for (auto& op : dropped) failed_after_running_.emplace_back(std::move(op), failed);
+        return;
+      }
+    }
     for (auto& op : dropped) Finish(op, failed);
   }
 
@@ -308,6 +318,9 @@ class SimStream {
   std::mutex batch_mutex_;
   std::vector<Op> batch_;       // guarded by batch_mutex_
   std::size_t batch_next_ = 0;  // guarded by batch_mutex_
+  bool executing_ = false;      // guarded by batch_mutex_: the worker runs an op
+  // Ops an abort dropped while one ran: failed once it has finished.
+  std::vector<std::pair<Op, Status>> failed_after_running_;  // guarded by batch_mutex_
   std::atomic<bool> aborted_{false};
   std::thread worker_;  // last: started once everything above exists
 };
@@ -921,6 +934,7 @@ void SimStream::Run() {
           break;
         }
         op = std::move(batch_[batch_next_++]);
+        executing_ = true;
       }
       std::optional<Error> failed_before;
       if (has_error_.load(std::memory_order_acquire)) {
@@ -930,6 +944,13 @@ void SimStream::Run() {
       const Status status = failed_before ? Status(Fail(*failed_before)) : Execute(op);
       Finish(op, status);
       MarkFinished(status, epoch);
+      std::vector<std::pair<Op, Status>> dropped;
+      {
+        std::lock_guard batch_lock(batch_mutex_);
+        executing_ = false;
+        dropped.swap(failed_after_running_);
+      }
+      for (auto& [dropped_op, failed] : dropped) Finish(dropped_op, failed);
     }
   }
 }

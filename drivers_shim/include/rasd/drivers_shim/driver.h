@@ -326,7 +326,9 @@ class Driver {
   // Fails every operation that has not started with `reason` and wakes every
   // waiter; later work on the stream fails with the same reason. Work a
   // device has already started may still finish (no vendor API cancels a
-  // running kernel).
+  // running kernel), and the dropped callbacks run only after it has: a
+  // callback that frees memory to others (the pool's) must not run while a
+  // kernel of the stream still writes it.
   virtual Status AbortStream(StreamHandle stream, const Error& reason) = 0;
 
   // Resets the device: pending work on it fails with kAborted and a sticky
