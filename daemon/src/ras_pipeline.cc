@@ -75,13 +75,8 @@ RasPipeline::RasPipeline(common::EventLoop& loop, runtime::Runtime& runtime,
         }
       })) {
   health_.SetUnsavedCallback([this] { ArmRetry(); });
-  pages_timer_ = loop_.CreateTimer([this] {
-    if (backlog_.empty()) {
-      FlushBacklog();
-    } else {
-      ArmRetry();  // the backlog's commit takes them
-    }
-  });
+  // What a storm's end left unsaved: now, or with the backlog's commit.
+  pages_timer_ = loop_.CreateTimer([this] { CommitDecisions(); });
   Prune();
   prune_timer_ = loop_.CreateTimer([this] {
     Prune();
@@ -136,14 +131,8 @@ void KeepLatest(std::vector<Row>& kept, Row row, std::string Row::*key) {
 
 // The batches as one, in order: action rows keep pointing at their events.
 ras::StoreBatch Merge(std::deque<ras::StoreBatch>& batches) {
-  // A batch that leaves its page errors to its events keeps them: merged
-  // with batches that name theirs, it names them too.
-  for (auto& batch : batches) {
-    if (batch.page_errors) continue;
-    ras::PageErrorTally tally;
-    tally.Add(batch.events);
-    batch.page_errors = tally.Take();
-  }
+  // Every batch names its page errors (Handle and FlushBacklog set them;
+  // the empty batch FlushBacklog adds has no events).
   ras::StoreBatch merged = std::move(batches.front());
   batches.pop_front();
   for (auto& batch : batches) {
