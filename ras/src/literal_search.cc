@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 #ifdef RASD_HAVE_VECTORSCAN
@@ -13,9 +14,36 @@ namespace rasd::ras {
 
 #ifdef RASD_HAVE_VECTORSCAN
 
+namespace {
+
+using Words = std::vector<std::pair<std::string_view, std::uint32_t>>;
+
+// FNV-1a over each word's length, bytes and group: serialized bytes are
+// loaded only for the words they were compiled from, in the same order.
+std::uint64_t Fingerprint(const Words& words) {
+  std::uint64_t hash = 0xcbf29ce484222325ULL;
+  auto mix = [&hash](const void* data, std::size_t size) {
+    const auto* bytes = static_cast<const unsigned char*>(data);
+    for (std::size_t i = 0; i < size; ++i) {
+      hash ^= bytes[i];
+      hash *= 0x100000001b3ULL;
+    }
+  };
+  for (const auto& [word, group] : words) {
+    const std::uint64_t size = word.size();
+    mix(&size, sizeof(size));
+    mix(word.data(), word.size());
+    mix(&group, sizeof(group));
+  }
+  return hash;
+}
+
+}  // namespace
+
 struct LiteralSearch::Database {
   hs_database_t* database = nullptr;
   std::vector<std::uint32_t> groups;  // by word id
+  std::uint64_t fingerprint = 0;
   ~Database() { hs_free_database(database); }
 };
 
@@ -27,6 +55,12 @@ class LiteralSearch::Scratch {
 
 LiteralSearch::LiteralSearch(const std::vector<std::pair<std::string_view, std::uint32_t>>& words)
     : database_(std::make_unique<Database>()) {
+  Compile(words);
+}
+
+void LiteralSearch::Compile(const std::vector<std::pair<std::string_view, std::uint32_t>>& words) {
+  origin_ = Origin::kCompiled;
+  database_->fingerprint = Fingerprint(words);
   std::vector<std::string> owned;
   std::vector<const char*> expressions;
   std::vector<std::size_t> lengths;
@@ -51,6 +85,46 @@ LiteralSearch::LiteralSearch(const std::vector<std::pair<std::string_view, std::
                  error != nullptr ? error->message : "?");
     std::abort();
   }
+}
+
+LiteralSearch::LiteralSearch(const std::vector<std::pair<std::string_view, std::uint32_t>>& words,
+                             std::string_view serialized)
+    : database_(std::make_unique<Database>()) {
+  const std::uint64_t fingerprint = Fingerprint(words);
+  std::uint64_t stored = 0;
+  hs_database_t* loaded = nullptr;
+  hs_scratch_t* probe = nullptr;
+  bool usable = serialized.size() > sizeof(stored);
+  if (usable) {
+    std::memcpy(&stored, serialized.data(), sizeof(stored));
+    serialized.remove_prefix(sizeof(stored));
+    // Version and platform are checked here: a database built for
+    // instructions this CPU lacks is refused by the scratch allocation.
+    usable = stored == fingerprint &&
+             hs_deserialize_database(serialized.data(), serialized.size(), &loaded) == HS_SUCCESS &&
+             hs_alloc_scratch(loaded, &probe) == HS_SUCCESS;
+  }
+  hs_free_scratch(probe);
+  if (!usable) {
+    hs_free_database(loaded);
+    Compile(words);
+    return;
+  }
+  origin_ = Origin::kLoaded;
+  database_->database = loaded;
+  database_->fingerprint = fingerprint;
+  for (const auto& word : words) database_->groups.push_back(word.second);
+}
+
+std::string LiteralSearch::Serialize() const {
+  char* bytes = nullptr;
+  std::size_t size = 0;
+  if (hs_serialize_database(database_->database, &bytes, &size) != HS_SUCCESS) return {};
+  std::string out(sizeof(database_->fingerprint) + size, '\0');
+  std::memcpy(out.data(), &database_->fingerprint, sizeof(database_->fingerprint));
+  std::memcpy(out.data() + sizeof(database_->fingerprint), bytes, size);
+  std::free(bytes);  // hs_serialize_database's allocator is malloc by default
+  return out;
 }
 
 LiteralSearch::~LiteralSearch() = default;
@@ -102,6 +176,12 @@ class LiteralSearch::Scratch {};
 
 LiteralSearch::LiteralSearch(const std::vector<std::pair<std::string_view, std::uint32_t>>& words)
     : fallback_(std::make_unique<KeywordMatcher>(words)) {}
+
+LiteralSearch::LiteralSearch(const std::vector<std::pair<std::string_view, std::uint32_t>>& words,
+                             std::string_view /*serialized*/)
+    : LiteralSearch(words) {}
+
+std::string LiteralSearch::Serialize() const { return {}; }
 
 LiteralSearch::~LiteralSearch() = default;
 

@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -30,6 +31,13 @@ class LiteralSearch {
   // KeywordMatcher takes them. Crashes on a word Vectorscan cannot compile
   // (a broken invariant: the words are the scanner's own constants).
   explicit LiteralSearch(const std::vector<std::pair<std::string_view, std::uint32_t>>& words);
+  // The same search, from bytes Serialize() gave for exactly these words
+  // (a start in microseconds: compiling takes tens of milliseconds, much of
+  // a short scan). Where the bytes do not load (other words, another
+  // Vectorscan version, a CPU without the instructions they were built
+  // for, none at all), the words are compiled as above: the same hits.
+  LiteralSearch(const std::vector<std::pair<std::string_view, std::uint32_t>>& words,
+                std::string_view serialized);
   ~LiteralSearch();
   LiteralSearch(const LiteralSearch&) = delete;
   LiteralSearch& operator=(const LiteralSearch&) = delete;
@@ -48,10 +56,20 @@ class LiteralSearch {
   // "vectorscan" or "keyword-matcher": which engine this build uses.
   static std::string_view Engine();
 
+  enum class Origin { kLoaded, kCompiled, kKeywordMatcher };
+  Origin origin() const { return origin_; }
+
+  // The database as bytes for the second constructor: the words'
+  // fingerprint, then Vectorscan's serialization. Empty without Vectorscan.
+  std::string Serialize() const;
+
  private:
+  void Compile(const std::vector<std::pair<std::string_view, std::uint32_t>>& words);
+
   struct Database;
   std::unique_ptr<Database> database_;
   std::unique_ptr<KeywordMatcher> fallback_;  // without Vectorscan
+  Origin origin_ = Origin::kKeywordMatcher;
 };
 
 }  // namespace rasd::ras

@@ -8,14 +8,18 @@
 
 #include <algorithm>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "keyword_matcher.h"
 #include "literal_search.h"
 #include "rasd/ras/kernel_log_scanner.h"
+#include "scanner_words.h"
+#include "scanner_words_database.h"
 
 namespace rasd::ras {
 namespace {
@@ -167,6 +171,60 @@ TEST(ScanTextTest, TheSearchFindsWhatTheKeywordMatcherFinds) {
   std::sort(b.begin(), b.end());
   EXPECT_EQ(a, b);
   for (std::size_t i = 1; i < found.size(); ++i) EXPECT_LE(found[i - 1].end, found[i].end);
+}
+
+std::vector<std::pair<std::size_t, std::uint32_t>> Hits(const LiteralSearch& search,
+                                                        std::string_view text) {
+  auto scratch = search.NewScratch();
+  std::vector<LiteralSearch::Hit> found;
+  search.FindAll(text, *scratch, found);
+  std::vector<std::pair<std::size_t, std::uint32_t>> hits;
+  for (const auto& hit : found) hits.emplace_back(hit.end, hit.group);
+  return hits;
+}
+
+TEST(ScanTextTest, TheWordDatabaseBuiltWithRasdLoadsAndFindsWhatTheWordsCompiledFind) {
+  const auto words = scanner_words::AllWordsInOrder();
+  const std::string_view built(reinterpret_cast<const char*>(kScannerWordsDatabase),
+                               kScannerWordsDatabaseSize);
+  const LiteralSearch loaded(words, built);
+  const LiteralSearch compiled(words);
+  if (LiteralSearch::Engine() == "vectorscan") {
+    // Built and run on one machine: the bytes fit, and the start skips
+    // the compiler.
+    EXPECT_EQ(loaded.origin(), LiteralSearch::Origin::kLoaded);
+    EXPECT_EQ(compiled.origin(), LiteralSearch::Origin::kCompiled);
+  } else {
+    EXPECT_TRUE(built.empty());
+    EXPECT_EQ(loaded.origin(), LiteralSearch::Origin::kKeywordMatcher);
+  }
+  const std::string log = CorpusLog();
+  const auto expected = Hits(compiled, log);
+  EXPECT_GT(expected.size(), 1000U);
+  EXPECT_EQ(Hits(loaded, log), expected);
+}
+
+TEST(ScanTextTest, BytesThatDoNotFitTheWordsAreCompiledOverInstead) {
+  const auto words = scanner_words::AllWordsInOrder();
+  const std::string built(reinterpret_cast<const char*>(kScannerWordsDatabase),
+                          kScannerWordsDatabaseSize);
+  auto fewer = words;
+  fewer.pop_back();
+  std::string damaged = built;
+  if (damaged.size() > 64) damaged[damaged.size() / 2] ^= 0x5a;
+  const std::string text = "EDAC MC0: 1 CE\nmce: [Hardware Error]: Machine Check\nAgent TSC \n";
+  const auto expected_all = Hits(LiteralSearch(words), text);
+  const auto expected_fewer = Hits(LiteralSearch(fewer), text);
+  ASSERT_FALSE(expected_all.empty());
+  for (const auto& [label, search, expected] :
+       {std::tuple{"other words", std::make_shared<LiteralSearch>(fewer, built), expected_fewer},
+        std::tuple{"no bytes", std::make_shared<LiteralSearch>(words, ""), expected_all},
+        std::tuple{"cut short", std::make_shared<LiteralSearch>(words, built.substr(0, 40)),
+                   expected_all},
+        std::tuple{"damaged", std::make_shared<LiteralSearch>(words, damaged), expected_all}}) {
+    EXPECT_NE(search->origin(), LiteralSearch::Origin::kLoaded) << label;
+    EXPECT_EQ(Hits(*search, text), expected) << label;
+  }
 }
 
 TEST(ChunkedScanTest, ABoundaryAtEveryLineOfTheCorpusChangesNothing) {
