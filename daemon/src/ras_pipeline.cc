@@ -86,7 +86,7 @@ RasPipeline::RasPipeline(common::EventLoop& loop, runtime::Runtime& runtime,
 }
 
 RasPipeline::~RasPipeline() {
-  if (unsaved_pages_.empty()) return;
+  if (!PagesWaiting()) return;
   ras::StoreBatch batch;
   TakePages(batch);
   if (auto stored = store_.Commit(batch); !stored)
@@ -95,12 +95,26 @@ RasPipeline::~RasPipeline() {
 
 void RasPipeline::TakePages(ras::StoreBatch& batch) {
   if (!batch.page_errors) batch.page_errors.emplace();
-  if (unsaved_pages_.empty()) return;
+  if (!PagesWaiting()) return;
   auto pages = unsaved_pages_.Take();
+  batch.page_errors->insert(batch.page_errors->end(),
+                            std::make_move_iterator(saving_pages_.begin()),
+                            std::make_move_iterator(saving_pages_.end()));
+  saving_pages_.clear();
   batch.page_errors->insert(batch.page_errors->end(), std::make_move_iterator(pages.begin()),
                             std::make_move_iterator(pages.end()));
   pages_saved_at_ = loop_.Now();
   pages_timer_->Disarm();
+}
+
+void RasPipeline::TakeSomePages(ras::StoreBatch& batch) {
+  if (saving_pages_.empty()) saving_pages_ = unsaved_pages_.Take();  // the second's sums
+  const std::size_t count = std::min(saving_pages_.size(), kPagesPerBatch);
+  batch.page_errors.emplace(std::make_move_iterator(saving_pages_.begin()),
+                            std::make_move_iterator(saving_pages_.begin() + count));
+  saving_pages_.erase(saving_pages_.begin(), saving_pages_.begin() + count);
+  if (saving_pages_.empty()) pages_saved_at_ = loop_.Now();
+  if (!pages_timer_->Armed()) pages_timer_->ArmAfter(kPagesSavePeriod);  // should the storm end
 }
 
 void RasPipeline::Prune() {
@@ -178,8 +192,18 @@ void RasPipeline::AfterCommit() {
       checkpointer_->Request();
       bulk_requested_ = true;
     } else if (checkpointer_->Finished() > finished_before_bulk_) {
-      CheckpointOnLoop();  // what was written since the bulk was copied
-      bulk_requested_ = false;
+      const auto copied = checkpointer_->LastCopied();
+      const std::size_t left =
+          copied ? store_.WalPages() - std::min(store_.WalPages(), *copied) : store_.WalPages();
+      if (!copied || left <= kLoopCheckpointPages) {
+        // What was written since the bulk was copied; all of it where the
+        // thread's failed (the loop's says why).
+        CheckpointOnLoop();
+        bulk_requested_ = false;
+      } else {
+        finished_before_bulk_ = checkpointer_->Finished();  // another bulk first
+        checkpointer_->Request();
+      }
     }
     return;
   }
@@ -231,7 +255,7 @@ void RasPipeline::FlushBacklog() {
     // Only decisions made outside a batch wait (an operator's change whose
     // save failed, a link's debounce ending).
     if (health_.UnsavedStates() == 0 && !(link_decider_ && link_decider_->HasPending()) &&
-        unsaved_pages_.empty())
+        !PagesWaiting())
       return;
     backlog_.emplace_back();
   }
@@ -407,8 +431,10 @@ void RasPipeline::Handle(std::vector<ras::RasEvent> events, std::vector<ras::Sou
   unsaved_pages_.Add(batch.events);
   const bool acts_now =
       std::any_of(acted.begin(), acted.end(), [](bool acted_here) { return acted_here; });
-  if (!storm || acts_now || loop_.Now() - pages_saved_at_ >= kPagesSavePeriod) {
+  if (!storm || acts_now) {
     TakePages(batch);
+  } else if (!saving_pages_.empty() || loop_.Now() - pages_saved_at_ >= kPagesSavePeriod) {
+    TakeSomePages(batch);
   } else {
     batch.page_errors.emplace();  // saved with a later batch
     if (!pages_timer_->Armed()) pages_timer_->ArmAfter(kPagesSavePeriod);

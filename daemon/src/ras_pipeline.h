@@ -94,6 +94,9 @@ class RasPipeline {
     nlohmann::json ToJson() const;
   };
   static constexpr std::size_t kMaxBacklogEvents = 65536;
+  // The most page_errors rows a storm's batch writes: thousands of upserts
+  // in one batch held the loop, and every request behind it, for 15 ms.
+  static constexpr std::size_t kPagesPerBatch = 1024;
   using Observer = std::function<void(const HandledBatch&)>;
 
   RasPipeline(common::EventLoop& loop, runtime::Runtime& runtime, ras::PolicyEngine& policy,
@@ -164,6 +167,9 @@ class RasPipeline {
   // Moves the page errors not saved yet into `batch` (set even if none,
   // so that the store does not count the batch's events a second time).
   void TakePages(ras::StoreBatch& batch);
+  // A storm's pages in slices: the rest of what waits goes with the next
+  // batches, so that no one batch holds the loop for all of them.
+  void TakeSomePages(ras::StoreBatch& batch);
   // Whether a batch of `events` arrives in a storm (and counts it).
   bool InStorm(std::size_t events);
   // Sets batch.grows for the events that only record and whose component
@@ -197,9 +203,13 @@ class RasPipeline {
   // Outside a storm, and in any batch that acts, they go at once. A crash
   // loses at most that second of counts: the policy's counters in memory
   // are what decides while rasd runs; page_errors only seeds them at start.
+  // Once the second is up, its sums go kPagesPerBatch a batch (from
+  // saving_pages_) while the next second's gather in unsaved_pages_.
   static constexpr std::chrono::seconds kPagesSavePeriod{1};
   ras::PageErrorTally unsaved_pages_;
+  std::vector<ras::PageErrorsRecord> saving_pages_;
   std::chrono::nanoseconds pages_saved_at_{};
+  bool PagesWaiting() const { return !unsaved_pages_.empty() || !saving_pages_.empty(); }
   std::unique_ptr<common::Timer> pages_timer_;  // saves what a storm's end left
   // Rows stored in their minute that record-only events of the same
   // component add to (a storm is a row per component and minute, not per
@@ -225,7 +235,11 @@ class RasPipeline {
   std::unique_ptr<common::Timer> checkpoint_timer_;
   StoreCheckpointer* checkpointer_ = nullptr;
   // A checkpoint asked of checkpointer_ for a log past 8 MiB, and its count
-  // of finished checkpoints then.
+  // of finished checkpoints then. The loop copies the rest itself (only the
+  // log's owner can see it copied in full, so that it starts over) once
+  // the thread has left at most kLoopCheckpointPages: copying the pages a
+  // storm wrote while the thread ran held the loop for 15 ms.
+  static constexpr std::size_t kLoopCheckpointPages = 256;
   bool bulk_requested_ = false;
   std::uint64_t finished_before_bulk_ = 0;
   std::unique_ptr<common::Timer> prune_timer_;  // hourly retention

@@ -29,6 +29,11 @@ std::uint64_t StoreCheckpointer::Finished() const {
   return finished_;
 }
 
+std::optional<std::size_t> StoreCheckpointer::LastCopied() const {
+  std::lock_guard lock(mutex_);
+  return last_copied_;
+}
+
 void StoreCheckpointer::Run() {
   for (;;) {
     {
@@ -37,10 +42,11 @@ void StoreCheckpointer::Run() {
       if (stopping_) return;
       requested_ = false;
     }
-    if (auto done = connection_->Checkpoint(); !done)
-      RASD_LOG_WARN("state store: {}", done.error().message);
+    auto done = connection_->Checkpoint();
+    if (!done) RASD_LOG_WARN("state store: {}", done.error().message);
     std::lock_guard lock(mutex_);
     ++finished_;
+    last_copied_ = done ? std::optional(*done) : std::nullopt;
   }
 }
 

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "rasd/ras/state_store.h"
@@ -33,6 +34,9 @@ class StoreCheckpointer {
   void Request();
   // Checkpoints finished (tests wait for it).
   std::uint64_t Finished() const;
+  // The log's pages the last finished checkpoint had copied (nullopt when
+  // it failed): what the owner has left to copy is the log beyond it.
+  std::optional<std::size_t> LastCopied() const;
 
  private:
   void Run();
@@ -43,6 +47,7 @@ class StoreCheckpointer {
   bool requested_ = false;      // guarded by mutex_
   bool stopping_ = false;       // guarded by mutex_
   std::uint64_t finished_ = 0;  // guarded by mutex_
+  std::optional<std::size_t> last_copied_;  // guarded by mutex_
   std::thread thread_;
 };
 

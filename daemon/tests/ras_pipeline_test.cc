@@ -274,6 +274,40 @@ TEST_F(RasPipelineTest, AStormsPageErrorsAreSavedOnceASecondAndNoneIsLost) {
   EXPECT_EQ(StoredPageErrors(), 1400u) << "saved as the pipeline stops";
 }
 
+// Once its second is up, a storm's pages go kPagesPerBatch with each batch
+// until the second's are saved, not all with one: thousands of upserts in
+// one batch held the loop, and every request behind it. What the later
+// batches add waits for the next second.
+TEST_F(RasPipelineTest, AStormsManyPagesAreSavedASliceABatch) {
+  constexpr std::size_t kPages = 2 * RasPipeline::kPagesPerBatch + 100;
+  auto storm = [](std::size_t pages) {
+    std::vector<ras::RasEvent> events = HostErrors(static_cast<int>(pages));
+    for (std::size_t i = 0; i < events.size(); ++i) {
+      events[i].dimm = "DIMM_B2";
+      events[i].address = ras::Address::Of(0x40000000 + i * 0x1000);
+    }
+    return events;
+  };
+  auto stored_pages = [this] {
+    auto pages = store_->LoadPageErrors({});
+    EXPECT_TRUE(pages.has_value());
+    return pages ? pages->size() : 0;
+  };
+  loop_.AdvanceBy(5s);
+  pipeline_->Handle(storm(kPages), {{"kmsg", "boot", "1"}});
+  EXPECT_EQ(stored_pages(), RasPipeline::kPagesPerBatch) << "the first slice";
+  pipeline_->Handle(storm(10), {{"kmsg", "boot", "2"}});
+  EXPECT_EQ(stored_pages(), 2 * RasPipeline::kPagesPerBatch) << "the next with the next batch";
+  pipeline_->Handle(storm(10), {{"kmsg", "boot", "3"}});
+  EXPECT_EQ(stored_pages(), kPages) << "the rest";
+  EXPECT_EQ(StoredPageErrors(), kPages) << "the later batches' errors wait for their second";
+  pipeline_->Handle(storm(10), {{"kmsg", "boot", "4"}});
+  EXPECT_EQ(StoredPageErrors(), kPages);
+  EXPECT_EQ(StoredErrors(), kPages + 30) << "the events themselves are stored with each batch";
+  loop_.AdvanceBy(1s);
+  EXPECT_EQ(StoredPageErrors(), kPages + 30) << "the storm ended: the timer saved the rest";
+}
+
 TEST_F(RasPipelineTest, RetentionDeletesOldEventsAtStartAndEveryHour) {
   ras::RasEvent old_event = HostErrors(1)[0];
   old_event.time = loop_.GetClock().Wall() - std::chrono::hours(24 * 3);

@@ -51,6 +51,9 @@ TEST(StoreCheckpointerTest, CopiesTheLogWhileTheOwnerCommitsAndTheOwnerStartsItO
     for (int batch = 20; batch < 25; ++batch)
       ASSERT_TRUE((*store)->Commit({.events = Events(200, batch * 200)}).has_value());
     ASSERT_TRUE(rasd::testing::Eventually([&] { return checkpointer.Finished() >= 1; }, 10s));
+    const auto copied = checkpointer.LastCopied();
+    ASSERT_TRUE(copied.has_value()) << "the thread's checkpoint failed";
+    EXPECT_GE(*copied, grown) << "the thread copied the log as it was when asked";
     EXPECT_GE((*store)->WalPages(), grown) << "the owner's count waits for its own checkpoint";
 
     ASSERT_TRUE((*store)->Checkpoint().has_value()) << "what was written since";

@@ -637,16 +637,22 @@ Result<std::unique_ptr<StateStore>> StateStore::Open(const std::filesystem::path
   return store;
 }
 
-Status StateStore::Checkpoint() {
+Result<std::size_t> StateStore::Checkpoint() {
   if (auto fault = WriteFaulted("checkpoint")) return Fail(*fault);
   int log_pages = 0, copied = 0;
   if (sqlite3_wal_checkpoint_v2(db_, nullptr, SQLITE_CHECKPOINT_PASSIVE, &log_pages, &copied) !=
       SQLITE_OK) {
     return Fail(SqliteError("checkpoint"));
   }
+  if (log_pages < 0) {
+    // SQLite's "not in WAL mode": a connection that has not read the
+    // database yet has no log open, and its checkpoint does nothing.
+    return Fail(ErrorCode::kInternal,
+                "checkpoint: this connection has not opened the write-ahead log");
+  }
   // Copied in full: the next commit starts the log over.
   if (copied >= log_pages) wal_pages_ = 0;
-  return {};
+  return static_cast<std::size_t>(std::max(copied, 0));
 }
 
 StateStore::StateStore(std::filesystem::path database_path, common::UniqueFd lock, sqlite3* db,
@@ -698,6 +704,12 @@ Result<std::unique_ptr<StateStore>> StateStore::OpenCheckpointer() const {
           Exec((*checkpointer)->db_, "PRAGMA wal_autocheckpoint=0;", "configure checkpoints");
       !manual)
     return Fail(manual.error());
+  // A connection opens the write-ahead log at its first read, and keeps it
+  // open; until then its checkpoints do nothing at all.
+  if (auto read = Exec((*checkpointer)->db_, "SELECT count(*) FROM sqlite_schema;",
+                       "open the write-ahead log");
+      !read)
+    return Fail(read.error());
   return checkpointer;
 }
 
@@ -1168,7 +1180,7 @@ Result<std::int64_t> StateStore::RecordEvent(const RasEvent& event) {
   if (!id) return Fail(id.error());
   if (auto totals = AddTotals(added); !totals) return Fail(totals.error());
   if (auto committed = transaction.Commit("event"); !committed) return Fail(committed.error());
-  AddCounts(severity_counts_, added.severities);
+  AddCommitted(added);
   return id;
 }
 
@@ -1191,7 +1203,7 @@ Result<std::vector<std::int64_t>> StateStore::RecordEvents(std::span<const RasEv
   if (auto counted = AddPageErrors(pages.Take()); !counted) return Fail(counted.error());
   if (auto committed = transaction.Commit("event batch"); !committed)
     return Fail(committed.error());
-  AddCounts(severity_counts_, added.severities);
+  AddCommitted(added);
   return ids;
 }
 
@@ -1268,7 +1280,7 @@ Result<StoredBatch> StateStore::Commit(const StoreBatch& batch) {
       return Fail(saved.error());
   }
   if (auto committed = transaction.Commit("batch"); !committed) return Fail(committed.error());
-  AddCounts(severity_counts_, added.severities);
+  AddCommitted(added);
   return stored;
 }
 
@@ -1542,8 +1554,29 @@ Result<std::vector<StoredEvent>> StateStore::QueryEvents(const EventQuery& query
   return events;
 }
 
+void StateStore::AddCommitted(const EventTally& added) {
+  AddCounts(severity_counts_, added.severities);
+  if (!totals_) return;
+  for (const auto& total : added.classes) {
+    const std::string_view severity = SeverityName(total.severity);
+    // In the table's order (origin, then the severity's name), as read.
+    auto at = std::lower_bound(totals_->begin(), totals_->end(), total,
+                               [severity](const EventSummaryRow& row, const EventTally::Class& c) {
+                                 return std::pair(std::string_view(row.origin),
+                                                  SeverityName(row.severity)) <
+                                        std::pair(std::string_view(c.origin), severity);
+                               });
+    if (at == totals_->end() || at->origin != total.origin || at->severity != total.severity)
+      at = totals_->insert(at, EventSummaryRow{.origin = total.origin, .severity = total.severity});
+    at->events += total.events;
+    at->errors += total.errors;
+    at->last = std::max(at->last, FromUnixNanos(total.last_ns));
+  }
+}
+
 Result<std::vector<EventSummaryRow>> StateStore::Summarize() {
   if (auto fault = ReadFaulted("event summary")) return Fail(*fault);
+  if (totals_) return *totals_;
   StatementUse query(statements_->summarize);
   sqlite3_stmt* statement = query.get();
   std::vector<EventSummaryRow> rows;
@@ -1558,6 +1591,7 @@ Result<std::vector<EventSummaryRow>> StateStore::Summarize() {
     rows.push_back(std::move(row));
   }
   if (rc != SQLITE_DONE) return Fail(SqliteError("summarize events"));
+  if (lock_) totals_ = rows;  // the writing connection: its commits keep the copy
   return rows;
 }
 

@@ -273,6 +273,74 @@ TEST_F(StateStoreTest, CountsBySeverityFollowCommitsPrunesFailuresAndReopen) {
   EXPECT_EQ(counts->at(Severity::kCe), static_cast<std::uint64_t>(scanned("CE")));
 }
 
+// The writing connection answers a summary from memory once it has read
+// the totals; its commits (rows, rows grown, a batch that failed and was
+// rolled back) keep that copy equal to what the table says.
+TEST_F(StateStoreTest, TheSummaryInMemoryFollowsCommitsAndMatchesTheTable) {
+  auto store = StateStore::Open(dir_ / "state");
+  ASSERT_TRUE(store.has_value());
+  auto from_table = [&] {
+    auto reader = (*store)->OpenReader();  // a connection of its own reads the table
+    EXPECT_TRUE(reader.has_value());
+    auto rows = (*reader)->Summarize();
+    EXPECT_TRUE(rows.has_value());
+    return rows ? *rows : std::vector<EventSummaryRow>{};
+  };
+  auto same = [](const std::vector<EventSummaryRow>& a, const std::vector<EventSummaryRow>& b) {
+    if (a.size() != b.size()) return false;
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      if (a[i].origin != b[i].origin || a[i].severity != b[i].severity ||
+          a[i].events != b[i].events || a[i].errors != b[i].errors || a[i].last != b[i].last)
+        return false;
+    }
+    return true;
+  };
+  ASSERT_TRUE((*store)->Summarize().has_value());  // read once: from here on, memory
+  const auto t0 = kMinute;
+  std::mt19937 random(7);
+  const char* origins[] = {"nvidia_xid", "edac", "aer", "mce"};
+  std::int64_t grown_row = 0;
+  for (int round = 0; round < 6; ++round) {
+    StoreBatch batch;
+    for (int i = 0; i < 20; ++i) {
+      batch.events.push_back({.time = t0 + std::chrono::seconds(round * 20 + i),
+                              .source = "kmsg",
+                              .origin = origins[random() % 4],
+                              .severity = static_cast<Severity>(random() % 4),
+                              .count = 1 + random() % 5,
+                              .summary = "e" + std::to_string(i)});
+    }
+    if (grown_row != 0) {
+      batch.grows.resize(batch.events.size());
+      batch.grows[3] = EventGrowth{.id = grown_row, .count = 9, .last = t0 + std::chrono::hours(1)};
+    }
+    if (round == 4) {
+      // A batch that fails after its totals were written is rolled back:
+      // the copy is unchanged.
+      batch.events.back().address = Address::Of(0x7000);
+      sqlite3* other = nullptr;
+      ASSERT_EQ(sqlite3_open((dir_ / "state" / StateStore::kDatabaseFile).c_str(), &other),
+                SQLITE_OK);
+      ASSERT_EQ(sqlite3_exec(other,
+                             "CREATE TRIGGER full BEFORE INSERT ON page_errors "
+                             "BEGIN SELECT RAISE(FAIL, 'database or disk is full'); END;",
+                             nullptr, nullptr, nullptr),
+                SQLITE_OK);
+      EXPECT_FALSE((*store)->Commit(batch).has_value());
+      ASSERT_EQ(sqlite3_exec(other, "DROP TRIGGER full;", nullptr, nullptr, nullptr), SQLITE_OK);
+      sqlite3_close(other);
+    } else {
+      auto stored = (*store)->Commit(batch);
+      ASSERT_TRUE(stored.has_value()) << stored.error().ToString();
+      grown_row = stored->event_ids.front();
+    }
+    auto in_memory = (*store)->Summarize();
+    ASSERT_TRUE(in_memory.has_value());
+    EXPECT_TRUE(same(*in_memory, from_table())) << "round " << round;
+    EXPECT_GE(in_memory->size(), 4u);
+  }
+}
+
 TEST_F(StateStoreTest, BatchesQueriesSummariesAndCursors) {
   auto store = StateStore::Open(dir_ / "state");
   ASSERT_TRUE(store.has_value());

@@ -330,7 +330,9 @@ class StateStore {
   // The pages whose last error is at or after `since`.
   Result<std::vector<PageErrorsRecord>> LoadPageErrors(std::chrono::system_clock::time_point since);
   // Counts by origin and severity, like `ras-mc-ctl --summary`: every event
-  // stored, those retention has rolled up included.
+  // stored, those retention has rolled up included. On the connection that
+  // writes (Open()'s), from a copy in memory after the first call: its
+  // commits keep it, so a summary during a storm reads nothing.
   Result<std::vector<EventSummaryRow>> Summarize();
 
   // Deletes events older than `older_than`, then the oldest beyond
@@ -344,8 +346,10 @@ class StateStore {
   // Copies the write-ahead log back into the database (PASSIVE: it never
   // waits for readers). SQLite does not do it by itself here, so that no
   // commit on the hot path pays for it: the owner calls this when the store
-  // is quiet, or when WalPages() grows large under a long storm.
-  Status Checkpoint();
+  // is quiet, or when WalPages() grows large under a long storm. Returns
+  // the log's pages copied so far: all of them (the log's length) when it
+  // is copied in full, and the next commit starts it over.
+  Result<std::size_t> Checkpoint();
   // Pages in the write-ahead log since the last full checkpoint.
   std::size_t WalPages() const { return wal_pages_; }
   // Heap SQLite holds in this process, all connections together: mostly
@@ -452,6 +456,10 @@ class StateStore {
   Fault read_fault_;
   int schema_version_ = 0;
   SeverityCounts severity_counts_{};  // what CountEventsBySeverity reports
+  // event_totals as committed, once Summarize has read it (the writing
+  // connection only: no other writes it while this one is open).
+  std::optional<std::vector<EventSummaryRow>> totals_;
+  void AddCommitted(const EventTally& added);
   bool marked_in_use_ = false;        // the destructor clears the mark it set
 };
 
