@@ -217,6 +217,7 @@ class NvmlMonitorImpl final : public NvmlMonitor {
   const std::vector<NvmlGpu>& Gpus() const override { return gpus_; }
   bool PollsNvlinks() const override { return api_.DeviceGetNvLinkState != nullptr; }
   std::uint64_t Reports() const override { return reports_.load(std::memory_order_relaxed); }
+  std::vector<ProbeCalls::Call> RunningCalls() const override { return calls_.Running(); }
 
   Result<std::vector<std::int64_t>> ComputeProcesses(std::string_view pci_bdf) const override {
     std::size_t at = 0;
@@ -224,6 +225,7 @@ class NvmlMonitorImpl final : public NvmlMonitor {
     if (at == gpus_.size()) {
       return Fail(ErrorCode::kNotFound, fmt::format("NVML has no GPU at {}", pci_bdf));
     }
+    const auto call = calls_.Begin(gpus_[at].pci_bdf, "nvmlDeviceGetComputeRunningProcesses");
     if (api_.DeviceGetComputeRunningProcessesV2 != nullptr) {
       return ListProcesses(api_.DeviceGetComputeRunningProcessesV2, handles_[at]);
     }
@@ -236,6 +238,14 @@ class NvmlMonitorImpl final : public NvmlMonitor {
   }
 
  private:
+  // An NVML call about `gpu`, seen in calls_ while it runs.
+  template <typename Function, typename... Args>
+  nvml::Return Probe(const NvmlGpu& gpu, std::string_view name, Function function,
+                     Args... args) const {
+    const auto call = calls_.Begin(gpu.pci_bdf, name);
+    return function(args...);
+  }
+
   std::uint64_t Register(nvml::Device handle, const NvmlGpu& gpu) {
     // Not single-bit ECC events: the corrected counter gives their exact
     // number, and both would report each error twice.
@@ -347,16 +357,19 @@ class NvmlMonitorImpl final : public NvmlMonitor {
   }
 
   // The pages NVML lists as retired for `cause`; nullopt when it cannot say.
-  std::optional<std::vector<unsigned long long>> RetiredPages(nvml::Device handle, int cause) {
+  std::optional<std::vector<unsigned long long>> RetiredPages(nvml::Device handle, int cause,
+                                                              const NvmlGpu& gpu) {
     for (int attempt = 0; attempt < 3; ++attempt) {
       unsigned count = 0;
       unsigned long long none = 0;  // NVML refuses a null buffer even to report the size
-      const nvml::Return sized = api_.DeviceGetRetiredPages(handle, cause, &count, &none);
+      const nvml::Return sized = Probe(gpu, "nvmlDeviceGetRetiredPages", api_.DeviceGetRetiredPages,
+                                       handle, cause, &count, &none);
       if (sized == nvml::kSuccess && count == 0) return std::vector<unsigned long long>{};
       if (count == 0 || count > 65536) return std::nullopt;
       std::vector<unsigned long long> pages(count);
       unsigned filled = count;
-      if (api_.DeviceGetRetiredPages(handle, cause, &filled, pages.data()) == nvml::kSuccess) {
+      if (Probe(gpu, "nvmlDeviceGetRetiredPages", api_.DeviceGetRetiredPages, handle, cause,
+                &filled, pages.data()) == nvml::kSuccess) {
         pages.resize(std::min<std::size_t>(filled, pages.size()));
         return pages;
       }
@@ -370,8 +383,8 @@ class NvmlMonitorImpl final : public NvmlMonitor {
                                const NvmlGpu& gpu) {
     CounterBaseline now;
     unsigned long long value = 0;
-    if (api_.DeviceGetTotalEccErrors(handle, nvml::kMemoryErrorCorrected, nvml::kVolatileEcc,
-                                     &value) == nvml::kSuccess) {
+    if (Probe(gpu, "nvmlDeviceGetTotalEccErrors", api_.DeviceGetTotalEccErrors, handle,
+              nvml::kMemoryErrorCorrected, nvml::kVolatileEcc, &value) == nvml::kSuccess) {
       now.corrected = value;
       if (report && last.corrected && value > *last.corrected) {
         DriverErrorEvent event = Report(gpu);
@@ -382,8 +395,8 @@ class NvmlMonitorImpl final : public NvmlMonitor {
         Deliver(event);
       }
     }
-    if (api_.DeviceGetTotalEccErrors(handle, nvml::kMemoryErrorUncorrected, nvml::kVolatileEcc,
-                                     &value) == nvml::kSuccess) {
+    if (Probe(gpu, "nvmlDeviceGetTotalEccErrors", api_.DeviceGetTotalEccErrors, handle,
+              nvml::kMemoryErrorUncorrected, nvml::kVolatileEcc, &value) == nvml::kSuccess) {
       now.uncorrected = value;
       const bool events_cover_it = gpu.event_types & nvml::kEventTypeDoubleBitEccError;
       if (report && last.uncorrected && value > *last.uncorrected && !events_cover_it) {
@@ -394,7 +407,7 @@ class NvmlMonitorImpl final : public NvmlMonitor {
     }
     for (int cause : {nvml::kRetiredMultipleSbe, nvml::kRetiredDoubleBitEcc}) {
       const auto slot = static_cast<std::size_t>(cause);
-      auto pages = RetiredPages(handle, cause);
+      auto pages = RetiredPages(handle, cause, gpu);
       if (!pages) {
         // Unsupported, or the list grew between the size query and the
         // read: keep what was known, so nothing is reported twice.
@@ -415,8 +428,8 @@ class NvmlMonitorImpl final : public NvmlMonitor {
       }
     }
     unsigned corrected_rows = 0, uncorrected_rows = 0, pending = 0, failed = 0;
-    if (api_.DeviceGetRemappedRows(handle, &corrected_rows, &uncorrected_rows, &pending, &failed) ==
-        nvml::kSuccess) {
+    if (Probe(gpu, "nvmlDeviceGetRemappedRows", api_.DeviceGetRemappedRows, handle, &corrected_rows,
+              &uncorrected_rows, &pending, &failed) == nvml::kSuccess) {
       now.remapped_rows = corrected_rows + uncorrected_rows;
       now.remap_failed = failed != 0;
       if (report && last.remapped_rows && *now.remapped_rows > *last.remapped_rows) {
@@ -431,7 +444,8 @@ class NvmlMonitorImpl final : public NvmlMonitor {
       }
     }
     unsigned replays = 0;
-    if (api_.DeviceGetPcieReplayCounter(handle, &replays) == nvml::kSuccess) {
+    if (Probe(gpu, "nvmlDeviceGetPcieReplayCounter", api_.DeviceGetPcieReplayCounter, handle,
+              &replays) == nvml::kSuccess) {
       now.pcie_replays = replays;
       if (report && last.pcie_replays && replays > *last.pcie_replays) {
         DeliverCode(gpu, VendorCodeSpace::kNone, std::nullopt, replays - *last.pcie_replays,
@@ -465,7 +479,8 @@ class NvmlMonitorImpl final : public NvmlMonitor {
       const auto before = last.nvlinks.find(link);
       const CounterBaseline::Link* was = before != last.nvlinks.end() ? &before->second : nullptr;
       int active = 0;
-      const nvml::Return rc = api_.DeviceGetNvLinkState(handle, link, &active);
+      const nvml::Return rc =
+          Probe(gpu, "nvmlDeviceGetNvLinkState", api_.DeviceGetNvLinkState, handle, link, &active);
       if (rc == nvml::kErrorNotSupported || rc == nvml::kErrorInvalidArgument) continue;
       CounterBaseline::Link& reading = now.nvlinks[link];
       if (rc != nvml::kSuccess) {
@@ -484,7 +499,8 @@ class NvmlMonitorImpl final : public NvmlMonitor {
       for (int counter = 0; counter < nvml::kNvlinkErrorCounters; ++counter) {
         const auto slot = static_cast<std::size_t>(counter);
         unsigned long long value = 0;
-        if (api_.DeviceGetNvLinkErrorCounter(handle, link, counter, &value) != nvml::kSuccess) {
+        if (Probe(gpu, "nvmlDeviceGetNvLinkErrorCounter", api_.DeviceGetNvLinkErrorCounter, handle,
+                  link, counter, &value) != nvml::kSuccess) {
           if (was != nullptr) reading.counters[slot] = was->counters[slot];
           continue;
         }
@@ -510,6 +526,7 @@ class NvmlMonitorImpl final : public NvmlMonitor {
   std::vector<NvmlGpu> gpus_;
   std::vector<CounterBaseline> baselines_;  // the monitor thread's, after Start
   std::atomic<std::uint64_t> reports_{0};
+  mutable ProbeCalls calls_;  // the per-GPU calls in progress, on any thread
   int wait_failures_ = 0;
   std::mutex mutex_;
   std::condition_variable wake_;

@@ -18,6 +18,9 @@
 //     nvlink GPU LINK up|down                  a link's state
 //     nvlinkerr GPU LINK COUNTER VALUE         an NVLink error counter (0 replay,
 //                                              1 recovery, 2 CRC flit, 3 CRC data, 4 ECC)
+//     block GPU FUNCTION                       FUNCTION (an nvml* name) on that GPU
+//                                              does not return, as a wedged driver's
+//     unblock GPU                              it returns again
 //   RASD_FAKE_NVML_NVLINKS  NVLinks every GPU has at start (default 0)
 // Built a second time with RASD_FAKE_NVML_NO_NVLINK as an older library
 // that has no NVLink entry points at all.
@@ -50,6 +53,7 @@ struct FakeGpu {
     unsigned long long counters[5] = {};
   };
   std::vector<Link> links;
+  std::string blocked;  // an entry point that does not return for this GPU
 };
 
 struct PendingEvent {
@@ -131,6 +135,10 @@ void ReadScript() {
       unsigned long long value = 0;
       if (words >> link >> counter >> value && link < target.links.size() && counter < 5)
         target.links[link].counters[counter] = value;
+    } else if (verb == "block") {
+      words >> target.blocked;
+    } else if (verb == "unblock") {
+      target.blocked.clear();
     } else if (verb == "procs") {
       target.processes.clear();
       for (unsigned pid = 0; words >> pid;) target.processes.push_back(pid);
@@ -143,6 +151,21 @@ FakeGpu* Find(void* device) {
     if (static_cast<void*>(&gpu) == device) return &gpu;
   }
   return nullptr;
+}
+
+// The GPU `device`, once `function` may return for it: while the script
+// has it blocked, waits (without the lock, so that other threads' calls go
+// on) and reads the script again.
+FakeGpu* FindWhenUnblocked(std::unique_lock<std::mutex>& lock, void* device, const char* function) {
+  ReadScript();
+  while (true) {
+    FakeGpu* gpu = Find(device);
+    if (gpu == nullptr || gpu->blocked != function) return gpu;
+    lock.unlock();
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    lock.lock();
+    ReadScript();
+  }
 }
 
 constexpr int kSuccess = 0, kUninitialized = 1, kInvalidArgument = 2, kInsufficientSize = 7,
@@ -296,9 +319,8 @@ int nvmlEventSetWait_v2(void*, EventData* data, unsigned timeout_ms) {
 
 int nvmlDeviceGetTotalEccErrors(void* device, int error_type, int counter_type,
                                 unsigned long long* count) {
-  std::lock_guard lock(mutex);
-  ReadScript();
-  FakeGpu* gpu = Find(device);
+  std::unique_lock lock(mutex);
+  FakeGpu* gpu = FindWhenUnblocked(lock, device, "nvmlDeviceGetTotalEccErrors");
   if (gpu == nullptr || counter_type != 0) return kInvalidArgument;
   *count = error_type == 0 ? gpu->corrected : gpu->uncorrected;
   return kSuccess;
@@ -306,9 +328,8 @@ int nvmlDeviceGetTotalEccErrors(void* device, int error_type, int counter_type,
 
 int nvmlDeviceGetRetiredPages(void* device, int cause, unsigned* count,
                               unsigned long long* addresses) {
-  std::lock_guard lock(mutex);
-  ReadScript();
-  FakeGpu* gpu = Find(device);
+  std::unique_lock lock(mutex);
+  FakeGpu* gpu = FindWhenUnblocked(lock, device, "nvmlDeviceGetRetiredPages");
   if (gpu == nullptr) return kInvalidArgument;
   const auto& pages = cause == 1 ? gpu->retired_dbe : gpu->retired_sbe;
   if (addresses == nullptr || *count < pages.size()) {
@@ -323,9 +344,8 @@ int nvmlDeviceGetRetiredPages(void* device, int cause, unsigned* count,
 
 int nvmlDeviceGetRemappedRows(void* device, unsigned* corrected, unsigned* uncorrected,
                               unsigned* pending_remap, unsigned* failed) {
-  std::lock_guard lock(mutex);
-  ReadScript();
-  FakeGpu* gpu = Find(device);
+  std::unique_lock lock(mutex);
+  FakeGpu* gpu = FindWhenUnblocked(lock, device, "nvmlDeviceGetRemappedRows");
   if (gpu == nullptr) return kInvalidArgument;
   *corrected = gpu->remap[0];
   *uncorrected = gpu->remap[1];
@@ -335,9 +355,8 @@ int nvmlDeviceGetRemappedRows(void* device, unsigned* corrected, unsigned* uncor
 }
 
 int nvmlDeviceGetPcieReplayCounter(void* device, unsigned* value) {
-  std::lock_guard lock(mutex);
-  ReadScript();
-  FakeGpu* gpu = Find(device);
+  std::unique_lock lock(mutex);
+  FakeGpu* gpu = FindWhenUnblocked(lock, device, "nvmlDeviceGetPcieReplayCounter");
   if (gpu == nullptr) return kInvalidArgument;
   *value = gpu->replays;
   return kSuccess;
@@ -347,9 +366,8 @@ int nvmlDeviceGetPcieReplayCounter(void* device, unsigned* value) {
 constexpr int kNotSupported = 3;
 
 int nvmlDeviceGetNvLinkState(void* device, unsigned link, int* active) {
-  std::lock_guard lock(mutex);
-  ReadScript();
-  FakeGpu* gpu = Find(device);
+  std::unique_lock lock(mutex);
+  FakeGpu* gpu = FindWhenUnblocked(lock, device, "nvmlDeviceGetNvLinkState");
   if (gpu == nullptr || active == nullptr) return kInvalidArgument;
   if (link >= 18) return kInvalidArgument;
   if (link >= gpu->links.size()) return kNotSupported;
@@ -359,9 +377,8 @@ int nvmlDeviceGetNvLinkState(void* device, unsigned link, int* active) {
 
 int nvmlDeviceGetNvLinkErrorCounter(void* device, unsigned link, int counter,
                                     unsigned long long* value) {
-  std::lock_guard lock(mutex);
-  ReadScript();
-  FakeGpu* gpu = Find(device);
+  std::unique_lock lock(mutex);
+  FakeGpu* gpu = FindWhenUnblocked(lock, device, "nvmlDeviceGetNvLinkErrorCounter");
   if (gpu == nullptr || value == nullptr || counter < 0 || counter > 4) return kInvalidArgument;
   if (link >= 18) return kInvalidArgument;
   if (link >= gpu->links.size()) return kNotSupported;

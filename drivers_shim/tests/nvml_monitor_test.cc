@@ -205,6 +205,32 @@ TEST_F(NvmlMonitorTest, ListsTheComputeProcessesOfTheGpuAtAnAddress) {
   EXPECT_EQ(elsewhere.error().code, ErrorCode::kNotFound);
 }
 
+// A polled call that does not return (a wedged driver) is seen running,
+// with its GPU and NVML function, for as long as it is stuck; once it
+// returns it is gone, and polling goes on.
+TEST_F(NvmlMonitorTest, ACallThatDoesNotReturnIsSeenWithItsGpuAndFunctionUntilItReturns) {
+  ASSERT_TRUE(Start());
+  EXPECT_TRUE(monitor_->RunningCalls().empty() || monitor_->RunningCalls()[0].running < 1s);
+  Script("block 1 nvmlDeviceGetTotalEccErrors");
+  auto stuck = [&](std::chrono::milliseconds at_least) {
+    const auto calls = monitor_->RunningCalls();
+    return !calls.empty() && calls[0].running >= at_least;
+  };
+  const auto give_up = std::chrono::steady_clock::now() + 5s;
+  while (!stuck(300ms) && std::chrono::steady_clock::now() < give_up)
+    std::this_thread::sleep_for(10ms);
+  const auto calls = monitor_->RunningCalls();
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_EQ(calls[0].device, "0000:c2:00.0");
+  EXPECT_EQ(calls[0].function, "nvmlDeviceGetTotalEccErrors");
+  EXPECT_GE(calls[0].running, 300ms);
+
+  Script("unblock 1");
+  Script("ecc 0 10 0");
+  EXPECT_EQ(Nth(1).kind, DriverErrorKind::kCorrectedEcc) << "polling goes on";
+  EXPECT_FALSE(stuck(300ms));
+}
+
 TEST_F(NvmlMonitorTest, StopsPromptly) {
   ASSERT_TRUE(Start(/*poll=*/10s));
   const auto begin = std::chrono::steady_clock::now();

@@ -9,6 +9,7 @@
 
 #include "rasd/common/result.h"
 #include "rasd/drivers_shim/driver.h"
+#include "rasd/drivers_shim/probe_calls.h"
 
 namespace rasd::drivers {
 
@@ -83,6 +84,12 @@ class NvmlMonitor {
   virtual bool PollsNvlinks() const = 0;
   // Reports delivered to the listener so far.
   virtual std::uint64_t Reports() const = 0;
+  // The NVML calls about one GPU in progress now (the polled counters, the
+  // NVLink queries, ComputeProcesses), named by the GPU's `pci_bdf` and the
+  // NVML function, with how long each has run: a call that does not return
+  // is a wedged driver, and the monitor's thread can no longer watch any
+  // GPU. Any thread.
+  virtual std::vector<ProbeCalls::Call> RunningCalls() const = 0;
   // The processes NVML lists as computing on the GPU at `pci_bdf` now
   // (nvmlDeviceGetComputeRunningProcesses), as host pids, sorted; a
   // process NVML names without a pid (one in another pid namespace) is left
