@@ -54,8 +54,8 @@ void ProbeWatchdog::Check() {
     hold.clear_since = std::chrono::nanoseconds(-1);
     if (target <= hold.state) continue;
     Decide(device, target,
-           fmt::format("unresponsive: {} call {} on {} has not returned for {:.1f} s",
-                       worst.source, worst.call.function, worst.call.device,
+           fmt::format("unresponsive: {} call {} on {} has not returned for {:.1f} s", worst.source,
+                       worst.call.function, worst.call.device,
                        std::chrono::duration<double>(worst.call.running).count()));
     hold.state = target;
   }
