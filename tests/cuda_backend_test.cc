@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "test_support.h"
 
@@ -42,6 +43,44 @@ TEST(CudaBackendTest, AnNvmlXidIsolatesTheGpuAtItsPciAddress) {
       << rasd.Stderr();
   EXPECT_EQ(Devices(rasd)[0]["state"], "healthy");
   EXPECT_EQ(Devices(rasd)[1]["reason"], "FATAL nvidia_xid");
+}
+
+// A polled NVML call that does not return on one GPU (a wedged driver):
+// that GPU takes no new work within one probe deadline, with the call in
+// its reason, and is isolated after three; the other stays healthy, and
+// the control socket answers at once all along.
+TEST(CudaBackendTest, AnNvmlCallThatDoesNotReturnTakesItsGpuOutOfServiceByTheDeadline) {
+  RasdInstance rasd;
+  const auto script = rasd.HostRoot().parent_path() / "nvml-script";
+  std::ofstream(script).flush();
+  rasd.WriteConfig(std::string("runtime:\n  driver: cuda\n  cuda_library: ") + RASD_FAKE_CUDA_PATH +
+                   "\nras:\n  nvml_library: " + RASD_FAKE_NVML_PATH +
+                   "\n  nvml_poll_ms: 100\nprobe:\n  deadline_ms: 400\n  isolate_after: 3\n");
+  std::string why;
+  ASSERT_TRUE(rasd.Start({}, FakeGpus(script), &why)) << why;
+  ASSERT_EQ(Devices(rasd).size(), 2u);
+  std::ofstream(script, std::ios::app) << "block 1 nvmlDeviceGetTotalEccErrors\n";
+  const auto blocked = std::chrono::steady_clock::now();
+  double slowest_ping_ms = 0;
+  auto state_of = [&](int device) {
+    const auto begin = std::chrono::steady_clock::now();
+    const auto devices = Devices(rasd);
+    slowest_ping_ms =
+        std::max(slowest_ping_ms,
+                 std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - begin)
+                     .count());
+    return devices[device];
+  };
+  ASSERT_TRUE(WaitUntil([&] { return state_of(1)["state"] == "draining"; }, 5s)) << rasd.Stderr();
+  EXPECT_LT(std::chrono::steady_clock::now() - blocked, 2s) << "a deadline and a poll";
+  const std::string reason = state_of(1)["reason"];
+  EXPECT_NE(reason.find("nvmlDeviceGetTotalEccErrors"), std::string::npos) << reason;
+  ASSERT_TRUE(WaitUntil([&] { return state_of(1)["state"] == "isolated"; }, 5s)) << rasd.Stderr();
+  EXPECT_EQ(state_of(0)["state"], "healthy");
+  EXPECT_LT(slowest_ping_ms, 100.0) << "the loop never waits for the stuck call";
+  std::ofstream(script, std::ios::app) << "unblock 1\n";
+  std::this_thread::sleep_for(1s);
+  EXPECT_EQ(state_of(1)["state"], "isolated") << "an isolation waits for the operator";
 }
 
 // Jobs need the kernels, which only a build that found nvcc has.

@@ -41,6 +41,7 @@ Daemon::~Daemon() {
   control_.reset();
   injection_.reset();
   heartbeat_.reset();
+  probe_watchdog_.reset();
   ingest_.reset();
   lifecycle_.reset();  // waits for a running self-test
   jobs_.reset();
@@ -94,6 +95,7 @@ Status Daemon::Initialize(Config config) {
   // Once every observer of the pipeline is wired, before jobs start: the
   // records found at start are decided as any later one.
   if (auto started = ingest_->Start(); !started) return started;
+  WatchProbes();
   StartJobsAndMetrics();
   StartKubeletPlugins();
   RASD_LOG_INFO("rasd {} started: {}, state {}, socket {}{}, host root {}", kVersion,
@@ -254,6 +256,23 @@ void Daemon::StartRas() {
   heartbeat_ = std::make_unique<DeviceHeartbeat>(*loop_, *runtime_, HeartbeatOptions(config_));
   heartbeat_->Start();
   metrics_state_->SetHeartbeat(heartbeat_.get());
+}
+
+void Daemon::WatchProbes() {
+  if (!ingest_->NvmlActive()) return;
+  probe_watchdog_ = std::make_unique<ProbeWatchdog>(
+      *loop_, *health_,
+      ProbeWatchdog::Options{.deadline = config_.probe.deadline,
+                             .isolate_after = config_.probe.isolate_after});
+  probe_watchdog_->Watch(
+      "NVML", [this] { return ingest_->NvmlRunningCalls(); },
+      [this](std::string_view pci_bdf) -> std::optional<int> {
+        for (const auto& device : runtime_->Devices()) {
+          const auto& bdf = device->Properties().pci_bdf;
+          if (!bdf.empty() && SamePciDevice(bdf, pci_bdf)) return device->Index();
+        }
+        return std::nullopt;
+      });
 }
 
 Status Daemon::StartControl() {

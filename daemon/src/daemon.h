@@ -23,6 +23,7 @@
 #include "fault_injection.h"
 #include "kubelet_plugins.h"
 #include "link_health.h"
+#include "probe_watchdog.h"
 #include "ras_ingest.h"
 #include "ras_pipeline.h"
 #include "rasd/common/event_loop.h"
@@ -89,6 +90,9 @@ class Daemon {
   // The scheduler link as status and check show it.
   nlohmann::json SchedulerView() const;
   void StartRas();
+  // Once the sources run: a deadline on the driver calls of those that
+  // make some (NVML). None: no timer, so that an idle node sleeps.
+  void WatchProbes();
   // The store's page errors within the page threshold's window, to the policy.
   void RestorePageHistory();
   Status StartControl();
@@ -154,6 +158,7 @@ class Daemon {
   std::unique_ptr<RasIngest> ingest_;
   std::unique_ptr<FaultInjection> injection_;  // after ingest_: goes before it
   std::unique_ptr<DeviceHeartbeat> heartbeat_;  // reports through ingest_: goes before it
+  std::unique_ptr<ProbeWatchdog> probe_watchdog_;  // reads ingest_'s monitors: goes before it
   // Outside processes on the devices; control_ (its attach connections) goes first.
   std::unique_ptr<ProcessTable> processes_;
   std::unique_ptr<Workloads> workloads_;

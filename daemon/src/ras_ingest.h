@@ -93,6 +93,10 @@ class RasIngest {
   // (kill-consumer's evidence when a record names no process);
   // kUnavailable without NVML, kNotFound where NVML has no GPU there.
   Result<std::vector<std::int64_t>> ComputeProcesses(std::string_view pci_bdf) const;
+  // NVML's calls about one GPU in progress now; empty without NVML.
+  std::vector<drivers::ProbeCalls::Call> NvmlRunningCalls() const { return nvml_.RunningCalls(); }
+  // NVML watches at least one GPU.
+  bool NvmlActive() const { return nvml_.Active(); }
   // The classes of accelerator codes for records decoded from now on.
   void SetCodeTable(const ras::CodeTable& codes) { codes_ = codes; }
 

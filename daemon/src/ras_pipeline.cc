@@ -12,6 +12,22 @@ namespace rasd::daemon {
 namespace {
 constexpr std::uint64_t kMaxEventCount = std::uint64_t{1} << 40;
 }  // namespace
+
+bool SamePciDevice(std::string_view a, std::string_view b) {
+  auto normalize = [](std::string_view bdf) {
+    std::string text;
+    for (char c : bdf) text += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (std::count(text.begin(), text.end(), ':') == 1) text = "0000:" + text;
+    return text;
+  };
+  const std::string left = normalize(a), right = normalize(b);
+  if (left.size() < 10 || right.size() < 10) return false;
+  if (left.compare(0, 10, right, 0, 10) != 0) return false;
+  const auto left_function = left.find('.'), right_function = right.find('.');
+  if (left_function == std::string::npos || right_function == std::string::npos) return true;
+  return left.substr(left_function) == right.substr(right_function);
+}
+
 namespace {
 
 constexpr int kMaxLoggedPerSecond = 20;
@@ -28,24 +44,6 @@ std::string Describe(const ras::RasEvent& event) {
   if (event.before_start) detail += " before-start";
   return fmt::format("{} {}{}: {}", ras::SeverityName(event.severity), event.origin, detail,
                      event.summary);
-}
-
-// "0000:07:00.0", "07:00.0" and "0000:07:00" (as Xid lines print it) name
-// the same device: compare domain, bus and device, and the function when
-// both give one.
-bool SamePciDevice(std::string_view a, std::string_view b) {
-  auto normalize = [](std::string_view bdf) {
-    std::string text;
-    for (char c : bdf) text += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    if (std::count(text.begin(), text.end(), ':') == 1) text = "0000:" + text;
-    return text;
-  };
-  const std::string left = normalize(a), right = normalize(b);
-  if (left.size() < 10 || right.size() < 10) return false;
-  if (left.compare(0, 10, right, 0, 10) != 0) return false;
-  const auto left_function = left.find('.'), right_function = right.find('.');
-  if (left_function == std::string::npos || right_function == std::string::npos) return true;
-  return left.substr(left_function) == right.substr(right_function);
 }
 
 }  // namespace

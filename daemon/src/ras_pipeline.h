@@ -68,6 +68,13 @@ std::vector<std::size_t> SplitActedPages(std::vector<ras::RasEvent>& events, std
 // the event row); past that too, the oldest are dropped and counted.
 //
 // Loop thread only. Everything it refers to must outlive it.
+class RasPipeline;
+
+// "0000:07:00.0", "07:00.0" and "0000:07:00" (as Xid lines print it) name
+// the same device: compare domain, bus and device, and the function when
+// both give one.
+bool SamePciDevice(std::string_view a, std::string_view b);
+
 class RasPipeline {
  public:
   struct Options {

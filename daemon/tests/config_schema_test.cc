@@ -90,6 +90,7 @@ scheduler: {kind: slurm, node: n1, scontrol: /opt/scontrol, resume_on_undrain: f
 kubernetes: {device_plugin: true, gpu_resource: example.com/gpu, npu_resource: example.com/npu,
              sim_resource: example.com/sim}
 jobs: [{name: j, kind: inference}]
+probe: {deadline_ms: 2000, isolate_after: 5}
 liveness: {period_ms: 0, deadline_ms: 300, misses: 5, idle_period_ms: 0}
 workloads: {grace_ms: 1500, on_drain: notify, kill_consumer: false}
 simulator: {devices: 2, memory_mib: 64, link_sysfs: true}
@@ -175,6 +176,8 @@ TEST(ConfigSchemaTest, RestartKeysAreTheOnesReloadAlwaysKept) {
       "ras.retention_days",
       "ras.max_events",
       "ras.storm_threshold",
+      "probe.deadline_ms",
+      "probe.isolate_after",
       "scheduler.kind",
       "scheduler.node",
       "scheduler.scontrol",

@@ -28,6 +28,10 @@ class NvmlAdapter final : public RasSource {
   // The processes NVML lists as computing on the GPU at `pci_bdf` now;
   // kUnavailable without NVML, kNotFound where NVML has no GPU there.
   Result<std::vector<std::int64_t>> ComputeProcesses(std::string_view pci_bdf) const;
+  std::vector<drivers::ProbeCalls::Call> RunningCalls() const {
+    return nvml_ ? nvml_->RunningCalls() : std::vector<drivers::ProbeCalls::Call>{};
+  }
+  bool Active() const { return nvml_ && !nvml_->Gpus().empty(); }
 
  private:
   SourceContext& context_;
