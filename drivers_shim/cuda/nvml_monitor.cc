@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -145,20 +146,50 @@ struct CounterBaseline {
   std::map<unsigned, Link> nvlinks;
 };
 
-class NvmlMonitorImpl final : public NvmlMonitor {
+// Shared by the monitor's handle and its thread: a thread stuck in an NVML
+// call that never returns is left behind at stop, and what it uses lives
+// until it returns (if ever).
+class NvmlMonitorImpl final : public NvmlMonitor,
+                              public std::enable_shared_from_this<NvmlMonitorImpl> {
  public:
   NvmlMonitorImpl(nvml::Api api, const NvmlMonitorOptions& options, ErrorListener listener)
       : api_(std::move(api)), options_(options), listener_(std::move(listener)) {}
 
+  // Runs on the handle's owner, or on a thread left behind as it returns.
   ~NvmlMonitorImpl() override {
+    if (events_ != nullptr) (void)api_.EventSetFree(events_);
+    if (initialized_) (void)api_.Shutdown();
+  }
+
+  // Ends the thread; one stuck in a call past `stop_wait` is left behind
+  // (detached), and returns false. No report reaches the listener after
+  // this returns.
+  bool Stop() {
     {
-      std::lock_guard lock(mutex_);
+      std::scoped_lock lock(deliver_mutex_, mutex_);
       stopping_ = true;
     }
     wake_.notify_all();
-    if (thread_.joinable()) thread_.join();
-    if (events_ != nullptr) (void)api_.EventSetFree(events_);
-    if (initialized_) (void)api_.Shutdown();
+    if (!thread_.joinable()) return true;
+    std::unique_lock lock(mutex_);
+    if (!exited_cv_.wait_for(lock, options_.stop_wait, [this] { return exited_; })) {
+      lock.unlock();
+      const auto calls = calls_.Running();
+      RASD_LOG_WARN("NVML: stopping without waiting for {} ({} s): left to return on its own",
+                   calls.empty() ? std::string("the monitor's thread")
+                                 : calls.front().function + " on " + calls.front().device,
+                   calls.empty() ? 0.0
+                                 : std::chrono::duration<double>(calls.front().running).count());
+      // The thread may return into the library and free what it holds
+      // (event set, NVML) whenever the call ends; the library itself is
+      // never unloaded under it.
+      api_.library.KeepLoadedForever();
+      thread_.detach();
+      return false;
+    }
+    lock.unlock();
+    thread_.join();
+    return true;
   }
 
   Status Initialize() {
@@ -210,7 +241,12 @@ class NvmlMonitorImpl final : public NvmlMonitor {
         if (state.up == false) gpus_.back().nvlinks_inactive_at_start.push_back(link);
       }
     }
-    thread_ = std::thread([this] { Run(); });
+    thread_ = std::thread([self = shared_from_this()] {
+      self->Run();
+      std::lock_guard lock(self->mutex_);
+      self->exited_ = true;
+      self->exited_cv_.notify_all();
+    });
     return {};
   }
 
@@ -341,6 +377,11 @@ class NvmlMonitorImpl final : public NvmlMonitor {
   }
 
   void Deliver(const DriverErrorEvent& event) {
+    std::lock_guard deliver(deliver_mutex_);  // Stop waits for a report being delivered
+    {
+      std::lock_guard lock(mutex_);
+      if (stopping_) return;  // a call that returned after the stop: its listener is gone
+    }
     reports_.fetch_add(1, std::memory_order_relaxed);
     if (listener_) listener_(event);
   }
@@ -528,10 +569,30 @@ class NvmlMonitorImpl final : public NvmlMonitor {
   std::atomic<std::uint64_t> reports_{0};
   mutable ProbeCalls calls_;  // the per-GPU calls in progress, on any thread
   int wait_failures_ = 0;
+  std::mutex deliver_mutex_;  // held while the listener runs; before mutex_
   std::mutex mutex_;
   std::condition_variable wake_;
+  std::condition_variable exited_cv_;
   bool stopping_ = false;
+  bool exited_ = false;  // Run() returned
   std::thread thread_;
+};
+
+// What Start hands out: stops the shared monitor when destroyed.
+class NvmlMonitorHandle final : public NvmlMonitor {
+ public:
+  explicit NvmlMonitorHandle(std::shared_ptr<NvmlMonitorImpl> impl) : impl_(std::move(impl)) {}
+  ~NvmlMonitorHandle() override { (void)impl_->Stop(); }
+  const std::vector<NvmlGpu>& Gpus() const override { return impl_->Gpus(); }
+  bool PollsNvlinks() const override { return impl_->PollsNvlinks(); }
+  std::uint64_t Reports() const override { return impl_->Reports(); }
+  std::vector<ProbeCalls::Call> RunningCalls() const override { return impl_->RunningCalls(); }
+  Result<std::vector<std::int64_t>> ComputeProcesses(std::string_view pci_bdf) const override {
+    return impl_->ComputeProcesses(pci_bdf);
+  }
+
+ private:
+  std::shared_ptr<NvmlMonitorImpl> impl_;
 };
 
 }  // namespace
@@ -543,9 +604,9 @@ Result<std::unique_ptr<NvmlMonitor>> NvmlMonitor::Start(const NvmlMonitorOptions
   }
   auto api = nvml::Api::Load(options.library);
   if (!api) return Fail(api.error());
-  auto monitor = std::make_unique<NvmlMonitorImpl>(std::move(*api), options, std::move(listener));
+  auto monitor = std::make_shared<NvmlMonitorImpl>(std::move(*api), options, std::move(listener));
   if (auto started = monitor->Initialize(); !started) return Fail(started.error());
-  return std::unique_ptr<NvmlMonitor>(std::move(monitor));
+  return std::unique_ptr<NvmlMonitor>(std::make_unique<NvmlMonitorHandle>(std::move(monitor)));
 }
 
 }  // namespace rasd::drivers

@@ -25,6 +25,7 @@
 // Built a second time with RASD_FAKE_NVML_NO_NVLINK as an older library
 // that has no NVLink entry points at all.
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -82,6 +83,14 @@ std::deque<PendingEvent> pending;
 std::streamoff script_offset = 0;
 int initialized = 0;
 int event_sets = 0;
+
+// Set as the process exits, before the state above is destroyed (globals
+// go in reverse order): a call still blocked then (a thread its caller
+// left behind, as a wedged driver's) stays blocked and touches none of it.
+std::atomic<bool> exiting{false};
+struct ExitMark {
+  ~ExitMark() { exiting = true; }
+} exit_mark;
 
 // Reads the script lines appended since the last call. Caller holds `mutex`.
 void ReadScript() {
@@ -163,6 +172,7 @@ FakeGpu* FindWhenUnblocked(std::unique_lock<std::mutex>& lock, void* device, con
     if (gpu == nullptr || gpu->blocked != function) return gpu;
     lock.unlock();
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    while (exiting) std::this_thread::sleep_for(std::chrono::hours(1));
     lock.lock();
     ReadScript();
   }

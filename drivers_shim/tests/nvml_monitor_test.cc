@@ -40,9 +40,12 @@ class NvmlMonitorTest : public ::testing::Test {
     out << line << '\n';
   }
 
-  Status Start(std::chrono::milliseconds poll = 20ms) {
+  Status Start(std::chrono::milliseconds poll = 20ms, std::chrono::milliseconds stop_wait = 2s) {
     auto monitor = NvmlMonitor::Start(
-        {.library = RASD_FAKE_NVML_PATH, .counter_poll = poll, .event_wait = 20ms},
+        {.library = RASD_FAKE_NVML_PATH,
+         .counter_poll = poll,
+         .event_wait = 20ms,
+         .stop_wait = stop_wait},
         [this](const DriverErrorEvent& event) {
           std::lock_guard lock(mutex_);
           reports_.push_back(event);
@@ -229,6 +232,29 @@ TEST_F(NvmlMonitorTest, ACallThatDoesNotReturnIsSeenWithItsGpuAndFunctionUntilIt
   Script("ecc 0 10 0");
   EXPECT_EQ(Nth(1).kind, DriverErrorKind::kCorrectedEcc) << "polling goes on";
   EXPECT_FALSE(stuck(300ms));
+}
+
+// A stop does not wait for a call that does not return: past stop_wait the
+// thread is left behind, and nothing it finds later reaches the listener.
+TEST_F(NvmlMonitorTest, AStopLeavesACallThatDoesNotReturnBehindAndHearsNothingAfter) {
+  Script("ecc 0 5 0");
+  ASSERT_TRUE(Start(/*poll=*/20ms, /*stop_wait=*/200ms));
+  Script("block 1 nvmlDeviceGetRemappedRows");
+  const auto give_up = std::chrono::steady_clock::now() + 5s;
+  while (std::chrono::steady_clock::now() < give_up) {
+    const auto calls = monitor_->RunningCalls();
+    if (!calls.empty() && calls[0].running >= 100ms) break;
+    std::this_thread::sleep_for(5ms);
+  }
+  ASSERT_FALSE(monitor_->RunningCalls().empty());
+  const std::size_t before = Count();
+  const auto begin = std::chrono::steady_clock::now();
+  monitor_.reset();
+  EXPECT_LT(std::chrono::steady_clock::now() - begin, 1s) << "200 ms, not the stuck call";
+  Script("ecc 0 50 0");  // news the thread left behind would find
+  Script("unblock 1");
+  std::this_thread::sleep_for(300ms);  // the call returns; the thread ends and shuts NVML down
+  EXPECT_EQ(Count(), before) << "no report after the stop";
 }
 
 TEST_F(NvmlMonitorTest, StopsPromptly) {

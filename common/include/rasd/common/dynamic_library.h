@@ -41,6 +41,11 @@ class DynamicLibrary {
 
   const std::string& name() const { return name_; }
 
+  // The library stays loaded for the rest of the process: a thread left
+  // inside one of its calls (a wedged driver) may return into it at any
+  // time. Functions already bound stay valid; Symbol() fails from here on.
+  void KeepLoadedForever() { handle_ = nullptr; }
+
  private:
   DynamicLibrary(void* handle, std::string name) : handle_(handle), name_(std::move(name)) {}
 

@@ -23,6 +23,10 @@ struct NvmlMonitorOptions {
   std::chrono::milliseconds counter_poll{10'000};
   // The longest nvmlEventSetWait call: bounds how long stopping takes.
   std::chrono::milliseconds event_wait{200};
+  // How long a stop waits for an NVML call in progress; one that has not
+  // returned by then (a wedged driver) is left behind, its thread detached,
+  // so that rasd still stops within systemd's TimeoutStopSec.
+  std::chrono::milliseconds stop_wait{2000};
 };
 
 // One GPU as NVML names it.
@@ -70,7 +74,9 @@ struct NvmlGpu {
 // Thread-safety: Start() spawns one thread that calls `listener`; the
 // listener must not block for long. Gpus() is fixed after Start().
 // Destroying the monitor stops the thread (within `event_wait`), frees
-// the event set and shuts NVML down.
+// the event set and shuts NVML down; no report reaches the listener after
+// that. A thread stuck in an NVML call for `stop_wait` is left behind
+// instead: it frees what it holds if the call ever returns.
 class NvmlMonitor {
  public:
   // kUnavailable when the library cannot be loaded, lacks a symbol, or
