@@ -16,8 +16,8 @@
 #include <thread>
 
 #include "nvml_api.h"
-#include "rasd/common/real_time.h"
 #include "rasd/common/logging.h"
+#include "rasd/common/real_time.h"
 
 namespace rasd::drivers {
 namespace nvml {
@@ -175,11 +175,11 @@ class NvmlMonitorImpl final : public NvmlMonitor,
     if (!exited_cv_.wait_for(lock, options_.stop_wait, [this] { return exited_; })) {
       lock.unlock();
       const auto calls = calls_.Running();
-      RASD_LOG_WARN("NVML: stopping without waiting for {} ({} s): left to return on its own",
-                   calls.empty() ? std::string("the monitor's thread")
-                                 : calls.front().function + " on " + calls.front().device,
-                   calls.empty() ? 0.0
-                                 : std::chrono::duration<double>(calls.front().running).count());
+      RASD_LOG_WARN(
+          "NVML: stopping without waiting for {} ({} s): left to return on its own",
+          calls.empty() ? std::string("the monitor's thread")
+                        : calls.front().function + " on " + calls.front().device,
+          calls.empty() ? 0.0 : std::chrono::duration<double>(calls.front().running).count());
       // The thread may return into the library and free what it holds
       // (event set, NVML) whenever the call ends; the library itself is
       // never unloaded under it.

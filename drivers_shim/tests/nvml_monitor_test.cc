@@ -41,16 +41,15 @@ class NvmlMonitorTest : public ::testing::Test {
   }
 
   Status Start(std::chrono::milliseconds poll = 20ms, std::chrono::milliseconds stop_wait = 2s) {
-    auto monitor = NvmlMonitor::Start(
-        {.library = RASD_FAKE_NVML_PATH,
-         .counter_poll = poll,
-         .event_wait = 20ms,
-         .stop_wait = stop_wait},
-        [this](const DriverErrorEvent& event) {
-          std::lock_guard lock(mutex_);
-          reports_.push_back(event);
-          arrived_.notify_all();
-        });
+    auto monitor = NvmlMonitor::Start({.library = RASD_FAKE_NVML_PATH,
+                                       .counter_poll = poll,
+                                       .event_wait = 20ms,
+                                       .stop_wait = stop_wait},
+                                      [this](const DriverErrorEvent& event) {
+                                        std::lock_guard lock(mutex_);
+                                        reports_.push_back(event);
+                                        arrived_.notify_all();
+                                      });
     if (!monitor) return Fail(monitor.error());
     monitor_ = std::move(*monitor);
     return {};
