@@ -266,12 +266,8 @@ void Daemon::WatchProbes() {
                              .isolate_after = config_.probe.isolate_after});
   probe_watchdog_->Watch(
       "NVML", [this] { return ingest_->NvmlRunningCalls(); },
-      [this](std::string_view pci_bdf) -> std::optional<int> {
-        for (const auto& device : runtime_->Devices()) {
-          const auto& bdf = device->Properties().pci_bdf;
-          if (!bdf.empty() && SamePciDevice(bdf, pci_bdf)) return device->Index();
-        }
-        return std::nullopt;
+      [this](std::string_view pci_bdf) {
+        return RasPipeline::DeviceAtPciAddress(*runtime_, pci_bdf);
       });
 }
 

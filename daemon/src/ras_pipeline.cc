@@ -13,6 +13,11 @@ namespace {
 constexpr std::uint64_t kMaxEventCount = std::uint64_t{1} << 40;
 }  // namespace
 
+namespace {
+
+// "0000:07:00.0", "07:00.0" and "0000:07:00" (as Xid lines print it) name
+// the same device: compare domain, bus and device, and the function when
+// both give one.
 bool SamePciDevice(std::string_view a, std::string_view b) {
   auto normalize = [](std::string_view bdf) {
     std::string text;
@@ -27,8 +32,6 @@ bool SamePciDevice(std::string_view a, std::string_view b) {
   if (left_function == std::string::npos || right_function == std::string::npos) return true;
   return left.substr(left_function) == right.substr(right_function);
 }
-
-namespace {
 
 constexpr int kMaxLoggedPerSecond = 20;
 
@@ -291,16 +294,19 @@ void RasPipeline::FlushBacklog() {
   stats_.backlog_events = EventsIn(backlog_);
 }
 
+std::optional<int> RasPipeline::DeviceAtPciAddress(const runtime::Runtime& runtime,
+                                                   std::string_view bdf) {
+  for (const auto& device : runtime.Devices()) {
+    const auto& at = device->Properties().pci_bdf;
+    if (!at.empty() && SamePciDevice(at, bdf)) return device->Index();
+  }
+  return std::nullopt;
+}
+
 void RasPipeline::AttributeToDevices(std::vector<ras::RasEvent>& events) const {
   for (auto& event : events) {
     if (event.device || !event.pci_bdf || event.historical) continue;
-    for (const auto& device : runtime_.Devices()) {
-      const auto& bdf = device->Properties().pci_bdf;
-      if (!bdf.empty() && SamePciDevice(bdf, *event.pci_bdf)) {
-        event.device = device->Index();
-        break;
-      }
-    }
+    event.device = DeviceAtPciAddress(runtime_, *event.pci_bdf);
   }
 }
 

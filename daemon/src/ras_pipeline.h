@@ -68,15 +68,14 @@ std::vector<std::size_t> SplitActedPages(std::vector<ras::RasEvent>& events, std
 // the event row); past that too, the oldest are dropped and counted.
 //
 // Loop thread only. Everything it refers to must outlive it.
-class RasPipeline;
-
-// "0000:07:00.0", "07:00.0" and "0000:07:00" (as Xid lines print it) name
-// the same device: compare domain, bus and device, and the function when
-// both give one.
-bool SamePciDevice(std::string_view a, std::string_view b);
-
 class RasPipeline {
  public:
+  // The runtime device at PCI address `bdf`, in any of the forms records
+  // print it ("0000:07:00.0", "07:00.0", Xid lines' "0000:07:00"); the
+  // pipeline's attribution of a record, and a driver call's (ProbeWatchdog).
+  static std::optional<int> DeviceAtPciAddress(const runtime::Runtime& runtime,
+                                               std::string_view bdf);
+
   struct Options {
     // A batch larger than this, or more events than this within a second,
     // is a storm (for 10 s after): coalesced, and its rows grow.
