@@ -346,9 +346,9 @@ Action Simple(std::string command, std::function<std::string(const nlohmann::jso
 }
 
 // The values an inject names, for the option's check and for completion.
-const std::vector<std::string> kInjectKinds = {"ce",    "ucna", "srao", "srar",    "uce",
-                                               "fatal", "xid",  "link", "link-up", "hang",
-                                               "load",  "kmsg", "edac", "einj",    "hwpoison"};
+const std::vector<std::string> kInjectKinds = {
+    "ce",   "ucna",  "srao",    "srar", "uce",  "fatal", "xid",  "link",    "link-up",
+    "hang", "wedge", "unwedge", "load", "kmsg", "edac",  "einj", "hwpoison"};
 const std::vector<std::string> kSeverities = {"CE", "UCNA", "SRAO", "SRAR", "UCE", "FATAL", "INFO"};
 
 Action DefineEvents(CLI::App& command) {
@@ -495,15 +495,15 @@ Action DefineJob(CLI::App& command) {
 
 Action DefineInject(CLI::App& command) {
   struct Args {
-    std::string kind, value, address, job, via;
+    std::string kind, value, address, job, via, call;
     int device = -1, peer = -1, mc = -1, dimm = -1;
     std::uint64_t count = 1;
   };
   auto args = std::make_shared<Args>();
   command
       .add_option("kind", args->kind,
-                  "ce, ucna, srao, srar, uce, fatal, xid, link, link-up, hang, load, kmsg, edac, "
-                  "einj, hwpoison")
+                  "ce, ucna, srao, srar, uce, fatal, xid, link, link-up, hang, wedge, unwedge, "
+                  "load, kmsg, edac, einj, hwpoison")
       ->required()
       ->check(CLI::IsMember(kInjectKinds));
   command.add_option("value", args->value, "xid: the Xid number; kmsg: the record text");
@@ -518,6 +518,8 @@ Action DefineInject(CLI::App& command) {
       .add_option("--via", args->via,
                   "link, link-up: nvlink (the simulator reports it as NVML reports an NVLink)")
       ->check(CLI::IsMember({"nvlink"}));
+  command.add_option("--call", args->call,
+                     "wedge: the one device query that stops returning (default: all of them)");
   command.add_option("--mc", args->mc, "edac: memory controller")->check(DeviceIndex());
   command.add_option("--dimm", args->dimm, "edac: DIMM")->check(DeviceIndex());
   return [args](const Invocation& call) {
@@ -528,6 +530,7 @@ Action DefineInject(CLI::App& command) {
     if (!args->job.empty()) request["job"] = args->job;
     if (args->peer >= 0) request["peer"] = args->peer;
     if (!args->via.empty()) request["via"] = args->via;
+    if (!args->call.empty()) request["call"] = args->call;
     if (args->mc >= 0) request["mc"] = args->mc;
     if (args->dimm >= 0) request["dimm"] = args->dimm;
     const std::string& value = args->value;

@@ -496,15 +496,20 @@ void AddPolicyKeys(std::vector<ConfigKey>& keys) {
                      "a NIC's fatal health (mlx5 firmware fatal, failed recovery, devlink "
                      "fw_fatal) is a link fault of the accelerators behind it: out of collectives, "
                      "Degraded, for this long after its last fatal record"));
-  keys.push_back(Row("probe.deadline_ms", kRestart, RASD_CONFIG_FIELD(probe.deadline),
-                     Milliseconds(100, 3'600'000),
-                     "the longest a driver call about one device (NVML's polled counters and "
-                     "queries) may take: a call past it drains the device (no new work), with "
-                     "the call's name in the reason, until its calls return again for as long"));
+  keys.push_back(
+      Row("probe.deadline_ms", kRestart, RASD_CONFIG_FIELD(probe.deadline),
+          Milliseconds(100, 3'600'000),
+          "the longest a driver call about one device (NVML's polled counters and "
+          "queries, a device query) may take: a call past it drains the device (no new work), with "
+          "the call's name in the reason, until its calls return again for as long"));
   keys.push_back(Row("probe.isolate_after", kRestart, RASD_CONFIG_FIELD(probe.isolate_after),
                      Integer<int>(1, 1000),
                      "deadlines a driver call stays stuck before its device is isolated; the "
                      "isolation stays until an operator's undrain"));
+  keys.push_back(Row("probe.interval_ms", kRestart, RASD_CONFIG_FIELD(probe.interval),
+                     Milliseconds(10, 3'600'000),
+                     "how often each device's health and counter queries run (the simulator's; "
+                     "NVML's monitor polls on its own), each device on a thread of its own"));
   keys.push_back(Row("liveness.period_ms", kLive, RASD_CONFIG_FIELD(liveness.period),
                      Milliseconds(0, 3'600'000),
                      "a heartbeat kernel (`empty`) on each device that takes new work and a "

@@ -42,6 +42,7 @@ Daemon::~Daemon() {
   injection_.reset();
   heartbeat_.reset();
   probe_watchdog_.reset();
+  device_prober_.reset();  // leaves a query that does not return behind
   ingest_.reset();
   lifecycle_.reset();  // waits for a running self-test
   jobs_.reset();
@@ -259,16 +260,33 @@ void Daemon::StartRas() {
 }
 
 void Daemon::WatchProbes() {
-  if (!ingest_->NvmlActive()) return;
+  drivers::DeviceQueries* queries = runtime_->Driver().Queries();
+  if (!ingest_->NvmlActive() && queries == nullptr) return;
   probe_watchdog_ = std::make_unique<ProbeWatchdog>(
       *loop_, *health_,
       ProbeWatchdog::Options{.deadline = config_.probe.deadline,
                              .isolate_after = config_.probe.isolate_after});
+  if (ingest_->NvmlActive()) {
+    probe_watchdog_->Watch(
+        "NVML", [this] { return ingest_->NvmlRunningCalls(); },
+        [this](std::string_view pci_bdf) {
+          return RasPipeline::DeviceAtPciAddress(*runtime_, pci_bdf);
+        });
+  }
+  if (queries == nullptr) return;
+  std::vector<DeviceProber::Device> probed;
+  for (const auto& device : runtime_->Devices()) {
+    const auto& properties = device->Properties();
+    probed.push_back({.index = properties.index,
+                      .name = properties.pci_bdf.empty()
+                                  ? fmt::format("device {}", properties.index)
+                                  : properties.pci_bdf});
+  }
+  device_prober_ = std::make_unique<DeviceProber>(
+      *queries, std::move(probed), DeviceProber::Options{.interval = config_.probe.interval});
   probe_watchdog_->Watch(
-      "NVML", [this] { return ingest_->NvmlRunningCalls(); },
-      [this](std::string_view pci_bdf) {
-        return RasPipeline::DeviceAtPciAddress(*runtime_, pci_bdf);
-      });
+      std::string(runtime_->DriverName()), [this] { return device_prober_->RunningCalls(); },
+      [this](std::string_view name) { return device_prober_->DeviceNamed(name); });
 }
 
 Status Daemon::StartControl() {

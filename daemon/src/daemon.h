@@ -19,6 +19,7 @@
 #include "device_health.h"
 #include "device_heartbeat.h"
 #include "device_lifecycle.h"
+#include "device_prober.h"
 #include "device_recovery.h"
 #include "fault_injection.h"
 #include "kubelet_plugins.h"
@@ -158,7 +159,9 @@ class Daemon {
   std::unique_ptr<RasIngest> ingest_;
   std::unique_ptr<FaultInjection> injection_;  // after ingest_: goes before it
   std::unique_ptr<DeviceHeartbeat> heartbeat_;  // reports through ingest_: goes before it
-  std::unique_ptr<ProbeWatchdog> probe_watchdog_;  // reads ingest_'s monitors: goes before it
+  // Runs the driver's device queries; reads runtime_'s driver: goes before it.
+  std::unique_ptr<DeviceProber> device_prober_;
+  std::unique_ptr<ProbeWatchdog> probe_watchdog_;  // reads ingest_'s monitors and device_prober_
   // Outside processes on the devices; control_ (its attach connections) goes first.
   std::unique_ptr<ProcessTable> processes_;
   std::unique_ptr<Workloads> workloads_;

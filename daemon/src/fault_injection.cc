@@ -79,6 +79,7 @@ Result<nlohmann::json> FaultInjection::Inject(const nlohmann::json& request) {
   args.job = reader.String("job", 128);
   args.text = reader.String("text", 16384);
   args.via = reader.String("via", 16).value_or("");
+  args.call = reader.String("call", 128).value_or("");
   args.count = static_cast<std::uint64_t>(reader.Int("count", 1, 100'000).value_or(1));
   if (auto ok = reader.Finish(); !ok) return Fail(ok.error());
   if (!args.via.empty() && args.via != "nvlink") {
@@ -87,6 +88,9 @@ Result<nlohmann::json> FaultInjection::Inject(const nlohmann::json& request) {
   }
   if (!args.via.empty() && args.kind != "link" && args.kind != "link-up") {
     return Fail(ErrorCode::kInvalidArgument, "inject: --via goes with link and link-up");
+  }
+  if (!args.call.empty() && args.kind != "wedge") {
+    return Fail(ErrorCode::kInvalidArgument, "inject: --call goes with wedge");
   }
 
   using Handler = Result<nlohmann::json> (FaultInjection::*)(const InjectArgs&);
@@ -98,13 +102,14 @@ Result<nlohmann::json> FaultInjection::Inject(const nlohmann::json& request) {
       {"link", &FaultInjection::InjectLink},         {"link-up", &FaultInjection::InjectLink},
       {"xid", &FaultInjection::InjectXid},           {"kmsg", &FaultInjection::InjectKmsg},
       {"edac", &FaultInjection::InjectEdac},         {"einj", &FaultInjection::InjectEinj},
-      {"hwpoison", &FaultInjection::InjectHwpoison},
+      {"hwpoison", &FaultInjection::InjectHwpoison}, {"wedge", &FaultInjection::InjectWedge},
+      {"unwedge", &FaultInjection::InjectWedge},
   };
   auto handler = kHandlers.find(args.kind);
   if (handler == kHandlers.end()) {
     return Fail(ErrorCode::kInvalidArgument,
                 "bad argument 'kind' for inject: must be one of ce, ucna, srao, srar, uce, fatal, "
-                "xid, link, link-up, hang, load, kmsg, edac, einj, hwpoison");
+                "xid, link, link-up, hang, load, wedge, unwedge, kmsg, edac, einj, hwpoison");
   }
   auto done = (this->*handler->second)(args);
   if (!done) return done;
@@ -152,6 +157,28 @@ Result<nlohmann::json> FaultInjection::InjectDeviceFault(const InjectArgs& args)
     done["note"] = "wrong results only under load, reported by nothing: the self-test's load "
                    "phase finds it (rasctl drain, then undrain)";
   }
+  return done;
+}
+
+Result<nlohmann::json> FaultInjection::InjectWedge(const InjectArgs& args) {
+  nlohmann::json done;
+  drivers::FaultInjector* faults = runtime_.Driver().Faults();
+  if (auto ok = NeedDevice(args); !ok) return Fail(ok.error());
+  if (args.kind == "unwedge") {
+    if (auto cleared = faults->ClearWedge(*args.device); !cleared) return Fail(cleared.error());
+    done["device"] = *args.device;
+    done["note"] =
+        "its queries return again: a drain by the probe deadline lifts after a "
+        "deadline; an isolation stays until rasctl undrain";
+    return done;
+  }
+  if (auto wedged = faults->InjectWedge(*args.device, args.call); !wedged)
+    return Fail(wedged.error());
+  done["device"] = *args.device;
+  if (!args.call.empty()) done["call"] = args.call;
+  done["note"] =
+      "its driver queries no longer return: past probe.deadline_ms it drains, past "
+      "probe.isolate_after deadlines it is isolated; rasctl inject unwedge ends it";
   return done;
 }
 

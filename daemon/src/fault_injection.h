@@ -42,6 +42,7 @@ class FaultInjection {
     std::string kind;
     std::optional<int> device, peer, xid, mc, dimm;
     std::optional<std::string> address, job, text;
+    std::string call;  // wedge: the one query that stops returning; empty: all of them
     std::string via;  // link, link-up: "nvlink", or empty for the configured path
     std::uint64_t count = 1;
   };
@@ -52,6 +53,7 @@ class FaultInjection {
   Result<nlohmann::json> InjectDeviceMemory(const InjectArgs& args);  // ce, ucna, srao, srar
   Result<nlohmann::json> InjectDeviceFault(const InjectArgs& args);   // uce, fatal, hang
   Result<nlohmann::json> InjectLink(const InjectArgs& args);          // link, link-up
+  Result<nlohmann::json> InjectWedge(const InjectArgs& args);         // wedge, unwedge
   Result<nlohmann::json> InjectXid(const InjectArgs& args);
   Result<nlohmann::json> InjectKmsg(const InjectArgs& args);
   Result<nlohmann::json> InjectEdac(const InjectArgs& args);

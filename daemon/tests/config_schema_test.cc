@@ -90,7 +90,7 @@ scheduler: {kind: slurm, node: n1, scontrol: /opt/scontrol, resume_on_undrain: f
 kubernetes: {device_plugin: true, gpu_resource: example.com/gpu, npu_resource: example.com/npu,
              sim_resource: example.com/sim}
 jobs: [{name: j, kind: inference}]
-probe: {deadline_ms: 2000, isolate_after: 5}
+probe: {deadline_ms: 2000, isolate_after: 5, interval_ms: 250}
 liveness: {period_ms: 0, deadline_ms: 300, misses: 5, idle_period_ms: 0}
 workloads: {grace_ms: 1500, on_drain: notify, kill_consumer: false}
 simulator: {devices: 2, memory_mib: 64, link_sysfs: true}
@@ -178,6 +178,7 @@ TEST(ConfigSchemaTest, RestartKeysAreTheOnesReloadAlwaysKept) {
       "ras.storm_threshold",
       "probe.deadline_ms",
       "probe.isolate_after",
+      "probe.interval_ms",
       "scheduler.kind",
       "scheduler.node",
       "scheduler.scontrol",

@@ -64,6 +64,10 @@ constexpr std::uint64_t kPageSize = 4096;
 // Device addresses: device d owns [(d + 1) << 40, (d + 2) << 40), so an
 // address names its device and stale addresses are never reissued.
 constexpr int kAddressShift = 40;
+// The device's queries (DeviceQueries), named as a vendor's would be.
+constexpr std::string_view kHealthQuery = "simDeviceGetHealth";
+constexpr std::string_view kPoisonedPagesQuery = "simDeviceGetPoisonedPageCount";
+constexpr std::string_view kAllQueries = "*";
 
 inline void CpuRelax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -352,6 +356,14 @@ class SimDriverImpl final : public SimDriver {
   }
 
   ~SimDriverImpl() override {
+    {
+      // A thread left inside a wedged query (its caller gave up waiting)
+      // returns now, and is out before the devices go.
+      std::unique_lock lock(wedge_mutex_);
+      releasing_wedges_ = true;
+      wedge_changed_.notify_all();
+      wedge_changed_.wait(lock, [this] { return queries_inside_ == 0; });
+    }
     std::unordered_map<std::uint64_t, std::shared_ptr<SimStream>> streams;
     {
       std::unique_lock lock(handles_mutex_);
@@ -756,6 +768,58 @@ class SimDriverImpl final : public SimDriver {
     return {};
   }
 
+  // ---- the device's queries (DeviceQueries) ----
+
+  std::vector<std::string> Names(int device_index) const override {
+    if (device_index < 0 || device_index >= static_cast<int>(devices_.size())) return {};
+    return {std::string(kHealthQuery), std::string(kPoisonedPagesQuery)};
+  }
+
+  Result<std::uint64_t> Run(int device_index, std::string_view query) override {
+    auto device = GetDevice(device_index);
+    if (!device) return Fail(device.error());
+    if (query != kHealthQuery && query != kPoisonedPagesQuery) {
+      return Fail(ErrorCode::kInvalidArgument,
+                  fmt::format("device {} has no query '{}'", device_index, query));
+    }
+    {
+      std::unique_lock lock(wedge_mutex_);
+      ++queries_inside_;
+      wedge_changed_.wait(lock, [&] {
+        if (releasing_wedges_) return true;
+        auto wedged = wedged_.find(device_index);
+        return wedged == wedged_.end() ||
+               (!wedged->second.contains(kAllQueries) && !wedged->second.contains(query));
+      });
+      if (--queries_inside_ == 0) wedge_changed_.notify_all();
+      if (releasing_wedges_) return Fail(ErrorCode::kAborted, "the simulator is shutting down");
+    }
+    if (query == kHealthQuery)
+      return static_cast<std::uint64_t>((*device)->condition.load(std::memory_order_acquire));
+    std::shared_lock lock(memory_mutex_);
+    return static_cast<std::uint64_t>((*device)->poisoned_pages.size());
+  }
+
+  Status InjectWedge(int device_index, std::string_view query) override {
+    if (auto device = GetDevice(device_index); !device) return Fail(device.error());
+    if (!query.empty() && query != kHealthQuery && query != kPoisonedPagesQuery) {
+      return Fail(ErrorCode::kInvalidArgument,
+                  fmt::format("device {} has no query '{}': it has {} and {}", device_index, query,
+                              kHealthQuery, kPoisonedPagesQuery));
+    }
+    std::lock_guard lock(wedge_mutex_);
+    wedged_[device_index].emplace(query.empty() ? kAllQueries : query);
+    return {};
+  }
+
+  Status ClearWedge(int device_index) override {
+    if (auto device = GetDevice(device_index); !device) return Fail(device.error());
+    std::lock_guard lock(wedge_mutex_);
+    wedged_.erase(device_index);
+    wedge_changed_.notify_all();
+    return {};
+  }
+
   // ---- used by streams ----
 
   void Emit(const DriverErrorEvent& event) {
@@ -848,6 +912,13 @@ class SimDriverImpl final : public SimDriver {
   std::set<std::pair<int, int>> links_down_;
   std::mutex listener_mutex_;
   ErrorListener listener_;
+  // InjectWedge: per device, the queries that do not return (kAllQueries
+  // for every one); a query waits on wedge_changed_ while it is wedged.
+  std::mutex wedge_mutex_;
+  std::condition_variable wedge_changed_;
+  std::map<int, std::set<std::string, std::less<>>> wedged_;  // guarded by wedge_mutex_
+  int queries_inside_ = 0;                                    // guarded by wedge_mutex_
+  bool releasing_wedges_ = false;                             // guarded by wedge_mutex_
 };
 
 // Maps kernel buffers on the launching device and remembers a poisoned read.

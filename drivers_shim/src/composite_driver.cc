@@ -76,6 +76,16 @@ class CompositeDriver::RoutedFaults final : public FaultInjector {
     if (!target) return Fail(target.error());
     return target->faults->InjectLinkError(target->device, b->device);
   }
+  Status InjectWedge(int device, std::string_view query) override {
+    auto target = Route(device);
+    if (!target) return Fail(target.error());
+    return target->faults->InjectWedge(target->device, query);
+  }
+  Status ClearWedge(int device) override {
+    auto target = Route(device);
+    if (!target) return Fail(target.error());
+    return target->faults->ClearWedge(target->device);
+  }
 
  private:
   struct Target {
@@ -99,6 +109,35 @@ class CompositeDriver::RoutedFaults final : public FaultInjector {
   const CompositeDriver& composite_;
 };
 
+// Sends each query to the backend owning the device; a device of a backend
+// without queries has none. Thread-safe as RoutedFaults is.
+class CompositeDriver::RoutedQueries final : public DeviceQueries {
+ public:
+  explicit RoutedQueries(const CompositeDriver& composite) : composite_(composite) {}
+  ~RoutedQueries() override = default;
+
+  std::vector<std::string> Names(int device) const override {
+    auto local = composite_.DeviceOf(device);
+    if (!local) return {};
+    DeviceQueries* queries = composite_.backends_[local->backend].queries;
+    return queries == nullptr ? std::vector<std::string>{} : queries->Names(local->device);
+  }
+  Result<std::uint64_t> Run(int device, std::string_view query) override {
+    auto local = composite_.DeviceOf(device);
+    if (!local) return Fail(local.error());
+    DeviceQueries* queries = composite_.backends_[local->backend].queries;
+    if (queries == nullptr) {
+      return Fail(ErrorCode::kInvalidArgument,
+                  fmt::format("device {} ({}) has no query '{}'", device,
+                              composite_.backends_[local->backend].driver->Name(), query));
+    }
+    return queries->Run(local->device, query);
+  }
+
+ private:
+  const CompositeDriver& composite_;
+};
+
 Result<std::unique_ptr<CompositeDriver>> CompositeDriver::Create(
     std::vector<std::unique_ptr<Driver>> drivers) {
   if (drivers.size() > 255) return Fail(ErrorCode::kInvalidArgument, "too many backends");
@@ -110,7 +149,8 @@ Result<std::unique_ptr<CompositeDriver>> CompositeDriver::Create(
     if (!devices) return Fail(devices.error());
     const int count = static_cast<int>(devices->size());
     FaultInjector* faults = driver->Faults();
-    backends.push_back({std::move(driver), next, count, faults});
+    DeviceQueries* queries = driver->Queries();
+    backends.push_back({std::move(driver), next, count, faults, queries});
     next += count;
   }
   return std::unique_ptr<CompositeDriver>(new CompositeDriver(std::move(backends)));
@@ -132,6 +172,10 @@ CompositeDriver::CompositeDriver(std::vector<Backend> backends) : backends_(std:
       std::any_of(backends_.begin(), backends_.end(),
                   [](const Backend& backend) { return backend.faults != nullptr; });
   if (any_faults) faults_ = std::make_unique<RoutedFaults>(*this);
+  const bool any_queries =
+      std::any_of(backends_.begin(), backends_.end(),
+                  [](const Backend& backend) { return backend.queries != nullptr; });
+  if (any_queries) queries_ = std::make_unique<RoutedQueries>(*this);
 }
 
 CompositeDriver::~CompositeDriver() {
@@ -329,5 +373,7 @@ void CompositeDriver::SetErrorListener(ErrorListener listener) {
 }
 
 FaultInjector* CompositeDriver::Faults() { return faults_.get(); }
+
+DeviceQueries* CompositeDriver::Queries() { return queries_.get(); }
 
 }  // namespace rasd::drivers

@@ -151,12 +151,14 @@ struct Config {
   // (0: off) while a job uses it, every `idle_period` (0: `period`) while
   // none does; `misses` deadlines in a row unfinished make a hang (UCE:
   // drain and isolate).
-  // A driver call about one device (NVML's) that has not returned within
-  // `deadline` drains the device; one past `isolate_after` deadlines
-  // isolates it (ProbeWatchdog).
+  // A driver call about one device (NVML's, a device query's) that has not
+  // returned within `deadline` drains the device; one past `isolate_after`
+  // deadlines isolates it (ProbeWatchdog). A driver's device queries run
+  // every `interval` (DeviceProber).
   struct Probe {
     std::chrono::milliseconds deadline{5000};
     int isolate_after = 3;
+    std::chrono::milliseconds interval{1000};
     bool operator==(const Probe&) const = default;
   } probe;
   struct Liveness {

@@ -63,14 +63,18 @@ class CompositeDriver final : public Driver {
   void SetErrorListener(ErrorListener listener) override;
   // Null when no backend can inject faults (or there is no backend).
   FaultInjector* Faults() override;
+  // Null when no backend has device queries.
+  DeviceQueries* Queries() override;
 
  private:
   class RoutedFaults;
+  class RoutedQueries;
   struct Backend {
     std::unique_ptr<Driver> driver;
     int first_device = 0;
     int device_count = 0;
-    FaultInjector* faults = nullptr;  // the backend's; null where it has none
+    FaultInjector* faults = nullptr;   // the backend's; null where it has none
+    DeviceQueries* queries = nullptr;  // likewise
   };
   struct Local {
     std::size_t backend;
@@ -86,7 +90,8 @@ class CompositeDriver final : public Driver {
   std::vector<Backend> backends_;
   std::string name_;
   std::vector<DeviceProperties> devices_;
-  std::unique_ptr<RoutedFaults> faults_;  // null when no backend has an injector
+  std::unique_ptr<RoutedFaults> faults_;    // null when no backend has an injector
+  std::unique_ptr<RoutedQueries> queries_;  // null when no backend has queries
 };
 
 }  // namespace rasd::drivers

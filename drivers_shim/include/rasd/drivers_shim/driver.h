@@ -234,9 +234,51 @@ class FaultInjector {
     (void)up;
     return Fail(ErrorCode::kNotSupported, "this backend has no simulated NVLinks");
   }
+  // The device's health and counter queries (DeviceQueries) stop returning:
+  // every one of them, or only `query` where it is not empty, as a wedged
+  // driver's do, until ClearWedge. Nothing is reported. kInvalidArgument for
+  // a query the device does not have; kNotSupported where the backend has no
+  // queries to wedge.
+  virtual Status InjectWedge(int device, std::string_view query) {
+    (void)device;
+    (void)query;
+    return Fail(ErrorCode::kNotSupported, "this backend has no queries to wedge");
+  }
+  // The device's wedged queries return again.
+  virtual Status ClearWedge(int device) {
+    (void)device;
+    return Fail(ErrorCode::kNotSupported, "this backend has no queries to wedge");
+  }
 
  protected:
   virtual ~FaultInjector() = default;
+};
+
+// A device's own health and error-counter queries, as its vendor's
+// monitoring library answers them (nvmlDeviceGetTotalEccErrors,
+// dcmi_get_device_health, aclrtQueryDeviceStatus). The daemon runs them on a
+// thread of its own and watches how long each takes: a query that never
+// returns is a wedged driver, which would otherwise leave the device
+// unmonitored while it looks quiet.
+//
+// Ownership and lifetime: the driver that returns it from Queries() owns it;
+// it lives as long as that driver. A driver whose query can block (the
+// simulator's wedge) releases it when destroyed and waits for the caller to
+// leave, so that a thread left inside a query may outlive its caller.
+//
+// Thread-safety: every method may be called from any thread.
+class DeviceQueries {
+ public:
+  // The device's queries, named as the vendor's headers spell them.
+  // Empty for a device without any (kInvalidArgument never: a device of a
+  // backend without queries in a CompositeDriver has none).
+  virtual std::vector<std::string> Names(int device) const = 0;
+  // Runs one query; its answer is a count or the vendor's health code.
+  // kInvalidArgument for an unknown device or query.
+  virtual Result<std::uint64_t> Run(int device, std::string_view query) = 0;
+
+ protected:
+  virtual ~DeviceQueries() = default;
 };
 
 // What a device reset did to the memory reserved on the device.
@@ -348,6 +390,10 @@ class Driver {
   // The fault injector of this driver's devices; null where the backend
   // cannot inject faults (real hardware: CUDA, Ascend). Owned by the driver.
   virtual FaultInjector* Faults() { return nullptr; }
+  // The devices' health and counter queries; null where the backend's
+  // monitor runs its own (CUDA's NVML monitor) or there are none. Owned by
+  // the driver.
+  virtual DeviceQueries* Queries() { return nullptr; }
 };
 
 }  // namespace rasd::drivers

@@ -24,11 +24,12 @@ struct SimDriverOptions {
 // thread per stream running its work in order, kernels that are real CPU
 // code, and fault injection (FaultInjector, also returned by Faults())
 // reported through the same channels a real driver uses (returned errors,
-// stream status, the error listener).
+// stream status, the error listener), and the device queries a monitor
+// polls (DeviceQueries, returned by Queries()).
 //
 // Thread-safe, like every Driver. Destroying it stops every worker; pending
 // work fails with kAborted.
-class SimDriver : public Driver, public FaultInjector {
+class SimDriver : public Driver, public FaultInjector, public DeviceQueries {
  public:
   // kInvalidArgument for a device count outside 1..64 or zero memory.
   static Result<std::unique_ptr<SimDriver>> Create(const SimDriverOptions& options);
@@ -36,6 +37,10 @@ class SimDriver : public Driver, public FaultInjector {
   // Every device fault of FaultInjector; `Inject*` may also be called on
   // the SimDriver directly.
   FaultInjector* Faults() override { return this; }
+  // Each device's health (simDeviceGetHealth: 0 ok, 1 sticky fault, 2 off
+  // the bus) and poisoned-page count (simDeviceGetPoisonedPageCount); both
+  // can be wedged (InjectWedge).
+  DeviceQueries* Queries() override { return this; }
 };
 
 }  // namespace rasd::drivers

@@ -1,0 +1,113 @@
+// A wedged driver on the real rasd with the simulator: a device whose
+// health and counter queries stop returning (rasctl inject wedge) leaves
+// service by the probe deadline with the stuck query named, while the loop
+// keeps answering and the other devices stay in service; a drain by the
+// deadline lifts once the queries return, an isolation waits for the
+// operator, and SIGTERM ends rasd with a query still stuck.
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "test_support.h"
+
+namespace rasd::testing {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+nlohmann::json Json(RasdInstance& rasd, std::vector<std::string> args) {
+  args.insert(args.begin(), "--json");
+  const auto result = rasd.Rasctl(args);
+  EXPECT_EQ(result.exit_code, 0) << result.err;
+  return nlohmann::json::parse(result.out, nullptr, false);
+}
+
+nlohmann::json Device(RasdInstance& rasd, int device) {
+  return Json(rasd, {"devices", std::to_string(device)})["devices"][0];
+}
+
+TEST(ProbeDeadlineTest, AWedgedDeviceLeavesServiceByTheDeadlineAndTheOthersStayIn) {
+  RasdInstance rasd;
+  rasd.WriteConfig(R"(simulator:
+  devices: 3
+  memory_mib: 64
+probe:
+  deadline_ms: 1000
+  isolate_after: 3
+  interval_ms: 100
+)");
+  std::string why;
+  ASSERT_TRUE(rasd.Start({}, {}, &why)) << why;
+  double slowest_ping_ms = 0;
+  auto ping = [&] {
+    const auto begin = Clock::now();
+    const auto result = rasd.Rasctl({"ping"});
+    EXPECT_EQ(result.exit_code, 0) << result.err;
+    slowest_ping_ms = std::max(
+        slowest_ping_ms, std::chrono::duration<double, std::milli>(Clock::now() - begin).count());
+  };
+
+  const auto wedged = Clock::now();
+  const auto inject = rasd.Rasctl({"inject", "wedge", "--device", "1"});
+  ASSERT_EQ(inject.exit_code, 0) << inject.err;
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        ping();
+        return Device(rasd, 1)["state"] == "draining";
+      },
+      10s))
+      << rasd.Stderr();
+  EXPECT_LT(Clock::now() - wedged, 3s) << "within 3 probe deadlines";
+  const std::string reason = Device(rasd, 1)["reason"];
+  EXPECT_NE(reason.find("simDeviceGetHealth"), std::string::npos) << reason;
+  EXPECT_NE(reason.find("ffff:c2:00.0"), std::string::npos) << "names the device: " << reason;
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        ping();
+        return Device(rasd, 1)["state"] == "isolated";
+      },
+      10s))
+      << rasd.Stderr();
+  EXPECT_EQ(Device(rasd, 0)["state"], "healthy");
+  EXPECT_EQ(Device(rasd, 2)["state"], "healthy");
+  EXPECT_LT(slowest_ping_ms, 100.0) << "the loop never waits for a stuck query";
+
+  // The queries return again: the isolation stays for the operator.
+  ASSERT_EQ(rasd.Rasctl({"inject", "unwedge", "--device", "1"}).exit_code, 0);
+  std::this_thread::sleep_for(1500ms);  // past a deadline of returning queries
+  EXPECT_EQ(Device(rasd, 1)["state"], "isolated");
+
+  // One query of device 2 only: a drain, lifted once it returns.
+  const auto one =
+      rasd.Rasctl({"inject", "wedge", "--device", "2", "--call", "simDeviceGetPoisonedPageCount"});
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  ASSERT_TRUE(WaitUntil([&] { return Device(rasd, 2)["state"] == "draining"; }, 10s));
+  const std::string reason2 = Device(rasd, 2)["reason"];
+  EXPECT_NE(reason2.find("simDeviceGetPoisonedPageCount"), std::string::npos) << reason2;
+  ASSERT_EQ(rasd.Rasctl({"inject", "unwedge", "--device", "2"}).exit_code, 0);
+  EXPECT_TRUE(WaitUntil([&] { return Device(rasd, 2)["state"] == "healthy"; }, 10s))
+      << Device(rasd, 2).dump();
+
+  // A query nobody has, and --call without wedge: refused, nothing changed.
+  const auto unknown = rasd.Rasctl({"inject", "wedge", "--device", "0", "--call", "nvmlInit"});
+  EXPECT_EQ(unknown.exit_code, 1);
+  EXPECT_NE(unknown.err.find("simDeviceGetHealth"), std::string::npos) << unknown.err;
+  EXPECT_EQ(rasd.Rasctl({"inject", "hang", "--device", "0", "--call", "x"}).exit_code, 1);
+  EXPECT_EQ(Device(rasd, 0)["state"], "healthy");
+
+  // SIGTERM with a query stuck: rasd leaves its thread behind.
+  ASSERT_EQ(rasd.Rasctl({"inject", "wedge", "--device", "0"}).exit_code, 0);
+  ASSERT_TRUE(WaitUntil([&] { return Device(rasd, 0)["state"] == "draining"; }, 10s));
+  const auto stopping = Clock::now();
+  const auto status = rasd.Stop(10s);
+  EXPECT_TRUE(status.has_value()) << "still running 10 s after SIGTERM";
+  EXPECT_EQ(status.value_or(-1), 0) << rasd.Stderr();
+  EXPECT_LT(Clock::now() - stopping, 5s);
+  EXPECT_NE(rasd.Stderr().find("left behind"), std::string::npos) << rasd.Stderr();
+}
+
+}  // namespace
+}  // namespace rasd::testing
