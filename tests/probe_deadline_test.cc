@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <iostream>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -34,6 +35,8 @@ TEST(ProbeDeadlineTest, AWedgedDeviceLeavesServiceByTheDeadlineAndTheOthersStayI
   rasd.WriteConfig(R"(simulator:
   devices: 3
   memory_mib: 64
+metrics:
+  listen: 127.0.0.1:0
 probe:
   deadline_ms: 1000
   isolate_after: 3
@@ -60,7 +63,8 @@ probe:
       },
       10s))
       << rasd.Stderr();
-  EXPECT_LT(Clock::now() - wedged, 3s) << "within 3 probe deadlines";
+  const auto drained_after = Clock::now() - wedged;
+  EXPECT_LT(drained_after, 3s) << "within 3 probe deadlines";
   const std::string reason = Device(rasd, 1)["reason"];
   EXPECT_NE(reason.find("simDeviceGetHealth"), std::string::npos) << reason;
   EXPECT_NE(reason.find("ffff:c2:00.0"), std::string::npos) << "names the device: " << reason;
@@ -74,6 +78,23 @@ probe:
   EXPECT_EQ(Device(rasd, 0)["state"], "healthy");
   EXPECT_EQ(Device(rasd, 2)["state"], "healthy");
   EXPECT_LT(slowest_ping_ms, 100.0) << "the loop never waits for a stuck query";
+  std::cout << "wedged device draining after "
+            << std::chrono::duration_cast<std::chrono::milliseconds>(drained_after).count()
+            << " ms (deadline 1000 ms); slowest rasctl ping " << slowest_ping_ms << " ms\n";
+  // status and /metrics name the stuck call and how long it has run.
+  const auto status = Json(rasd, {"status"});
+  ASSERT_EQ(status["probe"]["stuck"].size(), 1u) << status["probe"].dump();
+  EXPECT_EQ(status["probe"]["stuck"][0]["device"], 1);
+  EXPECT_EQ(status["probe"]["stuck"][0]["function"], "simDeviceGetHealth");
+  EXPECT_GE(status["probe"]["stuck"][0]["running_ms"].get<int>(), 1000);
+  const std::string text = rasd.Rasctl({"status"}).out;
+  EXPECT_NE(text.find("simDeviceGetHealth on ffff:c2:00.0 has not returned for"), std::string::npos)
+      << text;
+  const std::string metrics = Http(status["metrics"]["port"].get<int>(), "GET", "/metrics");
+  const auto at = metrics.find("rasd_device_probe_stuck_seconds{device=\"1\"} ");
+  ASSERT_NE(at, std::string::npos) << metrics;
+  EXPECT_GE(std::stod(metrics.substr(at + 44)), 1.0) << metrics.substr(at, 80);
+  EXPECT_NE(metrics.find("rasd_device_probe_stuck_seconds{device=\"0\"} 0"), std::string::npos);
 
   // The queries return again: the isolation stays for the operator.
   ASSERT_EQ(rasd.Rasctl({"inject", "unwedge", "--device", "1"}).exit_code, 0);
@@ -102,9 +123,9 @@ probe:
   ASSERT_EQ(rasd.Rasctl({"inject", "wedge", "--device", "0"}).exit_code, 0);
   ASSERT_TRUE(WaitUntil([&] { return Device(rasd, 0)["state"] == "draining"; }, 10s));
   const auto stopping = Clock::now();
-  const auto status = rasd.Stop(10s);
-  EXPECT_TRUE(status.has_value()) << "still running 10 s after SIGTERM";
-  EXPECT_EQ(status.value_or(-1), 0) << rasd.Stderr();
+  const auto exit_status = rasd.Stop(10s);
+  EXPECT_TRUE(exit_status.has_value()) << "still running 10 s after SIGTERM";
+  EXPECT_EQ(exit_status.value_or(-1), 0) << rasd.Stderr();
   EXPECT_LT(Clock::now() - stopping, 5s);
   EXPECT_NE(rasd.Stderr().find("left behind"), std::string::npos) << rasd.Stderr();
 }

@@ -79,6 +79,33 @@ std::string LastReloadLine(const json& status) {
   return out;
 }
 
+// What the probe deadline watches, and each call past it.
+std::string ProbeLines(const json& status) {
+  const json::json_pointer pointer("/probe");
+  if (!status.contains(pointer) || !status.at(pointer).is_object()) return "";
+  const json& probe = status.at(pointer);
+  std::string watched;
+  if (probe.contains("watched") && probe["watched"].is_array()) {
+    for (const auto& name : probe["watched"]) {
+      if (!watched.empty()) watched += ", ";
+      watched += name.is_string() ? name.get<std::string>() : name.dump();
+    }
+  }
+  if (watched.empty()) watched = "no driver calls (neither NVML nor device queries)";
+  std::string out = fmt::format(
+      "{:<12}driver calls past {} ms drain their device, past {} deadlines isolate it: "
+      "{}\n",
+      "probes", Field(probe, "/deadline_ms"), Field(probe, "/isolate_after"), watched);
+  if (probe.contains("stuck") && probe["stuck"].is_array()) {
+    for (const auto& call : probe["stuck"]) {
+      out += fmt::format("  {:>2} {} {} on {} has not returned for {} ms\n", Field(call, "/device"),
+                         Field(call, "/source"), Field(call, "/function"), Field(call, "/name"),
+                         Field(call, "/running_ms"));
+    }
+  }
+  return out;
+}
+
 // The heartbeat's settings and each device's beats.
 std::string LivenessLines(const json& status) {
   std::string out;
@@ -197,6 +224,7 @@ std::string FormatStatus(const json& status) {
     }
   }
   out += LivenessLines(status);
+  out += ProbeLines(status);
   out += fmt::format("{:<12}{}\n", "jobs", Field(status, "/jobs/count"));
   if (status.contains(json::json_pointer("/workloads/count"))) {
     out += fmt::format("{:<12}{} attached from outside rasd (rasctl run, attach)\n", "workloads",

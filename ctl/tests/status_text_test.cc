@@ -83,6 +83,21 @@ TEST(StatusTextTest, RendersTheStatusFields) {
       << text;
 }
 
+TEST(StatusTextTest, NamesEachDriverCallPastTheProbeDeadline) {
+  const std::string text = FormatStatus(nlohmann::json::parse(R"({
+    "probe": {"deadline_ms": 5000, "isolate_after": 3, "interval_ms": 1000,
+              "watched": ["NVML", "sim device queries"],
+              "stuck": [{"device": 1, "source": "NVML", "function": "nvmlDeviceGetTotalEccErrors",
+                         "name": "0000:07:00.0", "running_ms": 7250}]}
+  })"));
+  EXPECT_NE(text.find("probes      driver calls past 5000 ms drain their device, past 3 deadlines "
+                      "isolate it: NVML, sim device queries\n"
+                      "   1 NVML nvmlDeviceGetTotalEccErrors on 0000:07:00.0 has not returned for "
+                      "7250 ms\n"),
+            std::string::npos)
+      << text;
+}
+
 TEST(StatusTextTest, SaysWhyMetricsAreNotServed) {
   EXPECT_NE(FormatStatus(nlohmann::json::parse(R"({"metrics": {"listen": "off"}})"))
                 .find("metrics     off (metrics.listen)\n"),

@@ -273,6 +273,7 @@ void Daemon::WatchProbes() {
           return RasPipeline::DeviceAtPciAddress(*runtime_, pci_bdf);
         });
   }
+  metrics_state_->SetProbeWatchdog(probe_watchdog_.get());
   if (queries == nullptr) return;
   std::vector<DeviceProber::Device> probed;
   for (const auto& device : runtime_->Devices()) {

@@ -100,6 +100,8 @@ class Daemon {
   void StartJobsAndMetrics();
   Result<nlohmann::json> StatusReport();
   nlohmann::json LivenessReport() const;
+  // The probe deadline's settings, what it watches and the calls past it.
+  nlohmann::json ProbeReport() const;
   // After the pipeline handled a batch: lifecycle, jobs and metrics.
   void ObserveBatch(const HandledBatch& batch);
   // Re-reads the config file; keeps the running config when the new one has

@@ -114,6 +114,14 @@ exporters::MetricsSnapshot DaemonMetrics::Now() const {
       }
     }
   }
+  if (probes_) {
+    for (const auto& stuck : probes_->Stuck()) {
+      for (auto& metrics : snapshot.devices) {
+        if (metrics.index == stuck.device)
+          metrics.probe_stuck_seconds = std::chrono::duration<double>(stuck.call.running).count();
+      }
+    }
+  }
   for (const auto& [key, count] : actuator_.Counts()) {
     const auto space = key.rfind(' ');
     snapshot

@@ -8,16 +8,17 @@
 
 #include "actuator.h"
 #include "device_heartbeat.h"
+#include "device_recovery.h"
+#include "link_health.h"
+#include "probe_watchdog.h"
 #include "ras_ingest.h"
 #include "ras_pipeline.h"
-#include "workloads.h"
 #include "rasd/common/event_loop.h"
 #include "rasd/exporters/metrics.h"
 #include "rasd/jobs/job_manager.h"
 #include "rasd/runtime/runtime.h"
-#include "device_recovery.h"
-#include "link_health.h"
 #include "scheduler.h"
+#include "workloads.h"
 
 namespace rasd::daemon {
 
@@ -41,6 +42,7 @@ class DaemonMetrics {
   void SetWorkloads(const Workloads* workloads) { workloads_ = workloads; }
   void SetRecovery(const DeviceRecovery* recovery) { recovery_ = recovery; }
   void SetLinkHealth(const LinkHealth* links) { links_ = links; }
+  void SetProbeWatchdog(const ProbeWatchdog* probes) { probes_ = probes; }
   void ObserveBatch(const HandledBatch& batch);
   void Refresh();
   exporters::MetricsSnapshot Now() const;
@@ -54,6 +56,7 @@ class DaemonMetrics {
   const RasPipeline& pipeline_;
   const DeviceRecovery* recovery_ = nullptr;
   const LinkHealth* links_ = nullptr;
+  const ProbeWatchdog* probes_ = nullptr;
   const RasIngest* ingest_ = nullptr;
   const DeviceHeartbeat* heartbeat_ = nullptr;
   const Workloads* workloads_ = nullptr;

@@ -14,6 +14,29 @@ std::string Daemon::DevicesPhrase() const {
   return fmt::format("{} {} device(s)", runtime_->DeviceCount(), runtime_->DriverName());
 }
 
+nlohmann::json Daemon::ProbeReport() const {
+  nlohmann::json stuck = nlohmann::json::array();
+  if (probe_watchdog_) {
+    for (const auto& call : probe_watchdog_->Stuck()) {
+      stuck.push_back(
+          {{"device", call.device},
+           {"source", call.source},
+           {"function", call.call.function},
+           {"name", call.call.device},
+           {"running_ms",
+            std::chrono::duration_cast<std::chrono::milliseconds>(call.call.running).count()}});
+    }
+  }
+  nlohmann::json watched = nlohmann::json::array();
+  if (ingest_->NvmlActive()) watched.push_back("NVML");
+  if (device_prober_) watched.push_back(std::string(runtime_->DriverName()) + " device queries");
+  return {{"deadline_ms", config_.probe.deadline.count()},
+          {"isolate_after", config_.probe.isolate_after},
+          {"interval_ms", config_.probe.interval.count()},
+          {"watched", std::move(watched)},
+          {"stuck", std::move(stuck)}};
+}
+
 nlohmann::json Daemon::LivenessReport() const {
   nlohmann::json devices = nlohmann::json::array();
   for (const auto& stats : heartbeat_->Stats()) {
@@ -71,6 +94,7 @@ Result<nlohmann::json> Daemon::StatusReport() {
       {"watchdog_usec", watchdog_usec_},
       {"ras", ras},
       {"liveness", LivenessReport()},
+      {"probe", ProbeReport()},
       {"actions", actuator_->Counts()},
       {"scheduler", SchedulerView()},
       {"kubernetes",

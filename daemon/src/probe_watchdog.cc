@@ -29,22 +29,37 @@ std::map<int, HealthState> ProbeWatchdog::Held() const {
   return held;
 }
 
-void ProbeWatchdog::Check() {
-  const auto now = loop_.Now();
-  // The longest-stuck call of each device past its deadline.
-  struct Worst {
-    std::string source;
-    drivers::ProbeCalls::Call call;
-  };
-  std::map<int, Worst> stuck;
+std::vector<ProbeWatchdog::StuckCall> ProbeWatchdog::Stuck() const {
+  std::lock_guard lock(stuck_mutex_);
+  return last_stuck_;
+}
+
+std::vector<ProbeWatchdog::StuckCall> ProbeWatchdog::FindStuck() const {
+  std::map<int, StuckCall> worst;
   for (const auto& watched : watched_) {
     for (auto& call : watched.running()) {
       if (call.running < options_.deadline) continue;
       const auto device = watched.device_of(call.device);
       if (!device) continue;
-      auto [at, added] = stuck.try_emplace(*device, Worst{watched.source, call});
-      if (!added && call.running > at->second.call.running) at->second = {watched.source, call};
+      auto [at, added] = worst.try_emplace(*device, StuckCall{*device, watched.source, call});
+      if (!added && call.running > at->second.call.running)
+        at->second = {*device, watched.source, call};
     }
+  }
+  std::vector<StuckCall> stuck;
+  for (auto& [device, call] : worst) stuck.push_back(std::move(call));
+  return stuck;
+}
+
+void ProbeWatchdog::Check() {
+  const auto now = loop_.Now();
+  // The longest-stuck call of each device past its deadline.
+  auto found = FindStuck();
+  std::map<int, StuckCall> stuck;
+  for (const auto& call : found) stuck.emplace(call.device, call);
+  {
+    std::lock_guard lock(stuck_mutex_);
+    last_stuck_ = std::move(found);
   }
   for (const auto& [device, worst] : stuck) {
     const HealthState target = worst.call.running >= options_.deadline * options_.isolate_after

@@ -4,6 +4,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -27,7 +28,7 @@ namespace rasd::daemon {
 //
 // The monitors' calls run on their own threads (drivers::ProbeCalls); the
 // watchdog reads them on a timer every quarter deadline, on the loop. Loop
-// thread only.
+// thread only, but for Stuck().
 class ProbeWatchdog {
  public:
   struct Options {
@@ -50,6 +51,17 @@ class ProbeWatchdog {
   // The devices the probe cause holds now, and at which state.
   std::map<int, runtime::HealthState> Held() const;
 
+  struct StuckCall {
+    int device = 0;      // the runtime's
+    std::string source;  // as Watch named it
+    drivers::ProbeCalls::Call call;
+  };
+  // Each device's longest call past its deadline at the last check (at most
+  // a quarter deadline ago), by device. Unlike the rest, any thread (the
+  // metrics exporter's) may call it.
+  std::vector<StuckCall> Stuck() const;
+  std::chrono::milliseconds Deadline() const { return options_.deadline; }
+
  private:
   struct Watched {
     std::string source;
@@ -60,6 +72,7 @@ class ProbeWatchdog {
     runtime::HealthState state = runtime::HealthState::kHealthy;
     std::chrono::nanoseconds clear_since{-1};  // no call stuck since then; -1: one is
   };
+  std::vector<StuckCall> FindStuck() const;
   void Check();
   void Decide(int device, runtime::HealthState target, const std::string& reason);
 
@@ -69,6 +82,8 @@ class ProbeWatchdog {
   std::vector<Watched> watched_;
   std::map<int, Hold> held_;
   std::unique_ptr<common::Timer> timer_;
+  mutable std::mutex stuck_mutex_;
+  std::vector<StuckCall> last_stuck_;  // guarded by stuck_mutex_
 };
 
 }  // namespace rasd::daemon

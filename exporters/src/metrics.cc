@@ -255,6 +255,10 @@ void AddDeviceFamilies(const MetricsSnapshot& snapshot, Add& add) {
     auto latency = Family("rasd_device_heartbeat_latency_seconds",
                           "Launch to seen finished of the device's last heartbeat",
                           MetricType::Gauge);
+    auto stuck = Family("rasd_device_probe_stuck_seconds",
+                        "How long the device's longest driver call past probe.deadline_ms has "
+                        "run; 0 while none is",
+                        MetricType::Gauge);
     for (const auto& device : snapshot.devices) {
       const std::string index = std::to_string(device.index);
       for (const char* state : kStates) {
@@ -285,6 +289,8 @@ void AddDeviceFamilies(const MetricsSnapshot& snapshot, Add& add) {
           Value(MetricType::Counter, static_cast<double>(device.op_timeouts), {{"device", index}}));
       latency.metric.push_back(
           Value(MetricType::Gauge, device.heartbeat_latency_seconds, {{"device", index}}));
+      stuck.metric.push_back(
+          Value(MetricType::Gauge, device.probe_stuck_seconds, {{"device", index}}));
       usable.metric.push_back(
           Value(MetricType::Gauge, device.links_usable ? 1 : 0, {{"device", index}}));
     }
@@ -296,6 +302,7 @@ void AddDeviceFamilies(const MetricsSnapshot& snapshot, Add& add) {
     add(std::move(hangs));
     add(std::move(op_timeouts));
     add(std::move(latency));
+    add(std::move(stuck));
     add(std::move(usable));
   }
   {

@@ -49,6 +49,9 @@ struct DeviceMetrics {
   // jobs' work abandoned past its deadline, the last beat's latency.
   std::uint64_t heartbeats = 0, heartbeat_misses = 0, hangs = 0, op_timeouts = 0;
   double heartbeat_latency_seconds = 0;
+  // How long the device's longest driver call past its deadline has run
+  // (ProbeWatchdog); 0 while none is.
+  double probe_stuck_seconds = 0;
   bool links_usable = true;  // Device::LinksUsable: collectives may place a rank here
 };
 
