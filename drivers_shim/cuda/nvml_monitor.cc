@@ -192,13 +192,65 @@ class NvmlMonitorImpl final : public NvmlMonitor,
     return true;
   }
 
+  // Starts the monitor's thread, which opens NVML and then watches it, and
+  // waits `start_wait` for the opening: a driver wedged in nvmlInit or in a
+  // GPU's first query must not hold rasd's start. Past it the thread is
+  // left behind, as a stop leaves it, and the start fails with kTimeout
+  // naming the call.
+  Status Open() {
+    thread_ = std::thread([self = shared_from_this()] {
+      Status opened = self->Initialize();
+      bool run = false;
+      {
+        std::lock_guard lock(self->mutex_);
+        self->opened_ = std::move(opened);
+        run = self->opened_->has_value() && !self->stopping_;
+        self->exited_cv_.notify_all();
+      }
+      if (run) self->Run();
+      std::lock_guard lock(self->mutex_);
+      self->exited_ = true;
+      self->exited_cv_.notify_all();
+    });
+    std::unique_lock lock(mutex_);
+    if (exited_cv_.wait_for(lock, options_.start_wait, [this] { return opened_.has_value(); })) {
+      Status opened = *opened_;
+      lock.unlock();
+      if (!opened) thread_.join();
+      return opened;
+    }
+    stopping_ = true;
+    lock.unlock();
+    const auto calls = calls_.Running();
+    const std::string stuck =
+        calls.empty() ? std::string("opening NVML")
+                      : calls.front().function +
+                            (calls.front().device.empty() ? "" : " on " + calls.front().device);
+    api_.library.KeepLoadedForever();
+    thread_.detach();
+    return Fail(ErrorCode::kTimeout,
+                fmt::format("{} has not returned within {} ms: a wedged driver; left to return "
+                            "on its own, and NVML is not used",
+                            stuck, options_.start_wait.count()));
+  }
+
   Status Initialize() {
-    if (nvml::Return rc = api_.Init(); rc != nvml::kSuccess) {
-      return Fail(ErrorCode::kUnavailable, api_.Describe("nvmlInit", rc));
+    nvml::Return init_rc = nvml::kSuccess;
+    {
+      const auto call = calls_.Begin("", "nvmlInit_v2");
+      init_rc = api_.Init();
+    }
+    if (init_rc != nvml::kSuccess) {
+      return Fail(ErrorCode::kUnavailable, api_.Describe("nvmlInit", init_rc));
     }
     initialized_ = true;
     unsigned count = 0;
-    if (nvml::Return rc = api_.DeviceGetCount(&count); rc != nvml::kSuccess) {
+    nvml::Return count_rc = nvml::kSuccess;
+    {
+      const auto call = calls_.Begin("", "nvmlDeviceGetCount_v2");
+      count_rc = api_.DeviceGetCount(&count);
+    }
+    if (nvml::Return rc = count_rc; rc != nvml::kSuccess) {
       return Fail(ErrorCode::kUnavailable, api_.Describe("nvmlDeviceGetCount", rc));
     }
     if (api_.DeviceGetNvLinkState == nullptr) {
@@ -214,7 +266,13 @@ class NvmlMonitorImpl final : public NvmlMonitor,
     }
     for (unsigned index = 0; index < count; ++index) {
       nvml::Device handle = nullptr;
-      if (nvml::Return rc = api_.DeviceGetHandleByIndex(index, &handle); rc != nvml::kSuccess) {
+      nvml::Return handle_rc = nvml::kSuccess;
+      {
+        const auto call =
+            calls_.Begin(fmt::format("GPU {}", index), "nvmlDeviceGetHandleByIndex_v2");
+        handle_rc = api_.DeviceGetHandleByIndex(index, &handle);
+      }
+      if (nvml::Return rc = handle_rc; rc != nvml::kSuccess) {
         // A GPU NVML cannot open (lost, no permission) is not a reason to
         // watch none of the others.
         RASD_LOG_WARN("NVML: GPU {} skipped: {}", index,
@@ -241,12 +299,6 @@ class NvmlMonitorImpl final : public NvmlMonitor,
         if (state.up == false) gpus_.back().nvlinks_inactive_at_start.push_back(link);
       }
     }
-    thread_ = std::thread([self = shared_from_this()] {
-      self->Run();
-      std::lock_guard lock(self->mutex_);
-      self->exited_ = true;
-      self->exited_cv_.notify_all();
-    });
     return {};
   }
 
@@ -261,6 +313,53 @@ class NvmlMonitorImpl final : public NvmlMonitor,
     if (at == gpus_.size()) {
       return Fail(ErrorCode::kNotFound, fmt::format("NVML has no GPU at {}", pci_bdf));
     }
+    // On a thread of its own: the caller (the actuator, on rasd's loop)
+    // waits query_wait at most, and a call that does not return holds that
+    // thread alone. One per GPU at a time, so a wedged GPU holds one.
+    struct Listing {
+      std::mutex mutex;
+      std::condition_variable done;
+      std::optional<Result<std::vector<std::int64_t>>> result;  // guarded by mutex
+    };
+    {
+      std::lock_guard lock(mutex_);
+      if (listing_.contains(at)) {
+        return Fail(ErrorCode::kTimeout,
+                    fmt::format("an earlier nvmlDeviceGetComputeRunningProcesses on {} has not "
+                                "returned",
+                                gpus_[at].pci_bdf));
+      }
+      listing_.insert(at);
+    }
+    auto listing = std::make_shared<Listing>();
+    std::thread([self = shared_from_this(), at, listing] {
+      auto listed = self->ListProcessesNow(at);
+      {
+        // Before the answer: a caller that has it may ask again at once.
+        std::lock_guard lock(self->mutex_);
+        self->listing_.erase(at);
+      }
+      {
+        std::lock_guard lock(listing->mutex);
+        listing->result = std::move(listed);
+      }
+      listing->done.notify_all();
+    }).detach();
+    std::unique_lock lock(listing->mutex);
+    if (!listing->done.wait_for(lock, options_.query_wait,
+                                [&] { return listing->result.has_value(); })) {
+      // The thread keeps this monitor, and so the library, alive until
+      // the call returns.
+      return Fail(ErrorCode::kTimeout,
+                  fmt::format("nvmlDeviceGetComputeRunningProcesses on {} has not returned "
+                              "within {} ms",
+                              gpus_[at].pci_bdf, options_.query_wait.count()));
+    }
+    return std::move(*listing->result);
+  }
+
+ private:
+  Result<std::vector<std::int64_t>> ListProcessesNow(std::size_t at) const {
     const auto call = calls_.Begin(gpus_[at].pci_bdf, "nvmlDeviceGetComputeRunningProcesses");
     if (api_.DeviceGetComputeRunningProcessesV2 != nullptr) {
       return ListProcesses(api_.DeviceGetComputeRunningProcessesV2, handles_[at]);
@@ -273,7 +372,6 @@ class NvmlMonitorImpl final : public NvmlMonitor,
                             api_.library.name()));
   }
 
- private:
   // An NVML call about `gpu`, seen in calls_ while it runs.
   template <typename Function, typename... Args>
   nvml::Return Probe(const NvmlGpu& gpu, std::string_view name, Function function,
@@ -570,11 +668,14 @@ class NvmlMonitorImpl final : public NvmlMonitor,
   mutable ProbeCalls calls_;  // the per-GPU calls in progress, on any thread
   int wait_failures_ = 0;
   std::mutex deliver_mutex_;  // held while the listener runs; before mutex_
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
+  mutable std::set<std::size_t>
+      listing_;  // GPUs with a ComputeProcesses call running; guarded by mutex_
   std::condition_variable wake_;
   std::condition_variable exited_cv_;
   bool stopping_ = false;
-  bool exited_ = false;  // Run() returned
+  std::optional<Status> opened_;  // Initialize's outcome, once it returned; guarded by mutex_
+  bool exited_ = false;           // Run() returned
   std::thread thread_;
 };
 
@@ -605,7 +706,7 @@ Result<std::unique_ptr<NvmlMonitor>> NvmlMonitor::Start(const NvmlMonitorOptions
   auto api = nvml::Api::Load(options.library);
   if (!api) return Fail(api.error());
   auto monitor = std::make_shared<NvmlMonitorImpl>(std::move(*api), options, std::move(listener));
-  if (auto started = monitor->Initialize(); !started) return Fail(started.error());
+  if (auto opened = monitor->Open(); !opened) return Fail(opened.error());
   return std::unique_ptr<NvmlMonitor>(std::make_unique<NvmlMonitorHandle>(std::move(monitor)));
 }
 

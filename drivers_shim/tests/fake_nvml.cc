@@ -238,8 +238,10 @@ int nvmlDeviceGetCount_v2(unsigned* count) {
 }
 
 int nvmlDeviceGetHandleByIndex_v2(unsigned index, void** device) {
-  std::lock_guard lock(mutex);
+  std::unique_lock lock(mutex);
   if (index >= gpus.size()) return kInvalidArgument;
+  if (FindWhenUnblocked(lock, &gpus[index], "nvmlDeviceGetHandleByIndex_v2") == nullptr)
+    return kInvalidArgument;
   *device = &gpus[index];
   return kSuccess;
 }
@@ -407,9 +409,8 @@ struct ProcessInfoV2 {
 // As NVML: too small a buffer is kInsufficientSize with the count needed.
 int nvmlDeviceGetComputeRunningProcesses_v2(void* device, unsigned* count,
                                             ProcessInfoV2* infos) {
-  std::lock_guard lock(mutex);
-  ReadScript();
-  FakeGpu* gpu = Find(device);
+  std::unique_lock lock(mutex);
+  FakeGpu* gpu = FindWhenUnblocked(lock, device, "nvmlDeviceGetComputeRunningProcesses_v2");
   if (gpu == nullptr || count == nullptr) return kInvalidArgument;
   const auto needed = static_cast<unsigned>(gpu->processes.size());
   if (*count < needed) {

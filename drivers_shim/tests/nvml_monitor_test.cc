@@ -11,6 +11,7 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -205,6 +206,70 @@ TEST_F(NvmlMonitorTest, ListsTheComputeProcessesOfTheGpuAtAnAddress) {
   auto elsewhere = monitor_->ComputeProcesses("0000:99:00.0");
   ASSERT_FALSE(elsewhere.has_value());
   EXPECT_EQ(elsewhere.error().code, ErrorCode::kNotFound);
+}
+
+// The caller (rasd's loop) waits query_wait at most; the call goes on on a
+// thread of its own, and the GPU has one such thread at a time.
+TEST_F(NvmlMonitorTest, AProcessListingThatDoesNotReturnTimesOutAndHoldsOneThread) {
+  auto monitor = NvmlMonitor::Start({.library = RASD_FAKE_NVML_PATH,
+                                     .counter_poll = 10s,
+                                     .event_wait = 20ms,
+                                     .query_wait = 100ms},
+                                    nullptr);
+  ASSERT_TRUE(monitor.has_value()) << monitor.error().message;
+  monitor_ = std::move(*monitor);
+  Script("procs 1 4242");
+  Script("block 1 nvmlDeviceGetComputeRunningProcesses_v2");
+  const auto begin = std::chrono::steady_clock::now();
+  auto stuck = monitor_->ComputeProcesses("0000:c2:00.0");
+  EXPECT_LT(std::chrono::steady_clock::now() - begin, 1s) << "query_wait, not the call";
+  ASSERT_FALSE(stuck.has_value());
+  EXPECT_EQ(stuck.error().code, ErrorCode::kTimeout);
+  EXPECT_NE(stuck.error().message.find("0000:c2:00.0"), std::string::npos) << stuck.error().message;
+  const auto calls = monitor_->RunningCalls();
+  ASSERT_EQ(calls.size(), 1u) << "the call goes on, seen by the probe deadline";
+  EXPECT_EQ(calls[0].device, "0000:c2:00.0");
+
+  auto again = monitor_->ComputeProcesses("0000:c2:00.0");
+  ASSERT_FALSE(again.has_value());
+  EXPECT_NE(again.error().message.find("earlier"), std::string::npos) << again.error().message;
+  EXPECT_EQ(monitor_->RunningCalls().size(), 1u) << "no second thread for the same GPU";
+  auto other = monitor_->ComputeProcesses("0000:c1:00.0");
+  EXPECT_TRUE(other.has_value()) << "the other GPU answers";
+
+  Script("unblock 1");
+  std::optional<std::vector<std::int64_t>> listed;
+  const auto give_up = std::chrono::steady_clock::now() + 5s;
+  while (!listed && std::chrono::steady_clock::now() < give_up) {
+    if (auto answer = monitor_->ComputeProcesses("0000:c2:00.0")) listed = *answer;
+    std::this_thread::sleep_for(10ms);
+  }
+  ASSERT_TRUE(listed.has_value()) << "answers again once the call returned";
+  EXPECT_EQ(*listed, (std::vector<std::int64_t>{4242}));
+}
+
+// A GPU's first query that does not return fails the start past
+// start_wait, naming the call, instead of holding rasd's start.
+TEST_F(NvmlMonitorTest, AStartThatDoesNotReturnFailsByItsWaitNamingTheCall) {
+  Script("block 1 nvmlDeviceGetHandleByIndex_v2");
+  const auto begin = std::chrono::steady_clock::now();
+  auto monitor = NvmlMonitor::Start({.library = RASD_FAKE_NVML_PATH,
+                                     .counter_poll = 10s,
+                                     .event_wait = 20ms,
+                                     .start_wait = 200ms},
+                                    nullptr);
+  EXPECT_LT(std::chrono::steady_clock::now() - begin, 2s) << "start_wait, not the call";
+  ASSERT_FALSE(monitor.has_value());
+  EXPECT_EQ(monitor.error().code, ErrorCode::kTimeout);
+  EXPECT_NE(monitor.error().message.find("nvmlDeviceGetHandleByIndex_v2 on GPU 1"),
+            std::string::npos)
+      << monitor.error().message;
+  Script("unblock 1");
+  // The thread left behind returns, sees the start given up and shuts NVML
+  // down, before the next test opens it again.
+  std::this_thread::sleep_for(300ms);
+  ASSERT_TRUE(Start()) << "a later start opens NVML";
+  EXPECT_EQ(monitor_->Gpus().size(), 2u);
 }
 
 // A polled call that does not return (a wedged driver) is seen running,

@@ -11,7 +11,12 @@ void NvmlAdapter::Start() {
       {.library = context_.options.nvml_library, .counter_poll = context_.options.nvml_poll},
       [this](const drivers::DriverErrorEvent& event) { reports_.Queue(event, "nvml"); });
   if (!monitor) {
-    RASD_LOG_INFO("NVML: not used ({})", monitor.error().message);
+    if (monitor.error().code == ErrorCode::kTimeout) {
+      // Not a host without NVIDIA's driver: one that does not answer.
+      RASD_LOG_WARN("NVML: not used: {}", monitor.error().message);
+    } else {
+      RASD_LOG_INFO("NVML: not used ({})", monitor.error().message);
+    }
     state_ = SourceFailure(monitor.error());
     return;
   }

@@ -27,6 +27,12 @@ struct NvmlMonitorOptions {
   // returned by then (a wedged driver) is left behind, its thread detached,
   // so that rasd still stops within systemd's TimeoutStopSec.
   std::chrono::milliseconds stop_wait{2000};
+  // How long Start waits for NVML to open (nvmlInit, each GPU's first
+  // queries), and ComputeProcesses for its answer: a wedged driver makes
+  // them fail with kTimeout instead of holding the caller (rasd's start,
+  // its event loop). The call is left to return on its own.
+  std::chrono::milliseconds start_wait{5000};
+  std::chrono::milliseconds query_wait{250};
 };
 
 // One GPU as NVML names it.
@@ -100,7 +106,10 @@ class NvmlMonitor {
   // (nvmlDeviceGetComputeRunningProcesses), as host pids, sorted; a
   // process NVML names without a pid (one in another pid namespace) is left
   // out. kNotFound: no GPU there; kUnavailable: the library has no such
-  // call, or it failed. Any thread (NVML is thread-safe).
+  // call, or it failed; kTimeout: it has not returned within `query_wait`,
+  // or an earlier one of the GPU has still not returned (it runs on a
+  // thread of its own, left to return on its own: at most one per GPU).
+  // Any thread (NVML is thread-safe).
   virtual Result<std::vector<std::int64_t>> ComputeProcesses(std::string_view pci_bdf) const = 0;
 };
 
