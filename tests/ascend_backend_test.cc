@@ -68,6 +68,35 @@ TEST(AscendBackendTest, ADcmiFaultCodeClassedFatalIsolatesThatNpu) {
   EXPECT_TRUE(info_on_0) << events.dump(2);
 }
 
+// A DCMI health query that does not return (a wedged driver) takes that NPU
+// out of service by the probe deadline, with the call in the reason, and
+// SIGTERM still ends rasd promptly, leaving the polling thread behind.
+TEST(AscendBackendTest, ADcmiCallThatDoesNotReturnTakesItsNpuOutOfServiceByTheDeadline) {
+  RasdInstance rasd;
+  const auto script = StartOnStandInNpus(rasd, "probe:\n  deadline_ms: 1000\n");
+  ASSERT_FALSE(script.empty());
+  const auto devices = rasd.RasctlJson({"devices"})["devices"];
+  ASSERT_EQ(devices.size(), 2u) << devices.dump(2);
+  const std::string npu1 = devices[1]["pci_bdf"];
+  std::ofstream(script, std::ios::app) << "block 1 dcmi_get_device_health\n";
+  const auto blocked = std::chrono::steady_clock::now();
+  auto device = [&](int index) { return rasd.RasctlJson({"devices"})["devices"][index]; };
+  ASSERT_TRUE(WaitUntil([&] { return device(1)["state"] == "draining"; }, std::chrono::seconds(10)))
+      << rasd.Stderr();
+  EXPECT_LT(std::chrono::steady_clock::now() - blocked, std::chrono::seconds(3))
+      << "a poll and a deadline";
+  const std::string reason = device(1)["reason"];
+  EXPECT_NE(reason.find("dcmi_get_device_health"), std::string::npos) << reason;
+  EXPECT_NE(reason.find(npu1), std::string::npos) << reason;
+  EXPECT_EQ(device(0)["state"], "healthy");
+  const auto stopping = std::chrono::steady_clock::now();
+  const auto exit_status = rasd.Stop(std::chrono::seconds(10));
+  EXPECT_TRUE(exit_status.has_value()) << "still running 10 s after SIGTERM";
+  EXPECT_EQ(exit_status.value_or(-1), 0) << rasd.Stderr();
+  EXPECT_LT(std::chrono::steady_clock::now() - stopping, std::chrono::seconds(5));
+  EXPECT_NE(rasd.Stderr().find("left to return on its own"), std::string::npos) << rasd.Stderr();
+}
+
 // Kernels run through the stand-in operator library (libopapi.so beside the
 // stand-in libascendcl, where rasd looks for it): an inference job serves
 // on both NPUs with every answer checked, a DCMI fault code moves it off

@@ -261,7 +261,7 @@ void Daemon::StartRas() {
 
 void Daemon::WatchProbes() {
   drivers::DeviceQueries* queries = runtime_->Driver().Queries();
-  if (!ingest_->NvmlActive() && queries == nullptr) return;
+  if (!ingest_->NvmlActive() && queries == nullptr && !runtime_->Driver().MonitorsDevices()) return;
   probe_watchdog_ = std::make_unique<ProbeWatchdog>(
       *loop_, *health_,
       ProbeWatchdog::Options{.deadline = config_.probe.deadline,
@@ -269,6 +269,13 @@ void Daemon::WatchProbes() {
   if (ingest_->NvmlActive()) {
     probe_watchdog_->Watch(
         "NVML", [this] { return ingest_->NvmlRunningCalls(); },
+        [this](std::string_view pci_bdf) {
+          return RasPipeline::DeviceAtPciAddress(*runtime_, pci_bdf);
+        });
+  }
+  if (runtime_->Driver().MonitorsDevices()) {
+    probe_watchdog_->Watch(
+        std::string(runtime_->DriverName()), [this] { return runtime_->Driver().RunningCalls(); },
         [this](std::string_view pci_bdf) {
           return RasPipeline::DeviceAtPciAddress(*runtime_, pci_bdf);
         });

@@ -30,6 +30,8 @@ nlohmann::json Daemon::ProbeReport() const {
   nlohmann::json watched = nlohmann::json::array();
   if (ingest_->NvmlActive()) watched.push_back("NVML");
   if (device_prober_) watched.push_back(std::string(runtime_->DriverName()) + " device queries");
+  if (runtime_->Driver().MonitorsDevices())
+    watched.push_back(std::string(runtime_->DriverName()) + " health monitor");
   return {{"deadline_ms", config_.probe.deadline.count()},
           {"isolate_after", config_.probe.isolate_after},
           {"interval_ms", config_.probe.interval.count()},

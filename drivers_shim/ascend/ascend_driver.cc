@@ -383,6 +383,13 @@ class AscendDriverImpl final : public Driver {
     listener_ = std::move(listener);
   }
 
+  // dcmi_ is set, or reset, only while the driver is being made and
+  // destroyed: the reads need no lock.
+  bool MonitorsDevices() const override { return dcmi_ != nullptr; }
+  std::vector<ProbeCalls::Call> RunningCalls() const override {
+    return dcmi_ ? dcmi_->RunningCalls() : std::vector<ProbeCalls::Call>{};
+  }
+
   // Runs host work `id` on a report thread (HostWorkTrampoline).
   void RunHostWork(std::uint64_t id);
 

@@ -95,6 +95,35 @@ std::optional<DriverErrorEvent> DiffNetworkHealth(int device, std::optional<bool
       .link = DeviceLink{.kind = LinkKind::kRoce, .index = 0}};
 }
 
+// What the polling thread uses, shared with it: a thread left behind in a
+// call keeps it alive.
+struct DcmiMonitor::Poller {
+  DcmiApi api;
+  std::vector<Chip> chips;  // by ACL device; fixed after Create but for `last`, `roce_up`
+  ProbeCalls calls;
+  EmitFunction emit;
+
+  std::mutex deliver_mutex;  // held while emit runs; before mutex
+  std::mutex mutex;
+  std::condition_variable wake;
+  bool stopping = false;  // guarded by mutex and deliver_mutex (either to read)
+  bool exited = false;    // guarded by mutex
+
+  void Run(std::chrono::milliseconds period);
+  void PollOnce();
+  void Emit(DriverErrorEvent event);
+  // A DCMI call about `chip`, seen in `calls` while it runs.
+  template <typename Function, typename... Args>
+  int Call(const Chip& chip, std::string_view name, Function function, Args... args) {
+    const auto call = calls.Begin(chip.Name(), name);
+    return function(args...);
+  }
+};
+
+std::string DcmiMonitor::Chip::Name() const {
+  return pci_bdf.empty() ? fmt::format("card {} chip {}", card, chip) : pci_bdf;
+}
+
 Result<std::unique_ptr<DcmiMonitor>> DcmiMonitor::Create(const std::string& library,
                                                          std::vector<int> logic_ids) {
   auto loaded = common::DynamicLibrary::Open(library);
@@ -104,29 +133,33 @@ Result<std::unique_ptr<DcmiMonitor>> DcmiMonitor::Create(const std::string& libr
   if (const int rc = api->init(); rc != 0) {
     return Fail(ErrorCode::kUnavailable, fmt::format("dcmi_init failed with {}", rc));
   }
-  std::unique_ptr<DcmiMonitor> monitor(new DcmiMonitor(std::move(*loaded), *api));
+  auto poller = std::make_shared<Poller>();
+  poller->api = *api;
+  std::unique_ptr<DcmiMonitor> monitor(new DcmiMonitor(std::move(*loaded), std::move(poller)));
   monitor->Locate(logic_ids);
   return monitor;
 }
 
-DcmiMonitor::~DcmiMonitor() { Stop(); }
+DcmiMonitor::~DcmiMonitor() { (void)Stop(); }
 
 void DcmiMonitor::Locate(const std::vector<int>& logic_ids) {
-  chips_.resize(logic_ids.size());
+  const DcmiApi& api = poller_->api;
+  std::vector<Chip>& chips = poller_->chips;
+  chips.resize(logic_ids.size());
   std::array<int, kDcmiMaxCards> cards{};
   int card_count = 0;
-  if (const int rc = api_.get_card_num_list(&card_count, cards.data(), kDcmiMaxCards); rc != 0) {
+  if (const int rc = api.get_card_num_list(&card_count, cards.data(), kDcmiMaxCards); rc != 0) {
     RASD_LOG_WARN("ascend: dcmi_get_card_num_list failed with {}: no DCMI health", rc);
     return;
   }
   card_count = std::clamp(card_count, 0, kDcmiMaxCards);
   std::map<int, std::pair<int, int>> by_logic_id;
   for (int i = 0; i < card_count; ++i) {
-    int chips = 0;
-    if (api_.get_device_num_in_card(cards[static_cast<std::size_t>(i)], &chips) != 0) continue;
-    for (int chip = 0; chip < chips; ++chip) {
+    int chip_count = 0;
+    if (api.get_device_num_in_card(cards[static_cast<std::size_t>(i)], &chip_count) != 0) continue;
+    for (int chip = 0; chip < chip_count; ++chip) {
       int logic_id = -1;
-      if (api_.get_device_logic_id(&logic_id, cards[static_cast<std::size_t>(i)], chip) == 0) {
+      if (api.get_device_logic_id(&logic_id, cards[static_cast<std::size_t>(i)], chip) == 0) {
         by_logic_id[logic_id] = {cards[static_cast<std::size_t>(i)], chip};
       }
     }
@@ -134,20 +167,20 @@ void DcmiMonitor::Locate(const std::vector<int>& logic_ids) {
   for (std::size_t device = 0; device < logic_ids.size(); ++device) {
     auto found = by_logic_id.find(logic_ids[device]);
     if (found == by_logic_id.end()) continue;
-    Chip& chip = chips_[device];
+    Chip& chip = chips[device];
     chip.mapped = true;
     chip.card = found->second.first;
     chip.chip = found->second.second;
-    if (api_.get_device_pcie_info != nullptr) {
+    if (api.get_device_pcie_info != nullptr) {
       dcmi_pcie_info_all pcie{};
-      if (api_.get_device_pcie_info(chip.card, chip.chip, &pcie) == 0) {
+      if (api.get_device_pcie_info(chip.card, chip.chip, &pcie) == 0) {
         chip.pci_bdf = fmt::format("{:04x}:{:02x}:{:02x}.{:x}", static_cast<unsigned>(pcie.domain),
                                    pcie.bdf_busid, pcie.bdf_deviceid, pcie.bdf_funcid);
       }
     }
-    if (api_.get_device_die != nullptr) {
+    if (api.get_device_die != nullptr) {
       dcmi_die_id die{};
-      if (api_.get_device_die(chip.card, chip.chip, VDIE, &die) == 0 &&
+      if (api.get_device_die(chip.card, chip.chip, VDIE, &die) == 0 &&
           std::any_of(std::begin(die.soc_die), std::end(die.soc_die),
                       [](unsigned int word) { return word != 0; })) {
         chip.uuid = fmt::format("ascend-{:08x}-{:08x}-{:08x}-{:08x}-{:08x}", die.soc_die[0],
@@ -158,51 +191,84 @@ void DcmiMonitor::Locate(const std::vector<int>& logic_ids) {
 }
 
 std::string DcmiMonitor::PciBdf(int device) const {
-  if (device < 0 || static_cast<std::size_t>(device) >= chips_.size()) return {};
-  return chips_[static_cast<std::size_t>(device)].pci_bdf;
+  const auto& chips = poller_->chips;
+  if (device < 0 || static_cast<std::size_t>(device) >= chips.size()) return {};
+  return chips[static_cast<std::size_t>(device)].pci_bdf;
 }
 
 std::string DcmiMonitor::Uuid(int device) const {
-  if (device < 0 || static_cast<std::size_t>(device) >= chips_.size()) return {};
-  return chips_[static_cast<std::size_t>(device)].uuid;
+  const auto& chips = poller_->chips;
+  if (device < 0 || static_cast<std::size_t>(device) >= chips.size()) return {};
+  return chips[static_cast<std::size_t>(device)].uuid;
 }
 
 int DcmiMonitor::MappedDevices() const {
+  const auto& chips = poller_->chips;
   return static_cast<int>(
-      std::count_if(chips_.begin(), chips_.end(), [](const Chip& chip) { return chip.mapped; }));
+      std::count_if(chips.begin(), chips.end(), [](const Chip& chip) { return chip.mapped; }));
 }
 
-void DcmiMonitor::Start(std::chrono::milliseconds period, EmitFunction emit) {
-  Stop();
-  emit_ = std::move(emit);
+std::vector<ProbeCalls::Call> DcmiMonitor::RunningCalls() const { return poller_->calls.Running(); }
+
+void DcmiMonitor::Start(std::chrono::milliseconds period, EmitFunction emit,
+                        std::chrono::milliseconds stop_wait) {
+  if (thread_.joinable()) return;
+  poller_->emit = std::move(emit);
+  stop_wait_ = stop_wait;
+  thread_ = std::thread([poller = poller_, period] {
+    poller->Run(period);
+    std::lock_guard lock(poller->mutex);
+    poller->exited = true;
+    poller->wake.notify_all();
+  });
+}
+
+bool DcmiMonitor::Stop() {
   {
-    std::lock_guard lock(mutex_);
-    stopping_ = false;
+    std::scoped_lock lock(poller_->deliver_mutex, poller_->mutex);
+    poller_->stopping = true;
   }
-  thread_ = std::thread([this, period] { Run(period); });
+  poller_->wake.notify_all();
+  if (!thread_.joinable()) return true;
+  std::unique_lock lock(poller_->mutex);
+  if (!poller_->wake.wait_for(lock, stop_wait_, [this] { return poller_->exited; })) {
+    lock.unlock();
+    const auto calls = poller_->calls.Running();
+    RASD_LOG_WARN(
+        "ascend: stopping without waiting for {} ({:.1f} s): left to return on its own",
+        calls.empty() ? std::string("DCMI's polling thread")
+                      : calls.front().function + " on " + calls.front().device,
+        calls.empty() ? 0.0 : std::chrono::duration<double>(calls.front().running).count());
+    // The thread may return into the library whenever the call ends.
+    library_.KeepLoadedForever();
+    thread_.detach();
+    return false;
+  }
+  lock.unlock();
+  thread_.join();
+  return true;
 }
 
-void DcmiMonitor::Stop() {
-  {
-    std::lock_guard lock(mutex_);
-    stopping_ = true;
-  }
-  wake_.notify_all();
-  if (thread_.joinable()) thread_.join();
+void DcmiMonitor::Poller::Emit(DriverErrorEvent event) {
+  std::lock_guard lock(deliver_mutex);
+  if (stopping) return;  // nothing after Stop
+  emit(std::move(event));
 }
 
-void DcmiMonitor::PollOnce() {
+void DcmiMonitor::Poller::PollOnce() {
   std::array<unsigned int, kDcmiMaxErrorCodes> codes{};
-  for (std::size_t device = 0; device < chips_.size(); ++device) {
-    Chip& chip = chips_[device];
+  for (std::size_t device = 0; device < chips.size(); ++device) {
+    Chip& chip = chips[device];
     if (!chip.mapped) continue;
     unsigned int health = 0;
-    if (api_.get_device_health(chip.card, chip.chip, &health) != 0) continue;
+    if (Call(chip, "dcmi_get_device_health", api.get_device_health, chip.card, chip.chip,
+             &health) != 0)
+      continue;
     int count = 0;
     std::span<const unsigned int> current;
     std::vector<unsigned int> unchanged;
-    if (api_.get_device_errorcode(chip.card, chip.chip, &count, codes.data(),
-                                  static_cast<unsigned int>(codes.size())) == 0) {
+    if (Call(chip, "dcmi_get_device_errorcode_v2", api.get_device_errorcode, chip.card, chip.chip,
+             &count, codes.data(), static_cast<unsigned int>(codes.size())) == 0) {
       count = std::clamp(count, 0, kDcmiMaxErrorCodes);
       current = std::span<const unsigned int>(codes.data(), static_cast<std::size_t>(count));
     } else {
@@ -212,28 +278,29 @@ void DcmiMonitor::PollOnce() {
     }
     for (auto& event : DiffChipHealth(static_cast<int>(device), chip.last, health, current)) {
       event.message += fmt::format(" (card {} chip {})", chip.card, chip.chip);
-      emit_(std::move(event));
+      Emit(std::move(event));
     }
     dcmi_rdfx_detect_result network = DCMI_RDFX_DETECT_INIT;
     // A failed query says nothing about the link.
-    if (api_.get_device_network_health != nullptr &&
-        api_.get_device_network_health(chip.card, chip.chip, &network) == 0) {
+    if (api.get_device_network_health != nullptr &&
+        Call(chip, "dcmi_get_device_network_health", api.get_device_network_health, chip.card,
+             chip.chip, &network) == 0) {
       if (auto event = DiffNetworkHealth(static_cast<int>(device), chip.roce_up,
                                          static_cast<int>(network))) {
         event->message += fmt::format(" (card {} chip {})", chip.card, chip.chip);
-        emit_(std::move(*event));
+        Emit(std::move(*event));
       }
     }
   }
 }
 
-void DcmiMonitor::Run(std::chrono::milliseconds period) {
-  std::unique_lock lock(mutex_);
-  while (!stopping_) {
+void DcmiMonitor::Poller::Run(std::chrono::milliseconds period) {
+  std::unique_lock lock(mutex);
+  while (!stopping) {
     lock.unlock();
     PollOnce();
     lock.lock();
-    wake_.wait_for(lock, period, [this] { return stopping_; });
+    wake.wait_for(lock, period, [this] { return stopping; });
   }
 }
 

@@ -16,6 +16,7 @@
 #include "dcmi_api.h"
 #include "rasd/common/dynamic_library.h"
 #include "rasd/drivers_shim/driver.h"
+#include "rasd/drivers_shim/probe_calls.h"
 
 namespace rasd::drivers::ascend {
 
@@ -52,10 +53,16 @@ std::optional<DriverErrorEvent> DiffNetworkHealth(int device, std::optional<bool
 // documented DCMI API: their faults arrive as the chip's error codes (the
 // Ascend code table classifies them).
 //
-// Ownership: owns the library and the thread; Stop (or destruction) joins
-// the thread promptly, waking it from its wait.
-// Thread-safety: PciBdf and Uuid may be called from any thread; Start and
-// Stop from one thread at a time.
+// Each polled call about one chip is seen in RunningCalls while it runs, so
+// that a call that does not return (a wedged driver) is told from a quiet
+// chip. Stop waits `stop_wait` for the thread; one stuck in a call past it
+// is left behind, detached, with the library kept loaded under it, and it
+// reports nothing after Stop returns.
+//
+// Ownership: owns the library and the thread (what the thread uses is
+// shared with it, so a thread left behind outlives the monitor safely).
+// Thread-safety: PciBdf, Uuid and RunningCalls may be called from any
+// thread; Start and Stop from one thread at a time.
 class DcmiMonitor {
  public:
   using EmitFunction = std::function<void(DriverErrorEvent)>;
@@ -75,10 +82,15 @@ class DcmiMonitor {
   std::string Uuid(int device) const;
   // How many ACL devices DCMI knows.
   int MappedDevices() const;
+  // The DCMI calls about one chip in progress now, named by the chip's PCI
+  // address ("card C chip N" where DCMI gave none) and the DCMI function.
+  std::vector<ProbeCalls::Call> RunningCalls() const;
 
-  // Polls every `period`; `emit` runs on the polling thread.
-  void Start(std::chrono::milliseconds period, EmitFunction emit);
-  void Stop();
+  // Polls every `period`; `emit` runs on the polling thread. Start once.
+  void Start(std::chrono::milliseconds period, EmitFunction emit,
+             std::chrono::milliseconds stop_wait = std::chrono::milliseconds(2000));
+  // False when the thread was left behind in a call.
+  bool Stop();
 
  private:
   struct Chip {
@@ -87,25 +99,20 @@ class DcmiMonitor {
     int chip = 0;
     std::string pci_bdf;
     std::string uuid;
-    ChipHealth last;  // used by the polling thread only
+    ChipHealth last;              // used by the polling thread only
     std::optional<bool> roce_up;  // used by the polling thread only
+    std::string Name() const;     // for RunningCalls
   };
+  struct Poller;
 
-  DcmiMonitor(common::DynamicLibrary library, DcmiApi api)
-      : library_(std::move(library)), api_(api) {}
+  DcmiMonitor(common::DynamicLibrary library, std::shared_ptr<Poller> poller)
+      : library_(std::move(library)), poller_(std::move(poller)) {}
   void Locate(const std::vector<int>& logic_ids);
-  void PollOnce();
-  void Run(std::chrono::milliseconds period);
 
   common::DynamicLibrary library_;
-  DcmiApi api_;
-  std::vector<Chip> chips_;  // by ACL device; fixed after Create
-  EmitFunction emit_;
-
-  std::mutex mutex_;
-  std::condition_variable wake_;
-  bool stopping_ = false;  // guarded by mutex_
+  std::shared_ptr<Poller> poller_;
   std::thread thread_;
+  std::chrono::milliseconds stop_wait_{2000};
 };
 
 }  // namespace rasd::drivers::ascend

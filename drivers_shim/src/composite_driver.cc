@@ -376,4 +376,17 @@ FaultInjector* CompositeDriver::Faults() { return faults_.get(); }
 
 DeviceQueries* CompositeDriver::Queries() { return queries_.get(); }
 
+bool CompositeDriver::MonitorsDevices() const {
+  return std::any_of(backends_.begin(), backends_.end(),
+                     [](const Backend& backend) { return backend.driver->MonitorsDevices(); });
+}
+
+std::vector<ProbeCalls::Call> CompositeDriver::RunningCalls() const {
+  std::vector<ProbeCalls::Call> calls;
+  for (const auto& backend : backends_) {
+    for (auto& call : backend.driver->RunningCalls()) calls.push_back(std::move(call));
+  }
+  return calls;
+}
+
 }  // namespace rasd::drivers

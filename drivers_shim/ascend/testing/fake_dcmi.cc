@@ -9,13 +9,18 @@
 //   network LOGIC_ID RESULT   dcmi_get_device_network_health's answer
 //                             (0 OK, 3 unreachable, 6 initialising, ...;
 //                             -1: the query fails)
+//   block LOGIC_ID FUNCTION   FUNCTION (a dcmi_* name) on that chip does
+//                             not return, as a wedged driver's
+//   unblock LOGIC_ID          it returns again
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <mutex>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "dcmi_types.h"
@@ -29,6 +34,7 @@ struct Chip {
   unsigned int health = 0;
   std::vector<unsigned int> codes;
   int network = -1;  // -1: the query fails (no RoCE detection configured); 0: OK
+  std::string blocked;  // an entry point that does not return for this chip
 };
 
 struct Fake {
@@ -92,11 +98,32 @@ void ReadScript(Fake& fake) {
       words >> chip->health;
     } else if (verb == "network") {
       words >> chip->network;
+    } else if (verb == "block") {
+      words >> chip->blocked;
+    } else if (verb == "unblock") {
+      chip->blocked.clear();
     }
   }
 }
 
 constexpr int kNotFound = -8001;  // any non-zero DCMI return
+
+// The chip (card, device), once `function` may return for it: while the
+// script has it blocked, waits without the lock (so that other threads'
+// calls go on) and reads the script again. The state is never destroyed,
+// so a call still blocked at exit touches nothing freed.
+Chip* FindWhenUnblocked(Fake& fake, std::unique_lock<std::mutex>& lock, int card, int device,
+                        const char* function) {
+  ReadScript(fake);
+  while (true) {
+    Chip* chip = Find(fake, card, device);
+    if (chip == nullptr || chip->blocked != function) return chip;
+    lock.unlock();
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    lock.lock();
+    ReadScript(fake);
+  }
+}
 
 }  // namespace
 
@@ -134,9 +161,8 @@ int dcmi_get_device_logic_id(int* device_logic_id, int card_id, int device_id) {
 
 int dcmi_get_device_health(int card_id, int device_id, unsigned int* health) {
   Fake& fake = State();
-  std::lock_guard lock(fake.mutex);
-  ReadScript(fake);
-  Chip* chip = Find(fake, card_id, device_id);
+  std::unique_lock lock(fake.mutex);
+  Chip* chip = FindWhenUnblocked(fake, lock, card_id, device_id, "dcmi_get_device_health");
   if (chip == nullptr) return kNotFound;
   *health = chip->health;
   return 0;
@@ -145,9 +171,8 @@ int dcmi_get_device_health(int card_id, int device_id, unsigned int* health) {
 int dcmi_get_device_errorcode_v2(int card_id, int device_id, int* error_count,
                                  unsigned int* error_code_list, unsigned int list_len) {
   Fake& fake = State();
-  std::lock_guard lock(fake.mutex);
-  ReadScript(fake);
-  Chip* chip = Find(fake, card_id, device_id);
+  std::unique_lock lock(fake.mutex);
+  Chip* chip = FindWhenUnblocked(fake, lock, card_id, device_id, "dcmi_get_device_errorcode_v2");
   if (chip == nullptr) return kNotFound;
   const auto count = std::min<std::size_t>(chip->codes.size(), list_len);
   std::copy_n(chip->codes.begin(), count, error_code_list);

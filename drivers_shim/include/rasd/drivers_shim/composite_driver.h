@@ -65,6 +65,9 @@ class CompositeDriver final : public Driver {
   FaultInjector* Faults() override;
   // Null when no backend has device queries.
   DeviceQueries* Queries() override;
+  // Any backend's; the calls of all of them.
+  bool MonitorsDevices() const override;
+  std::vector<ProbeCalls::Call> RunningCalls() const override;
 
  private:
   class RoutedFaults;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "rasd/common/result.h"
+#include "rasd/drivers_shim/probe_calls.h"
 
 namespace rasd::drivers {
 
@@ -394,6 +395,13 @@ class Driver {
   // monitor runs its own (CUDA's NVML monitor) or there are none. Owned by
   // the driver.
   virtual DeviceQueries* Queries() { return nullptr; }
+  // True where the driver polls its devices' health on threads of its own
+  // (Ascend's DCMI monitor); RunningCalls then lists the vendor calls about
+  // one device those threads are inside now, named by the device's PCI
+  // address, so that the daemon can tell a call that never returns (a
+  // wedged driver) from a quiet device. Any thread.
+  virtual bool MonitorsDevices() const { return false; }
+  virtual std::vector<ProbeCalls::Call> RunningCalls() const { return {}; }
 };
 
 }  // namespace rasd::drivers
