@@ -87,6 +87,29 @@ TEST(CudaBackendTest, AnNvmlCallThatDoesNotReturnTakesItsGpuOutOfServiceByTheDea
   EXPECT_NE(rasd.Stderr().find("left to return on its own"), std::string::npos) << rasd.Stderr();
 }
 
+// NVML's recovery-action field is the driver's verdict that Xid 154 prints:
+// read every poll, it takes the GPU out of service with the driver's action
+// as the suggestion, also where that kernel line is never read.
+TEST(CudaBackendTest, NvmlsRecoveryActionFieldActsAsXid154Does) {
+  RasdInstance rasd;
+  const auto script = rasd.HostRoot().parent_path() / "nvml-script";
+  std::ofstream(script).flush();
+  rasd.WriteConfig(std::string("runtime:\n  driver: cuda\n  cuda_library: ") + RASD_FAKE_CUDA_PATH +
+                   "\nras:\n  nvml_library: " + RASD_FAKE_NVML_PATH + "\n  nvml_poll_ms: 100\n");
+  std::string why;
+  ASSERT_TRUE(rasd.Start({}, FakeGpus(script), &why)) << why;
+  ASSERT_EQ(Devices(rasd).size(), 2u);
+  std::ofstream(script, std::ios::app) << "recovery 1 2\n";
+  ASSERT_TRUE(WaitUntil([&] { return Devices(rasd)[1]["state"] == "isolated"; }, 5s))
+      << rasd.Stderr();
+  const auto gpu = rasd.RasctlJson({"devices", "1"})["devices"][0];
+  EXPECT_EQ(gpu["suggested_action"], "reboot-node") << gpu.dump(2);
+  EXPECT_NE(gpu["suggested_why"].get<std::string>().find("GPU_RECOVERY_ACTION_NODE_REBOOT"),
+            std::string::npos)
+      << gpu["suggested_why"];
+  EXPECT_EQ(Devices(rasd)[0]["state"], "healthy");
+}
+
 // Jobs need the kernels, which only a build that found nvcc has.
 #if RASD_HAVE_CUDA_KERNELS
 TEST(CudaBackendTest, JobsRunOnTheGpusAndAnNvmlXidMovesThemOffOne) {

@@ -387,7 +387,8 @@ void AddRasKeys(std::vector<ConfigKey>& keys) {
                      "events, single/double-bit ECC events, and increases of the ECC, "
                      "retired-page, remapped-row and PCIe replay counters, each NVLink's state "
                      "and its replay, recovery, CRC and ECC error counters (a link down takes "
-                     "the GPU out of collectives, Degraded); each names the GPU by PCI address "
+                     "the GPU out of collectives, Degraded), and the driver's recovery action "
+                     "(as Xid 154); each names the GPU by PCI address "
                      "and is attributed to the runtime device there; without NVML or a driver: "
                      "one log line"));
   keys.push_back(

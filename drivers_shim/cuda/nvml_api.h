@@ -87,6 +87,31 @@ inline constexpr const char* kNvlinkErrorCounterNames[kNvlinkErrorCounters] = {
     "ecc_data",  // NVML_NVLINK_ERROR_DL_ECC_DATA
 };
 
+// nvmlFieldValue_t, for nvmlDeviceGetFieldValues: the caller sets
+// field_id; NVML fills the rest, with each field's own return code.
+union FieldValueData {
+  double dVal;
+  unsigned int uiVal;
+  unsigned long ulVal;
+  unsigned long long ullVal;
+  long long sllVal;
+  int siVal;
+  unsigned short usVal;
+};
+struct FieldValue {
+  unsigned int field_id;
+  unsigned int scope_id;
+  long long timestamp;
+  long long latency_usec;
+  int value_type;  // nvmlValueType_t
+  Return nvml_return;
+  FieldValueData value;
+};
+// NVML_FI_DEV_GET_GPU_RECOVERY_ACTION: the driver's verdict on what the GPU
+// needs (nvmlDeviceGpuRecoveryAction_t: 0 none, 1 GPU reset, 2 node
+// reboot, 3 drain P2P, 4 drain and reset, ...), the value Xid 154 prints.
+inline constexpr unsigned kFieldGpuRecoveryAction = 230;
+
 // The entry points, resolved from the loaded library.
 struct Api {
   common::DynamicLibrary library;
@@ -116,6 +141,8 @@ struct Api {
   // Optional, both or neither: NVLink state and error counters.
   Return (*DeviceGetNvLinkState)(Device, unsigned int, int*) = nullptr;
   Return (*DeviceGetNvLinkErrorCounter)(Device, unsigned int, int, unsigned long long*) = nullptr;
+  // Optional: field values (the recovery action), drivers from R555 on.
+  Return (*DeviceGetFieldValues)(Device, int, FieldValue*) = nullptr;
 
   // Loads `library_name` and resolves every entry point: kUnavailable
   // naming what is missing (of those that are not optional).

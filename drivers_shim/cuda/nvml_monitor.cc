@@ -69,6 +69,9 @@ Result<Api> Api::Load(const std::string& library_name) {
     api.DeviceGetNvLinkState = nullptr;
     api.DeviceGetNvLinkErrorCounter = nullptr;
   }
+  // The recovery action only: older drivers report the rest without it.
+  if (!api.library.Bind(api.DeviceGetFieldValues, "nvmlDeviceGetFieldValues"))
+    api.DeviceGetFieldValues = nullptr;
   return api;
 }
 
@@ -138,6 +141,9 @@ struct CounterBaseline {
   std::optional<unsigned> remapped_rows;  // corrected + uncorrected
   bool remap_failed = false;
   std::optional<unsigned> pcie_replays;
+  // The driver's recovery action (nvml::kFieldGpuRecoveryAction); 0 until
+  // read: unlike a counter, a pending action at start is news.
+  unsigned recovery_action = 0;
   // By NVLink number, the links the GPU has (state readable at least once).
   struct Link {
     std::optional<bool> up;  // absent: never read
@@ -593,6 +599,28 @@ class NvmlMonitorImpl final : public NvmlMonitor,
       }
     }
     if (api_.DeviceGetNvLinkState != nullptr) ReadNvlinks(handle, last, report, gpu, now);
+    now.recovery_action = last.recovery_action;
+    nvml::FieldValue field{};
+    field.field_id = nvml::kFieldGpuRecoveryAction;
+    if (report && api_.DeviceGetFieldValues != nullptr &&
+        Probe(gpu, "nvmlDeviceGetFieldValues", api_.DeviceGetFieldValues, handle, 1, &field) ==
+            nvml::kSuccess &&
+        field.nvml_return == nvml::kSuccess) {
+      now.recovery_action = field.value.uiVal;
+      // The same evidence as the Xid 154 the driver prints when the action
+      // changes (the recovery table follows its action), also where that
+      // line never reaches the kernel log rasd reads.
+      if (now.recovery_action != 0 && now.recovery_action != last.recovery_action) {
+        DriverErrorEvent event = Report(gpu);
+        event.kind = DriverErrorKind::kVendorCode;
+        event.code_space = VendorCodeSpace::kNvidiaXid;
+        event.vendor_code = 154;
+        event.vendor_action = static_cast<int>(now.recovery_action);
+        event.message = fmt::format("NVML: GPU {} ({}) recovery action {}", gpu.index, gpu.pci_bdf,
+                                    now.recovery_action);
+        Deliver(event);
+      }
+    }
     return now;
   }
 

@@ -21,6 +21,8 @@
 //     block GPU FUNCTION                       FUNCTION (an nvml* name) on that GPU
 //                                              does not return, as a wedged driver's
 //     unblock GPU                              it returns again
+//     recovery GPU ACTION                      the GPU's recovery-action field
+//                                              (nvmlDeviceGetFieldValues, field 230)
 //   RASD_FAKE_NVML_NVLINKS  NVLinks every GPU has at start (default 0)
 // Built a second time with RASD_FAKE_NVML_NO_NVLINK as an older library
 // that has no NVLink entry points at all.
@@ -55,6 +57,7 @@ struct FakeGpu {
   };
   std::vector<Link> links;
   std::string blocked;  // an entry point that does not return for this GPU
+  unsigned recovery_action = 0;
 };
 
 struct PendingEvent {
@@ -148,6 +151,8 @@ void ReadScript() {
       words >> target.blocked;
     } else if (verb == "unblock") {
       target.blocked.clear();
+    } else if (verb == "recovery") {
+      words >> target.recovery_action;
     } else if (verb == "procs") {
       target.processes.clear();
       for (unsigned pid = 0; words >> pid;) target.processes.push_back(pid);
@@ -422,5 +427,38 @@ int nvmlDeviceGetComputeRunningProcesses_v2(void* device, unsigned* count,
     infos[i] = {gpu->processes[i], 1ULL << 30, 0xFFFFFFFFU, 0xFFFFFFFFU};
   return kSuccess;
 }
+
+#ifndef RASD_FAKE_NVML_NO_NVLINK
+// nvmlFieldValue_t's layout; only the recovery action (field 230) is known,
+// every other field answers NOT_SUPPORTED in its own return code.
+struct FieldValue {
+  unsigned field_id, scope_id;
+  long long timestamp, latency_usec;
+  int value_type;
+  int nvml_return;
+  union {
+    unsigned ui;
+    unsigned long long ull;
+  } value;
+};
+
+int nvmlDeviceGetFieldValues(void* device, int count, FieldValue* values) {
+  std::unique_lock lock(mutex);
+  FakeGpu* gpu = FindWhenUnblocked(lock, device, "nvmlDeviceGetFieldValues");
+  if (gpu == nullptr || count < 0 || values == nullptr) return kInvalidArgument;
+  for (int i = 0; i < count; ++i) {
+    FieldValue& field = values[i];
+    field.value.ull = 0;
+    if (field.field_id == 230) {
+      field.value_type = 1;  // NVML_VALUE_TYPE_UNSIGNED_INT
+      field.value.ui = gpu->recovery_action;
+      field.nvml_return = kSuccess;
+    } else {
+      field.nvml_return = 3;  // NVML_ERROR_NOT_SUPPORTED
+    }
+  }
+  return kSuccess;
+}
+#endif
 
 }  // extern "C"

@@ -208,6 +208,29 @@ TEST_F(NvmlMonitorTest, ListsTheComputeProcessesOfTheGpuAtAnAddress) {
   EXPECT_EQ(elsewhere.error().code, ErrorCode::kNotFound);
 }
 
+// The driver's recovery verdict is Xid 154's evidence: reported when it
+// becomes an action (at the first poll too: a pending action is news) and
+// when it changes, never while it stays.
+TEST_F(NvmlMonitorTest, TheRecoveryActionFieldIsReportedAsXid154WithTheAction) {
+  Script("recovery 1 1");
+  ASSERT_TRUE(Start());
+  const DriverErrorEvent reset = Nth(1);
+  EXPECT_EQ(reset.kind, DriverErrorKind::kVendorCode);
+  EXPECT_EQ(reset.code_space, VendorCodeSpace::kNvidiaXid);
+  EXPECT_EQ(reset.vendor_code, 154);
+  EXPECT_EQ(reset.vendor_action, 1);
+  EXPECT_EQ(reset.pci_bdf, "0000:c2:00.0");
+  std::this_thread::sleep_for(100ms);  // several polls of the same action
+  EXPECT_EQ(Count(), 1u) << "an action that stays is reported once";
+  Script("recovery 1 0");
+  Script("ecc 0 1 0");  // a fence: polled after the clear
+  EXPECT_EQ(Nth(2).kind, DriverErrorKind::kCorrectedEcc);
+  Script("recovery 1 2");
+  const DriverErrorEvent reboot = Nth(3);
+  EXPECT_EQ(reboot.vendor_action, 2);
+  EXPECT_EQ(Count(), 3u);
+}
+
 // The caller (rasd's loop) waits query_wait at most; the call goes on on a
 // thread of its own, and the GPU has one such thread at a time.
 TEST_F(NvmlMonitorTest, AProcessListingThatDoesNotReturnTimesOutAndHoldsOneThread) {

@@ -5,6 +5,25 @@
 #include <algorithm>
 
 namespace rasd::ras {
+namespace {
+
+// Xid 154 is classed by the recovery action it carries, as its kernel line
+// is by the words it prints (a reset or a reboot needed: FATAL); none, and
+// drain P2P (quiesce, then the driver says more), are recorded.
+Severity RecoveryActionSeverity(int action) {
+  switch (action) {
+    case 1:  // GPU reset
+    case 2:  // node reboot
+    case 4:  // drain and reset
+    case 6:  // bus reset
+    case 7:  // system reboot
+      return Severity::kFatal;
+    default:
+      return Severity::kInfo;
+  }
+}
+
+}  // namespace
 
 RasEvent EventFromDriver(const drivers::DriverErrorEvent& event, std::string_view driver_name,
                          const CodeTable& codes) {
@@ -63,6 +82,9 @@ RasEvent EventFromDriver(const drivers::DriverErrorEvent& event, std::string_vie
       if (event.code_space == drivers::VendorCodeSpace::kNvidiaXid) {
         converted.origin = "nvidia_xid";
         if (event.vendor_code) classified = codes.Xid(*event.vendor_code);
+        if (!classified && event.vendor_code == 154 && event.vendor_action) {
+          classified = RecoveryActionSeverity(*event.vendor_action);
+        }
       } else if (event.code_space == drivers::VendorCodeSpace::kAscend) {
         converted.origin = "ascend";
         if (event.vendor_code) classified = codes.Ascend(*event.vendor_code);
@@ -71,6 +93,7 @@ RasEvent EventFromDriver(const drivers::DriverErrorEvent& event, std::string_vie
       // would isolate devices for application errors.
       converted.severity = classified.value_or(Severity::kInfo);
       converted.vendor_code = event.vendor_code;
+      converted.vendor_action = event.vendor_action;
       break;
     }
   }

@@ -56,6 +56,33 @@ TEST(DriverEventsTest, VendorCodesAreClassedByTheCodeTables) {
             Severity::kUce);
 }
 
+// NVML's recovery-action field, reported as the Xid 154 that prints it: a
+// reset or a reboot needed is FATAL, as the kernel line's words make it;
+// drain P2P is recorded; the action travels on for the recovery table.
+TEST(DriverEventsTest, AnXid154IsClassedByTheRecoveryActionItCarries) {
+  const auto& codes = CodeTable::Default();
+  for (const auto& [action, severity] : {std::pair{1, Severity::kFatal},
+                                         {2, Severity::kFatal},
+                                         {3, Severity::kInfo},
+                                         {4, Severity::kFatal},
+                                         {0, Severity::kInfo}}) {
+    auto report = VendorReport(drivers::VendorCodeSpace::kNvidiaXid, 154);
+    report.vendor_action = action;
+    const auto event = EventFromDriver(report, "nvml", codes);
+    EXPECT_EQ(event.severity, severity) << "action " << action;
+    EXPECT_EQ(event.vendor_action, action);
+  }
+  EXPECT_EQ(EventFromDriver(VendorReport(drivers::VendorCodeSpace::kNvidiaXid, 154), "nvml", codes)
+                .severity,
+            Severity::kInfo)
+      << "without an action: recorded";
+  CodeTable site = codes;
+  site.nvidia_xid[154] = Severity::kUce;
+  auto report = VendorReport(drivers::VendorCodeSpace::kNvidiaXid, 154);
+  report.vendor_action = 3;
+  EXPECT_EQ(EventFromDriver(report, "nvml", site).severity, Severity::kUce) << "a site row wins";
+}
+
 TEST(DriverEventsTest, AReportNamingOnlyAPciAddressCarriesItAndItsCount) {
   drivers::DriverErrorEvent event;
   event.device = -1;

@@ -148,6 +148,9 @@ struct DriverErrorEvent {
   std::optional<int> peer_device;
   std::optional<int> vendor_code;
   VendorCodeSpace code_space = VendorCodeSpace::kNone;
+  // The driver's own recovery action, where the report carries one (NVML's
+  // recovery-action field, with vendor_code 154 as the Xid that prints it).
+  std::optional<int> vendor_action;
   std::uint64_t count = 1;  // errors this report stands for (a counter's increase)
   std::string message;
   // When the hardware saw it, where the vendor says; left empty, the
