@@ -25,14 +25,28 @@ std::map<std::string, std::string> FakeGpus(const std::filesystem::path& script)
           {"RASD_FAKE_NVML_SCRIPT", script.string()}};
 }
 
-TEST(CudaBackendTest, AnNvmlXidIsolatesTheGpuAtItsPciAddress) {
-  RasdInstance rasd;
+// rasd on its CUDA backend over the stand-ins, NVML polled every 100 ms,
+// with `config` after the ras section; returns the script the stand-in
+// NVML follows, or an empty path (and a failure saying why) when rasd did
+// not start.
+std::filesystem::path StartOnStandInGpus(RasdInstance& rasd, const std::string& config = "") {
   const auto script = rasd.HostRoot().parent_path() / "nvml-script";
   std::ofstream(script).flush();
   rasd.WriteConfig(std::string("runtime:\n  driver: cuda\n  cuda_library: ") + RASD_FAKE_CUDA_PATH +
-                   "\nras:\n  nvml_library: " + RASD_FAKE_NVML_PATH + "\n  nvml_poll_ms: 100\n");
+                   "\nras:\n  nvml_library: " + RASD_FAKE_NVML_PATH + "\n  nvml_poll_ms: 100\n" +
+                   config);
   std::string why;
-  ASSERT_TRUE(rasd.Start({}, FakeGpus(script), &why)) << why;
+  if (!rasd.Start({}, FakeGpus(script), &why)) {
+    ADD_FAILURE() << why;
+    return {};
+  }
+  return script;
+}
+
+TEST(CudaBackendTest, AnNvmlXidIsolatesTheGpuAtItsPciAddress) {
+  RasdInstance rasd;
+  const auto script = StartOnStandInGpus(rasd);
+  ASSERT_FALSE(script.empty());
   auto devices = Devices(rasd);
   ASSERT_EQ(devices.size(), 2u) << devices.dump(2);
   EXPECT_EQ(devices[0]["vendor"], "nvidia");
@@ -51,25 +65,19 @@ TEST(CudaBackendTest, AnNvmlXidIsolatesTheGpuAtItsPciAddress) {
 // the control socket answers at once all along.
 TEST(CudaBackendTest, AnNvmlCallThatDoesNotReturnTakesItsGpuOutOfServiceByTheDeadline) {
   RasdInstance rasd;
-  const auto script = rasd.HostRoot().parent_path() / "nvml-script";
-  std::ofstream(script).flush();
-  rasd.WriteConfig(std::string("runtime:\n  driver: cuda\n  cuda_library: ") + RASD_FAKE_CUDA_PATH +
-                   "\nras:\n  nvml_library: " + RASD_FAKE_NVML_PATH +
-                   "\n  nvml_poll_ms: 100\nprobe:\n  deadline_ms: 400\n  isolate_after: 3\n");
-  std::string why;
-  ASSERT_TRUE(rasd.Start({}, FakeGpus(script), &why)) << why;
+  const auto script = StartOnStandInGpus(rasd, "probe:\n  deadline_ms: 400\n  isolate_after: 3\n");
+  ASSERT_FALSE(script.empty());
   ASSERT_EQ(Devices(rasd).size(), 2u);
   std::ofstream(script, std::ios::app) << "block 1 nvmlDeviceGetTotalEccErrors\n";
   const auto blocked = std::chrono::steady_clock::now();
+  RawClient client(rasd.Socket());
+  ASSERT_TRUE(client.Connected());
   double slowest_ping_ms = 0;
   auto state_of = [&](int device) {
-    const auto begin = std::chrono::steady_clock::now();
-    const auto devices = Devices(rasd);
-    slowest_ping_ms =
-        std::max(slowest_ping_ms,
-                 std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - begin)
-                     .count());
-    return devices[device];
+    const double took = PingMilliseconds(client);
+    EXPECT_GE(took, 0) << "no answer to a ping";
+    slowest_ping_ms = std::max(slowest_ping_ms, took);
+    return Devices(rasd)[device];
   };
   ASSERT_TRUE(WaitUntil([&] { return state_of(1)["state"] == "draining"; }, 5s)) << rasd.Stderr();
   EXPECT_LT(std::chrono::steady_clock::now() - blocked, 2s) << "a deadline and a poll";
@@ -92,12 +100,8 @@ TEST(CudaBackendTest, AnNvmlCallThatDoesNotReturnTakesItsGpuOutOfServiceByTheDea
 // as the suggestion, also where that kernel line is never read.
 TEST(CudaBackendTest, NvmlsRecoveryActionFieldActsAsXid154Does) {
   RasdInstance rasd;
-  const auto script = rasd.HostRoot().parent_path() / "nvml-script";
-  std::ofstream(script).flush();
-  rasd.WriteConfig(std::string("runtime:\n  driver: cuda\n  cuda_library: ") + RASD_FAKE_CUDA_PATH +
-                   "\nras:\n  nvml_library: " + RASD_FAKE_NVML_PATH + "\n  nvml_poll_ms: 100\n");
-  std::string why;
-  ASSERT_TRUE(rasd.Start({}, FakeGpus(script), &why)) << why;
+  const auto script = StartOnStandInGpus(rasd);
+  ASSERT_FALSE(script.empty());
   ASSERT_EQ(Devices(rasd).size(), 2u);
   std::ofstream(script, std::ios::app) << "recovery 1 2\n";
   ASSERT_TRUE(WaitUntil([&] { return Devices(rasd)[1]["state"] == "isolated"; }, 5s))
@@ -114,14 +118,9 @@ TEST(CudaBackendTest, NvmlsRecoveryActionFieldActsAsXid154Does) {
 #if RASD_HAVE_CUDA_KERNELS
 TEST(CudaBackendTest, JobsRunOnTheGpusAndAnNvmlXidMovesThemOffOne) {
   RasdInstance rasd;
-  const auto script = rasd.HostRoot().parent_path() / "nvml-script";
-  std::ofstream(script).flush();
-  rasd.WriteConfig(std::string("runtime:\n  driver: cuda\n  cuda_library: ") + RASD_FAKE_CUDA_PATH +
-                   "\nras:\n  nvml_library: " + RASD_FAKE_NVML_PATH +
-                   "\n  nvml_poll_ms: 100\njobs:\n  - name: llm\n    kind: inference\n"
-                   "    load_rps: 300\n");
-  std::string why;
-  ASSERT_TRUE(rasd.Start({}, FakeGpus(script), &why)) << why;
+  const auto script =
+      StartOnStandInGpus(rasd, "jobs:\n  - name: llm\n    kind: inference\n    load_rps: 300\n");
+  ASSERT_FALSE(script.empty());
   auto devices = Devices(rasd);
   ASSERT_EQ(devices.size(), 2u) << devices.dump(2);
   EXPECT_EQ(devices[0]["vendor"], "nvidia");

@@ -292,6 +292,15 @@ RawClient::RawClient(const std::filesystem::path& socket) {
   }
 }
 
+double PingMilliseconds(RawClient& client) {
+  const auto begin = std::chrono::steady_clock::now();
+  if (!client.Send("{\"command\":\"ping\"}\n")) return -1;
+  const auto reply = client.ReadLine();
+  if (!reply || reply->find("\"ok\":true") == std::string::npos) return -1;
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - begin)
+      .count();
+}
+
 bool RawClient::Send(const std::string& bytes) {
   std::size_t sent = 0;
   while (sent < bytes.size()) {

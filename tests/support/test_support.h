@@ -133,6 +133,11 @@ class RawClient {
   std::string buffer_;
 };
 
+// How long the daemon took to answer a ping on `client`'s connection, in
+// ms: the loop's own latency, without the start of a rasctl process (slow
+// on a loaded machine). Negative when it did not answer with ok.
+double PingMilliseconds(RawClient& client);
+
 // A real rasd in a temp directory with its own state dir, socket and notify
 // socket. Start() waits for READY=1.
 // An HTTP/1.0 request to 127.0.0.1:port; the response body, or "" on
