@@ -62,11 +62,18 @@ void ProbeWatchdog::Check() {
     last_stuck_ = std::move(found);
   }
   for (const auto& [device, worst] : stuck) {
-    const HealthState target = worst.call.running >= options_.deadline * options_.isolate_after
-                                   ? HealthState::kIsolated
-                                   : HealthState::kDraining;
     Hold& hold = held_[device];
     hold.clear_since = std::chrono::nanoseconds(-1);
+    if (hold.state != HealthState::kHealthy && !health_.Holds(device, HealthCause::kProbe)) {
+      hold.state = HealthState::kHealthy;  // the operator undrained it
+      hold.judged_from = now;
+    }
+    auto running = worst.call.running;
+    if (hold.judged_from.count() >= 0) running = std::min(running, now - hold.judged_from);
+    if (running < options_.deadline) continue;
+    const HealthState target = running >= options_.deadline * options_.isolate_after
+                                   ? HealthState::kIsolated
+                                   : HealthState::kDraining;
     if (target <= hold.state) continue;
     Decide(device, target,
            fmt::format("unresponsive: {} call {} on {} has not returned for {:.1f} s", worst.source,
@@ -78,6 +85,10 @@ void ProbeWatchdog::Check() {
     Hold& hold = it->second;
     if (stuck.contains(it->first)) {
       ++it;
+      continue;
+    }
+    if (hold.state == HealthState::kHealthy) {
+      it = held_.erase(it);  // an undrain's judging, ended by the call's return
       continue;
     }
     if (hold.clear_since.count() < 0) hold.clear_since = now;

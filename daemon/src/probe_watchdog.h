@@ -24,7 +24,8 @@ namespace rasd::daemon {
 // the reason names the source, the function and how long it has been
 // stuck. Once no call of the device is past its deadline for a whole
 // deadline, a Draining hold lifts; an isolation stays until an operator
-// undrains the device.
+// undrains the device. An undrain while the call is still stuck is heeded,
+// and the call judged again from the undrain.
 //
 // The monitors' calls run on their own threads (drivers::ProbeCalls); the
 // watchdog reads them on a timer every quarter deadline, on the loop. Loop
@@ -71,6 +72,10 @@ class ProbeWatchdog {
   struct Hold {
     runtime::HealthState state = runtime::HealthState::kHealthy;
     std::chrono::nanoseconds clear_since{-1};  // no call stuck since then; -1: one is
+    // An operator undrained the device with its call still stuck: the call
+    // is judged from then on (-1: from its start), so that the device
+    // leaves service again after a deadline more, not at once.
+    std::chrono::nanoseconds judged_from{-1};
   };
   std::vector<StuckCall> FindStuck() const;
   void Check();

@@ -97,6 +97,38 @@ TEST_F(ProbeWatchdogTest, ADrainLiftsADeadlineAfterTheCallReturns) {
   EXPECT_TRUE(watchdog_->Held().empty());
 }
 
+// An operator's undrain is heeded even with the call still stuck, and the
+// call is judged again from the undrain: out of service after a deadline
+// more, not at once, and never forgotten.
+TEST_F(ProbeWatchdogTest, AnUndrainWithTheCallStillStuckIsJudgedAgainFromTheUndrain) {
+  running_["0000:01:00.0"] = loop_.Now();
+  loop_.AdvanceBy(3500ms);
+  ASSERT_EQ(Gate(1), HealthState::kIsolated);
+  ASSERT_TRUE(health_
+                  ->DecideAndSave({.device = 1,
+                                   .cause = HealthCause::kOperator,
+                                   .target = HealthState::kHealthy,
+                                   .reason = "undrained"})
+                  .has_value());
+  ASSERT_EQ(Gate(1), HealthState::kHealthy);
+  loop_.AdvanceBy(750ms);
+  EXPECT_EQ(Gate(1), HealthState::kHealthy) << "within a deadline of the undrain";
+  loop_.AdvanceBy(500ms);
+  EXPECT_EQ(Gate(1), HealthState::kDraining) << "a deadline after the undrain, still stuck";
+  loop_.AdvanceBy(2s);
+  EXPECT_EQ(Gate(1), HealthState::kIsolated) << "three deadlines after the undrain";
+  running_.clear();
+  ASSERT_TRUE(health_
+                  ->DecideAndSave({.device = 1,
+                                   .cause = HealthCause::kOperator,
+                                   .target = HealthState::kHealthy,
+                                   .reason = "undrained"})
+                  .has_value());
+  loop_.AdvanceBy(3s);
+  EXPECT_EQ(Gate(1), HealthState::kHealthy) << "the call returned: nothing to judge";
+  EXPECT_TRUE(watchdog_->Held().empty());
+}
+
 TEST_F(ProbeWatchdogTest, ACallAboutADeviceRasdDoesNotRunDecidesNothing) {
   running_["0000:99:00.0"] = loop_.Now();
   loop_.AdvanceBy(10s);
