@@ -54,6 +54,15 @@ class ProbeWatchdogTest : public ::testing::Test {
     fs::remove_all(dir_);
   }
   HealthState Gate(int device) { return (*runtime_->GetDevice(device))->Health(); }
+  // As rasctl undrain decides (without its self-test).
+  bool Undrain(int device) {
+    return health_
+        ->DecideAndSave({.device = device,
+                         .cause = HealthCause::kOperator,
+                         .target = HealthState::kHealthy,
+                         .reason = "undrained"})
+        .has_value();
+  }
 
   fs::path dir_;
   common::SimulatedEventLoop loop_;
@@ -104,12 +113,7 @@ TEST_F(ProbeWatchdogTest, AnUndrainWithTheCallStillStuckIsJudgedAgainFromTheUndr
   running_["0000:01:00.0"] = loop_.Now();
   loop_.AdvanceBy(3500ms);
   ASSERT_EQ(Gate(1), HealthState::kIsolated);
-  ASSERT_TRUE(health_
-                  ->DecideAndSave({.device = 1,
-                                   .cause = HealthCause::kOperator,
-                                   .target = HealthState::kHealthy,
-                                   .reason = "undrained"})
-                  .has_value());
+  ASSERT_TRUE(Undrain(1));
   ASSERT_EQ(Gate(1), HealthState::kHealthy);
   loop_.AdvanceBy(750ms);
   EXPECT_EQ(Gate(1), HealthState::kHealthy) << "within a deadline of the undrain";
@@ -118,12 +122,7 @@ TEST_F(ProbeWatchdogTest, AnUndrainWithTheCallStillStuckIsJudgedAgainFromTheUndr
   loop_.AdvanceBy(2s);
   EXPECT_EQ(Gate(1), HealthState::kIsolated) << "three deadlines after the undrain";
   running_.clear();
-  ASSERT_TRUE(health_
-                  ->DecideAndSave({.device = 1,
-                                   .cause = HealthCause::kOperator,
-                                   .target = HealthState::kHealthy,
-                                   .reason = "undrained"})
-                  .has_value());
+  ASSERT_TRUE(Undrain(1));
   loop_.AdvanceBy(3s);
   EXPECT_EQ(Gate(1), HealthState::kHealthy) << "the call returned: nothing to judge";
   EXPECT_TRUE(watchdog_->Held().empty());
