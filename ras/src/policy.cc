@@ -270,9 +270,22 @@ std::vector<Action> PolicyEngine::DecideLive(const RasEvent& event, std::chrono:
       scope = scope->second.pages.empty() ? page_buckets_.erase(scope) : std::next(scope);
     }
   }
+  // Part of an earlier fault (fault_rules.h): recorded with it, and not
+  // counted by any rule's threshold as a fault of its own.
+  if (event.context.kind == FaultContext::Kind::kEcho ||
+      event.context.kind == FaultContext::Kind::kSuperseded) {
+    act(ActionKind::kRecord, event.context.rule, what + ": " + event.context.why);
+    return actions;
+  }
   const PolicyRule* rule = Match(event);
   if (rule == nullptr) {
     act(ActionKind::kRecord, "record", what);
+    return actions;
+  }
+  // A repeat within its storm window: the first acted; a threshold still
+  // counts every error.
+  if (event.context.kind == FaultContext::Kind::kRepeat && !rule->threshold) {
+    act(ActionKind::kRecord, event.context.rule, what + ": " + event.context.why);
     return actions;
   }
   if (rule->boot_grace.count() > 0 && boot_time_ && event.time >= *boot_time_ &&

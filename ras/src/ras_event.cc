@@ -20,7 +20,8 @@ bool SameComponent(const RasEvent& a, const RasEvent& b) {
          a.before_start == b.before_start && a.device == b.device && a.mc == b.mc &&
          a.vendor_code == b.vendor_code && a.vendor_action == b.vendor_action &&
          a.address.has_value() == b.address.has_value() && a.dimm == b.dimm &&
-         a.pci_bdf == b.pci_bdf && a.origin == b.origin && a.source == b.source;
+         a.pci_bdf == b.pci_bdf && a.origin == b.origin && a.source == b.source &&
+         a.context.kind == b.context.kind && a.context.window_start == b.context.window_start;
 }
 
 namespace {

@@ -33,6 +33,26 @@ struct PageErrorsRecord {
   std::chrono::system_clock::time_point last;
 };
 
+// How the fault rules (fault_rules.h) judged an event among those before
+// it on the same device. Set by FaultRules::Judge; the policy and the store
+// read the fields, never the text.
+struct FaultContext {
+  enum class Kind : std::uint8_t {
+    kOwn,         // a fault of its own
+    kEcho,        // printed because of an earlier fault of its device: part of it
+    kSuperseded,  // an earlier code of its device says more: part of that fault
+    kRepeat,      // the same code again within its storm window: counted, not a new fault
+  };
+  Kind kind = Kind::kOwn;
+  std::string rule;  // the fault rule's name; empty for kOwn outside any storm window
+  std::string why;   // one line for people: "echo of Xid 79 on device 2 0.4 s before"
+  // Under a storm rule: when the window this event opened (kOwn) or
+  // repeats in (kRepeat) began; the store's row of the window's first
+  // event grows by the repeats.
+  std::optional<std::chrono::system_clock::time_point> window_start;
+  bool operator==(const FaultContext&) const = default;
+};
+
 // One hardware-error report after decoding, before any action. Sources fill
 // it; the store, the exporters and the policy read it. A plain value.
 struct RasEvent {
@@ -79,12 +99,16 @@ struct RasEvent {
   bool before_start = false;
   std::string summary;             // one line for people
   std::string raw;                 // the record as the source read it
+  // The fault rules' judgement (FaultRules::Judge); not stored: its action
+  // row (rule and reason) is.
+  FaultContext context;
 };
 
 // The minute an event is coalesced in (truncated towards the epoch).
 std::int64_t MinuteOf(const RasEvent& event);
 // Whether two events are of one component, as CoalesceStorm merges them:
-// all but the time, the count, the texts and the address's value.
+// all but the time, the count, the texts and the address's value (the
+// fault rules' judgement included).
 bool SameComponent(const RasEvent& a, const RasEvent& b);
 
 // Under a storm (a batch of more than `threshold` events) the events of one
