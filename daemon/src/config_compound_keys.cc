@@ -345,7 +345,142 @@ std::optional<ras::RecoveryRow> ReadRecoveryRow(ConfigValueReader& reader, const
   return row;
 }
 
+// A list of codes: one integer or a list of them, each in 0..99999999.
+std::optional<std::vector<int>> ReadCodeList(ConfigValueReader& reader, const YAML::Node& value,
+                                             const std::string& path) {
+  std::vector<YAML::Node> items;
+  if (value.IsSequence()) {
+    for (const auto& item : value) items.push_back(item);
+  } else {
+    items.push_back(value);
+  }
+  std::vector<int> codes;
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    auto code = reader.ReadInteger(
+        items[i], value.IsSequence() ? fmt::format("{}[{}]", path, i) : path, 0, 99'999'999);
+    if (!code) return std::nullopt;
+    codes.push_back(static_cast<int>(*code));
+  }
+  return codes;
+}
+
+std::optional<ras::FaultRule> ReadFaultRule(ConfigValueReader& reader, const YAML::Node& node,
+                                            const std::string& path) {
+  ras::FaultRule row;
+  bool has_kind = false;
+  bool ok = true;
+  auto codes_key = [&](std::string_view name, std::vector<int>& into) -> Key {
+    return {name, [&reader, &into, &ok](const YAML::Node& value, const std::string& key_path) {
+              if (auto codes = ReadCodeList(reader, value, key_path)) {
+                into = std::move(*codes);
+              } else {
+                ok = false;
+              }
+            }};
+  };
+  const std::vector<Key> keys = {
+      {"name",
+       [&](const YAML::Node& value, const std::string& key_path) {
+         if (auto text = reader.ReadString(value, key_path)) row.name = *text;
+       }},
+      {"rule",
+       [&](const YAML::Node& value, const std::string& key_path) {
+         has_kind = true;
+         auto text = reader.ReadString(value, key_path);
+         if (!text) return;
+         if (auto kind = ras::ParseFaultRuleKind(*text)) {
+           row.kind = *kind;
+         } else {
+           reader.Problem(value.Mark(), fmt::format("'{}' must be one of echo, supersede, storm, "
+                                                    "not '{}'",
+                                                    key_path, *text));
+         }
+       }},
+      {"enabled",
+       [&](const YAML::Node& value, const std::string& key_path) {
+         if (auto on = reader.ReadBool(value, key_path)) row.enabled = *on;
+       }},
+      {"origin",
+       [&](const YAML::Node& value, const std::string& key_path) {
+         if (auto text = reader.ReadString(value, key_path)) row.origin = *text;
+       }},
+      codes_key("codes", row.codes),
+      codes_key("after_codes", row.after_codes),
+      {"after_classes",
+       [&](const YAML::Node& value, const std::string& key_path) {
+         std::vector<std::string> names;
+         if (!reader.ReadStringList(value, key_path, names)) return;
+         for (const auto& name : names) {
+           auto severity = ras::ParseSeverity(name);
+           if (!severity) {
+             reader.Problem(value.Mark(), fmt::format("'{}' must list CE, UCNA, SRAO, SRAR, UCE, "
+                                                      "FATAL or INFO, not '{}'",
+                                                      key_path, name));
+             return;
+           }
+           row.after_classes.push_back(*severity);
+         }
+       }},
+      IntegerKey(reader, "window_s", 1, 86400,
+                 [&row](std::int64_t n) { row.window = std::chrono::seconds(n); }),
+  };
+  const std::size_t problems_before = reader.ProblemCount();
+  reader.ReadMapping(node, path, keys);
+  if (!node.IsMap()) return std::nullopt;
+  if (row.name.empty()) {
+    reader.Problem(node.Mark(), fmt::format("'{}' needs a 'name'", path));
+    return std::nullopt;
+  }
+  const auto built_in = ras::DefaultFaultRules();
+  const bool replaces =
+      std::any_of(built_in.begin(), built_in.end(),
+                  [&](const ras::FaultRule& rule) { return rule.name == row.name; });
+  // `{name: <built-in>, enabled: false}` removes a built-in row; anything
+  // else states the whole row.
+  if (row.enabled && !has_kind) {
+    reader.Problem(node.Mark(),
+                   fmt::format("'{}' needs a 'rule' (echo, supersede, storm){}", path,
+                               replaces ? "; a built-in row is replaced whole, or turned off with "
+                                          "'enabled: false'"
+                                        : ""));
+    return std::nullopt;
+  }
+  if (!ok || reader.ProblemCount() != problems_before) return std::nullopt;
+  if (row.enabled && row.kind != ras::FaultRuleKind::kStorm && row.codes.empty()) {
+    reader.Problem(node.Mark(), fmt::format("'{}': an {} row needs 'codes'", path,
+                                            ras::FaultRuleKindName(row.kind)));
+    return std::nullopt;
+  }
+  if (row.enabled && row.kind == ras::FaultRuleKind::kSupersede && row.after_codes.empty()) {
+    reader.Problem(node.Mark(), fmt::format("'{}': a supersede row needs 'after_codes'", path));
+    return std::nullopt;
+  }
+  return row;
+}
+
 }  // namespace
+
+void ReadFaultRules(ConfigValueReader& reader, const YAML::Node& value, const std::string& path,
+                    std::vector<ras::FaultRule>& rows) {
+  if (!value.IsSequence()) {
+    reader.Problem(value.Mark(), fmt::format("'{}' must be a list of rows", path));
+    return;
+  }
+  std::vector<ras::FaultRule> read;
+  for (std::size_t i = 0; i < value.size(); ++i) {
+    const std::string row_path = fmt::format("{}[{}]", path, i);
+    auto row = ReadFaultRule(reader, value[i], row_path);
+    if (!row) continue;
+    if (std::any_of(read.begin(), read.end(),
+                    [&](const ras::FaultRule& other) { return other.name == row->name; })) {
+      reader.Problem(value[i].Mark(),
+                     fmt::format("'{}': a second row named '{}'", row_path, row->name));
+      continue;
+    }
+    read.push_back(std::move(*row));
+  }
+  rows = std::move(read);
+}
 
 void ReadRecoveryRows(ConfigValueReader& reader, const YAML::Node& value, const std::string& path,
                       std::vector<ras::RecoveryRow>& rows) {

@@ -8,6 +8,7 @@
 
 #include "config_value_reader.h"
 #include "rasd/jobs/job_manager.h"
+#include "rasd/ras/fault_rules.h"
 #include "rasd/ras/policy.h"
 #include "rasd/ras/recovery.h"
 #include "rasd/ras/severity.h"
@@ -41,6 +42,12 @@ void ReadPolicyRules(ConfigValueReader& reader, const YAML::Node& value, const s
 // escalate_to}; a row with a problem is left out.
 void ReadRecoveryRows(ConfigValueReader& reader, const YAML::Node& value, const std::string& path,
                       std::vector<ras::RecoveryRow>& rows);
+
+// ras.fault_rules: a list of {name, rule: echo | supersede | storm,
+// enabled, origin, codes, after_codes, after_classes, window_s}; a row with
+// a problem is left out, and so is the second of two with one name.
+void ReadFaultRules(ConfigValueReader& reader, const YAML::Node& value, const std::string& path,
+                    std::vector<ras::FaultRule>& rows);
 
 // jobs: a list of {name, kind, devices, ...}; as rules, a bad one is left out.
 void ReadJobs(ConfigValueReader& reader, const YAML::Node& value, const std::string& path,

@@ -280,6 +280,8 @@ Kind<std::vector<jobs::JobSpec>> Jobs() { return {"list of jobs", &ReadJobs}; }
 
 Kind<std::vector<ras::RecoveryRow>> RecoveryRows() { return {"list of rows", &ReadRecoveryRows}; }
 
+Kind<std::vector<ras::FaultRule>> FaultRules() { return {"list of rows", &ReadFaultRules}; }
+
 }  // namespace
 
 namespace {
@@ -425,6 +427,14 @@ void AddRasKeys(std::vector<ConfigKey>& keys) {
                      "hardware-inspection, contact-vendor), optional `escalate_after` (recoveries "
                      "of the device), `escalate_window_s` (default 86400), `escalate_to` (default: "
                      "the next action)"));
+  keys.push_back(Row("ras.fault_rules", kLive, RASD_CONFIG_FIELD(ras.fault_rules), FaultRules(),
+                     "rows over the built-in fault rules (docs/architecture.md, \"Fault rules\"), "
+                     "by `name`: `rule` (echo: `codes` within `window_s` after another code of "
+                     "the device, of `after_codes` or `after_classes`, are part of it; supersede: "
+                     "`codes` within `window_s` after one of `after_codes` are part of it; storm: "
+                     "a code (of `codes`; none: any) repeated on a device within `window_s` is one "
+                     "event with its exact count), `origin` (default nvidia_xid); `enabled: false` "
+                     "turns a built-in row off"));
 }
 
 void AddPolicyKeys(std::vector<ConfigKey>& keys) {

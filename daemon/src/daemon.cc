@@ -235,6 +235,7 @@ void Daemon::StartRas() {
   lifecycle_->SetReturnCheck([this](int) { return actuator_->EnsurePagesRestored(); });
   pipeline_ = std::make_unique<RasPipeline>(*loop_, *runtime_, policy_, *actuator_, *health_,
                                             *store_, PipelineOptions(config_));
+  pipeline_->SetFaultRules(ras::MergeFaultRules(config_.ras.fault_rules));
   if (auto connection = store_->OpenCheckpointer()) {
     checkpointer_ = std::make_unique<StoreCheckpointer>(std::move(*connection));
     pipeline_->SetCheckpointer(checkpointer_.get());
@@ -404,6 +405,7 @@ void Daemon::StartRecovery() {
       [this](ras::LinkReport report) { pipeline_->Handle({}, {}, {std::move(report)}); }));
   lifecycle_->SetRecoveredObserver([this](int device, ReturnedBy how) {
     recovery_->OnRecovered(device, how);
+    pipeline_->OnDeviceReturned(device);
     if (how == ReturnedBy::kUndrain) link_health_->OnOperatorReturned(device);
   });
   lifecycle_->SetRecoveryAdvisor([this](int device) { return recovery_->For(device).action; });

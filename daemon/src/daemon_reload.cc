@@ -38,6 +38,7 @@ Result<nlohmann::json> Daemon::Reload() {
   policy_.Reconfigure(config_.policy.engine);  // keeps the counters of unchanged rules
   actuator_->SetOptions(ActuatorOptions(config_));
   pipeline_->SetOptions(PipelineOptions(config_));
+  pipeline_->SetFaultRules(ras::MergeFaultRules(config_.ras.fault_rules));
   injection_->SetOptions(config_.inject);
   lifecycle_->SetOptions(LifecycleOptions(config_, options_.self_test));
   link_health_->SetOptions(LinkHealthOptions(config_));

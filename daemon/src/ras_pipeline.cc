@@ -387,6 +387,13 @@ void RasPipeline::Handle(std::vector<ras::RasEvent> events, std::vector<ras::Sou
   // No source reports 2^40 errors at once; a larger count is garbled input,
   // and it would overflow the store's sums (rasctl summary failed for good).
   for (auto& event : events) event.count = std::min(event.count, kMaxEventCount);
+  // Each among those before it on its device: echoes, superseded codes and
+  // repeats are parts of a fault, not faults of their own.
+  bool repeats = false;
+  for (auto& event : events) {
+    fault_rules_.Judge(event);
+    repeats = repeats || (event.context.window_start && *event.context.window_start != event.time);
+  }
   stats_.events += events.size();
   const std::size_t before = events.size();
   const bool storm = InStorm(before);
@@ -444,8 +451,9 @@ void RasPipeline::Handle(std::vector<ras::RasEvent> events, std::vector<ras::Sou
     if (!pages_timer_->Armed()) pages_timer_->ArmAfter(kPagesSavePeriod);
   }
   if (backlog_.empty()) {
-    // Only under a storm: events of a quiet node keep a row each.
-    if (storm) PlanGrowth(batch, acted);
+    // Only under a storm, or for a fault rule's repeats (their window's
+    // row): events of a quiet node keep a row each.
+    if (storm || repeats) PlanGrowth(batch, acted);
     auto stored = store_.Commit(batch);
     if (stored) {
       health_.Committed();
@@ -507,6 +515,34 @@ void RasPipeline::OpenEvent::AddPages(const std::vector<ras::PageErrors>& more) 
   }
 }
 
+namespace {
+
+// Whether `event` repeats, within the same fault rule's window, the event
+// that opened it (`first`): one device, origin, code and class, and one
+// judgement (the window's first was its own fault, or an echo as its
+// repeats are).
+bool InSameWindow(const ras::RasEvent& first, const ras::RasEvent& event) {
+  using Kind = ras::FaultContext::Kind;
+  if (!first.context.window_start || first.context.window_start != event.context.window_start)
+    return false;
+  const bool same_judgement =
+      first.context.kind == event.context.kind ||
+      (first.context.kind == Kind::kOwn && event.context.kind == Kind::kRepeat);
+  return same_judgement && first.device == event.device && first.pci_bdf == event.pci_bdf &&
+         first.vendor_code == event.vendor_code && first.origin == event.origin &&
+         first.source == event.source && first.severity == event.severity &&
+         first.before_start == event.before_start &&
+         first.address.has_value() == event.address.has_value();
+}
+
+std::int64_t WindowsLastMinute(const ras::RasEvent& event) {
+  ras::RasEvent end;
+  end.time = *event.context.window_start + event.context.window;
+  return ras::MinuteOf(end);
+}
+
+}  // namespace
+
 void RasPipeline::PlanGrowth(ras::StoreBatch& batch, const std::vector<bool>& acted) {
   if (open_.empty()) return;
   batch.grows.assign(batch.events.size(), std::nullopt);
@@ -515,7 +551,9 @@ void RasPipeline::PlanGrowth(ras::StoreBatch& batch, const std::vector<bool>& ac
     if (i < acted.size() && acted[i]) continue;
     const std::int64_t minute = ras::MinuteOf(event);
     auto open = std::find_if(open_.begin(), open_.end(), [&](const OpenEvent& row) {
-      return row.minute == minute && ras::SameComponent(row.first, event);
+      return event.context.window_start
+                 ? InSameWindow(row.first, event)
+                 : row.minute == minute && ras::SameComponent(row.first, event);
     });
     if (open == open_.end()) continue;
     const std::vector<ras::PageErrors> pages = PagesOf(event);
@@ -552,9 +590,13 @@ void RasPipeline::OpenStored(const ras::StoreBatch& batch, const std::vector<boo
       const std::int64_t gone = batch.grows[i]->id;
       std::erase_if(open_, [gone](const OpenEvent& row) { return row.id == gone; });
     }
-    if (i < acted.size() && acted[i]) continue;
+    // The first event of a fault rule's storm window takes its repeats,
+    // whatever it did itself.
+    const bool opens_window =
+        event.context.window_start && *event.context.window_start == event.time;
+    if (i < acted.size() && acted[i] && !opens_window) continue;
     OpenEvent row{.id = event_ids[i],
-                  .minute = ras::MinuteOf(event),
+                  .minute = opens_window ? WindowsLastMinute(event) : ras::MinuteOf(event),
                   .first = event,
                   .count = event.count,
                   .last = event.time};

@@ -12,6 +12,7 @@
 #include "actuator.h"
 #include "fabric_health.h"
 #include "rasd/common/event_loop.h"
+#include "rasd/ras/fault_rules.h"
 #include "rasd/ras/link_policy.h"
 #include "rasd/ras/policy.h"
 #include "rasd/ras/ras_event.h"
@@ -113,6 +114,10 @@ class RasPipeline {
   RasPipeline& operator=(const RasPipeline&) = delete;
 
   void SetOptions(Options options) { options_ = options; }
+  // The fault rules' rows (ras.fault_rules); what they saw carries on.
+  void SetFaultRules(std::vector<ras::FaultRule> rows) { fault_rules_.SetRows(std::move(rows)); }
+  // The device is back in service: its next fault is judged afresh.
+  void OnDeviceReturned(int device) { fault_rules_.ForgetDevice(device); }
   void AddObserver(Observer observer) { observers_.push_back(std::move(observer)); }
   // Called for each event with the policy's decision, before any of its
   // actions is taken (the recovery suggestion is known to a hook then).
@@ -222,6 +227,8 @@ class RasPipeline {
   // batch). Forgotten when a commit fails: the backlog stores new rows.
   struct OpenEvent {
     std::int64_t id = 0;
+    // The minute it coalesces in; for the first event of a fault rule's
+    // storm window, the window's last minute (its repeats grow it).
     std::int64_t minute = 0;
     ras::RasEvent first;  // the component, as SameComponent compares it
     std::uint64_t count = 0;
@@ -234,6 +241,7 @@ class RasPipeline {
   static constexpr std::size_t kMaxOpenEvents = 256;
   static constexpr std::size_t kMaxOpenPages = 4096;  // a row with more starts another
   std::vector<OpenEvent> open_;
+  ras::FaultRules fault_rules_;
   std::int64_t rate_second_ = -1;  // InStorm's count of the events of a second
   std::size_t events_this_second_ = 0;
   std::chrono::nanoseconds storm_until_{};

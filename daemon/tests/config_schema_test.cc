@@ -66,6 +66,7 @@ ras:
   storm_threshold: 8
   codes: {nvidia_xid: {31: UCE}, ascend: {0x80E01801: UCE}}
   recovery: [{match: {origin: ascend, vendor_code: 0x80E01801}, action: contact-vendor}]
+  fault_rules: [{name: xid-storm, rule: storm, window_s: 5}]
 policy:
   rules: [{name: r, actions: [record]}]
   ce_page_threshold: 3
@@ -210,6 +211,7 @@ TEST(ConfigSchemaTest, LiveKeysAreTheOnesReloadAlwaysApplied) {
   expected.control.max_clients = loaded.control.max_clients;
   expected.ras.codes = loaded.ras.codes;
   expected.ras.recovery = loaded.ras.recovery;
+  expected.ras.fault_rules = loaded.ras.fault_rules;
   expected.policy = loaded.policy;
   expected.inject = loaded.inject;
   expected.liveness = loaded.liveness;

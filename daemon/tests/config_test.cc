@@ -141,6 +141,52 @@ TEST(ConfigTest, RecoveryRowsAreReadWithTheirEscalationAndBadOnesNamed) {
       << problems[3];
 }
 
+TEST(ConfigTest, FaultRulesAreReadOverTheBuiltInOnesAndBadOnesNamed) {
+  const auto result = ParseConfig(R"(ras:
+  fault_rules:
+    - {name: echo-of-another-xid, enabled: false}
+    - name: ascend-storm
+      rule: storm
+      origin: ascend
+      window_s: 10
+    - {name: dbe-echo, rule: echo, codes: 63, after_classes: [UCE, fatal], window_s: 5}
+)",
+                                  "fault_rules.yaml");
+  ASSERT_TRUE(result.ok()) << testing::PrintToString(Problems(result));
+  const auto rows = ras::MergeFaultRules(result.config.ras.fault_rules);
+  ASSERT_EQ(rows.size(), 4u);
+  EXPECT_EQ(rows[0].name, "fallen-off-the-bus");
+  EXPECT_EQ(rows[2].origin, "ascend");
+  EXPECT_EQ(rows[2].window, std::chrono::seconds(10));
+  EXPECT_EQ(rows[3].codes, std::vector<int>{63});
+  EXPECT_EQ(rows[3].after_classes,
+            (std::vector<ras::Severity>{ras::Severity::kUce, ras::Severity::kFatal}));
+
+  const auto bad = ParseConfig(R"(ras:
+  fault_rules:
+    - {name: a, rule: echoes, codes: [45]}
+    - {name: b, rule: echo}
+    - {name: c, rule: supersede, codes: [119]}
+    - {rule: storm}
+    - {name: xid-storm, window_s: 5}
+    - {name: e, rule: storm, window_s: 0}
+    - {name: f, rule: echo, codes: [45, x]}
+    - {name: g, rule: storm}
+    - {name: g, rule: storm}
+)",
+                               "bad.yaml");
+  const auto problems = Problems(bad);
+  ASSERT_EQ(problems.size(), 8u) << testing::PrintToString(problems);
+  EXPECT_NE(problems[0].find("must be one of echo, supersede, storm, not 'echoes'"),
+            std::string::npos)
+      << problems[0];
+  EXPECT_NE(problems[1].find("an echo row needs 'codes'"), std::string::npos) << problems[1];
+  EXPECT_NE(problems[2].find("needs 'after_codes'"), std::string::npos) << problems[2];
+  EXPECT_NE(problems[3].find("needs a 'name'"), std::string::npos) << problems[3];
+  EXPECT_NE(problems[4].find("turned off with 'enabled: false'"), std::string::npos) << problems[4];
+  EXPECT_NE(problems[7].find("a second row named 'g'"), std::string::npos) << problems[7];
+}
+
 TEST(ConfigTest, CodeTablesOverrideTheBuiltInOnes) {
   const auto result = ParseConfig(
       "ras:\n  codes:\n    nvidia_xid:\n      31: UCE\n      999: fatal\n    ascend:\n      "

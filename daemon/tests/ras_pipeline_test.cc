@@ -230,6 +230,55 @@ TEST_F(RasPipelineTest, AComponentsStormIsOneRowPerMinuteAcrossBatchesUnlessTheS
   EXPECT_EQ(StoredCursor(), "600");
 }
 
+// An Xid repeated on one GPU below any storm rate (a line a batch, 800
+// of them over four minutes): one stored row per GPU, code and 60 s
+// window, with the exact count; the window's first acts (device 1
+// isolated once), its repeats are recorded with it.
+TEST_F(RasPipelineTest, ARepeatedXidIsOneRowPerWindowWithItsExactCount) {
+  const auto start = std::chrono::system_clock::time_point(std::chrono::minutes(28'000'000));
+  for (int i = 0; i < 800; ++i) {
+    ras::RasEvent event;
+    event.time = start + std::chrono::milliseconds(i * 300);  // 240 s in all
+    event.source = "kmsg";
+    event.origin = "nvidia_xid";
+    event.severity = ras::Severity::kUce;
+    event.vendor_code = 95;
+    event.device = 1;
+    event.summary = "Xid 95 on device 1";
+    pipeline_->Handle({event}, {{"kmsg", "boot", std::to_string(i + 1)}});
+    loop_.AdvanceBy(10ms);
+  }
+  auto events = store_->QueryEvents({});
+  ASSERT_TRUE(events.has_value());
+  ASSERT_EQ(events->size(), 4u) << "four 60 s windows";
+  std::uint64_t counted = 0;
+  for (const auto& stored : *events) counted += stored.event.count;
+  EXPECT_EQ(counted, 800u);
+  EXPECT_EQ(events->front().event.count, 200u);
+  auto actions = store_->QueryActions(1, 10000);
+  ASSERT_TRUE(actions.has_value());
+  int isolations = 0;
+  for (const auto& action : *actions) isolations += action.action == "isolate-device" ? 1 : 0;
+  EXPECT_EQ(isolations, 4) << "one per window; the device was isolated by the first";
+  EXPECT_EQ(StoredCursor(), "800");
+
+  // Without the storm row, every line is a row and every one acts.
+  pipeline_->SetFaultRules(ras::MergeFaultRules({{.name = "xid-storm", .enabled = false}}));
+  ras::RasEvent later;
+  later.time = start + std::chrono::minutes(10);
+  later.source = "kmsg";
+  later.origin = "nvidia_xid";
+  later.severity = ras::Severity::kUce;
+  later.vendor_code = 95;
+  later.device = 1;
+  pipeline_->Handle({later});
+  later.time += std::chrono::seconds(1);
+  pipeline_->Handle({later});
+  events = store_->QueryEvents({});
+  ASSERT_TRUE(events.has_value());
+  EXPECT_EQ(events->size(), 6u);
+}
+
 // Under a storm a page struck in every batch is written to page_errors
 // once a second, not once per batch: the batches between go with a later
 // one's transaction, or with the timer when the storm ends, or when the

@@ -141,11 +141,14 @@ void FaultRules::Judge(RasEvent& event) {
   for (const auto& row : rows_) {
     if (row.origin != event.origin || row.kind != FaultRuleKind::kStorm) continue;
     if (!row.codes.empty() && !Lists(row.codes, code)) continue;
-    auto [window, opened] = windows_.try_emplace({row.origin, *device, code});
+    if (event.severity == Severity::kSrar) break;
+    auto [window, opened] = windows_.try_emplace(
+        WindowKey{row.origin, *device, code, event.pid.value_or(-1), event.before_start});
     if (!opened && event.time >= window->second.start &&
         event.time - window->second.start < window->second.length) {
       ++window->second.repeats;
       event.context.window_start = window->second.start;
+      event.context.window = window->second.length;
       if (event.context.kind == FaultContext::Kind::kOwn) {
         event.context.kind = FaultContext::Kind::kRepeat;
         event.context.rule = row.name;
@@ -158,6 +161,7 @@ void FaultRules::Judge(RasEvent& event) {
     }
     window->second = Window{.start = event.time, .length = row.window};
     event.context.window_start = event.time;
+    event.context.window = row.window;
     if (event.context.rule.empty()) event.context.rule = row.name;
     break;
   }
@@ -170,6 +174,12 @@ void FaultRules::Judge(RasEvent& event) {
   while (seen.size() > kKeptPerDevice ||
          (!seen.empty() && event.time - seen.front().time > longest_))
     seen.pop_front();
+}
+
+void FaultRules::ForgetDevice(int device) {
+  const std::string key = fmt::format("dev{}", device);
+  std::erase_if(windows_, [&](const auto& entry) { return std::get<1>(entry.first) == key; });
+  std::erase_if(faults_, [&](const auto& entry) { return entry.first.second == key; });
 }
 
 void FaultRules::Prune(std::chrono::system_clock::time_point now) {

@@ -91,6 +91,26 @@ TEST(FaultRulesTest, AStormIsOneFaultPerGpuCodeAndWindowWhoseRepeatsAreCounted) 
   EXPECT_EQ(next.context.window_start, next.time);
 }
 
+TEST(FaultRulesTest, AStormWindowIsPerProcessAndMomentAndEndsWhenTheDeviceReturns) {
+  FaultRules rules;
+  RasEvent first = Xid(95, 0, 0ms, Severity::kUce);
+  first.pid = 100;
+  EXPECT_EQ(Judged(rules, first), Kind::kOwn);
+  RasEvent other_process = first;
+  other_process.pid = 200;
+  EXPECT_EQ(Judged(rules, other_process), Kind::kOwn);
+  EXPECT_EQ(Judged(rules, first), Kind::kRepeat);
+  RasEvent before_start = first;
+  before_start.before_start = true;
+  EXPECT_EQ(Judged(rules, before_start), Kind::kOwn) << "a moment rasd did not see";
+  rules.ForgetDevice(0);
+  EXPECT_EQ(Judged(rules, first), Kind::kOwn) << "returned to service since";
+  // Each contained error ends its own consumer.
+  RasEvent contained = Xid(94, 0, 1s, Severity::kSrar);
+  EXPECT_EQ(Judged(rules, contained), Kind::kOwn);
+  EXPECT_EQ(Judged(rules, contained), Kind::kOwn);
+}
+
 TEST(FaultRulesTest, AnEchoInAStormCountsInItsWindowAndStaysAnEcho) {
   FaultRules rules;
   (void)Judged(rules, Xid(13, 0, 0ms));

@@ -13,8 +13,9 @@
 
 #include "rasd/jobs/job_manager.h"
 #include "rasd/ras/code_table.h"
-#include "rasd/ras/recovery.h"
+#include "rasd/ras/fault_rules.h"
 #include "rasd/ras/policy.h"
+#include "rasd/ras/recovery.h"
 
 namespace rasd::daemon {
 
@@ -86,6 +87,9 @@ struct Config {
     // Site rows of the recovery table, tried before the built-in ones.
     // Applied on reload.
     std::vector<ras::RecoveryRow> recovery;
+    // Site rows over the built-in fault rules (ras::MergeFaultRules).
+    // Applied on reload.
+    std::vector<ras::FaultRule> fault_rules;
     bool operator==(const Ras&) const = default;
   } ras;
   struct Scheduler {

@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -27,9 +28,12 @@ enum class FaultRuleKind : std::uint8_t {
   // time out): recorded as part of it, no action of their own.
   kSupersede,
   // The same code (of `codes`; none listed: any) on the device again within
-  // `window` of the first: one stored event per device, code and window,
+  // `window` of the first, naming the same process (or none), both logged
+  // before rasd started or both after: one stored event per window,
   // counting every repeat exactly; the first acts, the repeats are counted
-  // by threshold rules and act only through them.
+  // by threshold rules and act only through them. A contained error (SRAR)
+  // ends its consumer each time: never folded. A device returned to
+  // service (ForgetDevice) starts afresh.
   kStorm,
 };
 std::string_view FaultRuleKindName(FaultRuleKind kind);  // "echo", "supersede", "storm"
@@ -79,6 +83,9 @@ class FaultRules {
   // Sets `event.context`. Events without a device (index or PCI address)
   // or a vendor code, and historical ones, are their own faults.
   void Judge(RasEvent& event);
+  // The device is back in service (an undrain, an automatic recovery):
+  // what comes next is a new fault, not an echo or a repeat of the old one.
+  void ForgetDevice(int device);
 
  private:
   struct Seen {
@@ -99,8 +106,10 @@ class FaultRules {
   std::chrono::seconds longest_{0};
   // By origin and device: the faults of their own, oldest first.
   std::map<std::pair<std::string, std::string>, std::deque<Seen>> faults_;
-  // By origin, device and code: the storm window open.
-  std::map<std::tuple<std::string, std::string, int>, Window> windows_;
+  // The storm window open, by origin, device, code, the process named
+  // (-1: none) and whether logged before rasd started.
+  using WindowKey = std::tuple<std::string, std::string, int, std::int64_t, bool>;
+  std::map<WindowKey, Window> windows_;
   std::uint64_t judged_ = 0;
 };
 

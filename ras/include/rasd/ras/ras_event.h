@@ -50,6 +50,7 @@ struct FaultContext {
   // repeats in (kRepeat) began; the store's row of the window's first
   // event grows by the repeats.
   std::optional<std::chrono::system_clock::time_point> window_start;
+  std::chrono::seconds window{0};  // the window's length, with window_start
   bool operator==(const FaultContext&) const = default;
 };
 
