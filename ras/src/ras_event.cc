@@ -15,13 +15,28 @@ std::int64_t MinuteOf(const RasEvent& event) {
   return std::chrono::duration_cast<std::chrono::minutes>(event.time.time_since_epoch()).count();
 }
 
+namespace {
+
+// A fault rule's window: its first event and its repeats are one, so that a
+// storm's batch holding both is one event, decided once with the count of
+// all. Otherwise: the same judgement.
+bool SameJudgement(const FaultContext& a, const FaultContext& b) {
+  using Kind = FaultContext::Kind;
+  if (a.window_start != b.window_start) return false;
+  if (a.kind == b.kind) return true;
+  return a.window_start && (a.kind == Kind::kOwn || a.kind == Kind::kRepeat) &&
+         (b.kind == Kind::kOwn || b.kind == Kind::kRepeat);
+}
+
+}  // namespace
+
 bool SameComponent(const RasEvent& a, const RasEvent& b) {
   return a.severity == b.severity && a.historical == b.historical &&
          a.before_start == b.before_start && a.device == b.device && a.mc == b.mc &&
          a.vendor_code == b.vendor_code && a.vendor_action == b.vendor_action &&
          a.address.has_value() == b.address.has_value() && a.dimm == b.dimm &&
          a.pci_bdf == b.pci_bdf && a.origin == b.origin && a.source == b.source &&
-         a.context.kind == b.context.kind && a.context.window_start == b.context.window_start;
+         SameJudgement(a.context, b.context);
 }
 
 namespace {
