@@ -391,9 +391,10 @@ std::optional<ras::FaultRule> ReadFaultRule(ConfigValueReader& reader, const YAM
          if (auto kind = ras::ParseFaultRuleKind(*text)) {
            row.kind = *kind;
          } else {
-           reader.Problem(value.Mark(), fmt::format("'{}' must be one of echo, supersede, storm, "
-                                                    "not '{}'",
-                                                    key_path, *text));
+           reader.Problem(value.Mark(),
+                          fmt::format("'{}' must be one of echo, supersede, storm, settle, "
+                                      "not '{}'",
+                                      key_path, *text));
          }
        }},
       {"enabled",
@@ -439,7 +440,7 @@ std::optional<ras::FaultRule> ReadFaultRule(ConfigValueReader& reader, const YAM
   // else states the whole row.
   if (row.enabled && !has_kind) {
     reader.Problem(node.Mark(),
-                   fmt::format("'{}' needs a 'rule' (echo, supersede, storm){}", path,
+                   fmt::format("'{}' needs a 'rule' (echo, supersede, storm, settle){}", path,
                                replaces ? "; a built-in row is replaced whole, or turned off with "
                                           "'enabled: false'"
                                         : ""));
@@ -447,6 +448,7 @@ std::optional<ras::FaultRule> ReadFaultRule(ConfigValueReader& reader, const YAM
   }
   if (!ok || reader.ProblemCount() != problems_before) return std::nullopt;
   if (row.enabled && row.kind != ras::FaultRuleKind::kStorm && row.codes.empty()) {
+    // Every row but a storm's names what it judges.
     reader.Problem(node.Mark(), fmt::format("'{}': an {} row needs 'codes'", path,
                                             ras::FaultRuleKindName(row.kind)));
     return std::nullopt;

@@ -433,8 +433,9 @@ void AddRasKeys(std::vector<ConfigKey>& keys) {
                      "the device, of `after_codes` or `after_classes`, are part of it; supersede: "
                      "`codes` within `window_s` after one of `after_codes` are part of it; storm: "
                      "a code (of `codes`; none: any) repeated on a device within `window_s` is one "
-                     "event with its exact count), `origin` (default nvidia_xid); `enabled: false` "
-                     "turns a built-in row off"));
+                     "event with its exact count; settle: `codes` within `window_s` of the boot or "
+                     "a driver load are recorded, their actions withheld), `origin` (default "
+                     "nvidia_xid); `enabled: false` turns a built-in row off"));
 }
 
 void AddPolicyKeys(std::vector<ConfigKey>& keys) {
@@ -502,6 +503,11 @@ void AddPolicyKeys(std::vector<ConfigKey>& keys) {
                      Integer<int>(1, 1000),
                      "a device whose links went down this many times within an hour is "
                      "flapping: the device stays out of collectives until an operator's undrain"));
+  keys.push_back(Row("policy.link_settle_s", kLive, RASD_CONFIG_FIELD(policy.link_settle),
+                     Seconds(0, 3600),
+                     "links train after the node boots and after a GPU driver load (`NVRM: "
+                     "loading`): for this long their states are read but decided only when it "
+                     "ends (nothing leaves its collectives, nothing counts as a flap); 0: off"));
   keys.push_back(Row("policy.nic_fault_hold_s", kLive, RASD_CONFIG_FIELD(policy.nic_fault_hold),
                      Seconds(1, 86400),
                      "a NIC's fatal health (mlx5 firmware fatal, failed recovery, devlink "

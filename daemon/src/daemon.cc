@@ -236,6 +236,7 @@ void Daemon::StartRas() {
   pipeline_ = std::make_unique<RasPipeline>(*loop_, *runtime_, policy_, *actuator_, *health_,
                                             *store_, PipelineOptions(config_));
   pipeline_->SetFaultRules(ras::MergeFaultRules(config_.ras.fault_rules));
+  if (const auto boot = BootTime(*host_)) pipeline_->SetBootTime(*boot);
   if (auto connection = store_->OpenCheckpointer()) {
     checkpointer_ = std::make_unique<StoreCheckpointer>(std::move(*connection));
     pipeline_->SetCheckpointer(checkpointer_.get());
@@ -393,6 +394,8 @@ void Daemon::StartRecovery() {
   link_health_ = std::make_unique<LinkHealth>(*loop_, *runtime_, *health_, *jobs_, *store_,
                                               *pipeline_, LinkHealthOptions(config_));
   link_health_->Load();
+  link_health_->SetSettle(config_.policy.link_settle);
+  if (const auto boot = BootTime(*host_)) link_health_->SettleFrom(*boot);
   // A record that names a process (a SIGBUS from a memory error, an Xid's
   // pid=) says which attached workload it was: the kernel killed it, and
   // its owner reads why in the event.
@@ -479,6 +482,9 @@ void Daemon::ObserveBatch(const HandledBatch& batch) {
   jobs_->Reconsider();
   if (watchers_ && batch.stored) watchers_->OnStored(batch.event_ids);
   metrics_state_->ObserveBatch(batch);
+  // A driver (re)loaded: its GPUs' links train again.
+  for (const auto& event : batch.events)
+    if (event.origin == "nvidia_driver" && !event.historical) link_health_->SettleFrom(event.time);
 }
 
 }  // namespace rasd::daemon

@@ -42,6 +42,7 @@ Result<nlohmann::json> Daemon::Reload() {
   injection_->SetOptions(config_.inject);
   lifecycle_->SetOptions(LifecycleOptions(config_, options_.self_test));
   link_health_->SetOptions(LinkHealthOptions(config_));
+  link_health_->SetSettle(config_.policy.link_settle);
   pipeline_->GetFabricHealth()->SetHold(config_.policy.nic_fault_hold);
   heartbeat_->SetOptions(HeartbeatOptions(config_));
   workloads_->SetOptions(WorkloadOptions(config_));

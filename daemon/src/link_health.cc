@@ -25,7 +25,8 @@ LinkHealth::LinkHealth(common::EventLoop& loop, runtime::Runtime& runtime, Devic
         Carry(policy_.Advance(loop_.Now()));
         ArmDeadline();
         if (unsaved_) pipeline_.CommitDecisions();
-      })) {
+      })),
+      settle_timer_(loop.CreateTimer([this] { EndSettle(); })) {
   pipeline_.SetLinkDecider(this);
 }
 
@@ -126,7 +127,40 @@ void LinkHealth::ArmDeadline() {
   deadline_->ArmAfter(std::max(std::chrono::nanoseconds(0), *next - loop_.Now()));
 }
 
+void LinkHealth::SettleFrom(std::chrono::system_clock::time_point start) {
+  if (settle_.count() == 0) return;
+  const auto until = start + settle_;
+  const auto now = loop_.GetClock().Wall();
+  if (until <= now || (settle_until_ && until <= *settle_until_)) return;
+  settle_until_ = until;
+  settle_timer_->ArmAfter(until - now);
+  RASD_LOG_INFO("links train: their states are decided in {:.0f} s",
+                std::chrono::duration<double>(until - now).count());
+}
+
+std::optional<std::chrono::system_clock::time_point> LinkHealth::SettlingUntil() const {
+  return settle_until_;
+}
+
+void LinkHealth::EndSettle() {
+  const auto now = loop_.GetClock().Wall();
+  if (settle_until_ && now < *settle_until_) {  // the wall clock was stepped back
+    settle_timer_->ArmAfter(*settle_until_ - now);
+    return;
+  }
+  settle_until_.reset();
+  auto reports = std::move(settling_);
+  settling_.clear();
+  for (const auto& [source, report] : reports) Decide(report);
+  if (unsaved_) pipeline_.CommitDecisions();
+}
+
 void LinkHealth::Decide(const ras::LinkReport& report) {
+  if (settle_until_) {
+    // Read, not acted on: what the links are when the window ends decides.
+    settling_[report.source] = report;
+    return;
+  }
   ras::LinkReport known{.source = report.source, .unconfirmed = report.unconfirmed};
   for (const auto& [device, links] : report.down)
     if (runtime_.GetDevice(device)) known.down.emplace(device, links);

@@ -48,6 +48,16 @@ class LinkHealth final : public LinkDecider {
   // From the next link event on; a debounce already running keeps the
   // deadline it was armed with (and its messages quote that one).
   void SetOptions(Options options) { policy_.SetOptions(options); }
+  // How long links settle after a boot or a driver load (0: not at all);
+  // a window already running keeps its end.
+  void SetSettle(std::chrono::seconds settle) { settle_ = settle; }
+  // Links train from `start` (wall time: the boot, a driver load's record):
+  // until `start` plus the settle time the sources' reports are kept, the
+  // latest of each, and decided when the window ends. Extends a window
+  // running; a start whose window has passed changes nothing.
+  void SettleFrom(std::chrono::system_clock::time_point start);
+  // When the window running ends; nullopt when none runs.
+  std::optional<std::chrono::system_clock::time_point> SettlingUntil() const;
 
   // LinkDecider: one kind of link as its source last read it, in the
   // pipeline's batch (which commits what it decided).
@@ -68,6 +78,7 @@ class LinkHealth final : public LinkDecider {
  private:
   void Carry(const std::vector<ras::LinkPolicy::Decision>& decisions);
   void ArmDeadline();
+  void EndSettle();
 
   common::EventLoop& loop_;
   runtime::Runtime& runtime_;
@@ -78,6 +89,10 @@ class LinkHealth final : public LinkDecider {
   ras::LinkPolicy policy_;
   bool unsaved_ = false;  // the policy's state changed since it was last taken
   std::unique_ptr<common::Timer> deadline_;
+  std::chrono::seconds settle_{0};
+  std::optional<std::chrono::system_clock::time_point> settle_until_;
+  std::map<std::string, ras::LinkReport> settling_;  // by source: the latest report
+  std::unique_ptr<common::Timer> settle_timer_;
 };
 
 }  // namespace rasd::daemon

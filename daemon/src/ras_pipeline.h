@@ -118,6 +118,8 @@ class RasPipeline {
   void SetFaultRules(std::vector<ras::FaultRule> rows) { fault_rules_.SetRows(std::move(rows)); }
   // The device is back in service: its next fault is judged afresh.
   void OnDeviceReturned(int device) { fault_rules_.ForgetDevice(device); }
+  // When the node booted, for the fault rules' settle rows.
+  void SetBootTime(std::chrono::system_clock::time_point boot) { fault_rules_.SetBootTime(boot); }
   void AddObserver(Observer observer) { observers_.push_back(std::move(observer)); }
   // Called for each event with the policy's decision, before any of its
   // actions is taken (the recovery suggestion is known to a hook then).

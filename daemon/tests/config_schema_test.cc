@@ -83,6 +83,7 @@ policy:
   auto_recover_window_s: 63
   link_up_debounce_s: 7
   link_flap_limit: 2
+  link_settle_s: 9
   nic_fault_hold_s: 60
   hook_timeout_ms: 200
 inject: {allow_sources: true, allow_hardware: true}

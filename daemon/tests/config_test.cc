@@ -154,12 +154,12 @@ TEST(ConfigTest, FaultRulesAreReadOverTheBuiltInOnesAndBadOnesNamed) {
                                   "fault_rules.yaml");
   ASSERT_TRUE(result.ok()) << testing::PrintToString(Problems(result));
   const auto rows = ras::MergeFaultRules(result.config.ras.fault_rules);
-  ASSERT_EQ(rows.size(), 4u);
+  ASSERT_EQ(rows.size(), 5u);
   EXPECT_EQ(rows[0].name, "fallen-off-the-bus");
-  EXPECT_EQ(rows[2].origin, "ascend");
-  EXPECT_EQ(rows[2].window, std::chrono::seconds(10));
-  EXPECT_EQ(rows[3].codes, std::vector<int>{63});
-  EXPECT_EQ(rows[3].after_classes,
+  EXPECT_EQ(rows[3].origin, "ascend");
+  EXPECT_EQ(rows[3].window, std::chrono::seconds(10));
+  EXPECT_EQ(rows[4].codes, std::vector<int>{63});
+  EXPECT_EQ(rows[4].after_classes,
             (std::vector<ras::Severity>{ras::Severity::kUce, ras::Severity::kFatal}));
 
   const auto bad = ParseConfig(R"(ras:
@@ -177,7 +177,7 @@ TEST(ConfigTest, FaultRulesAreReadOverTheBuiltInOnesAndBadOnesNamed) {
                                "bad.yaml");
   const auto problems = Problems(bad);
   ASSERT_EQ(problems.size(), 8u) << testing::PrintToString(problems);
-  EXPECT_NE(problems[0].find("must be one of echo, supersede, storm, not 'echoes'"),
+  EXPECT_NE(problems[0].find("must be one of echo, supersede, storm, settle, not 'echoes'"),
             std::string::npos)
       << problems[0];
   EXPECT_NE(problems[1].find("an echo row needs 'codes'"), std::string::npos) << problems[1];

@@ -168,6 +168,50 @@ TEST_F(LinkHealthTest, AFlappingDeviceStaysOutUntilAnOperatorReturnsIt) {
   EXPECT_TRUE(Usable(1)) << "nothing held after a restart either";
 }
 
+// Links train after a boot: downs and ups within the settle window are
+// read, not acted on (no Degraded, no flap counted); what they are when it
+// ends decides. Without the window the same reports make it flapping.
+TEST_F(LinkHealthTest, LinksTrainingAfterABootAreDecidedWhenTheSettleWindowEnds) {
+  links_->SetSettle(300s);
+  links_->SettleFrom(loop_.GetClock().Wall() - 20s);  // booted 20 s ago
+  ASSERT_TRUE(links_->SettlingUntil().has_value());
+  for (int i = 0; i < 5; ++i) {
+    Down(1);
+    EXPECT_TRUE(Usable(1));
+    EXPECT_EQ(Gate(1), HealthState::kHealthy);
+    loop_.AdvanceBy(10s);
+    Up(1);
+    loop_.AdvanceBy(10s);
+  }
+  Down(0);  // still down when the window ends
+  loop_.AdvanceBy(300s);
+  EXPECT_FALSE(links_->SettlingUntil().has_value());
+  EXPECT_TRUE(Usable(1)) << "up at the end: never out, no flap";
+  EXPECT_EQ(Gate(1), HealthState::kHealthy);
+  EXPECT_FALSE(Usable(0)) << "down at the end: out as any link down";
+  EXPECT_EQ(Gate(0), HealthState::kDegraded);
+
+  // A driver load starts another window; one that has passed changes nothing.
+  links_->SettleFrom(loop_.GetClock().Wall() - 400s);
+  EXPECT_FALSE(links_->SettlingUntil().has_value());
+  links_->SettleFrom(loop_.GetClock().Wall());
+  for (int i = 0; i < 3; ++i) {
+    Down(1);
+    Up(1);
+  }
+  loop_.AdvanceBy(301s);
+  EXPECT_TRUE(Usable(1));
+
+  // The same reports with no window: three downs in an hour are a flap.
+  for (int i = 0; i < 3; ++i) {
+    Down(1);
+    Up(1);
+    loop_.AdvanceBy(10s);
+  }
+  loop_.AdvanceBy(1h);
+  EXPECT_FALSE(Usable(1));
+}
+
 TEST_F(LinkHealthTest, ALinkDownAcrossARestartIsLiftedWhenItComesBack) {
   Down(0);
   Boot();

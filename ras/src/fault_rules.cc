@@ -37,12 +37,15 @@ std::string_view FaultRuleKindName(FaultRuleKind kind) {
       return "supersede";
     case FaultRuleKind::kStorm:
       return "storm";
+    case FaultRuleKind::kSettle:
+      return "settle";
   }
   return "echo";
 }
 
 std::optional<FaultRuleKind> ParseFaultRuleKind(std::string_view name) {
-  for (auto kind : {FaultRuleKind::kEcho, FaultRuleKind::kSupersede, FaultRuleKind::kStorm}) {
+  for (auto kind : {FaultRuleKind::kEcho, FaultRuleKind::kSupersede, FaultRuleKind::kStorm,
+                    FaultRuleKind::kSettle}) {
     if (FaultRuleKindName(kind) == name) return kind;
   }
   return std::nullopt;
@@ -61,6 +64,10 @@ std::vector<FaultRule> DefaultFaultRules() {
                 .codes = {43, 45},
                 .window = seconds(30)},
       FaultRule{.name = "xid-storm", .kind = FaultRuleKind::kStorm, .window = seconds(60)},
+      FaultRule{.name = "links-training",
+                .kind = FaultRuleKind::kSettle,
+                .codes = {74, 144, 145, 146, 147, 148, 149, 150},
+                .window = seconds(300)},
   };
 }
 
@@ -117,15 +124,44 @@ const FaultRules::Seen* FaultRules::Primary(const FaultRule& row, const std::str
   return nullptr;
 }
 
+std::optional<std::chrono::system_clock::time_point> FaultRules::SettleStart(
+    const std::string& origin) const {
+  std::optional<std::chrono::system_clock::time_point> start = boot_;
+  if (auto loaded = driver_loaded_.find(origin); loaded != driver_loaded_.end())
+    start = start ? std::max(*start, loaded->second) : loaded->second;
+  return start;
+}
+
 void FaultRules::Judge(RasEvent& event) {
   event.context = {};
-  if (event.historical || !event.vendor_code) return;
+  if (event.historical) return;
+  if (event.origin == "nvidia_driver") {
+    auto& loaded = driver_loaded_["nvidia_xid"];
+    loaded = std::max(loaded, event.time);
+    return;
+  }
+  if (!event.vendor_code) return;
   const auto device = DeviceKey(event);
   if (!device) return;
   if (++judged_ % 1024 == 0) Prune(event.time);
   const int code = *event.vendor_code;
   for (const auto& row : rows_) {
-    if (row.origin != event.origin || row.kind == FaultRuleKind::kStorm) continue;
+    if (row.origin != event.origin || row.kind != FaultRuleKind::kSettle) continue;
+    if (!Lists(row.codes, code)) continue;
+    const auto start = SettleStart(row.origin);
+    if (!start || event.time < *start || event.time - *start >= row.window) continue;
+    event.context.kind = FaultContext::Kind::kSettling;
+    event.context.rule = row.name;
+    event.context.why = fmt::format(
+        "{} {:.0f} s after {}, while links train (settle window {} s)", CodeName(row.origin, code),
+        SecondsBetween(*start, event.time),
+        boot_ && *start == *boot_ ? "the boot" : "the driver was loaded", row.window.count());
+    return;
+  }
+  for (const auto& row : rows_) {
+    if (row.origin != event.origin || row.kind == FaultRuleKind::kStorm ||
+        row.kind == FaultRuleKind::kSettle)
+      continue;
     if (!Lists(row.codes, code)) continue;
     const Seen* primary = Primary(row, *device, event);
     if (primary == nullptr) continue;

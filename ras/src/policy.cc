@@ -288,16 +288,18 @@ std::vector<Action> PolicyEngine::DecideLive(const RasEvent& event, std::chrono:
     act(ActionKind::kRecord, event.context.rule, what + ": " + event.context.why);
     return actions;
   }
-  if (rule->boot_grace.count() > 0 && boot_time_ && event.time >= *boot_time_ &&
-      event.time - *boot_time_ < rule->boot_grace) {
+  const bool settling = event.context.kind == FaultContext::Kind::kSettling;
+  if (settling || (rule->boot_grace.count() > 0 && boot_time_ && event.time >= *boot_time_ &&
+                   event.time - *boot_time_ < rule->boot_grace)) {
     // What the rule would do, stored as not taken: people see it, nothing
     // runs, and the rule's counter does not count the boot's flapping.
     const std::string why =
-        fmt::format("{:.0f} s after boot, within the rule's boot grace of {} s",
-                    std::chrono::duration<double>(event.time - *boot_time_).count(),
-                    rule->boot_grace.count());
+        settling ? event.context.why
+                 : fmt::format("{:.0f} s after boot, within the rule's boot grace of {} s",
+                               std::chrono::duration<double>(event.time - *boot_time_).count(),
+                               rule->boot_grace.count());
     for (ActionKind kind : rule->actions) {
-      act(kind, rule->name, what + ": boot grace");
+      act(kind, rule->name, what + (settling ? ": " + event.context.rule : ": boot grace"));
       actions.back().withheld = kind != ActionKind::kRecord;
       actions.back().withheld_why = why;
     }

@@ -146,10 +146,11 @@ TEST(FaultRulesTest, ASiteRowReplacesOrRemovesABuiltInOneByName) {
   FaultRule ascend{
       .name = "ascend-storm", .kind = FaultRuleKind::kStorm, .origin = "ascend", .window = 10s};
   const auto rows = MergeFaultRules({off, ascend});
-  ASSERT_EQ(rows.size(), 3u);
+  ASSERT_EQ(rows.size(), 4u);
   EXPECT_EQ(rows[0].name, "fallen-off-the-bus");
   EXPECT_EQ(rows[1].name, "xid-storm");
-  EXPECT_EQ(rows[2].name, "ascend-storm");
+  EXPECT_EQ(rows[2].name, "links-training");
+  EXPECT_EQ(rows[3].name, "ascend-storm");
   FaultRules rules(rows);
   (void)Judged(rules, Xid(13, 0, 0ms));
   EXPECT_EQ(Judged(rules, Xid(45, 0, 1s)), Kind::kOwn) << "the echo row is gone";
@@ -160,6 +161,44 @@ TEST(FaultRulesTest, AnXidLongAfterItsGpusLastIsSoloWhateverCameBetween) {
   for (int i = 0; i < 20000; ++i) (void)Judged(rules, Xid(13, i, std::chrono::seconds(i)));
   EXPECT_EQ(Judged(rules, Xid(45, 0, 20001s)), Kind::kOwn);
   EXPECT_EQ(Judged(rules, Xid(45, 19999, 20001s)), Kind::kEcho);
+}
+
+TEST(FaultRulesTest, NvlinkXidsWhileLinksTrainAfterBootOrADriverLoadAreSettling) {
+  FaultRules rules;
+  rules.SetBootTime(kBoot);
+  EXPECT_EQ(Judged(rules, Xid(149, 0, 40s, Severity::kFatal)), Kind::kSettling);
+  EXPECT_EQ(Judged(rules, Xid(79, 0, 41s, Severity::kFatal)), Kind::kOwn) << "not a link code";
+  EXPECT_EQ(Judged(rules, Xid(149, 1, 300s, Severity::kFatal)), Kind::kOwn) << "trained by now";
+  RasEvent load;
+  load.origin = "nvidia_driver";
+  load.time = kBoot + 3600s;
+  rules.Judge(load);
+  RasEvent training = Xid(145, 1, 3600s + 20s, Severity::kCe);
+  rules.Judge(training);
+  EXPECT_EQ(training.context.kind, Kind::kSettling);
+  EXPECT_NE(training.context.why.find("after the driver was loaded"), std::string::npos)
+      << training.context.why;
+  EXPECT_EQ(Judged(rules, Xid(149, 1, 3600s - 1s, Severity::kFatal)), Kind::kOwn)
+      << "logged before the load";
+
+  FaultRules no_boot;
+  EXPECT_EQ(Judged(no_boot, Xid(149, 0, 40s, Severity::kFatal)), Kind::kOwn)
+      << "a boot time unknown: no window";
+}
+
+TEST(FaultRulesTest, ThePolicyWithholdsWhatASettlingLinkXidWouldDo) {
+  FaultRules rules;
+  rules.SetBootTime(kBoot);
+  PolicyEngine policy;
+  RasEvent event = Xid(149, 0, 40s, Severity::kFatal);
+  rules.Judge(event);
+  const auto actions = policy.Decide(event, 0ns);
+  ASSERT_EQ(actions.size(), 2u);
+  for (const auto& action : actions) {
+    EXPECT_TRUE(action.withheld) << action.reason;
+    EXPECT_NE(action.withheld_why.find("while links train"), std::string::npos)
+        << action.withheld_why;
+  }
 }
 
 TEST(FaultRulesTest, ThePolicyRecordsAnEchoAndARepeatAndActsOnTheFirst) {

@@ -254,6 +254,14 @@ bool KernelLogScanner::ScanNvidia(const LogLine& line) {
   }
   if (!StartsWith(text, "NVRM: ")) return false;
   const std::string_view body = TrimView(text.substr(6));
+  // nv.c's "NVRM: loading %s" with the driver's version string ("NVIDIA
+  // UNIX x86_64 Kernel Module  550.54.15 ...", or "... Open Kernel Module
+  // for x86_64 ..."): the driver was (re)loaded, and its GPUs' links train
+  // again (the fault rules' settle rows).
+  if (StartsWith(body, "loading NVIDIA UNIX")) {
+    NewRecord("nvidia_driver", line, Severity::kInfo, /*notice=*/true);
+    return true;
+  }
   if (StartsWith(body, "Xid (")) {
     // "Xid (PCI:0000:3b:00): 79, ..."; drivers before 346 print "Xid (0000:03:00): 13, ...".
     const std::size_t close = body.find(')');

@@ -146,6 +146,9 @@ struct Config {
     // hour keeps it out until an operator's undrain.
     std::chrono::seconds link_up_debounce{30};
     int link_flap_limit = 5;
+    // Links train after the node boots and after a driver load: for this
+    // long their states are read but not acted on. 0: off.
+    std::chrono::seconds link_settle{300};
     // A NIC's fatal health keeps the accelerators behind it out of
     // collectives this long after its last fatal record.
     std::chrono::seconds nic_fault_hold{300};

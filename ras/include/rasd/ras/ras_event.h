@@ -42,6 +42,7 @@ struct FaultContext {
     kEcho,        // printed because of an earlier fault of its device: part of it
     kSuperseded,  // an earlier code of its device says more: part of that fault
     kRepeat,      // the same code again within its storm window: counted, not a new fault
+    kSettling,    // a link code while links train after a boot or a driver load: recorded
   };
   Kind kind = Kind::kOwn;
   std::string rule;  // the fault rule's name; empty for kOwn outside any storm window
