@@ -22,6 +22,11 @@ void DaemonMetrics::ObserveBatch(const HandledBatch& batch) {
       loop_part_.events[{event.origin, std::string(ras::SeverityName(event.severity)),
                          event.device ? std::to_string(*event.device) : std::string()}] +=
           event.count;
+      if (event.context.kind != ras::FaultContext::Kind::kOwn) {
+        loop_part_.fault_rule_events[{
+            event.context.rule, std::string(ras::FaultContextKindName(event.context.kind))}] +=
+            event.count;
+      }
     }
     for (double seconds : batch.isolation_seconds) loop_part_.fault_to_isolation.Observe(seconds);
   }

@@ -372,6 +372,59 @@ void RasPipeline::CommitDecisions() {
   FlushBacklog();
 }
 
+namespace {
+
+// Whether `event` repeats, within the same fault rule's window, the event
+// that opened it (`first`): one device, origin, code and class, and one
+// judgement (the window's first was its own fault, or an echo as its
+// repeats are).
+bool InSameWindow(const ras::RasEvent& first, const ras::RasEvent& event) {
+  using Kind = ras::FaultContext::Kind;
+  if (!first.context.window_start || first.context.window_start != event.context.window_start)
+    return false;
+  const bool same_judgement =
+      first.context.kind == event.context.kind ||
+      (first.context.kind == Kind::kOwn && event.context.kind == Kind::kRepeat);
+  return same_judgement && first.device == event.device && first.pci_bdf == event.pci_bdf &&
+         first.vendor_code == event.vendor_code && first.origin == event.origin &&
+         first.source == event.source && first.severity == event.severity &&
+         first.before_start == event.before_start &&
+         first.address.has_value() == event.address.has_value();
+}
+
+// A repeat whose window's first event is in the same batch joins it: one
+// event, decided once with the count of all, as a storm's batch is through
+// CoalesceStorm. Returns how many were folded.
+std::size_t FoldRepeats(std::vector<ras::RasEvent>& events) {
+  std::vector<std::size_t> openers;  // in `kept`
+  std::vector<ras::RasEvent> kept;
+  kept.reserve(events.size());
+  for (auto& event : events) {
+    if (event.context.kind == ras::FaultContext::Kind::kRepeat) {
+      auto opener = std::find_if(openers.begin(), openers.end(),
+                                 [&](std::size_t at) { return InSameWindow(kept[at], event); });
+      if (opener != openers.end()) {
+        kept[*opener].count += event.count;
+        continue;
+      }
+    }
+    if (event.context.window_start && *event.context.window_start == event.time)
+      openers.push_back(kept.size());
+    kept.push_back(std::move(event));
+  }
+  const std::size_t folded = events.size() - kept.size();
+  events = std::move(kept);
+  return folded;
+}
+
+std::int64_t WindowsLastMinute(const ras::RasEvent& event) {
+  ras::RasEvent end;
+  end.time = *event.context.window_start + event.context.window;
+  return ras::MinuteOf(end);
+}
+
+}  // namespace
+
 void RasPipeline::Handle(std::vector<ras::RasEvent> events, std::vector<ras::SourceCursor> cursors,
                          std::vector<ras::LinkReport> links) {
   if (events.empty() && cursors.empty() && links.empty()) return;
@@ -393,8 +446,14 @@ void RasPipeline::Handle(std::vector<ras::RasEvent> events, std::vector<ras::Sou
   for (auto& event : events) {
     fault_rules_.Judge(event);
     repeats = repeats || (event.context.window_start && *event.context.window_start != event.time);
+    // People reading `rasctl events` see why a FATAL line did nothing.
+    using Kind = ras::FaultContext::Kind;
+    if (event.context.kind == Kind::kEcho || event.context.kind == Kind::kSuperseded ||
+        event.context.kind == Kind::kSettling)
+      event.summary += " [" + event.context.why + "]";
   }
   stats_.events += events.size();
+  if (repeats) stats_.coalesced += FoldRepeats(events);
   const std::size_t before = events.size();
   const bool storm = InStorm(before);
   events = ras::CoalesceStorm(std::move(events), storm ? 0 : options_.storm_threshold);
@@ -514,34 +573,6 @@ void RasPipeline::OpenEvent::AddPages(const std::vector<ras::PageErrors>& more) 
     pages[at->second].errors += page.errors;
   }
 }
-
-namespace {
-
-// Whether `event` repeats, within the same fault rule's window, the event
-// that opened it (`first`): one device, origin, code and class, and one
-// judgement (the window's first was its own fault, or an echo as its
-// repeats are).
-bool InSameWindow(const ras::RasEvent& first, const ras::RasEvent& event) {
-  using Kind = ras::FaultContext::Kind;
-  if (!first.context.window_start || first.context.window_start != event.context.window_start)
-    return false;
-  const bool same_judgement =
-      first.context.kind == event.context.kind ||
-      (first.context.kind == Kind::kOwn && event.context.kind == Kind::kRepeat);
-  return same_judgement && first.device == event.device && first.pci_bdf == event.pci_bdf &&
-         first.vendor_code == event.vendor_code && first.origin == event.origin &&
-         first.source == event.source && first.severity == event.severity &&
-         first.before_start == event.before_start &&
-         first.address.has_value() == event.address.has_value();
-}
-
-std::int64_t WindowsLastMinute(const ras::RasEvent& event) {
-  ras::RasEvent end;
-  end.time = *event.context.window_start + event.context.window;
-  return ras::MinuteOf(end);
-}
-
-}  // namespace
 
 void RasPipeline::PlanGrowth(ras::StoreBatch& batch, const std::vector<bool>& acted) {
   if (open_.empty()) return;

@@ -224,6 +224,19 @@ void AddEventFamilies(const MetricsSnapshot& snapshot, Add& add) {
     }
     add(std::move(family));
   }
+  {
+    auto family = Family("rasd_fault_rule_events_total",
+                         "Hardware errors a fault rule judged not a fault of their own: an echo "
+                         "or a superseded code of an earlier fault, a repeat within a storm "
+                         "window, a link code while links train",
+                         MetricType::Counter);
+    for (const auto& [key, count] : snapshot.fault_rule_events) {
+      const auto& [rule, judgement] = key;
+      family.metric.push_back(Value(MetricType::Counter, static_cast<double>(count),
+                                    {{"rule", rule}, {"judgement", judgement}}));
+    }
+    add(std::move(family));
+  }
 }
 
 // Each device: health, identity, memory, liveness, links.

@@ -156,9 +156,10 @@ void FaultRules::Judge(RasEvent& event) {
         "{} {:.0f} s after {}, while links train (settle window {} s)", CodeName(row.origin, code),
         SecondsBetween(*start, event.time),
         boot_ && *start == *boot_ ? "the boot" : "the driver was loaded", row.window.count());
-    return;
+    break;
   }
   for (const auto& row : rows_) {
+    if (event.context.kind != FaultContext::Kind::kOwn) break;
     if (row.origin != event.origin || row.kind == FaultRuleKind::kStorm ||
         row.kind == FaultRuleKind::kSettle)
       continue;
@@ -175,6 +176,7 @@ void FaultRules::Judge(RasEvent& event) {
     break;
   }
   for (const auto& row : rows_) {
+    if (event.context.kind == FaultContext::Kind::kSettling) break;
     if (row.origin != event.origin || row.kind != FaultRuleKind::kStorm) continue;
     if (!row.codes.empty() && !Lists(row.codes, code)) continue;
     if (event.severity == Severity::kSrar) break;
@@ -201,7 +203,11 @@ void FaultRules::Judge(RasEvent& event) {
     if (event.context.rule.empty()) event.context.rule = row.name;
     break;
   }
-  if (event.context.kind != FaultContext::Kind::kOwn) return;
+  // A fault of its own, or a link code while links train: what follows
+  // it may be its echo ("Xid 45 ... caused by previous Xid 149").
+  if (event.context.kind != FaultContext::Kind::kOwn &&
+      event.context.kind != FaultContext::Kind::kSettling)
+    return;
   auto& seen = faults_[{event.origin, *device}];
   seen.push_back(Seen{.time = event.time, .code = code, .severity = event.severity});
   // A device's history is as long as the longest window needs; a burst of

@@ -30,6 +30,22 @@ bool SameJudgement(const FaultContext& a, const FaultContext& b) {
 
 }  // namespace
 
+std::string_view FaultContextKindName(FaultContext::Kind kind) {
+  switch (kind) {
+    case FaultContext::Kind::kOwn:
+      return "own";
+    case FaultContext::Kind::kEcho:
+      return "echo";
+    case FaultContext::Kind::kSuperseded:
+      return "superseded";
+    case FaultContext::Kind::kRepeat:
+      return "repeat";
+    case FaultContext::Kind::kSettling:
+      return "settling";
+  }
+  return "own";
+}
+
 bool SameComponent(const RasEvent& a, const RasEvent& b) {
   return a.severity == b.severity && a.historical == b.historical &&
          a.before_start == b.before_start && a.device == b.device && a.mc == b.mc &&

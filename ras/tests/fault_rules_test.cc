@@ -181,6 +181,9 @@ TEST(FaultRulesTest, NvlinkXidsWhileLinksTrainAfterBootOrADriverLoadAreSettling)
   EXPECT_EQ(Judged(rules, Xid(149, 1, 3600s - 1s, Severity::kFatal)), Kind::kOwn)
       << "logged before the load";
 
+  EXPECT_EQ(Judged(rules, Xid(45, 1, 3600s + 21s)), Kind::kEcho)
+      << "\"Xid 45 ... caused by previous Xid 145\"";
+
   FaultRules no_boot;
   EXPECT_EQ(Judged(no_boot, Xid(149, 0, 40s, Severity::kFatal)), Kind::kOwn)
       << "a boot time unknown: no window";

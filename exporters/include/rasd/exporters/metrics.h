@@ -63,6 +63,9 @@ struct MetricsSnapshot {
   std::vector<DeviceMetrics> devices;
   // (origin, severity, device or "") -> errors
   std::map<std::tuple<std::string, std::string, std::string>, std::uint64_t> events;
+  // (fault rule, judgement) -> errors judged part of an earlier fault, a
+  // repeat, or links training (ras::FaultRules)
+  std::map<std::pair<std::string, std::string>, std::uint64_t> fault_rule_events;
   std::map<std::pair<std::string, std::string>, std::uint64_t> actions;   // (action, result)
   std::map<std::pair<std::string, std::string>, std::uint64_t> jobs;      // (kind, state) -> jobs
   std::map<std::pair<std::string, std::string>, std::uint64_t> requests;  // (job, outcome)

@@ -55,6 +55,9 @@ struct FaultContext {
   bool operator==(const FaultContext&) const = default;
 };
 
+// "own", "echo", "superseded", "repeat", "settling": the metric's label.
+std::string_view FaultContextKindName(FaultContext::Kind kind);
+
 // One hardware-error report after decoding, before any action. Sources fill
 // it; the store, the exporters and the policy read it. A plain value.
 struct RasEvent {
