@@ -421,6 +421,7 @@ class NvmlMonitorImpl final : public NvmlMonitor,
         }
       }
       if (events_ != nullptr) WaitForEvent();
+      FlushFloods();
       if (next_poll.Expired()) {
         for (std::size_t i = 0; i < handles_.size(); ++i) {
           baselines_[i] = ReadCounters(handles_[i], baselines_[i], /*report=*/true, gpus_[i]);
@@ -470,7 +471,40 @@ class NvmlMonitorImpl final : public NvmlMonitor,
     } else {
       return;
     }
+    // One GPU flooding one code: counted, reported once a window.
+    const auto at = static_cast<std::size_t>(gpu - gpus_.data());
+    const auto key = std::make_pair(at, event.vendor_code.value_or(-1));
+    if (auto flood = floods_.find(key); flood != floods_.end() && !flood->second.ends.Expired()) {
+      ++flood->second.pending;
+      return;
+    }
+    FlushFlood(key);
+    floods_[key] = Flood{
+        .ends = common::Deadline::After(options_.flood_window), .pending = 0, .sample = event};
     Deliver(event);
+  }
+
+  // Reports what a flood's window counted after its first (one report,
+  // the exact count), and ends the window.
+  void FlushFlood(const std::pair<std::size_t, int>& key) {
+    auto flood = floods_.find(key);
+    if (flood == floods_.end()) return;
+    if (flood->second.pending > 0) {
+      DriverErrorEvent event = flood->second.sample;
+      event.count = flood->second.pending;
+      event.message += fmt::format(" (and {} more within {} ms)", flood->second.pending,
+                                   options_.flood_window.count());
+      Deliver(event);
+    }
+    floods_.erase(flood);
+  }
+
+  // Ends the windows that are over.
+  void FlushFloods() {
+    std::vector<std::pair<std::size_t, int>> over;
+    for (const auto& [key, flood] : floods_)
+      if (flood.ends.Expired()) over.push_back(key);
+    for (const auto& key : over) FlushFlood(key);
   }
 
   DriverErrorEvent Report(const NvmlGpu& gpu) const {
@@ -692,6 +726,14 @@ class NvmlMonitorImpl final : public NvmlMonitor,
   std::vector<nvml::Device> handles_;
   std::vector<NvmlGpu> gpus_;
   std::vector<CounterBaseline> baselines_;  // the monitor thread's, after Start
+  // The monitor thread's: by GPU (its place in gpus_) and code, the event
+  // window open.
+  struct Flood {
+    common::Deadline ends = common::Deadline::Now();
+    std::uint64_t pending = 0;  // after the first, reported when it ends
+    DriverErrorEvent sample;
+  };
+  std::map<std::pair<std::size_t, int>, Flood> floods_;
   std::atomic<std::uint64_t> reports_{0};
   mutable ProbeCalls calls_;  // the per-GPU calls in progress, on any thread
   int wait_failures_ = 0;

@@ -7,6 +7,7 @@
 //   RASD_FAKE_NVML_SCRIPT  a file the test appends lines to; each line is
 //                          read once, in order, at the next NVML call:
 //     xid GPU CODE | sbe GPU | dbe GPU         an event for the event set
+//     xids GPU CODE COUNT                      COUNT Xid events at once (a flood)
 //     ecc GPU CORRECTED UNCORRECTED           volatile ECC totals
 //     retire GPU sbe|dbe ADDRESS               a retired page
 //     remap GPU CORRECTED UNCORRECTED PENDING FAILED
@@ -115,6 +116,11 @@ void ReadScript() {
       unsigned long long code = 0;
       words >> code;
       pending.push_back({gpu, 0x8, code});
+    } else if (verb == "xids") {
+      unsigned long long code = 0;
+      unsigned long long count = 0;
+      words >> code >> count;
+      for (unsigned long long i = 0; i < count; ++i) pending.push_back({gpu, 0x8, code});
     } else if (verb == "sbe") {
       pending.push_back({gpu, 0x1, 0});
     } else if (verb == "dbe") {

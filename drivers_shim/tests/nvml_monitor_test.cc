@@ -133,6 +133,39 @@ TEST_F(NvmlMonitorTest, XidAndEccEventsBecomeReportsNamingTheGpuByPciAddress) {
   EXPECT_EQ(monitor_->Reports(), 2u);
 }
 
+// A GPU flooding one Xid (20,000 events at once): its first is reported at
+// once, the rest as one report a window with their exact count; the other
+// GPU's counters are still read and reported.
+TEST_F(NvmlMonitorTest, AFloodOfOneXidIsOneReportAWindowWithItsExactCountAndOtherGpusArePolled) {
+  ASSERT_TRUE(Start(/*poll=*/20ms));
+  Script("ecc 0 100 0");  // the baseline
+  std::this_thread::sleep_for(100ms);
+  Script("xids 1 92 20000");
+  Script("ecc 0 105 0");
+  std::uint64_t flooded = 0;
+  std::size_t flood_reports = 0;
+  bool other_gpu_polled = false;
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (std::chrono::steady_clock::now() < deadline && (flooded < 20000 || !other_gpu_polled)) {
+    std::this_thread::sleep_for(50ms);
+    std::lock_guard lock(mutex_);
+    flooded = 0;
+    flood_reports = 0;
+    for (const auto& report : reports_) {
+      if (report.vendor_code == 92 && report.pci_bdf == "0000:c2:00.0") {
+        flooded += std::max<std::uint64_t>(report.count, 1);
+        ++flood_reports;
+      }
+      if (report.kind == DriverErrorKind::kCorrectedEcc && report.pci_bdf == "0000:c1:00.0" &&
+          report.count == 5)
+        other_gpu_polled = true;
+    }
+  }
+  EXPECT_EQ(flooded, 20000u) << "every event counted";
+  EXPECT_LE(flood_reports, 12u) << "the first, then one a second at most";
+  EXPECT_TRUE(other_gpu_polled);
+}
+
 TEST_F(NvmlMonitorTest, CounterIncreasesAreReportedAndTheFirstReadingIsTheBaseline) {
   // Counts from before rasd started are not news.
   Script("ecc 0 1000 3");

@@ -33,6 +33,11 @@ struct NvmlMonitorOptions {
   // its event loop). The call is left to return on its own.
   std::chrono::milliseconds start_wait{5000};
   std::chrono::milliseconds query_wait{250};
+  // A GPU flooding one event (tens of thousands of Xids a second): the
+  // first of each GPU and code is reported at once, the rest of this window
+  // as one report with their exact count when it ends, so that the work
+  // the listener gets stays bounded and the counters are polled on time.
+  std::chrono::milliseconds flood_window{1000};
 };
 
 // One GPU as NVML names it.
