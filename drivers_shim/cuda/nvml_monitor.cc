@@ -178,7 +178,8 @@ class NvmlMonitorImpl final : public NvmlMonitor,
     wake_.notify_all();
     if (!thread_.joinable()) return true;
     std::unique_lock lock(mutex_);
-    if (!exited_cv_.wait_for(lock, options_.stop_wait, [this] { return exited_; })) {
+    if (!exited_cv_.wait_for(lock, options_.stop_wait,
+                             [this] { return exited_ && pollers_alive_ == 0; })) {
       lock.unlock();
       const auto calls = calls_.Running();
       RASD_LOG_WARN(
@@ -191,10 +192,13 @@ class NvmlMonitorImpl final : public NvmlMonitor,
       // never unloaded under it.
       api_.library.KeepLoadedForever();
       thread_.detach();
+      lock.lock();
+      for (auto& poller : pollers_) poller.detach();
       return false;
     }
     lock.unlock();
     thread_.join();
+    for (auto& poller : pollers_) poller.join();
     return true;
   }
 
@@ -213,7 +217,10 @@ class NvmlMonitorImpl final : public NvmlMonitor,
         run = self->opened_->has_value() && !self->stopping_;
         self->exited_cv_.notify_all();
       }
-      if (run) self->Run();
+      if (run) {
+        self->StartPollers();
+        self->Run();
+      }
       std::lock_guard lock(self->mutex_);
       self->exited_ = true;
       self->exited_cv_.notify_all();
@@ -408,26 +415,50 @@ class NvmlMonitorImpl final : public NvmlMonitor,
     return types;
   }
 
+  // The events, on the monitor's thread; each GPU's counters on a thread of
+  // its own (StartPollers), so that a call that does not return on one GPU
+  // leaves the others polled on time, and holds one thread.
   void Run() {
-    // Real time: this thread owns its waits (NVML's and the condition's).
-    auto next_poll = common::Deadline::After(options_.counter_poll);
     while (true) {
       {
         std::unique_lock lock(mutex_);
         if (stopping_) return;
         if (events_ == nullptr) {
-          wake_.wait_until(lock, next_poll.When(), [this] { return stopping_; });
-          if (stopping_) return;
+          wake_.wait(lock, [this] { return stopping_; });
+          return;
         }
       }
-      if (events_ != nullptr) WaitForEvent();
+      WaitForEvent();
       FlushFloods();
-      if (next_poll.Expired()) {
-        for (std::size_t i = 0; i < handles_.size(); ++i) {
-          baselines_[i] = ReadCounters(handles_[i], baselines_[i], /*report=*/true, gpus_[i]);
-        }
-        next_poll = common::Deadline::After(options_.counter_poll);
+    }
+  }
+
+  // Called once, on the monitor's thread, before Run.
+  void StartPollers() {
+    // Under the lock: a stop that gives up waiting detaches them under it.
+    std::lock_guard starting(mutex_);
+    pollers_alive_ = handles_.size();
+    for (std::size_t i = 0; i < handles_.size(); ++i) {
+      pollers_.emplace_back([self = shared_from_this(), i] {
+        self->Poll(i);
+        std::lock_guard lock(self->mutex_);
+        --self->pollers_alive_;
+        self->exited_cv_.notify_all();
+      });
+    }
+  }
+
+  // One GPU's counters every counter_poll, until the stop.
+  void Poll(std::size_t i) {
+    // Real time: this thread owns its waits.
+    while (true) {
+      {
+        const auto next_poll = common::Deadline::After(options_.counter_poll);
+        std::unique_lock lock(mutex_);
+        wake_.wait_until(lock, next_poll.When(), [this] { return stopping_; });
+        if (stopping_) return;
       }
+      baselines_[i] = ReadCounters(handles_[i], baselines_[i], /*report=*/true, gpus_[i]);
     }
   }
 
@@ -725,7 +756,8 @@ class NvmlMonitorImpl final : public NvmlMonitor,
   nvml::EventSet events_ = nullptr;
   std::vector<nvml::Device> handles_;
   std::vector<NvmlGpu> gpus_;
-  std::vector<CounterBaseline> baselines_;  // the monitor thread's, after Start
+  // By GPU: each its poller's, after Start.
+  std::vector<CounterBaseline> baselines_;
   // The monitor thread's: by GPU (its place in gpus_) and code, the event
   // window open.
   struct Flood {
@@ -746,7 +778,9 @@ class NvmlMonitorImpl final : public NvmlMonitor,
   bool stopping_ = false;
   std::optional<Status> opened_;  // Initialize's outcome, once it returned; guarded by mutex_
   bool exited_ = false;           // Run() returned
+  std::size_t pollers_alive_ = 0;  // pollers not yet returned; guarded by mutex_
   std::thread thread_;
+  std::vector<std::thread> pollers_;  // guarded by mutex_ until the monitor's thread returned
 };
 
 // What Start hands out: stops the shared monitor when destroyed.
