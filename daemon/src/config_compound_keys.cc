@@ -432,6 +432,7 @@ std::optional<ras::FaultRule> ReadFaultRule(ConfigValueReader& reader, const YAM
     reader.Problem(node.Mark(), fmt::format("'{}' needs a 'name'", path));
     return std::nullopt;
   }
+  if (!ok || reader.ProblemCount() != problems_before) return std::nullopt;
   const auto built_in = ras::DefaultFaultRules();
   const bool replaces =
       std::any_of(built_in.begin(), built_in.end(),
@@ -446,7 +447,6 @@ std::optional<ras::FaultRule> ReadFaultRule(ConfigValueReader& reader, const YAM
                                         : ""));
     return std::nullopt;
   }
-  if (!ok || reader.ProblemCount() != problems_before) return std::nullopt;
   if (row.enabled && row.kind != ras::FaultRuleKind::kStorm && row.codes.empty()) {
     // Every row but a storm's names what it judges.
     reader.Problem(node.Mark(), fmt::format("'{}': an {} row needs 'codes'", path,
