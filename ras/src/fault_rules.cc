@@ -180,8 +180,9 @@ void FaultRules::Judge(RasEvent& event) {
     if (row.origin != event.origin || row.kind != FaultRuleKind::kStorm) continue;
     if (!row.codes.empty() && !Lists(row.codes, code)) continue;
     if (event.severity == Severity::kSrar) break;
-    auto [window, opened] = windows_.try_emplace(
-        WindowKey{row.origin, *device, code, event.pid.value_or(-1), event.before_start});
+    auto [window, opened] = windows_.try_emplace(WindowKey{
+        row.origin, *device, code, event.pid.value_or(-1),
+        event.address ? PageOf(event.address->value) : ~std::uint64_t{0}, event.before_start});
     if (!opened && event.time >= window->second.start &&
         event.time - window->second.start < window->second.length) {
       ++window->second.repeats;

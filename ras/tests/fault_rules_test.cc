@@ -100,6 +100,10 @@ TEST(FaultRulesTest, AStormWindowIsPerProcessAndMomentAndEndsWhenTheDeviceReturn
   other_process.pid = 200;
   EXPECT_EQ(Judged(rules, other_process), Kind::kOwn);
   EXPECT_EQ(Judged(rules, first), Kind::kRepeat);
+  RasEvent other_page = first;
+  other_page.address = Address::Of(0x7000);
+  EXPECT_EQ(Judged(rules, other_page), Kind::kOwn) << "another page: its address is kept";
+  EXPECT_EQ(Judged(rules, other_page), Kind::kRepeat);
   RasEvent before_start = first;
   before_start.before_start = true;
   EXPECT_EQ(Judged(rules, before_start), Kind::kOwn) << "a moment rasd did not see";
