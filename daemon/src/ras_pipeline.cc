@@ -386,9 +386,9 @@ bool InSameWindow(const ras::RasEvent& first, const ras::RasEvent& event) {
       first.context.kind == event.context.kind ||
       (first.context.kind == Kind::kOwn && event.context.kind == Kind::kRepeat);
   return same_judgement && first.device == event.device && first.pci_bdf == event.pci_bdf &&
-         first.vendor_code == event.vendor_code && first.origin == event.origin &&
-         first.source == event.source && first.severity == event.severity &&
-         first.before_start == event.before_start &&
+         first.vendor_code == event.vendor_code && first.vendor_action == event.vendor_action &&
+         first.origin == event.origin && first.source == event.source &&
+         first.severity == event.severity && first.before_start == event.before_start &&
          first.address.has_value() == event.address.has_value();
 }
 

@@ -181,7 +181,7 @@ void FaultRules::Judge(RasEvent& event) {
     if (!row.codes.empty() && !Lists(row.codes, code)) continue;
     if (event.severity == Severity::kSrar) break;
     auto [window, opened] = windows_.try_emplace(WindowKey{
-        row.origin, *device, code, event.pid.value_or(-1),
+        row.origin, *device, code, event.vendor_action.value_or(-1), event.pid.value_or(-1),
         event.address ? PageOf(event.address->value) : ~std::uint64_t{0}, event.before_start});
     if (!opened && event.time >= window->second.start &&
         event.time - window->second.start < window->second.length) {

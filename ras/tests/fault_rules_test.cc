@@ -104,6 +104,12 @@ TEST(FaultRulesTest, AStormWindowIsPerProcessAndMomentAndEndsWhenTheDeviceReturn
   other_page.address = Address::Of(0x7000);
   EXPECT_EQ(Judged(rules, other_page), Kind::kOwn) << "another page: its address is kept";
   EXPECT_EQ(Judged(rules, other_page), Kind::kRepeat);
+  RasEvent reboot = Xid(154, 0, 2s, Severity::kFatal);
+  reboot.vendor_action = 1;
+  EXPECT_EQ(Judged(rules, reboot), Kind::kOwn);
+  reboot.vendor_action = 2;
+  EXPECT_EQ(Judged(rules, reboot), Kind::kOwn) << "the driver's verdict changed: news";
+  EXPECT_EQ(Judged(rules, reboot), Kind::kRepeat);
   RasEvent before_start = first;
   before_start.before_start = true;
   EXPECT_EQ(Judged(rules, before_start), Kind::kOwn) << "a moment rasd did not see";

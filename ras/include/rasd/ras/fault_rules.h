@@ -28,8 +28,9 @@ enum class FaultRuleKind : std::uint8_t {
   // time out): recorded as part of it, no action of their own.
   kSupersede,
   // The same code (of `codes`; none listed: any) on the device again within
-  // `window` of the first, naming the same process (or none) and the same
-  // page (or none: a page's retirement keeps its address), both logged
+  // `window` of the first, with the same recovery action (Xid 154: a new
+  // verdict is news), naming the same process (or none) and the same page
+  // (or none: a page's retirement keeps its address), both logged
   // before rasd started or both after: one stored event per window,
   // counting every repeat exactly; the first acts, the repeats are counted
   // by threshold rules and act only through them. A contained error (SRAR)
@@ -126,10 +127,12 @@ class FaultRules {
   std::chrono::seconds longest_{0};
   // By origin and device: the faults of their own, oldest first.
   std::map<std::pair<std::string, std::string>, std::deque<Seen>> faults_;
-  // The storm window open, by origin, device, code, the process named
-  // (-1: none), the page the record names (all ones: none) and whether
-  // logged before rasd started.
-  using WindowKey = std::tuple<std::string, std::string, int, std::int64_t, std::uint64_t, bool>;
+  // The storm window open, by origin, device, code, the driver's recovery
+  // action (Xid 154's; -1: none), the process named (-1: none), the page
+  // the record names (all ones: none) and whether logged before rasd
+  // started.
+  using WindowKey =
+      std::tuple<std::string, std::string, int, int, std::int64_t, std::uint64_t, bool>;
   std::map<WindowKey, Window> windows_;
   std::uint64_t judged_ = 0;
 };
