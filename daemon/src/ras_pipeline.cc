@@ -375,21 +375,10 @@ void RasPipeline::CommitDecisions() {
 namespace {
 
 // Whether `event` repeats, within the same fault rule's window, the event
-// that opened it (`first`): one device, origin, code and class, and one
-// judgement (the window's first was its own fault, or an echo as its
-// repeats are).
+// that opened it (`first`): SameComponent takes a window's first event and
+// its repeats for one.
 bool InSameWindow(const ras::RasEvent& first, const ras::RasEvent& event) {
-  using Kind = ras::FaultContext::Kind;
-  if (!first.context.window_start || first.context.window_start != event.context.window_start)
-    return false;
-  const bool same_judgement =
-      first.context.kind == event.context.kind ||
-      (first.context.kind == Kind::kOwn && event.context.kind == Kind::kRepeat);
-  return same_judgement && first.device == event.device && first.pci_bdf == event.pci_bdf &&
-         first.vendor_code == event.vendor_code && first.vendor_action == event.vendor_action &&
-         first.origin == event.origin && first.source == event.source &&
-         first.severity == event.severity && first.before_start == event.before_start &&
-         first.address.has_value() == event.address.has_value();
+  return first.context.window_start && ras::SameComponent(first, event);
 }
 
 // A repeat whose window's first event is in the same batch joins it: one
