@@ -30,9 +30,8 @@ DeviceProber::DeviceProber(drivers::DeviceQueries& queries, std::vector<Device> 
       std::lock_guard lock(shared_->mutex);
       shared_->finished.push_back(false);
     }
-    threads_.push_back({std::thread(ProbeDevice, shared_, &queries, device.index, device.name,
-                                    std::move(names), options_.interval, slot),
-                        slot});
+    threads_.emplace_back(ProbeDevice, shared_, &queries, device.index, device.name,
+                          std::move(names), options_.interval, slot);
     devices_.push_back(std::move(device));
   }
 }
@@ -52,11 +51,11 @@ void DeviceProber::Stop() {
   });
   std::vector<bool> finished = shared_->finished;
   lock.unlock();
-  for (auto& worker : threads_) {
-    if (finished[worker.slot]) {
-      worker.thread.join();
+  for (std::size_t slot = 0; slot < threads_.size(); ++slot) {
+    if (finished[slot]) {
+      threads_[slot].join();
     } else {
-      worker.thread.detach();
+      threads_[slot].detach();
       ++left_behind_;
     }
   }

@@ -67,15 +67,11 @@ class DeviceProber {
                           int device, const std::string& device_name,
                           const std::vector<std::string>& names, std::chrono::milliseconds interval,
                           std::size_t slot);
-  struct Worker {
-    std::thread thread;
-    std::size_t slot = 0;  // its flag in Shared::finished
-  };
 
   std::shared_ptr<Shared> shared_;
   Options options_;
   std::vector<Device> devices_;  // the probed ones
-  std::vector<Worker> threads_;
+  std::vector<std::thread> threads_;  // threads_[i]'s flag is Shared::finished[i]
   int left_behind_ = 0;
 };
 

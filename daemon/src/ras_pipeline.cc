@@ -397,8 +397,7 @@ std::size_t FoldRepeats(std::vector<ras::RasEvent>& events) {
         continue;
       }
     }
-    if (event.context.window_start && *event.context.window_start == event.time)
-      openers.push_back(kept.size());
+    if (ras::OpensWindow(event)) openers.push_back(kept.size());
     kept.push_back(std::move(event));
   }
   const std::size_t folded = events.size() - kept.size();
@@ -407,9 +406,7 @@ std::size_t FoldRepeats(std::vector<ras::RasEvent>& events) {
 }
 
 std::int64_t WindowsLastMinute(const ras::RasEvent& event) {
-  ras::RasEvent end;
-  end.time = *event.context.window_start + event.context.window;
-  return ras::MinuteOf(end);
+  return ras::MinuteOf(*event.context.window_start + event.context.window);
 }
 
 }  // namespace
@@ -612,8 +609,7 @@ void RasPipeline::OpenStored(const ras::StoreBatch& batch, const std::vector<boo
     }
     // The first event of a fault rule's storm window takes its repeats,
     // whatever it did itself.
-    const bool opens_window =
-        event.context.window_start && *event.context.window_start == event.time;
+    const bool opens_window = ras::OpensWindow(event);
     if (i < acted.size() && acted[i] && !opens_window) continue;
     OpenEvent row{.id = event_ids[i],
                   .minute = opens_window ? WindowsLastMinute(event) : ras::MinuteOf(event),

@@ -11,8 +11,14 @@
 
 namespace rasd::ras {
 
-std::int64_t MinuteOf(const RasEvent& event) {
-  return std::chrono::duration_cast<std::chrono::minutes>(event.time.time_since_epoch()).count();
+std::int64_t MinuteOf(const RasEvent& event) { return MinuteOf(event.time); }
+
+std::int64_t MinuteOf(std::chrono::system_clock::time_point time) {
+  return std::chrono::duration_cast<std::chrono::minutes>(time.time_since_epoch()).count();
+}
+
+bool OpensWindow(const RasEvent& event) {
+  return event.context.window_start && *event.context.window_start == event.time;
 }
 
 namespace {

@@ -111,6 +111,10 @@ struct RasEvent {
 
 // The minute an event is coalesced in (truncated towards the epoch).
 std::int64_t MinuteOf(const RasEvent& event);
+std::int64_t MinuteOf(std::chrono::system_clock::time_point time);
+// Whether the event is the first of a fault rule's storm window (its row
+// takes the window's repeats).
+bool OpensWindow(const RasEvent& event);
 // Whether two events are of one component, as CoalesceStorm merges them:
 // all but the time, the count, the texts and the address's value (the
 // fault rules' judgement included).
