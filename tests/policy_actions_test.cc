@@ -348,6 +348,25 @@ TEST(PolicyActionsTest, AnEventWithinARulesBootGraceIsRecordedOnly) {
   EXPECT_EQ(StateOf(rasd, 1), "healthy");
 }
 
+// 5 s after boot the links are still training (policy.link_settle_s, 300 s
+// by default): status says until when, and `rasctl status` says so in words.
+TEST(PolicyActionsTest, StatusSaysUntilWhenTheLinksSettleAfterBoot) {
+  RasdInstance rasd;
+  WriteText(rasd.HostRoot() / "proc/uptime", "5.00 9.00\n");
+  ASSERT_TRUE(Start(rasd));
+  const auto links = rasd.RasctlJson({"status"})["links"];
+  EXPECT_EQ(links["settle_s"], 300);
+  ASSERT_TRUE(links["settles_in_s"].is_number()) << links.dump();
+  EXPECT_GT(links["settles_in_s"].get<double>(), 250.0) << links.dump();
+  EXPECT_LE(links["settles_in_s"].get<double>(), 295.0) << links.dump();
+  EXPECT_TRUE(links["settling_until"].is_string()) << links.dump();
+  const std::string text = rasd.Rasctl({"status"}).out;
+  EXPECT_NE(text.find("links       training after a boot or driver load: their states are "
+                      "decided in "),
+            std::string::npos)
+      << text;
+}
+
 // An uptime no machine has ("1e308", "inf") is unknown, not a grace for ever.
 TEST(PolicyActionsTest, AnImpossibleUptimeGivesNoBootGrace) {
   RasdInstance rasd;

@@ -106,6 +106,25 @@ std::string ProbeLines(const json& status) {
   return out;
 }
 
+// Whether the links are still training after a boot or a driver load: their
+// reports are read and decided when the window ends.
+std::string LinksLine(const json& status) {
+  if (!status.contains(json::json_pointer("/links/settle_s"))) return {};
+  const std::string settle = Field(status, "/links/settle_s");
+  if (settle == "0")
+    return fmt::format("{:<12}no settle window (policy.link_settle_s: 0)\n", "links");
+  const json::json_pointer left("/links/settles_in_s");
+  if (status.contains(left) && status.at(left).is_number()) {
+    return fmt::format(
+        "{:<12}training after a boot or driver load: their states are decided in {:.0f} s ({})\n",
+        "links", status.at(left).get<double>(), Field(status, "/links/settling_until"));
+  }
+  return fmt::format(
+      "{:<12}settled (decided as read; {} s settle window after a boot or driver "
+      "load)\n",
+      "links", settle);
+}
+
 // The heartbeat's settings and each device's beats.
 std::string LivenessLines(const json& status) {
   std::string out;
@@ -225,6 +244,7 @@ std::string FormatStatus(const json& status) {
   }
   out += LivenessLines(status);
   out += ProbeLines(status);
+  out += LinksLine(status);
   out += fmt::format("{:<12}{}\n", "jobs", Field(status, "/jobs/count"));
   if (status.contains(json::json_pointer("/workloads/count"))) {
     out += fmt::format("{:<12}{} attached from outside rasd (rasctl run, attach)\n", "workloads",

@@ -98,6 +98,23 @@ TEST(StatusTextTest, NamesEachDriverCallPastTheProbeDeadline) {
       << text;
 }
 
+TEST(StatusTextTest, SaysWhetherTheLinksAreStillTraining) {
+  EXPECT_NE(FormatStatus(nlohmann::json::parse(R"({"links": {"settle_s": 300,
+                "settling_until": "2026-12-06T10:05:00Z", "settles_in_s": 120.4}})"))
+                .find("links       training after a boot or driver load: their states are "
+                      "decided in 120 s (2026-12-06T10:05:00Z)\n"),
+            std::string::npos);
+  EXPECT_NE(FormatStatus(nlohmann::json::parse(
+                             R"({"links": {"settle_s": 300, "settling_until": null,
+                                           "settles_in_s": null}})"))
+                .find("links       settled (decided as read; 300 s settle window after a boot or "
+                      "driver load)\n"),
+            std::string::npos);
+  EXPECT_NE(FormatStatus(nlohmann::json::parse(R"({"links": {"settle_s": 0}})"))
+                .find("links       no settle window (policy.link_settle_s: 0)\n"),
+            std::string::npos);
+}
+
 TEST(StatusTextTest, SaysWhyMetricsAreNotServed) {
   EXPECT_NE(FormatStatus(nlohmann::json::parse(R"({"metrics": {"listen": "off"}})"))
                 .find("metrics     off (metrics.listen)\n"),

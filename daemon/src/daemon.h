@@ -102,6 +102,8 @@ class Daemon {
   nlohmann::json LivenessReport() const;
   // The probe deadline's settings, what it watches and the calls past it.
   nlohmann::json ProbeReport() const;
+  // The links' settle window after a boot or a driver load, as status shows it.
+  nlohmann::json LinksReport() const;
   // After the pipeline handled a batch: lifecycle, jobs and metrics.
   void ObserveBatch(const HandledBatch& batch);
   // Re-reads the config file; keeps the running config when the new one has

@@ -39,6 +39,18 @@ nlohmann::json Daemon::ProbeReport() const {
           {"stuck", std::move(stuck)}};
 }
 
+nlohmann::json Daemon::LinksReport() const {
+  const auto until = link_health_ ? link_health_->SettlingUntil() : std::nullopt;
+  nlohmann::json settles_in = nullptr;
+  if (until) {
+    const auto left = *until - loop_->GetClock().Wall();
+    settles_in = std::max(0.0, std::chrono::duration<double>(left).count());
+  }
+  return {{"settle_s", config_.policy.link_settle.count()},
+          {"settling_until", until ? nlohmann::json(Iso8601(*until)) : nlohmann::json()},
+          {"settles_in_s", std::move(settles_in)}};
+}
+
 nlohmann::json Daemon::LivenessReport() const {
   nlohmann::json devices = nlohmann::json::array();
   for (const auto& stats : heartbeat_->Stats()) {
@@ -97,6 +109,7 @@ Result<nlohmann::json> Daemon::StatusReport() {
       {"ras", ras},
       {"liveness", LivenessReport()},
       {"probe", ProbeReport()},
+      {"links", LinksReport()},
       {"actions", actuator_->Counts()},
       {"scheduler", SchedulerView()},
       {"kubernetes",
