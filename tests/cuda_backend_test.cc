@@ -95,6 +95,39 @@ TEST(CudaBackendTest, AnNvmlCallThatDoesNotReturnTakesItsGpuOutOfServiceByTheDea
   EXPECT_NE(rasd.Stderr().find("left to return on its own"), std::string::npos) << rasd.Stderr();
 }
 
+// A GPU whose NVML opening does not return (nvmlDeviceGetHandleByIndex_v2
+// wedged at start): rasd starts with the other GPU watched, and the GPU,
+// named by elimination from the runtime's PCI addresses, leaves service by
+// the probe deadline as for any call that does not return.
+TEST(CudaBackendTest, AGpuWhoseNvmlOpeningDoesNotReturnLeavesServiceByTheDeadline) {
+  RasdInstance rasd;
+  const auto script = rasd.HostRoot().parent_path() / "nvml-script";
+  std::ofstream(script) << "block 1 nvmlDeviceGetHandleByIndex_v2\n";
+  rasd.WriteConfig(std::string("runtime:\n  driver: cuda\n  cuda_library: ") + RASD_FAKE_CUDA_PATH +
+                   "\nras:\n  nvml_library: " + RASD_FAKE_NVML_PATH +
+                   "\n  nvml_poll_ms: 100\nprobe:\n  deadline_ms: 400\n  isolate_after: 3\n");
+  std::string why;
+  ASSERT_TRUE(rasd.Start({}, FakeGpus(script), &why)) << why;
+  ASSERT_EQ(Devices(rasd).size(), 2u);
+  const auto nvml = rasd.RasctlJson({"status"})["ras"]["sources"]["nvml"];
+  EXPECT_EQ(nvml["state"], "active") << nvml.dump();
+  EXPECT_NE(nvml["reason"].get<std::string>().find("GPU 1 not watched"), std::string::npos)
+      << nvml.dump();
+  ASSERT_TRUE(WaitUntil([&] { return Devices(rasd)[1]["state"] == "isolated"; }, 5s))
+      << rasd.Stderr();
+  const std::string reason = Devices(rasd)[1]["reason"];
+  EXPECT_NE(reason.find("nvmlDeviceGetHandleByIndex_v2 on GPU 1"), std::string::npos) << reason;
+  EXPECT_EQ(Devices(rasd)[0]["state"], "healthy");
+  // GPU 0 is watched: its Xid still reaches rasd.
+  std::ofstream(script, std::ios::app) << "xid 0 79\n";
+  ASSERT_TRUE(WaitUntil([&] { return Devices(rasd)[0]["state"] == "isolated"; }, 5s))
+      << rasd.Stderr();
+  const auto stopping = std::chrono::steady_clock::now();
+  const auto status = rasd.Stop(10s);
+  EXPECT_TRUE(status.has_value()) << "still running 10 s after SIGTERM";
+  EXPECT_LT(std::chrono::steady_clock::now() - stopping, 5s);
+}
+
 // NVML's recovery-action field is the driver's verdict that Xid 154 prints:
 // read every poll, it takes the GPU out of service with the driver's action
 // as the suggestion, also where that kernel line is never read.

@@ -518,7 +518,8 @@ void AddPolicyKeys(std::vector<ConfigKey>& keys) {
           Milliseconds(100, 3'600'000),
           "the longest a driver call about one device (NVML's polled counters and "
           "queries, a device query) may take: a call past it drains the device (no new work), with "
-          "the call's name in the reason, until its calls return again for as long"));
+          "the call's name in the reason, until its calls return again for as long; an RDMA NIC's "
+          "sysfs read past it counts that NIC's ports as down"));
   keys.push_back(Row("probe.isolate_after", kRestart, RASD_CONFIG_FIELD(probe.isolate_after),
                      Integer<int>(1, 1000),
                      "deadlines a driver call stays stuck before its device is isolated; the "

@@ -253,6 +253,7 @@ void Daemon::StartRas() {
         pipeline_->Handle(std::move(batch.events), std::move(batch.cursors),
                           std::move(batch.links));
       });
+  ingest_->SetReadDeadline(config_.probe.deadline);
   StartRecovery();
   injection_ = std::make_unique<FaultInjection>(*runtime_, *host_, *ingest_, config_.inject);
   injection_->SetSimLinkTree(sim_links_.get());
@@ -271,9 +272,7 @@ void Daemon::WatchProbes() {
   if (ingest_->NvmlActive()) {
     probe_watchdog_->Watch(
         "NVML", [this] { return ingest_->NvmlRunningCalls(); },
-        [this](std::string_view pci_bdf) {
-          return RasPipeline::DeviceAtPciAddress(*runtime_, pci_bdf);
-        });
+        [this](std::string_view name) { return ingest_->NvmlDeviceOf(name); });
   }
   if (runtime_->Driver().MonitorsDevices()) {
     probe_watchdog_->Watch(

@@ -1,5 +1,8 @@
 #include "ras_ingest.h"
 
+#include <set>
+
+#include "ras_pipeline.h"
 #include "rasd/common/logging.h"
 #include "rasd/ras/kernel_log_scanner.h"
 
@@ -33,6 +36,25 @@ RasIngest::RasIngest(common::EventLoop& loop, const common::HostEnv& host, ras::
                .deliver = [this](SourceBatch batch) { Deliver(std::move(batch)); }} {}
 
 RasIngest::~RasIngest() = default;
+
+std::optional<int> RasIngest::NvmlDeviceOf(std::string_view name) const {
+  if (auto device = RasPipeline::DeviceAtPciAddress(context_.runtime, name)) return device;
+  const auto unopened = nvml_.Unopened();
+  if (unopened.empty()) return std::nullopt;
+  std::set<int> claimed;
+  for (const auto& gpu : nvml_.Gpus()) {
+    if (auto device = RasPipeline::DeviceAtPciAddress(context_.runtime, gpu.pci_bdf))
+      claimed.insert(*device);
+  }
+  std::vector<std::pair<std::string, int>> unclaimed;
+  for (const auto& device : context_.runtime.Devices()) {
+    const auto& properties = device->Properties();
+    if (properties.vendor != "nvidia" || properties.pci_bdf.empty()) continue;
+    if (!claimed.contains(device->Index()))
+      unclaimed.emplace_back(properties.pci_bdf, device->Index());
+  }
+  return DeviceOfUnopenedGpu(name, unopened, std::move(unclaimed));
+}
 
 std::vector<RasIngest::Row> RasIngest::Table() {
   // The order they start in: the drivers' queue first (NVML feeds it), the

@@ -97,8 +97,15 @@ class RasIngest {
   std::vector<drivers::ProbeCalls::Call> NvmlRunningCalls() const { return nvml_.RunningCalls(); }
   // NVML watches at least one GPU.
   bool NvmlActive() const { return nvml_.Active(); }
+  // The runtime device an NVML call's device name is: a GPU's PCI address,
+  // or "GPU <index>" for one whose opening did not return (by elimination,
+  // DeviceOfUnopenedGpu); nullopt for a device rasd does not run.
+  std::optional<int> NvmlDeviceOf(std::string_view name) const;
   // The classes of accelerator codes for records decoded from now on.
   void SetCodeTable(const ras::CodeTable& codes) { codes_ = codes; }
+  // How long a device read off the loop may run before its device counts
+  // as not answering (probe.deadline_ms); read at each poll.
+  void SetReadDeadline(std::chrono::milliseconds deadline) { context_.read_deadline = deadline; }
 
  private:
   void Deliver(SourceBatch batch);

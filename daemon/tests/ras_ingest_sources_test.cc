@@ -161,3 +161,25 @@ TEST_F(RasIngestSourcesTest, AnUnreadablePstoreIsNoPermission) {
 
 }  // namespace
 }  // namespace rasd::daemon
+
+namespace rasd::daemon {
+namespace {
+
+// NVML numbers GPUs in PCI order: the GPUs whose opening did not return
+// are the runtime's unclaimed NVIDIA devices, in that order; where the
+// counts differ nothing is guessed.
+TEST(DeviceOfUnopenedGpuTest, PairsTheUnopenedIndicesWithTheUnclaimedDevicesInPciOrder) {
+  const std::vector<std::pair<std::string, int>> unclaimed = {{"0000:d7:00.0", 5},
+                                                              {"0000:3b:00.0", 2}};
+  EXPECT_EQ(DeviceOfUnopenedGpu("GPU 6", {6, 1}, unclaimed), 5);
+  EXPECT_EQ(DeviceOfUnopenedGpu("GPU 1", {6, 1}, unclaimed), 2);
+  EXPECT_EQ(DeviceOfUnopenedGpu("GPU 3", {6, 1}, unclaimed), std::nullopt) << "not unopened";
+  EXPECT_EQ(DeviceOfUnopenedGpu("GPU 1", {1}, unclaimed), std::nullopt) << "two candidates";
+  EXPECT_EQ(DeviceOfUnopenedGpu("GPU 1", {1}, {{"0000:3b:00.0", 2}}), 2);
+  EXPECT_EQ(DeviceOfUnopenedGpu("0000:3b:00.0", {1}, {{"0000:3b:00.0", 2}}), std::nullopt);
+  EXPECT_EQ(DeviceOfUnopenedGpu("GPU 1x", {1}, {{"0000:3b:00.0", 2}}), std::nullopt);
+  EXPECT_EQ(DeviceOfUnopenedGpu("GPU ", {1}, {{"0000:3b:00.0", 2}}), std::nullopt);
+}
+
+}  // namespace
+}  // namespace rasd::daemon

@@ -226,7 +226,10 @@ class NvmlMonitorImpl final : public NvmlMonitor,
       self->exited_cv_.notify_all();
     });
     std::unique_lock lock(mutex_);
-    if (exited_cv_.wait_for(lock, options_.start_wait, [this] { return opened_.has_value(); })) {
+    // nvmlInit gets start_wait, and the GPUs' opening start_wait more
+    // (OpenGpus): Start returns within twice start_wait.
+    if (exited_cv_.wait_for(lock, options_.start_wait * 2,
+                            [this] { return opened_.has_value(); })) {
       Status opened = *opened_;
       lock.unlock();
       if (!opened) thread_.join();
@@ -244,7 +247,7 @@ class NvmlMonitorImpl final : public NvmlMonitor,
     return Fail(ErrorCode::kTimeout,
                 fmt::format("{} has not returned within {} ms: a wedged driver; left to return "
                             "on its own, and NVML is not used",
-                            stuck, options_.start_wait.count()));
+                            stuck, (options_.start_wait * 2).count()));
   }
 
   Status Initialize() {
@@ -277,44 +280,110 @@ class NvmlMonitorImpl final : public NvmlMonitor,
                    api_.Describe("nvmlEventSetCreate", rc));
       events_ = nullptr;
     }
-    for (unsigned index = 0; index < count; ++index) {
-      nvml::Device handle = nullptr;
-      nvml::Return handle_rc = nvml::kSuccess;
-      {
-        const auto call =
-            calls_.Begin(fmt::format("GPU {}", index), "nvmlDeviceGetHandleByIndex_v2");
-        handle_rc = api_.DeviceGetHandleByIndex(index, &handle);
-      }
-      if (nvml::Return rc = handle_rc; rc != nvml::kSuccess) {
-        // A GPU NVML cannot open (lost, no permission) is not a reason to
-        // watch none of the others.
-        RASD_LOG_WARN("NVML: GPU {} skipped: {}", index,
-                     api_.Describe("nvmlDeviceGetHandleByIndex", rc));
-        continue;
-      }
-      NvmlGpu gpu{.index = index};
-      char text[96] = {};
-      if (api_.DeviceGetName(handle, text, sizeof text - 1) == nvml::kSuccess) gpu.name = text;
-      std::memset(text, 0, sizeof text);
-      if (api_.DeviceGetUuid(handle, text, sizeof text - 1) == nvml::kSuccess) gpu.uuid = text;
-      nvml::PciInfo pci{};
-      if (nvml::Return rc = api_.DeviceGetPciInfo(handle, &pci); rc == nvml::kSuccess) {
-        gpu.pci_bdf = NormalizeBdf(pci);
-      } else {
-        RASD_LOG_WARN("NVML: GPU {} has no PCI address ({}); its reports name no device", index,
-                     api_.Describe("nvmlDeviceGetPciInfo", rc));
-      }
-      if (events_ != nullptr) gpu.event_types = Register(handle, gpu);
-      handles_.push_back(handle);
-      gpus_.push_back(std::move(gpu));
-      baselines_.push_back(ReadCounters(handle, {}, /*report=*/false, gpus_.back()));
-      for (const auto& [link, state] : baselines_.back().nvlinks) {
-        if (state.up == false) gpus_.back().nvlinks_inactive_at_start.push_back(link);
-      }
-    }
+    OpenGpus(count);
     return {};
   }
 
+  // What opening one GPU found.
+  struct OpenedGpu {
+    nvml::Device handle = nullptr;
+    NvmlGpu gpu;
+    CounterBaseline baseline;
+  };
+  // What the GPUs' opening threads share with the monitor's: a thread left
+  // inside a call keeps it (and the monitor) alive until the call returns.
+  struct Opening {
+    std::mutex mutex;
+    std::condition_variable done;
+    // By NVML index: unset while opening, nullopt where NVML refused the GPU.
+    std::vector<std::optional<std::optional<OpenedGpu>>> results;  // guarded by mutex
+    bool abandoned = false;  // the monitor went on without the rest; guarded by mutex
+  };
+
+  // Opens each GPU on a thread of its own and waits start_wait for them:
+  // a GPU whose first call does not return (a wedged driver) is left
+  // unopened, its call in RunningCalls named "GPU <index>", and the others
+  // are watched. Only the monitor's thread, in Initialize.
+  void OpenGpus(unsigned count) {
+    auto opening = std::make_shared<Opening>();
+    opening->results.resize(count);
+    for (unsigned index = 0; index < count; ++index) {
+      std::thread([self = shared_from_this(), opening, index] {
+        auto opened = self->OpenGpu(index, *opening);
+        std::lock_guard lock(opening->mutex);
+        opening->results[index] = std::move(opened);
+        opening->done.notify_all();
+      }).detach();
+    }
+    std::unique_lock lock(opening->mutex);
+    opening->done.wait_for(lock, options_.start_wait, [&] {
+      return std::all_of(opening->results.begin(), opening->results.end(),
+                         [](const auto& result) { return result.has_value(); });
+    });
+    opening->abandoned = true;
+    for (unsigned index = 0; index < count; ++index) {
+      auto& result = opening->results[index];
+      if (!result) {
+        unopened_.push_back(index);
+        RASD_LOG_WARN(
+            "NVML: GPU {} not watched: its opening has not returned within {} ms (a "
+            "wedged driver)",
+            index, options_.start_wait.count());
+        continue;
+      }
+      if (!*result) continue;
+      handles_.push_back((*result)->handle);
+      gpus_.push_back(std::move((*result)->gpu));
+      baselines_.push_back(std::move((*result)->baseline));
+    }
+  }
+
+  // One GPU's handle, names, PCI address, events and first counters; on a
+  // thread of its own. nullopt where NVML refuses the GPU.
+  std::optional<OpenedGpu> OpenGpu(unsigned index, Opening& opening) {
+    OpenedGpu opened;
+    opened.gpu.index = index;
+    NvmlGpu& gpu = opened.gpu;
+    {
+      // Until its PCI address is known the GPU is named by NVML's index.
+      const auto call = calls_.Begin(fmt::format("GPU {}", index), "nvmlDeviceGetHandleByIndex_v2");
+      if (nvml::Return rc = api_.DeviceGetHandleByIndex(index, &opened.handle);
+          rc != nvml::kSuccess) {
+        // A GPU NVML cannot open (lost, no permission) is not a reason to
+        // watch none of the others.
+        RASD_LOG_WARN("NVML: GPU {} skipped: {}", index,
+                      api_.Describe("nvmlDeviceGetHandleByIndex", rc));
+        return std::nullopt;
+      }
+      char text[96] = {};
+      if (api_.DeviceGetName(opened.handle, text, sizeof text - 1) == nvml::kSuccess)
+        gpu.name = text;
+      std::memset(text, 0, sizeof text);
+      if (api_.DeviceGetUuid(opened.handle, text, sizeof text - 1) == nvml::kSuccess)
+        gpu.uuid = text;
+      nvml::PciInfo pci{};
+      if (nvml::Return rc = api_.DeviceGetPciInfo(opened.handle, &pci); rc == nvml::kSuccess) {
+        gpu.pci_bdf = NormalizeBdf(pci);
+      } else {
+        RASD_LOG_WARN("NVML: GPU {} has no PCI address ({}); its reports name no device", index,
+                      api_.Describe("nvmlDeviceGetPciInfo", rc));
+      }
+    }
+    {
+      // A GPU that answered after the monitor went on without it is not
+      // registered for events it would never be polled with.
+      std::lock_guard lock(opening.mutex);
+      if (opening.abandoned) return std::nullopt;
+    }
+    if (events_ != nullptr) gpu.event_types = Register(opened.handle, gpu);
+    opened.baseline = ReadCounters(opened.handle, {}, /*report=*/false, gpu);
+    for (const auto& [link, state] : opened.baseline.nvlinks) {
+      if (state.up == false) gpu.nvlinks_inactive_at_start.push_back(link);
+    }
+    return opened;
+  }
+
+  std::vector<unsigned> Unopened() const override { return unopened_; }
   const std::vector<NvmlGpu>& Gpus() const override { return gpus_; }
   bool PollsNvlinks() const override { return api_.DeviceGetNvLinkState != nullptr; }
   std::uint64_t Reports() const override { return reports_.load(std::memory_order_relaxed); }
@@ -756,6 +825,7 @@ class NvmlMonitorImpl final : public NvmlMonitor,
   nvml::EventSet events_ = nullptr;
   std::vector<nvml::Device> handles_;
   std::vector<NvmlGpu> gpus_;
+  std::vector<unsigned> unopened_;  // NVML indices whose opening did not return; fixed after Start
   // By GPU: each its poller's, after Start.
   std::vector<CounterBaseline> baselines_;
   // The monitor thread's: by GPU (its place in gpus_) and code, the event
@@ -790,6 +860,7 @@ class NvmlMonitorHandle final : public NvmlMonitor {
   ~NvmlMonitorHandle() override { (void)impl_->Stop(); }
   const std::vector<NvmlGpu>& Gpus() const override { return impl_->Gpus(); }
   bool PollsNvlinks() const override { return impl_->PollsNvlinks(); }
+  std::vector<unsigned> Unopened() const override { return impl_->Unopened(); }
   std::uint64_t Reports() const override { return impl_->Reports(); }
   std::vector<ProbeCalls::Call> RunningCalls() const override { return impl_->RunningCalls(); }
   Result<std::vector<std::int64_t>> ComputeProcesses(std::string_view pci_bdf) const override {

@@ -14,6 +14,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -68,6 +69,14 @@ class NvmlMonitorTest : public ::testing::Test {
   std::size_t Count() {
     std::lock_guard lock(mutex_);
     return reports_.size();
+  }
+  // The calls running on one GPU. Each GPU has a poller of its own, so a
+  // snapshot may also hold another GPU's call caught mid-poll.
+  std::vector<ProbeCalls::Call> CallsOn(std::string_view device) {
+    std::vector<ProbeCalls::Call> on_device;
+    for (auto& call : monitor_->RunningCalls())
+      if (call.device == device) on_device.push_back(std::move(call));
+    return on_device;
   }
 
   std::filesystem::path script_;
@@ -320,14 +329,12 @@ TEST_F(NvmlMonitorTest, AProcessListingThatDoesNotReturnTimesOutAndHoldsOneThrea
   ASSERT_FALSE(stuck.has_value());
   EXPECT_EQ(stuck.error().code, ErrorCode::kTimeout);
   EXPECT_NE(stuck.error().message.find("0000:c2:00.0"), std::string::npos) << stuck.error().message;
-  const auto calls = monitor_->RunningCalls();
-  ASSERT_EQ(calls.size(), 1u) << "the call goes on, seen by the probe deadline";
-  EXPECT_EQ(calls[0].device, "0000:c2:00.0");
+  ASSERT_EQ(CallsOn("0000:c2:00.0").size(), 1u) << "the call goes on, seen by the probe deadline";
 
   auto again = monitor_->ComputeProcesses("0000:c2:00.0");
   ASSERT_FALSE(again.has_value());
   EXPECT_NE(again.error().message.find("earlier"), std::string::npos) << again.error().message;
-  EXPECT_EQ(monitor_->RunningCalls().size(), 1u) << "no second thread for the same GPU";
+  EXPECT_EQ(CallsOn("0000:c2:00.0").size(), 1u) << "no second thread for the same GPU";
   auto other = monitor_->ComputeProcesses("0000:c1:00.0");
   EXPECT_TRUE(other.has_value()) << "the other GPU answers";
 
@@ -342,28 +349,48 @@ TEST_F(NvmlMonitorTest, AProcessListingThatDoesNotReturnTimesOutAndHoldsOneThrea
   EXPECT_EQ(*listed, (std::vector<std::int64_t>{4242}));
 }
 
-// A GPU's first query that does not return fails the start past
-// start_wait, naming the call, instead of holding rasd's start.
-TEST_F(NvmlMonitorTest, AStartThatDoesNotReturnFailsByItsWaitNamingTheCall) {
+// A GPU whose opening does not return is left out past start_wait, its
+// call seen under its NVML index; the other GPU is watched, and a start
+// never waits for the stuck call.
+TEST_F(NvmlMonitorTest, AGpuWhoseOpeningDoesNotReturnIsLeftOutAndTheOthersAreWatched) {
   Script("block 1 nvmlDeviceGetHandleByIndex_v2");
   const auto begin = std::chrono::steady_clock::now();
   auto monitor = NvmlMonitor::Start({.library = RASD_FAKE_NVML_PATH,
-                                     .counter_poll = 10s,
+                                     .counter_poll = 20ms,
                                      .event_wait = 20ms,
+                                     .stop_wait = 200ms,
                                      .start_wait = 200ms},
-                                    nullptr);
+                                    [this](const DriverErrorEvent& event) {
+                                      std::lock_guard lock(mutex_);
+                                      reports_.push_back(event);
+                                      arrived_.notify_all();
+                                    });
   EXPECT_LT(std::chrono::steady_clock::now() - begin, 2s) << "start_wait, not the call";
-  ASSERT_FALSE(monitor.has_value());
-  EXPECT_EQ(monitor.error().code, ErrorCode::kTimeout);
-  EXPECT_NE(monitor.error().message.find("nvmlDeviceGetHandleByIndex_v2 on GPU 1"),
-            std::string::npos)
-      << monitor.error().message;
+  ASSERT_TRUE(monitor.has_value()) << monitor.error().message;
+  monitor_ = std::move(*monitor);
+  ASSERT_EQ(monitor_->Gpus().size(), 1u);
+  EXPECT_EQ(monitor_->Gpus()[0].pci_bdf, "0000:c1:00.0");
+  EXPECT_EQ(monitor_->Unopened(), (std::vector<unsigned>{1}));
+  const auto stuck = CallsOn("GPU 1");
+  ASSERT_EQ(stuck.size(), 1u);
+  EXPECT_EQ(stuck[0].function, "nvmlDeviceGetHandleByIndex_v2");
+
+  Script("ecc 0 4 0");
+  const DriverErrorEvent polled = Nth(1);
+  EXPECT_EQ(polled.pci_bdf, "0000:c1:00.0") << "GPU 0 is polled";
+  EXPECT_EQ(polled.count, 4u);
+
+  // The opening returns: the GPU stays out (until a restart), and nothing
+  // of it is reported.
   Script("unblock 1");
-  // The thread left behind returns, sees the start given up and shuts NVML
-  // down, before the next test opens it again.
-  std::this_thread::sleep_for(300ms);
-  ASSERT_TRUE(Start()) << "a later start opens NVML";
-  EXPECT_EQ(monitor_->Gpus().size(), 2u);
+  EXPECT_TRUE(WaitUntil([&] { return CallsOn("GPU 1").empty(); }, 2s));
+  Script("ecc 1 9 0");
+  Script("ecc 0 5 0");
+  EXPECT_EQ(Nth(2).pci_bdf, "0000:c1:00.0");
+  EXPECT_EQ(monitor_->Gpus().size(), 1u);
+  monitor_.reset();
+  std::lock_guard lock(mutex_);
+  for (const auto& report : reports_) EXPECT_NE(report.pci_bdf, "0000:c2:00.0");
 }
 
 // A polled call that does not return (a wedged driver) is seen running,
@@ -371,18 +398,17 @@ TEST_F(NvmlMonitorTest, AStartThatDoesNotReturnFailsByItsWaitNamingTheCall) {
 // returns it is gone, and polling goes on.
 TEST_F(NvmlMonitorTest, ACallThatDoesNotReturnIsSeenWithItsGpuAndFunctionUntilItReturns) {
   ASSERT_TRUE(Start());
-  EXPECT_TRUE(monitor_->RunningCalls().empty() || monitor_->RunningCalls()[0].running < 1s);
+  for (const auto& call : monitor_->RunningCalls()) EXPECT_LT(call.running, 1s);
   Script("block 1 nvmlDeviceGetTotalEccErrors");
   auto stuck = [&](std::chrono::milliseconds at_least) {
-    const auto calls = monitor_->RunningCalls();
+    const auto calls = CallsOn("0000:c2:00.0");
     return !calls.empty() && calls[0].running >= at_least;
   };
   const auto give_up = std::chrono::steady_clock::now() + 5s;
   while (!stuck(300ms) && std::chrono::steady_clock::now() < give_up)
     std::this_thread::sleep_for(10ms);
-  const auto calls = monitor_->RunningCalls();
+  const auto calls = CallsOn("0000:c2:00.0");
   ASSERT_EQ(calls.size(), 1u);
-  EXPECT_EQ(calls[0].device, "0000:c2:00.0");
   EXPECT_EQ(calls[0].function, "nvmlDeviceGetTotalEccErrors");
   EXPECT_GE(calls[0].running, 300ms);
 
@@ -402,11 +428,11 @@ TEST_F(NvmlMonitorTest, AStopLeavesACallThatDoesNotReturnBehindAndHearsNothingAf
   Script("block 1 nvmlDeviceGetRemappedRows");
   const auto give_up = std::chrono::steady_clock::now() + 5s;
   while (std::chrono::steady_clock::now() < give_up) {
-    const auto calls = monitor_->RunningCalls();
+    const auto calls = CallsOn("0000:c2:00.0");
     if (!calls.empty() && calls[0].running >= 100ms) break;
     std::this_thread::sleep_for(5ms);
   }
-  ASSERT_FALSE(monitor_->RunningCalls().empty());
+  ASSERT_FALSE(CallsOn("0000:c2:00.0").empty());
   const std::size_t before = Count();
   const auto begin = std::chrono::steady_clock::now();
   monitor_.reset();

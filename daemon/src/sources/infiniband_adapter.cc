@@ -11,11 +11,15 @@ namespace rasd::daemon {
 
 void InfinibandAdapter::Start() {
   infiniband_ = std::make_unique<ras::InfinibandSysfsSource>(context_.host);
-  (void)infiniband_->Poll();  // the baseline: counts since boot are not news
-  UpdateNicAffinity();
-  Publish();
+  readers_ = std::make_unique<RdmaDeviceReaders>(context_.loop, context_.host,
+                                                 [this] { ReadsFinished(); });
   timer_ = context_.loop.CreateTimer([this] { Poll(); });
-  Arm();
+  // The first round is the baseline (counts since boot are not news). rasd
+  // serves once it is taken, as it did when it was read on the loop, so
+  // that a change made just after the start is news; a NIC that does not
+  // answer holds the start for the read deadline at most.
+  Poll();
+  if (round_open_ && readers_->WaitUntilIdle(context_.read_deadline)) ReadsFinished();
 }
 
 void InfinibandAdapter::Publish() {
@@ -34,13 +38,19 @@ void InfinibandAdapter::Arm() {
     return;
   }
   const std::size_t devices = infiniband_->Last().devices.size();
-  if (devices > 0) {
+  if (devices > 0 || round_open_) {
     backoff_.Reset();
     std::size_t ports = 0;
     for (const auto& [name, device] : infiniband_->Last().devices) ports += device.ports.size();
     state_ = {"active", fmt::format("{} RDMA device(s), {} port(s), polled every {} ms", devices,
                                     ports, period.count())};
-    timer_->ArmAfter(period);
+    for (const auto& [name, call] : stuck_) {
+      state_.reason += fmt::format(
+          "; {} not answering: reading {} for {} s (its ports count as down)", name, call.function,
+          std::chrono::duration_cast<std::chrono::seconds>(call.running).count());
+    }
+    // A round waiting for a NIC is looked at again by the read deadline.
+    timer_->ArmAfter(round_open_ ? std::min(period, context_.read_deadline) : period);
     return;
   }
   const auto delay = backoff_.Next();
@@ -89,7 +99,66 @@ std::vector<InfinibandAdapter::RdmaPort> InfinibandAdapter::PortsOf(int device) 
 }
 
 void InfinibandAdapter::Poll() {
-  auto events = infiniband_->Poll();
+  if (round_open_) {
+    // A NIC has not answered the last round yet: wait for it up to the
+    // read deadline, then close the round without it.
+    const auto waited = context_.loop.Now() - round_began_;
+    if (waited >= context_.read_deadline && !StuckReads().empty()) CloseRound();
+    Arm();
+    return;
+  }
+  const auto names = ras::ListInfinibandDevices(context_.host);
+  if (!names) {
+    // Not listable (permissions): the last reading stands.
+    (void)infiniband_->Advance(ras::InfinibandSnapshot{.unreadable = true});
+    Publish();
+    Arm();
+    return;
+  }
+  listed_ = *names;
+  waiting_for_.clear();
+  answered_.clear();
+  for (const auto& name : listed_) {
+    if (readers_->Request(name)) waiting_for_.insert(name);
+  }
+  round_open_ = true;
+  round_began_ = context_.loop.Now();
+  if (waiting_for_.empty()) CloseRound();  // no NIC, or every one still inside a read
+  Arm();
+}
+
+void InfinibandAdapter::ReadsFinished() {
+  for (auto& [name, device] : readers_->Take()) {
+    waiting_for_.erase(name);
+    if (round_open_) answered_[name] = std::move(device);
+  }
+  if (round_open_ && waiting_for_.empty()) {
+    CloseRound();
+    Arm();
+  }
+}
+
+void InfinibandAdapter::CloseRound() {
+  round_open_ = false;
+  ras::InfinibandSnapshot next;
+  for (const auto& name : listed_) {
+    auto answered = answered_.find(name);
+    if (answered != answered_.end()) {
+      if (answered->second) next.devices[name] = std::move(*answered->second);
+      continue;  // gone when read
+    }
+    // Not answered in time (or still inside an earlier read): its last
+    // reading stands.
+    auto last = infiniband_->Last().devices.find(name);
+    if (last != infiniband_->Last().devices.end()) next.devices[name] = last->second;
+  }
+  answered_.clear();
+  stuck_ = StuckReads();
+  for (const auto& [name, call] : stuck_) {
+    RASD_LOG_WARN("RDMA device {} does not answer: reading {} for {} ms", name, call.function,
+                  std::chrono::duration_cast<std::chrono::milliseconds>(call.running).count());
+  }
+  auto events = infiniband_->Advance(std::move(next));
   UpdateNicAffinity();
   // People see which accelerators a NIC's fault reaches (the event names
   // the NIC by its PCI address).
@@ -108,7 +177,15 @@ void InfinibandAdapter::Poll() {
   if (auto links = LinksDown()) batch.links.push_back(std::move(*links));
   context_.deliver(std::move(batch));
   Publish();
-  Arm();
+}
+
+std::map<std::string, drivers::ProbeCalls::Call> InfinibandAdapter::StuckReads() const {
+  std::map<std::string, drivers::ProbeCalls::Call> stuck;
+  for (auto& call : readers_->Running()) {
+    if (call.running < context_.read_deadline) continue;
+    stuck.emplace(call.device, std::move(call));  // the longest first: the first one stays
+  }
+  return stuck;
 }
 
 std::optional<ras::LinkReport> InfinibandAdapter::LinksDown() const {
@@ -119,7 +196,15 @@ std::optional<ras::LinkReport> InfinibandAdapter::LinksDown() const {
     if (device == infiniband_->Last().devices.end()) continue;
     for (int accelerator : affinity.devices) {
       auto& ports = report.down[accelerator];
+      const auto stuck = stuck_.find(name);
       for (const auto& [number, port] : device->second.ports) {
+        if (stuck != stuck_.end()) {
+          ports.push_back(fmt::format(
+              "{} port {} (not answering: reading {} for {} s)", name, number,
+              stuck->second.function,
+              std::chrono::duration_cast<std::chrono::seconds>(stuck->second.running).count()));
+          continue;
+        }
         // Unreadable state: not evidence either way.
         if (!port.state || !port.phys_state) continue;
         if (port.state->id != 4 || port.phys_state->id != 5)

@@ -2,13 +2,35 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <charconv>
+
 #include "rasd/common/logging.h"
 
 namespace rasd::daemon {
 
+std::optional<int> DeviceOfUnopenedGpu(std::string_view name, std::vector<unsigned> unopened,
+                                       std::vector<std::pair<std::string, int>> unclaimed) {
+  constexpr std::string_view kPrefix = "GPU ";
+  if (name.substr(0, kPrefix.size()) != kPrefix) return std::nullopt;
+  unsigned index = 0;
+  const std::string_view digits = name.substr(kPrefix.size());
+  const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), index);
+  if (ec != std::errc() || end != digits.data() + digits.size()) return std::nullopt;
+  if (unopened.size() != unclaimed.size()) return std::nullopt;
+  std::sort(unopened.begin(), unopened.end());
+  std::sort(unclaimed.begin(), unclaimed.end());
+  for (std::size_t i = 0; i < unopened.size(); ++i) {
+    if (unopened[i] == index) return unclaimed[i].second;
+  }
+  return std::nullopt;
+}
+
 void NvmlAdapter::Start() {
   auto monitor = drivers::NvmlMonitor::Start(
-      {.library = context_.options.nvml_library, .counter_poll = context_.options.nvml_poll},
+      {.library = context_.options.nvml_library,
+       .counter_poll = context_.options.nvml_poll,
+       .start_wait = context_.read_deadline},
       [this](const drivers::DriverErrorEvent& event) { reports_.Queue(event, "nvml"); });
   if (!monitor) {
     if (monitor.error().code == ErrorCode::kTimeout) {
@@ -22,6 +44,11 @@ void NvmlAdapter::Start() {
   }
   nvml_ = std::move(*monitor);
   state_ = {"active", fmt::format("{} GPU(s)", nvml_->Gpus().size())};
+  for (const unsigned index : nvml_->Unopened()) {
+    state_.reason += fmt::format(
+        "; GPU {} not watched: its opening did not return within {} ms (until a restart)", index,
+        context_.read_deadline.count());
+  }
   if (nvml_->PollsNvlinks()) reports_.WatchNvlinks(nvml_->Gpus());
   for (const auto& gpu : nvml_->Gpus()) {
     RASD_LOG_INFO("NVML: GPU {} {} at {} ({}), events {}", gpu.index, gpu.name, gpu.pci_bdf,

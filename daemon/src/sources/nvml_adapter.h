@@ -1,7 +1,10 @@
 #pragma once
 
 #include <memory>
+#include <optional>
+#include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "driver_reports_adapter.h"
@@ -14,6 +17,15 @@ namespace rasd::daemon {
 // NVLink state, from NVML's own thread, queued with the drivers' reports.
 // Most hosts have no NVIDIA GPU: one line, and the other sources serve.
 // Destroying it stops NVML's thread; `reports` must outlive it.
+// The runtime device of a GPU NVML names by its index alone ("GPU 1": its
+// opening did not return, so its PCI address is not known), by
+// elimination: `unclaimed` are the runtime's NVIDIA devices (PCI address,
+// index) that no opened GPU is; NVML numbers GPUs in PCI order, so the
+// unclaimed devices in PCI order are the `unopened` indices in order.
+// nullopt for any other name, or where the counts differ (no guess).
+std::optional<int> DeviceOfUnopenedGpu(std::string_view name, std::vector<unsigned> unopened,
+                                       std::vector<std::pair<std::string, int>> unclaimed);
+
 class NvmlAdapter final : public RasSource {
  public:
   NvmlAdapter(SourceContext& context, DriverReportsAdapter& reports)
@@ -31,7 +43,16 @@ class NvmlAdapter final : public RasSource {
   std::vector<drivers::ProbeCalls::Call> RunningCalls() const {
     return nvml_ ? nvml_->RunningCalls() : std::vector<drivers::ProbeCalls::Call>{};
   }
-  bool Active() const { return nvml_ && !nvml_->Gpus().empty(); }
+  // NVML watches a GPU, or was left inside one's opening.
+  bool Active() const { return nvml_ && (!nvml_->Gpus().empty() || !nvml_->Unopened().empty()); }
+  // The GPUs NVML opened, and the indices of those whose opening did not
+  // return (empty without NVML).
+  std::vector<drivers::NvmlGpu> Gpus() const {
+    return nvml_ ? nvml_->Gpus() : std::vector<drivers::NvmlGpu>{};
+  }
+  std::vector<unsigned> Unopened() const {
+    return nvml_ ? nvml_->Unopened() : std::vector<unsigned>{};
+  }
 
  private:
   SourceContext& context_;

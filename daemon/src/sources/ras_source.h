@@ -1,5 +1,6 @@
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -95,6 +96,9 @@ struct SourceContext {
   const ras::CodeTable& codes;
   // Hands a batch to the pipeline.
   std::function<void(SourceBatch batch)> deliver;
+  // How long a read that can wait on a device (an RDMA NIC's firmware) may
+  // run before the device counts as not answering (probe.deadline_ms).
+  std::chrono::milliseconds read_deadline{5000};
 
   // The crash-record file with this key was read before (in any boot). A
   // store that cannot answer says no: report again rather than lose a crash.

@@ -228,30 +228,41 @@ std::optional<std::uint64_t> ParseInfinibandRate(std::string_view text) {
   return bytes;
 }
 
+std::optional<std::vector<std::string>> ListInfinibandDevices(const common::HostEnv& host) {
+  bool unreadable = false;
+  auto names = EntriesOf(host.Resolve(kClassInfiniband), &unreadable);
+  if (unreadable) return std::nullopt;
+  return names;
+}
+
+std::optional<InfinibandSnapshot::Device> ReadInfinibandDevice(const common::HostEnv& host,
+                                                               const std::string& name) {
+  const std::string base = std::string(kClassInfiniband) + "/" + name;
+  std::error_code ec;
+  if (!std::filesystem::is_directory(host.Resolve(base), ec)) return std::nullopt;
+  InfinibandSnapshot::Device device;
+  device.name = name;
+  device.board_id = ReadText(host, base + "/board_id");
+  device.fw_ver = ReadText(host, base + "/fw_ver");
+  device.hca_type = ReadText(host, base + "/hca_type");
+  device.pci_bdf = PciAddressOf(host, base);
+  for (const auto& port_name : EntriesOf(host.Resolve(base + "/ports"))) {
+    const auto number = PortNumber(port_name);
+    if (!number) continue;
+    device.ports[*number] = ReadPort(host, base + "/ports/" + port_name, *number);
+  }
+  return device;
+}
+
 InfinibandSnapshot ReadInfinibandSnapshot(const common::HostEnv& host) {
   InfinibandSnapshot snapshot;
-  bool unreadable = false;
-  const auto names = EntriesOf(host.Resolve(kClassInfiniband), &unreadable);
-  if (unreadable) {
+  const auto names = ListInfinibandDevices(host);
+  if (!names) {
     snapshot.unreadable = true;
     return snapshot;
   }
-  for (const auto& name : names) {
-    const std::string base = std::string(kClassInfiniband) + "/" + name;
-    std::error_code ec;
-    if (!std::filesystem::is_directory(host.Resolve(base), ec)) continue;
-    InfinibandSnapshot::Device device;
-    device.name = name;
-    device.board_id = ReadText(host, base + "/board_id");
-    device.fw_ver = ReadText(host, base + "/fw_ver");
-    device.hca_type = ReadText(host, base + "/hca_type");
-    device.pci_bdf = PciAddressOf(host, base);
-    for (const auto& port_name : EntriesOf(host.Resolve(base + "/ports"))) {
-      const auto number = PortNumber(port_name);
-      if (!number) continue;
-      device.ports[*number] = ReadPort(host, base + "/ports/" + port_name, *number);
-    }
-    snapshot.devices[name] = std::move(device);
+  for (const auto& name : *names) {
+    if (auto device = ReadInfinibandDevice(host, name)) snapshot.devices[name] = std::move(*device);
   }
   return snapshot;
 }
@@ -278,7 +289,10 @@ std::uint64_t NodeExporterValue(std::string_view counter, std::uint64_t raw) {
 }
 
 std::vector<RasEvent> InfinibandSysfsSource::Poll() {
-  InfinibandSnapshot current = ReadInfinibandSnapshot(host_);
+  return Advance(ReadInfinibandSnapshot(host_));
+}
+
+std::vector<RasEvent> InfinibandSysfsSource::Advance(InfinibandSnapshot current) {
   // A class directory rasd may not list (permissions) says nothing about
   // the hardware: the last picture stands, and no device is "gone".
   if (current.unreadable) {

@@ -72,6 +72,8 @@ class HostEnv {
 
   const std::filesystem::path& Root() const { return root_; }
   const Clock& GetClock() const { return *clock_; }
+  // For a HostEnv that wraps this one and must share its clock.
+  std::shared_ptr<const Clock> SharedClock() const { return clock_; }
 
   // Maps an absolute host path ("/sys/devices/system/edac") into the root.
   // A relative path is taken as relative to the root as well.

@@ -27,10 +27,12 @@ struct NvmlMonitorOptions {
   // returned by then (a wedged driver) is left behind, its thread detached,
   // so that rasd still stops within systemd's TimeoutStopSec.
   std::chrono::milliseconds stop_wait{2000};
-  // How long Start waits for NVML to open (nvmlInit, each GPU's first
-  // queries), and ComputeProcesses for its answer: a wedged driver makes
-  // them fail with kTimeout instead of holding the caller (rasd's start,
-  // its event loop). The call is left to return on its own.
+  // How long Start waits for NVML to open (nvmlInit; then each GPU's first
+  // queries, each GPU on a thread of its own), and ComputeProcesses for its
+  // answer: a wedged nvmlInit fails Start with kTimeout, a GPU whose
+  // opening does not return is left out (Unopened), and a listing fails
+  // with kTimeout, instead of holding the caller (rasd's start, its event
+  // loop). The call is left to return on its own.
   std::chrono::milliseconds start_wait{5000};
   std::chrono::milliseconds query_wait{250};
   // A GPU flooding one event (tens of thousands of Xids a second): the
@@ -97,6 +99,11 @@ class NvmlMonitor {
   virtual ~NvmlMonitor() = default;
 
   virtual const std::vector<NvmlGpu>& Gpus() const = 0;
+  // The NVML indices of GPUs whose opening (handle, names, PCI address,
+  // first counters) had not returned within start_wait: not watched, their
+  // call in RunningCalls named "GPU <index>" until it returns. Fixed after
+  // Start().
+  virtual std::vector<unsigned> Unopened() const = 0;
   // Whether NVLinks are polled (the library has the NVLink queries).
   virtual bool PollsNvlinks() const = 0;
   // Reports delivered to the listener so far.

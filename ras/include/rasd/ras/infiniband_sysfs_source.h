@@ -62,6 +62,18 @@ std::optional<InfinibandPortState> ParseInfinibandPortState(std::string_view tex
 // not "<number> Gb/sec...".
 std::optional<std::uint64_t> ParseInfinibandRate(std::string_view text);
 
+// The RDMA devices' names under the class directory, sorted; nullopt when
+// the directory exists but cannot be listed (permissions). Listing reads no
+// device: it never waits on a driver.
+std::optional<std::vector<std::string>> ListInfinibandDevices(const common::HostEnv& host);
+
+// Reads one device and its ports; nullopt when it is not there (gone since
+// it was listed). Its counter and port-state files go through the driver,
+// for mlx5 through the NIC's firmware: a read can block for as long as the
+// firmware does not answer.
+std::optional<InfinibandSnapshot::Device> ReadInfinibandDevice(const common::HostEnv& host,
+                                                               const std::string& name);
+
 // Reads every device and port. A host without /sys/class/infiniband gives
 // an empty snapshot, not an error: most hosts have no RDMA device. A device
 // or port that vanishes while being read is read as far as it went.
@@ -106,7 +118,11 @@ class InfinibandSysfsSource {
   static constexpr std::string_view kOrigin = "infiniband";
 
   explicit InfinibandSysfsSource(const common::HostEnv& host) : host_(host) {}
+  // Reads the tree (ReadInfinibandSnapshot) and advances to it.
   std::vector<RasEvent> Poll();
+  // Advances to a snapshot read elsewhere (off the caller's thread, one
+  // device at a time): the events from the last snapshot to `current`.
+  std::vector<RasEvent> Advance(InfinibandSnapshot current);
   const InfinibandSnapshot& Last() const { return last_; }
 
  private:
