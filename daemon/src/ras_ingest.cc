@@ -1,7 +1,5 @@
 #include "ras_ingest.h"
 
-#include <set>
-
 #include "ras_pipeline.h"
 #include "rasd/common/logging.h"
 #include "rasd/ras/kernel_log_scanner.h"
@@ -39,21 +37,20 @@ RasIngest::~RasIngest() = default;
 
 std::optional<int> RasIngest::NvmlDeviceOf(std::string_view name) const {
   if (auto device = RasPipeline::DeviceAtPciAddress(context_.runtime, name)) return device;
-  const auto unopened = nvml_.Unopened();
-  if (unopened.empty()) return std::nullopt;
-  std::set<int> claimed;
+  if (nvml_.Unopened().empty()) return std::nullopt;
+  std::vector<std::pair<unsigned, std::optional<int>>> opened;
   for (const auto& gpu : nvml_.Gpus()) {
-    if (auto device = RasPipeline::DeviceAtPciAddress(context_.runtime, gpu.pci_bdf))
-      claimed.insert(*device);
+    opened.emplace_back(gpu.index, gpu.pci_bdf.empty() ? std::nullopt
+                                                       : RasPipeline::DeviceAtPciAddress(
+                                                             context_.runtime, gpu.pci_bdf));
   }
-  std::vector<std::pair<std::string, int>> unclaimed;
+  std::vector<std::pair<std::string, int>> nvidia;
   for (const auto& device : context_.runtime.Devices()) {
     const auto& properties = device->Properties();
-    if (properties.vendor != "nvidia" || properties.pci_bdf.empty()) continue;
-    if (!claimed.contains(device->Index()))
-      unclaimed.emplace_back(properties.pci_bdf, device->Index());
+    if (properties.vendor == "nvidia" && !properties.pci_bdf.empty())
+      nvidia.emplace_back(properties.pci_bdf, device->Index());
   }
-  return DeviceOfUnopenedGpu(name, unopened, std::move(unclaimed));
+  return DeviceOfUnopenedGpu(name, nvml_.Counted(), opened, std::move(nvidia));
 }
 
 std::vector<RasIngest::Row> RasIngest::Table() {

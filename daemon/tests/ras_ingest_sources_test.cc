@@ -165,20 +165,26 @@ TEST_F(RasIngestSourcesTest, AnUnreadablePstoreIsNoPermission) {
 namespace rasd::daemon {
 namespace {
 
-// NVML numbers GPUs in PCI order: the GPUs whose opening did not return
-// are the runtime's unclaimed NVIDIA devices, in that order; where the
-// counts differ nothing is guessed.
-TEST(DeviceOfUnopenedGpuTest, PairsTheUnopenedIndicesWithTheUnclaimedDevicesInPciOrder) {
-  const std::vector<std::pair<std::string, int>> unclaimed = {{"0000:d7:00.0", 5},
-                                                              {"0000:3b:00.0", 2}};
-  EXPECT_EQ(DeviceOfUnopenedGpu("GPU 6", {6, 1}, unclaimed), 5);
-  EXPECT_EQ(DeviceOfUnopenedGpu("GPU 1", {6, 1}, unclaimed), 2);
-  EXPECT_EQ(DeviceOfUnopenedGpu("GPU 3", {6, 1}, unclaimed), std::nullopt) << "not unopened";
-  EXPECT_EQ(DeviceOfUnopenedGpu("GPU 1", {1}, unclaimed), std::nullopt) << "two candidates";
-  EXPECT_EQ(DeviceOfUnopenedGpu("GPU 1", {1}, {{"0000:3b:00.0", 2}}), 2);
-  EXPECT_EQ(DeviceOfUnopenedGpu("0000:3b:00.0", {1}, {{"0000:3b:00.0", 2}}), std::nullopt);
-  EXPECT_EQ(DeviceOfUnopenedGpu("GPU 1x", {1}, {{"0000:3b:00.0", 2}}), std::nullopt);
-  EXPECT_EQ(DeviceOfUnopenedGpu("GPU ", {1}, {{"0000:3b:00.0", 2}}), std::nullopt);
+// NVML numbers GPUs in PCI order: an index NVML could not open is the
+// runtime's NVIDIA device at that place in PCI order, where the GPUs it did
+// open bear that order out; otherwise nothing is guessed.
+TEST(DeviceOfUnopenedGpuTest, AnIndexIsItsPlaceInPciOrderWhereTheOpenedGpusBearThatOut) {
+  const std::vector<std::pair<std::string, int>> nvidia = {
+      {"0000:D7:00.0", 5}, {"0000:3b:00.0", 2}, {"0000:5e:00.0", 7}};
+  // NVML opened GPU 0 (device 2) and GPU 2 (device 5); GPU 1 did not open.
+  const std::vector<std::pair<unsigned, std::optional<int>>> opened = {{0, 2}, {2, 5}};
+  EXPECT_EQ(DeviceOfUnopenedGpu("GPU 1", 3, opened, nvidia), 7);
+  EXPECT_EQ(DeviceOfUnopenedGpu("GPU 3", 3, opened, nvidia), std::nullopt) << "no such index";
+  EXPECT_EQ(DeviceOfUnopenedGpu("GPU 1", 4, opened, nvidia), std::nullopt)
+      << "NVML counts a GPU rasd does not run";
+  EXPECT_EQ(DeviceOfUnopenedGpu("GPU 1", 3, {{0, 2}, {2, std::nullopt}}, nvidia), std::nullopt)
+      << "an opened GPU at no runtime device";
+  EXPECT_EQ(DeviceOfUnopenedGpu("GPU 1", 3, {{0, 5}, {2, 2}}, nvidia), std::nullopt)
+      << "the opened GPUs are not in PCI order";
+  EXPECT_EQ(DeviceOfUnopenedGpu("GPU 1", 3, {{0, 2}}, nvidia), 7) << "one refused: still in order";
+  EXPECT_EQ(DeviceOfUnopenedGpu("0000:5e:00.0", 3, opened, nvidia), std::nullopt);
+  EXPECT_EQ(DeviceOfUnopenedGpu("GPU 1x", 3, opened, nvidia), std::nullopt);
+  EXPECT_EQ(DeviceOfUnopenedGpu("GPU ", 3, opened, nvidia), std::nullopt);
 }
 
 }  // namespace

@@ -208,6 +208,7 @@ class NvmlMonitorImpl final : public NvmlMonitor,
   // left behind, as a stop leaves it, and the start fails with kTimeout
   // naming the call.
   Status Open() {
+    open_began_ = std::chrono::steady_clock::now();  // before the thread: it reads it
     thread_ = std::thread([self = shared_from_this()] {
       Status opened = self->Initialize();
       bool run = false;
@@ -226,8 +227,8 @@ class NvmlMonitorImpl final : public NvmlMonitor,
       self->exited_cv_.notify_all();
     });
     std::unique_lock lock(mutex_);
-    // nvmlInit gets start_wait, and the GPUs' opening start_wait more
-    // (OpenGpus): Start returns within twice start_wait.
+    // The GPUs' opening ends by 7/4 start_wait (OpenGpus), whatever
+    // nvmlInit took: Start returns within twice start_wait.
     if (exited_cv_.wait_for(lock, options_.start_wait * 2,
                             [this] { return opened_.has_value(); })) {
       Status opened = *opened_;
@@ -280,6 +281,7 @@ class NvmlMonitorImpl final : public NvmlMonitor,
                    api_.Describe("nvmlEventSetCreate", rc));
       events_ = nullptr;
     }
+    counted_ = count;
     OpenGpus(count);
     return {};
   }
@@ -300,7 +302,8 @@ class NvmlMonitorImpl final : public NvmlMonitor,
     bool abandoned = false;  // the monitor went on without the rest; guarded by mutex
   };
 
-  // Opens each GPU on a thread of its own and waits start_wait for them:
+  // Opens each GPU on a thread of its own and waits for them (up to 7/4
+  // start_wait after the start):
   // a GPU whose first call does not return (a wedged driver) is left
   // unopened, its call in RunningCalls named "GPU <index>", and the others
   // are watched. Only the monitor's thread, in Initialize.
@@ -315,8 +318,11 @@ class NvmlMonitorImpl final : public NvmlMonitor,
         opening->done.notify_all();
       }).detach();
     }
+    // Until 7/4 start_wait after the start, whatever nvmlInit took: Open
+    // waits twice start_wait for all of it, and must find the opening over.
+    const auto until = open_began_ + options_.start_wait * 7 / 4;
     std::unique_lock lock(opening->mutex);
-    opening->done.wait_for(lock, options_.start_wait, [&] {
+    opening->done.wait_until(lock, until, [&] {
       return std::all_of(opening->results.begin(), opening->results.end(),
                          [](const auto& result) { return result.has_value(); });
     });
@@ -344,37 +350,53 @@ class NvmlMonitorImpl final : public NvmlMonitor,
     OpenedGpu opened;
     opened.gpu.index = index;
     NvmlGpu& gpu = opened.gpu;
+    // Until its PCI address is known the GPU is named by NVML's index.
+    const std::string by_index = fmt::format("GPU {}", index);
+    nvml::Return handle_rc = nvml::kSuccess;
     {
-      // Until its PCI address is known the GPU is named by NVML's index.
-      const auto call = calls_.Begin(fmt::format("GPU {}", index), "nvmlDeviceGetHandleByIndex_v2");
-      if (nvml::Return rc = api_.DeviceGetHandleByIndex(index, &opened.handle);
-          rc != nvml::kSuccess) {
-        // A GPU NVML cannot open (lost, no permission) is not a reason to
-        // watch none of the others.
-        RASD_LOG_WARN("NVML: GPU {} skipped: {}", index,
-                      api_.Describe("nvmlDeviceGetHandleByIndex", rc));
-        return std::nullopt;
-      }
-      char text[96] = {};
+      const auto call = calls_.Begin(by_index, "nvmlDeviceGetHandleByIndex_v2");
+      handle_rc = api_.DeviceGetHandleByIndex(index, &opened.handle);
+    }
+    if (handle_rc != nvml::kSuccess) {
+      // A GPU NVML cannot open (lost, no permission) is not a reason to
+      // watch none of the others.
+      RASD_LOG_WARN("NVML: GPU {} skipped: {}", index,
+                    api_.Describe("nvmlDeviceGetHandleByIndex", handle_rc));
+      return std::nullopt;
+    }
+    char text[96] = {};
+    {
+      const auto call = calls_.Begin(by_index, "nvmlDeviceGetName");
       if (api_.DeviceGetName(opened.handle, text, sizeof text - 1) == nvml::kSuccess)
         gpu.name = text;
-      std::memset(text, 0, sizeof text);
+    }
+    std::memset(text, 0, sizeof text);
+    {
+      const auto call = calls_.Begin(by_index, "nvmlDeviceGetUuid");
       if (api_.DeviceGetUuid(opened.handle, text, sizeof text - 1) == nvml::kSuccess)
         gpu.uuid = text;
-      nvml::PciInfo pci{};
-      if (nvml::Return rc = api_.DeviceGetPciInfo(opened.handle, &pci); rc == nvml::kSuccess) {
-        gpu.pci_bdf = NormalizeBdf(pci);
-      } else {
-        RASD_LOG_WARN("NVML: GPU {} has no PCI address ({}); its reports name no device", index,
-                      api_.Describe("nvmlDeviceGetPciInfo", rc));
-      }
+    }
+    nvml::PciInfo pci{};
+    nvml::Return pci_rc = nvml::kSuccess;
+    {
+      const auto call = calls_.Begin(by_index, "nvmlDeviceGetPciInfo");
+      pci_rc = api_.DeviceGetPciInfo(opened.handle, &pci);
+    }
+    if (pci_rc == nvml::kSuccess) {
+      gpu.pci_bdf = NormalizeBdf(pci);
+    } else {
+      RASD_LOG_WARN("NVML: GPU {} has no PCI address ({}); its reports name no device", index,
+                    api_.Describe("nvmlDeviceGetPciInfo", pci_rc));
     }
     {
-      // A GPU that answered after the monitor went on without it is not
-      // registered for events it would never be polled with.
       std::lock_guard lock(opening.mutex);
       if (opening.abandoned) return std::nullopt;
     }
+    // A GPU that answers after the monitor went on without it may still be
+    // registered here (the check above and the registration are not one
+    // step, and an NVML call is never made under a lock the monitor waits
+    // on): its events name a handle the monitor does not watch, and are
+    // dropped (WaitForEvent). It is not watched until a restart.
     if (events_ != nullptr) gpu.event_types = Register(opened.handle, gpu);
     opened.baseline = ReadCounters(opened.handle, {}, /*report=*/false, gpu);
     for (const auto& [link, state] : opened.baseline.nvlinks) {
@@ -384,6 +406,7 @@ class NvmlMonitorImpl final : public NvmlMonitor,
   }
 
   std::vector<unsigned> Unopened() const override { return unopened_; }
+  unsigned Counted() const override { return counted_; }
   const std::vector<NvmlGpu>& Gpus() const override { return gpus_; }
   bool PollsNvlinks() const override { return api_.DeviceGetNvLinkState != nullptr; }
   std::uint64_t Reports() const override { return reports_.load(std::memory_order_relaxed); }
@@ -468,7 +491,8 @@ class NvmlMonitorImpl final : public NvmlMonitor,
     constexpr unsigned long long kWanted =
         nvml::kEventTypeXidCriticalError | nvml::kEventTypeDoubleBitEccError;
     unsigned long long supported = 0;
-    if (nvml::Return rc = api_.DeviceGetSupportedEventTypes(handle, &supported);
+    if (nvml::Return rc = Probe(gpu, "nvmlDeviceGetSupportedEventTypes",
+                                api_.DeviceGetSupportedEventTypes, handle, &supported);
         rc != nvml::kSuccess) {
       RASD_LOG_INFO("NVML: GPU {} ({}) reports no event types ({}); counters only", gpu.index,
                    gpu.pci_bdf, api_.Describe("nvmlDeviceGetSupportedEventTypes", rc));
@@ -476,7 +500,9 @@ class NvmlMonitorImpl final : public NvmlMonitor,
     }
     const unsigned long long types = supported & kWanted;
     if (types == 0) return 0;
-    if (nvml::Return rc = api_.DeviceRegisterEvents(handle, types, events_); rc != nvml::kSuccess) {
+    if (nvml::Return rc = Probe(gpu, "nvmlDeviceRegisterEvents", api_.DeviceRegisterEvents, handle,
+                                types, events_);
+        rc != nvml::kSuccess) {
       RASD_LOG_WARN("NVML: GPU {} ({}): {}; counters only", gpu.index, gpu.pci_bdf,
                    api_.Describe("nvmlDeviceRegisterEvents", rc));
       return 0;
@@ -826,6 +852,8 @@ class NvmlMonitorImpl final : public NvmlMonitor,
   std::vector<nvml::Device> handles_;
   std::vector<NvmlGpu> gpus_;
   std::vector<unsigned> unopened_;  // NVML indices whose opening did not return; fixed after Start
+  unsigned counted_ = 0;            // nvmlDeviceGetCount's; fixed after Start
+  std::chrono::steady_clock::time_point open_began_;  // set before the monitor's thread starts
   // By GPU: each its poller's, after Start.
   std::vector<CounterBaseline> baselines_;
   // The monitor thread's: by GPU (its place in gpus_) and code, the event
@@ -861,6 +889,7 @@ class NvmlMonitorHandle final : public NvmlMonitor {
   const std::vector<NvmlGpu>& Gpus() const override { return impl_->Gpus(); }
   bool PollsNvlinks() const override { return impl_->PollsNvlinks(); }
   std::vector<unsigned> Unopened() const override { return impl_->Unopened(); }
+  unsigned Counted() const override { return impl_->Counted(); }
   std::uint64_t Reports() const override { return impl_->Reports(); }
   std::vector<ProbeCalls::Call> RunningCalls() const override { return impl_->RunningCalls(); }
   Result<std::vector<std::int64_t>> ComputeProcesses(std::string_view pci_bdf) const override {

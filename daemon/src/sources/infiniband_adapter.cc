@@ -60,8 +60,9 @@ void InfinibandAdapter::Arm() {
 }
 
 void InfinibandAdapter::UpdateNicAffinity() {
-  std::set<std::string> names;
-  for (const auto& [name, device] : infiniband_->Last().devices) names.insert(name);
+  // By the listing, not the readings: a NIC that has never answered still
+  // serves its accelerators.
+  const std::set<std::string> names(listed_.begin(), listed_.end());
   if (names == affinity_of_) return;
   affinity_of_ = names;
   nic_affinity_.clear();
@@ -70,13 +71,14 @@ void InfinibandAdapter::UpdateNicAffinity() {
     if (auto placement = ras::ReadPciPlacement(context_.host, device->Properties().pci_bdf))
       accelerators.emplace_back(device->Index(), std::move(*placement));
   }
-  for (const auto& [name, device] : infiniband_->Last().devices) {
-    if (!device.pci_bdf) continue;
-    auto nic = ras::ReadPciPlacement(context_.host, *device.pci_bdf);
+  for (const auto& name : names) {
+    const auto pci_bdf = ras::InfinibandPciAddress(context_.host, name);
+    if (!pci_bdf) continue;
+    auto nic = ras::ReadPciPlacement(context_.host, *pci_bdf);
     if (!nic) continue;
     auto affinity = ras::AcceleratorsOfNic(*nic, accelerators);
     if (!affinity.devices.empty()) {
-      RASD_LOG_INFO("RDMA device {} ({}) serves device(s) {}: {}", name, *device.pci_bdf,
+      RASD_LOG_INFO("RDMA device {} ({}) serves device(s) {}: {}", name, *pci_bdf,
                     fmt::join(affinity.devices, ", "), affinity.how);
     }
     nic_affinity_[name] = std::move(affinity);
@@ -102,8 +104,7 @@ void InfinibandAdapter::Poll() {
   if (round_open_) {
     // A NIC has not answered the last round yet: wait for it up to the
     // read deadline, then close the round without it.
-    const auto waited = context_.loop.Now() - round_began_;
-    if (waited >= context_.read_deadline && !StuckReads().empty()) CloseRound();
+    if (context_.loop.Now() - round_began_ >= context_.read_deadline) CloseRound();
     Arm();
     return;
   }
@@ -181,9 +182,12 @@ void InfinibandAdapter::CloseRound() {
 
 std::map<std::string, drivers::ProbeCalls::Call> InfinibandAdapter::StuckReads() const {
   std::map<std::string, drivers::ProbeCalls::Call> stuck;
-  for (auto& call : readers_->Running()) {
-    if (call.running < context_.read_deadline) continue;
-    stuck.emplace(call.device, std::move(call));  // the longest first: the first one stays
+  const std::set<std::string> listed(listed_.begin(), listed_.end());
+  for (auto& [name, read] : readers_->InFlightReads()) {
+    // A NIC no longer listed is gone, not stuck ("device gone" says so).
+    if (read.running < context_.read_deadline || !listed.contains(name)) continue;
+    if (read.function.empty()) read.function = "its files";
+    stuck.emplace(name, std::move(read));
   }
   return stuck;
 }
@@ -192,11 +196,20 @@ std::optional<ras::LinkReport> InfinibandAdapter::LinksDown() const {
   if (infiniband_->Last().unreadable) return std::nullopt;
   ras::LinkReport report{.source = "RDMA"};
   for (const auto& [name, affinity] : nic_affinity_) {
+    const auto stuck = stuck_.find(name);
     auto device = infiniband_->Last().devices.find(name);
-    if (device == infiniband_->Last().devices.end()) continue;
+    if (device == infiniband_->Last().devices.end()) {
+      if (stuck == stuck_.end()) continue;
+      // Not answering since it was first listed: its ports are not known.
+      for (int accelerator : affinity.devices) {
+        report.down[accelerator].push_back(fmt::format(
+            "{} (not answering: reading {} for {} s)", name, stuck->second.function,
+            std::chrono::duration_cast<std::chrono::seconds>(stuck->second.running).count()));
+      }
+      continue;
+    }
     for (int accelerator : affinity.devices) {
       auto& ports = report.down[accelerator];
-      const auto stuck = stuck_.find(name);
       for (const auto& [number, port] : device->second.ports) {
         if (stuck != stuck_.end()) {
           ports.push_back(fmt::format(

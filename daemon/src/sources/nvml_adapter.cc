@@ -3,27 +3,33 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 
 #include "rasd/common/logging.h"
 
 namespace rasd::daemon {
 
-std::optional<int> DeviceOfUnopenedGpu(std::string_view name, std::vector<unsigned> unopened,
-                                       std::vector<std::pair<std::string, int>> unclaimed) {
+std::optional<int> DeviceOfUnopenedGpu(
+    std::string_view name, unsigned counted,
+    const std::vector<std::pair<unsigned, std::optional<int>>>& opened,
+    std::vector<std::pair<std::string, int>> nvidia) {
   constexpr std::string_view kPrefix = "GPU ";
   if (name.substr(0, kPrefix.size()) != kPrefix) return std::nullopt;
   unsigned index = 0;
   const std::string_view digits = name.substr(kPrefix.size());
   const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), index);
   if (ec != std::errc() || end != digits.data() + digits.size()) return std::nullopt;
-  if (unopened.size() != unclaimed.size()) return std::nullopt;
-  std::sort(unopened.begin(), unopened.end());
-  std::sort(unclaimed.begin(), unclaimed.end());
-  for (std::size_t i = 0; i < unopened.size(); ++i) {
-    if (unopened[i] == index) return unclaimed[i].second;
+  if (nvidia.size() != counted || index >= counted) return std::nullopt;
+  for (auto& [address, device] : nvidia) {
+    std::transform(address.begin(), address.end(), address.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   }
-  return std::nullopt;
+  std::sort(nvidia.begin(), nvidia.end());
+  for (const auto& [at, device] : opened) {
+    if (!device || at >= nvidia.size() || nvidia[at].second != *device) return std::nullopt;
+  }
+  return nvidia[index].second;
 }
 
 void NvmlAdapter::Start() {

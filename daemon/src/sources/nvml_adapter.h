@@ -18,13 +18,18 @@ namespace rasd::daemon {
 // Most hosts have no NVIDIA GPU: one line, and the other sources serve.
 // Destroying it stops NVML's thread; `reports` must outlive it.
 // The runtime device of a GPU NVML names by its index alone ("GPU 1": its
-// opening did not return, so its PCI address is not known), by
-// elimination: `unclaimed` are the runtime's NVIDIA devices (PCI address,
-// index) that no opened GPU is; NVML numbers GPUs in PCI order, so the
-// unclaimed devices in PCI order are the `unopened` indices in order.
-// nullopt for any other name, or where the counts differ (no guess).
-std::optional<int> DeviceOfUnopenedGpu(std::string_view name, std::vector<unsigned> unopened,
-                                       std::vector<std::pair<std::string, int>> unclaimed);
+// opening did not return, so its PCI address is not known). NVML numbers
+// GPUs in PCI bus order, so index i is the i-th of the runtime's NVIDIA
+// devices (`nvidia`: PCI address, runtime index) in PCI order; that is
+// trusted only where it is borne out: the runtime has as many NVIDIA
+// devices as NVML `counted`, and every GPU NVML opened (`opened`: NVML
+// index, the runtime device at its PCI address) sits at its index in that
+// order. nullopt otherwise (a GPU NVML refused, one without a PCI address,
+// a GPU rasd does not run), and for any other name: no guess.
+std::optional<int> DeviceOfUnopenedGpu(
+    std::string_view name, unsigned counted,
+    const std::vector<std::pair<unsigned, std::optional<int>>>& opened,
+    std::vector<std::pair<std::string, int>> nvidia);
 
 class NvmlAdapter final : public RasSource {
  public:
@@ -53,6 +58,7 @@ class NvmlAdapter final : public RasSource {
   std::vector<unsigned> Unopened() const {
     return nvml_ ? nvml_->Unopened() : std::vector<unsigned>{};
   }
+  unsigned Counted() const { return nvml_ ? nvml_->Counted() : 0; }
 
  private:
   SourceContext& context_;

@@ -56,6 +56,7 @@ struct RdmaDeviceReaders::Shared {
   Shared(common::EventLoop& owner_loop, const common::HostEnv& inner,
          std::function<void()> on_finished)
       : loop(owner_loop),
+        clock(owner_loop.SharedClock()),
         // On the loop's clock, so that the caller's deadline and the calls'
         // times are one time.
         calls([clock = owner_loop.SharedClock()] {
@@ -65,12 +66,14 @@ struct RdmaDeviceReaders::Shared {
         finished(std::move(on_finished)) {}
 
   common::EventLoop& loop;
+  std::shared_ptr<const common::Clock> clock;
   drivers::ProbeCalls calls;
   RecordingHost host;
   std::function<void()> finished;  // loop thread only; cleared by the destructor
   struct Slot {
     bool requested = false;  // a read is asked for and not begun
     bool busy = false;       // asked for or in progress
+    std::chrono::nanoseconds asked{0};  // when, on the loop's clock
   };
   std::mutex mutex;
   std::condition_variable changed;
@@ -114,6 +117,7 @@ bool RdmaDeviceReaders::Request(const std::string& name) {
   if (slot.busy) return false;
   slot.busy = true;
   slot.requested = true;
+  slot.asked = shared_->clock->Monotonic();
   if (threads_.count(name) == 0) threads_.emplace(name, std::thread(ReadDevice, shared_, name));
   shared_->changed.notify_all();
   return true;
@@ -138,8 +142,20 @@ std::map<std::string, std::optional<ras::InfinibandSnapshot::Device>> RdmaDevice
   return std::exchange(shared_->done, {});
 }
 
-std::vector<drivers::ProbeCalls::Call> RdmaDeviceReaders::Running() const {
-  return shared_->calls.Running();
+std::map<std::string, drivers::ProbeCalls::Call> RdmaDeviceReaders::InFlightReads() const {
+  std::map<std::string, drivers::ProbeCalls::Call> reads;
+  {
+    std::lock_guard lock(shared_->mutex);
+    const auto now = shared_->clock->Monotonic();
+    for (const auto& [name, slot] : shared_->slots) {
+      if (slot.busy) reads[name] = {.device = name, .function = "", .running = now - slot.asked};
+    }
+  }
+  for (const auto& call : shared_->calls.Running()) {  // the longest first
+    auto read = reads.find(call.device);
+    if (read != reads.end() && read->second.function.empty()) read->second.function = call.function;
+  }
+  return reads;
 }
 
 void RdmaDeviceReaders::ReadDevice(const std::shared_ptr<Shared>& shared, const std::string& name) {

@@ -54,8 +54,9 @@ class RdmaDeviceReaders {
   // device that was gone when read.
   std::map<std::string, std::optional<ras::InfinibandSnapshot::Device>> Take();
 
-  // Reads in progress now, the longest first. Any thread.
-  std::vector<drivers::ProbeCalls::Call> Running() const;
+  // The reads in flight now, by device: how long since each was asked for
+  // (on the loop's clock) and the file it is inside (empty between files).
+  std::map<std::string, drivers::ProbeCalls::Call> InFlightReads() const;
   // Threads this object has left behind inside a read when destroyed.
   int LeftBehind() const { return left_behind_; }
 

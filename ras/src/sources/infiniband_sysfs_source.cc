@@ -228,6 +228,11 @@ std::optional<std::uint64_t> ParseInfinibandRate(std::string_view text) {
   return bytes;
 }
 
+std::optional<std::string> InfinibandPciAddress(const common::HostEnv& host,
+                                                const std::string& name) {
+  return PciAddressOf(host, std::string(kClassInfiniband) + "/" + name);
+}
+
 std::optional<std::vector<std::string>> ListInfinibandDevices(const common::HostEnv& host) {
   bool unreadable = false;
   auto names = EntriesOf(host.Resolve(kClassInfiniband), &unreadable);

@@ -29,8 +29,9 @@ struct NvmlMonitorOptions {
   std::chrono::milliseconds stop_wait{2000};
   // How long Start waits for NVML to open (nvmlInit; then each GPU's first
   // queries, each GPU on a thread of its own), and ComputeProcesses for its
-  // answer: a wedged nvmlInit fails Start with kTimeout, a GPU whose
-  // opening does not return is left out (Unopened), and a listing fails
+  // answer: a wedged nvmlInit fails Start with kTimeout (Start returns
+  // within twice start_wait), a GPU whose opening has not returned 7/4
+  // start_wait after the start is left out (Unopened), and a listing fails
   // with kTimeout, instead of holding the caller (rasd's start, its event
   // loop). The call is left to return on its own.
   std::chrono::milliseconds start_wait{5000};
@@ -104,6 +105,9 @@ class NvmlMonitor {
   // call in RunningCalls named "GPU <index>" until it returns. Fixed after
   // Start().
   virtual std::vector<unsigned> Unopened() const = 0;
+  // The GPUs nvmlDeviceGetCount gave: opened, unopened, and those NVML
+  // refused to open (lost, no permission). Fixed after Start().
+  virtual unsigned Counted() const = 0;
   // Whether NVLinks are polled (the library has the NVLink queries).
   virtual bool PollsNvlinks() const = 0;
   // Reports delivered to the listener so far.

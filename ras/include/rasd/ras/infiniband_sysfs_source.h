@@ -67,6 +67,11 @@ std::optional<std::uint64_t> ParseInfinibandRate(std::string_view text);
 // device: it never waits on a driver.
 std::optional<std::vector<std::string>> ListInfinibandDevices(const common::HostEnv& host);
 
+// The PCI function behind RDMA device `name` (InfinibandSnapshot::Device::
+// pci_bdf), from its links alone: reads no device file.
+std::optional<std::string> InfinibandPciAddress(const common::HostEnv& host,
+                                                const std::string& name);
+
 // Reads one device and its ports; nullopt when it is not there (gone since
 // it was listed). Its counter and port-state files go through the driver,
 // for mlx5 through the NIC's firmware: a read can block for as long as the
