@@ -11,143 +11,11 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "slurm_cluster.h"
 #include "test_support.h"
 
 namespace rasd::testing {
 namespace {
-
-class SlurmCluster {
- public:
-  // Empty `why` when the cluster runs; `missing` names a tool that
-  // scripts/bootstrap should have installed.
-  // `extra_nodes`: more nodes in the config, with no slurmd behind them
-  // (down): the rest of a cluster, for the blast-radius guard.
-  SlurmCluster(std::string* why, std::string* missing, std::vector<std::string> extra_nodes = {}) {
-    for (const char* tool : {"/usr/sbin/munged", "/usr/sbin/mungekey", "/usr/sbin/slurmctld",
-                             "/usr/sbin/slurmd", "/usr/bin/scontrol", "/usr/bin/sinfo"}) {
-      if (::access(tool, X_OK) != 0) {
-        *missing = std::string(tool) +
-                   " is missing: run scripts/bootstrap (slurmctld, slurmd, munge, slurm-client)";
-        return;
-      }
-    }
-    if (::geteuid() != 0) {
-      *why = "the one-node cluster runs its daemons as root";
-      return;
-    }
-    const auto d = dir_.Path();
-    for (const char* sub : {"state", "spool", "log", "munge"})
-      std::filesystem::create_directories(d / sub);
-    std::filesystem::permissions(d / "munge", std::filesystem::perms(0755));
-    if (Run({"/usr/sbin/mungekey", "-c", "-k", (d / "munge/munge.key").string()}) != 0) {
-      *why = "mungekey could not make a key";
-      return;
-    }
-    munged_ =
-        Daemon({"/usr/sbin/munged", "--foreground", "--socket=" + (d / "munge/munge.sock").string(),
-                "--key-file=" + (d / "munge/munge.key").string(),
-                "--pid-file=" + (d / "munge/munged.pid").string(),
-                "--log-file=" + (d / "log/munged.log").string(),
-                "--seed-file=" + (d / "munge/munged.seed").string()},
-               "munged");
-    if (!WaitUntil([&] { return std::filesystem::exists(d / "munge/munge.sock"); }, 10s)) {
-      *why = "munged did not start: " + ReadText(d / "log/munged.log") +
-             ReadText(d / "log/munged.stderr");
-      return;
-    }
-    const int controller_port = FreePort(), node_port = FreePort();
-    // The extra nodes come first: with "localhost" alone in the table so far,
-    // slurmctld 22.05 takes every other name for it ("Duplicated
-    // NodeHostName").
-    std::string extra_lines, extra_names;
-    for (std::size_t i = 0; i < extra_nodes.size(); ++i) {
-      extra_lines += fmt::format("NodeName={} NodeAddr=127.0.0.{} CPUs=2 RealMemory=2000 State=DOWN\n",
-                                 extra_nodes[i], i + 2);
-      extra_names += "," + extra_nodes[i];
-    }
-    WriteText(d / "slurm.conf",
-              fmt::format(R"(ClusterName=rasdtest
-SlurmctldHost=localhost
-SlurmUser=root
-SlurmdUser=root
-SlurmctldPort={}
-SlurmdPort={}
-AuthType=auth/munge
-CredType=cred/munge
-AuthInfo=socket={}/munge/munge.sock
-StateSaveLocation={}/state
-SlurmdSpoolDir={}/spool
-SlurmctldPidFile={}/slurmctld.pid
-SlurmdPidFile={}/slurmd.pid
-SlurmctldLogFile={}/log/slurmctld.log
-SlurmdLogFile={}/log/slurmd.log
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-MpiDefault=none
-MailProg=/bin/true
-ReturnToService=1
-{}NodeName=localhost CPUs=2 RealMemory=2000 State=UNKNOWN
-PartitionName=debug Nodes=localhost{} Default=YES MaxTime=INFINITE State=UP
-)",
-                          controller_port, node_port, d.string(), d.string(), d.string(),
-                          d.string(), d.string(), d.string(), d.string(), extra_lines,
-                          extra_names));
-    conf_ = (d / "slurm.conf").string();
-    slurmctld_ = Daemon({"/usr/sbin/slurmctld", "-D", "-c", "-i"}, "slurmctld");
-    slurmd_ = Daemon({"/usr/sbin/slurmd", "-D", "-N", "localhost"}, "slurmd");
-    if (!WaitUntil([&] { return State() == "idle"; }, 15s)) {
-      *why = "the node never became idle: " + State() + "\n" + ReadText(d / "log/slurmctld.log");
-      return;
-    }
-  }
-
-  const std::string& Conf() const { return conf_; }
-
-  // "idle", "drained", ... and the reason, from sinfo.
-  std::string State(const std::string& node = "localhost") { return Sinfo("%T", node); }
-  std::string Reason(const std::string& node = "localhost") { return Sinfo("%E", node); }
-  // scontrol update NodeName=NODE ARGS...: 0 when it took.
-  int Update(const std::string& node, std::vector<std::string> args) {
-    std::vector<std::string> argv = {"/usr/bin/scontrol", "update", "NodeName=" + node};
-    argv.insert(argv.end(), args.begin(), args.end());
-    return Run(std::move(argv));
-  }
-
- private:
-  // The daemons run in the foreground as the test's children: they end with
-  // the cluster (slurmd first, munged last), also when the test dies; a
-  // daemon that detached itself would outlive both.
-  std::unique_ptr<Process> Daemon(std::vector<std::string> argv, const std::string& name) {
-    return std::make_unique<Process>(
-        ProcessOptions{.argv = std::move(argv),
-                       .set_env = {{"SLURM_CONF", conf_}},
-                       .stdout_path = dir_ / "log" / (name + ".stdout"),
-                       .stderr_path = dir_ / "log" / (name + ".stderr")});
-  }
-  int Run(std::vector<std::string> argv) {
-    std::map<std::string, std::string> env;
-    if (!conf_.empty()) env["SLURM_CONF"] = conf_;
-    return RunToCompletion({.argv = std::move(argv), .set_env = env}, 30s).exit_code;
-  }
-  std::string Sinfo(const char* format, const std::string& node) {
-    auto result = RunToCompletion({.argv = {"/usr/bin/sinfo", "-h", "-N", "-n", node, "-o", format},
-                                   .set_env = {{"SLURM_CONF", conf_}}},
-                                  10s);
-    std::string out = result.out;
-    while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
-    return out;
-  }
-
-  TempDir dir_;
-  std::string conf_;
-  std::unique_ptr<Process> munged_;
-  std::unique_ptr<Process> slurmctld_;
-  std::unique_ptr<Process> slurmd_;
-};
 
 TEST(SlurmTest, AFatalHostErrorDrainsTheNodeAndAnUndrainResumesIt) {
   std::string why, missing;
@@ -287,7 +155,7 @@ TEST(SlurmTest, CheckAsAHealthCheckProgramDrainsOnAProblemAndResumesOnlyItsOwnDr
 
 TEST(SlurmTest, TheBlastRadiusGuardHoldsADrainWhileHalfTheClusterIsDrainedByRasd) {
   std::string why, missing;
-  SlurmCluster slurm(&why, &missing, {"gpu1", "gpu2", "gpu3"});
+  SlurmCluster slurm(&why, &missing, {.down_nodes = {"gpu1", "gpu2", "gpu3"}});
   ASSERT_TRUE(missing.empty()) << missing;
   if (::geteuid() != 0) GTEST_SKIP() << "the one-node cluster runs its daemons as root";
   ASSERT_TRUE(why.empty()) << "the Slurm cluster did not start: " << why;
@@ -338,7 +206,7 @@ TEST(SlurmTest, TheBlastRadiusGuardHoldsADrainWhileHalfTheClusterIsDrainedByRasd
 // out of service; a node name Slurm does not list drains nothing.
 TEST(SlurmTest, RasdLeavesANodeSomeoneElseHoldsAndANameSlurmDoesNotListAlone) {
   std::string why, missing;
-  SlurmCluster slurm(&why, &missing, {"gpu1"});
+  SlurmCluster slurm(&why, &missing, {.down_nodes = {"gpu1"}});
   ASSERT_TRUE(missing.empty()) << missing;
   if (::geteuid() != 0) GTEST_SKIP() << "the one-node cluster runs its daemons as root";
   ASSERT_TRUE(why.empty()) << "the Slurm cluster did not start: " << why;

@@ -4,8 +4,10 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <tuple>
 
 #include "rasd/common/default_paths.h"
 #include "rasd/common/subprocess.h"
@@ -153,29 +155,89 @@ Result<std::vector<SlurmNode>> ParseSinfoJson(std::string_view text) {
   return nodes;
 }
 
+std::size_t DrainLimit(std::size_t nodes, double max_fraction) {
+  const double limit = std::floor(max_fraction * static_cast<double>(nodes));
+  return std::max<std::size_t>(1, limit <= 0 ? 0 : static_cast<std::size_t>(limit));
+}
+
+namespace {
+
+// Drained by rasd, and within the window (an untimed drain always is).
+bool CountsAgainstTheGuard(const SlurmNode& node, std::chrono::seconds window,
+                           std::chrono::system_clock::time_point now) {
+  if (!DrainedByRasd(node)) return false;
+  // A drain whose time Slurm does not give counts: the guard errs on the
+  // side of draining less.
+  return window.count() == 0 || !node.reason_changed_at || now - *node.reason_changed_at <= window;
+}
+
+std::string Within(std::chrono::seconds window) {
+  return window.count() > 0 ? fmt::format(" within the last {} s", window.count()) : "";
+}
+
+}  // namespace
+
 DrainGuardVerdict CheckDrainGuard(const std::vector<SlurmNode>& nodes, std::string_view self,
                                   double max_fraction, std::chrono::seconds window,
                                   std::chrono::system_clock::time_point now) {
   DrainGuardVerdict verdict;
   verdict.nodes = nodes.size();
   for (const auto& node : nodes) {
-    if (node.name == self || !DrainedByRasd(node)) continue;
-    // A drain whose time Slurm does not give counts: the guard errs on the
-    // side of draining less.
-    if (window.count() > 0 && node.reason_changed_at && now - *node.reason_changed_at > window)
-      continue;
-    ++verdict.drained_by_rasd;
+    if (node.name != self && CountsAgainstTheGuard(node, window, now)) ++verdict.drained_by_rasd;
   }
   const double fraction = verdict.nodes == 0 ? 0.0
                                              : static_cast<double>(verdict.drained_by_rasd) /
                                                    static_cast<double>(verdict.nodes);
-  verdict.allowed = verdict.drained_by_rasd == 0 || fraction < max_fraction;
-  const std::string within =
-      window.count() > 0 ? fmt::format(" within the last {} s", window.count()) : "";
+  verdict.allowed = verdict.drained_by_rasd < DrainLimit(verdict.nodes, max_fraction);
   verdict.why = fmt::format("{} of {} node(s) drained by rasd{} ({:.0f}%; the limit is {:.0f}%)",
-                            verdict.drained_by_rasd, verdict.nodes, within, fraction * 100,
+                            verdict.drained_by_rasd, verdict.nodes, Within(window), fraction * 100,
                             max_fraction * 100);
   return verdict;
+}
+
+DrainRank RankOwnDrain(const std::vector<SlurmNode>& nodes, std::string_view self,
+                       double max_fraction, std::chrono::seconds window,
+                       std::chrono::system_clock::time_point now) {
+  using Key = std::tuple<bool, std::chrono::system_clock::time_point, std::string_view>;
+  std::vector<Key> drains;  // (timed, when, name): untimed first
+  for (const auto& node : nodes) {
+    if (node.name != self && !CountsAgainstTheGuard(node, window, now)) continue;
+    if (node.name == self && !DrainedByRasd(node)) continue;
+    drains.emplace_back(node.reason_changed_at.has_value(),
+                        node.reason_changed_at.value_or(std::chrono::system_clock::time_point{}),
+                        node.name);
+  }
+  std::sort(drains.begin(), drains.end());
+  DrainRank rank;
+  rank.nodes = nodes.size();
+  rank.drains = drains.size();
+  rank.limit = DrainLimit(nodes.size(), max_fraction);
+  const auto mine = std::find_if(drains.begin(), drains.end(),
+                                 [&](const Key& key) { return std::get<2>(key) == self; });
+  if (mine == drains.end()) {
+    // Not drained by rasd (any more): nothing of this node's to undo.
+    rank.why = fmt::format("node {} is not drained by rasd", self);
+    return rank;
+  }
+  rank.rank = static_cast<std::size_t>(mine - drains.begin());
+  rank.keep = rank.rank < rank.limit;
+  rank.why = fmt::format(
+      "{} of {} node(s) drained by rasd{}, the limit is {} ({:.0f}%); by the time Slurm recorded "
+      "each, this node's drain is number {}: {}",
+      rank.drains, rank.nodes, Within(window), rank.limit, max_fraction * 100, rank.rank + 1,
+      rank.keep ? "it stays" : "undone");
+  return rank;
+}
+
+Result<DrainRank> SlurmClient::ConfirmOwnDrain(const std::string& node, double max_fraction,
+                                               std::chrono::seconds window,
+                                               std::chrono::system_clock::time_point now) const {
+  auto nodes = Nodes();
+  if (!nodes) return Fail(nodes.error());
+  DrainRank rank = RankOwnDrain(*nodes, node, max_fraction, window, now);
+  if (rank.keep) return rank;
+  if (auto resumed = Resume(node); !resumed) return Fail(resumed.error());
+  return rank;
 }
 
 std::vector<std::string> SlurmClient::EnvironmentFromCaller() {

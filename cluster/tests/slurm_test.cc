@@ -4,6 +4,7 @@
 
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
 
 namespace rasd::cluster {
@@ -149,6 +150,71 @@ TEST(DrainGuardTest, TheWindowLeavesOutOldDrainsButNotUntimedOnes) {
   EXPECT_FALSE(verdict.allowed);
   EXPECT_NE(verdict.why.find("within the last 300 s"), std::string::npos) << verdict.why;
   EXPECT_EQ(CheckDrainGuard(nodes, "self", 0.5, seconds(0), now).drained_by_rasd, 3u);
+}
+
+TEST(DrainGuardTest, TheLimitIsTheFractionRoundedDownAndAtLeastOne) {
+  EXPECT_EQ(DrainLimit(8, 0.5), 4u);
+  EXPECT_EQ(DrainLimit(3, 0.5), 1u) << "2 of 3 would be past half";
+  EXPECT_EQ(DrainLimit(1, 0.5), 1u);
+  EXPECT_EQ(DrainLimit(0, 0.5), 1u);
+  EXPECT_EQ(DrainLimit(10, 0.01), 1u);
+  EXPECT_EQ(DrainLimit(32, 0.5), 16u);
+  // 1 of 3 drained: a second would be 67%, past 50%.
+  const auto now = system_clock::now();
+  EXPECT_FALSE(
+      CheckDrainGuard({Node("self", false, ""), Node("a", true, "rasd: x"), Node("b", false, "")},
+                      "self", 0.5, seconds(0), now)
+          .allowed);
+}
+
+// Eight peers drained in the same second: each, reading the cluster after,
+// puts the drains in the same order and the first four stay, whatever the
+// order the nodes are listed in and whichever undid theirs already.
+TEST(DrainRankTest, PeersThatDrainedAtOnceAgreeWhoStays) {
+  const auto now = system_clock::now();
+  const auto second = system_clock::time_point(
+      std::chrono::duration_cast<seconds>((now - seconds(1)).time_since_epoch()));
+  std::vector<SlurmNode> nodes;
+  for (const char* name : {"n7", "n2", "n5", "n0", "n3", "n6", "n1", "n4"})
+    nodes.push_back(Node(name, true, "rasd: fatal host error", second));
+  std::set<std::string> kept;
+  for (const auto& node : nodes) {
+    const DrainRank rank = RankOwnDrain(nodes, node.name, 0.5, seconds(300), now);
+    EXPECT_EQ(rank.drains, 8u);
+    EXPECT_EQ(rank.limit, 4u);
+    if (rank.keep) kept.insert(node.name);
+    EXPECT_NE(rank.why.find(rank.keep ? "it stays" : "undone"), std::string::npos) << rank.why;
+  }
+  EXPECT_EQ(kept, (std::set<std::string>{"n0", "n1", "n2", "n3"}));
+  // n5 and n7 undid theirs before n4 and n6 read: those still undo.
+  std::vector<SlurmNode> later;
+  for (const auto& node : nodes)
+    if (node.name != "n5" && node.name != "n7") later.push_back(node);
+  EXPECT_FALSE(RankOwnDrain(later, "n4", 0.5, seconds(300), now).keep);
+  EXPECT_FALSE(RankOwnDrain(later, "n6", 0.5, seconds(300), now).keep);
+  // An earlier second goes first, an untimed drain before every timed one.
+  nodes[0].reason_changed_at = second - seconds(5);  // n7
+  nodes[1].reason_changed_at.reset();                // n2
+  EXPECT_EQ(RankOwnDrain(nodes, "n2", 0.5, seconds(300), now).rank, 0u);
+  EXPECT_EQ(RankOwnDrain(nodes, "n7", 0.5, seconds(300), now).rank, 1u);
+  EXPECT_FALSE(RankOwnDrain(nodes, "n3", 0.5, seconds(300), now).keep);
+}
+
+TEST(DrainRankTest, OldDrainsAndOthersReasonsDoNotCountAndANodeNotDrainedKeepsNothingToUndo) {
+  const auto now = system_clock::now();
+  const std::vector<SlurmNode> nodes = {Node("self", true, "rasd: x", now - seconds(1)),
+                                        Node("old", true, "rasd: y", now - seconds(3600)),
+                                        Node("admin", true, "bios update", now - seconds(2)),
+                                        Node("idle", false, "")};
+  const DrainRank rank = RankOwnDrain(nodes, "self", 0.25, seconds(300), now);
+  EXPECT_TRUE(rank.keep) << rank.why;
+  EXPECT_EQ(rank.drains, 1u);
+  EXPECT_EQ(rank.limit, 1u);
+  EXPECT_TRUE(RankOwnDrain(nodes, "idle", 0.25, seconds(300), now).keep);
+  EXPECT_NE(RankOwnDrain(nodes, "idle", 0.25, seconds(300), now).why.find("not drained by rasd"),
+            std::string::npos);
+  EXPECT_FALSE(RankOwnDrain(nodes, "self", 0.25, seconds(0), now).keep)
+      << "with no window the old drain counts, and came first";
 }
 
 using Kind = NodeActionDecision::Kind;

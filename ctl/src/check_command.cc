@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <ostream>
+#include <thread>
 
 #include "control_client.h"
 #include "rasd/cluster/slurm.h"
@@ -102,6 +103,24 @@ NhcOutcome ApplyToSlurm(const CheckOptions& options, const CheckVerdict& verdict
       // DrainReason puts the "rasd: " prefix on the summary.
       if (auto drained = slurm.Drain(node, verdict.summary); !drained) {
         return {"failed", drained.error().message};
+      }
+      if (max_fraction < 1.0) {
+        // Every node's health check runs at once: peers that read the
+        // cluster together all saw room. The drains are ranked alike on
+        // every node once all of them can be seen.
+        std::this_thread::sleep_for(cluster::kDrainSettle);
+        auto rank = slurm.ConfirmOwnDrain(node, max_fraction, std::chrono::seconds(window_s),
+                                          common::SystemClock().Wall());
+        if (!rank) {
+          return {"drained",
+                  fmt::format("node {} drained: {}; its place among rasd's drains "
+                              "could not be read ({}): the drain stands",
+                              node, cluster::DrainReason(verdict.summary), rank.error().message)};
+        }
+        if (!rank->keep) {
+          return {"guarded", fmt::format("node {} resumed again: the blast-radius guard holds: {}",
+                                         node, rank->why)};
+        }
       }
       return {"drained",
               fmt::format("node {} drained: {}", node, cluster::DrainReason(verdict.summary))};

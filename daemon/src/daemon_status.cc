@@ -132,6 +132,7 @@ nlohmann::json Daemon::SchedulerView() const {
                         {"drained", scheduler_->DrainedByRasd()},
                         {"drain_wanted", scheduler_->Drained()},
                         {"guarded", guarded ? nlohmann::json(*guarded) : nlohmann::json()},
+                        {"confirming", scheduler_->Confirming()},
                         {"max_drained_fraction", config_.scheduler.max_drained_fraction},
                         {"guard_window_s", config_.scheduler.guard_window.count()},
                         {"calls", scheduler_->Counts()}};

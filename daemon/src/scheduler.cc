@@ -65,6 +65,11 @@ std::optional<std::string> SchedulerLink::Guarded() const {
   return guarded_;
 }
 
+bool SchedulerLink::Confirming() const {
+  std::lock_guard lock(mutex_);
+  return confirming_;
+}
+
 std::map<std::string, std::uint64_t> SchedulerLink::Counts() const {
   std::lock_guard lock(mutex_);
   return counts_;
@@ -116,6 +121,35 @@ SchedulerLink::Outcome SchedulerLink::Carry(
   return Outcome::kFailed;
 }
 
+bool SchedulerLink::ConfirmDrain(std::unique_lock<std::mutex>& lock) {
+  if (options_.max_drained_fraction >= 1.0) return true;
+  changed_.wait_for(lock, options_.drain_settle, [this] { return stop_; });
+  if (stop_) return true;  // the drain stands; a restart finds it rasd's
+  lock.unlock();
+  const auto rank = slurm_.ConfirmOwnDrain(options_.node, options_.max_drained_fraction,
+                                           options_.guard_window, options_.clock->Wall());
+  lock.lock();
+  auto logger = common::GetLogger("scheduler");
+  if (!rank) {
+    RASD_LOGGER_LOG(logger, spdlog::level::err,
+                    "slurm: node {} drained, but its place among rasd's drains could not be read "
+                    "({}): the drain stands",
+                    options_.node, rank.error().message);
+    return true;
+  }
+  if (rank->keep) return true;
+  ++counts_["guarded"];
+  guarded_ = rank->why;
+  const auto hold =
+      std::max<std::chrono::milliseconds>(options_.guard_window, options_.guard_recheck);
+  hold_until_ = std::chrono::steady_clock::now() + hold;
+  RASD_LOGGER_LOG(logger, spdlog::level::err,
+                  "slurm: node {} resumed again: the blast-radius guard holds: {} "
+                  "(scheduler.max_drained_fraction); not drained again for {:g} s",
+                  options_.node, rank->why, std::chrono::duration<double>(hold).count());
+  return false;
+}
+
 void SchedulerLink::Run() {
   auto logger = common::GetLogger("scheduler");
   std::chrono::milliseconds backoff{250};
@@ -126,6 +160,16 @@ void SchedulerLink::Run() {
       changed_.wait(lock);
       backoff = std::chrono::milliseconds(250);
       continue;
+    }
+    if (want_drained_ && hold_until_) {
+      // Undone by its rank: one drain and undo per window at most.
+      const auto now = std::chrono::steady_clock::now();
+      if (now < *hold_until_) {
+        changed_.wait_for(lock, std::min<std::chrono::steady_clock::duration>(
+                                    *hold_until_ - now, options_.guard_recheck));
+        continue;
+      }
+      hold_until_.reset();
     }
     const bool drain = want_drained_;
     const std::string reason = reason_;
@@ -173,6 +217,14 @@ void SchedulerLink::Run() {
                         drain ? "drained: " : "resumed",
                         drain ? cluster::DrainReason(reason) : "");
         backoff = std::chrono::milliseconds(250);
+        if (drain) {
+          confirming_ = true;
+          if (!ConfirmDrain(lock)) {
+            drained_ = false;
+            drained_by_rasd_ = false;
+          }
+          confirming_ = false;
+        }
         continue;
       case Outcome::kFailed:
         break;

@@ -36,10 +36,15 @@ namespace rasd::daemon {
 //  - a node rasd drained already (its reason starts "rasd:") is not drained
 //    again, so its reason and time stay those of the first drain;
 //  - the blast-radius guard: rasd does not drain while too many nodes were
-//    drained by rasd already (cluster::CheckDrainGuard). A guarded drain is
-//    logged once, counted once ("guarded"), and looked at again every
-//    guard_recheck while it stands, so it goes ahead once the cluster has
-//    recovered.
+//    drained by rasd already (cluster::CheckDrainGuard). Peers that read
+//    the cluster at once all see room, so a drain is confirmed after it:
+//    drain_settle later the worker reads the cluster again and undoes its
+//    drain where cluster::RankOwnDrain puts it past the limit (the same
+//    order on every node: by the time Slurm recorded each drain, then the
+//    name). A guarded drain is logged once, counted once ("guarded"), and
+//    looked at again every guard_recheck while it stands, so it goes ahead
+//    once the cluster has recovered; a drain undone is not tried again
+//    within guard_window (one drain and undo per window at most).
 // Thread-safe.
 class SchedulerLink {
  public:
@@ -52,6 +57,8 @@ class SchedulerLink {
     double max_drained_fraction = 0.5;         // 1: no guard
     std::chrono::seconds guard_window{300};    // 0: every drain by rasd counts
     std::chrono::milliseconds guard_recheck{30000};
+    // How long after a drain it is ranked (cluster::kDrainSettle).
+    std::chrono::milliseconds drain_settle = cluster::kDrainSettle;
     // Wall time for the guard's window: the daemon's clock; null, the system's.
     std::shared_ptr<const common::Clock> clock;
   };
@@ -70,6 +77,8 @@ class SchedulerLink {
   bool DrainedByRasd() const;
   // The guard holds a drain back now: its sentence, else unset.
   std::optional<std::string> Guarded() const;
+  // A drain done is being ranked among rasd's drains (it may be undone).
+  bool Confirming() const;
   // Calls by result (ok, failed), requests that needed no call (skipped),
   // and drains the guard held back (guarded, once per held drain).
   std::map<std::string, std::uint64_t> Counts() const;
@@ -82,6 +91,10 @@ class SchedulerLink {
   enum class Outcome { kDone, kAlreadyRasds, kSkipped, kGuarded, kFailed };
   Outcome Carry(bool drain, const std::string& reason, std::string* detail,
                 std::optional<cluster::DrainGuardVerdict>* guard) const;
+  // After a drain: waits drain_settle, ranks it and undoes it past the
+  // limit. True when it stands. Called with `lock` held; releases it while
+  // asking Slurm.
+  bool ConfirmDrain(std::unique_lock<std::mutex>& lock);
 
   Options options_;
   cluster::SlurmClient slurm_;
@@ -92,6 +105,9 @@ class SchedulerLink {
   bool drained_ = false;  // the request carried out last (drain or resume)
   bool drained_by_rasd_ = false;  // Slurm shows the node drained by rasd
   std::optional<std::string> guarded_;
+  // A drain undone by its rank is not tried again before this.
+  std::optional<std::chrono::steady_clock::time_point> hold_until_;
+  bool confirming_ = false;  // inside ConfirmDrain
   bool stop_ = false;
   std::map<std::string, std::uint64_t> counts_;
   std::thread worker_;

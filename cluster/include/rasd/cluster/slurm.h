@@ -53,12 +53,18 @@ std::string DrainReason(std::string_view reason);
 // node list and its errors beside it).
 Result<std::vector<SlurmNode>> ParseSinfoJson(std::string_view text);
 
+// How many nodes rasd may have drained at once: `max_fraction` of them,
+// rounded down, and at least one (a node may always take itself out when
+// no other rasd has). Pure.
+std::size_t DrainLimit(std::size_t nodes, double max_fraction);
+
 // The blast-radius guard: whether one more node may be drained by rasd
 // while `nodes` stand as they do. Counts the nodes other than `self` that
 // rasd drained (within `window` of `now` when the window is not zero: an
-// old drain has been looked at by people already) and refuses once they are
-// `max_fraction` or more of all nodes. A one-node cluster can always drain
-// its node. Pure.
+// old drain has been looked at by people already) and refuses once they
+// are DrainLimit. Read before a drain, it cannot hold alone: peers that
+// read at once all see room. RankOwnDrain, after the drain, settles that.
+// Pure.
 struct DrainGuardVerdict {
   bool allowed = true;
   std::size_t drained_by_rasd = 0;  // not counting `self`
@@ -68,6 +74,26 @@ struct DrainGuardVerdict {
 DrainGuardVerdict CheckDrainGuard(const std::vector<SlurmNode>& nodes, std::string_view self,
                                   double max_fraction, std::chrono::seconds window,
                                   std::chrono::system_clock::time_point now);
+
+// Whether this node's own drain stays, read after it (and after every
+// peer's drain of the same second can be seen: Slurm records a reason's
+// time in whole seconds). The drains by rasd within `window` (this one
+// always counted) are ordered by the time Slurm recorded, then by node
+// name, an untimed drain first; the first DrainLimit stay and the rest
+// undo theirs. Every peer reading the cluster orders the same drains the
+// same way, and a drain among the first is never undone, so peers that
+// drained at once agree on who stays without talking to each other. Pure.
+struct DrainRank {
+  bool keep = true;
+  std::size_t rank = 0;    // this node's place, from 0
+  std::size_t drains = 0;  // drains by rasd within the window, this one included
+  std::size_t limit = 0;
+  std::size_t nodes = 0;
+  std::string why;  // a sentence for the log
+};
+DrainRank RankOwnDrain(const std::vector<SlurmNode>& nodes, std::string_view self,
+                       double max_fraction, std::chrono::seconds window,
+                       std::chrono::system_clock::time_point now);
 
 // What rasd does at Slurm about its own node `self` when it wants it
 // drained (`drain`) or back: drain only a node nobody else holds and only
@@ -92,6 +118,11 @@ NodeActionDecision DecideNodeAction(const std::vector<SlurmNode>& nodes, std::st
                                     bool drain, double max_fraction, std::chrono::seconds window,
                                     std::chrono::system_clock::time_point now);
 
+// How long after its drain returned a node reads the cluster again to rank
+// its drain: past the second Slurm recorded it in, by real time, so that a
+// peer's drain Slurm recorded in the same second is in the list.
+inline constexpr std::chrono::milliseconds kDrainSettle{2000};
+
 // Runs Slurm's client commands (argv, no shell) with their configuration
 // from the environment given. Each call blocks up to the timeout. Stateless
 // apart from its options: safe from any thread.
@@ -111,6 +142,14 @@ class SlurmClient {
   // DRAIN with DrainReason(reason).
   Status Drain(const std::string& node, std::string_view reason) const;
   Status Resume(const std::string& node) const;
+
+  // After this node's drain and the settle wait (kDrainSettle): reads the
+  // nodes and, where RankOwnDrain says the drain does not stay, resumes the
+  // node (only while its drain is still rasd's). Errors: those of Nodes()
+  // and Resume(); the drain then stands.
+  Result<DrainRank> ConfirmOwnDrain(const std::string& node, double max_fraction,
+                                    std::chrono::seconds window,
+                                    std::chrono::system_clock::time_point now) const;
 
   // The environment that carries the caller's SLURM_CONF (if any).
   static std::vector<std::string> EnvironmentFromCaller();
