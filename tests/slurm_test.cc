@@ -17,6 +17,15 @@
 namespace rasd::testing {
 namespace {
 
+// `rasctl check --format nhc` as Slurm's HealthCheckProgram, with the
+// cluster's SLURM_CONF.
+CommandResult Nhc(const RasdInstance& rasd, const SlurmCluster& slurm) {
+  return RunToCompletion(
+      {.argv = {RASCTL_BINARY, "check", "--format", "nhc", "--node", "localhost"},
+       .set_env = {{"RASD_SOCKET", rasd.Socket().string()}, {"SLURM_CONF", slurm.Conf()}}},
+      30s);
+}
+
 TEST(SlurmTest, AFatalHostErrorDrainsTheNodeAndAnUndrainResumesIt) {
   std::string why, missing;
   SlurmCluster slurm(&why, &missing);
@@ -40,6 +49,12 @@ TEST(SlurmTest, AFatalHostErrorDrainsTheNodeAndAnUndrainResumesIt) {
   const std::string reason = slurm.Reason();
   EXPECT_EQ(reason.rfind("rasd: ", 0), 0u) << reason;
   EXPECT_NE(reason.find("isolated accelerators 2"), std::string::npos) << reason;
+  // The health check leaves the drain to rasd's own link, which ranks it:
+  // a second drain would give the node a second reason time.
+  const auto nhc = Nhc(rasd, slurm);
+  EXPECT_NE((nhc.out + nhc.err).find("rasd drains node localhost itself"), std::string::npos)
+      << nhc.out << nhc.err;
+  EXPECT_EQ(slurm.Reason(), reason) << "not drained again";
 
   // The same fault again: no second scontrol call.
   ASSERT_EQ(rasd.Rasctl({"inject", "kmsg",
@@ -66,15 +81,6 @@ TEST(SlurmTest, AFatalHostErrorDrainsTheNodeAndAnUndrainResumesIt) {
   const std::string metrics = Http(status["metrics"]["port"].get<int>(), "GET", "/metrics");
   EXPECT_NE(metrics.find("rasd_scheduler_actions_total{result=\"ok\"} 2\n"), std::string::npos)
       << metrics.substr(0, 300);
-}
-
-// `rasctl check --format nhc` as Slurm's HealthCheckProgram, with the
-// cluster's SLURM_CONF.
-CommandResult Nhc(const RasdInstance& rasd, const SlurmCluster& slurm) {
-  return RunToCompletion({.argv = {RASCTL_BINARY, "check", "--format", "nhc", "--node", "localhost"},
-                          .set_env = {{"RASD_SOCKET", rasd.Socket().string()},
-                                      {"SLURM_CONF", slurm.Conf()}}},
-                         30s);
 }
 
 TEST(SlurmTest, CheckAsAHealthCheckProgramDrainsOnAProblemAndResumesOnlyItsOwnDrains) {

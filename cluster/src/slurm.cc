@@ -198,27 +198,30 @@ DrainGuardVerdict CheckDrainGuard(const std::vector<SlurmNode>& nodes, std::stri
 DrainRank RankOwnDrain(const std::vector<SlurmNode>& nodes, std::string_view self,
                        double max_fraction, std::chrono::seconds window,
                        std::chrono::system_clock::time_point now) {
-  using Key = std::tuple<bool, std::chrono::system_clock::time_point, std::string_view>;
-  std::vector<Key> drains;  // (timed, when, name): untimed first
-  for (const auto& node : nodes) {
-    if (node.name != self && !CountsAgainstTheGuard(node, window, now)) continue;
-    if (node.name == self && !DrainedByRasd(node)) continue;
-    drains.emplace_back(node.reason_changed_at.has_value(),
-                        node.reason_changed_at.value_or(std::chrono::system_clock::time_point{}),
-                        node.name);
-  }
-  std::sort(drains.begin(), drains.end());
+  const SlurmNode* own = FindNode(nodes, self);
   DrainRank rank;
   rank.nodes = nodes.size();
-  rank.drains = drains.size();
   rank.limit = DrainLimit(nodes.size(), max_fraction);
-  const auto mine = std::find_if(drains.begin(), drains.end(),
-                                 [&](const Key& key) { return std::get<2>(key) == self; });
-  if (mine == drains.end()) {
+  if (own == nullptr || !DrainedByRasd(*own)) {
     // Not drained by rasd (any more): nothing of this node's to undo.
     rank.why = fmt::format("node {} is not drained by rasd", self);
     return rank;
   }
+  // The window on Slurm's clock where it gives one (this drain's time), so
+  // that a node whose own clock is off still counts its peers.
+  if (own->reason_changed_at) now = *own->reason_changed_at;
+  using Key = std::tuple<bool, std::chrono::system_clock::time_point, std::string_view>;
+  std::vector<Key> drains;  // (untimed, when, name): an untimed drain last
+  for (const auto& node : nodes) {
+    if (node.name != self && !CountsAgainstTheGuard(node, window, now)) continue;
+    drains.emplace_back(!node.reason_changed_at.has_value(),
+                        node.reason_changed_at.value_or(std::chrono::system_clock::time_point{}),
+                        node.name);
+  }
+  std::sort(drains.begin(), drains.end());
+  rank.drains = drains.size();
+  const auto mine = std::find_if(drains.begin(), drains.end(),
+                                 [&](const Key& key) { return std::get<2>(key) == self; });
   rank.rank = static_cast<std::size_t>(mine - drains.begin());
   rank.keep = rank.rank < rank.limit;
   rank.why = fmt::format(
@@ -236,6 +239,20 @@ Result<DrainRank> SlurmClient::ConfirmOwnDrain(const std::string& node, double m
   if (!nodes) return Fail(nodes.error());
   DrainRank rank = RankOwnDrain(*nodes, node, max_fraction, window, now);
   if (rank.keep) return rank;
+  // Read again just before the resume: an operator's drain set meanwhile
+  // (another reason) is never cleared. The window between this read and
+  // the resume stays.
+  const SlurmNode* before = FindNode(*nodes, node);
+  auto again = Nodes();
+  if (!again) return Fail(again.error());
+  const SlurmNode* now_node = FindNode(*again, node);
+  if (now_node == nullptr || !DrainedByRasd(*now_node) || now_node->reason != before->reason ||
+      now_node->reason_changed_at != before->reason_changed_at) {
+    rank.keep = true;
+    rank.why = fmt::format("node {} changed while its drain was ranked (now '{}'): left as it is",
+                           node, now_node == nullptr ? "not listed" : now_node->reason);
+    return rank;
+  }
   if (auto resumed = Resume(node); !resumed) return Fail(resumed.error());
   return rank;
 }

@@ -192,12 +192,27 @@ TEST(DrainRankTest, PeersThatDrainedAtOnceAgreeWhoStays) {
     if (node.name != "n5" && node.name != "n7") later.push_back(node);
   EXPECT_FALSE(RankOwnDrain(later, "n4", 0.5, seconds(300), now).keep);
   EXPECT_FALSE(RankOwnDrain(later, "n6", 0.5, seconds(300), now).keep);
-  // An earlier second goes first, an untimed drain before every timed one.
+  // An earlier second goes first, an untimed drain after every timed one
+  // (one that shows up later never moves a drain already kept).
   nodes[0].reason_changed_at = second - seconds(5);  // n7
   nodes[1].reason_changed_at.reset();                // n2
-  EXPECT_EQ(RankOwnDrain(nodes, "n2", 0.5, seconds(300), now).rank, 0u);
-  EXPECT_EQ(RankOwnDrain(nodes, "n7", 0.5, seconds(300), now).rank, 1u);
-  EXPECT_FALSE(RankOwnDrain(nodes, "n3", 0.5, seconds(300), now).keep);
+  EXPECT_EQ(RankOwnDrain(nodes, "n7", 0.5, seconds(300), now).rank, 0u);
+  EXPECT_EQ(RankOwnDrain(nodes, "n2", 0.5, seconds(300), now).rank, 7u);
+  EXPECT_TRUE(RankOwnDrain(nodes, "n3", 0.5, seconds(300), now).keep);
+  EXPECT_FALSE(RankOwnDrain(nodes, "n4", 0.5, seconds(300), now).keep);
+}
+
+// The window ends at this node's drain as Slurm timed it: a node whose
+// clock is an hour ahead still counts the peer that drained before it.
+TEST(DrainRankTest, TheWindowIsOnSlurmsClock) {
+  const auto slurm_now = system_clock::now();
+  const std::vector<SlurmNode> nodes = {Node("peer", true, "rasd: x", slurm_now - seconds(10)),
+                                        Node("self", true, "rasd: y", slurm_now),
+                                        Node("c", false, ""), Node("d", false, "")};
+  const auto rank =
+      RankOwnDrain(nodes, "self", 0.25, seconds(300), slurm_now + std::chrono::hours(1));
+  EXPECT_EQ(rank.drains, 2u);
+  EXPECT_FALSE(rank.keep) << rank.why;
 }
 
 TEST(DrainRankTest, OldDrainsAndOthersReasonsDoNotCountAndANodeNotDrainedKeepsNothingToUndo) {

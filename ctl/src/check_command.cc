@@ -83,6 +83,12 @@ NhcOutcome ApplyToSlurm(const CheckOptions& options, const CheckVerdict& verdict
   if (!nodes) return {"failed", "cannot read Slurm's nodes: " + nodes.error().message};
   const bool problem =
       verdict.health == CheckHealth::kProblem || verdict.health == CheckHealth::kUnknown;
+  if (problem && scheduler.is_object() && scheduler.value("kind", std::string()) == "slurm" &&
+      scheduler.value("drain_wanted", false)) {
+    // rasd's own link drains this node and ranks its drain: a second drain
+    // here would give the node a second reason time, and rank it twice.
+    return {"none", fmt::format("rasd drains node {} itself (scheduler.kind: slurm)", node)};
+  }
   using Kind = cluster::NodeActionDecision::Kind;
   const auto decision =
       cluster::DecideNodeAction(*nodes, node, problem, max_fraction, std::chrono::seconds(window_s),

@@ -80,8 +80,12 @@ bool SchedulerLink::DrainedByRasd() const {
   return drained_by_rasd_;
 }
 
+std::chrono::seconds SchedulerLink::GuardWindow() const {
+  return undone_ ? std::chrono::seconds(0) : options_.guard_window;
+}
+
 SchedulerLink::Outcome SchedulerLink::Carry(
-    bool drain, const std::string& reason, std::string* detail,
+    bool drain, const std::string& reason, std::chrono::seconds window, std::string* detail,
     std::optional<cluster::DrainGuardVerdict>* guard) const {
   auto nodes = slurm_.Nodes();
   if (!nodes) {
@@ -89,9 +93,8 @@ SchedulerLink::Outcome SchedulerLink::Carry(
     return Outcome::kFailed;
   }
   using Kind = cluster::NodeActionDecision::Kind;
-  const auto decision =
-      cluster::DecideNodeAction(*nodes, options_.node, drain, options_.max_drained_fraction,
-                                options_.guard_window, options_.clock->Wall());
+  const auto decision = cluster::DecideNodeAction(
+      *nodes, options_.node, drain, options_.max_drained_fraction, window, options_.clock->Wall());
   *guard = decision.guard;
   *detail = decision.detail;
   switch (decision.kind) {
@@ -123,29 +126,42 @@ SchedulerLink::Outcome SchedulerLink::Carry(
 
 bool SchedulerLink::ConfirmDrain(std::unique_lock<std::mutex>& lock) {
   if (options_.max_drained_fraction >= 1.0) return true;
-  changed_.wait_for(lock, options_.drain_settle, [this] { return stop_; });
-  if (stop_) return true;  // the drain stands; a restart finds it rasd's
-  lock.unlock();
-  const auto rank = slurm_.ConfirmOwnDrain(options_.node, options_.max_drained_fraction,
-                                           options_.guard_window, options_.clock->Wall());
-  lock.lock();
   auto logger = common::GetLogger("scheduler");
+  std::chrono::milliseconds wait = options_.drain_settle;
+  Result<cluster::DrainRank> rank = Fail(ErrorCode::kUnavailable, "not read");
+  // A read that fails is tried again (three times, 2 s apart and more):
+  // a drain left unranked is one the guard does not hold.
+  for (int attempt = 0; attempt < 3; ++attempt, wait *= 2) {
+    changed_.wait_for(lock, wait, [this] { return stop_; });
+    if (stop_) return true;  // the drain stands; a restart ranks it again
+    const std::chrono::seconds window = GuardWindow();
+    lock.unlock();
+    rank = slurm_.ConfirmOwnDrain(options_.node, options_.max_drained_fraction, window,
+                                  options_.clock->Wall());
+    lock.lock();
+    if (rank) break;
+  }
   if (!rank) {
     RASD_LOGGER_LOG(logger, spdlog::level::err,
-                    "slurm: node {} drained, but its place among rasd's drains could not be read "
-                    "({}): the drain stands",
+                    "slurm: node {} drained, but its drain could not be ranked among rasd's "
+                    "drains, or undone ({}): the drain stands",
                     options_.node, rank.error().message);
     return true;
   }
-  if (rank->keep) return true;
+  if (rank->keep) {
+    undone_ = false;
+    return true;
+  }
   ++counts_["guarded"];
   guarded_ = rank->why;
+  undone_ = true;
   const auto hold =
       std::max<std::chrono::milliseconds>(options_.guard_window, options_.guard_recheck);
   hold_until_ = std::chrono::steady_clock::now() + hold;
   RASD_LOGGER_LOG(logger, spdlog::level::err,
                   "slurm: node {} resumed again: the blast-radius guard holds: {} "
-                  "(scheduler.max_drained_fraction); not drained again for {:g} s",
+                  "(scheduler.max_drained_fraction); not drained again for {:g} s, and then only "
+                  "while rasd's drains standing are under the limit",
                   options_.node, rank->why, std::chrono::duration<double>(hold).count());
   return false;
 }
@@ -173,10 +189,12 @@ void SchedulerLink::Run() {
     }
     const bool drain = want_drained_;
     const std::string reason = reason_;
+    const std::chrono::seconds window = GuardWindow();
+    if (!drain) undone_ = false;
     lock.unlock();
     std::string detail;
     std::optional<cluster::DrainGuardVerdict> guard;
-    const Outcome outcome = Carry(drain, reason, &detail, &guard);
+    const Outcome outcome = Carry(drain, reason, window, &detail, &guard);
     lock.lock();
     switch (outcome) {
       case Outcome::kGuarded:
@@ -202,6 +220,16 @@ void SchedulerLink::Run() {
         // is rasd's to resume; someone else's never is.
         drained_by_rasd_ = outcome == Outcome::kAlreadyRasds;
         backoff = std::chrono::milliseconds(250);
+        if (drain && outcome == Outcome::kAlreadyRasds) {
+          // Its drain may never have been ranked (a restart; a drain call
+          // that timed out but took): it is now.
+          confirming_ = true;
+          if (!ConfirmDrain(lock)) {
+            drained_ = false;
+            drained_by_rasd_ = false;
+          }
+          confirming_ = false;
+        }
         continue;
       case Outcome::kDone:
         if (drain && guarded_) {

@@ -44,7 +44,10 @@ namespace rasd::daemon {
 //    name). A guarded drain is logged once, counted once ("guarded"), and
 //    looked at again every guard_recheck while it stands, so it goes ahead
 //    once the cluster has recovered; a drain undone is not tried again
-//    within guard_window (one drain and undo per window at most).
+//    within guard_window (one drain and undo per window at most), and then
+//    only while the rasd drains standing, however old, are under the limit.
+//    A node found drained by rasd already (a restart, a drain call that
+//    timed out but took) is ranked too.
 // Thread-safe.
 class SchedulerLink {
  public:
@@ -89,8 +92,12 @@ class SchedulerLink {
   // One drain or resume, with the node's state looked at first. Called
   // without the lock. `guard` is set when the blast-radius guard held it.
   enum class Outcome { kDone, kAlreadyRasds, kSkipped, kGuarded, kFailed };
-  Outcome Carry(bool drain, const std::string& reason, std::string* detail,
-                std::optional<cluster::DrainGuardVerdict>* guard) const;
+  Outcome Carry(bool drain, const std::string& reason, std::chrono::seconds window,
+                std::string* detail, std::optional<cluster::DrainGuardVerdict>* guard) const;
+  // The guard's window now: none (every rasd drain standing counts) for a
+  // node whose drain was undone by its rank, so that the nodes held back
+  // by a mass event do not all drain once the kept drains age out of it.
+  std::chrono::seconds GuardWindow() const;  // under the lock
   // After a drain: waits drain_settle, ranks it and undoes it past the
   // limit. True when it stands. Called with `lock` held; releases it while
   // asking Slurm.
@@ -108,6 +115,7 @@ class SchedulerLink {
   // A drain undone by its rank is not tried again before this.
   std::optional<std::chrono::steady_clock::time_point> hold_until_;
   bool confirming_ = false;  // inside ConfirmDrain
+  bool undone_ = false;      // a drain undone by its rank, until a drain stays or a resume is asked
   bool stop_ = false;
   std::map<std::string, std::uint64_t> counts_;
   std::thread worker_;

@@ -78,11 +78,12 @@ DrainGuardVerdict CheckDrainGuard(const std::vector<SlurmNode>& nodes, std::stri
 // Whether this node's own drain stays, read after it (and after every
 // peer's drain of the same second can be seen: Slurm records a reason's
 // time in whole seconds). The drains by rasd within `window` (this one
-// always counted) are ordered by the time Slurm recorded, then by node
-// name, an untimed drain first; the first DrainLimit stay and the rest
-// undo theirs. Every peer reading the cluster orders the same drains the
-// same way, and a drain among the first is never undone, so peers that
-// drained at once agree on who stays without talking to each other. Pure.
+// always counted; the window ends at this drain's time as Slurm recorded
+// it, so that this node's own clock does not matter) are ordered by the
+// time Slurm recorded, then by node name, an untimed drain last; the
+// first DrainLimit stay and the rest undo theirs. Every peer reading the cluster orders the same
+// drains the same way, and a drain among the first is never undone, so peers that drained at once
+// agree on who stays without talking to each other. Pure.
 struct DrainRank {
   bool keep = true;
   std::size_t rank = 0;    // this node's place, from 0
