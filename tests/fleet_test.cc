@@ -89,8 +89,9 @@ TEST(FleetTest, EveryNodeFailingAtOnceDrainsNoMoreThanTheGuardAllows) {
 
     for (auto& rasd : fleet) EXPECT_TRUE(rasd->Stop().has_value());
     for (int i = 0; i < kNodes; ++i) {
-      if (slurm.Reason(NodeName(i)).starts_with("rasd: "))
+      if (slurm.Reason(NodeName(i)).starts_with("rasd: ")) {
         EXPECT_EQ(slurm.Update(NodeName(i), {"State=RESUME"}), 0);
+      }
     }
   }
 }
