@@ -89,6 +89,8 @@ class RasIngest {
   // node: ras::AcceleratorsOfNic). Loop thread.
   using RdmaPort = InfinibandAdapter::RdmaPort;
   std::vector<RdmaPort> RdmaPortsOf(int device) const { return infiniband_.PortsOf(device); }
+  // The RDMA devices whose read is in flight now (on their readers).
+  std::vector<std::string> RdmaReadsInFlight() const { return infiniband_.ReadsInFlight(); }
   // The processes NVML lists as computing on the GPU at `pci_bdf` now
   // (kill-consumer's evidence when a record names no process);
   // kUnavailable without NVML, kNotFound where NVML has no GPU there.

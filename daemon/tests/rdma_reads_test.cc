@@ -122,6 +122,8 @@ class RdmaReadsTest : public ::testing::Test {
     return true;
   }
   std::string State() const { return ingest_->GetStats().sources.at("infiniband").reason; }
+  std::vector<std::string> InFlight() const { return ingest_->RdmaReadsInFlight(); }
+  static std::vector<std::string> Only(std::string name) { return {std::move(name)}; }
   static std::vector<std::string> DownOf(const ras::LinkReport& report, int device) {
     auto found = report.down.find(device);
     return found == report.down.end() ? std::vector<std::string>{} : found->second;
@@ -149,7 +151,9 @@ TEST_F(RdmaReadsTest, ANicThatDoesNotAnswerHoldsItsOwnReaderAndPastTheDeadlineIt
   host_->Block("/sys/class/infiniband/rasdsim_1/ports/1/");
   ASSERT_TRUE(tree_->SetPortUp(0, false).has_value());
   loop_.AdvanceBy(1s);
-  ASSERT_TRUE(RunUntil([&] { return host_->Blocked() == 1; }));
+  // rasdsim_0's read done, rasdsim_1's held (the simulated clock must not
+  // move while a read that answers is still on its thread).
+  ASSERT_TRUE(RunUntil([&] { return host_->Blocked() == 1 && InFlight() == Only("rasdsim_1"); }));
   // The loop runs on; the round waits for the NIC, up to the deadline.
   for (int i = 0; i < 20; ++i) loop_.RunOnce();
   EXPECT_EQ(links_.size(), 1u) << "the round waits for rasdsim_1";
@@ -183,7 +187,7 @@ TEST_F(RdmaReadsTest, ANicThatDoesNotAnswerHoldsItsOwnReaderAndPastTheDeadlineIt
 
   // The read returns: rasdsim_1 is read again and its port is up.
   host_->Release();
-  ASSERT_TRUE(RunUntil([&] { return host_->Blocked() == 0; }));
+  ASSERT_TRUE(RunUntil([&] { return host_->Blocked() == 0 && InFlight().empty(); }));
   loop_.AdvanceBy(1s);
   ASSERT_TRUE(RunUntil([&] { return links_.size() == 4 && DownOf(links_.back(), 1).empty(); }))
       << (links_.empty() ? "" : fmt::format("{}", fmt::join(DownOf(links_.back(), 1), "; ")));
@@ -196,7 +200,7 @@ TEST_F(RdmaReadsTest, AStopLeavesAReadThatDoesNotReturnBehind) {
   ASSERT_TRUE(RunUntil([&] { return links_.size() == 1; }));
   host_->Block("/sys/class/infiniband/rasdsim_0/ports/1/");
   loop_.AdvanceBy(1s);
-  ASSERT_TRUE(RunUntil([&] { return host_->Blocked() == 1; }));
+  ASSERT_TRUE(RunUntil([&] { return host_->Blocked() == 1 && InFlight() == Only("rasdsim_0"); }));
   const auto begin = std::chrono::steady_clock::now();
   ingest_.reset();
   EXPECT_LT(std::chrono::steady_clock::now() - begin, 1s);

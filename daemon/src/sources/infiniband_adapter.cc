@@ -180,6 +180,13 @@ void InfinibandAdapter::CloseRound() {
   Publish();
 }
 
+std::vector<std::string> InfinibandAdapter::ReadsInFlight() const {
+  std::vector<std::string> names;
+  if (!readers_) return names;
+  for (const auto& [name, read] : readers_->InFlightReads()) names.push_back(name);
+  return names;
+}
+
 std::map<std::string, drivers::ProbeCalls::Call> InfinibandAdapter::StuckReads() const {
   std::map<std::string, drivers::ProbeCalls::Call> stuck;
   const std::set<std::string> listed(listed_.begin(), listed_.end());

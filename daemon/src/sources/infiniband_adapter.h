@@ -49,6 +49,8 @@ class InfinibandAdapter final : public RasSource {
   };
   // The ports an accelerator uses, with how that was decided.
   std::vector<RdmaPort> PortsOf(int device) const;
+  // The RDMA devices whose read is in flight now, by name.
+  std::vector<std::string> ReadsInFlight() const;
 
  private:
   void Poll();
