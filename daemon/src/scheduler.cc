@@ -126,6 +126,13 @@ SchedulerLink::Outcome SchedulerLink::Carry(
 
 bool SchedulerLink::ConfirmDrain(std::unique_lock<std::mutex>& lock) {
   if (options_.max_drained_fraction >= 1.0) return true;
+  confirming_ = true;
+  const bool stays = RankDrain(lock);
+  confirming_ = false;
+  return stays;
+}
+
+bool SchedulerLink::RankDrain(std::unique_lock<std::mutex>& lock) {
   auto logger = common::GetLogger("scheduler");
   std::chrono::milliseconds wait = options_.drain_settle;
   Result<cluster::DrainRank> rank = Fail(ErrorCode::kUnavailable, "not read");
@@ -223,12 +230,10 @@ void SchedulerLink::Run() {
         if (drain && outcome == Outcome::kAlreadyRasds) {
           // Its drain may never have been ranked (a restart; a drain call
           // that timed out but took): it is now.
-          confirming_ = true;
           if (!ConfirmDrain(lock)) {
             drained_ = false;
             drained_by_rasd_ = false;
           }
-          confirming_ = false;
         }
         continue;
       case Outcome::kDone:
@@ -246,12 +251,10 @@ void SchedulerLink::Run() {
                         drain ? cluster::DrainReason(reason) : "");
         backoff = std::chrono::milliseconds(250);
         if (drain) {
-          confirming_ = true;
           if (!ConfirmDrain(lock)) {
             drained_ = false;
             drained_by_rasd_ = false;
           }
-          confirming_ = false;
         }
         continue;
       case Outcome::kFailed:

@@ -102,6 +102,7 @@ class SchedulerLink {
   // limit. True when it stands. Called with `lock` held; releases it while
   // asking Slurm.
   bool ConfirmDrain(std::unique_lock<std::mutex>& lock);
+  bool RankDrain(std::unique_lock<std::mutex>& lock);  // ConfirmDrain's work
 
   Options options_;
   cluster::SlurmClient slurm_;

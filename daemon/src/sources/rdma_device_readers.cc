@@ -123,12 +123,6 @@ bool RdmaDeviceReaders::Request(const std::string& name) {
   return true;
 }
 
-bool RdmaDeviceReaders::InFlight(const std::string& name) const {
-  std::lock_guard lock(shared_->mutex);
-  auto slot = shared_->slots.find(name);
-  return slot != shared_->slots.end() && slot->second.busy;
-}
-
 bool RdmaDeviceReaders::WaitUntilIdle(std::chrono::milliseconds at_most) {
   std::unique_lock lock(shared_->mutex);
   return shared_->changed.wait_for(lock, at_most, [&] {

@@ -45,7 +45,6 @@ class RdmaDeviceReaders {
   // Starts a read of device `name`; false, and nothing started, while its
   // last read is still in flight.
   bool Request(const std::string& name);
-  bool InFlight(const std::string& name) const;
   // Blocks the caller until no read is in flight, or for `at_most`; true
   // when none is. For a start that wants its baseline before it serves.
   bool WaitUntilIdle(std::chrono::milliseconds at_most);
@@ -57,8 +56,6 @@ class RdmaDeviceReaders {
   // The reads in flight now, by device: how long since each was asked for
   // (on the loop's clock) and the file it is inside (empty between files).
   std::map<std::string, drivers::ProbeCalls::Call> InFlightReads() const;
-  // Threads this object has left behind inside a read when destroyed.
-  int LeftBehind() const { return left_behind_; }
 
  private:
   struct Shared;
