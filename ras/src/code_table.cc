@@ -12,13 +12,16 @@ const CodeTable& CodeTable::Default() {
     for (int code : {62, 79, 119, 120}) defaults.nvidia_xid[code] = Severity::kFatal;
     // CANN's runtime codes (acl/error_codes/rt_error_codes.h): a task the
     // device failed to run (timeouts and exceptions of the AI core, vector
-    // core, AI CPU and FFTS+, a model that failed, a stream or event that
-    // never completed, a DMA, internal, driver or link error) lost its
-    // work: UCE. Memory errors as before; the device lost or unable to
-    // start (heartbeat, setup, the host-device channel closed): FATAL.
-    for (int code : {507000, 507001, 507011, 507012, 507013, 507014, 507015, 507016,
-                     507017, 507018, 507034, 507035, 507036, 507046, 507047, 507048,
-                     507049, 507050, 507051, 507055, 507056, 507057, 507899, 507900})
+    // core, AI CPU and FFTS+, a model that failed, a DMA, internal, driver
+    // or link error) lost its work: UCE, unless the error message beside it
+    // names the application's own error (the scanner's CANN cause). Memory
+    // errors as before; the device lost or unable to start (heartbeat,
+    // setup, the host-device channel closed): FATAL. A stream or event
+    // synchronize past its timeout (507046, 507047) is the caller's bound
+    // expiring, not a device's report, as the Ascend backend treats it.
+    for (int code :
+         {507000, 507001, 507011, 507012, 507013, 507014, 507015, 507016, 507017, 507018, 507034,
+          507035, 507036, 507048, 507049, 507050, 507051, 507055, 507056, 507057, 507899, 507900})
       defaults.ascend[code] = Severity::kUce;
     defaults.ascend[507053] = Severity::kSrar;
     defaults.ascend[507054] = Severity::kUce;

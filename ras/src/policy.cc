@@ -158,6 +158,13 @@ std::vector<PolicyRule> DefaultRules(const PolicyConfig& config) {
                Rule("fatal-other-accelerator", Severity::kFatal, C::kPciDevice, {A::kRecord})),
       OfOrigin("habanalabs", Rule("fatal-other-accelerator-gaudi", Severity::kFatal, C::kPciDevice,
                                   {A::kRecord})),
+      // An NPU's failure read from text that names no device rasd can place
+      // (CANN prints the process's own device number, which its visible-
+      // device setting renumbers): recorded and alerted on. The NPU leaves
+      // service through its own health (DCMI, the runtime backend), never
+      // by draining the node whose other devices serve on.
+      OfOrigin("ascend",
+               Rule("fatal-ascend-unplaced", Severity::kFatal, std::nullopt, {A::kRecord})),
       Rule("fatal-host", Severity::kFatal, std::nullopt, {A::kDrainNode}),
       Rule("record", std::nullopt, std::nullopt, {A::kRecord}),
   };

@@ -96,6 +96,14 @@ inline constexpr Word kFamilyWords[] = {
     {"Device_Absent", kAscend},
     {"PCI-Express Device Error", kAer},
     {"system exception code", kAscend},
+    // CANN's error messages, printed beside a runtime code: what they name
+    // decides whether the device or the application failed.
+    {"Memory_Allocation_Failure", kAscend},
+    {"EL000", kAscend},
+    {"EE1002", kAscend},
+    {"[FUNC:", kAscend},
+    {"E39009", kAscend},
+    {"Heartbeats are missing", kAscend},
     {"ECC Errors", kNvidia},
     {"Retired Pages", kNvidia},
     {"Retired pages", kNvidia},

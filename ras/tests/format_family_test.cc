@@ -521,3 +521,69 @@ TEST(ContinuedRecordTest, AWrappedRecordEndsAtItsLastWrappedLine) {
 
 }  // namespace
 }  // namespace rasd::ras
+
+namespace rasd::ras {
+namespace {
+
+// The classes of a log's records, in order.
+std::vector<Severity> Classes(std::string_view text) {
+  std::vector<Severity> classes;
+  for (const auto& record : ScanKernelLog(text)) classes.push_back(record.severity);
+  return classes;
+}
+
+// Lines shaped as CANN prints a failed call: the code, the error message
+// with its cause, a traceback that repeats the code.
+TEST(CannCauseTest, ACodeBesideTheApplicationsOwnErrorIsInfoWhateverItsClassAlone) {
+  const std::string code = "[ERROR] aclrtSetDevice(deviceId) failed: 507033 (main.cpp:98)\n";
+  const std::string traceback =
+      "        TraceBack (most recent call last):\n"
+      "        open device 2 failed, runtime result = 507033.[FUNC:ReportCallError]"
+      "[FILE:log_inner.cpp][LINE:148]\n";
+  EXPECT_EQ(Classes(code), std::vector{Severity::kFatal});
+  for (const std::string cause :
+       {"[ERROR] RecentErrMsg: [PID: 7] Memory_Allocation_Failure(EL0004): Failed to allocate "
+        "memory.\n",
+        "EL0003: [PID: 7] 2025-06-24-11:20:41.662.506 The argument is invalid.\n"}) {
+    EXPECT_EQ(Classes(code + cause + traceback), std::vector{Severity::kInfo}) << cause;
+  }
+  // A task exception too; a timeout the caller set is not a record at all.
+  EXPECT_EQ(Classes("RuntimeError: npuSynchronizeDevice: error code is 507015\n"
+                    "EL0004: [PID: 7] Failed to allocate memory.\n"),
+            std::vector{Severity::kInfo});
+  EXPECT_TRUE(Classes("RuntimeError: AclrtSynchronizeDevice, error code is 507046\n").empty());
+}
+
+TEST(CannCauseTest, TheDeviceLostBesideACodeIsFatalAndACodeNamingTheHardwareKeepsItsClass) {
+  EXPECT_EQ(Classes("[ERROR] aclrtSetDevice(deviceId) failed: 507033 (main.cpp:98)\n"
+                    "[ERROR] RecentErrMsg: Inner_Error_Device_Status_Abnormal(E39009): Failed to "
+                    "connect the device.\n"),
+            std::vector{Severity::kFatal});
+  // The message alone still says the device is gone.
+  EXPECT_EQ(Classes("Possible Cause: 1. Heartbeats are missing on the device.\n"),
+            std::vector{Severity::kFatal});
+  // An application's message cannot explain an HBM ECC error or a lost heartbeat.
+  EXPECT_EQ(Classes("wait for compute device to finish failed, runtime result = 507054.\n"
+                    "EL0004: [PID: 7] Failed to allocate memory.\n"),
+            std::vector{Severity::kUce});
+  // Nor a hardware code that follows an application's failure: a record of its own.
+  EXPECT_EQ(Classes("open device 2 failed, runtime result = 507033.\n"
+                    "EL0004: [PID: 7] Failed to allocate memory.\n"
+                    "wait for compute device to finish failed, runtime result = 507053.\n"),
+            (std::vector{Severity::kInfo, Severity::kSrar}));
+  // An inner error's message names no cause: the code's class stands.
+  EXPECT_EQ(Classes("[ERROR] aclrtSynchronizeStream(stream) failed: 507015 (main.cpp:170)\n"
+                    "[ERROR] RecentErrMsg: EZ9999: Inner Error!\n"),
+            std::vector{Severity::kUce});
+}
+
+// Ten quiet lines part a failure from the next one's message.
+TEST(CannCauseTest, AMessageFarFromTheCodeIsNotItsCause) {
+  std::string text = "RuntimeError: npuSynchronizeDevice: error code is 507015\n";
+  for (int i = 0; i < 10; ++i) text += "worker 3 step 1200 loss 2.31\n";
+  EXPECT_EQ(Classes(text + "EL0004: [PID: 7] Failed to allocate memory.\n"),
+            std::vector{Severity::kUce});
+}
+
+}  // namespace
+}  // namespace rasd::ras

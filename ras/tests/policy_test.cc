@@ -117,6 +117,15 @@ INSTANTIATE_TEST_SUITE_P(
         Row{"FATAL_gaudi_run_by_rasd",
             Event(Severity::kFatal, 2, std::nullopt, "habanalabs"),
             {A::kDrainDevice, A::kIsolateDevice}},
+        // An NPU's failure that names no device rasd can place (a CANN
+        // line's device number is the process's own) is recorded, not a
+        // node drain; one that names a runtime device isolates it.
+        Row{"FATAL_ascend_unplaced",
+            Event(Severity::kFatal, std::nullopt, std::nullopt, "ascend"),
+            {A::kRecord}},
+        Row{"FATAL_ascend_device",
+            Event(Severity::kFatal, 1, std::nullopt, "ascend"),
+            {A::kDrainDevice, A::kIsolateDevice}},
         Row{"INFO_device", Event(Severity::kInfo, 3, std::nullopt), {A::kRecord}},
         Row{"INFO_host", HostEdac(Severity::kInfo), {A::kRecord}}),
     [](const auto& row) { return std::string(row.param.name); });

@@ -646,6 +646,102 @@ void KernelLogScanner::AddTableDevice(ScannedRecord& record, Severity health, st
   }
 }
 
+namespace {
+
+// The first CANN runtime code in `text` (six digits, 507000 to 507999, not
+// part of a longer number) that `codes` classes, with its class.
+std::optional<std::pair<int, Severity>> CannRuntimeCode(std::string_view text,
+                                                        const CodeTable& codes) {
+  for (std::size_t at = text.find("507"); at != std::string_view::npos;
+       at = text.find("507", at + 1)) {
+    const bool bounded =
+        (at == 0 || !std::isdigit(static_cast<unsigned char>(text[at - 1]))) &&
+        (at + 6 >= text.size() || !std::isdigit(static_cast<unsigned char>(text[at + 6])));
+    const auto code = ParseNumber(text.substr(at, 6));
+    if (!bounded || !code || *code < 507000 || *code > 507999) continue;
+    if (auto severity = codes.Ascend(static_cast<int>(*code)))
+      return std::pair{static_cast<int>(*code), *severity};
+  }
+  return std::nullopt;
+}
+
+// What CANN's error message beside a runtime code says failed. Its messages
+// read "Title(CODE): text" or "CODE: text" (the runtime's message catalog).
+enum class CannCause : std::uint8_t {
+  kNone,         // no message, or one that does not say (an inner error)
+  kApplication,  // the caller's own error: an argument, its memory, its software
+  kDeviceLost,   // the device stopped answering
+};
+
+CannCause CauseOfCannMessage(std::string_view text) {
+  // E39009 "Inner_Error_Device_Status_Abnormal", whose possible cause is
+  // "Heartbeats are missing on the device".
+  for (std::string_view word : {"E39009", "Device_Status_Abnormal", "Heartbeats are missing"})
+    if (Contains(text, word)) return CannCause::kDeviceLost;
+  // EL0003 "Invalid_Argument" (a device id the process may not use);
+  // EL0004 "Memory_Allocation_Failure" ("available memory is
+  // insufficient"); EE1002, a stream synchronize past the timeout the
+  // caller set. Not EE1001, though also "Invalid_Argument": the runtime
+  // reports it for its own null context after a device failed to set up.
+  // Nor E30006 (the operator package failed to verify), whose causes
+  // include a device ECC error.
+  for (std::string_view word : {"EL0003", "EL0004", "Memory_Allocation_Failure", "EE1002"})
+    if (Contains(text, word)) return CannCause::kApplication;
+  return CannCause::kNone;
+}
+
+// Whether an application's error can explain `code`: a task the device ran
+// (an AI core, vector core, AI CPU or FFTS+ exception or timeout, a model
+// that failed to run) or a device it could not set up. Huawei's AI Core
+// troubleshooting treats these as software unless a device RAS event or
+// ECC error corroborates them. The codes that name the hardware cannot be:
+// the heartbeat lost (507010), device memory and HBM ECC errors
+// (507053 on), the driver's internal error and the host-device link
+// (507899 on).
+bool ApplicationCanExplain(int code) { return code >= 507000 && code <= 507052 && code != 507010; }
+
+}  // namespace
+
+// One CANN runtime failure prints its code, then CANN's error message with
+// the cause, then a traceback that repeats the code: one record, whose class
+// is the code's unless the message names the application's own error (then
+// INFO, as an application's Xid 13 is) or the device lost (then FATAL).
+bool KernelLogScanner::ScanCannFailure(const LogLine& line) {
+  const std::string_view text = line.text;
+  const CannCause cause = CauseOfCannMessage(text);
+  const auto code = CannRuntimeCode(text, *codes_);
+  const auto judge = [&](std::size_t index) {
+    ScannedRecord& record = Record(index);
+    if (cause == CannCause::kDeviceLost) {
+      Raise(record, Severity::kFatal);
+    } else if (cause == CannCause::kApplication && ApplicationCanExplain(cann_code_)) {
+      record.severity = Severity::kInfo;
+    }
+  };
+  // CANN's traceback lines end "[FUNC:...][FILE:...][LINE:...]".
+  const bool traceback = Contains(text, "[FUNC:");
+  // Another code is another failure (a cascade of them is a record each).
+  const bool same_failure = !code || code->first == cann_code_;
+  if (auto open = OpenBlock(BlockKind::kCann);
+      open && same_failure && (cause != CannCause::kNone || code || traceback)) {
+    Attach(*open, line);
+    judge(*open);
+    return true;
+  }
+  if (code) {
+    const std::size_t index = NewRecord("ascend", line, code->second);
+    cann_code_ = code->first;
+    OpenAs(BlockKind::kCann, index);
+    judge(index);
+    return true;
+  }
+  if (cause == CannCause::kDeviceLost) {
+    NewRecord("ascend", line, Severity::kFatal);
+    return true;
+  }
+  return false;
+}
+
 bool KernelLogScanner::ScanAscend(const LogLine& line) {
   const std::string_view text = line.text;
   const bool driver_line = StartsWith(text, "[ascend]");
@@ -660,25 +756,15 @@ bool KernelLogScanner::ScanAscend(const LogLine& line) {
     NewRecord("ascend", line, heartbeat ? Severity::kFatal : Severity::kUce);
     return true;
   }
-  if (Contains(text, "lost heartbeat") || Contains(text, "Device_Absent")) {
-    // CANN's EL0001 "Device_Absent/Abnormal": the device is gone like a lost heartbeat.
+  if (Contains(text, "lost heartbeat") || Contains(text, "loses the heartbeat") ||
+      Contains(text, "Device_Absent")) {
+    // CANN's EL0001 "Device_Absent/Abnormal": the device is gone like a lost
+    // heartbeat. ("The task scheduler loses the heartbeat" is torch_npu's
+    // text for 507010.)
     NewRecord("ascend", line, Severity::kFatal);
     return true;
   }
-  // Ascend runtime (CANN) error codes: six digits starting 507, classed by
-  // the code table.
-  for (std::size_t at = text.find("507"); at != std::string_view::npos;
-       at = text.find("507", at + 1)) {
-    const bool bounded =
-        (at == 0 || !std::isdigit(static_cast<unsigned char>(text[at - 1]))) &&
-        (at + 6 >= text.size() || !std::isdigit(static_cast<unsigned char>(text[at + 6])));
-    const auto code = ParseNumber(text.substr(at, 6));
-    if (!bounded || !code || *code < 507000 || *code > 507999) continue;
-    if (auto severity = codes_->Ascend(static_cast<int>(*code))) {
-      NewRecord("ascend", line, *severity);
-      return true;
-    }
-  }
+  if (ScanCannFailure(line)) return true;
   if (driver_line || Contains(text, "[drv api]") || StartsWith(text, "npu-smi")) {
     const bool lost = Contains(text, "is not initialized") || Contains(text, "Device not exist");
     NewRecord("ascend", line, lost ? Severity::kFatal : Severity::kInfo, /*notice=*/!lost);

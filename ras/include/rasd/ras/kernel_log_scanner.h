@@ -168,6 +168,9 @@ class KernelLogScanner {
   bool ScanAmdgpuRecovery(const LogLine& line, std::string_view body, std::string_view bdf);
   bool ScanAscend(const LogLine& line);
   bool ScanNpuSmiTable(const LogLine& line);
+  // A line of a CANN runtime failure: its 507xxx code, or the cause CANN
+  // prints beside it, which may make it an application's error.
+  bool ScanCannFailure(const LogLine& line);
   bool ScanRasdaemon(const LogLine& line);
   bool ScanErrorCountRow(const LogLine& line, std::size_t block);
   bool ScanSysfs(const LogLine& line);
@@ -220,8 +223,9 @@ class KernelLogScanner {
     kNvidiaSmi,   // `nvidia-smi -q`'s memory sections
     kGsp,         // a GSP failure and the dumps and Xid that follow it
     kContinued,   // a record whose later lines have no words of their own (continued_)
+    kCann,        // a CANN runtime failure: its 507xxx code, cause and traceback lines
   };
-  static constexpr std::size_t kBlockKinds = 18;
+  static constexpr std::size_t kBlockKinds = 19;
   struct BlockKey {
     // A kind with one block at a time.
     BlockKey(BlockKind block_kind) : kind(block_kind) {}  // NOLINT(google-explicit-constructor)
@@ -302,6 +306,7 @@ class KernelLogScanner {
   std::string nvidia_pending_bdf_;
   std::optional<Severity> npu_row_health_;  // an npu-smi chip row waiting for its Bus-Id row
   std::size_t npu_chips_ = 0;
+  int cann_code_ = 0;  // the 507xxx code of the open kCann block
   std::size_t hl_smi_cards_ = 0;
   std::string section_;  // current rasdaemon or mcelog report section
   // iproute2's `devlink health` output: the device and reporter a "state"
