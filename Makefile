@@ -13,8 +13,10 @@ CMAKE_FLAGS ?=
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 RUN_ARGS ?=
 SOAK_MINUTES ?= 30
+FLEET_NODES ?= 32
+FLEET_TRIALS ?= 5
 
-.PHONY: all bootstrap configure build run daemon package test test-unit test-integration test-tsan fuzz-smoke bench soak clean
+.PHONY: all bootstrap configure build run daemon package test test-unit test-integration test-tsan fuzz-smoke bench soak fleet clean
 
 all: build
 
@@ -85,6 +87,14 @@ bench: build
 # RSS, fds or threads that keep growing. Not part of `make test`.
 soak: build
 	$(BUILD_DIR)/tests/soak --minutes $(SOAK_MINUTES) --json $(BUILD_DIR)/soak.json
+
+# A cluster on one machine: slurmctld, Prometheus with the packaged alert
+# rules and FLEET_NODES real rasd processes; every node failing at once
+# (FLEET_TRIALS times), a device fault on a few, a rolling restart, every
+# node's nhc check at once. Writes build/fleet.json; stops all it started.
+# As root; not part of `make test` (tests/fleet_test.cc is its small version).
+fleet: build
+	$(BUILD_DIR)/tests/fleet --nodes $(FLEET_NODES) --trials $(FLEET_TRIALS) --json $(BUILD_DIR)/fleet.json
 
 # Each libFuzzer target for FUZZ_SECONDS, seeded with the real-record corpora
 # (the held-out file stays out: it measures the decoders, it does not train them).

@@ -193,6 +193,7 @@ TEST(SlurmTest, TheBlastRadiusGuardHoldsADrainWhileHalfTheClusterIsDrainedByRasd
   EXPECT_NE(metrics.find("rasd_scheduler_actions_total{result=\"guarded\"} 1\n"), std::string::npos)
       << metrics;
   EXPECT_NE(metrics.find("rasd_scheduler_drain_guarded 1\n"), std::string::npos);
+  EXPECT_NE(metrics.find("rasd_scheduler_node_drained 0\n"), std::string::npos);
 
   // gpu2 is an administrator's now: 1 of 4, under the limit. The next
   // request (a second fault) goes ahead without waiting for the recheck.
@@ -205,6 +206,7 @@ TEST(SlurmTest, TheBlastRadiusGuardHoldsADrainWhileHalfTheClusterIsDrainedByRasd
   EXPECT_TRUE(status["scheduler"]["guarded"].is_null());
   metrics = Http(status["metrics"]["port"].get<int>(), "GET", "/metrics");
   EXPECT_NE(metrics.find("rasd_scheduler_drain_guarded 0\n"), std::string::npos);
+  EXPECT_NE(metrics.find("rasd_scheduler_node_drained 1\n"), std::string::npos);
   EXPECT_NE(metrics.find("rasd_scheduler_actions_total{result=\"guarded\"} 1\n"), std::string::npos);
 }
 

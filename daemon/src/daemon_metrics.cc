@@ -136,6 +136,7 @@ exporters::MetricsSnapshot DaemonMetrics::Now() const {
   if (scheduler_) {
     snapshot.scheduler_actions = scheduler_->Counts();
     snapshot.scheduler_drain_guarded = scheduler_->Guarded().has_value();
+    snapshot.scheduler_node_drained = scheduler_->DrainedByRasd();
   }
   if (workloads_) {
     const auto counts = workloads_->PublishedCounts();

@@ -535,6 +535,16 @@ void AddSchedulerFamilies(const MetricsSnapshot& snapshot, Add& add) {
     }
     add(std::move(family));
   }
+  {
+    auto family = Family("rasd_scheduler_node_drained",
+                         "1 while the scheduler holds this node drained with rasd's reason",
+                         MetricType::Gauge);
+    if (snapshot.scheduler_node_drained) {
+      family.metric.push_back(
+          Value(MetricType::Gauge, *snapshot.scheduler_node_drained ? 1.0 : 0.0));
+    }
+    add(std::move(family));
+  }
 }
 
 // The state store's health and the kernel log's gaps and trust.

@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <map>
+#include <sstream>
 
 namespace rasd::testing {
 
@@ -102,6 +103,22 @@ PartitionName=debug Nodes=localhost{} Default=YES MaxTime=INFINITE State=UP
 std::string SlurmCluster::State(const std::string& node) { return Sinfo("%T", node); }
 
 std::string SlurmCluster::Reason(const std::string& node) { return Sinfo("%E", node); }
+
+std::map<std::string, std::string> SlurmCluster::Reasons() {
+  const auto result = RunToCompletion(
+      {.argv = {"/usr/bin/sinfo", "-h", "-N", "-o", "%N|%E"}, .set_env = {{"SLURM_CONF", conf_}}},
+      10s);
+  std::map<std::string, std::string> reasons;
+  std::istringstream lines(result.out);
+  for (std::string line; std::getline(lines, line);) {
+    const auto bar = line.find('|');
+    if (bar == std::string::npos) continue;
+    std::string reason = line.substr(bar + 1);
+    while (!reason.empty() && reason.back() == ' ') reason.pop_back();
+    reasons[line.substr(0, bar)] = reason == "none" ? "" : reason;
+  }
+  return reasons;
+}
 
 int SlurmCluster::Update(const std::string& node, std::vector<std::string> args) {
   std::vector<std::string> argv = {"/usr/bin/scontrol", "update", "NodeName=" + node};

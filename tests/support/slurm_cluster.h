@@ -4,6 +4,7 @@
 // slurmd (node "localhost"), started by the test on loopback, everything
 // in a temp dir, ended with the object (slurmd first, munged last).
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -32,6 +33,8 @@ class SlurmCluster {
   // "idle", "drained", ... and the reason, from sinfo.
   std::string State(const std::string& node = "localhost");
   std::string Reason(const std::string& node = "localhost");
+  // Every node's reason, in one sinfo call (empty where none).
+  std::map<std::string, std::string> Reasons();
   // scontrol update NodeName=NODE ARGS...: 0 when it took.
   int Update(const std::string& node, std::vector<std::string> args);
 

@@ -91,6 +91,8 @@ struct MetricsSnapshot {
   std::map<int, std::string> suggested_actions;
   // The blast-radius guard holds this node's drain back now (scheduler set).
   std::optional<bool> scheduler_drain_guarded;
+  // The scheduler holds this node drained with rasd's reason (scheduler set).
+  std::optional<bool> scheduler_node_drained;
   // Processes outside rasd attached to its devices (`rasctl run`, attach).
   std::map<std::string, std::uint64_t> workloads;          // state -> processes
   std::map<std::string, std::uint64_t> workload_signals;   // drain | grace_kill | consumer_kill
