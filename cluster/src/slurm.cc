@@ -195,6 +195,18 @@ DrainGuardVerdict CheckDrainGuard(const std::vector<SlurmNode>& nodes, std::stri
   return verdict;
 }
 
+std::chrono::milliseconds DrainSpreadDelay(std::string_view node,
+                                           std::chrono::milliseconds spread) {
+  if (spread.count() <= 0) return std::chrono::milliseconds(0);
+  std::uint64_t hash = 14695981039346656037ULL;
+  for (const unsigned char c : node) {
+    hash ^= c;
+    hash *= 1099511628211ULL;
+  }
+  return std::chrono::milliseconds(
+      static_cast<std::int64_t>(hash % static_cast<std::uint64_t>(spread.count())));
+}
+
 DrainRank RankOwnDrain(const std::vector<SlurmNode>& nodes, std::string_view self,
                        double max_fraction, std::chrono::seconds window,
                        std::chrono::system_clock::time_point now) {

@@ -106,6 +106,24 @@ TEST(SlurmNodeTest, AnyReasonNotRasdsHoldsTheNodeForOthers) {
   EXPECT_EQ(FindNode(nodes, "ALL"), nullptr);
 }
 
+TEST(DrainSpreadTest, EachNodeHasItsOwnShareTheSameOnEveryCallAndNoneWithoutASpread) {
+  using std::chrono::milliseconds;
+  EXPECT_EQ(DrainSpreadDelay("gpu7", milliseconds(0)), milliseconds(0));
+  EXPECT_EQ(DrainSpreadDelay("gpu7", milliseconds(4000)),
+            DrainSpreadDelay("gpu7", milliseconds(4000)));
+  // 32 nodes named as a cluster names them: within the spread, apart from
+  // each other, and over most of it.
+  std::set<std::int64_t> shares;
+  for (int i = 0; i < 32; ++i) {
+    const auto share = DrainSpreadDelay("gpu" + std::to_string(i), milliseconds(4000)).count();
+    EXPECT_GE(share, 0);
+    EXPECT_LT(share, 4000);
+    shares.insert(share);
+  }
+  EXPECT_GE(shares.size(), 30u);
+  EXPECT_GT(*shares.rbegin() - *shares.begin(), 3000);
+}
+
 TEST(DrainReasonTest, PrefixedOneLineAndShort) {
   EXPECT_EQ(DrainReason("device 2 isolated"), "rasd: device 2 isolated");
   EXPECT_EQ(DrainReason("a\nb\tc"), "rasd: a b c");

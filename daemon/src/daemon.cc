@@ -197,6 +197,7 @@ void Daemon::StartScheduler() {
   link.environment = cluster::SlurmClient::EnvironmentFromCaller();
   link.max_drained_fraction = config_.scheduler.max_drained_fraction;
   link.guard_window = config_.scheduler.guard_window;
+  link.drain_spread = cluster::kDrainSpread;
   link.clock = loop_->SharedClock();
   scheduler_ = std::make_unique<SchedulerLink>(link);
   actuator_->SetNodeDrainer([this](const std::string& reason) {

@@ -194,6 +194,14 @@ void SchedulerLink::Run() {
       }
       hold_until_.reset();
     }
+    if (!want_drained_) spread_ = false;
+    if (want_drained_ && !drained_ && !spread_ && options_.max_drained_fraction < 1.0) {
+      // Once per drain wanted: the node's own share of the spread.
+      spread_ = true;
+      changed_.wait_for(lock, cluster::DrainSpreadDelay(options_.node, options_.drain_spread),
+                        [this] { return stop_; });
+      continue;
+    }
     const bool drain = want_drained_;
     const std::string reason = reason_;
     const std::chrono::seconds window = GuardWindow();

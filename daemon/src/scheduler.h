@@ -47,7 +47,10 @@ namespace rasd::daemon {
 //    within guard_window (one drain and undo per window at most), and then
 //    only while the rasd drains standing, however old, are under the limit.
 //    A node found drained by rasd already (a restart, a drain call that
-//    timed out but took) is ranked too.
+//    timed out but took) is ranked too. With the guard on, a new drain
+//    first waits the node's share of drain_spread, so that peers failing at
+//    once mostly find each other's drains before theirs and hold back
+//    without draining.
 // Thread-safe.
 class SchedulerLink {
  public:
@@ -62,6 +65,9 @@ class SchedulerLink {
     std::chrono::milliseconds guard_recheck{30000};
     // How long after a drain it is ranked (cluster::kDrainSettle).
     std::chrono::milliseconds drain_settle = cluster::kDrainSettle;
+    // Peers failing at once spread their first drain over this
+    // (cluster::kDrainSpread; cluster::DrainSpreadDelay): 0, none.
+    std::chrono::milliseconds drain_spread{0};
     // Wall time for the guard's window: the daemon's clock; null, the system's.
     std::shared_ptr<const common::Clock> clock;
   };
@@ -111,6 +117,7 @@ class SchedulerLink {
   bool want_drained_ = false;
   std::string reason_;
   bool drained_ = false;  // the request carried out last (drain or resume)
+  bool spread_ = false;   // the drain wanted now has waited its spread
   bool drained_by_rasd_ = false;  // Slurm shows the node drained by rasd
   std::optional<std::string> guarded_;
   // A drain undone by its rank is not tried again before this.

@@ -124,6 +124,17 @@ NodeActionDecision DecideNodeAction(const std::vector<SlurmNode>& nodes, std::st
 // peer's drain Slurm recorded in the same second is in the list.
 inline constexpr std::chrono::milliseconds kDrainSettle{2000};
 
+// How far apart peers that fail at once make their first drain call: each
+// node waits its own share of this (DrainSpreadDelay) before reading the
+// cluster, so that most see the drains before theirs and hold back without
+// draining. The ranking after each drain still decides; the spread only
+// keeps the nodes drained while they are ranked near the limit.
+inline constexpr std::chrono::milliseconds kDrainSpread{4000};
+
+// Node `node`'s share of `spread`: the same on every call, spread evenly
+// over the names (FNV-1a of the name), so peers need not agree on anything.
+std::chrono::milliseconds DrainSpreadDelay(std::string_view node, std::chrono::milliseconds spread);
+
 // Runs Slurm's client commands (argv, no shell) with their configuration
 // from the environment given. Each call blocks up to the timeout. Stateless
 // apart from its options: safe from any thread.
