@@ -52,6 +52,7 @@ class SchedulerLinkTest : public ::testing::Test {
     std::string name, state;
     std::vector<std::string> flags;
     std::string reason;
+    std::int64_t reason_age_s = 0;  // how long before now Slurm recorded the reason
   };
   // What sinfo --json shows from now on, as Slurm 22.05 prints it.
   void Cluster(const std::vector<Node>& nodes) {
@@ -64,20 +65,23 @@ class SchedulerLinkTest : public ::testing::Test {
                       {"state", node.state},
                       {"state_flags", node.flags},
                       {"reason", node.reason},
-                      {"reason_changed_at", node.reason.empty() ? 0 : now}});
+                      {"reason_changed_at", node.reason.empty() ? 0 : now - node.reason_age_s}});
     }
     const auto temporary = dir_ / "nodes.json.new";
     std::ofstream(temporary) << nlohmann::json{{"nodes", list}}.dump();
     fs::rename(temporary, dir_ / "nodes.json");  // sinfo never reads half of it
   }
-  void Start(double max_drained_fraction = 1.0) {
+  void Start(double max_drained_fraction = 1.0,
+             std::chrono::milliseconds drain_spread = std::chrono::milliseconds(0)) {
     link_ = std::make_unique<SchedulerLink>(
         SchedulerLink::Options{.node = "n1",
                                .scontrol = (dir_ / "scontrol").string(),
                                .sinfo = (dir_ / "sinfo").string(),
                                .timeout = 5000ms,
                                .max_drained_fraction = max_drained_fraction,
-                               .guard_recheck = 50ms});
+                               .guard_recheck = 50ms,
+                               .drain_settle = 1000ms,
+                               .drain_spread = drain_spread});
   }
   std::vector<std::string> Calls() const {
     std::ifstream in(dir_ / "calls.log");
@@ -146,6 +150,52 @@ TEST_F(SchedulerLinkTest, TheGuardHoldsADrainWhileTooManyNodesAreDrainedByRasdTh
   EXPECT_EQ(Count("guarded"), 1u) << "a held drain is counted once";
   EXPECT_FALSE(link_->Guarded().has_value());
   EXPECT_EQ(Calls().size(), 1u);
+}
+
+// Peers that read the cluster at once all drain; ranked after its drain,
+// this one is past the limit (the others' drains are older) and undoes it.
+TEST_F(SchedulerLinkTest, ADrainRankedPastTheLimitIsUndoneAndTheNodeGuarded) {
+  Cluster({{"n1", "idle", {}, ""},
+           {"n2", "idle", {}, ""},
+           {"n3", "idle", {}, ""},
+           {"n4", "idle", {}, ""}});
+  Start(0.5);
+  link_->Drain("device 1 isolated");
+  ASSERT_TRUE(Eventually([&] { return Count("ok") == 1; }));
+  // Before the ranking's read (drain_settle later): two older rasd drains.
+  Cluster({{"n1", "idle", {"DRAIN"}, "rasd: device 1 isolated"},
+           {"n2", "idle", {"DRAIN"}, "rasd: device 0 isolated", 10},
+           {"n3", "idle", {"DRAIN"}, "rasd: device 3 isolated", 10},
+           {"n4", "idle", {}, ""}});
+  ASSERT_TRUE(Eventually([&] { return Count("guarded") == 1; }));
+  EXPECT_EQ(Calls(), (std::vector<std::string>{
+                         "update NodeName=n1 State=DRAIN Reason=rasd: device 1 isolated",
+                         "update NodeName=n1 State=RESUME"}));
+  EXPECT_TRUE(link_->Guarded().has_value());
+  EXPECT_FALSE(link_->DrainedByRasd());
+  EXPECT_TRUE(link_->Drained()) << "the drain is still wanted";
+}
+
+// Peers failing at once: the drains that land while this node waits its
+// share of the spread are in its first read, so it holds back without
+// draining (no drain and undo).
+TEST_F(SchedulerLinkTest, PeersDrainsThatLandDuringItsSpreadHoldItBackWithoutADrain) {
+  Cluster({{"n1", "idle", {}, ""},
+           {"n2", "idle", {}, ""},
+           {"n3", "idle", {}, ""},
+           {"n4", "idle", {}, ""}});
+  // A spread in which n1's own share is at least half a second.
+  std::chrono::milliseconds spread{1000};
+  while (cluster::DrainSpreadDelay("n1", spread) < 500ms) spread += 500ms;
+  Start(0.5, spread);
+  link_->Drain("device 1 isolated");
+  Cluster({{"n1", "idle", {}, ""},
+           {"n2", "idle", {"DRAIN"}, "rasd: device 0 isolated"},
+           {"n3", "idle", {"DRAIN"}, "rasd: device 3 isolated"},
+           {"n4", "idle", {}, ""}});
+  ASSERT_TRUE(Eventually([&] { return Count("guarded") == 1; }, spread + 5s));
+  EXPECT_TRUE(Calls().empty()) << ::testing::PrintToString(Calls());
+  EXPECT_EQ(Count("ok"), 0u);
 }
 
 TEST_F(SchedulerLinkTest, AFailingScontrolIsRetriedUntilItWorks) {
