@@ -150,18 +150,6 @@ long long KernelMicrosNow() {
   return static_cast<long long>(now.tv_sec) * 1'000'000 + now.tv_nsec / 1000;
 }
 
-std::string UrlEncode(const std::string& text) {
-  std::string out;
-  for (unsigned char c : text) {
-    if (std::isalnum(c) || c == '_' || c == '-' || c == '.') {
-      out += static_cast<char>(c);
-    } else {
-      out += fmt::format("%{:02X}", c);
-    }
-  }
-  return out;
-}
-
 class Fleet {
  public:
   explicit Fleet(const Options& options) : options_(options) {}

@@ -19,18 +19,6 @@ namespace {
 constexpr const char* kPrometheus = "/usr/bin/prometheus";
 constexpr const char* kPromtool = "/usr/bin/promtool";
 
-std::string UrlEncode(const std::string& text) {
-  std::string out;
-  for (unsigned char c : text) {
-    if (std::isalnum(c) || c == '_' || c == '-' || c == '.') {
-      out += static_cast<char>(c);
-    } else {
-      out += fmt::format("%{:02X}", c);
-    }
-  }
-  return out;
-}
-
 // The value of an instant query's first sample, or nullopt.
 std::optional<double> Query(int port, const std::string& promql) {
   const auto body = Http(port, "GET", "/api/v1/query?query=" + UrlEncode(promql));

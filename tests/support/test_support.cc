@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <grp.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -16,6 +17,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -421,6 +423,18 @@ CommandResult RasdInstance::Rasctl(std::vector<std::string> args, std::optional<
   options.gid = gid;
   options.groups = std::move(groups);
   return RunToCompletion(options);
+}
+
+std::string UrlEncode(const std::string& text) {
+  std::string out;
+  for (const unsigned char c : text) {
+    if (std::isalnum(c) || c == '_' || c == '-' || c == '.') {
+      out += static_cast<char>(c);
+    } else {
+      out += fmt::format("%{:02X}", c);
+    }
+  }
+  return out;
 }
 
 std::string Http(int port, const std::string& method, const std::string& path) {

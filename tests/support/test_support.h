@@ -143,6 +143,8 @@ double PingMilliseconds(RawClient& client);
 // An HTTP/1.0 request to 127.0.0.1:port; the response body, or "" on
 // failure. For rasd's /metrics and Prometheus's API.
 std::string Http(int port, const std::string& method, const std::string& path);
+// `text` percent-encoded for a URL's query (Prometheus's query API).
+std::string UrlEncode(const std::string& text);
 // A loopback TCP port nobody listens on right now.
 int FreePort();
 
