@@ -559,6 +559,17 @@ TEST(CannCauseTest, TheDeviceLostBesideACodeIsFatalAndACodeNamingTheHardwareKeep
                     "[ERROR] RecentErrMsg: Inner_Error_Device_Status_Abnormal(E39009): Failed to "
                     "connect the device.\n"),
             std::vector{Severity::kFatal});
+  // Both messages: the device lost is the stronger word, in either order.
+  for (const std::string& order :
+       {std::string("E39009 then EL0004"), std::string("EL0004 then E39009")}) {
+    const std::string lost =
+        "[ERROR] RecentErrMsg: Inner_Error_Device_Status_Abnormal(E39009): Failed to connect.\n";
+    const std::string memory = "EL0004: [PID: 7] Failed to allocate memory.\n";
+    const std::string code = "[ERROR] aclrtSetDevice(deviceId) failed: 507033 (main.cpp:98)\n";
+    EXPECT_EQ(Classes(code + (order.starts_with("E39009") ? lost + memory : memory + lost)),
+              std::vector{Severity::kFatal})
+        << order;
+  }
   // The message alone still says the device is gone.
   EXPECT_EQ(Classes("Possible Cause: 1. Heartbeats are missing on the device.\n"),
             std::vector{Severity::kFatal});

@@ -714,7 +714,10 @@ bool KernelLogScanner::ScanCannFailure(const LogLine& line) {
     ScannedRecord& record = Record(index);
     if (cause == CannCause::kDeviceLost) {
       Raise(record, Severity::kFatal);
-    } else if (cause == CannCause::kApplication && ApplicationCanExplain(cann_code_)) {
+      cann_device_lost_ = true;
+    } else if (cause == CannCause::kApplication && ApplicationCanExplain(cann_code_) &&
+               !cann_device_lost_) {
+      // The device lost, in any message of the failure, is the stronger word.
       record.severity = Severity::kInfo;
     }
   };
@@ -731,6 +734,7 @@ bool KernelLogScanner::ScanCannFailure(const LogLine& line) {
   if (code) {
     const std::size_t index = NewRecord("ascend", line, code->second);
     cann_code_ = code->first;
+    cann_device_lost_ = false;
     OpenAs(BlockKind::kCann, index);
     judge(index);
     return true;

@@ -306,7 +306,8 @@ class KernelLogScanner {
   std::string nvidia_pending_bdf_;
   std::optional<Severity> npu_row_health_;  // an npu-smi chip row waiting for its Bus-Id row
   std::size_t npu_chips_ = 0;
-  int cann_code_ = 0;  // the 507xxx code of the open kCann block
+  int cann_code_ = 0;              // the 507xxx code of the open kCann block
+  bool cann_device_lost_ = false;  // ... and a message of it said the device was lost
   std::size_t hl_smi_cards_ = 0;
   std::string section_;  // current rasdaemon or mcelog report section
   // iproute2's `devlink health` output: the device and reporter a "state"
