@@ -330,13 +330,14 @@ class AscendReplay {
     if (!started_) return classes;
     rasd_.RasctlJson({"inject", "kmsg", event.text});
     const auto events = rasd_.RasctlJson({"events", "--limit", "10000"});
+    std::int64_t newest = last_id_;
     for (const auto& stored : events["events"]) {
       const auto id = stored["id"].get<std::int64_t>();
       if (id <= last_id_) continue;
       classes.push_back(stored["severity"].get<std::string>());
-      newest_ = std::max(newest_, id);
+      newest = std::max(newest, id);
     }
-    last_id_ = std::max(last_id_, newest_);
+    last_id_ = newest;
     return classes;
   }
 
@@ -357,8 +358,7 @@ class AscendReplay {
  private:
   RasdInstance rasd_;
   bool started_ = false;
-  std::int64_t last_id_ = 0;
-  std::int64_t newest_ = 0;
+  std::int64_t last_id_ = 0;  // the newest event seen by the last Inject
 };
 
 TEST(AscendFalsePositiveTest, ApplicationErrorsActOnNothingAndEachDeviceFaultIsAFault) {

@@ -190,6 +190,16 @@ class Fleet {
     return Restart(i, why);
   }
 
+  // The repair between trials: every rasd stopped, the nodes rasd drained
+  // resumed, every rasd started afresh.
+  bool Renew(std::string* why) {
+    for (auto& node : nodes_) (void)node->Stop();
+    ResumeAll();
+    for (int i = 0; i < options_.nodes; ++i)
+      if (!StartNode(i, why)) return false;
+    return true;
+  }
+
   // Starts node i's rasd again over its own state.
   bool Restart(int i, std::string* why) {
     std::string reason;
@@ -342,13 +352,10 @@ void AllAtOnceTrials(Fleet& fleet, const Options& options, Report& report,
     std::string why;
     if (trial > 0) {
       // The repair: nodes resumed, every rasd afresh, no alert left over.
-      for (int i = 0; i < fleet.Nodes(); ++i) (void)fleet.Node(i).Stop();
-      fleet.ResumeAll();
-      for (int i = 0; i < fleet.Nodes(); ++i)
-        if (!fleet.StartNode(i, &why)) {
-          report.Check(false, why);
-          return;
-        }
+      if (!fleet.Renew(&why)) {
+        report.Check(false, why);
+        return;
+      }
       const bool quiet = WaitUntil(
           [&] {
             for (const auto& alert : fleet.FiringAlerts())
@@ -413,13 +420,10 @@ void AllAtOnceTrials(Fleet& fleet, const Options& options, Report& report,
 // and no node drains.
 std::set<int> DeviceFaultTrial(Fleet& fleet, Report& report, std::vector<double>& alert_seconds) {
   std::string why;
-  for (int i = 0; i < fleet.Nodes(); ++i) (void)fleet.Node(i).Stop();
-  fleet.ResumeAll();
-  for (int i = 0; i < fleet.Nodes(); ++i)
-    if (!fleet.StartNode(i, &why)) {
-      report.Check(false, why);
-      return {};
-    }
+  if (!fleet.Renew(&why)) {
+    report.Check(false, why);
+    return {};
+  }
   const std::set<int> faulty = {1, fleet.Nodes() / 2, fleet.Nodes() - 1};
   const auto start = Clock::now();
   for (int i : faulty)

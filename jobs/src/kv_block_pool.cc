@@ -73,13 +73,20 @@ std::uint64_t KvBlockPool::BlockOf(drivers::DeviceAddress address) const {
   return (address - options_.base) / options_.block_bytes;
 }
 
+std::optional<std::pair<std::uint64_t, std::uint64_t>> KvBlockPool::BlocksOverlapping(
+    drivers::DeviceAddress address, std::uint64_t bytes) const {
+  const drivers::DeviceAddress end = options_.base + blocks_ * options_.block_bytes;
+  if (bytes == 0 || address >= end || address + bytes <= options_.base) return std::nullopt;
+  return std::pair{BlockOf(std::max(address, options_.base)),
+                   BlockOf(std::min(address + bytes, end) - 1)};
+}
+
 std::set<SequenceId> KvBlockPool::SequencesOn(drivers::DeviceAddress address,
                                               std::uint64_t bytes) const {
   std::set<SequenceId> on;
-  const drivers::DeviceAddress end = options_.base + blocks_ * options_.block_bytes;
-  if (bytes == 0 || address >= end || address + bytes <= options_.base) return on;
-  const std::uint64_t first = BlockOf(std::max(address, options_.base));
-  const std::uint64_t last = BlockOf(std::min(address + bytes, end) - 1);
+  const auto blocks = BlocksOverlapping(address, bytes);
+  if (!blocks) return on;
+  const auto [first, last] = *blocks;
   for (const auto& [sequence, state] : sequences_)
     for (const std::uint64_t block : state.blocks)
       if (block >= first && block <= last) on.insert(sequence);
@@ -88,10 +95,9 @@ std::set<SequenceId> KvBlockPool::SequencesOn(drivers::DeviceAddress address,
 
 std::set<SequenceId> KvBlockPool::RetirePage(drivers::DeviceAddress page,
                                              std::uint64_t page_bytes) {
-  const drivers::DeviceAddress end = options_.base + blocks_ * options_.block_bytes;
-  if (page_bytes == 0 || page >= end || page + page_bytes <= options_.base) return {};
-  const std::uint64_t first = BlockOf(std::max(page, options_.base));
-  const std::uint64_t last = BlockOf(std::min(page + page_bytes, end) - 1);
+  const auto blocks = BlocksOverlapping(page, page_bytes);
+  if (!blocks) return {};
+  const auto [first, last] = *blocks;
   const std::set<SequenceId> hit = SequencesOn(page, page_bytes);
   for (std::uint64_t block = first; block <= last; ++block) {
     retired_.insert(block);

@@ -4,6 +4,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <utility>
 #include <vector>
 
 #include "rasd/common/result.h"
@@ -77,6 +78,10 @@ class KvBlockPool {
  private:
   explicit KvBlockPool(const Options& options);
   std::uint64_t BlockOf(drivers::DeviceAddress address) const;
+  // The first and last block overlapping [address, address + bytes), or
+  // nullopt when none does.
+  std::optional<std::pair<std::uint64_t, std::uint64_t>> BlocksOverlapping(
+      drivers::DeviceAddress address, std::uint64_t bytes) const;
 
   Options options_;
   std::uint64_t blocks_ = 0;
