@@ -144,6 +144,8 @@ Result<std::vector<SlurmNode>> ParseSinfoJson(std::string_view text) {
     node.drain = std::find(flags.begin(), flags.end(), "drain") != flags.end();
     if (entry.contains("reason") && entry["reason"].is_string())
       node.reason = entry["reason"].get<std::string>();
+    if (entry.contains("comment") && entry["comment"].is_string())
+      node.comment = entry["comment"].get<std::string>();
     if (entry.contains("reason_changed_at")) {
       if (const auto seconds = SlurmNumber(entry["reason_changed_at"]); seconds && *seconds > 0) {
         node.reason_changed_at =
@@ -242,6 +244,150 @@ DrainRank RankOwnDrain(const std::vector<SlurmNode>& nodes, std::string_view sel
       rank.drains, rank.nodes, Within(window), rank.limit, max_fraction * 100, rank.rank + 1,
       rank.keep ? "it stays" : "undone");
   return rank;
+}
+
+std::string ClaimComment(std::chrono::system_clock::time_point at) {
+  return fmt::format(
+      "{}{}", kClaimPrefix,
+      std::chrono::duration_cast<std::chrono::milliseconds>(at.time_since_epoch()).count());
+}
+
+std::optional<std::chrono::system_clock::time_point> ParseClaim(std::string_view comment) {
+  if (!comment.starts_with(kClaimPrefix)) return std::nullopt;
+  const std::string_view digits = comment.substr(kClaimPrefix.size());
+  // Unix milliseconds: 13 digits until the year 2286; more is not a claim.
+  if (digits.empty() || digits.size() > 15) return std::nullopt;
+  std::int64_t ms = 0;
+  for (const char c : digits) {
+    if (c < '0' || c > '9') return std::nullopt;
+    ms = ms * 10 + (c - '0');
+  }
+  return std::chrono::system_clock::time_point(std::chrono::milliseconds(ms));
+}
+
+ClaimRank RankOwnClaim(const std::vector<SlurmNode>& nodes, std::string_view self,
+                       double max_fraction, std::chrono::seconds window,
+                       std::chrono::system_clock::time_point now) {
+  ClaimRank rank;
+  rank.nodes = nodes.size();
+  rank.limit = DrainLimit(nodes.size(), max_fraction);
+  using Key = std::pair<std::chrono::system_clock::time_point, std::string_view>;
+  std::vector<Key> claims;
+  for (const auto& node : nodes) {
+    if (node.name != self && CountsAgainstTheGuard(node, window, now)) {
+      ++rank.drained_by_rasd;
+      continue;
+    }
+    // A node out of service already (drained by anyone, down) takes no
+    // room by its claim: it is counted as a drain, or is someone else's.
+    if (node.drain || HeldByOthers(node)) continue;
+    const auto at = ParseClaim(node.comment);
+    if (!at) continue;
+    const auto age = now > *at ? now - *at : *at - now;
+    if (age > kClaimLifetime) continue;
+    claims.emplace_back(*at, node.name);
+  }
+  std::sort(claims.begin(), claims.end());
+  rank.claims = claims.size();
+  const auto mine = std::find_if(claims.begin(), claims.end(),
+                                 [&](const Key& key) { return key.second == self; });
+  rank.own_claim_seen = mine != claims.end();
+  if (!rank.own_claim_seen) {
+    rank.why = fmt::format("Slurm does not show node {}'s claim", self);
+    return rank;
+  }
+  rank.rank = static_cast<std::size_t>(mine - claims.begin());
+  rank.allowed = rank.drained_by_rasd + rank.rank < rank.limit;
+  rank.why = fmt::format(
+      "{} of {} node(s) drained by rasd{} and {} claim(s) to drain, the limit is {} ({:.0f}%); "
+      "this node's claim is number {}: {}",
+      rank.drained_by_rasd, rank.nodes, Within(window), rank.claims, rank.limit, max_fraction * 100,
+      rank.rank + 1, rank.allowed ? "it drains" : "it holds back");
+  return rank;
+}
+
+Result<ClaimedDrain> SlurmClient::DrainWithClaim(
+    const std::vector<SlurmNode>& nodes_before, const std::string& node, std::string_view reason,
+    double max_fraction, std::chrono::seconds window,
+    const std::function<std::chrono::system_clock::time_point()>& wall,
+    const std::function<bool(std::chrono::milliseconds)>& wait,
+    std::chrono::milliseconds settle) const {
+  ClaimedDrain outcome;
+  const SlurmNode* own = FindNode(nodes_before, node);
+  if (own == nullptr)
+    return Fail(ErrorCode::kNotFound, fmt::format("Slurm lists no node '{}'", node));
+  if (!own->comment.empty() && !ParseClaim(own->comment)) {
+    // Someone's note on the node: not overwritten by a claim.
+    if (auto drained = Drain(node, reason); !drained) return Fail(drained.error());
+    outcome.kind = ClaimedDrain::Kind::kDrained;
+    outcome.detail = fmt::format(
+        "node {} drained without a claim: its Comment is someone else's ('{}'); its drain is "
+        "ranked after it instead",
+        node, own->comment);
+    return outcome;
+  }
+  const auto claimed_at = wall();
+  if (auto written = Update({"NodeName=" + node, "Comment=" + ClaimComment(claimed_at)});
+      !written) {
+    return Fail(written.error());
+  }
+  const auto write_took = wall() - claimed_at;
+  // Withdraws the claim; a failure leaves it to expire (kClaimLifetime).
+  const auto withdraw = [&] { (void)ClearClaim(node); };
+  if (write_took > kClaimWriteLimit) {
+    withdraw();
+    return Fail(
+        ErrorCode::kUnavailable,
+        fmt::format("the claim to drain node {} took {} ms to write (more than {} ms): "
+                    "peers may not have seen it in time; withdrawn",
+                    node, std::chrono::duration_cast<std::chrono::milliseconds>(write_took).count(),
+                    kClaimWriteLimit.count()));
+  }
+  if (!wait(settle)) {
+    withdraw();
+    outcome.kind = ClaimedDrain::Kind::kStopped;
+    return outcome;
+  }
+  auto nodes = Nodes();
+  if (!nodes) {
+    withdraw();
+    return Fail(nodes.error());
+  }
+  const auto now = wall();
+  outcome.decision = DecideNodeAction(*nodes, node, true, max_fraction, window, now);
+  if (outcome.decision.kind != NodeActionDecision::Kind::kDrain) {
+    withdraw();
+    outcome.kind = outcome.decision.kind == NodeActionDecision::Kind::kGuarded
+                       ? ClaimedDrain::Kind::kGuarded
+                       : ClaimedDrain::Kind::kChanged;
+    outcome.detail = outcome.decision.detail;
+    return outcome;
+  }
+  const ClaimRank rank = RankOwnClaim(*nodes, node, max_fraction, window, now);
+  outcome.rank = rank;
+  outcome.detail = rank.why;
+  if (!rank.own_claim_seen) {
+    withdraw();
+    return Fail(ErrorCode::kUnavailable,
+                fmt::format("{} after {} ms: not drained", rank.why, settle.count()));
+  }
+  if (!rank.allowed) {
+    withdraw();
+    outcome.kind = ClaimedDrain::Kind::kGuarded;
+    return outcome;
+  }
+  // The drain first, then the claim cleared: a peer reading in between
+  // counts this node once, as a drain.
+  auto drained = Drain(node, reason);
+  withdraw();
+  if (!drained) return Fail(drained.error());
+  outcome.kind = ClaimedDrain::Kind::kDrained;
+  outcome.claimed = true;
+  return outcome;
+}
+
+Status SlurmClient::ClearClaim(const std::string& node) const {
+  return Update({"NodeName=" + node, "Comment="});
 }
 
 Result<DrainRank> SlurmClient::ConfirmOwnDrain(const std::string& node, double max_fraction,

@@ -1,5 +1,6 @@
 #include "rasd/cluster/slurm.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -251,6 +252,80 @@ TEST(DrainRankTest, OldDrainsAndOthersReasonsDoNotCountAndANodeNotDrainedKeepsNo
 }
 
 using Kind = NodeActionDecision::Kind;
+
+SlurmNode Claiming(std::string name, system_clock::time_point at) {
+  SlurmNode node = Node(std::move(name), false, "");
+  node.comment = ClaimComment(at);
+  return node;
+}
+
+TEST(DrainClaimTest, AClaimReadsBackAndAnythingElseIsNoClaim) {
+  const auto at = system_clock::time_point(std::chrono::milliseconds(1765000000123));
+  EXPECT_EQ(ClaimComment(at), "rasd-claim 1765000000123");
+  EXPECT_EQ(ParseClaim(ClaimComment(at)), at);
+  for (const char* other : {"", "rack 4, PSU swapped", "rasd-claim", "rasd-claim ",
+                            "rasd-claim 12x", "rasd-claim -5", "rasd-claim 1234567890123456789"}) {
+    EXPECT_FALSE(ParseClaim(other).has_value()) << other;
+  }
+}
+
+// Thirty-two nodes claim in the same instant (some in the same
+// millisecond): every node reads the same claims, and exactly the first
+// sixteen, by time and then name, drain, whatever order sinfo lists them in.
+TEST(DrainClaimTest, PeersClaimingAtOnceAgreeWhoDrainsAndNoMoreThanTheLimit) {
+  const auto now = system_clock::now();
+  std::vector<SlurmNode> nodes;
+  for (int i = 31; i >= 0; --i) {
+    nodes.push_back(Claiming(fmt::format("n{:02}", i), now - std::chrono::milliseconds(i % 4)));
+  }
+  std::set<std::string> draining;
+  for (const auto& node : nodes) {
+    const ClaimRank rank = RankOwnClaim(nodes, node.name, 0.5, seconds(300), now);
+    EXPECT_TRUE(rank.own_claim_seen);
+    EXPECT_EQ(rank.claims, 32u);
+    EXPECT_EQ(rank.limit, 16u);
+    if (rank.allowed) draining.insert(node.name);
+    EXPECT_NE(rank.why.find(rank.allowed ? "it drains" : "it holds back"), std::string::npos)
+        << rank.why;
+  }
+  EXPECT_EQ(draining.size(), 16u);
+  // The claims 3 ms old come first, n03 before n07.
+  EXPECT_TRUE(draining.contains("n03") && draining.contains("n31"));
+  EXPECT_FALSE(draining.contains("n00"));
+}
+
+// Drains standing take room before any claim; a drained node's leftover
+// claim is not counted twice; a stale claim (its node died while claiming)
+// and a claim from a node held by someone else count for nobody.
+TEST(DrainClaimTest, DrainsStandingComeFirstAndStaleOrHeldClaimsDoNotCount) {
+  const auto now = system_clock::now();
+  SlurmNode drained = Node("drained", true, "rasd: x", now - seconds(5));
+  drained.comment = ClaimComment(now - seconds(3));
+  SlurmNode admin = Node("admin", true, "bios update", now - seconds(2));
+  admin.comment = ClaimComment(now - seconds(1));
+  const std::vector<SlurmNode> nodes = {drained,
+                                        admin,
+                                        Claiming("stale", now - kClaimLifetime - seconds(1)),
+                                        Claiming("early", now - std::chrono::milliseconds(500)),
+                                        Claiming("self", now - std::chrono::milliseconds(200)),
+                                        Node("idle", false, ""),
+                                        Node("idle2", false, ""),
+                                        Node("idle3", false, "")};
+  // 8 nodes, limit 4: one drain standing, one earlier claim: room for self.
+  ClaimRank rank = RankOwnClaim(nodes, "self", 0.5, seconds(300), now);
+  EXPECT_TRUE(rank.allowed) << rank.why;
+  EXPECT_EQ(rank.drained_by_rasd, 1u);
+  EXPECT_EQ(rank.claims, 2u);
+  EXPECT_EQ(rank.rank, 1u);
+  // At 25% (limit 2): the drain and the earlier claim fill it.
+  rank = RankOwnClaim(nodes, "self", 0.25, seconds(300), now);
+  EXPECT_FALSE(rank.allowed) << rank.why;
+  EXPECT_TRUE(RankOwnClaim(nodes, "early", 0.25, seconds(300), now).allowed);
+  // A node whose claim Slurm does not show may not drain.
+  rank = RankOwnClaim(nodes, "idle", 0.5, seconds(300), now);
+  EXPECT_FALSE(rank.own_claim_seen);
+  EXPECT_FALSE(rank.allowed);
+}
 
 TEST(NodeActionTest, ADrainGoesOnlyToANodeNobodyHoldsAndOnlyAsTheGuardAllows) {
   const auto now = system_clock::now();

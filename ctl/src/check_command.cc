@@ -106,14 +106,36 @@ NhcOutcome ApplyToSlurm(const CheckOptions& options, const CheckVerdict& verdict
     case Kind::kNothing:
       return {"none", ""};
     case Kind::kDrain:
-      // DrainReason puts the "rasd: " prefix on the summary.
-      if (auto drained = slurm.Drain(node, verdict.summary); !drained) {
+      if (max_fraction < 1.0) {
+        // Every node's health check runs at once: each claims its drain
+        // and drains only where the peers' claims leave room.
+        auto claimed = slurm.DrainWithClaim(
+            *nodes, node, verdict.summary, max_fraction, std::chrono::seconds(window_s),
+            [] { return common::SystemClock().Wall(); },
+            [](std::chrono::milliseconds settle) {
+              std::this_thread::sleep_for(settle);
+              return true;
+            });
+        if (!claimed) return {"failed", claimed.error().message};
+        using Claimed = cluster::ClaimedDrain::Kind;
+        switch (claimed->kind) {
+          case Claimed::kDrained:
+            break;
+          case Claimed::kGuarded:
+            return {"guarded", fmt::format("not draining node {}: the blast-radius guard holds: {}",
+                                           node, claimed->detail)};
+          case Claimed::kChanged:
+          case Claimed::kStopped:
+            return {"none", claimed->detail};
+        }
+      } else if (auto drained = slurm.Drain(node, verdict.summary); !drained) {
+        // DrainReason puts the "rasd: " prefix on the summary.
         return {"failed", drained.error().message};
       }
       if (max_fraction < 1.0) {
-        // Every node's health check runs at once: peers that read the
-        // cluster together all saw room. The drains are ranked alike on
-        // every node once all of them can be seen.
+        // The drains are ranked alike on every node once all of them can
+        // be seen, should clocks or a Comment of someone else's have
+        // defeated the claim.
         std::this_thread::sleep_for(cluster::kDrainSettle);
         auto rank = slurm.ConfirmOwnDrain(node, max_fraction, std::chrono::seconds(window_s),
                                           common::SystemClock().Wall());

@@ -601,8 +601,10 @@ void AddOtherKeys(std::vector<ConfigKey>& keys) {
                      RASD_CONFIG_FIELD(scheduler.max_drained_fraction), Fraction(),
                      "the blast-radius guard: rasd drains at most this fraction of the cluster's "
                      "nodes (rounded down, at least one) with a `rasd:` reason set within "
-                     "`guard_window_s`; drains made at once are ranked after by Slurm's time and "
-                     "the ones past the limit undone; 1: no guard (docs/scheduler.md)"));
+                     "`guard_window_s`; a drain is claimed first in the node's Slurm `Comment` "
+                     "(`rasd-claim <ms>`) and goes ahead only where the peers' claims leave room, "
+                     "and is ranked after by Slurm's time (the ones past the limit undone); 1: no "
+                     "guard (docs/scheduler.md)"));
   keys.push_back(Row("scheduler.guard_window_s", kRestart,
                      RASD_CONFIG_FIELD(scheduler.guard_window), Seconds(0, kYearSeconds),
                      "which drains the guard counts: those set within this many seconds; 0: "

@@ -84,19 +84,31 @@ std::chrono::seconds SchedulerLink::GuardWindow() const {
   return undone_ ? std::chrono::seconds(0) : options_.guard_window;
 }
 
-SchedulerLink::Outcome SchedulerLink::Carry(
-    bool drain, const std::string& reason, std::chrono::seconds window, std::string* detail,
-    std::optional<cluster::DrainGuardVerdict>* guard) const {
+SchedulerLink::Outcome SchedulerLink::Carry(bool drain, const std::string& reason,
+                                            std::chrono::seconds window, std::string* detail,
+                                            std::optional<cluster::DrainGuardVerdict>* guard) {
   auto nodes = slurm_.Nodes();
   if (!nodes) {
     *detail = nodes.error().message;
     return Outcome::kFailed;
   }
+  const auto now = options_.clock->Wall();
+  if (const auto* own = cluster::FindNode(*nodes, options_.node)) {
+    // A claim of this node's that outlived its drain (rasd killed while
+    // claiming): cleared, so that the Comment people read says nothing stale.
+    if (const auto claimed_at = cluster::ParseClaim(own->comment);
+        claimed_at && now - *claimed_at > cluster::kClaimLifetime) {
+      (void)slurm_.ClearClaim(options_.node);
+    }
+  }
   using Kind = cluster::NodeActionDecision::Kind;
-  const auto decision = cluster::DecideNodeAction(
-      *nodes, options_.node, drain, options_.max_drained_fraction, window, options_.clock->Wall());
+  const auto decision = cluster::DecideNodeAction(*nodes, options_.node, drain,
+                                                  options_.max_drained_fraction, window, now);
   *guard = decision.guard;
   *detail = decision.detail;
+  if (decision.kind == Kind::kDrain && options_.max_drained_fraction < 1.0) {
+    return DrainWithClaim(*nodes, reason, window, detail, guard);
+  }
   switch (decision.kind) {
     case Kind::kUnknownNode:
       *detail += " (scheduler.node)";
@@ -120,6 +132,58 @@ SchedulerLink::Outcome SchedulerLink::Carry(
         return Outcome::kFailed;
       }
       return Outcome::kDone;
+  }
+  return Outcome::kFailed;
+}
+
+SchedulerLink::Outcome SchedulerLink::DrainWithClaim(
+    const std::vector<cluster::SlurmNode>& nodes, const std::string& reason,
+    std::chrono::seconds window, std::string* detail,
+    std::optional<cluster::DrainGuardVerdict>* guard) {
+  auto claimed = slurm_.DrainWithClaim(
+      nodes, options_.node, reason, options_.max_drained_fraction, window,
+      [this] { return options_.clock->Wall(); },
+      [this](std::chrono::milliseconds settle) {
+        std::unique_lock lock(mutex_);
+        return !changed_.wait_for(lock, settle, [this] { return stop_; });
+      },
+      options_.drain_settle);
+  if (!claimed) {
+    *detail = claimed.error().message;
+    return Outcome::kFailed;
+  }
+  *detail = claimed->detail;
+  using Kind = cluster::ClaimedDrain::Kind;
+  switch (claimed->kind) {
+    case Kind::kDrained:
+      if (!claimed->claimed) {
+        RASD_LOGGER_LOG(common::GetLogger("scheduler"), spdlog::level::warn, "slurm: {}",
+                        claimed->detail);
+      }
+      return Outcome::kDone;
+    case Kind::kGuarded:
+      if (claimed->rank) {
+        *guard = cluster::DrainGuardVerdict{.allowed = false,
+                                            .drained_by_rasd = claimed->rank->drained_by_rasd,
+                                            .nodes = claimed->rank->nodes,
+                                            .why = claimed->rank->why};
+      } else {
+        *guard = claimed->decision.guard;
+      }
+      if (!*guard) *guard = cluster::DrainGuardVerdict{.allowed = false, .why = claimed->detail};
+      return Outcome::kGuarded;
+    case Kind::kChanged:
+      switch (claimed->decision.kind) {
+        case cluster::NodeActionDecision::Kind::kAlreadyDrained:
+          return Outcome::kAlreadyRasds;
+        case cluster::NodeActionDecision::Kind::kHeldByOthers:
+        case cluster::NodeActionDecision::Kind::kNothing:
+          return Outcome::kSkipped;
+        default:
+          return Outcome::kFailed;
+      }
+    case Kind::kStopped:
+      return Outcome::kStopped;
   }
   return Outcome::kFailed;
 }
@@ -264,6 +328,8 @@ void SchedulerLink::Run() {
             drained_by_rasd_ = false;
           }
         }
+        continue;
+      case Outcome::kStopped:
         continue;
       case Outcome::kFailed:
         break;

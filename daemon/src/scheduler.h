@@ -37,8 +37,12 @@ namespace rasd::daemon {
 //    again, so its reason and time stay those of the first drain;
 //  - the blast-radius guard: rasd does not drain while too many nodes were
 //    drained by rasd already (cluster::CheckDrainGuard). Peers that read
-//    the cluster at once all see room, so a drain is confirmed after it:
-//    drain_settle later the worker reads the cluster again and undoes its
+//    the cluster at once all see room, so a drain the guard allows is
+//    claimed first (cluster::SlurmClient::DrainWithClaim: a claim in the
+//    node's Comment, drain_settle, and a drain only where the claims of all
+//    peers, ordered alike on every node, leave room). A drain done is
+//    confirmed after it too, should clocks or a Comment of someone else's
+//    defeat the claim: drain_settle later the worker reads the cluster again and undoes its
 //    drain where cluster::RankOwnDrain puts it past the limit (the same
 //    order on every node: by the time Slurm recorded each drain, then the
 //    name). A guarded drain is logged once, counted once ("guarded"), and
@@ -97,9 +101,15 @@ class SchedulerLink {
   void Run();
   // One drain or resume, with the node's state looked at first. Called
   // without the lock. `guard` is set when the blast-radius guard held it.
-  enum class Outcome { kDone, kAlreadyRasds, kSkipped, kGuarded, kFailed };
+  enum class Outcome { kDone, kAlreadyRasds, kSkipped, kGuarded, kFailed, kStopped };
   Outcome Carry(bool drain, const std::string& reason, std::chrono::seconds window,
-                std::string* detail, std::optional<cluster::DrainGuardVerdict>* guard) const;
+                std::string* detail, std::optional<cluster::DrainGuardVerdict>* guard);
+  // A drain the guard allows as the cluster stands: claimed first
+  // (cluster::SlurmClient::DrainWithClaim), so that peers failing at once
+  // agree on who drains before any does. Called without the lock.
+  Outcome DrainWithClaim(const std::vector<cluster::SlurmNode>& nodes, const std::string& reason,
+                         std::chrono::seconds window, std::string* detail,
+                         std::optional<cluster::DrainGuardVerdict>* guard);
   // The guard's window now: none (every rasd drain standing counts) for a
   // node whose drain was undone by its rank, so that the nodes held back
   // by a mass event do not all drain once the kept drains age out of it.

@@ -1,6 +1,8 @@
-// SchedulerLink against stand-in sinfo and scontrol programs (shell
-// scripts in the test's directory): sinfo prints the cluster the test
-// wrote, scontrol logs its arguments (and fails while a file says so).
+// SchedulerLink against stand-in sinfo and scontrol programs (scripts in
+// the test's directory): sinfo prints the cluster the test wrote, with the
+// Comments scontrol set over it; scontrol logs its arguments, keeps a
+// Comment it is given (as Slurm does, for the claim before a drain), and
+// fails while a file says so.
 // What the worker decided is read from its counts, which it raises after
 // deciding: a "nothing was called" is asserted after that fence, not after
 // a sleep.
@@ -33,9 +35,24 @@ class SchedulerLinkTest : public ::testing::Test {
   void SetUp() override {
     dir_ = testing::FreshTestDir("scheduler");
     fs::create_directories(dir_);
-    Script("sinfo", "cat '" + (dir_ / "nodes.json").string() + "'\n");
-    Script("scontrol", "echo \"$*\" >> '" + (dir_ / "calls.log").string() + "'\n" + "test -e '" +
-                           (dir_ / "fail").string() + "' && exit 1\nexit 0\n");
+    const std::string dir = dir_.string();
+    Script("sinfo", "exec python3 - '" + dir + "' <<'END'\n" + R"(import json, os, sys
+d = sys.argv[1]
+nodes = json.load(open(os.path.join(d, 'nodes.json')))
+for node in nodes['nodes']:
+    path = os.path.join(d, 'comment.' + node['name'])
+    if os.path.exists(path):
+        node['comment'] = open(path).read()
+print(json.dumps(nodes))
+END
+)");
+    Script("scontrol", "echo \"$*\" >> '" + dir + "/calls.log'\n" + "test -e '" + dir +
+                           "/fail' && exit 1\n" + "test -e '" + dir + "/slow' && sleep 1.2\n" +
+                           R"(for a in "$@"; do
+  case "$a" in NodeName=*) node="${a#NodeName=}";; Comment=*) comment="${a#Comment=}"; set_comment=1;; esac
+done
+)" + "test -n \"$set_comment\" && printf %s \"$comment\" > '" +
+                           dir + "/comment.'\"$node\"\nexit 0\n");
     Cluster({{"n1", "idle", {}, ""}, {"n2", "idle", {}, ""}, {"n3", "idle", {}, ""}});
   }
   void TearDown() override {
@@ -53,6 +70,7 @@ class SchedulerLinkTest : public ::testing::Test {
     std::vector<std::string> flags;
     std::string reason;
     std::int64_t reason_age_s = 0;  // how long before now Slurm recorded the reason
+    std::string comment;
   };
   // What sinfo --json shows from now on, as Slurm 22.05 prints it.
   void Cluster(const std::vector<Node>& nodes) {
@@ -65,6 +83,7 @@ class SchedulerLinkTest : public ::testing::Test {
                       {"state", node.state},
                       {"state_flags", node.flags},
                       {"reason", node.reason},
+                      {"comment", node.comment},
                       {"reason_changed_at", node.reason.empty() ? 0 : now - node.reason_age_s}});
     }
     const auto temporary = dir_ / "nodes.json.new";
@@ -88,6 +107,19 @@ class SchedulerLinkTest : public ::testing::Test {
     std::vector<std::string> lines;
     for (std::string line; std::getline(in, line);) lines.push_back(line);
     return lines;
+  }
+  // The calls that drain or resume, without the claims' Comments.
+  std::vector<std::string> StateCalls() const {
+    std::vector<std::string> state;
+    for (auto& line : Calls())
+      if (line.find(" Comment=") == std::string::npos) state.push_back(line);
+    return state;
+  }
+  std::vector<std::string> ClaimCalls() const {
+    std::vector<std::string> claims;
+    for (auto& line : Calls())
+      if (line.find(" Comment=") != std::string::npos) claims.push_back(line);
+    return claims;
   }
   std::uint64_t Count(const std::string& result) const { return link_->Counts().at(result); }
 
@@ -149,10 +181,113 @@ TEST_F(SchedulerLinkTest, TheGuardHoldsADrainWhileTooManyNodesAreDrainedByRasdTh
   ASSERT_TRUE(Eventually([&] { return Count("ok") == 1; }));
   EXPECT_EQ(Count("guarded"), 1u) << "a held drain is counted once";
   EXPECT_FALSE(link_->Guarded().has_value());
-  EXPECT_EQ(Calls().size(), 1u);
+  EXPECT_EQ(StateCalls().size(), 1u);
+  // Claimed before, the claim cleared after.
+  const auto claims = ClaimCalls();
+  ASSERT_EQ(claims.size(), 2u) << ::testing::PrintToString(Calls());
+  EXPECT_EQ(claims[0].rfind("update NodeName=n1 Comment=rasd-claim ", 0), 0u) << claims[0];
+  EXPECT_EQ(claims[1], "update NodeName=n1 Comment=");
 }
 
-// Peers that read the cluster at once all drain; ranked after its drain,
+// Peers failing at once: two claimed before this node (their claims in
+// their Comments when it reads), so with two of four the limit, it holds
+// back without draining, and withdraws its claim.
+TEST_F(SchedulerLinkTest, EarlierClaimsOfPeersFillTheRoomAndItHoldsBackWithoutADrain) {
+  const auto earlier = cluster::ClaimComment(std::chrono::system_clock::now() - 100ms);
+  Cluster({{"n1", "idle", {}, ""},
+           {"n2", "idle", {}, "", 0, earlier},
+           {"n3", "idle", {}, "", 0, earlier},
+           {"n4", "idle", {}, ""}});
+  Start(0.5);
+  link_->Drain("device 1 isolated");
+  ASSERT_TRUE(Eventually([&] { return Count("guarded") == 1; }));
+  EXPECT_TRUE(StateCalls().empty()) << ::testing::PrintToString(Calls());
+  ASSERT_TRUE(link_->Guarded().has_value());
+  EXPECT_NE(link_->Guarded()->find("claim is number 3"), std::string::npos) << *link_->Guarded();
+  ASSERT_TRUE(Eventually([&] { return ClaimCalls().size() >= 2; }));
+  EXPECT_EQ(ClaimCalls()[1], "update NodeName=n1 Comment=") << "the claim is withdrawn";
+  EXPECT_TRUE(link_->Drained()) << "the drain is still wanted";
+
+  // The peers' claims end (they drained elsewhere, or gave up): at the next
+  // look it claims again and drains.
+  Cluster({{"n1", "idle", {}, ""},
+           {"n2", "idle", {}, ""},
+           {"n3", "idle", {}, ""},
+           {"n4", "idle", {}, ""}});
+  ASSERT_TRUE(Eventually([&] { return Count("ok") == 1; }));
+  EXPECT_EQ(StateCalls(), std::vector<std::string>{
+                              "update NodeName=n1 State=DRAIN Reason=rasd: device 1 isolated"});
+}
+
+// A claim whose write took longer than peers may wait for it might not be
+// in their reads: it is withdrawn, nothing is drained, and the call is
+// retried as a failed one.
+TEST_F(SchedulerLinkTest, AClaimTooSlowToWriteIsWithdrawnAndTriedAgain) {
+  Cluster({{"n1", "idle", {}, ""},
+           {"n2", "idle", {}, ""},
+           {"n3", "idle", {}, ""},
+           {"n4", "idle", {}, ""}});
+  std::ofstream(dir_ / "slow") << "";
+  Start(0.5);
+  link_->Drain("device 1 isolated");
+  ASSERT_TRUE(Eventually([&] { return Count("failed") >= 1; }, 10s));
+  EXPECT_TRUE(StateCalls().empty()) << ::testing::PrintToString(Calls());
+  ASSERT_GE(ClaimCalls().size(), 2u);
+  EXPECT_EQ(ClaimCalls()[1], "update NodeName=n1 Comment=") << "withdrawn";
+  fs::remove(dir_ / "slow");
+  ASSERT_TRUE(Eventually([&] { return Count("ok") == 1; }, 10s));
+  EXPECT_EQ(StateCalls(), std::vector<std::string>{
+                              "update NodeName=n1 State=DRAIN Reason=rasd: device 1 isolated"});
+}
+
+// rasd stopping while it waits on its claim withdraws the claim and drains
+// nothing: a claim left behind would hold its peers back for its lifetime.
+TEST_F(SchedulerLinkTest, StoppingWhileClaimingWithdrawsTheClaim) {
+  Cluster({{"n1", "idle", {}, ""},
+           {"n2", "idle", {}, ""},
+           {"n3", "idle", {}, ""},
+           {"n4", "idle", {}, ""}});
+  Start(0.5);
+  link_->Drain("device 1 isolated");
+  ASSERT_TRUE(Eventually([&] { return ClaimCalls().size() == 1; }));
+  link_.reset();
+  EXPECT_EQ(ClaimCalls(),
+            (std::vector<std::string>{ClaimCalls()[0], "update NodeName=n1 Comment="}));
+  EXPECT_TRUE(StateCalls().empty()) << ::testing::PrintToString(Calls());
+}
+
+// An operator's note in the Comment is not written over: the node drains
+// without a claim (its drain still ranked after it).
+TEST_F(SchedulerLinkTest, ACommentOfSomeoneElsesIsNotClaimedOver) {
+  Cluster({{"n1", "idle", {}, "", 0, "rack 4: PSU swapped 2026-11-30"},
+           {"n2", "idle", {}, ""},
+           {"n3", "idle", {}, ""},
+           {"n4", "idle", {}, ""}});
+  Start(0.5);
+  link_->Drain("device 1 isolated");
+  ASSERT_TRUE(Eventually([&] { return Count("ok") == 1; }));
+  EXPECT_TRUE(ClaimCalls().empty()) << ::testing::PrintToString(Calls());
+  EXPECT_TRUE(link_->DrainedByRasd());
+}
+
+// rasd killed between its drain and clearing its claim leaves the claim
+// behind: once it is past its lifetime, the next look clears it.
+TEST_F(SchedulerLinkTest, AStaleClaimOfItsOwnIsCleared) {
+  const auto stale =
+      cluster::ClaimComment(std::chrono::system_clock::now() - cluster::kClaimLifetime - 5s);
+  Cluster({{"n1", "idle", {"DRAIN"}, "rasd: device 1 isolated", 60, stale},
+           {"n2", "idle", {}, ""},
+           {"n3", "idle", {}, ""}});
+  Start();
+  link_->Drain("device 1 isolated");
+  ASSERT_TRUE(Eventually([&] { return Count("skipped") == 1; }))
+      << ::testing::PrintToString(Calls());
+  EXPECT_EQ(Calls(), std::vector<std::string>{"update NodeName=n1 Comment="});
+  EXPECT_TRUE(link_->DrainedByRasd());
+}
+
+// Drains the claims did not order (a peer's clock far off, a peer that
+// drained without a claim) land before this one's: ranked after its drain,
 // this one is past the limit (the others' drains are older) and undoes it.
 TEST_F(SchedulerLinkTest, ADrainRankedPastTheLimitIsUndoneAndTheNodeGuarded) {
   Cluster({{"n1", "idle", {}, ""},
@@ -168,9 +303,9 @@ TEST_F(SchedulerLinkTest, ADrainRankedPastTheLimitIsUndoneAndTheNodeGuarded) {
            {"n3", "idle", {"DRAIN"}, "rasd: device 3 isolated", 10},
            {"n4", "idle", {}, ""}});
   ASSERT_TRUE(Eventually([&] { return Count("guarded") == 1; }));
-  EXPECT_EQ(Calls(), (std::vector<std::string>{
-                         "update NodeName=n1 State=DRAIN Reason=rasd: device 1 isolated",
-                         "update NodeName=n1 State=RESUME"}));
+  EXPECT_EQ(StateCalls(), (std::vector<std::string>{
+                              "update NodeName=n1 State=DRAIN Reason=rasd: device 1 isolated",
+                              "update NodeName=n1 State=RESUME"}));
   EXPECT_TRUE(link_->Guarded().has_value());
   EXPECT_FALSE(link_->DrainedByRasd());
   EXPECT_TRUE(link_->Drained()) << "the drain is still wanted";

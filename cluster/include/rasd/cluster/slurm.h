@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -23,6 +24,7 @@ struct SlurmNode {
   std::string state;    // base state, lower case: idle, allocated, mixed, down, ...
   bool drain = false;   // the DRAIN flag: draining or drained
   std::string reason;   // empty when none
+  std::string comment;  // the node's Comment: where a drain is claimed (ParseClaim)
   // When the reason was set; unset when Slurm does not say.
   std::optional<std::chrono::system_clock::time_point> reason_changed_at;
 };
@@ -135,6 +137,73 @@ inline constexpr std::chrono::milliseconds kDrainSpread{4000};
 // over the names (FNV-1a of the name), so peers need not agree on anything.
 std::chrono::milliseconds DrainSpreadDelay(std::string_view node, std::chrono::milliseconds spread);
 
+// The claim before a drain. Each node that wants to drain writes a claim
+// into its own node's Comment ("rasd-claim <unix ms>"), waits kDrainSettle,
+// reads every node and drains only when its claim ranks within the room
+// the limit leaves beside rasd's drains standing; then it clears the claim.
+// Peers that fail at once read the same claims and order them alike (the
+// time in the claim, then the node name), so they agree on who drains
+// before any of them does: no drain past the limit, and none undone.
+//
+// Why it holds: a claim's write is trusted only when it returned within
+// kClaimWriteLimit of the time written in it (else it is withdrawn and
+// tried again), and every claimant reads kDrainSettle after its own write
+// returned. So of two claims, the earlier is seen by the later's read,
+// as long as the nodes' clocks agree to within kDrainSettle minus
+// kClaimWriteLimit. Where they do not, the ranking after the drain
+// (RankOwnDrain) still undoes a drain past the limit.
+//
+// Comment is free text for people: a node whose Comment holds someone
+// else's words is not claimed over; it drains without a claim and its drain
+// is ranked afterwards only.
+inline constexpr std::string_view kClaimPrefix = "rasd-claim ";
+// A claim older than this (or this far ahead of the reader's clock) is one
+// whose node died while claiming: it counts for nobody.
+inline constexpr std::chrono::seconds kClaimLifetime{30};
+inline constexpr std::chrono::milliseconds kClaimWriteLimit{1000};
+static_assert(kClaimWriteLimit < kDrainSettle);
+
+// "rasd-claim <unix ms>".
+std::string ClaimComment(std::chrono::system_clock::time_point at);
+// The time in a claim; unset when `comment` is not one (empty, someone
+// else's words, a damaged number).
+std::optional<std::chrono::system_clock::time_point> ParseClaim(std::string_view comment);
+
+// Whether this node's claim, read kDrainSettle after it was written, lets
+// it drain. Claims count only from nodes not out of service already (a
+// node drained by rasd counts as a drain standing instead, however its
+// Comment reads) and within kClaimLifetime of `now`; drains standing count
+// as CheckDrainGuard counts them. The node drains when the drains standing
+// plus the claims ordered before its own are under DrainLimit. Pure.
+struct ClaimRank {
+  bool allowed = false;
+  bool own_claim_seen = false;      // false: Slurm does not show this node's claim
+  std::size_t rank = 0;             // among the live claims, from 0
+  std::size_t claims = 0;           // live claims, this one included
+  std::size_t drained_by_rasd = 0;  // drains standing, not counting `self`
+  std::size_t limit = 0;
+  std::size_t nodes = 0;
+  std::string why;  // a sentence for the log
+};
+ClaimRank RankOwnClaim(const std::vector<SlurmNode>& nodes, std::string_view self,
+                       double max_fraction, std::chrono::seconds window,
+                       std::chrono::system_clock::time_point now);
+
+// What DrainWithClaim did.
+struct ClaimedDrain {
+  enum class Kind {
+    kDrained,  // drained (claimed, or without a claim: see `claimed`)
+    kGuarded,  // the claims and drains standing leave no room: not drained
+    kChanged,  // meanwhile the node is no longer one to drain: `decision` says why
+    kStopped,  // the wait was cut short: not drained, claim withdrawn
+  };
+  Kind kind = Kind::kStopped;
+  bool claimed = false;  // the drain went through a claim
+  std::string detail;    // a sentence for the log (the ranking, or why no claim)
+  std::optional<ClaimRank> rank;
+  NodeActionDecision decision;  // for kChanged
+};
+
 // Runs Slurm's client commands (argv, no shell) with their configuration
 // from the environment given. Each call blocks up to the timeout. Stateless
 // apart from its options: safe from any thread.
@@ -162,6 +231,24 @@ class SlurmClient {
   Result<DrainRank> ConfirmOwnDrain(const std::string& node, double max_fraction,
                                     std::chrono::seconds window,
                                     std::chrono::system_clock::time_point now) const;
+
+  // Claims the drain of `node` (as `nodes_before`, read just now, show
+  // it: a Comment of someone else's is not claimed over), waits `settle` through `wait` (which
+  // returns false when the caller is stopping), then drains `node` with
+  // DrainReason(reason) if RankOwnClaim allows, and clears the claim
+  // either way. `wall` gives the time written in the claim and the
+  // reader's now. A node whose Comment is someone else's is drained without
+  // a claim. Errors: those of Nodes() and the scontrol calls, and
+  // kUnavailable when a claim's write was too slow to be trusted or Slurm
+  // does not show it; the claim is withdrawn and nothing drained.
+  Result<ClaimedDrain> DrainWithClaim(
+      const std::vector<SlurmNode>& nodes_before, const std::string& node, std::string_view reason,
+      double max_fraction, std::chrono::seconds window,
+      const std::function<std::chrono::system_clock::time_point()>& wall,
+      const std::function<bool(std::chrono::milliseconds)>& wait,
+      std::chrono::milliseconds settle = kDrainSettle) const;
+  // Comment="": withdraws a claim.
+  Status ClearClaim(const std::string& node) const;
 
   // The environment that carries the caller's SLURM_CONF (if any).
   static std::vector<std::string> EnvironmentFromCaller();
