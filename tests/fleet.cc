@@ -142,14 +142,6 @@ double RssMib(pid_t pid) {
   return 0;
 }
 
-// Microseconds on the kernel's clock (CLOCK_BOOTTIME), as /dev/kmsg stamps
-// a record.
-long long KernelMicrosNow() {
-  timespec now{};
-  ::clock_gettime(CLOCK_BOOTTIME, &now);
-  return static_cast<long long>(now.tv_sec) * 1'000'000 + now.tv_nsec / 1000;
-}
-
 class Fleet {
  public:
   explicit Fleet(const Options& options) : options_(options) {}
@@ -230,13 +222,7 @@ class Fleet {
 
   // An instant query's samples: labels and value.
   std::vector<std::pair<nlohmann::json, double>> Query(const std::string& promql) {
-    std::vector<std::pair<nlohmann::json, double>> samples;
-    const auto body = Http(prometheus_port_, "GET", "/api/v1/query?query=" + UrlEncode(promql));
-    const auto json = nlohmann::json::parse(body, nullptr, false);
-    if (!json.is_object() || json.value("status", "") != "success") return samples;
-    for (const auto& sample : json["data"]["result"])
-      samples.emplace_back(sample["metric"], std::stod(sample["value"][1].get<std::string>()));
-    return samples;
+    return PrometheusQuery(prometheus_port_, promql);
   }
 
   // Targets Prometheus scraped successfully in its last scrape.
@@ -330,11 +316,7 @@ struct Report {
 // Every node: settled as drained (its drain kept) or guarded.
 bool Settled(Fleet& fleet) {
   for (int i = 0; i < fleet.Nodes(); ++i) {
-    const auto status = fleet.Node(i).RasctlJson({"status"});
-    const auto& scheduler = status["scheduler"];
-    const bool drained = scheduler["drained"] == true;
-    const bool guarded = scheduler["guarded"].is_string();
-    if (drained == guarded || scheduler["confirming"] == true) return false;
+    if (!SchedulerSettled(fleet.Node(i).RasctlJson({"status"}))) return false;
   }
   return true;
 }

@@ -21,12 +21,9 @@ constexpr const char* kPromtool = "/usr/bin/promtool";
 
 // The value of an instant query's first sample, or nullopt.
 std::optional<double> Query(int port, const std::string& promql) {
-  const auto body = Http(port, "GET", "/api/v1/query?query=" + UrlEncode(promql));
-  auto json = nlohmann::json::parse(body, nullptr, false);
-  if (!json.is_object() || json.value("status", "") != "success") return std::nullopt;
-  const auto& result = json["data"]["result"];
-  if (!result.is_array() || result.empty()) return std::nullopt;
-  return std::stod(result[0]["value"][1].get<std::string>());
+  const auto samples = PrometheusQuery(port, promql);
+  if (samples.empty()) return std::nullopt;
+  return samples.front().second;
 }
 
 int MetricsPort(RasdInstance& rasd) {

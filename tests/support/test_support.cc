@@ -14,6 +14,7 @@
 #include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -479,6 +480,30 @@ nlohmann::json Job(RasdInstance& rasd, const std::string& name) {
 nlohmann::json DeviceOf(RasdInstance& rasd, int index) {
   const nlohmann::json reply = rasd.RasctlJson({"devices", std::to_string(index)});
   return reply["devices"][0];
+}
+
+std::vector<std::pair<nlohmann::json, double>> PrometheusQuery(int port,
+                                                               const std::string& promql) {
+  std::vector<std::pair<nlohmann::json, double>> samples;
+  const auto body = Http(port, "GET", "/api/v1/query?query=" + UrlEncode(promql));
+  const auto json = nlohmann::json::parse(body, nullptr, false);
+  if (!json.is_object() || json.value("status", "") != "success") return samples;
+  for (const auto& sample : json["data"]["result"])
+    samples.emplace_back(sample["metric"], std::stod(sample["value"][1].get<std::string>()));
+  return samples;
+}
+
+bool SchedulerSettled(const nlohmann::json& status) {
+  const auto& scheduler = status["scheduler"];
+  const bool drained = scheduler["drained"] == true;
+  const bool guarded = scheduler["guarded"].is_string();
+  return drained != guarded && scheduler["confirming"] != true;
+}
+
+long long KernelMicrosNow() {
+  timespec now{};
+  ::clock_gettime(CLOCK_BOOTTIME, &now);
+  return static_cast<long long>(now.tv_sec) * 1'000'000 + now.tv_nsec / 1000;
 }
 
 }  // namespace rasd::testing

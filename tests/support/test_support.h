@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "rasd/common/unique_fd.h"
@@ -145,6 +146,16 @@ double PingMilliseconds(RawClient& client);
 std::string Http(int port, const std::string& method, const std::string& path);
 // `text` percent-encoded for a URL's query (Prometheus's query API).
 std::string UrlEncode(const std::string& text);
+// rasd's `status` reply says its scheduler link has settled: the node
+// drained by rasd (its drain kept) or guarded, one of the two, and no drain
+// being ranked.
+bool SchedulerSettled(const nlohmann::json& status);
+// Microseconds on the kernel's clock now (CLOCK_BOOTTIME), as /dev/kmsg
+// stamps a record and rasd turns a record's stamp into a time.
+long long KernelMicrosNow();
+// A Prometheus instant query on loopback `port`: each sample's labels and
+// value; none when Prometheus does not answer or the query fails.
+std::vector<std::pair<nlohmann::json, double>> PrometheusQuery(int port, const std::string& promql);
 // A loopback TCP port nobody listens on right now.
 int FreePort();
 
