@@ -5,6 +5,8 @@
 #include <cmath>
 #include <limits>
 #include <thread>
+#include <utility>
+#include <vector>
 
 namespace rasd::drivers::sim {
 namespace {
@@ -167,6 +169,121 @@ Status ReduceSum(DeviceMemoryAccess& memory, const LaunchConfig&, std::span<cons
   return {};
 }
 
+// The paged KV cache's layout, as jobs::KvBlockPool hands out blocks: a
+// block of tokens_per_block tokens holds their keys, one row of `width`
+// floats per token, then their values likewise.
+constexpr std::int64_t kMaxWidth = 1 << 16;
+constexpr std::int64_t kMaxTokensPerBlock = 1 << 12;
+
+// kv_store(count, width, k, v, k_slots, v_slots): token i's key row k[i]
+// goes to the address k_slots[i] and its value row v[i] to v_slots[i]
+// (int64 device addresses, into the cache's blocks).
+Status KvStore(DeviceMemoryAccess& memory, const LaunchConfig&, std::span<const KernelArg> args) {
+  const std::int64_t count = args[0].integer, width = args[1].integer;
+  if (count < 0 || count > (1 << 24) || width <= 0 || width > kMaxWidth) {
+    return Fail(ErrorCode::kInvalidArgument, "count or width out of range");
+  }
+  auto k = memory.MapArray<float>(args[2].address, count * width, false);
+  if (!k) return Fail(k.error());
+  auto v = memory.MapArray<float>(args[3].address, count * width, false);
+  if (!v) return Fail(v.error());
+  auto k_slots = memory.MapArray<std::int64_t>(args[4].address, count, false);
+  if (!k_slots) return Fail(k_slots.error());
+  auto v_slots = memory.MapArray<std::int64_t>(args[5].address, count, false);
+  if (!v_slots) return Fail(v_slots.error());
+  for (std::int64_t i = 0; i < count; ++i) {
+    for (auto [rows, slots] : {std::pair{*k, *k_slots}, {*v, *v_slots}}) {
+      auto row = memory.MapArray<float>(static_cast<DeviceAddress>(slots[i]), width, true);
+      if (!row) return Fail(row.error());
+      std::copy_n(rows + i * width, width, *row);
+    }
+  }
+  return {};
+}
+
+// paged_attention(seqs, heads, head_dim, tokens_per_block, max_blocks, q,
+// block_tables, context_lens, out): for each sequence s, one query row
+// q[s] (heads x head_dim) attends over the first context_lens[s] tokens of
+// its cache, whose blocks are block_tables[s * max_blocks ...] (int64
+// device addresses); out[s] is, per head, the softmax-weighted sum of the
+// values, scores scaled by 1/sqrt(head_dim). Only the filled part of a
+// block is read: a poisoned page past a sequence's last token is not
+// consumed. Per head: scores in token order, the softmax as the softmax
+// kernel computes it (max first, sum in double), then the weighted sum in
+// token order.
+Status PagedAttention(DeviceMemoryAccess& memory, const LaunchConfig&,
+                      std::span<const KernelArg> args) {
+  const std::int64_t seqs = args[0].integer, heads = args[1].integer, head_dim = args[2].integer,
+                     tokens_per_block = args[3].integer, max_blocks = args[4].integer;
+  if (seqs < 0 || seqs > (1 << 20) || heads <= 0 || head_dim <= 0 || heads * head_dim > kMaxWidth ||
+      tokens_per_block <= 0 || tokens_per_block > kMaxTokensPerBlock || max_blocks <= 0 ||
+      max_blocks > (1 << 20)) {
+    return Fail(ErrorCode::kInvalidArgument,
+                "seqs, heads, head_dim, tokens_per_block or max_blocks out of range");
+  }
+  const std::int64_t width = heads * head_dim;
+  auto q = memory.MapArray<float>(args[5].address, seqs * width, false);
+  if (!q) return Fail(q.error());
+  auto tables = memory.MapArray<std::int64_t>(args[6].address, seqs * max_blocks, false);
+  if (!tables) return Fail(tables.error());
+  auto lens = memory.MapArray<std::int64_t>(args[7].address, seqs, false);
+  if (!lens) return Fail(lens.error());
+  auto out = memory.MapArray<float>(args[8].address, seqs * width, true);
+  if (!out) return Fail(out.error());
+  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  std::vector<const float*> keys, values;
+  std::vector<float> scores;
+  for (std::int64_t s = 0; s < seqs; ++s) {
+    const std::int64_t len = (*lens)[s];
+    if (len <= 0 || len > max_blocks * tokens_per_block) {
+      return Fail(ErrorCode::kInvalidArgument, "a context length is out of range");
+    }
+    // Each token's key and value rows, mapped block by block.
+    keys.assign(static_cast<std::size_t>(len), nullptr);
+    values.assign(static_cast<std::size_t>(len), nullptr);
+    for (std::int64_t first = 0; first < len; first += tokens_per_block) {
+      const std::int64_t filled = std::min(tokens_per_block, len - first);
+      const auto block =
+          static_cast<DeviceAddress>((*tables)[s * max_blocks + first / tokens_per_block]);
+      auto k = memory.MapArray<float>(block, filled * width, false);
+      if (!k) return Fail(k.error());
+      auto v = memory.MapArray<float>(
+          block + static_cast<DeviceAddress>(tokens_per_block * width) * sizeof(float),
+          filled * width, false);
+      if (!v) return Fail(v.error());
+      for (std::int64_t t = 0; t < filled; ++t) {
+        keys[first + t] = *k + t * width;
+        values[first + t] = *v + t * width;
+      }
+    }
+    scores.resize(static_cast<std::size_t>(len));
+    for (std::int64_t h = 0; h < heads; ++h) {
+      const float* query = *q + s * width + h * head_dim;
+      float max = -std::numeric_limits<float>::infinity();
+      for (std::int64_t t = 0; t < len; ++t) {
+        float dot = 0.0f;
+        for (std::int64_t d = 0; d < head_dim; ++d) dot += query[d] * keys[t][h * head_dim + d];
+        scores[t] = dot * scale;
+        max = std::max(max, scores[t]);
+      }
+      double sum = 0;
+      for (std::int64_t t = 0; t < len; ++t) {
+        scores[t] = std::exp(scores[t] - max);
+        sum += scores[t];
+      }
+      const float norm = static_cast<float>(1.0 / sum);
+      float* result = *out + s * width + h * head_dim;
+      std::fill_n(result, head_dim, 0.0f);
+      for (std::int64_t t = 0; t < len; ++t) {
+        const float weight = scores[t] * norm;
+        for (std::int64_t d = 0; d < head_dim; ++d)
+          result[d] += weight * values[t][h * head_dim + d];
+      }
+    }
+  }
+  return {};
+}
+
 using enum ArgKind;
 
 }  // namespace
@@ -187,6 +304,15 @@ const std::vector<SimKernel>& SimKernels() {
       {{"softmax", {kInt, kInt, kAddress, kAddress}, "rows, cols, in, out: row-wise softmax"},
        &Softmax},
       {{"reduce_sum", {kInt, kAddress, kAddress}, "n, in, out: out[0] = sum(in)"}, &ReduceSum},
+      {{"kv_store",
+        {kInt, kInt, kAddress, kAddress, kAddress, kAddress},
+        "count, width, k, v, k_slots, v_slots: rows of k and v into the KV cache's slots"},
+       &KvStore},
+      {{"paged_attention",
+        {kInt, kInt, kInt, kInt, kInt, kAddress, kAddress, kAddress, kAddress},
+        "seqs, heads, head_dim, tokens_per_block, max_blocks, q, block_tables, context_lens, "
+        "out: one query per sequence over its paged KV cache"},
+       &PagedAttention},
   };
   return kKernels;
 }

@@ -1,5 +1,6 @@
 // Every simulator kernel against a plain reference.
 
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <set>
@@ -40,8 +41,8 @@ void ExpectNear(const std::vector<float>& actual, const std::vector<float>& expe
 TEST_F(SimKernelsTest, DriverListsEveryKernelWithItsSignature) {
   std::set<std::string> names;
   for (const auto& kernel : driver_->Kernels()) names.insert(kernel.name);
-  for (const char* name :
-       {"empty", "fill", "axpy", "add", "mul", "relu", "gemm", "softmax", "reduce_sum"}) {
+  for (const char* name : {"empty", "fill", "axpy", "add", "mul", "relu", "gemm", "softmax",
+                           "reduce_sum", "kv_store", "paged_attention"}) {
     EXPECT_TRUE(names.contains(name)) << name;
   }
 }
@@ -150,6 +151,109 @@ TEST_F(SimKernelsTest, ReduceSum) {
     const double expected = std::accumulate(in.begin(), in.end(), 0.0);
     EXPECT_NEAR(Down(dout, 1)[0], expected, 1e-3 * std::max(1.0, std::fabs(expected))) << n;
   }
+}
+
+// Two sequences' keys and values stored a token at a time into blocks
+// that are not in order, then one query each over its cache: the result is
+// plain attention over the tokens, computed here in double.
+TEST_F(SimKernelsTest, PagedAttentionOverStoredBlocksIsPlainAttention) {
+  constexpr std::int64_t kHeads = 2, kHeadDim = 4, kWidth = kHeads * kHeadDim, kTokensPerBlock = 4,
+                         kMaxBlocks = 3;
+  constexpr std::int64_t kBlockBytes = 2 * kTokensPerBlock * kWidth * 4;
+  const DeviceAddress cache = Reserve(6 * kBlockBytes);
+  auto block = [&](int i) { return static_cast<std::int64_t>(cache + i * kBlockBytes); };
+  // Sequence 0: 5 tokens on blocks 4, 1; sequence 1: 9 tokens on 0, 5, 2.
+  const std::vector<std::vector<std::int64_t>> tables = {{block(4), block(1), 0},
+                                                         {block(0), block(5), block(2)}};
+  const std::vector<std::int64_t> lens = {5, 9};
+  std::vector<std::vector<float>> keys(2), values(2);
+  std::vector<float> k_rows, v_rows;
+  std::vector<std::int64_t> k_slots, v_slots;
+  for (int s = 0; s < 2; ++s) {
+    keys[s] = Pattern(static_cast<std::size_t>(lens[s] * kWidth), 0.3f, 0.1f * s);
+    values[s] = Pattern(static_cast<std::size_t>(lens[s] * kWidth), 0.7f, -0.2f);
+    std::reverse(values[s].begin(), values[s].end());
+    for (std::int64_t t = 0; t < lens[s]; ++t) {
+      const std::int64_t base = tables[s][t / kTokensPerBlock];
+      const std::int64_t row = (t % kTokensPerBlock) * kWidth * 4;
+      k_slots.push_back(base + row);
+      v_slots.push_back(base + kTokensPerBlock * kWidth * 4 + row);
+      k_rows.insert(k_rows.end(), keys[s].begin() + t * kWidth, keys[s].begin() + (t + 1) * kWidth);
+      v_rows.insert(v_rows.end(), values[s].begin() + t * kWidth,
+                    values[s].begin() + (t + 1) * kWidth);
+    }
+  }
+  auto up_ints = [&](const std::vector<std::int64_t>& ints) {
+    const DeviceAddress address = Reserve(ints.size() * 8);
+    EXPECT_TRUE(
+        driver_->CopyHostToDevice(stream_, address, ints.data(), ints.size() * 8).has_value());
+    return address;
+  };
+  const auto count = static_cast<std::int64_t>(k_slots.size());
+  Launch("kv_store", {KernelArg::Int(count), KernelArg::Int(kWidth), KernelArg::Address(Up(k_rows)),
+                      KernelArg::Address(Up(v_rows)), KernelArg::Address(up_ints(k_slots)),
+                      KernelArg::Address(up_ints(v_slots))});
+  const auto q = Pattern(2 * kWidth, 0.9f, 0.05f);
+  const DeviceAddress out = Reserve(2 * kWidth * 4);
+  Launch("paged_attention",
+         {KernelArg::Int(2), KernelArg::Int(kHeads), KernelArg::Int(kHeadDim),
+          KernelArg::Int(kTokensPerBlock), KernelArg::Int(kMaxBlocks), KernelArg::Address(Up(q)),
+          KernelArg::Address(up_ints({tables[0][0], tables[0][1], tables[0][2], tables[1][0],
+                                      tables[1][1], tables[1][2]})),
+          KernelArg::Address(up_ints(lens)), KernelArg::Address(out)});
+  std::vector<float> expected;
+  for (int s = 0; s < 2; ++s) {
+    for (int h = 0; h < kHeads; ++h) {
+      std::vector<double> weights;
+      double total = 0;
+      for (std::int64_t t = 0; t < lens[s]; ++t) {
+        double dot = 0;
+        for (int d = 0; d < kHeadDim; ++d)
+          dot += double{q[s * kWidth + h * kHeadDim + d]} * keys[s][t * kWidth + h * kHeadDim + d];
+        weights.push_back(std::exp(dot / std::sqrt(double{kHeadDim})));
+        total += weights.back();
+      }
+      for (int d = 0; d < kHeadDim; ++d) {
+        double sum = 0;
+        for (std::int64_t t = 0; t < lens[s]; ++t)
+          sum += weights[t] / total * values[s][t * kWidth + h * kHeadDim + d];
+        expected.push_back(static_cast<float>(sum));
+      }
+    }
+  }
+  ExpectNear(Down(out, 2 * kWidth), expected, 1e-5f);
+}
+
+// A poisoned page under a block's filled rows fails the attention that
+// reads it; poison past the last token of every sequence is not consumed.
+TEST_F(SimKernelsTest, PagedAttentionConsumesPoisonOnlyWhereItReads) {
+  constexpr std::int64_t kWidth = 256, kTokensPerBlock = 8;  // keys: 2 pages, values: 2 pages
+  const DeviceAddress cache = Reserve(2 * kTokensPerBlock * kWidth * 4);
+  const auto q = Up(Pattern(kWidth));
+  const DeviceAddress out = Reserve(kWidth * 4);
+  const DeviceAddress table = Reserve(8);
+  const auto base = static_cast<std::int64_t>(cache);
+  ASSERT_TRUE(driver_->CopyHostToDevice(stream_, table, &base, 8).has_value());
+  const DeviceAddress len = Reserve(8);
+  const std::int64_t tokens = 3;  // the keys' first page only, the values' first page only
+  ASSERT_TRUE(driver_->CopyHostToDevice(stream_, len, &tokens, 8).has_value());
+  auto attend = [&] {
+    EXPECT_TRUE(
+        driver_
+            ->LaunchKernel(stream_, "paged_attention", {},
+                           std::vector{KernelArg::Int(1), KernelArg::Int(1), KernelArg::Int(kWidth),
+                                       KernelArg::Int(kTokensPerBlock), KernelArg::Int(1),
+                                       KernelArg::Address(q), KernelArg::Address(table),
+                                       KernelArg::Address(len), KernelArg::Address(out)})
+            .has_value());
+    return driver_->SynchronizeStream(stream_, 5s);
+  };
+  ASSERT_TRUE(driver_->InjectUncorrectedEcc(0, cache + 4096 + 64).has_value());  // keys' 2nd page
+  EXPECT_TRUE(attend().has_value()) << "the poisoned rows were never filled";
+  ASSERT_TRUE(driver_->InjectUncorrectedEcc(0, cache + 8192 + 8).has_value());  // values' 1st page
+  const auto consumed = attend();
+  ASSERT_FALSE(consumed.has_value());
+  EXPECT_EQ(consumed.error().code, ErrorCode::kDeviceFault) << consumed.error().ToString();
 }
 
 TEST_F(SimKernelsTest, NegativeSizesAreRejectedAtRunTime) {
