@@ -4,9 +4,9 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <random>
 
 #include "rasd/common/logging.h"
+#include "seeded_weights.h"
 
 namespace rasd::jobs {
 namespace {
@@ -20,24 +20,16 @@ constexpr std::chrono::milliseconds kIdlePoll{20};
 // request's attempts.
 constexpr std::chrono::milliseconds kFailureBackoff{200};
 
-std::vector<float> Weights(std::size_t count, std::uint64_t seed, float scale) {
-  std::mt19937_64 random(seed);
-  std::uniform_real_distribution<float> uniform(-scale, scale);
-  std::vector<float> weights(count);
-  for (auto& weight : weights) weight = uniform(random);
-  return weights;
-}
-
 }  // namespace
 
 std::vector<float> MlpModel::W1() const {
-  return Weights(static_cast<std::size_t>(inputs) * static_cast<std::size_t>(hidden), seed,
-                 1.0f / static_cast<float>(inputs));
+  return SeededWeights(static_cast<std::size_t>(inputs) * static_cast<std::size_t>(hidden), seed,
+                       1.0f / static_cast<float>(inputs));
 }
 
 std::vector<float> MlpModel::W2() const {
-  return Weights(static_cast<std::size_t>(hidden) * static_cast<std::size_t>(outputs), seed + 1,
-                 1.0f / static_cast<float>(hidden));
+  return SeededWeights(static_cast<std::size_t>(hidden) * static_cast<std::size_t>(outputs),
+                       seed + 1, 1.0f / static_cast<float>(hidden));
 }
 
 std::vector<float> MlpModel::Reference(const std::vector<float>& input) const {

@@ -48,6 +48,17 @@ Status KvBlockPool::Grow(SequenceId sequence, std::uint64_t tokens) {
   return {};
 }
 
+void KvBlockPool::Truncate(SequenceId sequence, std::uint64_t tokens) {
+  const auto it = sequences_.find(sequence);
+  if (it == sequences_.end() || tokens >= it->second.tokens) return;
+  SequenceState& state = it->second;
+  state.tokens = tokens;
+  while (state.blocks.size() > BlocksFor(tokens)) {
+    free_.insert(state.blocks.back());
+    state.blocks.pop_back();
+  }
+}
+
 void KvBlockPool::Release(SequenceId sequence) {
   const auto it = sequences_.find(sequence);
   if (it == sequences_.end()) return;

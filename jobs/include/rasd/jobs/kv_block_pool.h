@@ -56,6 +56,10 @@ class KvBlockPool {
   // taking the lowest free blocks. kOutOfMemory, with nothing taken, when
   // the free blocks do not suffice.
   Status Grow(SequenceId sequence, std::uint64_t tokens);
+  // Cuts `sequence` back to its first `tokens` tokens (a step that grew it
+  // failed before its keys and values were stored): the blocks past them
+  // return to the free list. More tokens than it holds: nothing.
+  void Truncate(SequenceId sequence, std::uint64_t tokens);
   // Ends `sequence`: its blocks return to the free list. Unknown: nothing.
   void Release(SequenceId sequence);
 

@@ -1,0 +1,102 @@
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "rasd/common/result.h"
+#include "rasd/jobs/decoder_model.h"
+#include "rasd/jobs/kv_block_pool.h"
+#include "rasd/runtime/runtime.h"
+
+namespace rasd::jobs {
+
+// One replica of the decoder on one device: its weights, its paged KV cache
+// (one allocation of the device's memory pool, cut into KvBlockPool blocks)
+// and one stream. A step runs a batch of sequences, each at prefill (its
+// prompt not cached yet) or decode (one new token), in one pass of kernels
+// (continuous batching: sequences join and leave between steps), and gives
+// each its next token.
+//
+// The caller owns the sequences: each step names every token a sequence
+// has so far (prompt and generated), and the tokens past those cached are
+// the step's new ones. So a sequence whose cache was lost (RetirePage, a
+// preemption) is recomputed by the next step that names it: its whole
+// history is new again, prefilled on healthy blocks.
+//
+// Not thread-safe: one inference replica's thread owns it. Destroying it
+// waits for its stream's work (the host buffers that work copies from stay
+// alive until then) and returns its memory to the pool.
+class PagedDecoder {
+ public:
+  struct Options {
+    DecoderModel model;
+    std::string owner = "llm";  // the job id: owner of the stream and the memory
+    std::uint64_t kv_bytes = 1 << 20;
+    std::uint32_t tokens_per_block = 16;
+    std::uint32_t max_batch_sequences = 64;
+    std::uint32_t max_batch_tokens = 2048;  // new tokens in one step, prefills included
+  };
+  // Errors: the pool's and the stream's (kOutOfMemory, kDeviceIsolated...),
+  // kInvalidArgument for options that hold no block or no token.
+  static Result<std::unique_ptr<PagedDecoder>> Create(runtime::Runtime& runtime, int device,
+                                                      Options options);
+  ~PagedDecoder();
+  PagedDecoder(const PagedDecoder&) = delete;
+  PagedDecoder& operator=(const PagedDecoder&) = delete;
+
+  struct Work {
+    SequenceId sequence = 0;
+    std::vector<int> tokens;  // every token of the sequence so far; at least one not cached
+  };
+  // One step. Each sequence's blocks are grown for its new tokens first;
+  // when the free blocks do not suffice, kOutOfMemory and nothing runs
+  // (the caller preempts and asks again). A step that fails on the device
+  // (a poisoned read: kDeviceFault; an abort: kAborted; kTimeout) leaves
+  // every sequence's cache as it was before the step, and the replica goes
+  // on with a new stream (a stream's error is sticky, as CUDA's is); the
+  // KV cache's memory stays. After a kTimeout the old stream may still run
+  // the step, and when no new stream can be had (the device isolated) there
+  // is none: Usable() is false from then on, and the replica is to be
+  // destroyed (its sequences recomputed elsewhere).
+  // kInvalidArgument for a batch too large, a token out of the vocabulary,
+  // a sequence longer than the model's positions, or no new token.
+  Result<std::vector<int>> Step(const std::vector<Work>& batch, std::chrono::milliseconds timeout);
+
+  bool Usable() const { return stream_ != nullptr && !broken_; }
+  // The sequence ends: its blocks return to the free list.
+  void Release(SequenceId sequence) { blocks_.Release(sequence); }
+  KvBlockPool& Blocks() { return blocks_; }
+  const KvBlockPool& Blocks() const { return blocks_; }
+  int Device() const { return device_; }
+  // The KV cache's region: an address in it maps to blocks (Blocks()).
+  drivers::DeviceAddress KvBase() const { return kv_.address; }
+  std::uint64_t KvBytes() const { return kv_.size; }
+
+ private:
+  PagedDecoder(runtime::Runtime& runtime, int device, Options options, KvBlockPool blocks);
+  Status Prepare();
+  Result<std::unique_ptr<runtime::Stream>> NewStream();
+
+  runtime::Runtime& runtime_;
+  int device_;
+  Options options_;
+  KvBlockPool blocks_;
+  std::uint32_t max_blocks_per_sequence_;
+  // Device buffers: weights, the KV region, and a step's scratch. The
+  // embeddings stay on the host: a step's input rows are built there.
+  runtime::Allocation wq_, wk_, wv_, wo_, kv_;
+  runtime::Allocation x_, k_new_, v_new_, x_last_, q_, attended_, hidden_, logits_;
+  runtime::Allocation k_slots_, v_slots_, tables_, lengths_;
+  // Host buffers a step copies from and to: members, so that they outlive
+  // any copy still queued (the stream, declared after them, goes first).
+  std::vector<float> embedding_, positions_;
+  std::vector<float> host_x_, host_x_last_, host_logits_;
+  std::vector<std::int64_t> host_k_slots_, host_v_slots_, host_tables_, host_lengths_;
+  std::unique_ptr<runtime::Stream> stream_;
+  bool broken_ = false;
+};
+
+}  // namespace rasd::jobs
