@@ -168,7 +168,8 @@ TEST(SlurmTest, TheBlastRadiusGuardHoldsADrainWhileHalfTheClusterIsDrainedByRasd
   ASSERT_EQ(slurm.Update("gpu1", {"State=DRAIN", "Reason=rasd: device 0 isolated"}), 0);
   ASSERT_EQ(slurm.Update("gpu2", {"State=DRAIN", "Reason=rasd: fatal host error"}), 0);
   // An administrator's drain is not rasd's blast radius.
-  ASSERT_EQ(slurm.Update("gpu3", {"State=DRAIN", "Reason=bios update"}), 0);
+  ASSERT_EQ(slurm.Update("gpu3", {"State=DRAIN", "Reason=bios update", "Comment=PSU swapped"}), 0);
+  ASSERT_EQ(slurm.Comment("gpu3"), "PSU swapped");
 
   RasdInstance rasd;
   rasd.WriteConfig(
@@ -202,8 +203,16 @@ TEST(SlurmTest, TheBlastRadiusGuardHoldsADrainWhileHalfTheClusterIsDrainedByRasd
   ASSERT_TRUE(WaitUntil([&] { return slurm.State() == "drained"; }, 15s))
       << slurm.State() << rasd.Stderr();
   EXPECT_TRUE(slurm.Reason().starts_with("rasd: ")) << slurm.Reason();
-  status = rasd.RasctlJson({"status"});
-  EXPECT_TRUE(status["scheduler"]["guarded"].is_null());
+  // The drain shows in Slurm before rasd has withdrawn its claim and taken
+  // the outcome in: rasd's own view follows.
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        status = rasd.RasctlJson({"status"});
+        return status["scheduler"]["guarded"].is_null();
+      },
+      15s))
+      << status.dump();
+  EXPECT_EQ(slurm.Comment(), "") << "the claim withdrawn after the drain";
   metrics = Http(status["metrics"]["port"].get<int>(), "GET", "/metrics");
   EXPECT_NE(metrics.find("rasd_scheduler_drain_guarded 0\n"), std::string::npos);
   EXPECT_NE(metrics.find("rasd_scheduler_node_drained 1\n"), std::string::npos);

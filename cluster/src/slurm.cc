@@ -1,11 +1,13 @@
 #include "rasd/cluster/slurm.h"
 
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <set>
 #include <tuple>
 
@@ -246,15 +248,51 @@ DrainRank RankOwnDrain(const std::vector<SlurmNode>& nodes, std::string_view sel
   return rank;
 }
 
-std::string ClaimComment(std::chrono::system_clock::time_point at) {
+namespace {
+
+bool IsTagCharacter(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+         c == '_' || c == '-';
+}
+
+constexpr std::size_t kMaxTag = 32;
+
+// A live claim of `node`'s (not out of service already, within the
+// lifetime), or unset.
+std::optional<std::chrono::system_clock::time_point> LiveClaim(
+    const SlurmNode& node, std::chrono::system_clock::time_point now) {
+  if (node.drain || HeldByOthers(node)) return std::nullopt;
+  const auto at = ParseClaim(node.comment);
+  if (!at) return std::nullopt;
+  const auto age = now > *at ? now - *at : *at - now;
+  if (age > kClaimLifetime) return std::nullopt;
+  return at;
+}
+
+}  // namespace
+
+std::string ClaimComment(std::chrono::system_clock::time_point at, std::string_view tag) {
+  std::string clean;
+  for (const char c : tag) {
+    if (IsTagCharacter(c) && clean.size() < kMaxTag) clean += c;
+  }
   return fmt::format(
-      "{}{}", kClaimPrefix,
-      std::chrono::duration_cast<std::chrono::milliseconds>(at.time_since_epoch()).count());
+      "{}{}{}{}", kClaimPrefix,
+      std::chrono::duration_cast<std::chrono::milliseconds>(at.time_since_epoch()).count(),
+      clean.empty() ? "" : " ", clean);
 }
 
 std::optional<std::chrono::system_clock::time_point> ParseClaim(std::string_view comment) {
   if (!comment.starts_with(kClaimPrefix)) return std::nullopt;
-  const std::string_view digits = comment.substr(kClaimPrefix.size());
+  std::string_view digits = comment.substr(kClaimPrefix.size());
+  if (const auto space = digits.find(' '); space != std::string_view::npos) {
+    const std::string_view tag = digits.substr(space + 1);
+    if (tag.empty() || tag.size() > kMaxTag ||
+        !std::all_of(tag.begin(), tag.end(), IsTagCharacter)) {
+      return std::nullopt;
+    }
+    digits = digits.substr(0, space);
+  }
   // Unix milliseconds: 13 digits until the year 2286; more is not a claim.
   if (digits.empty() || digits.size() > 15) return std::nullopt;
   std::int64_t ms = 0;
@@ -265,9 +303,18 @@ std::optional<std::chrono::system_clock::time_point> ParseClaim(std::string_view
   return std::chrono::system_clock::time_point(std::chrono::milliseconds(ms));
 }
 
+const std::string& OwnClaimTag() {
+  static const std::string tag = [] {
+    std::random_device random;
+    return fmt::format("{}-{:08x}", ::getpid(), random());
+  }();
+  return tag;
+}
+
 ClaimRank RankOwnClaim(const std::vector<SlurmNode>& nodes, std::string_view self,
-                       double max_fraction, std::chrono::seconds window,
-                       std::chrono::system_clock::time_point now) {
+                       std::string_view own_claim, double max_fraction, std::chrono::seconds window,
+                       std::chrono::system_clock::time_point now,
+                       std::chrono::system_clock::time_point own_rank_time) {
   ClaimRank rank;
   rank.nodes = nodes.size();
   rank.limit = DrainLimit(nodes.size(), max_fraction);
@@ -280,11 +327,12 @@ ClaimRank RankOwnClaim(const std::vector<SlurmNode>& nodes, std::string_view sel
     }
     // A node out of service already (drained by anyone, down) takes no
     // room by its claim: it is counted as a drain, or is someone else's.
-    if (node.drain || HeldByOthers(node)) continue;
-    const auto at = ParseClaim(node.comment);
+    auto at = LiveClaim(node, now);
     if (!at) continue;
-    const auto age = now > *at ? now - *at : *at - now;
-    if (age > kClaimLifetime) continue;
+    if (node.name == self) {
+      if (node.comment != own_claim) continue;  // another process's claim, or a note
+      at = std::max(*at, own_rank_time);
+    }
     claims.emplace_back(*at, node.name);
   }
   std::sort(claims.begin(), claims.end());
@@ -293,7 +341,7 @@ ClaimRank RankOwnClaim(const std::vector<SlurmNode>& nodes, std::string_view sel
                                  [&](const Key& key) { return key.second == self; });
   rank.own_claim_seen = mine != claims.end();
   if (!rank.own_claim_seen) {
-    rank.why = fmt::format("Slurm does not show node {}'s claim", self);
+    rank.why = fmt::format("Slurm does not show node {}'s claim ('{}')", self, own_claim);
     return rank;
   }
   rank.rank = static_cast<std::size_t>(mine - claims.begin());
@@ -304,6 +352,17 @@ ClaimRank RankOwnClaim(const std::vector<SlurmNode>& nodes, std::string_view sel
       rank.drained_by_rasd, rank.nodes, Within(window), rank.claims, rank.limit, max_fraction * 100,
       rank.rank + 1, rank.allowed ? "it drains" : "it holds back");
   return rank;
+}
+
+std::size_t DrainsAndClaimsOfOthers(const std::vector<SlurmNode>& nodes, std::string_view self,
+                                    std::chrono::seconds window,
+                                    std::chrono::system_clock::time_point now) {
+  std::size_t taken = 0;
+  for (const auto& node : nodes) {
+    if (node.name == self) continue;
+    if (CountsAgainstTheGuard(node, window, now) || LiveClaim(node, now)) ++taken;
+  }
+  return taken;
 }
 
 Result<ClaimedDrain> SlurmClient::DrainWithClaim(
@@ -317,7 +376,18 @@ Result<ClaimedDrain> SlurmClient::DrainWithClaim(
   if (own == nullptr)
     return Fail(ErrorCode::kNotFound, fmt::format("Slurm lists no node '{}'", node));
   if (!own->comment.empty() && !ParseClaim(own->comment)) {
-    // Someone's note on the node: not overwritten by a claim.
+    // Someone's note on the node: not overwritten by a claim. Without a
+    // claim of its own the node counts every peer's claim as taken room.
+    const std::size_t taken = DrainsAndClaimsOfOthers(nodes_before, node, window, wall());
+    const std::size_t limit = DrainLimit(nodes_before.size(), max_fraction);
+    if (taken >= limit) {
+      outcome.kind = ClaimedDrain::Kind::kGuarded;
+      outcome.detail = fmt::format(
+          "{} of {} node(s) drained by rasd{} or claiming a drain, the limit is {} ({:.0f}%); "
+          "node {} cannot claim (its Comment is someone else's): it holds back",
+          taken, nodes_before.size(), Within(window), limit, max_fraction * 100, node);
+      return outcome;
+    }
     if (auto drained = Drain(node, reason); !drained) return Fail(drained.error());
     outcome.kind = ClaimedDrain::Kind::kDrained;
     outcome.detail = fmt::format(
@@ -326,23 +396,24 @@ Result<ClaimedDrain> SlurmClient::DrainWithClaim(
         node, own->comment);
     return outcome;
   }
+  settle = std::max<std::chrono::milliseconds>(settle, kClaimWriteLimit);
   const auto claimed_at = wall();
-  if (auto written = Update({"NodeName=" + node, "Comment=" + ClaimComment(claimed_at)});
-      !written) {
+  const std::string claim = ClaimComment(claimed_at, OwnClaimTag());
+  const auto write_started = std::chrono::steady_clock::now();
+  // Withdraws the claim while Slurm still shows it; a failure leaves it to
+  // expire (kClaimLifetime).
+  const auto withdraw = [&] { (void)ClearClaim(node, claim); };
+  if (auto written = Update({"NodeName=" + node, "Comment=" + claim}); !written) {
+    withdraw();  // the write may have taken although scontrol said not
     return Fail(written.error());
   }
-  const auto write_took = wall() - claimed_at;
-  // Withdraws the claim; a failure leaves it to expire (kClaimLifetime).
-  const auto withdraw = [&] { (void)ClearClaim(node); };
-  if (write_took > kClaimWriteLimit) {
-    withdraw();
-    return Fail(
-        ErrorCode::kUnavailable,
-        fmt::format("the claim to drain node {} took {} ms to write (more than {} ms): "
-                    "peers may not have seen it in time; withdrawn",
-                    node, std::chrono::duration_cast<std::chrono::milliseconds>(write_took).count(),
-                    kClaimWriteLimit.count()));
-  }
+  // A slow write is ranked by this node as if made kClaimWriteLimit before
+  // it returned: later than peers see it, so both count it conservatively.
+  const auto write_took = std::chrono::steady_clock::now() - write_started;
+  const auto own_rank_time =
+      claimed_at + std::chrono::duration_cast<std::chrono::system_clock::duration>(
+                       std::max<std::chrono::steady_clock::duration>(
+                           write_took - kClaimWriteLimit, std::chrono::steady_clock::duration{}));
   if (!wait(settle)) {
     withdraw();
     outcome.kind = ClaimedDrain::Kind::kStopped;
@@ -363,7 +434,8 @@ Result<ClaimedDrain> SlurmClient::DrainWithClaim(
     outcome.detail = outcome.decision.detail;
     return outcome;
   }
-  const ClaimRank rank = RankOwnClaim(*nodes, node, max_fraction, window, now);
+  const ClaimRank rank =
+      RankOwnClaim(*nodes, node, claim, max_fraction, window, now, own_rank_time);
   outcome.rank = rank;
   outcome.detail = rank.why;
   if (!rank.own_claim_seen) {
@@ -376,6 +448,15 @@ Result<ClaimedDrain> SlurmClient::DrainWithClaim(
     outcome.kind = ClaimedDrain::Kind::kGuarded;
     return outcome;
   }
+  // Peers count a claim older than its lifetime as stale: one this old may
+  // have been left out of their reads.
+  if (std::chrono::steady_clock::now() - write_started > kClaimLifetime - kClaimMargin) {
+    withdraw();
+    return Fail(ErrorCode::kUnavailable,
+                fmt::format("the claim to drain node {} is too old to drain on (over {} s since "
+                            "it was written): withdrawn, to be claimed again",
+                            node, (kClaimLifetime - kClaimMargin).count()));
+  }
   // The drain first, then the claim cleared: a peer reading in between
   // counts this node once, as a drain.
   auto drained = Drain(node, reason);
@@ -386,7 +467,11 @@ Result<ClaimedDrain> SlurmClient::DrainWithClaim(
   return outcome;
 }
 
-Status SlurmClient::ClearClaim(const std::string& node) const {
+Status SlurmClient::ClearClaim(const std::string& node, std::string_view claim) const {
+  auto nodes = Nodes();
+  if (!nodes) return Fail(nodes.error());
+  const SlurmNode* own = FindNode(*nodes, node);
+  if (own == nullptr || own->comment != claim) return {};  // not ours (any more): left as it is
   return Update({"NodeName=" + node, "Comment="});
 }
 

@@ -263,8 +263,15 @@ TEST(DrainClaimTest, AClaimReadsBackAndAnythingElseIsNoClaim) {
   const auto at = system_clock::time_point(std::chrono::milliseconds(1765000000123));
   EXPECT_EQ(ClaimComment(at), "rasd-claim 1765000000123");
   EXPECT_EQ(ParseClaim(ClaimComment(at)), at);
+  EXPECT_EQ(ClaimComment(at, "4242-00ab"), "rasd-claim 1765000000123 4242-00ab");
+  EXPECT_EQ(ParseClaim(ClaimComment(at, "4242-00ab")), at);
+  EXPECT_EQ(ClaimComment(at, "a b;c"), "rasd-claim 1765000000123 abc")
+      << "a tag keeps its safe part";
+  EXPECT_NE(OwnClaimTag(), "");
+  EXPECT_EQ(ParseClaim(ClaimComment(at, OwnClaimTag())), at);
   for (const char* other : {"", "rack 4, PSU swapped", "rasd-claim", "rasd-claim ",
-                            "rasd-claim 12x", "rasd-claim -5", "rasd-claim 1234567890123456789"}) {
+                            "rasd-claim 12x", "rasd-claim -5", "rasd-claim 1234567890123456789",
+                            "rasd-claim 123 ", "rasd-claim 123 a b", "rasd-claim 123 a;b"}) {
     EXPECT_FALSE(ParseClaim(other).has_value()) << other;
   }
 }
@@ -280,7 +287,7 @@ TEST(DrainClaimTest, PeersClaimingAtOnceAgreeWhoDrainsAndNoMoreThanTheLimit) {
   }
   std::set<std::string> draining;
   for (const auto& node : nodes) {
-    const ClaimRank rank = RankOwnClaim(nodes, node.name, 0.5, seconds(300), now);
+    const ClaimRank rank = RankOwnClaim(nodes, node.name, node.comment, 0.5, seconds(300), now);
     EXPECT_TRUE(rank.own_claim_seen);
     EXPECT_EQ(rank.claims, 32u);
     EXPECT_EQ(rank.limit, 16u);
@@ -312,19 +319,32 @@ TEST(DrainClaimTest, DrainsStandingComeFirstAndStaleOrHeldClaimsDoNotCount) {
                                         Node("idle2", false, ""),
                                         Node("idle3", false, "")};
   // 8 nodes, limit 4: one drain standing, one earlier claim: room for self.
-  ClaimRank rank = RankOwnClaim(nodes, "self", 0.5, seconds(300), now);
+  const std::string own = nodes[4].comment;
+  ClaimRank rank = RankOwnClaim(nodes, "self", own, 0.5, seconds(300), now);
   EXPECT_TRUE(rank.allowed) << rank.why;
   EXPECT_EQ(rank.drained_by_rasd, 1u);
   EXPECT_EQ(rank.claims, 2u);
   EXPECT_EQ(rank.rank, 1u);
   // At 25% (limit 2): the drain and the earlier claim fill it.
-  rank = RankOwnClaim(nodes, "self", 0.25, seconds(300), now);
+  rank = RankOwnClaim(nodes, "self", own, 0.25, seconds(300), now);
   EXPECT_FALSE(rank.allowed) << rank.why;
-  EXPECT_TRUE(RankOwnClaim(nodes, "early", 0.25, seconds(300), now).allowed);
+  EXPECT_TRUE(RankOwnClaim(nodes, "early", nodes[3].comment, 0.25, seconds(300), now).allowed);
   // A node whose claim Slurm does not show may not drain.
-  rank = RankOwnClaim(nodes, "idle", 0.5, seconds(300), now);
+  rank = RankOwnClaim(nodes, "idle", ClaimComment(now), 0.5, seconds(300), now);
   EXPECT_FALSE(rank.own_claim_seen);
   EXPECT_FALSE(rank.allowed);
+  // A claim on the node other than the one this process wrote (another
+  // process's, on the same node) is not its own.
+  rank = RankOwnClaim(nodes, "self", ClaimComment(now, "other-process"), 0.5, seconds(300), now);
+  EXPECT_FALSE(rank.own_claim_seen) << rank.why;
+  // A slow write is ranked by its writer at its return: "early", whose
+  // write returned only now, goes behind self's claim and holds back.
+  rank = RankOwnClaim(nodes, "early", nodes[3].comment, 0.25, seconds(300), now, now);
+  EXPECT_EQ(rank.rank, 1u) << rank.why;
+  EXPECT_FALSE(rank.allowed);
+  // A node that cannot claim counts every other node's drain and claim.
+  EXPECT_EQ(DrainsAndClaimsOfOthers(nodes, "idle", seconds(300), now), 3u);
+  EXPECT_EQ(DrainsAndClaimsOfOthers(nodes, "self", seconds(300), now), 2u);
 }
 
 TEST(NodeActionTest, ADrainGoesOnlyToANodeNobodyHoldsAndOnlyAsTheGuardAllows) {

@@ -125,6 +125,13 @@ NhcOutcome ApplyToSlurm(const CheckOptions& options, const CheckVerdict& verdict
             return {"guarded", fmt::format("not draining node {}: the blast-radius guard holds: {}",
                                            node, claimed->detail)};
           case Claimed::kChanged:
+            if (claimed->decision.kind == Kind::kHeldByOthers) {
+              return {"left-alone", claimed->detail};
+            }
+            if (claimed->decision.kind == Kind::kUnknownNode) {
+              return {"failed", claimed->detail + " (rasctl check --node NAME)"};
+            }
+            return {"none", claimed->detail};
           case Claimed::kStopped:
             return {"none", claimed->detail};
         }

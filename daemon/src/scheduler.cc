@@ -94,11 +94,12 @@ SchedulerLink::Outcome SchedulerLink::Carry(bool drain, const std::string& reaso
   }
   const auto now = options_.clock->Wall();
   if (const auto* own = cluster::FindNode(*nodes, options_.node)) {
-    // A claim of this node's that outlived its drain (rasd killed while
-    // claiming): cleared, so that the Comment people read says nothing stale.
-    if (const auto claimed_at = cluster::ParseClaim(own->comment);
-        claimed_at && now - *claimed_at > cluster::kClaimLifetime) {
-      (void)slurm_.ClearClaim(options_.node);
+    // A claim on this node that outlived its drain (rasd killed while
+    // claiming) or is dated far off: cleared, so that the Comment people
+    // read says nothing stale.
+    if (const auto claimed_at = cluster::ParseClaim(own->comment)) {
+      const auto age = now > *claimed_at ? now - *claimed_at : *claimed_at - now;
+      if (age > cluster::kClaimLifetime) (void)slurm_.ClearClaim(options_.node, own->comment);
     }
   }
   using Kind = cluster::NodeActionDecision::Kind;
@@ -144,8 +145,10 @@ SchedulerLink::Outcome SchedulerLink::DrainWithClaim(
       nodes, options_.node, reason, options_.max_drained_fraction, window,
       [this] { return options_.clock->Wall(); },
       [this](std::chrono::milliseconds settle) {
+        // Cut short by a stop, or by a resume asked meanwhile: the claim is
+        // withdrawn and nothing drained.
         std::unique_lock lock(mutex_);
-        return !changed_.wait_for(lock, settle, [this] { return stop_; });
+        return !changed_.wait_for(lock, settle, [this] { return stop_ || !want_drained_; });
       },
       options_.drain_settle);
   if (!claimed) {

@@ -219,10 +219,10 @@ TEST_F(SchedulerLinkTest, EarlierClaimsOfPeersFillTheRoomAndItHoldsBackWithoutAD
                               "update NodeName=n1 State=DRAIN Reason=rasd: device 1 isolated"});
 }
 
-// A claim whose write took longer than peers may wait for it might not be
-// in their reads: it is withdrawn, nothing is drained, and the call is
-// retried as a failed one.
-TEST_F(SchedulerLinkTest, AClaimTooSlowToWriteIsWithdrawnAndTriedAgain) {
+// A busy slurmctld makes the claim's write slow: the node ranks its own
+// claim later for it, but still drains when there is room (a slow
+// controller must not stop every drain).
+TEST_F(SchedulerLinkTest, ASlowClaimWriteStillDrainsWhenThereIsRoom) {
   Cluster({{"n1", "idle", {}, ""},
            {"n2", "idle", {}, ""},
            {"n3", "idle", {}, ""},
@@ -230,14 +230,43 @@ TEST_F(SchedulerLinkTest, AClaimTooSlowToWriteIsWithdrawnAndTriedAgain) {
   std::ofstream(dir_ / "slow") << "";
   Start(0.5);
   link_->Drain("device 1 isolated");
-  ASSERT_TRUE(Eventually([&] { return Count("failed") >= 1; }, 10s));
-  EXPECT_TRUE(StateCalls().empty()) << ::testing::PrintToString(Calls());
-  ASSERT_GE(ClaimCalls().size(), 2u);
-  EXPECT_EQ(ClaimCalls()[1], "update NodeName=n1 Comment=") << "withdrawn";
-  fs::remove(dir_ / "slow");
-  ASSERT_TRUE(Eventually([&] { return Count("ok") == 1; }, 10s));
+  ASSERT_TRUE(Eventually([&] { return Count("ok") == 1; }, 20s))
+      << ::testing::PrintToString(Calls());
+  EXPECT_EQ(Count("failed"), 0u);
   EXPECT_EQ(StateCalls(), std::vector<std::string>{
                               "update NodeName=n1 State=DRAIN Reason=rasd: device 1 isolated"});
+}
+
+// An undrain asked while the drain is being claimed: the claim is
+// withdrawn and nothing is drained.
+TEST_F(SchedulerLinkTest, AResumeWhileClaimingWithdrawsTheClaimAndDrainsNothing) {
+  Cluster({{"n1", "idle", {}, ""},
+           {"n2", "idle", {}, ""},
+           {"n3", "idle", {}, ""},
+           {"n4", "idle", {}, ""}});
+  Start(0.5);
+  link_->Drain("device 1 isolated");
+  ASSERT_TRUE(Eventually([&] { return ClaimCalls().size() == 1; }));
+  link_->Resume();
+  ASSERT_TRUE(Eventually([&] { return ClaimCalls().size() == 2; }));
+  EXPECT_EQ(ClaimCalls()[1], "update NodeName=n1 Comment=");
+  EXPECT_TRUE(StateCalls().empty()) << ::testing::PrintToString(Calls());
+  EXPECT_FALSE(link_->Drained());
+}
+
+// A node whose Comment is an operator's note cannot claim: it counts every
+// peer's claim as taken room, and with two of four claimed, holds back.
+TEST_F(SchedulerLinkTest, ANodeThatCannotClaimCountsEveryPeersClaim) {
+  const auto claim = cluster::ClaimComment(std::chrono::system_clock::now(), "peer");
+  Cluster({{"n1", "idle", {}, "", 0, "rack 4: PSU swapped"},
+           {"n2", "idle", {}, "", 0, claim},
+           {"n3", "idle", {}, "", 0, claim},
+           {"n4", "idle", {}, ""}});
+  Start(0.5);
+  link_->Drain("device 1 isolated");
+  ASSERT_TRUE(Eventually([&] { return Count("guarded") == 1; }));
+  EXPECT_TRUE(Calls().empty()) << ::testing::PrintToString(Calls());
+  EXPECT_NE(link_->Guarded()->find("cannot claim"), std::string::npos) << *link_->Guarded();
 }
 
 // rasd stopping while it waits on its claim withdraws the claim and drains

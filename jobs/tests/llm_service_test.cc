@@ -44,10 +44,10 @@ class LlmServiceTest : public testing::SimRuntimeTest {
     std::map<std::uint64_t, const Request*> ids;
     for (const auto& request : requests) {
       auto id = service.Submit(request.prompt, request.wanted,
-                               [this](std::uint64_t id, LlmService::Answer answer) {
+                               [this](std::uint64_t answered_id, LlmService::Answer answer) {
                                  std::lock_guard lock(mutex_);
-                                 ++answered_[id];
-                                 answers_.insert_or_assign(id, std::move(answer));
+                                 ++answered_[answered_id];
+                                 answers_.insert_or_assign(answered_id, std::move(answer));
                                });
       EXPECT_TRUE(id.has_value());
       if (id) ids[*id] = &request;

@@ -104,6 +104,21 @@ std::string SlurmCluster::State(const std::string& node) { return Sinfo("%T", no
 
 std::string SlurmCluster::Reason(const std::string& node) { return Sinfo("%E", node); }
 
+std::string SlurmCluster::Comment(const std::string& node) {
+  const auto result = RunToCompletion(
+      {.argv = {"/usr/bin/scontrol", "show", "node", node}, .set_env = {{"SLURM_CONF", conf_}}},
+      10s);
+  std::istringstream lines(result.out);
+  for (std::string line; std::getline(lines, line);) {
+    const auto at = line.find("Comment=");
+    if (at == std::string::npos) continue;
+    std::string comment = line.substr(at + 8);
+    while (!comment.empty() && comment.back() == ' ') comment.pop_back();
+    return comment == "(null)" ? "" : comment;
+  }
+  return "";
+}
+
 std::map<std::string, std::string> SlurmCluster::Reasons() {
   const auto result = RunToCompletion(
       {.argv = {"/usr/bin/sinfo", "-h", "-N", "-o", "%N|%E"}, .set_env = {{"SLURM_CONF", conf_}}},

@@ -33,6 +33,8 @@ class SlurmCluster {
   // "idle", "drained", ... and the reason, from sinfo.
   std::string State(const std::string& node = "localhost");
   std::string Reason(const std::string& node = "localhost");
+  // The node's Comment (empty where none), from scontrol show node.
+  std::string Comment(const std::string& node = "localhost");
   // Every node's reason, in one sinfo call (empty where none).
   std::map<std::string, std::string> Reasons();
   // scontrol update NodeName=NODE ARGS...: 0 when it took.

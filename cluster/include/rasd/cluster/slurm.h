@@ -138,43 +138,57 @@ inline constexpr std::chrono::milliseconds kDrainSpread{4000};
 std::chrono::milliseconds DrainSpreadDelay(std::string_view node, std::chrono::milliseconds spread);
 
 // The claim before a drain. Each node that wants to drain writes a claim
-// into its own node's Comment ("rasd-claim <unix ms>"), waits kDrainSettle,
+// into its own node's Comment ("rasd-claim <unix ms> <tag>", the tag the
+// writing process's own), waits kDrainSettle,
 // reads every node and drains only when its claim ranks within the room
 // the limit leaves beside rasd's drains standing; then it clears the claim.
 // Peers that fail at once read the same claims and order them alike (the
 // time in the claim, then the node name), so they agree on who drains
 // before any of them does: no drain past the limit, and none undone.
 //
-// Why it holds: a claim's write is trusted only when it returned within
-// kClaimWriteLimit of the time written in it (else it is withdrawn and
-// tried again), and every claimant reads kDrainSettle after its own write
-// returned. So of two claims, the earlier is seen by the later's read,
-// as long as the nodes' clocks agree to within kDrainSettle minus
-// kClaimWriteLimit. Where they do not, the ranking after the drain
-// (RankOwnDrain) still undoes a drain past the limit.
+// Why it holds: every claimant reads at least kDrainSettle after its own
+// write returned, and ranks its own claim no earlier than kClaimWriteLimit
+// before that return (a slow write is ranked later by its writer, while
+// peers see the earlier time written: both err on the side of draining
+// less). So a claim ranked before another was in Slurm by the time the
+// other read, as long as the nodes' clocks agree to within kDrainSettle
+// minus kClaimWriteLimit. Where they do not, the ranking after the drain
+// (RankOwnDrain) still undoes a drain past the limit. A claimant that took
+// longer than kClaimLifetime minus kClaimMargin from its claim to its drain
+// (a paused process) may be counted stale by peers: it withdraws instead.
 //
 // Comment is free text for people: a node whose Comment holds someone
-// else's words is not claimed over; it drains without a claim and its drain
-// is ranked afterwards only.
+// else's words is not claimed over; it drains only while the drains
+// standing and every live claim leave room, and its drain is ranked after.
+// A claim is cleared only while Slurm still shows that exact claim, so a
+// note written meanwhile stays.
 inline constexpr std::string_view kClaimPrefix = "rasd-claim ";
 // A claim older than this (or this far ahead of the reader's clock) is one
 // whose node died while claiming: it counts for nobody.
 inline constexpr std::chrono::seconds kClaimLifetime{30};
+inline constexpr std::chrono::seconds kClaimMargin{10};
 inline constexpr std::chrono::milliseconds kClaimWriteLimit{1000};
 static_assert(kClaimWriteLimit < kDrainSettle);
 
-// "rasd-claim <unix ms>".
-std::string ClaimComment(std::chrono::system_clock::time_point at);
+// "rasd-claim <unix ms> <tag>" (no tag: "rasd-claim <unix ms>"). A tag is
+// up to 32 of [A-Za-z0-9._-]; others are dropped.
+std::string ClaimComment(std::chrono::system_clock::time_point at, std::string_view tag = {});
 // The time in a claim; unset when `comment` is not one (empty, someone
-// else's words, a damaged number).
+// else's words, a damaged number or tag).
 std::optional<std::chrono::system_clock::time_point> ParseClaim(std::string_view comment);
+// This process's claim tag: its pid and a random part, fixed for its life.
+const std::string& OwnClaimTag();
 
-// Whether this node's claim, read kDrainSettle after it was written, lets
-// it drain. Claims count only from nodes not out of service already (a
-// node drained by rasd counts as a drain standing instead, however its
-// Comment reads) and within kClaimLifetime of `now`; drains standing count
-// as CheckDrainGuard counts them. The node drains when the drains standing
-// plus the claims ordered before its own are under DrainLimit. Pure.
+// Whether this node's claim `own_claim` (the exact Comment it wrote), read
+// kDrainSettle after it was written, lets it drain. Claims count only from
+// nodes not out of service already (a node drained by rasd counts as a
+// drain standing instead, however its Comment reads) and within
+// kClaimLifetime of `now`; drains standing count as CheckDrainGuard counts
+// them. This node's claim is ranked at `own_rank_time` when later than the
+// time written in it (a slow write). The node drains when the drains
+// standing plus the claims ordered before its own are under DrainLimit. A
+// Comment on `self` other than `own_claim` (another process's claim, a
+// note) is not this node's claim. Pure.
 struct ClaimRank {
   bool allowed = false;
   bool own_claim_seen = false;      // false: Slurm does not show this node's claim
@@ -186,8 +200,14 @@ struct ClaimRank {
   std::string why;  // a sentence for the log
 };
 ClaimRank RankOwnClaim(const std::vector<SlurmNode>& nodes, std::string_view self,
-                       double max_fraction, std::chrono::seconds window,
-                       std::chrono::system_clock::time_point now);
+                       std::string_view own_claim, double max_fraction, std::chrono::seconds window,
+                       std::chrono::system_clock::time_point now,
+                       std::chrono::system_clock::time_point own_rank_time = {});
+// Drains standing (within the window, not `self`) plus every live claim of
+// another node: what a node that cannot claim counts before it drains.
+std::size_t DrainsAndClaimsOfOthers(const std::vector<SlurmNode>& nodes, std::string_view self,
+                                    std::chrono::seconds window,
+                                    std::chrono::system_clock::time_point now);
 
 // What DrainWithClaim did.
 struct ClaimedDrain {
@@ -233,22 +253,25 @@ class SlurmClient {
                                     std::chrono::system_clock::time_point now) const;
 
   // Claims the drain of `node` (as `nodes_before`, read just now, show
-  // it: a Comment of someone else's is not claimed over), waits `settle` through `wait` (which
-  // returns false when the caller is stopping), then drains `node` with
-  // DrainReason(reason) if RankOwnClaim allows, and clears the claim
-  // either way. `wall` gives the time written in the claim and the
-  // reader's now. A node whose Comment is someone else's is drained without
-  // a claim. Errors: those of Nodes() and the scontrol calls, and
-  // kUnavailable when a claim's write was too slow to be trusted or Slurm
-  // does not show it; the claim is withdrawn and nothing drained.
+  // it), waits `settle` (at least kClaimWriteLimit) through `wait` (which
+  // returns false when the caller no longer wants the drain, or stops),
+  // then drains `node` with DrainReason(reason) if RankOwnClaim allows,
+  // and withdraws the claim either way. `wall` gives the time written in
+  // the claim and the reader's now; durations are measured on the steady
+  // clock. A node whose Comment is someone else's is drained without a
+  // claim, while DrainsAndClaimsOfOthers is under the limit. Errors: those
+  // of Nodes() and the scontrol calls, and kUnavailable when Slurm does not
+  // show the claim or the claim aged past kClaimLifetime minus kClaimMargin
+  // before the drain; the claim is withdrawn and nothing drained.
   Result<ClaimedDrain> DrainWithClaim(
       const std::vector<SlurmNode>& nodes_before, const std::string& node, std::string_view reason,
       double max_fraction, std::chrono::seconds window,
       const std::function<std::chrono::system_clock::time_point()>& wall,
       const std::function<bool(std::chrono::milliseconds)>& wait,
       std::chrono::milliseconds settle = kDrainSettle) const;
-  // Comment="": withdraws a claim.
-  Status ClearClaim(const std::string& node) const;
+  // Comment="", when Slurm still shows `claim` as the node's Comment (read
+  // first): withdraws a claim and nothing else.
+  Status ClearClaim(const std::string& node, std::string_view claim) const;
 
   // The environment that carries the caller's SLURM_CONF (if any).
   static std::vector<std::string> EnvironmentFromCaller();
