@@ -287,24 +287,25 @@ void LlmService::StepOnce(Replica& replica, std::unique_lock<std::mutex>& lock) 
   replica.faulty_pages.clear();
 
   // Admission by free blocks, in arrival order. The sequences running
-  // first: the blocks their uncached tokens still need, and one more each
-  // for their next tokens; a sequence joins only into what is left, so one
-  // admitted now does not preempt another at once.
+  // first: the blocks their uncached tokens and their next token still
+  // need; a sequence joins only into what is left, so one admitted now
+  // does not preempt another at the next step.
   std::uint64_t committed = 0;
   for (const auto& [id, sequence] : replica.running) {
-    const std::uint64_t wants = blocks.BlocksFor(sequence.History().size()) + 1;
+    const std::uint64_t wants = blocks.BlocksFor(sequence.History().size() + 1);
     const std::uint64_t holds = blocks.BlockTable(id).size();
     committed += wants > holds ? wants - holds : 0;
   }
   while (!replica.waiting.empty() && replica.running.size() < options_.max_batch_sequences) {
     Sequence& next = replica.waiting.front();
-    const std::uint64_t needed = blocks.BlocksFor(next.History().size()) + 1;
+    const std::uint64_t needed = blocks.BlocksFor(next.History().size() + 1);
     if (blocks.GetStats().free < committed + needed) break;
     committed += needed;
     const std::uint64_t id = next.id;
     replica.running.emplace(id, std::move(next));
     replica.waiting.pop_front();
     replica.admitted.push_back(id);
+    replica.stats.peak_running = std::max(replica.stats.peak_running, replica.running.size());
   }
   if (replica.running.empty() && !replica.waiting.empty() &&
       !blocks.CanGrow(replica.waiting.front().id, replica.waiting.front().History().size())) {

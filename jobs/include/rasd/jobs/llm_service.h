@@ -101,6 +101,7 @@ class LlmService {
     bool serving = false;
     KvBlockPool::Stats blocks;
     std::size_t running = 0;  // sequences in the batch
+    std::size_t peak_running = 0;  // the most in one batch so far
     std::size_t waiting = 0;  // assigned here, not in the batch (new or preempted)
     std::uint64_t steps = 0;
     std::uint64_t preempted = 0;   // sequences preempted for room
