@@ -72,6 +72,10 @@ done
     std::int64_t reason_age_s = 0;  // how long before now Slurm recorded the reason
     std::string comment;
   };
+  static std::vector<Node> FourIdleNodes() {
+    return {{"n1", "idle", {}, ""}, {"n2", "idle", {}, ""}, {"n3", "idle", {}, ""},
+            {"n4", "idle", {}, ""}};
+  }
   // What sinfo --json shows from now on, as Slurm 22.05 prints it.
   void Cluster(const std::vector<Node>& nodes) {
     nlohmann::json list = nlohmann::json::array();
@@ -174,10 +178,7 @@ TEST_F(SchedulerLinkTest, TheGuardHoldsADrainWhileTooManyNodesAreDrainedByRasdTh
   EXPECT_TRUE(link_->Drained()) << "the drain is still wanted";
 
   // The others come back: the held drain goes ahead at the next look.
-  Cluster({{"n1", "idle", {}, ""},
-           {"n2", "idle", {}, ""},
-           {"n3", "idle", {}, ""},
-           {"n4", "idle", {}, ""}});
+  Cluster(FourIdleNodes());
   ASSERT_TRUE(Eventually([&] { return Count("ok") == 1; }));
   EXPECT_EQ(Count("guarded"), 1u) << "a held drain is counted once";
   EXPECT_FALSE(link_->Guarded().has_value());
@@ -210,10 +211,7 @@ TEST_F(SchedulerLinkTest, EarlierClaimsOfPeersFillTheRoomAndItHoldsBackWithoutAD
 
   // The peers' claims end (they drained elsewhere, or gave up): at the next
   // look it claims again and drains.
-  Cluster({{"n1", "idle", {}, ""},
-           {"n2", "idle", {}, ""},
-           {"n3", "idle", {}, ""},
-           {"n4", "idle", {}, ""}});
+  Cluster(FourIdleNodes());
   ASSERT_TRUE(Eventually([&] { return Count("ok") == 1; }));
   EXPECT_EQ(StateCalls(), std::vector<std::string>{
                               "update NodeName=n1 State=DRAIN Reason=rasd: device 1 isolated"});
@@ -223,10 +221,7 @@ TEST_F(SchedulerLinkTest, EarlierClaimsOfPeersFillTheRoomAndItHoldsBackWithoutAD
 // claim later for it, but still drains when there is room (a slow
 // controller must not stop every drain).
 TEST_F(SchedulerLinkTest, ASlowClaimWriteStillDrainsWhenThereIsRoom) {
-  Cluster({{"n1", "idle", {}, ""},
-           {"n2", "idle", {}, ""},
-           {"n3", "idle", {}, ""},
-           {"n4", "idle", {}, ""}});
+  Cluster(FourIdleNodes());
   std::ofstream(dir_ / "slow") << "";
   Start(0.5);
   link_->Drain("device 1 isolated");
@@ -240,10 +235,7 @@ TEST_F(SchedulerLinkTest, ASlowClaimWriteStillDrainsWhenThereIsRoom) {
 // An undrain asked while the drain is being claimed: the claim is
 // withdrawn and nothing is drained.
 TEST_F(SchedulerLinkTest, AResumeWhileClaimingWithdrawsTheClaimAndDrainsNothing) {
-  Cluster({{"n1", "idle", {}, ""},
-           {"n2", "idle", {}, ""},
-           {"n3", "idle", {}, ""},
-           {"n4", "idle", {}, ""}});
+  Cluster(FourIdleNodes());
   Start(0.5);
   link_->Drain("device 1 isolated");
   ASSERT_TRUE(Eventually([&] { return ClaimCalls().size() == 1; }));
@@ -272,10 +264,7 @@ TEST_F(SchedulerLinkTest, ANodeThatCannotClaimCountsEveryPeersClaim) {
 // rasd stopping while it waits on its claim withdraws the claim and drains
 // nothing: a claim left behind would hold its peers back for its lifetime.
 TEST_F(SchedulerLinkTest, StoppingWhileClaimingWithdrawsTheClaim) {
-  Cluster({{"n1", "idle", {}, ""},
-           {"n2", "idle", {}, ""},
-           {"n3", "idle", {}, ""},
-           {"n4", "idle", {}, ""}});
+  Cluster(FourIdleNodes());
   Start(0.5);
   link_->Drain("device 1 isolated");
   ASSERT_TRUE(Eventually([&] { return ClaimCalls().size() == 1; }));
@@ -319,10 +308,7 @@ TEST_F(SchedulerLinkTest, AStaleClaimOfItsOwnIsCleared) {
 // drained without a claim) land before this one's: ranked after its drain,
 // this one is past the limit (the others' drains are older) and undoes it.
 TEST_F(SchedulerLinkTest, ADrainRankedPastTheLimitIsUndoneAndTheNodeGuarded) {
-  Cluster({{"n1", "idle", {}, ""},
-           {"n2", "idle", {}, ""},
-           {"n3", "idle", {}, ""},
-           {"n4", "idle", {}, ""}});
+  Cluster(FourIdleNodes());
   Start(0.5);
   link_->Drain("device 1 isolated");
   ASSERT_TRUE(Eventually([&] { return Count("ok") == 1; }));
@@ -344,10 +330,7 @@ TEST_F(SchedulerLinkTest, ADrainRankedPastTheLimitIsUndoneAndTheNodeGuarded) {
 // share of the spread are in its first read, so it holds back without
 // draining (no drain and undo).
 TEST_F(SchedulerLinkTest, PeersDrainsThatLandDuringItsSpreadHoldItBackWithoutADrain) {
-  Cluster({{"n1", "idle", {}, ""},
-           {"n2", "idle", {}, ""},
-           {"n3", "idle", {}, ""},
-           {"n4", "idle", {}, ""}});
+  Cluster(FourIdleNodes());
   // A spread in which n1's own share is at least half a second.
   std::chrono::milliseconds spread{1000};
   while (cluster::DrainSpreadDelay("n1", spread) < 500ms) spread += 500ms;
