@@ -384,5 +384,50 @@ liveness:
   EXPECT_NE(sound.out.find("load 4 streams"), std::string::npos) << sound.out;
 }
 
+// An SRAR in an LLM job's KV cache does not stop the job: the job
+// contains it (kill-consumer aborts nothing), the poisoned page's blocks
+// leave its use and the page is retired, the sequences on them are
+// recomputed, and no answer is lost or wrong.
+TEST(InjectTest, AnSrarInAnLlmJobsKvCacheCostsItsSequencesNotTheJob) {
+  RasdInstance rasd;
+  rasd.WriteConfig(R"(simulator:
+  memory_mib: 64
+jobs:
+  - name: chat
+    kind: llm
+    devices: [0, 1]
+    load_rps: 100
+    tokens_per_block: 4
+)");
+  std::string why;
+  ASSERT_TRUE(rasd.Start({}, {}, &why)) << why;
+  auto chat = [&] { return Json(rasd, {"jobs"})["jobs"][0]; };
+  ASSERT_TRUE(WaitUntil([&] { return chat()["requests"]["served"] > 20; }, 10s)) << chat().dump();
+  EXPECT_EQ(chat()["kind"], "llm");
+  EXPECT_GT(chat()["kv_blocks"]["total"], 0);
+
+  const auto injected = Json(rasd, {"inject", "srar", "--device", "0", "--job", "chat"});
+  auto kill = WaitForAction(rasd, 0, "kill-consumer");
+  EXPECT_NE(kill["detail"].get<std::string>().find("job chat contained it"), std::string::npos)
+      << kill.dump() << injected.dump();
+  EXPECT_EQ(kill["result"], "ok");
+  EXPECT_EQ(WaitForAction(rasd, 0, "retire-page")["result"], "ok");
+  const auto served = chat()["requests"]["served"].get<std::int64_t>();
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        const auto job = chat();
+        return job["kv_blocks"]["retired"] >= 4 && job["requests"]["served"] > served + 50;
+      },
+      20s))
+      << chat().dump();
+  const auto job = chat();
+  EXPECT_EQ(job["state"], "serving") << "nothing stopped the job";
+  EXPECT_EQ(job["requests"]["lost"], 0);
+  EXPECT_EQ(job["load"]["wrong"], 0);
+  EXPECT_EQ(job["load"]["errors"], 0);
+  const auto table = rasd.Rasctl({"jobs"});
+  EXPECT_NE(table.out.find("recomputed after memory faults"), std::string::npos) << table.out;
+}
+
 }  // namespace
 }  // namespace rasd::testing

@@ -446,18 +446,25 @@ Action DefineJob(CLI::App& command) {
     std::string kind, name, stop_name;
     std::vector<int> devices;
     int load = 0, steps = 0, elements = 0, checkpoint = 0, min_ranks = 0, batch = 0;
+    std::int64_t kv_bytes = 0;
+    int tokens_per_block = 0;
     bool no_grow = false;
   };
   auto args = std::make_shared<Args>();
   auto* start = command.add_subcommand("start", "start a job");
-  start->add_option("kind", args->kind, "inference or collective")
+  start->add_option("kind", args->kind, "inference, llm or collective")
       ->required()
-      ->check(CLI::IsMember({"inference", "collective"}));
+      ->check(CLI::IsMember({"inference", "llm", "collective"}));
   start->add_option("name", args->name, "the job's name")->required();
   start->add_option("--devices", args->devices, "device indexes (default: all)")->delimiter(',');
   start->add_option("--load", args->load, "inference: in-process requests per second")
       ->check(PositiveCount(1000000));
-  start->add_option("--max-batch", args->batch, "inference: largest batch")
+  start
+      ->add_option("--max-batch", args->batch, "inference: largest batch; llm: sequences in a step")
+      ->check(PositiveCount(4096));
+  start->add_option("--kv-bytes", args->kv_bytes, "llm: the KV cache on each device, in bytes")
+      ->check(CLI::Range(std::int64_t{4096}, std::int64_t{1} << 34));
+  start->add_option("--tokens-per-block", args->tokens_per_block, "llm: tokens per KV block")
       ->check(PositiveCount(4096));
   start->add_option("--steps", args->steps, "collective: steps to run")
       ->check(PositiveCount(100000000));
@@ -482,6 +489,8 @@ Action DefineJob(CLI::App& command) {
     if (!args->devices.empty()) request["devices"] = args->devices;
     if (args->load > 0) request["load_rps"] = args->load;
     if (args->batch > 0) request["max_batch"] = args->batch;
+    if (args->kv_bytes > 0) request["kv_bytes"] = args->kv_bytes;
+    if (args->tokens_per_block > 0) request["tokens_per_block"] = args->tokens_per_block;
     if (args->steps > 0) request["steps"] = args->steps;
     if (args->elements > 0) request["elements"] = args->elements;
     if (args->checkpoint > 0) request["checkpoint_every"] = args->checkpoint;
@@ -827,7 +836,7 @@ int main(int argc, char** argv) {
     hints.option_values["--drain-signal"] = {"TERM", "INT", "HUP", "QUIT", "USR1", "USR2"};
     hints.file_options = {"--socket"};
     hints.positional_values["inject"] = kInjectKinds;
-    hints.positional_values["start"] = {"inference", "collective"};
+    hints.positional_values["start"] = {"inference", "llm", "collective"};
     hints.file_positionals = {"scan", "backup"};
     const std::vector<std::string> words(argv + 2, argv + argc);
     for (const auto& candidate : rasd::ctl::Complete(app, words, hints))

@@ -295,6 +295,14 @@ Actuator::Outcome Actuator::KillConsumer(const ras::Action& action) {
   const auto owner = (*pool)->OwnerOf(*address);
   if (!owner) return {ActionResult::kSkipped, "no live allocation holds that address"};
   if (owner->owner.empty()) return {ActionResult::kSkipped, "the allocation holding it has no owner job"};
+  if (runtime_.ContainMemoryFault(owner->owner, *action.device, *address)) {
+    // The job gives up the poisoned page's part of its work itself (the
+    // LLM service: the KV blocks on it, and their sequences, recomputed).
+    return {ActionResult::kOk,
+            fmt::format("job {} contained it: the page of 0x{:x} on device {} is out of its use; "
+                        "no stream aborted",
+                        owner->owner, *address, *action.device)};
+  }
   // A job is stopped as a whole, on every device it runs on; its owner
   // restarts it. Other jobs' streams, on those devices too, are untouched.
   const auto devices = runtime_.DevicesOf(owner->owner);

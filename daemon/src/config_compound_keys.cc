@@ -185,7 +185,7 @@ std::vector<Key> JobKeys(ConfigValueReader& reader, jobs::JobSpec& spec, bool& h
          if (!kind) {
            reader.Problem(
                value.Mark(),
-               fmt::format("'{}' must be inference or collective, not '{}'", path, *text));
+               fmt::format("'{}' must be inference, llm or collective, not '{}'", path, *text));
            return;
          }
          spec.kind = *kind;
@@ -210,6 +210,11 @@ std::vector<Key> JobKeys(ConfigValueReader& reader, jobs::JobSpec& spec, bool& h
                  [&spec](std::int64_t n) { spec.max_wait = std::chrono::microseconds(n); }),
       IntegerKey(reader, "load_rps", 0, 1'000'000,
                  [&spec](std::int64_t n) { spec.load_rps = static_cast<double>(n); }),
+      IntegerKey(reader, "kv_bytes", 4096, 1LL << 34,
+                 [&spec](std::int64_t n) { spec.kv_bytes = static_cast<std::uint64_t>(n); }),
+      IntegerKey(
+          reader, "tokens_per_block", 1, 4096,
+          [&spec](std::int64_t n) { spec.tokens_per_block = static_cast<std::uint32_t>(n); }),
       IntegerKey(reader, "elements", 1, 1LL << 26,
                  [&spec](std::int64_t n) { spec.elements = static_cast<std::uint64_t>(n); }),
       IntegerKey(reader, "steps", 1, 100'000'000,

@@ -632,7 +632,10 @@ void AddOtherKeys(std::vector<ConfigKey>& keys) {
                      "the kubelet resource of the simulated devices"));
   keys.push_back(Row("jobs", kRestart, RASD_CONFIG_FIELD(jobs), Jobs(),
                      "jobs to start at boot: `name`, `kind` (inference: `devices`, `max_batch`, "
-                     "`max_wait_us`, `max_queue` (default 4096), `load_rps`; collective: `devices`, `elements`, `steps`, "
+                     "`max_wait_us`, `max_queue` (default 4096), `load_rps`; llm: `devices`, "
+                     "`max_batch` (sequences in one step), `max_queue`, `load_rps`, `kv_bytes` "
+                     "(the KV cache per device, default 4194304), `tokens_per_block` (default "
+                     "16); collective: `devices`, `elements`, `steps`, "
                      "`checkpoint_every`, `min_ranks`, `grow_on_return` (default true)); see "
                      "`packaging/rasd.yaml`"));
   keys.push_back(Row("simulator.devices", kRestart, RASD_CONFIG_FIELD(simulator.devices),

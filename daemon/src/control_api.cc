@@ -512,6 +512,24 @@ Result<nlohmann::json> ControlApi::Jobs(const nlohmann::json& args) {
                        {"wrong", report.load_wrong},
                        {"p50_ms", report.load_p50_ms},
                        {"p99_ms", report.load_p99_ms}};
+    } else if (report.kind == jobs::JobKind::kLlm) {
+      entry["requests"] = {{"served", report.served},
+                           {"lost", report.lost},
+                           {"waiting", report.waiting},
+                           {"overloaded", report.overloaded}};
+      entry["kv_blocks"] = {{"total", report.kv_blocks_total},
+                            {"used", report.kv_blocks_used},
+                            {"free", report.kv_blocks_free},
+                            {"retired", report.kv_blocks_retired}};
+      entry["sequences"] = {{"running", report.sequences_running},
+                            {"waiting", report.sequences_waiting},
+                            {"preempted", report.sequences_preempted},
+                            {"recomputed", report.sequences_recomputed},
+                            {"moved", report.sequences_moved}};
+      entry["tokens"] = report.tokens;
+      entry["load"] = {{"sent", report.load_sent},     {"wrong", report.load_wrong},
+                       {"errors", report.load_errors}, {"checked", report.load_checked},
+                       {"p50_ms", report.load_p50_ms}, {"p99_ms", report.load_p99_ms}};
     } else {
       entry["step"] = report.step;
       entry["steps"] = report.steps;
@@ -541,11 +559,15 @@ Result<nlohmann::json> ControlApi::StartJob(const nlohmann::json& args) {
     spec.checkpoint_every = static_cast<int>(*n);
   if (auto n = reader.Int("min_ranks", 1, 1024)) spec.min_ranks = static_cast<int>(*n);
   if (auto grow = reader.Bool("grow_on_return")) spec.grow_on_return = *grow;
+  if (auto n = reader.Int("kv_bytes", 4096, 1LL << 34))
+    spec.kv_bytes = static_cast<std::uint64_t>(*n);
+  if (auto n = reader.Int("tokens_per_block", 1, 4096))
+    spec.tokens_per_block = static_cast<std::uint32_t>(*n);
   if (auto ok = reader.Finish(); !ok) return Fail(ok.error());
   const auto parsed = jobs::ParseJobKind(*kind);
   if (!parsed)
     return Fail(ErrorCode::kInvalidArgument,
-                "bad argument 'kind' for job-start: must be inference or collective");
+                "bad argument 'kind' for job-start: must be inference, llm or collective");
   spec.kind = *parsed;
   const std::string name = spec.name;
   if (auto started = parts_.jobs.Start(std::move(spec)); !started) return Fail(started.error());

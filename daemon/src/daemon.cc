@@ -258,6 +258,8 @@ void Daemon::StartRas() {
   StartRecovery();
   injection_ = std::make_unique<FaultInjection>(*runtime_, *host_, *ingest_, config_.inject);
   injection_->SetSimLinkTree(sim_links_.get());
+  injection_->SetJobFaultTarget(
+      [this](std::string_view job, int device) { return jobs_->MemoryFaultTarget(job, device); });
   heartbeat_ = std::make_unique<DeviceHeartbeat>(*loop_, *runtime_, HeartbeatOptions(config_));
   heartbeat_->Start();
   metrics_state_->SetHeartbeat(heartbeat_.get());

@@ -161,7 +161,7 @@ exporters::MetricsSnapshot DaemonMetrics::Now() const {
   }
   for (const auto& report : reports) {
     snapshot.jobs[{std::string(jobs::JobKindName(report.kind)), report.state}] += 1;
-    if (report.kind == jobs::JobKind::kInference) {
+    if (report.kind == jobs::JobKind::kInference || report.kind == jobs::JobKind::kLlm) {
       snapshot.requests[{report.name, "served"}] = report.served;
       snapshot.requests[{report.name, "requeued"}] = report.requeued + report.rerun;
       snapshot.requests[{report.name, "lost"}] = report.lost;

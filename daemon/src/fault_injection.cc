@@ -48,6 +48,9 @@ Result<drivers::DeviceAddress> FaultInjection::Target(const InjectArgs& args) co
     if (!parsed) return Fail(ErrorCode::kInvalidArgument, "address must be hex, e.g. 0x10000004000");
     return parsed->value;
   }
+  if (args.job && job_target_) {
+    if (const auto target = job_target_(*args.job, *args.device)) return *target;
+  }
   auto pool = runtime_.Pool(*args.device);
   if (!pool) return Fail(pool.error());
   for (const auto& allocation : (*pool)->Allocations()) {

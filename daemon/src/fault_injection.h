@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -32,6 +33,12 @@ class FaultInjection {
   // null: `inject link` then is the simulator's own link-error report.
   // It must outlive this.
   void SetSimLinkTree(SimLinkTree* tree) { sim_links_ = tree; }
+  // Where a memory fault with --job and no --address lands when the job
+  // names a better place than any of its allocations (an LLM job: a KV
+  // block in use); unset, or a job that names none: its first allocation.
+  using JobFaultTarget =
+      std::function<std::optional<drivers::DeviceAddress>(std::string_view job, int device)>;
+  void SetJobFaultTarget(JobFaultTarget target) { job_target_ = std::move(target); }
 
   // The arguments of the `inject` command; the JSON answer says what was
   // injected where.
@@ -65,6 +72,7 @@ class FaultInjection {
   RasIngest& ingest_;
   Config::Inject options_;
   SimLinkTree* sim_links_ = nullptr;
+  JobFaultTarget job_target_;
 };
 
 }  // namespace rasd::daemon

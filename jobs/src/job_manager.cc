@@ -7,12 +7,21 @@
 namespace rasd::jobs {
 
 std::string_view JobKindName(JobKind kind) {
-  return kind == JobKind::kInference ? "inference" : "collective";
+  switch (kind) {
+    case JobKind::kInference:
+      return "inference";
+    case JobKind::kCollective:
+      return "collective";
+    case JobKind::kLlm:
+      return "llm";
+  }
+  return "inference";
 }
 
 std::optional<JobKind> ParseJobKind(std::string_view name) {
   if (name == "inference") return JobKind::kInference;
   if (name == "collective") return JobKind::kCollective;
+  if (name == "llm") return JobKind::kLlm;
   return std::nullopt;
 }
 
@@ -27,6 +36,7 @@ JobManager::~JobManager() {
   }
   for (auto& [name, job] : jobs) {
     if (job->load) job->load->Stop(std::chrono::seconds(2));
+    if (job->llm_load) job->llm_load->Stop(std::chrono::seconds(2));
   }
   jobs.clear();
 }
@@ -62,6 +72,20 @@ Status JobManager::Start(JobSpec spec) {
     job->inference = std::shared_ptr<InferenceService>(std::move(*service));
     if (spec.load_rps > 0)
       job->load = std::make_unique<LoadGenerator>(*job->inference, options.model, spec.load_rps);
+  } else if (spec.kind == JobKind::kLlm) {
+    LlmOptions options;
+    options.id = spec.name;
+    options.devices = spec.devices;
+    options.kv_bytes_per_device = spec.kv_bytes;
+    options.tokens_per_block = spec.tokens_per_block;
+    options.max_batch_sequences =
+        static_cast<std::uint32_t>(std::max<std::size_t>(spec.max_batch, 1));
+    options.max_queued = spec.max_queue;
+    auto service = LlmService::Create(runtime_, options);
+    if (!service) return Fail(service.error());
+    job->llm = std::move(*service);
+    if (spec.load_rps > 0)
+      job->llm_load = std::make_unique<LlmLoad>(*job->llm, options.model, spec.load_rps);
   } else {
     CollectiveOptions options;
     options.id = spec.name;
@@ -93,6 +117,7 @@ Status JobManager::Stop(std::string_view name) {
     jobs_.erase(it);
   }
   if (job->load) job->load->Stop(std::chrono::seconds(5));
+  if (job->llm_load) job->llm_load->Stop(std::chrono::seconds(5));
   job.reset();  // the service answers what is left; the collective stops
   return {};
 }
@@ -114,6 +139,7 @@ void JobManager::Reconsider() {
   for (auto& [name, job] : jobs_) {
     if (job->inference) job->inference->Reconsider();
     if (job->collective) job->collective->Reconsider();
+    if (job->llm) job->llm->Reconsider();
   }
 }
 
@@ -122,6 +148,27 @@ std::shared_ptr<InferenceService> JobManager::Inference(std::string_view name) c
   auto it = jobs_.find(name);
   if (it == jobs_.end()) return nullptr;
   return it->second->inference;
+}
+
+std::optional<drivers::DeviceAddress> JobManager::MemoryFaultTarget(std::string_view name,
+                                                                    int device) const {
+  std::lock_guard lock(mutex_);
+  auto it = jobs_.find(name);
+  if (it == jobs_.end() || !it->second->llm) return std::nullopt;
+  const auto blocks = it->second->llm->KvBlocks(device);
+  if (!blocks) return std::nullopt;
+  // The first block of the sequence holding the most blocks: in use now,
+  // and read by every step of that sequence.
+  std::optional<drivers::DeviceAddress> target;
+  std::size_t most = 0;
+  for (const SequenceId sequence : blocks->Sequences()) {
+    const auto table = blocks->BlockTable(sequence);
+    if (table.size() > most) {
+      most = table.size();
+      target = table.front();
+    }
+  }
+  return target;
 }
 
 JobReport JobManager::ReportOf(const Job& job) const {
@@ -159,6 +206,50 @@ JobReport JobManager::ReportOf(const Job& job) const {
     report.progress =
         fmt::format("{} served, {} requeued, {} re-run, {} lost on {}/{} replicas", report.served,
                     report.requeued, report.rerun, report.lost, serving, stats.replicas.size());
+  } else if (job.llm) {
+    const auto stats = job.llm->GetStats();
+    report.served = stats.served;
+    report.lost = stats.failed;
+    report.waiting = stats.unplaced;
+    report.overloaded = stats.rejected;
+    report.tokens = stats.tokens;
+    int serving = 0;
+    for (const auto& replica : stats.replicas) {
+      if (replica.serving) {
+        report.devices.push_back(replica.device);
+        ++serving;
+      }
+      report.kv_blocks_total += replica.blocks.total;
+      report.kv_blocks_used += replica.blocks.used;
+      report.kv_blocks_free += replica.blocks.free;
+      report.kv_blocks_retired += replica.blocks.retired;
+      report.sequences_running += replica.running;
+      report.sequences_waiting += replica.waiting;
+      report.sequences_preempted += replica.preempted;
+      report.sequences_recomputed += replica.recomputed;
+      report.sequences_moved += replica.moved_out;
+    }
+    report.state = serving == 0                                        ? "waiting"
+                   : serving < static_cast<int>(stats.replicas.size()) ? "degraded"
+                                                                       : "serving";
+    // As for inference: moved off a replica, and run again.
+    report.requeued = report.sequences_moved;
+    report.rerun = report.sequences_recomputed;
+    if (job.llm_load) {
+      const auto load = job.llm_load->GetStats();
+      report.load_sent = load.sent;
+      report.load_wrong = load.wrong + load.duplicates;
+      report.load_errors = load.errors;
+      report.load_checked = load.checked;
+      report.load_p50_ms = load.p50_ms;
+      report.load_p99_ms = load.p99_ms;
+    }
+    report.progress = fmt::format(
+        "{} served, {} sequence(s) running, {} recomputed after memory faults, {} preempted; KV "
+        "blocks {} used, {} free, {} retired, on {}/{} replicas",
+        report.served, report.sequences_running, report.sequences_recomputed,
+        report.sequences_preempted, report.kv_blocks_used, report.kv_blocks_free,
+        report.kv_blocks_retired, serving, stats.replicas.size());
   } else {
     const auto progress = job.collective->GetProgress();
     report.devices = progress.devices;

@@ -75,6 +75,12 @@ std::vector<drivers::DeviceAddress> KvBlockPool::BlockTable(SequenceId sequence)
   return table;
 }
 
+std::vector<SequenceId> KvBlockPool::Sequences() const {
+  std::vector<SequenceId> sequences;
+  for (const auto& [sequence, state] : sequences_) sequences.push_back(sequence);
+  return sequences;
+}
+
 std::uint64_t KvBlockPool::Tokens(SequenceId sequence) const {
   const auto it = sequences_.find(sequence);
   return it == sequences_.end() ? 0 : it->second.tokens;

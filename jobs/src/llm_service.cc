@@ -62,6 +62,11 @@ Status LlmService::Start() {
   }
   subscription_ = runtime_.SubscribeErrors(
       [this](const drivers::DriverErrorEvent& event) { OnDriverError(event); });
+  // The daemon's kill-consumer asks this before it stops the whole job.
+  runtime_.SetMemoryFaultContainment(options_.id,
+                                     [this](int device, drivers::DeviceAddress address) {
+                                       return ContainMemoryFault(device, address);
+                                     });
   for (auto& replica : replicas_) {
     Replica* raw = replica.get();
     raw->thread = std::thread([this, raw] { RunReplica(*raw); });
@@ -71,6 +76,7 @@ Status LlmService::Start() {
 
 LlmService::~LlmService() {
   if (subscription_ >= 0) runtime_.Unsubscribe(subscription_);
+  runtime_.SetMemoryFaultContainment(options_.id, nullptr);
   std::vector<Sequence> unanswered;
   {
     std::lock_guard lock(mutex_);

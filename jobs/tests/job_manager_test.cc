@@ -70,5 +70,73 @@ TEST(JobKindTest, NamesRoundTrip) {
   EXPECT_EQ(ParseJobKind("training"), std::nullopt);
 }
 
+// An LLM job under its own load: a poisoned KV block (where an injected
+// fault with --job lands) costs its sequences a recompute, is contained by
+// the job itself (kill-consumer finds nothing to abort), and no answer is
+// wrong or lost. A fault in its weights is not the job's to contain.
+TEST_F(JobManagerTest, AnLlmJobContainsAPoisonedKvBlockAndLosesNothing) {
+  JobManager manager(*runtime_, 1s);
+  ASSERT_TRUE(manager
+                  .Start({.name = "chat",
+                          .kind = JobKind::kLlm,
+                          .devices = {0, 1},
+                          .load_rps = 200,
+                          .tokens_per_block = 4})
+                  .has_value());
+  EXPECT_EQ(ParseJobKind("llm"), JobKind::kLlm);
+  EXPECT_EQ(JobKindName(JobKind::kLlm), "llm");
+  std::optional<drivers::DeviceAddress> target;
+  ASSERT_TRUE(rasd::testing::Eventually(
+      [&] {
+        target = manager.MemoryFaultTarget("chat", 0);
+        return target.has_value() && manager.Report()[0].served > 10;
+      },
+      10s, 10ms));
+  EXPECT_FALSE(manager.MemoryFaultTarget("nobody", 0).has_value());
+  // As the daemon's kill-consumer asks after a retired page: the job takes
+  // the page's four blocks out of use itself.
+  EXPECT_TRUE(runtime_->ContainMemoryFault("chat", 0, *target))
+      << "a KV block is the job's to contain";
+  JobReport report;
+  ASSERT_TRUE(rasd::testing::Eventually(
+      [&] {
+        report = manager.Report()[0];
+        return report.kv_blocks_retired == 4;
+      },
+      10s, 10ms))
+      << report.progress;
+  const auto served_before = report.served;
+  const auto pool = *runtime_->Pool(0);
+  const auto weights = pool->Allocations().front();  // the first allocation: Wq
+  ASSERT_EQ(weights.owner, "chat");
+  EXPECT_FALSE(runtime_->ContainMemoryFault("chat", 0, weights.address))
+      << "weights are read by every sequence: not a KV block";
+  EXPECT_FALSE(runtime_->ContainMemoryFault("other", 0, *target));
+
+  // Poison consumed by the job's next read of the block: the driver's
+  // report names the page, and the job recomputes the sequences on it.
+  std::optional<drivers::DeviceAddress> again;
+  ASSERT_TRUE(rasd::testing::Eventually(
+      [&] { return (again = manager.MemoryFaultTarget("chat", 0)).has_value(); }, 10s, 1ms));
+  ASSERT_TRUE(sim_->InjectUncorrectedEcc(0, *again).has_value());
+  ASSERT_TRUE(rasd::testing::Eventually(
+      [&] {
+        report = manager.Report()[0];
+        // The sequence that read it is recomputed (or, when its first
+        // step read it, simply prefilled again elsewhere).
+        return report.kv_blocks_retired == 8 && report.served > served_before + 40;
+      },
+      20s, 10ms))
+      << report.progress;
+  EXPECT_EQ(report.load_wrong, 0u);
+  EXPECT_EQ(report.load_errors, 0u);
+  EXPECT_GT(report.load_checked, 0u) << "answers compared with the reference";
+  EXPECT_EQ(report.kind, JobKind::kLlm);
+  EXPECT_EQ(report.state, "serving");
+  EXPECT_GT(report.kv_blocks_total, 0u);
+  EXPECT_EQ(report.lost, 0u);
+  ASSERT_TRUE(manager.Stop("chat").has_value());
+}
+
 }  // namespace
 }  // namespace rasd::jobs

@@ -158,6 +158,22 @@ void Runtime::Unsubscribe(int id) {
   subscribers_.erase(id);
 }
 
+void Runtime::SetMemoryFaultContainment(const std::string& owner, MemoryFaultContainment contain) {
+  std::lock_guard lock(containment_mutex_);
+  if (contain) {
+    containment_[owner] = std::move(contain);
+  } else {
+    containment_.erase(owner);
+  }
+}
+
+bool Runtime::ContainMemoryFault(std::string_view owner, int device,
+                                 drivers::DeviceAddress address) {
+  std::lock_guard lock(containment_mutex_);
+  const auto it = containment_.find(owner);
+  return it != containment_.end() && it->second(device, address);
+}
+
 void Runtime::Dispatch(const drivers::DriverErrorEvent& event) {
   std::lock_guard lock(subscribers_mutex_);
   for (auto& [id, subscriber] : subscribers_) subscriber(event);

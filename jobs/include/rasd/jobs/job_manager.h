@@ -13,12 +13,14 @@
 #include "rasd/common/result.h"
 #include "rasd/jobs/collective_job.h"
 #include "rasd/jobs/inference_service.h"
+#include "rasd/jobs/llm_load.h"
+#include "rasd/jobs/llm_service.h"
 #include "rasd/jobs/load_generator.h"
 #include "rasd/runtime/runtime.h"
 
 namespace rasd::jobs {
 
-enum class JobKind : std::uint8_t { kInference, kCollective };
+enum class JobKind : std::uint8_t { kInference, kCollective, kLlm };
 std::string_view JobKindName(JobKind kind);
 std::optional<JobKind> ParseJobKind(std::string_view name);
 
@@ -34,6 +36,9 @@ struct JobSpec {
   // Requests admitted and not answered yet; beyond it new ones are refused
   // as overloaded (and counted), never dropped silently.
   std::size_t max_queue = 4096;
+  // LLM (also max_batch: sequences in one step; max_queue; load_rps).
+  std::uint64_t kv_bytes = 4 << 20;  // the KV cache on each device
+  std::uint32_t tokens_per_block = 16;
   // Collective.
   std::uint64_t elements = 1 << 16;
   int steps = 1000;
@@ -56,6 +61,11 @@ struct JobReport {
   std::uint64_t served = 0, requeued = 0, rerun = 0, lost = 0, waiting = 0;
   std::uint64_t load_sent = 0, load_wrong = 0;
   double load_p50_ms = 0, load_p99_ms = 0;
+  // LLM: the KV cache's blocks and the sequences, summed over replicas.
+  std::uint64_t kv_blocks_total = 0, kv_blocks_used = 0, kv_blocks_free = 0, kv_blocks_retired = 0;
+  std::uint64_t sequences_running = 0, sequences_waiting = 0, sequences_preempted = 0,
+                sequences_recomputed = 0, sequences_moved = 0, tokens = 0;
+  std::uint64_t load_errors = 0, load_checked = 0;
   // Collective.
   int step = 0, steps = 0;
   std::uint64_t reforms = 0;
@@ -87,6 +97,10 @@ class JobManager {
   // For inference requests from the control API: the service stays valid
   // while `keep` is held.
   std::shared_ptr<InferenceService> Inference(std::string_view name) const;
+  // Where a memory fault injected into job `name` on `device` hurts least
+  // and tells most: for an LLM job, a KV block in use (its sequences are
+  // recomputed); unset for other jobs (any of their allocations will do).
+  std::optional<drivers::DeviceAddress> MemoryFaultTarget(std::string_view name, int device) const;
 
  private:
   struct Job {
@@ -94,6 +108,8 @@ class JobManager {
     std::shared_ptr<InferenceService> inference;
     std::unique_ptr<LoadGenerator> load;
     std::unique_ptr<CollectiveJob> collective;
+    std::unique_ptr<LlmService> llm;
+    std::unique_ptr<LlmLoad> llm_load;
     CollectiveOptions collective_options;
   };
   JobReport ReportOf(const Job& job) const;

@@ -67,6 +67,8 @@ class KvBlockPool {
   // an unknown sequence.
   std::vector<drivers::DeviceAddress> BlockTable(SequenceId sequence) const;
   std::uint64_t Tokens(SequenceId sequence) const;
+  // Every sequence it knows, ascending.
+  std::vector<SequenceId> Sequences() const;
   // The sequences with a block overlapping [address, address + bytes).
   std::set<SequenceId> SequencesOn(drivers::DeviceAddress address, std::uint64_t bytes) const;
 

@@ -4,6 +4,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -98,6 +99,20 @@ class Runtime {
   void ReportError(const drivers::DriverErrorEvent& event) { Dispatch(event); }
   void Unsubscribe(int id);
 
+  // A job that survives a poisoned page of its own memory at a finer grain
+  // than the whole job (the LLM service: the KV blocks on the page, and
+  // the sequences using them) registers how: `contain(device, address)`
+  // returns true when it has taken the page out of its use. Kill-consumer
+  // asks ContainMemoryFault before it aborts the owner's streams. One per
+  // owner; nullptr removes it, and once that returns it is not called
+  // again. `contain` runs on the caller's thread and must be quick.
+  using MemoryFaultContainment = std::function<bool(int device, drivers::DeviceAddress address)>;
+  void SetMemoryFaultContainment(const std::string& owner, MemoryFaultContainment contain);
+  // Whether `owner` contained the fault at `address` on `device` itself;
+  // false when it registered no containment or the address is not its to
+  // contain.
+  bool ContainMemoryFault(std::string_view owner, int device, drivers::DeviceAddress address);
+
  private:
   Runtime(std::unique_ptr<drivers::Driver> driver, std::vector<std::unique_ptr<Device>> devices,
           RuntimeOptions options);
@@ -116,6 +131,8 @@ class Runtime {
   std::mutex subscribers_mutex_;
   std::map<int, ErrorSubscriber> subscribers_;
   int next_subscriber_ = 1;
+  std::mutex containment_mutex_;
+  std::map<std::string, MemoryFaultContainment, std::less<>> containment_;
 };
 
 }  // namespace rasd::runtime
