@@ -158,8 +158,9 @@ std::optional<drivers::DeviceAddress> JobManager::MemoryFaultTarget(std::string_
   const auto blocks = it->second->llm->KvBlocks(device);
   if (!blocks) return std::nullopt;
   // The first block of the sequence holding the most blocks: in use now,
-  // and read by every step of that sequence.
-  std::optional<drivers::DeviceAddress> target;
+  // and read by every step of that sequence. With none running, the block
+  // handed out next: written, then read, by the next sequence to start.
+  std::optional<drivers::DeviceAddress> target = blocks->NextFreeBlock();
   std::size_t most = 0;
   for (const SequenceId sequence : blocks->Sequences()) {
     const auto table = blocks->BlockTable(sequence);

@@ -75,6 +75,11 @@ std::vector<drivers::DeviceAddress> KvBlockPool::BlockTable(SequenceId sequence)
   return table;
 }
 
+std::optional<drivers::DeviceAddress> KvBlockPool::NextFreeBlock() const {
+  if (free_.empty()) return std::nullopt;
+  return options_.base + *free_.begin() * options_.block_bytes;
+}
+
 std::vector<SequenceId> KvBlockPool::Sequences() const {
   std::vector<SequenceId> sequences;
   for (const auto& [sequence, state] : sequences_) sequences.push_back(sequence);

@@ -282,9 +282,11 @@ void LlmService::StepOnce(Replica& replica, std::unique_lock<std::mutex>& lock) 
   KvBlockPool& blocks = decoder.Blocks();
   // Faulty pages first: their blocks leave, their sequences recompute.
   for (const drivers::DeviceAddress page : replica.faulty_pages) {
+    // The cache's blocks on the page leave for good. The page itself is
+    // retired in the device's pool by the daemon's retire-page action,
+    // which also saves it: the job does not retire memory on its own.
     const auto hit = blocks.RetirePage(page, replica.page_bytes);
     replica.stats.recomputed += hit.size();
-    if (auto pool = runtime_.Pool(replica.device)) (void)(*pool)->Retire(page);
     if (!hit.empty()) {
       RASD_LOG_WARN("LLM service {}: faulty page 0x{:x} on device {}: {} sequence(s) recomputed",
                     options_.id, page, replica.device, hit.size());

@@ -99,7 +99,8 @@ class JobManager {
   std::shared_ptr<InferenceService> Inference(std::string_view name) const;
   // Where a memory fault injected into job `name` on `device` hurts least
   // and tells most: for an LLM job, a KV block in use (its sequences are
-  // recomputed); unset for other jobs (any of their allocations will do).
+  // recomputed), or the one handed out next; unset for other jobs (any of
+  // their allocations will do) and for an LLM replica with no cache yet.
   std::optional<drivers::DeviceAddress> MemoryFaultTarget(std::string_view name, int device) const;
 
  private:

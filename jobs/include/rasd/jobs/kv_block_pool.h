@@ -67,6 +67,8 @@ class KvBlockPool {
   // an unknown sequence.
   std::vector<drivers::DeviceAddress> BlockTable(SequenceId sequence) const;
   std::uint64_t Tokens(SequenceId sequence) const;
+  // The free block handed out next (the lowest), or unset when none is free.
+  std::optional<drivers::DeviceAddress> NextFreeBlock() const;
   // Every sequence it knows, ascending.
   std::vector<SequenceId> Sequences() const;
   // The sequences with a block overlapping [address, address + bytes).
