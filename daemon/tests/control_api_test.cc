@@ -460,7 +460,7 @@ TEST_F(ControlApiTest, AttachAndJobCommandsRefuseBadArgumentsWithOneClearError) 
   auto kind = api_->StartJob({{"kind", "training"}});
   ASSERT_FALSE(kind.has_value());
   EXPECT_EQ(kind.error().message,
-            "bad argument 'kind' for job-start: must be inference or collective");
+            "bad argument 'kind' for job-start: must be inference, llm or collective");
   auto stop = api_->StopJob({{"name", "none-such"}});
   ASSERT_FALSE(stop.has_value());
   auto jobs = api_->Jobs(json::object());
