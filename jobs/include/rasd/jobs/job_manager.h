@@ -109,8 +109,11 @@ class JobManager {
     std::shared_ptr<InferenceService> inference;
     std::unique_ptr<LoadGenerator> load;
     std::unique_ptr<CollectiveJob> collective;
-    std::unique_ptr<LlmService> llm;
+    // The load is stopped first (no more sends), then the service goes
+    // (declared after the load, it is destroyed before it): its threads
+    // answer what is left into a load that is still there.
     std::unique_ptr<LlmLoad> llm_load;
+    std::unique_ptr<LlmService> llm;
     CollectiveOptions collective_options;
   };
   JobReport ReportOf(const Job& job) const;
