@@ -6,6 +6,17 @@
 
 namespace rasd::jobs {
 
+namespace {
+
+// A replicated service's state from how many of its replicas serve.
+std::string ServiceState(int serving, std::size_t replicas) {
+  return serving == 0                                  ? "waiting"
+         : serving < static_cast<int>(replicas) ? "degraded"
+                                                : "serving";
+}
+
+}  // namespace
+
 std::string_view JobKindName(JobKind kind) {
   switch (kind) {
     case JobKind::kInference:
@@ -194,9 +205,7 @@ JobReport JobManager::ReportOf(const Job& job) const {
         ++serving;
       }
     }
-    report.state = serving == 0                                        ? "waiting"
-                   : serving < static_cast<int>(stats.replicas.size()) ? "degraded"
-                                                                       : "serving";
+    report.state = ServiceState(serving, stats.replicas.size());
     if (job.load) {
       const auto load = job.load->GetStats();
       report.load_sent = load.sent;
@@ -230,9 +239,7 @@ JobReport JobManager::ReportOf(const Job& job) const {
       report.sequences_recomputed += replica.recomputed;
       report.sequences_moved += replica.moved_out;
     }
-    report.state = serving == 0                                        ? "waiting"
-                   : serving < static_cast<int>(stats.replicas.size()) ? "degraded"
-                                                                       : "serving";
+    report.state = ServiceState(serving, stats.replicas.size());
     // As for inference: moved off a replica, and run again.
     report.requeued = report.sequences_moved;
     report.rerun = report.sequences_recomputed;
