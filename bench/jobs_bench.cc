@@ -20,14 +20,25 @@
 // same KV memory (2 MiB). Sequences served at once (peak), tokens per
 // second, and answers that differ from the host reference; medians of 3
 // runs each, the ratio paged / contiguous.
+//
+// BM_LlmSrarUnderLoad and BM_LlmDrainUnderLoad: the LLM service under an
+// open-loop chat load (Poisson arrivals, the same seeded trace in every
+// run). Halfway through, poison lands in a KV block in use (one device), or
+// one of two devices is drained. Each is paired with a fault-free run of
+// the same trace, alternated 3 times; medians. Latency is compared over
+// the requests that arrive from 200 ms before the fault to 1 s after it,
+// the same requests in both runs; for the SRAR, the sequences on the
+// poisoned block are left out of both (they pay a recompute by design).
 
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <random>
+#include <set>
 #include <thread>
 
 #include "rasd/common/logging.h"
@@ -253,5 +264,216 @@ void BM_LlmPagedAgainstContiguous(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_LlmPagedAgainstContiguous)->Iterations(1)->Unit(benchmark::kSecond)->UseRealTime();
+
+struct TracedRequest {
+  LlmRequest request;
+  Clock::duration arrival{};  // from the start of the run
+};
+
+// Poisson arrivals at `per_second` for `seconds`, chat-shaped requests.
+std::vector<TracedRequest> ChatTrace(const rasd::jobs::DecoderModel& model, double per_second,
+                                     double seconds) {
+  std::mt19937 random(11);
+  std::exponential_distribution<double> gap(per_second);
+  std::vector<TracedRequest> trace;
+  const auto requests = ChatRequests(model);
+  double at = 0;
+  for (std::size_t i = 0; (at += gap(random)) < seconds; ++i) {
+    trace.push_back({.request = requests[i % requests.size()],
+                     .arrival = std::chrono::duration_cast<Clock::duration>(
+                         std::chrono::duration<double>(at))});
+  }
+  return trace;
+}
+
+struct TraceResult {
+  std::vector<double> latency_ms;  // per trace index; -1 when not answered
+  std::set<std::size_t> affected;  // trace indexes the fault touched by design
+  double lost = 0;                 // unanswered, errors, answered twice
+  double wrong = 0;
+  double checked = 0;
+  double recomputed = 0, moved = 0;
+};
+
+// Runs `trace` through an LLM service over `devices`; `fault` runs at the
+// trace's midpoint (or not at all) and names the trace indexes it affects
+// by design.
+TraceResult RunTrace(
+    const std::vector<TracedRequest>& trace, const std::vector<int>& devices,
+    const std::function<std::set<std::size_t>(
+        Sim&, rasd::jobs::LlmService&, const std::map<std::uint64_t, std::size_t>&)>& fault) {
+  Sim sim = MakeSim();
+  const rasd::jobs::DecoderModel model;
+  auto service =
+      std::move(*rasd::jobs::LlmService::Create(*sim.runtime, {.devices = devices,
+                                                               .model = model,
+                                                               .kv_bytes_per_device = 2 << 20,
+                                                               .tokens_per_block = 16,
+                                                               .max_batch_sequences = 128,
+                                                               .max_batch_tokens = 4096}));
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::vector<Clock::time_point> sent(trace.size()), answered(trace.size());
+  std::vector<int> answer_count(trace.size(), 0);
+  std::vector<rasd::jobs::LlmService::Answer> answers(trace.size());
+  std::map<std::uint64_t, std::size_t> index_of;  // request id -> trace index
+  std::size_t answered_total = 0;
+  TraceResult result;
+  const auto start = Clock::now();
+  const auto midpoint = trace.empty() ? Clock::duration{} : trace.back().arrival / 2;
+  bool fault_done = !fault;
+  for (std::size_t i = 0; i < trace.size(); ++i) {
+    if (!fault_done && trace[i].arrival >= midpoint) {
+      std::map<std::uint64_t, std::size_t> ids;
+      {
+        std::lock_guard lock(mutex);
+        ids = index_of;
+      }
+      result.affected = fault(sim, *service, ids);
+      fault_done = true;
+    }
+    std::this_thread::sleep_until(start + trace[i].arrival);
+    std::lock_guard lock(mutex);
+    sent[i] = Clock::now();
+    auto id = service->Submit(trace[i].request.prompt, trace[i].request.wanted,
+                              [&, i](std::uint64_t, rasd::jobs::LlmService::Answer answer) {
+                                std::lock_guard inner(mutex);
+                                answered[i] = Clock::now();
+                                if (answer_count[i]++ == 0) ++answered_total;
+                                answers[i] = std::move(answer);
+                                changed.notify_all();
+                              });
+    if (id) index_of[*id] = i;
+  }
+  std::unique_lock lock(mutex);
+  changed.wait_for(lock, 60s, [&] { return answered_total == trace.size(); });
+  result.latency_ms.resize(trace.size(), -1);
+  for (std::size_t i = 0; i < trace.size(); ++i) {
+    if (answer_count[i] != 1 || !answers[i]) {
+      ++result.lost;
+      continue;
+    }
+    result.latency_ms[i] = std::chrono::duration<double, std::milli>(answered[i] - sent[i]).count();
+    const auto& request = trace[i].request;
+    bool wrong = answers[i]->size() != static_cast<std::size_t>(request.wanted);
+    // Every affected answer and every eighth other one against the host
+    // reference (which recomputes the whole history per token).
+    if (!wrong && (result.affected.contains(i) || i % 8 == 0)) {
+      ++result.checked;
+      wrong = *answers[i] != model.ReferenceGenerate(request.prompt, request.wanted);
+    }
+    if (wrong) ++result.wrong;
+  }
+  lock.unlock();
+  for (const auto& replica : service->GetStats().replicas) {
+    result.recomputed += static_cast<double>(replica.recomputed);
+    result.moved += static_cast<double>(replica.moved_out);
+  }
+  return result;
+}
+
+// p99 of the latencies of the requests arriving in [from, to) of the trace,
+// less `excluded`.
+double WindowP99(const std::vector<TracedRequest>& trace, const std::vector<double>& latency_ms,
+                 Clock::duration from, Clock::duration to, const std::set<std::size_t>& excluded) {
+  std::vector<double> window;
+  for (std::size_t i = 0; i < trace.size(); ++i) {
+    if (trace[i].arrival >= from && trace[i].arrival < to && !excluded.contains(i) &&
+        latency_ms[i] >= 0)
+      window.push_back(latency_ms[i]);
+  }
+  return Percentile(std::move(window), 0.99);
+}
+
+struct FaultPair {
+  std::vector<double> faulted_p99, fault_free_p99, before_p99, ratio, affected, recomputed, moved;
+  double lost = 0, wrong = 0, checked = 0, requests = 0;
+};
+
+void RunFaultPairs(
+    benchmark::State& state, const std::vector<TracedRequest>& trace,
+    const std::vector<int>& devices,
+    const std::function<std::set<std::size_t>(
+        Sim&, rasd::jobs::LlmService&, const std::map<std::uint64_t, std::size_t>&)>& fault) {
+  const auto midpoint = trace.back().arrival / 2;
+  const auto from = midpoint - std::chrono::milliseconds(200);
+  const auto to = midpoint + std::chrono::seconds(1);
+  for (auto _ : state) {
+    FaultPair pair;
+    for (int run = 0; run < 3; ++run) {
+      const TraceResult fault_free = RunTrace(trace, devices, nullptr);
+      const TraceResult faulted = RunTrace(trace, devices, fault);
+      const double free_p99 = WindowP99(trace, fault_free.latency_ms, from, to, faulted.affected);
+      const double faulted_p99 = WindowP99(trace, faulted.latency_ms, from, to, faulted.affected);
+      pair.fault_free_p99.push_back(free_p99);
+      pair.faulted_p99.push_back(faulted_p99);
+      pair.before_p99.push_back(WindowP99(trace, faulted.latency_ms, from - std::chrono::seconds(1),
+                                          from, faulted.affected));
+      pair.ratio.push_back(free_p99 > 0 ? faulted_p99 / free_p99 : 0);
+      pair.affected.push_back(static_cast<double>(faulted.affected.size()));
+      pair.recomputed.push_back(faulted.recomputed);
+      pair.moved.push_back(faulted.moved);
+      pair.lost += faulted.lost + fault_free.lost;
+      pair.wrong += faulted.wrong + fault_free.wrong;
+      pair.checked += faulted.checked + fault_free.checked;
+      pair.requests += static_cast<double>(2 * trace.size());
+    }
+    state.counters["requests"] = pair.requests;
+    state.counters["lost"] = pair.lost;
+    state.counters["wrong"] = pair.wrong;
+    state.counters["checked"] = pair.checked;
+    state.counters["affected"] = Median(pair.affected);
+    state.counters["recomputed"] = Median(pair.recomputed);
+    state.counters["moved"] = Median(pair.moved);
+    state.counters["fault_free_p99_ms"] = Median(pair.fault_free_p99);
+    state.counters["faulted_p99_ms"] = Median(pair.faulted_p99);
+    state.counters["before_fault_p99_ms"] = Median(pair.before_p99);
+    state.counters["p99_ratio"] = Median(pair.ratio);
+  }
+}
+
+void BM_LlmSrarUnderLoad(benchmark::State& state) {
+  const rasd::jobs::DecoderModel model;
+  const auto trace = ChatTrace(model, 1500, 3);
+  RunFaultPairs(state, trace, {0},
+                [](Sim& sim, rasd::jobs::LlmService& service,
+                   const std::map<std::uint64_t, std::size_t>& index_of) -> std::set<std::size_t> {
+                  // The first block of the longest sequence in the cache: full, so the
+                  // next step reads the poisoned row.
+                  const auto blocks = service.KvBlocks(0);
+                  if (!blocks) return {};
+                  std::optional<rasd::drivers::DeviceAddress> target;
+                  std::uint64_t longest = 0;
+                  for (const auto sequence : blocks->Sequences()) {
+                    const auto table = blocks->BlockTable(sequence);
+                    if (!table.empty() && blocks->Tokens(sequence) > longest) {
+                      longest = blocks->Tokens(sequence);
+                      target = table.front();
+                    }
+                  }
+                  if (!target) return {};
+                  std::set<std::size_t> affected;
+                  for (const auto sequence : blocks->SequencesOn(*target, 4096)) {
+                    if (auto found = index_of.find(sequence); found != index_of.end())
+                      affected.insert(found->second);
+                  }
+                  (void)sim.sim->InjectUncorrectedEcc(0, *target + 200);
+                  return affected;
+                });
+}
+BENCHMARK(BM_LlmSrarUnderLoad)->Iterations(1)->Unit(benchmark::kSecond)->UseRealTime();
+
+void BM_LlmDrainUnderLoad(benchmark::State& state) {
+  const rasd::jobs::DecoderModel model;
+  const auto trace = ChatTrace(model, 1500, 3);
+  RunFaultPairs(state, trace, {0, 1},
+                [](Sim& sim, rasd::jobs::LlmService& service,
+                   const std::map<std::uint64_t, std::size_t>&) -> std::set<std::size_t> {
+                  (**sim.runtime->GetDevice(1)).SetHealth(rasd::runtime::HealthState::kDraining);
+                  service.Reconsider();
+                  return {};
+                });
+}
+BENCHMARK(BM_LlmDrainUnderLoad)->Iterations(1)->Unit(benchmark::kSecond)->UseRealTime();
 
 }  // namespace
