@@ -29,14 +29,28 @@
 // the requests that arrive from 200 ms before the fault to 1 s after it,
 // the same requests in both runs; for the SRAR, the sequences on the
 // poisoned block are left out of both (they pay a recompute by design).
+//
+// BM_LlmTraceFragmentation: an LLM-inference allocation trace on one device
+// of the simulator, its KV cache through the real block allocator
+// (KvBlockPool over one pool allocation, 16-token blocks) and, as the
+// baseline in the same process, through one pool allocation per sequence
+// sized to the model's positions. Weights live throughout; activations
+// sized by the batch come and go every step. The same sequences arrive
+// (chat-shaped lengths, more than fit at once); each step adds a token to
+// every running one. Per scheme: sequences at once, the KV bytes holding
+// tokens over the KV bytes set aside for them (median over steps), the
+// pool's reserved over allocated bytes at its peak, and the steps taken to
+// serve them all.
 
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
 #include <condition_variable>
+#include <deque>
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <set>
 #include <thread>
@@ -45,6 +59,7 @@
 #include "rasd/drivers_shim/sim_driver.h"
 #include "rasd/jobs/collective_job.h"
 #include "rasd/jobs/inference_service.h"
+#include "rasd/jobs/kv_block_pool.h"
 #include "rasd/jobs/llm_service.h"
 #include "rasd/jobs/load_generator.h"
 
@@ -475,5 +490,180 @@ void BM_LlmDrainUnderLoad(benchmark::State& state) {
                 });
 }
 BENCHMARK(BM_LlmDrainUnderLoad)->Iterations(1)->Unit(benchmark::kSecond)->UseRealTime();
+
+}  // namespace
+
+namespace {
+
+struct FragmentationRun {
+  double peak_sequences = 0;
+  double kv_utilization = 0;  // median over steps
+  double reserved_over_allocated = 0;
+  double steps = 0;
+  double preempted = 0;
+  bool failed = false;
+};
+
+// Sequences of `bytes_per_token` per token (a 7B-class model in fp16 holds
+// 512 KiB per token; this one is scaled down to fit the simulator), in a KV
+// budget of `kv_bytes`; `paged` picks the block allocator, otherwise one
+// max-length allocation per sequence.
+FragmentationRun RunFragmentationTrace(bool paged) {
+  constexpr std::uint64_t kBytesPerToken = 16 << 10;
+  constexpr std::uint64_t kKvBytes = std::uint64_t{512} << 20;
+  constexpr std::uint64_t kMaxPositions = 512;
+  constexpr std::uint32_t kTokensPerBlock = 16;
+  constexpr std::uint64_t kSequenceBytes = kMaxPositions * kBytesPerToken;
+  auto driver = rasd::drivers::SimDriver::Create(
+      {.device_count = 1, .memory_bytes_per_device = std::uint64_t{2} << 30});
+  auto runtime = std::move(
+      *rasd::runtime::Runtime::Create(std::move(*driver), {.pool = {.arena_bytes = 64 << 20}}));
+  auto stream = std::move(*runtime->CreateStream(0));
+  auto& pool = **runtime->Pool(0);
+  FragmentationRun run;
+  auto allocate = [&](std::uint64_t bytes) -> std::optional<rasd::runtime::Allocation> {
+    auto allocation = pool.Allocate(bytes, *stream);
+    if (!allocation) {
+      run.failed = true;
+      return std::nullopt;
+    }
+    return *allocation;
+  };
+  std::mt19937_64 random(7);
+  std::vector<rasd::runtime::Allocation> weights;
+  for (int i = 0; i < 12; ++i) {
+    if (auto weight = allocate(((random() % 48) + 16) << 20)) weights.push_back(*weight);
+  }
+  std::optional<rasd::runtime::Allocation> region;
+  std::optional<rasd::jobs::KvBlockPool> blocks;
+  if (paged) {
+    region = allocate(kKvBytes);
+    if (!region) return run;
+    blocks = *rasd::jobs::KvBlockPool::Create({.base = region->address,
+                                               .bytes = kKvBytes,
+                                               .block_bytes = kBytesPerToken * kTokensPerBlock,
+                                               .tokens_per_block = kTokensPerBlock});
+  }
+  struct Live {
+    std::uint64_t id = 0;
+    std::uint64_t tokens = 0, total = 0;
+    std::optional<rasd::runtime::Allocation> buffer;  // contiguous only
+  };
+  // 1024 chat-shaped sequences, all waiting from the start.
+  std::mt19937 lengths(5);
+  std::lognormal_distribution<double> prompt_length(3.6, 0.8), answer_length(3.7, 0.6);
+  std::deque<Live> waiting;
+  for (std::uint64_t id = 1; id <= 1024; ++id) {
+    const auto prompt = static_cast<std::uint64_t>(std::clamp(prompt_length(lengths), 8.0, 200.0));
+    const auto answer = static_cast<std::uint64_t>(std::clamp(answer_length(lengths), 16.0, 128.0));
+    waiting.push_back({.id = id, .tokens = prompt, .total = prompt + answer});
+  }
+  std::vector<Live> running;
+  std::uint64_t kv_reserved_contiguous = 0;
+  std::vector<double> utilization;
+  std::uint64_t peak_allocated = 0, reserved_at_peak = 0;
+  while ((!waiting.empty() || !running.empty()) && !run.failed) {
+    // Admit while the whole history fits (the paged scheme keeps a block of
+    // room per running sequence for its next token).
+    while (!waiting.empty()) {
+      Live& next = waiting.front();
+      if (paged) {
+        if (blocks->BlocksFor(next.tokens) + running.size() > blocks->GetStats().free) break;
+        if (!blocks->Grow(next.id, next.tokens).has_value()) break;
+      } else {
+        if (kv_reserved_contiguous + kSequenceBytes > kKvBytes) break;
+        next.buffer = allocate(kSequenceBytes);
+        if (!next.buffer) break;
+        kv_reserved_contiguous += kSequenceBytes;
+      }
+      running.push_back(std::move(next));
+      waiting.pop_front();
+    }
+    run.peak_sequences = std::max(run.peak_sequences, static_cast<double>(running.size()));
+    // Activations for this step, by the batch's tokens.
+    std::vector<rasd::runtime::Allocation> activations;
+    for (int layer = 0; layer < 4 && !running.empty(); ++layer) {
+      if (auto activation =
+              allocate(static_cast<std::uint64_t>(running.size()) * ((random() % 96) + 32) * 1024))
+        activations.push_back(*activation);
+    }
+    // Decode one token for every running sequence; a paged one that finds
+    // no block is preempted (recompute: its blocks are freed, it waits).
+    std::uint64_t tokens_held = 0;
+    for (std::size_t i = 0; i < running.size();) {
+      Live& sequence = running[i];
+      if (paged && !blocks->Grow(sequence.id, 1).has_value()) {
+        blocks->Release(sequence.id);
+        ++run.preempted;
+        waiting.push_front(std::move(sequence));
+        running.erase(running.begin() + static_cast<std::ptrdiff_t>(i));
+        continue;
+      }
+      ++sequence.tokens;
+      tokens_held += sequence.tokens;
+      ++i;
+    }
+    const double kv_set_aside =
+        paged ? static_cast<double>(blocks->GetStats().used * kTokensPerBlock * kBytesPerToken)
+              : static_cast<double>(kv_reserved_contiguous);
+    if (kv_set_aside > 0)
+      utilization.push_back(static_cast<double>(tokens_held * kBytesPerToken) / kv_set_aside);
+    const auto stats = pool.Stats();
+    if (stats.allocated_bytes > peak_allocated) {
+      peak_allocated = stats.allocated_bytes;
+      reserved_at_peak = stats.reserved_bytes;
+    }
+    for (auto& activation : activations) (void)pool.Free(activation);
+    // Finished sequences leave.
+    for (std::size_t i = 0; i < running.size();) {
+      if (running[i].tokens < running[i].total) {
+        ++i;
+        continue;
+      }
+      if (paged) {
+        blocks->Release(running[i].id);
+      } else {
+        (void)pool.Free(*running[i].buffer);
+        kv_reserved_contiguous -= kSequenceBytes;
+      }
+      running.erase(running.begin() + static_cast<std::ptrdiff_t>(i));
+    }
+    ++run.steps;
+    // Every sequence finishes in a few thousand steps even one at a time:
+    // more means a scheme stopped admitting.
+    if (run.steps > 100'000) run.failed = true;
+  }
+  run.kv_utilization = Median(utilization);
+  run.reserved_over_allocated = peak_allocated > 0 ? static_cast<double>(reserved_at_peak) /
+                                                         static_cast<double>(peak_allocated)
+                                                   : 0;
+  if (region) (void)pool.Free(*region);
+  for (auto& weight : weights) (void)pool.Free(weight);
+  (void)stream->Synchronize(10s);
+  return run;
+}
+
+void BM_LlmTraceFragmentation(benchmark::State& state) {
+  for (auto _ : state) {
+    const FragmentationRun contiguous = RunFragmentationTrace(false);
+    const FragmentationRun paged = RunFragmentationTrace(true);
+    if (contiguous.failed || paged.failed) {
+      state.SkipWithError("a scheme ran out of simulated device memory or stopped admitting");
+      return;
+    }
+    state.counters["contiguous_peak_sequences"] = contiguous.peak_sequences;
+    state.counters["paged_peak_sequences"] = paged.peak_sequences;
+    state.counters["contiguous_kv_utilization"] = contiguous.kv_utilization;
+    state.counters["paged_kv_utilization"] = paged.kv_utilization;
+    state.counters["contiguous_steps"] = contiguous.steps;
+    state.counters["paged_steps"] = paged.steps;
+    state.counters["steps_ratio"] = paged.steps / contiguous.steps;
+    state.counters["paged_preempted"] = paged.preempted;
+    state.counters["contiguous_reserved_over_allocated_at_peak"] =
+        contiguous.reserved_over_allocated;
+    state.counters["paged_reserved_over_allocated_at_peak"] = paged.reserved_over_allocated;
+  }
+}
+BENCHMARK(BM_LlmTraceFragmentation)->Iterations(1)->Unit(benchmark::kMillisecond);
 
 }  // namespace
