@@ -425,8 +425,24 @@ jobs:
   EXPECT_EQ(job["requests"]["lost"], 0);
   EXPECT_EQ(job["load"]["wrong"], 0);
   EXPECT_EQ(job["load"]["errors"], 0);
+  ASSERT_EQ(job["replicas"].size(), 2u) << job.dump();
+  EXPECT_GE(job["replicas"][0]["kv_blocks"]["retired"], 4) << "the faulty page is on device 0";
+  EXPECT_EQ(job["replicas"][1]["kv_blocks"]["retired"], 0);
   const auto table = rasd.Rasctl({"jobs"});
   EXPECT_NE(table.out.find("recomputed after memory faults"), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find("device 0: KV blocks"), std::string::npos) << table.out;
+
+  // The metrics show the retired blocks on the replica that had them.
+  const std::string metrics =
+      Http(Json(rasd, {"status"})["metrics"]["port"].get<int>(), "GET", "/metrics");
+  const std::string retired = R"(rasd_llm_kv_blocks{job="chat",device="0",state="retired"} )";
+  const auto at = metrics.find(retired);
+  ASSERT_NE(at, std::string::npos) << metrics;
+  EXPECT_GE(std::stoi(metrics.substr(at + retired.size())), 4);
+  EXPECT_NE(metrics.find(R"(rasd_llm_kv_blocks{job="chat",device="1",state="retired"} 0)"),
+            std::string::npos);
+  EXPECT_NE(metrics.find(R"(rasd_llm_sequences{job="chat",device="0",state="running"})"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -170,6 +170,24 @@ std::string FormatJobs(const nlohmann::json& result) {
     out += fmt::format("{:<16} {:<10} {:<10} {:<12} {}\n", JsonText(job, "name"),
                        JsonText(job, "kind"), JsonText(job, "state"),
                        devices.empty() ? "-" : devices, JsonText(job, "progress"));
+    if (job.contains("replicas") && job["replicas"].is_array()) {
+      for (const auto& replica : job["replicas"]) {
+        if (!replica.is_object() || !replica.contains("kv_blocks") ||
+            !replica.contains("sequences"))
+          continue;
+        const auto& blocks = replica["kv_blocks"];
+        const auto& sequences = replica["sequences"];
+        out += fmt::format(
+            "{:<16} device {}{}: KV blocks {} used, {} free, {} retired of {}; sequences {} "
+            "running, {} waiting, {} preempted, {} recomputed, {} moved\n",
+            "", JsonText(replica, "device"),
+            replica.value("serving", false) ? "" : " (not serving)", JsonText(blocks, "used"),
+            JsonText(blocks, "free"), JsonText(blocks, "retired"), JsonText(blocks, "total"),
+            JsonText(sequences, "running"), JsonText(sequences, "waiting"),
+            JsonText(sequences, "preempted"), JsonText(sequences, "recomputed"),
+            JsonText(sequences, "moved"));
+      }
+    }
     if (job.contains("load") && job["load"].value("sent", 0) > 0) {
       const auto& load = job["load"];
       out += fmt::format("{:<16} load: {} sent, {} wrong, latency p50 {:.2f} ms, p99 {:.2f} ms\n",

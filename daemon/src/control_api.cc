@@ -527,6 +527,23 @@ Result<nlohmann::json> ControlApi::Jobs(const nlohmann::json& args) {
                             {"recomputed", report.sequences_recomputed},
                             {"moved", report.sequences_moved}};
       entry["tokens"] = report.tokens;
+      auto replicas = nlohmann::json::array();
+      for (const auto& replica : report.llm_replicas) {
+        replicas.push_back({{"device", replica.device},
+                            {"serving", replica.serving},
+                            {"kv_blocks",
+                             {{"total", replica.kv_blocks_total},
+                              {"used", replica.kv_blocks_used},
+                              {"free", replica.kv_blocks_free},
+                              {"retired", replica.kv_blocks_retired}}},
+                            {"sequences",
+                             {{"running", replica.sequences_running},
+                              {"waiting", replica.sequences_waiting},
+                              {"preempted", replica.sequences_preempted},
+                              {"recomputed", replica.sequences_recomputed},
+                              {"moved", replica.sequences_moved}}}});
+      }
+      entry["replicas"] = std::move(replicas);
       entry["load"] = {{"sent", report.load_sent},     {"wrong", report.load_wrong},
                        {"errors", report.load_errors}, {"checked", report.load_checked},
                        {"p50_ms", report.load_p50_ms}, {"p99_ms", report.load_p99_ms}};

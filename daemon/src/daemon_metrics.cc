@@ -167,6 +167,17 @@ exporters::MetricsSnapshot DaemonMetrics::Now() const {
       snapshot.requests[{report.name, "lost"}] = report.lost;
       snapshot.requests[{report.name, "overloaded"}] = report.overloaded;
     }
+    for (const auto& replica : report.llm_replicas) {
+      snapshot.llm_replicas[{report.name, replica.device}] = {
+          .kv_used = replica.kv_blocks_used,
+          .kv_free = replica.kv_blocks_free,
+          .kv_retired = replica.kv_blocks_retired,
+          .running = replica.sequences_running,
+          .waiting = replica.sequences_waiting,
+          .preempted = replica.sequences_preempted,
+          .recomputed = replica.sequences_recomputed,
+          .moved_out = replica.sequences_moved};
+    }
   }
   return snapshot;
 }

@@ -391,6 +391,43 @@ void AddActionAndJobFamilies(const MetricsSnapshot& snapshot, Add& add) {
     }
     add(std::move(family));
   }
+  {
+    auto blocks = Family("rasd_llm_kv_blocks",
+                         "KV cache blocks of an LLM job's replica, by state (used, free, retired)",
+                         MetricType::Gauge);
+    auto sequences = Family("rasd_llm_sequences",
+                            "Sequences of an LLM job's replica, by state (running in the batch, "
+                            "waiting for room)",
+                            MetricType::Gauge);
+    auto events = Family("rasd_llm_sequence_events_total",
+                         "Sequences of an LLM job's replica preempted for room, recomputed after "
+                         "a memory fault took their KV blocks, or moved out to another replica",
+                         MetricType::Counter);
+    for (const auto& [key, replica] : snapshot.llm_replicas) {
+      const std::string device = std::to_string(key.second);
+      for (const auto& [state, count] :
+           {std::pair{"used", replica.kv_used}, std::pair{"free", replica.kv_free},
+            std::pair{"retired", replica.kv_retired}}) {
+        blocks.metric.push_back(Value(MetricType::Gauge, static_cast<double>(count),
+                                      {{"job", key.first}, {"device", device}, {"state", state}}));
+      }
+      for (const auto& [state, count] :
+           {std::pair{"running", replica.running}, std::pair{"waiting", replica.waiting}}) {
+        sequences.metric.push_back(
+            Value(MetricType::Gauge, static_cast<double>(count),
+                  {{"job", key.first}, {"device", device}, {"state", state}}));
+      }
+      for (const auto& [event, count] :
+           {std::pair{"preempted", replica.preempted}, std::pair{"recomputed", replica.recomputed},
+            std::pair{"moved_out", replica.moved_out}}) {
+        events.metric.push_back(Value(MetricType::Counter, static_cast<double>(count),
+                                      {{"job", key.first}, {"device", device}, {"event", event}}));
+      }
+    }
+    add(std::move(blocks));
+    add(std::move(sequences));
+    add(std::move(events));
+  }
 }
 
 // EDAC's counters and the sources' own errors.

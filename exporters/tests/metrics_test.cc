@@ -179,6 +179,8 @@ MetricsSnapshot Busy() {
   snapshot.jobs[{"inference", "serving"}] = 1;
   snapshot.requests[{"llm", "served"}] = 1000;
   snapshot.requests[{"llm", "lost"}] = 0;
+  snapshot.llm_replicas[{"chat", 1}] = {
+      .kv_used = 120, .kv_free = 8, .kv_retired = 4, .running = 7, .recomputed = 2};
   snapshot.source_errors["kmsg"] = 2;
   snapshot.kmsg_gaps = 1;
   snapshot.kmsg_untrusted = 3;
@@ -200,6 +202,10 @@ TEST(MetricsTest, DevicesJobsAndHistogramsAreRendered) {
            R"(rasd_ras_events_total{origin="nvidia_xid",severity="FATAL",device="1"} 1)",
            R"(rasd_actions_total{action="isolate-device",result="ok"} 1)",
            R"(rasd_requests_total{job="llm",outcome="served"} 1000)",
+           R"(rasd_llm_kv_blocks{job="chat",device="1",state="retired"} 4)",
+           R"(rasd_llm_kv_blocks{job="chat",device="1",state="used"} 120)",
+           R"(rasd_llm_sequences{job="chat",device="1",state="running"} 7)",
+           R"(rasd_llm_sequence_events_total{job="chat",device="1",event="recomputed"} 2)",
            R"(rasd_source_errors_total{source="kmsg"} 2)",
            R"(rasd_kmsg_gaps_total 1)",
            R"(rasd_kmsg_untrusted_records_total 3)",

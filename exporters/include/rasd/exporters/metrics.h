@@ -69,6 +69,13 @@ struct MetricsSnapshot {
   std::map<std::pair<std::string, std::string>, std::uint64_t> actions;   // (action, result)
   std::map<std::pair<std::string, std::string>, std::uint64_t> jobs;      // (kind, state) -> jobs
   std::map<std::pair<std::string, std::string>, std::uint64_t> requests;  // (job, outcome)
+  // An LLM job's replica: its KV cache's blocks and its sequences.
+  struct LlmReplica {
+    std::uint64_t kv_used = 0, kv_free = 0, kv_retired = 0;
+    std::uint64_t running = 0, waiting = 0;
+    std::uint64_t preempted = 0, recomputed = 0, moved_out = 0;  // since the job started
+  };
+  std::map<std::pair<std::string, int>, LlmReplica> llm_replicas;  // (job, device)
   ras::EdacSnapshot edac;
   // RDMA ports (InfiniBand, RoCE) as sysfs shows them: published under
   // node_exporter's infiniband names and values, with rasd_ for node_.
