@@ -55,6 +55,11 @@ Status PagedDecoder::Prepare() {
   const auto width = static_cast<std::uint64_t>(model.Width());
   const std::uint64_t sequences = options_.max_batch_sequences;
   const std::uint64_t tokens = options_.max_batch_tokens;
+  // Page-aligned blocks: a page retired for a fault under a block then
+  // costs blocks only, never a neighbouring buffer's bytes.
+  auto found = runtime_.GetDevice(device_);
+  if (!found) return Fail(found.error());
+  const std::uint64_t page = std::max<std::uint64_t>((*found)->Properties().retire_granularity, 1);
   struct Buffer {
     runtime::Allocation* allocation;
     std::uint64_t bytes;
@@ -64,7 +69,7 @@ Status PagedDecoder::Prepare() {
            Buffer{&wk_, width * width * sizeof(float)},
            Buffer{&wv_, width * width * sizeof(float)},
            Buffer{&wo_, width * static_cast<std::uint64_t>(model.vocab) * sizeof(float)},
-           Buffer{&kv_, options_.kv_bytes},
+           Buffer{&kv_, options_.kv_bytes + page - 1},
            Buffer{&x_, tokens * width * sizeof(float)},
            Buffer{&k_new_, tokens * width * sizeof(float)},
            Buffer{&v_new_, tokens * width * sizeof(float)},
@@ -84,7 +89,7 @@ Status PagedDecoder::Prepare() {
   }
   // The blocks are addressed where the region landed.
   auto blocks =
-      KvBlockPool::Create({.base = kv_.address,
+      KvBlockPool::Create({.base = (kv_.address + page - 1) / page * page,
                            .bytes = options_.kv_bytes,
                            .block_bytes = 2ull * options_.tokens_per_block * width * sizeof(float),
                            .tokens_per_block = options_.tokens_per_block});

@@ -202,5 +202,33 @@ TEST_F(PagedDecoderTest, AStepThatDoesNotFitRunsNothingAndBadInputIsRefused) {
             ErrorCode::kInvalidArgument);
 }
 
+// The blocks start on a page of the device, wherever the pool placed the
+// region: a fault under a block retires a page that holds the KV cache and
+// nothing else of the job (the weights before it stay usable).
+TEST_F(PagedDecoderTest, TheBlocksStartOnAPageSoAFaultUnderOneCostsNoOtherBuffer) {
+  auto stream = runtime_->CreateStream(0, {.owner = "other"});
+  ASSERT_TRUE(stream.has_value());
+  auto& pool = **runtime_->Pool(0);
+  auto odd = pool.Allocate(3000, **stream);  // so that what follows is not page-aligned
+  ASSERT_TRUE(odd.has_value());
+  auto decoder = Decoder(16);
+  ASSERT_NE(decoder, nullptr);
+  const auto first = decoder->Blocks().NextFreeBlock();
+  ASSERT_TRUE(first.has_value());
+  EXPECT_EQ(*first % 4096, 0u);
+  EXPECT_GE(*first, decoder->KvBase());
+  const std::uint64_t block_bytes = 2ull * 16 * static_cast<std::uint64_t>(model_.Width()) * 4;
+  EXPECT_EQ(decoder->Blocks().GetStats().total, (1u << 20) / block_bytes)
+      << "the slack for the alignment is on top of the blocks asked for";
+  const auto last_byte = *first + decoder->Blocks().GetStats().total * block_bytes - 1;
+  EXPECT_LE(last_byte, decoder->KvBase() + decoder->KvBytes() - 1);
+  for (const auto address : {*first, *first + 4095, last_byte / 4096 * 4096, last_byte}) {
+    const auto owner = pool.OwnerOf(address);
+    ASSERT_TRUE(owner.has_value());
+    EXPECT_EQ(owner->address, decoder->KvBase()) << "the page of a block holds only the cache";
+  }
+  ASSERT_TRUE(pool.Free(*odd).has_value());
+}
+
 }  // namespace
 }  // namespace rasd::jobs

@@ -71,7 +71,10 @@ class PagedDecoder {
   KvBlockPool& Blocks() { return blocks_; }
   const KvBlockPool& Blocks() const { return blocks_; }
   int Device() const { return device_; }
-  // The KV cache's region: an address in it maps to blocks (Blocks()).
+  // The KV cache's allocation: an address in it maps to blocks (Blocks()),
+  // or to the slack before the first block or after the last, which nothing
+  // reads. The blocks start on a page boundary of the device, so a faulty
+  // page under a block holds no other buffer of the decoder.
   drivers::DeviceAddress KvBase() const { return kv_.address; }
   std::uint64_t KvBytes() const { return kv_.size; }
 
