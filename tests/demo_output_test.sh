@@ -19,6 +19,10 @@ need "step 1 retiring the page" '^    -> retire-page \(ok\)'
 need "step 2 stopping exactly llm, and where" \
   "^    -> kill-consumer: job llm stopped: its [0-9]+ stream\(s\) on device\(s\) [0-9,]+ aborted; no other job's"
 need "step 2 leaving the collective alone" '^    -> allreduce, on the same devices, kept its steps'
+need "step 2b containing the KV fault in chat" \
+  '^    -> kill-consumer: job chat contained it: the page of 0x[0-9a-f]+ on device 3 is out of its use; no stream aborted'
+need "step 2b costing sequences, not the job" \
+  '^    -> chat: [1-9][0-9]* KV block\(s\) retired, [0-9]+ sequence\(s\) recomputed from their tokens, [0-9]+ running on; state serving, 0 lost'
 need "step 3 draining device 2" '^    -> drain-device \(ok\)'
 need "step 3 isolating device 2" '^    -> isolate-device \(ok\)'
 need "step 3 re-forming the collective" '^    -> collective re-formed on \[0,1,3\]'

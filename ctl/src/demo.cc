@@ -72,6 +72,11 @@ jobs:
   - name: llm
     kind: inference
     load_rps: 400
+  - name: chat
+    kind: llm
+    devices: [0, 3]
+    load_rps: 200
+    tokens_per_block: 4
   - name: allreduce
     kind: collective
     elements: 65536
@@ -266,6 +271,56 @@ Row PoisonConsumed(Demo& demo) {
   return row;
 }
 
+// 2b. Poison in a KV cache block of the LLM job on device 3: the job gives
+// up that page's blocks, and only the sequences on them are recomputed.
+Row KvBlockPoisoned(Demo& demo) {
+  fmt::print("\n[2b] uncorrected error in a KV cache block of chat (llm) on device 3 (SRAR)\n");
+  // Injected while sequences run, so that the block is one in use.
+  auto before = demo.Job("chat");
+  const auto busy = rasd::common::Deadline::After(2s);
+  while (!busy.Expired() && before.is_object() && before["sequences"].value("running", 0) == 0) {
+    std::this_thread::sleep_for(5ms);
+    before = demo.Job("chat");
+  }
+  const auto since = demo.LastActionId();
+  const auto reforms_before = demo.Job("allreduce").value("reforms", 0);
+  const auto recomputed_before = before["sequences"].value("recomputed", 0);
+  const auto retired_before = before["kv_blocks"].value("retired", 0);
+  const rasd::common::Stopwatch start;
+  demo.Result("inject", {{"kind", "srar"}, {"device", 3}, {"job", "chat"}});
+  const auto action = demo.WaitForAction(3, "kill-consumer", since);
+  Row row{"SRAR in chat's KV cache, device 3", "-", "-", "one page's sequences recomputed", false};
+  if (!action) {
+    fmt::print("    -> {}\n", row.action);
+    return row;
+  }
+  row.action = "kill-consumer: " + action->value("detail", std::string());
+  row.latency = Millis(start.Elapsed());
+  fmt::print("    -> {}\n", row.action);
+  // The recompute is the next step's; wait for the cache to show the page out.
+  nlohmann::json after;
+  const auto deadline = rasd::common::Deadline::After(5s);
+  while (!deadline.Expired()) {
+    after = demo.Job("chat");
+    if (after.is_object() && after["kv_blocks"].value("retired", 0) > retired_before) break;
+    std::this_thread::sleep_for(20ms);
+  }
+  if (!after.is_object()) return row;
+  const auto recomputed = after["sequences"].value("recomputed", 0) - recomputed_before;
+  const auto retired = after["kv_blocks"].value("retired", 0) - retired_before;
+  fmt::print(
+      "    -> chat: {} KV block(s) retired, {} sequence(s) recomputed from their tokens, "
+      "{} running on; state {}, {} lost\n",
+      retired, recomputed, after["sequences"].value("running", 0),
+      after.value("state", std::string("?")), after["requests"].value("lost", 0));
+  row.ok = action->value("detail", std::string()).starts_with("job chat contained it") &&
+           retired > 0 && after.value("state", std::string()) == "serving" &&
+           after["requests"].value("lost", 0) == 0 &&
+           demo.Job("allreduce").value("reforms", 0) == reforms_before;
+  if (!row.ok) row.check = "chat or allreduce was disturbed";
+  return row;
+}
+
 // 3. Device 2 falls off the bus (Xid 79 in the driver's log line).
 Row FallenOffTheBus(Demo& demo) {
   fmt::print("\n[3] Xid 79 (fallen off the bus) on device 2\n");
@@ -360,6 +415,7 @@ Row Repair(Demo& demo) {
 bool Report(Demo& demo, const std::vector<Row>& rows) {
   std::this_thread::sleep_for(1s);
   const auto llm = demo.Job("llm"), allreduce = demo.Job("allreduce");
+  auto chat = demo.Job("chat");
   const auto served = llm.is_object() ? llm["requests"].value("served", 0) : 0;
   const auto lost = llm.is_object() ? llm["requests"].value("lost", 0) : -1;
   const auto wrong = llm.is_object() ? llm["load"].value("wrong", 0) : -1;
@@ -377,7 +433,14 @@ bool Report(Demo& demo, const std::vector<Row>& rows) {
   fmt::print("collective: {} steps, {} re-form(s), every checksum equal to a fault-free run: {}\n",
              allreduce.is_object() ? allreduce.value("step", 0) : 0,
              allreduce.is_object() ? allreduce.value("reforms", 0) : 0, checksums ? "yes" : "NO");
-  all_ok = all_ok && lost == 0 && wrong == 0 && checksums;
+  const auto chat_lost = chat.is_object() ? chat["requests"].value("lost", 0) : -1;
+  const auto chat_wrong = chat.is_object() ? chat["load"].value("wrong", 0) : -1;
+  fmt::print(
+      "llm (chat): {} requests served, {} lost, {} wrong answers, {} sequence(s) recomputed after "
+      "memory faults\n",
+      chat.is_object() ? chat["requests"].value("served", 0) : 0, chat_lost, chat_wrong,
+      chat.is_object() ? chat["sequences"].value("recomputed", 0) : 0);
+  all_ok = all_ok && lost == 0 && wrong == 0 && checksums && chat_lost == 0 && chat_wrong == 0;
   return all_ok;
 }
 
@@ -390,14 +453,16 @@ int main(int, char** argv) {
   (void)argv;
   fmt::print(
       "rasd demo: rasd runs 4 simulated accelerators with an inference service (400 requests/s,\n"
-      "every answer checked) and a collective job (AllReduce steps with checksums). Faults are\n"
+      "every answer checked), an LLM service over a paged KV cache (200 requests/s) and a\n"
+      "collective job (AllReduce steps with checksums). Faults are\n"
       "injected the way `rasctl inject` does; rasd classifies each and acts.\n\n");
   Demo demo(rasd);
   if (!demo.Start()) return 1;
   WarmUp(demo);
   Watch(demo);
   std::vector<Row> rows;
-  for (Row (*scenario)(Demo&) : {CeStorm, PoisonConsumed, FallenOffTheBus, Repair}) {
+  for (Row (*scenario)(Demo&) :
+       {CeStorm, PoisonConsumed, KvBlockPoisoned, FallenOffTheBus, Repair}) {
     rows.push_back(scenario(demo));
     if (scenario != Repair) Watch(demo);
   }
