@@ -263,13 +263,7 @@ Result<std::vector<int>> PagedDecoder::Step(const std::vector<Work>& batch,
   };
   if (auto ran = run(); !ran) {
     undo(batch.size());
-    if (ran.error().code == ErrorCode::kTimeout) {
-      broken_ = true;  // the step may still be running on the old stream
-    } else if (auto stream = NewStream()) {
-      stream_ = std::move(*stream);  // the old one's error is sticky
-    } else {
-      broken_ = true;
-    }
+    RecoverStream(ran.error().code);
     return Fail(ran.error());
   }
   std::vector<int> next;
@@ -280,6 +274,86 @@ Result<std::vector<int>> PagedDecoder::Step(const std::vector<Work>& batch,
         static_cast<int>(std::max_element(row, row + static_cast<std::ptrdiff_t>(vocab)) - row));
   }
   return next;
+}
+
+void PagedDecoder::RecoverStream(ErrorCode failure) {
+  if (failure == ErrorCode::kTimeout) {
+    broken_ = true;  // the work may still be running on the old stream
+  } else if (auto stream = NewStream()) {
+    stream_ = std::move(*stream);  // the old one's error is sticky
+  } else {
+    broken_ = true;
+  }
+}
+
+std::uint64_t PagedDecoder::BlockBytes() const {
+  return 2ull * options_.tokens_per_block * static_cast<std::uint64_t>(options_.model.Width()) *
+         sizeof(float);
+}
+
+Result<PagedDecoder::SwappedKv> PagedDecoder::SwapOut(SequenceId sequence,
+                                                      std::chrono::milliseconds timeout) {
+  if (!Usable()) {
+    return Fail(ErrorCode::kUnavailable,
+                fmt::format("the decoder on device {} lost its stream", device_));
+  }
+  const auto table = blocks_.BlockTable(sequence);
+  if (table.empty()) {
+    return Fail(ErrorCode::kNotFound, fmt::format("sequence {} has nothing cached", sequence));
+  }
+  const std::uint64_t block_bytes = BlockBytes();
+  SwappedKv swapped{.tokens = blocks_.Tokens(sequence),
+                    .bytes = std::vector<std::byte>(table.size() * block_bytes)};
+  auto copy = [&]() -> Status {
+    for (std::size_t i = 0; i < table.size(); ++i) {
+      if (auto copied =
+              stream_->CopyToHost(swapped.bytes.data() + i * block_bytes, table[i], block_bytes);
+          !copied)
+        return copied;
+    }
+    return stream_->Synchronize(timeout);
+  };
+  if (auto copied = copy(); !copied) {
+    RecoverStream(copied.error().code);
+    // After a timeout the copy may still be writing into the host buffer.
+    if (broken_) abandoned_.push_back(std::move(swapped.bytes));
+    return Fail(copied.error());
+  }
+  blocks_.Release(sequence);
+  return swapped;
+}
+
+Status PagedDecoder::SwapIn(SequenceId sequence, SwappedKv swapped,
+                            std::chrono::milliseconds timeout) {
+  if (!Usable()) {
+    return Fail(ErrorCode::kUnavailable,
+                fmt::format("the decoder on device {} lost its stream", device_));
+  }
+  const std::uint64_t block_bytes = BlockBytes();
+  if (blocks_.Tokens(sequence) != 0 || swapped.tokens == 0 ||
+      swapped.bytes.size() != blocks_.BlocksFor(swapped.tokens) * block_bytes) {
+    return Fail(ErrorCode::kInvalidArgument,
+                fmt::format("sequence {} cannot take a swapped cache of {} tokens in {} bytes",
+                            sequence, swapped.tokens, swapped.bytes.size()));
+  }
+  if (auto grown = blocks_.Grow(sequence, swapped.tokens); !grown) return grown;
+  const auto table = blocks_.BlockTable(sequence);
+  auto copy = [&]() -> Status {
+    for (std::size_t i = 0; i < table.size(); ++i) {
+      if (auto copied =
+              stream_->CopyToDevice(table[i], swapped.bytes.data() + i * block_bytes, block_bytes);
+          !copied)
+        return copied;
+    }
+    return stream_->Synchronize(timeout);
+  };
+  if (auto copied = copy(); !copied) {
+    blocks_.Release(sequence);
+    RecoverStream(copied.error().code);
+    if (broken_) abandoned_.push_back(std::move(swapped.bytes));  // the copy may still read it
+    return Fail(copied.error());
+  }
+  return {};
 }
 
 }  // namespace rasd::jobs

@@ -202,6 +202,75 @@ TEST_F(PagedDecoderTest, AStepThatDoesNotFitRunsNothingAndBadInputIsRefused) {
             ErrorCode::kInvalidArgument);
 }
 
+// Preemption by swap: sequences' caches go to the host between steps and
+// come back, on the same decoder or one on another device; the next step
+// computes only the tokens past them, and every answer is still the
+// reference's (a cache that came back wrong would change the tokens).
+TEST_F(PagedDecoderTest, ACacheSwappedToTheHostAndBackAnswersAsIfNeverMoved) {
+  auto first = Decoder(4);
+  ASSERT_NE(first, nullptr);
+  auto second = PagedDecoder::Create(*runtime_, 1,
+                                     {.model = model_, .kv_bytes = 1 << 20, .tokens_per_block = 4});
+  ASSERT_TRUE(second.has_value());
+  auto waiting = Sequences(model_);
+  std::map<SequenceId, Sequence> on_first, on_second, on_host, done;
+  std::map<SequenceId, PagedDecoder::SwappedKv> swapped;
+  int swaps = 0, step = 0;
+  while (!waiting.empty() || !on_first.empty() || !on_second.empty() || !swapped.empty()) {
+    for (int joined = 0; joined < 4 && !waiting.empty(); ++joined) {
+      on_first.insert(waiting.extract(waiting.begin()));
+    }
+    // Back from the host: to the other decoder every other time.
+    for (auto it = swapped.begin(); it != swapped.end();) {
+      PagedDecoder& target = (it->first + swaps) % 2 == 0 ? *first : **second;
+      auto& where = &target == first.get() ? on_first : on_second;
+      const std::uint64_t tokens = it->second.tokens;
+      const auto in = target.SwapIn(it->first, std::move(it->second), 10s);
+      ASSERT_TRUE(in.has_value()) << in.error().message;
+      EXPECT_EQ(target.Blocks().Tokens(it->first), tokens);
+      where.insert(on_host.extract(it->first));
+      it = swapped.erase(it);
+    }
+    ASSERT_TRUE(StepAll(*first, on_first, done).has_value());
+    ASSERT_TRUE(StepAll(**second, on_second, done).has_value());
+    // Every third step, the first running sequence of each decoder goes to
+    // the host (it waits out a step there).
+    if (++step % 3 != 0) continue;
+    for (auto [decoder, running] :
+         {std::pair{first.get(), &on_first}, std::pair{second->get(), &on_second}}) {
+      if (running->empty()) continue;
+      const SequenceId id = running->begin()->first;
+      auto out = decoder->SwapOut(id, 10s);
+      ASSERT_TRUE(out.has_value()) << out.error().message;
+      EXPECT_EQ(decoder->Blocks().Tokens(id), 0u) << "its blocks are free again";
+      swapped.emplace(id, std::move(*out));
+      on_host.insert(running->extract(id));
+      ++swaps;
+    }
+  }
+  ExpectReferenceAnswers(done);
+  EXPECT_GT(swaps, 10);
+  EXPECT_EQ(first->Blocks().GetStats().used, 0u);
+  EXPECT_EQ((*second)->Blocks().GetStats().used, 0u);
+}
+
+// A swap-out that reads a poisoned block fails and frees nothing; the
+// decoder goes on with a new stream.
+TEST_F(PagedDecoderTest, ASwapOutThatReadsPoisonFailsAndKeepsTheBlocks) {
+  auto decoder = Decoder(16);
+  ASSERT_NE(decoder, nullptr);
+  ASSERT_TRUE(decoder->Step({{1, std::vector<int>(40, 3)}}, 10s).has_value());
+  const auto table = decoder->Blocks().BlockTable(1);
+  ASSERT_EQ(table.size(), 3u);
+  ASSERT_TRUE(sim_->InjectUncorrectedEcc(0, table[1] + 64).has_value());
+  const auto out = decoder->SwapOut(1, 10s);
+  ASSERT_FALSE(out.has_value());
+  EXPECT_EQ(out.error().code, ErrorCode::kDeviceFault) << out.error().message;
+  EXPECT_EQ(decoder->Blocks().Tokens(1), 40u);
+  EXPECT_TRUE(decoder->Usable());
+  EXPECT_EQ(decoder->SwapOut(2, 10s).error().code, ErrorCode::kNotFound);
+}
+
 // The blocks start on a page of the device, wherever the pool placed the
 // region: a fault under a block retires a page that holds the KV cache and
 // nothing else of the job (the weights before it stay usable).

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -65,6 +66,26 @@ class PagedDecoder {
   // a sequence longer than the model's positions, or no new token.
   Result<std::vector<int>> Step(const std::vector<Work>& batch, std::chrono::milliseconds timeout);
 
+  // A preempted sequence's cache held on the host (preemption by swap, as
+  // LLM engines do it): its blocks' bytes, in token order. Any decoder of
+  // the same model and block size takes it back.
+  struct SwappedKv {
+    std::uint64_t tokens = 0;
+    std::vector<std::byte> bytes;
+  };
+  // Copies `sequence`'s blocks to the host and frees them. A copy that
+  // fails (a poisoned block: kDeviceFault; kTimeout as for Step) frees
+  // nothing, and the decoder goes on with a new stream as after a failed
+  // step: the caller recomputes the sequence instead. kNotFound for a
+  // sequence with nothing cached.
+  Result<SwappedKv> SwapOut(SequenceId sequence, std::chrono::milliseconds timeout);
+  // Gives `sequence` (one with nothing cached here) blocks for `swapped`'s
+  // tokens and copies them back. On any error the host copy is gone (the
+  // caller recomputes the sequence): kOutOfMemory, with nothing taken,
+  // when the free blocks do not suffice; a failed copy frees the blocks it
+  // took, and the decoder goes on as after a failed step.
+  Status SwapIn(SequenceId sequence, SwappedKv swapped, std::chrono::milliseconds timeout);
+
   bool Usable() const { return stream_ != nullptr && !broken_; }
   // The sequence ends: its blocks return to the free list.
   void Release(SequenceId sequence) { blocks_.Release(sequence); }
@@ -82,6 +103,10 @@ class PagedDecoder {
   PagedDecoder(runtime::Runtime& runtime, int device, Options options, KvBlockPool blocks);
   Status Prepare();
   Result<std::unique_ptr<runtime::Stream>> NewStream();
+  std::uint64_t BlockBytes() const;
+  // After work on the stream failed: a new stream, or broken_ when the old
+  // one may still run (a timeout) or none can be had.
+  void RecoverStream(ErrorCode failure);
 
   runtime::Runtime& runtime_;
   int device_;
@@ -98,6 +123,9 @@ class PagedDecoder {
   std::vector<float> embedding_, positions_;
   std::vector<float> host_x_, host_x_last_, host_logits_;
   std::vector<std::int64_t> host_k_slots_, host_v_slots_, host_tables_, host_lengths_;
+  // Host buffers of swap-outs whose copy timed out: the old stream may
+  // still write them.
+  std::vector<std::vector<std::byte>> abandoned_;
   std::unique_ptr<runtime::Stream> stream_;
   bool broken_ = false;
 };
