@@ -14,6 +14,16 @@ constexpr std::chrono::milliseconds kIdlePoll{20};
 
 }  // namespace
 
+std::string_view PreemptionName(Preemption preemption) {
+  return preemption == Preemption::kSwap ? "swap" : "recompute";
+}
+
+std::optional<Preemption> ParsePreemption(std::string_view name) {
+  if (name == "recompute") return Preemption::kRecompute;
+  if (name == "swap") return Preemption::kSwap;
+  return std::nullopt;
+}
+
 std::vector<int> LlmService::Sequence::History() const {
   std::vector<int> tokens = prompt;
   tokens.insert(tokens.end(), generated.begin(), generated.end());
@@ -60,6 +70,8 @@ Status LlmService::Start() {
     replica->stats.device = device;
     replicas_.push_back(std::move(replica));
   }
+  swap_budget_ = options_.swap_bytes > 0 ? options_.swap_bytes
+                                         : options_.kv_bytes_per_device * options_.devices.size();
   subscription_ = runtime_.SubscribeErrors(
       [this](const drivers::DriverErrorEvent& event) { OnDriverError(event); });
   // The daemon's kill-consumer asks this before it stops the whole job.
@@ -322,6 +334,7 @@ void LlmService::StepOnce(Replica& replica, std::unique_lock<std::mutex>& lock) 
     // too much of it). Answered, not left waiting for ever.
     Sequence too_long = std::move(replica.waiting.front());
     replica.waiting.pop_front();
+    if (too_long.swapped) stats_.swap_bytes -= too_long.swapped->bytes.size();
     ++stats_.failed;
     --outstanding_;
     lock.unlock();
@@ -338,6 +351,7 @@ void LlmService::StepOnce(Replica& replica, std::unique_lock<std::mutex>& lock) 
     work_.wait_for(lock, kIdlePoll);
     return;
   }
+  SwapInLocked(replica, lock);
   // The batch, in the order the sequences joined, within the step's tokens.
   std::vector<PagedDecoder::Work> batch;
   std::uint64_t new_tokens = 0;
@@ -357,14 +371,10 @@ void LlmService::StepOnce(Replica& replica, std::unique_lock<std::mutex>& lock) 
   if (!next) {
     const ErrorCode code = next.error().code;
     if (code == ErrorCode::kOutOfMemory) {
-      // Preempt the sequence that joined last: it frees its blocks and
-      // waits first in line, keeping its tokens.
+      // The sequence that joined last gives way.
       const std::uint64_t victim = replica.admitted.back();
       replica.admitted.pop_back();
-      blocks.Release(victim);
-      replica.waiting.push_front(std::move(replica.running.at(victim)));
-      replica.running.erase(victim);
-      ++replica.stats.preempted;
+      PreemptLocked(replica, victim, lock);
       return;
     }
     if (code == ErrorCode::kDeviceFault) {
@@ -403,6 +413,61 @@ void LlmService::StepOnce(Replica& replica, std::unique_lock<std::mutex>& lock) 
     if (sequence.done) sequence.done(sequence.id, std::move(sequence.generated));
   }
   lock.lock();
+}
+
+void LlmService::PreemptLocked(Replica& replica, std::uint64_t victim,
+                               std::unique_lock<std::mutex>& lock) {
+  PagedDecoder& decoder = *replica.decoder;
+  Sequence sequence = std::move(replica.running.at(victim));
+  replica.running.erase(victim);
+  ++replica.stats.preempted;
+  if (options_.preemption == Preemption::kSwap) {
+    const std::uint64_t block_bytes = 2ull * options_.tokens_per_block *
+                                      static_cast<std::uint64_t>(options_.model.Width()) *
+                                      sizeof(float);
+    const std::uint64_t bytes = decoder.Blocks().BlockTable(victim).size() * block_bytes;
+    if (stats_.swap_bytes + bytes <= swap_budget_) {
+      stats_.swap_bytes += bytes;  // held for the copy, so that two replicas cannot overrun it
+      lock.unlock();
+      auto swapped = decoder.SwapOut(victim, options_.step_timeout);
+      lock.lock();
+      if (swapped) {
+        sequence.swapped = std::move(*swapped);
+        ++replica.stats.swapped_out;
+      } else {
+        stats_.swap_bytes -= bytes;
+        RASD_LOG_WARN(
+            "LLM service {}: swapping sequence {} out of device {} failed ({}): it is "
+            "recomputed",
+            options_.id, victim, replica.device, swapped.error().message);
+      }
+    }
+  }
+  if (!sequence.swapped) decoder.Release(victim);
+  replica.waiting.push_front(std::move(sequence));
+}
+
+void LlmService::SwapInLocked(Replica& replica, std::unique_lock<std::mutex>& lock) {
+  for (const std::uint64_t id : replica.admitted) {
+    Sequence& sequence = replica.running.at(id);
+    if (!sequence.swapped) continue;
+    PagedDecoder::SwappedKv swapped = std::move(*sequence.swapped);
+    sequence.swapped.reset();
+    stats_.swap_bytes -= swapped.bytes.size();
+    // The replica's thread alone changes its running sequences: `sequence`
+    // stays valid while the lock is let go.
+    lock.unlock();
+    const auto copied = replica.decoder->SwapIn(id, std::move(swapped), options_.step_timeout);
+    lock.lock();
+    if (copied) {
+      ++replica.stats.swapped_in;
+    } else {
+      RASD_LOG_WARN(
+          "LLM service {}: swapping sequence {} into device {} failed ({}): it is "
+          "recomputed",
+          options_.id, id, replica.device, copied.error().message);
+    }
+  }
 }
 
 std::optional<KvBlockPool> LlmService::KvBlocks(int device) const {

@@ -189,5 +189,42 @@ TEST_F(LlmServiceTest, AFullCachePreemptsTheLastToJoinAndItsAnswerIsStillRight) 
   EXPECT_GT((*service)->GetStats().replicas[0].preempted, 0u);
 }
 
+// The same with preemption by swap: the preempted caches go to the host and
+// come back when their sequences rejoin; answers are still the reference's
+// (a cache that came back wrong would change them), and no host memory is
+// held at the end. With a budget of two blocks, most preemptions find no
+// room on the host and recompute instead.
+TEST_F(LlmServiceTest, PreemptionBySwapBringsTheCacheBackAndKeepsToItsHostBudget) {
+  const std::uint64_t block_bytes = 2ull * 16 * static_cast<std::uint64_t>(model_.Width()) * 4;
+  for (const std::uint64_t budget : {std::uint64_t{0}, 2 * block_bytes}) {
+    SCOPED_TRACE(budget);
+    {
+      std::lock_guard lock(mutex_);
+      answers_.clear();
+      answered_.clear();
+    }
+    auto service = LlmService::Create(*runtime_, {.devices = {0},
+                                                  .model = model_,
+                                                  .kv_bytes_per_device = 24 * block_bytes,
+                                                  .preemption = Preemption::kSwap,
+                                                  .swap_bytes = budget});
+    ASSERT_TRUE(service.has_value());
+    const auto requests = Requests(model_, 16, 40);
+    const auto ids = Submit(**service, requests);
+    ASSERT_TRUE(Eventually([&] { return Answered() == ids.size(); }, 60s));
+    ExpectReferenceAnswers(ids);
+    const auto stats = (*service)->GetStats();
+    const auto& replica = stats.replicas[0];
+    EXPECT_GT(replica.preempted, 0u);
+    EXPECT_EQ(replica.swapped_in, replica.swapped_out) << "every swapped cache came back";
+    EXPECT_EQ(stats.swap_bytes, 0u);
+    if (budget == 0) {
+      EXPECT_EQ(replica.swapped_out, replica.preempted) << "room on the host for every one";
+    } else {
+      EXPECT_LT(replica.swapped_out, replica.preempted) << "the budget held some back";
+    }
+  }
+}
+
 }  // namespace
 }  // namespace rasd::jobs

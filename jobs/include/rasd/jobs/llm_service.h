@@ -10,6 +10,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -20,6 +21,17 @@
 
 namespace rasd::jobs {
 
+// What a replica does with a running sequence when its KV cache is full
+// (the sequence that joined last gives way):
+//  - kRecompute: its blocks are freed; when it rejoins, its whole history
+//    is prefilled again (compute for memory: nothing is held meanwhile);
+//  - kSwap: its blocks are copied to host memory and freed; when it
+//    rejoins (on any replica) they are copied back and only new tokens are
+//    computed. Past the host budget, or when the copy fails, it recomputes.
+enum class Preemption { kRecompute, kSwap };
+std::string_view PreemptionName(Preemption preemption);
+std::optional<Preemption> ParsePreemption(std::string_view name);
+
 struct LlmOptions {
   std::string id = "llm";    // the job id: owner of its streams and memory
   std::vector<int> devices;  // one replica per device
@@ -28,6 +40,10 @@ struct LlmOptions {
   std::uint32_t tokens_per_block = 16;
   std::uint32_t max_batch_sequences = 64;
   std::uint32_t max_batch_tokens = 2048;
+  Preemption preemption = Preemption::kRecompute;
+  // Host memory for swapped caches, over all replicas; 0: as much as the
+  // KV caches of all replicas together.
+  std::uint64_t swap_bytes = 0;
   // A step on a healthy device that takes longer counts as a failure.
   std::chrono::milliseconds step_timeout{5000};
   // A step that fails on poisoned memory waits this long for the report of
@@ -48,8 +64,8 @@ struct LlmOptions {
 //  - Admission by free blocks: a waiting sequence joins the batch when its
 //    whole history fits in the free blocks. When a step finds the cache
 //    full, the sequence admitted last is preempted (recompute: its blocks
-//    are freed and it waits again, keeping its tokens; its history is
-//    prefilled again when it rejoins).
+//    are freed, or swapped to the host, as the options say; it waits again
+//    first in line, keeping its tokens).
 //  - A memory fault costs the sequences on the faulty page only. A step
 //    that reads a poisoned page fails (the driver reports the address, and
 //    the service subscribes to those reports); the page's KV blocks leave
@@ -105,6 +121,8 @@ class LlmService {
     std::size_t waiting = 0;  // assigned here, not in the batch (new or preempted)
     std::uint64_t steps = 0;
     std::uint64_t preempted = 0;   // sequences preempted for room
+    std::uint64_t swapped_out = 0;  // of those, caches copied to the host
+    std::uint64_t swapped_in = 0;   // caches copied back here from the host
     std::uint64_t recomputed = 0;  // sequences whose cache a memory fault took
     std::uint64_t moved_out = 0;   // sequences handed to other replicas
   };
@@ -115,6 +133,7 @@ class LlmService {
     std::uint64_t rejected = 0;  // not admitted
     std::uint64_t tokens = 0;    // generated, answered or not
     std::size_t unplaced = 0;    // admitted, with no replica to run them yet
+    std::uint64_t swap_bytes = 0;  // host memory holding swapped caches now
     std::vector<ReplicaStats> replicas;
   };
   Stats GetStats() const;
@@ -126,6 +145,7 @@ class LlmService {
     std::vector<int> generated;
     int wanted = 0;
     Callback done;
+    std::optional<PagedDecoder::SwappedKv> swapped;  // its cache, while on the host
     std::vector<int> History() const;
   };
   struct Replica;
@@ -141,6 +161,13 @@ class LlmService {
   // sequences. Called without mutex_.
   void StepOnce(Replica& replica, std::unique_lock<std::mutex>& lock);
   void OnDriverError(const drivers::DriverErrorEvent& event);
+  // The replica's sequence `victim` gives way for room: swapped or
+  // released as the options say, then first in line. Called with mutex_
+  // held through `lock`, which it releases while copying.
+  void PreemptLocked(Replica& replica, std::uint64_t victim, std::unique_lock<std::mutex>& lock);
+  // Copies back the caches of the running sequences that have one on the
+  // host; one that fails is recomputed. As above for the lock.
+  void SwapInLocked(Replica& replica, std::unique_lock<std::mutex>& lock);
 
   runtime::Runtime& runtime_;
   LlmOptions options_;
@@ -152,6 +179,7 @@ class LlmService {
   std::deque<Sequence> unplaced_;
   std::uint64_t next_id_ = 1;
   std::size_t outstanding_ = 0;
+  std::uint64_t swap_budget_ = 0;
   bool stopping_ = false;
   Stats stats_;
 };
