@@ -179,13 +179,17 @@ std::string FormatJobs(const nlohmann::json& result) {
         const auto& sequences = replica["sequences"];
         out += fmt::format(
             "{:<16} device {}{}: KV blocks {} used, {} free, {} retired of {}; sequences {} "
-            "running, {} waiting, {} preempted, {} recomputed, {} moved\n",
+            "running, {} waiting, {} preempted, {} recomputed, {} moved{}\n",
             "", JsonText(replica, "device"),
             replica.value("serving", false) ? "" : " (not serving)", JsonText(blocks, "used"),
             JsonText(blocks, "free"), JsonText(blocks, "retired"), JsonText(blocks, "total"),
             JsonText(sequences, "running"), JsonText(sequences, "waiting"),
             JsonText(sequences, "preempted"), JsonText(sequences, "recomputed"),
-            JsonText(sequences, "moved"));
+            JsonText(sequences, "moved"),
+            job.value("preemption", std::string()) == "swap"
+                ? fmt::format(", {} swapped out, {} in", JsonText(sequences, "swapped_out"),
+                              JsonText(sequences, "swapped_in"))
+                : std::string());
       }
     }
     if (job.contains("load") && job["load"].value("sent", 0) > 0) {

@@ -448,6 +448,7 @@ Action DefineJob(CLI::App& command) {
     int load = 0, steps = 0, elements = 0, checkpoint = 0, min_ranks = 0, batch = 0;
     std::int64_t kv_bytes = 0;
     int tokens_per_block = 0;
+    std::string preemption;
     bool no_grow = false;
   };
   auto args = std::make_shared<Args>();
@@ -466,6 +467,10 @@ Action DefineJob(CLI::App& command) {
       ->check(CLI::Range(std::int64_t{4096}, std::int64_t{1} << 34));
   start->add_option("--tokens-per-block", args->tokens_per_block, "llm: tokens per KV block")
       ->check(PositiveCount(4096));
+  start
+      ->add_option("--preemption", args->preemption,
+                   "llm: a full KV cache preempts by recompute (default) or swap (to host memory)")
+      ->check(CLI::IsMember({"recompute", "swap"}));
   start->add_option("--steps", args->steps, "collective: steps to run")
       ->check(PositiveCount(100000000));
   start->add_option("--elements", args->elements, "collective: floats per rank")
@@ -491,6 +496,7 @@ Action DefineJob(CLI::App& command) {
     if (args->batch > 0) request["max_batch"] = args->batch;
     if (args->kv_bytes > 0) request["kv_bytes"] = args->kv_bytes;
     if (args->tokens_per_block > 0) request["tokens_per_block"] = args->tokens_per_block;
+    if (!args->preemption.empty()) request["preemption"] = args->preemption;
     if (args->steps > 0) request["steps"] = args->steps;
     if (args->elements > 0) request["elements"] = args->elements;
     if (args->checkpoint > 0) request["checkpoint_every"] = args->checkpoint;

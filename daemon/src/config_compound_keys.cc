@@ -191,6 +191,18 @@ std::vector<Key> JobKeys(ConfigValueReader& reader, jobs::JobSpec& spec, bool& h
          spec.kind = *kind;
          has_kind = true;
        }},
+      {"preemption",
+       [&](const YAML::Node& value, const std::string& path) {
+         auto text = reader.ReadString(value, path);
+         if (!text) return;
+         auto preemption = jobs::ParsePreemption(*text);
+         if (!preemption) {
+           reader.Problem(value.Mark(),
+                          fmt::format("'{}' must be recompute or swap, not '{}'", path, *text));
+           return;
+         }
+         spec.preemption = *preemption;
+       }},
       {"devices",
        [&](const YAML::Node& value, const std::string& path) {
          if (!value.IsSequence()) {

@@ -635,7 +635,10 @@ void AddOtherKeys(std::vector<ConfigKey>& keys) {
                      "`max_wait_us`, `max_queue` (default 4096), `load_rps`; llm: `devices`, "
                      "`max_batch` (sequences in one step), `max_queue`, `load_rps`, `kv_bytes` "
                      "(the KV cache per device, default 4194304), `tokens_per_block` (default "
-                     "16); collective: `devices`, `elements`, `steps`, "
+                     "16), `preemption` (`recompute`, the default, or `swap`: a full cache's "
+                     "youngest sequence is recomputed later, or its blocks are copied to host "
+                     "memory, up to the size of the KV caches, and back); collective: `devices`, "
+                     "`elements`, `steps`, "
                      "`checkpoint_every`, `min_ranks`, `grow_on_return` (default true)); see "
                      "`packaging/rasd.yaml`"));
   keys.push_back(Row("simulator.devices", kRestart, RASD_CONFIG_FIELD(simulator.devices),

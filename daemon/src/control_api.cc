@@ -527,6 +527,7 @@ Result<nlohmann::json> ControlApi::Jobs(const nlohmann::json& args) {
                             {"recomputed", report.sequences_recomputed},
                             {"moved", report.sequences_moved}};
       entry["tokens"] = report.tokens;
+      entry["preemption"] = report.preemption;
       auto replicas = nlohmann::json::array();
       for (const auto& replica : report.llm_replicas) {
         replicas.push_back({{"device", replica.device},
@@ -541,7 +542,9 @@ Result<nlohmann::json> ControlApi::Jobs(const nlohmann::json& args) {
                               {"waiting", replica.sequences_waiting},
                               {"preempted", replica.sequences_preempted},
                               {"recomputed", replica.sequences_recomputed},
-                              {"moved", replica.sequences_moved}}}});
+                              {"moved", replica.sequences_moved},
+                              {"swapped_out", replica.swapped_out},
+                              {"swapped_in", replica.swapped_in}}}});
       }
       entry["replicas"] = std::move(replicas);
       entry["load"] = {{"sent", report.load_sent},     {"wrong", report.load_wrong},
@@ -580,12 +583,20 @@ Result<nlohmann::json> ControlApi::StartJob(const nlohmann::json& args) {
     spec.kv_bytes = static_cast<std::uint64_t>(*n);
   if (auto n = reader.Int("tokens_per_block", 1, 4096))
     spec.tokens_per_block = static_cast<std::uint32_t>(*n);
+  const auto preemption = reader.String("preemption", 16);
   if (auto ok = reader.Finish(); !ok) return Fail(ok.error());
   const auto parsed = jobs::ParseJobKind(*kind);
   if (!parsed)
     return Fail(ErrorCode::kInvalidArgument,
                 "bad argument 'kind' for job-start: must be inference, llm or collective");
   spec.kind = *parsed;
+  if (preemption) {
+    const auto policy = jobs::ParsePreemption(*preemption);
+    if (!policy)
+      return Fail(ErrorCode::kInvalidArgument,
+                  "bad argument 'preemption' for job-start: must be recompute or swap");
+    spec.preemption = *policy;
+  }
   const std::string name = spec.name;
   if (auto started = parts_.jobs.Start(std::move(spec)); !started) return Fail(started.error());
   RASD_LOG_INFO("job '{}' started by an operator", name);

@@ -176,7 +176,9 @@ exporters::MetricsSnapshot DaemonMetrics::Now() const {
           .waiting = replica.sequences_waiting,
           .preempted = replica.sequences_preempted,
           .recomputed = replica.sequences_recomputed,
-          .moved_out = replica.sequences_moved};
+          .moved_out = replica.sequences_moved,
+          .swapped_out = replica.swapped_out,
+          .swapped_in = replica.swapped_in};
     }
   }
   return snapshot;

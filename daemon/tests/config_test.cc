@@ -88,6 +88,28 @@ TEST(ConfigTest, ARuleMayHaveABootGrace) {
                    .ok());
 }
 
+TEST(ConfigTest, AnLlmJobNamesItsPreemptionPolicyAndABadOneIsNamed) {
+  const auto result = ParseConfig(R"(jobs:
+  - name: chat
+    kind: llm
+    preemption: swap
+  - name: other
+    kind: llm
+)",
+                                  "llm.yaml");
+  ASSERT_TRUE(result.ok()) << testing::PrintToString(Problems(result));
+  ASSERT_EQ(result.config.jobs.size(), 2u);
+  EXPECT_EQ(result.config.jobs[0].preemption, jobs::Preemption::kSwap);
+  EXPECT_EQ(result.config.jobs[1].preemption, jobs::Preemption::kRecompute) << "the default";
+  const auto bad =
+      ParseConfig("jobs:\n  - name: chat\n    kind: llm\n    preemption: evict\n", "bad.yaml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(testing::PrintToString(Problems(bad))
+                .find("'jobs[0].preemption' must be recompute or swap, not 'evict'"),
+            std::string::npos)
+      << testing::PrintToString(Problems(bad));
+}
+
 TEST(ConfigTest, RecoveryRowsAreReadWithTheirEscalationAndBadOnesNamed) {
   const auto result = ParseConfig(R"(ras:
   recovery:

@@ -461,6 +461,10 @@ TEST_F(ControlApiTest, AttachAndJobCommandsRefuseBadArgumentsWithOneClearError) 
   ASSERT_FALSE(kind.has_value());
   EXPECT_EQ(kind.error().message,
             "bad argument 'kind' for job-start: must be inference, llm or collective");
+  auto policy = api_->StartJob({{"kind", "llm"}, {"name", "chat"}, {"preemption", "evict"}});
+  ASSERT_FALSE(policy.has_value());
+  EXPECT_EQ(policy.error().message,
+            "bad argument 'preemption' for job-start: must be recompute or swap");
   auto stop = api_->StopJob({{"name", "none-such"}});
   ASSERT_FALSE(stop.has_value());
   auto jobs = api_->Jobs(json::object());

@@ -400,8 +400,10 @@ void AddActionAndJobFamilies(const MetricsSnapshot& snapshot, Add& add) {
                             "waiting for room)",
                             MetricType::Gauge);
     auto events = Family("rasd_llm_sequence_events_total",
-                         "Sequences of an LLM job's replica preempted for room, recomputed after "
-                         "a memory fault took their KV blocks, or moved out to another replica",
+                         "Sequences of an LLM job's replica preempted for room (and of those, "
+                         "caches swapped out to host memory; swapped in: back here), recomputed "
+                         "after a memory fault took their KV blocks, or moved out to another "
+                         "replica",
                          MetricType::Counter);
     for (const auto& [key, replica] : snapshot.llm_replicas) {
       const std::string device = std::to_string(key.second);
@@ -419,7 +421,9 @@ void AddActionAndJobFamilies(const MetricsSnapshot& snapshot, Add& add) {
       }
       for (const auto& [event, count] :
            {std::pair{"preempted", replica.preempted}, std::pair{"recomputed", replica.recomputed},
-            std::pair{"moved_out", replica.moved_out}}) {
+            std::pair{"moved_out", replica.moved_out},
+            std::pair{"swapped_out", replica.swapped_out},
+            std::pair{"swapped_in", replica.swapped_in}}) {
         events.metric.push_back(Value(MetricType::Counter, static_cast<double>(count),
                                       {{"job", key.first}, {"device", device}, {"event", event}}));
       }

@@ -89,6 +89,7 @@ Status JobManager::Start(JobSpec spec) {
     options.devices = spec.devices;
     options.kv_bytes_per_device = spec.kv_bytes;
     options.tokens_per_block = spec.tokens_per_block;
+    options.preemption = spec.preemption;
     options.max_batch_sequences =
         static_cast<std::uint32_t>(std::max<std::size_t>(spec.max_batch, 1));
     options.max_queued = spec.max_queue;
@@ -248,9 +249,12 @@ JobReport JobManager::ReportOf(const Job& job) const {
                                      .sequences_waiting = replica.waiting,
                                      .sequences_preempted = replica.preempted,
                                      .sequences_recomputed = replica.recomputed,
-                                     .sequences_moved = replica.moved_out});
+                                     .sequences_moved = replica.moved_out,
+                                     .swapped_out = replica.swapped_out,
+                                     .swapped_in = replica.swapped_in});
     }
     report.state = ServiceState(serving, stats.replicas.size());
+    report.preemption = std::string(PreemptionName(job.spec.preemption));
     // As for inference: moved off a replica, and run again.
     report.requeued = report.sequences_moved;
     report.rerun = report.sequences_recomputed;

@@ -74,6 +74,7 @@ struct MetricsSnapshot {
     std::uint64_t kv_used = 0, kv_free = 0, kv_retired = 0;
     std::uint64_t running = 0, waiting = 0;
     std::uint64_t preempted = 0, recomputed = 0, moved_out = 0;  // since the job started
+    std::uint64_t swapped_out = 0, swapped_in = 0;
   };
   std::map<std::pair<std::string, int>, LlmReplica> llm_replicas;  // (job, device)
   ras::EdacSnapshot edac;

@@ -39,6 +39,7 @@ struct JobSpec {
   // LLM (also max_batch: sequences in one step; max_queue; load_rps).
   std::uint64_t kv_bytes = 4 << 20;  // the KV cache on each device
   std::uint32_t tokens_per_block = 16;
+  Preemption preemption = Preemption::kRecompute;
   // Collective.
   std::uint64_t elements = 1 << 16;
   int steps = 1000;
@@ -74,7 +75,9 @@ struct JobReport {
                   kv_blocks_retired = 0;
     std::uint64_t sequences_running = 0, sequences_waiting = 0, sequences_preempted = 0,
                   sequences_recomputed = 0, sequences_moved = 0;
+    std::uint64_t swapped_out = 0, swapped_in = 0;  // preempted caches to the host and back
   };
+  std::string preemption;  // LLM: recompute or swap
   std::vector<LlmReplica> llm_replicas;
   // Collective.
   int step = 0, steps = 0;
