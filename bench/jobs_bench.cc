@@ -185,6 +185,7 @@ struct LlmRun {
   double tokens_per_s = 0;
   double peak_sequences = 0;
   double wrong = 0;
+  double preempted = 0, swapped_out = 0;
 };
 
 struct LlmRequest {
@@ -206,16 +207,19 @@ std::vector<LlmRequest> ChatRequests(const rasd::jobs::DecoderModel& model) {
   return requests;
 }
 
-LlmRun RunLlm(const std::vector<LlmRequest>& requests, std::uint32_t tokens_per_block) {
+LlmRun RunLlm(const std::vector<LlmRequest>& requests, std::uint32_t tokens_per_block,
+              std::uint64_t kv_bytes = 2 << 20,
+              rasd::jobs::Preemption preemption = rasd::jobs::Preemption::kRecompute) {
   Sim sim = MakeSim();
   rasd::jobs::DecoderModel model;
   auto service =
       std::move(*rasd::jobs::LlmService::Create(*sim.runtime, {.devices = {0},
                                                                .model = model,
-                                                               .kv_bytes_per_device = 2 << 20,
+                                                               .kv_bytes_per_device = kv_bytes,
                                                                .tokens_per_block = tokens_per_block,
                                                                .max_batch_sequences = 128,
-                                                               .max_batch_tokens = 4096}));
+                                                               .max_batch_tokens = 4096,
+                                                               .preemption = preemption}));
   std::mutex mutex;
   std::condition_variable all_done;
   std::map<std::uint64_t, std::vector<int>> answers;
@@ -248,7 +252,10 @@ LlmRun RunLlm(const std::vector<LlmRequest>& requests, std::uint32_t tokens_per_
   }
   lock.unlock();
   run.tokens_per_s = tokens / seconds;
-  run.peak_sequences = static_cast<double>(service->GetStats().replicas[0].peak_running);
+  const auto replica = service->GetStats().replicas[0];
+  run.peak_sequences = static_cast<double>(replica.peak_running);
+  run.preempted = static_cast<double>(replica.preempted);
+  run.swapped_out = static_cast<double>(replica.swapped_out);
   return run;
 }
 
@@ -279,6 +286,39 @@ void BM_LlmPagedAgainstContiguous(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_LlmPagedAgainstContiguous)->Iterations(1)->Unit(benchmark::kSecond)->UseRealTime();
+
+// BM_LlmPreemptionSwapAgainstRecompute: the same 192 requests through a KV
+// cache of 512 KiB (a quarter of the run above: the cache fills and
+// sequences are preempted), preempting by recompute (the baseline) and by
+// swap to host memory; medians of 3 alternated runs each.
+void BM_LlmPreemptionSwapAgainstRecompute(benchmark::State& state) {
+  const auto requests = ChatRequests(rasd::jobs::DecoderModel{});
+  for (auto _ : state) {
+    std::vector<double> recompute_tps, swap_tps, recompute_preempted, swap_preempted, swapped;
+    double wrong = 0;
+    for (int run = 0; run < 3; ++run) {
+      const LlmRun recompute = RunLlm(requests, 16, 512 << 10, rasd::jobs::Preemption::kRecompute);
+      const LlmRun swap = RunLlm(requests, 16, 512 << 10, rasd::jobs::Preemption::kSwap);
+      recompute_tps.push_back(recompute.tokens_per_s);
+      swap_tps.push_back(swap.tokens_per_s);
+      recompute_preempted.push_back(recompute.preempted);
+      swap_preempted.push_back(swap.preempted);
+      swapped.push_back(swap.swapped_out);
+      wrong += recompute.wrong + swap.wrong;
+    }
+    state.counters["recompute_tokens_per_s"] = Median(recompute_tps);
+    state.counters["swap_tokens_per_s"] = Median(swap_tps);
+    state.counters["tokens_per_s_ratio"] = Median(swap_tps) / Median(recompute_tps);
+    state.counters["recompute_preempted"] = Median(recompute_preempted);
+    state.counters["swap_preempted"] = Median(swap_preempted);
+    state.counters["swapped_out"] = Median(swapped);
+    state.counters["wrong"] = wrong;
+  }
+}
+BENCHMARK(BM_LlmPreemptionSwapAgainstRecompute)
+    ->Iterations(1)
+    ->Unit(benchmark::kSecond)
+    ->UseRealTime();
 
 struct TracedRequest {
   LlmRequest request;
