@@ -277,8 +277,8 @@ void LlmService::RunReplica(Replica& replica) {
         continue;
       }
       replica.decoder = std::move(*decoder);
-      replica.kv_base = replica.decoder->KvBase();
-      replica.kv_bytes = replica.decoder->KvBytes();
+      replica.kv_base = replica.decoder->KvPagesBase();
+      replica.kv_bytes = replica.decoder->KvPagesBytes();
     }
     // Unplaced sequences, when this replica can take them.
     while (!unplaced_.empty()) {
@@ -328,7 +328,7 @@ void LlmService::StepOnce(Replica& replica, std::unique_lock<std::mutex>& lock) 
     replica.stats.peak_running = std::max(replica.stats.peak_running, replica.running.size());
   }
   if (replica.running.empty() && !replica.waiting.empty() &&
-      !blocks.CanGrow(replica.waiting.front().id, replica.waiting.front().History().size())) {
+      !blocks.CanGrow(replica.waiting.front().id, replica.waiting.front().History().size() + 1)) {
     // Nothing else holds a block here, and the first in line still does
     // not fit: its history is more than this cache holds (faults retired
     // too much of it). Answered, not left waiting for ever.
@@ -422,11 +422,9 @@ void LlmService::PreemptLocked(Replica& replica, std::uint64_t victim,
   replica.running.erase(victim);
   ++replica.stats.preempted;
   if (options_.preemption == Preemption::kSwap) {
-    const std::uint64_t block_bytes = 2ull * options_.tokens_per_block *
-                                      static_cast<std::uint64_t>(options_.model.Width()) *
-                                      sizeof(float);
-    const std::uint64_t bytes = decoder.Blocks().BlockTable(victim).size() * block_bytes;
-    if (stats_.swap_bytes + bytes <= swap_budget_) {
+    const std::uint64_t bytes = decoder.Blocks().BlockTable(victim).size() * decoder.BlockBytes();
+    // A sequence with nothing cached (a fault took it) has nothing to swap.
+    if (bytes > 0 && stats_.swap_bytes + bytes <= swap_budget_) {
       stats_.swap_bytes += bytes;  // held for the copy, so that two replicas cannot overrun it
       lock.unlock();
       auto swapped = decoder.SwapOut(victim, options_.step_timeout);
@@ -440,6 +438,12 @@ void LlmService::PreemptLocked(Replica& replica, std::uint64_t victim,
             "LLM service {}: swapping sequence {} out of device {} failed ({}): it is "
             "recomputed",
             options_.id, victim, replica.device, swapped.error().message);
+        if (swapped.error().code == ErrorCode::kDeviceFault) {
+          // Poison read: its report names the page, whose blocks must not
+          // return to the free list before it is known (as after a step).
+          work_.wait_for(lock, options_.poison_report_wait,
+                         [&] { return !replica.faulty_pages.empty() || stopping_; });
+        }
       }
     }
   }
@@ -449,6 +453,9 @@ void LlmService::PreemptLocked(Replica& replica, std::uint64_t victim,
 
 void LlmService::SwapInLocked(Replica& replica, std::unique_lock<std::mutex>& lock) {
   for (const std::uint64_t id : replica.admitted) {
+    // A decoder that lost its stream keeps the copies: the sequences move
+    // to another replica with them.
+    if (!replica.decoder->Usable()) return;
     Sequence& sequence = replica.running.at(id);
     if (!sequence.swapped) continue;
     PagedDecoder::SwappedKv swapped = std::move(*sequence.swapped);

@@ -69,7 +69,7 @@ Status PagedDecoder::Prepare() {
            Buffer{&wk_, width * width * sizeof(float)},
            Buffer{&wv_, width * width * sizeof(float)},
            Buffer{&wo_, width * static_cast<std::uint64_t>(model.vocab) * sizeof(float)},
-           Buffer{&kv_, options_.kv_bytes + page - 1},
+           Buffer{&kv_, (options_.kv_bytes + page - 1) / page * page + page - 1},
            Buffer{&x_, tokens * width * sizeof(float)},
            Buffer{&k_new_, tokens * width * sizeof(float)},
            Buffer{&v_new_, tokens * width * sizeof(float)},
@@ -88,8 +88,10 @@ Status PagedDecoder::Prepare() {
     *buffer.allocation = *allocation;
   }
   // The blocks are addressed where the region landed.
+  kv_pages_base_ = (kv_.address + page - 1) / page * page;
+  kv_pages_bytes_ = (options_.kv_bytes + page - 1) / page * page;
   auto blocks =
-      KvBlockPool::Create({.base = (kv_.address + page - 1) / page * page,
+      KvBlockPool::Create({.base = kv_pages_base_,
                            .bytes = options_.kv_bytes,
                            .block_bytes = 2ull * options_.tokens_per_block * width * sizeof(float),
                            .tokens_per_block = options_.tokens_per_block});

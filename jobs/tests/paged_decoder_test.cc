@@ -128,8 +128,8 @@ TEST_F(PagedDecoderTest, APoisonedKvPageCostsOnlyTheSequencesWithABlockOnIt) {
   // A page with blocks of exactly two sequences.
   std::optional<drivers::DeviceAddress> page;
   std::set<SequenceId> on_page;
-  for (drivers::DeviceAddress at = decoder->KvBase(); at < decoder->KvBase() + decoder->KvBytes();
-       at += kPage) {
+  for (drivers::DeviceAddress at = decoder->KvPagesBase();
+       at < decoder->KvPagesBase() + decoder->KvPagesBytes(); at += kPage) {
     on_page = decoder->Blocks().SequencesOn(at, kPage);
     if (on_page.size() == 2) {
       page = at;
@@ -285,18 +285,48 @@ TEST_F(PagedDecoderTest, TheBlocksStartOnAPageSoAFaultUnderOneCostsNoOtherBuffer
   const auto first = decoder->Blocks().NextFreeBlock();
   ASSERT_TRUE(first.has_value());
   EXPECT_EQ(*first % 4096, 0u);
-  EXPECT_GE(*first, decoder->KvBase());
-  const std::uint64_t block_bytes = 2ull * 16 * static_cast<std::uint64_t>(model_.Width()) * 4;
+  EXPECT_EQ(*first, decoder->KvPagesBase());
+  const std::uint64_t block_bytes = decoder->BlockBytes();
   EXPECT_EQ(decoder->Blocks().GetStats().total, (1u << 20) / block_bytes)
       << "the slack for the alignment is on top of the blocks asked for";
   const auto last_byte = *first + decoder->Blocks().GetStats().total * block_bytes - 1;
-  EXPECT_LE(last_byte, decoder->KvBase() + decoder->KvBytes() - 1);
-  for (const auto address : {*first, *first + 4095, last_byte / 4096 * 4096, last_byte}) {
+  EXPECT_LE(last_byte, decoder->KvPagesBase() + decoder->KvPagesBytes() - 1);
+  EXPECT_EQ(decoder->KvPagesBytes() % 4096, 0u);
+  // Every byte of the first and the last page is the cache's allocation.
+  const auto cache = pool.OwnerOf(*first);
+  ASSERT_TRUE(cache.has_value());
+  const auto last_page_end = decoder->KvPagesBase() + decoder->KvPagesBytes() - 1;
+  for (const auto address : {*first, *first + 4095, last_page_end - 4095, last_page_end}) {
     const auto owner = pool.OwnerOf(address);
     ASSERT_TRUE(owner.has_value());
-    EXPECT_EQ(owner->address, decoder->KvBase()) << "the page of a block holds only the cache";
+    EXPECT_EQ(owner->address, cache->address) << "the page of a block holds only the cache";
   }
   ASSERT_TRUE(pool.Free(*odd).has_value());
+}
+
+// A block size that does not divide the page, in a region that is not a
+// whole number of pages: the last block's page still holds nothing else.
+TEST_F(PagedDecoderTest, TheLastBlocksPageHoldsNothingElseWhenBlocksDoNotFillIt) {
+  auto stream = runtime_->CreateStream(0, {.owner = "other"});
+  ASSERT_TRUE(stream.has_value());
+  auto& pool = **runtime_->Pool(0);
+  // Buffers of other sizes first: the region lands after them.
+  for (const std::uint64_t before : {256, 3000, 70000}) {
+    SCOPED_TRACE(before);
+    auto odd = pool.Allocate(before, **stream);
+    ASSERT_TRUE(odd.has_value());
+    auto decoder = PagedDecoder::Create(
+        *runtime_, 0, {.model = model_, .kv_bytes = 6 * 1024 + 100, .tokens_per_block = 4});
+    ASSERT_TRUE(decoder.has_value()) << decoder.error().message;
+    const auto& d = **decoder;
+    const auto cache = pool.OwnerOf(d.KvPagesBase());
+    ASSERT_TRUE(cache.has_value());
+    const auto pages_end = d.KvPagesBase() + d.KvPagesBytes();
+    EXPECT_GE(pages_end, d.KvPagesBase() + d.Blocks().GetStats().total * d.BlockBytes());
+    EXPECT_LE(pages_end, cache->address + cache->size) << "the last page is inside the allocation";
+    decoder->reset();
+    ASSERT_TRUE(pool.Free(*odd).has_value());
+  }
 }
 
 }  // namespace

@@ -92,18 +92,21 @@ class PagedDecoder {
   KvBlockPool& Blocks() { return blocks_; }
   const KvBlockPool& Blocks() const { return blocks_; }
   int Device() const { return device_; }
-  // The KV cache's allocation: an address in it maps to blocks (Blocks()),
-  // or to the slack before the first block or after the last, which nothing
-  // reads. The blocks start on a page boundary of the device, so a faulty
-  // page under a block holds no other buffer of the decoder.
-  drivers::DeviceAddress KvBase() const { return kv_.address; }
-  std::uint64_t KvBytes() const { return kv_.size; }
+  // The device pages the blocks lie on, [KvPagesBase(), + KvPagesBytes()):
+  // page-aligned, inside the KV cache's allocation (a page larger, and
+  // rounded up to pages), so they hold blocks and nothing else. A fault on
+  // one of them costs blocks (Blocks().RetirePage) and never another
+  // buffer; a fault on the allocation's slack outside them is not the
+  // cache's to contain (that page may hold a neighbouring buffer).
+  drivers::DeviceAddress KvPagesBase() const { return kv_pages_base_; }
+  std::uint64_t KvPagesBytes() const { return kv_pages_bytes_; }
+  // One block: tokens_per_block tokens' keys, then their values.
+  std::uint64_t BlockBytes() const;
 
  private:
   PagedDecoder(runtime::Runtime& runtime, int device, Options options, KvBlockPool blocks);
   Status Prepare();
   Result<std::unique_ptr<runtime::Stream>> NewStream();
-  std::uint64_t BlockBytes() const;
   // After work on the stream failed: a new stream, or broken_ when the old
   // one may still run (a timeout) or none can be had.
   void RecoverStream(ErrorCode failure);
@@ -116,6 +119,8 @@ class PagedDecoder {
   // Device buffers: weights, the KV region, and a step's scratch. The
   // embeddings stay on the host: a step's input rows are built there.
   runtime::Allocation wq_, wk_, wv_, wo_, kv_;
+  drivers::DeviceAddress kv_pages_base_ = 0;
+  std::uint64_t kv_pages_bytes_ = 0;
   runtime::Allocation x_, k_new_, v_new_, x_last_, q_, attended_, hidden_, logits_;
   runtime::Allocation k_slots_, v_slots_, tables_, lengths_;
   // Host buffers a step copies from and to: members, so that they outlive
