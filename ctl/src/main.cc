@@ -347,8 +347,8 @@ Action Simple(std::string command, std::function<std::string(const nlohmann::jso
 
 // The values an inject names, for the option's check and for completion.
 const std::vector<std::string> kInjectKinds = {
-    "ce",   "ucna",  "srao",    "srar", "uce",  "fatal", "xid",  "link",    "link-up",
-    "hang", "wedge", "unwedge", "load", "kmsg", "edac",  "einj", "hwpoison"};
+    "ce",   "ucna",  "srao",    "srar", "uce", "fatal", "xid",  "link", "link-up",
+    "hang", "wedge", "unwedge", "load", "sdc", "kmsg",  "edac", "einj", "hwpoison"};
 const std::vector<std::string> kSeverities = {"CE", "UCNA", "SRAO", "SRAR", "UCE", "FATAL", "INFO"};
 
 Action DefineEvents(CLI::App& command) {
@@ -513,12 +513,15 @@ Action DefineInject(CLI::App& command) {
     std::string kind, value, address, job, via, call;
     int device = -1, peer = -1, mc = -1, dimm = -1;
     std::uint64_t count = 1;
+    std::optional<double> rate;
+    std::string kernel;
+    std::optional<std::uint64_t> seed;
   };
   auto args = std::make_shared<Args>();
   command
       .add_option("kind", args->kind,
                   "ce, ucna, srao, srar, uce, fatal, xid, link, link-up, hang, wedge, unwedge, "
-                  "load, kmsg, edac, einj, hwpoison")
+                  "load, sdc, kmsg, edac, einj, hwpoison")
       ->required()
       ->check(CLI::IsMember(kInjectKinds));
   command.add_option("value", args->value, "xid: the Xid number; kmsg: the record text");
@@ -535,6 +538,12 @@ Action DefineInject(CLI::App& command) {
       ->check(CLI::IsMember({"nvlink"}));
   command.add_option("--call", args->call,
                      "wedge: the one device query that stops returning (default: all of them)");
+  command
+      .add_option("--rate", args->rate,
+                  "sdc: the fraction of elements kernels write with a bit flipped (0 ends it)")
+      ->check(CLI::Range(0.0, 1.0));
+  command.add_option("--kernel", args->kernel, "sdc: only this kernel's results (default: all)");
+  command.add_option("--seed", args->seed, "sdc: where the flips fall, repeatably (default 1)");
   command.add_option("--mc", args->mc, "edac: memory controller")->check(DeviceIndex());
   command.add_option("--dimm", args->dimm, "edac: DIMM")->check(DeviceIndex());
   return [args](const Invocation& call) {
@@ -548,6 +557,9 @@ Action DefineInject(CLI::App& command) {
     if (!args->call.empty()) request["call"] = args->call;
     if (args->mc >= 0) request["mc"] = args->mc;
     if (args->dimm >= 0) request["dimm"] = args->dimm;
+    if (args->rate) request["rate"] = *args->rate;
+    if (!args->kernel.empty()) request["kernel"] = args->kernel;
+    if (args->seed) request["seed"] = *args->seed;
     const std::string& value = args->value;
     if (args->kind == "xid") {
       int number = -1;

@@ -84,7 +84,13 @@ Result<nlohmann::json> FaultInjection::Inject(const nlohmann::json& request) {
   args.via = reader.String("via", 16).value_or("");
   args.call = reader.String("call", 128).value_or("");
   args.count = static_cast<std::uint64_t>(reader.Int("count", 1, 100'000).value_or(1));
+  args.rate = reader.Number("rate", 0, 1);
+  args.kernel = reader.String("kernel", 64).value_or("");
+  args.seed = static_cast<std::uint64_t>(reader.Int("seed", 0, 1LL << 62).value_or(1));
   if (auto ok = reader.Finish(); !ok) return Fail(ok.error());
+  if ((args.rate || !args.kernel.empty()) && args.kind != "sdc") {
+    return Fail(ErrorCode::kInvalidArgument, "inject: --rate and --kernel go with sdc");
+  }
   if (!args.via.empty() && args.via != "nvlink") {
     return Fail(ErrorCode::kInvalidArgument,
                 fmt::format("inject: --via '{}': the one link kind to name is nvlink", args.via));
@@ -98,21 +104,30 @@ Result<nlohmann::json> FaultInjection::Inject(const nlohmann::json& request) {
 
   using Handler = Result<nlohmann::json> (FaultInjection::*)(const InjectArgs&);
   static const std::map<std::string, Handler, std::less<>> kHandlers = {
-      {"ce", &FaultInjection::InjectDeviceMemory},   {"ucna", &FaultInjection::InjectDeviceMemory},
-      {"srao", &FaultInjection::InjectDeviceMemory}, {"srar", &FaultInjection::InjectDeviceMemory},
-      {"uce", &FaultInjection::InjectDeviceFault},   {"fatal", &FaultInjection::InjectDeviceFault},
-      {"hang", &FaultInjection::InjectDeviceFault},  {"load", &FaultInjection::InjectDeviceFault},
-      {"link", &FaultInjection::InjectLink},         {"link-up", &FaultInjection::InjectLink},
-      {"xid", &FaultInjection::InjectXid},           {"kmsg", &FaultInjection::InjectKmsg},
-      {"edac", &FaultInjection::InjectEdac},         {"einj", &FaultInjection::InjectEinj},
-      {"hwpoison", &FaultInjection::InjectHwpoison}, {"wedge", &FaultInjection::InjectWedge},
+      {"ce", &FaultInjection::InjectDeviceMemory},
+      {"ucna", &FaultInjection::InjectDeviceMemory},
+      {"srao", &FaultInjection::InjectDeviceMemory},
+      {"srar", &FaultInjection::InjectDeviceMemory},
+      {"uce", &FaultInjection::InjectDeviceFault},
+      {"fatal", &FaultInjection::InjectDeviceFault},
+      {"hang", &FaultInjection::InjectDeviceFault},
+      {"load", &FaultInjection::InjectDeviceFault},
+      {"link", &FaultInjection::InjectLink},
+      {"link-up", &FaultInjection::InjectLink},
+      {"xid", &FaultInjection::InjectXid},
+      {"kmsg", &FaultInjection::InjectKmsg},
+      {"edac", &FaultInjection::InjectEdac},
+      {"einj", &FaultInjection::InjectEinj},
+      {"hwpoison", &FaultInjection::InjectHwpoison},
+      {"wedge", &FaultInjection::InjectWedge},
       {"unwedge", &FaultInjection::InjectWedge},
+      {"sdc", &FaultInjection::InjectSilentCorruption},
   };
   auto handler = kHandlers.find(args.kind);
   if (handler == kHandlers.end()) {
     return Fail(ErrorCode::kInvalidArgument,
                 "bad argument 'kind' for inject: must be one of ce, ucna, srao, srar, uce, fatal, "
-                "xid, link, link-up, hang, load, wedge, unwedge, kmsg, edac, einj, hwpoison");
+                "xid, link, link-up, hang, load, sdc, wedge, unwedge, kmsg, edac, einj, hwpoison");
   }
   auto done = (this->*handler->second)(args);
   if (!done) return done;
@@ -182,6 +197,29 @@ Result<nlohmann::json> FaultInjection::InjectWedge(const InjectArgs& args) {
   done["note"] =
       "its driver queries no longer return: past probe.deadline_ms it drains, past "
       "probe.isolate_after deadlines it is isolated; rasctl inject unwedge ends it";
+  return done;
+}
+
+Result<nlohmann::json> FaultInjection::InjectSilentCorruption(const InjectArgs& args) {
+  if (auto ok = NeedDevice(args); !ok) return Fail(ok.error());
+  if (!args.rate) {
+    return Fail(ErrorCode::kInvalidArgument,
+                "inject sdc needs --rate, the fraction of elements written with a bit flipped "
+                "(0 to 1; 0 ends it)");
+  }
+  if (auto injected = runtime_.Driver().Faults()->InjectSilentCorruption(*args.device, *args.rate,
+                                                                         args.kernel, args.seed);
+      !injected)
+    return Fail(injected.error());
+  nlohmann::json done;
+  done["device"] = *args.device;
+  done["rate"] = *args.rate;
+  if (!args.kernel.empty()) done["kernel"] = args.kernel;
+  done["seed"] = args.seed;
+  done["note"] = *args.rate > 0
+                     ? "its kernels now write wrong bits and nothing reports it; rasctl inject sdc "
+                       "--device N --rate 0 ends it"
+                     : "its kernels compute right again";
   return done;
 }
 

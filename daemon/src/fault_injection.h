@@ -52,6 +52,10 @@ class FaultInjection {
     std::string call;  // wedge: the one query that stops returning; empty: all of them
     std::string via;  // link, link-up: "nvlink", or empty for the configured path
     std::uint64_t count = 1;
+    // sdc: bits flipped per element written, the kernel (empty: all), the seed.
+    std::optional<double> rate;
+    std::string kernel;
+    std::uint64_t seed = 1;
   };
   Status HardwareAllowed() const;
   // The device exists and, `into_driver`, its backend can inject faults.
@@ -61,6 +65,7 @@ class FaultInjection {
   Result<nlohmann::json> InjectDeviceFault(const InjectArgs& args);   // uce, fatal, hang
   Result<nlohmann::json> InjectLink(const InjectArgs& args);          // link, link-up
   Result<nlohmann::json> InjectWedge(const InjectArgs& args);         // wedge, unwedge
+  Result<nlohmann::json> InjectSilentCorruption(const InjectArgs& args);  // sdc
   Result<nlohmann::json> InjectXid(const InjectArgs& args);
   Result<nlohmann::json> InjectKmsg(const InjectArgs& args);
   Result<nlohmann::json> InjectEdac(const InjectArgs& args);

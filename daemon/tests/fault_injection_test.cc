@@ -150,6 +150,49 @@ TEST_F(FaultInjectionTest, EinjWritesTheFirmwaresFilesInOrderAndSaysWhyWhenItCan
   EXPECT_EQ(rejected.code, ErrorCode::kInvalidArgument);
 }
 
+// Silent corruption reaches the simulated device, whose kernels then write
+// wrong bits, and nothing reaches the pipeline; a rate of 0 ends it.
+TEST_F(FaultInjectionTest, SilentCorruptionSpoilsTheDevicesResultsAndReportsNothing) {
+  auto done = inject_->Inject({{"kind", "sdc"}, {"device", 1}, {"rate", 1.0}, {"seed", 3}});
+  ASSERT_TRUE(done.has_value()) << done.error().message;
+  EXPECT_EQ((*done)["rate"], 1.0);
+  EXPECT_EQ((*done)["seed"], 3);
+  auto fill = [&](int device) {
+    auto stream = runtime_->CreateStream(device, {.owner = "test"});
+    EXPECT_TRUE(stream.has_value());
+    auto& pool = **runtime_->Pool(device);
+    auto buffer = pool.Allocate(64 * sizeof(float), **stream);
+    EXPECT_TRUE(buffer.has_value());
+    EXPECT_TRUE((*stream)
+                    ->Launch("fill", std::vector{drivers::KernelArg::Address(buffer->address),
+                                                 drivers::KernelArg::Int(64),
+                                                 drivers::KernelArg::Float(2.0f)})
+                    .has_value());
+    std::vector<float> values(64);
+    EXPECT_TRUE(
+        (*stream)->CopyToHost(values.data(), buffer->address, 64 * sizeof(float)).has_value());
+    EXPECT_TRUE((*stream)->Synchronize(5s).has_value());
+    (void)pool.Free(*buffer);
+    return static_cast<std::size_t>(std::count(values.begin(), values.end(), 2.0f));
+  };
+  EXPECT_EQ(fill(1), 0u) << "every element written wrong at rate 1";
+  EXPECT_EQ(fill(0), 64u);
+  ASSERT_TRUE(inject_->Inject({{"kind", "sdc"}, {"device", 1}, {"rate", 0}}).has_value());
+  EXPECT_EQ(fill(1), 64u);
+  loop_.RunUntilIdle();
+  EXPECT_TRUE(delivered_.empty()) << "nothing is reported";
+
+  EXPECT_EQ(Refused({{"kind", "sdc"}, {"device", 1}}).message,
+            "inject sdc needs --rate, the fraction of elements written with a bit flipped (0 to "
+            "1; 0 ends it)");
+  EXPECT_EQ(Refused({{"kind", "sdc"}, {"device", 1}, {"rate", 2}}).code,
+            ErrorCode::kInvalidArgument);
+  EXPECT_EQ(Refused({{"kind", "sdc"}, {"device", 1}, {"rate", 0.1}, {"kernel", "nope"}}).message,
+            "no kernel 'nope'");
+  EXPECT_EQ(Refused({{"kind", "ce"}, {"device", 1}, {"rate", 0.1}}).message,
+            "inject: --rate and --kernel go with sdc");
+}
+
 TEST_F(FaultInjectionTest, BadArgumentsAndSwitchedOffKindsGetOneClearErrorEach) {
   EXPECT_EQ(Refused({{"kind", "melt"}}).code, ErrorCode::kInvalidArgument);
   EXPECT_EQ(Refused({{"device", 0}}).code, ErrorCode::kInvalidArgument) << "no kind";

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <random>
 #include <set>
 #include <shared_mutex>
 #include <thread>
@@ -92,6 +93,17 @@ struct SimDevice {
   // InjectLoadFault: a device-to-host copy flips a bit while another stream
   // of the device has work queued or running: the device is busy.
   std::atomic<bool> load_fault{false};
+  // InjectSilentCorruption: bits flipped in what kernels write.
+  struct Corruption {
+    double rate = 0;
+    std::string kernel;  // empty: every kernel
+    std::mt19937_64 random;
+    std::uint64_t skip = 0;  // elements written before the next flip
+    std::uint64_t flipped = 0;
+  };
+  std::atomic<bool> corrupting{false};
+  std::mutex corruption_mutex;
+  Corruption corruption;                     // guarded by corruption_mutex
   std::atomic<std::int64_t> pending_ops{0};  // enqueued, not yet finished, all streams
   // Guarded by SimDriverImpl::memory_mutex_.
   std::map<DeviceAddress, Reservation> reservations;
@@ -114,6 +126,36 @@ struct SimDevice {
     return {};
   }
 };
+
+// Elements written before the next flipped one: geometric, so that each
+// element is flipped with probability `rate` whatever the kernels' sizes.
+std::uint64_t NextCorruptionSkip(SimDevice::Corruption& corruption) {
+  return std::geometric_distribution<std::uint64_t>(corruption.rate)(corruption.random);
+}
+
+// Flips one bit in a fraction of the 32-bit elements of `written` (the
+// ranges a kernel mapped for writing), if the device corrupts `kernel`'s.
+void CorruptWrites(SimDevice& device, std::string_view kernel,
+                   const std::vector<std::pair<std::byte*, std::uint64_t>>& written) {
+  std::lock_guard lock(device.corruption_mutex);
+  auto& corruption = device.corruption;
+  if (corruption.rate <= 0 || (!corruption.kernel.empty() && corruption.kernel != kernel)) return;
+  for (const auto& [data, bytes] : written) {
+    const std::uint64_t elements = bytes / 4;
+    std::uint64_t at = 0;
+    while (elements - at > corruption.skip) {
+      at += corruption.skip;
+      std::uint32_t value;
+      std::memcpy(&value, data + at * 4, 4);
+      value ^= std::uint32_t{1} << (corruption.random() % 32);
+      std::memcpy(data + at * 4, &value, 4);
+      ++corruption.flipped;
+      ++at;
+      corruption.skip = NextCorruptionSkip(corruption);
+    }
+    corruption.skip -= elements - at;
+  }
+}
 
 struct SimEvent {
   int device = 0;
@@ -703,6 +745,27 @@ class SimDriverImpl final : public SimDriver {
     return {};
   }
 
+  Status InjectSilentCorruption(int device_index, double rate, std::string_view kernel,
+                                std::uint64_t seed) override {
+    auto device = GetDevice(device_index);
+    if (!device) return Fail(device.error());
+    if (!(rate >= 0 && rate <= 1)) {
+      return Fail(ErrorCode::kInvalidArgument,
+                  fmt::format("a corruption rate is 0 to 1 per element, not {}", rate));
+    }
+    if (!kernel.empty() && sim::FindSimKernel(kernel) == nullptr) {
+      return Fail(ErrorCode::kInvalidArgument, fmt::format("no kernel '{}'", kernel));
+    }
+    std::lock_guard lock((*device)->corruption_mutex);
+    auto& corruption = (*device)->corruption;
+    corruption.rate = rate;
+    corruption.kernel = std::string(kernel);
+    corruption.random.seed(seed);
+    corruption.skip = rate > 0 ? NextCorruptionSkip(corruption) : 0;
+    (*device)->corrupting.store(rate > 0);
+    return {};
+  }
+
   Status InjectLoadFault(int device_index) override {
     auto device = GetDevice(device_index);
     if (!device) return Fail(device.error());
@@ -926,9 +989,12 @@ class StreamMemoryAccess final : public sim::DeviceMemoryAccess {
  public:
   StreamMemoryAccess(SimDriverImpl& driver, SimDevice& device) : driver_(driver), device_(device) {}
   Result<std::byte*> Map(DeviceAddress address, std::uint64_t bytes, bool for_write) override {
-    return driver_.Translate(device_, address, bytes, for_write, &poisoned_hit);
+    auto mapped = driver_.Translate(device_, address, bytes, for_write, &poisoned_hit);
+    if (mapped && for_write) written.emplace_back(*mapped, bytes);
+    return mapped;
   }
   std::optional<DeviceAddress> poisoned_hit;
+  std::vector<std::pair<std::byte*, std::uint64_t>> written;  // what the kernel may have written
 
  private:
   SimDriverImpl& driver_;
@@ -1036,6 +1102,8 @@ Status SimStream::Execute(Op& op) {
         std::shared_lock lock(driver_.MemoryMutex());
         status = op.kernel->run(memory, op.config,
                                 std::span<const KernelArg>(op.args.data(), op.arg_count));
+        if (status && device_.corrupting.load(std::memory_order_relaxed))
+          CorruptWrites(device_, op.kernel->signature.name, memory.written);
       }
       if (memory.poisoned_hit) {
         driver_.Emit({.device = device_.properties.index,

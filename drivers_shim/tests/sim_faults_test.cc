@@ -216,6 +216,55 @@ TEST_F(SimFaultsTest, LinkErrorFailsPeerCopiesOnThatLinkOnly) {
 
 // The daemon reaches injection through Driver::Faults(), not the concrete
 // class: the same simulator, the same reports.
+// Silent corruption: a fraction of what kernels write comes back with one
+// bit flipped, the same places for the same seed, nothing reported; only
+// the named kernel, only on its device; a rate of 0 ends it.
+TEST_F(SimFaultsTest, SilentCorruptionFlipsOneBitInAFractionOfWhatKernelsWriteAndSaysNothing) {
+  constexpr std::int64_t kElements = 1 << 16;
+  auto fill = [&](int device) {
+    const StreamHandle stream = NewStream(device);
+    const DeviceAddress buffer = Reserve(kElements * sizeof(float), device);
+    EXPECT_TRUE(driver_
+                    ->LaunchKernel(stream, "fill", {},
+                                   std::vector{KernelArg::Address(buffer),
+                                               KernelArg::Int(kElements), KernelArg::Float(1.5f)})
+                    .has_value());
+    return Download(stream, buffer, kElements);
+  };
+  // The flipped elements, each checked to differ from 1.5 by one bit.
+  auto flipped = [](const std::vector<float>& values) {
+    std::vector<std::size_t> at;
+    std::uint32_t clean;
+    const float expected = 1.5f;
+    std::memcpy(&clean, &expected, 4);
+    for (std::size_t i = 0; i < values.size(); ++i) {
+      std::uint32_t bits;
+      std::memcpy(&bits, &values[i], 4);
+      if (bits == clean) continue;
+      EXPECT_EQ(__builtin_popcount(bits ^ clean), 1) << "element " << i;
+      at.push_back(i);
+    }
+    return at;
+  };
+  ASSERT_TRUE(driver_->InjectSilentCorruption(2, 1e-3, "", 7).has_value());
+  const auto first = flipped(fill(2));
+  EXPECT_GT(first.size(), 30u);  // 65.5 expected
+  EXPECT_LT(first.size(), 120u);
+  EXPECT_TRUE(flipped(fill(1)).empty()) << "another device computes right";
+  ASSERT_TRUE(driver_->InjectSilentCorruption(2, 1e-3, "", 7).has_value());
+  EXPECT_EQ(flipped(fill(2)), first) << "the same seed, the same places";
+  ASSERT_TRUE(driver_->InjectSilentCorruption(2, 1e-3, "gemm", 7).has_value());
+  EXPECT_TRUE(flipped(fill(2)).empty()) << "only the kernel named";
+  ASSERT_TRUE(driver_->InjectSilentCorruption(2, 0, "", 7).has_value());
+  EXPECT_TRUE(flipped(fill(2)).empty()) << "rate 0 ends it";
+  EXPECT_TRUE(Events().empty()) << "nothing is reported";
+  EXPECT_EQ(driver_->InjectSilentCorruption(2, 1.5, "", 7).error().code,
+            ErrorCode::kInvalidArgument);
+  EXPECT_EQ(driver_->InjectSilentCorruption(2, 1e-3, "nope", 7).error().code,
+            ErrorCode::kInvalidArgument);
+  EXPECT_FALSE(driver_->InjectSilentCorruption(9, 1e-3, "", 7).has_value());
+}
+
 TEST_F(SimFaultsTest, FaultsIsTheSimulatorsInjector) {
   Driver& driver = *driver_;
   FaultInjector* faults = driver.Faults();

@@ -210,6 +210,23 @@ class FaultInjector {
   // reported, and a reset does not cure it (a hardware defect): only a test
   // that loads several streams at once and checks the results finds it.
   virtual Status InjectLoadFault(int device) = 0;
+  // Silent data corruption: from now on, one bit is flipped in a fraction
+  // `rate` (0 to 1) of the 32-bit elements that kernels on the device write
+  // (every kernel, or only `kernel` where it is not empty), at places drawn
+  // from `seed`, so that a run is repeatable. Nothing is reported, and a
+  // reset does not cure it (a defect of the chip's logic): only a result
+  // checked against a known answer, or against another device's, finds it.
+  // A rate of 0 ends it. kInvalidArgument for a rate outside [0, 1] or a
+  // kernel the device does not have; kNotSupported where the backend
+  // cannot corrupt its results.
+  virtual Status InjectSilentCorruption(int device, double rate, std::string_view kernel,
+                                        std::uint64_t seed) {
+    (void)device;
+    (void)rate;
+    (void)kernel;
+    (void)seed;
+    return Fail(ErrorCode::kNotSupported, "this backend cannot corrupt its results");
+  }
   // The device falls off the bus (Xid 79): every call fails with
   // kDeviceFault, pending work fails, and no reset brings it back.
   virtual Status InjectFallOffBus(int device) = 0;
