@@ -236,6 +236,21 @@ TEST(InjectTest, SourcesAndHardwareNeedTheConfigAndOnlyAdminsInject) {
   const auto nothing = rasd.Rasctl({"inject", "ce", "--device", "0"});
   EXPECT_EQ(nothing.exit_code, 1) << "no job holds memory there and no --address";
   EXPECT_NE(nothing.err.find("give --address"), std::string::npos) << nothing.err;
+  // Silent corruption: options in any order, its end, and its mistakes.
+  const auto sdc = Json(rasd, {"inject", "sdc", "--seed", "5", "--rate", "1e-3", "--device", "1"});
+  EXPECT_EQ(sdc["kind"], "sdc") << sdc.dump();
+  EXPECT_EQ(sdc["device"], 1);
+  EXPECT_EQ(sdc["seed"], 5);
+  EXPECT_EQ(Json(rasd, {"inject", "sdc", "--device", "1", "--rate", "0"})["rate"], 0.0);
+  const auto no_rate = rasd.Rasctl({"inject", "sdc", "--device", "1"});
+  EXPECT_EQ(no_rate.exit_code, 1);
+  EXPECT_NE(no_rate.err.find("needs --rate"), std::string::npos) << no_rate.err;
+  EXPECT_EQ(rasd.Rasctl({"inject", "sdc", "--device", "1", "--rate", "2"}).exit_code, 2)
+      << "a rate past 1 is a usage error";
+  const auto no_kernel =
+      rasd.Rasctl({"inject", "sdc", "--device", "1", "--rate", "0.5", "--kernel", "gemmm"});
+  EXPECT_EQ(no_kernel.exit_code, 1);
+  EXPECT_NE(no_kernel.err.find("no kernel 'gemmm'"), std::string::npos) << no_kernel.err;
   if (!CanActAsOtherUsers())
     GTEST_SKIP() << "the checks as another user (uid 65534) need root; the rest passed";
 }
