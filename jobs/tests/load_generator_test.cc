@@ -67,8 +67,11 @@ TEST_F(LoadGeneratorTest, PercentilesSinceATimeAreOverTheAnswersSinceThen) {
     (void)rasd::testing::Eventually([&] { return load.GetStats().answered >= answered; }, 30s, 5ms);
   };
   wait_for(200);
-  const auto since = service->GetClock().Monotonic();
+  // The count first, then the time: an answer stamped at or after `since`
+  // is then never also among `before` (the other order let one answered
+  // between the two reads count on both sides).
   const std::uint64_t before = load.GetStats().answered;
+  const auto since = service->GetClock().Monotonic();
   wait_for(before + 200);
   load.Stop();
   const auto all = load.GetStats();
