@@ -12,6 +12,8 @@
 #include <numeric>
 #include <span>
 
+#include "rasd/runtime/screening.h"
+
 namespace rasd::runtime {
 namespace {
 
@@ -314,6 +316,27 @@ const std::vector<std::pair<std::string, KernelCheck>>& KernelChecks() {
   return kChecks;
 }
 
+// Known answers, several rounds: a device that computes wrong now and then
+// (silent data corruption) stays out until it computes right every time.
+SelfTestCheck ScreenCheck(Runtime& runtime, int device, const SelfTestOptions& options,
+                          const common::Clock& clock) {
+  const auto screen = KnownAnswerScreen::Build(
+      runtime.Kernels().Names(),
+      {.elements = options.screen_elements, .step_timeout = options.step_timeout});
+  SelfTestCheck check{
+      fmt::format("screen {} x {} elements", options.screen_rounds, screen->Options().elements),
+      true, ""};
+  for (int round = 0; round < options.screen_rounds; ++round) {
+    const auto report = screen->Run(runtime, device, clock);
+    if (!report.Passed()) {
+      check.passed = false;
+      check.detail = fmt::format("round {}: {}", round + 1, report.Summary());
+      break;
+    }
+  }
+  return check;
+}
+
 // Host words mapped for one self-test and unmapped after it. From malloc,
 // the pattern's buffers (two chunks, 8 MiB by default) would stay resident
 // in the worker thread's arena after the test: glibc returns the top of a
@@ -527,7 +550,8 @@ std::string SelfTestReport::Summary() const {
   for (const auto& check : checks) kernels += check.name.starts_with("kernel ") ? 1 : 0;
   std::string load;
   for (const auto& check : checks) {
-    if (check.name.starts_with("load ")) load = ", " + check.name;
+    if (check.name.starts_with("load ") || check.name.starts_with("screen "))
+      load += ", " + check.name;
   }
   return fmt::format("passed: {} kernel(s), {} MiB pattern{}, {} ms", kernels,
                      pattern_bytes_tested >> 20, load, duration.count());
@@ -568,6 +592,11 @@ SelfTestReport RunSelfTest(Runtime& runtime, int device, const SelfTestOptions& 
   if (options.load_streams > 0) {
     bench.ReleaseAll();
     report.checks.push_back(LoadCheck(runtime, device, options));
+    if (!report.checks.back().passed) return finish();
+  }
+  if (options.screen_rounds > 0) {
+    bench.ReleaseAll();
+    report.checks.push_back(ScreenCheck(runtime, device, options, clock));
     if (!report.checks.back().passed) return finish();
   }
   // Chunks of free memory until the budget or the pool runs out.

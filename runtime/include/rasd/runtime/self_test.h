@@ -26,6 +26,14 @@ struct SelfTestOptions {
   int load_streams = 4;
   int load_rounds = 16;
   std::uint64_t load_bytes = 64ULL << 10;
+  // The screening phase: `screen_rounds` known-answer screenings
+  // (KnownAnswerScreen) of `screen_elements` each, so that a device that
+  // computes wrong without saying so does not come back while it still
+  // does. Rounds multiply the chance of catching a low rate: one flip in R
+  // outputs is missed by all of them with probability about
+  // exp(-5 x elements x rounds x R). 0 rounds: no screening phase.
+  std::uint64_t screen_elements = 1 << 20;
+  int screen_rounds = 4;
 };
 
 struct SelfTestCheck {
@@ -47,7 +55,8 @@ struct SelfTestReport {
 // the registry the test knows (fill, axpy, add, mul, relu, gemm, softmax,
 // reduce_sum, empty, sleep_us) runs on small inputs and matches a host
 // reference, then the same device under load (several streams at once,
-// results checked), then a write/read-back of two patterns over the pool's
+// results checked), then the known-answer screening for silent corruption
+// (exact digests, several rounds), then a write/read-back of two patterns over the pool's
 // free memory. Runs as an admitted job ("rasd-self-test"), so the device must be
 // Draining or better; the caller opens the gate that far and decides what
 // the result means. A sticky fault, a lost device or a poisoned page fails
