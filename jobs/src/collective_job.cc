@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <optional>
 
 #include "rasd/common/logging.h"
 
@@ -134,6 +135,67 @@ void CollectiveJob::Stop() {
 }
 
 void CollectiveJob::Reconsider() { changed_.notify_all(); }
+
+void CollectiveJob::Distrust(std::chrono::nanoseconds distrust_for) {
+  {
+    std::lock_guard lock(mutex_);
+    const auto since = options_.clock->Monotonic() - distrust_for;
+    // Two verdicts: the earlier point covers both.
+    distrust_since_ = distrust_pending_ ? std::min(distrust_since_, since) : since;
+    distrust_pending_ = true;
+  }
+  changed_.notify_all();
+}
+
+void CollectiveJob::KeepCheckpoint() {
+  history_.push_back({checkpoint_step_, options_.clock->Monotonic(), checkpoint_, 0, 0});
+  {
+    std::lock_guard lock(mutex_);
+    history_.back().expected_sum = expected_at_checkpoint_;
+    history_.back().committed_mismatches = progress_.checksum_mismatches;
+  }
+  const std::uint64_t each = std::max<std::uint64_t>(options_.elements * sizeof(float), 1);
+  const std::size_t limit = std::max<std::size_t>(kNewestKept + 2, kHistoryBytes / each);
+  while (history_.size() > limit) {
+    // Among the older ones (not the oldest, not the newest few), the one
+    // taken closest after its predecessor: what is left spreads back in time.
+    std::size_t drop = 1;
+    auto closest = std::chrono::nanoseconds::max();
+    for (std::size_t i = 1; i + kNewestKept < history_.size(); ++i) {
+      const auto gap = history_[i].taken_at - history_[i - 1].taken_at;
+      if (gap < closest) {
+        closest = gap;
+        drop = i;
+      }
+    }
+    history_.erase(history_.begin() + static_cast<std::ptrdiff_t>(drop));
+  }
+}
+
+int CollectiveJob::RollBackTo(std::chrono::nanoseconds before) {
+  while (!history_.empty() && history_.back().taken_at >= before) history_.pop_back();
+  int redone = 0;
+  std::lock_guard lock(mutex_);
+  const int from = progress_.step;
+  if (history_.empty()) {
+    checkpoint_ = InitialState(options_.elements);
+    checkpoint_step_ = 0;
+    expected_at_checkpoint_ = Checksum(checkpoint_);
+    progress_.checksum_mismatches = 0;
+  } else {
+    const auto& kept = history_.back();
+    checkpoint_ = kept.state;
+    checkpoint_step_ = kept.step;
+    expected_at_checkpoint_ = kept.expected_sum;
+    progress_.checksum_mismatches = kept.committed_mismatches;
+  }
+  last_state_.clear();
+  mismatches_since_checkpoint_ = 0;
+  redone = std::max(0, from - checkpoint_step_);
+  ++progress_.distrust_rollbacks;
+  progress_.steps_redone += static_cast<std::uint64_t>(redone);
+  return redone;
+}
 
 bool CollectiveJob::Wait(std::chrono::milliseconds timeout) {
   std::unique_lock lock(mutex_);
@@ -297,8 +359,11 @@ Status CollectiveJob::Step(int step) {
   if ((step + 1) % options_.checkpoint_every == 0) {
     checkpoint_ = std::move(host);
     checkpoint_step_ = step + 1;
-    std::lock_guard lock(mutex_);
-    MarkCheckpoint();
+    {
+      std::lock_guard lock(mutex_);
+      MarkCheckpoint();
+    }
+    KeepCheckpoint();
   } else {
     last_state_ = std::move(host);
   }
@@ -357,6 +422,24 @@ void CollectiveJob::Run() {
         growing = false;
       }
       SetState(State::kRunning);
+    }
+    // A device of the job computed wrong without saying so: what it may
+    // have touched is computed again, from before it began.
+    std::optional<std::chrono::nanoseconds> distrusted;
+    {
+      std::lock_guard lock(mutex_);
+      if (distrust_pending_) distrusted = distrust_since_;
+      distrust_pending_ = false;
+    }
+    if (distrusted) {
+      const int redone = RollBackTo(*distrusted);
+      RASD_LOG_WARN(
+          "collective {}: steps after {} may hold silently corrupted results; re-forming from "
+          "that checkpoint ({} step(s) computed again)",
+          options_.id, checkpoint_step_, redone);
+      communicator_->Abort("silent data corruption: rolling back");
+      formed = false;
+      continue;
     }
     // A device of the job admits work again: at a checkpoint (nothing to
     // recompute), re-form upward onto it.

@@ -146,6 +146,20 @@ void JobManager::SetDrainDeadline(int device, std::chrono::milliseconds deadline
   }
 }
 
+std::vector<std::string> JobManager::DistrustDevice(int device,
+                                                    std::chrono::nanoseconds distrust_for) {
+  std::vector<std::string> told;
+  std::lock_guard lock(mutex_);
+  for (const auto& [name, job] : jobs_) {
+    if (!job->collective) continue;
+    const auto& devices = job->collective->Devices();
+    if (std::find(devices.begin(), devices.end(), device) == devices.end()) continue;
+    job->collective->Distrust(distrust_for);
+    told.push_back(name);
+  }
+  return told;
+}
+
 void JobManager::Reconsider() {
   std::lock_guard lock(mutex_);
   for (auto& [name, job] : jobs_) {
@@ -285,10 +299,15 @@ JobReport JobManager::ReportOf(const Job& job) const {
     // Each step was checked as it completed (CollectiveJob keeps only a
     // window of checksums: memory does not grow with the steps).
     report.checksums_match = progress.checksum_mismatches == 0;
+    report.distrust_rollbacks = progress.distrust_rollbacks;
+    report.steps_redone = progress.steps_redone;
     report.progress = fmt::format(
         "step {}/{} on {} rank(s), {} re-form(s) ({} down, {} up), checksums {}", progress.step,
         job.spec.steps, progress.devices.size(), progress.reforms, progress.reforms - progress.grown,
         progress.grown, report.checksums_match ? "ok" : "WRONG");
+    if (progress.distrust_rollbacks > 0)
+      report.progress += fmt::format(", {} roll-back(s) for silent corruption ({} step(s) redone)",
+                                     progress.distrust_rollbacks, progress.steps_redone);
   }
   return report;
 }

@@ -117,6 +117,45 @@ TEST_F(CollectiveTest, ARankLostMidRunIsDroppedAndTheResultIsTheSame) {
   EXPECT_GT(progress.last_recovery, 0ns);
 }
 
+// A rank that computes wrong without saying so spoils the shared state;
+// moving the job off it is not enough: what it touched is computed again
+// from a checkpoint taken before the corruption began.
+TEST_F(CollectiveTest, ADistrustedDeviceIsLeftAndItsStepsAreComputedAgainFromBeforeIt) {
+  const auto options = Options({0, 1, 2, 3});
+  auto job = Start(options);
+  WaitForStep(*job, 25);
+  const common::SystemClock clock;
+  const auto began = clock.Monotonic();
+  const int injected_at = job->GetProgress().step;
+  ASSERT_TRUE(sim_->InjectSilentCorruption(2, 1e-3, "", 5).has_value());
+  ASSERT_TRUE(
+      rasd::testing::Eventually([&] { return job->GetProgress().checksum_mismatches > 0; }, 20s))
+      << "the corruption reaches the result";
+  const auto wrong_at = job->GetProgress().step;
+  job->Distrust(clock.Monotonic() - began + 1ms);
+  Device(2).SetHealth(runtime::HealthState::kIsolated);  // as the verdict does, after
+  ExpectFinishedLikeAFaultFreeRun(*job, options);
+  const auto progress = job->GetProgress();
+  EXPECT_EQ(progress.devices, (std::vector<int>{0, 1, 3}));
+  EXPECT_EQ(progress.distrust_rollbacks, 1u);
+  EXPECT_GE(static_cast<int>(progress.steps_redone), wrong_at - injected_at)
+      << "back to a checkpoint from before the injection";
+}
+
+TEST_F(CollectiveTest, LeavingACorruptingDeviceWithoutRollingBackKeepsTheWrongState) {
+  // Why Distrust is needed: a drain keeps the state just computed.
+  const auto options = Options({0, 1, 2, 3});
+  auto job = Start(options);
+  WaitForStep(*job, 25);
+  ASSERT_TRUE(sim_->InjectSilentCorruption(2, 1e-3, "", 5).has_value());
+  ASSERT_TRUE(
+      rasd::testing::Eventually([&] { return job->GetProgress().checksum_mismatches > 0; }, 20s));
+  Device(2).SetHealth(runtime::HealthState::kIsolated);
+  ASSERT_TRUE(job->Wait(30s));
+  EXPECT_GT(job->GetProgress().checksum_mismatches, 0u);
+  EXPECT_NE(job->Checksums(), CollectiveJob::ExpectedChecksums(options));
+}
+
 TEST_F(CollectiveTest, ADrainMovesTheJobAtAStepBoundary) {
   const auto options = Options({0, 1, 2, 3});
   auto job = Start(options);

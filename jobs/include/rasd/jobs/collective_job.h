@@ -64,6 +64,15 @@ class CollectiveJob {
   void Stop();
   // Wakes a job waiting for devices (the daemon calls it on health changes).
   void Reconsider();
+  // What the job computed in the last `distrust_for` (on its clock) may be
+  // wrong: a device computed wrong without reporting an error (silent data
+  // corruption). At its next step boundary the job re-forms from the newest
+  // checkpoint it kept that was taken before then (from its start when it
+  // kept none that old) and computes those steps again on the devices that
+  // admit work. Call it before the device is moved out of service: a job
+  // that left the device first would otherwise keep the state it had just
+  // computed there.
+  void Distrust(std::chrono::nanoseconds distrust_for);
 
   enum class State : std::uint8_t { kRunning, kReforming, kWaiting, kFinished, kFailed, kStopped };
   static std::string_view StateName(State state);
@@ -88,6 +97,10 @@ class CollectiveJob {
     // Every completed step is checked against the fault-free run as it
     // completes; a step later rolled back to a checkpoint does not count.
     std::uint64_t checksum_mismatches = 0;
+    // Roll-backs for silent data corruption (Distrust), and the steps they
+    // computed again in all.
+    std::uint64_t distrust_rollbacks = 0;
+    std::uint64_t steps_redone = 0;
   };
   Progress GetProgress() const;
   // How many of the latest checksums are kept: memory stays bounded however
@@ -133,6 +146,23 @@ class CollectiveJob {
 
   std::vector<float> checkpoint_;
   int checkpoint_step_ = 0;
+  // Older checkpoints, kept for a roll-back past the newest (Distrust):
+  // the newest few and, within kHistoryBytes, a spread further back (when
+  // full, the one closest in time to its older neighbour goes).
+  struct KeptCheckpoint {
+    int step = 0;
+    std::chrono::nanoseconds taken_at{0};
+    std::vector<float> state;
+    std::uint64_t expected_sum = 0;
+    std::uint64_t committed_mismatches = 0;
+  };
+  static constexpr std::uint64_t kHistoryBytes = 16ULL << 20;
+  static constexpr std::size_t kNewestKept = 4;
+  std::deque<KeptCheckpoint> history_;
+  void KeepCheckpoint();
+  // Moves the checkpoint back to the newest kept before `before`, or the
+  // start. Returns the steps that will be computed again.
+  int RollBackTo(std::chrono::nanoseconds before);
   std::vector<float> last_state_;  // after the last completed step, when it was not a checkpoint
 
   mutable std::mutex mutex_;
@@ -148,6 +178,9 @@ class CollectiveJob {
   // The checkpoint moved to the last completed step. Call with mutex_ held.
   void MarkCheckpoint();
   bool stop_ = false;
+  // Distrust's request, for the job's thread; 0: none.
+  std::chrono::nanoseconds distrust_since_{0};
+  bool distrust_pending_ = false;
   std::thread thread_;
 };
 

@@ -85,6 +85,7 @@ struct JobReport {
   std::uint64_t grown = 0;  // of the re-forms, those upward onto a returned device
   double last_release_seconds = 0;  // the latest re-form: failed step to every rank released
   bool checksums_match = true;      // every completed step equals the fault-free run
+  std::uint64_t distrust_rollbacks = 0, steps_redone = 0;  // for silent data corruption
 };
 
 // Owns the jobs the daemon hosts on its runtime: inference services (with
@@ -107,6 +108,10 @@ class JobManager {
   void SetDrainDeadline(int device, std::chrono::milliseconds deadline);
   // A device's health changed: wake every job to look.
   void Reconsider();
+  // `device` computed wrong without reporting an error for up to
+  // `distrust_for`: every collective job that has it among its devices rolls
+  // back to before then (CollectiveJob::Distrust). Returns the jobs told.
+  std::vector<std::string> DistrustDevice(int device, std::chrono::nanoseconds distrust_for);
   // For inference requests from the control API: the service stays valid
   // while `keep` is held.
   std::shared_ptr<InferenceService> Inference(std::string_view name) const;
