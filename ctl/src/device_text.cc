@@ -17,21 +17,35 @@ std::string MiB(std::uint64_t bytes) {
   return fmt::format("{:.1f}", static_cast<double>(bytes) / (1024.0 * 1024.0));
 }
 
+// The last screening for silent data corruption in a word: "-" (none
+// yet), ok, wrong, and suspect (a wrong result waits for confirmation) or
+// overdue over either.
+std::string ScreeningWord(const nlohmann::json& device) {
+  if (!device.contains("screening") || !device["screening"].is_object()) return "-";
+  const auto& screening = device["screening"];
+  if (screening.value("suspect", false)) return "suspect";
+  if (screening.value("overdue", false)) return "overdue";
+  if (!screening.contains("last") || !screening["last"].is_object()) return "-";
+  return screening["last"].value("passed", false) ? "ok" : "wrong";
+}
+
 }  // namespace
 
 std::string FormatDevices(const nlohmann::json& result) {
   if (!result.contains("devices") || !result["devices"].is_array() || result["devices"].empty())
     return "no devices\n";
-  std::string out = fmt::format("{:<4} {:<9} {:<13} {:>10} {:>10} {:>8}  {}\n", "DEV", "STATE",
-                                "PCI", "ALLOC MiB", "TOTAL MiB", "RETIRED", "SINCE / REASON");
+  std::string out =
+      fmt::format("{:<4} {:<9} {:<13} {:>10} {:>10} {:>8} {:<8}  {}\n", "DEV", "STATE", "PCI",
+                  "ALLOC MiB", "TOTAL MiB", "RETIRED", "SCREEN", "SINCE / REASON");
   for (const auto& device : result["devices"]) {
     const auto& pool = device.contains("pool") ? device["pool"] : nlohmann::json::object();
     std::string why = JsonText(device, "reason");
     if (!JsonText(device, "since").empty()) why = JsonText(device, "since") + "  " + why;
-    out += fmt::format("{:<4} {:<9} {:<13} {:>10} {:>10} {:>8}  {}\n", JsonText(device, "index"),
-                       JsonText(device, "state"), JsonText(device, "pci_bdf"),
-                       MiB(Number(pool, "allocated_bytes")), MiB(Number(device, "memory_bytes")),
-                       Number(pool, "retired_pages"), why.empty() ? "-" : why);
+    out +=
+        fmt::format("{:<4} {:<9} {:<13} {:>10} {:>10} {:>8} {:<8}  {}\n", JsonText(device, "index"),
+                    JsonText(device, "state"), JsonText(device, "pci_bdf"),
+                    MiB(Number(pool, "allocated_bytes")), MiB(Number(device, "memory_bytes")),
+                    Number(pool, "retired_pages"), ScreeningWord(device), why.empty() ? "-" : why);
   }
   for (const auto& device : result["devices"]) {
     const std::string suggested = JsonText(device, "suggested_action");
@@ -43,6 +57,7 @@ std::string FormatDevices(const nlohmann::json& result) {
         has_advice || has_rdma || device.contains("store_error") ||
         (device.contains("recent_actions") && !device["recent_actions"].empty()) ||
         (device.contains("self_test") && !device["self_test"].is_null()) ||
+        ScreeningWord(device) == "wrong" || ScreeningWord(device) == "suspect" ||
         (device.contains("jobs") && !device["jobs"].empty()) ||
         (device.contains("workloads") && !device["workloads"].empty());
     if (!has_history) continue;
@@ -81,6 +96,16 @@ std::string FormatDevices(const nlohmann::json& result) {
     if (device.contains("self_test") && device["self_test"].is_object()) {
       out += fmt::format("  last self-test {}: {}\n", JsonText(device["self_test"], "time"),
                          JsonText(device["self_test"], "summary"));
+    }
+    if (device.contains("screening") && device["screening"].is_object() &&
+        device["screening"].contains("last") && device["screening"]["last"].is_object()) {
+      const auto& screening = device["screening"];
+      out += fmt::format(
+          "  last screening {}: {} ({} screening(s), {} wrong kernel(s), {:.3f}% "
+          "of device time)\n",
+          JsonText(screening["last"], "time"), JsonText(screening["last"], "summary"),
+          Number(screening, "screenings"), Number(screening, "mismatches"),
+          100 * screening.value("budget_used", 0.0));
     }
     if (device.contains("store_error")) {
       out += "  history not readable: " + JsonText(device, "store_error") + "\n";

@@ -49,6 +49,14 @@ DeviceHeartbeat::Options HeartbeatOptions(const Config& config) {
           .idle_period = config.liveness.idle_period};
 }
 
+CorruptionScreening::Options ScreeningOptions(const Config& config) {
+  return {.budget = config.screening.budget,
+          .interval = config.screening.interval,
+          .elements = config.screening.elements,
+          .confirm = config.screening.confirm,
+          .window = config.screening.window};
+}
+
 ReloadCandidate LoadReloadCandidate(const std::optional<std::filesystem::path>& path,
                                     const ConfigOverrides& overrides) {
   ConfigParseResult loaded;

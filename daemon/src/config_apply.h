@@ -9,6 +9,7 @@
 
 #include "actuator.h"
 #include "control_server.h"
+#include "corruption_screening.h"
 #include "device_heartbeat.h"
 #include "device_lifecycle.h"
 #include "link_health.h"
@@ -25,6 +26,7 @@ ControlServer::Options ServerOptions(const Config& config);
 Actuator::Options ActuatorOptions(const Config& config);
 RasPipeline::Options PipelineOptions(const Config& config);
 DeviceHeartbeat::Options HeartbeatOptions(const Config& config);
+CorruptionScreening::Options ScreeningOptions(const Config& config);
 Workloads::Options WorkloadOptions(const Config& config);
 LinkHealth::Options LinkHealthOptions(const Config& config);
 // The node's boot time from <host.root>/proc/uptime, for the rules' boot

@@ -132,6 +132,28 @@ Kind<double> Fraction() {
           [](const double& number) { return fmt::format("{}", number); }};
 }
 
+// A number from 0 to `max`.
+Kind<double> Share(double max) {
+  return {fmt::format("number 0..{}", max),
+          [max](ConfigValueReader& reader, const YAML::Node& value, const std::string& path,
+                double& out) {
+            auto text = reader.ReadString(value, path);
+            if (!text) return;
+            double number = 0;
+            const auto [end, error] =
+                std::from_chars(text->data(), text->data() + text->size(), number);
+            if (error != std::errc() || end != text->data() + text->size() || !(number >= 0) ||
+                number > max) {
+              reader.Problem(value.Mark(), fmt::format("'{}' must be a number from 0 to {} "
+                                                       "(0.01 is 1%), not '{}'",
+                                                       path, max, *text));
+              return;
+            }
+            out = number;
+          },
+          [](const double& number) { return fmt::format("{}", number); }};
+}
+
 // A string; `check` returns the problem with a value, or "" for a good one.
 Kind<std::string> Text(std::string type = "string",
                        std::function<std::string(const std::string& text)> check = nullptr) {
@@ -551,6 +573,25 @@ void AddPolicyKeys(std::vector<ConfigKey>& keys) {
                      "enough when jobs gave up on work there meanwhile (their timeouts are "
                      "evidence, never a hang alone). `rasctl status` shows beats, misses, "
                      "hangs, op timeouts and the last latency per device"));
+  keys.push_back(Row("screening.budget", kLive, RASD_CONFIG_FIELD(screening.budget), Share(0.5),
+                     "the share of each device's time that known-answer screening for silent "
+                     "data corruption may take, on average (0.01: 1%, measured per screening); "
+                     "devices no job uses are screened first. 0: off"));
+  keys.push_back(Row("screening.interval_s", kLive, RASD_CONFIG_FIELD(screening.interval),
+                     Seconds(1, 86'400),
+                     "a device in service not screened for this long shows as overdue in "
+                     "`rasctl devices` (the budget decides how often; it is never exceeded)"));
+  keys.push_back(Row("screening.elements", kLive, RASD_CONFIG_FIELD(screening.elements),
+                     Integer<std::uint64_t>(4096, 1ULL << 21),
+                     "output elements of each elementwise kernel in one screening (about 5x "
+                     "this are compared): larger catches lower rates per screening and "
+                     "costs more device time per screening"));
+  keys.push_back(Row("screening.confirm", kLive, RASD_CONFIG_FIELD(screening.confirm),
+                     Integer<int>(1, 100),
+                     "screenings with a wrong result within `window_s` that isolate the device "
+                     "(a silent-corruption decision); fewer make it a suspect, screened first"));
+  keys.push_back(Row("screening.window_s", kLive, RASD_CONFIG_FIELD(screening.window),
+                     Seconds(1, kYearSeconds), "the window of `confirm`"));
   keys.push_back(Row("workloads.grace_ms", kLive, RASD_CONFIG_FIELD(workloads.grace),
                      Milliseconds(0, 3'600'000),
                      "how long an attached workload (`rasctl run`, attach) whose device left "

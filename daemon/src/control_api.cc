@@ -358,6 +358,24 @@ nlohmann::json ControlApi::DeviceJson(const runtime::Device& device) {
     entry["self_test"] = nullptr;
   }
   entry["self_test_running"] = parts_.lifecycle.SelfTestRunning(index);
+  entry["screening"] = nullptr;
+  if (parts_.screening) {
+    for (const auto& view : parts_.screening->Views()) {
+      if (view.device != index) continue;
+      entry["screening"] = {{"screenings", view.screenings},
+                            {"kernels_checked", view.kernels_checked},
+                            {"mismatches", view.mismatches},
+                            {"incomplete", view.incomplete},
+                            {"verdicts", view.verdicts},
+                            {"suspect", view.suspect},
+                            {"overdue", view.overdue},
+                            {"budget_used", view.budget_used},
+                            {"last", view.screened ? nlohmann::json{{"time", Iso8601(view.last_at)},
+                                                                    {"passed", view.last_passed},
+                                                                    {"summary", view.last_summary}}
+                                                   : nlohmann::json()}};
+    }
+  }
   // The device's state is in memory and is shown whatever the store says;
   // what the store cannot tell is null (not "none"), with the reason.
   ras::EventQuery query;

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "control_server.h"
+#include "corruption_screening.h"
 #include "device_lifecycle.h"
 #include "device_recovery.h"
 #include "fault_injection.h"
@@ -68,6 +69,8 @@ class ControlApi {
     // Where events, actions and retired pages are read: off the loop. Null:
     // on `store`, on the loop (a test's daemon without a reader thread).
     StoreReader* reader = nullptr;
+    // Screening for silent data corruption; null: none runs.
+    const CorruptionScreening* screening = nullptr;
   };
 
   explicit ControlApi(Parts parts) : parts_(std::move(parts)) {}

@@ -40,6 +40,7 @@ Daemon::~Daemon() {
   kubelet_plugins_.reset();
   control_.reset();
   injection_.reset();
+  screening_.reset();
   heartbeat_.reset();
   probe_watchdog_.reset();
   device_prober_.reset();  // leaves a query that does not return behind
@@ -263,6 +264,21 @@ void Daemon::StartRas() {
   heartbeat_ = std::make_unique<DeviceHeartbeat>(*loop_, *runtime_, HeartbeatOptions(config_));
   heartbeat_->Start();
   metrics_state_->SetHeartbeat(heartbeat_.get());
+  screening_ =
+      std::make_unique<CorruptionScreening>(*loop_, *runtime_, *health_, ScreeningOptions(config_));
+  screening_->SetVerdictListener([this](const CorruptionScreening::Verdict& verdict) {
+    // The jobs first: a collective that saw the isolation before it heard
+    // of the corruption would keep what it had just computed there.
+    for (const auto& job : jobs_->DistrustDevice(verdict.device, verdict.distrust_for))
+      RASD_LOG_WARN("job {}: rolls back past device {}'s silent corruption", job, verdict.device);
+    recovery_->OnVerdict(
+        verdict.device,
+        {.action = ras::RecoveryAction::kHardwareInspection,
+         .why = "silent data corruption: `rasctl undrain` runs the extended self-test (screening "
+                "rounds); replace the device if it fails again"});
+  });
+  screening_->Start();
+  metrics_state_->SetScreening(screening_.get());
 }
 
 void Daemon::WatchProbes() {
@@ -355,7 +371,8 @@ Status Daemon::StartControl() {
       .link_clears = [this](int device) { return link_health_->Clears(device); },
       .missing_backends = missing_backends_,
       .scheduler = [this] { return SchedulerView(); },
-      .reader = store_reader_.get()});
+      .reader = store_reader_.get(),
+      .screening = screening_.get()});
   metrics_state_->SetWorkloads(workloads_.get());
   actuator_->SetConsumerKiller(
       [this](std::int64_t pid, int device, const std::string& reason) -> Result<std::string> {

@@ -15,6 +15,7 @@
 #include "actuator.h"
 #include "control_api.h"
 #include "control_server.h"
+#include "corruption_screening.h"
 #include "daemon_metrics.h"
 #include "device_health.h"
 #include "device_heartbeat.h"
@@ -163,6 +164,8 @@ class Daemon {
   std::unique_ptr<RasIngest> ingest_;
   std::unique_ptr<FaultInjection> injection_;  // after ingest_: goes before it
   std::unique_ptr<DeviceHeartbeat> heartbeat_;  // reports through ingest_: goes before it
+  // Decides through health_ and tells jobs_ and recovery_: goes before them.
+  std::unique_ptr<CorruptionScreening> screening_;
   // Runs the driver's device queries; reads runtime_'s driver: goes before it.
   std::unique_ptr<DeviceProber> device_prober_;
   std::unique_ptr<ProbeWatchdog> probe_watchdog_;  // reads ingest_'s monitors and device_prober_

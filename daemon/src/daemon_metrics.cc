@@ -119,6 +119,20 @@ exporters::MetricsSnapshot DaemonMetrics::Now() const {
       }
     }
   }
+  if (screening_) {
+    for (const auto& view : screening_->Views()) {
+      for (auto& metrics : snapshot.devices) {
+        if (metrics.index != view.device) continue;
+        metrics.sdc_checks["screen"] = view.kernels_checked;
+        metrics.sdc_mismatches["screen"] = view.mismatches;
+        metrics.sdc_verdicts = view.verdicts;
+        metrics.sdc_budget_used = view.budget_used;
+        if (view.screened)
+          metrics.sdc_last_screening_seconds =
+              std::chrono::duration<double>(view.last_at.time_since_epoch()).count();
+      }
+    }
+  }
   if (probes_) {
     for (const auto& stuck : probes_->Stuck()) {
       for (auto& metrics : snapshot.devices) {

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "actuator.h"
+#include "corruption_screening.h"
 #include "device_heartbeat.h"
 #include "device_recovery.h"
 #include "link_health.h"
@@ -39,6 +40,7 @@ class DaemonMetrics {
   // The sources' counters, once the ingest exists.
   void SetIngest(const RasIngest* ingest) { ingest_ = ingest; }
   void SetHeartbeat(const DeviceHeartbeat* heartbeat) { heartbeat_ = heartbeat; }
+  void SetScreening(const CorruptionScreening* screening) { screening_ = screening; }
   void SetWorkloads(const Workloads* workloads) { workloads_ = workloads; }
   void SetRecovery(const DeviceRecovery* recovery) { recovery_ = recovery; }
   void SetLinkHealth(const LinkHealth* links) { links_ = links; }
@@ -59,6 +61,7 @@ class DaemonMetrics {
   const ProbeWatchdog* probes_ = nullptr;
   const RasIngest* ingest_ = nullptr;
   const DeviceHeartbeat* heartbeat_ = nullptr;
+  const CorruptionScreening* screening_ = nullptr;
   const Workloads* workloads_ = nullptr;
   std::unique_ptr<common::Timer> timer_;
   std::map<int, std::chrono::nanoseconds> draining_since_;  // loop monotonic time

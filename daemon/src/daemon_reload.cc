@@ -45,6 +45,7 @@ Result<nlohmann::json> Daemon::Reload() {
   link_health_->SetSettle(config_.policy.link_settle);
   pipeline_->GetFabricHealth()->SetHold(config_.policy.nic_fault_hold);
   heartbeat_->SetOptions(HeartbeatOptions(config_));
+  screening_->SetOptions(ScreeningOptions(config_));
   workloads_->SetOptions(WorkloadOptions(config_));
   ++config_generation_;
   RASD_LOG_INFO("configuration reloaded (generation {})", config_generation_);

@@ -152,18 +152,23 @@ ras::RecoverySuggestion DeviceRecovery::SuggestFor(const ras::RasEvent& event) c
 
 ras::RecoverySuggestion DeviceRecovery::OnEvent(const ras::RasEvent& event, bool sticks) {
   auto suggestion = SuggestFor(event);
-  if (!sticks || !event.device || !ras::SticksToDevice(suggestion.action)) return suggestion;
-  State& state = states_[*event.device];
-  if (suggestion.action < state.action) return suggestion;  // a stronger one stands
-  if (suggestion.action == state.action && state.why == suggestion.why) return suggestion;
+  if (!sticks || !event.device) return suggestion;
+  OnVerdict(*event.device, suggestion);
+  return suggestion;
+}
+
+void DeviceRecovery::OnVerdict(int device, ras::RecoverySuggestion suggestion) {
+  if (!ras::SticksToDevice(suggestion.action)) return;
+  State& state = states_[device];
+  if (suggestion.action < state.action) return;  // a stronger one stands
+  if (suggestion.action == state.action && state.why == suggestion.why) return;
   state.action = suggestion.action;
-  state.why = suggestion.why;
+  state.why = std::move(suggestion.why);
   state.boot_id = boot_id_;
   state.open = true;
-  RASD_LOG_WARN("device {}: suggested {}: {}", *event.device,
-                ras::RecoveryActionName(suggestion.action), suggestion.why);
-  Save(*event.device);
-  return suggestion;
+  RASD_LOG_WARN("device {}: suggested {}: {}", device, ras::RecoveryActionName(state.action),
+                state.why);
+  Save(device);
 }
 
 void DeviceRecovery::OnRecovered(int device, ReturnedBy returned_by) {

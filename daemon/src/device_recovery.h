@@ -52,6 +52,10 @@ class DeviceRecovery {
   // `sticks` (the policy degrades, drains or isolates the device for it) a
   // suggestion about the device is kept, the stronger one winning.
   ras::RecoverySuggestion OnEvent(const ras::RasEvent& event, bool sticks);
+  // A decision rasd made itself, with no event behind it (a device found
+  // computing wrong by screening): its suggestion is kept as an event's
+  // that sticks.
+  void OnVerdict(int device, ras::RecoverySuggestion suggestion);
   // The same without keeping anything: for a hook's environment.
   ras::RecoverySuggestion SuggestFor(const ras::RasEvent& event) const;
 

@@ -268,6 +268,24 @@ void AddDeviceFamilies(const MetricsSnapshot& snapshot, Add& add) {
     auto latency = Family("rasd_device_heartbeat_latency_seconds",
                           "Launch to seen finished of the device's last heartbeat",
                           MetricType::Gauge);
+    auto sdc_checks = Family("rasd_sdc_checks_total",
+                             "Checks for silent data corruption by kind (screen: a kernel's "
+                             "known-answer test)",
+                             MetricType::Counter);
+    auto sdc_mismatches =
+        Family("rasd_sdc_mismatches_total",
+               "Checks for silent data corruption that found a wrong result", MetricType::Counter);
+    auto sdc_verdicts = Family("rasd_sdc_verdicts_total",
+                               "Devices isolated for silent data corruption: wrong results "
+                               "confirmed (screening.confirm within screening.window_s)",
+                               MetricType::Counter);
+    auto sdc_budget = Family("rasd_sdc_budget_used_ratio",
+                             "Device time known-answer screening took, over the time since rasd "
+                             "started (screening.budget is the limit)",
+                             MetricType::Gauge);
+    auto sdc_last = Family("rasd_sdc_last_screening_timestamp_seconds",
+                           "When the device's last screening completed (unix time); 0: never",
+                           MetricType::Gauge);
     auto stuck = Family("rasd_device_probe_stuck_seconds",
                         "How long the device's longest driver call past probe.deadline_ms has "
                         "run; 0 while none is",
@@ -306,6 +324,20 @@ void AddDeviceFamilies(const MetricsSnapshot& snapshot, Add& add) {
           Value(MetricType::Gauge, device.probe_stuck_seconds, {{"device", index}}));
       usable.metric.push_back(
           Value(MetricType::Gauge, device.links_usable ? 1 : 0, {{"device", index}}));
+      for (const auto& [kind, count] : device.sdc_checks)
+        sdc_checks.metric.push_back(Value(MetricType::Counter, static_cast<double>(count),
+                                          {{"device", index}, {"kind", kind}}));
+      for (const auto& [kind, count] : device.sdc_mismatches)
+        sdc_mismatches.metric.push_back(Value(MetricType::Counter, static_cast<double>(count),
+                                              {{"device", index}, {"kind", kind}}));
+      if (!device.sdc_checks.empty()) {
+        sdc_verdicts.metric.push_back(Value(
+            MetricType::Counter, static_cast<double>(device.sdc_verdicts), {{"device", index}}));
+        sdc_budget.metric.push_back(
+            Value(MetricType::Gauge, device.sdc_budget_used, {{"device", index}}));
+        sdc_last.metric.push_back(
+            Value(MetricType::Gauge, device.sdc_last_screening_seconds, {{"device", index}}));
+      }
     }
     add(std::move(health));
     add(std::move(info));
@@ -317,6 +349,11 @@ void AddDeviceFamilies(const MetricsSnapshot& snapshot, Add& add) {
     add(std::move(latency));
     add(std::move(stuck));
     add(std::move(usable));
+    add(std::move(sdc_checks));
+    add(std::move(sdc_mismatches));
+    add(std::move(sdc_verdicts));
+    add(std::move(sdc_budget));
+    add(std::move(sdc_last));
   }
   {
     auto down = Family("rasd_device_links_down",

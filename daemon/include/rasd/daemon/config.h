@@ -175,6 +175,16 @@ struct Config {
     std::chrono::milliseconds idle_period{60'000};
     bool operator==(const Liveness&) const = default;
   } liveness;
+  // Known-answer screening for silent data corruption
+  // (daemon/src/corruption_screening.h).
+  struct Screening {
+    double budget = 0.01;  // of each device's time; 0: off
+    std::chrono::seconds interval{600};
+    std::uint64_t elements = 1 << 20;
+    int confirm = 2;
+    std::chrono::seconds window{3600};
+    bool operator==(const Screening&) const = default;
+  } screening;
   // Processes outside rasd attached to its devices (`rasctl run`, attach):
   // when a device they use leaves service they get a message and their
   // drain signal, then SIGKILL after their grace unless on_drain is notify.

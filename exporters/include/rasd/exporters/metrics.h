@@ -53,6 +53,12 @@ struct DeviceMetrics {
   // (ProbeWatchdog); 0 while none is.
   double probe_stuck_seconds = 0;
   bool links_usable = true;  // Device::LinksUsable: collectives may place a rank here
+  // Silent data corruption, by kind of check ("screen": known-answer
+  // screening): kernels checked, and those with a wrong result.
+  std::map<std::string, std::uint64_t> sdc_checks, sdc_mismatches;
+  std::uint64_t sdc_verdicts = 0;         // confirmed: the device isolated for it
+  double sdc_budget_used = 0;             // screening's device time over the time since start
+  double sdc_last_screening_seconds = 0;  // unix time of the last completed screening; 0: none
 };
 
 // Everything /metrics shows, as one value: the daemon assembles it (from
