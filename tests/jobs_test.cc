@@ -125,5 +125,87 @@ jobs:
     GTEST_SKIP() << "the checks as another user (uid 65534) need root; the rest passed";
 }
 
+// A device that computes wrong without reporting anything: screening finds
+// it, it is isolated with the kernel that was wrong, the collective computes
+// again what it may have touched, and the other devices stay in service.
+TEST(JobsTest, ADeviceComputingWrongSilentlyIsIsolatedAndTheCollectiveResultStaysRight) {
+  RasdInstance rasd;
+  rasd.WriteConfig(R"(simulator:
+  memory_mib: 64
+screening:
+  budget: 0.2
+  elements: 65536
+jobs:
+  - name: chat
+    kind: inference
+    load_rps: 200
+  - name: allreduce
+    kind: collective
+    elements: 16384
+    steps: 1000000
+    checkpoint_every: 10
+)");
+  std::string why;
+  ASSERT_TRUE(rasd.Start({}, {}, &why)) << why;
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        const auto devices = rasd.RasctlJson({"devices"})["devices"];
+        for (const auto& device : devices)
+          if (!device["screening"].is_object() || device["screening"]["screenings"] < 1)
+            return false;
+        return JobNamed(rasd, "allreduce")["step"] > 50;
+      },
+      30s))
+      << "every device screened clean first\n"
+      << rasd.Stderr();
+  const auto injected = rasd.Rasctl({"inject", "sdc", "--device", "2", "--rate", "1e-4"});
+  ASSERT_EQ(injected.exit_code, 0) << injected.err;
+  nlohmann::json device2;
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        device2 = rasd.RasctlJson({"devices"})["devices"][2];
+        return device2["state"] == "isolated";
+      },
+      60s))
+      << device2.dump(2) << rasd.Stderr();
+  const std::string reason = device2["reason"];
+  EXPECT_TRUE(reason.starts_with("silent data corruption: ")) << reason;
+  EXPECT_NE(reason.find("confirmed by 2 known-answer screenings"), std::string::npos) << reason;
+  EXPECT_EQ(device2["suggested_action"], "hardware-inspection");
+  EXPECT_FALSE(device2["screening"]["last"]["passed"]);
+  EXPECT_GE(device2["screening"]["mismatches"], 2);
+  for (int healthy : {0, 1, 3}) {
+    const auto device = rasd.RasctlJson({"devices"})["devices"][healthy];
+    EXPECT_EQ(device["state"], "healthy") << device.dump(2);
+    EXPECT_EQ(device["screening"]["mismatches"], 0) << device.dump(2);
+  }
+  nlohmann::json allreduce;
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        allreduce = JobNamed(rasd, "allreduce");
+        return allreduce["devices"] == nlohmann::json({0, 1, 3}) &&
+               allreduce["distrust_rollbacks"] == 1 && allreduce["state"] == "running";
+      },
+      30s))
+      << allreduce.dump(2);
+  const int rolled_back_at = allreduce["step"];
+  ASSERT_TRUE(
+      WaitUntil([&] { return JobNamed(rasd, "allreduce")["step"] > rolled_back_at + 100; }, 30s));
+  allreduce = JobNamed(rasd, "allreduce");
+  EXPECT_EQ(allreduce["checksums_match"], true)
+      << "every step the same as a fault-free run's, after the roll-back" << allreduce.dump(2);
+  EXPECT_GT(allreduce["steps_redone"], 0);
+  const auto table = rasd.Rasctl({"devices"});
+  EXPECT_NE(table.out.find("SCREEN"), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find("wrong"), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find("last screening"), std::string::npos) << table.out;
+  // The isolation outlives a restart, with its cause.
+  rasd.Stop();
+  ASSERT_TRUE(rasd.Start({}, {}, &why)) << why;
+  const auto again = rasd.RasctlJson({"devices"})["devices"][2];
+  EXPECT_EQ(again["state"], "isolated") << again.dump(2);
+  EXPECT_EQ(again["reason"], reason);
+}
+
 }  // namespace
 }  // namespace rasd::testing

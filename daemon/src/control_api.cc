@@ -574,6 +574,8 @@ Result<nlohmann::json> ControlApi::Jobs(const nlohmann::json& args) {
       entry["reforms"] = report.reforms;
       entry["grown"] = report.grown;
       entry["checksums_match"] = report.checksums_match;
+      entry["distrust_rollbacks"] = report.distrust_rollbacks;
+      entry["steps_redone"] = report.steps_redone;
     }
     list.push_back(std::move(entry));
   }
