@@ -158,6 +158,14 @@ jobs:
       30s))
       << "every device screened clean first\n"
       << rasd.Stderr();
+  // The inference job cross-checks a sample of its answers on other replicas.
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        const auto device = rasd.RasctlJson({"devices"})["devices"][0];
+        return device["screening"]["cross_checks"].value("inference", 0) >= 1;
+      },
+      30s))
+      << rasd.RasctlJson({"devices"})["devices"][0].dump(2);
   const auto injected = rasd.Rasctl({"inject", "sdc", "--device", "2", "--rate", "1e-4"});
   ASSERT_EQ(injected.exit_code, 0) << injected.err;
   nlohmann::json device2;
@@ -170,8 +178,14 @@ jobs:
       << device2.dump(2) << rasd.Stderr();
   const std::string reason = device2["reason"];
   EXPECT_TRUE(reason.starts_with("silent data corruption: ")) << reason;
-  EXPECT_NE(reason.find("confirmed by 2 known-answer screenings"), std::string::npos) << reason;
+  EXPECT_NE(reason.find("confirmed by 2 wrong result(s) in "), std::string::npos) << reason;
   EXPECT_EQ(device2["suggested_action"], "hardware-inspection");
+  // The answers its replica gave since its last clean cross-check are named.
+  bool listed = false;
+  for (const auto& action : device2["recent_actions"])
+    listed |= action["action"] == "isolate-device" &&
+              action["detail"].get<std::string>().find("chat: ") != std::string::npos;
+  EXPECT_TRUE(listed) << device2["recent_actions"].dump(2);
   EXPECT_FALSE(device2["screening"]["last"]["passed"]);
   EXPECT_GE(device2["screening"]["mismatches"], 2);
   for (int healthy : {0, 1, 3}) {

@@ -591,7 +591,15 @@ void AddPolicyKeys(std::vector<ConfigKey>& keys) {
                      "screenings with a wrong result within `window_s` that isolate the device "
                      "(a silent-corruption decision); fewer make it a suspect, screened first"));
   keys.push_back(Row("screening.window_s", kLive, RASD_CONFIG_FIELD(screening.window),
-                     Seconds(1, kYearSeconds), "the window of `confirm`"));
+                     Seconds(1, kYearSeconds),
+                     "the window of `confirm`; wrong screenings and outvoted answers count "
+                     "together"));
+  keys.push_back(Row("screening.sample_one_in", kLive, RASD_CONFIG_FIELD(screening.sample_one_in),
+                     Integer<std::uint32_t>(0, 1'000'000),
+                     "inference jobs started from then on run one answered request in this many "
+                     "again on another replica, and on a third when the two disagree; the replica "
+                     "outvoted counts as a wrong result of its device. The answer is never held "
+                     "back. 0: off"));
   keys.push_back(Row("workloads.grace_ms", kLive, RASD_CONFIG_FIELD(workloads.grace),
                      Milliseconds(0, 3'600'000),
                      "how long an attached workload (`rasctl run`, attach) whose device left "

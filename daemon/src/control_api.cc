@@ -367,6 +367,8 @@ nlohmann::json ControlApi::DeviceJson(const runtime::Device& device) {
                             {"mismatches", view.mismatches},
                             {"incomplete", view.incomplete},
                             {"verdicts", view.verdicts},
+                            {"cross_checks", nlohmann::json(view.cross_checks)},
+                            {"cross_check_mismatches", nlohmann::json(view.cross_check_mismatches)},
                             {"suspect", view.suspect},
                             {"overdue", view.overdue},
                             {"budget_used", view.budget_used},

@@ -78,10 +78,7 @@ void CorruptionScreening::Tick() {
   nanoseconds next_due = kMaxTick;
   const auto window = std::chrono::duration_cast<nanoseconds>(options_.window);
   for (auto& [device, state] : devices_) {
-    while (!state.mismatch_times.empty() && now - state.mismatch_times.front() > window) {
-      state.mismatch_times.pop_front();
-      state.evidence.erase(state.evidence.begin());
-    }
+    Forget(state, now);
     state.view.suspect = !state.mismatch_times.empty();
     const auto health = health_.StateOf(device);
     const bool in_service =
@@ -167,6 +164,7 @@ void CorruptionScreening::Finish(int device, const runtime::ScreeningReport& rep
     if (!report.mismatches.empty()) {
       state.mismatch_times.push_back(now);
       state.evidence.push_back(report.mismatches.front());
+      state.evidence_screened.push_back(true);
       Judge(device, state, now);
     }
   }
@@ -176,12 +174,39 @@ void CorruptionScreening::Finish(int device, const runtime::ScreeningReport& rep
   if (options_.budget > 0) timer_->ArmAfter(kMinTick);
 }
 
-void CorruptionScreening::Judge(int device, DeviceState& state, nanoseconds now) {
+void CorruptionScreening::Forget(DeviceState& state, nanoseconds now) const {
   const auto window = std::chrono::duration_cast<nanoseconds>(options_.window);
   while (!state.mismatch_times.empty() && now - state.mismatch_times.front() > window) {
     state.mismatch_times.pop_front();
     state.evidence.erase(state.evidence.begin());
+    state.evidence_screened.erase(state.evidence_screened.begin());
   }
+}
+
+void CorruptionScreening::ReportCrossCheck(int device, const std::string& kind, bool agreed,
+                                           runtime::ScreeningMismatch evidence) {
+  auto found = devices_.find(device);
+  if (found == devices_.end()) return;
+  DeviceState& state = found->second;
+  ++state.view.cross_checks[kind];
+  if (!agreed) {
+    ++state.view.cross_check_mismatches[kind];
+    // Only while the device is in service: an answer computed before its
+    // isolation may be judged after it.
+    const auto health = health_.StateOf(device);
+    if (health == runtime::HealthState::kHealthy || health == runtime::HealthState::kDegraded) {
+      const nanoseconds now = loop_.Now();
+      state.mismatch_times.push_back(now);
+      state.evidence.push_back(std::move(evidence));
+      state.evidence_screened.push_back(false);
+      Judge(device, state, now);
+    }
+  }
+  Publish();
+}
+
+void CorruptionScreening::Judge(int device, DeviceState& state, nanoseconds now) {
+  Forget(state, now);
   const auto& latest = state.evidence.back();
   state.view.suspect = true;
   if (static_cast<int>(state.mismatch_times.size()) < options_.confirm) {
@@ -196,21 +221,31 @@ void CorruptionScreening::Judge(int device, DeviceState& state, nanoseconds now)
   verdict.distrust_for = DistrustFor(state, now);
   verdict.evidence = state.evidence;
   const auto& first = state.evidence.front();
+  const auto screened = static_cast<std::size_t>(
+      std::count(state.evidence_screened.begin(), state.evidence_screened.end(), true));
+  const auto cross_checked = state.evidence.size() - screened;
+  std::string how;
+  if (screened > 0) how = fmt::format("{} known-answer screening(s)", screened);
+  if (cross_checked > 0)
+    how += fmt::format("{}{} answer(s) outvoted by two other replicas", how.empty() ? "" : " and ",
+                       cross_checked);
   verdict.reason = fmt::format(
       "silent data corruption: {} {} computed wrong without reporting an error ({}); confirmed "
-      "by {} known-answer screenings with wrong results in {}; results since {} before are "
-      "distrusted",
+      "by {} wrong result(s) in {}: {}; results since {} before are distrusted",
       first.kernel, first.shape, first.detail, state.mismatch_times.size(),
-      Seconds(now - state.mismatch_times.front()), Seconds(verdict.distrust_for));
+      Seconds(now - state.mismatch_times.front()), how, Seconds(verdict.distrust_for));
   std::string evidence;
   for (const auto& mismatch : state.evidence)
     evidence +=
         fmt::format("{}{} {}", evidence.empty() ? "" : "; ", mismatch.kernel, mismatch.shape);
   state.mismatch_times.clear();
   state.evidence.clear();
+  state.evidence_screened.clear();
   state.view.suspect = false;
   ++state.view.verdicts;
-  if (on_verdict_) on_verdict_(verdict);
+  if (on_verdict_) {
+    if (auto spoiled = on_verdict_(verdict); !spoiled.empty()) evidence += "; " + spoiled;
+  }
   auto decided = health_.DecideAndSave({.device = device,
                                         .cause = HealthCause::kSilentCorruption,
                                         .target = runtime::HealthState::kIsolated,
@@ -225,24 +260,26 @@ void CorruptionScreening::Judge(int device, DeviceState& state, nanoseconds now)
 }
 
 nanoseconds CorruptionScreening::DistrustFor(const DeviceState& state, nanoseconds now) const {
-  // The first wrong screening of those confirming the verdict.
+  // The screenings from the first wrong result on.
   const auto& rounds = state.rounds;
   std::size_t first = rounds.size();
   for (std::size_t i = 0; i < rounds.size(); ++i) {
-    if (!rounds[i].passed && rounds[i].finished >= state.mismatch_times.front()) {
+    if (rounds[i].finished >= state.mismatch_times.front()) {
       first = i;
       break;
     }
   }
-  // The rate they measure: each wrong screening is at least one flipped
-  // element, over the elements screened from the first of them on.
-  std::uint64_t wrong = 0, elements = 0;
-  for (std::size_t i = first; i < rounds.size(); ++i) {
-    elements += rounds[i].elements;
-    wrong += rounds[i].passed ? 0 : 1;
+  std::uint64_t elements = 0;
+  for (std::size_t i = first; i < rounds.size(); ++i) elements += rounds[i].elements;
+  if (elements == 0) {
+    // Wrong answers only, no screening since to measure a rate by: back to
+    // the last screening before them.
+    return first > 0 ? now - rounds[first - 1].started : now;
   }
-  const double rate = static_cast<double>(std::max<std::uint64_t>(wrong, 1)) /
-                      static_cast<double>(std::max<std::uint64_t>(elements, 1));
+  // The rate they measure: each wrong result is at least one flipped
+  // element, over the elements screened from the first of them on.
+  const double rate =
+      static_cast<double>(state.mismatch_times.size()) / static_cast<double>(elements);
   // Back over the screenings before it until the clean ones would have
   // shown that rate; where the memory of them runs out first, nothing
   // the device did is trusted.

@@ -73,6 +73,8 @@ class CorruptionScreening {
     std::uint64_t mismatches = 0;  // kernels with a wrong result
     std::uint64_t incomplete = 0;  // screenings that could not run
     std::uint64_t verdicts = 0;
+    // Jobs' cross-checks of the device by kind ("inference"), and those it lost.
+    std::map<std::string, std::uint64_t> cross_checks, cross_check_mismatches;
     bool screened = false;  // the fields below are a screening's
     std::chrono::system_clock::time_point last_at{};
     bool last_passed = false;
@@ -92,10 +94,18 @@ class CorruptionScreening {
   void Start();
   // From the next screening (config reload).
   void SetOptions(Options options);
-  // Heard on the loop, before the verdict's decision.
-  void SetVerdictListener(std::function<void(const Verdict&)> listener) {
+  // Heard on the loop, before the verdict's decision; what it returns
+  // (the work the device may have spoiled, in words) goes into the
+  // decision's evidence.
+  void SetVerdictListener(std::function<std::string(const Verdict&)> listener) {
     on_verdict_ = std::move(listener);
   }
+  // A job's own cross-check of `device` (an answer re-run on other
+  // replicas, kind "inference"): agreed, or outvoted by two that agreed,
+  // with where it differed. An outvoted answer is evidence like a wrong
+  // screening, and counts towards `confirm` with them. Loop thread.
+  void ReportCrossCheck(int device, const std::string& kind, bool agreed,
+                        runtime::ScreeningMismatch evidence);
   std::vector<DeviceView> Views() const;
   // No screening running (tests step simulated time only then).
   bool Settled() const { return !running_; }
@@ -114,12 +124,15 @@ class CorruptionScreening {
     std::chrono::nanoseconds device_time{0};
     std::deque<std::chrono::nanoseconds> mismatch_times;  // within `window`
     std::vector<runtime::ScreeningMismatch> evidence;
+    std::vector<bool> evidence_screened;  // each evidence's: a screening, else a cross-check
     std::deque<Round> rounds;  // the newest kKeptRounds
   };
   void Tick();
   void Launch(int device);
   void Finish(int device, const runtime::ScreeningReport& report, std::chrono::nanoseconds started);
   void Judge(int device, DeviceState& state, std::chrono::nanoseconds now);
+  // Drops the evidence older than the window.
+  void Forget(DeviceState& state, std::chrono::nanoseconds now) const;
   std::chrono::nanoseconds DistrustFor(const DeviceState& state,
                                        std::chrono::nanoseconds now) const;
   void Publish();
@@ -135,7 +148,7 @@ class CorruptionScreening {
   std::chrono::nanoseconds started_at_{0}, last_tick_{0};
   bool running_ = false;
   std::thread worker_;
-  std::function<void(const Verdict&)> on_verdict_;
+  std::function<std::string(const Verdict&)> on_verdict_;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
   mutable std::mutex views_mutex_;
   std::vector<DeviceView> views_;

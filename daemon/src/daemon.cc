@@ -58,6 +58,17 @@ Status Daemon::Initialize(Config config) {
   if (auto opened = OpenStateAndDevices(); !opened) return opened;
   if (auto watched = WatchSignals(); !watched) return watched;
   jobs_ = std::make_unique<jobs::JobManager>(*runtime_, config_.policy.drain_deadline);
+  // Cross-checks come from replica threads; screening judges on the loop.
+  jobs_->SetCrossChecks(config_.screening.sample_one_in, [this](const std::string& job,
+                                                                const jobs::CrossCheck& check) {
+    loop_->Post([this, job, check] {
+      if (!screening_) return;
+      screening_->ReportCrossCheck(check.device, "inference", check.agreed,
+                                   {.kernel = fmt::format("inference job {}", job),
+                                    .shape = fmt::format("request {}", check.request),
+                                    .detail = check.detail});
+    });
+  });
   policy_.Reconfigure(config_.policy.engine);
   if (const auto boot = BootTime(*host_)) policy_.SetBootTime(*boot);
   RestorePageHistory();
@@ -276,6 +287,12 @@ void Daemon::StartRas() {
         {.action = ras::RecoveryAction::kHardwareInspection,
          .why = "silent data corruption: `rasctl undrain` runs the extended self-test (screening "
                 "rounds); replace the device if it fails again"});
+    std::string spoiled;
+    for (const auto& line : jobs_->AnsweredSinceLastCheck(verdict.device)) {
+      RASD_LOG_WARN("device {}: possibly wrong answers: {}", verdict.device, line);
+      spoiled += (spoiled.empty() ? "" : "; ") + line;
+    }
+    return spoiled;
   });
   screening_->Start();
   metrics_state_->SetScreening(screening_.get());

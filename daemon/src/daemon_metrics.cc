@@ -125,6 +125,9 @@ exporters::MetricsSnapshot DaemonMetrics::Now() const {
         if (metrics.index != view.device) continue;
         metrics.sdc_checks["screen"] = view.kernels_checked;
         metrics.sdc_mismatches["screen"] = view.mismatches;
+        for (const auto& [kind, count] : view.cross_checks) metrics.sdc_checks[kind] = count;
+        for (const auto& [kind, count] : view.cross_check_mismatches)
+          metrics.sdc_mismatches[kind] = count;
         metrics.sdc_verdicts = view.verdicts;
         metrics.sdc_budget_used = view.budget_used;
         if (view.screened)

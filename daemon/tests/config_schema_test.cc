@@ -94,7 +94,7 @@ kubernetes: {device_plugin: true, gpu_resource: example.com/gpu, npu_resource: e
 jobs: [{name: j, kind: inference}]
 probe: {deadline_ms: 2000, isolate_after: 5, interval_ms: 250}
 liveness: {period_ms: 0, deadline_ms: 300, misses: 5, idle_period_ms: 0}
-screening: {budget: 0.05, interval_s: 60, elements: 65536, confirm: 3, window_s: 600}
+screening: {budget: 0.05, interval_s: 60, elements: 65536, confirm: 3, window_s: 600, sample_one_in: 7}
 workloads: {grace_ms: 1500, on_drain: notify, kill_consumer: false}
 simulator: {devices: 2, memory_mib: 64, link_sysfs: true}
 )",

@@ -48,11 +48,13 @@ class CorruptionScreeningTest : public ::testing::Test {
       CorruptionScreening::Options options = {
           .budget = 0.5, .interval = 600s, .elements = 1 << 14, .confirm = 2, .window = 3600s}) {
     screening_ = std::make_unique<CorruptionScreening>(loop_, *runtime_, *health_, options);
-    screening_->SetVerdictListener([this](const CorruptionScreening::Verdict& verdict) {
-      // Heard before the decision: the device is still in service.
-      EXPECT_EQ(health_->StateOf(verdict.device), HealthState::kHealthy);
-      verdicts_.push_back(verdict);
-    });
+    screening_->SetVerdictListener(
+        [this](const CorruptionScreening::Verdict& verdict) -> std::string {
+          // Heard before the decision: the device is still in service.
+          EXPECT_EQ(health_->StateOf(verdict.device), HealthState::kHealthy);
+          verdicts_.push_back(verdict);
+          return "chat: 3 answer(s) since its last clean cross-check: 7, 8, 9";
+        });
     screening_->Start();
   }
 
@@ -149,7 +151,9 @@ TEST_F(CorruptionScreeningTest, ADeviceComputingWrongIsASuspectThenIsolatedWithW
   ASSERT_EQ(verdict.evidence.size(), 2u);
   EXPECT_EQ(verdict.evidence[0].kernel, "gemm");
   EXPECT_TRUE(verdict.reason.starts_with("silent data corruption: gemm m=")) << verdict.reason;
-  EXPECT_NE(verdict.reason.find("confirmed by 2 known-answer screenings"), std::string::npos)
+  EXPECT_NE(verdict.reason.find("confirmed by 2 wrong result(s) in "), std::string::npos)
+      << verdict.reason;
+  EXPECT_NE(verdict.reason.find(": 2 known-answer screening(s);"), std::string::npos)
       << verdict.reason;
   EXPECT_GT(verdict.distrust_for, 0ns);
   const auto status = health_->StatusOf(2);
@@ -162,6 +166,31 @@ TEST_F(CorruptionScreeningTest, ADeviceComputingWrongIsASuspectThenIsolatedWithW
   EXPECT_EQ(View(2).screenings, screened);
   EXPECT_EQ(View(2).verdicts, 1u);
   for (int device : {0, 1, 3}) EXPECT_EQ(health_->StateOf(device), HealthState::kHealthy);
+  EXPECT_EQ(verdicts_.size(), 1u);
+}
+
+TEST_F(CorruptionScreeningTest, OutvotedAnswersCountWithWrongScreeningsTowardsTheVerdict) {
+  Start();
+  Run(1s);
+  const runtime::ScreeningMismatch wrong{"inference job chat", "request 40",
+                                         "output 3 was 1.5 where devices 0 and 3 gave 1.25"};
+  for (int agreed = 0; agreed < 5; ++agreed) screening_->ReportCrossCheck(1, "inference", true, {});
+  screening_->ReportCrossCheck(1, "inference", false, wrong);
+  EXPECT_TRUE(View(1).suspect);
+  EXPECT_TRUE(verdicts_.empty());
+  screening_->ReportCrossCheck(1, "inference", false, wrong);
+  ASSERT_EQ(verdicts_.size(), 1u);
+  EXPECT_TRUE(verdicts_[0].reason.starts_with(
+      "silent data corruption: inference job chat request 40 computed wrong"))
+      << verdicts_[0].reason;
+  EXPECT_NE(verdicts_[0].reason.find(": 2 answer(s) outvoted by two other replicas;"),
+            std::string::npos)
+      << verdicts_[0].reason;
+  EXPECT_EQ(health_->StatusOf(1).cause, HealthCause::kSilentCorruption);
+  EXPECT_EQ(View(1).cross_checks["inference"], 7u);
+  EXPECT_EQ(View(1).cross_check_mismatches["inference"], 2u);
+  // Once it is out, a late wrong answer from before is counted, not judged.
+  screening_->ReportCrossCheck(1, "inference", false, wrong);
   EXPECT_EQ(verdicts_.size(), 1u);
 }
 

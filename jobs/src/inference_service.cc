@@ -4,6 +4,8 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 
 #include "rasd/common/logging.h"
 #include "seeded_weights.h"
@@ -66,6 +68,9 @@ struct InferenceService::Replica {
   bool in_flight = false;
   bool prepared = false;
   std::chrono::nanoseconds unavailable_until{0};  // on the service's clock
+  // Answered since a cross-check last found this replica right.
+  std::deque<std::uint64_t> unchecked;
+  std::uint64_t unchecked_dropped = 0;
   ReplicaStats stats;
   std::thread thread;
 };
@@ -232,10 +237,126 @@ void InferenceService::SetDrainDeadline(int device, std::chrono::milliseconds de
 }
 
 void InferenceService::Answer(Request& request, Output output) {
+  if (request.check) return;  // a cross-check's run: nobody waits for it, and it failed
   if (request.done) request.done(request.id, std::move(output));
   request.done = nullptr;
   std::lock_guard lock(mutex_);
   --outstanding_;
+}
+
+bool InferenceService::SameAnswer(int device_a, const std::vector<float>& a, int device_b,
+                                  const std::vector<float>& b) const {
+  if (a.size() != b.size()) return false;
+  auto model = [&](int device) {
+    auto found = runtime_.GetDevice(device);
+    return found ? (*found)->Properties().vendor + "/" + (*found)->Properties().name
+                 : std::string();
+  };
+  if (model(device_a) == model(device_b))
+    return std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (!(std::fabs(a[i] - b[i]) <= 1e-5f * std::max(1.0f, std::fabs(a[i])))) return false;
+  }
+  return true;
+}
+
+bool InferenceService::RouteCheckLocked(std::shared_ptr<Verification> check,
+                                        std::vector<float> input) {
+  Replica* best = nullptr;
+  std::size_t best_load = 0;
+  const auto now = Now();
+  for (auto& replica : replicas_) {
+    bool answered = false;
+    for (const auto& [device, answer] : check->answers) answered |= device == replica->device;
+    if (answered || !AdmitsNewWork(replica->device) || replica->unavailable_until > now) continue;
+    const std::size_t load = replica->queue.size() + (replica->in_flight ? options_.max_batch : 0);
+    if (best == nullptr || load < best_load) {
+      best = replica.get();
+      best_load = load;
+    }
+  }
+  if (best == nullptr) return false;
+  Request request;
+  request.check = std::move(check);
+  request.id = request.check->request;
+  request.input = std::move(input);
+  request.queued_at = now;
+  best->queue.push_back(std::move(request));
+  work_.notify_all();
+  return true;
+}
+
+void InferenceService::CrossCheckAnswer(int device, Request& request, std::vector<float> output) {
+  auto& check = *request.check;
+  check.answers.emplace_back(device, std::move(output));
+  std::vector<CrossCheck> outcomes;
+  auto mark_checked = [&](int checked) {
+    for (auto& replica : replicas_) {
+      if (replica->device != checked) continue;
+      // Its answers up to the one checked are as good as that one.
+      while (!replica->unchecked.empty() && replica->unchecked.front() <= check.request) {
+        replica->unchecked.pop_front();
+        replica->unchecked_dropped = 0;  // older still
+      }
+    }
+  };
+  {
+    std::lock_guard lock(mutex_);
+    const auto& [first_device, first] = check.answers[0];
+    const auto& [second_device, second] = check.answers[1];
+    if (check.answers.size() == 2) {
+      if (SameAnswer(first_device, first, second_device, second)) {
+        mark_checked(first_device);
+        mark_checked(second_device);
+        outcomes.push_back({first_device, true, check.request, ""});
+        outcomes.push_back({second_device, true, check.request, ""});
+      } else {
+        ++stats_.disagreements;
+        if (!RouteCheckLocked(request.check, request.input))
+          RASD_LOG_WARN(
+              "inference {}: devices {} and {} answered request {} differently and no "
+              "third replica can say which is right",
+              options_.id, first_device, second_device, check.request);
+      }
+    } else {
+      const auto& [third_device, third] = check.answers[2];
+      const bool with_first = SameAnswer(third_device, third, first_device, first);
+      const bool with_second = SameAnswer(third_device, third, second_device, second);
+      if (with_first != with_second) {
+        const int outvoted = with_first ? second_device : first_device;
+        const int agreeing = with_first ? first_device : second_device;
+        const auto& wrong = with_first ? second : first;
+        const auto& right = third;
+        std::size_t at = 0;
+        while (at + 1 < wrong.size() && wrong[at] == right[at]) ++at;
+        ++stats_.outvoted;
+        mark_checked(agreeing);
+        mark_checked(third_device);
+        outcomes.push_back({agreeing, true, check.request, ""});
+        outcomes.push_back({third_device, true, check.request, ""});
+        outcomes.push_back(
+            {outvoted, false, check.request,
+             fmt::format("request {}: output {} was {} where devices {} and {} gave {}",
+                         check.request, at, wrong[at], agreeing, third_device, right[at])});
+      } else {
+        RASD_LOG_WARN("inference {}: three replicas gave request {} no majority answer",
+                      options_.id, check.request);
+      }
+    }
+  }
+  if (options_.on_cross_check)
+    for (const auto& outcome : outcomes) options_.on_cross_check(outcome);
+}
+
+InferenceService::Unchecked InferenceService::AnsweredSinceLastCheck(int device) const {
+  std::lock_guard lock(mutex_);
+  Unchecked unchecked;
+  for (const auto& replica : replicas_) {
+    if (replica->device != device) continue;
+    unchecked.requests.assign(replica->unchecked.begin(), replica->unchecked.end());
+    unchecked.more = replica->unchecked_dropped;
+  }
+  return unchecked;
 }
 
 Status InferenceService::PrepareReplica(Replica& replica) {
@@ -360,7 +481,28 @@ Status InferenceService::RunBatch(Replica& replica, std::vector<Request>& batch,
   for (std::size_t i = 0; i < batch.size(); ++i) {
     const auto begin =
         y.begin() + static_cast<std::ptrdiff_t>(i * static_cast<std::size_t>(model.outputs));
-    Answer(batch[i], std::vector<float>(begin, begin + model.outputs));
+    std::vector<float> output(begin, begin + model.outputs);
+    if (batch[i].check) {
+      CrossCheckAnswer(replica.device, batch[i], std::move(output));
+      continue;
+    }
+    const bool sampled = options_.verify_one_in > 0 && batch[i].id % options_.verify_one_in == 0;
+    std::shared_ptr<Verification> check;
+    if (sampled) {
+      check = std::make_shared<Verification>();
+      check->request = batch[i].id;
+      check->answers.emplace_back(replica.device, output);
+    }
+    {
+      std::lock_guard lock(mutex_);
+      replica.unchecked.push_back(batch[i].id);
+      if (replica.unchecked.size() > kKeptAnswers) {
+        replica.unchecked.pop_front();
+        ++replica.unchecked_dropped;
+      }
+      if (check && RouteCheckLocked(check, batch[i].input)) ++stats_.cross_checks;
+    }
+    Answer(batch[i], std::move(output));
   }
   return {};
 }
@@ -419,9 +561,11 @@ void InferenceService::RunReplica(Replica& replica) {
     lock.lock();
     replica.in_flight = false;
     if (ran) {
+      const auto answered = static_cast<std::uint64_t>(std::count_if(
+          batch.begin(), batch.end(), [](const Request& request) { return !request.check; }));
       ++replica.stats.batches;
-      replica.stats.served += batch.size();
-      stats_.served += batch.size();
+      replica.stats.served += answered;
+      stats_.served += answered;
       continue;
     }
     // The batch failed: its requests run again elsewhere (or here, after a
@@ -434,6 +578,7 @@ void InferenceService::RunReplica(Replica& replica) {
     std::deque<Request> again;
     std::vector<Request> failed;
     for (auto& request : batch) {
+      if (request.check) continue;  // a cross-check is a sample: another comes
       if (++request.attempts >= options_.max_attempts) {
         failed.push_back(std::move(request));
       } else {

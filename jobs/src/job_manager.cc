@@ -78,6 +78,14 @@ Status JobManager::Start(JobSpec spec) {
     options.max_queued = spec.max_queue;
     options.max_wait = spec.max_wait;
     options.drain_deadline = drain_deadline_;
+    {
+      std::lock_guard lock(mutex_);
+      options.verify_one_in = cross_check_one_in_;
+    }
+    if (cross_check_listener_) {
+      options.on_cross_check = [listener = cross_check_listener_, name = spec.name](
+                                   const CrossCheck& check) { listener(name, check); };
+    }
     auto service = InferenceService::Create(runtime_, options);
     if (!service) return Fail(service.error());
     job->inference = std::shared_ptr<InferenceService>(std::move(*service));
@@ -158,6 +166,37 @@ std::vector<std::string> JobManager::DistrustDevice(int device,
     told.push_back(name);
   }
   return told;
+}
+
+void JobManager::SetCrossChecks(std::uint32_t one_in, CrossCheckListener listener) {
+  std::lock_guard lock(mutex_);
+  cross_check_one_in_ = one_in;
+  cross_check_listener_ = std::move(listener);
+}
+
+void JobManager::SetCrossCheckSampling(std::uint32_t one_in) {
+  std::lock_guard lock(mutex_);
+  cross_check_one_in_ = one_in;
+}
+
+std::vector<std::string> JobManager::AnsweredSinceLastCheck(int device) const {
+  std::vector<std::string> lines;
+  std::lock_guard lock(mutex_);
+  for (const auto& [name, job] : jobs_) {
+    if (!job->inference) continue;
+    const auto unchecked = job->inference->AnsweredSinceLastCheck(device);
+    const auto count = unchecked.requests.size() + unchecked.more;
+    if (count == 0) continue;
+    std::string ids;
+    constexpr std::size_t kListed = 32;  // the newest; the count says how many in all
+    const std::size_t from =
+        unchecked.requests.size() > kListed ? unchecked.requests.size() - kListed : 0;
+    for (std::size_t i = from; i < unchecked.requests.size(); ++i)
+      ids += fmt::format("{}{}", ids.empty() ? "" : ", ", unchecked.requests[i]);
+    lines.push_back(fmt::format("{}: {} answer(s) since its last clean cross-check{}: {}", name,
+                                count, from > 0 || unchecked.more > 0 ? ", the newest" : "", ids));
+  }
+  return lines;
 }
 
 void JobManager::Reconsider() {

@@ -183,6 +183,7 @@ struct Config {
     std::uint64_t elements = 1 << 20;
     int confirm = 2;
     std::chrono::seconds window{3600};
+    std::uint32_t sample_one_in = 100;  // inference answers re-run on another replica; 0: off
     bool operator==(const Screening&) const = default;
   } screening;
   // Processes outside rasd attached to its devices (`rasctl run`, attach):

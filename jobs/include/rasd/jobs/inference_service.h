@@ -34,6 +34,16 @@ struct MlpModel {
   std::vector<float> Reference(const std::vector<float>& input) const;
 };
 
+// One cross-check of a replica's answer (InferenceOptions::verify_one_in):
+// it agreed with another replica's answer to the same request, or two other
+// replicas agreed with each other on another answer (outvoted).
+struct CrossCheck {
+  int device = 0;
+  bool agreed = true;
+  std::uint64_t request = 0;
+  std::string detail;  // for an outvoted answer: where it differed
+};
+
 struct InferenceOptions {
   std::string id = "inference";  // the job id: owner of its streams and memory
   std::vector<int> devices;      // one replica per device
@@ -52,6 +62,16 @@ struct InferenceOptions {
   // ("overloaded") and counts the request as rejected.
   std::size_t max_queued = 4096;
   int max_attempts = 8;                // runs of one request before it is answered with an error
+  // Silent data corruption: one answered request in this many runs again
+  // on another replica, and on a third when the two disagree; the replica
+  // the other two outvote is told of (on_cross_check). Answers are
+  // compared bit for bit between devices of the same model (the same
+  // kernels give the same bits), within 1e-5 relative otherwise. The
+  // caller's answer is never held back for it. 0: off.
+  std::uint32_t verify_one_in = 0;
+  // Called on a replica thread for every device a cross-check compared;
+  // must not block.
+  std::function<void(const CrossCheck&)> on_cross_check;
   // What batching, backoff and batch deadlines are measured on; null, the
   // system's clock. The replicas' threads wait in real time between looks
   // at it, so it must move on its own: never a simulated loop's clock.
@@ -114,6 +134,9 @@ class InferenceService {
     std::uint64_t restarts = 0;
   };
   struct Stats {
+    std::uint64_t cross_checks = 0;   // sampled answers run again on another replica
+    std::uint64_t disagreements = 0;  // of those, the second answer differed
+    std::uint64_t outvoted = 0;       // a third replica sided with one of them
     std::uint64_t admitted = 0;
     std::uint64_t served = 0;
     std::uint64_t requeued = 0;  // moved off a replica before it ran them
@@ -124,9 +147,25 @@ class InferenceService {
     std::vector<ReplicaStats> replicas;
   };
   Stats GetStats() const;
+  // The requests `device`'s replica answered since a cross-check last
+  // found its answers right (or since the start), oldest first: what a
+  // device found computing wrong may have answered wrongly. At most
+  // kKeptAnswers; `more` counts those beyond.
+  static constexpr std::size_t kKeptAnswers = 1024;
+  struct Unchecked {
+    std::vector<std::uint64_t> requests;
+    std::uint64_t more = 0;
+  };
+  Unchecked AnsweredSinceLastCheck(int device) const;
 
  private:
+  // A sampled request's runs, for the cross-check: (device, answer).
+  struct Verification {
+    std::uint64_t request = 0;
+    std::vector<std::pair<int, std::vector<float>>> answers;
+  };
   struct Request {
+    std::shared_ptr<Verification> check;  // an internal re-run, answered to nobody
     std::uint64_t id = 0;
     std::vector<float> input;
     Callback done;
@@ -146,6 +185,13 @@ class InferenceService {
   Status RunBatch(Replica& replica, std::vector<Request>& batch, bool draining);
   Status Wait(Replica& replica);
   void Answer(Request& request, Output output);
+  // A re-run's answer from `device`: agree, ask a third replica, or vote.
+  void CrossCheckAnswer(int device, Request& request, std::vector<float> output);
+  // Sends a check to a replica none of its answers came from; false when
+  // there is none. Call with mutex_ held.
+  bool RouteCheckLocked(std::shared_ptr<Verification> check, std::vector<float> input);
+  bool SameAnswer(int device_a, const std::vector<float>& a, int device_b,
+                  const std::vector<float>& b) const;
   std::chrono::nanoseconds Now() const { return options_.clock->Monotonic(); }
 
   runtime::Runtime& runtime_;

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -112,6 +113,18 @@ class JobManager {
   // `distrust_for`: every collective job that has it among its devices rolls
   // back to before then (CollectiveJob::Distrust). Returns the jobs told.
   std::vector<std::string> DistrustDevice(int device, std::chrono::nanoseconds distrust_for);
+  // Inference jobs started from now on re-run one answered request in
+  // `one_in` on another replica (InferenceOptions::verify_one_in; 0: off),
+  // and tell `listener` (on a replica thread; it must not block) of each
+  // device each comparison concerned. Set the listener before any job
+  // starts; it outlives them.
+  using CrossCheckListener = std::function<void(const std::string& job, const CrossCheck& check)>;
+  void SetCrossChecks(std::uint32_t one_in, CrossCheckListener listener);
+  void SetCrossCheckSampling(std::uint32_t one_in);
+  // The requests each inference job's replica on `device` answered since a
+  // cross-check last found it right, in words ("chat: requests 17, 21 (2)"),
+  // one job per entry; empty when none.
+  std::vector<std::string> AnsweredSinceLastCheck(int device) const;
   // For inference requests from the control API: the service stays valid
   // while `keep` is held.
   std::shared_ptr<InferenceService> Inference(std::string_view name) const;
@@ -138,6 +151,8 @@ class JobManager {
 
   runtime::Runtime& runtime_;
   std::chrono::milliseconds drain_deadline_;
+  std::uint32_t cross_check_one_in_ = 0;  // guarded by mutex_
+  CrossCheckListener cross_check_listener_;
   mutable std::mutex mutex_;
   std::map<std::string, std::unique_ptr<Job>, std::less<>> jobs_;
 };
