@@ -87,11 +87,10 @@ void CorruptionScreening::Tick() {
       state.view.overdue = false;
       continue;
     }
-    // Earned while in service; saved up to one interval's worth, so a long
-    // quiet spell is not spent in a burst.
-    const auto cap =
-        std::max(state.last_cost * 2,
-                 std::chrono::duration_cast<nanoseconds>(options_.interval * options_.budget));
+    // Earned while in service; saved up to two screenings' worth, so that
+    // time the device could not be screened (a full pool, another device's
+    // turn) is not spent later in a burst.
+    const auto cap = std::max(state.last_cost * 2, kFirstCostEstimate);
     state.credit = std::min(
         cap, state.credit + std::chrono::duration_cast<nanoseconds>(elapsed * options_.budget));
     state.view.overdue =
@@ -149,8 +148,12 @@ void CorruptionScreening::Finish(int device, const runtime::ScreeningReport& rep
   state.device_time += report.device_time;
   if (!report.completed) {
     ++state.view.incomplete;
-    RASD_LOG_INFO("device {}: screening did not complete ({}); no verdict", device, report.error);
+    // Once per reason: a pool kept full by a job would say it every turn.
+    if (report.error != state.last_incomplete)
+      RASD_LOG_INFO("device {}: screening did not complete ({}); no verdict", device, report.error);
+    state.last_incomplete = report.error;
   } else {
+    state.last_incomplete.clear();
     ++state.view.screenings;
     state.view.kernels_checked += report.kernels.size();
     state.view.mismatches += report.mismatches.size();
@@ -159,7 +162,8 @@ void CorruptionScreening::Finish(int device, const runtime::ScreeningReport& rep
     state.view.last_passed = report.Passed();
     state.view.last_summary = report.Summary();
     state.last_screened = now;
-    state.rounds.push_back({started, now, report.elements_checked, report.Passed()});
+    state.rounds.push_back(
+        {started, now, report.elements_checked, report.Passed(), report.wrong_elements});
     if (state.rounds.size() > kKeptRounds) state.rounds.pop_front();
     if (!report.mismatches.empty()) {
       state.mismatch_times.push_back(now);
@@ -269,17 +273,23 @@ nanoseconds CorruptionScreening::DistrustFor(const DeviceState& state, nanosecon
       break;
     }
   }
-  std::uint64_t elements = 0;
-  for (std::size_t i = first; i < rounds.size(); ++i) elements += rounds[i].elements;
+  std::uint64_t elements = 0, wrong = 0;
+  for (std::size_t i = first; i < rounds.size(); ++i) {
+    elements += rounds[i].elements;
+    wrong += rounds[i].wrong_elements;
+  }
+  // An outvoted answer is at least one wrong element too.
+  wrong += static_cast<std::uint64_t>(
+      std::count(state.evidence_screened.begin(), state.evidence_screened.end(), false));
   if (elements == 0) {
     // Wrong answers only, no screening since to measure a rate by: back to
     // the last screening before them.
     return first > 0 ? now - rounds[first - 1].started : now;
   }
-  // The rate they measure: each wrong result is at least one flipped
-  // element, over the elements screened from the first of them on.
+  // The rate they measure: the wrong elements over the elements screened
+  // from the first wrong result on.
   const double rate =
-      static_cast<double>(state.mismatch_times.size()) / static_cast<double>(elements);
+      static_cast<double>(std::max<std::uint64_t>(wrong, 1)) / static_cast<double>(elements);
   // Back over the screenings before it until the clean ones would have
   // shown that rate; where the memory of them runs out first, nothing
   // the device did is trusted.

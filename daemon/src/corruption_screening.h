@@ -115,6 +115,7 @@ class CorruptionScreening {
     std::chrono::nanoseconds started{0}, finished{0};
     std::uint64_t elements = 0;
     bool passed = false;
+    std::uint64_t wrong_elements = 0;
   };
   struct DeviceState {
     DeviceView view;
@@ -126,6 +127,7 @@ class CorruptionScreening {
     std::vector<runtime::ScreeningMismatch> evidence;
     std::vector<bool> evidence_screened;  // each evidence's: a screening, else a cross-check
     std::deque<Round> rounds;  // the newest kKeptRounds
+    std::string last_incomplete;  // why the last screening could not run; empty: it ran
   };
   void Tick();
   void Launch(int device);

@@ -136,9 +136,10 @@ void CollectiveJob::Stop() {
 
 void CollectiveJob::Reconsider() { changed_.notify_all(); }
 
-void CollectiveJob::Distrust(std::chrono::nanoseconds distrust_for) {
+void CollectiveJob::Distrust(int device, std::chrono::nanoseconds distrust_for) {
   {
     std::lock_guard lock(mutex_);
+    distrusted_[device] = false;
     const auto since = options_.clock->Monotonic() - distrust_for;
     // Two verdicts: the earlier point covers both.
     distrust_since_ = distrust_pending_ ? std::min(distrust_since_, since) : since;
@@ -231,15 +232,26 @@ void CollectiveJob::SetState(State state) {
   changed_.notify_all();
 }
 
-std::vector<int> CollectiveJob::AdmittingDevices() const {
+std::vector<int> CollectiveJob::AdmittingDevices() {
   std::vector<int> devices;
   for (int device : options_.devices) {
     auto found = runtime_.GetDevice(device);
     if (!found) continue;
     // A rank needs the device's compute and its links: a device whose RDMA
     // port is down leaves the collective and serves on otherwise.
-    if (runtime::TakesNewWork((*found)->Health()) && (*found)->LinksUsable())
-      devices.push_back(device);
+    const bool admits = runtime::TakesNewWork((*found)->Health()) && (*found)->LinksUsable();
+    {
+      std::lock_guard lock(mutex_);
+      if (auto distrusted = distrusted_.find(device); distrusted != distrusted_.end()) {
+        if (!admits) {
+          distrusted->second = true;  // out of service: it comes back checked
+          continue;
+        }
+        if (!distrusted->second) continue;  // not out yet: still the same device
+        distrusted_.erase(distrusted);
+      }
+    }
+    if (admits) devices.push_back(device);
   }
   return devices;
 }

@@ -162,7 +162,7 @@ std::vector<std::string> JobManager::DistrustDevice(int device,
     if (!job->collective) continue;
     const auto& devices = job->collective->Devices();
     if (std::find(devices.begin(), devices.end(), device) == devices.end()) continue;
-    job->collective->Distrust(distrust_for);
+    job->collective->Distrust(device, distrust_for);
     told.push_back(name);
   }
   return told;

@@ -132,14 +132,47 @@ TEST_F(CollectiveTest, ADistrustedDeviceIsLeftAndItsStepsAreComputedAgainFromBef
       rasd::testing::Eventually([&] { return job->GetProgress().checksum_mismatches > 0; }, 20s))
       << "the corruption reaches the result";
   const auto wrong_at = job->GetProgress().step;
-  job->Distrust(clock.Monotonic() - began + 1ms);
-  Device(2).SetHealth(runtime::HealthState::kIsolated);  // as the verdict does, after
+  job->Distrust(2, clock.Monotonic() - began + 1ms);
+  // As the verdict does, after; the job may re-form before it sees this,
+  // and leaves device 2 out all the same.
+  std::this_thread::sleep_for(20ms);
+  Device(2).SetHealth(runtime::HealthState::kIsolated);
   ExpectFinishedLikeAFaultFreeRun(*job, options);
   const auto progress = job->GetProgress();
   EXPECT_EQ(progress.devices, (std::vector<int>{0, 1, 3}));
   EXPECT_EQ(progress.distrust_rollbacks, 1u);
   EXPECT_GE(static_cast<int>(progress.steps_redone), wrong_at - injected_at)
       << "back to a checkpoint from before the injection";
+}
+
+TEST_F(CollectiveTest, ADistrustedDeviceStaysOutUntilItHasBeenOutOfServiceAndBack) {
+  auto options = Options({0, 1, 2, 3});
+  options.steps = 1'000'000;  // stopped once it has grown back
+  auto job = Start(options);
+  WaitForStep(*job, 25);
+  ASSERT_TRUE(sim_->InjectSilentCorruption(2, 1e-3, "", 5).has_value());
+  ASSERT_TRUE(
+      rasd::testing::Eventually([&] { return job->GetProgress().checksum_mismatches > 0; }, 20s));
+  // Its isolation never comes: the job leaves it all the same.
+  job->Distrust(2, std::chrono::hours(1));
+  WaitForDevices(*job, {0, 1, 3});
+  ASSERT_TRUE(sim_->InjectSilentCorruption(2, 0, "", 0).has_value());
+  WaitForStep(*job, 400);
+  EXPECT_EQ(job->GetProgress().devices, (std::vector<int>{0, 1, 3}));
+  // Out of service and back (repaired): it gets its rank back.
+  Device(2).SetHealth(runtime::HealthState::kIsolated);
+  std::this_thread::sleep_for(50ms);
+  Device(2).SetHealth(runtime::HealthState::kHealthy);
+  WaitForDevices(*job, {0, 1, 2, 3});
+  const int grown_at = job->GetProgress().step;
+  WaitForStep(*job, grown_at + 50);
+  job->Stop();
+  ASSERT_TRUE(job->Wait(10s));
+  const auto progress = job->GetProgress();
+  EXPECT_EQ(progress.devices, (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_EQ(progress.checksum_mismatches, 0u);
+  const auto checksums = job->Checksums();
+  EXPECT_EQ(checksums, CollectiveJob::ExpectedChecksums(options, checksums.size()));
 }
 
 TEST_F(CollectiveTest, LeavingACorruptingDeviceWithoutRollingBackKeepsTheWrongState) {

@@ -235,17 +235,26 @@ std::shared_ptr<const KnownAnswerScreen> KnownAnswerScreen::Build(
 
 namespace {
 
-// The first element where `got` is not `want` (beyond `tolerance`
-// relative; 0: not the same bits), in words; none when they agree.
-std::optional<std::string> FirstDifference(const std::vector<float>& got,
-                                           const std::vector<float>& want, float tolerance) {
+// Where `got` is not `want` (beyond `tolerance` relative; 0: not the
+// same bits): the first such element in words, and how many; none when
+// they agree.
+struct Difference {
+  std::string first;
+  std::uint64_t count = 0;
+};
+std::optional<Difference> Compare(const std::vector<float>& got, const std::vector<float>& want,
+                                  float tolerance) {
+  std::optional<Difference> difference;
   for (std::size_t i = 0; i < std::min(got.size(), want.size()); ++i) {
     const bool same = tolerance > 0 ? std::fabs(got[i] - want[i]) <=
                                           tolerance * std::max(1.0f, std::fabs(want[i]))
                                     : std::memcmp(&got[i], &want[i], sizeof(float)) == 0;
-    if (!same) return fmt::format("element {}: {} instead of {}", i, got[i], want[i]);
+    if (same) continue;
+    if (!difference)
+      difference = Difference{fmt::format("element {}: {} instead of {}", i, got[i], want[i]), 0};
+    ++difference->count;
   }
-  return std::nullopt;
+  return difference;
 }
 
 }  // namespace
@@ -311,23 +320,28 @@ ScreeningReport KnownAnswerScreen::Run(Runtime& runtime, int device,
     report.elements_checked += test.outputs;
     const std::vector<float> result(got.begin(),
                                     got.begin() + static_cast<std::ptrdiff_t>(test.outputs));
-    bool matches = false;
-    std::string detail;
+    std::optional<ScreeningMismatch> mismatch;
     if (test.exact) {
       const std::uint64_t digest = WordDigest(result.data(), result.size());
-      matches = digest == test.digest;
-      if (!matches)
-        detail = fmt::format("{} (digest {:016x} instead of {:016x})",
-                             FirstDifference(result, test.expected(), 0)
-                                 .value_or("the same elements, another digest"),
-                             digest, test.digest);
-    } else if (auto difference =
-                   FirstDifference(result, test.tolerance_reference, kSoftmaxTolerance)) {
-      detail = fmt::format("{} (beyond {} relative)", *difference, kSoftmaxTolerance);
-    } else {
-      matches = true;
+      if (digest != test.digest) {
+        const auto difference = Compare(result, test.expected(), 0);
+        mismatch = ScreeningMismatch{
+            test.kernel, test.shape,
+            fmt::format("{} (digest {:016x} instead of {:016x})",
+                        difference ? difference->first : "the same elements, another digest",
+                        digest, test.digest),
+            difference ? difference->count : 1};
+      }
+    } else if (auto difference = Compare(result, test.tolerance_reference, kSoftmaxTolerance)) {
+      mismatch = ScreeningMismatch{
+          test.kernel, test.shape,
+          fmt::format("{} (beyond {} relative)", difference->first, kSoftmaxTolerance),
+          difference->count};
     }
-    if (!matches) report.mismatches.push_back({test.kernel, test.shape, std::move(detail)});
+    if (mismatch) {
+      report.wrong_elements += mismatch->wrong_elements;
+      report.mismatches.push_back(std::move(*mismatch));
+    }
   }
   release();
   report.completed = true;

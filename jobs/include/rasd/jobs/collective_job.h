@@ -3,8 +3,9 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
-#include <deque>
 #include <cstdint>
+#include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -69,10 +70,10 @@ class CollectiveJob {
   // corruption). At its next step boundary the job re-forms from the newest
   // checkpoint it kept that was taken before then (from its start when it
   // kept none that old) and computes those steps again on the devices that
-  // admit work. Call it before the device is moved out of service: a job
-  // that left the device first would otherwise keep the state it had just
-  // computed there.
-  void Distrust(std::chrono::nanoseconds distrust_for);
+  // admit work, never `device` until it has been out of service and come
+  // back (repaired, its self-test passed): its isolation may reach the job
+  // after this does.
+  void Distrust(int device, std::chrono::nanoseconds distrust_for);
 
   enum class State : std::uint8_t { kRunning, kReforming, kWaiting, kFinished, kFailed, kStopped };
   static std::string_view StateName(State state);
@@ -127,7 +128,7 @@ class CollectiveJob {
   Status Step(int step);
   Status Checkpoint(int step);
   Status Restore();
-  std::vector<int> AdmittingDevices() const;
+  std::vector<int> AdmittingDevices();
   void SetState(State state);
 
   runtime::Runtime& runtime_;
@@ -181,6 +182,9 @@ class CollectiveJob {
   // Distrust's request, for the job's thread; 0: none.
   std::chrono::nanoseconds distrust_since_{0};
   bool distrust_pending_ = false;
+  // Devices distrusted, and whether each has been seen out of service
+  // since: one that admits work again after that is trusted again.
+  std::map<int, bool> distrusted_;
   std::thread thread_;
 };
 

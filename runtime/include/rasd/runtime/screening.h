@@ -27,6 +27,7 @@ struct ScreeningMismatch {
   std::string kernel;  // "add"
   std::string shape;   // "n=1048576"
   std::string detail;  // "element 4711: 3.0000005 instead of 3 (digest 0x.. instead of 0x..)"
+  std::uint64_t wrong_elements = 1;  // how many of its outputs were wrong (at least one)
 };
 
 struct ScreeningReport {
@@ -38,6 +39,7 @@ struct ScreeningReport {
   std::vector<std::string> kernels;  // compared, in order
   std::vector<ScreeningMismatch> mismatches;
   std::uint64_t elements_checked = 0;  // output elements compared
+  std::uint64_t wrong_elements = 0;    // of those, wrong (over every kernel)
   // From the screening's first copy to its last result, on the clock given:
   // what it cost the device (and what a budget counts).
   std::chrono::nanoseconds device_time{0};
