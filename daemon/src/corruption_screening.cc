@@ -41,11 +41,11 @@ CorruptionScreening::~CorruptionScreening() {
 }
 
 void CorruptionScreening::EnsureScreen() {
-  if (screen_ &&
-      screen_->Options().elements == std::clamp<std::uint64_t>(options_.elements, 4096, 1ULL << 21))
-    return;
+  // Built once per size: its known answers are host work, O(elements).
+  if (screen_ && screen_elements_ == options_.elements) return;
   screen_ = runtime::KnownAnswerScreen::Build(runtime_.Kernels().Names(),
                                               {.elements = options_.elements});
+  screen_elements_ = options_.elements;
 }
 
 void CorruptionScreening::Start() {
@@ -76,7 +76,6 @@ void CorruptionScreening::Tick() {
   last_tick_ = now;
   std::vector<int> ready;
   nanoseconds next_due = kMaxTick;
-  const auto window = std::chrono::duration_cast<nanoseconds>(options_.window);
   for (auto& [device, state] : devices_) {
     Forget(state, now);
     state.view.suspect = !state.mismatch_times.empty();

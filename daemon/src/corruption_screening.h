@@ -145,6 +145,7 @@ class CorruptionScreening {
   DeviceHealth& health_;
   Options options_;
   std::shared_ptr<const runtime::KnownAnswerScreen> screen_;
+  std::uint64_t screen_elements_ = 0;  // what screen_ was built for
   std::map<int, DeviceState> devices_;
   std::unique_ptr<common::Timer> timer_;
   std::chrono::nanoseconds started_at_{0}, last_tick_{0};
