@@ -412,6 +412,10 @@ class Soak {
   bool collective_checksums_ever_wrong_ = false;
   std::map<std::string, Clock::time_point> out_of_service_since_;
   std::map<int, int> undrained_by_soak_;
+  // Silent-corruption screening per device: screenings and inference
+  // cross-checks seen last, and the devices accused (a failure each, once).
+  std::map<int, std::uint64_t> screenings_, cross_checks_;
+  std::set<int> accused_;
   // Where each job last moved, for the stall check.
   std::int64_t last_served_ = -1, last_step_ = -1;
   Clock::time_point served_moved_at_, step_moved_at_;
@@ -647,6 +651,32 @@ void Soak::WatchRecoveries() {
     const int index = device.value("index", -1);
     const std::string key = std::to_string(index);
     const std::string state = device.value("state", std::string());
+    // No silent corruption is injected: screening and cross-checks must
+    // accuse nobody, whatever the other faults do to the devices.
+    if (device.contains("screening") && device["screening"].is_object()) {
+      const auto& screening = device["screening"];
+      std::uint64_t wrong = screening.value("mismatches", std::uint64_t{0});
+      if (screening.contains("cross_check_mismatches"))
+        for (const auto& [kind, count] : screening["cross_check_mismatches"].items())
+          wrong += count.get<std::uint64_t>();
+      if (wrong > 0 && !accused_.contains(index)) {
+        accused_.insert(index);
+        Fail("sdc-" + key,
+             "device " + key +
+                 " was accused of silent data corruption with none "
+                 "injected (" +
+                 std::to_string(wrong) +
+                 " wrong result(s); last "
+                 "screening: " +
+                 (screening["last"].is_object() ? screening["last"].value("summary", std::string())
+                                                : std::string("none")) +
+                 ")");
+      }
+      screenings_[index] = screening.value("screenings", std::uint64_t{0});
+      if (screening.contains("cross_checks"))
+        for (const auto& [kind, count] : screening["cross_checks"].items())
+          cross_checks_[index] = count.get<std::uint64_t>();
+    }
     if (state == "healthy" || state == "degraded") {
       out_of_service_since_.erase(key);
       continue;
@@ -792,6 +822,12 @@ void Soak::PrintSummary() const {
   for (const auto& [kind, counts] : by_kind)
     std::printf(" %s %d/%d", kind.c_str(), counts.first, counts.second);
   std::printf("\n");
+  std::printf("silent-corruption screenings (cross-checks) per device:");
+  for (const auto& [device, count] : screenings_)
+    std::printf(" %d: %llu (%llu)", device, static_cast<unsigned long long>(count),
+                static_cast<unsigned long long>(
+                    cross_checks_.count(device) ? cross_checks_.at(device) : 0));
+  std::printf("; devices accused: %zu\n", accused_.size());
   if (!undrained_by_soak_.empty()) {
     std::printf("devices the soak had to undrain:");
     for (const auto& [device, count] : undrained_by_soak_) std::printf(" %d (x%d)", device, count);
