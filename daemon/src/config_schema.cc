@@ -110,21 +110,23 @@ Kind<std::chrono::seconds> Seconds(std::int64_t min, std::int64_t max) {
   return Integer<std::chrono::seconds>(min, max, "s");
 }
 
-// A number above 0 and at most 1.
-Kind<double> Fraction() {
-  return {"number 0..1 (above 0)",
-          [](ConfigValueReader& reader, const YAML::Node& value, const std::string& path,
-             double& out) {
+// A decimal number between `min` (itself allowed or not) and `max`;
+// `range` says which in words ("above 0 and at most 1 (0.5 is half)").
+Kind<double> Decimal(std::string type, double min, bool min_allowed, double max,
+                     std::string range) {
+  return {std::move(type),
+          [=](ConfigValueReader& reader, const YAML::Node& value, const std::string& path,
+              double& out) {
             auto text = reader.ReadString(value, path);
             if (!text) return;
             double number = 0;
             const auto [end, error] =
                 std::from_chars(text->data(), text->data() + text->size(), number);
-            if (error != std::errc() || end != text->data() + text->size() || !(number > 0) ||
-                number > 1) {
-              reader.Problem(value.Mark(), fmt::format("'{}' must be a number above 0 and at "
-                                                       "most 1 (0.5 is half), not '{}'",
-                                                       path, *text));
+            const bool above_min = min_allowed ? number >= min : number > min;
+            if (error != std::errc() || end != text->data() + text->size() || !above_min ||
+                !(number <= max)) {
+              reader.Problem(value.Mark(),
+                             fmt::format("'{}' must be a number {}, not '{}'", path, range, *text));
               return;
             }
             out = number;
@@ -132,26 +134,15 @@ Kind<double> Fraction() {
           [](const double& number) { return fmt::format("{}", number); }};
 }
 
+// A number above 0 and at most 1.
+Kind<double> Fraction() {
+  return Decimal("number 0..1 (above 0)", 0, false, 1, "above 0 and at most 1 (0.5 is half)");
+}
+
 // A number from 0 to `max`.
 Kind<double> Share(double max) {
-  return {fmt::format("number 0..{}", max),
-          [max](ConfigValueReader& reader, const YAML::Node& value, const std::string& path,
-                double& out) {
-            auto text = reader.ReadString(value, path);
-            if (!text) return;
-            double number = 0;
-            const auto [end, error] =
-                std::from_chars(text->data(), text->data() + text->size(), number);
-            if (error != std::errc() || end != text->data() + text->size() || !(number >= 0) ||
-                number > max) {
-              reader.Problem(value.Mark(), fmt::format("'{}' must be a number from 0 to {} "
-                                                       "(0.01 is 1%), not '{}'",
-                                                       path, max, *text));
-              return;
-            }
-            out = number;
-          },
-          [](const double& number) { return fmt::format("{}", number); }};
+  return Decimal(fmt::format("number 0..{}", max), 0, true, max,
+                 fmt::format("from 0 to {} (0.01 is 1%)", max));
 }
 
 // A string; `check` returns the problem with a value, or "" for a good one.
