@@ -29,6 +29,10 @@ need "step 3 re-forming the collective" '^    -> collective re-formed on \[0,1,3
 need "step 3 moving llm with none lost" '^    -> llm now serves on \[0,1,3\]: [0-9]+ request\(s\) moved off device 2, 0 lost'
 need "step 4 the self-test" '^    -> self-test passed'
 need "step 4 device 2 working again" '^    -> device 2 works again: allreduce re-formed on \[0,1,2,3\], llm serves on \[0,1,2,3\]'
+need "step 5 isolating the silently corrupting device" \
+  '^    -> isolate-device: silent data corruption: add n=[0-9]+'
+need "step 5 redoing the collective's steps" \
+  '^    -> allreduce rolled back and re-formed on \[0,2,3\]: [0-9]+ step\(s\) computed again, checksums ok'
 need "the verdict" '^demo passed'
 need "what to try next" '^Next: `make daemon`'
 [[ $rc == 0 ]] || { echo "FAIL: rasd-demo exited $rc"; fail=1; }
