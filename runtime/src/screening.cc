@@ -8,6 +8,9 @@
 #include <functional>
 #include <limits>
 #include <optional>
+#include <span>
+
+#include "mapped_words.h"
 
 namespace rasd::runtime {
 namespace {
@@ -242,7 +245,7 @@ struct Difference {
   std::string first;
   std::uint64_t count = 0;
 };
-std::optional<Difference> Compare(const std::vector<float>& got, const std::vector<float>& want,
+std::optional<Difference> Compare(std::span<const float> got, const std::vector<float>& want,
                                   float tolerance) {
   std::optional<Difference> difference;
   for (std::size_t i = 0; i < std::min(got.size(), want.size()); ++i) {
@@ -305,10 +308,16 @@ ScreeningReport KnownAnswerScreen::Run(Runtime& runtime, int device,
     release();
     return fail(uploaded.error());
   }
-  std::vector<float> got(data.a.size());
+  // Mapped, not from malloc: megabytes a worker thread's arena would keep.
+  MappedWords got_words(data.a.size());
+  if (!got_words.Valid()) {
+    release();
+    return fail(Error{ErrorCode::kOutOfMemory, "no host memory for the screening's results"});
+  }
+  float* const got = got_words.Floats();
   for (const auto& test : data.tests) {
     Status ran = test.launch(**stream, buffers);
-    if (ran) ran = (*stream)->CopyToHost(got.data(), buffers.out, test.outputs * sizeof(float));
+    if (ran) ran = (*stream)->CopyToHost(got, buffers.out, test.outputs * sizeof(float));
     if (ran) ran = wait();
     if (!ran) {
       (void)wait();
@@ -318,8 +327,7 @@ ScreeningReport KnownAnswerScreen::Run(Runtime& runtime, int device,
     }
     report.kernels.push_back(test.kernel);
     report.elements_checked += test.outputs;
-    const std::vector<float> result(got.begin(),
-                                    got.begin() + static_cast<std::ptrdiff_t>(test.outputs));
+    const std::span<const float> result(got, test.outputs);
     std::optional<ScreeningMismatch> mismatch;
     if (test.exact) {
       const std::uint64_t digest = WordDigest(result.data(), result.size());

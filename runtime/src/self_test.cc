@@ -12,6 +12,7 @@
 #include <numeric>
 #include <span>
 
+#include "mapped_words.h"
 #include "rasd/runtime/screening.h"
 
 namespace rasd::runtime {
@@ -336,35 +337,6 @@ SelfTestCheck ScreenCheck(Runtime& runtime, int device, const SelfTestOptions& o
   }
   return check;
 }
-
-// Host words mapped for one self-test and unmapped after it. From malloc,
-// the pattern's buffers (two chunks, 8 MiB by default) would stay resident
-// in the worker thread's arena after the test: glibc returns the top of a
-// thread's arena to the system only past its trim threshold, and
-// malloc_trim() not at all, so every arena a test ever ran on kept them.
-class MappedWords {
- public:
-  explicit MappedWords(std::size_t words) : bytes_(std::max<std::size_t>(words, 1) * 4) {
-    void* memory =
-        ::mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (memory != MAP_FAILED) data_ = static_cast<std::uint32_t*>(memory);
-  }
-  ~MappedWords() {
-    if (data_ != nullptr) ::munmap(data_, bytes_);
-  }
-  MappedWords(const MappedWords&) = delete;
-  MappedWords& operator=(const MappedWords&) = delete;
-
-  bool Valid() const { return data_ != nullptr; }
-  std::uint32_t* Data() const { return data_; }
-  // The same memory as floats (anonymous pages hold no object of any type
-  // until they are written).
-  float* Floats() const { return reinterpret_cast<float*>(data_); }
-
- private:
-  std::size_t bytes_;
-  std::uint32_t* data_ = nullptr;
-};
 
 // Writes a pattern that depends on each word's position (a stuck or
 // aliased address line shows) and its complement, reading each back.
