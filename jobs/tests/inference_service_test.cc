@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <map>
@@ -163,7 +164,13 @@ TEST_F(CrossCheckTest, AReplicaComputingWrongIsOutvotedAndItsUncheckedAnswersLis
                     .has_value());
     if (n % 64 == 0) std::this_thread::sleep_for(200us);
   }
-  ASSERT_TRUE(rasd::testing::Eventually([&] { return service->GetStats().outvoted >= 2; }, 20s));
+  // The listener hears of a vote after the service counted it: wait for what it heard.
+  auto outvoted_heard = [&] {
+    const auto checks = Checks();
+    return std::count_if(checks.begin(), checks.end(),
+                         [](const CrossCheck& check) { return !check.agreed; });
+  };
+  ASSERT_TRUE(rasd::testing::Eventually([&] { return outvoted_heard() >= 2; }, 20s));
   int outvoted_2 = 0;
   for (const auto& check : Checks()) {
     if (check.agreed) continue;
