@@ -40,14 +40,6 @@ CorruptionScreening::~CorruptionScreening() {
   if (worker_.joinable()) worker_.join();
 }
 
-void CorruptionScreening::EnsureScreen() {
-  // Built once per size: its known answers are host work, O(elements).
-  if (screen_ && screen_elements_ == options_.elements) return;
-  screen_ = runtime::KnownAnswerScreen::Build(runtime_.Kernels().Names(),
-                                              {.elements = options_.elements});
-  screen_elements_ = options_.elements;
-}
-
 void CorruptionScreening::Start() {
   started_at_ = last_tick_ = loop_.Now();
   for (const auto& device : runtime_.Devices()) {
@@ -123,15 +115,23 @@ void CorruptionScreening::Tick() {
 }
 
 void CorruptionScreening::Launch(int device) {
-  EnsureScreen();
   running_ = true;
   if (worker_.joinable()) worker_.join();  // the last one posted its result and returned
   const nanoseconds started = loop_.Now();
-  worker_ = std::thread([this, device, started, screen = screen_, alive = alive_] {
+  // The screen is built once per size, on the worker: its known answers
+  // are host work, O(elements), that the loop need not wait for.
+  const bool rebuild = !screen_ || screen_elements_ != options_.elements;
+  worker_ = std::thread([this, device, started, rebuild, elements = options_.elements,
+                         screen = screen_, alive = alive_]() mutable {
+    if (rebuild)
+      screen =
+          runtime::KnownAnswerScreen::Build(runtime_.Kernels().Names(), {.elements = elements});
     auto report =
         std::make_shared<runtime::ScreeningReport>(screen->Run(runtime_, device, loop_.GetClock()));
-    loop_.Post([this, device, started, report, alive] {
+    loop_.Post([this, device, started, report, screen, elements, alive] {
       if (!*alive) return;
+      screen_ = screen;
+      screen_elements_ = elements;
       Finish(device, *report, started);
     });
   });

@@ -138,7 +138,6 @@ class CorruptionScreening {
   std::chrono::nanoseconds DistrustFor(const DeviceState& state,
                                        std::chrono::nanoseconds now) const;
   void Publish();
-  void EnsureScreen();
 
   common::EventLoop& loop_;
   runtime::Runtime& runtime_;
