@@ -1439,6 +1439,9 @@ TEST_F(StateStoreTest, AGarbageLogIsDamageAndIsSetAsideWithTheDatabase) {
   auto store = StateStore::Open(dir_ / "state");
   ASSERT_TRUE(store.has_value()) << store.error().message;
   ASSERT_TRUE((*store)->SaveDeviceState({"GPU-1", "Isolated", "bad", {}}).has_value());
+  // Bytes to write at an offset; empty: invert the byte there. The salt is
+  // random, so writing any fixed byte into it would leave it unchanged once
+  // in 256 runs.
   struct Garble {
     std::string name;
     std::streamoff offset;
@@ -1447,7 +1450,7 @@ TEST_F(StateStoreTest, AGarbageLogIsDamageAndIsSetAsideWithTheDatabase) {
   };
   const std::vector<Garble> garbles = {
       {"magic", 0, std::string(32, '\x5a'), "not a SQLite write-ahead log (magic 0x5a5a5a5a)"},
-      {"salt", 16, "\x01", "checksum does not match"},
+      {"salt", 16, "", "checksum does not match"},
       {"page-size", 8, std::string("\x00\x00\x03\x00", 4), "page size 768"},
       {"short", -1, "", "shorter than a write-ahead log header"},
   };
@@ -1458,8 +1461,16 @@ TEST_F(StateStoreTest, AGarbageLogIsDamageAndIsSetAsideWithTheDatabase) {
       std::filesystem::resize_file(image / "rasd.db-wal", 20);
     } else {
       std::fstream file(image / "rasd.db-wal", std::ios::in | std::ios::out | std::ios::binary);
+      std::string bytes = garble.bytes;
+      if (bytes.empty()) {
+        char byte = 0;
+        file.seekg(garble.offset);
+        ASSERT_TRUE(file.get(byte)) << garble.name;
+        bytes.assign(1, static_cast<char>(~byte));
+      }
       file.seekp(garble.offset);
-      file.write(garble.bytes.data(), static_cast<std::streamsize>(garble.bytes.size()));
+      file.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+      ASSERT_TRUE(file.good()) << garble.name;
     }
     auto opened = StateStore::Open(image);
     ASSERT_FALSE(opened.has_value()) << garble.name;
