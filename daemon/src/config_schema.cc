@@ -588,9 +588,11 @@ void AddPolicyKeys(std::vector<ConfigKey>& keys) {
   keys.push_back(Row("screening.sample_one_in", kLive, RASD_CONFIG_FIELD(screening.sample_one_in),
                      Integer<std::uint32_t>(0, 1'000'000),
                      "inference jobs started from then on run one answered request in this many "
-                     "again on another replica, and on a third when the two disagree; the replica "
-                     "outvoted counts as a wrong result of its device. The answer is never held "
-                     "back. 0: off"));
+                     "again on another replica, and on a third when the two disagree; collective "
+                     "jobs compute one rank's part again on the next rank's device every this "
+                     "many steps (a third on disagreement). The device outvoted counts a wrong "
+                     "result; an answer is never held back, an outvoted part is replaced before "
+                     "the step goes on. 0: off"));
   keys.push_back(Row("workloads.grace_ms", kLive, RASD_CONFIG_FIELD(workloads.grace),
                      Milliseconds(0, 3'600'000),
                      "how long an attached workload (`rasctl run`, attach) whose device left "

@@ -578,6 +578,9 @@ Result<nlohmann::json> ControlApi::Jobs(const nlohmann::json& args) {
       entry["checksums_match"] = report.checksums_match;
       entry["distrust_rollbacks"] = report.distrust_rollbacks;
       entry["steps_redone"] = report.steps_redone;
+      entry["cross_checks"] = {{"parts", report.parts_checked},
+                               {"differing", report.parts_differing},
+                               {"corrected", report.parts_corrected}};
     }
     list.push_back(std::move(entry));
   }

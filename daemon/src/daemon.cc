@@ -63,6 +63,14 @@ Status Daemon::Initialize(Config config) {
                                                                 const jobs::CrossCheck& check) {
     loop_->Post([this, job, check] {
       if (!screening_) return;
+      if (check.job == jobs::CrossCheck::Job::kCollective) {
+        screening_->ReportCrossCheck(
+            check.device, "collective", check.agreed,
+            {.kernel = fmt::format("collective job {} ({})", job, check.kernels),
+             .shape = fmt::format("step {}", check.step),
+             .detail = check.detail});
+        return;
+      }
       screening_->ReportCrossCheck(check.device, "inference", check.agreed,
                                    {.kernel = fmt::format("inference job {}", job),
                                     .shape = fmt::format("request {}", check.request),

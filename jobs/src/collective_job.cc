@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cstring>
 #include <numeric>
 #include <optional>
 
@@ -258,7 +259,7 @@ std::vector<int> CollectiveJob::AdmittingDevices() {
 
 void CollectiveJob::ReleaseBuffers() {
   for (auto& rank : buffers_) {
-    for (auto* allocation : {&rank.state, &rank.part})
+    for (auto* allocation : {&rank.state, &rank.part, &rank.check})
       if (*allocation) (void)rank.pool->Free(*allocation);
   }
   buffers_.clear();
@@ -279,8 +280,11 @@ Status CollectiveJob::Form(const std::vector<int>& devices) {
   for (int rank = 0; rank < communicator_->Size(); ++rank) {
     auto pool = runtime_.Pool(communicator_->DeviceOf(rank));
     if (!pool) return Fail(pool.error());
-    RankBuffers buffers{*pool, {}, {}};
-    for (auto* allocation : {&buffers.state, &buffers.part}) {
+    RankBuffers buffers{*pool, {}, {}, {}};
+    std::vector<runtime::Allocation*> wanted = {&buffers.state, &buffers.part};
+    if (options_.cross_check_every > 0 && communicator_->Size() >= 2)
+      wanted.push_back(&buffers.check);
+    for (auto* allocation : wanted) {
       auto allocated = (*pool)->Allocate(bytes, communicator_->RankStream(rank));
       if (!allocated) {
         buffers_.push_back(buffers);
@@ -328,10 +332,7 @@ Status CollectiveJob::Step(int step) {
   const auto count = static_cast<std::int64_t>(options_.elements);
   std::vector<drivers::DeviceAddress> parts;
   for (int rank = 0; rank < ranks; ++rank) {
-    // This rank's shards: those with shard % ranks == rank; shard 0 (rank 0)
-    // carries the state forward.
-    float constant = 0;
-    for (int shard = rank; shard < shards_; shard += ranks) constant += ShardConstant(shard, step);
+    const float constant = RankConstant(rank, ranks, step);
     const auto& buffers = buffers_[static_cast<std::size_t>(rank)];
     runtime::Stream& stream = communicator_->RankStream(rank);
     const KernelArg fill[] = {KernelArg::Address(buffers.part.address), KernelArg::Int(count),
@@ -344,6 +345,10 @@ Status CollectiveJob::Step(int step) {
       if (auto done = stream.Launch("axpy", axpy); !done) return done;
     }
     parts.push_back(buffers.part.address);
+  }
+  if (options_.cross_check_every > 0 && ranks >= 2 &&
+      (step + 1) % static_cast<int>(options_.cross_check_every) == 0) {
+    if (auto checked = CrossCheckPart(step); !checked) return checked;
   }
   if (auto reduced = communicator_->AllReduce(parts, options_.elements); !reduced) return reduced;
   if (auto done = communicator_->Synchronize(options_.step_timeout); !done) return done;
@@ -379,6 +384,144 @@ Status CollectiveJob::Step(int step) {
   } else {
     last_state_ = std::move(host);
   }
+  return {};
+}
+
+float CollectiveJob::RankConstant(int rank, int ranks, int step) const {
+  // This rank's shards: those with shard % ranks == rank; shard 0 (rank 0)
+  // carries the state forward.
+  float constant = 0;
+  for (int shard = rank; shard < shards_; shard += ranks) constant += ShardConstant(shard, step);
+  return constant;
+}
+
+Status CollectiveJob::CrossCheckPart(int step) {
+  const int ranks = communicator_->Size();
+  const auto count = static_cast<std::int64_t>(options_.elements);
+  const int subject =
+      static_cast<int>((static_cast<std::uint64_t>(step + 1) / options_.cross_check_every) %
+                       static_cast<std::uint64_t>(ranks));
+  const bool carries_state = subject == 0;
+  const float constant = RankConstant(subject, ranks, step);
+  auto buffers_of = [&](int rank) -> RankBuffers& {
+    return buffers_[static_cast<std::size_t>(rank)];
+  };
+  // Copies land in host buffers a timed-out copy may still write: parked.
+  std::vector<std::shared_ptr<std::vector<float>>> copies;
+  auto fetch = [&](int rank, drivers::DeviceAddress address) -> Result<std::vector<float>*> {
+    copies.push_back(std::make_shared<std::vector<float>>(options_.elements));
+    auto& host = *copies.back();
+    if (auto copied = communicator_->RankStream(rank).CopyToHost(host.data(), address,
+                                                                 host.size() * sizeof(float));
+        !copied)
+      return Fail(copied.error());
+    return &host;
+  };
+  // The subject's part computed on `rank`'s device, from that rank's copy
+  // of the state (every rank holds the same one).
+  auto recompute = [&](int rank) -> Result<std::vector<float>*> {
+    RankBuffers& buffers = buffers_of(rank);
+    runtime::Stream& stream = communicator_->RankStream(rank);
+    const KernelArg fill[] = {KernelArg::Address(buffers.check.address), KernelArg::Int(count),
+                              KernelArg::Float(constant)};
+    if (auto done = stream.Launch("fill", fill); !done) return Fail(done.error());
+    if (carries_state) {
+      const KernelArg axpy[] = {KernelArg::Int(count), KernelArg::Float(1.0f),
+                                KernelArg::Address(buffers.state.address),
+                                KernelArg::Address(buffers.check.address)};
+      if (auto done = stream.Launch("axpy", axpy); !done) return Fail(done.error());
+    }
+    return fetch(rank, buffers.check.address);
+  };
+  auto wait = [&]() -> Status {
+    if (auto done = communicator_->Synchronize(options_.step_timeout); !done) {
+      for (auto& copy : copies) parked_.push_back(std::move(copy));
+      return done;
+    }
+    return {};
+  };
+  auto same = [](const std::vector<float>& a, const std::vector<float>& b) {
+    return std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  };
+
+  const int checker = (subject + 1) % ranks;
+  auto own = fetch(subject, buffers_of(subject).part.address);
+  if (!own) return Fail(own.error());
+  auto again = recompute(checker);
+  if (!again) return Fail(again.error());
+  if (auto done = wait(); !done) return done;
+
+  const std::string kernels = carries_state ? "fill, axpy" : "fill";
+  std::vector<CrossCheck> outcomes;
+  auto outcome = [&](int rank, bool agreed, std::string detail) {
+    CrossCheck check{.device = communicator_->DeviceOf(rank), .agreed = agreed};
+    check.detail = std::move(detail);
+    check.job = CrossCheck::Job::kCollective;
+    check.step = step + 1;
+    check.kernels = kernels;
+    outcomes.push_back(std::move(check));
+  };
+  bool disagreed = false, corrected = false;
+  if (same(**own, **again)) {
+    outcome(subject, true, "");
+    outcome(checker, true, "");
+  } else if (ranks < 3) {
+    disagreed = true;
+    RASD_LOG_WARN(
+        "collective {}: step {}: devices {} and {} computed rank {}'s part differently and no "
+        "third rank can say which is right",
+        options_.id, step + 1, communicator_->DeviceOf(subject), communicator_->DeviceOf(checker),
+        subject);
+  } else {
+    disagreed = true;
+    const int third = (subject + 2) % ranks;
+    auto decider = recompute(third);
+    if (!decider) return Fail(decider.error());
+    if (auto done = wait(); !done) return done;
+    const bool with_own = same(**decider, **own);
+    const bool with_again = same(**decider, **again);
+    if (with_own == with_again) {
+      RASD_LOG_WARN("collective {}: step {}: three ranks computed rank {}'s part three ways",
+                    options_.id, step + 1, subject);
+    } else {
+      const int outvoted = with_own ? checker : subject;
+      const int agreeing = with_own ? subject : checker;
+      const std::vector<float>& wrong = with_own ? **again : **own;
+      const std::vector<float>& right = **decider;
+      std::size_t first = 0, differing = 0;
+      for (std::size_t i = wrong.size(); i-- > 0;) {
+        if (std::memcmp(&wrong[i], &right[i], sizeof(float)) == 0) continue;
+        ++differing;
+        first = i;
+      }
+      outcome(agreeing, true, "");
+      outcome(third, true, "");
+      outcome(outvoted, false,
+              fmt::format("step {}: rank {}'s part ({}), element {} was {} where devices {} and {} "
+                          "gave {}; {} of {} elements differ",
+                          step + 1, subject, kernels, first, wrong[first],
+                          communicator_->DeviceOf(agreeing), communicator_->DeviceOf(third),
+                          right[first], differing, wrong.size()));
+      if (outvoted == subject) {
+        // The step goes on with the part the majority computed.
+        auto source = copies.back();
+        if (auto copied = communicator_->RankStream(subject).CopyToDevice(
+                buffers_of(subject).part.address, source->data(), source->size() * sizeof(float));
+            !copied)
+          return copied;
+        if (auto done = wait(); !done) return done;
+        corrected = true;
+      }
+    }
+  }
+  {
+    std::lock_guard lock(mutex_);
+    ++progress_.cross_checks;
+    if (disagreed) ++progress_.disagreements;
+    if (corrected) ++progress_.parts_corrected;
+  }
+  if (options_.on_cross_check)
+    for (const auto& check : outcomes) options_.on_cross_check(check);
   return {};
 }
 

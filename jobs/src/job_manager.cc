@@ -115,6 +115,14 @@ Status JobManager::Start(JobSpec spec) {
     options.checkpoint_every = spec.checkpoint_every;
     options.min_ranks = spec.min_ranks;
     options.grow_on_return = spec.grow_on_return;
+    {
+      std::lock_guard lock(mutex_);
+      options.cross_check_every = cross_check_one_in_;
+    }
+    if (cross_check_listener_) {
+      options.on_cross_check = [listener = cross_check_listener_, name = spec.name](
+                                   const CrossCheck& check) { listener(name, check); };
+    }
     auto collective = CollectiveJob::Create(runtime_, options);
     if (!collective) return Fail(collective.error());
     job->collective = std::move(*collective);
@@ -340,6 +348,9 @@ JobReport JobManager::ReportOf(const Job& job) const {
     report.checksums_match = progress.checksum_mismatches == 0;
     report.distrust_rollbacks = progress.distrust_rollbacks;
     report.steps_redone = progress.steps_redone;
+    report.parts_checked = progress.cross_checks;
+    report.parts_differing = progress.disagreements;
+    report.parts_corrected = progress.parts_corrected;
     report.progress = fmt::format(
         "step {}/{} on {} rank(s), {} re-form(s) ({} down, {} up), checksums {}", progress.step,
         job.spec.steps, progress.devices.size(), progress.reforms, progress.reforms - progress.grown,
@@ -347,6 +358,10 @@ JobReport JobManager::ReportOf(const Job& job) const {
     if (progress.distrust_rollbacks > 0)
       report.progress += fmt::format(", {} roll-back(s) for silent corruption ({} step(s) redone)",
                                      progress.distrust_rollbacks, progress.steps_redone);
+    if (progress.disagreements > 0)
+      report.progress +=
+          fmt::format(", {} of {} cross-checked part(s) differed ({} corrected)",
+                      progress.disagreements, progress.cross_checks, progress.parts_corrected);
   }
   return report;
 }

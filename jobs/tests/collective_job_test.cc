@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <mutex>
+#include <set>
 #include <thread>
 
 #include "rasd/testing/eventually.h"
@@ -187,6 +189,115 @@ TEST_F(CollectiveTest, LeavingACorruptingDeviceWithoutRollingBackKeepsTheWrongSt
   ASSERT_TRUE(job->Wait(30s));
   EXPECT_GT(job->GetProgress().checksum_mismatches, 0u);
   EXPECT_NE(job->Checksums(), CollectiveJob::ExpectedChecksums(options));
+}
+
+// Cross-checks (cross_check_every): the part of rank ((step + 1) / every)
+// % ranks is computed again on the next rank's device, and on the one after
+// when the two differ.
+class CollectiveCrossCheckTest : public CollectiveTest {
+ protected:
+  CollectiveOptions Checked(std::vector<int> devices, int steps) {
+    auto options = Options(std::move(devices));
+    options.steps = steps;
+    options.cross_check_every = 1;
+    options.on_cross_check = [this](const CrossCheck& check) {
+      std::lock_guard lock(mutex_);
+      checks_.push_back(check);
+    };
+    return options;
+  }
+  std::vector<CrossCheck> Checks() {
+    std::lock_guard lock(mutex_);
+    return checks_;
+  }
+  std::vector<CrossCheck> Outvoted() {
+    std::vector<CrossCheck> outvoted;
+    for (const auto& check : Checks())
+      if (!check.agreed) outvoted.push_back(check);
+    return outvoted;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::vector<CrossCheck> checks_;
+};
+
+TEST_F(CollectiveCrossCheckTest, HealthyRanksAgreeOnEveryPartAndNobodyIsAccused) {
+  const auto options = Checked({0, 1, 2, 3}, 120);
+  auto job = Start(options);
+  ExpectFinishedLikeAFaultFreeRun(*job, options);
+  const auto progress = job->GetProgress();
+  EXPECT_EQ(progress.cross_checks, 120u);
+  EXPECT_EQ(progress.disagreements, 0u);
+  const auto checks = Checks();
+  ASSERT_EQ(checks.size(), 240u) << "the rank checked and its checker, each step";
+  std::set<int> devices;
+  for (const auto& check : checks) {
+    EXPECT_TRUE(check.agreed) << check.device << ": " << check.detail;
+    EXPECT_EQ(check.job, CrossCheck::Job::kCollective);
+    devices.insert(check.device);
+  }
+  EXPECT_EQ(devices, (std::set<int>{0, 1, 2, 3})) << "every rank's part in turn";
+}
+
+// One step on three ranks: step 1 checks rank 1's part (on device 2, then
+// device 0), so a device 1 whose fill is wrong is outvoted and the step goes
+// on with the right part.
+TEST_F(CollectiveCrossCheckTest, ARanksWrongPartIsOutvotedAndReplacedBeforeTheAllReduce) {
+  const auto options = Checked({0, 1, 2}, 1);
+  ASSERT_TRUE(sim_->InjectSilentCorruption(1, 1e-2, "fill", 3).has_value());
+  auto job = Start(options);
+  ExpectFinishedLikeAFaultFreeRun(*job, options);
+  const auto progress = job->GetProgress();
+  EXPECT_EQ(progress.disagreements, 1u);
+  EXPECT_EQ(progress.parts_corrected, 1u);
+  const auto outvoted = Outvoted();
+  ASSERT_EQ(outvoted.size(), 1u);
+  EXPECT_EQ(outvoted[0].device, 1);
+  EXPECT_EQ(outvoted[0].step, 1);
+  EXPECT_EQ(outvoted[0].kernels, "fill");
+  EXPECT_NE(outvoted[0].detail.find("where devices 2 and 0 gave"), std::string::npos)
+      << outvoted[0].detail;
+  EXPECT_EQ(Checks().size(), 3u);
+
+  // The same fault with no cross-check reaches the result.
+  auto unchecked = options;
+  unchecked.cross_check_every = 0;
+  auto wrong = Start(unchecked);
+  ASSERT_TRUE(wrong->Wait(30s));
+  EXPECT_NE(wrong->Checksums(), CollectiveJob::ExpectedChecksums(unchecked));
+}
+
+// The checker can be the one wrong: rank 0's part (fill, then axpy with the
+// state) is checked at step 3 on device 1, whose axpy is wrong; device 2
+// sides with device 0, and rank 0's part stays as it was.
+TEST_F(CollectiveCrossCheckTest, AWrongCheckerIsOutvotedAndThePartItDoubtedIsKept) {
+  const auto options = Checked({0, 1, 2}, 3);
+  ASSERT_TRUE(sim_->InjectSilentCorruption(1, 1e-2, "axpy", 4).has_value());
+  auto job = Start(options);
+  ExpectFinishedLikeAFaultFreeRun(*job, options);
+  const auto progress = job->GetProgress();
+  EXPECT_EQ(progress.cross_checks, 3u);
+  EXPECT_EQ(progress.disagreements, 1u);
+  EXPECT_EQ(progress.parts_corrected, 0u);
+  const auto outvoted = Outvoted();
+  ASSERT_EQ(outvoted.size(), 1u);
+  EXPECT_EQ(outvoted[0].device, 1);
+  EXPECT_EQ(outvoted[0].step, 3);
+  EXPECT_EQ(outvoted[0].kernels, "fill, axpy");
+}
+
+TEST_F(CollectiveCrossCheckTest, TwoRanksThatDisagreeAccuseNeither) {
+  const auto options = Checked({0, 1}, 1);  // step 1 checks rank 1's part on device 0
+  ASSERT_TRUE(sim_->InjectSilentCorruption(1, 1e-2, "fill", 3).has_value());
+  auto job = Start(options);
+  ASSERT_TRUE(job->Wait(30s));
+  const auto progress = job->GetProgress();
+  EXPECT_EQ(progress.disagreements, 1u);
+  EXPECT_EQ(progress.parts_corrected, 0u);
+  EXPECT_TRUE(Checks().empty()) << "no verdict either way from two";
+  EXPECT_NE(job->Checksums(), CollectiveJob::ExpectedChecksums(options))
+      << "and the wrong part stays: a third device is needed to know which";
 }
 
 TEST_F(CollectiveTest, ADrainMovesTheJobAtAStepBoundary) {

@@ -5,6 +5,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -14,6 +15,7 @@
 
 #include "rasd/common/host_env.h"
 #include "rasd/common/result.h"
+#include "rasd/jobs/cross_check.h"
 #include "rasd/runtime/communicator.h"
 #include "rasd/runtime/runtime.h"
 
@@ -33,6 +35,20 @@ struct CollectiveOptions {
   // from the checkpoint just taken, so nothing is recomputed.
   bool grow_on_return = true;
   std::chrono::milliseconds step_timeout{5000};
+  // Silent data corruption: every this many steps, one rank's part (the
+  // ranks in turn) is computed again on the next rank's device before the
+  // AllReduce, and on a third rank's when the two differ. The part the
+  // other two outvote is replaced by theirs before the step goes on, and
+  // its device is told of (on_cross_check). Parts are small integers in
+  // fp32, so every correct device gives the same bits: compared exactly.
+  // A ring AllReduce leaves every rank a copy of the same reduced chunks,
+  // so comparing the ranks' results afterwards would agree on a wrong sum:
+  // the parts are where a device's wrong arithmetic can be told apart.
+  // 0: off; needs two ranks, three to name a device.
+  std::uint32_t cross_check_every = 0;
+  // Called on the job's thread for every device a cross-check compared;
+  // must not block.
+  std::function<void(const CrossCheck&)> on_cross_check;
   // What Progress's times are read from; null, the system's clock.
   std::shared_ptr<const common::Clock> clock;
 };
@@ -102,6 +118,12 @@ class CollectiveJob {
     // computed again in all.
     std::uint64_t distrust_rollbacks = 0;
     std::uint64_t steps_redone = 0;
+    // Parts computed again (cross_check_every); of those, the two devices
+    // differed; of those, a third outvoted the rank's own part, which was
+    // replaced.
+    std::uint64_t cross_checks = 0;
+    std::uint64_t disagreements = 0;
+    std::uint64_t parts_corrected = 0;
   };
   Progress GetProgress() const;
   // How many of the latest checksums are kept: memory stays bounded however
@@ -126,6 +148,11 @@ class CollectiveJob {
   Status Form(const std::vector<int>& devices);
   void ReleaseBuffers();
   Status Step(int step);
+  // One rank's part of `step` computed again on other ranks' devices and
+  // compared (cross_check_every); after the parts' kernels, before the
+  // AllReduce.
+  Status CrossCheckPart(int step);
+  float RankConstant(int rank, int ranks, int step) const;
   Status Checkpoint(int step);
   Status Restore();
   std::vector<int> AdmittingDevices();
@@ -142,6 +169,7 @@ class CollectiveJob {
   struct RankBuffers {
     runtime::MemoryPool* pool = nullptr;
     runtime::Allocation state, part;
+    runtime::Allocation check;  // a part computed again here (cross_check_every)
   };
   std::vector<RankBuffers> buffers_;
 

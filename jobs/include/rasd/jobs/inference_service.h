@@ -15,6 +15,7 @@
 
 #include "rasd/common/host_env.h"
 #include "rasd/common/result.h"
+#include "rasd/jobs/cross_check.h"
 #include "rasd/runtime/runtime.h"
 
 namespace rasd::jobs {
@@ -32,16 +33,6 @@ struct MlpModel {
   // The model on the host, summing in the order the simulator's gemm does
   // (over k, ascending): the reference tests compare against.
   std::vector<float> Reference(const std::vector<float>& input) const;
-};
-
-// One cross-check of a replica's answer (InferenceOptions::verify_one_in):
-// it agreed with another replica's answer to the same request, or two other
-// replicas agreed with each other on another answer (outvoted).
-struct CrossCheck {
-  int device = 0;
-  bool agreed = true;
-  std::uint64_t request = 0;
-  std::string detail;  // for an outvoted answer: where it differed
 };
 
 struct InferenceOptions {

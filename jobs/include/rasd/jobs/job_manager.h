@@ -87,6 +87,9 @@ struct JobReport {
   double last_release_seconds = 0;  // the latest re-form: failed step to every rank released
   bool checksums_match = true;      // every completed step equals the fault-free run
   std::uint64_t distrust_rollbacks = 0, steps_redone = 0;  // for silent data corruption
+  // Parts cross-checked on other ranks' devices; differing; replaced by the
+  // majority's (CollectiveOptions::cross_check_every).
+  std::uint64_t parts_checked = 0, parts_differing = 0, parts_corrected = 0;
 };
 
 // Owns the jobs the daemon hosts on its runtime: inference services (with
@@ -115,9 +118,10 @@ class JobManager {
   std::vector<std::string> DistrustDevice(int device, std::chrono::nanoseconds distrust_for);
   // Inference jobs started from now on re-run one answered request in
   // `one_in` on another replica (InferenceOptions::verify_one_in; 0: off),
-  // and tell `listener` (on a replica thread; it must not block) of each
-  // device each comparison concerned. Set the listener before any job
-  // starts; it outlives them.
+  // collective jobs compute one rank's part again every `one_in` steps
+  // (CollectiveOptions::cross_check_every), and both tell `listener` (on a replica thread; it must
+  // not block) of each device each comparison concerned. Set the listener before any job starts; it
+  // outlives them.
   using CrossCheckListener = std::function<void(const std::string& job, const CrossCheck& check)>;
   void SetCrossChecks(std::uint32_t one_in, CrossCheckListener listener);
   void SetCrossCheckSampling(std::uint32_t one_in);
