@@ -158,11 +158,13 @@ jobs:
       30s))
       << "every device screened clean first\n"
       << rasd.Stderr();
-  // The inference job cross-checks a sample of its answers on other replicas.
+  // The inference job cross-checks a sample of its answers on other
+  // replicas, the collective a rank's part on another rank's device.
   ASSERT_TRUE(WaitUntil(
       [&] {
         const auto device = rasd.RasctlJson({"devices"})["devices"][0];
-        return device["screening"]["cross_checks"].value("inference", 0) >= 1;
+        return device["screening"]["cross_checks"].value("inference", 0) >= 1 &&
+               device["screening"]["cross_checks"].value("collective", 0) >= 1;
       },
       30s))
       << rasd.RasctlJson({"devices"})["devices"][0].dump(2);
@@ -186,6 +188,26 @@ jobs:
     listed |= action["action"] == "isolate-device" &&
               action["detail"].get<std::string>().find("chat: ") != std::string::npos;
   EXPECT_TRUE(listed) << device2["recent_actions"].dump(2);
+  // Then each of them runs again on another replica, and the review says
+  // which were wrong.
+  nlohmann::json review;
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        const auto devices = rasd.RasctlJson({"devices"});
+        for (const auto& action : devices["devices"][2]["recent_actions"])
+          if (action["action"] == "review-answers") review = action;
+        return review.is_object();
+      },
+      20s))
+      << rasd.RasctlJson({"devices"})["devices"][2]["recent_actions"].dump(2);
+  if (review.is_object()) {
+    EXPECT_EQ(review["result"], "ok") << review.dump(2);
+    EXPECT_NE(review["detail"].get<std::string>().find("inference job chat: "), std::string::npos)
+        << review.dump(2);
+    EXPECT_NE(review["detail"].get<std::string>().find("run again on other replicas: "),
+              std::string::npos)
+        << review.dump(2);
+  }
   EXPECT_FALSE(device2["screening"]["last"]["passed"]);
   EXPECT_GE(device2["screening"]["mismatches"], 2);
   for (int healthy : {0, 1, 3}) {

@@ -77,6 +77,9 @@ Status Daemon::Initialize(Config config) {
                                     .detail = check.detail});
     });
   });
+  jobs_->SetReviewListener([this](const std::string& job, const jobs::AnswerReview& review) {
+    loop_->Post([this, job, review] { RecordAnswerReview(job, review); });
+  });
   policy_.Reconfigure(config_.policy.engine);
   if (const auto boot = BootTime(*host_)) policy_.SetBootTime(*boot);
   RestorePageHistory();
@@ -300,10 +303,41 @@ void Daemon::StartRas() {
       RASD_LOG_WARN("device {}: possibly wrong answers: {}", verdict.device, line);
       spoiled += (spoiled.empty() ? "" : "; ") + line;
     }
+    // Which of them were wrong, exactly: each runs again on another
+    // replica (a review-answers action follows with the outcome).
+    if (const auto rerun = jobs_->ReviewAnswers(verdict.device, verdict.distrust_for); rerun > 0)
+      spoiled += fmt::format("; {} answer(s) being run again on other replicas", rerun);
     return spoiled;
   });
   screening_->Start();
   metrics_state_->SetScreening(screening_.get());
+}
+
+void Daemon::RecordAnswerReview(const std::string& job, const jobs::AnswerReview& review) {
+  std::string wrong;
+  constexpr std::size_t kListed = 256;  // the count says how many in all
+  for (std::size_t i = 0; i < review.wrong.size() && i < kListed; ++i)
+    wrong += fmt::format("{}{}", i == 0 ? "" : ", ", review.wrong[i]);
+  if (review.wrong.size() > kListed) wrong += ", ...";
+  ras::ActionRecord record;
+  record.time = loop_->GetClock().Wall();
+  record.action = "review-answers";
+  record.device = review.device;
+  record.rule = "screening";
+  record.reason = "silent data corruption";
+  record.result = review.unreviewed == 0 ? "ok" : "failed";
+  record.detail = fmt::format(
+      "inference job {}: {} answer(s) device {} gave since its corruption may have begun run "
+      "again on other replicas: {} wrong{}{}; {} answered again to callers who asked{}",
+      job, review.reviewed, review.device, review.wrong.size(), wrong.empty() ? "" : " (requests ",
+      wrong.empty() ? "" : wrong + ")", review.corrected,
+      review.unreviewed == 0 ? ""
+                             : fmt::format("; at most {} could not be run again (no replica, or "
+                                           "older than the answers kept)",
+                                           review.unreviewed));
+  RASD_LOG_WARN("device {}: {}", review.device, record.detail);
+  if (auto stored = store_->RecordAction(record); !stored)
+    RASD_LOG_ERROR("cannot store the answers' review: {}", stored.error().message);
 }
 
 void Daemon::WatchProbes() {

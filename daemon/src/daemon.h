@@ -95,6 +95,9 @@ class Daemon {
   // Once the sources run: a deadline on the driver calls of those that
   // make some (NVML). None: no timer, so that an idle node sleeps.
   void WatchProbes();
+  // A silent-corruption verdict's answers, run again: an action row that
+  // names the wrong ones.
+  void RecordAnswerReview(const std::string& job, const jobs::AnswerReview& review);
   // The store's page errors within the page threshold's window, to the policy.
   void RestorePageHistory();
   Status StartControl();

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
 
 #include "rasd/common/logging.h"
 #include "seeded_weights.h"
@@ -68,9 +69,22 @@ struct InferenceService::Replica {
   bool in_flight = false;
   bool prepared = false;
   std::chrono::nanoseconds unavailable_until{0};  // on the service's clock
-  // Answered since a cross-check last found this replica right.
-  std::deque<std::uint64_t> unchecked;
-  std::uint64_t unchecked_dropped = 0;
+  // The newest kKeptAnswers answers, oldest first, with what a review needs
+  // to run them again and tell the caller.
+  struct KeptAnswer {
+    std::uint64_t id = 0;
+    std::chrono::nanoseconds answered_at{0};
+    std::vector<float> input, output;
+    Callback corrected;
+  };
+  std::deque<KeptAnswer> kept;
+  // A cross-check found this replica's answer to this request right.
+  std::uint64_t checked_through = 0;
+  // Answers that left `kept` since the last review: how many, the newest's
+  // request and time.
+  std::uint64_t dropped = 0;
+  std::uint64_t last_dropped = 0;
+  std::chrono::nanoseconds last_dropped_at{0};
   ReplicaStats stats;
   std::thread thread;
 };
@@ -165,7 +179,9 @@ void InferenceService::RouteLocked(std::deque<Request> requests) {
     const std::size_t first = next_replica_++ % replicas_.size();
     for (std::size_t n = 0; n < replicas_.size(); ++n) {
       auto& replica = replicas_[(first + n) % replicas_.size()];
-      if (!AdmitsNewWork(replica->device) || replica->unavailable_until > now) continue;
+      if (!AdmitsNewWork(replica->device) || replica->unavailable_until > now ||
+          replica->device == request.avoid_device)
+        continue;
       const std::size_t load =
           replica->queue.size() + (replica->in_flight ? options_.max_batch : 0);
       if (best == nullptr || load < best_load) {
@@ -183,7 +199,8 @@ void InferenceService::RouteLocked(std::deque<Request> requests) {
   work_.notify_all();
 }
 
-Result<std::uint64_t> InferenceService::Submit(std::vector<float> input, Callback done) {
+Result<std::uint64_t> InferenceService::Submit(std::vector<float> input, Callback done,
+                                               Callback corrected) {
   if (input.size() != static_cast<std::size_t>(options_.model.inputs)) {
     return Fail(ErrorCode::kInvalidArgument, fmt::format("input has {} values; the model takes {}",
                                                          input.size(), options_.model.inputs));
@@ -200,6 +217,7 @@ Result<std::uint64_t> InferenceService::Submit(std::vector<float> input, Callbac
   request.id = next_id_++;
   request.input = std::move(input);
   request.done = std::move(done);
+  request.corrected = std::move(corrected);
   const std::uint64_t id = request.id;
   ++outstanding_;
   ++stats_.admitted;
@@ -238,6 +256,10 @@ void InferenceService::SetDrainDeadline(int device, std::chrono::milliseconds de
 
 void InferenceService::Answer(Request& request, Output output) {
   if (request.check) return;  // a cross-check's run: nobody waits for it, and it failed
+  if (request.review) {
+    ReviewAnswer(-1, request, nullptr);
+    return;
+  }
   if (request.done) request.done(request.id, std::move(output));
   request.done = nullptr;
   std::lock_guard lock(mutex_);
@@ -293,11 +315,9 @@ void InferenceService::CrossCheckAnswer(int device, Request& request, std::vecto
   auto mark_checked = [&](int checked) {
     for (auto& replica : replicas_) {
       if (replica->device != checked) continue;
-      // Its answers up to the one checked are as good as that one.
-      while (!replica->unchecked.empty() && replica->unchecked.front() <= check.request) {
-        replica->unchecked.pop_front();
-        replica->unchecked_dropped = 0;  // older still
-      }
+      // Its answers up to the one checked are as good as that one, as far
+      // as a sample can tell (a review looks at them all).
+      replica->checked_through = std::max(replica->checked_through, check.request);
     }
   };
   {
@@ -348,13 +368,80 @@ void InferenceService::CrossCheckAnswer(int device, Request& request, std::vecto
     for (const auto& outcome : outcomes) options_.on_cross_check(outcome);
 }
 
+std::uint64_t InferenceService::ReviewAnswers(int device, std::chrono::nanoseconds distrust_for) {
+  auto review = std::make_shared<Review>();
+  review->outcome.device = device;
+  std::deque<Request> reruns;
+  {
+    std::lock_guard lock(mutex_);
+    const auto now = Now();
+    const auto since = distrust_for >= now ? std::chrono::nanoseconds::min() : now - distrust_for;
+    for (auto& replica : replicas_) {
+      if (replica->device != device) continue;
+      if (replica->dropped > 0 && replica->last_dropped_at >= since)
+        review->outcome.unreviewed += replica->dropped;  // at most that many
+      for (auto& kept : replica->kept) {
+        if (kept.answered_at < since) continue;
+        Request request;
+        request.review = review;
+        request.id = kept.id;
+        request.input = std::move(kept.input);
+        request.corrected = std::move(kept.corrected);
+        request.avoid_device = device;
+        review->given.emplace(kept.id, std::move(kept.output));
+        reruns.push_back(std::move(request));
+      }
+      replica->kept.clear();
+      replica->dropped = 0;
+    }
+    review->pending = reruns.size();
+    ++stats_.reviews;
+    if (!reruns.empty()) RouteLocked(std::move(reruns));
+  }
+  const std::uint64_t pending = review->given.size();
+  if (pending == 0 && options_.on_review) options_.on_review(review->outcome);
+  return pending;
+}
+
+void InferenceService::ReviewAnswer(int device, Request& request,
+                                    const std::vector<float>* output) {
+  Review& review = *request.review;
+  Callback corrected;
+  std::optional<AnswerReview> finished;
+  {
+    std::lock_guard lock(mutex_);
+    const auto given = review.given.find(request.id);
+    if (output == nullptr || given == review.given.end()) {
+      ++review.outcome.unreviewed;
+    } else {
+      ++review.outcome.reviewed;
+      if (!SameAnswer(review.outcome.device, given->second, device, *output)) {
+        review.outcome.wrong.push_back(request.id);
+        ++stats_.reviewed_wrong;
+        if (request.corrected) {
+          corrected = std::move(request.corrected);
+          ++review.outcome.corrected;
+        }
+      }
+    }
+    request.corrected = nullptr;
+    if (--review.pending == 0 && !stopping_) {
+      std::sort(review.outcome.wrong.begin(), review.outcome.wrong.end());
+      finished = review.outcome;
+    }
+  }
+  if (corrected) corrected(request.id, *output);
+  if (finished && options_.on_review) options_.on_review(*finished);
+}
+
 InferenceService::Unchecked InferenceService::AnsweredSinceLastCheck(int device) const {
   std::lock_guard lock(mutex_);
   Unchecked unchecked;
   for (const auto& replica : replicas_) {
     if (replica->device != device) continue;
-    unchecked.requests.assign(replica->unchecked.begin(), replica->unchecked.end());
-    unchecked.more = replica->unchecked_dropped;
+    for (const auto& kept : replica->kept)
+      if (kept.id > replica->checked_through) unchecked.requests.push_back(kept.id);
+    if (replica->last_dropped > replica->checked_through) unchecked.more = replica->dropped;
   }
   return unchecked;
 }
@@ -486,6 +573,10 @@ Status InferenceService::RunBatch(Replica& replica, std::vector<Request>& batch,
       CrossCheckAnswer(replica.device, batch[i], std::move(output));
       continue;
     }
+    if (batch[i].review) {
+      ReviewAnswer(replica.device, batch[i], &output);
+      continue;
+    }
     const bool sampled = options_.verify_one_in > 0 && batch[i].id % options_.verify_one_in == 0;
     std::shared_ptr<Verification> check;
     if (sampled) {
@@ -495,12 +586,15 @@ Status InferenceService::RunBatch(Replica& replica, std::vector<Request>& batch,
     }
     {
       std::lock_guard lock(mutex_);
-      replica.unchecked.push_back(batch[i].id);
-      if (replica.unchecked.size() > kKeptAnswers) {
-        replica.unchecked.pop_front();
-        ++replica.unchecked_dropped;
-      }
       if (check && RouteCheckLocked(check, batch[i].input)) ++stats_.cross_checks;
+      replica.kept.push_back(
+          {batch[i].id, Now(), std::move(batch[i].input), output, std::move(batch[i].corrected)});
+      if (replica.kept.size() > kKeptAnswers) {
+        ++replica.dropped;
+        replica.last_dropped = replica.kept.front().id;
+        replica.last_dropped_at = replica.kept.front().answered_at;
+        replica.kept.pop_front();
+      }
     }
     Answer(batch[i], std::move(output));
   }
@@ -531,7 +625,8 @@ void InferenceService::RunReplica(Replica& replica) {
       continue;
     }
     if (replica.queue.empty() && !backlog_.empty()) {
-      while (!backlog_.empty() && replica.queue.size() < options_.max_batch) {
+      while (!backlog_.empty() && replica.queue.size() < options_.max_batch &&
+             backlog_.front().avoid_device != replica.device) {
         replica.queue.push_back(std::move(backlog_.front()));
         backlog_.pop_front();
       }
@@ -561,8 +656,9 @@ void InferenceService::RunReplica(Replica& replica) {
     lock.lock();
     replica.in_flight = false;
     if (ran) {
-      const auto answered = static_cast<std::uint64_t>(std::count_if(
-          batch.begin(), batch.end(), [](const Request& request) { return !request.check; }));
+      const auto answered = static_cast<std::uint64_t>(
+          std::count_if(batch.begin(), batch.end(),
+                        [](const Request& request) { return !request.check && !request.review; }));
       ++replica.stats.batches;
       replica.stats.served += answered;
       stats_.served += answered;

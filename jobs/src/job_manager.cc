@@ -86,6 +86,10 @@ Status JobManager::Start(JobSpec spec) {
       options.on_cross_check = [listener = cross_check_listener_, name = spec.name](
                                    const CrossCheck& check) { listener(name, check); };
     }
+    if (review_listener_) {
+      options.on_review = [listener = review_listener_, name = spec.name](
+                              const AnswerReview& review) { listener(name, review); };
+    }
     auto service = InferenceService::Create(runtime_, options);
     if (!service) return Fail(service.error());
     job->inference = std::shared_ptr<InferenceService>(std::move(*service));
@@ -185,6 +189,19 @@ void JobManager::SetCrossChecks(std::uint32_t one_in, CrossCheckListener listene
 void JobManager::SetCrossCheckSampling(std::uint32_t one_in) {
   std::lock_guard lock(mutex_);
   cross_check_one_in_ = one_in;
+}
+
+void JobManager::SetReviewListener(ReviewListener listener) {
+  std::lock_guard lock(mutex_);
+  review_listener_ = std::move(listener);
+}
+
+std::uint64_t JobManager::ReviewAnswers(int device, std::chrono::nanoseconds distrust_for) {
+  std::uint64_t rerun = 0;
+  std::lock_guard lock(mutex_);
+  for (const auto& [name, job] : jobs_)
+    if (job->inference) rerun += job->inference->ReviewAnswers(device, distrust_for);
+  return rerun;
 }
 
 std::vector<std::string> JobManager::AnsweredSinceLastCheck(int device) const {

@@ -10,8 +10,11 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <condition_variable>
 #include <map>
+#include <optional>
 #include <random>
+#include <set>
 #include <thread>
 
 #include "rasd/testing/eventually.h"
@@ -188,6 +191,95 @@ TEST_F(CrossCheckTest, AReplicaComputingWrongIsOutvotedAndItsUncheckedAnswersLis
   for (const auto request : unchecked.requests) EXPECT_GT(request, last_agreed);
   const auto served_2 = service->GetStats().replicas[2].served;
   EXPECT_LE(unchecked.requests.size(), served_2);
+}
+
+// A device found computing wrong: the answers its replica gave since its
+// last clean check run again elsewhere, and the review names exactly the
+// wrong ones (each checked here against the host's model) and answers them
+// again to the callers who asked.
+TEST_F(CrossCheckTest, AReviewNamesExactlyTheWrongAnswersAndCorrectsThoseAskedFor) {
+  std::mutex mutex;
+  std::condition_variable reviewed;
+  std::optional<AnswerReview> review;
+  auto created = InferenceService::Create(*runtime_, {.id = "chat",
+                                                      .devices = {0, 1, 2},
+                                                      .max_batch = 16,
+                                                      .max_wait = 200us,
+                                                      .on_review = [&](const AnswerReview& done) {
+                                                        std::lock_guard lock(mutex);
+                                                        review = done;
+                                                        reviewed.notify_all();
+                                                      }});
+  ASSERT_TRUE(created.has_value()) << created.error().ToString();
+  auto& service = **created;
+  const MlpModel model;
+  ASSERT_TRUE(sim_->InjectSilentCorruption(2, 1e-3, "gemm", 11).has_value());
+  constexpr int kRequests = 600;
+  std::map<std::uint64_t, std::vector<float>> answers, corrections;
+  std::map<std::uint64_t, int> input_of;
+  std::set<std::uint64_t> asked;
+  int answered = 0;
+  for (int n = 0; n < kRequests; ++n) {
+    const bool asks = n % 2 == 0;  // half the callers ask for corrections
+    auto id = service.Submit(
+        InputFor(static_cast<std::uint64_t>(n), model.inputs),
+        [&](std::uint64_t request, InferenceService::Output output) {
+          std::lock_guard lock(mutex);
+          if (output) answers[request] = *output;
+          ++answered;
+          reviewed.notify_all();
+        },
+        asks ? InferenceService::Callback(
+                   [&](std::uint64_t request, InferenceService::Output output) {
+                     std::lock_guard lock(mutex);
+                     ASSERT_TRUE(output.has_value());
+                     EXPECT_TRUE(corrections.emplace(request, *output).second) << "at most once";
+                   })
+             : nullptr);
+    ASSERT_TRUE(id.has_value());
+    std::lock_guard lock(mutex);
+    input_of[*id] = n;
+    if (asks) asked.insert(*id);
+  }
+  {
+    std::unique_lock lock(mutex);
+    ASSERT_TRUE(reviewed.wait_for(lock, 20s, [&] { return answered == kRequests; }));
+  }
+  ASSERT_TRUE(sim_->InjectSilentCorruption(2, 0, "", 0).has_value());
+  const auto served_2 = service.GetStats().replicas[2].served;
+  ASSERT_GT(served_2, 50u);
+  ASSERT_LE(served_2, InferenceService::kKeptAnswers);
+  Device(2).SetHealth(runtime::HealthState::kIsolated);
+  EXPECT_EQ(service.ReviewAnswers(2), served_2);
+
+  std::unique_lock lock(mutex);
+  ASSERT_TRUE(reviewed.wait_for(lock, 20s, [&] { return review.has_value(); }));
+  std::vector<std::uint64_t> wrong;  // by the host's model: every replica's answers
+  for (const auto& [request, output] : answers)
+    if (output !=
+        model.Reference(InputFor(static_cast<std::uint64_t>(input_of[request]), model.inputs)))
+      wrong.push_back(request);
+  ASSERT_FALSE(wrong.empty()) << "the fault spoiled some answers";
+  EXPECT_LT(wrong.size(), served_2) << "and not all of device 2's";
+  EXPECT_EQ(review->device, 2);
+  EXPECT_EQ(review->reviewed, served_2);
+  EXPECT_EQ(review->unreviewed, 0u);
+  EXPECT_EQ(review->wrong, wrong);
+  std::set<std::uint64_t> corrected_wanted;
+  for (const auto request : wrong)
+    if (asked.contains(request)) corrected_wanted.insert(request);
+  EXPECT_EQ(review->corrected, corrected_wanted.size());
+  ASSERT_EQ(corrections.size(), corrected_wanted.size());
+  for (const auto& [request, output] : corrections) {
+    EXPECT_TRUE(corrected_wanted.contains(request)) << request;
+    EXPECT_EQ(output, model.Reference(
+                          InputFor(static_cast<std::uint64_t>(input_of[request]), model.inputs)))
+        << "the right answer, from a healthy replica";
+  }
+  lock.unlock();
+  EXPECT_EQ(service.AnsweredSinceLastCheck(2).requests.size(), 0u) << "reviewed: forgotten";
+  EXPECT_EQ(service.GetStats().served, static_cast<std::uint64_t>(kRequests))
+      << "re-runs are no answers";
 }
 
 TEST_F(InferenceTest, ADrainUnderLoadLosesNothingAndTheDeviceTakesNoNewWork) {

@@ -35,6 +35,19 @@ struct MlpModel {
   std::vector<float> Reference(const std::vector<float>& input) const;
 };
 
+// The answers a replica gave since its last clean cross-check, run again on
+// other replicas once its device was found computing wrong
+// (InferenceService::ReviewAnswers): which of them were wrong, exactly.
+struct AnswerReview {
+  int device = 0;
+  std::uint64_t reviewed = 0;        // run again and compared
+  std::vector<std::uint64_t> wrong;  // of those, the requests whose answer differed, ascending
+  std::uint64_t corrected = 0;       // of those, answered again to callers who asked
+  // Not compared: no other replica could run them (failed max_attempts
+  // times, or the service stopped), or beyond the answers kept.
+  std::uint64_t unreviewed = 0;
+};
+
 struct InferenceOptions {
   std::string id = "inference";  // the job id: owner of its streams and memory
   std::vector<int> devices;      // one replica per device
@@ -63,6 +76,9 @@ struct InferenceOptions {
   // Called on a replica thread for every device a cross-check compared;
   // must not block.
   std::function<void(const CrossCheck&)> on_cross_check;
+  // Called on a replica thread when a ReviewAnswers has every answer back
+  // (or given up on); must not block.
+  std::function<void(const AnswerReview&)> on_review;
   // What batching, backoff and batch deadlines are measured on; null, the
   // system's clock. The replicas' threads wait in real time between looks
   // at it, so it must move on its own: never a simulated loop's clock.
@@ -99,7 +115,11 @@ class InferenceService {
 
   // Admits a request (`input` has model.inputs values). kInvalidArgument
   // for a wrong size, kUnavailable when max_queued requests are waiting.
-  Result<std::uint64_t> Submit(std::vector<float> input, Callback done);
+  // `corrected`, when set, is called (on a replica thread, at most once)
+  // with the right answer if the one given to `done` is later found wrong
+  // (ReviewAnswers).
+  Result<std::uint64_t> Submit(std::vector<float> input, Callback done,
+                               Callback corrected = nullptr);
   // Submit and wait.
   Output Infer(std::vector<float> input, std::chrono::milliseconds timeout);
 
@@ -128,6 +148,8 @@ class InferenceService {
     std::uint64_t cross_checks = 0;   // sampled answers run again on another replica
     std::uint64_t disagreements = 0;  // of those, the second answer differed
     std::uint64_t outvoted = 0;       // a third replica sided with one of them
+    std::uint64_t reviews = 0;        // ReviewAnswers calls
+    std::uint64_t reviewed_wrong = 0;  // answers a review found wrong
     std::uint64_t admitted = 0;
     std::uint64_t served = 0;
     std::uint64_t requeued = 0;  // moved off a replica before it ran them
@@ -138,16 +160,29 @@ class InferenceService {
     std::vector<ReplicaStats> replicas;
   };
   Stats GetStats() const;
+  // Each replica keeps its newest kKeptAnswers answers (inputs and outputs,
+  // about 400 bytes each with the default model) for ReviewAnswers.
+  static constexpr std::size_t kKeptAnswers = 4096;
   // The requests `device`'s replica answered since a cross-check last
   // found its answers right (or since the start), oldest first: what a
   // device found computing wrong may have answered wrongly. At most
   // kKeptAnswers; `more` counts those beyond.
-  static constexpr std::size_t kKeptAnswers = 1024;
   struct Unchecked {
     std::vector<std::uint64_t> requests;
     std::uint64_t more = 0;
   };
   Unchecked AnsweredSinceLastCheck(int device) const;
+  // `device` was found computing wrong, perhaps for the last `distrust_for`
+  // (on the service's clock): every answer its replica gave in that time,
+  // clean cross-checks or not (a sample that came out right says little of
+  // its neighbours), is run again on other replicas and compared with the
+  // one given; a caller who asked (Submit's `corrected`) gets the right
+  // answer. The outcome goes to on_review; without one, the answers are
+  // still checked and corrected. The device's kept answers are then
+  // forgotten (a second call reviews only those given since). Returns how
+  // many are being run again.
+  std::uint64_t ReviewAnswers(
+      int device, std::chrono::nanoseconds distrust_for = std::chrono::nanoseconds::max());
 
  private:
   // A sampled request's runs, for the cross-check: (device, answer).
@@ -155,8 +190,17 @@ class InferenceService {
     std::uint64_t request = 0;
     std::vector<std::pair<int, std::vector<float>>> answers;
   };
+  // A ReviewAnswers in progress: the answers given, by request.
+  struct Review {
+    AnswerReview outcome;
+    std::map<std::uint64_t, std::vector<float>> given;
+    std::uint64_t pending = 0;
+  };
   struct Request {
     std::shared_ptr<Verification> check;  // an internal re-run, answered to nobody
+    std::shared_ptr<Review> review;       // a reviewed answer's re-run
+    Callback corrected;
+    int avoid_device = -1;  // a review runs anywhere but on the device reviewed
     std::uint64_t id = 0;
     std::vector<float> input;
     Callback done;
@@ -178,6 +222,8 @@ class InferenceService {
   void Answer(Request& request, Output output);
   // A re-run's answer from `device`: agree, ask a third replica, or vote.
   void CrossCheckAnswer(int device, Request& request, std::vector<float> output);
+  // A review's re-run answered (or, without `output`, given up on).
+  void ReviewAnswer(int device, Request& request, const std::vector<float>* output);
   // Sends a check to a replica none of its answers came from; false when
   // there is none. Call with mutex_ held.
   bool RouteCheckLocked(std::shared_ptr<Verification> check, std::vector<float> input);

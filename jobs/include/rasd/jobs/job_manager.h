@@ -129,6 +129,14 @@ class JobManager {
   // cross-check last found it right, in words ("chat: requests 17, 21 (2)"),
   // one job per entry; empty when none.
   std::vector<std::string> AnsweredSinceLastCheck(int device) const;
+  // `device` was found computing wrong for up to `distrust_for`: every
+  // inference job runs the answers its replica there gave in that time
+  // again elsewhere (InferenceService::ReviewAnswers); `listener` hears each
+  // job's outcome on a replica thread (it must not block). Set it before
+  // any job starts; it outlives them. Returns the answers being run again.
+  using ReviewListener = std::function<void(const std::string& job, const AnswerReview& review)>;
+  void SetReviewListener(ReviewListener listener);
+  std::uint64_t ReviewAnswers(int device, std::chrono::nanoseconds distrust_for);
   // For inference requests from the control API: the service stays valid
   // while `keep` is held.
   std::shared_ptr<InferenceService> Inference(std::string_view name) const;
@@ -157,6 +165,7 @@ class JobManager {
   std::chrono::milliseconds drain_deadline_;
   std::uint32_t cross_check_one_in_ = 0;  // guarded by mutex_
   CrossCheckListener cross_check_listener_;
+  ReviewListener review_listener_;
   mutable std::mutex mutex_;
   std::map<std::string, std::unique_ptr<Job>, std::less<>> jobs_;
 };
