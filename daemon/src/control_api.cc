@@ -530,6 +530,9 @@ Result<nlohmann::json> ControlApi::Jobs(const nlohmann::json& args) {
                            {"overloaded", report.overloaded}};
       entry["load"] = {{"sent", report.load_sent},
                        {"wrong", report.load_wrong},
+                       {"corrected", report.load_corrected},
+                       {"wrong_corrected", report.load_wrong_corrected},
+                       {"corrections_wrong", report.load_corrections_wrong},
                        {"p50_ms", report.load_p50_ms},
                        {"p99_ms", report.load_p99_ms}};
     } else if (report.kind == jobs::JobKind::kLlm) {

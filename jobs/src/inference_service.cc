@@ -85,6 +85,9 @@ struct InferenceService::Replica {
   std::uint64_t dropped = 0;
   std::uint64_t last_dropped = 0;
   std::chrono::nanoseconds last_dropped_at{0};
+  // A review of this device not finished yet: answers given meanwhile (a
+  // batch that was running when it began) join it.
+  std::shared_ptr<Review> open_review;
   ReplicaStats stats;
   std::thread thread;
 };
@@ -372,6 +375,7 @@ std::uint64_t InferenceService::ReviewAnswers(int device, std::chrono::nanosecon
   auto review = std::make_shared<Review>();
   review->outcome.device = device;
   std::deque<Request> reruns;
+  std::uint64_t rerun = 0;
   {
     std::lock_guard lock(mutex_);
     const auto now = Now();
@@ -393,14 +397,15 @@ std::uint64_t InferenceService::ReviewAnswers(int device, std::chrono::nanosecon
       }
       replica->kept.clear();
       replica->dropped = 0;
+      if (!reruns.empty()) replica->open_review = review;
     }
     review->pending = reruns.size();
+    rerun = reruns.size();
     ++stats_.reviews;
     if (!reruns.empty()) RouteLocked(std::move(reruns));
   }
-  const std::uint64_t pending = review->given.size();
-  if (pending == 0 && options_.on_review) options_.on_review(review->outcome);
-  return pending;
+  if (rerun == 0 && options_.on_review) options_.on_review(review->outcome);
+  return rerun;
 }
 
 void InferenceService::ReviewAnswer(int device, Request& request,
@@ -425,9 +430,13 @@ void InferenceService::ReviewAnswer(int device, Request& request,
       }
     }
     request.corrected = nullptr;
-    if (--review.pending == 0 && !stopping_) {
-      std::sort(review.outcome.wrong.begin(), review.outcome.wrong.end());
-      finished = review.outcome;
+    if (--review.pending == 0) {
+      for (auto& replica : replicas_)
+        if (replica->open_review.get() == &review) replica->open_review.reset();
+      if (!stopping_) {
+        std::sort(review.outcome.wrong.begin(), review.outcome.wrong.end());
+        finished = review.outcome;
+      }
     }
   }
   if (corrected) corrected(request.id, *output);
@@ -587,8 +596,22 @@ Status InferenceService::RunBatch(Replica& replica, std::vector<Request>& batch,
     {
       std::lock_guard lock(mutex_);
       if (check && RouteCheckLocked(check, batch[i].input)) ++stats_.cross_checks;
-      replica.kept.push_back(
-          {batch[i].id, Now(), std::move(batch[i].input), output, std::move(batch[i].corrected)});
+      if (replica.open_review) {
+        Request rerun;
+        rerun.review = replica.open_review;
+        rerun.id = batch[i].id;
+        rerun.input = std::move(batch[i].input);
+        rerun.corrected = std::move(batch[i].corrected);
+        rerun.avoid_device = replica.device;
+        rerun.review->given.emplace(rerun.id, output);
+        ++rerun.review->pending;
+        std::deque<Request> one;
+        one.push_back(std::move(rerun));
+        RouteLocked(std::move(one));
+      } else {
+        replica.kept.push_back(
+            {batch[i].id, Now(), std::move(batch[i].input), output, std::move(batch[i].corrected)});
+      }
       if (replica.kept.size() > kKeptAnswers) {
         ++replica.dropped;
         replica.last_dropped = replica.kept.front().id;

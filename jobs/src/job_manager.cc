@@ -289,6 +289,9 @@ JobReport JobManager::ReportOf(const Job& job) const {
       const auto load = job.load->GetStats();
       report.load_sent = load.sent;
       report.load_wrong = load.wrong;
+      report.load_corrected = load.corrected;
+      report.load_wrong_corrected = load.wrong_corrected;
+      report.load_corrections_wrong = load.corrections_wrong;
       report.load_p50_ms = load.p50_ms;
       report.load_p99_ms = load.p99_ms;
     }

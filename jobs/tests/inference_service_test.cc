@@ -282,6 +282,70 @@ TEST_F(CrossCheckTest, AReviewNamesExactlyTheWrongAnswersAndCorrectsThoseAskedFo
       << "re-runs are no answers";
 }
 
+// The verdict comes while the load runs: a batch device 2 was running when
+// the review began answers after it, and joins it; nothing device 2 answered
+// wrong is missed.
+TEST_F(CrossCheckTest, AReviewUnderLoadTakesInTheBatchThatWasRunning) {
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::optional<AnswerReview> review;
+  auto created = InferenceService::Create(*runtime_, {.id = "chat",
+                                                      .devices = {0, 1, 2},
+                                                      .max_batch = 32,
+                                                      .max_wait = 2ms,
+                                                      .on_review = [&](const AnswerReview& done) {
+                                                        std::lock_guard lock(mutex);
+                                                        review = done;
+                                                        changed.notify_all();
+                                                      }});
+  ASSERT_TRUE(created.has_value()) << created.error().ToString();
+  auto& service = **created;
+  const MlpModel model;
+  ASSERT_TRUE(sim_->InjectSilentCorruption(2, 1e-3, "gemm", 12).has_value());
+  std::map<std::uint64_t, std::vector<float>> answers;
+  std::map<std::uint64_t, int> input_of;
+  std::set<std::uint64_t> corrected;
+  int answered = 0;
+  constexpr int kRequests = 3000;
+  for (int n = 0; n < kRequests; ++n) {
+    auto id = service.Submit(
+        InputFor(static_cast<std::uint64_t>(n), model.inputs),
+        [&](std::uint64_t request, InferenceService::Output output) {
+          std::lock_guard lock(mutex);
+          if (output) answers[request] = *output;
+          ++answered;
+          changed.notify_all();
+        },
+        [&](std::uint64_t request, InferenceService::Output) {
+          std::lock_guard lock(mutex);
+          corrected.insert(request);
+        });
+    ASSERT_TRUE(id.has_value());
+    {
+      std::lock_guard lock(mutex);
+      input_of[*id] = n;
+    }
+    if (n == kRequests / 2) {
+      // As the daemon does: the review, then the isolation.
+      (void)service.ReviewAnswers(2);
+      Device(2).SetHealth(runtime::HealthState::kIsolated);
+      service.Reconsider();
+    }
+    if (n % 16 == 0) std::this_thread::sleep_for(100us);
+  }
+  std::unique_lock lock(mutex);
+  ASSERT_TRUE(changed.wait_for(lock, 30s, [&] { return answered == kRequests && review; }));
+  std::vector<std::uint64_t> wrong;
+  for (const auto& [request, output] : answers)
+    if (output !=
+        model.Reference(InputFor(static_cast<std::uint64_t>(input_of[request]), model.inputs)))
+      wrong.push_back(request);
+  ASSERT_FALSE(wrong.empty());
+  EXPECT_EQ(review->wrong, wrong) << "every wrong answer named, and nothing else";
+  EXPECT_EQ(review->unreviewed, 0u);
+  EXPECT_EQ(corrected, std::set<std::uint64_t>(wrong.begin(), wrong.end()));
+}
+
 TEST_F(InferenceTest, ADrainUnderLoadLosesNothingAndTheDeviceTakesNoNewWork) {
   auto service = Service({0, 1, 2, 3});
   std::uint64_t served_at_drain = 0;

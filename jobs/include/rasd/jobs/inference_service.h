@@ -190,7 +190,8 @@ class InferenceService {
     std::uint64_t request = 0;
     std::vector<std::pair<int, std::vector<float>>> answers;
   };
-  // A ReviewAnswers in progress: the answers given, by request.
+  // A ReviewAnswers in progress: the answers given, by request. Guarded by
+  // mutex_.
   struct Review {
     AnswerReview outcome;
     std::map<std::uint64_t, std::vector<float>> given;

@@ -62,6 +62,9 @@ struct JobReport {
   // Inference (the service's own counts, and its load generator's when it has one).
   std::uint64_t served = 0, requeued = 0, rerun = 0, lost = 0, waiting = 0;
   std::uint64_t load_sent = 0, load_wrong = 0;
+  // Inference: answers the service found wrong later and answered again;
+  // of the wrong ones, those answered again (LoadGenerator::Stats).
+  std::uint64_t load_corrected = 0, load_wrong_corrected = 0, load_corrections_wrong = 0;
   double load_p50_ms = 0, load_p99_ms = 0;
   // LLM: the KV cache's blocks and the sequences, summed over replicas.
   std::uint64_t kv_blocks_total = 0, kv_blocks_used = 0, kv_blocks_free = 0, kv_blocks_retired = 0;

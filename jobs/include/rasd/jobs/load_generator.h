@@ -47,6 +47,10 @@ class LoadGenerator {
     std::uint64_t sent = 0;
     std::uint64_t answered = 0;
     std::uint64_t wrong = 0;          // an output other than the reference
+    // Answers the service later found wrong and answered again (it asks
+    // for them: Submit's `corrected`); of the wrong ones, those answered
+    // again; corrections that were not the reference either.
+    std::uint64_t corrected = 0, wrong_corrected = 0, corrections_wrong = 0;
     std::uint64_t errors = 0;         // answered with an error
     std::uint64_t duplicates = 0;     // a second answer to one request (never expected)
     std::uint64_t rejected = 0;       // not admitted
@@ -77,6 +81,11 @@ class LoadGenerator {
     std::mutex mutex;
     std::uint64_t sent = 0, rejected = 0, wrong = 0, errors = 0, duplicates = 0;
     std::uint64_t answered = 0;
+    std::uint64_t corrected = 0, wrong_corrected = 0, corrections_wrong = 0;
+    // Request numbers answered wrong and not corrected yet, up to
+    // kWrongTracked (a device wrong for long would grow it without end).
+    static constexpr std::size_t kWrongTracked = 1 << 16;
+    std::unordered_set<std::uint64_t> wrong_numbers;
     std::unordered_set<std::uint64_t> outstanding;  // request numbers sent and not answered
     // The latest latency_window_ answers' latencies (ms): a ring of
     // latency_window_ entries, the next to write at latencies_next, the
