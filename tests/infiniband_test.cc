@@ -55,7 +55,7 @@ TEST(InfinibandTest, PortsAreMetricsCounterIncreasesAndLinkDownsAreEvents) {
   // The baseline is not news.
   EXPECT_TRUE(InfinibandEvents(rasd).empty());
 
-  WriteText(tree / "mlx4_0/ports/1/counters/port_xmit_discards", "8\n");
+  ReplaceText(tree / "mlx4_0/ports/1/counters/port_xmit_discards", "8\n");
   ASSERT_TRUE(WaitUntil([&] { return InfinibandEvents(rasd).size() == 1; }, 10s))
       << InfinibandEvents(rasd).dump(2) << rasd.Stderr();
   auto event = InfinibandEvents(rasd)[0];
@@ -63,8 +63,8 @@ TEST(InfinibandTest, PortsAreMetricsCounterIncreasesAndLinkDownsAreEvents) {
   EXPECT_EQ(event["count"], 3);
   EXPECT_NE(event["summary"].get<std::string>().find("port_xmit_discards"), std::string::npos);
 
-  WriteText(tree / "mlx4_0/ports/2/state", "1: DOWN\n");
-  WriteText(tree / "mlx4_0/ports/2/phys_state", "3: Disabled\n");
+  ReplaceText(tree / "mlx4_0/ports/2/state", "1: DOWN\n");
+  ReplaceText(tree / "mlx4_0/ports/2/phys_state", "3: Disabled\n");
   ASSERT_TRUE(WaitUntil([&] { return InfinibandEvents(rasd).size() == 2; }, 10s))
       << InfinibandEvents(rasd).dump(2);
   event = InfinibandEvents(rasd)[1];
@@ -90,7 +90,7 @@ TEST(InfinibandTest, PortsAreMetricsCounterIncreasesAndLinkDownsAreEvents) {
 void PlaceDeviceOneBesideNic(const std::filesystem::path& host) {
   auto add = [&](const std::string& bdf, const std::string& path) {
     std::filesystem::create_directories(host / "sys/devices" / path);
-    WriteText(host / "sys/devices" / path / "numa_node", "0\n");
+    ReplaceText(host / "sys/devices" / path / "numa_node", "0\n");
     std::filesystem::create_directories(host / "sys/bus/pci/devices");
     std::filesystem::create_directory_symlink("../../../devices/" + path,
                                               host / "sys/bus/pci/devices" / bdf);
@@ -245,12 +245,12 @@ TEST(InfinibandTest, TheSeriesAreDebiansNodeExportersForAChangedTree) {
          {"symbol_error", "VL15_dropped", "local_link_integrity_errors",
           "excessive_buffer_overrun_errors", "port_rcv_remote_physical_errors",
           "port_rcv_switch_relay_errors"}) {
-      WriteText(tree / port / "counters" / counter, "0\n");
+      ReplaceText(tree / port / "counters" / counter, "0\n");
     }
   }
-  WriteText(tree / "mlx4_0/ports/2/state", "1: DOWN\n");
-  WriteText(tree / "mlx4_0/ports/2/phys_state", "3: Disabled\n");
-  WriteText(tree / "mlx4_0/ports/1/rate", "56 Gb/sec (4X FDR)\n");
+  ReplaceText(tree / "mlx4_0/ports/2/state", "1: DOWN\n");
+  ReplaceText(tree / "mlx4_0/ports/2/phys_state", "3: Disabled\n");
+  ReplaceText(tree / "mlx4_0/ports/1/rate", "56 Gb/sec (4X FDR)\n");
   std::vector<std::filesystem::path> counters;
   for (const auto& entry : std::filesystem::recursive_directory_iterator(tree)) {
     const auto directory = entry.path().parent_path().filename();
@@ -265,7 +265,7 @@ TEST(InfinibandTest, TheSeriesAreDebiansNodeExportersForAChangedTree) {
     if (counter == kept) continue;
     ++k;
     const std::uint64_t value = k % 5 == 0 ? (std::uint64_t{1} << 40) + k : 1009 * k + 17;
-    WriteText(counter, std::to_string(value) + "\n");
+    ReplaceText(counter, std::to_string(value) + "\n");
   }
   std::map<std::string, double> node;
   ASSERT_NO_FATAL_FAILURE(ExpectTheSameSeriesAsNodeExporter(rasd, node));
@@ -305,7 +305,7 @@ policy:
       },
       10s))
       << Job(rasd, "allreduce").dump();
-  WriteText(tree / "mlx4_0/ports/1/state", "1: DOWN\n");
+  ReplaceText(tree / "mlx4_0/ports/1/state", "1: DOWN\n");
   ASSERT_TRUE(WaitUntil(
       [&] {
         return Job(rasd, "allreduce")["devices"] == nlohmann::json({0, 2, 3});
@@ -318,7 +318,7 @@ policy:
             std::string::npos)
       << device.dump();
   const auto up_at = std::chrono::steady_clock::now();
-  WriteText(tree / "mlx4_0/ports/1/state", "4: ACTIVE\n");
+  ReplaceText(tree / "mlx4_0/ports/1/state", "4: ACTIVE\n");
   ASSERT_TRUE(WaitUntil([&] { return DeviceOf(rasd, 1)["state"] == "healthy"; }, 10s))
       << rasd.Stderr();
   EXPECT_GE(std::chrono::steady_clock::now() - up_at, 900ms) << "rejoined before the debounce";
@@ -335,12 +335,12 @@ policy:
   // Degraded by its link when rasd stops: after a restart it is kept out
   // until the link has stayed up again, then Healthy (helper's find: it
   // stayed Degraded for good).
-  WriteText(tree / "mlx4_0/ports/1/state", "1: DOWN\n");
+  ReplaceText(tree / "mlx4_0/ports/1/state", "1: DOWN\n");
   ASSERT_TRUE(WaitUntil([&] { return DeviceOf(rasd, 1)["state"] == "degraded"; }, 10s));
   ASSERT_TRUE(rasd.Stop().has_value());
   ASSERT_TRUE(rasd.Start({}, {}, &why)) << why;
   EXPECT_EQ(DeviceOf(rasd, 1)["links_usable"], false);
-  WriteText(tree / "mlx4_0/ports/1/state", "4: ACTIVE\n");
+  ReplaceText(tree / "mlx4_0/ports/1/state", "4: ACTIVE\n");
   ASSERT_TRUE(WaitUntil([&] { return DeviceOf(rasd, 1)["state"] == "healthy"; }, 10s))
       << rasd.Stderr();
   EXPECT_EQ(DeviceOf(rasd, 1)["links_usable"], true);
@@ -426,7 +426,7 @@ TEST(InfinibandTest, TheLinksReturnDoesNotLiftADegradationDecidedMeanwhile) {
       "ce_device_threshold: 2\n");
   std::string why;
   ASSERT_TRUE(rasd.Start({}, {}, &why)) << why;
-  WriteText(tree / "mlx4_0/ports/1/state", "1: DOWN\n");
+  ReplaceText(tree / "mlx4_0/ports/1/state", "1: DOWN\n");
   ASSERT_TRUE(WaitUntil([&] { return DeviceOf(rasd, 1)["state"] == "degraded"; }, 10s));
   for (int i = 0; i < 2; ++i) {
     ASSERT_EQ(rasd.Rasctl({"inject", "xid", "92", "--device", "1"}).exit_code, 0);
@@ -434,7 +434,7 @@ TEST(InfinibandTest, TheLinksReturnDoesNotLiftADegradationDecidedMeanwhile) {
   ASSERT_TRUE(
       WaitUntil([&] { return rasd.Stderr().find("already degraded") != std::string::npos; }, 5s))
       << rasd.Stderr();
-  WriteText(tree / "mlx4_0/ports/1/state", "4: ACTIVE\n");
+  ReplaceText(tree / "mlx4_0/ports/1/state", "4: ACTIVE\n");
   ASSERT_TRUE(WaitUntil([&] { return DeviceOf(rasd, 1)["links_usable"] == true; }, 10s));
   EXPECT_EQ(DeviceOf(rasd, 1)["state"], "degraded");
 }
@@ -460,10 +460,10 @@ TEST(InfinibandTest, AFlappingLinkKeepsItsDeviceOutUntilAnOperatorUndrains) {
         10s);
   };
   for (std::size_t flap = 1; flap <= 2; ++flap) {
-    WriteText(tree / "mlx4_0/ports/2/state", "1: DOWN\n");
+    ReplaceText(tree / "mlx4_0/ports/2/state", "1: DOWN\n");
     ASSERT_TRUE(seen("link down: mlx4_0 port 2", flap)) << InfinibandEvents(rasd).dump(1);
     ASSERT_TRUE(WaitUntil([&] { return DeviceOf(rasd, 1)["state"] == "degraded"; }, 10s));
-    WriteText(tree / "mlx4_0/ports/2/state", "4: ACTIVE\n");  // up, within the debounce
+    ReplaceText(tree / "mlx4_0/ports/2/state", "4: ACTIVE\n");  // up, within the debounce
     ASSERT_TRUE(seen("link up: mlx4_0 port 2", flap)) << InfinibandEvents(rasd).dump(1);
   }
   ASSERT_TRUE(WaitUntil([&] { return rasd.Stderr().find("flapping") != std::string::npos; }, 5s))
@@ -515,7 +515,7 @@ TEST(InfinibandTest, APortsFaultNamesTheAcceleratorsBehindItsSwitch) {
                 .out.find("RDMA: mlx4_0 port 1, mlx4_0 port 2 (same PCIe "
                           "switch)"),
             std::string::npos);
-  WriteText(tree / "mlx4_0/ports/1/state", "1: DOWN\n");
+  ReplaceText(tree / "mlx4_0/ports/1/state", "1: DOWN\n");
   ASSERT_TRUE(WaitUntil([&] { return InfinibandEvents(rasd).size() == 1; }, 10s)) << rasd.Stderr();
   EXPECT_NE(InfinibandEvents(rasd)[0]["summary"].get<std::string>().find(
                 "[serves device(s) 1: same PCIe switch]"),
@@ -531,12 +531,12 @@ TEST(InfinibandTest, AReloadDuringTheDebounceKeepsItsDeadlineAndSaysSo) {
   rasd.WriteConfig("ras:\n  infiniband_poll_ms: 100\npolicy:\n  link_up_debounce_s: 2\n");
   std::string why;
   ASSERT_TRUE(rasd.Start({}, {}, &why)) << why;
-  WriteText(tree / "mlx4_0/ports/1/state", "1: DOWN\n");
+  ReplaceText(tree / "mlx4_0/ports/1/state", "1: DOWN\n");
   ASSERT_TRUE(WaitUntil([&] { return DeviceOf(rasd, 1)["state"] == "degraded"; }, 10s));
   EXPECT_NE(DeviceOf(rasd, 1)["reason"].get<std::string>().find("until it stays up 2 s"),
             std::string::npos)
       << DeviceOf(rasd, 1).dump();
-  WriteText(tree / "mlx4_0/ports/1/state", "4: ACTIVE\n");
+  ReplaceText(tree / "mlx4_0/ports/1/state", "4: ACTIVE\n");
   ASSERT_TRUE(WaitUntil(
       [&] {
         return DeviceOf(rasd, 1)["clears"].get<std::string>().find("stayed up 2 s") !=

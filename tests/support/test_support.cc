@@ -108,6 +108,16 @@ void WriteText(const std::filesystem::path& path, const std::string& text) {
   file << text;
 }
 
+void ReplaceText(const std::filesystem::path& path, const std::string& text) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) throw std::runtime_error("cannot open " + path.string());
+  const bool written =
+      ::pwrite(fd, text.data(), text.size(), 0) == static_cast<ssize_t>(text.size()) &&
+      ::ftruncate(fd, static_cast<off_t>(text.size())) == 0;
+  ::close(fd);
+  if (!written) throw std::runtime_error("cannot write " + path.string());
+}
+
 bool WaitUntil(const std::function<bool()>& condition, std::chrono::milliseconds timeout) {
   // Every 10 ms: most conditions ask rasd over its socket.
   return Eventually(condition, timeout, 10ms);

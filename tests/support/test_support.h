@@ -41,6 +41,12 @@ class TempDir {
 
 std::string ReadText(const std::filesystem::path& path);
 void WriteText(const std::filesystem::path& path, const std::string& text);
+// For a file a poller reads while the test changes it (a sysfs counter):
+// the new text is written over the old in one write and the file then cut
+// to its length, so a reader never sees the empty file WriteText leaves
+// between its truncate and its write. (Not written beside and renamed:
+// the pollers list their directories.)
+void ReplaceText(const std::filesystem::path& path, const std::string& text);
 
 // Polls `condition` every 10 ms until it holds or `timeout` passes.
 bool WaitUntil(const std::function<bool()>& condition, std::chrono::milliseconds timeout);
