@@ -14,6 +14,7 @@
 #include "rasd/drivers_shim/cuda_driver.h"
 #include "rasd/drivers_shim/sim_driver.h"
 #include "rasd/runtime/runtime.h"
+#include "rasd/runtime/screening.h"
 #include "rasd/runtime/self_test.h"
 #include "test_support.h"
 
@@ -200,6 +201,27 @@ TEST(GpuHwTest, AnInjectedXidClosesTheGateAndAnUndrainsSelfTestReopensIt) {
   EXPECT_EQ(undrain.exit_code, 0) << undrain.err;
   EXPECT_NE(undrain.out.find("self-test passed"), std::string::npos) << undrain.out;
   EXPECT_EQ(state(), "healthy");
+}
+
+// Silent data corruption screening through the CUDA kernels: every kernel
+// the screen knows gives the host's exact digest on a healthy GPU (softmax
+// within 1e-6), so a healthy device is never accused, and the screen
+// leaves nothing of the registry silently unchecked.
+TEST(GpuHwTest, TheKnownAnswerScreenPassesOnEveryGpu) {
+  RASD_NEED_GPU(gpu);
+  auto runtime = runtime::Runtime::Create(std::move(gpu));
+  ASSERT_TRUE(runtime) << runtime.error().ToString();
+  const auto screen = runtime::KnownAnswerScreen::Build((*runtime)->Kernels().Names());
+  EXPECT_GE(screen->Screened().size(), 8u);
+  const common::SystemClock clock;
+  for (int device = 0; device < static_cast<int>((*runtime)->DeviceCount()); ++device) {
+    for (int round = 0; round < 3; ++round) {
+      const auto report = screen->Run(**runtime, device, clock);
+      EXPECT_TRUE(report.Passed()) << "GPU " << device << ": " << report.Summary();
+      EXPECT_EQ(report.kernels, screen->Screened());
+      EXPECT_EQ(report.wrong_elements, 0u);
+    }
+  }
 }
 
 }  // namespace
