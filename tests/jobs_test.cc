@@ -225,7 +225,9 @@ jobs:
   for (const auto& [kind, count] : device2["screening"]["cross_check_mismatches"].items())
     wrong_results += count.get<int>();
   EXPECT_GE(wrong_results, 2) << device2["screening"].dump(2);
-  if (device2["screening"]["mismatches"] > 0) EXPECT_FALSE(device2["screening"]["last"]["passed"]);
+  if (device2["screening"]["mismatches"] > 0) {
+    EXPECT_FALSE(device2["screening"]["last"]["passed"]);
+  }
   for (int healthy : {0, 1, 3}) {
     const auto device = rasd.RasctlJson({"devices"})["devices"][healthy];
     EXPECT_EQ(device["state"], "healthy") << device.dump(2);
