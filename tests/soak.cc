@@ -77,6 +77,12 @@ struct Options {
   double max_slope_mib_per_hour = 1.0;
   std::optional<double> warmup_seconds;  // default: see WarmupSeconds()
   std::string json_path;
+  // Silent data corruption on one device from corrupt_at_seconds on (-1:
+  // none): it alone must be isolated for it, the collective's checksums
+  // right after its roll-back, and every wrong answer answered again.
+  int corrupt_device = -1;
+  double corrupt_rate = 1e-6;
+  double corrupt_at_seconds = 60;
 };
 
 constexpr const char* kUsage =
@@ -90,7 +96,12 @@ constexpr const char* kUsage =
     "                              that passes (default 1.0)\n"
     "  --warmup-seconds W          samples before W are not fitted (default: 20% of the\n"
     "                              run or 2 minutes, whichever is longer, at most half)\n"
-    "  --json FILE                 write the samples, faults and verdict as JSON\n";
+    "  --json FILE                 write the samples, faults and verdict as JSON\n"
+    "  --corrupt-device N          device N computes wrong without an error (rasctl inject\n"
+    "                              sdc) from --corrupt-at-seconds (default 60) at\n"
+    "                              --corrupt-rate (default 1e-6): it alone must be isolated\n"
+    "                              within 300 s, the collective right after its roll-back,\n"
+    "                              every wrong answer answered again; the rotation skips it\n";
 
 std::optional<double> PositiveNumber(const std::string& text) {
   try {
@@ -121,6 +132,17 @@ std::optional<Options> ParseOptions(int argc, char** argv, std::string* why) {
       options.json_path = value;
       continue;
     }
+    if (flag == "--corrupt-device") {
+      if (value.empty() || value.size() > 2 ||
+          value.find_first_not_of("0123456789") != std::string::npos ||
+          std::stoi(value) >= kDevices) {
+        *why = "--corrupt-device must be a device, 0 to " + std::to_string(kDevices - 1) +
+               ", not '" + value + "'";
+        return std::nullopt;
+      }
+      options.corrupt_device = std::stoi(value);
+      continue;
+    }
     const auto number = PositiveNumber(value);
     if (!number) {
       *why = flag + " must be a positive number, not '" + value + "'";
@@ -136,6 +158,13 @@ std::optional<Options> ParseOptions(int argc, char** argv, std::string* why) {
       options.max_slope_mib_per_hour = *number;
     } else if (flag == "--warmup-seconds") {
       options.warmup_seconds = *number;
+    } else if (flag == "--corrupt-rate" && *number <= 1) {
+      options.corrupt_rate = *number;
+    } else if (flag == "--corrupt-at-seconds") {
+      options.corrupt_at_seconds = *number;
+    } else if (flag == "--corrupt-rate") {
+      *why = "--corrupt-rate must be at most 1, not '" + value + "'";
+      return std::nullopt;
     } else {
       *why = "unknown option " + flag;
       return std::nullopt;
@@ -227,6 +256,9 @@ struct Sample {
   std::map<std::string, std::string> device_states;
   // Inference.
   std::int64_t served = 0, lost = 0, wrong = 0, overloaded = 0, sent = 0;
+  // Answers the service found wrong later and answered again; of the wrong
+  // ones, those; corrections not the reference either.
+  std::int64_t corrected = 0, wrong_corrected = 0, corrections_wrong = 0;
   std::int64_t requeued = 0, rerun = 0;
   double p99_ms = 0;
   std::string inference_state;
@@ -260,6 +292,9 @@ nlohmann::json SampleJson(const Sample& sample) {
             {"rerun", sample.rerun},
             {"lost", sample.lost},
             {"wrong", sample.wrong},
+            {"corrected", sample.corrected},
+            {"wrong_corrected", sample.wrong_corrected},
+            {"corrections_wrong", sample.corrections_wrong},
             {"overloaded", sample.overloaded},
             {"p99_ms", sample.p99_ms}}},
           {"collective",
@@ -393,6 +428,11 @@ class Soak {
   FaultRecord Inject(FaultKind kind);
   bool AllDevicesHealthy();
   void WatchRecoveries();
+  void StartCorruption();
+  // The corrupting device once rasd isolated it for silent corruption:
+  // nothing the rotation or the recovery watch does touches it again.
+  bool CorruptionIsolated() const { return sdc_isolated_at_s_ >= 0; }
+  bool IsCorrupting(int device) const { return corrupting_ && device == options_.corrupt_device; }
   void Evaluate();
   void PrintSummary() const;
   void WriteJson() const;
@@ -416,6 +456,11 @@ class Soak {
   // cross-checks seen last, and the devices accused (a failure each, once).
   std::map<int, std::uint64_t> screenings_, cross_checks_;
   std::set<int> accused_;
+  // --corrupt-device: when the corruption began and when rasd isolated the
+  // device for it (-1: not yet), with the reason it gave.
+  bool corrupting_ = false;
+  double sdc_injected_at_s_ = -1, sdc_isolated_at_s_ = -1;
+  std::string sdc_reason_;
   // Where each job last moved, for the stall check.
   std::int64_t last_served_ = -1, last_step_ = -1;
   Clock::time_point served_moved_at_, step_moved_at_;
@@ -504,6 +549,9 @@ std::optional<Sample> Soak::TakeSample() {
       sample.overloaded = requests.value("overloaded", 0);
       sample.sent = job["load"].value("sent", 0);
       sample.wrong = job["load"].value("wrong", 0);
+      sample.corrected = job["load"].value("corrected", 0);
+      sample.wrong_corrected = job["load"].value("wrong_corrected", 0);
+      sample.corrections_wrong = job["load"].value("corrections_wrong", 0);
       sample.p99_ms = job["load"].value("p99_ms", 0.0);
       sample.inference_state = job.value("state", std::string());
     } else if (job["name"] == kCollectiveJob) {
@@ -524,10 +572,21 @@ void Soak::CheckSample(const Sample& sample) {
   if (sample.lost > 0)
     Fail("lost", "inference requests lost: " + std::to_string(sample.lost) +
                      " (rasctl jobs: requests.lost)");
-  if (sample.wrong > 0)
+  // With a corrupting device, answers are wrong until it is found and
+  // the collective is wrong until its roll-back: judged once it is out.
+  const bool settling =
+      corrupting_ && (!CorruptionIsolated() || Elapsed() < sdc_isolated_at_s_ + 30);
+  if (sample.wrong > 0 && !corrupting_)
     Fail("wrong",
          "inference answers wrong: " + std::to_string(sample.wrong) + " (rasctl jobs: load.wrong)");
-  if (!sample.checksums_match) {
+  if (corrupting_ && !settling && sample.wrong != sample.wrong_corrected)
+    Fail("wrong-uncorrected",
+         "inference answers wrong: " + std::to_string(sample.wrong) +
+             ", of which answered again: " + std::to_string(sample.wrong_corrected));
+  if (sample.corrections_wrong > 0)
+    Fail("corrections-wrong",
+         std::to_string(sample.corrections_wrong) + " answer(s) were answered again wrong");
+  if (!sample.checksums_match && !settling) {
     collective_checksums_ever_wrong_ = true;
     Fail("checksums",
          "collective checksum mismatch against the fault-free run (checksums_match false)");
@@ -570,8 +629,10 @@ void Soak::CheckSample(const Sample& sample) {
 bool Soak::AllDevicesHealthy() {
   const auto devices = Query({"devices"});
   if (!devices) return false;
-  for (const auto& device : (*devices)["devices"])
+  for (const auto& device : (*devices)["devices"]) {
+    if (IsCorrupting(device.value("index", -1))) continue;  // out for good, once found
     if (device.value("state", std::string()) != "healthy") return false;
+  }
   return true;
 }
 
@@ -579,6 +640,7 @@ FaultRecord Soak::Inject(FaultKind kind) {
   FaultRecord record;
   record.t_s = Elapsed();
   record.kind = FaultName(kind);
+  if (IsCorrupting(next_device_)) next_device_ = (next_device_ + 1) % kDevices;
   const int device = next_device_;
   next_device_ = (next_device_ + 1) % kDevices;
   const std::string d = std::to_string(device);
@@ -643,6 +705,21 @@ void Soak::InjectNext() {
   }
 }
 
+void Soak::StartCorruption() {
+  const std::string d = std::to_string(options_.corrupt_device);
+  char rate[32];
+  std::snprintf(rate, sizeof rate, "%g", options_.corrupt_rate);
+  std::string why;
+  if (!Query({"inject", "sdc", "--device", d, "--rate", rate, "--seed", "7"}, &why)) {
+    Fail("sdc-inject", "inject sdc --device " + d + ": " + why);
+    return;
+  }
+  corrupting_ = true;
+  sdc_injected_at_s_ = Elapsed();
+  std::printf("  t=%5.0fs device %s computes wrong from now on (rate %s per element)\n",
+              sdc_injected_at_s_, d.c_str(), rate);
+}
+
 void Soak::WatchRecoveries() {
   const auto devices = Query({"devices"});
   if (!devices) return;
@@ -651,9 +728,28 @@ void Soak::WatchRecoveries() {
     const int index = device.value("index", -1);
     const std::string key = std::to_string(index);
     const std::string state = device.value("state", std::string());
-    // No silent corruption is injected: screening and cross-checks must
-    // accuse nobody, whatever the other faults do to the devices.
-    if (device.contains("screening") && device["screening"].is_object()) {
+    if (IsCorrupting(index)) {
+      // Found and isolated for it, and kept out: not a recovery to wait for.
+      if (!CorruptionIsolated() && state == "isolated" &&
+          device.value("reason", std::string()).starts_with("silent data corruption")) {
+        sdc_isolated_at_s_ = Elapsed();
+        sdc_reason_ = device.value("reason", std::string());
+        std::printf(
+            "  t=%5.0fs device %d isolated for silent corruption, %.0f s after it began: %s\n",
+            sdc_isolated_at_s_, index, sdc_isolated_at_s_ - sdc_injected_at_s_,
+            sdc_reason_.c_str());
+      }
+      if (!CorruptionIsolated() && Elapsed() - sdc_injected_at_s_ > 300)
+        Fail("sdc-missed", "device " + key + " computed wrong for 300 s and is still " + state);
+      if (CorruptionIsolated()) {
+        if (state != "isolated")
+          Fail("sdc-returned", "device " + key + " came back (" + state + ") while still wrong");
+        continue;
+      }
+    }
+    // Silent corruption is injected on one device at most: screening and
+    // cross-checks must accuse nobody else, whatever the other faults do.
+    if (!IsCorrupting(index) && device.contains("screening") && device["screening"].is_object()) {
       const auto& screening = device["screening"];
       std::uint64_t wrong = screening.value("mismatches", std::uint64_t{0});
       if (screening.contains("cross_check_mismatches"))
@@ -698,6 +794,19 @@ void Soak::WatchRecoveries() {
 
 void Soak::Evaluate() {
   const double warmup = WarmupSeconds(options_);
+  if (corrupting_) {
+    if (!CorruptionIsolated()) {
+      Fail("sdc-missed", "device " + std::to_string(options_.corrupt_device) +
+                             " computed wrong to the end and was never isolated for it");
+    } else if (!samples_.empty()) {
+      const Sample& last = samples_.back();
+      if (!last.checksums_match)
+        Fail("sdc-checksums", "the collective's checksums are wrong at the end");
+      if (last.wrong != last.wrong_corrected)
+        Fail("sdc-answers", "of " + std::to_string(last.wrong) + " wrong answers, " +
+                                std::to_string(last.wrong_corrected) + " were answered again");
+    }
+  }
   std::vector<double> hours, rss, host, device, sqlite;
   std::vector<int> threads, fds;
   for (const auto& sample : samples_) {
@@ -765,7 +874,13 @@ void Soak::Evaluate() {
         {"allowance", kFdAllowance}}},
       {"collective_restarts", collective_restarts_},
       {"skipped_ticks", skipped_ticks_},
-      {"collective_checksums_ever_wrong", collective_checksums_ever_wrong_}};
+      {"collective_checksums_ever_wrong", collective_checksums_ever_wrong_},
+      {"corruption",
+       {{"device", options_.corrupt_device},
+        {"rate", options_.corrupt_rate},
+        {"injected_at_s", sdc_injected_at_s_},
+        {"isolated_at_s", sdc_isolated_at_s_},
+        {"reason", sdc_reason_}}}};
 }
 
 void Soak::PrintSummary() const {
@@ -828,6 +943,23 @@ void Soak::PrintSummary() const {
                 static_cast<unsigned long long>(
                     cross_checks_.count(device) ? cross_checks_.at(device) : 0));
   std::printf("; devices accused: %zu\n", accused_.size());
+  if (corrupting_) {
+    std::printf("silent corruption on device %d (rate %g) from t=%.0fs: ", options_.corrupt_device,
+                options_.corrupt_rate, sdc_injected_at_s_);
+    if (CorruptionIsolated())
+      std::printf("isolated %.0f s later\n", sdc_isolated_at_s_ - sdc_injected_at_s_);
+    else
+      std::printf("never isolated\n");
+    if (!samples_.empty()) {
+      const Sample& last = samples_.back();
+      std::printf(
+          "answers: %lld wrong, %lld answered again (of the wrong ones %lld), %lld corrections "
+          "wrong\n",
+          static_cast<long long>(last.wrong), static_cast<long long>(last.corrected),
+          static_cast<long long>(last.wrong_corrected),
+          static_cast<long long>(last.corrections_wrong));
+    }
+  }
   if (!undrained_by_soak_.empty()) {
     std::printf("devices the soak had to undrain:");
     for (const auto& [device, count] : undrained_by_soak_) std::printf(" %d (x%d)", device, count);
@@ -963,6 +1095,9 @@ int Soak::Run() {
       advance(next_fault, fault_period, now);
       InjectNext();
     }
+    if (options_.corrupt_device >= 0 && !corrupting_ && Elapsed() >= options_.corrupt_at_seconds &&
+        !failed_keys_.contains("sdc-inject"))
+      StartCorruption();
     if (now >= next_watch) {
       next_watch += 1s;
       WatchRecoveries();
