@@ -185,17 +185,16 @@ exporters::MetricsSnapshot DaemonMetrics::Now() const {
       snapshot.requests[{report.name, "overloaded"}] = report.overloaded;
     }
     for (const auto& replica : report.llm_replicas) {
-      snapshot.llm_replicas[{report.name, replica.device}] = {
-          .kv_used = replica.kv_blocks_used,
-          .kv_free = replica.kv_blocks_free,
-          .kv_retired = replica.kv_blocks_retired,
-          .running = replica.sequences_running,
-          .waiting = replica.sequences_waiting,
-          .preempted = replica.sequences_preempted,
-          .recomputed = replica.sequences_recomputed,
-          .moved_out = replica.sequences_moved,
-          .swapped_out = replica.swapped_out,
-          .swapped_in = replica.swapped_in};
+      snapshot.llm_replicas[{report.name, replica.device}] = {.kv_used = replica.blocks.used,
+                                                              .kv_free = replica.blocks.free,
+                                                              .kv_retired = replica.blocks.retired,
+                                                              .running = replica.running,
+                                                              .waiting = replica.waiting,
+                                                              .preempted = replica.preempted,
+                                                              .recomputed = replica.recomputed,
+                                                              .moved_out = replica.moved_out,
+                                                              .swapped_out = replica.swapped_out,
+                                                              .swapped_in = replica.swapped_in};
     }
   }
   return snapshot;

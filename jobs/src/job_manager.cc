@@ -320,19 +320,7 @@ JobReport JobManager::ReportOf(const Job& job) const {
       report.sequences_preempted += replica.preempted;
       report.sequences_recomputed += replica.recomputed;
       report.sequences_moved += replica.moved_out;
-      report.llm_replicas.push_back({.device = replica.device,
-                                     .serving = replica.serving,
-                                     .kv_blocks_total = replica.blocks.total,
-                                     .kv_blocks_used = replica.blocks.used,
-                                     .kv_blocks_free = replica.blocks.free,
-                                     .kv_blocks_retired = replica.blocks.retired,
-                                     .sequences_running = replica.running,
-                                     .sequences_waiting = replica.waiting,
-                                     .sequences_preempted = replica.preempted,
-                                     .sequences_recomputed = replica.recomputed,
-                                     .sequences_moved = replica.moved_out,
-                                     .swapped_out = replica.swapped_out,
-                                     .swapped_in = replica.swapped_in});
+      report.llm_replicas.push_back(replica);
     }
     report.state = ServiceState(serving, stats.replicas.size());
     report.preemption = std::string(PreemptionName(job.spec.preemption));

@@ -22,12 +22,12 @@ Result<std::unique_ptr<PagedDecoder>> PagedDecoder::Create(runtime::Runtime& run
                 "the decoder needs a vocabulary, heads, positions, and room for a token per "
                 "sequence in a step");
   }
-  // A block holds tokens_per_block tokens' keys, then their values.
-  const std::uint64_t block_bytes =
-      2ull * options.tokens_per_block * static_cast<std::uint64_t>(model.Width()) * sizeof(float);
+  // The cache's geometry is checked, and the block tables sized, before
+  // anything is allocated; Prepare lays the same blocks over the region
+  // once it knows where it landed.
   auto blocks = KvBlockPool::Create({.base = 0,
                                      .bytes = options.kv_bytes,
-                                     .block_bytes = block_bytes,
+                                     .block_bytes = BlockBytes(model, options.tokens_per_block),
                                      .tokens_per_block = options.tokens_per_block});
   if (!blocks) return Fail(blocks.error());
   std::unique_ptr<PagedDecoder> decoder(
@@ -90,11 +90,10 @@ Status PagedDecoder::Prepare() {
   // The blocks are addressed where the region landed.
   kv_pages_base_ = (kv_.address + page - 1) / page * page;
   kv_pages_bytes_ = (options_.kv_bytes + page - 1) / page * page;
-  auto blocks =
-      KvBlockPool::Create({.base = kv_pages_base_,
-                           .bytes = options_.kv_bytes,
-                           .block_bytes = 2ull * options_.tokens_per_block * width * sizeof(float),
-                           .tokens_per_block = options_.tokens_per_block});
+  auto blocks = KvBlockPool::Create({.base = kv_pages_base_,
+                                     .bytes = options_.kv_bytes,
+                                     .block_bytes = BlockBytes(),
+                                     .tokens_per_block = options_.tokens_per_block});
   if (!blocks) return Fail(blocks.error());
   blocks_ = std::move(*blocks);
   embedding_ = model.Embedding();
@@ -289,8 +288,11 @@ void PagedDecoder::RecoverStream(ErrorCode failure) {
 }
 
 std::uint64_t PagedDecoder::BlockBytes() const {
-  return 2ull * options_.tokens_per_block * static_cast<std::uint64_t>(options_.model.Width()) *
-         sizeof(float);
+  return BlockBytes(options_.model, options_.tokens_per_block);
+}
+
+std::uint64_t PagedDecoder::BlockBytes(const DecoderModel& model, std::uint32_t tokens_per_block) {
+  return 2ull * tokens_per_block * static_cast<std::uint64_t>(model.Width()) * sizeof(float);
 }
 
 Result<PagedDecoder::SwappedKv> PagedDecoder::SwapOut(SequenceId sequence,

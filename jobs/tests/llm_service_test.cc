@@ -172,7 +172,7 @@ TEST_F(LlmServiceTest, ADrainUnderLoadMovesSequencesAndLosesNothing) {
 // recomputed when it rejoins: answers stay the reference's.
 TEST_F(LlmServiceTest, AFullCachePreemptsTheLastToJoinAndItsAnswerIsStillRight) {
   // 24 blocks of 16 tokens: a few sequences of up to 80 tokens at a time.
-  const std::uint64_t block_bytes = 2ull * 16 * static_cast<std::uint64_t>(model_.Width()) * 4;
+  const std::uint64_t block_bytes = PagedDecoder::BlockBytes(model_, 16);
   auto service = LlmService::Create(
       *runtime_, {.devices = {0}, .model = model_, .kv_bytes_per_device = 24 * block_bytes});
   ASSERT_TRUE(service.has_value());
@@ -195,7 +195,7 @@ TEST_F(LlmServiceTest, AFullCachePreemptsTheLastToJoinAndItsAnswerIsStillRight) 
 // held at the end. With a budget of two blocks, most preemptions find no
 // room on the host and recompute instead.
 TEST_F(LlmServiceTest, PreemptionBySwapBringsTheCacheBackAndKeepsToItsHostBudget) {
-  const std::uint64_t block_bytes = 2ull * 16 * static_cast<std::uint64_t>(model_.Width()) * 4;
+  const std::uint64_t block_bytes = PagedDecoder::BlockBytes(model_, 16);
   for (const std::uint64_t budget : {std::uint64_t{0}, 2 * block_bytes}) {
     SCOPED_TRACE(budget);
     {

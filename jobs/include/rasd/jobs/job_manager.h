@@ -72,17 +72,8 @@ struct JobReport {
                 sequences_recomputed = 0, sequences_moved = 0, tokens = 0;
   std::uint64_t load_errors = 0, load_checked = 0;
   // LLM: each replica's cache and sequences.
-  struct LlmReplica {
-    int device = 0;
-    bool serving = false;
-    std::uint64_t kv_blocks_total = 0, kv_blocks_used = 0, kv_blocks_free = 0,
-                  kv_blocks_retired = 0;
-    std::uint64_t sequences_running = 0, sequences_waiting = 0, sequences_preempted = 0,
-                  sequences_recomputed = 0, sequences_moved = 0;
-    std::uint64_t swapped_out = 0, swapped_in = 0;  // preempted caches to the host and back
-  };
   std::string preemption;  // LLM: recompute or swap
-  std::vector<LlmReplica> llm_replicas;
+  std::vector<LlmService::ReplicaStats> llm_replicas;
   // Collective.
   int step = 0, steps = 0;
   std::uint64_t reforms = 0;

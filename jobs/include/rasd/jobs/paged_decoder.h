@@ -102,6 +102,7 @@ class PagedDecoder {
   std::uint64_t KvPagesBytes() const { return kv_pages_bytes_; }
   // One block: tokens_per_block tokens' keys, then their values.
   std::uint64_t BlockBytes() const;
+  static std::uint64_t BlockBytes(const DecoderModel& model, std::uint32_t tokens_per_block);
 
  private:
   PagedDecoder(runtime::Runtime& runtime, int device, Options options, KvBlockPool blocks);
