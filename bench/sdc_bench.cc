@@ -15,11 +15,15 @@
 // past kIsolationLimit are reported as such (isolated 0), not waited for.
 // 1e-4 and 1e-6 run three times each (medians); 1e-8, minutes a run, once.
 //
-// BM_SdcOverhead: the jobs' throughput with screening at its default
-// budget against screening off (screening.budget 0), each a fresh rasd,
-// alternated three times in this process; medians of the served requests
-// per second and the collective's steps per second over a 20 s window after
-// a 10 s warm-up, and the budget each device measured (budget_used_max).
+// BM_SdcOverhead: the jobs with everything that looks for silent
+// corruption at its defaults (screening's 1% budget, the jobs' cross-checks
+// 1 in 100) against all of it off (budget 0, sample_one_in 0), each a fresh
+// rasd, alternated five times in this process: the collective's steps per
+// second (closed loop: its capacity) and the inference load's answers per
+// second and p99 latency (open loop at 200/s) over a 20 s window after a
+// 10 s warm-up, and the budget each device measured (budget_used_max).
+// Medians; steps_ratio_on_off is the median of the five pairs' ratios, so
+// a drift of the machine over the run cancels within each pair.
 // Needs no root: everything lives in a temp dir.
 
 #include <benchmark/benchmark.h>
@@ -43,11 +47,12 @@ constexpr auto kIsolationLimit = 900s;
 constexpr auto kWarmUp = 10s;
 constexpr auto kWindow = 20s;
 
-std::string DemoConfig(double budget) {
+std::string DemoConfig(double budget, int sample_one_in = 100) {
   return fmt::format(R"(simulator:
   memory_mib: 256
 screening:
   budget: {}
+  sample_one_in: {}
 jobs:
   - name: chat
     kind: inference
@@ -58,7 +63,7 @@ jobs:
     steps: 100000000
     checkpoint_every: 10
 )",
-                     budget);
+                     budget, sample_one_in);
 }
 
 nlohmann::json JobNamed(RasdInstance& rasd, const std::string& name) {
@@ -174,12 +179,13 @@ BENCHMARK(BM_SdcTimeToIsolation)
 BENCHMARK(BM_SdcTimeToIsolation)->Arg(8)->Iterations(1)->UseManualTime()->Unit(benchmark::kSecond);
 
 struct Throughput {
-  double served_per_s = 0, steps_per_s = 0, budget_used_max = 0;
+  double served_per_s = 0, steps_per_s = 0, budget_used_max = 0, p99_ms = 0;
 };
 
-Throughput Measure(double budget) {
+// With every check for silent corruption at its default, or all off.
+Throughput Measure(bool checking) {
   RasdInstance rasd;
-  rasd.WriteConfig(DemoConfig(budget));
+  rasd.WriteConfig(checking ? DemoConfig(0.01, 100) : DemoConfig(0, 0));
   std::string why;
   if (!rasd.Start({}, {}, &why)) return {};
   std::this_thread::sleep_for(kWarmUp);
@@ -192,7 +198,8 @@ Throughput Measure(double budget) {
   std::this_thread::sleep_for(kWindow);
   const auto [served_1, steps_1] = sample();
   const double elapsed = Seconds(Clock::now() - start);
-  Throughput result{(served_1 - served_0) / elapsed, (steps_1 - steps_0) / elapsed, 0};
+  Throughput result{(served_1 - served_0) / elapsed, (steps_1 - steps_0) / elapsed, 0,
+                    NumberAt(JobNamed(rasd, "chat"), {"load", "p99_ms"})};
   for (const auto& device : Devices(rasd))
     result.budget_used_max =
         std::max(result.budget_used_max, NumberAt(device, {"screening", "budget_used"}));
@@ -202,21 +209,28 @@ Throughput Measure(double budget) {
 
 void BM_SdcOverhead(benchmark::State& state) {
   for (auto _ : state) {
-    std::vector<double> served_on, served_off, steps_on, steps_off, budget;
-    for (int round = 0; round < 3; ++round) {
-      const auto off = Measure(0);
-      const auto on = Measure(0.01);
+    std::vector<double> served_on, served_off, steps_on, steps_off, budget, ratios, p99_on, p99_off;
+    for (int round = 0; round < 5; ++round) {
+      const auto off = Measure(false);
+      const auto on = Measure(true);
       served_off.push_back(off.served_per_s);
       steps_off.push_back(off.steps_per_s);
       served_on.push_back(on.served_per_s);
       steps_on.push_back(on.steps_per_s);
       budget.push_back(on.budget_used_max);
+      ratios.push_back(on.steps_per_s / std::max(off.steps_per_s, 1e-9));
+      p99_on.push_back(on.p99_ms);
+      p99_off.push_back(off.p99_ms);
     }
     state.counters["served_per_s_off"] = Median(served_off);
     state.counters["served_per_s_on"] = Median(served_on);
     state.counters["steps_per_s_off"] = Median(steps_off);
     state.counters["steps_per_s_on"] = Median(steps_on);
-    state.counters["steps_ratio_on_off"] = Median(steps_on) / std::max(Median(steps_off), 1e-9);
+    state.counters["steps_ratio_on_off"] = Median(ratios);
+    state.counters["steps_ratio_min"] = *std::min_element(ratios.begin(), ratios.end());
+    state.counters["steps_ratio_max"] = *std::max_element(ratios.begin(), ratios.end());
+    state.counters["p99_ms_off"] = Median(p99_off);
+    state.counters["p99_ms_on"] = Median(p99_on);
     state.counters["served_ratio_on_off"] = Median(served_on) / std::max(Median(served_off), 1e-9);
     state.counters["budget_used_max"] = Median(budget);
   }
