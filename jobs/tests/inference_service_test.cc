@@ -139,6 +139,25 @@ class CrossCheckTest : public InferenceTest {
     std::lock_guard lock(mutex_);
     return checks_;
   }
+  // Replicas on devices 0, 1 and 2; a review's outcome lands in `review`
+  // under `mutex`, and `changed` is notified.
+  std::unique_ptr<InferenceService> Reviewed(std::size_t max_batch,
+                                             std::chrono::microseconds max_wait, std::mutex& mutex,
+                                             std::condition_variable& changed,
+                                             std::optional<AnswerReview>& review) {
+    auto service = InferenceService::Create(
+        *runtime_, {.id = "chat",
+                    .devices = {0, 1, 2},
+                    .max_batch = max_batch,
+                    .max_wait = max_wait,
+                    .on_review = [&mutex, &changed, &review](const AnswerReview& done) {
+                      std::lock_guard lock(mutex);
+                      review = done;
+                      changed.notify_all();
+                    }});
+    EXPECT_TRUE(service.has_value()) << service.error().ToString();
+    return service ? std::move(*service) : nullptr;
+  }
   std::mutex mutex_;
   std::vector<CrossCheck> checks_;
 };
@@ -201,17 +220,9 @@ TEST_F(CrossCheckTest, AReviewNamesExactlyTheWrongAnswersAndCorrectsThoseAskedFo
   std::mutex mutex;
   std::condition_variable reviewed;
   std::optional<AnswerReview> review;
-  auto created = InferenceService::Create(*runtime_, {.id = "chat",
-                                                      .devices = {0, 1, 2},
-                                                      .max_batch = 16,
-                                                      .max_wait = 200us,
-                                                      .on_review = [&](const AnswerReview& done) {
-                                                        std::lock_guard lock(mutex);
-                                                        review = done;
-                                                        reviewed.notify_all();
-                                                      }});
-  ASSERT_TRUE(created.has_value()) << created.error().ToString();
-  auto& service = **created;
+  auto created = Reviewed(16, 200us, mutex, reviewed, review);
+  ASSERT_TRUE(created);
+  auto& service = *created;
   const MlpModel model;
   ASSERT_TRUE(sim_->InjectSilentCorruption(2, 1e-3, "gemm", 11).has_value());
   constexpr int kRequests = 600;
@@ -289,17 +300,9 @@ TEST_F(CrossCheckTest, AReviewUnderLoadTakesInTheBatchThatWasRunning) {
   std::mutex mutex;
   std::condition_variable changed;
   std::optional<AnswerReview> review;
-  auto created = InferenceService::Create(*runtime_, {.id = "chat",
-                                                      .devices = {0, 1, 2},
-                                                      .max_batch = 32,
-                                                      .max_wait = 2ms,
-                                                      .on_review = [&](const AnswerReview& done) {
-                                                        std::lock_guard lock(mutex);
-                                                        review = done;
-                                                        changed.notify_all();
-                                                      }});
-  ASSERT_TRUE(created.has_value()) << created.error().ToString();
-  auto& service = **created;
+  auto created = Reviewed(32, 2ms, mutex, changed, review);
+  ASSERT_TRUE(created);
+  auto& service = *created;
   const MlpModel model;
   ASSERT_TRUE(sim_->InjectSilentCorruption(2, 1e-3, "gemm", 12).has_value());
   std::map<std::uint64_t, std::vector<float>> answers;
