@@ -407,10 +407,13 @@ Status CollectiveJob::CrossCheckPart(int step) {
     return buffers_[static_cast<std::size_t>(rank)];
   };
   // Copies land in host buffers a timed-out copy may still write: parked.
-  std::vector<std::shared_ptr<std::vector<float>>> copies;
+  std::size_t used = 0;
   auto fetch = [&](int rank, drivers::DeviceAddress address) -> Result<std::vector<float>*> {
-    copies.push_back(std::make_shared<std::vector<float>>(options_.elements));
-    auto& host = *copies.back();
+    if (check_copies_.size() <= used) check_copies_.resize(used + 1);
+    auto& slot = check_copies_[used++];
+    if (!slot || slot->size() != options_.elements)
+      slot = std::make_shared<std::vector<float>>(options_.elements);
+    auto& host = *slot;
     if (auto copied = communicator_->RankStream(rank).CopyToHost(host.data(), address,
                                                                  host.size() * sizeof(float));
         !copied)
@@ -435,7 +438,9 @@ Status CollectiveJob::CrossCheckPart(int step) {
   };
   auto wait = [&]() -> Status {
     if (auto done = communicator_->Synchronize(options_.step_timeout); !done) {
-      for (auto& copy : copies) parked_.push_back(std::move(copy));
+      for (auto& copy : check_copies_)
+        if (copy) parked_.push_back(std::move(copy));
+      check_copies_.clear();
       return done;
     }
     return {};
@@ -504,7 +509,7 @@ Status CollectiveJob::CrossCheckPart(int step) {
                           right[first], differing, wrong.size()));
       if (outvoted == subject) {
         // The step goes on with the part the majority computed.
-        auto source = copies.back();
+        auto source = check_copies_[used - 1];
         if (auto copied = communicator_->RankStream(subject).CopyToDevice(
                 buffers_of(subject).part.address, source->data(), source->size() * sizeof(float));
             !copied)

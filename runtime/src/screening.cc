@@ -41,11 +41,11 @@ struct KernelTest {
   // Copies `out`'s starting contents (where the kernel reads them) and
   // launches the kernel on `stream`.
   std::function<Status(Stream& stream, const Buffers& buffers)> launch;
-  // The known answer, on the host: for the digest once, and again only to
-  // say where a result went wrong.
-  std::function<std::vector<float>()> expected;
+  // Writes the known answer (`outputs` floats) on the host: for the digest
+  // once, and again only to say where a result went wrong.
+  std::function<void(float* out)> expected;
   std::uint64_t digest = 0;
-  std::vector<float> tolerance_reference;  // kept for inexact kernels only
+  std::shared_ptr<MappedWords> tolerance_reference;  // kept for inexact kernels only
 };
 
 Status LaunchWith(Stream& stream, std::string_view kernel, const std::vector<KernelArg>& args) {
@@ -73,9 +73,19 @@ std::uint64_t WordDigest(const float* values, std::size_t count) {
   return digest;
 }
 
+// The inputs and known answers (megabytes) live in mapped memory, not
+// malloc's: built on a self-test's or the screening's worker thread, they
+// would stay resident in that thread's arena after the screen is gone (see
+// MappedWords), one arena after another.
 struct KnownAnswerScreen::Data {
   ScreeningOptions options;
-  std::vector<float> a, b;  // the inputs: small integers, -8 to 8 and -7 to 7
+  std::uint64_t n = 0;
+  // The inputs: small integers, -8 to 8 and -7 to 7; null when the host
+  // memory could not be mapped (Run then reports no verdict).
+  std::unique_ptr<MappedWords> a_words, b_words;
+  const float* a() const { return a_words->Floats(); }
+  const float* b() const { return b_words->Floats(); }
+  bool Mapped() const { return a_words && a_words->Valid() && b_words && b_words->Valid(); }
   std::vector<KernelTest> tests;
   std::vector<std::string> screened, unscreened;
 };
@@ -93,13 +103,16 @@ std::shared_ptr<const KnownAnswerScreen> KnownAnswerScreen::Build(
   data->options = options;
   const std::uint64_t n = std::clamp(options.elements, kMinElements, kMaxElements);
   data->options.elements = n;
-  data->a.resize(n);
-  data->b.resize(n);
+  data->n = n;
+  data->a_words = std::make_unique<MappedWords>(n);
+  data->b_words = std::make_unique<MappedWords>(n);
+  if (!data->Mapped())
+    return std::shared_ptr<const KnownAnswerScreen>(new KnownAnswerScreen(std::move(data)));
   for (std::uint64_t i = 0; i < n; ++i) {
     // Different strides, so that a kernel reading the wrong input, or the
     // right one at the wrong index, gives another answer.
-    data->a[i] = static_cast<float>(static_cast<int>((i * 7 + 3) % 17) - 8);
-    data->b[i] = static_cast<float>(static_cast<int>((i * 13 + 5) % 15) - 7);
+    data->a_words->Floats()[i] = static_cast<float>(static_cast<int>((i * 7 + 3) % 17) - 8);
+    data->b_words->Floats()[i] = static_cast<float>(static_cast<int>((i * 13 + 5) % 15) - 7);
   }
   const Data* inputs = data.get();
   const auto count = static_cast<std::int64_t>(n);
@@ -111,12 +124,12 @@ std::shared_ptr<const KnownAnswerScreen> KnownAnswerScreen::Build(
                                        {KernelArg::Address(buffers.out), KernelArg::Int(count),
                                         KernelArg::Float(3.0f)});
                    },
-                   [n] { return std::vector<float>(n, 3.0f); }});
+                   [n](float* out) { std::fill(out, out + n, 3.0f); }});
   known.push_back({"axpy", fmt::format("n={}", n), n, true,
                    [count, inputs](Stream& stream, const Buffers& buffers) -> Status {
                      // y starts as b; the kernel adds 2a to it in place.
-                     if (auto copied = stream.CopyToDevice(buffers.out, inputs->b.data(),
-                                                           inputs->b.size() * sizeof(float));
+                     if (auto copied = stream.CopyToDevice(buffers.out, inputs->b(),
+                                                           inputs->n * sizeof(float));
                          !copied)
                        return copied;
                      return LaunchWith(
@@ -124,11 +137,9 @@ std::shared_ptr<const KnownAnswerScreen> KnownAnswerScreen::Build(
                          {KernelArg::Int(count), KernelArg::Float(2.0f),
                           KernelArg::Address(buffers.a), KernelArg::Address(buffers.out)});
                    },
-                   [inputs] {
-                     std::vector<float> out(inputs->a.size());
-                     for (std::size_t i = 0; i < out.size(); ++i)
-                       out[i] = 2.0f * inputs->a[i] + inputs->b[i];
-                     return out;
+                   [inputs](float* out) {
+                     for (std::size_t i = 0; i < inputs->n; ++i)
+                       out[i] = 2.0f * inputs->a()[i] + inputs->b()[i];
                    }});
   for (const char* binary : {"add", "mul"}) {
     const bool is_add = std::string_view(binary) == "add";
@@ -139,11 +150,10 @@ std::shared_ptr<const KnownAnswerScreen> KnownAnswerScreen::Build(
                              {KernelArg::Int(count), KernelArg::Address(buffers.a),
                               KernelArg::Address(buffers.b), KernelArg::Address(buffers.out)});
          },
-         [inputs, is_add] {
-           std::vector<float> out(inputs->a.size());
-           for (std::size_t i = 0; i < out.size(); ++i)
-             out[i] = is_add ? inputs->a[i] + inputs->b[i] : inputs->a[i] * inputs->b[i];
-           return out;
+         [inputs, is_add](float* out) {
+           const float* a = inputs->a();
+           const float* b = inputs->b();
+           for (std::size_t i = 0; i < inputs->n; ++i) out[i] = is_add ? a[i] + b[i] : a[i] * b[i];
          }});
   }
   known.push_back({"relu", fmt::format("n={}", n), n, true,
@@ -152,11 +162,9 @@ std::shared_ptr<const KnownAnswerScreen> KnownAnswerScreen::Build(
                                        {KernelArg::Int(count), KernelArg::Address(buffers.a),
                                         KernelArg::Address(buffers.out)});
                    },
-                   [inputs] {
-                     std::vector<float> out(inputs->a.size());
-                     for (std::size_t i = 0; i < out.size(); ++i)
-                       out[i] = std::max(inputs->a[i], 0.0f);
-                     return out;
+                   [inputs](float* out) {
+                     for (std::size_t i = 0; i < inputs->n; ++i)
+                       out[i] = std::max(inputs->a()[i], 0.0f);
                    }});
   // C = A B with A m x k and B k x n from the inputs' first elements; every
   // partial sum is an integer of at most 32 x 8 x 7: exact in any order.
@@ -172,17 +180,15 @@ std::shared_ptr<const KnownAnswerScreen> KnownAnswerScreen::Build(
                           KernelArg::Address(buffers.a), KernelArg::Address(buffers.b),
                           KernelArg::Address(buffers.out)});
                    },
-                   [inputs, side, depth] {
-                     std::vector<float> out(static_cast<std::size_t>(side * side));
+                   [inputs, side, depth](float* out) {
                      for (std::int64_t i = 0; i < side; ++i)
                        for (std::int64_t j = 0; j < side; ++j) {
                          float sum = 0;
                          for (std::int64_t p = 0; p < depth; ++p)
-                           sum += inputs->a[static_cast<std::size_t>(i * depth + p)] *
-                                  inputs->b[static_cast<std::size_t>(p * side + j)];
+                           sum += inputs->a()[static_cast<std::size_t>(i * depth + p)] *
+                                  inputs->b()[static_cast<std::size_t>(p * side + j)];
                          out[static_cast<std::size_t>(i * side + j)] = sum;
                        }
-                     return out;
                    }});
   const std::int64_t columns = 256;
   const std::int64_t rows = std::min<std::int64_t>(count, 1 << 16) / columns;
@@ -194,10 +200,9 @@ std::shared_ptr<const KnownAnswerScreen> KnownAnswerScreen::Build(
                          {KernelArg::Int(rows), KernelArg::Int(columns),
                           KernelArg::Address(buffers.a), KernelArg::Address(buffers.out)});
                    },
-                   [inputs, rows, columns] {
-                     std::vector<float> out(static_cast<std::size_t>(rows * columns));
+                   [inputs, rows, columns](float* out) {
                      for (std::int64_t r = 0; r < rows; ++r) {
-                       const float* row = inputs->a.data() + r * columns;
+                       const float* row = inputs->a() + r * columns;
                        const float top = *std::max_element(row, row + columns);
                        double total = 0;
                        for (std::int64_t c = 0; c < columns; ++c) total += std::exp(row[c] - top);
@@ -205,7 +210,6 @@ std::shared_ptr<const KnownAnswerScreen> KnownAnswerScreen::Build(
                          out[static_cast<std::size_t>(r * columns + c)] =
                              static_cast<float>(std::exp(row[c] - top) / total);
                      }
-                     return out;
                    }});
   known.push_back({"reduce_sum", fmt::format("n={}", n), 1, true,
                    [count](Stream& stream, const Buffers& buffers) {
@@ -213,16 +217,21 @@ std::shared_ptr<const KnownAnswerScreen> KnownAnswerScreen::Build(
                                        {KernelArg::Int(count), KernelArg::Address(buffers.a),
                                         KernelArg::Address(buffers.out)});
                    },
-                   [inputs] {
+                   [inputs](float* out) {
                      double sum = 0;
-                     for (float value : inputs->a) sum += value;
-                     return std::vector<float>{static_cast<float>(sum)};
+                     for (std::size_t i = 0; i < inputs->n; ++i) sum += inputs->a()[i];
+                     out[0] = static_cast<float>(sum);
                    }});
 
   for (auto& test : known) {
     if (std::find(kernels.begin(), kernels.end(), test.kernel) == kernels.end()) continue;
-    auto expected = test.expected();
-    test.digest = WordDigest(expected.data(), expected.size());
+    auto expected = std::make_shared<MappedWords>(test.outputs);
+    if (!expected->Valid()) {
+      data->a_words.reset();  // no verdict from this screen (Run says why)
+      break;
+    }
+    test.expected(expected->Floats());
+    test.digest = WordDigest(expected->Floats(), test.outputs);
     if (!test.exact) test.tolerance_reference = std::move(expected);
     data->screened.push_back(test.kernel);
     data->tests.push_back(std::move(test));
@@ -245,7 +254,7 @@ struct Difference {
   std::string first;
   std::uint64_t count = 0;
 };
-std::optional<Difference> Compare(std::span<const float> got, const std::vector<float>& want,
+std::optional<Difference> Compare(std::span<const float> got, std::span<const float> want,
                                   float tolerance) {
   std::optional<Difference> difference;
   for (std::size_t i = 0; i < std::min(got.size(), want.size()); ++i) {
@@ -267,13 +276,16 @@ ScreeningReport KnownAnswerScreen::Run(Runtime& runtime, int device,
   ScreeningReport report;
   const auto started = clock.Monotonic();
   const Data& data = *data_;
-  const std::uint64_t bytes = data.a.size() * sizeof(float);
+  const std::uint64_t bytes = data.n * sizeof(float);
   auto fail = [&](const Error& error) {
     report.completed = false;
     report.error = error.message;
     report.device_time = clock.Monotonic() - started;
     return report;
   };
+  if (!data.Mapped())
+    return fail(Error{ErrorCode::kOutOfMemory,
+                      "cannot map host memory for the screen's inputs and answers"});
   auto pool = runtime.Pool(device);
   if (!pool) return fail(pool.error());
   auto stream =
@@ -300,8 +312,8 @@ ScreeningReport KnownAnswerScreen::Run(Runtime& runtime, int device,
     allocations.push_back(*allocation);
     *address = allocation->address;
   }
-  Status uploaded = (*stream)->CopyToDevice(buffers.a, data.a.data(), bytes);
-  if (uploaded) uploaded = (*stream)->CopyToDevice(buffers.b, data.b.data(), bytes);
+  Status uploaded = (*stream)->CopyToDevice(buffers.a, data.a(), bytes);
+  if (uploaded) uploaded = (*stream)->CopyToDevice(buffers.b, data.b(), bytes);
   if (uploaded) uploaded = wait();
   if (!uploaded) {
     (void)wait();
@@ -309,7 +321,7 @@ ScreeningReport KnownAnswerScreen::Run(Runtime& runtime, int device,
     return fail(uploaded.error());
   }
   // Mapped, not from malloc: megabytes a worker thread's arena would keep.
-  MappedWords got_words(data.a.size());
+  MappedWords got_words(data.n);
   if (!got_words.Valid()) {
     release();
     return fail(Error{ErrorCode::kOutOfMemory, "no host memory for the screening's results"});
@@ -332,7 +344,12 @@ ScreeningReport KnownAnswerScreen::Run(Runtime& runtime, int device,
     if (test.exact) {
       const std::uint64_t digest = WordDigest(result.data(), result.size());
       if (digest != test.digest) {
-        const auto difference = Compare(result, test.expected(), 0);
+        MappedWords want(test.outputs);
+        std::optional<Difference> difference;
+        if (want.Valid()) {
+          test.expected(want.Floats());
+          difference = Compare(result, {want.Floats(), test.outputs}, 0);
+        }
         mismatch = ScreeningMismatch{
             test.kernel, test.shape,
             fmt::format("{} (digest {:016x} instead of {:016x})",
@@ -340,7 +357,8 @@ ScreeningReport KnownAnswerScreen::Run(Runtime& runtime, int device,
                         digest, test.digest),
             difference ? difference->count : 1};
       }
-    } else if (auto difference = Compare(result, test.tolerance_reference, kSoftmaxTolerance)) {
+    } else if (auto difference = Compare(result, {test.tolerance_reference->Floats(), test.outputs},
+                                         kSoftmaxTolerance)) {
       mismatch = ScreeningMismatch{
           test.kernel, test.shape,
           fmt::format("{} (beyond {} relative)", difference->first, kSoftmaxTolerance),

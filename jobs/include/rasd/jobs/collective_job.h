@@ -152,6 +152,10 @@ class CollectiveJob {
   // compared (cross_check_every); after the parts' kernels, before the
   // AllReduce.
   Status CrossCheckPart(int step);
+  // The host copies a cross-check compares, kept from one check to the next
+  // (a check every few milliseconds would otherwise allocate and free
+  // megabytes each time); parked and replaced when a copy timed out.
+  std::vector<std::shared_ptr<std::vector<float>>> check_copies_;
   float RankConstant(int rank, int ranks, int step) const;
   Status Checkpoint(int step);
   Status Restore();
