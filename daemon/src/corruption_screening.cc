@@ -230,8 +230,8 @@ void CorruptionScreening::Judge(int device, DeviceState& state, nanoseconds now)
   std::string how;
   if (screened > 0) how = fmt::format("{} known-answer screening(s)", screened);
   if (cross_checked > 0)
-    how += fmt::format("{}{} answer(s) outvoted by two other replicas", how.empty() ? "" : " and ",
-                       cross_checked);
+    how += fmt::format("{}{} job result(s) outvoted by two other devices",
+                       how.empty() ? "" : " and ", cross_checked);
   verdict.reason = fmt::format(
       "silent data corruption: {} {} computed wrong without reporting an error ({}); confirmed "
       "by {} wrong result(s) in {}: {}; results since {} before are distrusted",

@@ -183,7 +183,7 @@ TEST_F(CorruptionScreeningTest, OutvotedAnswersCountWithWrongScreeningsTowardsTh
   EXPECT_TRUE(verdicts_[0].reason.starts_with(
       "silent data corruption: inference job chat request 40 computed wrong"))
       << verdicts_[0].reason;
-  EXPECT_NE(verdicts_[0].reason.find(": 2 answer(s) outvoted by two other replicas;"),
+  EXPECT_NE(verdicts_[0].reason.find(": 2 job result(s) outvoted by two other devices;"),
             std::string::npos)
       << verdicts_[0].reason;
   EXPECT_EQ(health_->StatusOf(1).cause, HealthCause::kSilentCorruption);
