@@ -85,8 +85,9 @@ struct InferenceService::Replica {
   std::uint64_t dropped = 0;
   std::uint64_t last_dropped = 0;
   std::chrono::nanoseconds last_dropped_at{0};
-  // A review of this device not finished yet: answers given meanwhile (a
-  // batch that was running when it began) join it.
+  // A review of this device's answers: those it gives after the review
+  // began join it, until its device stops admitting work and the batch
+  // then running is done (or the review finishes).
   std::shared_ptr<Review> open_review;
   ReplicaStats stats;
   std::thread thread;
@@ -380,12 +381,20 @@ std::uint64_t InferenceService::ReviewAnswers(int device, std::chrono::nanosecon
     std::lock_guard lock(mutex_);
     const auto now = Now();
     const auto since = distrust_for >= now ? std::chrono::nanoseconds::min() : now - distrust_for;
+    const bool others = std::any_of(replicas_.begin(), replicas_.end(),
+                                    [&](const auto& replica) { return replica->device != device; });
+    bool matched = false;
     for (auto& replica : replicas_) {
       if (replica->device != device) continue;
+      matched = true;
       if (replica->dropped > 0 && replica->last_dropped_at >= since)
         review->outcome.unreviewed += replica->dropped;  // at most that many
       for (auto& kept : replica->kept) {
         if (kept.answered_at < since) continue;
+        if (!others) {
+          ++review->outcome.unreviewed;  // no other replica to run it on
+          continue;
+        }
         Request request;
         request.review = review;
         request.id = kept.id;
@@ -397,8 +406,12 @@ std::uint64_t InferenceService::ReviewAnswers(int device, std::chrono::nanosecon
       }
       replica->kept.clear();
       replica->dropped = 0;
+      // What it answers from now on joins the review, until its device
+      // stops admitting work (the verdict isolates it) and the batch then
+      // running is done.
       if (!reruns.empty()) replica->open_review = review;
     }
+    if (!matched) return 0;  // none of this service's answers came from there
     review->pending = reruns.size();
     rerun = reruns.size();
     ++stats_.reviews;
@@ -593,6 +606,9 @@ Status InferenceService::RunBatch(Replica& replica, std::vector<Request>& batch,
       check->request = batch[i].id;
       check->answers.emplace_back(replica.device, output);
     }
+    // Kept (or joined to a review) before the caller has it, so that a
+    // review begun after the caller saw its answer always covers it.
+    std::vector<float> given = output;
     {
       std::lock_guard lock(mutex_);
       if (check && RouteCheckLocked(check, batch[i].input)) ++stats_.cross_checks;
@@ -603,14 +619,14 @@ Status InferenceService::RunBatch(Replica& replica, std::vector<Request>& batch,
         rerun.input = std::move(batch[i].input);
         rerun.corrected = std::move(batch[i].corrected);
         rerun.avoid_device = replica.device;
-        rerun.review->given.emplace(rerun.id, output);
+        rerun.review->given.emplace(rerun.id, given);
         ++rerun.review->pending;
         std::deque<Request> one;
         one.push_back(std::move(rerun));
         RouteLocked(std::move(one));
       } else {
-        replica.kept.push_back(
-            {batch[i].id, Now(), std::move(batch[i].input), output, std::move(batch[i].corrected)});
+        replica.kept.push_back({batch[i].id, Now(), std::move(batch[i].input), std::move(given),
+                                std::move(batch[i].corrected)});
       }
       if (replica.kept.size() > kKeptAnswers) {
         ++replica.dropped;
@@ -648,10 +664,15 @@ void InferenceService::RunReplica(Replica& replica) {
       continue;
     }
     if (replica.queue.empty() && !backlog_.empty()) {
-      while (!backlog_.empty() && replica.queue.size() < options_.max_batch &&
-             backlog_.front().avoid_device != replica.device) {
-        replica.queue.push_back(std::move(backlog_.front()));
-        backlog_.pop_front();
+      // What this replica may run: a review's re-run waits for another.
+      for (auto it = backlog_.begin();
+           it != backlog_.end() && replica.queue.size() < options_.max_batch;) {
+        if (it->avoid_device == replica.device) {
+          ++it;
+          continue;
+        }
+        replica.queue.push_back(std::move(*it));
+        it = backlog_.erase(it);
       }
     }
     if (replica.queue.empty()) {
@@ -678,6 +699,8 @@ void InferenceService::RunReplica(Replica& replica) {
     if (ran) ran = RunBatch(replica, batch, false);
     lock.lock();
     replica.in_flight = false;
+    // Out of service, its last batch done: nothing more can join a review.
+    if (!AdmitsNewWork(replica.device)) replica.open_review.reset();
     if (ran) {
       const auto answered = static_cast<std::uint64_t>(
           std::count_if(batch.begin(), batch.end(),

@@ -257,6 +257,9 @@ TEST_F(CrossCheckTest, AReviewNamesExactlyTheWrongAnswersAndCorrectsThoseAskedFo
     ASSERT_TRUE(reviewed.wait_for(lock, 20s, [&] { return answered == kRequests; }));
   }
   ASSERT_TRUE(sim_->InjectSilentCorruption(2, 0, "", 0).has_value());
+  // The replicas count a batch once all its callers have their answers.
+  ASSERT_TRUE(rasd::testing::Eventually(
+      [&] { return service.GetStats().served == static_cast<std::uint64_t>(kRequests); }, 5s));
   const auto served_2 = service.GetStats().replicas[2].served;
   ASSERT_GT(served_2, 50u);
   ASSERT_LE(served_2, InferenceService::kKeptAnswers);
@@ -347,6 +350,29 @@ TEST_F(CrossCheckTest, AReviewUnderLoadTakesInTheBatchThatWasRunning) {
   EXPECT_EQ(review->wrong, wrong) << "every wrong answer named, and nothing else";
   EXPECT_EQ(review->unreviewed, 0u);
   EXPECT_EQ(corrected, std::set<std::uint64_t>(wrong.begin(), wrong.end()));
+}
+
+// One replica: nowhere to run its answers again. The review says so at
+// once, and the service goes on answering.
+TEST_F(CrossCheckTest, AReviewWithNoOtherReplicaReportsItsAnswersUnreviewed) {
+  std::optional<AnswerReview> review;
+  auto created = InferenceService::Create(
+      *runtime_, {.id = "solo", .devices = {0}, .on_review = [&](const AnswerReview& done) {
+                    review = done;
+                  }});
+  ASSERT_TRUE(created.has_value()) << created.error().ToString();
+  auto& service = **created;
+  const MlpModel model;
+  for (int n = 0; n < 20; ++n)
+    ASSERT_TRUE(service.Infer(InputFor(static_cast<std::uint64_t>(n), model.inputs), 5s));
+  EXPECT_EQ(service.ReviewAnswers(0), 0u);
+  ASSERT_TRUE(review.has_value());
+  EXPECT_EQ(review->unreviewed, 20u);
+  EXPECT_EQ(review->reviewed, 0u);
+  EXPECT_TRUE(service.Infer(InputFor(99, model.inputs), 5s).has_value());
+  review.reset();
+  EXPECT_EQ(service.ReviewAnswers(3), 0u) << "no replica there";
+  EXPECT_FALSE(review.has_value()) << "and no outcome to report";
 }
 
 TEST_F(InferenceTest, ADrainUnderLoadLosesNothingAndTheDeviceTakesNoNewWork) {

@@ -43,8 +43,8 @@ struct AnswerReview {
   std::uint64_t reviewed = 0;        // run again and compared
   std::vector<std::uint64_t> wrong;  // of those, the requests whose answer differed, ascending
   std::uint64_t corrected = 0;       // of those, answered again to callers who asked
-  // Not compared: no other replica could run them (failed max_attempts
-  // times, or the service stopped), or beyond the answers kept.
+  // Not compared: no other replica to run them on (the service has none, or
+  // the re-run failed max_attempts times), or older than the answers kept.
   std::uint64_t unreviewed = 0;
 };
 
@@ -179,8 +179,9 @@ class InferenceService {
   // one given; a caller who asked (Submit's `corrected`) gets the right
   // answer. The outcome goes to on_review; without one, the answers are
   // still checked and corrected. The device's kept answers are then
-  // forgotten (a second call reviews only those given since). Returns how
-  // many are being run again.
+  // forgotten (a second call reviews only those given since); answers it
+  // gives after this join the review until it stops admitting work (take
+  // it out of service right after). Returns how many are being run again.
   std::uint64_t ReviewAnswers(
       int device, std::chrono::nanoseconds distrust_for = std::chrono::nanoseconds::max());
 
