@@ -185,6 +185,10 @@ TEST_F(CollectiveTest, LeavingACorruptingDeviceWithoutRollingBackKeepsTheWrongSt
   ASSERT_TRUE(sim_->InjectSilentCorruption(2, 1e-3, "", 5).has_value());
   ASSERT_TRUE(
       rasd::testing::Eventually([&] { return job->GetProgress().checksum_mismatches > 0; }, 20s));
+  // Past a checkpoint that holds the wrong state: an isolation that lands
+  // inside a step (its launch refused) restores that checkpoint, wrong too,
+  // rather than one from before the corruption.
+  WaitForStep(*job, job->GetProgress().step + options.checkpoint_every + 1);
   Device(2).SetHealth(runtime::HealthState::kIsolated);
   ASSERT_TRUE(job->Wait(30s));
   EXPECT_GT(job->GetProgress().checksum_mismatches, 0u);
