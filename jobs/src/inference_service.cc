@@ -23,6 +23,19 @@ constexpr std::chrono::milliseconds kIdlePoll{20};
 // request's attempts.
 constexpr std::chrono::milliseconds kFailureBackoff{200};
 
+// A cross-check's or review's finding: where the outvoted answer first
+// differs from the one two devices agree on.
+std::string OutvotedDetail(std::uint64_t request, const std::vector<float>& wrong,
+                           const std::vector<float>& right, int agreeing, int third) {
+  std::size_t at = 0;
+  while (at + 1 < wrong.size() && at + 1 < right.size() && wrong[at] == right[at]) ++at;
+  if (wrong.empty() || right.empty())
+    return fmt::format("request {}: an answer of {} values where devices {} and {} gave {}",
+                       request, wrong.size(), agreeing, third, right.size());
+  return fmt::format("request {}: output {} was {} where devices {} and {} gave {}", request, at,
+                     wrong[at], agreeing, third, right[at]);
+}
+
 }  // namespace
 
 std::vector<float> MlpModel::W1() const {
@@ -184,7 +197,7 @@ void InferenceService::RouteLocked(std::deque<Request> requests) {
     for (std::size_t n = 0; n < replicas_.size(); ++n) {
       auto& replica = replicas_[(first + n) % replicas_.size()];
       if (!AdmitsNewWork(replica->device) || replica->unavailable_until > now ||
-          replica->device == request.avoid_device)
+          request.Avoids(replica->device))
         continue;
       const std::size_t load =
           replica->queue.size() + (replica->in_flight ? options_.max_batch : 0);
@@ -350,18 +363,13 @@ void InferenceService::CrossCheckAnswer(int device, Request& request, std::vecto
         const int outvoted = with_first ? second_device : first_device;
         const int agreeing = with_first ? first_device : second_device;
         const auto& wrong = with_first ? second : first;
-        const auto& right = third;
-        std::size_t at = 0;
-        while (at + 1 < wrong.size() && wrong[at] == right[at]) ++at;
         ++stats_.outvoted;
         mark_checked(agreeing);
         mark_checked(third_device);
         outcomes.push_back({agreeing, true, check.request, ""});
         outcomes.push_back({third_device, true, check.request, ""});
-        outcomes.push_back(
-            {outvoted, false, check.request,
-             fmt::format("request {}: output {} was {} where devices {} and {} gave {}",
-                         check.request, at, wrong[at], agreeing, third_device, right[at])});
+        outcomes.push_back({outvoted, false, check.request,
+                            OutvotedDetail(check.request, wrong, third, agreeing, third_device)});
       } else {
         RASD_LOG_WARN("inference {}: three replicas gave request {} no majority answer",
                       options_.id, check.request);
@@ -400,7 +408,7 @@ std::uint64_t InferenceService::ReviewAnswers(int device, std::chrono::nanosecon
         request.id = kept.id;
         request.input = std::move(kept.input);
         request.corrected = std::move(kept.corrected);
-        request.avoid_device = device;
+        request.avoid_devices[0] = device;
         review->given.emplace(kept.id, std::move(kept.output));
         reruns.push_back(std::move(request));
       }
@@ -421,24 +429,77 @@ std::uint64_t InferenceService::ReviewAnswers(int device, std::chrono::nanosecon
   return rerun;
 }
 
+bool InferenceService::AnotherReplicaAdmits(int a, int b) const {
+  return std::any_of(replicas_.begin(), replicas_.end(), [&](const auto& replica) {
+    return replica->device != a && replica->device != b && AdmitsNewWork(replica->device);
+  });
+}
+
 void InferenceService::ReviewAnswer(int device, Request& request,
                                     const std::vector<float>* output) {
   Review& review = *request.review;
+  const int reviewed = review.outcome.device;
   Callback corrected;
   std::optional<AnswerReview> finished;
+  std::vector<CrossCheck> outcomes;
   {
     std::lock_guard lock(mutex_);
     const auto given = review.given.find(request.id);
+    enum class Finding { kRight, kWrong, kUnknown } finding = Finding::kUnknown;
     if (output == nullptr || given == review.given.end()) {
+      finding = Finding::kUnknown;
+    } else if (!request.disputed) {
+      if (SameAnswer(reviewed, given->second, device, *output)) {
+        finding = Finding::kRight;
+      } else if (AnotherReplicaAdmits(reviewed, device)) {
+        // One device against another: a third says which.
+        Request third;
+        third.review = request.review;
+        third.id = request.id;
+        third.input = request.input;
+        third.corrected = std::move(request.corrected);
+        third.avoid_devices = {reviewed, device};
+        third.disputed.emplace(device, *output);
+        std::deque<Request> one;
+        one.push_back(std::move(third));
+        RouteLocked(std::move(one));
+        return;
+      } else {
+        finding = Finding::kWrong;  // the device found computing wrong against a healthy one
+      }
+    } else {
+      const auto& [checker, first] = *request.disputed;
+      const bool with_given = SameAnswer(device, *output, reviewed, given->second);
+      const bool with_first = SameAnswer(device, *output, checker, first);
+      if (with_first && !with_given) {
+        finding = Finding::kWrong;
+      } else if (with_given && !with_first) {
+        finding = Finding::kRight;
+        ++stats_.outvoted;
+        outcomes.push_back({device, true, request.id, ""});
+        outcomes.push_back({checker, false, request.id,
+                            OutvotedDetail(request.id, first, *output, reviewed, device)});
+      } else {
+        RASD_LOG_WARN(
+            "inference {}: devices {}, {} and {} gave request {} no majority answer in a review",
+            options_.id, reviewed, checker, device, request.id);
+      }
+    }
+    if (finding == Finding::kUnknown) {
       ++review.outcome.unreviewed;
     } else {
       ++review.outcome.reviewed;
-      if (!SameAnswer(review.outcome.device, given->second, device, *output)) {
-        review.outcome.wrong.push_back(request.id);
-        ++stats_.reviewed_wrong;
-        if (request.corrected) {
+    }
+    if (finding == Finding::kWrong) {
+      review.outcome.wrong.push_back(request.id);
+      ++stats_.reviewed_wrong;
+      if (request.corrected) {
+        ++review.outcome.corrected;
+        if (delivering_.count(request.id) != 0) {
+          // Its caller has not had the answer yet: the correction follows it.
+          deferred_corrections_[request.id] = {std::move(request.corrected), *output};
+        } else {
           corrected = std::move(request.corrected);
-          ++review.outcome.corrected;
         }
       }
     }
@@ -453,6 +514,8 @@ void InferenceService::ReviewAnswer(int device, Request& request,
     }
   }
   if (corrected) corrected(request.id, *output);
+  if (options_.on_cross_check)
+    for (const auto& outcome : outcomes) options_.on_cross_check(outcome);
   if (finished && options_.on_review) options_.on_review(*finished);
 }
 
@@ -609,8 +672,11 @@ Status InferenceService::RunBatch(Replica& replica, std::vector<Request>& batch,
     // Kept (or joined to a review) before the caller has it, so that a
     // review begun after the caller saw its answer always covers it.
     std::vector<float> given = output;
+    const bool may_be_corrected = static_cast<bool>(batch[i].corrected);
+    const std::uint64_t id = batch[i].id;
     {
       std::lock_guard lock(mutex_);
+      if (may_be_corrected) delivering_.insert(id);
       if (check && RouteCheckLocked(check, batch[i].input)) ++stats_.cross_checks;
       if (replica.open_review) {
         Request rerun;
@@ -618,7 +684,7 @@ Status InferenceService::RunBatch(Replica& replica, std::vector<Request>& batch,
         rerun.id = batch[i].id;
         rerun.input = std::move(batch[i].input);
         rerun.corrected = std::move(batch[i].corrected);
-        rerun.avoid_device = replica.device;
+        rerun.avoid_devices[0] = replica.device;
         rerun.review->given.emplace(rerun.id, given);
         ++rerun.review->pending;
         std::deque<Request> one;
@@ -636,6 +702,18 @@ Status InferenceService::RunBatch(Replica& replica, std::vector<Request>& batch,
       }
     }
     Answer(batch[i], std::move(output));
+    if (may_be_corrected) {
+      std::optional<std::pair<Callback, std::vector<float>>> late;
+      {
+        std::lock_guard lock(mutex_);
+        delivering_.erase(id);
+        if (auto found = deferred_corrections_.find(id); found != deferred_corrections_.end()) {
+          late = std::move(found->second);
+          deferred_corrections_.erase(found);
+        }
+      }
+      if (late) late->first(id, late->second);
+    }
   }
   return {};
 }
@@ -657,7 +735,8 @@ void InferenceService::RunReplica(Replica& replica) {
       if (!replica.queue.empty()) {
         std::deque<Request> moved = std::move(replica.queue);
         replica.queue.clear();
-        stats_.requeued += moved.size();
+        stats_.requeued += static_cast<std::uint64_t>(std::count_if(
+            moved.begin(), moved.end(), [](const Request& r) { return r.FromCaller(); }));
         RouteLocked(std::move(moved));  // never back to itself: it admits nothing now
       }
       work_.wait_for(lock, kIdlePoll);
@@ -667,7 +746,7 @@ void InferenceService::RunReplica(Replica& replica) {
       // What this replica may run: a review's re-run waits for another.
       for (auto it = backlog_.begin();
            it != backlog_.end() && replica.queue.size() < options_.max_batch;) {
-        if (it->avoid_device == replica.device) {
+        if (it->Avoids(replica.device)) {
           ++it;
           continue;
         }
@@ -702,9 +781,8 @@ void InferenceService::RunReplica(Replica& replica) {
     // Out of service, its last batch done: nothing more can join a review.
     if (!AdmitsNewWork(replica.device)) replica.open_review.reset();
     if (ran) {
-      const auto answered = static_cast<std::uint64_t>(
-          std::count_if(batch.begin(), batch.end(),
-                        [](const Request& request) { return !request.check && !request.review; }));
+      const auto answered = static_cast<std::uint64_t>(std::count_if(
+          batch.begin(), batch.end(), [](const Request& request) { return request.FromCaller(); }));
       ++replica.stats.batches;
       replica.stats.served += answered;
       stats_.served += answered;
@@ -727,8 +805,12 @@ void InferenceService::RunReplica(Replica& replica) {
         again.push_back(std::move(request));
       }
     }
-    stats_.rerun += again.size();
-    stats_.failed += failed.size();
+    auto from_callers = [](const auto& requests) {
+      return static_cast<std::uint64_t>(std::count_if(
+          requests.begin(), requests.end(), [](const Request& r) { return r.FromCaller(); }));
+    };
+    stats_.rerun += from_callers(again);
+    stats_.failed += from_callers(failed);
     RouteLocked(std::move(again));
     if (!failed.empty()) {
       lock.unlock();

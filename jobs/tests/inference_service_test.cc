@@ -139,24 +139,71 @@ class CrossCheckTest : public InferenceTest {
     std::lock_guard lock(mutex_);
     return checks_;
   }
-  // Replicas on devices 0, 1 and 2; a review's outcome lands in `review`
-  // under `mutex`, and `changed` is notified.
+  // What callers of a reviewed service were answered and corrected with,
+  // and the review's outcome. Guarded by `mutex`; `changed` is notified.
+  struct Answers {
+    std::mutex mutex;
+    std::condition_variable changed;
+    std::map<std::uint64_t, std::vector<float>> given, corrections;
+    std::map<std::uint64_t, int> input_of;
+    std::set<std::uint64_t> asked;
+    int answered = 0;
+    std::optional<AnswerReview> review;
+    // The requests whose answer differs from the host's model.
+    std::vector<std::uint64_t> WrongByModel(const MlpModel& model) {
+      std::vector<std::uint64_t> wrong;
+      for (const auto& [request, output] : given)
+        if (output !=
+            model.Reference(InputFor(static_cast<std::uint64_t>(input_of[request]), model.inputs)))
+          wrong.push_back(request);
+      return wrong;
+    }
+  };
+  // Replicas on devices 0, 1 and 2, reporting to `answers`.
   std::unique_ptr<InferenceService> Reviewed(std::size_t max_batch,
-                                             std::chrono::microseconds max_wait, std::mutex& mutex,
-                                             std::condition_variable& changed,
-                                             std::optional<AnswerReview>& review) {
-    auto service = InferenceService::Create(
-        *runtime_, {.id = "chat",
-                    .devices = {0, 1, 2},
-                    .max_batch = max_batch,
-                    .max_wait = max_wait,
-                    .on_review = [&mutex, &changed, &review](const AnswerReview& done) {
-                      std::lock_guard lock(mutex);
-                      review = done;
-                      changed.notify_all();
-                    }});
+                                             std::chrono::microseconds max_wait, Answers& answers) {
+    auto service = InferenceService::Create(*runtime_, {.id = "chat",
+                                                        .devices = {0, 1, 2},
+                                                        .max_batch = max_batch,
+                                                        .max_wait = max_wait,
+                                                        .on_cross_check =
+                                                            [this](const CrossCheck& check) {
+                                                              std::lock_guard lock(mutex_);
+                                                              checks_.push_back(check);
+                                                            },
+                                                        .on_review =
+                                                            [&answers](const AnswerReview& done) {
+                                                              std::lock_guard lock(answers.mutex);
+                                                              answers.review = done;
+                                                              answers.changed.notify_all();
+                                                            }});
     EXPECT_TRUE(service.has_value()) << service.error().ToString();
     return service ? std::move(*service) : nullptr;
+  }
+  // Submits the model's input number `n`; its answer and any correction
+  // (the caller asks for one when `asks`) go to `answers`.
+  static void SubmitRecorded(InferenceService& service, Answers& answers, int n, bool asks) {
+    const MlpModel model;
+    auto id = service.Submit(
+        InputFor(static_cast<std::uint64_t>(n), model.inputs),
+        [&answers](std::uint64_t request, InferenceService::Output output) {
+          std::lock_guard lock(answers.mutex);
+          if (output) answers.given[request] = *output;
+          ++answers.answered;
+          answers.changed.notify_all();
+        },
+        asks ? InferenceService::Callback([&answers](std::uint64_t request,
+                                                     InferenceService::Output output) {
+          std::lock_guard lock(answers.mutex);
+          ASSERT_TRUE(output.has_value());
+          EXPECT_TRUE(answers.given.contains(request)) << "the answer came first";
+          EXPECT_TRUE(answers.corrections.emplace(request, *output).second) << "at most once";
+        })
+             : nullptr);
+    ASSERT_TRUE(id.has_value());
+    std::lock_guard lock(answers.mutex);
+    answers.input_of[*id] = n;
+    if (asks) answers.asked.insert(*id);
   }
   std::mutex mutex_;
   std::vector<CrossCheck> checks_;
@@ -217,44 +264,18 @@ TEST_F(CrossCheckTest, AReplicaComputingWrongIsOutvotedAndItsUncheckedAnswersLis
 // wrong ones (each checked here against the host's model) and answers them
 // again to the callers who asked.
 TEST_F(CrossCheckTest, AReviewNamesExactlyTheWrongAnswersAndCorrectsThoseAskedFor) {
-  std::mutex mutex;
-  std::condition_variable reviewed;
-  std::optional<AnswerReview> review;
-  auto created = Reviewed(16, 200us, mutex, reviewed, review);
+  Answers answers;
+  auto created = Reviewed(16, 200us, answers);
   ASSERT_TRUE(created);
   auto& service = *created;
   const MlpModel model;
   ASSERT_TRUE(sim_->InjectSilentCorruption(2, 1e-3, "gemm", 11).has_value());
   constexpr int kRequests = 600;
-  std::map<std::uint64_t, std::vector<float>> answers, corrections;
-  std::map<std::uint64_t, int> input_of;
-  std::set<std::uint64_t> asked;
-  int answered = 0;
-  for (int n = 0; n < kRequests; ++n) {
-    const bool asks = n % 2 == 0;  // half the callers ask for corrections
-    auto id = service.Submit(
-        InputFor(static_cast<std::uint64_t>(n), model.inputs),
-        [&](std::uint64_t request, InferenceService::Output output) {
-          std::lock_guard lock(mutex);
-          if (output) answers[request] = *output;
-          ++answered;
-          reviewed.notify_all();
-        },
-        asks ? InferenceService::Callback(
-                   [&](std::uint64_t request, InferenceService::Output output) {
-                     std::lock_guard lock(mutex);
-                     ASSERT_TRUE(output.has_value());
-                     EXPECT_TRUE(corrections.emplace(request, *output).second) << "at most once";
-                   })
-             : nullptr);
-    ASSERT_TRUE(id.has_value());
-    std::lock_guard lock(mutex);
-    input_of[*id] = n;
-    if (asks) asked.insert(*id);
-  }
+  for (int n = 0; n < kRequests; ++n)
+    SubmitRecorded(service, answers, n, n % 2 == 0);  // half the callers ask for corrections
   {
-    std::unique_lock lock(mutex);
-    ASSERT_TRUE(reviewed.wait_for(lock, 20s, [&] { return answered == kRequests; }));
+    std::unique_lock lock(answers.mutex);
+    ASSERT_TRUE(answers.changed.wait_for(lock, 20s, [&] { return answers.answered == kRequests; }));
   }
   ASSERT_TRUE(sim_->InjectSilentCorruption(2, 0, "", 0).has_value());
   // The replicas count a batch once all its callers have their answers.
@@ -266,13 +287,10 @@ TEST_F(CrossCheckTest, AReviewNamesExactlyTheWrongAnswersAndCorrectsThoseAskedFo
   Device(2).SetHealth(runtime::HealthState::kIsolated);
   EXPECT_EQ(service.ReviewAnswers(2), served_2);
 
-  std::unique_lock lock(mutex);
-  ASSERT_TRUE(reviewed.wait_for(lock, 20s, [&] { return review.has_value(); }));
-  std::vector<std::uint64_t> wrong;  // by the host's model: every replica's answers
-  for (const auto& [request, output] : answers)
-    if (output !=
-        model.Reference(InputFor(static_cast<std::uint64_t>(input_of[request]), model.inputs)))
-      wrong.push_back(request);
+  std::unique_lock lock(answers.mutex);
+  ASSERT_TRUE(answers.changed.wait_for(lock, 20s, [&] { return answers.review.has_value(); }));
+  const auto& review = answers.review;
+  const auto wrong = answers.WrongByModel(model);  // every replica's answers
   ASSERT_FALSE(wrong.empty()) << "the fault spoiled some answers";
   EXPECT_LT(wrong.size(), served_2) << "and not all of device 2's";
   EXPECT_EQ(review->device, 2);
@@ -281,13 +299,13 @@ TEST_F(CrossCheckTest, AReviewNamesExactlyTheWrongAnswersAndCorrectsThoseAskedFo
   EXPECT_EQ(review->wrong, wrong);
   std::set<std::uint64_t> corrected_wanted;
   for (const auto request : wrong)
-    if (asked.contains(request)) corrected_wanted.insert(request);
+    if (answers.asked.contains(request)) corrected_wanted.insert(request);
   EXPECT_EQ(review->corrected, corrected_wanted.size());
-  ASSERT_EQ(corrections.size(), corrected_wanted.size());
-  for (const auto& [request, output] : corrections) {
+  ASSERT_EQ(answers.corrections.size(), corrected_wanted.size());
+  for (const auto& [request, output] : answers.corrections) {
     EXPECT_TRUE(corrected_wanted.contains(request)) << request;
-    EXPECT_EQ(output, model.Reference(
-                          InputFor(static_cast<std::uint64_t>(input_of[request]), model.inputs)))
+    EXPECT_EQ(output, model.Reference(InputFor(
+                          static_cast<std::uint64_t>(answers.input_of[request]), model.inputs)))
         << "the right answer, from a healthy replica";
   }
   lock.unlock();
@@ -300,37 +318,15 @@ TEST_F(CrossCheckTest, AReviewNamesExactlyTheWrongAnswersAndCorrectsThoseAskedFo
 // the review began answers after it, and joins it; nothing device 2 answered
 // wrong is missed.
 TEST_F(CrossCheckTest, AReviewUnderLoadTakesInTheBatchThatWasRunning) {
-  std::mutex mutex;
-  std::condition_variable changed;
-  std::optional<AnswerReview> review;
-  auto created = Reviewed(32, 2ms, mutex, changed, review);
+  Answers answers;
+  auto created = Reviewed(32, 2ms, answers);
   ASSERT_TRUE(created);
   auto& service = *created;
   const MlpModel model;
   ASSERT_TRUE(sim_->InjectSilentCorruption(2, 1e-3, "gemm", 12).has_value());
-  std::map<std::uint64_t, std::vector<float>> answers;
-  std::map<std::uint64_t, int> input_of;
-  std::set<std::uint64_t> corrected;
-  int answered = 0;
   constexpr int kRequests = 3000;
   for (int n = 0; n < kRequests; ++n) {
-    auto id = service.Submit(
-        InputFor(static_cast<std::uint64_t>(n), model.inputs),
-        [&](std::uint64_t request, InferenceService::Output output) {
-          std::lock_guard lock(mutex);
-          if (output) answers[request] = *output;
-          ++answered;
-          changed.notify_all();
-        },
-        [&](std::uint64_t request, InferenceService::Output) {
-          std::lock_guard lock(mutex);
-          corrected.insert(request);
-        });
-    ASSERT_TRUE(id.has_value());
-    {
-      std::lock_guard lock(mutex);
-      input_of[*id] = n;
-    }
+    SubmitRecorded(service, answers, n, true);
     if (n == kRequests / 2) {
       // As the daemon does: the review, then the isolation.
       (void)service.ReviewAnswers(2);
@@ -339,17 +335,64 @@ TEST_F(CrossCheckTest, AReviewUnderLoadTakesInTheBatchThatWasRunning) {
     }
     if (n % 16 == 0) std::this_thread::sleep_for(100us);
   }
-  std::unique_lock lock(mutex);
-  ASSERT_TRUE(changed.wait_for(lock, 30s, [&] { return answered == kRequests && review; }));
-  std::vector<std::uint64_t> wrong;
-  for (const auto& [request, output] : answers)
-    if (output !=
-        model.Reference(InputFor(static_cast<std::uint64_t>(input_of[request]), model.inputs)))
-      wrong.push_back(request);
+  std::unique_lock lock(answers.mutex);
+  ASSERT_TRUE(answers.changed.wait_for(
+      lock, 30s, [&] { return answers.answered == kRequests && answers.review; }));
+  const auto wrong = answers.WrongByModel(model);
   ASSERT_FALSE(wrong.empty());
-  EXPECT_EQ(review->wrong, wrong) << "every wrong answer named, and nothing else";
-  EXPECT_EQ(review->unreviewed, 0u);
+  EXPECT_EQ(answers.review->wrong, wrong) << "every wrong answer named, and nothing else";
+  EXPECT_EQ(answers.review->unreviewed, 0u);
+  std::set<std::uint64_t> corrected;
+  for (const auto& [request, output] : answers.corrections) corrected.insert(request);
   EXPECT_EQ(corrected, std::set<std::uint64_t>(wrong.begin(), wrong.end()));
+}
+
+// The device reviewed was right and a re-run came out wrong on another
+// device (also computing wrong, unknown yet): a third replica sides with
+// the answer given, so no right answer is "corrected", and the device that
+// re-ran it wrong is the one outvoted.
+TEST_F(CrossCheckTest, AReviewAsksAThirdReplicaWhenARerunDiffersAndCorrectsNoRightAnswer) {
+  Answers answers;
+  auto created = Reviewed(16, 200us, answers);
+  ASSERT_TRUE(created);
+  auto& service = *created;
+  const MlpModel model;
+  constexpr int kRequests = 300;
+  for (int n = 0; n < kRequests; ++n) SubmitRecorded(service, answers, n, true);
+  {
+    std::unique_lock lock(answers.mutex);
+    ASSERT_TRUE(answers.changed.wait_for(lock, 20s, [&] { return answers.answered == kRequests; }));
+    EXPECT_TRUE(answers.WrongByModel(model).empty()) << "every answer right";
+  }
+  ASSERT_TRUE(rasd::testing::Eventually(
+      [&] { return service.GetStats().served == static_cast<std::uint64_t>(kRequests); }, 5s));
+  const auto served_2 = service.GetStats().replicas[2].served;
+  ASSERT_GT(served_2, 20u);
+  // Device 1 now flips a bit in every gemm output; device 2 is reviewed.
+  ASSERT_TRUE(sim_->InjectSilentCorruption(1, 1.0, "gemm", 13).has_value());
+  Device(2).SetHealth(runtime::HealthState::kIsolated);
+  EXPECT_EQ(service.ReviewAnswers(2), served_2);
+  {
+    std::unique_lock lock(answers.mutex);
+    ASSERT_TRUE(answers.changed.wait_for(lock, 20s, [&] { return answers.review.has_value(); }));
+    EXPECT_EQ(answers.review->reviewed, served_2);
+    EXPECT_EQ(answers.review->unreviewed, 0u);
+    EXPECT_TRUE(answers.review->wrong.empty()) << answers.review->wrong.size() << " named wrong";
+    EXPECT_EQ(answers.review->corrected, 0u);
+    EXPECT_TRUE(answers.corrections.empty()) << "no right answer replaced";
+  }
+  // The listener hears of a vote just after the service counted it.
+  auto outvoted_heard = [&] {
+    const auto checks = Checks();
+    return static_cast<std::uint64_t>(std::count_if(
+        checks.begin(), checks.end(), [](const CrossCheck& check) { return !check.agreed; }));
+  };
+  EXPECT_TRUE(rasd::testing::Eventually(
+      [&] { return outvoted_heard() == service.GetStats().outvoted; }, 5s));
+  EXPECT_GT(outvoted_heard(), 0u) << "re-runs went to device 1 as well as to device 0";
+  for (const auto& check : Checks())
+    if (!check.agreed) EXPECT_EQ(check.device, 1) << check.detail;
+  ASSERT_TRUE(sim_->InjectSilentCorruption(1, 0, "", 0).has_value());
 }
 
 // One replica: nowhere to run its answers again. The review says so at

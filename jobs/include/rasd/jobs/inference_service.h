@@ -1,5 +1,6 @@
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -9,6 +10,8 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -152,6 +155,7 @@ class InferenceService {
     std::uint64_t reviewed_wrong = 0;  // answers a review found wrong
     std::uint64_t admitted = 0;
     std::uint64_t served = 0;
+    // Callers' requests only (not cross-checks' or reviews' re-runs):
     std::uint64_t requeued = 0;  // moved off a replica before it ran them
     std::uint64_t rerun = 0;     // run again after a failed batch
     std::uint64_t failed = 0;    // answered with an error (max_attempts, stop)
@@ -177,11 +181,17 @@ class InferenceService {
   // clean cross-checks or not (a sample that came out right says little of
   // its neighbours), is run again on other replicas and compared with the
   // one given; a caller who asked (Submit's `corrected`) gets the right
-  // answer. The outcome goes to on_review; without one, the answers are
-  // still checked and corrected. The device's kept answers are then
-  // forgotten (a second call reviews only those given since); answers it
-  // gives after this join the review until it stops admitting work (take
-  // it out of service right after). Returns how many are being run again.
+  // answer. An answer whose re-run differs is run a third time on yet
+  // another replica when the service has one: the answer given is wrong
+  // only when the third sides with the re-run (when it sides with the
+  // answer given, the re-running device is the one outvoted, and
+  // on_cross_check hears of it); with no third replica, the re-run is
+  // trusted over the device found computing wrong. The outcome goes to
+  // on_review; without one, the answers are still checked and corrected.
+  // The device's kept answers are then forgotten (a second call reviews
+  // only those given since); answers it gives after this join the review
+  // until it stops admitting work (take it out of service right after).
+  // Returns how many are being run again.
   std::uint64_t ReviewAnswers(
       int device, std::chrono::nanoseconds distrust_for = std::chrono::nanoseconds::max());
 
@@ -202,7 +212,16 @@ class InferenceService {
     std::shared_ptr<Verification> check;  // an internal re-run, answered to nobody
     std::shared_ptr<Review> review;       // a reviewed answer's re-run
     Callback corrected;
-    int avoid_device = -1;  // a review runs anywhere but on the device reviewed
+    // A review's re-run runs neither on the device reviewed nor, for a
+    // third opinion, on the replica whose re-run differed from the answer.
+    std::array<int, 2> avoid_devices{-1, -1};
+    // A review's first re-run when it differed from the answer given:
+    // (device, answer), for the third replica to side with or not.
+    std::optional<std::pair<int, std::vector<float>>> disputed;
+    bool Avoids(int device) const {
+      return avoid_devices[0] == device || avoid_devices[1] == device;
+    }
+    bool FromCaller() const { return !check && !review; }
     std::uint64_t id = 0;
     std::vector<float> input;
     Callback done;
@@ -224,8 +243,11 @@ class InferenceService {
   void Answer(Request& request, Output output);
   // A re-run's answer from `device`: agree, ask a third replica, or vote.
   void CrossCheckAnswer(int device, Request& request, std::vector<float> output);
-  // A review's re-run answered (or, without `output`, given up on).
+  // A review's re-run answered (or, without `output`, given up on): the
+  // answer given was right, wrong, or needs a third opinion.
   void ReviewAnswer(int device, Request& request, const std::vector<float>* output);
+  // Whether a replica other than on `a` and `b` admits work now.
+  bool AnotherReplicaAdmits(int a, int b) const;
   // Sends a check to a replica none of its answers came from; false when
   // there is none. Call with mutex_ held.
   bool RouteCheckLocked(std::shared_ptr<Verification> check, std::vector<float> input);
@@ -246,6 +268,12 @@ class InferenceService {
   std::size_t next_replica_ = 0;
   std::size_t outstanding_ = 0;
   bool stopping_ = false;
+  // Answers being handed to their callers (RunBatch keeps an answer before
+  // its caller has it, so that a review begun in between covers it): a
+  // correction found meanwhile waits in `deferred_corrections_` until the
+  // caller has had the answer it corrects.
+  std::set<std::uint64_t> delivering_;
+  std::map<std::uint64_t, std::pair<Callback, std::vector<float>>> deferred_corrections_;
   Stats stats_;
 };
 
