@@ -15,6 +15,14 @@ std::string ServiceState(int serving, std::size_t replicas) {
                                                 : "serving";
 }
 
+// A service's findings, told to the manager's listener with the job's name.
+template <typename Finding>
+std::function<void(const Finding&)> NamedBy(
+    const std::function<void(const std::string&, const Finding&)>& listener, std::string name) {
+  if (!listener) return nullptr;
+  return [listener, name = std::move(name)](const Finding& finding) { listener(name, finding); };
+}
+
 }  // namespace
 
 std::string_view JobKindName(JobKind kind) {
@@ -81,14 +89,8 @@ Status JobManager::Start(JobSpec spec) {
     {
       std::lock_guard lock(mutex_);
       options.verify_one_in = cross_check_one_in_;
-    }
-    if (cross_check_listener_) {
-      options.on_cross_check = [listener = cross_check_listener_, name = spec.name](
-                                   const CrossCheck& check) { listener(name, check); };
-    }
-    if (review_listener_) {
-      options.on_review = [listener = review_listener_, name = spec.name](
-                              const AnswerReview& review) { listener(name, review); };
+      options.on_cross_check = NamedBy(cross_check_listener_, spec.name);
+      options.on_review = NamedBy(review_listener_, spec.name);
     }
     auto service = InferenceService::Create(runtime_, options);
     if (!service) return Fail(service.error());
@@ -122,10 +124,7 @@ Status JobManager::Start(JobSpec spec) {
     {
       std::lock_guard lock(mutex_);
       options.cross_check_every = cross_check_one_in_;
-    }
-    if (cross_check_listener_) {
-      options.on_cross_check = [listener = cross_check_listener_, name = spec.name](
-                                   const CrossCheck& check) { listener(name, check); };
+      options.on_cross_check = NamedBy(cross_check_listener_, spec.name);
     }
     auto collective = CollectiveJob::Create(runtime_, options);
     if (!collective) return Fail(collective.error());
@@ -197,10 +196,16 @@ void JobManager::SetReviewListener(ReviewListener listener) {
 }
 
 std::uint64_t JobManager::ReviewAnswers(int device, std::chrono::nanoseconds distrust_for) {
+  // The services are called outside the lock: a review's outcome may reach
+  // the listener on this thread, and the listener may look at the jobs.
+  std::vector<std::shared_ptr<InferenceService>> services;
+  {
+    std::lock_guard lock(mutex_);
+    for (const auto& [name, job] : jobs_)
+      if (job->inference) services.push_back(job->inference);
+  }
   std::uint64_t rerun = 0;
-  std::lock_guard lock(mutex_);
-  for (const auto& [name, job] : jobs_)
-    if (job->inference) rerun += job->inference->ReviewAnswers(device, distrust_for);
+  for (const auto& service : services) rerun += service->ReviewAnswers(device, distrust_for);
   return rerun;
 }
 
