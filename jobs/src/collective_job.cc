@@ -445,16 +445,22 @@ Status CollectiveJob::CrossCheckPart(int step) {
     }
     return {};
   };
-  auto same = [](const std::vector<float>& a, const std::vector<float>& b) {
-    return std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-  };
-
   const int checker = (subject + 1) % ranks;
   auto own = fetch(subject, buffers_of(subject).part.address);
   if (!own) return Fail(own.error());
   auto again = recompute(checker);
   if (!again) return Fail(again.error());
   if (auto done = wait(); !done) return done;
+  auto vote = VoteOnCopies(**own, **again);
+  const int third = (subject + 2) % ranks;
+  std::vector<float>* decider = nullptr;
+  if (vote.outcome == CopiesVote::Outcome::kUndecided && ranks >= 3) {
+    auto computed = recompute(third);
+    if (!computed) return Fail(computed.error());
+    if (auto done = wait(); !done) return done;
+    decider = *computed;
+    vote = VoteOnCopies(**own, **again, *decider);
+  }
 
   const std::string kernels = carries_state ? "fill, axpy" : "fill";
   std::vector<CrossCheck> outcomes;
@@ -466,39 +472,31 @@ Status CollectiveJob::CrossCheckPart(int step) {
     check.kernels = kernels;
     outcomes.push_back(std::move(check));
   };
-  bool disagreed = false, corrected = false;
-  if (same(**own, **again)) {
-    outcome(subject, true, "");
-    outcome(checker, true, "");
-  } else if (ranks < 3) {
-    disagreed = true;
-    RASD_LOG_WARN(
-        "collective {}: step {}: devices {} and {} computed rank {}'s part differently and no "
-        "third rank can say which is right",
-        options_.id, step + 1, communicator_->DeviceOf(subject), communicator_->DeviceOf(checker),
-        subject);
-  } else {
-    disagreed = true;
-    const int third = (subject + 2) % ranks;
-    auto decider = recompute(third);
-    if (!decider) return Fail(decider.error());
-    if (auto done = wait(); !done) return done;
-    const bool with_own = same(**decider, **own);
-    const bool with_again = same(**decider, **again);
-    if (with_own == with_again) {
+  const bool disagreed = vote.outcome != CopiesVote::Outcome::kAgreed;
+  bool corrected = false;
+  switch (vote.outcome) {
+    case CopiesVote::Outcome::kAgreed:
+      outcome(subject, true, "");
+      outcome(checker, true, "");
+      break;
+    case CopiesVote::Outcome::kUndecided:
+      RASD_LOG_WARN(
+          "collective {}: step {}: devices {} and {} computed rank {}'s part differently and no "
+          "third rank can say which is right",
+          options_.id, step + 1, communicator_->DeviceOf(subject), communicator_->DeviceOf(checker),
+          subject);
+      break;
+    case CopiesVote::Outcome::kNoMajority:
       RASD_LOG_WARN("collective {}: step {}: three ranks computed rank {}'s part three ways",
                     options_.id, step + 1, subject);
-    } else {
-      const int outvoted = with_own ? checker : subject;
-      const int agreeing = with_own ? subject : checker;
-      const std::vector<float>& wrong = with_own ? **again : **own;
-      const std::vector<float>& right = **decider;
-      std::size_t first = 0, differing = 0;
-      for (std::size_t i = wrong.size(); i-- > 0;) {
-        if (std::memcmp(&wrong[i], &right[i], sizeof(float)) == 0) continue;
-        ++differing;
-        first = i;
-      }
+      break;
+    case CopiesVote::Outcome::kFirstOutvoted:
+    case CopiesVote::Outcome::kSecondOutvoted: {
+      const bool own_outvoted = vote.outcome == CopiesVote::Outcome::kFirstOutvoted;
+      const int outvoted = own_outvoted ? subject : checker;
+      const int agreeing = own_outvoted ? checker : subject;
+      const std::vector<float>& wrong = own_outvoted ? **own : **again;
+      const std::size_t first = vote.first_differing;
       outcome(agreeing, true, "");
       outcome(third, true, "");
       outcome(outvoted, false,
@@ -506,17 +504,17 @@ Status CollectiveJob::CrossCheckPart(int step) {
                           "gave {}; {} of {} elements differ",
                           step + 1, subject, kernels, first, wrong[first],
                           communicator_->DeviceOf(agreeing), communicator_->DeviceOf(third),
-                          right[first], differing, wrong.size()));
-      if (outvoted == subject) {
+                          (*decider)[first], vote.differing, wrong.size()));
+      if (own_outvoted) {
         // The step goes on with the part the majority computed.
-        auto source = check_copies_[used - 1];
         if (auto copied = communicator_->RankStream(subject).CopyToDevice(
-                buffers_of(subject).part.address, source->data(), source->size() * sizeof(float));
+                buffers_of(subject).part.address, decider->data(), decider->size() * sizeof(float));
             !copied)
           return copied;
         if (auto done = wait(); !done) return done;
         corrected = true;
       }
+      break;
     }
   }
   {

@@ -1,6 +1,8 @@
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 
 namespace rasd::jobs {
@@ -21,5 +23,27 @@ struct CrossCheck {
   int step = 0;         // kCollective: the step (from 1)
   std::string kernels;  // kCollective: what computed the part ("fill", "fill, axpy")
 };
+
+// Copies of one result computed on different devices, compared bit for bit
+// (for results every correct device computes exactly, as the collective's
+// parts): whether they agree, and which one the other two outvote.
+struct CopiesVote {
+  enum class Outcome : std::uint8_t {
+    kAgreed,          // the first two are the same
+    kUndecided,       // the first two differ and there is no third
+    kNoMajority,      // the third sides with both or neither
+    kFirstOutvoted,   // the second and third are the same, the first differs
+    kSecondOutvoted,  // the first and third are the same, the second differs
+  };
+  Outcome outcome = Outcome::kAgreed;
+  // When a copy is outvoted: how many of its elements differ from the
+  // majority's, and the first of them.
+  std::size_t differing = 0;
+  std::size_t first_differing = 0;
+};
+// Copies of different sizes differ. `third` is empty when none was
+// computed (the first two agreed, or no third device could).
+CopiesVote VoteOnCopies(std::span<const float> first, std::span<const float> second,
+                        std::span<const float> third = {});
 
 }  // namespace rasd::jobs
