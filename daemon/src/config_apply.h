@@ -27,6 +27,11 @@ Actuator::Options ActuatorOptions(const Config& config);
 RasPipeline::Options PipelineOptions(const Config& config);
 DeviceHeartbeat::Options HeartbeatOptions(const Config& config);
 CorruptionScreening::Options ScreeningOptions(const Config& config);
+// The share of a collective job's time its cross-checks may take
+// (CollectiveOptions::cross_check_budget): a check stalls every rank's
+// stream, and where a step takes half a millisecond, one every
+// screening.sample_one_in steps would cost percents of the job.
+inline constexpr double kCollectiveCheckShare = 0.0025;
 Workloads::Options WorkloadOptions(const Config& config);
 LinkHealth::Options LinkHealthOptions(const Config& config);
 // The node's boot time from <host.root>/proc/uptime, for the rules' boot

@@ -590,7 +590,8 @@ void AddPolicyKeys(std::vector<ConfigKey>& keys) {
                      "inference jobs started from then on run one answered request in this many "
                      "again on another replica, and on a third when the two disagree; collective "
                      "jobs compute one rank's part again on the next rank's device every this "
-                     "many steps (a third on disagreement). The device outvoted counts a wrong "
+                     "many steps at most, and within 0.25% of the job's time (a third on "
+                     "disagreement). The device outvoted counts a wrong "
                      "result; an answer is never held back, an outvoted part is replaced before "
                      "the step goes on. 0: off"));
   keys.push_back(Row("workloads.grace_ms", kLive, RASD_CONFIG_FIELD(workloads.grace),

@@ -59,24 +59,25 @@ Status Daemon::Initialize(Config config) {
   if (auto watched = WatchSignals(); !watched) return watched;
   jobs_ = std::make_unique<jobs::JobManager>(*runtime_, config_.policy.drain_deadline);
   // Cross-checks come from replica threads; screening judges on the loop.
-  jobs_->SetCrossChecks(config_.screening.sample_one_in, [this](const std::string& job,
-                                                                const jobs::CrossCheck& check) {
-    loop_->Post([this, job, check] {
-      if (!screening_) return;
-      if (check.job == jobs::CrossCheck::Job::kCollective) {
-        screening_->ReportCrossCheck(
-            check.device, "collective", check.agreed,
-            {.kernel = fmt::format("collective job {} ({})", job, check.kernels),
-             .shape = fmt::format("step {}", check.step),
-             .detail = check.detail});
-        return;
-      }
-      screening_->ReportCrossCheck(check.device, "inference", check.agreed,
-                                   {.kernel = fmt::format("inference job {}", job),
-                                    .shape = fmt::format("request {}", check.request),
-                                    .detail = check.detail});
-    });
-  });
+  jobs_->SetCrossChecks(
+      config_.screening.sample_one_in, kCollectiveCheckShare,
+      [this](const std::string& job, const jobs::CrossCheck& check) {
+        loop_->Post([this, job, check] {
+          if (!screening_) return;
+          if (check.job == jobs::CrossCheck::Job::kCollective) {
+            screening_->ReportCrossCheck(
+                check.device, "collective", check.agreed,
+                {.kernel = fmt::format("collective job {} ({})", job, check.kernels),
+                 .shape = fmt::format("step {}", check.step),
+                 .detail = check.detail});
+            return;
+          }
+          screening_->ReportCrossCheck(check.device, "inference", check.agreed,
+                                       {.kernel = fmt::format("inference job {}", job),
+                                        .shape = fmt::format("request {}", check.request),
+                                        .detail = check.detail});
+        });
+      });
   jobs_->SetReviewListener([this](const std::string& job, const jobs::AnswerReview& review) {
     loop_->Post([this, job, review] { RecordAnswerReview(job, review); });
   });

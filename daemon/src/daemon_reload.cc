@@ -46,7 +46,7 @@ Result<nlohmann::json> Daemon::Reload() {
   pipeline_->GetFabricHealth()->SetHold(config_.policy.nic_fault_hold);
   heartbeat_->SetOptions(HeartbeatOptions(config_));
   screening_->SetOptions(ScreeningOptions(config_));
-  jobs_->SetCrossCheckSampling(config_.screening.sample_one_in);
+  jobs_->SetCrossCheckSampling(config_.screening.sample_one_in, kCollectiveCheckShare);
   workloads_->SetOptions(WorkloadOptions(config_));
   ++config_generation_;
   RASD_LOG_INFO("configuration reloaded (generation {})", config_generation_);

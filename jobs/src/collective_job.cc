@@ -346,9 +346,11 @@ Status CollectiveJob::Step(int step) {
     }
     parts.push_back(buffers.part.address);
   }
-  if (options_.cross_check_every > 0 && ranks >= 2 &&
-      (step + 1) % static_cast<int>(options_.cross_check_every) == 0) {
+  if (ranks >= 2 && CrossCheckDue()) {
+    const auto started = options_.clock->Monotonic();
     if (auto checked = CrossCheckPart(step); !checked) return checked;
+    last_check_end_ = options_.clock->Monotonic();
+    last_check_cost_ = last_check_end_ - started;
   }
   if (auto reduced = communicator_->AllReduce(parts, options_.elements); !reduced) return reduced;
   if (auto done = communicator_->Synchronize(options_.step_timeout); !done) return done;
@@ -395,12 +397,23 @@ float CollectiveJob::RankConstant(int rank, int ranks, int step) const {
   return constant;
 }
 
+bool CollectiveJob::CrossCheckDue() {
+  if (options_.cross_check_every == 0 || ++steps_since_check_ < options_.cross_check_every)
+    return false;
+  if (options_.cross_check_budget > 0) {
+    const auto stepped = options_.clock->Monotonic() - last_check_end_;
+    if (static_cast<double>(stepped.count()) * options_.cross_check_budget <
+        static_cast<double>(last_check_cost_.count()))
+      return false;
+  }
+  steps_since_check_ = 0;
+  return true;
+}
+
 Status CollectiveJob::CrossCheckPart(int step) {
   const int ranks = communicator_->Size();
   const auto count = static_cast<std::int64_t>(options_.elements);
-  const int subject =
-      static_cast<int>((static_cast<std::uint64_t>(step + 1) / options_.cross_check_every) %
-                       static_cast<std::uint64_t>(ranks));
+  const int subject = static_cast<int>(++checks_started_ % static_cast<std::uint64_t>(ranks));
   const bool carries_state = subject == 0;
   const float constant = RankConstant(subject, ranks, step);
   auto buffers_of = [&](int rank) -> RankBuffers& {

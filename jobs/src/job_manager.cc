@@ -124,6 +124,7 @@ Status JobManager::Start(JobSpec spec) {
     {
       std::lock_guard lock(mutex_);
       options.cross_check_every = cross_check_one_in_;
+      options.cross_check_budget = collective_check_budget_;
       options.on_cross_check = NamedBy(cross_check_listener_, spec.name);
     }
     auto collective = CollectiveJob::Create(runtime_, options);
@@ -179,15 +180,18 @@ std::vector<std::string> JobManager::DistrustDevice(int device,
   return told;
 }
 
-void JobManager::SetCrossChecks(std::uint32_t one_in, CrossCheckListener listener) {
+void JobManager::SetCrossChecks(std::uint32_t one_in, double collective_budget,
+                                CrossCheckListener listener) {
   std::lock_guard lock(mutex_);
   cross_check_one_in_ = one_in;
+  collective_check_budget_ = collective_budget;
   cross_check_listener_ = std::move(listener);
 }
 
-void JobManager::SetCrossCheckSampling(std::uint32_t one_in) {
+void JobManager::SetCrossCheckSampling(std::uint32_t one_in, double collective_budget) {
   std::lock_guard lock(mutex_);
   cross_check_one_in_ = one_in;
+  collective_check_budget_ = collective_budget;
 }
 
 void JobManager::SetReviewListener(ReviewListener listener) {

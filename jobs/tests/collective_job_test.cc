@@ -244,6 +244,21 @@ TEST_F(CollectiveCrossCheckTest, HealthyRanksAgreeOnEveryPartAndNobodyIsAccused)
   EXPECT_EQ(devices, (std::set<int>{0, 1, 2, 3})) << "every rank's part in turn";
 }
 
+// A budget of 0.1% of the job's time: after a check, the job steps for a
+// thousand times that check's time before the next, whatever
+// cross_check_every asks (here every step).
+TEST_F(CollectiveCrossCheckTest, ABudgetSpacesTheChecksByTheirCost) {
+  auto options = Checked({0, 1, 2, 3}, 400);
+  options.cross_check_budget = 0.001;
+  auto job = Start(options);
+  ExpectFinishedLikeAFaultFreeRun(*job, options);
+  const auto progress = job->GetProgress();
+  EXPECT_GE(progress.cross_checks, 1u) << "the first step is checked: no cost known yet";
+  EXPECT_LE(progress.cross_checks, 40u)
+      << "of 400 steps, a check costing at least a tenth of a step";
+  EXPECT_EQ(progress.disagreements, 0u);
+}
+
 // One step on three ranks: step 1 checks rank 1's part (on device 2, then
 // device 0), so a device 1 whose fill is wrong is outvoted and the step goes
 // on with the right part.

@@ -46,6 +46,12 @@ struct CollectiveOptions {
   // the parts are where a device's wrong arithmetic can be told apart.
   // 0: off; needs two ranks, three to name a device.
   std::uint32_t cross_check_every = 0;
+  // The share of the job's time cross-checks may take: each check waits,
+  // beyond cross_check_every steps, until the job has stepped for the last
+  // check's time divided by this (a check stalls every rank's stream; where
+  // steps are short, every cross_check_every steps would cost percents).
+  // 0: no limit but cross_check_every.
+  double cross_check_budget = 0;
   // Called on the job's thread for every device a cross-check compared;
   // must not block.
   std::function<void(const CrossCheck&)> on_cross_check;
@@ -156,6 +162,12 @@ class CollectiveJob {
   // (a check every few milliseconds would otherwise allocate and free
   // megabytes each time); parked and replaced when a copy timed out.
   std::vector<std::shared_ptr<std::vector<float>>> check_copies_;
+  // Whether a cross-check is due before this step's AllReduce
+  // (cross_check_every, cross_check_budget); job thread only.
+  bool CrossCheckDue();
+  std::uint32_t steps_since_check_ = 0;
+  std::uint64_t checks_started_ = 0;  // the ranks take turns being checked, rank 1 first
+  std::chrono::nanoseconds last_check_cost_{0}, last_check_end_{0};
   float RankConstant(int rank, int ranks, int step) const;
   Status Checkpoint(int step);
   Status Restore();

@@ -117,8 +117,9 @@ class JobManager {
   // not block) of each device each comparison concerned. Set the listener before any job starts; it
   // outlives them.
   using CrossCheckListener = std::function<void(const std::string& job, const CrossCheck& check)>;
-  void SetCrossChecks(std::uint32_t one_in, CrossCheckListener listener);
-  void SetCrossCheckSampling(std::uint32_t one_in);
+  // `collective_budget`: CollectiveOptions::cross_check_budget.
+  void SetCrossChecks(std::uint32_t one_in, double collective_budget, CrossCheckListener listener);
+  void SetCrossCheckSampling(std::uint32_t one_in, double collective_budget);
   // The requests each inference job's replica on `device` answered since a
   // cross-check last found it right, in words ("chat: requests 17, 21 (2)"),
   // one job per entry; empty when none.
@@ -158,6 +159,7 @@ class JobManager {
   runtime::Runtime& runtime_;
   std::chrono::milliseconds drain_deadline_;
   std::uint32_t cross_check_one_in_ = 0;  // guarded by mutex_
+  double collective_check_budget_ = 0;    // guarded by mutex_
   CrossCheckListener cross_check_listener_;
   ReviewListener review_listener_;
   mutable std::mutex mutex_;
