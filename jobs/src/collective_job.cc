@@ -150,28 +150,32 @@ void CollectiveJob::Distrust(int device, std::chrono::nanoseconds distrust_for) 
 }
 
 void CollectiveJob::KeepCheckpoint() {
-  history_.push_back({checkpoint_step_, options_.clock->Monotonic(), checkpoint_, 0, 0});
-  {
-    std::lock_guard lock(mutex_);
-    history_.back().expected_sum = expected_at_checkpoint_;
-    history_.back().committed_mismatches = progress_.checksum_mismatches;
-  }
   const std::uint64_t each = std::max<std::uint64_t>(options_.elements * sizeof(float), 1);
   const std::size_t limit = std::max<std::size_t>(kNewestKept + 2, kHistoryBytes / each);
-  while (history_.size() > limit) {
-    // Among the older ones (not the oldest, not the newest few), the one
-    // taken closest after its predecessor: what is left spreads back in time.
+  // Room is made before the new one goes in, and the new one takes the
+  // storage of the one dropped (no allocation of the state's size).
+  std::vector<float> state;
+  while (history_.size() >= limit) {
+    // Among the older ones (not the oldest, not the newest few counting the
+    // one coming), the one taken closest after its predecessor: what is
+    // left spreads back in time.
     std::size_t drop = 1;
     auto closest = std::chrono::nanoseconds::max();
-    for (std::size_t i = 1; i + kNewestKept < history_.size(); ++i) {
+    for (std::size_t i = 1; i + kNewestKept <= history_.size(); ++i) {
       const auto gap = history_[i].taken_at - history_[i - 1].taken_at;
       if (gap < closest) {
         closest = gap;
         drop = i;
       }
     }
+    state = std::move(history_[drop].state);
     history_.erase(history_.begin() + static_cast<std::ptrdiff_t>(drop));
   }
+  state.assign(checkpoint_.begin(), checkpoint_.end());
+  history_.push_back({checkpoint_step_, options_.clock->Monotonic(), std::move(state), 0, 0});
+  std::lock_guard lock(mutex_);
+  history_.back().expected_sum = expected_at_checkpoint_;
+  history_.back().committed_mismatches = progress_.checksum_mismatches;
 }
 
 int CollectiveJob::RollBackTo(std::chrono::nanoseconds before) {
@@ -356,14 +360,15 @@ Status CollectiveJob::Step(int step) {
   if (auto done = communicator_->Synchronize(options_.step_timeout); !done) return done;
   // The reduced parts are the new state everywhere.
   for (auto& buffers : buffers_) std::swap(buffers.state, buffers.part);
-  auto host_buffer = std::make_shared<std::vector<float>>(options_.elements);
-  std::vector<float>& host = *host_buffer;
+  if (!step_copy_) step_copy_ = std::make_shared<std::vector<float>>();
+  std::vector<float>& host = *step_copy_;
+  host.resize(options_.elements);
   if (auto copied = communicator_->RankStream(0).CopyToHost(host.data(), buffers_[0].state.address,
                                                             host.size() * sizeof(float));
       !copied)
     return copied;
   if (auto done = communicator_->Synchronize(options_.step_timeout); !done) {
-    parked_.push_back(std::move(host_buffer));  // the copy may still be writing it
+    parked_.push_back(std::move(step_copy_));  // the copy may still be writing it
     return done;
   }
   {
@@ -376,7 +381,7 @@ Status CollectiveJob::Step(int step) {
     progress_.step = step + 1;
   }
   if ((step + 1) % options_.checkpoint_every == 0) {
-    checkpoint_ = std::move(host);
+    std::swap(checkpoint_, host);
     checkpoint_step_ = step + 1;
     {
       std::lock_guard lock(mutex_);
@@ -384,7 +389,7 @@ Status CollectiveJob::Step(int step) {
     }
     KeepCheckpoint();
   } else {
-    last_state_ = std::move(host);
+    std::swap(last_state_, host);
   }
   return {};
 }

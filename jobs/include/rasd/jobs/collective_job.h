@@ -209,6 +209,11 @@ class CollectiveJob {
   // start. Returns the steps that will be computed again.
   int RollBackTo(std::chrono::nanoseconds before);
   std::vector<float> last_state_;  // after the last completed step, when it was not a checkpoint
+  // Where each step's result is copied to the host. It trades storage with
+  // last_state_ or checkpoint_ instead of allocating the state's size every
+  // step (small allocations split the freed blocks between steps, and the
+  // thread's arena grew); parked and replaced when a copy timed out.
+  std::shared_ptr<std::vector<float>> step_copy_;
 
   mutable std::mutex mutex_;
   std::condition_variable changed_;
