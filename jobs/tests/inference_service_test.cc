@@ -205,6 +205,19 @@ class CrossCheckTest : public InferenceTest {
     answers.input_of[*id] = n;
     if (asks) answers.asked.insert(*id);
   }
+  // Submits inputs 0 to count - 1 (every `asks_every`th caller asks for
+  // corrections) and waits until the service has answered and counted them
+  // all, so that its replicas' statistics hold every request.
+  static void AnswerAll(InferenceService& service, Answers& answers, int count, int asks_every) {
+    for (int n = 0; n < count; ++n) SubmitRecorded(service, answers, n, n % asks_every == 0);
+    {
+      std::unique_lock lock(answers.mutex);
+      ASSERT_TRUE(answers.changed.wait_for(lock, 20s, [&] { return answers.answered == count; }));
+    }
+    // The replicas count a batch once all its callers have their answers.
+    ASSERT_TRUE(rasd::testing::Eventually(
+        [&] { return service.GetStats().served == static_cast<std::uint64_t>(count); }, 5s));
+  }
   std::mutex mutex_;
   std::vector<CrossCheck> checks_;
 };
@@ -271,16 +284,9 @@ TEST_F(CrossCheckTest, AReviewNamesExactlyTheWrongAnswersAndCorrectsThoseAskedFo
   const MlpModel model;
   ASSERT_TRUE(sim_->InjectSilentCorruption(2, 1e-3, "gemm", 11).has_value());
   constexpr int kRequests = 600;
-  for (int n = 0; n < kRequests; ++n)
-    SubmitRecorded(service, answers, n, n % 2 == 0);  // half the callers ask for corrections
-  {
-    std::unique_lock lock(answers.mutex);
-    ASSERT_TRUE(answers.changed.wait_for(lock, 20s, [&] { return answers.answered == kRequests; }));
-  }
+  // Half the callers ask for corrections.
+  ASSERT_NO_FATAL_FAILURE(AnswerAll(service, answers, kRequests, 2));
   ASSERT_TRUE(sim_->InjectSilentCorruption(2, 0, "", 0).has_value());
-  // The replicas count a batch once all its callers have their answers.
-  ASSERT_TRUE(rasd::testing::Eventually(
-      [&] { return service.GetStats().served == static_cast<std::uint64_t>(kRequests); }, 5s));
   const auto served_2 = service.GetStats().replicas[2].served;
   ASSERT_GT(served_2, 50u);
   ASSERT_LE(served_2, InferenceService::kKeptAnswers);
@@ -358,14 +364,11 @@ TEST_F(CrossCheckTest, AReviewAsksAThirdReplicaWhenARerunDiffersAndCorrectsNoRig
   auto& service = *created;
   const MlpModel model;
   constexpr int kRequests = 300;
-  for (int n = 0; n < kRequests; ++n) SubmitRecorded(service, answers, n, true);
+  ASSERT_NO_FATAL_FAILURE(AnswerAll(service, answers, kRequests, 1));
   {
-    std::unique_lock lock(answers.mutex);
-    ASSERT_TRUE(answers.changed.wait_for(lock, 20s, [&] { return answers.answered == kRequests; }));
+    std::lock_guard lock(answers.mutex);
     EXPECT_TRUE(answers.WrongByModel(model).empty()) << "every answer right";
   }
-  ASSERT_TRUE(rasd::testing::Eventually(
-      [&] { return service.GetStats().served == static_cast<std::uint64_t>(kRequests); }, 5s));
   const auto served_2 = service.GetStats().replicas[2].served;
   ASSERT_GT(served_2, 20u);
   // Device 1 now flips a bit in every gemm output; device 2 is reviewed.
