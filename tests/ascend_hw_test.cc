@@ -105,7 +105,7 @@ TEST(AscendHwTest, TheSelfTestPassesOnEveryNpu) {
 // the screen knows gives the host's exact digest on a healthy NPU (softmax
 // within 1e-6), so a healthy device is never accused, and the screen
 // leaves nothing of the registry silently unchecked.
-TEST(GpuHwTest, TheKnownAnswerScreenPassesOnEveryNpu) {
+TEST(AscendHwTest, TheKnownAnswerScreenPassesOnEveryNpu) {
   RASD_NEED_NPU(npu);
   auto runtime = runtime::Runtime::Create(std::move(npu));
   ASSERT_TRUE(runtime) << runtime.error().ToString();
