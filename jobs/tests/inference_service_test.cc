@@ -393,8 +393,11 @@ TEST_F(CrossCheckTest, AReviewAsksAThirdReplicaWhenARerunDiffersAndCorrectsNoRig
   EXPECT_TRUE(rasd::testing::Eventually(
       [&] { return outvoted_heard() == service.GetStats().outvoted; }, 5s));
   EXPECT_GT(outvoted_heard(), 0u) << "re-runs went to device 1 as well as to device 0";
-  for (const auto& check : Checks())
-    if (!check.agreed) EXPECT_EQ(check.device, 1) << check.detail;
+  for (const auto& check : Checks()) {
+    if (!check.agreed) {
+      EXPECT_EQ(check.device, 1) << check.detail;
+    }
+  }
   ASSERT_TRUE(sim_->InjectSilentCorruption(1, 0, "", 0).has_value());
 }
 

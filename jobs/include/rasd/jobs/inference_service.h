@@ -46,8 +46,9 @@ struct AnswerReview {
   std::uint64_t reviewed = 0;        // run again and compared
   std::vector<std::uint64_t> wrong;  // of those, the requests whose answer differed, ascending
   std::uint64_t corrected = 0;       // of those, answered again to callers who asked
-  // Not compared: no other replica to run them on (the service has none, or
-  // the re-run failed max_attempts times), or older than the answers kept.
+  // Not decided: no other replica to run them on (the service has none, or
+  // the re-run failed max_attempts times), older than the answers kept, or
+  // three replicas gave three different answers.
   std::uint64_t unreviewed = 0;
 };
 
