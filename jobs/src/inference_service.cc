@@ -162,6 +162,8 @@ InferenceService::~InferenceService() {
   {
     std::lock_guard lock(mutex_);
     left = std::move(backlog_);
+    for (auto& request : orphaned_opinions_) left.push_back(std::move(request));
+    orphaned_opinions_.clear();
     for (auto& replica : replicas_) {
       for (auto& request : replica->queue) left.push_back(std::move(request));
       replica->queue.clear();
@@ -207,7 +209,11 @@ void InferenceService::RouteLocked(std::deque<Request> requests) {
       }
     }
     request.queued_at = now;
-    if (best == nullptr) {
+    if (best == nullptr && request.disputed) {
+      // A third opinion waits for no replica to come back: it is decided
+      // without one (ReviewAnswer), on a replica thread, outside the lock.
+      orphaned_opinions_.push_back(std::move(request));
+    } else if (best == nullptr) {
       backlog_.push_back(std::move(request));
     } else {
       best->queue.push_back(std::move(request));
@@ -442,12 +448,20 @@ void InferenceService::ReviewAnswer(int device, Request& request,
   Callback corrected;
   std::optional<AnswerReview> finished;
   std::vector<CrossCheck> outcomes;
+  const std::vector<float>* right = output;  // the answer a caller is corrected with
   {
     std::lock_guard lock(mutex_);
     const auto given = review.given.find(request.id);
     enum class Finding { kRight, kWrong, kUnknown } finding = Finding::kUnknown;
-    if (output == nullptr || given == review.given.end()) {
+    if (given == review.given.end()) {
       finding = Finding::kUnknown;
+    } else if (output == nullptr) {
+      // Not run: a disputed answer is decided as with no third replica (the
+      // re-run from a healthy device over the device found wrong).
+      if (request.disputed) {
+        finding = Finding::kWrong;
+        right = &request.disputed->second;
+      }
     } else if (!request.disputed) {
       if (SameAnswer(reviewed, given->second, device, *output)) {
         finding = Finding::kRight;
@@ -497,7 +511,7 @@ void InferenceService::ReviewAnswer(int device, Request& request,
         ++review.outcome.corrected;
         if (delivering_.count(request.id) != 0) {
           // Its caller has not had the answer yet: the correction follows it.
-          deferred_corrections_[request.id] = {std::move(request.corrected), *output};
+          deferred_corrections_[request.id] = {std::move(request.corrected), *right};
         } else {
           corrected = std::move(request.corrected);
         }
@@ -513,7 +527,7 @@ void InferenceService::ReviewAnswer(int device, Request& request,
       }
     }
   }
-  if (corrected) corrected(request.id, *output);
+  if (corrected) corrected(request.id, *right);
   if (options_.on_cross_check)
     for (const auto& outcome : outcomes) options_.on_cross_check(outcome);
   if (finished && options_.on_review) options_.on_review(*finished);
@@ -729,6 +743,14 @@ void InferenceService::RunReplica(Replica& replica) {
   }
   std::unique_lock lock(mutex_);
   while (!stopping_) {
+    if (!orphaned_opinions_.empty()) {
+      std::vector<Request> orphans = std::move(orphaned_opinions_);
+      orphaned_opinions_.clear();
+      lock.unlock();
+      for (auto& request : orphans) ReviewAnswer(-1, request, nullptr);
+      lock.lock();
+      continue;
+    }
     const auto now = Now();
     if (!AdmitsNewWork(replica.device) || replica.unavailable_until > now) {
       // Draining, isolated or backing off: its queue goes elsewhere.

@@ -401,6 +401,33 @@ TEST_F(CrossCheckTest, AReviewAsksAThirdReplicaWhenARerunDiffersAndCorrectsNoRig
   ASSERT_TRUE(sim_->InjectSilentCorruption(1, 0, "", 0).has_value());
 }
 
+// No third replica in service: a re-run that differs from the device found
+// computing wrong is trusted, so the review still finishes and still names
+// exactly the wrong answers.
+TEST_F(CrossCheckTest, AReviewWithNoThirdReplicaTrustsTheRerunOverTheDeviceFoundWrong) {
+  Answers answers;
+  auto created = Reviewed(16, 200us, answers);
+  ASSERT_TRUE(created);
+  auto& service = *created;
+  const MlpModel model;
+  ASSERT_TRUE(sim_->InjectSilentCorruption(2, 1e-3, "gemm", 14).has_value());
+  constexpr int kRequests = 600;
+  ASSERT_NO_FATAL_FAILURE(AnswerAll(service, answers, kRequests, 1));
+  ASSERT_TRUE(sim_->InjectSilentCorruption(2, 0, "", 0).has_value());
+  const auto served_2 = service.GetStats().replicas[2].served;
+  ASSERT_GT(served_2, 50u);
+  Device(0).SetHealth(runtime::HealthState::kIsolated);
+  Device(2).SetHealth(runtime::HealthState::kIsolated);
+  EXPECT_EQ(service.ReviewAnswers(2), served_2);
+  std::unique_lock lock(answers.mutex);
+  ASSERT_TRUE(answers.changed.wait_for(lock, 20s, [&] { return answers.review.has_value(); }));
+  const auto wrong = answers.WrongByModel(model);
+  ASSERT_FALSE(wrong.empty()) << "the fault spoiled some answers";
+  EXPECT_EQ(answers.review->reviewed, served_2);
+  EXPECT_EQ(answers.review->wrong, wrong);
+  EXPECT_EQ(answers.corrections.size(), wrong.size());
+}
+
 // One replica: nowhere to run its answers again. The review says so at
 // once, and the service goes on answering.
 TEST_F(CrossCheckTest, AReviewWithNoOtherReplicaReportsItsAnswersUnreviewed) {

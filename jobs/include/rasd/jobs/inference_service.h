@@ -186,8 +186,9 @@ class InferenceService {
   // another replica when the service has one: the answer given is wrong
   // only when the third sides with the re-run (when it sides with the
   // answer given, the re-running device is the one outvoted, and
-  // on_cross_check hears of it); with no third replica, the re-run is
-  // trusted over the device found computing wrong. The outcome goes to
+  // on_cross_check hears of it); with no third replica (none in service
+  // when it is asked, or when its turn comes), the re-run is trusted over
+  // the device found computing wrong. The outcome goes to
   // on_review; without one, the answers are still checked and corrected.
   // The device's kept answers are then forgotten (a second call reviews
   // only those given since); answers it gives after this join the review
@@ -264,6 +265,9 @@ class InferenceService {
   std::condition_variable work_;  // new requests, health changes, stop
   std::vector<std::unique_ptr<Replica>> replicas_;
   std::deque<Request> backlog_;                               // no replica admits work
+  // Third opinions no replica can give now (RouteLocked): a replica thread
+  // decides them without one.
+  std::vector<Request> orphaned_opinions_;
   std::map<int, std::chrono::milliseconds> drain_deadlines_;  // by device, overriding the option
   std::uint64_t next_id_ = 1;
   std::size_t next_replica_ = 0;
