@@ -189,6 +189,10 @@ bool InferenceService::AdmitsNewWork(int device) const {
   return runtime::TakesNewWork((*found)->Health());
 }
 
+bool InferenceService::AcceptsWorkNow(const Replica& replica, std::chrono::nanoseconds now) const {
+  return AdmitsNewWork(replica.device) && replica.unavailable_until <= now;
+}
+
 void InferenceService::RouteLocked(std::deque<Request> requests) {
   const auto now = Now();
   for (auto& request : requests) {
@@ -198,9 +202,7 @@ void InferenceService::RouteLocked(std::deque<Request> requests) {
     const std::size_t first = next_replica_++ % replicas_.size();
     for (std::size_t n = 0; n < replicas_.size(); ++n) {
       auto& replica = replicas_[(first + n) % replicas_.size()];
-      if (!AdmitsNewWork(replica->device) || replica->unavailable_until > now ||
-          request.Avoids(replica->device))
-        continue;
+      if (!AcceptsWorkNow(*replica, now) || request.Avoids(replica->device)) continue;
       const std::size_t load =
           replica->queue.size() + (replica->in_flight ? options_.max_batch : 0);
       if (best == nullptr || load < best_load) {
@@ -313,7 +315,7 @@ bool InferenceService::RouteCheckLocked(std::shared_ptr<Verification> check,
   for (auto& replica : replicas_) {
     bool answered = false;
     for (const auto& [device, answer] : check->answers) answered |= device == replica->device;
-    if (answered || !AdmitsNewWork(replica->device) || replica->unavailable_until > now) continue;
+    if (answered || !AcceptsWorkNow(*replica, now)) continue;
     const std::size_t load = replica->queue.size() + (replica->in_flight ? options_.max_batch : 0);
     if (best == nullptr || load < best_load) {
       best = replica.get();
@@ -436,8 +438,9 @@ std::uint64_t InferenceService::ReviewAnswers(int device, std::chrono::nanosecon
 }
 
 bool InferenceService::AnotherReplicaAdmits(int a, int b) const {
+  const auto now = Now();
   return std::any_of(replicas_.begin(), replicas_.end(), [&](const auto& replica) {
-    return replica->device != a && replica->device != b && AdmitsNewWork(replica->device);
+    return replica->device != a && replica->device != b && AcceptsWorkNow(*replica, now);
   });
 }
 
@@ -752,7 +755,7 @@ void InferenceService::RunReplica(Replica& replica) {
       continue;
     }
     const auto now = Now();
-    if (!AdmitsNewWork(replica.device) || replica.unavailable_until > now) {
+    if (!AcceptsWorkNow(replica, now)) {
       // Draining, isolated or backing off: its queue goes elsewhere.
       if (!replica.queue.empty()) {
         std::deque<Request> moved = std::move(replica.queue);

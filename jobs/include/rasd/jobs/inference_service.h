@@ -238,6 +238,9 @@ class InferenceService {
   // backlog. Call with mutex_ held.
   void RouteLocked(std::deque<Request> requests);
   bool AdmitsNewWork(int device) const;
+  // Admits new work and is not backing off after a failure: what routing
+  // and the choice of a third opinion both ask of a replica.
+  bool AcceptsWorkNow(const Replica& replica, std::chrono::nanoseconds now) const;
   void RunReplica(Replica& replica);
   Status PrepareReplica(Replica& replica);
   Status RunBatch(Replica& replica, std::vector<Request>& batch, bool draining);
@@ -248,7 +251,7 @@ class InferenceService {
   // A review's re-run answered (or, without `output`, given up on): the
   // answer given was right, wrong, or needs a third opinion.
   void ReviewAnswer(int device, Request& request, const std::vector<float>* output);
-  // Whether a replica other than on `a` and `b` admits work now.
+  // Whether a replica other than on `a` and `b` accepts work now.
   bool AnotherReplicaAdmits(int a, int b) const;
   // Sends a check to a replica none of its answers came from; false when
   // there is none. Call with mutex_ held.
