@@ -565,9 +565,11 @@ void AddPolicyKeys(std::vector<ConfigKey>& keys) {
                      "evidence, never a hang alone). `rasctl status` shows beats, misses, "
                      "hangs, op timeouts and the last latency per device"));
   keys.push_back(Row("screening.budget", kLive, RASD_CONFIG_FIELD(screening.budget), Share(0.5),
-                     "the share of each device's time that known-answer screening for silent "
-                     "data corruption may take, on average (0.01: 1%, measured per screening); "
-                     "devices no job uses are screened first. 0: off"));
+                     "the share of the node's time that known-answer screening for silent data "
+                     "corruption may take, on average, shared by the devices in service (0.01: "
+                     "1%; over 4 devices, 0.25% of each one's time; measured per screening): a "
+                     "job spanning them waits for every device's screening. Devices no job uses "
+                     "are screened first. 0: off"));
   keys.push_back(Row("screening.interval_s", kLive, RASD_CONFIG_FIELD(screening.interval),
                      Seconds(1, 86'400),
                      "a device in service not screened for this long shows as overdue in "

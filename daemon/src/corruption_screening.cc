@@ -20,7 +20,8 @@ constexpr nanoseconds kMaxTick = std::chrono::seconds(5);
 // Clean elements that rule a rate out: exp(-7) is a 0.1% chance of missing it.
 constexpr double kRuleOutExponent = 7.0;
 // What a first screening is assumed to cost, until one is measured: the
-// first comes once a device has earned this (5 s at 1%), not all at start.
+// first comes once a device has earned this (20 s for each of 4 devices
+// sharing 1%), not all at start.
 constexpr nanoseconds kBusyDeferral = std::chrono::seconds(2);
 constexpr nanoseconds kFirstCostEstimate = std::chrono::milliseconds(50);
 
@@ -68,13 +69,20 @@ void CorruptionScreening::Tick() {
   last_tick_ = now;
   std::vector<int> ready;
   nanoseconds next_due = kMaxTick;
+  auto in_service = [&](int device) {
+    const auto health = health_.StateOf(device);
+    return health == runtime::HealthState::kHealthy || health == runtime::HealthState::kDegraded;
+  };
+  const auto serving = std::count_if(devices_.begin(), devices_.end(),
+                                     [&](const auto& entry) { return in_service(entry.first); });
+  // The budget is the node's, shared by the devices in service: a job
+  // spanning them (a collective steps at its slowest rank) waits for every
+  // screening of every one, so its loss is their sum.
+  const double share = serving > 0 ? options_.budget / static_cast<double>(serving) : 0;
   for (auto& [device, state] : devices_) {
     Forget(state, now);
     state.view.suspect = !state.mismatch_times.empty();
-    const auto health = health_.StateOf(device);
-    const bool in_service =
-        health == runtime::HealthState::kHealthy || health == runtime::HealthState::kDegraded;
-    if (!in_service) {
+    if (!in_service(device)) {
       state.view.overdue = false;
       continue;
     }
@@ -82,8 +90,8 @@ void CorruptionScreening::Tick() {
     // time the device could not be screened (a full pool, another device's
     // turn) is not spent later in a burst.
     const auto cap = std::max(state.last_cost * 2, kFirstCostEstimate);
-    state.credit = std::min(
-        cap, state.credit + std::chrono::duration_cast<nanoseconds>(elapsed * options_.budget));
+    state.credit =
+        std::min(cap, state.credit + std::chrono::duration_cast<nanoseconds>(elapsed * share));
     state.view.overdue =
         now - (state.last_screened.count() > 0 ? state.last_screened : started_at_) >
         options_.interval;
@@ -91,7 +99,7 @@ void CorruptionScreening::Tick() {
       ready.push_back(device);
     } else {
       next_due = std::min(next_due, std::chrono::duration_cast<nanoseconds>(
-                                        (state.last_cost - state.credit) / options_.budget));
+                                        (state.last_cost - state.credit) / share));
     }
   }
   if (!running_ && !ready.empty()) {

@@ -23,11 +23,15 @@ namespace rasd::daemon {
 //
 // Each device in service (Healthy or Degraded) is screened in turn with
 // the known-answer screen (runtime::KnownAnswerScreen), one device at a
-// time, on a worker thread. What screening may cost is a budget: each
-// device earns `budget` of the time that passes (1%: 36 s of an hour) and
-// each screening spends the device time it measured; a device is screened
-// when it has earned its last screening's cost, so the budget is kept on
-// average whatever a screening costs on this hardware. Order: a suspect
+// time, on a worker thread. What screening may cost is a budget of the
+// node's time, shared by the devices in service: each of N earns
+// `budget` / N of the time that passes (1% over 4 devices: 9 s of an hour
+// each) and each screening spends the device time it measured; a device is
+// screened when it has earned its last screening's cost, so the budget is
+// kept on average whatever a screening costs on this hardware. The node's,
+// not each device's: a job spanning the devices (a collective steps at its
+// slowest rank) waits out every screening of every one of them, and on a
+// simulator the devices share the host's cores. Order: a suspect
 // (one mismatch, not confirmed yet) first, then the longest unscreened, a
 // device no job uses ahead of a busy one screened up to 2 s before it (idle
 // gaps cost nobody anything; busy devices are not starved). A device not
@@ -51,7 +55,7 @@ namespace rasd::daemon {
 class CorruptionScreening {
  public:
   struct Options {
-    double budget = 0.01;  // of each device's time; 0: off
+    double budget = 0.01;  // of the node's time, shared by the devices in service; 0: off
     std::chrono::seconds interval{600};
     std::uint64_t elements = 1 << 20;
     int confirm = 2;

@@ -128,6 +128,33 @@ TEST_F(CorruptionScreeningTest, DevicesNoJobUsesAreScreenedFirst) {
   EXPECT_GE(View(1).screenings, 1u);
 }
 
+// The budget is the node's, shared by the devices in service: with 10%
+// and three of four devices in service, each earns 1/30 of the time, so a
+// first screening (assumed to cost 50 ms until one is measured) comes
+// after 1.5 s, not after the 0.5 s a budget of each device's own would
+// give; the isolated device earns nothing and is not screened.
+TEST_F(CorruptionScreeningTest, TheBudgetIsTheNodesSharedByTheDevicesInService) {
+  ASSERT_TRUE(health_
+                  ->Decide({.device = 3,
+                            .cause = HealthCause::kOperator,
+                            .target = HealthState::kIsolated,
+                            .reason = "out for the test"})
+                  .has_value());
+  Start({.budget = 0.1, .interval = 600s, .elements = 1 << 14, .confirm = 2, .window = 3600s});
+  auto total = [&] {
+    std::uint64_t screenings = 0;
+    for (const auto& view : screening_->Views()) screenings += view.screenings;
+    return screenings;
+  };
+  Run(1400ms);
+  EXPECT_EQ(total(), 0u) << "nothing earned a screening yet";
+  Run(300ms);
+  EXPECT_GE(total(), 1u);
+  Run(3s);
+  for (int device : {0, 1, 2}) EXPECT_GE(View(device).screenings, 1u) << device;
+  EXPECT_EQ(View(3).screenings, 0u);
+}
+
 TEST_F(CorruptionScreeningTest, ADeviceComputingWrongIsASuspectThenIsolatedWithWhatAndHow) {
   Start();
   Run(3s);  // clean screenings first: the distrust reaches back to them

@@ -281,7 +281,7 @@ void AddDeviceFamilies(const MetricsSnapshot& snapshot, Add& add) {
                                MetricType::Counter);
     auto sdc_budget = Family("rasd_sdc_budget_used_ratio",
                              "Device time known-answer screening took, over the time since rasd "
-                             "started (screening.budget is the limit)",
+                             "started (summed over devices, screening.budget is the limit)",
                              MetricType::Gauge);
     auto sdc_last = Family("rasd_sdc_last_screening_timestamp_seconds",
                            "When the device's last screening completed (unix time); 0: never",
