@@ -75,8 +75,8 @@ void RaiseDescriptorLimit() {
 // the simulator, where rasd's own threads compute every kernel, the
 // collective stepped about 3% slower, within the runs' noise. On
 // accelerators the kernels' data lives in device memory and the host
-// threads allocate little. An operator's own MALLOC_ARENA_MAX (the unit's
-// Environment=) is left as it is.
+// threads allocate little. An operator's own MALLOC_ARENA_MAX or
+// glibc.malloc.arena_max tunable (the unit's Environment=) is left as it is.
 void TuneAllocator() {
   constexpr int kTrimThreshold = 64 << 20;
   constexpr int kMmapThreshold = 32 << 20;
@@ -85,7 +85,10 @@ void TuneAllocator() {
       ::mallopt(M_MMAP_THRESHOLD, kMmapThreshold) != 1) {
     RASD_LOG_WARN("cannot tune the allocator: storms will run slower");
   }
-  if (std::getenv("MALLOC_ARENA_MAX") == nullptr && ::mallopt(M_ARENA_MAX, kArenas) != 1) {
+  const char* tunables = std::getenv("GLIBC_TUNABLES");
+  const bool operator_set = std::getenv("MALLOC_ARENA_MAX") != nullptr ||
+                            (tunables != nullptr && std::strstr(tunables, "arena_max") != nullptr);
+  if (!operator_set && ::mallopt(M_ARENA_MAX, kArenas) != 1) {
     RASD_LOG_WARN("cannot bound the allocator's arenas: its resident memory may creep");
   }
 }
