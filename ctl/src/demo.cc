@@ -68,10 +68,11 @@ simulator:
   memory_mib: 128
 inject:
   allow_sources: true
-# Screening for silent data corruption at 5% of each device's time (1% by
-# default), so that step 5 takes seconds, not a minute.
+# Screening for silent data corruption at 20% of the node's time, 5% of
+# each device's (1% of the node's by default), so that step 5 takes
+# seconds, not minutes.
 screening:
-  budget: 0.05
+  budget: 0.2
 jobs:
   - name: llm
     kind: inference
@@ -424,7 +425,7 @@ Row SilentCorruption(Demo& demo) {
   const auto since = demo.LastActionId();
   const rasd::common::Stopwatch start;
   demo.Result("inject", {{"kind", "sdc"}, {"device", 1}, {"rate", 1e-5}, {"kernel", "add"}});
-  // Screening takes 5% of each device's time here: a screening of a
+  // Screening takes 5% of each device's time here (20% of the node's): a screening of a
   // device every few seconds under this load, two wrong ones to confirm.
   const auto action = demo.WaitForAction(1, "isolate-device", since, 90s);
   Row row{"silent corruption, device 1", "-", "-", "isolated; allreduce redone", false};
