@@ -13,7 +13,9 @@
 // the figure (seconds), with the other devices' state and mismatches and
 // whether the collective's checksums still equal a fault-free run's. Runs
 // past kIsolationLimit are reported as such (isolated 0), not waited for.
-// 1e-4 and 1e-6 run three times each (medians); 1e-8, minutes a run, once.
+// 1e-4 and 1e-6 run three times each (medians); 1e-8 once: each device's
+// screening fails there about one time in twenty, and with the node's 1%
+// shared by four devices a device is screened every 10 s or so.
 //
 // BM_SdcOverhead: the jobs with everything that looks for silent
 // corruption at its defaults (screening's 1% budget, the jobs' cross-checks
@@ -22,7 +24,9 @@
 // second (closed loop: its capacity) and the inference load's answers per
 // second and p99 latency (open loop at 200/s) over a 30 s window after a
 // 30 s warm-up (the first screenings come about 20 s after the start), and
-// the budget the devices measured together (budget_used, the node's share).
+// the budget the devices measured together (budget_used, the node's share,
+// over the time since rasd started: the 20 s before the first screening
+// included, so it reads low).
 // Medians; steps_ratio_on_off is the median of the five pairs' ratios, so
 // a drift of the machine over the run cancels within each pair.
 // Needs no root: everything lives in a temp dir.

@@ -133,7 +133,7 @@ TEST(JobsTest, ADeviceComputingWrongSilentlyIsIsolatedAndTheCollectiveResultStay
   rasd.WriteConfig(R"(simulator:
   memory_mib: 64
 screening:
-  budget: 0.2
+  budget: 0.5
   elements: 65536
 jobs:
   - name: chat

@@ -77,7 +77,9 @@ void CorruptionScreening::Tick() {
                                      [&](const auto& entry) { return in_service(entry.first); });
   // The budget is the node's, shared by the devices in service: a job
   // spanning them (a collective steps at its slowest rank) waits for every
-  // screening of every one, so its loss is their sum.
+  // screening of every one, so its loss is their sum. The count is this
+  // tick's, applied to the whole time since the last; the credit's cap
+  // bounds what a device that left service meanwhile shifts to the others.
   const double share = serving > 0 ? options_.budget / static_cast<double>(serving) : 0;
   for (auto& [device, state] : devices_) {
     Forget(state, now);
@@ -98,8 +100,12 @@ void CorruptionScreening::Tick() {
     if (state.credit >= state.last_cost) {
       ready.push_back(device);
     } else {
-      next_due = std::min(next_due, std::chrono::duration_cast<nanoseconds>(
-                                        (state.last_cost - state.credit) / share));
+      // In double: a tiny budget over many devices would overflow the
+      // nanoseconds; past kMaxTick the timer comes back sooner anyway.
+      const double wait_ns = static_cast<double>((state.last_cost - state.credit).count()) / share;
+      next_due = std::min(next_due, wait_ns >= static_cast<double>(kMaxTick.count())
+                                        ? kMaxTick
+                                        : nanoseconds(static_cast<std::int64_t>(wait_ns)));
     }
   }
   if (!running_ && !ready.empty()) {

@@ -70,13 +70,16 @@ void RaiseDescriptorLimit() {
 // fragments. glibc's default of eight arenas per core spread rasd's
 // threads (jobs, devices, self-tests coming and going) over up to sixteen
 // on two cores, each ratcheting to its own high-water mark: under the
-// demo's load RSS grew by megabytes an hour for as long as it was watched.
+// soak's load RSS grew by megabytes an hour for as long as it was watched.
 // With kArenas it levels off within minutes. The price is contention: on
 // the simulator, where rasd's own threads compute every kernel, the
 // collective stepped about 3% slower, within the runs' noise. On
 // accelerators the kernels' data lives in device memory and the host
-// threads allocate little. An operator's own MALLOC_ARENA_MAX or
-// glibc.malloc.arena_max tunable (the unit's Environment=) is left as it is.
+// threads allocate little; a host with many busy threads may want more
+// arenas, which an operator sets through MALLOC_ARENA_MAX or the
+// glibc.malloc.arena_max tunable (the unit's Environment=): those are left
+// as they are. glibc reads the limit when a thread first needs an arena, so
+// this runs before any thread starts.
 void TuneAllocator() {
   constexpr int kTrimThreshold = 64 << 20;
   constexpr int kMmapThreshold = 32 << 20;
@@ -85,8 +88,9 @@ void TuneAllocator() {
       ::mallopt(M_MMAP_THRESHOLD, kMmapThreshold) != 1) {
     RASD_LOG_WARN("cannot tune the allocator: storms will run slower");
   }
+  const char* arena_max = std::getenv("MALLOC_ARENA_MAX");
   const char* tunables = std::getenv("GLIBC_TUNABLES");
-  const bool operator_set = std::getenv("MALLOC_ARENA_MAX") != nullptr ||
+  const bool operator_set = (arena_max != nullptr && *arena_max != '\0') ||
                             (tunables != nullptr && std::strstr(tunables, "arena_max") != nullptr);
   if (!operator_set && ::mallopt(M_ARENA_MAX, kArenas) != 1) {
     RASD_LOG_WARN("cannot bound the allocator's arenas: its resident memory may creep");

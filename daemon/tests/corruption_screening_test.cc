@@ -131,8 +131,9 @@ TEST_F(CorruptionScreeningTest, DevicesNoJobUsesAreScreenedFirst) {
 // The budget is the node's, shared by the devices in service: with 10%
 // and three of four devices in service, each earns 1/30 of the time, so a
 // first screening (assumed to cost 50 ms until one is measured) comes
-// after 1.5 s, not after the 0.5 s a budget of each device's own would
-// give; the isolated device earns nothing and is not screened.
+// after 1.5 s (not after the 0.5 s a budget of each device's own would
+// give, nor after the 2 s of four devices sharing it); the isolated device
+// earns nothing and is not screened.
 TEST_F(CorruptionScreeningTest, TheBudgetIsTheNodesSharedByTheDevicesInService) {
   ASSERT_TRUE(health_
                   ->Decide({.device = 3,
@@ -148,7 +149,7 @@ TEST_F(CorruptionScreeningTest, TheBudgetIsTheNodesSharedByTheDevicesInService) 
   };
   Run(1400ms);
   EXPECT_EQ(total(), 0u) << "nothing earned a screening yet";
-  Run(300ms);
+  Run(500ms);
   EXPECT_GE(total(), 1u);
   Run(3s);
   for (int device : {0, 1, 2}) EXPECT_GE(View(device).screenings, 1u) << device;

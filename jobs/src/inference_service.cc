@@ -437,7 +437,7 @@ std::uint64_t InferenceService::ReviewAnswers(int device, std::chrono::nanosecon
   return rerun;
 }
 
-bool InferenceService::AnotherReplicaAdmits(int a, int b) const {
+bool InferenceService::AnotherReplicaAcceptsWork(int a, int b) const {
   const auto now = Now();
   return std::any_of(replicas_.begin(), replicas_.end(), [&](const auto& replica) {
     return replica->device != a && replica->device != b && AcceptsWorkNow(*replica, now);
@@ -468,7 +468,7 @@ void InferenceService::ReviewAnswer(int device, Request& request,
     } else if (!request.disputed) {
       if (SameAnswer(reviewed, given->second, device, *output)) {
         finding = Finding::kRight;
-      } else if (AnotherReplicaAdmits(reviewed, device)) {
+      } else if (AnotherReplicaAcceptsWork(reviewed, device)) {
         // One device against another: a third says which.
         Request third;
         third.review = request.review;

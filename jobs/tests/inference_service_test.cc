@@ -218,14 +218,15 @@ class CrossCheckTest : public InferenceTest {
     ASSERT_TRUE(rasd::testing::Eventually(
         [&] { return service.GetStats().served == static_cast<std::uint64_t>(count); }, 5s));
   }
-  // Answers inputs 0 to 599 (AnswerAll) while device 2's gemm flips a bit
-  // in about one output element in 1000 (from `seed`), then ends the fault;
-  // `served_2` is what device 2 answered.
+  // Answers inputs 0 to kAnsweredWrongOn2 - 1 (AnswerAll) while device 2's
+  // gemm flips a bit in about one output element in 1000 (from `seed`),
+  // then ends the fault; `served_2` is what device 2 answered.
+  static constexpr int kAnsweredWrongOn2 = 600;
   void AnswerWithDevice2ComputingWrong(InferenceService& service, Answers& answers,
                                        std::uint64_t seed, int asks_every,
                                        std::uint64_t& served_2) {
     ASSERT_TRUE(sim_->InjectSilentCorruption(2, 1e-3, "gemm", seed).has_value());
-    ASSERT_NO_FATAL_FAILURE(AnswerAll(service, answers, 600, asks_every));
+    ASSERT_NO_FATAL_FAILURE(AnswerAll(service, answers, kAnsweredWrongOn2, asks_every));
     ASSERT_TRUE(sim_->InjectSilentCorruption(2, 0, "", 0).has_value());
     served_2 = service.GetStats().replicas[2].served;
     ASSERT_GT(served_2, 50u);
@@ -324,7 +325,7 @@ TEST_F(CrossCheckTest, AReviewNamesExactlyTheWrongAnswersAndCorrectsThoseAskedFo
   }
   lock.unlock();
   EXPECT_EQ(service.AnsweredSinceLastCheck(2).requests.size(), 0u) << "reviewed: forgotten";
-  EXPECT_EQ(service.GetStats().served, static_cast<std::uint64_t>(answers.answered))
+  EXPECT_EQ(service.GetStats().served, static_cast<std::uint64_t>(kAnsweredWrongOn2))
       << "re-runs are no answers";
 }
 

@@ -178,7 +178,7 @@ struct Config {
   // Known-answer screening for silent data corruption
   // (daemon/src/corruption_screening.h).
   struct Screening {
-    double budget = 0.01;  // of each device's time; 0: off
+    double budget = 0.01;  // of the node's time, shared by the devices in service; 0: off
     std::chrono::seconds interval{600};
     std::uint64_t elements = 1 << 20;
     int confirm = 2;

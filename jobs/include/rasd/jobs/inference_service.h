@@ -252,7 +252,7 @@ class InferenceService {
   // answer given was right, wrong, or needs a third opinion.
   void ReviewAnswer(int device, Request& request, const std::vector<float>* output);
   // Whether a replica other than on `a` and `b` accepts work now.
-  bool AnotherReplicaAdmits(int a, int b) const;
+  bool AnotherReplicaAcceptsWork(int a, int b) const;
   // Sends a check to a replica none of its answers came from; false when
   // there is none. Call with mutex_ held.
   bool RouteCheckLocked(std::shared_ptr<Verification> check, std::vector<float> input);
